@@ -1,0 +1,1 @@
+"""assay: the user's front door (CLI, Python client, HTTP API)."""

@@ -1,0 +1,73 @@
+"""The `assay` command line: the root app and the exit-code rules.
+
+Commands live in ``assay/commands/`` by topic (evaluate, fleet, schedule,
+serve) and import their heavy dependencies (litellm, celery, redis) inside the
+command body, so ``assay --help`` stays fast.
+
+Usage errors exit 64, never a verdict code: click's default of 2 would read as
+``poorly_posed`` to a CI job.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from assay.commands import evaluate, fleet, schedule, serve
+from schemas.verdict import EXIT_USAGE
+
+try:  # typer >= 0.22 vendors click under typer._click; older typer uses click itself
+    from typer._click import exceptions as click_exceptions  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_exceptions  # type: ignore[no-redef,unused-ignore]
+
+app = typer.Typer(
+    name="assay",
+    help="Evaluate plain-language predicates about Kubernetes clusters.\n\n"
+    "Exit codes: 0 true, 1 false, 2 poorly posed, 3 cannot determine, 64 usage error.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+
+@app.callback()
+def root() -> None:
+    """Evaluate plain-language predicates about Kubernetes clusters."""
+
+
+for module in (evaluate, fleet, schedule, serve):
+    module.register(app)
+
+
+@app.command()
+def version() -> None:
+    """Print the assay version."""
+    from importlib.metadata import version as dist_version
+
+    typer.echo(dist_version("assay"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: maps click's usage errors to exit 64."""
+    try:
+        result = app(args=argv, standalone_mode=False)
+    except click_exceptions.UsageError as exc:
+        exc.show(file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+    except click_exceptions.Abort:
+        print("aborted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except click_exceptions.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except click_exceptions.ClickException as exc:
+        exc.show(file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+    raise SystemExit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

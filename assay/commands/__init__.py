@@ -1,0 +1,1 @@
+"""CLI commands by topic; each module exposes ``register(app)``."""

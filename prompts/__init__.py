@@ -1,0 +1,18 @@
+"""The planner's system prompts, as text files next to this module, loaded by name."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+_DIR = Path(__file__).parent
+
+
+@cache
+def load(name: str) -> str:
+    """The prompt ``name`` (check, query, repair, ...); KeyError names the ones that exist."""
+    path = _DIR / f"{name}.txt"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in _DIR.glob("*.txt")))
+        raise KeyError(f"no prompt named {name!r}; known prompts: {known}")
+    return path.read_text(encoding="utf-8")

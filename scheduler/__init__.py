@@ -1,0 +1,1 @@
+"""The timer service: periodic schedules, deferred evaluations and WAIT continuations."""

@@ -1,0 +1,68 @@
+"""Budgets and the profiles that set their defaults.
+
+A budget field left ``None`` in a request takes the profile's number; the
+resolved budget is what the engine enforces and what the run report records.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ProfileName = Literal["smoke", "fast", "strict"]
+
+
+class Budget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_iterations: int | None = Field(default=None, ge=1, le=200)
+    max_tokens: int | None = Field(default=None, ge=100, le=10_000_000)
+    timeout_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+
+
+class Profile(BaseModel):
+    """Default budget plus the gates a profile applies to verdicts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: ProfileName
+    budget: Budget
+    require_evidence: bool = Field(
+        description="Refuse a true/false verdict that cites no successful lookup."
+    )
+    confirm_true: bool = Field(description="Ask the model to confirm a TRUE once more.")
+
+
+PROFILES: dict[str, Profile] = {
+    "smoke": Profile(
+        name="smoke",
+        budget=Budget(max_iterations=4, max_tokens=20_000, timeout_seconds=60),
+        require_evidence=False,
+        confirm_true=False,
+    ),
+    "fast": Profile(
+        name="fast",
+        budget=Budget(max_iterations=12, max_tokens=120_000, timeout_seconds=300),
+        require_evidence=False,
+        confirm_true=False,
+    ),
+    "strict": Profile(
+        name="strict",
+        budget=Budget(max_iterations=25, max_tokens=400_000, timeout_seconds=900),
+        require_evidence=True,
+        confirm_true=True,
+    ),
+}
+
+
+def resolve_budget(profile: str, budget: Budget) -> Budget:
+    """The budget to enforce: the request's numbers over the profile's defaults."""
+    base = PROFILES[profile].budget
+    return Budget(
+        max_iterations=budget.max_iterations or base.max_iterations,
+        max_tokens=budget.max_tokens or base.max_tokens,
+        timeout_seconds=budget.timeout_seconds or base.timeout_seconds,
+        max_cost_usd=budget.max_cost_usd or base.max_cost_usd,
+    )

@@ -1,0 +1,79 @@
+"""Write the JSON Schema of every contract model into ``schemas/json/``.
+
+Run ``python -m schemas.generate`` after changing a model; ``--check`` exits 1
+when the committed files differ (the drift test runs that).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, TypeAdapter
+
+from schemas.actions import PlannerResponse
+from schemas.budget import Budget
+from schemas.report import RunReport
+from schemas.request import EvaluationRequest
+from schemas.verdict import Verdict
+
+JSON_DIR = Path(__file__).parent / "json"
+
+MODELS: dict[str, type[BaseModel]] = {
+    "planner_response": PlannerResponse,
+    "evaluation_request": EvaluationRequest,
+    "budget": Budget,
+    "verdict": Verdict,
+    "run_report": RunReport,
+}
+
+
+def _extra_models() -> dict[str, type[BaseModel]]:
+    """Models added by later parts register here without import cycles."""
+    extra: dict[str, type[BaseModel]] = {}
+    try:
+        from schemas.schedule import Schedule
+    except ImportError:
+        pass
+    else:
+        extra["schedule"] = Schedule
+    return extra
+
+
+def render() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, model in {**MODELS, **_extra_models()}.items():
+        schema = TypeAdapter(model).json_schema(mode="validation")
+        out[f"{name}.schema.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    check = "--check" in argv
+    rendered = render()
+    drifted = []
+    for filename, text in rendered.items():
+        path = JSON_DIR / filename
+        current = path.read_text() if path.exists() else None
+        if current != text:
+            drifted.append(filename)
+            if not check:
+                JSON_DIR.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+    stale = sorted(p.name for p in JSON_DIR.glob("*.schema.json") if p.name not in rendered)
+    if check:
+        if drifted or stale:
+            print("schema drift: " + ", ".join(drifted + stale), file=sys.stderr)
+            print("run `python -m schemas.generate` and commit schemas/json/", file=sys.stderr)
+            return 1
+        return 0
+    for name in stale:
+        (JSON_DIR / name).unlink()
+    print(f"wrote {len(rendered)} schema files to {JSON_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

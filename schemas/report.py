@@ -1,0 +1,55 @@
+"""The run report: every step of a run, for `assay run ID` and post-mortems.
+
+Tool output is stored truncated and already redacted; nothing in a report may
+hold a Secret value.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.budget import Budget
+from schemas.request import EvaluationRequest
+from schemas.verdict import Usage, Verdict
+
+RunStatus = Literal["queued", "running", "waiting", "done"]
+STEP_OUTPUT_LIMIT = 4000
+
+
+class StepUsage(Usage):
+    latency_seconds: float = 0.0
+
+
+class Step(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    kind: Literal["THOUGHT", "COMMAND", "WAIT", "DONE", "ERROR", "MALFORMED", "REPAIR", "CONFIRM"]
+    action: dict[str, Any] | None = Field(default=None, description="The parsed action, if any.")
+    raw: str | None = Field(default=None, description="Model output that failed validation.")
+    tool: str | None = None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    ok: bool | None = Field(default=None, description="Tool outcome for COMMAND steps.")
+    output: str | None = Field(default=None, description=f"Tool output, cut at {STEP_OUTPUT_LIMIT} chars.")
+    error: str | None = None
+    usage: StepUsage = Field(default_factory=StepUsage)
+    tool_latency_seconds: float = 0.0
+    started_at: datetime
+
+
+class RunReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    check_id: str
+    status: RunStatus
+    request: EvaluationRequest
+    budget: Budget = Field(description="The resolved budget that was enforced.")
+    model: str
+    steps: list[Step] = Field(default_factory=list)
+    verdict: Verdict | None = None
+    attempts: int = Field(default=1, description="Deliveries of this run to a worker.")
+    wake_at: datetime | None = None

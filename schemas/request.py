@@ -1,0 +1,107 @@
+"""What to evaluate, against which cluster, under which limits.
+
+A request is a plain value: it is queued on Celery, stored in Redis and sent
+over HTTP as JSON, so one worker can serve many clusters and models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.budget import PROFILES, Budget, ProfileName
+
+EvaluationKind = Literal["check", "query"]
+MAX_TEXT_LENGTH = 4000
+_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+
+
+class SnapshotTarget(BaseModel):
+    """A folder of captured Kubernetes objects (see examples/snapshots)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["snapshot"] = "snapshot"
+    path: str = Field(min_length=1)
+
+    @property
+    def name(self) -> str:
+        return f"snapshot:{self.path.rstrip('/').rsplit('/', 1)[-1]}"
+
+
+class ContextTarget(BaseModel):
+    """A kubeconfig context; ``kubeconfig`` None means the settings' / default kubeconfig."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["context"] = "context"
+    context: str = Field(min_length=1)
+    kubeconfig: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.context
+
+
+class InClusterTarget(BaseModel):
+    """The cluster this process runs in, through its service account."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["in_cluster"] = "in_cluster"
+
+    @property
+    def name(self) -> str:
+        return "in-cluster"
+
+
+Target = Annotated[SnapshotTarget | ContextTarget | InClusterTarget, Field(discriminator="type")]
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def default_check_id(kind: str, text: str, target_name: str) -> str:
+    """Same predicate on the same target is the same check, so history accumulates."""
+    digest = hashlib.sha256(f"{kind}\x00{' '.join(text.split())}\x00{target_name}".encode())
+    return f"chk-{digest.hexdigest()[:16]}"
+
+
+class EvaluationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: EvaluationKind = "check"
+    text: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
+    target: Target
+    toolsets: list[Literal["kubernetes", "shell"]] = Field(
+        default_factory=lambda: ["kubernetes"], min_length=1
+    )
+    profile: ProfileName = "fast"
+    budget: Budget = Field(default_factory=Budget)
+    model: str | None = Field(default=None, description="litellm model name; None = settings.")
+    api_base: str | None = Field(default=None, description="Model endpoint; None = settings.")
+    run_id: str = Field(default_factory=new_run_id, pattern=_ID_PATTERN)
+    check_id: str = Field(default="", pattern=r"^$|" + _ID_PATTERN)
+    batch_id: str | None = Field(default=None, pattern=_ID_PATTERN)
+    schedule_id: str | None = Field(default=None, pattern=_ID_PATTERN)
+    not_before: datetime | None = Field(
+        default=None, description="Do not start before this instant (deferred evaluation)."
+    )
+    submitted_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @model_validator(mode="after")
+    def _defaults(self) -> EvaluationRequest:
+        if not self.text.strip():
+            raise ValueError("the predicate text is empty")
+        if self.profile not in PROFILES:
+            raise ValueError(f"unknown profile {self.profile!r}")
+        if not self.check_id:
+            self.check_id = default_check_id(self.kind, self.text, self.target.name)
+        if self.not_before is not None and self.not_before.tzinfo is None:
+            raise ValueError("not_before must carry a time zone, e.g. 2027-01-01T00:00:00Z")
+        return self

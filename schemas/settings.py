@@ -1,0 +1,125 @@
+"""The one configuration model: ``ASSAY_*`` env vars, an optional file, CLI flags on top.
+
+Every process (CLI, worker, scheduler, API) builds its settings through
+:func:`load_settings`, so they all read the same configuration the same way.
+Precedence, highest first: explicit overrides (CLI flags), ``ASSAY_*``
+environment variables, the config file named by ``ASSAY_CONFIG`` (YAML or
+TOML), then the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+
+from schemas.budget import ProfileName
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "assay"
+
+
+class AssaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ASSAY_", extra="ignore", validate_default=True)
+
+    # --- the model -----------------------------------------------------------------
+    model: str | None = Field(
+        default=None, description="litellm model name, e.g. openai/gpt-4o-mini. Required."
+    )
+    api_base: str | None = Field(default=None, description="OpenAI-compatible endpoint URL.")
+    api_key: SecretStr | None = Field(default=None, description="Model API key.")
+    transport: Literal["auto", "tools", "json"] = Field(
+        default="auto",
+        description="auto = native tool calling unless litellm knows the model lacks it.",
+    )
+    llm_call_timeout_seconds: float = Field(default=120.0, gt=0)
+    llm_max_retries: int = Field(default=6, ge=0, le=50)
+
+    # --- budgets and profile (request values win; these fill the gaps) --------------
+    profile: ProfileName = "fast"
+    max_iterations: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=100)
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    wait_inline_cap_seconds: float = Field(
+        default=30.0, ge=0, description="WAITs up to this long sleep in place; longer ones defer."
+    )
+
+    # --- tools -----------------------------------------------------------------------
+    kubeconfig: str | None = Field(default=None, description="kubeconfig path for --context.")
+    tool_output_limit_chars: int = Field(default=6000, ge=500)
+    discovery_ttl_seconds: float = Field(default=300.0, ge=0)
+    kube_qps: float = Field(default=20.0, gt=0, description="Client-side API QPS per target.")
+    shell_config: Path | None = Field(
+        default=None, description="YAML file enabling the shell toolset (off when unset)."
+    )
+
+    # --- fleet -------------------------------------------------------------------------
+    redis_url: str | None = Field(
+        default=None, description="None = embedded local mode (private redis-server)."
+    )
+    broker_url: str | None = Field(default=None, description="Celery broker; None = redis_url.")
+    key_prefix: str = Field(default="assay", pattern=r"^[A-Za-z0-9_.-]+$")
+    history_limit: int = Field(default=500, ge=1, description="Verdicts kept per check.")
+    run_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    worker_concurrency: int = Field(default=64, ge=1)
+    worker_pool: Literal["threads", "prefork", "solo", "gevent", "eventlet"] = "threads"
+    max_deliveries: int = Field(default=3, ge=1, description="Redelivery cap per run.")
+    llm_rpm: int | None = Field(default=None, ge=1, description="Fleet-wide requests/min per model.")
+    llm_tpm: int | None = Field(default=None, ge=1, description="Fleet-wide tokens/min per model.")
+
+    # --- scheduler -----------------------------------------------------------------------
+    scheduler_tick_seconds: float = Field(default=0.2, gt=0)
+    scheduler_lease_seconds: float = Field(default=30.0, gt=0)
+    min_interval_seconds: float = Field(default=60.0, gt=0)
+
+    # --- API -------------------------------------------------------------------------------
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=1, le=65535)
+    api_tokens: dict[str, Literal["read", "write"]] = Field(
+        default_factory=dict, description="Bearer token -> scope."
+    )
+    api_tokens_file: Path | None = None
+    api_allow_anonymous_read: bool = False
+
+    # --- process ---------------------------------------------------------------------------
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+    data_dir: Path = Field(default_factory=_default_data_dir)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get("ASSAY_CONFIG")
+        if config_file:
+            path = Path(config_file)
+            if not path.is_file():
+                raise ValueError(f"ASSAY_CONFIG names {path}, which is not a file")
+            if path.suffix == ".toml":
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            else:
+                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+
+def load_settings(**overrides: Any) -> AssaySettings:
+    """Settings with ``overrides`` (CLI flags) on top; ``None`` overrides are ignored."""
+    return AssaySettings(**{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,113 @@
+"""Verdicts and the exit-code contract that CI jobs and alerts gate on."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class VerdictKind(StrEnum):
+    TRUE = "true"
+    FALSE = "false"
+    POORLY_POSED = "poorly_posed"
+    CANNOT_DETERMINE = "cannot_determine"
+
+
+EXIT_CODES: dict[VerdictKind, int] = {
+    VerdictKind.TRUE: 0,
+    VerdictKind.FALSE: 1,
+    VerdictKind.POORLY_POSED: 2,
+    VerdictKind.CANNOT_DETERMINE: 3,
+}
+# Outside 0-3 on purpose: a script that only knows the verdict codes must never
+# mistake "still running" or "no such id" for an answer.
+EXIT_USAGE = 64  # the command line itself was wrong (sysexits EX_USAGE)
+EXIT_UNKNOWN = 66  # no run or check with that id (sysexits EX_NOINPUT)
+EXIT_PENDING = 75  # the run exists but has no verdict yet (sysexits EX_TEMPFAIL)
+
+
+class Usage(BaseModel):
+    """Token usage as the model provider reported it; cost only when the price is known."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float | None = None
+
+    def __add__(self, other: Usage) -> Usage:
+        cost: float | None
+        if self.cost_usd is None and other.cost_usd is None:
+            cost = None
+        else:
+            cost = (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cost_usd=cost,
+        )
+
+
+class Evidence(BaseModel):
+    """One lookup the run actually made and what in its output supports the verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(ge=0, description="Index of the run step whose tool output is cited.")
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    ok: bool = Field(description="Whether that lookup succeeded.")
+    excerpt: str = Field(description="What in the output supports the verdict, as the model cited it.")
+
+
+class Verdict(BaseModel):
+    """The answer to one run. ``exit_code`` always agrees with ``verdict``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: VerdictKind
+    exit_code: int
+    explanation: str
+    evidence: list[Evidence] = Field(default_factory=list)
+    findings: list[str] = Field(default_factory=list, description="Query answers, one per line.")
+    reason: str | None = Field(
+        default=None,
+        description="Why the run ended without a model verdict (budget, deadline, error), if it did.",
+    )
+    budget_exhausted: str | None = Field(
+        default=None, description="Which budget ran out: iterations, tokens, deadline or cost."
+    )
+    wake_at: datetime | None = Field(
+        default=None, description="Instant a WAIT asked for, when the run could not wait inline."
+    )
+    iterations: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    duration_seconds: float = 0.0
+    model: str
+    profile: str
+    kind: str = "check"
+    run_id: str
+    check_id: str
+    target: str
+    started_at: datetime
+    finished_at: datetime
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_exit_code(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "verdict" in data and "exit_code" not in data:
+            data = {**data, "exit_code": EXIT_CODES[VerdictKind(data["verdict"])]}
+        return data
+
+    @model_validator(mode="after")
+    def _exit_code_matches(self) -> Verdict:
+        if self.exit_code != EXIT_CODES[self.verdict]:
+            raise ValueError(
+                f"exit_code {self.exit_code} does not match verdict {self.verdict.value}"
+            )
+        return self

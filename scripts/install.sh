@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install assay into ./.venv, plus redis-server when it is missing.
+# Usage: scripts/install.sh [extra]   e.g. scripts/install.sh test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extra="${1:-}"
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+    echo "installing redis-server (apt-get)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  elif command -v brew >/dev/null 2>&1; then
+    brew install redis
+  else
+    echo "redis-server is missing: install it with your package manager (e.g. sudo apt-get install redis-server)" >&2
+    exit 1
+  fi
+fi
+
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+if [ -n "$extra" ]; then
+  .venv/bin/python -m pip install -q -e ".[$extra]"
+else
+  .venv/bin/python -m pip install -q -e .
+fi

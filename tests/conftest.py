@@ -1,0 +1,39 @@
+"""Shared fixtures. Every external part is real and private to the test run:
+a redis-server on a free port in a temp dir, never the machine's own Redis."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Never let a test reach a model price list on the internet.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+for _var in list(os.environ):
+    if _var.startswith("ASSAY_"):
+        del os.environ[_var]
+
+from assay.redis_process import RedisProcess  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    server = RedisProcess(data_dir=tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisProcess) -> Iterator[str]:
+    """A clean logical database of the test's own redis-server."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()  # our own server, started above: safe to flush
+    yield redis_server.url
+    client.close()

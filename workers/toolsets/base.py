@@ -1,0 +1,86 @@
+"""What a tool is, and the registry the engine offers to the model.
+
+A tool's argument model is the single source of truth: the JSON schema the
+model is shown is generated from it, and the same model validates what the
+model sends back (the HolmesGPT toolset idea).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What the model sees after a lookup. ``ok=False`` is still a normal result."""
+
+    ok: bool
+    output: str
+    truncated: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool(Protocol):
+    name: str
+    description: str
+    args_model: type[BaseModel]
+
+    def run(self, args: Any) -> ToolResult:
+        """Run with validated arguments. Must not raise for expected failures."""
+        ...
+
+
+class ToolRegistry:
+    """The tools offered to one run, by name."""
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"two tools named {tool.name!r}")
+            self._tools[tool.name] = tool
+
+    @property
+    def names(self) -> set[str]:
+        return set(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._tools.values())
+
+    def get(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def json_schemas(self) -> list[dict[str, Any]]:
+        """OpenAI-style function definitions generated from each tool's argument model."""
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.args_model.model_json_schema(),
+                },
+            }
+            for tool in self._tools.values()
+        ]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Validate and run; bad arguments and tool crashes become results, never exceptions."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return ToolResult(ok=False, output=f"error: unknown tool {name!r}")
+        try:
+            args = tool.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            return ToolResult(ok=False, output=f"error: invalid arguments for {name}: {exc}")
+        try:
+            return tool.run(args)
+        except Exception as exc:  # a tool bug must not end the run; the model sees it
+            return ToolResult(ok=False, output=f"error: {name} failed: {type(exc).__name__}: {exc}")
