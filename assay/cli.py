@@ -33,7 +33,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def root() -> None:
     """Evaluate plain-language predicates about Kubernetes clusters."""
@@ -58,10 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     except click_exceptions.UsageError as exc:
         exc.show(file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
-    except click_exceptions.Abort:
+    except typer.Abort:
         print("aborted", file=sys.stderr)
         raise SystemExit(130) from None
-    except click_exceptions.Exit as exc:
+    except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except click_exceptions.ClickException as exc:
         exc.show(file=sys.stderr)

@@ -45,20 +45,28 @@ class RedisProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
             binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.data_dir),
-            "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--maxmemory-policy", "noeviction",
-            "--protected-mode", "yes",
-            "--logfile", str(self.data_dir / "redis.log"),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--maxmemory-policy",
+            "noeviction",
+            "--protected-mode",
+            "yes",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                log = (self.data_dir / "redis.log")
+                log = self.data_dir / "redis.log"
                 tail = log.read_text()[-2000:] if log.exists() else ""
                 raise RuntimeError(f"redis-server exited with {self.process.returncode}: {tail}")
             try:

@@ -114,7 +114,9 @@ class PlannerResponse(BaseModel):
     action: PlannerAction
 
 
-def action_to_tool_call(action: Thought | Command | Wait | Done | Error) -> tuple[str, dict[str, Any]]:
+def action_to_tool_call(
+    action: Thought | Command | Wait | Done | Error,
+) -> tuple[str, dict[str, Any]]:
     """The tool call that carries ``action`` in tool-calling mode."""
     if isinstance(action, Command):
         args = dict(action.arguments)
@@ -131,4 +133,9 @@ def action_from_tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any
         return {"action": ACTION_TOOL_NAMES[name], **arguments}
     args = dict(arguments)
     reason = args.pop(REASON_FIELD, "")
-    return {"action": "COMMAND", "tool": name, "arguments": args, "reason": reason if isinstance(reason, str) else str(reason)}
+    return {
+        "action": "COMMAND",
+        "tool": name,
+        "arguments": args,
+        "reason": reason if isinstance(reason, str) else str(reason),
+    }

@@ -33,7 +33,9 @@ class Step(BaseModel):
     tool: str | None = None
     arguments: dict[str, Any] = Field(default_factory=dict)
     ok: bool | None = Field(default=None, description="Tool outcome for COMMAND steps.")
-    output: str | None = Field(default=None, description=f"Tool output, cut at {STEP_OUTPUT_LIMIT} chars.")
+    output: str | None = Field(
+        default=None, description=f"Tool output, cut at {STEP_OUTPUT_LIMIT} chars."
+    )
     error: str | None = None
     usage: StepUsage = Field(default_factory=StepUsage)
     tool_latency_seconds: float = 0.0

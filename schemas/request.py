@@ -16,6 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from schemas.budget import PROFILES, Budget, ProfileName
 
 EvaluationKind = Literal["check", "query"]
+ToolsetName = Literal["kubernetes", "shell"]
+
+
+def _default_toolsets() -> list[ToolsetName]:
+    return ["kubernetes"]
+
+
 MAX_TEXT_LENGTH = 4000
 _ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
@@ -78,9 +85,7 @@ class EvaluationRequest(BaseModel):
     kind: EvaluationKind = "check"
     text: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
     target: Target
-    toolsets: list[Literal["kubernetes", "shell"]] = Field(
-        default_factory=lambda: ["kubernetes"], min_length=1
-    )
+    toolsets: list[ToolsetName] = Field(default_factory=_default_toolsets, min_length=1)
     profile: ProfileName = "fast"
     budget: Budget = Field(default_factory=Budget)
     model: str | None = Field(default=None, description="litellm model name; None = settings.")

@@ -76,7 +76,9 @@ class AssaySettings(BaseSettings):
     worker_concurrency: int = Field(default=64, ge=1)
     worker_pool: Literal["threads", "prefork", "solo", "gevent", "eventlet"] = "threads"
     max_deliveries: int = Field(default=3, ge=1, description="Redelivery cap per run.")
-    llm_rpm: int | None = Field(default=None, ge=1, description="Fleet-wide requests/min per model.")
+    llm_rpm: int | None = Field(
+        default=None, ge=1, description="Fleet-wide requests/min per model."
+    )
     llm_tpm: int | None = Field(default=None, ge=1, description="Fleet-wide tokens/min per model.")
 
     # --- scheduler -----------------------------------------------------------------------

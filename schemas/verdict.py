@@ -62,7 +62,9 @@ class Evidence(BaseModel):
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     ok: bool = Field(description="Whether that lookup succeeded.")
-    excerpt: str = Field(description="What in the output supports the verdict, as the model cited it.")
+    excerpt: str = Field(
+        description="What in the output supports the verdict, as the model cited it."
+    )
 
 
 class Verdict(BaseModel):
@@ -77,7 +79,7 @@ class Verdict(BaseModel):
     findings: list[str] = Field(default_factory=list, description="Query answers, one per line.")
     reason: str | None = Field(
         default=None,
-        description="Why the run ended without a model verdict (budget, deadline, error), if it did.",
+        description="Why the run ended without a model verdict (budget, deadline, error).",
     )
     budget_exhausted: str | None = Field(
         default=None, description="Which budget ran out: iterations, tokens, deadline or cost."

@@ -54,7 +54,7 @@ class ClusterBackend(Protocol):
         """Map 'pods', 'Pod', 'po', 'deployments.apps' ... to a resource; BackendError if none."""
         ...
 
-    def list(
+    def list_objects(
         self,
         resource: ResourceInfo,
         namespace: str | None,
