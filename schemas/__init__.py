@@ -17,7 +17,7 @@ from schemas.actions import (
     Wait,
 )
 from schemas.budget import PROFILES, Budget, Profile, ProfileName, resolve_budget
-from schemas.report import RunReport, RunStatus, Step, StepUsage
+from schemas.report import RunReport, RunState, RunStatus, Step, StepUsage
 from schemas.request import (
     ContextTarget,
     EvaluationKind,
@@ -59,6 +59,7 @@ __all__ = [
     "Profile",
     "ProfileName",
     "RunReport",
+    "RunState",
     "RunStatus",
     "SnapshotTarget",
     "Step",

@@ -38,6 +38,13 @@ def _extra_models() -> dict[str, type[BaseModel]]:
         pass
     else:
         extra["schedule"] = Schedule
+    from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
+
+    extra["batch_status"] = BatchStatus
+    extra["batch_result"] = BatchResult
+    extra["check_summary"] = CheckSummary
+    extra["run_progress"] = RunProgress
+    extra["verdict_change"] = VerdictChange
     return extra
 
 

@@ -42,6 +42,37 @@ class Step(BaseModel):
     started_at: datetime
 
 
+class RunState(BaseModel):
+    """Everything needed to resume a run after a deferred WAIT (the checkpoint).
+
+    Stored by the caller while the run waits; ``workers.engine.evaluate(request,
+    deps, state=...)`` continues the same run id with what is left of its budget.
+    Time spent waiting is not in ``active_seconds``: only active time counts
+    against the timeout.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    run_id: str
+    model: str
+    transport: Literal["tools", "json"]
+    budget: Budget
+    messages: list[dict[str, Any]] = Field(description="The conversation so far (redacted).")
+    steps: list[Step] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    iterations: int = 0
+    active_seconds: float = 0.0
+    consecutive_repairs: int = 0
+    confirm_asked: bool = False
+    cost_unchecked: bool = False
+    pending_wait_step: int | None = Field(
+        default=None, description="The WAIT step whose result is fed back on resume."
+    )
+    wake_at: datetime | None = None
+    started_at: datetime
+
+
 class RunReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -55,3 +86,6 @@ class RunReport(BaseModel):
     verdict: Verdict | None = None
     attempts: int = Field(default=1, description="Deliveries of this run to a worker.")
     wake_at: datetime | None = None
+    checkpoint: RunState | None = Field(
+        default=None, description="Set while status is waiting: pass it back to resume."
+    )

@@ -61,6 +61,15 @@ class AssaySettings(BaseSettings):
     tool_output_limit_chars: int = Field(default=6000, ge=500)
     discovery_ttl_seconds: float = Field(default=300.0, ge=0)
     kube_qps: float = Field(default=20.0, gt=0, description="Client-side API QPS per target.")
+    kube_request_timeout_seconds: float = Field(
+        default=15.0, gt=0, description="Timeout of one API server request (connect and read)."
+    )
+    kube_retry_deadline_seconds: float = Field(
+        default=30.0, gt=0, description="How long one lookup keeps retrying transient API errors."
+    )
+    kube_page_size: int = Field(
+        default=500, ge=1, le=5000, description="Objects per page when listing (limit)."
+    )
     shell_config: Path | None = Field(
         default=None, description="YAML file enabling the shell toolset (off when unset)."
     )
@@ -76,6 +85,12 @@ class AssaySettings(BaseSettings):
     worker_concurrency: int = Field(default=64, ge=1)
     worker_pool: Literal["threads", "prefork", "solo", "gevent", "eventlet"] = "threads"
     max_deliveries: int = Field(default=3, ge=1, description="Redelivery cap per run.")
+    broker_visibility_timeout_seconds: float = Field(
+        default=7200.0,
+        ge=2,
+        description="Redis broker: an unacknowledged task is redelivered after this long "
+        "(how soon a killed worker's runs restart); keep it above the longest run deadline.",
+    )
     llm_rpm: int | None = Field(
         default=None, ge=1, description="Fleet-wide requests/min per model."
     )
@@ -85,6 +100,12 @@ class AssaySettings(BaseSettings):
     scheduler_tick_seconds: float = Field(default=0.2, gt=0)
     scheduler_lease_seconds: float = Field(default=30.0, gt=0)
     min_interval_seconds: float = Field(default=60.0, gt=0)
+    scheduler_misfire_grace_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="A schedule fire claimed later than this after its instant counts as "
+        "missed, and the schedule's misfire policy (skip or run_once) applies.",
+    )
 
     # --- API -------------------------------------------------------------------------------
     api_host: str = "127.0.0.1"
@@ -94,11 +115,29 @@ class AssaySettings(BaseSettings):
     )
     api_tokens_file: Path | None = None
     api_allow_anonymous_read: bool = False
+    api_max_body_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="Request bodies larger than this get 413."
+    )
+    api_max_batch_targets: int = Field(
+        default=1000, ge=1, description="Most targets one batch submitted over HTTP may name."
+    )
 
     # --- process ---------------------------------------------------------------------------
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
     data_dir: Path = Field(default_factory=_default_data_dir)
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Prometheus /metrics port for worker and scheduler processes; None = off.",
+    )
+    otel_exporter: Literal["none", "console", "otlp"] = Field(
+        default="none", description="OpenTelemetry span exporter (needs the `otel` extra)."
+    )
+    otel_endpoint: str | None = Field(
+        default=None, description="OTLP/HTTP endpoint; None = the exporter's default."
+    )
 
     @classmethod
     def settings_customise_sources(

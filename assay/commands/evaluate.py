@@ -1,7 +1,285 @@
-"""(filled in by its issue)"""
+"""`assay check PREDICATE` and `assay query QUESTION`: one evaluation, here and now.
+
+Both build an EvaluationRequest, run the engine in this process and exit with
+the verdict's code (0 true, 1 false, 2 poorly posed, 3 cannot determine; 64
+for a wrong command line). Every flag's default comes from ``ASSAY_*`` through
+``schemas.settings.load_settings``. Heavy modules (the engine, litellm) are
+imported inside the command so ``assay --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+if TYPE_CHECKING:
+    from schemas.report import RunReport
+    from schemas.settings import AssaySettings
+
+NO_MODEL_MESSAGE = (
+    "no model is configured: pass --model (e.g. --model openai/gpt-4o-mini) or set "
+    "ASSAY_MODEL, or try the bundled demo with --scripted examples/scripts/demo.yaml"
+)
+
+SnapshotOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--snapshot",
+        help="Evaluate against a snapshot folder of Kubernetes YAML.",
+        exists=True,
+        file_okay=False,
+        dir_okay=True,
+        resolve_path=True,
+    ),
+]
+ContextOpt = Annotated[
+    str | None, typer.Option("--context", help="Evaluate against this kubeconfig context.")
+]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="litellm model name (env ASSAY_MODEL).")
+]
+ApiBaseOpt = Annotated[
+    str | None,
+    typer.Option("--api-base", help="OpenAI-compatible endpoint URL (env ASSAY_API_BASE)."),
+]
+MaxIterationsOpt = Annotated[
+    int | None,
+    typer.Option("--max-iterations", min=1, help="Model steps allowed (env ASSAY_MAX_ITERATIONS)."),
+]
+MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option("--max-tokens", min=100, help="Total tokens allowed (env ASSAY_MAX_TOKENS)."),
+]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option("--timeout", min=0.1, help="Seconds allowed (env ASSAY_TIMEOUT_SECONDS)."),
+]
+MaxCostOpt = Annotated[
+    float | None,
+    typer.Option("--max-cost", min=0.0, help="USD allowed (env ASSAY_MAX_COST_USD)."),
+]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option("--profile", help="smoke, fast or strict (env ASSAY_PROFILE)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON on stdout.")]
+TraceOpt = Annotated[bool, typer.Option("--trace", help="Show each step on stderr as it happens.")]
+ScriptedOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--scripted",
+        help="Use the bundled SCRIPTED model replaying this script (not a real LLM).",
+        exists=True,
+        dir_okay=False,
+        resolve_path=True,
+    ),
+]
+
+
+def check(
+    predicate: Annotated[str, typer.Argument(help="The predicate, in plain language.")],
+    snapshot: SnapshotOpt = None,
+    context: ContextOpt = None,
+    model: ModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    max_iterations: MaxIterationsOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    timeout: TimeoutOpt = None,
+    max_cost: MaxCostOpt = None,
+    profile: ProfileOpt = None,
+    json_output: JsonOpt = False,
+    trace: TraceOpt = False,
+    scripted: ScriptedOpt = None,
+) -> None:
+    """Decide whether PREDICATE holds. Exit 0 true, 1 false, 2 poorly posed, 3 cannot determine."""
+    code = _run(
+        "check", predicate, snapshot, context, model, api_base, max_iterations, max_tokens,
+        timeout, max_cost, profile, json_output, trace, scripted,
+    )  # fmt: skip
+    raise typer.Exit(code)
+
+
+def query(
+    question: Annotated[str, typer.Argument(help="The question, in plain language.")],
+    snapshot: SnapshotOpt = None,
+    context: ContextOpt = None,
+    model: ModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    max_iterations: MaxIterationsOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    timeout: TimeoutOpt = None,
+    max_cost: MaxCostOpt = None,
+    profile: ProfileOpt = None,
+    json_output: JsonOpt = False,
+    trace: TraceOpt = False,
+    scripted: ScriptedOpt = None,
+) -> None:
+    """Answer QUESTION; prints {success, summary, findings, tools_used, iterations, usage}."""
+    code = _run(
+        "query", question, snapshot, context, model, api_base, max_iterations, max_tokens,
+        timeout, max_cost, profile, json_output, trace, scripted,
+    )  # fmt: skip
+    raise typer.Exit(code)
+
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command("check")(check)
+    app.command("query")(query)
+
+
+def _settings(**flags: object) -> AssaySettings:
+    from pydantic import ValidationError
+
+    from schemas.settings import load_settings
+
+    try:
+        return load_settings(**flags)
+    except (ValidationError, ValueError) as exc:
+        first = str(exc).splitlines()
+        detail = " ".join(first[:3]) if first else repr(exc)
+        raise typer.BadParameter(f"the configuration is invalid: {detail}") from None
+
+
+def _run(
+    kind: str,
+    text: str,
+    snapshot: Path | None,
+    context: str | None,
+    model: str | None,
+    api_base: str | None,
+    max_iterations: int | None,
+    max_tokens: int | None,
+    timeout: float | None,
+    max_cost: float | None,
+    profile: str | None,
+    json_output: bool,
+    trace: bool,
+    scripted: Path | None,
+) -> int:
+    from schemas.budget import PROFILES
+
+    if (snapshot is None) == (context is None):
+        raise typer.BadParameter(
+            "give exactly one target: --snapshot PATH (a folder of YAML) or --context NAME"
+        )
+    if profile is not None and profile not in PROFILES:
+        raise typer.BadParameter(
+            f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}", param_hint="--profile"
+        )
+    if not text.strip():
+        raise typer.BadParameter(f"the {kind} text is empty: say what to evaluate")
+    settings = _settings(
+        model=model,
+        api_base=api_base,
+        max_iterations=max_iterations,
+        max_tokens=max_tokens,
+        timeout_seconds=timeout,
+        max_cost_usd=max_cost,
+        profile=profile,
+    )
+    _configure_logging(settings)
+    if scripted is not None:
+        return _run_scripted(kind, text, snapshot, context, settings, json_output, trace, scripted)
+    if not settings.model:
+        raise typer.BadParameter(NO_MODEL_MESSAGE)
+    return _evaluate(kind, text, snapshot, context, settings, json_output, trace)
+
+
+def _run_scripted(
+    kind: str,
+    text: str,
+    snapshot: Path | None,
+    context: str | None,
+    settings: AssaySettings,
+    json_output: bool,
+    trace: bool,
+    script: Path,
+) -> int:
+    from assay.testing.scripted_model import SCRIPTED_MODEL_NAME, ScriptedModel, ScriptError
+
+    try:
+        server = ScriptedModel(script)
+    except ScriptError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--scripted") from None
+    print(f"SCRIPTED MODEL - replaying {script}, not a real LLM", file=sys.stderr, flush=True)
+    with server:
+        scripted_settings = settings.model_copy(
+            update={"model": SCRIPTED_MODEL_NAME, "api_base": server.url, "api_key": None}
+        )
+        return _evaluate(kind, text, snapshot, context, scripted_settings, json_output, trace)
+
+
+def _evaluate(
+    kind: str,
+    text: str,
+    snapshot: Path | None,
+    context: str | None,
+    settings: AssaySettings,
+    json_output: bool,
+    trace: bool,
+) -> int:
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from assay.render import step_line
+    from schemas.report import Step
+    from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
+    from workers.engine import EngineDeps, evaluate
+
+    target: Target
+    if snapshot is not None:
+        target = SnapshotTarget(path=str(snapshot))
+    else:
+        assert context is not None
+        target = ContextTarget(context=context, kubeconfig=settings.kubeconfig)
+    try:
+        request = EvaluationRequest(
+            kind="query" if kind == "query" else "check",
+            text=text,
+            target=target,
+            profile=settings.profile,
+            model=settings.model,
+            api_base=settings.api_base,
+        )
+    except ValidationError as exc:
+        detail = "; ".join(str(error["msg"]) for error in exc.errors())
+        raise typer.BadParameter(f"the {kind} cannot be evaluated: {detail}") from None
+
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def show_step(step: Step) -> None:
+        errors.print(step_line(step), markup=False)
+
+    deps = EngineDeps(settings=settings, on_step=show_step if trace else None)
+    report = evaluate(request, deps)
+    _print_result(kind, report, json_output)
+    return report.verdict.exit_code if report.verdict else 3
+
+
+def _print_result(kind: str, report: RunReport, json_output: bool) -> None:
+    """stdout: the Verdict JSON (--json), the query answer JSON, or the rendered verdict."""
+    import json
+
+    from rich.console import Console
+
+    from assay.render import query_summary, render_verdict
+
+    verdict = report.verdict
+    if json_output and verdict is not None:
+        print(verdict.model_dump_json(indent=2))
+    elif kind == "query":
+        print(json.dumps(query_summary(report), indent=2))
+    elif verdict is not None:
+        render_verdict(verdict, Console(highlight=False, soft_wrap=True))
+
+
+def _configure_logging(settings: AssaySettings) -> None:
+    """Engine logs go to stderr; on the CLI only warnings unless a log level was asked for."""
+    from workers.logs import configure_logging
+
+    if "log_level" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"log_level": "WARNING"})
+    configure_logging(settings)

@@ -1,7 +1,499 @@
-"""(filled in by its issue)"""
+"""`assay schedule ...` (periodic checks) and `assay scheduler` (run a scheduler replica).
+
+Schedules live in Redis, so every change here takes effect on the running
+replicas at their next tick, with no restart. A wrong command line (invalid
+cron, unknown zone, an interval under the floor, an instant in the past)
+exits 64 with one sentence saying what to fix, and creates nothing; an
+unknown schedule exits 66; no reachable fleet exits 69.
+
+Heavy modules (redis, celery, croniter via the scheduler) are imported inside
+the commands so ``assay --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+if TYPE_CHECKING:
+    from scheduler.schedules import ScheduleStore
+    from schemas.schedule import Schedule
+    from schemas.settings import AssaySettings
+    from workers.store import VerdictStore
+
+EXIT_USAGE = 64
+EXIT_UNKNOWN = 66
+EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE: no fleet to talk to
+
+schedule_app = typer.Typer(
+    name="schedule",
+    help="Periodic checks: add, list, show, pause, resume, remove, run-now.",
+    no_args_is_help=True,
+)
+
+RefArg = Annotated[str, typer.Argument(help="Schedule id or name.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+CronOpt = Annotated[
+    str | None, typer.Option("--cron", help="Cron expression, e.g. '0 6 * * 1-5' or @daily.")
+]
+TzOpt = Annotated[
+    str | None, typer.Option("--tz", help="IANA time zone the cron is read in (default UTC).")
+]
+EveryOpt = Annotated[str | None, typer.Option("--every", help="Interval, e.g. 15m, 1h, 1d.")]
+MisfireOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--misfire",
+        help="After scheduler downtime: skip (only the next future fire) or run_once "
+        "(one fire for all missed).",
+    ),
+]
+JitterOpt = Annotated[
+    str | None, typer.Option("--jitter", help="Spread each fire by up to this much, e.g. 30s.")
+]
+ProfileOpt = Annotated[str | None, typer.Option("--profile", help="smoke, fast or strict.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="litellm model name.")]
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _settings() -> AssaySettings:
+    from schemas.settings import load_settings
+
+    try:
+        return load_settings()
+    except ValueError as exc:
+        _fail(f"the configuration is invalid ({exc}); fix ASSAY_* or the ASSAY_CONFIG file")
+
+
+def _redis(settings: AssaySettings) -> Any:
+    from assay.local_mode import require_redis_url
+    from workers.celery_app import FleetNotConfigured
+    from workers.redis_client import connect
+
+    try:
+        url = require_redis_url(settings)
+    except FleetNotConfigured as exc:
+        _fail(str(exc), EXIT_UNAVAILABLE)
+    client = connect(url)
+    try:
+        client.ping()
+    except Exception as exc:
+        _fail(
+            f"cannot reach Redis at {url} ({exc}); start it or fix ASSAY_REDIS_URL",
+            EXIT_UNAVAILABLE,
+        )
+    return client
+
+
+def _store(settings: AssaySettings) -> ScheduleStore:
+    from scheduler.schedules import ScheduleStore
+
+    return ScheduleStore(_redis(settings), settings.key_prefix, settings.min_interval_seconds)
+
+
+def _verdicts(store: ScheduleStore, settings: AssaySettings) -> VerdictStore:
+    from workers.store import VerdictStore
+
+    return VerdictStore(store.redis, prefix=settings.key_prefix)
+
+
+def _seconds(option: str, text: str | None) -> float | None:
+    from scheduler.when import WhenError, parse_duration
+
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except WhenError as exc:
+        _fail(f"{option}: {exc}")
+
+
+def _misfire(value: str | None) -> str | None:
+    if value is not None and value not in ("skip", "run_once"):
+        _fail(f"--misfire must be skip or run_once, not {value!r}")
+    return value
+
+
+def _validation_message(exc: Exception) -> str:
+    """The first validation error as one sentence, naming the field when there is one."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    error = exc.errors()[0]
+    message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    where = ".".join(str(part) for part in error.get("loc", ()))
+    return f"{where}: {message}" if where else message
+
+
+@schedule_app.command("add")
+def add(
+    name: Annotated[str, typer.Argument(help="A unique name for the schedule.")],
+    predicate: Annotated[str, typer.Argument(help="The predicate (or question) to evaluate.")],
+    cron: CronOpt = None,
+    tz: TzOpt = None,
+    every: EveryOpt = None,
+    context: Annotated[
+        list[str] | None, typer.Option("--context", help="A kubeconfig context (repeatable).")
+    ] = None,
+    contexts: Annotated[
+        str | None,
+        typer.Option("--contexts", help="Context glob, resolved at each fire, e.g. 'prod-*'."),
+    ] = None,
+    snapshots: Annotated[
+        list[str] | None,
+        typer.Option("--snapshots", help="Snapshot folder or glob (repeatable), e.g. 'snaps/*'."),
+    ] = None,
+    kubeconfig: Annotated[
+        str | None, typer.Option("--kubeconfig", help="kubeconfig for contexts.")
+    ] = None,
+    query: Annotated[
+        bool, typer.Option("--query", help="Ask a question (query) instead of checking.")
+    ] = False,
+    profile: ProfileOpt = None,
+    model: ModelOpt = None,
+    max_iterations: Annotated[int | None, typer.Option("--max-iterations", min=1)] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=100)] = None,
+    timeout: Annotated[float | None, typer.Option("--timeout", min=0.1)] = None,
+    misfire: MisfireOpt = None,
+    jitter: JitterOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Add a schedule: PREDICATE on the targets, by --cron [--tz] or --every."""
+    from pydantic import ValidationError
+
+    from scheduler.schedules import ScheduleConflict
+    from schemas.budget import Budget
+    from schemas.schedule import Schedule, ScheduleTargets
+
+    if (cron is None) == (every is None):
+        _fail("give exactly one of --cron EXPR or --every DURATION")
+    if tz is not None and cron is None:
+        _fail("--tz applies to --cron only; intervals run in real time")
+    kinds = sum([bool(context), contexts is not None, bool(snapshots)])
+    if kinds != 1:
+        _fail("give the targets with exactly one of --context, --contexts or --snapshots")
+    settings = _settings()
+    fields: dict[str, Any] = {
+        "name": name,
+        "predicate": predicate,
+        "kind": "query" if query else "check",
+        "cron": cron,
+        "timezone": tz or "UTC",
+        "interval_seconds": _seconds("--every", every),
+        "misfire": _misfire(misfire) or "skip",
+        "jitter_seconds": _seconds("--jitter", jitter) or 0.0,
+        "profile": profile or settings.profile,
+        "model": model,
+    }
+    try:
+        fields["targets"] = ScheduleTargets(
+            contexts=context or [],
+            context_glob=contexts,
+            snapshots=[_absolute(s) for s in snapshots or []],
+            kubeconfig=kubeconfig,
+        )
+        fields["budget"] = Budget(
+            max_iterations=max_iterations, max_tokens=max_tokens, timeout_seconds=timeout
+        )
+        schedule = Schedule.model_validate(fields)
+    except ValidationError as exc:
+        _fail(_validation_message(exc))
+    store = _store(settings)
+    try:
+        created = store.create(schedule)
+    except ScheduleConflict as exc:
+        _fail(str(exc))
+    if json_out:
+        _print_json(_as_dict(store, created))
+        return
+    next_at = store.next_fire_at(created)
+    typer.echo(
+        f"added schedule {created.name} ({created.id}), {created.cadence()}; "
+        f"next fire {_when(next_at, created.timezone)}"
+    )
+
+
+@schedule_app.command("update")
+def update(
+    ref: RefArg,
+    predicate: Annotated[str | None, typer.Option("--predicate", help="New predicate.")] = None,
+    cron: CronOpt = None,
+    tz: TzOpt = None,
+    every: EveryOpt = None,
+    profile: ProfileOpt = None,
+    model: ModelOpt = None,
+    misfire: MisfireOpt = None,
+    jitter: JitterOpt = None,
+) -> None:
+    """Change a schedule at runtime; running replicas pick it up on their next tick."""
+    from scheduler.schedules import ScheduleConflict, ScheduleNotFound
+
+    if cron is not None and every is not None:
+        _fail("give --cron or --every, not both")
+    changes: dict[str, Any] = {}
+    if predicate is not None:
+        changes["predicate"] = predicate
+    if cron is not None:
+        changes.update(cron=cron, interval_seconds=None)
+    if every is not None:
+        changes.update(interval_seconds=_seconds("--every", every), cron=None)
+    if tz is not None:
+        changes["timezone"] = tz
+    if profile is not None:
+        changes["profile"] = profile
+    if model is not None:
+        changes["model"] = model
+    if misfire is not None:
+        changes["misfire"] = _misfire(misfire)
+    if jitter is not None:
+        changes["jitter_seconds"] = _seconds("--jitter", jitter)
+    if not changes:
+        _fail("nothing to change; give at least one option, e.g. --every 30m")
+    settings = _settings()
+    store = _store(settings)
+    try:
+        changed = store.update(ref, **changes)
+    except ScheduleNotFound as exc:
+        _fail(str(exc), EXIT_UNKNOWN)
+    except ScheduleConflict as exc:
+        _fail(str(exc))
+    typer.echo(
+        f"updated schedule {changed.name}: {changed.cadence()}; next fire "
+        f"{_when(store.next_fire_at(changed), changed.timezone)}"
+    )
+
+
+@schedule_app.command("list")
+def list_schedules(json_out: JsonOpt = False) -> None:
+    """All schedules with their next fire and the last verdict per target."""
+    from rich.console import Console
+    from rich.table import Table
+
+    settings = _settings()
+    store = _store(settings)
+    verdicts = _verdicts(store, settings)
+    schedules = store.all()
+    if json_out:
+        _print_json([_as_dict(store, s, verdicts) for s in schedules])
+        return
+    if not schedules:
+        typer.echo(
+            "no schedules yet; add one with `assay schedule add NAME PREDICATE --every 1h ...`"
+        )
+        return
+    table = Table(title="schedules")
+    for column in ("name", "id", "cadence", "targets", "state", "next fire", "last verdicts"):
+        table.add_column(column)
+    for schedule in schedules:
+        last = _last_verdicts(schedule, verdicts)
+        table.add_row(
+            schedule.name,
+            schedule.id,
+            schedule.cadence(),
+            schedule.targets.describe(),
+            "paused" if schedule.paused else "active",
+            _when(store.next_fire_at(schedule), schedule.timezone) if schedule.enabled else "-",
+            ", ".join(f"{target}: {verdict}" for target, verdict in last.items()) or "-",
+        )
+    Console().print(table)
+
+
+@schedule_app.command("show")
+def show(ref: RefArg, json_out: JsonOpt = False) -> None:
+    """One schedule in full."""
+    settings = _settings()
+    store = _store(settings)
+    schedule = _get(store, ref)
+    data = _as_dict(store, schedule, _verdicts(store, settings))
+    if json_out:
+        _print_json(data)
+        return
+    lines = [
+        f"name:        {schedule.name}",
+        f"id:          {schedule.id}",
+        f"{schedule.kind + ':':<13}{schedule.predicate}",
+        f"targets:     {schedule.targets.describe()}",
+        f"cadence:     {schedule.cadence()}",
+        f"state:       {'paused' if schedule.paused else 'active'}",
+        f"misfire:     {schedule.misfire}",
+        f"jitter:      {schedule.jitter_seconds:g}s",
+        f"profile:     {schedule.profile}",
+        f"model:       {schedule.model or '(settings)'}",
+        f"next fire:   {_when(store.next_fire_at(schedule), schedule.timezone)}",
+    ]
+    if schedule.last_fire is not None:
+        lines.append(
+            f"last fire:   {_when(schedule.last_fire.scheduled_at, schedule.timezone)}"
+            + (
+                f" (covering {schedule.last_fire.missed} missed)"
+                if schedule.last_fire.missed
+                else ""
+            )
+        )
+        for target, verdict in data["last_verdicts"].items():
+            run = schedule.last_fire.runs.get(target, "")
+            lines.append(f"  {target}: {verdict}  (run {run})")
+    typer.echo("\n".join(lines))
+
+
+@schedule_app.command("pause")
+def pause(ref: RefArg) -> None:
+    """Stop firing until resumed."""
+    schedule = _change(ref, "pause")
+    typer.echo(f"paused schedule {schedule.name}")
+
+
+@schedule_app.command("resume")
+def resume(ref: RefArg) -> None:
+    """Fire again from the next instant; paused instants are not made up."""
+    schedule = _change(ref, "resume")
+    typer.echo(f"resumed schedule {schedule.name}")
+
+
+@schedule_app.command("remove")
+def remove(ref: RefArg) -> None:
+    """Delete a schedule and its timer (verdicts already recorded stay)."""
+    schedule = _change(ref, "remove")
+    typer.echo(f"removed schedule {schedule.name}")
+
+
+@schedule_app.command("run-now")
+def run_now(ref: RefArg) -> None:
+    """Fire once now (even while paused); a scheduler replica enqueues it."""
+    from scheduler.schedules import ScheduleNotFound
+
+    settings = _settings()
+    store = _store(settings)
+    try:
+        entry = store.run_now(ref)
+    except ScheduleNotFound as exc:
+        _fail(str(exc), EXIT_UNKNOWN)
+    schedule = store.get(ref)
+    typer.echo(
+        f"queued a fire of {schedule.name} at {entry.due_at.isoformat()}; "
+        "a running scheduler (`assay scheduler` or `assay up`) enqueues it"
+    )
+
+
+def scheduler_command(
+    tick: Annotated[
+        float | None, typer.Option("--tick", min=0.01, help="Seconds between rounds.")
+    ] = None,
+) -> None:
+    """Run a scheduler replica (several may run at once); SIGTERM stops it cleanly."""
+    import threading
+
+    from scheduler.service import run_replica, stop_on_signals
+    from workers.logs import configure_logging
+
+    settings = _settings()
+    settings = settings.model_copy(
+        update={
+            "redis_url": _redis_url(settings),
+            "scheduler_tick_seconds": tick or settings.scheduler_tick_seconds,
+        }
+    )
+    configure_logging(settings)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    try:
+        run_replica(settings, stop)
+    except ValueError as exc:
+        _fail(str(exc), EXIT_UNAVAILABLE)
+
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.add_typer(schedule_app, name="schedule")
+    app.command("scheduler")(scheduler_command)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+def _redis_url(settings: AssaySettings) -> str:
+    from assay.local_mode import require_redis_url
+    from workers.celery_app import FleetNotConfigured
+
+    try:
+        return require_redis_url(settings)
+    except FleetNotConfigured as exc:
+        _fail(str(exc), EXIT_UNAVAILABLE)
+
+
+def _get(store: ScheduleStore, ref: str) -> Schedule:
+    from scheduler.schedules import ScheduleNotFound
+
+    try:
+        return store.get(ref)
+    except ScheduleNotFound as exc:
+        _fail(str(exc), EXIT_UNKNOWN)
+
+
+def _change(ref: str, action: str) -> Schedule:
+    from scheduler.schedules import ScheduleNotFound
+
+    settings = _settings()
+    store = _store(settings)
+    try:
+        result: Schedule = getattr(store, action)(ref)
+    except ScheduleNotFound as exc:
+        _fail(str(exc), EXIT_UNKNOWN)
+    return result
+
+
+def _last_verdicts(schedule: Schedule, verdicts: VerdictStore | None) -> dict[str, str]:
+    """Target -> latest verdict of the check the last fire evaluated there."""
+    if schedule.last_fire is None or verdicts is None:
+        return {}
+    out: dict[str, str] = {}
+    for target, check_id in schedule.last_fire.checks.items():
+        verdict = verdicts.latest_verdict(check_id)
+        out[target] = verdict.verdict.value if verdict is not None else "pending"
+    return out
+
+
+def _as_dict(
+    store: ScheduleStore, schedule: Schedule, verdicts: VerdictStore | None = None
+) -> dict[str, Any]:
+    data = schedule.model_dump(mode="json")
+    next_at = store.next_fire_at(schedule)
+    data["next_fire"] = next_at.isoformat() if next_at else None
+    data["last_verdicts"] = _last_verdicts(schedule, verdicts)
+    return data
+
+
+def _when(moment: datetime | None, zone: str) -> str:
+    from zoneinfo import ZoneInfo
+
+    if moment is None:
+        return "-"
+    seconds = (moment - datetime.now(UTC)).total_seconds()
+    local = moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S %Z")
+    if seconds >= 0:
+        return f"{local} (in {_span(seconds)})"
+    return f"{local} ({_span(-seconds)} ago)"
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _absolute(path: str) -> str:
+    """Snapshot paths are stored absolute: replicas and workers may run elsewhere."""
+    import os
+
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -7,8 +7,10 @@ model sends back (the HolmesGPT toolset idea).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
@@ -32,6 +34,17 @@ class Tool(Protocol):
     def run(self, args: Any) -> ToolResult:
         """Run with validated arguments. Must not raise for expected failures."""
         ...
+
+
+@cache
+def _parameters_json(args_model: type[BaseModel]) -> str:
+    return json.dumps(args_model.model_json_schema())
+
+
+def _parameters_schema(args_model: type[BaseModel]) -> dict[str, Any]:
+    """Generated once per argument model (pydantic takes ms per tool); a fresh copy each call."""
+    parameters: dict[str, Any] = json.loads(_parameters_json(args_model))
+    return parameters
 
 
 class ToolRegistry:
@@ -65,7 +78,7 @@ class ToolRegistry:
                 "function": {
                     "name": tool.name,
                     "description": tool.description,
-                    "parameters": tool.args_model.model_json_schema(),
+                    "parameters": _parameters_schema(tool.args_model),
                 },
             }
             for tool in self._tools.values()

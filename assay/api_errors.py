@@ -1,0 +1,232 @@
+"""Every HTTP error the API returns: one JSON shape, one stable code per cause.
+
+A client branches on ``error.code`` (documented in docs/api.md), never on the
+message. Bad input is always a 4xx with its own code; a 500 (``internal``)
+means a real server fault and is logged with its traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+_log = structlog.get_logger("assay.api")
+
+# Stable codes for the errors Starlette raises on its own (routing, methods).
+_STATUS_CODES: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "too_many_requests",
+    503: "unavailable",
+}
+
+
+class ApiError(Exception):
+    """An error with an HTTP status, a stable code and a one-sentence message for people."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        details: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+        self.headers = headers
+
+
+def error_body(
+    code: str, message: str, details: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        error["details"] = details
+    return {"error": error}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    *,
+    details: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
+
+
+def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
+    """Location and reason of each problem; the rejected input itself is not echoed back."""
+    details = []
+    for problem in exc.errors():
+        loc = [str(part) for part in problem.get("loc", ())]
+        details.append(
+            {"loc": loc, "msg": str(problem.get("msg", "")), "type": str(problem.get("type", ""))}
+        )
+    return details
+
+
+async def _on_api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(
+        exc.status, exc.code, exc.message, details=exc.details, headers=exc.headers
+    )
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = _validation_details(exc)
+    json_broken = any(d["type"] == "json_invalid" for d in details)
+    if json_broken:
+        return error_response(
+            400,
+            "invalid_json",
+            "The request body is not valid JSON; send a JSON object.",
+            details=details,
+        )
+    first = details[0] if details else {"loc": [], "msg": "invalid input"}
+    where = ".".join(part for part in first["loc"] if part != "body") or "request"
+    return error_response(
+        422,
+        "validation_error",
+        f"{where}: {first['msg']}; fix the request and send it again.",
+        details=details,
+    )
+
+
+async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _STATUS_CODES.get(exc.status_code, "http_error")
+    message = {
+        404: f"No endpoint at {request.url.path}; see /docs or docs/api.md for the routes.",
+        405: f"{request.method} is not allowed on {request.url.path}.",
+    }.get(exc.status_code, str(exc.detail))
+    return error_response(exc.status_code, code, message, headers=getattr(exc, "headers", None))
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    _log.exception("api_internal_error", path=request.url.path, method=request.method)
+    return error_response(
+        500, "internal", "The server failed on this request; it is logged, try again or report it."
+    )
+
+
+async def _on_redis_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    _log.warning("api_redis_unavailable", path=request.url.path, error=type(exc).__name__)
+    return error_response(
+        503,
+        "redis_unavailable",
+        "Redis did not answer; try again shortly, and check Redis if it persists.",
+        headers={"Retry-After": "5"},
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(RedisConnectionError, _on_redis_unavailable)
+    app.add_exception_handler(RedisTimeoutError, _on_redis_unavailable)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_exception)
+    app.add_exception_handler(Exception, _on_unexpected)
+
+
+class BodySizeLimit:
+    """Reject bodies over ``limit`` bytes with 413 before anything parses them.
+
+    A declared ``Content-Length`` over the limit is refused at once; otherwise the
+    body (at most ``limit`` bytes, so buffering it is cheap) is read here, counted,
+    and handed on whole, so a chunked body that runs over is refused too.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            try:
+                too_big = int(declared) > self.limit
+            except ValueError:
+                await self._reject(
+                    scope,
+                    receive,
+                    send,
+                    400,
+                    "bad_request",
+                    "Content-Length is not a number; send a valid header.",
+                )
+                return
+            if too_big:
+                await self._reject_too_large(scope, receive, send)
+                return
+
+        chunks: list[bytes] = []
+        received = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away: let the app see it
+                first: Message = message
+                break
+            body = message.get("body", b"")
+            received += len(body)
+            if received > self.limit:
+                await self._reject_too_large(scope, receive, send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                first = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                break
+
+        replayed = False
+
+        async def replay_receive() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return first
+            return await receive()
+
+        await self.app(scope, replay_receive, send)
+
+    async def _reject_too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._reject(
+            scope,
+            receive,
+            send,
+            413,
+            "body_too_large",
+            f"The request body is larger than {self.limit} bytes; send a smaller request.",
+        )
+
+    async def _reject(
+        self, scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str
+    ) -> None:
+        response = error_response(status, code, message, headers={"Connection": "close"})
+        await response(scope, receive, send)

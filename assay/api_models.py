@@ -1,0 +1,185 @@
+"""Bodies the HTTP API accepts and the few it returns that ``schemas`` does not define.
+
+Request bodies are the same fields as the contract models (and are turned into
+them, so every rule of ``schemas`` applies), minus what a remote caller must
+not choose: the model endpoint (``api_base``: the API key would follow it) and
+a kubeconfig path (a kubeconfig can run programs through exec credential
+plugins). Responses reuse ``schemas`` models wherever one exists.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.budget import Budget, ProfileName
+from schemas.fleet import BatchResult, CheckSummary, VerdictChange
+from schemas.report import RunReport
+from schemas.request import MAX_TEXT_LENGTH, EvaluationKind, Target, ToolsetName
+from schemas.schedule import MisfirePolicy, Schedule, ScheduleTargets
+from schemas.verdict import Verdict
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+
+
+def _default_toolsets() -> list[ToolsetName]:
+    return ["kubernetes"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorDetail(_Body):
+    code: str = Field(description="Stable, machine-readable cause; see docs/api.md.")
+    message: str = Field(description="What happened and what to do next, for people.")
+    details: list[dict[str, Any]] | None = Field(
+        default=None, description="Per-field problems for validation errors."
+    )
+
+
+class ErrorBody(_Body):
+    """The body of every error response."""
+
+    error: ErrorDetail
+
+
+class EvaluationSubmission(_Body):
+    """One evaluation to queue: a check (true/false) or a query (findings)."""
+
+    kind: EvaluationKind = "check"
+    text: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, description="The predicate.")
+    target: Target
+    toolsets: list[ToolsetName] = Field(default_factory=_default_toolsets, min_length=1)
+    profile: ProfileName = "fast"
+    budget: Budget = Field(default_factory=Budget)
+    model: str | None = Field(
+        default=None, max_length=200, description="litellm model name; None = server default."
+    )
+    check_id: str | None = Field(
+        default=None,
+        pattern=ID_PATTERN,
+        description="Group runs under this check id; None = derived from kind, text and target.",
+    )
+    run_id: str | None = Field(
+        default=None,
+        pattern=ID_PATTERN,
+        description="Idempotency key: resubmitting the same run id queues nothing new.",
+    )
+    not_before: datetime | None = Field(
+        default=None, description="Do not start before this instant (with a time zone)."
+    )
+
+
+class BatchSubmission(_Body):
+    """One predicate over many targets: listed, or the server kubeconfig's contexts matching
+    a glob (exactly one of the two). The server caps how many (``api_max_batch_targets``)."""
+
+    kind: EvaluationKind = "check"
+    text: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
+    targets: list[Target] | None = Field(default=None, min_length=1)
+    context_glob: str | None = Field(
+        default=None, min_length=1, max_length=300, description="e.g. 'prod-*'."
+    )
+    toolsets: list[ToolsetName] = Field(default_factory=_default_toolsets, min_length=1)
+    profile: ProfileName = "fast"
+    budget: Budget = Field(default_factory=Budget)
+    model: str | None = Field(default=None, max_length=200)
+
+    @model_validator(mode="after")
+    def _one_way_to_name_targets(self) -> BatchSubmission:
+        if (self.targets is None) == (self.context_glob is None):
+            raise ValueError("give exactly one of 'targets' or 'context_glob'")
+        return self
+
+
+class ScheduleCreate(_Body):
+    """A new schedule; the server picks its id and sets timestamps and the revision."""
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$")
+    predicate: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
+    kind: EvaluationKind = "check"
+    targets: ScheduleTargets
+    cron: str | None = None
+    timezone: str = "UTC"
+    interval_seconds: float | None = Field(default=None, gt=0, le=366 * 24 * 3600)
+    profile: ProfileName = "fast"
+    budget: Budget = Field(default_factory=Budget)
+    model: str | None = Field(default=None, max_length=200)
+    enabled: bool = True
+    misfire: MisfirePolicy = "skip"
+    jitter_seconds: float = Field(default=0.0, ge=0, le=3600)
+
+
+class ScheduleUpdate(_Body):
+    """Fields to change; the ones left out keep their value. Setting ``cron`` clears the
+    interval and the other way round; pause and resume have their own endpoints."""
+
+    name: str | None = Field(
+        default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$"
+    )
+    predicate: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_LENGTH)
+    kind: EvaluationKind | None = None
+    targets: ScheduleTargets | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    interval_seconds: float | None = Field(default=None, gt=0, le=366 * 24 * 3600)
+    profile: ProfileName | None = None
+    budget: Budget | None = None
+    model: str | None = Field(default=None, max_length=200)
+    misfire: MisfirePolicy | None = None
+    jitter_seconds: float | None = Field(default=None, ge=0, le=3600)
+
+
+class ScheduleView(Schedule):
+    """A schedule as the API shows it: the stored schedule plus when it fires next."""
+
+    next_fire_at: datetime | None = Field(
+        default=None, description="When its timer is due; None while paused."
+    )
+
+
+class ScheduleList(_Body):
+    schedules: list[ScheduleView]
+
+
+class CheckList(_Body):
+    checks: list[CheckSummary]
+
+
+class ChangeList(_Body):
+    changes: list[VerdictChange]
+
+
+class VerdictHistory(_Body):
+    check_id: str
+    verdicts: list[Verdict] = Field(description="Newest first.")
+
+
+class RunView(_Body):
+    """A run as the API shows it: its state, and its report once a worker has written one."""
+
+    run_id: str
+    check_id: str
+    target: str
+    status: Literal["queued", "running", "waiting", "done"]
+    attempts: int
+    batch_id: str | None = None
+    verdict: Verdict | None = None
+    report: RunReport | None = None
+
+
+class BatchResults(_Body):
+    batch_id: str
+    results: list[BatchResult]
+
+
+class Health(_Body):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(_Body):
+    status: Literal["ready", "not_ready"]
+    checks: dict[str, str] = Field(description="Dependency -> 'ok' or why it failed.")

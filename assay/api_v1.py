@@ -1,0 +1,384 @@
+"""The ``/v1`` routes: thin handlers over the verdict store, the fleet client and schedules.
+
+Each handler checks the caller's scope (``ReadAccess`` / ``WriteAccess``), turns
+the body into the ``schemas`` contract model (so the contract's rules apply
+here too), calls the module that owns the data, and maps "not found" and
+contract violations to the stable error codes of ``assay.api_errors``.
+Handlers are plain ``def``: FastAPI runs them in its thread pool, so the
+blocking Redis calls never stall the event loop.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import structlog
+from fastapi import APIRouter, Path, Query, Request, Response
+
+from assay.api_auth import ReadAccess, WriteAccess
+from assay.api_errors import ApiError
+from assay.api_models import (
+    ID_PATTERN,
+    BatchResults,
+    BatchSubmission,
+    ChangeList,
+    CheckList,
+    ErrorBody,
+    EvaluationSubmission,
+    RunView,
+    ScheduleCreate,
+    ScheduleList,
+    ScheduleUpdate,
+    ScheduleView,
+    VerdictHistory,
+)
+from assay.api_wiring import Services
+from schemas.fleet import BatchStatus, SubmitReceipt
+from schemas.schedule import SCHEDULE_ID_PATTERN
+from schemas.verdict import Verdict, VerdictKind
+
+_log = structlog.get_logger("assay.api")
+
+_AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Missing or invalid bearer token."},
+}
+_READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_AUTH_ERRORS,
+    422: {"model": ErrorBody, "description": "A parameter failed validation."},
+    503: {"model": ErrorBody, "description": "Redis is unreachable."},
+}
+_WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_READ_ERRORS,
+    400: {"model": ErrorBody, "description": "The body is not valid JSON."},
+    403: {"model": ErrorBody, "description": "The token may only read."},
+    413: {"model": ErrorBody, "description": "The body is larger than the limit."},
+}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No such id."}
+}
+
+router = APIRouter(prefix="/v1")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+RunId = Annotated[str, Path(pattern=ID_PATTERN, description="A run id.")]
+CheckId = Annotated[str, Path(pattern=ID_PATTERN, description="A check id.")]
+BatchId = Annotated[str, Path(pattern=ID_PATTERN, description="A batch id.")]
+ScheduleId = Annotated[str, Path(pattern=SCHEDULE_ID_PATTERN, description="A schedule id.")]
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def note_ids(request: Request, **ids: str | None) -> None:
+    """Put run / check / batch / schedule ids on this request's log line."""
+    present = {k: v for k, v in ids.items() if v}
+    structlog.contextvars.bind_contextvars(**present)
+    log_ids = request.scope.setdefault("state", {}).setdefault("log_ids", {})
+    log_ids.update(present)
+
+
+def _instant(value: datetime, name: str) -> datetime:
+    """A query instant with a time zone; instants before 1970 mean "from the beginning"."""
+    if value.tzinfo is None:
+        raise ApiError(
+            422,
+            "validation_error",
+            f"{name} needs a time zone, e.g. 2026-01-01T00:00:00Z; add one and ask again.",
+        )
+    return max(value, _EPOCH)
+
+
+def _refuse_kubeconfig(target: Any) -> None:
+    if getattr(target, "kubeconfig", None):
+        raise ApiError(
+            422,
+            "kubeconfig_not_allowed",
+            "A kubeconfig path cannot be chosen over HTTP; name a context from the server's "
+            "kubeconfig instead.",
+        )
+
+
+# --- evaluations and runs -------------------------------------------------------------------------
+
+
+@router.post(
+    "/evaluations",
+    status_code=202,
+    response_model=SubmitReceipt,
+    tags=["evaluations"],
+    responses=_WRITE_ERRORS,
+)
+def submit_evaluation(
+    body: EvaluationSubmission, request: Request, scope: WriteAccess
+) -> SubmitReceipt:
+    """Queue one evaluation; its verdict appears at /v1/runs/{run_id} and /v1/checks/{check_id}."""
+    _refuse_kubeconfig(body.target)
+    evaluation = _services(request).build_request(body)
+    receipt = _services(request).submit(evaluation)
+    note_ids(request, run_id=receipt.run_id, check_id=receipt.check_id)
+    _log.info("evaluation_submitted", run_id=receipt.run_id, check_id=receipt.check_id)
+    return receipt
+
+
+@router.get(
+    "/runs/{run_id}",
+    response_model=RunView,
+    tags=["evaluations"],
+    responses={**_READ_ERRORS, **_NOT_FOUND},
+)
+def get_run(run_id: RunId, request: Request, scope: ReadAccess) -> RunView:
+    """A run's status, and its verdict and step-by-step report once they exist."""
+    note_ids(request, run_id=run_id)
+    view = _services(request).run_view(run_id)
+    if view is None:
+        raise ApiError(
+            404, "run_not_found", f"No run {run_id!r}; check the id (runs expire after their TTL)."
+        )
+    note_ids(request, check_id=view.check_id, batch_id=view.batch_id)
+    return view
+
+
+# --- checks -------------------------------------------------------------------------------------
+
+
+@router.get("/checks", response_model=CheckList, tags=["checks"], responses=_READ_ERRORS)
+def list_checks(
+    request: Request,
+    scope: ReadAccess,
+    verdict: Annotated[
+        VerdictKind | None, Query(description="Only checks whose latest verdict is this.")
+    ] = None,
+    target: Annotated[str | None, Query(min_length=1, max_length=300)] = None,
+    changed_since: Annotated[
+        datetime | None,
+        Query(description="Only checks whose verdict changed at or after this instant."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> CheckList:
+    """Checks with their latest verdict, newest first, filtered by verdict, target or change."""
+    if changed_since is not None:
+        changed_since = _instant(changed_since, "changed_since")
+    rows = _services(request).store.checks(
+        verdict=verdict, target=target, changed_since=changed_since, limit=limit
+    )
+    return CheckList(checks=rows)
+
+
+@router.get("/changes", response_model=ChangeList, tags=["checks"], responses=_READ_ERRORS)
+def list_changes(
+    request: Request,
+    scope: ReadAccess,
+    since: Annotated[datetime, Query(description="Changes at or after this instant.")],
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> ChangeList:
+    """Verdict changes (true -> false and so on), oldest first."""
+    since = _instant(since, "since")
+    return ChangeList(changes=_services(request).store.changes(since, limit=limit))
+
+
+@router.get(
+    "/checks/{check_id}",
+    response_model=Verdict,
+    tags=["checks"],
+    responses={**_READ_ERRORS, **_NOT_FOUND},
+)
+def get_check(check_id: CheckId, request: Request, scope: ReadAccess) -> Verdict:
+    """The check's latest verdict."""
+    note_ids(request, check_id=check_id)
+    verdict = _services(request).store.latest_verdict(check_id)
+    if verdict is None:
+        raise ApiError(
+            404,
+            "check_not_found",
+            f"No verdict for check {check_id!r} yet; check the id or wait for its run.",
+        )
+    note_ids(request, run_id=verdict.run_id)
+    return verdict
+
+
+@router.get(
+    "/checks/{check_id}/history",
+    response_model=VerdictHistory,
+    tags=["checks"],
+    responses={**_READ_ERRORS, **_NOT_FOUND},
+)
+def get_check_history(
+    check_id: CheckId,
+    request: Request,
+    scope: ReadAccess,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+) -> VerdictHistory:
+    """The check's verdicts, newest first."""
+    note_ids(request, check_id=check_id)
+    verdicts = _services(request).store.history(check_id, limit=limit)
+    if not verdicts:
+        raise ApiError(404, "check_not_found", f"No verdicts for check {check_id!r}; check the id.")
+    return VerdictHistory(check_id=check_id, verdicts=verdicts)
+
+
+# --- batches ------------------------------------------------------------------------------------
+
+
+@router.post(
+    "/batches",
+    status_code=202,
+    response_model=BatchStatus,
+    tags=["batches"],
+    responses=_WRITE_ERRORS,
+)
+def start_batch(body: BatchSubmission, request: Request, scope: WriteAccess) -> BatchStatus:
+    """Fan one predicate out over the listed targets; read the tally at ``/v1/batches/{id}``."""
+    for target in body.targets or []:
+        _refuse_kubeconfig(target)
+    status = _services(request).start_batch(body)
+    note_ids(request, batch_id=status.batch_id)
+    _log.info("batch_started", batch_id=status.batch_id, total=status.total)
+    return status
+
+
+@router.get(
+    "/batches/{batch_id}",
+    response_model=BatchStatus,
+    tags=["batches"],
+    responses={**_READ_ERRORS, **_NOT_FOUND},
+)
+def get_batch(batch_id: BatchId, request: Request, scope: ReadAccess) -> BatchStatus:
+    """The batch's live tally (pending / true / false / poorly posed / cannot determine)."""
+    note_ids(request, batch_id=batch_id)
+    status = _services(request).store.batch(batch_id)
+    if status is None:
+        raise ApiError(
+            404,
+            "batch_not_found",
+            f"No batch {batch_id!r}; check the id (batches expire after their TTL).",
+        )
+    return status
+
+
+@router.get(
+    "/batches/{batch_id}/results",
+    response_model=BatchResults,
+    tags=["batches"],
+    responses={**_READ_ERRORS, **_NOT_FOUND},
+)
+def get_batch_results(
+    batch_id: BatchId,
+    request: Request,
+    scope: ReadAccess,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> BatchResults:
+    """One page of per-target results, in fan-out order; pending targets have no verdict yet."""
+    note_ids(request, batch_id=batch_id)
+    store = _services(request).store
+    if store.batch(batch_id) is None:
+        raise ApiError(404, "batch_not_found", f"No batch {batch_id!r}; check the id.")
+    return BatchResults(batch_id=batch_id, results=store.batch_results(batch_id, offset, limit))
+
+
+# --- schedules ----------------------------------------------------------------------------------
+
+
+def _schedule_or_404(request: Request, schedule_id: str) -> ScheduleView:
+    schedule = _services(request).get_schedule(schedule_id)
+    if schedule is None:
+        raise ApiError(
+            404, "schedule_not_found", f"No schedule {schedule_id!r}; list them at /v1/schedules."
+        )
+    return schedule
+
+
+@router.post(
+    "/schedules",
+    status_code=201,
+    response_model=ScheduleView,
+    tags=["schedules"],
+    responses={**_WRITE_ERRORS, 409: {"model": ErrorBody, "description": "The id is taken."}},
+)
+def create_schedule(body: ScheduleCreate, request: Request, scope: WriteAccess) -> ScheduleView:
+    """Create a schedule; it fires from its next instant on, with no restart."""
+    _refuse_kubeconfig(body.targets)
+    schedule = _services(request).create_schedule(body)
+    note_ids(request, schedule_id=schedule.id)
+    return schedule
+
+
+@router.get("/schedules", response_model=ScheduleList, tags=["schedules"], responses=_READ_ERRORS)
+def list_schedules(request: Request, scope: ReadAccess) -> ScheduleList:
+    """Every schedule, paused ones included."""
+    return ScheduleList(schedules=_services(request).list_schedules())
+
+
+@router.get(
+    "/schedules/{schedule_id}",
+    response_model=ScheduleView,
+    tags=["schedules"],
+    responses={**_READ_ERRORS, **_NOT_FOUND},
+)
+def get_schedule(schedule_id: ScheduleId, request: Request, scope: ReadAccess) -> ScheduleView:
+    """One schedule, with its last fire."""
+    note_ids(request, schedule_id=schedule_id)
+    return _schedule_or_404(request, schedule_id)
+
+
+@router.patch(
+    "/schedules/{schedule_id}",
+    response_model=ScheduleView,
+    tags=["schedules"],
+    responses={**_WRITE_ERRORS, **_NOT_FOUND},
+)
+def update_schedule(
+    schedule_id: ScheduleId, body: ScheduleUpdate, request: Request, scope: WriteAccess
+) -> ScheduleView:
+    """Change some fields of a schedule; the rest keep their value."""
+    note_ids(request, schedule_id=schedule_id)
+    if body.targets is not None:
+        _refuse_kubeconfig(body.targets)
+    current = _schedule_or_404(request, schedule_id)
+    return _services(request).update_schedule(current, body)
+
+
+@router.post(
+    "/schedules/{schedule_id}/pause",
+    response_model=ScheduleView,
+    tags=["schedules"],
+    responses={**_WRITE_ERRORS, **_NOT_FOUND},
+)
+def pause_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAccess) -> ScheduleView:
+    """Stop firing until resumed (pausing a paused schedule changes nothing)."""
+    note_ids(request, schedule_id=schedule_id)
+    _schedule_or_404(request, schedule_id)
+    return _services(request).set_schedule_enabled(schedule_id, enabled=False)
+
+
+@router.post(
+    "/schedules/{schedule_id}/resume",
+    response_model=ScheduleView,
+    tags=["schedules"],
+    responses={**_WRITE_ERRORS, **_NOT_FOUND},
+)
+def resume_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAccess) -> ScheduleView:
+    """Fire again from the next instant (missed instants follow the misfire policy)."""
+    note_ids(request, schedule_id=schedule_id)
+    _schedule_or_404(request, schedule_id)
+    return _services(request).set_schedule_enabled(schedule_id, enabled=True)
+
+
+@router.delete(
+    "/schedules/{schedule_id}",
+    status_code=204,
+    response_class=Response,
+    tags=["schedules"],
+    responses={**_WRITE_ERRORS, **_NOT_FOUND},
+)
+def delete_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAccess) -> Response:
+    """Remove a schedule; runs it already queued still finish."""
+    note_ids(request, schedule_id=schedule_id)
+    if not _services(request).delete_schedule(schedule_id):
+        raise ApiError(
+            404, "schedule_not_found", f"No schedule {schedule_id!r}; list them at /v1/schedules."
+        )
+    return Response(status_code=204)

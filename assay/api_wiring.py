@@ -1,0 +1,381 @@
+"""What the API's handlers call: the verdict store, the fleet client, schedules, timers.
+
+One ``Services`` per app, built from the settings on first use, so the app
+(and ``assay/openapi.json``) can be made without a Redis. The API's Redis
+client gives up after a few quick retries, unlike the workers' patient one: a
+person waiting on an HTTP answer is better served by a fast 503 than by a
+30-second hang.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from assay.api_errors import ApiError
+from assay.api_models import (
+    BatchSubmission,
+    EvaluationSubmission,
+    RunView,
+    ScheduleCreate,
+    ScheduleUpdate,
+    ScheduleView,
+)
+from schemas.request import EvaluationRequest, Target
+
+if TYPE_CHECKING:
+    import redis
+
+    from scheduler.schedules import ScheduleStore
+    from schemas.fleet import BatchStatus, SubmitReceipt
+    from schemas.schedule import Schedule
+    from schemas.settings import AssaySettings
+    from workers.dispatch import Dispatcher
+    from workers.store import VerdictStore
+
+API_REDIS_TIMEOUT_SECONDS = 5.0
+API_REDIS_RETRIES = 3
+
+
+def api_redis(url: str) -> redis.Redis:
+    """A decoded-string client that fails within seconds when Redis is away."""
+    import redis as redis_lib
+    from redis.backoff import EqualJitterBackoff
+    from redis.exceptions import ConnectionError, TimeoutError
+    from redis.retry import Retry
+
+    return redis_lib.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=API_REDIS_TIMEOUT_SECONDS,
+        socket_connect_timeout=API_REDIS_TIMEOUT_SECONDS,
+        health_check_interval=15,
+        retry=Retry(EqualJitterBackoff(cap=0.5, base=0.05), API_REDIS_RETRIES),
+        retry_on_error=[ConnectionError, TimeoutError],
+    )
+
+
+def _not_configured() -> ApiError:
+    return ApiError(
+        503,
+        "not_configured",
+        "No Redis is configured for the API; set ASSAY_REDIS_URL and restart it.",
+    )
+
+
+class Services:
+    """The fleet and scheduler modules, opened lazily for one app."""
+
+    def __init__(self, settings: AssaySettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._redis: redis.Redis | None = None
+        self._store: VerdictStore | None = None
+        self._schedules: ScheduleStore | None = None
+        self._dispatcher: Dispatcher | None = None
+
+    # --- connections ----------------------------------------------------------------------------
+    @property
+    def redis(self) -> redis.Redis:
+        if self.settings.redis_url is None:
+            raise _not_configured()
+        with self._lock:
+            if self._redis is None:
+                self._redis = api_redis(self.settings.redis_url)
+            return self._redis
+
+    @property
+    def store(self) -> VerdictStore:
+        from workers.store import VerdictStore
+
+        client = self.redis
+        with self._lock:
+            if self._store is None:
+                self._store = VerdictStore(
+                    client,
+                    prefix=self.settings.key_prefix,
+                    history_limit=self.settings.history_limit,
+                    run_ttl_seconds=self.settings.run_ttl_seconds,
+                )
+            return self._store
+
+    # --- evaluations ---------------------------------------------------------------------
+    def build_request(self, body: EvaluationSubmission) -> EvaluationRequest:
+        """The contract request for ``body``; its validation errors become a 422."""
+        from pydantic import ValidationError
+
+        fields = body.model_dump(exclude_none=True)
+        try:
+            return EvaluationRequest.model_validate(fields)
+        except ValidationError as exc:
+            raise _validation_error(exc) from None
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        from workers.dispatch import Dispatcher
+
+        store = self.store
+        with self._lock:
+            if self._dispatcher is None:
+                self._dispatcher = Dispatcher.from_settings(self.settings, store)
+            return self._dispatcher
+
+    def submit(self, request: EvaluationRequest) -> SubmitReceipt:
+        """Queue ``request`` now, or hold it in the scheduler until ``not_before``.
+
+        A run id that is already known queues nothing new: resubmitting after a
+        lost response is safe.
+        """
+        from schemas.fleet import SubmitReceipt
+
+        known = self.store.run_state(request.run_id)
+        if known is not None:
+            return SubmitReceipt(
+                run_id=known.run_id,
+                check_id=known.check_id,
+                target=known.target,
+                batch_id=known.batch_id,
+            )
+        if request.not_before is None:
+            from scheduler.when import deferral_for
+
+            # "on 2027-01-01, the Certificate is Ready" is about that instant: wait for it
+            instant = deferral_for(request.text)
+            if instant is not None:
+                request = request.model_copy(update={"not_before": instant})
+        if request.not_before is not None and request.not_before > datetime.now(UTC):
+            from scheduler.deferred import defer_evaluation
+
+            defer_evaluation(self.redis, self.settings, request)
+            return SubmitReceipt(
+                run_id=request.run_id, check_id=request.check_id, target=request.target.name
+            )
+        return self.dispatcher.submit(request)
+
+    def run_view(self, run_id: str) -> RunView | None:
+        store = self.store
+        state = store.run_state(run_id)
+        if state is None:
+            return None
+        return RunView(
+            run_id=state.run_id,
+            check_id=state.check_id,
+            target=state.target,
+            status=state.status,
+            attempts=state.attempts,
+            batch_id=state.batch_id,
+            verdict=store.run_verdict(run_id),
+            report=store.run_report(run_id),
+        )
+
+    def start_batch(self, body: BatchSubmission) -> BatchStatus:
+        """Fan out over the body's targets (or the contexts its glob matches) and seal."""
+        from pydantic import ValidationError
+
+        from workers.batch import EmptyBatch, fan_out
+
+        targets = self._batch_targets(body)
+        shared = body.model_dump(exclude={"text", "targets", "context_glob"}, exclude_none=True)
+        try:
+            batch_id, _sent = fan_out(self.dispatcher, targets, text=body.text, **shared)
+        except ValidationError as exc:
+            raise _validation_error(exc) from None
+        except EmptyBatch:
+            raise ApiError(
+                422, "batch_empty", "The context glob matched no context; check the pattern."
+            ) from None
+        status = self.store.batch(batch_id)
+        if status is None:  # only if Redis lost the record between two calls
+            raise ApiError(503, "redis_unavailable", "The batch record vanished; try again.")
+        return status
+
+    def _batch_targets(self, body: BatchSubmission) -> list[Target]:
+        limit = self.settings.api_max_batch_targets
+        if body.context_glob is None:
+            targets = list(body.targets or [])
+        else:
+            from workers.targets import TargetGlobError, context_targets
+
+            try:
+                targets = list(context_targets(body.context_glob, self.settings.kubeconfig))
+            except TargetGlobError as exc:
+                raise ApiError(
+                    422, "context_glob_failed", f"{exc}; the API reads the server's kubeconfig."
+                ) from None
+        if len(targets) > limit:
+            raise ApiError(
+                422,
+                "batch_too_large",
+                f"A batch may name at most {limit} targets, this one names {len(targets)}; "
+                "split it into smaller batches.",
+            )
+        return targets
+
+    # --- schedules -----------------------------------------------------------------------
+    @property
+    def schedules(self) -> ScheduleStore:
+        from scheduler.schedules import ScheduleStore
+
+        client = self.redis
+        with self._lock:
+            if self._schedules is None:
+                self._schedules = ScheduleStore(
+                    client, self.settings.key_prefix, self.settings.min_interval_seconds
+                )
+            return self._schedules
+
+    def _view(self, schedule: Schedule) -> ScheduleView:
+        stored = schedule.model_dump(exclude={"next_fire_at"})
+        return ScheduleView(**stored, next_fire_at=self.schedules.next_fire_at(schedule))
+
+    def _refuse_short_interval(self, schedule: Schedule) -> None:
+        try:
+            schedule.check_interval_floor(self.settings.min_interval_seconds)
+        except ValueError as exc:
+            raise ApiError(422, "interval_too_short", f"{exc}.") from None
+
+    def _refuse_taken_name(self, name: str, own_id: str | None = None) -> None:
+        from scheduler.schedules import ScheduleNotFound
+
+        try:
+            holder = self.schedules.resolve(name)
+        except ScheduleNotFound:
+            return
+        if holder != own_id:
+            raise ApiError(
+                409,
+                "schedule_name_taken",
+                f"A schedule named {name!r} already exists; pick another name or change that one.",
+            )
+
+    def create_schedule(self, body: ScheduleCreate) -> ScheduleView:
+        from pydantic import ValidationError
+
+        from scheduler.schedules import ScheduleConflict
+        from schemas.schedule import Schedule
+
+        try:
+            schedule = Schedule.model_validate(body.model_dump(exclude_none=True))
+        except ValidationError as exc:
+            raise _validation_error(exc) from None
+        self._refuse_short_interval(schedule)
+        self._refuse_taken_name(schedule.name)
+        try:
+            created = self.schedules.create(schedule)
+        except ScheduleConflict as exc:  # lost a race for the name
+            raise ApiError(409, "schedule_name_taken", f"{exc}.") from None
+        return self._view(created)
+
+    def list_schedules(self) -> list[ScheduleView]:
+        return [self._view(schedule) for schedule in self.schedules.all()]
+
+    def get_schedule(self, schedule_id: str) -> ScheduleView | None:
+        from scheduler.schedules import ScheduleNotFound
+
+        try:
+            return self._view(self.schedules.get(schedule_id))
+        except ScheduleNotFound:
+            return None
+
+    def update_schedule(self, current: Schedule, body: ScheduleUpdate) -> ScheduleView:
+        """Apply the fields the caller sent; the merged schedule must pass the contract."""
+        from pydantic import ValidationError
+
+        from scheduler.schedules import ScheduleConflict, ScheduleNotFound
+        from schemas.schedule import Schedule
+
+        changes = body.model_dump(exclude_unset=True)
+        if changes.get("cron") is not None and "interval_seconds" not in changes:
+            changes["interval_seconds"] = None
+        if changes.get("interval_seconds") is not None and "cron" not in changes:
+            changes["cron"] = None
+        if not changes:
+            return self._view(current)
+        merged = {**current.model_dump(exclude={"last_fire", "next_fire_at"}), **changes}
+        try:
+            candidate = Schedule.model_validate(merged)
+        except ValidationError as exc:
+            raise _validation_error(exc) from None
+        self._refuse_short_interval(candidate)
+        if candidate.name != current.name:
+            self._refuse_taken_name(candidate.name, own_id=current.id)
+        try:
+            updated = self.schedules.update(current.id, **changes)
+        except ScheduleNotFound:
+            raise _schedule_not_found(current.id) from None
+        except ScheduleConflict as exc:
+            raise ApiError(409, "schedule_conflict", f"{exc}.") from None
+        return self._view(updated)
+
+    def set_schedule_enabled(self, schedule_id: str, *, enabled: bool) -> ScheduleView:
+        from scheduler.schedules import ScheduleNotFound
+
+        try:
+            if enabled:
+                schedule = self.schedules.resume(schedule_id)
+            else:
+                schedule = self.schedules.pause(schedule_id)
+        except ScheduleNotFound:
+            raise _schedule_not_found(schedule_id) from None
+        return self._view(schedule)
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        from scheduler.schedules import ScheduleNotFound
+
+        try:
+            self.schedules.remove(schedule_id)
+        except ScheduleNotFound:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.close()
+        if self._redis is not None:
+            self._redis.close()
+
+
+def _schedule_not_found(schedule_id: str) -> ApiError:
+    return ApiError(
+        404, "schedule_not_found", f"No schedule {schedule_id!r}; list them at /v1/schedules."
+    )
+
+
+def _validation_error(exc: Any) -> ApiError:
+    details = [
+        {
+            "loc": [str(p) for p in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in exc.errors()
+    ]
+    first = details[0]["msg"] if details else "invalid input"
+    return ApiError(
+        422, "validation_error", f"{first}; fix the request and send it again.", details=details
+    )
+
+
+def register_scrape_collectors(settings: AssaySettings) -> None:
+    """Queue depth (broker lists) and scheduler timers, read at each scrape of this process."""
+    from workers import metrics
+    from workers.celery_app import queue_name
+
+    if settings.redis_url is None:
+        return
+    broker_url = settings.broker_url or settings.redis_url
+    if broker_url.startswith(("redis://", "rediss://", "unix://")):
+        broker = api_redis(broker_url)
+        metrics.register_collector(
+            "queue_depth",
+            metrics.QueueDepthCollector(lambda: broker, queues=[queue_name(settings)]),
+        )
+    timers_client = api_redis(settings.redis_url)
+
+    def read_timer_counts() -> tuple[int, int]:
+        from scheduler.timers import TimerStore
+
+        return TimerStore(timers_client, settings.key_prefix).counts()
+
+    metrics.register_collector("timers", metrics.TimerCollector(read_timer_counts))

@@ -1,0 +1,256 @@
+"""``assay.Client``: the fleet from Python — submit, wait, read verdicts, run batches.
+
+    from assay import Client
+
+    with Client() as fleet:                      # ASSAY_REDIS_URL, or a running `assay up`
+        receipt = fleet.submit("every Deployment in prod has 2 ready replicas",
+                               snapshot="examples/snapshots/prod-eu")
+        verdict = fleet.wait(receipt.run_id, timeout=300)
+        print(verdict.verdict, verdict.explanation)
+
+        batch_id = fleet.start_batch("no pod runs as root", snapshots="examples/snapshots/*")
+        fleet.wait_batch(batch_id)
+        for row in fleet.batch_results(batch_id):  # read page by page
+            print(row.target, row.verdict)
+
+The client talks to the verdict store and the broker directly (no HTTP), so
+it needs the same Redis the workers use. Everything it returns is a contract
+model from ``schemas``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from schemas.fleet import (
+    BatchResult,
+    BatchStatus,
+    CheckSummary,
+    RunProgress,
+    SubmitReceipt,
+    VerdictChange,
+)
+from schemas.report import RunReport
+from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
+from schemas.verdict import Verdict
+
+if TYPE_CHECKING:
+    from schemas.settings import AssaySettings
+    from workers.dispatch import Dispatcher
+    from workers.store import VerdictStore
+
+POLL_SECONDS = 0.2
+
+
+class WaitTimeout(TimeoutError):
+    """The run or batch did not finish within the time the caller allowed."""
+
+
+def _since(value: datetime | timedelta | str) -> datetime:
+    """An instant from an instant, an age (timedelta) or an age text like ``"1h"``."""
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        from scheduler.when import parse_duration
+
+        value = timedelta(seconds=parse_duration(value))
+    return datetime.now(UTC) - value
+
+
+def make_target(
+    *,
+    snapshot: str | None = None,
+    context: str | None = None,
+    kubeconfig: str | None = None,
+) -> Target:
+    """The target named by exactly one of ``snapshot`` (a folder) or ``context``."""
+    if (snapshot is None) == (context is None):
+        raise ValueError("name exactly one target: a snapshot folder or a kubeconfig context")
+    if snapshot is not None:
+        from pathlib import Path
+
+        return SnapshotTarget(path=str(Path(snapshot).expanduser().resolve()))
+    assert context is not None
+    return ContextTarget(context=context, kubeconfig=kubeconfig)
+
+
+class Client:
+    """The fleet: a verdict store and a broker, found through the settings."""
+
+    def __init__(
+        self, settings: AssaySettings | None = None, *, redis_url: str | None = None
+    ) -> None:
+        from assay.local_mode import require_redis_url
+        from schemas.settings import load_settings
+
+        settings = settings or load_settings()
+        url = redis_url or require_redis_url(settings)
+        self.settings = settings.model_copy(update={"redis_url": url})
+        self._store: VerdictStore | None = None
+        self._dispatcher: Dispatcher | None = None
+
+    # --- plumbing -----------------------------------------------------------------------------
+    @property
+    def store(self) -> VerdictStore:
+        if self._store is None:
+            from workers.store import VerdictStore
+
+            self._store = VerdictStore.from_settings(self.settings)
+        return self._store
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        if self._dispatcher is None:
+            from workers.dispatch import Dispatcher
+
+            self._dispatcher = Dispatcher.from_settings(self.settings, self.store)
+        return self._dispatcher
+
+    def close(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.close()
+        if self._store is not None:
+            self._store.client.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- evaluations --------------------------------------------------------------------------
+    def submit(
+        self,
+        text: str,
+        *,
+        snapshot: str | None = None,
+        context: str | None = None,
+        kubeconfig: str | None = None,
+        target: Target | None = None,
+        **fields: Any,
+    ) -> SubmitReceipt:
+        """Queue one evaluation; ``fields`` are other ``EvaluationRequest`` fields
+        (kind, check_id, profile, budget, model, api_base, toolsets, run_id, not_before)."""
+        if target is None:
+            target = make_target(snapshot=snapshot, context=context, kubeconfig=kubeconfig)
+        clean = {k: v for k, v in fields.items() if v is not None}
+        request = EvaluationRequest.model_validate({**clean, "text": text, "target": target})
+        return self.submit_request(request)
+
+    def submit_request(self, request: EvaluationRequest) -> SubmitReceipt:
+        """Queue ``request``; one with a future ``not_before`` is held by the scheduler."""
+        if request.not_before is not None and request.not_before > datetime.now(UTC):
+            from scheduler.deferred import defer_evaluation
+
+            defer_evaluation(self.store.client, self.settings, request)
+            return SubmitReceipt(
+                run_id=request.run_id,
+                check_id=request.check_id,
+                target=request.target.name,
+                batch_id=request.batch_id,
+            )
+        return self.dispatcher.submit(request)
+
+    def run_state(self, run_id: str) -> RunProgress | None:
+        return self.store.run_state(run_id)
+
+    def wait(
+        self, run_id: str, timeout: float | None = None, poll: float = POLL_SECONDS
+    ) -> Verdict:
+        """Block until the run has a verdict; WaitTimeout after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            verdict = self.store.run_verdict(run_id)
+            if verdict is not None:
+                return verdict
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"run {run_id} has no verdict after {timeout:g}s")
+            time.sleep(poll)
+
+    def verdict(self, run_or_check_id: str) -> Verdict | None:
+        """The run's verdict (run id) or the check's latest verdict (check id); None if none."""
+        return self.store.run_verdict(run_or_check_id) or self.store.latest_verdict(run_or_check_id)
+
+    def history(self, check_id: str, limit: int = 20) -> list[Verdict]:
+        return self.store.history(check_id, limit)
+
+    def run_report(self, run_id: str) -> RunReport | None:
+        return self.store.run_report(run_id)
+
+    def checks(
+        self,
+        *,
+        verdict: str | None = None,
+        target: str | None = None,
+        changed_since: datetime | timedelta | str | None = None,
+        limit: int = 1000,
+    ) -> list[CheckSummary]:
+        since = _since(changed_since) if changed_since is not None else None
+        return self.store.checks(verdict=verdict, target=target, changed_since=since, limit=limit)
+
+    def changes(
+        self, since: datetime | timedelta | str, limit: int = 10_000
+    ) -> list[VerdictChange]:
+        return self.store.changes(_since(since), limit)
+
+    # --- batches ------------------------------------------------------------------------------
+    def start_batch(
+        self,
+        text: str,
+        *,
+        snapshots: str | None = None,
+        contexts: str | None = None,
+        kubeconfig: str | None = None,
+        batch_id: str | None = None,
+        **fields: Any,
+    ) -> str:
+        """Fan ``text`` out over a snapshot glob or a context glob; returns the batch id."""
+        from workers.batch import fan_out
+        from workers.targets import context_targets, snapshot_targets
+
+        if (snapshots is None) == (contexts is None):
+            raise ValueError("name exactly one of: a snapshots glob or a contexts glob")
+        targets: Iterator[Target]
+        if snapshots is not None:
+            targets = iter(snapshot_targets(snapshots))
+        else:
+            assert contexts is not None
+            targets = iter(context_targets(contexts, kubeconfig or self.settings.kubeconfig))
+        clean = {k: v for k, v in fields.items() if v is not None}
+        batch, _sent = fan_out(self.dispatcher, targets, text=text, batch_id=batch_id, **clean)
+        return batch
+
+    def batch_status(self, batch_id: str) -> BatchStatus | None:
+        return self.store.batch(batch_id)
+
+    def batch_results(self, batch_id: str, page_size: int = 200) -> Iterator[BatchResult]:
+        return self.store.iter_batch_results(batch_id, page_size)
+
+    def wait_batch(
+        self,
+        batch_id: str,
+        timeout: float | None = None,
+        on_progress: Callable[[BatchStatus], None] | None = None,
+        poll: float = POLL_SECONDS,
+    ) -> BatchStatus:
+        """Block until every run of the batch has a verdict, calling ``on_progress`` each poll."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.store.batch(batch_id)
+            if status is None:
+                raise KeyError(f"no batch {batch_id}")
+            if on_progress is not None:
+                on_progress(status)
+            if status.done:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"batch {batch_id} still has {status.pending} pending after {timeout:g}s"
+                )
+            time.sleep(poll)
+
+
+__all__ = ["Client", "WaitTimeout", "make_target"]

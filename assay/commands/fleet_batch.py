@@ -1,0 +1,213 @@
+"""`assay batch`: one predicate over many targets, with a live tally.
+
+    assay batch PREDICATE --snapshots 'DIR/*' | --contexts GLOB [--wait]
+    assay batch status BATCH_ID
+    assay batch results BATCH_ID [--json]
+
+With ``--wait`` it shows a progress bar, then the tally and the per-target
+table (read from the store page by page) and exits like one check over the
+whole fleet: 0 only when every target is true, else 1 if any is false, 2 if
+any is poorly posed, 3 otherwise. Without ``--wait`` it prints the batch id.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from assay.commands.evaluate import (
+    ApiBaseOpt,
+    JsonOpt,
+    MaxCostOpt,
+    MaxIterationsOpt,
+    MaxTokensOpt,
+    ModelOpt,
+    ProfileOpt,
+    TimeoutOpt,
+)
+from assay.commands.fleet_common import (
+    KubeconfigOpt,
+    budget_from_flags,
+    check_profile,
+    fail,
+    fleet_client,
+    settings_or_usage,
+)
+from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN
+
+if TYPE_CHECKING:
+    from assay.client import Client
+    from schemas.fleet import BatchStatus
+
+SUBCOMMANDS = ("status", "results")
+
+
+def batch_exit_code(status: BatchStatus) -> int:
+    """The code of "PREDICATE holds on every target": never 0 unless every one is true."""
+    if not status.done:
+        return EXIT_PENDING
+    if status.false:
+        return 1
+    if status.poorly_posed:
+        return 2
+    if status.cannot_determine or status.true != status.total:
+        return 3
+    return 0
+
+
+def wait_with_progress(client: Client, batch_id: str, timeout: float | None = None) -> BatchStatus:
+    """Poll the tally under a rich progress bar (on stderr) until the batch is done."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[tally]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    )
+    task = progress.add_task(batch_id, total=None, tally="")
+
+    def show(status: BatchStatus) -> None:
+        tally = (
+            f"true {status.true} · false {status.false} · poorly posed {status.poorly_posed} · "
+            f"cannot determine {status.cannot_determine}"
+        )
+        progress.update(
+            task, total=status.total, completed=status.total - status.pending, tally=tally
+        )
+
+    with progress:
+        return client.wait_batch(batch_id, timeout=timeout, on_progress=show, poll=0.3)
+
+
+def show_batch(client: Client, status: BatchStatus, json_output: bool) -> None:
+    """The tally, then every target's verdict (paged reads, streamed to the table)."""
+    from rich.console import Console
+
+    from assay.fleet_render import render_batch_results, render_batch_status
+
+    if json_output:
+        print(status.model_dump_json(indent=2))
+        return
+    console = Console(highlight=False, soft_wrap=True)
+    render_batch_results(client.batch_results(status.batch_id), console)
+    render_batch_status(status, console)
+
+
+def batch(
+    args: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="PREDICATE | status BATCH_ID | results BATCH_ID",
+            help="The predicate to fan out, or `status ID` / `results ID` of a batch.",
+        ),
+    ],
+    contexts: Annotated[
+        str | None, typer.Option("--contexts", help="Glob over kubeconfig contexts, e.g. 'prod-*'.")
+    ] = None,
+    snapshots: Annotated[
+        str | None,
+        typer.Option(
+            "--snapshots", help="Glob over snapshot folders, e.g. 'examples/snapshots/*'."
+        ),
+    ] = None,
+    kubeconfig: KubeconfigOpt = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Show progress, then the table.")] = False,
+    wait_timeout: Annotated[
+        float | None, typer.Option("--wait-timeout", min=1, help="With --wait: give up (75).")
+    ] = None,
+    json_output: JsonOpt = False,
+    model: ModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    max_iterations: MaxIterationsOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    timeout: TimeoutOpt = None,
+    max_cost: MaxCostOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Fan PREDICATE out over many targets; or show a batch's status or results."""
+    if len(args) == 2 and args[0] in SUBCOMMANDS:
+        raise typer.Exit(_existing(args[0], args[1], json_output))
+    if len(args) != 1:
+        raise typer.BadParameter(
+            "give one PREDICATE (quote it), or `status BATCH_ID`, or `results BATCH_ID`"
+        )
+    if (contexts is None) == (snapshots is None):
+        raise typer.BadParameter("give exactly one of --contexts GLOB or --snapshots GLOB")
+    check_profile(profile)
+    from pydantic import ValidationError
+
+    from workers.batch import EmptyBatch
+    from workers.targets import TargetGlobError
+
+    settings = settings_or_usage()
+    with fleet_client(settings) as client:
+        try:
+            batch_id = client.start_batch(
+                args[0],
+                snapshots=snapshots,
+                contexts=contexts,
+                kubeconfig=kubeconfig,
+                profile=profile,
+                budget=budget_from_flags(max_iterations, max_tokens, timeout, max_cost),
+                model=model,
+                api_base=api_base,
+            )
+        except (EmptyBatch, TargetGlobError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+        except ValidationError as exc:
+            detail = "; ".join(str(error["msg"]) for error in exc.errors())
+            raise typer.BadParameter(f"the batch cannot be started: {detail}") from None
+        if not wait:
+            status = client.batch_status(batch_id)
+            if json_output:
+                print(json.dumps({"batch_id": batch_id, "total": status.total if status else 0}))
+            else:
+                print(batch_id)
+            return
+        from assay.client import WaitTimeout
+
+        try:
+            status = wait_with_progress(client, batch_id, wait_timeout)
+        except WaitTimeout as exc:
+            fail(f"{exc}; follow it with `assay batch status {batch_id}`", EXIT_PENDING)
+        show_batch(client, status, json_output)
+    raise typer.Exit(batch_exit_code(status))
+
+
+def _existing(what: str, batch_id: str, json_output: bool) -> int:
+    """`batch status|results ID`; returns the batch's exit code (75 while it runs)."""
+    with fleet_client() as client:
+        status = client.batch_status(batch_id)
+        if status is None:
+            fail(f"no batch has id {batch_id!r}; check the id `assay batch` printed", EXIT_UNKNOWN)
+        if what == "status":
+            _print_status(status, json_output)
+        elif json_output:  # JSON lines, one per target, streamed page by page
+            for row in client.batch_results(batch_id):
+                sys.stdout.write(row.model_dump_json() + "\n")
+        else:
+            show_batch(client, status, json_output=False)
+    return batch_exit_code(status)
+
+
+def _print_status(status: Any, json_output: bool) -> None:
+    from rich.console import Console
+
+    from assay.fleet_render import render_batch_status
+
+    if json_output:
+        print(status.model_dump_json(indent=2))
+    else:
+        render_batch_status(status, Console(highlight=False, soft_wrap=True))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("batch")(batch)

@@ -1,0 +1,103 @@
+"""What the fleet commands share: options, the client with its errors, exit codes.
+
+Exit codes outside the verdict's 0-3: 64 wrong command line, 66 no such id,
+69 the fleet's Redis or broker cannot be reached, 75 no verdict yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from assay.client import Client
+    from schemas.budget import Budget
+    from schemas.settings import AssaySettings
+
+EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE: the fleet's Redis or broker is not reachable
+
+CheckIdOpt = Annotated[
+    str | None,
+    typer.Option("--check-id", help="Group runs under this check id (default: from the text)."),
+]
+KubeconfigOpt = Annotated[
+    str | None, typer.Option("--kubeconfig", help="kubeconfig file [env ASSAY_KUBECONFIG].")
+]
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print one sentence on stderr and exit with ``code``."""
+    print(f"assay: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def settings_or_usage(**flags: Any) -> AssaySettings:
+    from pydantic import ValidationError
+
+    from schemas.settings import load_settings
+
+    try:
+        return load_settings(**flags)
+    except (ValidationError, ValueError) as exc:
+        detail = " ".join(str(exc).splitlines()[:3])
+        raise typer.BadParameter(f"the configuration is invalid: {detail}") from None
+
+
+@contextlib.contextmanager
+def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
+    """A Client for the configured fleet; connection trouble exits 69 with what to do."""
+    import redis.exceptions
+
+    from assay.client import Client
+    from workers.celery_app import FleetNotConfigured
+
+    try:
+        client = Client(settings or settings_or_usage())
+    except FleetNotConfigured as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+    try:
+        yield client
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        fail(
+            f"could not reach the fleet's Redis ({exc}); check it is running (`assay up`) "
+            "or fix ASSAY_REDIS_URL",
+            EXIT_UNAVAILABLE,
+        )
+    finally:
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+def budget_from_flags(
+    max_iterations: int | None,
+    max_tokens: int | None,
+    timeout: float | None,
+    max_cost: float | None,
+) -> Budget:
+    from schemas.budget import Budget
+
+    return Budget(
+        max_iterations=max_iterations,
+        max_tokens=max_tokens,
+        timeout_seconds=timeout,
+        max_cost_usd=max_cost or None,
+    )
+
+
+def check_profile(profile: str | None) -> None:
+    from schemas.budget import PROFILES
+
+    if profile is not None and profile not in PROFILES:
+        raise typer.BadParameter(
+            f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}", param_hint="--profile"
+        )
+
+
+def stdout_console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)

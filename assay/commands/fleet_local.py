@@ -1,0 +1,178 @@
+"""`assay up` (embedded local mode) and `assay demo` (the README's main command).
+
+`assay up` runs a private redis-server under the data dir (or uses
+ASSAY_REDIS_URL), a worker and, when installed, a scheduler replica, prints
+where they are and stays in the foreground until Ctrl-C, then stops them all.
+
+`assay demo` does the same in a temporary folder with the bundled SCRIPTED
+model (a replay of examples/scripts/demo.yaml, not an LLM), fans the demo
+predicate out over examples/snapshots/*, prints the verdict table and shuts
+everything down. It exits 0 when every example cluster got a verdict.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail, settings_or_usage
+
+if TYPE_CHECKING:
+    from assay.local_mode import LocalFleet
+
+EXIT_SOFTWARE = 70  # sysexits EX_SOFTWARE: a part of the local fleet stopped on its own
+DEMO_PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
+DEMO_TIMEOUT_SECONDS = 180.0
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _start(fleet: LocalFleet) -> None:
+    from assay.redis_process import RedisNotInstalled
+
+    try:
+        fleet.start()
+    except RedisNotInstalled as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+
+
+def _tail(path: Path, chars: int = 1500) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+
+def up(
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", "-c", min=1, help="Worker threads.")
+    ] = None,
+) -> None:
+    """Start a local fleet (Redis, worker, scheduler) and keep it running until Ctrl-C."""
+    from assay.local_mode import LocalFleet, discover_redis_url, scheduler_available, state_path
+
+    settings = settings_or_usage()
+    state_file = state_path(settings)
+    if settings.redis_url is None and discover_redis_url(settings) is not None:
+        fail(
+            f"a local fleet is already running (see {state_file}); use it, or stop it first",
+            EXIT_SOFTWARE,
+        )
+    fleet = LocalFleet(
+        data_dir=Path(settings.data_dir), redis_url=settings.redis_url, concurrency=concurrency
+    )
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    _start(fleet)
+    if fleet.redis is not None:
+        fleet.write_state(state_file)
+    print(
+        f"redis     {fleet.redis_url}"
+        + (f"  (data in {fleet.redis.data_dir})" if fleet.redis else "")
+    )
+    for name, child in fleet.children.items():
+        print(f"{name:<9} pid {child.pid}  (log {fleet.log_path(name)})")
+    if not scheduler_available():
+        print("scheduler not installed in this version; periodic checks will not fire")
+    print("other shells find this fleet automatically; Ctrl-C stops everything", flush=True)
+    code = 0
+    try:
+        while not (stopped := fleet.exited()):
+            time.sleep(0.5)
+        for name, exit_code in stopped.items():
+            print(f"assay: the {name} stopped with exit code {exit_code}:", file=sys.stderr)
+            print(_tail(fleet.log_path(name)), file=sys.stderr)
+        code = EXIT_SOFTWARE
+    except KeyboardInterrupt:
+        print("stopping the local fleet", file=sys.stderr)
+    finally:
+        fleet.stop()
+        if fleet.redis_url and state_file.exists() and settings.redis_url is None:
+            state_file.unlink(missing_ok=True)
+    raise typer.Exit(code)
+
+
+def _demo_files() -> tuple[Path, str]:
+    script = REPO_ROOT / "examples" / "scripts" / "demo.yaml"
+    snapshots = REPO_ROOT / "examples" / "snapshots"
+    if not script.is_file() or not snapshots.is_dir():
+        fail(
+            f"the demo needs examples/scripts/demo.yaml and examples/snapshots/ from the assay "
+            f"source tree (looked in {REPO_ROOT}); run it from a checkout",
+            EXIT_UNAVAILABLE,
+        )
+    return script, str(snapshots / "*")
+
+
+def demo(
+    keep_logs: Annotated[
+        bool, typer.Option("--keep-logs", help="Keep the demo's folder (logs) afterwards.")
+    ] = False,
+) -> None:
+    """Run the example fleet end to end with the SCRIPTED model and print the verdict table."""
+    from assay.client import Client, WaitTimeout
+    from assay.commands.fleet_batch import show_batch, wait_with_progress
+    from assay.local_mode import LocalFleet
+    from assay.testing.scripted_model import SCRIPTED_MODEL_NAME, ScriptedModel
+
+    script, snapshots = _demo_files()
+    settings = settings_or_usage()
+    folder = Path(tempfile.mkdtemp(prefix="assay-demo-"))
+    print(f"SCRIPTED MODEL - replaying {script}, not a real LLM", file=sys.stderr, flush=True)
+    model = ScriptedModel(script).start()
+    fleet = LocalFleet(
+        data_dir=folder,
+        concurrency=8,
+        with_scheduler=False,
+        extra_env={
+            "model": SCRIPTED_MODEL_NAME,
+            "api_base": model.url,
+            "api_key": "scripted-demo",
+            "key_prefix": "assay-demo",
+            "log_format": "json",
+        },
+    )
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    code = EXIT_SOFTWARE
+    try:
+        _start(fleet)
+        print(
+            f"local fleet: redis {fleet.redis_url}, worker pid {fleet.children['worker'].pid}",
+            file=sys.stderr,
+        )
+        demo_settings = settings.model_copy(
+            update={"redis_url": fleet.redis_url, "key_prefix": "assay-demo"}
+        )
+        with Client(demo_settings) as client:
+            batch_id = client.start_batch(DEMO_PREDICATE, snapshots=snapshots)
+            print(f"batch {batch_id}: {DEMO_PREDICATE!r} over {snapshots}", file=sys.stderr)
+            try:
+                status = wait_with_progress(client, batch_id, DEMO_TIMEOUT_SECONDS)
+            except WaitTimeout as exc:
+                print(f"assay: the demo did not finish: {exc}", file=sys.stderr)
+                print(_tail(fleet.log_path("worker")), file=sys.stderr)
+            else:
+                show_batch(client, status, json_output=False)
+                code = 0
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        fleet.stop()
+        model.stop()
+        if keep_logs:
+            print(f"demo logs kept in {folder}", file=sys.stderr)
+        else:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up)
+    app.command("demo")(demo)

@@ -1,0 +1,151 @@
+"""Embedded local mode: a private Redis, a worker and the scheduler on one machine.
+
+``assay up`` starts a :class:`LocalFleet` and writes where its Redis listens to
+``{data_dir}/local.json``; other commands in other shells (``assay submit``,
+``assay verdict`` ...) find it there when ``ASSAY_REDIS_URL`` is not set.
+``assay demo`` starts one in a temporary folder and removes it afterwards.
+Everything here is a subprocess this module started and stops again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from assay.redis_process import RedisProcess
+from workers.celery_app import FleetNotConfigured
+
+if TYPE_CHECKING:
+    from schemas.settings import AssaySettings
+
+STATE_FILE = "local.json"
+
+
+def state_path(settings: AssaySettings) -> Path:
+    return Path(settings.data_dir) / STATE_FILE
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def discover_redis_url(settings: AssaySettings) -> str | None:
+    """The fleet's Redis: ASSAY_REDIS_URL, else a running `assay up`, else None."""
+    if settings.redis_url:
+        return settings.redis_url
+    path = state_path(settings)
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or not _pid_alive(int(state.get("pid", 0) or 0)):
+        return None
+    url = state.get("redis_url")
+    return str(url) if url else None
+
+
+def require_redis_url(settings: AssaySettings) -> str:
+    url = discover_redis_url(settings)
+    if url is None:
+        raise FleetNotConfigured(
+            "no fleet is running here: start one with `assay up` in another terminal, "
+            "or set ASSAY_REDIS_URL to your Redis"
+        )
+    return url
+
+
+def child_env(redis_url: str, **settings: str) -> dict[str, str]:
+    """The environment for a worker or scheduler child: ours, pointed at ``redis_url``."""
+    env = dict(os.environ)
+    env["ASSAY_REDIS_URL"] = redis_url
+    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    for key, value in settings.items():
+        env[f"ASSAY_{key.upper()}"] = value
+    return env
+
+
+def scheduler_available() -> bool:
+    """True once the scheduler service module exists in this install."""
+    return find_spec("scheduler.service") is not None
+
+
+@dataclass
+class LocalFleet:
+    """A private redis-server (unless ``redis_url`` is given), one worker, and the scheduler."""
+
+    data_dir: Path
+    redis_url: str | None = None
+    concurrency: int | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    with_scheduler: bool = True
+    log_dir: Path | None = None
+    redis: RedisProcess | None = None
+    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self) -> LocalFleet:
+        if self.redis_url is None:
+            self.redis = RedisProcess(data_dir=self.data_dir / "redis").start()
+            self.redis_url = self.redis.url
+        env = child_env(self.redis_url, **self.extra_env)
+        worker = [sys.executable, "-m", "assay.cli", "worker"]
+        if self.concurrency:
+            worker += ["--concurrency", str(self.concurrency)]
+        self._spawn("worker", worker, env)
+        if self.with_scheduler and scheduler_available():
+            self._spawn("scheduler", [sys.executable, "-m", "assay.cli", "scheduler"], env)
+        return self
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        log_dir = self.log_dir or self.data_dir / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with (log_dir / f"{name}.log").open("ab") as log:
+            self.children[name] = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def log_path(self, name: str) -> Path:
+        return (self.log_dir or self.data_dir / "logs") / f"{name}.log"
+
+    def exited(self) -> dict[str, int]:
+        """Children that stopped on their own, with their exit codes."""
+        return {
+            name: code
+            for name, child in self.children.items()
+            if (code := child.poll()) is not None
+        }
+
+    def write_state(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {"redis_url": self.redis_url, "pid": os.getpid(), "started_at": time.time()}
+        path.write_text(json.dumps(state))
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Warm-stop the children (a worker finishes or requeues its runs), then Redis."""
+        for child in self.children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for child in self.children.values():
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(timeout=10)
+        self.children.clear()
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None

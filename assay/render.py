@@ -1,0 +1,127 @@
+"""How verdicts and run reports look on a terminal (rich) and as `assay query` JSON.
+
+Shared by `assay check` / `assay query`, and later `submit --wait`, `verdict`
+and `run`, so every command shows a verdict the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from schemas.report import RunReport, Step
+from schemas.verdict import Verdict, VerdictKind
+
+VERDICT_STYLES: dict[VerdictKind, tuple[str, str]] = {
+    VerdictKind.TRUE: ("TRUE", "bold green"),
+    VerdictKind.FALSE: ("FALSE", "bold red"),
+    VerdictKind.POORLY_POSED: ("POORLY POSED", "bold yellow"),
+    VerdictKind.CANNOT_DETERMINE: ("CANNOT DETERMINE", "bold magenta"),
+}
+
+
+def _short_json(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def usage_line(verdict: Verdict) -> str:
+    usage = verdict.usage
+    cost = "cost unknown" if usage.cost_usd is None else f"${usage.cost_usd:.6f}"
+    return (
+        f"{verdict.iterations} steps · {usage.total_tokens} tokens "
+        f"({usage.prompt_tokens} prompt + {usage.completion_tokens} completion) · {cost} · "
+        f"{verdict.duration_seconds:.2f}s"
+    )
+
+
+def render_verdict(verdict: Verdict, console: Console) -> None:
+    """The verdict as a person reads it: headline, explanation, evidence, cost of the run."""
+    label, style = VERDICT_STYLES[verdict.verdict]
+    console.print(
+        f"[{style}]{label}[/] (exit {verdict.exit_code}) · {escape(verdict.kind)} "
+        f"on {escape(verdict.target)}"
+    )
+    console.print(escape(verdict.explanation))
+    if verdict.reason:
+        console.print(f"[dim]reason:[/] {escape(verdict.reason)}")
+    if verdict.wake_at:
+        console.print(f"[dim]wake at:[/] {verdict.wake_at.isoformat()}")
+    if verdict.findings:
+        for finding in verdict.findings:
+            console.print(f"  • {escape(finding)}")
+    if verdict.evidence:
+        table = Table("step", "lookup", "ok", "excerpt", show_edge=False, pad_edge=False)
+        for item in verdict.evidence:
+            table.add_row(
+                str(item.step),
+                escape(f"{item.tool} {_short_json(item.arguments, 60)}"),
+                "yes" if item.ok else "no",
+                escape(item.excerpt),
+            )
+        console.print(table)
+    console.print(
+        f"[dim]{escape(usage_line(verdict))} · model {escape(verdict.model)} · "
+        f"profile {verdict.profile} · run {verdict.run_id}[/]"
+    )
+
+
+def step_line(step: Step) -> str:
+    """One line per step, for --trace and `assay run`."""
+    usage = step.usage
+    cost = f"{usage.total_tokens} tok, {usage.latency_seconds:.2f}s"
+    if step.kind == "COMMAND":
+        outcome = "ok" if step.ok else "failed"
+        head = f"{step.tool} {_short_json(step.arguments)} -> {outcome}"
+    elif step.kind in ("MALFORMED", "REPAIR"):
+        head = f"rejected: {step.error}"
+    elif step.action:
+        body = {k: v for k, v in step.action.items() if k != "action"}
+        head = _short_json(body, 120)
+    else:
+        head = step.error or ""
+    return f"[step {step.index}] {step.kind} {head} ({cost})"
+
+
+def render_report(report: RunReport, console: Console) -> None:
+    """Every step of a run, then its verdict (or that it is still waiting)."""
+    console.print(f"run {report.run_id} · check {report.check_id} · status {report.status}")
+    for step in report.steps:
+        console.print(escape(step_line(step)))
+    if report.verdict is not None:
+        render_verdict(report.verdict, console)
+    elif report.wake_at is not None:
+        console.print(f"waiting until {report.wake_at.isoformat()}")
+
+
+def query_summary(report: RunReport) -> dict[str, Any]:
+    """The `assay query` answer: {success, summary, findings, tools_used, iterations, usage}."""
+    verdict = report.verdict
+    tools_used: list[str] = []
+    for step in report.steps:
+        if step.kind == "COMMAND" and step.tool and step.tool not in tools_used:
+            tools_used.append(step.tool)
+    if verdict is None:
+        return {
+            "success": False,
+            "summary": "the run has not finished",
+            "findings": [],
+            "tools_used": tools_used,
+            "iterations": len(report.steps),
+            "usage": {},
+        }
+    summary = verdict.explanation
+    if verdict.verdict != VerdictKind.TRUE and verdict.reason:
+        summary = f"{summary} ({verdict.reason})"
+    return {
+        "success": verdict.verdict == VerdictKind.TRUE,
+        "summary": summary,
+        "findings": verdict.findings,
+        "tools_used": tools_used,
+        "iterations": verdict.iterations,
+        "usage": verdict.usage.model_dump(mode="json"),
+    }

@@ -1,0 +1,652 @@
+"""A test API server: snapshot folders served through the real Kubernetes REST paths.
+
+No real API server runs where assay's tests run, so this one stands in for
+it. The live backend reaches it through the official kubernetes client and a
+generated kubeconfig, exactly as it would reach a cluster. It serves:
+
+* discovery: ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/GROUP[/VERSION]``;
+* list and get, namespaced and cluster-wide, core and grouped, with
+  ``labelSelector`` / ``fieldSelector`` and ``limit`` + ``continue``
+  pagination (410 Expired for a stale token);
+* ``pods/NAME/log`` with ``container``, ``tailLines``, ``limitBytes``,
+  ``sinceSeconds`` and ``previous``; events like any other list;
+* ``/openapi/v3`` (and ``/openapi/v2``) for ``explain``.
+
+Every request is recorded (method, path, query). Anything but GET gets 405,
+and so does every subresource other than ``log`` (exec, attach, proxy ...),
+so tests can prove assay never tried them. Faults can be injected per path
+pattern: an HTTP status (403, 404, 429 with Retry-After, 503 ...) or a hang.
+
+Each cluster lives under its own path prefix (``/c/NAME``), and
+:meth:`FakeApiServer.write_kubeconfig` writes one context per cluster.
+
+Run it by hand::
+
+    python -m assay.testing.fake_apiserver --snapshot DIR [--snapshot DIR2] \\
+        [--synthetic-pods 5000] --kubeconfig-out kubeconfig.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+from assay.testing import fake_openapi
+from assay.testing.fake_cluster import FakeCluster, filter_since
+from workers.toolsets.backend import BackendError, ResourceInfo
+from workers.toolsets.selectors import field_matcher, label_matcher
+
+CLUSTER_PREFIX = "/c/"
+FULL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+POD_SUBRESOURCES = [
+    "attach",
+    "binding",
+    "eviction",
+    "exec",
+    "log",
+    "portforward",
+    "proxy",
+    "status",
+]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str  # as received, including the cluster prefix
+    query: dict[str, list[str]]
+    cluster: str | None
+    authorized: bool
+
+    @property
+    def url(self) -> str:
+        return self.path + (
+            "?" + "&".join(f"{k}={v}" for k, vs in self.query.items() for v in vs)
+            if self.query
+            else ""
+        )
+
+
+@dataclass
+class Fault:
+    """What to do instead of answering, for requests whose path matches ``pattern``.
+
+    ``pattern`` is a regex searched in the path *after* the cluster prefix
+    (``/api/v1/namespaces/prod/pods``). ``times`` None = every time.
+    """
+
+    pattern: re.Pattern[str]
+    status: int | None = None
+    retry_after: float | None = None
+    hang: float | None = None
+    times: int | None = None
+    cluster: str | None = None
+    message: str | None = None
+    hits: int = 0
+
+    def applies(self, cluster: str | None, path: str) -> bool:
+        if self.cluster is not None and self.cluster != cluster:
+            return False
+        if self.times is not None and self.hits >= self.times:
+            return False
+        return bool(self.pattern.search(path))
+
+
+@dataclass
+class _Reply:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class FakeApiServer:
+    """In-process test API server; ``start()`` it, point a kubeconfig at it, ``stop()`` it."""
+
+    def __init__(
+        self,
+        clusters: Iterable[FakeCluster],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        openapi: str = "v3",
+        continue_ttl_seconds: float | None = None,
+    ) -> None:
+        self.clusters = {c.name: c for c in clusters}
+        if not self.clusters:
+            raise ValueError("the test API server needs at least one cluster")
+        self.openapi = openapi  # "v3", "v2" or "none" (then explain falls back to CRDs)
+        self.continue_ttl_seconds = continue_ttl_seconds
+        self.requests: list[RecordedRequest] = []
+        self.faults: list[Fault] = []
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._stopping = threading.Event()
+        self._openapi_cache: dict[tuple[str, str], bytes] = {}
+        self._host = host
+        self._httpd = ThreadingHTTPServer((host, port), _Handler)
+        self._httpd.daemon_threads = True
+        self._httpd.block_on_close = False
+        self._httpd.app = self  # type: ignore[attr-defined]
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._host}:{self._httpd.server_address[1]}"
+
+    def cluster_url(self, name: str) -> str:
+        return f"{self.url}{CLUSTER_PREFIX}{name}"
+
+    def start(self) -> FakeApiServer:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-apiserver",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # releases hanging handlers
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- test controls -----------------------------------------------------------------
+
+    def add_fault(
+        self,
+        pattern: str,
+        status: int | None = None,
+        *,
+        retry_after: float | None = None,
+        hang: float | None = None,
+        times: int | None = None,
+        cluster: str | None = None,
+        message: str | None = None,
+    ) -> Fault:
+        fault = Fault(re.compile(pattern), status, retry_after, hang, times, cluster, message)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self.faults.clear()
+
+    def expire_continue_tokens(self) -> None:
+        """Every continue token handed out so far now answers 410 Expired."""
+        with self._lock:
+            self._generation += 1
+
+    def clear_requests(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def methods(self) -> set[str]:
+        with self._lock:
+            return {r.method for r in self.requests}
+
+    def write_kubeconfig(self, path: str | Path, current: str | None = None) -> Path:
+        """A kubeconfig with one context (and bearer token) per cluster."""
+        names = list(self.clusters)
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "preferences": {},
+            "current-context": current or names[0],
+            "clusters": [{"name": n, "cluster": {"server": self.cluster_url(n)}} for n in names],
+            "users": [{"name": f"{n}-reader", "user": {"token": _token(n)}} for n in names],
+            "contexts": [
+                {"name": n, "context": {"cluster": n, "user": f"{n}-reader"}} for n in names
+            ],
+        }
+        target = Path(path)
+        target.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        return target
+
+    # --- request handling (called from handler threads) ------------------------------
+
+    def handle(self, method: str, raw_path: str, authorization: str | None) -> _Reply:
+        parts = urlsplit(raw_path)
+        path = parts.path
+        query = parse_qs(parts.query, keep_blank_values=True)
+        cluster_name, inner = _split_cluster(path)
+        cluster = self.clusters.get(cluster_name or "")
+        authorized = cluster is not None and authorization == f"Bearer {_token(cluster.name)}"
+        with self._lock:
+            self.requests.append(RecordedRequest(method, path, query, cluster_name, authorized))
+            fault = next((f for f in self.faults if f.applies(cluster_name, inner)), None)
+            if fault is not None:
+                fault.hits += 1
+        if method != "GET":
+            return _status(
+                405, "MethodNotAllowed", f"{method} is not allowed: this server is read-only"
+            )
+        if cluster is None:
+            return _status(404, "NotFound", f"no cluster at {path}; paths start with /c/NAME")
+        if not authorized:
+            return _status(401, "Unauthorized", "Unauthorized")
+        if fault is not None:
+            reply = self._fault_reply(fault)
+            if reply is not None:
+                return reply
+        try:
+            return self._route(cluster, inner, {k: v[-1] for k, v in query.items()})
+        except BackendError as exc:  # selector syntax and the like
+            return _status(400, "BadRequest", exc.message)
+
+    def _fault_reply(self, fault: Fault) -> _Reply | None:
+        if fault.hang:
+            self._stopping.wait(fault.hang)
+        if fault.status is None:
+            return None
+        reasons = {403: "Forbidden", 404: "NotFound", 410: "Expired", 429: "TooManyRequests"}
+        reply = _status(
+            fault.status,
+            reasons.get(fault.status, "InternalError" if fault.status >= 500 else "BadRequest"),
+            fault.message or f"injected fault: HTTP {fault.status}",
+        )
+        if fault.retry_after is not None:
+            reply.headers["Retry-After"] = f"{fault.retry_after:g}"
+        return reply
+
+    def _route(self, cluster: FakeCluster, path: str, query: dict[str, str]) -> _Reply:
+        segments = [unquote(s) for s in path.strip("/").split("/") if s]
+        if query.get("watch") in ("1", "true"):
+            return _status(405, "MethodNotAllowed", "watch is not served by the test API server")
+        if segments == ["version"]:
+            return _json(
+                {
+                    "major": "1",
+                    "minor": "31",
+                    "gitVersion": "v1.31.0-assay-test",
+                    "platform": "linux/amd64",
+                }
+            )
+        if segments[:1] == ["openapi"]:
+            return self._openapi(cluster, segments[1:])
+        if segments == ["api"]:
+            return _json(
+                {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+            )
+        if segments == ["apis"]:
+            return _json(_group_list(cluster))
+        if segments[:1] == ["api"] and len(segments) >= 2:
+            group, version, rest = "", segments[1], segments[2:]
+        elif segments[:1] == ["apis"] and len(segments) >= 2:
+            if len(segments) == 2:
+                found = _group_entry(cluster, segments[1])
+                return _json(found) if found else _status(404, "NotFound", "group not found")
+            group, version, rest = segments[1], segments[2], segments[3:]
+        else:
+            return _status(
+                404, "NotFound", f"the server could not find the requested resource {path}"
+            )
+        served = [r for r in cluster.resources if r.group == group and r.version == version]
+        if not served:
+            return _status(404, "NotFound", f"the server could not find {group}/{version}")
+        if not rest:
+            return _json(_resource_list(group, version, served))
+        return self._resource_request(cluster, served, rest, query)
+
+    def _resource_request(
+        self,
+        cluster: FakeCluster,
+        served: list[ResourceInfo],
+        rest: list[str],
+        query: dict[str, str],
+    ) -> _Reply:
+        namespace: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        by_plural = {r.plural: r for r in served}
+        resource = by_plural.get(rest[0])
+        if resource is None or (namespace is not None and not resource.namespaced):
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        if len(rest) == 1:
+            return self._list(cluster, resource, namespace, query)
+        name = rest[1]
+        if len(rest) == 2:
+            return self._get(cluster, resource, namespace, name)
+        if len(rest) == 3 and resource.plural == "pods" and rest[2] == "log" and namespace:
+            return self._log(cluster, namespace, name, query)
+        return _status(
+            405, "MethodNotAllowed", f"subresource {rest[2]!r} is not served by the test API server"
+        )
+
+    def _list(
+        self,
+        cluster: FakeCluster,
+        resource: ResourceInfo,
+        namespace: str | None,
+        query: dict[str, str],
+    ) -> _Reply:
+        labels = label_matcher(query.get("labelSelector"))
+        fields = field_matcher(query.get("fieldSelector"))
+        limit = int(query["limit"]) if query.get("limit", "").isdigit() else 0
+        start = 0
+        if query.get("continue"):
+            decoded = self._decode_continue(query["continue"])
+            if isinstance(decoded, _Reply):
+                return decoded
+            start = decoded
+        collection = cluster.collection(resource)
+        items: list[dict[str, Any]] = []
+        index = start
+        while index < len(collection) and (limit == 0 or len(items) < limit):
+            obj = collection.at(index)
+            index += 1
+            meta = obj.get("metadata") or {}
+            if namespace is not None and meta.get("namespace") != namespace:
+                continue
+            if labels(obj) and fields(obj):
+                items.append({k: v for k, v in obj.items() if k not in ("apiVersion", "kind")})
+        metadata: dict[str, Any] = {"resourceVersion": cluster.resource_version}
+        if index < len(collection):
+            metadata["continue"] = self._encode_continue(index)
+            if (
+                not query.get("labelSelector")
+                and not query.get("fieldSelector")
+                and namespace is None
+            ):
+                metadata["remainingItemCount"] = len(collection) - index
+        return _json(
+            {
+                "kind": f"{resource.kind}List",
+                "apiVersion": resource.api_version,
+                "metadata": metadata,
+                "items": items,
+            }
+        )
+
+    def _get(
+        self, cluster: FakeCluster, resource: ResourceInfo, namespace: str | None, name: str
+    ) -> _Reply:
+        if resource.namespaced and namespace is None:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        found = cluster.collection(resource).find(namespace or "", name)
+        if found is None:
+            return _status(404, "NotFound", f'{resource.plural} "{name}" not found')
+        return _json(found)
+
+    def _log(self, cluster: FakeCluster, namespace: str, pod: str, query: dict[str, str]) -> _Reply:
+        pod_resource = ResourceInfo("Pod", "pods", "", "v1", True)
+        found = cluster.collection(pod_resource).find(namespace, pod)
+        if found is None:
+            return _status(404, "NotFound", f'pods "{pod}" not found')
+        containers = [c.get("name") for c in (found.get("spec") or {}).get("containers") or []]
+        container = query.get("container") or ""
+        if not container:
+            if len(containers) != 1:
+                choices = " ".join(str(c) for c in containers)
+                return _status(
+                    400,
+                    "BadRequest",
+                    f"a container name must be specified for pod {pod}, choose one of: [{choices}]",
+                )
+            container = str(containers[0])
+        if container not in containers:
+            return _status(400, "BadRequest", f"container {container} is not valid for pod {pod}")
+        previous = query.get("previous") in ("true", "1")
+        text = cluster.logs(namespace, pod, container, previous)
+        if text is None:
+            if previous:
+                return _status(
+                    400,
+                    "BadRequest",
+                    f'previous terminated container "{container}" in pod "{pod}" not found',
+                )
+            text = ""
+        if query.get("sinceSeconds", "").isdigit():
+            text = filter_since(text, int(query["sinceSeconds"]))
+        if query.get("tailLines", "").isdigit():
+            tail = int(query["tailLines"])
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-tail:]) if tail else ""
+        body = text.encode("utf-8")
+        if query.get("limitBytes", "").isdigit():
+            body = body[: int(query["limitBytes"])]
+        return _Reply(200, body, "text/plain")
+
+    def _openapi(self, cluster: FakeCluster, rest: list[str]) -> _Reply:
+        key = "/".join(rest)
+        with self._lock:
+            cached = self._openapi_cache.get((cluster.name, key))
+        if cached is not None:
+            return _Reply(200, cached)
+        document: dict[str, Any] | None = None
+        if rest == ["v2"] and self.openapi == "v2":
+            document = fake_openapi.v2_document(cluster)
+        elif rest[:1] == ["v3"] and self.openapi == "v3":
+            if len(rest) == 1:
+                document = fake_openapi.v3_index(cluster)
+            else:
+                document = fake_openapi.v3_document(cluster, "/".join(rest[1:]))
+        if document is None:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        body = json.dumps(document).encode()
+        with self._lock:
+            self._openapi_cache[(cluster.name, key)] = body
+        return _Reply(200, body)
+
+    # --- continue tokens ---------------------------------------------------------------
+
+    def _encode_continue(self, index: int) -> str:
+        token = {"start": index, "generation": self._generation, "issued": time.time()}
+        return base64.urlsafe_b64encode(json.dumps(token).encode()).decode()
+
+    def _decode_continue(self, token: str) -> int | _Reply:
+        try:
+            decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+            start, generation, issued = (
+                int(decoded["start"]),
+                decoded["generation"],
+                decoded["issued"],
+            )
+        except (ValueError, KeyError, TypeError):
+            return _status(400, "BadRequest", "continue key is not valid")
+        too_old = (
+            self.continue_ttl_seconds is not None
+            and time.time() - float(issued) > self.continue_ttl_seconds
+        )
+        if generation != self._generation or too_old:
+            return _status(
+                410,
+                "Expired",
+                "The provided continue parameter is too old to display a consistent list result. "
+                "You can start a new list without the continue parameter.",
+            )
+        return start
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "assay-fake-apiserver"
+
+    def setup(self) -> None:
+        super().setup()
+        # headers and body go out in two writes; without this, Nagle's algorithm and the
+        # client's delayed ACK add ~40 ms to every keep-alive request
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)  # drain a write attempt's body; it is never used
+        app: FakeApiServer = self.server.app  # type: ignore[attr-defined]
+        reply = app.handle(self.command, self.path, self.headers.get("Authorization"))
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(reply.body)))
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(reply.body)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the recorded requests are the log."""
+
+
+# --- documents ---------------------------------------------------------------------------
+
+
+def _token(cluster: str) -> str:
+    return f"assay-test-token-{cluster}"
+
+
+def _split_cluster(path: str) -> tuple[str | None, str]:
+    if not path.startswith(CLUSTER_PREFIX):
+        return None, path
+    name, _, rest = path[len(CLUSTER_PREFIX) :].partition("/")
+    return unquote(name), "/" + rest
+
+
+def _json(document: Any, status: int = 200) -> _Reply:
+    return _Reply(status, json.dumps(document).encode())
+
+
+def _status(code: int, reason: str, message: str) -> _Reply:
+    return _json(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        },
+        code,
+    )
+
+
+def _groups(cluster: FakeCluster) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for resource in cluster.resources:
+        if resource.group and resource.version not in groups.setdefault(resource.group, []):
+            groups[resource.group].append(resource.version)
+    return groups
+
+
+def _group_entry(cluster: FakeCluster, group: str) -> dict[str, Any] | None:
+    versions = _groups(cluster).get(group)
+    if not versions:
+        return None
+    entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": group,
+        "versions": entries,
+        "preferredVersion": entries[0],
+    }
+
+
+def _group_list(cluster: FakeCluster) -> dict[str, Any]:
+    groups = [_group_entry(cluster, g) for g in _groups(cluster)]
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [g for g in groups if g]}
+
+
+def _resource_list(group: str, version: str, served: list[ResourceInfo]) -> dict[str, Any]:
+    entries: list[dict[str, Any]] = []
+    for r in served:
+        entry: dict[str, Any] = {
+            "name": r.plural,
+            "singularName": r.kind.lower(),
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": FULL_VERBS,
+        }
+        if r.short_names:
+            entry["shortNames"] = list(r.short_names)
+        entries.append(entry)
+        if r.plural == "pods" and not group:
+            for sub in POD_SUBRESOURCES:
+                entries.append(
+                    {"name": f"pods/{sub}", "namespaced": True, "kind": "Pod", "verbs": ["get"]}
+                )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": entries,
+    }
+
+
+# --- command line ------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m assay.testing.fake_apiserver",
+        description="Serve snapshot folders through the Kubernetes REST API (for tests and demos).",
+    )
+    parser.add_argument(
+        "--snapshot", action="append", default=[], help="snapshot folder (repeatable)"
+    )
+    parser.add_argument("--synthetic-pods", type=int, default=0, help="also serve N generated pods")
+    parser.add_argument("--kubeconfig-out", required=True, help="where to write the kubeconfig")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--openapi", choices=["v3", "v2", "none"], default="v3")
+    args = parser.parse_args(argv)
+
+    clusters: list[FakeCluster] = []
+    for folder in args.snapshot:
+        cluster = FakeCluster.from_snapshot(folder)
+        for problem in cluster.problems:
+            print(f"warning: {folder}: {problem}", file=sys.stderr)
+        while cluster.name in {c.name for c in clusters}:
+            cluster.name += "-2"
+        clusters.append(cluster)
+    if args.synthetic_pods:
+        clusters.append(FakeCluster.synthetic(args.synthetic_pods))
+    if not clusters:
+        parser.error("give at least one --snapshot DIR or --synthetic-pods N")
+
+    server = FakeApiServer(clusters, host=args.host, port=args.port, openapi=args.openapi).start()
+    kubeconfig = server.write_kubeconfig(args.kubeconfig_out)
+    print(
+        f"test API server at {server.url}; contexts: {', '.join(server.clusters)}; "
+        f"kubeconfig: {kubeconfig}",
+        flush=True,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""What the fleet's store hands back: run states, check summaries, changes, batches.
+
+These are the values the CLI, the Python client and the HTTP API read out of the
+verdict store, so they are contract models like the verdict itself: one shape
+whether a caller reads them in-process or over HTTP.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.report import RunStatus
+from schemas.verdict import VerdictKind
+
+BATCH_COUNTERS: tuple[str, ...] = (
+    "pending",
+    VerdictKind.TRUE.value,
+    VerdictKind.FALSE.value,
+    VerdictKind.POORLY_POSED.value,
+    VerdictKind.CANNOT_DETERMINE.value,
+)
+
+
+class SubmitReceipt(BaseModel):
+    """What `assay submit` prints: enough to fetch the verdict later."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    check_id: str
+    target: str
+    batch_id: str | None = None
+
+
+class RunProgress(BaseModel):
+    """Where one run is, before (or without) reading its whole report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    check_id: str
+    target: str
+    status: RunStatus
+    attempts: int = Field(default=0, description="Deliveries of this run to a worker so far.")
+    batch_id: str | None = None
+    queued_at: datetime | None = None
+    updated_at: datetime | None = None
+    wake_at: datetime | None = None
+    verdict: VerdictKind | None = None
+
+
+class CheckSummary(BaseModel):
+    """One row of `assay checks`: a check and its latest verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check_id: str
+    kind: str
+    text: str
+    target: str
+    verdict: VerdictKind
+    exit_code: int
+    run_id: str
+    finished_at: datetime
+    changed_at: datetime | None = Field(
+        default=None, description="When the verdict last differed from the one before it."
+    )
+    previous_verdict: VerdictKind | None = None
+
+
+class VerdictChange(BaseModel):
+    """A check whose verdict differs from its previous one (first verdicts are not changes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check_id: str
+    run_id: str
+    target: str
+    from_verdict: VerdictKind
+    to_verdict: VerdictKind
+    at: datetime
+
+
+class BatchStatus(BaseModel):
+    """The live tally of one batch; ``done`` once every enqueued run has a verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_id: str
+    kind: str
+    text: str
+    created_at: datetime
+    total: int = Field(description="Targets enqueued so far (final once ``sealed``).")
+    sealed: bool = Field(description="Fan-out finished: no more targets will be added.")
+    pending: int
+    true: int
+    false: int
+    poorly_posed: int
+    cannot_determine: int
+    done: bool
+    finished_at: datetime | None = None
+
+
+class BatchResult(BaseModel):
+    """One target's line in a batch; ``verdict`` None while that run is pending."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    check_id: str
+    target: str
+    verdict: VerdictKind | None = None
+    exit_code: int | None = None
+    explanation: str | None = None

@@ -1,0 +1,196 @@
+"""A schedule: one predicate evaluated periodically against one or more targets.
+
+A schedule fires on a cron expression read in an IANA time zone, or every N
+seconds; each fire becomes one evaluation per target. Targets given as a glob
+(kubeconfig contexts or snapshot folders) are resolved when the schedule fires,
+so a cluster added to the kubeconfig later is picked up without editing it.
+
+The interval floor (``settings.min_interval_seconds``) is not a property of the
+model: a stored schedule must stay readable if an operator raises the floor, so
+the floor is checked when a schedule is created or changed
+(:meth:`Schedule.check_interval_floor`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas.budget import PROFILES, Budget, ProfileName
+from schemas.request import MAX_TEXT_LENGTH, EvaluationKind
+
+MisfirePolicy = Literal["skip", "run_once"]
+SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+MAX_JITTER_SECONDS = 3600.0
+
+
+def new_schedule_id() -> str:
+    return f"sch-{uuid.uuid4().hex[:12]}"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ScheduleTargets(BaseModel):
+    """Where a schedule's predicate is evaluated: exactly one kind of target.
+
+    ``contexts`` are exact kubeconfig context names; ``context_glob`` and the
+    entries of ``snapshots`` may hold glob patterns and are expanded per fire.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    contexts: list[str] = Field(default_factory=list, max_length=1000)
+    context_glob: str | None = Field(default=None, min_length=1)
+    snapshots: list[str] = Field(default_factory=list, max_length=1000)
+    kubeconfig: str | None = Field(
+        default=None, description="kubeconfig for contexts; None = the settings' kubeconfig."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> ScheduleTargets:
+        given = [bool(self.contexts), self.context_glob is not None, bool(self.snapshots)]
+        if sum(given) != 1:
+            raise ValueError(
+                "a schedule needs exactly one kind of target: contexts, a context glob or snapshots"
+            )
+        if any(not name.strip() for name in [*self.contexts, *self.snapshots]):
+            raise ValueError("target names must not be empty")
+        return self
+
+    def describe(self) -> str:
+        if self.context_glob is not None:
+            return f"contexts matching {self.context_glob!r}"
+        if self.contexts:
+            return "contexts " + ", ".join(self.contexts)
+        return "snapshots " + ", ".join(self.snapshots)
+
+
+class ScheduleFire(BaseModel):
+    """The last fire of a schedule: which instant, when it was enqueued, which runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scheduled_at: datetime
+    fired_at: datetime
+    missed: int = Field(default=0, ge=0, description="Instants folded into this fire (run_once).")
+    runs: dict[str, str] = Field(
+        default_factory=dict, description="Target name -> run id of this fire."
+    )
+    checks: dict[str, str] = Field(
+        default_factory=dict, description="Target name -> check id of this fire."
+    )
+
+
+class Schedule(BaseModel):
+    """A periodic evaluation. Exactly one of ``cron`` and ``interval_seconds``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=new_schedule_id, pattern=SCHEDULE_ID_PATTERN)
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$")
+    predicate: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
+    kind: EvaluationKind = "check"
+    targets: ScheduleTargets
+    cron: str | None = Field(default=None, description="Five-field cron expression or @alias.")
+    timezone: str = Field(default="UTC", description="IANA zone the cron expression is read in.")
+    interval_seconds: float | None = Field(default=None, gt=0, le=366 * 24 * 3600)
+    profile: ProfileName = "fast"
+    budget: Budget = Field(default_factory=Budget)
+    model: str | None = Field(default=None, description="litellm model name; None = settings.")
+    enabled: bool = Field(default=True, description="False while paused.")
+    misfire: MisfirePolicy = Field(
+        default="skip",
+        description="After downtime: skip = only the next future fire; "
+        "run_once = one fire for all missed instants, then continue.",
+    )
+    jitter_seconds: float = Field(default=0.0, ge=0, le=MAX_JITTER_SECONDS)
+    created_at: datetime = Field(default_factory=_utcnow)
+    updated_at: datetime = Field(default_factory=_utcnow)
+    revision: int = Field(default=1, ge=1, description="Bumped on every change.")
+    last_fire: ScheduleFire | None = None
+
+    @field_validator("predicate")
+    @classmethod
+    def _predicate_not_blank(cls, text: str) -> str:
+        if not text.strip():
+            raise ValueError("the predicate text is empty")
+        return text
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, zone: str) -> str:
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {zone!r}; use an IANA name such as Europe/Paris or UTC"
+            ) from None
+        return zone
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, expr: str | None) -> str | None:
+        if expr is None:
+            return None
+        expr = " ".join(expr.split())
+        if not expr.startswith("@") and len(expr.split(" ")) != 5:
+            raise ValueError(
+                f"cron expression {expr!r} must have five fields "
+                "(minute hour day-of-month month day-of-week)"
+            )
+        if not croniter.is_valid(expr):
+            raise ValueError(f"invalid cron expression {expr!r}")
+        return expr
+
+    @model_validator(mode="after")
+    def _one_cadence(self) -> Schedule:
+        if (self.cron is None) == (self.interval_seconds is None):
+            raise ValueError("a schedule needs exactly one of a cron expression or an interval")
+        if self.profile not in PROFILES:
+            raise ValueError(f"unknown profile {self.profile!r}")
+        for stamp in (self.created_at, self.updated_at):
+            if stamp.tzinfo is None:
+                raise ValueError("schedule timestamps must carry a time zone")
+        if self.cron is not None:
+            try:  # an expression such as "0 0 30 2 *" is valid syntax but never fires
+                croniter(self.cron, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+            except Exception:
+                raise ValueError(f"cron expression {self.cron!r} never fires") from None
+        return self
+
+    @property
+    def paused(self) -> bool:
+        return not self.enabled
+
+    def cadence(self) -> str:
+        """How often it fires, as a person would write it."""
+        if self.cron is not None:
+            return f"cron {self.cron!r} ({self.timezone})"
+        return f"every {_format_seconds(self.interval_seconds or 0)}"
+
+    def check_interval_floor(self, min_interval_seconds: float) -> None:
+        """Refuse an interval under the operator's floor (checked on create and change)."""
+        if self.interval_seconds is not None and self.interval_seconds < min_interval_seconds:
+            raise ValueError(
+                f"interval {_format_seconds(self.interval_seconds)} is under the minimum of "
+                f"{_format_seconds(min_interval_seconds)}; use a longer interval"
+            )
+
+
+def _format_seconds(seconds: float) -> str:
+    remaining = int(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if remaining >= size:
+            parts.append(f"{remaining // size}{unit}")
+            remaining %= size
+    if remaining or not parts:
+        parts.append(f"{remaining}s")
+    return "".join(parts)

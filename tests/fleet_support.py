@@ -1,0 +1,217 @@
+"""Helpers shared by the fleet tests: requests, finished reports, worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from schemas.budget import Budget, resolve_budget
+from schemas.report import RunReport
+from schemas.request import EvaluationRequest, SnapshotTarget
+from schemas.verdict import Verdict, VerdictKind
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def snapshot_request(
+    text: str = "every Deployment in namespace prod has at least 2 ready replicas",
+    path: str = "examples/snapshots/prod-eu",
+    **fields: object,
+) -> EvaluationRequest:
+    return EvaluationRequest.model_validate(
+        {"text": text, "target": SnapshotTarget(path=path), **fields}
+    )
+
+
+def finished_report(
+    request: EvaluationRequest,
+    verdict: VerdictKind | str,
+    *,
+    finished_at: datetime | None = None,
+    explanation: str = "scripted outcome",
+) -> RunReport:
+    """A finished run report as the engine would return it (no steps needed by the store)."""
+    finished = finished_at or datetime.now(UTC)
+    return RunReport(
+        run_id=request.run_id,
+        check_id=request.check_id,
+        status="done",
+        request=request,
+        budget=resolve_budget(request.profile, request.budget or Budget()),
+        model="openai/scripted",
+        verdict=Verdict(
+            verdict=VerdictKind(verdict),
+            explanation=explanation,
+            model="openai/scripted",
+            profile=request.profile,
+            kind=request.kind,
+            run_id=request.run_id,
+            check_id=request.check_id,
+            target=request.target.name,
+            started_at=finished - timedelta(seconds=1),
+            finished_at=finished,
+            duration_seconds=1.0,
+        ),
+    )
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def worker_env(redis_url: str, **settings: str) -> dict[str, str]:
+    """The environment of a worker subprocess: only ASSAY_* settings the test chose."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    env["ASSAY_REDIS_URL"] = redis_url
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env["PYTHONPATH"] = str(ROOT)
+    for key, value in settings.items():
+        env[f"ASSAY_{key.upper()}"] = value
+    return env
+
+
+def start_worker(
+    env: dict[str, str], log_path: Path, concurrency: int = 16
+) -> subprocess.Popen[bytes]:
+    """A real `celery worker` process on the project's Celery app, logging to ``log_path``."""
+    log = log_path.open("ab")
+    return subprocess.Popen(
+        [
+            str(VENV_BIN / "celery"),
+            "-A",
+            "workers.celery_app",
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            str(concurrency),
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stop_process(process: subprocess.Popen[bytes], kill: bool = False) -> None:
+    """Stop a process this test started (TERM, then KILL after 20 s)."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+DEPLOYMENT_YAML = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  namespace: prod
+spec:
+  replicas: 3
+status:
+  replicas: 3
+  readyReplicas: {ready}
+"""
+
+
+def make_snapshots(root: Path, count: int, bad_every: int = 0) -> list[Path]:
+    """``count`` tiny snapshot folders; every ``bad_every``-th holds an unready Deployment."""
+    folders = []
+    for index in range(count):
+        folder = root / f"cluster-{index:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        bad = bad_every and index % bad_every == 0
+        name = "web-bad" if bad else "web-ok"
+        (folder / "deployments.yaml").write_text(
+            DEPLOYMENT_YAML.format(name=name, ready=1 if bad else 3)
+        )
+        folders.append(folder)
+    return folders
+
+
+def three_step_script(delay: float = 0.0, hang_match: str | None = None) -> dict[str, object]:
+    """A scripted planner: think, get Deployments, then DONE (false when it saw web-bad).
+
+    ``hang_match``: predicates matching this regex get a model that never answers in time.
+    """
+    timing = {"delay": delay} if delay else {}
+    scenarios: list[dict[str, object]] = []
+    if hang_match:
+        scenarios.append({"match": hang_match, "turns": [{"hang": 600}]})
+    scenarios.append(
+        {
+            "turns": [
+                {"action": {"action": "THOUGHT", "thought": "list the Deployments"}, **timing},
+                {
+                    "action": {
+                        "action": "COMMAND",
+                        "tool": "get",
+                        "arguments": {"kind": "Deployment", "namespace": "prod"},
+                    },
+                    **timing,
+                },
+                {
+                    "when": [
+                        {
+                            "if_contains": "web-bad",
+                            "action": {
+                                "action": "DONE",
+                                "verdict": "false",
+                                "explanation": "web-bad has 1 of 3 ready replicas",
+                                "evidence": [{"step": 1, "excerpt": "web-bad"}],
+                            },
+                        },
+                        {
+                            "action": {
+                                "action": "DONE",
+                                "verdict": "true",
+                                "explanation": "every Deployment is ready",
+                                "evidence": [{"step": 1, "excerpt": "web-ok"}],
+                            }
+                        },
+                    ],
+                    **timing,
+                },
+            ]
+        }
+    )
+    return {"scenarios": scenarios}
+
+
+def scripted_worker_env(redis_url: str, model_url: str, **settings: str) -> dict[str, str]:
+    """A worker environment pointed at the scripted model (never a real provider)."""
+    return worker_env(
+        redis_url,
+        model="openai/scripted",
+        api_base=model_url,
+        api_key="scripted-no-key",
+        log_format="json",
+        **settings,
+    )
+
+
+def worker_log_tail(path: Path, chars: int = 3000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"

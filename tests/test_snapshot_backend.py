@@ -1,0 +1,433 @@
+"""SnapshotBackend: parsing, kinds, selectors, get/events/logs/explain, redaction, bad input."""
+
+from __future__ import annotations
+
+import base64
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES
+from workers.toolsets.backend import REDACTED, BackendError
+from workers.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
+
+SNAPSHOTS = EXAMPLES / "snapshots"
+CANARY = "ASSAY-CANARY-7f3a9c"
+
+
+@pytest.fixture(scope="module")
+def prod_eu() -> SnapshotBackend:
+    return SnapshotBackend(SNAPSHOTS / "prod-eu")
+
+
+@pytest.fixture(scope="module")
+def staging_us() -> SnapshotBackend:
+    return SnapshotBackend(SNAPSHOTS / "staging-us")
+
+
+def write(root: Path, relative: str, text: str) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+
+
+def names(objects: object) -> list[str]:
+    return [o["metadata"]["name"] for o in objects]  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- kinds
+
+
+@pytest.mark.parametrize(
+    ("spelling", "kind", "group"),
+    [
+        ("Pod", "Pod", ""),
+        ("pods", "Pod", ""),
+        ("po", "Pod", ""),
+        ("PODS", "Pod", ""),
+        ("deploy", "Deployment", "apps"),
+        ("deployments.apps", "Deployment", "apps"),
+        ("deployment.v1.apps", "Deployment", "apps"),
+        ("svc", "Service", ""),
+        ("ing", "Ingress", "networking.k8s.io"),
+        ("cert", "Certificate", "cert-manager.io"),
+        ("certificates.cert-manager.io", "Certificate", "cert-manager.io"),
+        ("crd", "CustomResourceDefinition", "apiextensions.k8s.io"),
+    ],
+)
+def test_resolve_accepts_every_name_kubectl_accepts(
+    prod_eu: SnapshotBackend, spelling: str, kind: str, group: str
+) -> None:
+    info = prod_eu.resolve(spelling)
+    assert (info.kind, info.group) == (kind, group)
+
+
+def test_resolve_unknown_kind_is_a_not_found_error(prod_eu: SnapshotBackend) -> None:
+    with pytest.raises(BackendError) as caught:
+        prod_eu.resolve("widgets")
+    assert caught.value.code == "not_found"
+    assert "api_resources" in caught.value.message
+
+
+def test_api_resources_has_builtins_crds_and_kinds_only_seen_as_objects(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "widgets.yaml",
+        """
+        apiVersion: example.com/v1alpha1
+        kind: Widget
+        metadata: {name: w1, namespace: team-a}
+        spec: {size: 3}
+        """,
+    )
+    backend = SnapshotBackend(tmp_path)
+    by_kind = {r.kind: r for r in backend.api_resources()}
+    assert {"Pod", "Deployment", "CustomResourceDefinition"} <= by_kind.keys()
+    widget = by_kind["Widget"]
+    assert (widget.plural, widget.group, widget.namespaced) == ("widgets", "example.com", True)
+    assert names(backend.list_objects(backend.resolve("widgets"), "team-a")) == ["w1"]
+
+
+def test_legacy_group_objects_are_served_under_the_current_kind(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "old.yaml",
+        """
+        apiVersion: extensions/v1beta1
+        kind: Ingress
+        metadata: {name: legacy, namespace: web}
+        """,
+    )
+    backend = SnapshotBackend(tmp_path)
+    assert names(backend.list_objects(backend.resolve("ing"), None)) == ["legacy"]
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def test_list_files_multi_document_files_and_single_objects_all_load(
+    prod_eu: SnapshotBackend,
+) -> None:
+    assert prod_eu.problems == []
+    deployments = prod_eu.resolve("deploy")
+    # prod/deployments.yaml is a List; ingress-nginx/controller.yaml is multi-document;
+    # kube-system/workloads.yaml is a List of mixed kinds.
+    assert names(prod_eu.list_objects(deployments, "prod")) == ["api", "web", "worker"]
+    assert names(prod_eu.list_objects(deployments, "ingress-nginx")) == ["ingress-nginx-controller"]
+    assert names(prod_eu.list_objects(prod_eu.resolve("ds"), None)) == ["kube-proxy"]
+    single = prod_eu.get(prod_eu.resolve("ingress"), "api", "prod")  # a single-object file
+    assert single["spec"]["rules"][0]["host"] == "api.example.com"
+
+
+def test_json_snapshots_load() -> None:
+    backend = SnapshotBackend(SNAPSHOTS / "dev-ap")
+    assert backend.problems == []
+    pods = names(backend.list_objects(backend.resolve("pods"), "dev"))
+    assert pods == ["debug-tools-d4c8b9f7a-pz8vn", "web-7d9c8b6f5-l2k9d"]
+    assert names(backend.list_objects(backend.resolve("nodes"), None)) == ["dev-ap-node-1"]
+
+
+def test_malformed_files_are_reported_by_name_and_hide_nothing_else(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "good.yaml",
+        """
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: fine, namespace: default}
+        """,
+    )
+    write(tmp_path, "team/broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: [unclosed\n")
+    write(tmp_path, "bad.json", '{"kind": "Pod", ')
+    write(tmp_path, "scalar.yaml", "just a string\n")
+    write(tmp_path, "nameless.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {}\n")
+    backend = SnapshotBackend(tmp_path)
+    problems = "\n".join(backend.problems)
+    assert "team/broken.yaml: not valid YAML (line" in problems
+    assert "bad.json: not valid JSON" in problems
+    assert "scalar.yaml: document 1 is not a Kubernetes object" in problems
+    assert "nameless.yaml" in problems
+    assert names(backend.list_objects(backend.resolve("pods"), None)) == ["fine"]
+
+
+def test_documents_before_a_yaml_error_are_kept(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "partly.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: first, namespace: a}\n---\n"
+        "kind: Pod\nmetadata: {name: [oops\n",
+    )
+    backend = SnapshotBackend(tmp_path)
+    assert names(backend.list_objects(backend.resolve("po"), None)) == ["first"]
+    assert "partly.yaml" in backend.problems[0]
+    assert "first 1 document(s) were kept" in backend.problems[0]
+
+
+def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(SnapshotError, match="does not exist"):
+        SnapshotBackend(tmp_path / "nope")
+
+
+# --------------------------------------------------------------------------- selectors
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        (
+            "app.kubernetes.io/name=api",
+            ["api-7c9d8f6b5-m3n8v", "api-7c9d8f6b5-q7r9t", "api-7c9d8f6b5-x2k4p"],
+        ),
+        ("app.kubernetes.io/name==web", ["web-5f6c7b8d9-c9d4f", "web-5f6c7b8d9-h5j2w"]),
+        ("tier!=backend", ["web-5f6c7b8d9-c9d4f", "web-5f6c7b8d9-h5j2w"]),
+        (
+            "app.kubernetes.io/name in (web, worker),tier!=frontend",
+            ["worker-84b7d6c5f-b6g7k", "worker-84b7d6c5f-t1s8z"],
+        ),
+        (
+            "app.kubernetes.io/name notin (api,worker)",
+            ["web-5f6c7b8d9-c9d4f", "web-5f6c7b8d9-h5j2w"],
+        ),
+        ("tier,app.kubernetes.io/name=web", ["web-5f6c7b8d9-c9d4f", "web-5f6c7b8d9-h5j2w"]),
+        ("!tier", []),
+    ],
+)
+def test_label_selectors(prod_eu: SnapshotBackend, selector: str, expected: list[str]) -> None:
+    pods = prod_eu.resolve("pods")
+    assert names(prod_eu.list_objects(pods, "prod", label_selector=selector)) == expected
+
+
+def test_set_based_negations_match_objects_without_the_label(prod_eu: SnapshotBackend) -> None:
+    pods = prod_eu.resolve("pods")
+    everywhere = names(prod_eu.list_objects(pods, None, label_selector="!tier"))
+    assert "coredns-76f75df574-8k2lp" in everywhere
+    notin = names(prod_eu.list_objects(pods, None, label_selector="tier notin (backend)"))
+    assert "coredns-76f75df574-8k2lp" in notin and "web-5f6c7b8d9-h5j2w" in notin
+    assert not any(n.startswith(("api-", "worker-")) for n in notin)
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("metadata.name=api", ["api"]),
+        ("metadata.namespace=prod,metadata.name!=api", ["web", "worker"]),
+        ("spec.replicas=3", ["api"]),
+        ("spec.replicas!=3,metadata.namespace==prod", ["web", "worker"]),
+        ("status.readyReplicas=2,metadata.namespace=kube-system", ["coredns"]),
+        ("spec.template.spec.serviceAccountName=cert-manager", ["cert-manager"]),
+    ],
+)
+def test_field_selectors(prod_eu: SnapshotBackend, selector: str, expected: list[str]) -> None:
+    deployments = prod_eu.resolve("deploy")
+    assert names(prod_eu.list_objects(deployments, None, field_selector=selector)) == expected
+
+
+def test_field_selectors_on_pods(staging_us: SnapshotBackend) -> None:
+    pods = staging_us.resolve("po")
+    on_node = staging_us.list_objects(
+        pods, "prod", field_selector="spec.nodeName=ip-172-31-22-9.ec2.internal"
+    )
+    assert names(on_node) == ["api-6b7f9d8c4-9sdlq"]
+    assert names(staging_us.list_objects(pods, None, field_selector="status.phase!=Running")) == []
+
+
+@pytest.mark.parametrize("selector", ["app in ((", "=x", "a b c", "app=web=x"])
+def test_bad_label_selectors_fail_at_the_call(prod_eu: SnapshotBackend, selector: str) -> None:
+    with pytest.raises(BackendError) as caught:
+        prod_eu.list_objects(prod_eu.resolve("po"), None, label_selector=selector)
+    assert caught.value.code == "bad_request"
+    assert "label selector" in caught.value.message
+
+
+def test_bad_field_selector(prod_eu: SnapshotBackend) -> None:
+    with pytest.raises(BackendError, match="field selector"):
+        prod_eu.list_objects(prod_eu.resolve("po"), None, field_selector="status.phase")
+
+
+def test_cluster_scoped_kinds_ignore_the_namespace(prod_eu: SnapshotBackend) -> None:
+    assert len(list(prod_eu.list_objects(prod_eu.resolve("nodes"), "prod"))) == 3
+
+
+# --------------------------------------------------------------------------- get
+
+
+def test_get_without_namespace_finds_a_unique_name(prod_eu: SnapshotBackend) -> None:
+    cert = prod_eu.get(prod_eu.resolve("cert"), "api-example-com", None)
+    assert cert["metadata"]["namespace"] == "prod"
+
+
+def test_get_reports_ambiguous_and_missing_names(prod_eu: SnapshotBackend) -> None:
+    services = prod_eu.resolve("svc")
+    with pytest.raises(BackendError) as missing:
+        prod_eu.get(services, "api", "kube-system")
+    assert missing.value.code == "not_found"
+    assert "namespace 'kube-system'" in missing.value.message
+    with pytest.raises(BackendError) as absent:
+        prod_eu.get(prod_eu.resolve("nodes"), "no-such-node", None)
+    assert absent.value.code == "not_found"
+
+
+def test_get_same_name_in_two_namespaces_asks_for_one(tmp_path: Path) -> None:
+    for ns in ("a", "b"):
+        write(
+            tmp_path,
+            f"{ns}.yaml",
+            f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg, namespace: {ns}}}\n",
+        )
+    backend = SnapshotBackend(tmp_path)
+    with pytest.raises(BackendError, match="namespaces a, b") as caught:
+        backend.get(backend.resolve("cm"), "cfg", None)
+    assert caught.value.code == "bad_request"
+
+
+def test_returned_objects_are_copies(prod_eu: SnapshotBackend) -> None:
+    deployments = prod_eu.resolve("deploy")
+    first = prod_eu.get(deployments, "api", "prod")
+    first["spec"]["replicas"] = 0
+    assert prod_eu.get(deployments, "api", "prod")["spec"]["replicas"] == 3
+
+
+# --------------------------------------------------------------------------- events
+
+
+def test_events_of_one_object_in_time_order(staging_us: SnapshotBackend) -> None:
+    events = staging_us.events("prod", "Pod", "api-6b7f9d8c4-9sdlq")
+    assert [e["reason"] for e in events] == ["Scheduled", "Unhealthy", "Pulled", "BackOff"]
+    assert staging_us.events("prod", "pod", "api-6b7f9d8c4-fw2xk")[0]["reason"] == "Started"
+    assert staging_us.events("kube-system") == []
+
+
+def test_events_by_kind_only(prod_eu: SnapshotBackend) -> None:
+    events = prod_eu.events(None, "Certificate")
+    assert [e["involvedObject"]["name"] for e in events] == ["api-example-com"]
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def test_logs_current_previous_and_tail(staging_us: SnapshotBackend) -> None:
+    pod = "api-6b7f9d8c4-9sdlq"
+    current = staging_us.logs("prod", pod)
+    assert "cannot start without schema, exiting" in current
+    previous = staging_us.logs("prod", pod, previous=True)
+    assert "panic: migrate: cannot start without schema" in previous
+    assert "panic" not in current
+    tail = staging_us.logs("prod", pod, tail_lines=2)
+    assert tail.count("\n") == 2
+    assert tail.splitlines()[-1].endswith('"exit_code":1}')
+
+
+def test_logs_since_seconds_counts_back_from_the_newest_line(staging_us: SnapshotBackend) -> None:
+    recent = staging_us.logs("prod", "api-6b7f9d8c4-9sdlq", since_seconds=2)
+    assert "migration failed" in recent
+    assert "starting api" not in recent
+
+
+def test_logs_limit_bytes_keeps_the_first_bytes(staging_us: SnapshotBackend) -> None:
+    text = staging_us.logs("prod", "api-6b7f9d8c4-9sdlq", limit_bytes=40)
+    assert len(text.encode()) <= 40
+    assert text.startswith("2026-03-10T08:55:58")
+
+
+def test_logs_errors(staging_us: SnapshotBackend, tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="no previous log") as caught:
+        staging_us.logs("prod", "api-6b7f9d8c4-fw2xk", previous=True)
+    assert caught.value.code == "not_found"
+    with pytest.raises(BackendError, match="has no container 'sidecar'"):
+        staging_us.logs("prod", "api-6b7f9d8c4-fw2xk", container="sidecar")
+    with pytest.raises(BackendError, match="not found in namespace"):
+        staging_us.logs("prod", "ghost")
+    for bad in ("../../etc", "a/b", ".."):
+        with pytest.raises(BackendError) as traversal:
+            staging_us.logs(bad, "x")
+        assert traversal.value.code == "bad_request"
+
+
+def test_logs_of_a_multi_container_pod_need_a_container(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "pod.yaml",
+        """
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: two, namespace: ns}
+        spec:
+          containers: [{name: app, image: a}, {name: proxy, image: p}]
+        """,
+    )
+    write(tmp_path, "logs/ns/two/app.log", "app line\n")
+    write(tmp_path, "logs/ns/two/proxy.log", "proxy line\n")
+    backend = SnapshotBackend(tmp_path)
+    with pytest.raises(BackendError, match=r"several containers \(app, proxy\)"):
+        backend.logs("ns", "two")
+    assert backend.logs("ns", "two", container="proxy") == "proxy line\n"
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def test_explain_reads_the_crd_schema(prod_eu: SnapshotBackend) -> None:
+    certificates = prod_eu.resolve("certificate")
+    top = prod_eu.explain(certificates)
+    assert {"spec", "status"} <= top["properties"].keys()
+    dns = prod_eu.explain(certificates, "spec.dnsNames")
+    assert dns["type"] == "array"
+    condition = prod_eu.explain(certificates, "status.conditions.status")  # steps into items
+    assert condition["enum"] == ["True", "False", "Unknown"]
+    with pytest.raises(BackendError, match="no field 'nope' under spec"):
+        prod_eu.explain(certificates, "spec.nope")
+
+
+def test_explain_of_a_builtin_says_the_snapshot_has_no_schema(prod_eu: SnapshotBackend) -> None:
+    with pytest.raises(BackendError, match="carries no schema for Deployment") as caught:
+        prod_eu.explain(prod_eu.resolve("deploy"))
+    assert caught.value.code == "unsupported"
+
+
+# --------------------------------------------------------------------------- redaction
+
+
+def test_secret_values_are_redacted_at_load(prod_eu: SnapshotBackend) -> None:
+    secret = prod_eu.get(prod_eu.resolve("secret"), "api-credentials", "prod")
+    assert secret["data"] == {"api-token": REDACTED}
+    assert secret["stringData"] == {"db-password": REDACTED}
+    assert "annotations" not in secret["metadata"] or not any(
+        "last-applied" in key for key in secret["metadata"]["annotations"]
+    )
+    everything = json.dumps(
+        [list(prod_eu.list_objects(info, None)) for info in prod_eu.api_resources()]
+    )
+    encoded = base64.b64encode(CANARY.encode()).decode()
+    assert CANARY not in everything and encoded not in everything
+    # the annotation itself is gone (managedFields may still name it as "f:...")
+    assert '"kubectl.kubernetes.io/last-applied-configuration"' not in everything
+
+
+def test_copies_of_secret_values_elsewhere_are_scrubbed(tmp_path: Path) -> None:
+    value = "s3cr3t-password-42"
+    write(
+        tmp_path,
+        "objects.yaml",
+        f"""
+        apiVersion: v1
+        kind: Secret
+        metadata: {{name: db, namespace: app}}
+        data: {{password: {base64.b64encode(value.encode()).decode()}}}
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata: {{name: leaky, namespace: app}}
+        spec:
+          containers:
+          - name: app
+            image: app:1
+            env: [{{name: DB_PASSWORD, value: {value}}}]
+        """,
+    )
+    write(tmp_path, "logs/app/leaky/app.log", f"connecting with password={value}\n")
+    backend = SnapshotBackend(tmp_path)
+    pod = backend.get(backend.resolve("po"), "leaky", "app")
+    assert pod["spec"]["containers"][0]["env"][0]["value"] == REDACTED
+    assert backend.logs("app", "leaky") == f"connecting with password={REDACTED}\n"

@@ -1,0 +1,72 @@
+"""Sending evaluations to the fleet: register the run in the store, then queue its task.
+
+The client, the API, batch fan-out and the scheduler all enqueue through
+:class:`Dispatcher`, so every queued run is known to the store before a worker
+can see it (a batch's tally counts it as pending first), and every task
+carries time limits derived from the run's own deadline.
+
+Sending is at-least-once: a run sent twice is evaluated at most twice and
+recorded once (the store's first-verdict-wins rule).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from schemas.fleet import SubmitReceipt
+from schemas.request import EvaluationRequest
+from workers.celery_app import TASK_NAME, queue_name, time_limits_for
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from schemas.settings import AssaySettings
+    from workers.store import VerdictStore
+
+
+class Dispatcher:
+    """Queues evaluation requests on the fleet's broker."""
+
+    def __init__(self, app: Celery, store: VerdictStore, settings: AssaySettings) -> None:
+        self.app = app
+        self.store = store
+        self.settings = settings
+        self._queue = queue_name(settings)
+
+    @classmethod
+    def from_settings(cls, settings: AssaySettings, store: VerdictStore) -> Dispatcher:
+        from workers.celery_app import create_app
+
+        return cls(create_app(settings, with_tasks=False), store, settings)
+
+    def submit(self, request: EvaluationRequest) -> SubmitReceipt:
+        """Register ``request`` as queued (once) and send its task."""
+        self.store.register_run(request)
+        self.send(request)
+        return SubmitReceipt(
+            run_id=request.run_id,
+            check_id=request.check_id,
+            target=request.target.name,
+            batch_id=request.batch_id,
+        )
+
+    def send(self, request: EvaluationRequest, resume_sequence: int | None = None) -> None:
+        """Send the task only (a continuation of a run the store already knows).
+
+        ``resume_sequence`` names the checkpoint a WAIT continuation resumes
+        (the scheduler sets it; see workers/checkpoints.py).
+        """
+        soft, hard = time_limits_for(request, self.settings)
+        extra = {"resume_sequence": resume_sequence} if resume_sequence is not None else {}
+        self.app.send_task(
+            TASK_NAME,
+            args=[request.model_dump(mode="json")],
+            kwargs=extra,
+            task_id=request.run_id,
+            queue=self._queue,
+            soft_time_limit=soft,
+            time_limit=hard,
+        )
+
+    def close(self) -> None:
+        self.app.close()

@@ -1,0 +1,287 @@
+"""Every Prometheus metric assay exports, defined once, with small functions to move them.
+
+Workers, the scheduler and the API each expose one registry per process (the
+default one). Workers run Celery's threads pool, so every evaluation of a
+worker shares the process and its counters; prometheus-client's multiprocess
+mode is not needed. Code elsewhere never touches a metric object directly: it
+calls one of the ``observe_*`` functions, so a metric's name and labels live
+in this file only.
+
+Two gauges are read at scrape time rather than kept up to date: the broker's
+queue depth (the Redis list lengths Celery's Redis transport uses) and the
+scheduler's due / in-flight timers. Their collectors ask Redis when Prometheus
+scrapes, so they are right even when nothing in this process moved them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from schemas.verdict import Verdict
+
+NAMESPACE = "assay"
+
+# --- evaluations --------------------------------------------------------------------------------
+EVALUATIONS = Counter(
+    "evaluations",
+    "Finished evaluations by verdict, profile and kind (check or query).",
+    ["verdict", "profile", "kind"],
+    namespace=NAMESPACE,
+)
+EVALUATION_DURATION = Histogram(
+    "evaluation_duration_seconds",
+    "Wall-clock duration of finished evaluations, from start to verdict.",
+    ["profile"],
+    namespace=NAMESPACE,
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, float("inf")),
+)
+BUDGET_EXHAUSTIONS = Counter(
+    "budget_exhaustions",
+    "Evaluations that ended because a budget ran out, by which one.",
+    ["kind"],
+    namespace=NAMESPACE,
+)
+
+# --- model calls -----------------------------------------------------------------------------
+MODEL_CALLS = Counter(
+    "model_calls",
+    "Model calls by model and outcome (ok or error), retries not counted separately.",
+    ["model", "outcome"],
+    namespace=NAMESPACE,
+)
+MODEL_TOKENS = Counter(
+    "model_tokens",
+    "Tokens the provider reported, by model and type (prompt or completion).",
+    ["model", "type"],
+    namespace=NAMESPACE,
+)
+MODEL_RETRIES = Counter(
+    "model_call_retries",
+    "Model-call attempts that failed transiently and were retried, by model.",
+    ["model"],
+    namespace=NAMESPACE,
+)
+
+# --- tools --------------------------------------------------------------------------------------
+TOOL_CALLS = Counter(
+    "tool_calls",
+    "Read-only tool calls by tool and outcome (ok or error).",
+    ["tool", "outcome"],
+    namespace=NAMESPACE,
+)
+
+# --- scheduler ----------------------------------------------------------------------------------
+SCHEDULER_LATENESS = Histogram(
+    "scheduler_lateness_seconds",
+    "Time from a timer's due instant to its evaluation being enqueued.",
+    ["kind"],
+    namespace=NAMESPACE,
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, float("inf")),
+)
+
+# --- API ----------------------------------------------------------------------------------------
+API_REQUESTS = Counter(
+    "api_requests",
+    "HTTP API requests by route template, method and status code.",
+    ["route", "method", "status"],
+    namespace=NAMESPACE,
+)
+API_REQUEST_DURATION = Histogram(
+    "api_request_duration_seconds",
+    "HTTP API request latency by route template.",
+    ["route"],
+    namespace=NAMESPACE,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, float("inf")),
+)
+
+
+def observe_verdict(verdict: Verdict) -> None:
+    """Count a finished evaluation; call once per run, where its verdict is recorded."""
+    EVALUATIONS.labels(
+        verdict=verdict.verdict.value, profile=verdict.profile, kind=verdict.kind
+    ).inc()
+    EVALUATION_DURATION.labels(profile=verdict.profile).observe(max(verdict.duration_seconds, 0.0))
+    if verdict.budget_exhausted:
+        BUDGET_EXHAUSTIONS.labels(kind=verdict.budget_exhausted).inc()
+
+
+def observe_model_call(
+    model: str, *, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0
+) -> None:
+    """Count one model call (after its retries) and the tokens it used."""
+    MODEL_CALLS.labels(model=model, outcome="ok" if ok else "error").inc()
+    if prompt_tokens:
+        MODEL_TOKENS.labels(model=model, type="prompt").inc(prompt_tokens)
+    if completion_tokens:
+        MODEL_TOKENS.labels(model=model, type="completion").inc(completion_tokens)
+
+
+def observe_model_reply(
+    model: str, *, prompt_tokens: int | None, completion_tokens: int | None, attempts: int
+) -> None:
+    """Count a model call that answered after ``attempts`` tries (the extra ones were retries)."""
+    observe_model_call(
+        model, ok=True, prompt_tokens=prompt_tokens or 0, completion_tokens=completion_tokens or 0
+    )
+    if attempts > 1:
+        MODEL_RETRIES.labels(model=model).inc(attempts - 1)
+
+
+def observe_model_retry(model: str) -> None:
+    """Count one failed attempt that will be retried."""
+    MODEL_RETRIES.labels(model=model).inc()
+
+
+def observe_tool_call(tool: str, *, ok: bool) -> None:
+    """Count one tool call by its outcome."""
+    TOOL_CALLS.labels(tool=tool, outcome="ok" if ok else "error").inc()
+
+
+def observe_lateness(seconds: float, kind: str = "timer") -> None:
+    """Record how late the scheduler enqueued a due timer (negative = early, kept at 0)."""
+    SCHEDULER_LATENESS.labels(kind=kind).observe(max(seconds, 0.0))
+
+
+def observe_api_request(route: str, method: str, status: int, seconds: float) -> None:
+    """Count one API request; ``route`` is the template (``/v1/runs/{run_id}``), never the path."""
+    API_REQUESTS.labels(route=route, method=method, status=str(status)).inc()
+    API_REQUEST_DURATION.labels(route=route).observe(seconds)
+
+
+@contextmanager
+def timed_api_request(route: str, method: str) -> Iterator[Callable[[int], None]]:
+    """Time a request; call the yielded function with the final status code."""
+    start = time.perf_counter()
+    status = [500]
+    yield lambda code: status.__setitem__(0, code)
+    observe_api_request(route, method, status[0], time.perf_counter() - start)
+
+
+# --- scrape-time collectors -----------------------------------------------------------------------
+
+# kombu's Redis transport keeps one list per queue and priority step; these are its
+# defaults (kombu.transport.redis PRIORITY_STEPS and Channel.sep).
+_KOMBU_PRIORITY_STEPS = (0, 3, 6, 9)
+_KOMBU_PRIORITY_SEP = "\x06\x16"
+
+
+def kombu_queue_keys(queue: str) -> list[str]:
+    """The Redis lists that hold ``queue``'s waiting messages, one per priority step."""
+    return [
+        queue if step == 0 else f"{queue}{_KOMBU_PRIORITY_SEP}{step}"
+        for step in _KOMBU_PRIORITY_STEPS
+    ]
+
+
+class QueueDepthCollector(Collector):
+    """``assay_queue_depth{queue}``: messages waiting in the broker, read at scrape time.
+
+    ``redis_factory`` returns a redis client for the broker; a broker that does not
+    answer yields no sample (and ``assay_queue_depth_up 0``) rather than a stale number.
+    """
+
+    def __init__(self, redis_factory: Callable[[], Any], queues: Iterable[str]) -> None:
+        self._redis_factory = redis_factory
+        self._queues = list(queues)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        depth = GaugeMetricFamily(
+            f"{NAMESPACE}_queue_depth",
+            "Evaluations waiting in the broker queue, read from Redis at scrape time.",
+            labels=["queue"],
+        )
+        up = GaugeMetricFamily(
+            f"{NAMESPACE}_queue_depth_up", "1 when the broker answered the last scrape."
+        )
+        try:
+            client = self._redis_factory()
+            pipe = client.pipeline(transaction=False)
+            for queue in self._queues:
+                for key in kombu_queue_keys(queue):
+                    pipe.llen(key)
+            sizes = pipe.execute()
+        except Exception:  # a scrape must never fail because the broker is down
+            up.add_metric([], 0)
+            yield up
+            return
+        steps = len(_KOMBU_PRIORITY_STEPS)
+        for index, queue in enumerate(self._queues):
+            depth.add_metric(
+                [queue], sum(int(n) for n in sizes[index * steps : (index + 1) * steps])
+            )
+        up.add_metric([], 1)
+        yield depth
+        yield up
+
+
+class TimerCollector(Collector):
+    """``assay_timers_due`` and ``assay_timers_in_flight``, read from the scheduler's keys.
+
+    ``read_counts`` returns ``(due, in_flight)``; the scheduler's own module reads
+    its keys (it is the only code that knows their layout).
+    """
+
+    def __init__(self, read_counts: Callable[[], tuple[int, int]]) -> None:
+        self._read_counts = read_counts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            due, in_flight = self._read_counts()
+        except Exception:  # Redis down: no sample beats a wrong one
+            return
+        yield GaugeMetricFamily(
+            f"{NAMESPACE}_timers_due",
+            "Timers in the scheduler's due set: waiting for their instant or for a claim.",
+            value=due,
+        )
+        yield GaugeMetricFamily(
+            f"{NAMESPACE}_timers_in_flight",
+            "Timers claimed by a scheduler replica and not yet acknowledged.",
+            value=in_flight,
+        )
+
+
+_registered: dict[str, Collector] = {}
+
+
+def register_collector(
+    name: str, collector: Collector, registry: CollectorRegistry = REGISTRY
+) -> None:
+    """Register a scrape-time collector once per process; a name seen before is ignored."""
+    if name in _registered:
+        return
+    registry.register(collector)
+    _registered[name] = collector
+
+
+def render_latest(registry: CollectorRegistry = REGISTRY) -> tuple[bytes, str]:
+    """The exposition text and its content type, for the API's ``/metrics``."""
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+_server_port: int | None = None
+
+
+def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:
+    """Serve ``/metrics`` on ``port`` in a daemon thread; later calls in the process do nothing."""
+    global _server_port
+    if _server_port is not None:
+        return
+    start_http_server(port, addr=addr)
+    _server_port = port

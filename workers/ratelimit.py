@@ -1,0 +1,123 @@
+"""A fleet-wide limit on model calls: requests and tokens per minute, per model, in Redis.
+
+Fifty workers sharing one provider key must not each believe they own its
+rate limit, so every model call first asks this limiter, which keeps one
+shared state per model in Redis. The algorithm is GCRA (the generic cell rate
+algorithm): per limit, one number, the "theoretical arrival time" of the next
+unit of capacity. A call costs 1 request and N tokens; it may go when both
+limits have room (a full minute's allowance may be used in a burst), and both
+are charged in the same Lua script, so limits never drift apart and two
+workers can never both take the last slot. The script reads Redis's clock, so
+workers with skewed clocks still agree.
+
+Waiting counts against the run's deadline: when the wait would end past it,
+:meth:`FleetRateLimiter.acquire` raises :class:`RateLimitTimeout` at once
+instead of sleeping into a certain budget failure.
+
+Keys (``P`` = settings.key_prefix)::
+
+    P:ratelimit:{model}:rpm   string  theoretical arrival time (seconds, Redis clock)
+    P:ratelimit:{model}:tpm   string  same, for tokens
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import redis
+
+    from schemas.settings import AssaySettings
+
+WINDOW_SECONDS = 60.0
+MAX_SLEEP_SECONDS = 1.0  # re-ask at least this often: other workers may free nothing, or time moved
+
+# KEYS: rpm key, tpm key.  ARGV: rpm (0 = off), tpm (0 = off), tokens, window seconds
+# Returns "0" when the call may go (and charges it), else the seconds to wait.
+_ACQUIRE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local window = tonumber(ARGV[4])
+local function plan(key, rate, cost)
+  if rate <= 0 then
+    return nil, -1
+  end
+  if cost > rate then cost = rate end
+  local tat = tonumber(redis.call('GET', key) or '0')
+  if tat < now then tat = now end
+  local new_tat = tat + cost * window / rate
+  return new_tat, new_tat - window - now
+end
+local rpm_tat, rpm_wait = plan(KEYS[1], tonumber(ARGV[1]), 1)
+local tpm_tat, tpm_wait = plan(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]))
+local wait = math.max(rpm_wait, tpm_wait)
+if wait > 0 then
+  return tostring(wait)
+end
+if rpm_tat then
+  redis.call('SET', KEYS[1], tostring(rpm_tat), 'PX', math.ceil((rpm_tat - now) * 1000) + 1000)
+end
+if tpm_tat then
+  redis.call('SET', KEYS[2], tostring(tpm_tat), 'PX', math.ceil((tpm_tat - now) * 1000) + 1000)
+end
+return '0'
+"""
+
+
+class RateLimitTimeout(TimeoutError):
+    """The fleet's model rate limit would keep this call waiting past the run's deadline."""
+
+
+class FleetRateLimiter:
+    """Requests/min and tokens/min per model, shared by every worker on one Redis.
+
+    Implements the engine's rate-limiter protocol: ``acquire(model, tokens,
+    deadline)`` with ``deadline`` a ``time.monotonic()`` instant.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str,
+        rpm: int | None,
+        tpm: int | None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.prefix = prefix
+        self.rpm = rpm or 0
+        self.tpm = tpm or 0
+        self._sleep = sleep
+        self._clock = clock
+        self._acquire_script = client.register_script(_ACQUIRE_LUA)
+
+    @classmethod
+    def from_settings(cls, settings: AssaySettings, client: redis.Redis) -> FleetRateLimiter | None:
+        """The limiter the settings ask for, or None when neither limit is set."""
+        if not settings.llm_rpm and not settings.llm_tpm:
+            return None
+        return cls(client, prefix=settings.key_prefix, rpm=settings.llm_rpm, tpm=settings.llm_tpm)
+
+    def try_acquire(self, model: str, tokens: int) -> float:
+        """Charge one call of ``tokens`` if it fits now (returns 0), else the seconds to wait."""
+        keys = [f"{self.prefix}:ratelimit:{model}:rpm", f"{self.prefix}:ratelimit:{model}:tpm"]
+        answer = self._acquire_script(
+            keys=keys, args=[self.rpm, self.tpm, max(0, int(tokens)), WINDOW_SECONDS]
+        )
+        return float(answer)
+
+    def acquire(self, model: str, tokens: int, deadline: float) -> None:
+        """Block until the call fits both limits; RateLimitTimeout if that is past ``deadline``."""
+        while True:
+            wait = self.try_acquire(model, tokens)
+            if wait <= 0:
+                return
+            if self._clock() + wait >= deadline:
+                raise RateLimitTimeout(
+                    f"the fleet's rate limit for {model} needs {wait:.1f}s more than the run "
+                    "has left; raise ASSAY_LLM_RPM / ASSAY_LLM_TPM or the run's timeout"
+                )
+            self._sleep(min(wait, MAX_SLEEP_SECONDS))
