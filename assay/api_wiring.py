@@ -36,23 +36,19 @@ if TYPE_CHECKING:
 
 API_REDIS_TIMEOUT_SECONDS = 5.0
 API_REDIS_RETRIES = 3
+API_REDIS_BACKOFF_CAP_SECONDS = 0.5
 
 
 def api_redis(url: str) -> redis.Redis:
     """A decoded-string client that fails within seconds when Redis is away."""
-    import redis as redis_lib
-    from redis.backoff import EqualJitterBackoff
-    from redis.exceptions import ConnectionError, TimeoutError
-    from redis.retry import Retry
+    from workers.redis_client import connect
 
-    return redis_lib.Redis.from_url(
+    return connect(
         url,
-        decode_responses=True,
-        socket_timeout=API_REDIS_TIMEOUT_SECONDS,
-        socket_connect_timeout=API_REDIS_TIMEOUT_SECONDS,
-        health_check_interval=15,
-        retry=Retry(EqualJitterBackoff(cap=0.5, base=0.05), API_REDIS_RETRIES),
-        retry_on_error=[ConnectionError, TimeoutError],
+        retries=API_REDIS_RETRIES,
+        timeout_seconds=API_REDIS_TIMEOUT_SECONDS,
+        backoff_cap_seconds=API_REDIS_BACKOFF_CAP_SECONDS,
+        keepalive=False,
     )
 
 

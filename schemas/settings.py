@@ -83,6 +83,11 @@ class AssaySettings(BaseSettings):
     history_limit: int = Field(default=500, ge=1, description="Verdicts kept per check.")
     run_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
     worker_concurrency: int = Field(default=64, ge=1)
+    worker_processes: int = Field(
+        default=1,
+        ge=1,
+        description="Worker processes `assay worker` runs, each with worker_concurrency runs.",
+    )
     worker_pool: Literal["threads", "prefork", "solo", "gevent", "eventlet"] = "threads"
     max_deliveries: int = Field(default=3, ge=1, description="Redelivery cap per run.")
     broker_visibility_timeout_seconds: float = Field(

@@ -152,6 +152,10 @@ def make_snapshots(root: Path, count: int, bad_every: int = 0) -> list[Path]:
     return folders
 
 
+# What the fleet tests ask of the Deployments ``make_snapshots`` writes.
+PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
+
+
 def three_step_script(delay: float = 0.0, hang_match: str | None = None) -> dict[str, object]:
     """A scripted planner: think, get Deployments, then DONE (false when it saw web-bad).
 

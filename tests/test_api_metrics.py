@@ -17,6 +17,7 @@ from assay.redis_process import free_port
 from assay.testing.scripted_model import ScriptedModel
 from tests.api_support import READ_TOKEN, WRITE_TOKEN, ApiServer, auth
 from tests.fleet_support import (
+    PREDICATE,
     make_snapshots,
     scripted_worker_env,
     start_worker,
@@ -27,7 +28,6 @@ from tests.fleet_support import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
 MODEL = "openai/scripted"
 
 

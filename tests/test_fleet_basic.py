@@ -17,6 +17,7 @@ from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import (
+    PREDICATE,
     make_snapshots,
     scripted_worker_env,
     snapshot_request,
@@ -28,8 +29,6 @@ from tests.fleet_support import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pytest
 
 from assay.testing.scripted_model import ScriptedModel
 from tests.fleet_support import (
+    PREDICATE,
     ROOT,
     make_snapshots,
     scripted_worker_env,
@@ -26,7 +27,6 @@ from tests.fleet_support import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
 ASSAY = [sys.executable, "-m", "assay.cli"]
 
 

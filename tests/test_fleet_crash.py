@@ -17,6 +17,7 @@ from schemas.budget import Budget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import (
+    PREDICATE,
     make_snapshots,
     scripted_worker_env,
     start_worker,
@@ -28,7 +29,6 @@ from tests.fleet_support import (
 
 pytestmark = pytest.mark.integration
 
-PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
 VISIBILITY_SECONDS = "8"  # a killed worker's runs come back after this long
 RUN_TIMEOUT_SECONDS = 6.0  # shorter than the visibility timeout, as in production
 

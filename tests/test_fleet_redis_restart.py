@@ -11,6 +11,7 @@ from assay.redis_process import RedisProcess
 from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
 from tests.fleet_support import (
+    PREDICATE,
     make_snapshots,
     scripted_worker_env,
     start_worker,
@@ -21,8 +22,6 @@ from tests.fleet_support import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
 
 
 def test_batch_completes_across_a_redis_restart(tmp_path: Path) -> None:

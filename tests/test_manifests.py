@@ -543,7 +543,7 @@ def test_secret_templates_hold_placeholders_only_and_validate(template: Path) ->
         assert not re.search(r"sk-[A-Za-z0-9]{16,}|ghp_[A-Za-z0-9]{20,}", value)
 
 
-def test_keda_scales_workers_on_the_celery_queue_in_redis() -> None:
+def test_keda_scales_workers_on_the_evaluation_queue_in_redis() -> None:
     build = "overlays/keda"
     (scaled,) = objects(build, "ScaledObject")
     (worker,) = [d for d in objects(build, "Deployment") if component(d) == "worker"]
@@ -551,7 +551,13 @@ def test_keda_scales_workers_on_the_celery_queue_in_redis() -> None:
     assert "replicas" not in worker["spec"], "a fixed replica count would fight KEDA"
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "redis"
-    assert trigger["metadata"]["listName"] == "celery"
+    from schemas.settings import AssaySettings
+    from workers.celery_app import queue_name
+
+    # The list KEDA watches must be the one the workers consume, for the ConfigMap's prefix.
+    (config,) = [c for c in objects(build, "ConfigMap") if c["metadata"]["name"] == "assay-config"]
+    prefix = config["data"].get("ASSAY_KEY_PREFIX", AssaySettings().key_prefix)
+    assert trigger["metadata"]["listName"] == queue_name(AssaySettings(key_prefix=prefix))
     assert int(trigger["metadata"]["listLength"]) >= 1
     (redis_service,) = [
         s for s in objects(build, "Service") if s["metadata"]["name"] == "assay-redis"

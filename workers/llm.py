@@ -26,6 +26,7 @@ import email.utils
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -222,6 +223,7 @@ class LiteLLMClient:
         self.settings = settings
         self._sleep = sleep
         self._clock = clock
+        self._sdk_clients = threading.local()
 
     # -- capabilities ------------------------------------------------------------------
 
@@ -326,9 +328,60 @@ class LiteLLMClient:
             # endpoint gets it in the body too, so it can tell concurrent runs apart.
             kwargs["extra_body"] = {"user": call.user}
             api_key = api_key or PLACEHOLDER_API_KEY
+            if _routes_to_openai_sdk(call.model, call.api_base):
+                kwargs["client"] = self._sdk_client(call.api_base, api_key)
         if api_key:
             kwargs["api_key"] = api_key
         return load_litellm().completion(**kwargs)
+
+    def _sdk_client(self, api_base: str, api_key: str) -> Any:
+        """This thread's OpenAI SDK client for an endpoint and key, kept between calls.
+
+        litellm caches the SDK clients it builds under a key that includes the
+        call's timeout; ours is the time left before the run's deadline, new on
+        every call, so litellm would build a fresh client (and a fresh connection:
+        a new TCP, or TLS, handshake) for every model call. Handing litellm a
+        client keeps the connection alive between calls; the per-call timeout
+        still applies, as litellm passes it with each request. No SDK retries:
+        tenacity here is the only retry layer.
+
+        One client per thread rather than one shared pool: a thread runs one
+        evaluation at a time, so it needs one connection, and httpcore's pool
+        scans every connection it holds on each request (quadratic work with
+        200 runs in flight in one worker).
+        """
+        clients: dict[tuple[str, str], Any] | None = getattr(self._sdk_clients, "by_key", None)
+        if clients is None:
+            clients = self._sdk_clients.by_key = {}
+        key = (api_base, api_key)
+        client = clients.get(key)
+        if client is None:
+            client = clients[key] = _new_sdk_client(api_base, api_key)
+        return client
+
+
+@lru_cache(maxsize=64)
+def _routes_to_openai_sdk(model: str, api_base: str) -> bool:
+    """Whether litellm serves ``model`` at ``api_base`` through the OpenAI SDK (``openai``)."""
+    try:
+        provider = load_litellm().get_llm_provider(model=model, api_base=api_base)[1]
+    except Exception:  # litellm cannot route it: let completion() report that
+        return False
+    return bool(provider == "openai")
+
+
+def _new_sdk_client(api_base: str, api_key: str) -> Any:
+    """An OpenAI SDK client over its own httpx client, TLS set up the way litellm does it."""
+    import httpx
+    import openai
+    from litellm.llms.custom_httpx.http_handler import get_ssl_configuration
+
+    http = httpx.Client(
+        verify=get_ssl_configuration(),
+        follow_redirects=True,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=2),
+    )
+    return openai.OpenAI(api_key=api_key, base_url=api_base, max_retries=0, http_client=http)
 
 
 # Counts are cached per message: a run re-sends its whole history every step, and

@@ -23,8 +23,19 @@ HEALTH_CHECK_INTERVAL_SECONDS = 15
 SOCKET_TIMEOUT_SECONDS = 10.0
 
 
-def connect(url: str) -> redis.Redis:
-    """A decoded-string client for ``url`` that retries connection and timeout errors."""
+def connect(
+    url: str,
+    *,
+    retries: int = RETRIES,
+    timeout_seconds: float = SOCKET_TIMEOUT_SECONDS,
+    backoff_cap_seconds: float = BACKOFF_CAP_SECONDS,
+    keepalive: bool = True,
+) -> redis.Redis:
+    """A decoded-string client for ``url`` that retries connection and timeout errors.
+
+    The defaults are the workers' patient ones; a caller that must answer a
+    person quickly (the HTTP API) passes fewer retries and shorter timeouts.
+    """
     import redis as redis_lib
     from redis.backoff import EqualJitterBackoff
     from redis.exceptions import ConnectionError, TimeoutError
@@ -34,12 +45,12 @@ def connect(url: str) -> redis.Redis:
         url,
         decode_responses=True,
         health_check_interval=HEALTH_CHECK_INTERVAL_SECONDS,
-        socket_timeout=SOCKET_TIMEOUT_SECONDS,
-        socket_connect_timeout=SOCKET_TIMEOUT_SECONDS,
-        socket_keepalive=True,
+        socket_timeout=timeout_seconds,
+        socket_connect_timeout=timeout_seconds,
+        socket_keepalive=keepalive,
         retry=Retry(
-            EqualJitterBackoff(cap=BACKOFF_CAP_SECONDS, base=BACKOFF_BASE_SECONDS),
-            RETRIES,
+            EqualJitterBackoff(cap=backoff_cap_seconds, base=BACKOFF_BASE_SECONDS),
+            retries,
         ),
         retry_on_error=[ConnectionError, TimeoutError],
     )

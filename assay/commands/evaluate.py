@@ -15,6 +15,24 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from assay.commands.options import (
+    ApiBaseOpt,
+    ContextOpt,
+    EngineFlags,
+    JsonOpt,
+    MaxCostOpt,
+    MaxIterationsOpt,
+    MaxTokensOpt,
+    ModelOpt,
+    ProfileOpt,
+    SnapshotOpt,
+    TimeoutOpt,
+    check_profile,
+    require_one_target,
+    settings_or_usage,
+    validation_detail,
+)
+
 if TYPE_CHECKING:
     from schemas.report import RunReport
     from schemas.settings import AssaySettings
@@ -24,48 +42,6 @@ NO_MODEL_MESSAGE = (
     "ASSAY_MODEL, or try the bundled demo with --scripted examples/scripts/demo.yaml"
 )
 
-SnapshotOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--snapshot",
-        help="Evaluate against a snapshot folder of Kubernetes YAML.",
-        exists=True,
-        file_okay=False,
-        dir_okay=True,
-        resolve_path=True,
-    ),
-]
-ContextOpt = Annotated[
-    str | None, typer.Option("--context", help="Evaluate against this kubeconfig context.")
-]
-ModelOpt = Annotated[
-    str | None, typer.Option("--model", help="litellm model name (env ASSAY_MODEL).")
-]
-ApiBaseOpt = Annotated[
-    str | None,
-    typer.Option("--api-base", help="OpenAI-compatible endpoint URL (env ASSAY_API_BASE)."),
-]
-MaxIterationsOpt = Annotated[
-    int | None,
-    typer.Option("--max-iterations", min=1, help="Model steps allowed (env ASSAY_MAX_ITERATIONS)."),
-]
-MaxTokensOpt = Annotated[
-    int | None,
-    typer.Option("--max-tokens", min=100, help="Total tokens allowed (env ASSAY_MAX_TOKENS)."),
-]
-TimeoutOpt = Annotated[
-    float | None,
-    typer.Option("--timeout", min=0.1, help="Seconds allowed (env ASSAY_TIMEOUT_SECONDS)."),
-]
-MaxCostOpt = Annotated[
-    float | None,
-    typer.Option("--max-cost", min=0.0, help="USD allowed (env ASSAY_MAX_COST_USD)."),
-]
-ProfileOpt = Annotated[
-    str | None,
-    typer.Option("--profile", help="smoke, fast or strict (env ASSAY_PROFILE)."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON on stdout.")]
 TraceOpt = Annotated[bool, typer.Option("--trace", help="Show each step on stderr as it happens.")]
 ScriptedOpt = Annotated[
     Path | None,
@@ -95,11 +71,10 @@ def check(
     scripted: ScriptedOpt = None,
 ) -> None:
     """Decide whether PREDICATE holds. Exit 0 true, 1 false, 2 poorly posed, 3 cannot determine."""
-    code = _run(
-        "check", predicate, snapshot, context, model, api_base, max_iterations, max_tokens,
-        timeout, max_cost, profile, json_output, trace, scripted,
-    )  # fmt: skip
-    raise typer.Exit(code)
+    flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
+    raise typer.Exit(
+        _run("check", predicate, snapshot, context, flags, json_output, trace, scripted)
+    )
 
 
 def query(
@@ -118,11 +93,10 @@ def query(
     scripted: ScriptedOpt = None,
 ) -> None:
     """Answer QUESTION; prints {success, summary, findings, tools_used, iterations, usage}."""
-    code = _run(
-        "query", question, snapshot, context, model, api_base, max_iterations, max_tokens,
-        timeout, max_cost, profile, json_output, trace, scripted,
-    )  # fmt: skip
-    raise typer.Exit(code)
+    flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
+    raise typer.Exit(
+        _run("query", question, snapshot, context, flags, json_output, trace, scripted)
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -130,56 +104,21 @@ def register(app: typer.Typer) -> None:
     app.command("query")(query)
 
 
-def _settings(**flags: object) -> AssaySettings:
-    from pydantic import ValidationError
-
-    from schemas.settings import load_settings
-
-    try:
-        return load_settings(**flags)
-    except (ValidationError, ValueError) as exc:
-        first = str(exc).splitlines()
-        detail = " ".join(first[:3]) if first else repr(exc)
-        raise typer.BadParameter(f"the configuration is invalid: {detail}") from None
-
-
 def _run(
     kind: str,
     text: str,
     snapshot: Path | None,
     context: str | None,
-    model: str | None,
-    api_base: str | None,
-    max_iterations: int | None,
-    max_tokens: int | None,
-    timeout: float | None,
-    max_cost: float | None,
-    profile: str | None,
+    flags: EngineFlags,
     json_output: bool,
     trace: bool,
     scripted: Path | None,
 ) -> int:
-    from schemas.budget import PROFILES
-
-    if (snapshot is None) == (context is None):
-        raise typer.BadParameter(
-            "give exactly one target: --snapshot PATH (a folder of YAML) or --context NAME"
-        )
-    if profile is not None and profile not in PROFILES:
-        raise typer.BadParameter(
-            f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}", param_hint="--profile"
-        )
+    require_one_target(snapshot, context)
+    check_profile(flags.profile)
     if not text.strip():
         raise typer.BadParameter(f"the {kind} text is empty: say what to evaluate")
-    settings = _settings(
-        model=model,
-        api_base=api_base,
-        max_iterations=max_iterations,
-        max_tokens=max_tokens,
-        timeout_seconds=timeout,
-        max_cost_usd=max_cost,
-        profile=profile,
-    )
+    settings = settings_or_usage(**flags.settings_overrides())
     _configure_logging(settings)
     if scripted is not None:
         return _run_scripted(kind, text, snapshot, context, settings, json_output, trace, scripted)
@@ -245,8 +184,9 @@ def _evaluate(
             api_base=settings.api_base,
         )
     except ValidationError as exc:
-        detail = "; ".join(str(error["msg"]) for error in exc.errors())
-        raise typer.BadParameter(f"the {kind} cannot be evaluated: {detail}") from None
+        raise typer.BadParameter(
+            f"the {kind} cannot be evaluated: {validation_detail(exc)}"
+        ) from None
 
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
 

@@ -18,9 +18,18 @@ from typing import Annotated, Any
 
 import typer
 
-from assay.commands.evaluate import (
+from assay.commands.fleet_common import (
+    EXIT_UNAVAILABLE,
+    CheckIdOpt,
+    KubeconfigOpt,
+    fail,
+    fleet_client,
+    stdout_console,
+)
+from assay.commands.options import (
     ApiBaseOpt,
     ContextOpt,
+    EngineFlags,
     JsonOpt,
     MaxCostOpt,
     MaxIterationsOpt,
@@ -29,17 +38,10 @@ from assay.commands.evaluate import (
     ProfileOpt,
     SnapshotOpt,
     TimeoutOpt,
-)
-from assay.commands.fleet_common import (
-    EXIT_UNAVAILABLE,
-    CheckIdOpt,
-    KubeconfigOpt,
-    budget_from_flags,
     check_profile,
-    fail,
-    fleet_client,
+    require_one_target,
     settings_or_usage,
-    stdout_console,
+    validation_detail,
 )
 from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN
 
@@ -82,11 +84,9 @@ def submit(
     from scheduler.when import WhenError, deferral_for, resolve_not_before
     from schemas.request import EvaluationRequest
 
-    if (snapshot is None) == (context is None):
-        raise typer.BadParameter(
-            "give exactly one target: --snapshot PATH (a folder of YAML) or --context NAME"
-        )
-    check_profile(profile)
+    require_one_target(snapshot, context)
+    flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
+    check_profile(flags.profile)
     settings = settings_or_usage()
     try:
         not_before = resolve_not_before(at, in_) or deferral_for(predicate)
@@ -101,17 +101,17 @@ def submit(
         "kind": "query" if query else "check",
         "text": predicate,
         "target": target,
-        "profile": profile or settings.profile,
-        "budget": budget_from_flags(max_iterations, max_tokens, timeout, max_cost),
-        "model": model,
-        "api_base": api_base,
+        "profile": flags.profile or settings.profile,
+        "budget": flags.budget(),
+        "model": flags.model,
+        "api_base": flags.api_base,
         "check_id": check_id,
         "not_before": not_before,
     }
     try:
         request = EvaluationRequest.model_validate({k: v for k, v in fields.items() if v})
     except ValidationError as exc:
-        detail = "; ".join(str(error["msg"]) for error in exc.errors())
+        detail = validation_detail(exc)
         raise typer.BadParameter(f"the predicate cannot be submitted: {detail}") from None
 
     with fleet_client(settings) as client:
@@ -273,26 +273,51 @@ def worker(
         typer.Option("--pool", help="threads (default), prefork, solo [env ASSAY_WORKER_POOL]."),
     ] = None,
     loglevel: Annotated[str, typer.Option("--loglevel", help="Celery's log level.")] = "INFO",
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            "--processes",
+            min=1,
+            help="Worker processes, each running --concurrency runs; one per core uses every "
+            "core [env ASSAY_WORKER_PROCESSES].",
+        ),
+    ] = None,
+    hostname: Annotated[
+        str | None, typer.Option("--hostname", "-n", help="Celery node name (NAME@HOST).")
+    ] = None,
 ) -> None:
     """Start a Celery worker that evaluates queued runs (foreground; Ctrl-C stops it warmly)."""
     from assay.local_mode import require_redis_url
     from workers.celery_app import FleetNotConfigured, create_app
 
-    settings = settings_or_usage(worker_concurrency=concurrency, worker_pool=pool)
+    settings = settings_or_usage(
+        worker_concurrency=concurrency, worker_pool=pool, worker_processes=processes
+    )
     try:
         url = require_redis_url(settings)
     except FleetNotConfigured as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     settings = settings.model_copy(update={"redis_url": url})
+    if settings.worker_processes > 1:
+        from assay.local_mode import child_env
+        from assay.worker_group import child_commands, run_worker_group
+
+        commands = child_commands(
+            settings.worker_processes,
+            concurrency=settings.worker_concurrency,
+            pool=settings.worker_pool,
+            loglevel=loglevel,
+            hostname=hostname,
+        )
+        raise typer.Exit(run_worker_group(commands, child_env(url)))
     app = create_app(settings)
-    app.worker_main(
-        [
-            "worker",
-            f"--pool={settings.worker_pool}",
-            f"--concurrency={settings.worker_concurrency}",
-            f"--loglevel={loglevel}",
-        ]
-    )
+    argv = [
+        "worker",
+        f"--pool={settings.worker_pool}",
+        f"--concurrency={settings.worker_concurrency}",
+        f"--loglevel={loglevel}",
+    ]
+    app.worker_main(argv + ([f"--hostname={hostname}"] if hostname else []))
 
 
 def register(app: typer.Typer) -> None:

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from assay.commands.evaluate import (
+from assay.commands.fleet_common import KubeconfigOpt, fail, fleet_client
+from assay.commands.options import (
     ApiBaseOpt,
+    EngineFlags,
     JsonOpt,
     MaxCostOpt,
     MaxIterationsOpt,
@@ -27,14 +29,9 @@ from assay.commands.evaluate import (
     ModelOpt,
     ProfileOpt,
     TimeoutOpt,
-)
-from assay.commands.fleet_common import (
-    KubeconfigOpt,
-    budget_from_flags,
     check_profile,
-    fail,
-    fleet_client,
     settings_or_usage,
+    validation_detail,
 )
 from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN
 
@@ -141,7 +138,8 @@ def batch(
         )
     if (contexts is None) == (snapshots is None):
         raise typer.BadParameter("give exactly one of --contexts GLOB or --snapshots GLOB")
-    check_profile(profile)
+    flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
+    check_profile(flags.profile)
     from pydantic import ValidationError
 
     from workers.batch import EmptyBatch
@@ -155,15 +153,15 @@ def batch(
                 snapshots=snapshots,
                 contexts=contexts,
                 kubeconfig=kubeconfig,
-                profile=profile,
-                budget=budget_from_flags(max_iterations, max_tokens, timeout, max_cost),
-                model=model,
-                api_base=api_base,
+                profile=flags.profile,
+                budget=flags.budget(),
+                model=flags.model,
+                api_base=flags.api_base,
             )
         except (EmptyBatch, TargetGlobError) as exc:
             raise typer.BadParameter(str(exc)) from None
         except ValidationError as exc:
-            detail = "; ".join(str(error["msg"]) for error in exc.errors())
+            detail = validation_detail(exc)
             raise typer.BadParameter(f"the batch cannot be started: {detail}") from None
         if not wait:
             status = client.batch_status(batch_id)

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from assay.commands.options import settings_or_usage
+
 if TYPE_CHECKING:
     from assay.client import Client
-    from schemas.budget import Budget
     from schemas.settings import AssaySettings
 
 EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE: the fleet's Redis or broker is not reachable
@@ -33,18 +34,6 @@ def fail(message: str, code: int) -> NoReturn:
     """Print one sentence on stderr and exit with ``code``."""
     print(f"assay: {message}", file=sys.stderr)
     raise typer.Exit(code)
-
-
-def settings_or_usage(**flags: Any) -> AssaySettings:
-    from pydantic import ValidationError
-
-    from schemas.settings import load_settings
-
-    try:
-        return load_settings(**flags)
-    except (ValidationError, ValueError) as exc:
-        detail = " ".join(str(exc).splitlines()[:3])
-        raise typer.BadParameter(f"the configuration is invalid: {detail}") from None
 
 
 @contextlib.contextmanager
@@ -70,31 +59,6 @@ def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
     finally:
         with contextlib.suppress(Exception):
             client.close()
-
-
-def budget_from_flags(
-    max_iterations: int | None,
-    max_tokens: int | None,
-    timeout: float | None,
-    max_cost: float | None,
-) -> Budget:
-    from schemas.budget import Budget
-
-    return Budget(
-        max_iterations=max_iterations,
-        max_tokens=max_tokens,
-        timeout_seconds=timeout,
-        max_cost_usd=max_cost or None,
-    )
-
-
-def check_profile(profile: str | None) -> None:
-    from schemas.budget import PROFILES
-
-    if profile is not None and profile not in PROFILES:
-        raise typer.BadParameter(
-            f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}", param_hint="--profile"
-        )
 
 
 def stdout_console() -> Any:

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail, settings_or_usage
+from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail
+from assay.commands.options import settings_or_usage
 
 if TYPE_CHECKING:
     from assay.local_mode import LocalFleet

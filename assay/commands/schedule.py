@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from assay.commands.fleet_common import EXIT_UNAVAILABLE
+from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
+
 if TYPE_CHECKING:
     from scheduler.schedules import ScheduleStore
     from schemas.schedule import Schedule
     from schemas.settings import AssaySettings
     from workers.store import VerdictStore
 
-EXIT_USAGE = 64
-EXIT_UNKNOWN = 66
-EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE: no fleet to talk to
 
 schedule_app = typer.Typer(
     name="schedule",
@@ -74,14 +74,9 @@ def _settings() -> AssaySettings:
 
 
 def _redis(settings: AssaySettings) -> Any:
-    from assay.local_mode import require_redis_url
-    from workers.celery_app import FleetNotConfigured
     from workers.redis_client import connect
 
-    try:
-        url = require_redis_url(settings)
-    except FleetNotConfigured as exc:
-        _fail(str(exc), EXIT_UNAVAILABLE)
+    url = _redis_url(settings)
     client = connect(url)
     try:
         client.ping()

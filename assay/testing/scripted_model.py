@@ -442,6 +442,9 @@ class ScriptedModel:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body leave in separate writes; with Nagle's algorithm on, the
+            # body waits for the client's delayed ACK of the headers (~40 ms per answer).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # quiet by design
                 return None

@@ -179,10 +179,12 @@ class _KubernetesTool:
         return self.backend.resolve(kind)
 
 
-def _where(resource: ResourceInfo, namespace: str | None) -> str:
-    if not resource.namespaced:
-        return ""
+def _scope(namespace: str | None) -> str:
     return f" in namespace {namespace}" if namespace else " in all namespaces"
+
+
+def _where(resource: ResourceInfo, namespace: str | None) -> str:
+    return _scope(namespace) if resource.namespaced else ""
 
 
 class GetTool(_KubernetesTool):
@@ -335,7 +337,7 @@ class EventsTool(_KubernetesTool):
         namespace = _namespace(args.namespace)
         events = self.backend.events(namespace, involved_kind, args.involved_name)
         about = " ".join(filter(None, (involved_kind, args.involved_name)))
-        where = f" in namespace {namespace}" if namespace else " in all namespaces"
+        where = _scope(namespace)
         suffix = f" about {about}" if about else ""
 
         def footer(total: int) -> str:

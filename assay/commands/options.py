@@ -1,0 +1,139 @@
+"""The flags every evaluating command shares, and turning them into settings or a budget.
+
+`assay check`/`query` run the engine here and feed the model, budget and
+profile flags into the settings; `assay submit`/`batch` send them with the
+request instead. Both read the same options, checked the same way, from this
+module. Only typer is imported at module level so ``assay --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from schemas.budget import Budget
+    from schemas.settings import AssaySettings
+
+SnapshotOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--snapshot",
+        help="Evaluate against a snapshot folder of Kubernetes YAML.",
+        exists=True,
+        file_okay=False,
+        dir_okay=True,
+        resolve_path=True,
+    ),
+]
+ContextOpt = Annotated[
+    str | None, typer.Option("--context", help="Evaluate against this kubeconfig context.")
+]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="litellm model name (env ASSAY_MODEL).")
+]
+ApiBaseOpt = Annotated[
+    str | None,
+    typer.Option("--api-base", help="OpenAI-compatible endpoint URL (env ASSAY_API_BASE)."),
+]
+MaxIterationsOpt = Annotated[
+    int | None,
+    typer.Option("--max-iterations", min=1, help="Model steps allowed (env ASSAY_MAX_ITERATIONS)."),
+]
+MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option("--max-tokens", min=100, help="Total tokens allowed (env ASSAY_MAX_TOKENS)."),
+]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option("--timeout", min=0.1, help="Seconds allowed (env ASSAY_TIMEOUT_SECONDS)."),
+]
+MaxCostOpt = Annotated[
+    float | None,
+    typer.Option("--max-cost", min=0.0, help="USD allowed (env ASSAY_MAX_COST_USD)."),
+]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option("--profile", help="smoke, fast or strict (env ASSAY_PROFILE)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON on stdout.")]
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    """The model, budget and profile flags, as one value the commands pass along.
+
+    Fields are in the order every command declares the flags, so a command
+    builds it positionally from its own parameters.
+    """
+
+    model: str | None = None
+    api_base: str | None = None
+    max_iterations: int | None = None
+    max_tokens: int | None = None
+    timeout: float | None = None
+    max_cost: float | None = None
+    profile: str | None = None
+
+    def settings_overrides(self) -> dict[str, Any]:
+        """The flags as ``load_settings`` keywords (an unset flag keeps ``ASSAY_*``)."""
+        return {
+            "model": self.model,
+            "api_base": self.api_base,
+            "max_iterations": self.max_iterations,
+            "max_tokens": self.max_tokens,
+            "timeout_seconds": self.timeout,
+            "max_cost_usd": self.max_cost,
+            "profile": self.profile,
+        }
+
+    def budget(self) -> Budget:
+        """The flags as a request's own budget (an unset limit keeps the profile's)."""
+        from schemas.budget import Budget
+
+        return Budget(
+            max_iterations=self.max_iterations,
+            max_tokens=self.max_tokens,
+            timeout_seconds=self.timeout,
+            max_cost_usd=self.max_cost or None,
+        )
+
+
+def settings_or_usage(**flags: Any) -> AssaySettings:
+    """The settings with ``flags`` on top; an invalid configuration is a usage error (64)."""
+    from pydantic import ValidationError
+
+    from schemas.settings import load_settings
+
+    try:
+        return load_settings(**flags)
+    except (ValidationError, ValueError) as exc:
+        first = str(exc).splitlines()
+        detail = " ".join(first[:3]) if first else repr(exc)
+        raise typer.BadParameter(f"the configuration is invalid: {detail}") from None
+
+
+def check_profile(profile: str | None) -> None:
+    from schemas.budget import PROFILES
+
+    if profile is not None and profile not in PROFILES:
+        raise typer.BadParameter(
+            f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}", param_hint="--profile"
+        )
+
+
+def require_one_target(snapshot: Path | None, context: str | None) -> None:
+    if (snapshot is None) == (context is None):
+        raise typer.BadParameter(
+            "give exactly one target: --snapshot PATH (a folder of YAML) or --context NAME"
+        )
+
+
+def validation_detail(exc: ValidationError) -> str:
+    """A pydantic error's messages on one line, for a usage error."""
+    return "; ".join(str(error["msg"]) for error in exc.errors())
