@@ -81,6 +81,10 @@ def _transport_options(settings: AssaySettings) -> dict[str, Any]:
         # Sweep for abandoned messages about six times per visibility timeout (1-10 s).
         "unacked_restore_interval": max(1, min(10, int(visibility / 6))),
         "unacked_restore_throttle": 1,
+        # kombu holds a Redis lock while it restores; a worker SIGKILLed inside that window
+        # leaves the lock behind until it expires (kombu's default: 300 s), and no worker can
+        # restore abandoned messages meanwhile. Tie the expiry to the visibility timeout.
+        "unacked_mutex_expire": max(5, min(300, int(visibility / 4))),
         "socket_timeout": 30,
         "socket_connect_timeout": 10,
         "socket_keepalive": True,
