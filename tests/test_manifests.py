@@ -362,6 +362,7 @@ def test_assay_processes_expose_the_ports_their_probes_and_settings_use(build: s
         "scheduler": ("metrics", 9809, "/metrics"),
         "api": ("http", 8080, "/readyz"),
     }
+    metrics_ports = {"worker": 9808, "scheduler": 9809, "api": 9810}
     seen = set()
     for resource, pod in workloads(build):
         name = component(resource)
@@ -372,11 +373,16 @@ def test_assay_processes_expose_the_ports_their_probes_and_settings_use(build: s
         (container,) = pod["containers"]
         assert container["args"] == [name]
         assert container["image"].split(":")[0].endswith(ASSAY_IMAGE)
-        assert {p["name"]: p["containerPort"] for p in container["ports"]} == {port_name: port}
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports == {port_name: port, "metrics": metrics_ports[name]}
         assert container["readinessProbe"]["httpGet"] == {"path": ready_path, "port": port_name}
         env = {e["name"]: e.get("value") for e in container.get("env", [])}
         setting = "ASSAY_API_PORT" if name == "api" else "ASSAY_METRICS_PORT"
         assert env[setting] == str(port)
+        # Prometheus scrapes the token-free metrics port the process really serves.
+        assert env["ASSAY_METRICS_PORT"] == str(metrics_ports[name])
+        annotations = resource["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/port"] == str(metrics_ports[name])
     assert seen == ASSAY_COMPONENTS
 
 
@@ -432,7 +438,7 @@ def test_network_policies_open_only_the_api_port_to_clients(build: str) -> None:
         allowed = ingress_allowed(build, labels)
         name = component(resource)
         if name == "api":
-            assert allowed == {(8080, "anywhere")}
+            assert allowed == {(8080, "anywhere"), (9810, as_source(monitoring))}
         elif name == "redis":
             assert allowed
             redis_sources = {as_source({"podSelector": assay_pods}), as_source(keda)}
