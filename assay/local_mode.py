@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,11 +77,6 @@ def child_env(redis_url: str, **settings: str) -> dict[str, str]:
     return env
 
 
-def scheduler_available() -> bool:
-    """True once the scheduler service module exists in this install."""
-    return find_spec("scheduler.service") is not None
-
-
 @dataclass
 class LocalFleet:
     """A private redis-server (unless ``redis_url`` is given), one worker, and the scheduler."""
@@ -105,7 +99,7 @@ class LocalFleet:
         if self.concurrency:
             worker += ["--concurrency", str(self.concurrency)]
         self._spawn("worker", worker, env)
-        if self.with_scheduler and scheduler_available():
+        if self.with_scheduler:
             self._spawn("scheduler", [sys.executable, "-m", "assay.cli", "scheduler"], env)
         return self
 

@@ -18,9 +18,12 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-if [ -n "$extra" ]; then
-  .venv/bin/python -m pip install -q -e ".[$extra]"
-else
-  .venv/bin/python -m pip install -q -e .
+log=.venv/install.log
+spec="."
+[ -n "$extra" ] && spec=".[$extra]"
+# pip's and setuptools' chatter goes to the log; it is shown only when the install fails.
+if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e "$spec"; } >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "installing assay failed (log above, also in $log)" >&2
+  exit 1
 fi

@@ -56,7 +56,7 @@ def up(
     ] = None,
 ) -> None:
     """Start a local fleet (Redis, worker, scheduler) and keep it running until Ctrl-C."""
-    from assay.local_mode import LocalFleet, discover_redis_url, scheduler_available, state_path
+    from assay.local_mode import LocalFleet, discover_redis_url, state_path
 
     settings = settings_or_usage()
     state_file = state_path(settings)
@@ -78,8 +78,6 @@ def up(
     )
     for name, child in fleet.children.items():
         print(f"{name:<9} pid {child.pid}  (log {fleet.log_path(name)})")
-    if not scheduler_available():
-        print("scheduler not installed in this version; periodic checks will not fire")
     print("other shells find this fleet automatically; Ctrl-C stops everything", flush=True)
     code = 0
     try:
