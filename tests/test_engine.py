@@ -445,3 +445,23 @@ def test_a_rate_limit_that_cannot_be_had_in_time_ends_at_the_deadline(snapshot: 
     verdict = report.verdict
     assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
     assert verdict.budget_exhausted == "deadline"
+
+
+def test_the_tools_are_closed_when_the_run_ends_however_it_ends(snapshot: Path) -> None:
+    """A live backend holds connections per run; the engine must release them every time."""
+    from workers.toolsets.base import ToolRegistry
+    from workers.toolsets.factory import build_registry
+
+    closed: list[str] = []
+
+    def tools_with_a_closer(request: Any, settings: Any) -> ToolRegistry:
+        registry = build_registry(request, settings)
+        return ToolRegistry(registry, [lambda: closed.append(request.run_id)])
+
+    with scripted(script(get_deployments(), done("true", 0))) as model:
+        finished = run(model, request_for(snapshot), tools=tools_with_a_closer)
+    with scripted(script({"error": {"status": 400, "body": "bad request"}})) as model:
+        failed = run(model, request_for(snapshot), tools=tools_with_a_closer)
+    assert finished.verdict is not None and finished.verdict.exit_code == 0
+    assert failed.verdict is not None and failed.verdict.exit_code == 3
+    assert closed == [finished.run_id, failed.run_id]

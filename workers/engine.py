@@ -11,6 +11,7 @@ report), so it knows nothing of Celery, Redis or the CLI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import traceback
@@ -164,6 +165,8 @@ class _Run:
             report = finished.report
         except BudgetExhausted as exc:
             report = self._budget_report(exc)
+        finally:
+            self._release_tools()
         self.log.info(
             "run_finished",
             status=report.status,
@@ -172,6 +175,13 @@ class _Run:
             total_tokens=self.meter.usage.total_tokens,
         )
         return report
+
+    def _release_tools(self) -> None:
+        """Close what the tools hold (a live client's connections); never changes the verdict."""
+        close = getattr(self.registry, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
 
     def _prepare(self) -> None:
         if not self.model:

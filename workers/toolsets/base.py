@@ -7,8 +7,9 @@ model sends back (the HolmesGPT toolset idea).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Protocol
@@ -50,12 +51,20 @@ def _parameters_schema(args_model: type[BaseModel]) -> dict[str, Any]:
 class ToolRegistry:
     """The tools offered to one run, by name."""
 
-    def __init__(self, tools: Iterable[Tool]) -> None:
+    def __init__(self, tools: Iterable[Tool], closers: Iterable[Callable[[], None]] = ()) -> None:
+        self._closers = list(closers)  # release per-run resources (a live client's connections)
         self._tools: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in self._tools:
                 raise ValueError(f"two tools named {tool.name!r}")
             self._tools[tool.name] = tool
+
+    def close(self) -> None:
+        """Release what the tools hold; a failure here must not change the run's verdict."""
+        for close in self._closers:
+            with contextlib.suppress(Exception):  # best effort: the run is already decided
+                close()
+        self._closers.clear()
 
     @property
     def names(self) -> set[str]:

@@ -101,8 +101,13 @@ def build_registry(request: EvaluationRequest, settings: AssaySettings) -> ToolR
     opt-in toolset is requested but not configured.
     """
     tools: list[Tool] = []
+    closers = []
     if "kubernetes" in request.toolsets:
-        tools.extend(kubernetes_tools(backend_for(request.target, settings), settings))
+        backend = backend_for(request.target, settings)
+        close = getattr(backend, "close", None)  # live clients hold connections per run
+        if close is not None and not isinstance(request.target, SnapshotTarget):
+            closers.append(close)
+        tools.extend(kubernetes_tools(backend, settings))
     if "shell" in request.toolsets:
         if settings.shell_config is None:
             raise ToolsetUnavailable(
@@ -115,4 +120,4 @@ def build_registry(request: EvaluationRequest, settings: AssaySettings) -> ToolR
             tools.extend(shell_tools(settings))
         except (OSError, ValueError) as exc:
             raise ToolsetUnavailable(str(exc)) from None
-    return ToolRegistry(tools)
+    return ToolRegistry(tools, closers)
