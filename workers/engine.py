@@ -178,10 +178,9 @@ class _Run:
 
     def _release_tools(self) -> None:
         """Close what the tools hold (a live client's connections); never changes the verdict."""
-        close = getattr(self.registry, "close", None)
-        if close is not None:
+        if self.registry is not None:
             with contextlib.suppress(Exception):
-                close()
+                self.registry.close()
 
     def _prepare(self) -> None:
         if not self.model:

@@ -87,3 +87,7 @@ class ClusterBackend(Protocol):
     def explain(self, resource: ResourceInfo, field_path: str | None = None) -> dict[str, Any]:
         """The OpenAPI schema (or sub-schema at ``field_path``) for a kind."""
         ...
+
+    def close(self) -> None:
+        """Release what one run opened (a live client's connections); called when it ends."""
+        ...

@@ -104,9 +104,7 @@ def build_registry(request: EvaluationRequest, settings: AssaySettings) -> ToolR
     closers = []
     if "kubernetes" in request.toolsets:
         backend = backend_for(request.target, settings)
-        close = getattr(backend, "close", None)  # live clients hold connections per run
-        if close is not None and not isinstance(request.target, SnapshotTarget):
-            closers.append(close)
+        closers.append(backend.close)
         tools.extend(kubernetes_tools(backend, settings))
     if "shell" in request.toolsets:
         if settings.shell_config is None:

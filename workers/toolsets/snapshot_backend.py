@@ -220,6 +220,9 @@ class SnapshotBackend:
 
     # ------------------------------------------------------------------ protocol
 
+    def close(self) -> None:
+        """Nothing to release: parsed snapshots are cached and shared across runs."""
+
     def api_resources(self) -> list[ResourceInfo]:
         return self._index.resources
 
