@@ -1,14 +1,56 @@
-"""Keeping Secret values inside the toolset.
+"""Keeping Secret values inside the toolset: one scrubber for both backends.
 
-Applied by a backend the moment an object is read, before any tool, log line
-or cache sees it:
+Three layers, each catching what the one before cannot know about:
 
-* every value under a Secret's ``data`` / ``stringData`` becomes ``REDACTED``
-  (keys stay: "the Secret has a key tls.key" is a legitimate fact);
-* the ``kubectl.kubernetes.io/last-applied-configuration`` annotation is
-  dropped from every object, since for a Secret it embeds the whole manifest;
-* :class:`SecretScrubber` then removes copies of those values that leaked
-  elsewhere (a Deployment env literal, a log line printing a password).
+1. **The Secret itself** (:func:`redact_in_place`, when a backend reads an
+   object): every ``data`` / ``stringData`` value becomes ``REDACTED`` (keys
+   stay: "the Secret has a key tls.key" is a legitimate fact), and so does
+   every annotation and label value outside :data:`SECRET_ANNOTATIONS_SHOWN` /
+   :data:`SECRET_LABELS_SHOWN` (a few well-known keys that name other
+   objects). A Secret keeps only :data:`SECRET_FIELDS`. The
+   ``kubectl.kubernetes.io/last-applied-configuration`` annotation is dropped
+   from *every* object: for a Secret it embeds the whole manifest.
+
+2. **Known values** (:class:`SecretScrubber` after :meth:`~SecretScrubber.learn`):
+   every value hidden in step 1 is searched for wherever else it appears,
+   in the forms a copy takes: the whole value; each line of a multi-line
+   value on its own (one line of a PEM key); its base64 and base64url forms,
+   padded and unpadded, of the value with and without a trailing newline
+   (``echo $PW | base64``), plus the three alignments of the value inside a
+   longer base64 text (a ``user:password`` docker ``auth`` field); and the
+   credential-looking parts of a structured value (the password of a DSN,
+   ``password=...`` in a ``.env`` file, ``"token": "..."`` in JSON).
+   Matching is Aho-Corasick (``ahocorasick_rs``): a regex alternation of a
+   few thousand literals costs seconds per MB, the automaton tens of ms.
+
+3. **Patterns** (every scrubber, even one that knows no values): the
+   password of ``scheme://user:PASSWORD@host``; the value of a ``key=value``
+   / ``key: value`` / ``"key": "value"`` / ``--key value`` token whose key
+   ends in a credential word (:func:`credential_key`: password, passwd,
+   passphrase, secret, token, credentials, authorization, api/access/secret/
+   private/... key); the body of a PEM private key block; a JWT. In an object
+   (:meth:`SecretScrubber.scrub_object`) a string under a credential key, and
+   the ``value`` of a ``{name: DB_PASSWORD, value: ...}`` pair, are redacted
+   whatever their text.
+
+**Minimum length.** A known value, or any form of it, shorter than
+:data:`MIN_SCRUB_LENGTH` (8) characters is never searched for elsewhere.
+Short strings ("true", "admin", "5432", "prod") occur all over ordinary
+output; replacing each of them would mangle what the model reads (every
+``admin`` in every object) and would itself reveal the value, since the
+places where ``5432`` went missing spell out that a Secret holds ``5432``.
+Eight characters is where a chance occurrence of a real credential becomes
+unlikely and where common password policies begin. Short values are still
+hidden in the Secret itself, and a credential key marks its value as secret
+at any length (layer 3). Values longer than :data:`MAX_WHOLE_VALUE_CHARS`
+are searched for line by line only (a Helm release blob is never copied
+whole, and would bloat the automaton).
+
+The backends apply layers 1-3 to objects before anything renders them, and
+the tool registry applies the run's scrubber once more to every tool output
+(shell included). What is stored in Redis or logged passes the pattern layer
+again (:data:`PATTERNS`, :func:`scrubbed_model`): those writers do not know
+a run's values, which never reach them unscrubbed.
 """
 
 from __future__ import annotations
@@ -16,16 +58,361 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import threading
 from collections.abc import Iterable
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypeVar
+
+import ahocorasick_rs
+from pydantic import BaseModel
 
 from workers.toolsets.backend import REDACTED
 
+MIN_SCRUB_LENGTH = 8
+"""Known values (and each form of one) shorter than this are not searched for elsewhere."""
+
+MAX_WHOLE_VALUE_CHARS = 16 * 1024
+"""Longer values are searched for line by line only."""
+
 LAST_APPLIED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 SECRET_VALUE_FIELDS = ("data", "stringData")
-# Shorter values ("true", "admin") are too common to scrub from other text without
-# mangling it; the Secret itself is always redacted regardless of length.
-MIN_SCRUB_LENGTH = 8
+SECRET_FIELDS = frozenset(
+    {"apiVersion", "kind", "metadata", "type", "data", "stringData", "immutable"}
+)
+SECRET_METADATA = frozenset(
+    {"name", "namespace", "uid", "creationTimestamp", "labels", "annotations", "ownerReferences"}
+)
+SECRET_ANNOTATIONS_SHOWN = frozenset(
+    {
+        "kubernetes.io/service-account.name",
+        "kubernetes.io/service-account.uid",
+        "meta.helm.sh/release-name",
+        "meta.helm.sh/release-namespace",
+        "cert-manager.io/certificate-name",
+        "cert-manager.io/issuer-name",
+        "cert-manager.io/issuer-kind",
+        "cert-manager.io/issuer-group",
+    }
+)
+"""Secret annotations whose values are shown: each names another object, never a secret."""
+
+SECRET_LABELS_SHOWN = frozenset(
+    {
+        "app",
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/component",
+        "app.kubernetes.io/part-of",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/version",
+        "helm.sh/chart",
+        "owner",
+        "controller.cert-manager.io/fao",
+    }
+)
+"""Secret labels whose values are shown: the recommended app labels and owners' markers."""
+
+_CREDENTIAL_WORDS = frozenset(
+    {"secret", "token", "credential", "credentials", "apikey", "authorization"}
+    | {"privatekey", "secretkey", "accesskey"}
+)
+_PASSWORD_SUFFIXES = ("password", "passwd", "passphrase")  # also "PGPASSWORD", "dbpassword"
+_KEY_QUALIFIERS = frozenset(
+    {"api", "access", "secret", "private", "signing", "encryption", "master", "account"}
+    | {"client", "ssh", "tls", "ca", "storage", "license"}
+)
+_IDENTIFIER_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_NOT_A_SECRET = frozenset({"", "true", "false", "null", "none", "~", "yes", "no"})
+_PEM_ARMOUR = re.compile(r"^-----(BEGIN|END) [A-Z0-9 ]+-----$")
+
+# A token whose key ends in a credential word: ``password=x``, ``"apiKey": "x"``,
+# ``DB_PASSWORD: x``, ``--token x``, ``Authorization: Bearer x``. The key is
+# confirmed by credential_key(); the regex only finds candidates.
+_KEY_VALUE = re.compile(
+    r"(?<![A-Za-z0-9_.\-])"
+    r"(?P<key>[A-Za-z0-9_.\-]*(?i:pass|secret|token|credential|key|authorization|pwd)"
+    r"[A-Za-z0-9_.\-]*)"
+    r"(?P<sep>[\"']?[ \t]*[:=][ \t]*|[ \t]+)"
+    r"(?:(?P<scheme>(?i:bearer|basic|token)[ \t]+)(?=[^\s\"']))?"
+    r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&}\]]+)"
+)
+_DSN_PASSWORD = re.compile(
+    r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<password>[^\s/\"'<>]+)@(?=[^\s@/\"'<>])"
+)
+_PEM_PRIVATE_KEY = re.compile(
+    r"-----BEGIN (?P<label>[A-Z0-9 ]*PRIVATE KEY[A-Z ]*)-----"
+    r"(?P<body>[A-Za-z0-9+/=\s:,.\-\\]*?)"
+    r"(?:-----END (?P=label)-----|(?=[^A-Za-z0-9+/=\s:,.\-\\])|\Z)"
+)
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}")
+_KEY_HINTS = ("pass", "secret", "token", "credential", "key", "authorization", "pwd")
+
+Span = tuple[int, int]
+M = TypeVar("M", bound=BaseModel)
+
+
+# --------------------------------------------------------------------------- credential keys
+
+
+def credential_key(name: str) -> bool:
+    """Whether a key or variable name says its value is a credential.
+
+    The *last* word decides (``DB_PASSWORD``, ``dbPassword``, ``x-api-key``,
+    ``client_secret``, ``tls.key``), so names of references and files are
+    not credentials: ``secretName``, ``tokenSecretRef``, ``passwordFile``,
+    ``max_tokens``. A trailing ``data`` is ignored (``client-key-data``).
+    """
+    lowered = name.lower()  # most names hold no hint at all: no split, nothing cached
+    return any(hint in lowered for hint in _KEY_HINTS) and _credential_words(name)
+
+
+@lru_cache(maxsize=1024)
+def _credential_words(name: str) -> bool:
+    words = [w.lower() for w in _IDENTIFIER_WORDS.findall(name)]
+    if words and words[-1] == "data":
+        words.pop()
+    if not words:
+        return False
+    last = words[-1]
+    if last in _CREDENTIAL_WORDS or last.endswith(_PASSWORD_SUFFIXES):
+        return True
+    if last == "pwd":  # alone it is the working directory
+        return len(words) > 1
+    return last == "key" and len(words) > 1 and words[-2] in _KEY_QUALIFIERS
+
+
+def _secret_text(value: str) -> bool:
+    """Whether a credential-keyed value is worth hiding (not a placeholder or a reference)."""
+    stripped = value.strip().strip("\"'").strip()
+    return (
+        stripped.lower() not in _NOT_A_SECRET
+        and not stripped.startswith(("<", "$", "{", "[", "|", ">"))
+        and set(stripped) - {"*", "x", "X"} != set()
+    )
+
+
+def pattern_spans(text: str) -> list[Span]:
+    """Where in ``text`` the credential-looking parts are (layer 3)."""
+    spans: list[Span] = []
+    if "://" in text and "@" in text:
+        spans.extend(m.span("password") for m in _DSN_PASSWORD.finditer(text))
+    if "PRIVATE KEY" in text:
+        for m in _PEM_PRIVATE_KEY.finditer(text):
+            if m["body"].strip():
+                spans.append(m.span("body"))
+    if "eyJ" in text:
+        spans.extend(m.span() for m in _JWT.finditer(text))
+    lowered = text.lower()
+    if any(hint in lowered for hint in _KEY_HINTS):
+        position = 0
+        while match := _KEY_VALUE.search(text, position):
+            key = match["key"]
+            flag_form = match["sep"].strip() == ""  # only a --flag takes its value after a space
+            if (not flag_form or key.startswith("-")) and credential_key(key.strip("-")):
+                if _secret_text(match["value"]):
+                    start, end = match.span("value")
+                    if match["value"][0] in "\"'":
+                        start, end = start + 1, end - 1
+                    if end > start:
+                        spans.append((start, end))
+                position = match.end()
+            else:  # not a credential: its "value" may itself start one ("token password=x")
+                position = match.start("value")
+    return spans
+
+
+# --------------------------------------------------------------------------- known values
+
+
+def _base64_forms(raw: bytes) -> set[str]:
+    """The base64 / base64url texts a copy of ``raw`` may take, alone or inside longer text.
+
+    Besides the whole encoding (padded and not), the part of the encoding
+    that does not depend on neighbouring bytes, for each of the three byte
+    alignments the value can have inside a longer encoded text.
+    """
+    forms: set[str] = set()
+    for prefix in range(3):
+        encoded = base64.b64encode(b"\0" * prefix + raw).decode("ascii")
+        first = -(-8 * prefix // 6)  # first character made only of the value's bits
+        last = 8 * (prefix + len(raw)) // 6
+        candidates = [encoded[first:last]]
+        if prefix == 0:
+            candidates += [encoded, encoded.rstrip("=")]
+        for text in candidates:
+            forms.add(text)
+            forms.add(text.replace("+", "-").replace("/", "_"))
+    return forms
+
+
+def secret_forms(value: str | bytes) -> set[str]:
+    """Every string that a copy of this Secret value may show up as (layer 2)."""
+    raw = value.encode("utf-8") if isinstance(value, str) else value
+    forms: set[str] = set()
+    try:
+        text: str | None = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None:
+        if len(text) <= MAX_WHOLE_VALUE_CHARS:
+            forms.add(text.strip())
+            forms.update(text[start:end] for start, end in pattern_spans(text))
+        for line in text.splitlines():
+            line = line.strip()
+            if not _PEM_ARMOUR.match(line):
+                forms.add(line)
+    if len(raw) <= MAX_WHOLE_VALUE_CHARS:
+        for variant in {raw, raw.strip(), raw.strip() + b"\n"}:
+            if variant:
+                forms |= _base64_forms(variant)
+    return {form for form in forms if len(form) >= MIN_SCRUB_LENGTH}
+
+
+class SecretScrubber:
+    """Removes Secret values (known ones and credential-looking ones) from text and objects.
+
+    Thread-safe: :meth:`learn` may add values while other threads scrub
+    (the live backend learns a cluster's Secrets on its first lookup).
+    """
+
+    def __init__(self, secret_values: Iterable[str | bytes] = ()) -> None:
+        self._lock = threading.Lock()
+        self._forms: set[str] = set()
+        self._automaton: ahocorasick_rs.AhoCorasick | None = None
+        self.learn(secret_values)
+
+    @property
+    def known_forms(self) -> int:
+        """How many strings are searched for (0: patterns only)."""
+        return len(self._forms)
+
+    def learn(self, secret_values: Iterable[str | bytes]) -> None:
+        """Search for these values (raw Secret values, not base64 ``data``) from now on."""
+        new: set[str] = set()
+        for value in secret_values:
+            new |= secret_forms(value)
+        with self._lock:
+            if new <= self._forms:
+                return
+            self._forms |= new
+            self._automaton = ahocorasick_rs.AhoCorasick(
+                list(self._forms), matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
+            )
+
+    def _spans(self, text: str) -> list[Span]:
+        spans = pattern_spans(text)
+        automaton = self._automaton
+        if automaton is not None:
+            spans += [(start, end) for _, start, end in automaton.find_matches_as_indexes(text)]
+        return spans
+
+    def text(self, text: str) -> str:
+        """``text`` with every secret part replaced by ``REDACTED``."""
+        spans = self._spans(text)
+        if not spans:
+            return text
+        pieces: list[str] = []
+        position = 0
+        for start, end in _merged(spans):
+            pieces += [text[position:start], REDACTED]
+            position = end
+        pieces.append(text[position:])
+        return "".join(pieces)
+
+    def scrub_object(self, value: Any) -> Any:
+        """Scrub every string inside a JSON-like value, in place; returns the value.
+
+        One search over all of an object's strings first: most objects hold
+        nothing to hide, and then only the credential-key rules are applied.
+        """
+        strings: list[str] = []
+        _collect_strings(value, strings)
+        search_each = bool(self._spans("\n".join(strings)))
+        return self._walk(value, search_each)
+
+    def scrubbed_copy(self, value: Any) -> Any:
+        """A scrubbed copy, for values the caller does not own (a log line's fields)."""
+        return self.scrub_object(_copy_json(value))
+
+    def _walk(self, value: Any, search_each: bool) -> Any:
+        if isinstance(value, str):
+            return self.text(value) if search_each else value
+        if isinstance(value, dict):
+            name = value.get("name")
+            hide_value = isinstance(name, str) and credential_key(name)
+            for key, item in value.items():
+                credential = (isinstance(key, str) and credential_key(key)) or (
+                    hide_value and key == "value"
+                )
+                if credential and isinstance(item, str) and _secret_text(item):
+                    value[key] = REDACTED
+                else:
+                    value[key] = self._walk(item, search_each)
+        elif isinstance(value, list):
+            hide_next = False
+            for index, item in enumerate(value):
+                if hide_next and isinstance(item, str) and _secret_text(item):
+                    value[index] = REDACTED
+                else:
+                    value[index] = self._walk(item, search_each)
+                hide_next = (
+                    isinstance(item, str)
+                    and item.startswith("-")
+                    and "=" not in item
+                    and credential_key(item.lstrip("-"))
+                )
+        return value
+
+    in_place = scrub_object  # the name the snapshot backend has always used
+
+
+def _merged(spans: list[Span]) -> list[Span]:
+    merged: list[Span] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _collect_strings(value: Any, into: list[str]) -> None:
+    if isinstance(value, str):
+        into.append(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                into.append(key)
+            _collect_strings(item, into)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect_strings(item, into)
+
+
+def _copy_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _copy_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_copy_json(item) for item in value]
+    return value
+
+
+PATTERNS = SecretScrubber()
+"""The pattern layer alone: for writers that never see a run's known values (store, logs)."""
+
+
+def scrubbed_model(model: M, *, keep: frozenset[str] = frozenset()) -> M:
+    """A copy of a report-like model with every string field scrubbed by :data:`PATTERNS`.
+
+    ``keep`` names top-level fields left as they are (a run's request is the
+    user's own input, stored verbatim so the run can be evaluated again).
+    """
+    data = model.model_dump(mode="json", exclude=set(keep))
+    PATTERNS.scrub_object(data)
+    return type(model).model_validate({**data, **{name: getattr(model, name) for name in keep}})
+
+
+# --------------------------------------------------------------------------- the Secret itself
 
 
 def drop_last_applied(obj: dict[str, Any]) -> None:
@@ -35,58 +422,64 @@ def drop_last_applied(obj: dict[str, Any]) -> None:
             del annotations[key]
 
 
-def _decoded(value: str) -> str | None:
+def _decoded(value: str) -> bytes | None:
     try:
-        return base64.b64decode(value, validate=True).decode("utf-8").strip()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
         return None
 
 
-def redact_in_place(obj: dict[str, Any]) -> list[str]:
-    """Redact one object; returns the Secret values removed (raw and base64-decoded)."""
+def _hide_values(values: Any, shown: frozenset[str], hidden: list[str | bytes]) -> Any:
+    """A metadata map with every value outside ``shown`` hidden (and collected)."""
+    if not isinstance(values, dict):
+        return REDACTED
+    result: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in shown:
+            result[key] = value
+            continue
+        if isinstance(value, str):
+            hidden.append(value)
+        result[key] = REDACTED
+    return result
+
+
+def redact_in_place(obj: dict[str, Any]) -> list[str | bytes]:
+    """Redact one object as read from a cluster; returns the Secret values it hid.
+
+    Every object loses its last-applied-configuration annotation. A Secret
+    (any apiVersion) keeps only :data:`SECRET_FIELDS` and
+    :data:`SECRET_METADATA`; its data values, and annotation and label
+    values outside the allow-lists, become ``REDACTED``. The values returned
+    are raw (``data`` base64-decoded) for :meth:`SecretScrubber.learn`.
+    """
     drop_last_applied(obj)
     if obj.get("kind") != "Secret":
         return []
-    removed: list[str] = []
-    for field in SECRET_VALUE_FIELDS:
-        values = obj.get(field)
-        if not isinstance(values, dict):
-            if values is not None:
-                obj[field] = REDACTED
+    hidden: list[str | bytes] = []
+    clean: dict[str, Any] = {}
+    for key, value in obj.items():  # the server's order, so output reads like kubectl's
+        if key not in SECRET_FIELDS:
             continue
-        for key, value in values.items():
-            if isinstance(value, str):
-                removed.append(value.strip())
-                if field == "data" and (decoded := _decoded(value)):
-                    removed.append(decoded)
-            values[key] = REDACTED
-    return removed
-
-
-class SecretScrubber:
-    """Replaces known Secret values wherever else they appear."""
-
-    def __init__(self, secret_values: Iterable[str]) -> None:
-        values = sorted(
-            {v for v in secret_values if len(v) >= MIN_SCRUB_LENGTH}, key=len, reverse=True
-        )
-        self._pattern = re.compile("|".join(re.escape(v) for v in values)) if values else None
-
-    def text(self, text: str) -> str:
-        if self._pattern is None:
-            return text
-        return self._pattern.sub(REDACTED, text)
-
-    def in_place(self, value: Any) -> Any:
-        """Scrub every string inside a JSON-like value; returns the (possibly new) value."""
-        if self._pattern is None:
-            return value
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            for key, item in value.items():
-                value[key] = self.in_place(item)
-        elif isinstance(value, list):
-            for index, item in enumerate(value):
-                value[index] = self.in_place(item)
-        return value
+        if key == "metadata" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k in SECRET_METADATA and v}
+            for field, shown in (
+                ("annotations", SECRET_ANNOTATIONS_SHOWN),
+                ("labels", SECRET_LABELS_SHOWN),
+            ):
+                if field in value:
+                    value[field] = _hide_values(value[field], shown, hidden)
+        elif key in SECRET_VALUE_FIELDS:
+            if isinstance(value, dict):
+                for item in value.values():
+                    if isinstance(item, str):
+                        decoded = _decoded(item) if key == "data" else None
+                        hidden.append(decoded if decoded is not None else item)
+                value = dict.fromkeys(value, REDACTED)
+            elif value is not None:
+                value = REDACTED
+        clean[key] = value
+    obj.clear()
+    obj.update(clean)
+    obj.setdefault("kind", "Secret")
+    return hidden
