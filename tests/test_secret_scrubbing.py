@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -363,3 +364,101 @@ def test_a_known_value_never_survives_in_any_surrounding_text(
     }[form]
     scrubbed = SecretScrubber([value]).text(before + planted + after)
     assert planted not in scrubbed
+
+
+# --------------------------------------------------------------------------- stored and served
+
+
+def redis_dump(url: str) -> str:
+    """Every key and value in the test's Redis database, as text."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    parts: list[str] = []
+    for key in client.scan_iter():
+        kind = client.type(key).decode()
+        if kind == "string":
+            value: Any = client.get(key)
+        elif kind == "hash":
+            value = client.hgetall(key)
+        elif kind == "list":
+            value = client.lrange(key, 0, -1)
+        elif kind == "set":
+            value = client.smembers(key)
+        elif kind == "zset":
+            value = client.zrange(key, 0, -1)
+        else:
+            value = client.xrange(key)
+        parts.append(f"{key!r} {value!r}")
+    client.close()
+    return "\n".join(parts)
+
+
+def assay_run(
+    run_id: str, redis_url: str, home: Path, *flags: str
+) -> subprocess.CompletedProcess[str]:
+    """`assay run RUN_ID` as a user runs it, against the test's Redis."""
+    environment = {"PATH": "/usr/bin:/bin", "ASSAY_REDIS_URL": redis_url, "HOME": str(home),
+                   "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # fmt: skip
+    return subprocess.run(
+        [ASSAY, "run", run_id, *flags], capture_output=True, text=True, timeout=60, env=environment
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_the_fleet_stores_serves_and_logs_no_canary(
+    canaries: CanaryCluster,
+    api_server: tuple[FakeApiServer, Path],
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    """A live run on a real worker: Redis, the HTTP API, `assay run` and the logs stay clean.
+
+    The model ends by echoing a credential it "found" (a DSN with a password):
+    what it writes is stored, so the store must scrub it too.
+    """
+    from assay.client import Client
+    from tests.api_support import READ_TOKEN, ApiServer, auth
+    from tests.fleet_support import scripted_worker_env, start_worker, stop_process
+
+    _, kubeconfig = api_server
+    echo = canaries.canary("dsn-password").value
+    last = {"action": {"action": "ERROR", "message": f"cannot log in to mysql://root:{echo}@db"}}
+    worker_log = tmp_path / "worker.log"
+    with ScriptedModel(reading_everything_then(last)) as model:
+        worker = start_worker(scripted_worker_env(redis_url, model.url), worker_log, concurrency=2)
+        api = ApiServer(redis_url, tmp_path / "api.log").start()
+        try:
+            with Client(load_settings(redis_url=redis_url)) as client:
+                request = EvaluationRequest(
+                    text="no ConfigMap in namespace shop holds a password",
+                    target=ContextTarget(context="canary", kubeconfig=str(kubeconfig)),
+                    budget=Budget(max_iterations=60, max_tokens=2_000_000, timeout_seconds=120),
+                )
+                receipt = client.submit_request(request)
+                verdict = client.wait(receipt.run_id, timeout=180)
+            run_view = httpx.get(f"{api.url}/v1/runs/{receipt.run_id}", headers=auth(READ_TOKEN))
+            check_view = httpx.get(
+                f"{api.url}/v1/checks/{receipt.check_id}", headers=auth(READ_TOKEN)
+            )
+            shown = [assay_run(receipt.run_id, redis_url, tmp_path, *f) for f in ([], ["--json"])]
+        finally:
+            api.stop()
+            stop_process(worker)
+        prompts = json.dumps(model.requests)
+
+    assert verdict.exit_code == 3 and verdict.reason and REDACTED in verdict.reason
+    assert run_view.status_code == 200 and check_view.status_code == 200
+    assert "fallback seed" in run_view.text  # the report holds the tool output ...
+    assert all(result.returncode == 3 for result in shown), [r.stderr for r in shown]
+    for place, text in {
+        "prompts": prompts,
+        "redis": redis_dump(redis_url),
+        "api run": run_view.text,
+        "api check": check_view.text,
+        "assay run": "".join(r.stdout + r.stderr for r in shown),
+        "worker log": worker_log.read_text(errors="replace"),
+        "api log": (tmp_path / "api.log").read_text(errors="replace"),
+    }.items():
+        assert canaries.leaks(text) == [], place  # ... and no canary anywhere
