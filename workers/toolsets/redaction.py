@@ -13,15 +13,18 @@ Three layers, each catching what the one before cannot know about:
 
 2. **Known values** (:class:`SecretScrubber` after :meth:`~SecretScrubber.learn`):
    every value hidden in step 1 is searched for wherever else it appears,
-   in the forms a copy takes: the whole value; each line of a multi-line
-   value on its own (one line of a PEM key); its base64 and base64url forms,
-   padded and unpadded, of the value with and without a trailing newline
-   (``echo $PW | base64``), plus the three alignments of the value inside a
-   longer base64 text (a ``user:password`` docker ``auth`` field); and the
-   credential-looking parts of a structured value (the password of a DSN,
-   ``password=...`` in a ``.env`` file, ``"token": "..."`` in JSON).
-   Matching is Aho-Corasick (``ahocorasick_rs``): a regex alternation of a
-   few thousand literals costs seconds per MB, the automaton tens of ms.
+   in the forms a copy takes: the whole value if it is one line, else each
+   line on its own (one line of a PEM key); its base64 and base64url forms,
+   padded or not, of the value with and without the trailing newline of
+   ``echo $PW | base64``, at each of the three alignments it can have inside
+   a longer base64 text (a ``user:password`` docker ``auth`` field); and the
+   credential parts of a structured value (the password of a DSN,
+   ``password=...`` in a ``.env`` file, ``"token": "..."`` in JSON). Base64
+   forms and long base64-alphabet tokens are found by their first
+   :data:`BASE64_ANCHOR_CHARS` characters and redacted with the whole run of
+   base64 characters around them. Matching is Aho-Corasick
+   (``ahocorasick_rs``): a regex alternation of a few thousand literals costs
+   minutes per MB, the automaton tens of ms (bench/bench_scrubber.py).
 
 3. **Patterns** (every scrubber, even one that knows no values): the
    password of ``scheme://user:PASSWORD@host``; the value of a ``key=value``
@@ -126,26 +129,34 @@ _NOT_A_SECRET = frozenset({"", "true", "false", "null", "none", "~", "yes", "no"
 _PEM_ARMOUR = re.compile(r"^-----(BEGIN|END) [A-Z0-9 ]+-----$")
 
 # A token whose key ends in a credential word: ``password=x``, ``"apiKey": "x"``,
-# ``DB_PASSWORD: x``, ``--token x``, ``Authorization: Bearer x``. The key is
-# confirmed by credential_key(); the regex only finds candidates.
+# ``DB_PASSWORD: x``, ``--token x``, ``Authorization: Bearer x``. Tried only at the
+# start of an identifier holding a hint word; credential_key() confirms the key.
 _KEY_VALUE = re.compile(
-    r"(?<![A-Za-z0-9_.\-])"
-    r"(?P<key>[A-Za-z0-9_.\-]*(?i:pass|secret|token|credential|key|authorization|pwd)"
-    r"[A-Za-z0-9_.\-]*)"
+    r"(?P<key>[A-Za-z0-9_.\-]+)"
     r"(?P<sep>[\"']?[ \t]*[:=][ \t]*|[ \t]+)"
     r"(?:(?P<scheme>(?i:bearer|basic|token)[ \t]+)(?=[^\s\"']))?"
     r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&}\]]+)"
 )
 _DSN_PASSWORD = re.compile(
-    r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<password>[^\s/\"'<>]+)@(?=[^\s@/\"'<>])"
+    r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<password>[^\s/\"'<>]+)@(?=[^\s@/\"'<>])"
 )
 _PEM_PRIVATE_KEY = re.compile(
     r"-----BEGIN (?P<label>[A-Z0-9 ]*PRIVATE KEY[A-Z ]*)-----"
     r"(?P<body>[A-Za-z0-9+/=\s:,.\-\\]*?)"
     r"(?:-----END (?P=label)-----|(?=[^A-Za-z0-9+/=\s:,.\-\\])|\Z)"
 )
-_JWT = re.compile(r"\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}")
+_JWT = re.compile(r"eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}")
 _KEY_HINTS = ("pass", "secret", "token", "credential", "key", "authorization", "pwd")
+_HINTS = ahocorasick_rs.AhoCorasick(
+    [*_KEY_HINTS, "://", "eyj", "private key"], matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
+)
+_IDENTIFIER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
+_BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
+BASE64_ANCHOR_CHARS = 24
+"""A base64 form, or a long token of base64 characters (a PEM line), is found by its first
+characters and redacted with the whole run of such characters around them. 24 characters
+(about 18 bytes) do not occur by chance, and keep the automaton small however long the value."""
 
 Span = tuple[int, int]
 M = TypeVar("M", bound=BaseModel)
@@ -191,81 +202,118 @@ def _secret_text(value: str) -> bool:
     )
 
 
+def _run_start(text: str, position: int, chars: frozenset[str]) -> int:
+    while position > 0 and text[position - 1] in chars:
+        position -= 1
+    return position
+
+
+def _key_value_span(text: str, start: int) -> Span | None:
+    """The value of a credential token whose key starts at ``start``, if there is one."""
+    match = _KEY_VALUE.match(text, start)
+    if match is None:
+        return None
+    key = match["key"]
+    if match["sep"].strip() == "" and not key.startswith("-"):
+        return None  # "token expired": only a --flag takes its value after a space
+    if not credential_key(key.strip("-")) or not _secret_text(match["value"]):
+        return None
+    begin, end = match.span("value")
+    if match["value"][0] in "\"'":
+        begin, end = begin + 1, end - 1
+    return (begin, end) if end > begin else None
+
+
 def pattern_spans(text: str) -> list[Span]:
-    """Where in ``text`` the credential-looking parts are (layer 3)."""
+    """Where in ``text`` the credential-looking parts are (layer 3).
+
+    One Aho-Corasick pass over the lower-cased text finds the few places
+    worth a closer look (a hint word, ``://``, ``eyJ``, ``PRIVATE KEY``);
+    each regex is then tried only there, anchored, never across the text.
+    """
     spans: list[Span] = []
-    if "://" in text and "@" in text:
-        spans.extend(m.span("password") for m in _DSN_PASSWORD.finditer(text))
-    if "PRIVATE KEY" in text:
-        for m in _PEM_PRIVATE_KEY.finditer(text):
-            if m["body"].strip():
-                spans.append(m.span("body"))
-    if "eyJ" in text:
-        spans.extend(m.span() for m in _JWT.finditer(text))
-    lowered = text.lower()
-    if any(hint in lowered for hint in _KEY_HINTS):
-        position = 0
-        while match := _KEY_VALUE.search(text, position):
-            key = match["key"]
-            flag_form = match["sep"].strip() == ""  # only a --flag takes its value after a space
-            if (not flag_form or key.startswith("-")) and credential_key(key.strip("-")):
-                if _secret_text(match["value"]):
-                    start, end = match.span("value")
-                    if match["value"][0] in "\"'":
-                        start, end = start + 1, end - 1
-                    if end > start:
-                        spans.append((start, end))
-                position = match.end()
-            else:  # not a credential: its "value" may itself start one ("token password=x")
-                position = match.start("value")
+    tried: set[tuple[str, int]] = set()
+    for index, hit, _ in _HINTS.find_matches_as_indexes(text.lower()):
+        hint = _HINTS_LIST[index]
+        if hint == "://":
+            start = _run_start(text, hit, _SCHEME_CHARS)
+            if ("dsn", start) not in tried:
+                tried.add(("dsn", start))
+                if dsn := _DSN_PASSWORD.match(text, start):
+                    spans.append(dsn.span("password"))
+        elif hint == "eyj":
+            standalone = hit == 0 or text[hit - 1] not in _BASE64_CHARS
+            if standalone and (jwt := _JWT.match(text, hit)):
+                spans.append(jwt.span())
+        elif hint == "private key":
+            begin = text.rfind("-----BEGIN ", max(0, hit - 40), hit)
+            if begin >= 0 and ("pem", begin) not in tried:
+                tried.add(("pem", begin))
+                pem = _PEM_PRIVATE_KEY.match(text, begin)
+                if pem and pem["body"].strip():
+                    spans.append(pem.span("body"))
+        else:
+            start = _run_start(text, hit, _IDENTIFIER_CHARS)
+            if ("key", start) not in tried:
+                tried.add(("key", start))
+                if value := _key_value_span(text, start):
+                    spans.append(value)
     return spans
+
+
+_HINTS_LIST = [*_KEY_HINTS, "://", "eyj", "private key"]
 
 
 # --------------------------------------------------------------------------- known values
 
 
-def _base64_forms(raw: bytes) -> set[str]:
-    """The base64 / base64url texts a copy of ``raw`` may take, alone or inside longer text.
+def _base64_anchors(raw: bytes) -> set[str]:
+    """How a base64 / base64url copy of ``raw`` begins, alone or inside longer encoded text.
 
-    Besides the whole encoding (padded and not), the part of the encoding
-    that does not depend on neighbouring bytes, for each of the three byte
-    alignments the value can have inside a longer encoded text.
+    For each of the three byte alignments the value can have inside a longer
+    encoded text, the first characters that depend only on the value's own
+    bits (at most :data:`BASE64_ANCHOR_CHARS`). A match is widened to the
+    whole encoded run around it, so the automaton stays small however long
+    the value, and the rest of an encoded blob holding it goes too.
     """
-    forms: set[str] = set()
+    anchors: set[str] = set()
     for prefix in range(3):
         encoded = base64.b64encode(b"\0" * prefix + raw).decode("ascii")
-        first = -(-8 * prefix // 6)  # first character made only of the value's bits
+        first = -(-8 * prefix // 6)  # the first character made only of the value's bits
         last = 8 * (prefix + len(raw)) // 6
-        candidates = [encoded[first:last]]
-        if prefix == 0:
-            candidates += [encoded, encoded.rstrip("=")]
-        for text in candidates:
-            forms.add(text)
-            forms.add(text.replace("+", "-").replace("/", "_"))
-    return forms
+        anchor = encoded[first : min(last, first + BASE64_ANCHOR_CHARS)]
+        anchors |= {anchor, anchor.replace("+", "-").replace("/", "_")}
+    return anchors
 
 
-def secret_forms(value: str | bytes) -> set[str]:
-    """Every string that a copy of this Secret value may show up as (layer 2)."""
+def secret_forms(value: str | bytes) -> tuple[set[str], set[str]]:
+    """What a copy of this Secret value may show up as (layer 2): (plain forms, base64 anchors).
+
+    Plain: the whole value if it is one line, else each line on its own (PEM
+    armour lines are no secret), plus the credential parts of a structured
+    value. Base64: see :func:`_base64_anchors`, for the value with and
+    without surrounding whitespace and with the newline ``echo`` adds.
+    """
     raw = value.encode("utf-8") if isinstance(value, str) else value
-    forms: set[str] = set()
+    plain: set[str] = set()
     try:
         text: str | None = raw.decode("utf-8")
     except UnicodeDecodeError:
         text = None
     if text is not None:
+        lines = [line.strip() for line in text.strip().splitlines()]
+        if len(lines) == 1 and len(text) <= MAX_WHOLE_VALUE_CHARS:
+            plain.add(lines[0])
+        elif len(lines) > 1:
+            plain.update(line for line in lines if not _PEM_ARMOUR.match(line))
         if len(text) <= MAX_WHOLE_VALUE_CHARS:
-            forms.add(text.strip())
-            forms.update(text[start:end] for start, end in pattern_spans(text))
-        for line in text.splitlines():
-            line = line.strip()
-            if not _PEM_ARMOUR.match(line):
-                forms.add(line)
-    if len(raw) <= MAX_WHOLE_VALUE_CHARS:
-        for variant in {raw, raw.strip(), raw.strip() + b"\n"}:
-            if variant:
-                forms |= _base64_forms(variant)
-    return {form for form in forms if len(form) >= MIN_SCRUB_LENGTH}
+            plain.update(text[start:end] for start, end in pattern_spans(text))
+    anchors: set[str] = set()
+    for variant in {raw, raw.strip(), raw.strip() + b"\n"}:
+        if variant.strip():
+            anchors |= _base64_anchors(variant)
+    keep = MIN_SCRUB_LENGTH
+    return {f for f in plain if len(f) >= keep}, {a for a in anchors if len(a) >= keep} - plain
 
 
 class SecretScrubber:
@@ -277,33 +325,48 @@ class SecretScrubber:
 
     def __init__(self, secret_values: Iterable[str | bytes] = ()) -> None:
         self._lock = threading.Lock()
-        self._forms: set[str] = set()
-        self._automaton: ahocorasick_rs.AhoCorasick | None = None
+        self._plain: set[str] = set()
+        self._anchors: set[str] = set()
+        # the automaton and, per pattern, whether a match widens to its base64 run
+        self._search: tuple[ahocorasick_rs.AhoCorasick, list[bool]] | None = None
         self.learn(secret_values)
 
     @property
     def known_forms(self) -> int:
         """How many strings are searched for (0: patterns only)."""
-        return len(self._forms)
+        return len(self._plain) + len(self._anchors)
 
     def learn(self, secret_values: Iterable[str | bytes]) -> None:
         """Search for these values (raw Secret values, not base64 ``data``) from now on."""
-        new: set[str] = set()
+        plain: set[str] = set()
+        anchors: set[str] = set()
         for value in secret_values:
-            new |= secret_forms(value)
+            more_plain, more_anchors = secret_forms(value)
+            anchors |= more_anchors
+            for form in more_plain:  # a long token (a PEM line) is found by its start too
+                if len(form) > BASE64_ANCHOR_CHARS and _BASE64_CHARS.issuperset(form):
+                    anchors.add(form[:BASE64_ANCHOR_CHARS])
+                else:
+                    plain.add(form)
         with self._lock:
-            if new <= self._forms:
+            if plain <= self._plain and anchors <= self._anchors:
                 return
-            self._forms |= new
-            self._automaton = ahocorasick_rs.AhoCorasick(
-                list(self._forms), matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
+            self._plain |= plain
+            self._anchors = (self._anchors | anchors) - self._plain
+            patterns = [*self._plain, *self._anchors]
+            widen = [False] * len(self._plain) + [True] * len(self._anchors)
+            automaton = ahocorasick_rs.AhoCorasick(
+                patterns, matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
             )
+            self._search = (automaton, widen)
 
     def _spans(self, text: str) -> list[Span]:
         spans = pattern_spans(text)
-        automaton = self._automaton
-        if automaton is not None:
-            spans += [(start, end) for _, start, end in automaton.find_matches_as_indexes(text)]
+        search = self._search
+        if search is not None:
+            automaton, widen = search
+            for index, start, end in automaton.find_matches_as_indexes(text):
+                spans.append(_base64_run(text, start, end) if widen[index] else (start, end))
         return spans
 
     def text(self, text: str) -> str:
@@ -322,12 +385,17 @@ class SecretScrubber:
     def scrub_object(self, value: Any) -> Any:
         """Scrub every string inside a JSON-like value, in place; returns the value.
 
-        One search over all of an object's strings first: most objects hold
-        nothing to hide, and then only the credential-key rules are applied.
+        One pass first collects the object's strings and notes any credential
+        structure (a credential key, a ``{name: X_PASSWORD, value: ...}``
+        pair, a ``--password`` argument); one search over all the strings
+        then decides whether each string needs its own. Most objects hold
+        nothing to hide and are not walked again.
         """
         strings: list[str] = []
-        _collect_strings(value, strings)
+        structured = _collect(value, strings)
         search_each = bool(self._spans("\n".join(strings)))
+        if not (structured or search_each):
+            return value
         return self._walk(value, search_each)
 
     def scrubbed_copy(self, value: Any) -> Any:
@@ -338,12 +406,9 @@ class SecretScrubber:
         if isinstance(value, str):
             return self.text(value) if search_each else value
         if isinstance(value, dict):
-            name = value.get("name")
-            hide_value = isinstance(name, str) and credential_key(name)
+            hidden_value = _hides_value(value)
             for key, item in value.items():
-                credential = (isinstance(key, str) and credential_key(key)) or (
-                    hide_value and key == "value"
-                )
+                credential = _credential_field(key) or (hidden_value and key == "value")
                 if credential and isinstance(item, str) and _secret_text(item):
                     value[key] = REDACTED
                 else:
@@ -355,15 +420,20 @@ class SecretScrubber:
                     value[index] = REDACTED
                 else:
                     value[index] = self._walk(item, search_each)
-                hide_next = (
-                    isinstance(item, str)
-                    and item.startswith("-")
-                    and "=" not in item
-                    and credential_key(item.lstrip("-"))
-                )
+                hide_next = _credential_flag(item)
         return value
 
     in_place = scrub_object  # the name the snapshot backend has always used
+
+
+def _base64_run(text: str, start: int, end: int) -> Span:
+    """The whole base64 run (with its padding) around a match."""
+    start = _run_start(text, start, _BASE64_CHARS)
+    while end < len(text) and text[end] in _BASE64_CHARS:
+        end += 1
+    while end < len(text) and text[end] == "=":
+        end += 1
+    return start, end
 
 
 def _merged(spans: list[Span]) -> list[Span]:
@@ -376,17 +446,59 @@ def _merged(spans: list[Span]) -> list[Span]:
     return merged
 
 
-def _collect_strings(value: Any, into: list[str]) -> None:
-    if isinstance(value, str):
-        into.append(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str):
-                into.append(key)
-            _collect_strings(item, into)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _collect_strings(item, into)
+@lru_cache(maxsize=4096)
+def _credential_field(key: Any) -> bool:
+    """credential_key() for dict keys, which repeat across objects (field names, label keys)."""
+    return isinstance(key, str) and credential_key(key)
+
+
+def _hides_value(mapping: dict[Any, Any]) -> bool:
+    """``{name: DB_PASSWORD, value: ...}``: an env var (or parameter) named like a credential."""
+    name = mapping.get("name")
+    return "value" in mapping and isinstance(name, str) and credential_key(name)
+
+
+def _credential_flag(item: Any) -> bool:
+    """``--password`` as one argument: the next argument is its value."""
+    return (
+        isinstance(item, str)
+        and item.startswith("-")
+        and "=" not in item
+        and credential_key(item.lstrip("-"))
+    )
+
+
+def _collect(value: Any, into: list[str]) -> bool:
+    """Append every string (keys too) to ``into``; whether any credential structure was seen.
+
+    Iterative and order-free: this runs over every object a list returns.
+    """
+    found = False
+    append = into.append
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        kind = type(current)
+        if kind is str:
+            append(current)
+        elif kind is dict:
+            found = found or _hides_value(current)
+            for key, item in current.items():
+                if type(key) is str:
+                    append(key)
+                    if type(item) is str:
+                        append(item)
+                        found = found or _credential_field(key)
+                        continue
+                stack.append(item)
+        elif kind is list or kind is tuple:
+            for item in current:
+                if type(item) is str:
+                    append(item)
+                    found = found or (item[:1] == "-" and _credential_flag(item))
+                else:
+                    stack.append(item)
+    return found
 
 
 def _copy_json(value: Any) -> Any:
