@@ -115,6 +115,27 @@ def test_with_secrets_forbidden_the_live_backend_still_scrubs_credential_pattern
     assert canaries.leaks(everything, secrets_readable=False) == []
 
 
+def test_a_failed_secrets_list_fails_the_lookup_instead_of_showing_it_unscrubbed(
+    canaries: CanaryCluster, api_server: tuple[FakeApiServer, Path]
+) -> None:
+    server, kubeconfig = api_server
+    server.add_fault(r"/api/v1/secrets$", 503)
+    target = ContextTarget(context="canary", kubeconfig=str(kubeconfig))
+    settings = load_settings(kube_request_timeout_seconds=2.0, kube_retry_deadline_seconds=1.0)
+    registry = build_registry(EvaluationRequest(text="anything", target=target), settings)
+    arguments = {"kind": "ConfigMap", "name": "app-config", "namespace": NAMESPACE}
+    failed = registry.call("get", arguments)
+    assert not failed.ok and failed.output.startswith("unavailable:")
+    assert "scrub copies of their values" in failed.output
+    assert "/c/canary/api/v1/namespaces/shop/configmaps/app-config" not in [
+        r.path for r in server.requests
+    ]  # the ConfigMap was not even read
+    server.clear_faults()
+    shown = registry.call("get", arguments)  # the next lookup learns the Secrets, then answers
+    assert shown.ok and "fallback seed" in shown.output
+    assert canaries.leaks(shown.output) == []
+
+
 def test_a_secret_shows_its_keys_but_not_its_annotation_or_label_values(
     canaries: CanaryCluster, api_server: tuple[FakeApiServer, Path]
 ) -> None:
@@ -231,11 +252,15 @@ def test_log_lines_are_scrubbed_of_credentials(capsys: pytest.CaptureFixture[str
 
     from workers.logs import configure_logging
 
-    configure_logging(load_settings(log_format="json", log_level="info"))
-    structlog.get_logger("assay.test").warning(
-        "cannot reach mysql://root:hunter2hunter2@mysql:3306/db",
-        detail={"password": "p4ss-word", "steps": ["token=abcdef123"]},
-    )
+    previous = structlog.get_config()
+    try:
+        configure_logging(load_settings(log_format="json", log_level="info"))
+        structlog.get_logger("assay.test").warning(
+            "cannot reach mysql://root:hunter2hunter2@mysql:3306/db",
+            detail={"password": "p4ss-word", "steps": ["token=abcdef123"]},
+        )
+    finally:  # the configured logger writes to this test's captured stderr: undo it
+        structlog.configure(**previous)
     line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert "hunter2hunter2" not in json.dumps(line)
     assert line["detail"] == {"password": REDACTED, "steps": [f"token={REDACTED}"]}

@@ -55,9 +55,6 @@ REDISCOVER_AFTER_SECONDS = 10.0
 EVENT_RESOURCE = ResourceInfo(
     kind="Event", plural="events", group="", version="v1", namespaced=True
 )
-SECRET_RESOURCE = ResourceInfo(
-    kind="Secret", plural="secrets", group="", version="v1", namespaced=True
-)
 SECRETS_NOT_LEARNED = "type!=helm.sh/release.v1"
 """Helm release Secrets hold a compressed release blob that is never copied as such."""
 
