@@ -295,6 +295,21 @@ def test_each_form_of_a_known_value_is_scrubbed() -> None:
     assert scrubber.text("-----BEGIN PRIVATE KEY-----") == "-----BEGIN PRIVATE KEY-----"
 
 
+def test_another_certificate_is_not_taken_for_the_one_in_a_secret() -> None:
+    """Encoded PEMs all begin alike; only the one whose value is known is redacted."""
+
+    def pem(body: bytes) -> str:
+        return f"-----BEGIN CERTIFICATE-----\n{base64.b64encode(body).decode()}\n-----END CERTIFICATE-----\n"  # noqa: E501
+
+    known, other = pem(b"known certificate body " * 3), pem(b"a webhook's own CA body " * 3)
+    scrubber = SecretScrubber([known])
+    other_bundle = f"caBundle: {base64.b64encode(other.encode()).decode()}"
+    assert scrubber.text(other_bundle) == other_bundle
+    assert scrubber.text(f"caBundle: {base64.b64encode(known.encode()).decode()}") == (
+        f"caBundle: {REDACTED}"
+    )
+
+
 def test_short_values_are_not_hunted_but_credential_keys_still_hide_them() -> None:
     scrubber = SecretScrubber(["admin", "5432"])
     assert scrubber.text("user admin on port 5432") == "user admin on port 5432"

@@ -20,9 +20,9 @@ Three layers, each catching what the one before cannot know about:
    a longer base64 text (a ``user:password`` docker ``auth`` field); and the
    credential parts of a structured value (the password of a DSN,
    ``password=...`` in a ``.env`` file, ``"token": "..."`` in JSON). Base64
-   forms and long base64-alphabet tokens are found by their first
-   :data:`BASE64_ANCHOR_CHARS` characters and redacted with the whole run of
-   base64 characters around them. Matching is Aho-Corasick
+   forms and long base64-alphabet tokens are found by
+   :data:`BASE64_ANCHOR_CHARS` characters from their middle and redacted with
+   the whole run of base64 characters around them. Matching is Aho-Corasick
    (``ahocorasick_rs``): a regex alternation of a few thousand literals costs
    minutes per MB, the automaton tens of ms (bench/bench_scrubber.py).
 
@@ -45,9 +45,8 @@ places where ``5432`` went missing spell out that a Secret holds ``5432``.
 Eight characters is where a chance occurrence of a real credential becomes
 unlikely and where common password policies begin. Short values are still
 hidden in the Secret itself, and a credential key marks its value as secret
-at any length (layer 3). Values longer than :data:`MAX_WHOLE_VALUE_CHARS`
-are searched for line by line only (a Helm release blob is never copied
-whole, and would bloat the automaton).
+at any length (layer 3). A line longer than :data:`MAX_WHOLE_VALUE_CHARS`
+is searched for only if it is a base64-alphabet token (by its middle).
 
 The backends apply layers 1-3 to objects before anything renders them, and
 the tool registry applies the run's scrubber once more to every tool output
@@ -75,7 +74,7 @@ MIN_SCRUB_LENGTH = 8
 """Known values (and each form of one) shorter than this are not searched for elsewhere."""
 
 MAX_WHOLE_VALUE_CHARS = 16 * 1024
-"""Longer values are searched for line by line only."""
+"""A longer line is searched for only if it is a base64-alphabet token (found by its middle)."""
 
 LAST_APPLIED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 SECRET_VALUE_FIELDS = ("data", "stringData")
@@ -154,8 +153,8 @@ _IDENTIFIER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 _SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
 _BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
 BASE64_ANCHOR_CHARS = 24
-"""A base64 form, or a long token of base64 characters (a PEM line), is found by its first
-characters and redacted with the whole run of such characters around them. 24 characters
+"""A base64 form, or a long token of base64 characters (a PEM line), is found by 24 characters
+from its middle and redacted with the whole run of such characters around them. 24 characters
 (about 18 bytes) do not occur by chance, and keep the automaton small however long the value."""
 
 Span = tuple[int, int]
@@ -281,9 +280,22 @@ def _base64_anchors(raw: bytes) -> set[str]:
         encoded = base64.b64encode(b"\0" * prefix + raw).decode("ascii")
         first = -(-8 * prefix // 6)  # the first character made only of the value's bits
         last = 8 * (prefix + len(raw)) // 6
-        anchor = encoded[first : min(last, first + BASE64_ANCHOR_CHARS)]
+        anchor = _anchor(encoded[first:last])
         anchors |= {anchor, anchor.replace("+", "-").replace("/", "_")}
     return anchors
+
+
+def _anchor(token: str) -> str:
+    """The middle :data:`BASE64_ANCHOR_CHARS` characters of a long token, else all of it.
+
+    The middle, not the start: the starts of encoded values are often shared
+    (every PEM certificate's base64 begins with ``LS0tLS1CRUdJTiBDRVJU``, every
+    RS256 JWT with ``eyJhbGciOiJSUzI1Ni``), their middles are not.
+    """
+    if len(token) <= BASE64_ANCHOR_CHARS:
+        return token
+    start = (len(token) - BASE64_ANCHOR_CHARS) // 2
+    return token[start : start + BASE64_ANCHOR_CHARS]
 
 
 def secret_forms(value: str | bytes) -> tuple[set[str], set[str]]:
@@ -302,10 +314,13 @@ def secret_forms(value: str | bytes) -> tuple[set[str], set[str]]:
         text = None
     if text is not None:
         lines = [line.strip() for line in text.strip().splitlines()]
-        if len(lines) == 1 and len(text) <= MAX_WHOLE_VALUE_CHARS:
-            plain.add(lines[0])
-        elif len(lines) > 1:
-            plain.update(line for line in lines if not _PEM_ARMOUR.match(line))
+        if len(lines) > 1:
+            lines = [line for line in lines if not _PEM_ARMOUR.match(line)]
+        plain.update(  # a long token of base64 characters is found by its middle (learn)
+            line
+            for line in lines
+            if len(line) <= MAX_WHOLE_VALUE_CHARS or _BASE64_CHARS.issuperset(line)
+        )
         if len(text) <= MAX_WHOLE_VALUE_CHARS:
             plain.update(text[start:end] for start, end in pattern_spans(text))
     anchors: set[str] = set()
@@ -345,7 +360,7 @@ class SecretScrubber:
             anchors |= more_anchors
             for form in more_plain:  # a long token (a PEM line) is found by its start too
                 if len(form) > BASE64_ANCHOR_CHARS and _BASE64_CHARS.issuperset(form):
-                    anchors.add(form[:BASE64_ANCHOR_CHARS])
+                    anchors.add(_anchor(form))
                 else:
                     plain.add(form)
         with self._lock:
