@@ -266,22 +266,30 @@ _HINTS_LIST = [*_KEY_HINTS, "://", "eyj", "private key"]
 # --------------------------------------------------------------------------- known values
 
 
-def _base64_anchors(raw: bytes) -> set[str]:
-    """How a base64 / base64url copy of ``raw`` begins, alone or inside longer encoded text.
+def _base64_anchors(variants: set[bytes]) -> set[str]:
+    """How a base64 / base64url copy of a value looks, alone or inside longer encoded text.
 
-    For each of the three byte alignments the value can have inside a longer
-    encoded text, the first characters that depend only on the value's own
-    bits (at most :data:`BASE64_ANCHOR_CHARS`). A match is widened to the
-    whole encoded run around it, so the automaton stays small however long
-    the value, and the rest of an encoded blob holding it goes too.
+    ``variants`` are the value as stored and with its surrounding whitespace
+    changed (they differ only at their ends). For each of the three byte
+    alignments the value can have inside a longer encoded text, the part of
+    the encoding made only of the value's own bits, and of that the
+    :data:`BASE64_ANCHOR_CHARS` characters around the middle of the shortest
+    variant, which all variants share. A match is widened to the whole
+    encoded run around it, so the automaton stays small however long the
+    value, and the rest of an encoded blob holding it goes too.
     """
     anchors: set[str] = set()
     for prefix in range(3):
-        encoded = base64.b64encode(b"\0" * prefix + raw).decode("ascii")
-        first = -(-8 * prefix // 6)  # the first character made only of the value's bits
-        last = 8 * (prefix + len(raw)) // 6
-        anchor = _anchor(encoded[first:last])
-        anchors |= {anchor, anchor.replace("+", "-").replace("/", "_")}
+        cores = []
+        for raw in variants:
+            encoded = base64.b64encode(b"\0" * prefix + raw).decode("ascii")
+            first = -(-8 * prefix // 6)  # the first character made only of the value's bits
+            cores.append(encoded[first : 8 * (prefix + len(raw)) // 6])
+        shortest = min(len(core) for core in cores)
+        offset = max(0, (shortest - BASE64_ANCHOR_CHARS) // 2)
+        for core in cores:
+            anchor = core[offset : offset + BASE64_ANCHOR_CHARS]
+            anchors |= {anchor, anchor.replace("+", "-").replace("/", "_")}
     return anchors
 
 
@@ -323,10 +331,8 @@ def secret_forms(value: str | bytes) -> tuple[set[str], set[str]]:
         )
         if len(text) <= MAX_WHOLE_VALUE_CHARS:
             plain.update(text[start:end] for start, end in pattern_spans(text))
-    anchors: set[str] = set()
-    for variant in {raw, raw.strip(), raw.strip() + b"\n"}:
-        if variant.strip():
-            anchors |= _base64_anchors(variant)
+    variants = {raw, raw.strip(), raw.strip() + b"\n"} if raw.strip() else set()
+    anchors = _base64_anchors(variants) if variants else set()
     keep = MIN_SCRUB_LENGTH
     return {f for f in plain if len(f) >= keep}, {a for a in anchors if len(a) >= keep} - plain
 
