@@ -38,6 +38,7 @@ from pydantic import BaseModel
 from scheduler.timers import TimerEntry, TimerStore, continuation_timer_id, epoch
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
+from workers.toolsets.redaction import PATTERNS, scrubbed_model
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
@@ -84,7 +85,12 @@ def park(
         raise ValueError(f"run {report.run_id} is not waiting; only a waiting run is parked")
     now = now or datetime.now(UTC)
     wake_at = report.wake_at.astimezone(UTC)
-    state_json = state.model_dump_json() if isinstance(state, BaseModel) else _json(state)
+    # the conversation so far: tool output is already scrubbed; this catches the model's echoes
+    state_json = (
+        scrubbed_model(state).model_dump_json()
+        if isinstance(state, BaseModel)
+        else _json(PATTERNS.scrubbed_copy(state))
+    )
     ttl = int(max(0.0, (wake_at - now).total_seconds())) + settings.run_ttl_seconds
     sequence = int(
         redis.register_script(_PARK)(

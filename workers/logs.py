@@ -3,7 +3,9 @@
 Logs go to stderr (stdout belongs to verdicts and JSON output): JSON lines when
 stderr is not a terminal or ``log_format=json`` (what a log pipeline wants),
 a readable console rendering on a terminal. Every line of a run carries its
-``run_id`` / ``check_id`` / ``batch_id`` through :func:`bind_run`.
+``run_id`` / ``check_id`` / ``batch_id`` through :func:`bind_run`. Every field
+of every line passes the credential patterns of the secret scrubber
+(:func:`scrub_secrets`) before it is rendered.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import structlog
 
 from schemas.settings import AssaySettings
+from workers.toolsets.redaction import PATTERNS
 
 
 def configure_logging(settings: AssaySettings) -> None:
@@ -37,12 +40,21 @@ def configure_logging(settings: AssaySettings) -> None:
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
+            scrub_secrets,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+
+
+def scrub_secrets(logger: Any, method: str, event_dict: Any) -> Any:
+    """A structlog processor: credential-shaped text (DSN passwords, ``password=...``) removed.
+
+    Fields are copied, never scrubbed in place: they may be the caller's own objects.
+    """
+    return PATTERNS.scrubbed_copy(dict(event_dict))
 
 
 def bind_run(

@@ -54,6 +54,7 @@ from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, V
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict, VerdictKind
+from workers.toolsets.redaction import scrubbed_model
 
 if TYPE_CHECKING:
     import redis
@@ -206,6 +207,17 @@ return 1
 """
 
 
+def scrubbed_report(report: RunReport) -> RunReport:
+    """What is stored of a run: everything it produced passed through the credential patterns.
+
+    Tool output was scrubbed with the run's known Secret values when it was
+    made; this catches what a model wrote itself (a password it echoed in an
+    explanation). The request stays verbatim: it is the user's own input,
+    kept so the run can be evaluated again.
+    """
+    return scrubbed_model(report, keep=frozenset({"request"}))
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -332,6 +344,7 @@ class VerdictStore:
 
     def mark_waiting(self, report: RunReport) -> bool:
         """Park a run whose WAIT outlives the worker: status waiting, deliveries reset."""
+        report = scrubbed_report(report)
         now = _now()
         wake_at = report.wake_at or now
         written = self._waiting_script(
@@ -349,6 +362,7 @@ class VerdictStore:
 
     def record_verdict(self, report: RunReport) -> bool:
         """Record a finished run; True if this call wrote it, False if the run already had one."""
+        report = scrubbed_report(report)
         verdict = report.verdict
         if verdict is None:
             raise ValueError(f"run {report.run_id} has no verdict to record")

@@ -6,14 +6,20 @@ client). The tools never know which one they have. There is deliberately no
 method that could change a cluster.
 
 Objects are returned as plain dicts shaped like the API's JSON, with Secret
-``data`` / ``stringData`` values already replaced by ``REDACTED``.
+``data`` / ``stringData`` values already replaced by ``REDACTED`` and copies
+of them elsewhere scrubbed (``redaction.py``). Each backend's ``scrubber``
+knows the Secret values it has seen, so the tool registry can scrub every
+tool output of a run with it once more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from workers.toolsets.redaction import SecretScrubber
 
 REDACTED = "<redacted by assay>"
 
@@ -47,6 +53,11 @@ class BackendError(Exception):
 
 class ClusterBackend(Protocol):
     name: str
+
+    @property
+    def scrubber(self) -> SecretScrubber:
+        """Removes the Secret values this backend has seen (and credential patterns) from text."""
+        ...
 
     def api_resources(self) -> list[ResourceInfo]: ...
 

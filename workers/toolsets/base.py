@@ -3,6 +3,10 @@
 A tool's argument model is the single source of truth: the JSON schema the
 model is shown is generated from it, and the same model validates what the
 model sends back (the HolmesGPT toolset idea).
+
+Every result leaves :meth:`ToolRegistry.call` through the run's
+``SecretScrubber``, whatever the tool (Kubernetes on either backend, shell):
+no tool has to remember to scrub, and no tool can forget.
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
+
+from workers.toolsets.redaction import PATTERNS, SecretScrubber
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,14 @@ def _parameters_schema(args_model: type[BaseModel]) -> dict[str, Any]:
 class ToolRegistry:
     """The tools offered to one run, by name."""
 
-    def __init__(self, tools: Iterable[Tool], closers: Iterable[Callable[[], None]] = ()) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        closers: Iterable[Callable[[], None]] = (),
+        scrubber: SecretScrubber = PATTERNS,
+    ) -> None:
         self._closers = list(closers)  # release per-run resources (a live client's connections)
+        self.scrubber = scrubber
         self._tools: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in self._tools:
@@ -94,7 +106,18 @@ class ToolRegistry:
         ]
 
     def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        """Validate and run; bad arguments and tool crashes become results, never exceptions."""
+        """Validate and run; bad arguments and tool crashes become results, never exceptions.
+
+        The output (and any text in ``meta``) is scrubbed of Secret values.
+        """
+        result = self._call(name, arguments)
+        return replace(
+            result,
+            output=self.scrubber.text(result.output),
+            meta=self.scrubber.scrubbed_copy(result.meta),
+        )
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         tool = self._tools.get(name)
         if tool is None:
             return ToolResult(ok=False, output=f"error: unknown tool {name!r}")

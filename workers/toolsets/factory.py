@@ -17,6 +17,7 @@ from schemas.settings import AssaySettings
 from workers.toolsets.backend import BackendError, ClusterBackend
 from workers.toolsets.base import Tool, ToolRegistry
 from workers.toolsets.kubernetes import kubernetes_tools
+from workers.toolsets.redaction import PATTERNS
 from workers.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
 
 SNAPSHOT_CACHE_SIZE = 32
@@ -102,9 +103,11 @@ def build_registry(request: EvaluationRequest, settings: AssaySettings) -> ToolR
     """
     tools: list[Tool] = []
     closers = []
+    scrubber = PATTERNS  # no cluster: credential patterns only
     if "kubernetes" in request.toolsets:
         backend = backend_for(request.target, settings)
         closers.append(backend.close)
+        scrubber = backend.scrubber  # shell output is scrubbed of the cluster's Secrets too
         tools.extend(kubernetes_tools(backend, settings))
     if "shell" in request.toolsets:
         if settings.shell_config is None:
@@ -118,4 +121,4 @@ def build_registry(request: EvaluationRequest, settings: AssaySettings) -> ToolR
             tools.extend(shell_tools(settings))
         except (OSError, ValueError) as exc:
             raise ToolsetUnavailable(str(exc)) from None
-    return ToolRegistry(tools, closers)
+    return ToolRegistry(tools, closers, scrubber)

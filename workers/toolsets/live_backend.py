@@ -9,28 +9,39 @@ proxy anywhere in this package.
 
 Lists are streamed page by page (``limit`` + ``continue``) with server-side
 selectors, so the caller can stop after the rows it will show and a 20,000-pod
-cluster never sits in memory. Secret values are replaced by ``REDACTED``
-before an object leaves this module.
+cluster never sits in memory.
+
+Secrets: before its first lookup returns anything, a backend (one run) reads
+every Secret it may (one paged list of ``/api/v1/secrets``, Helm release
+blobs left out) and teaches its :class:`SecretScrubber` their values; every
+object, event, log text and explain schema then leaves this module with
+Secret values redacted and copies of them scrubbed. When RBAC forbids
+reading Secrets (the recommended role does), only the Secret-independent
+patterns (DSN passwords, credential keys, PEM keys, JWTs) can be scrubbed;
+that is logged once per target and documented in docs/live-clusters.md.
 """
 
 from __future__ import annotations
 
 import heapq
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import structlog
+
 from schemas.request import ContextTarget, InClusterTarget
 from schemas.settings import AssaySettings
 from workers.toolsets import live_discovery, live_openapi
-from workers.toolsets.backend import REDACTED, BackendError, ResourceInfo
+from workers.toolsets.backend import BackendError, ResourceInfo
 from workers.toolsets.live_transport import (
     GetOnlyTransport,
     TransportLimits,
     namespace_segment,
     path_segment,
 )
-from workers.toolsets.redaction import redact_in_place
+from workers.toolsets.redaction import SecretScrubber, redact_in_place
 
 LOG_BYTE_CAP = 512 * 1024
 """Never ask for more log than this, whatever the caller wants: the tools show far less."""
@@ -44,6 +55,12 @@ REDISCOVER_AFTER_SECONDS = 10.0
 EVENT_RESOURCE = ResourceInfo(
     kind="Event", plural="events", group="", version="v1", namespaced=True
 )
+SECRETS_NOT_LEARNED = "type!=helm.sh/release.v1"
+"""Helm release Secrets hold a compressed release blob that is never copied as such."""
+
+_log = structlog.get_logger("assay.live")
+_unreadable_reported: set[str] = set()  # targets whose unreadable Secrets were logged
+_unreadable_lock = threading.Lock()
 
 
 class LiveBackend:
@@ -53,6 +70,8 @@ class LiveBackend:
         self.name = name
         self._transport = transport
         self._settings = settings
+        self._scrubber = SecretScrubber()
+        self.secrets_readable: bool | None = None  # None until the first lookup asked
 
     @classmethod
     def from_target(
@@ -108,6 +127,63 @@ class LiveBackend:
     def close(self) -> None:
         self._transport.close()
 
+    @property
+    def scrubber(self) -> SecretScrubber:
+        return self._scrubber
+
+    # --- secrets, learned once per backend (one run) ----------------------------------
+
+    def _learn_secrets(self) -> None:
+        """Teach the scrubber every Secret value RBAC lets assay read; once, before any output.
+
+        Forbidden (the recommended RBAC) or not served: patterns only, logged
+        once per target. Any other failure fails the lookup that asked, and
+        the next lookup tries again: output is never shown unscrubbed
+        because the Secrets could not be read just then.
+        """
+        if self.secrets_readable is not None:
+            return
+        hidden: list[str | bytes] = []
+        try:
+            for item in self._items(
+                "/api/v1/secrets",
+                {"fieldSelector": SECRETS_NOT_LEARNED},
+                "list secrets across the cluster (their values are scrubbed from all output)",
+            ):
+                hidden.extend(redact_in_place(_with_type(item, "v1", "Secret")))
+        except BackendError as exc:
+            if exc.code not in ("forbidden", "not_found"):
+                raise BackendError(
+                    exc.code,
+                    f"{exc.message} (assay reads the Secrets it may see before showing "
+                    "anything, to scrub copies of their values; try the lookup again)",
+                ) from None
+            self.secrets_readable = False
+            self._report_unreadable(exc)
+            return
+        self._scrubber.learn(hidden)
+        self.secrets_readable = True
+
+    def _report_unreadable(self, exc: BackendError) -> None:
+        key = self._transport.target_key
+        with _unreadable_lock:
+            if key in _unreadable_reported:
+                return
+            _unreadable_reported.add(key)
+        _log.info(
+            "secrets_not_readable",
+            target=self.name,
+            reason=exc.code,
+            scrubbing="patterns only: DSN passwords, credential keys, PEM private keys, JWTs",
+        )
+
+    def _sanitize(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Redact a Secret (and learn its values); scrub copies of known values from the rest."""
+        hidden = redact_in_place(obj)  # also drops last-applied-configuration from every object
+        if hidden:
+            self._scrubber.learn(hidden)
+        return self._scrubber.scrub_object(obj)
+
     # --- discovery --------------------------------------------------------------------
 
     def api_resources(self) -> list[ResourceInfo]:
@@ -129,9 +205,11 @@ class LiveBackend:
         return live_discovery.resolve_kind(live_discovery.discover(self._transport, ttl), kind)
 
     def explain(self, resource: ResourceInfo, field_path: str | None = None) -> dict[str, Any]:
-        return live_openapi.explain(
+        self._learn_secrets()
+        schema = live_openapi.explain(
             self._transport, resource, field_path, self._settings.discovery_ttl_seconds
         )
+        return self._scrubber.scrubbed_copy(schema)
 
     # --- objects ----------------------------------------------------------------------
 
@@ -142,6 +220,7 @@ class LiveBackend:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
+        self._learn_secrets()
         namespace = namespace if resource.namespaced else None
         path = self._collection_path(resource, namespace)
         where = f"in namespace {namespace}" if namespace else "across the cluster"
@@ -154,6 +233,7 @@ class LiveBackend:
 
     def get(self, resource: ResourceInfo, name: str, namespace: str | None) -> dict[str, Any]:
         """One object; a namespaced one without a namespace is looked up in all of them."""
+        self._learn_secrets()
         namespace = namespace if resource.namespaced else None
         if resource.namespaced and not namespace:
             return self._find_in_any_namespace(resource, name)
@@ -166,7 +246,7 @@ class LiveBackend:
                 raise
             place = f" in namespace {namespace!r}" if namespace else ""
             raise BackendError("not_found", f"{resource.kind} {name!r} not found{place}") from None
-        return _sanitize(_with_type(obj, resource.api_version, resource.kind), resource)
+        return self._sanitize(_with_type(obj, resource.api_version, resource.kind))
 
     def _find_in_any_namespace(self, resource: ResourceInfo, name: str) -> dict[str, Any]:
         path_segment(name, "name")  # the same validation as a direct get
@@ -230,9 +310,11 @@ class LiveBackend:
         }
         which = "previous logs" if previous else "logs"
         target = f"pod {pod}" + (f" container {container}" if container else "")
-        return self._transport.get_text(
+        self._learn_secrets()
+        text = self._transport.get_text(
             path, query, action=f"read the {which} of {target} in namespace {namespace}"
         )
+        return self._scrubber.text(text)
 
     # --- internals --------------------------------------------------------------------
 
@@ -246,7 +328,19 @@ class LiveBackend:
     def _paginate(
         self, resource: ResourceInfo, path: str, query: dict[str, Any], action: str
     ) -> Iterator[dict[str, Any]]:
-        """Yield objects page by page; on an expired continue token, restart the list once.
+        """Yield redacted and scrubbed objects page by page (see :meth:`_items`)."""
+        for item, item_kind in self._items_with_kind(path, query, action):
+            yield self._sanitize(_with_type(item, resource.api_version, item_kind or resource.kind))
+
+    def _items(self, path: str, query: dict[str, Any], action: str) -> Iterator[dict[str, Any]]:
+        """Raw list items, page by page (only for learning Secrets: nothing else sees them)."""
+        for item, _ in self._items_with_kind(path, query, action):
+            yield item
+
+    def _items_with_kind(
+        self, path: str, query: dict[str, Any], action: str
+    ) -> Iterator[tuple[dict[str, Any], str]]:
+        """Yield list items page by page; on an expired continue token, restart the list once.
 
         After a restart, objects already yielded are skipped (by uid), so the
         caller sees each object once even though the list was read twice.
@@ -263,13 +357,13 @@ class LiveBackend:
                     restarted, token = True, None
                     continue
                 raise
-            item_kind = str(page.get("kind", "")).removesuffix("List") or resource.kind
+            item_kind = str(page.get("kind", "")).removesuffix("List")
             for item in page.get("items") or []:
                 key = _identity(item)
                 if restarted and key in seen:
                     continue
                 seen.add(key)
-                yield _sanitize(_with_type(item, resource.api_version, item_kind), resource)
+                yield item, item_kind
             token = (page.get("metadata") or {}).get("continue") or None
             if not token:
                 return
@@ -294,32 +388,6 @@ def _event_time(event: dict[str, Any]) -> str:
         or (event.get("metadata") or {}).get("creationTimestamp")
         or ""
     )
-
-
-SECRET_FIELDS = frozenset(
-    {"apiVersion", "kind", "metadata", "type", "data", "stringData", "immutable"}
-)
-SECRET_METADATA = frozenset(
-    {"name", "namespace", "uid", "creationTimestamp", "labels", "annotations", "ownerReferences"}
-)
-
-
-def _sanitize(obj: dict[str, Any], resource: ResourceInfo) -> dict[str, Any]:
-    """Redact as the snapshot does; Secrets keep only name, namespace, type and data keys."""
-    redact_in_place(obj)  # also drops last-applied-configuration from every object
-    if not (resource.group == "" and resource.plural == "secrets"):
-        return obj
-    clean: dict[str, Any] = {}
-    for key, value in obj.items():  # the server's order, so output reads like kubectl's
-        if key not in SECRET_FIELDS:
-            continue
-        if key == "metadata" and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k in SECRET_METADATA and v}
-        elif key in ("data", "stringData"):
-            value = dict.fromkeys(value, REDACTED) if isinstance(value, dict) else REDACTED
-        clean[key] = value
-    clean.setdefault("kind", "Secret")
-    return clean
 
 
 def monotonic_deadline(seconds: float | None) -> float | None:

@@ -88,7 +88,7 @@ class SnapshotBackend:
         self.name = f"snapshot:{self.root.name}"
         self.problems: list[str] = []
         self._raw: list[dict[str, Any]] = []
-        self._secret_values: list[str] = []
+        self._secret_values: list[str | bytes] = []
         for file in sorted(self.root.rglob("*")):
             relative = file.relative_to(self.root)
             if (
@@ -99,7 +99,7 @@ class SnapshotBackend:
             ):
                 self._load_file(file, relative.as_posix())
         self._scrubber = SecretScrubber(self._secret_values)
-        del self._secret_values
+        del self._secret_values  # only the scrubber's automaton keeps them
         self._index, self._objects = self._build_index(self._raw)
         del self._raw
 
@@ -222,6 +222,11 @@ class SnapshotBackend:
 
     def close(self) -> None:
         """Nothing to release: parsed snapshots are cached and shared across runs."""
+
+    @property
+    def scrubber(self) -> SecretScrubber:
+        """Knows every Secret value of the snapshot; fixed once parsed."""
+        return self._scrubber
 
     def api_resources(self) -> list[ResourceInfo]:
         return self._index.resources

@@ -1,0 +1,504 @@
+"""Secret values never leave the toolset: every tool, both backends, every place text ends up.
+
+The canary cluster (tests/secret_canaries.py) plants fresh random Secret
+values where a careless toolset would show them (env literals, ConfigMaps,
+events, current and previous logs, a custom resource, a Secret's own
+annotation and label, the base64 form of a ``stringData`` value, one line of
+a PEM key) plus credential-shaped values in no Secret at all (DSN passwords,
+``key=value`` tokens, a bearer token, a ``--password`` flag, a PEM private
+key block). Each test searches what a user, a model or a log reader would
+see for any form of any canary.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from assay.testing.fake_apiserver import FakeApiServer
+from assay.testing.fake_cluster import FakeCluster
+from assay.testing.scripted_model import ScriptedModel
+from schemas.budget import Budget
+from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget
+from schemas.settings import load_settings
+from tests.secret_canaries import (
+    NAMESPACE,
+    CanaryCluster,
+    sweep_calls,
+    write_canary_cluster,
+)
+from workers.engine import EngineDeps, evaluate
+from workers.toolsets.backend import REDACTED
+from workers.toolsets.base import ToolRegistry
+from workers.toolsets.factory import build_registry
+from workers.toolsets.redaction import SecretScrubber
+
+ASSAY = str(Path(sys.executable).parent / "assay")
+
+
+@pytest.fixture
+def canaries(tmp_path: Path) -> CanaryCluster:
+    return write_canary_cluster(tmp_path)
+
+
+@pytest.fixture
+def api_server(canaries: CanaryCluster, tmp_path: Path) -> Iterator[tuple[FakeApiServer, Path]]:
+    with FakeApiServer([FakeCluster.from_snapshot(canaries.path)]) as server:
+        yield server, server.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def snapshot_registry(canaries: CanaryCluster) -> ToolRegistry:
+    request = EvaluationRequest(text="anything", target=SnapshotTarget(path=str(canaries.path)))
+    return build_registry(request, load_settings())
+
+
+def live_registry(kubeconfig: Path) -> ToolRegistry:
+    target = ContextTarget(context="canary", kubeconfig=str(kubeconfig))
+    settings = load_settings(kube_request_timeout_seconds=5.0, kube_retry_deadline_seconds=5.0)
+    return build_registry(EvaluationRequest(text="anything", target=target), settings)
+
+
+def sweep(registry: ToolRegistry) -> str:
+    """Every lookup of the canary cluster; asserts they worked, returns all the output."""
+    results = [registry.call(tool, arguments) for tool, arguments in sweep_calls()]
+    failed = [(call, r.output) for call, r in zip(sweep_calls(), results, strict=True) if not r.ok]
+    assert not failed
+    return "\n".join(r.output + json.dumps(r.meta) for r in results)
+
+
+# --------------------------------------------------------------------------- every tool output
+
+
+def test_the_snapshot_backend_shows_no_canary_in_any_tool_output(canaries: CanaryCluster) -> None:
+    everything = sweep(snapshot_registry(canaries))
+    assert canaries.leaks(everything) == []
+    assert f"password: {REDACTED}" in everything  # the Secret's keys are still shown
+    assert "logs of pod shop/checkout-0" in everything and "ready" in everything
+
+
+def test_the_live_backend_shows_no_canary_in_any_tool_output(
+    canaries: CanaryCluster, api_server: tuple[FakeApiServer, Path]
+) -> None:
+    server, kubeconfig = api_server
+    everything = sweep(live_registry(kubeconfig))
+    assert canaries.leaks(everything) == []
+    # the server did hand the values out: the withholding is assay's doing
+    assert "/c/canary/api/v1/secrets" in [r.path for r in server.requests]
+    assert server.methods() == {"GET"}
+
+
+def test_with_secrets_forbidden_the_live_backend_still_scrubs_credential_patterns(
+    canaries: CanaryCluster, api_server: tuple[FakeApiServer, Path]
+) -> None:
+    server, kubeconfig = api_server
+    server.add_fault(r"/secrets", 403)  # the recommended RBAC: no Secrets at all
+    registry = live_registry(kubeconfig)
+    results = [registry.call(tool, arguments) for tool, arguments in sweep_calls()]
+    secret_lookups = [r for (_, args), r in zip(sweep_calls(), results, strict=True)
+                      if args.get("kind") == "Secret"]  # fmt: skip
+    assert secret_lookups and all(r.output.startswith("forbidden:") for r in secret_lookups)
+    others = [r for r in results if r not in secret_lookups]
+    assert all(r.ok for r in others)
+    everything = "\n".join(r.output for r in results)
+    # values in no readable Secret can only be caught by their shape, and they are
+    assert canaries.leaks(everything, secrets_readable=False) == []
+
+
+def test_a_failed_secrets_list_fails_the_lookup_instead_of_showing_it_unscrubbed(
+    canaries: CanaryCluster, api_server: tuple[FakeApiServer, Path]
+) -> None:
+    server, kubeconfig = api_server
+    server.add_fault(r"/api/v1/secrets$", 503)
+    target = ContextTarget(context="canary", kubeconfig=str(kubeconfig))
+    settings = load_settings(kube_request_timeout_seconds=2.0, kube_retry_deadline_seconds=1.0)
+    registry = build_registry(EvaluationRequest(text="anything", target=target), settings)
+    arguments = {"kind": "ConfigMap", "name": "app-config", "namespace": NAMESPACE}
+    failed = registry.call("get", arguments)
+    assert not failed.ok and failed.output.startswith("unavailable:")
+    assert "scrub copies of their values" in failed.output
+    assert "/c/canary/api/v1/namespaces/shop/configmaps/app-config" not in [
+        r.path for r in server.requests
+    ]  # the ConfigMap was not even read
+    server.clear_faults()
+    shown = registry.call("get", arguments)  # the next lookup learns the Secrets, then answers
+    assert shown.ok and "fallback seed" in shown.output
+    assert canaries.leaks(shown.output) == []
+
+
+def test_a_secret_shows_its_keys_but_not_its_annotation_or_label_values(
+    canaries: CanaryCluster, api_server: tuple[FakeApiServer, Path]
+) -> None:
+    _, kubeconfig = api_server
+    target = {"kind": "Secret", "name": "signing-key", "namespace": NAMESPACE}
+    for registry in (snapshot_registry(canaries), live_registry(kubeconfig)):
+        shown = registry.call("get", target).output
+        assert f"vendor.example.com/api-token: {REDACTED}" in shown
+        assert f"vendor.example.com/account: {REDACTED}" in shown
+        # well-known identifiers stay readable
+        assert "kubernetes.io/service-account.name: signer" in shown and "app: signer" in shown
+        assert f"tls.key: {REDACTED}" in shown and "kubernetes.io/tls" in shown
+        assert "last-applied-configuration" not in shown
+        assert canaries.leaks(shown) == []
+
+
+def test_shell_output_is_scrubbed_with_the_clusters_secret_values(
+    canaries: CanaryCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry, not each tool, scrubs: a shell command printing a Secret value is caught."""
+    leaked_line = canaries.canary("pem-line").value
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    printer = bin_dir / "show-config"
+    printer.write_text(f"#!/bin/sh\necho 'config dump: {leaked_line} db_password=abc123'\n")
+    printer.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "available_commands": [{"pattern": "show-config", "description": "dump"}],
+                "allow": ["show-config"],
+                "timeout_seconds": 5,
+                "working_dir": str(tmp_path),
+            }
+        )
+    )
+    request = EvaluationRequest(
+        text="anything",
+        target=SnapshotTarget(path=str(canaries.path)),
+        toolsets=["kubernetes", "shell"],
+    )
+    registry = build_registry(request, load_settings(shell_config=str(policy)))
+    result = registry.call("run_command", {"command": "show-config"})
+    assert result.ok, result.output
+    assert "config dump:" in result.output
+    assert leaked_line not in result.output and "abc123" not in result.output
+
+
+# --------------------------------------------------------------------------- whole runs
+
+
+def command(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"action": {"action": "COMMAND", "tool": tool, "arguments": arguments}}
+
+
+def reading_everything_then(last: dict[str, Any]) -> dict[str, Any]:
+    """A scripted model that makes every lookup of the sweep, then ``last``."""
+    turns = [command(tool, arguments) for tool, arguments in sweep_calls()]
+    return {"scenarios": [{"turns": [*turns, last]}]}
+
+
+GIVE_UP = {"action": {"action": "ERROR", "message": "nothing conclusive"}}
+
+
+@pytest.mark.parametrize("backend", ["snapshot", "live"])
+def test_a_run_shows_no_canary_to_the_model_or_in_its_report(
+    canaries: CanaryCluster, api_server: tuple[FakeApiServer, Path], backend: str
+) -> None:
+    _, kubeconfig = api_server
+    target: SnapshotTarget | ContextTarget = (
+        SnapshotTarget(path=str(canaries.path))
+        if backend == "snapshot"
+        else ContextTarget(context="canary", kubeconfig=str(kubeconfig))
+    )
+    request = EvaluationRequest(
+        text="no ConfigMap in namespace shop holds a password",
+        target=target,
+        budget=Budget(max_iterations=60, max_tokens=2_000_000, timeout_seconds=120),
+    )
+    with ScriptedModel(reading_everything_then(GIVE_UP)) as model:
+        settings = load_settings(model="openai/scripted", api_base=model.url)
+        report = evaluate(request, EngineDeps(settings=settings))
+        prompts = json.dumps(model.requests)
+    lookups = [s for s in report.steps if s.kind == "COMMAND"]
+    assert len(lookups) == len(sweep_calls()) and all(s.ok for s in lookups)
+    assert "fallback seed" in prompts  # the ConfigMap did reach the model ...
+    assert canaries.leaks(prompts) == []  # ... without a single canary
+    assert canaries.leaks(report.model_dump_json()) == []
+
+
+def test_assay_check_prints_and_logs_no_canary(canaries: CanaryCluster, tmp_path: Path) -> None:
+    """The CLI as a user runs it, with --trace and debug logs: stdout and stderr stay clean."""
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump(reading_everything_then(GIVE_UP)))
+    result = subprocess.run(
+        [ASSAY, "check", "--scripted", str(script), "--snapshot", str(canaries.path),
+         "--trace", "--json", "--max-iterations", "60", "--max-tokens", "2000000",
+         "no ConfigMap in namespace shop holds a password"],
+        capture_output=True, text=True, timeout=180,
+        env={"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+             "ASSAY_LOG_LEVEL": "debug", "HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert '"kind":"ConfigMap"' in result.stderr  # the trace showed the lookups
+    assert canaries.leaks(result.stdout) == []
+    assert canaries.leaks(result.stderr) == []
+
+
+def test_log_lines_are_scrubbed_of_credentials(capsys: pytest.CaptureFixture[str]) -> None:
+    """The structlog pipeline every process configures scrubs each line's fields."""
+    import structlog
+
+    from workers.logs import configure_logging
+
+    previous = structlog.get_config()
+    try:
+        configure_logging(load_settings(log_format="json", log_level="info"))
+        structlog.get_logger("assay.test").warning(
+            "cannot reach mysql://root:hunter2hunter2@mysql:3306/db",
+            detail={"password": "p4ss-word", "steps": ["token=abcdef123"]},
+        )
+    finally:  # the configured logger writes to this test's captured stderr: undo it
+        structlog.configure(**previous)
+    line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert "hunter2hunter2" not in json.dumps(line)
+    assert line["detail"] == {"password": REDACTED, "steps": [f"token={REDACTED}"]}
+    assert line["event"] == f"cannot reach mysql://root:{REDACTED}@mysql:3306/db"
+
+
+# --------------------------------------------------------------------------- the scrubber
+
+
+def test_each_form_of_a_known_value_is_scrubbed() -> None:
+    password = "Tr0ub4dor-and-3"
+    pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\n"  # noqa: E501
+    scrubber = SecretScrubber([password, pem, "dsn=postgres://app:Inner-Pass-99@db/app"])
+    encoded = base64.b64encode(password.encode()).decode()
+    docker_auth = base64.b64encode(f"robot:{password}".encode()).decode()
+    echoed = base64.b64encode(password.encode() + b"\n").decode()  # `echo $PW | base64`
+    for text in (
+        f"env PASSWORD_COPY={password} end",
+        f"b64 {encoded} end",
+        f"unpadded {encoded.rstrip('=')} end",
+        f"url-safe {base64.urlsafe_b64encode(password.encode()).decode()} end",
+        f"echo | base64: {echoed} end",
+        f'{{"auths": {{"r.example.com": {{"auth": "{docker_auth}"}}}}}}',
+        "one line: BKcwggSjAgEAAoIBAQC7 end",
+        "a copy of the inner DSN password: Inner-Pass-99",
+    ):
+        scrubbed = scrubber.text(text)
+        assert REDACTED in scrubbed, text
+        for secret in (password, encoded.rstrip("="), "BKcwggSjAgEAAoIBAQC7", "Inner-Pass-99"):
+            assert secret not in scrubbed
+    # PEM armour lines are not secret, and are not hunted down elsewhere
+    assert scrubber.text("-----BEGIN PRIVATE KEY-----") == "-----BEGIN PRIVATE KEY-----"
+
+
+def test_another_certificate_is_not_taken_for_the_one_in_a_secret() -> None:
+    """Encoded PEMs all begin alike; only the one whose value is known is redacted."""
+
+    def pem(body: bytes) -> str:
+        return f"-----BEGIN CERTIFICATE-----\n{base64.b64encode(body).decode()}\n-----END CERTIFICATE-----\n"  # noqa: E501
+
+    known, other = pem(b"known certificate body " * 3), pem(b"a webhook's own CA body " * 3)
+    scrubber = SecretScrubber([known])
+    other_bundle = f"caBundle: {base64.b64encode(other.encode()).decode()}"
+    assert scrubber.text(other_bundle) == other_bundle
+    assert scrubber.text(f"caBundle: {base64.b64encode(known.encode()).decode()}") == (
+        f"caBundle: {REDACTED}"
+    )
+
+
+def test_short_values_are_not_hunted_but_credential_keys_still_hide_them() -> None:
+    scrubber = SecretScrubber(["admin", "5432"])
+    assert scrubber.text("user admin on port 5432") == "user admin on port 5432"
+    assert scrubber.text("password=admin port=5432") == f"password={REDACTED} port=5432"
+
+
+@pytest.mark.parametrize(
+    ("text", "hidden", "kept"),
+    [
+        ("postgres://app:s3cr%40t@db.prod:5432/app", "s3cr%40t", "postgres://app:"),
+        ("redis://:hunter2hunter2@cache:6379/0", "hunter2hunter2", "@cache:6379"),
+        ("DB_PASSWORD=abc MAX_TOKENS=500", "abc", "MAX_TOKENS=500"),
+        ('{"apiKey": "k-123", "secretName": "api-tls"}', "k-123", '"secretName": "api-tls"'),
+        ("client_secret: zz9 tokenFile: /var/run/token", "zz9", "tokenFile: /var/run/token"),
+        ("--db-password hunter2 --verbose", "hunter2", "--verbose"),
+        ("Authorization: Bearer abc.def.ghi", "abc.def.ghi", "Authorization: Bearer"),
+        ("token expired; password=p4ss", "p4ss", "token expired"),
+        ("PGPASSWORD='pa ss' psql", "pa ss", "psql"),
+        ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl", "eyJzdWIiOiIxIn0", "jwt "),
+        (
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
+            "-----END OPENSSH PRIVATE KEY-----",
+            "b3BlbnNzaC1rZXktdjEAAAAA",
+            "-----BEGIN OPENSSH PRIVATE KEY-----",
+        ),
+    ],
+)
+def test_credential_shaped_values_are_scrubbed_without_being_known(
+    text: str, hidden: str, kept: str
+) -> None:
+    scrubbed = SecretScrubber().text(text)
+    assert hidden not in scrubbed and REDACTED in scrubbed
+    assert kept in scrubbed
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "secretName: api-tls",
+        "key: password",
+        "passwordFile: /etc/pw",
+        "PWD=/app",
+        "password: <redacted by assay>",
+        "password: $(DB_PASSWORD)",
+        "https://example.com:8443/path@v1",
+        "max_tokens=500 bypass=true",
+    ],
+)
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert SecretScrubber().text(text) == text
+
+
+def test_objects_hide_credential_keys_and_name_value_pairs() -> None:
+    pod_spec = {
+        "containers": [
+            {
+                "args": ["--token", "tok-1", "--port", "80"],
+                "env": [
+                    {"name": "DB_PASSWORD", "value": "hunter2"},
+                    {"name": "LOG_LEVEL", "value": "info"},
+                    {"name": "API_KEY", "valueFrom": {"secretKeyRef": {"name": "k", "key": "v"}}},
+                ],
+            }
+        ],
+        "volumes": [{"name": "tls", "secret": {"secretName": "api-tls"}}],
+    }
+    scrubbed = SecretScrubber().scrub_object(pod_spec)
+    container = scrubbed["containers"][0]
+    assert container["args"] == ["--token", REDACTED, "--port", "80"]
+    assert container["env"][0]["value"] == REDACTED
+    assert container["env"][1]["value"] == "info"
+    assert container["env"][2]["valueFrom"] == {"secretKeyRef": {"name": "k", "key": "v"}}
+    assert scrubbed["volumes"][0]["secret"] == {"secretName": "api-tls"}
+
+
+_VALUE = st.text(
+    alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=8, max_size=40
+)
+_FILLER = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=_VALUE, before=_FILLER, after=_FILLER, form=st.sampled_from(["raw", "b64", "url"]))
+def test_a_known_value_never_survives_in_any_surrounding_text(
+    value: str, before: str, after: str, form: str
+) -> None:
+    raw = value.encode()
+    planted = {
+        "raw": value,
+        "b64": base64.b64encode(raw).decode(),
+        "url": base64.urlsafe_b64encode(raw).decode().rstrip("="),
+    }[form]
+    scrubbed = SecretScrubber([value]).text(before + planted + after)
+    assert planted not in scrubbed
+
+
+# --------------------------------------------------------------------------- stored and served
+
+
+def redis_dump(url: str) -> str:
+    """Every key and value in the test's Redis database, as text."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    parts: list[str] = []
+    for key in client.scan_iter():
+        kind = client.type(key).decode()
+        if kind == "string":
+            value: Any = client.get(key)
+        elif kind == "hash":
+            value = client.hgetall(key)
+        elif kind == "list":
+            value = client.lrange(key, 0, -1)
+        elif kind == "set":
+            value = client.smembers(key)
+        elif kind == "zset":
+            value = client.zrange(key, 0, -1)
+        else:
+            value = client.xrange(key)
+        parts.append(f"{key!r} {value!r}")
+    client.close()
+    return "\n".join(parts)
+
+
+def assay_run(
+    run_id: str, redis_url: str, home: Path, *flags: str
+) -> subprocess.CompletedProcess[str]:
+    """`assay run RUN_ID` as a user runs it, against the test's Redis."""
+    environment = {"PATH": "/usr/bin:/bin", "ASSAY_REDIS_URL": redis_url, "HOME": str(home),
+                   "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # fmt: skip
+    return subprocess.run(
+        [ASSAY, "run", run_id, *flags], capture_output=True, text=True, timeout=60, env=environment
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_the_fleet_stores_serves_and_logs_no_canary(
+    canaries: CanaryCluster,
+    api_server: tuple[FakeApiServer, Path],
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    """A live run on a real worker: Redis, the HTTP API, `assay run` and the logs stay clean.
+
+    The model ends by echoing a credential it "found" (a DSN with a password):
+    what it writes is stored, so the store must scrub it too.
+    """
+    from assay.client import Client
+    from tests.api_support import READ_TOKEN, ApiServer, auth
+    from tests.fleet_support import scripted_worker_env, start_worker, stop_process
+
+    _, kubeconfig = api_server
+    echo = canaries.canary("dsn-password").value
+    last = {"action": {"action": "ERROR", "message": f"cannot log in to mysql://root:{echo}@db"}}
+    worker_log = tmp_path / "worker.log"
+    with ScriptedModel(reading_everything_then(last)) as model:
+        worker = start_worker(scripted_worker_env(redis_url, model.url), worker_log, concurrency=2)
+        api = ApiServer(redis_url, tmp_path / "api.log").start()
+        try:
+            with Client(load_settings(redis_url=redis_url)) as client:
+                request = EvaluationRequest(
+                    text="no ConfigMap in namespace shop holds a password",
+                    target=ContextTarget(context="canary", kubeconfig=str(kubeconfig)),
+                    budget=Budget(max_iterations=60, max_tokens=2_000_000, timeout_seconds=120),
+                )
+                receipt = client.submit_request(request)
+                verdict = client.wait(receipt.run_id, timeout=180)
+            run_view = httpx.get(f"{api.url}/v1/runs/{receipt.run_id}", headers=auth(READ_TOKEN))
+            check_view = httpx.get(
+                f"{api.url}/v1/checks/{receipt.check_id}", headers=auth(READ_TOKEN)
+            )
+            shown = [assay_run(receipt.run_id, redis_url, tmp_path, *f) for f in ([], ["--json"])]
+        finally:
+            api.stop()
+            stop_process(worker)
+        prompts = json.dumps(model.requests)
+
+    assert verdict.exit_code == 3 and verdict.reason and REDACTED in verdict.reason
+    assert run_view.status_code == 200 and check_view.status_code == 200
+    assert "fallback seed" in run_view.text  # the report holds the tool output ...
+    assert all(result.returncode == 3 for result in shown), [r.stderr for r in shown]
+    for place, text in {
+        "prompts": prompts,
+        "redis": redis_dump(redis_url),
+        "api run": run_view.text,
+        "api check": check_view.text,
+        "assay run": "".join(r.stdout + r.stderr for r in shown),
+        "worker log": worker_log.read_text(errors="replace"),
+        "api log": (tmp_path / "api.log").read_text(errors="replace"),
+    }.items():
+        assert canaries.leaks(text) == [], place  # ... and no canary anywhere
