@@ -304,3 +304,26 @@ def test_compare_refuses_a_file_that_is_not_a_report(eval_cli: EvalCli, tmp_path
     code, _, stderr = eval_cli("--compare", str(other), str(other))
     assert code == 64
     assert "is not an assay eval report" in stderr
+
+
+def test_the_report_names_the_cases_the_oracle_got_wrong(eval_cli: EvalCli, tmp_path: Path) -> None:
+    """A case whose evidence lookup fails cannot pass strict's evidence rule, even scripted."""
+    lookup = {"kind": "Deployment", "namespace": "shop", "name": "nothing-here"}
+    broken = {
+        "id": "broken-evidence", "category": "mine", "snapshot": str(SHOP), "label": "true",
+        "predicate": "a Deployment named nothing-here exists in namespace shop", "why": "wrong",
+        "evidence": [{"tool": "get", "excerpt": "nothing-here", "arguments": lookup}],
+    }  # fmt: skip
+    suite, out = tmp_path / "broken.yaml", tmp_path / "broken.json"
+    suite.write_text(yaml.safe_dump({"cases": [broken]}))
+    code, stdout, stderr = eval_cli(
+        "--scripted", str(ALWAYS_TRUE), "--suite", str(suite), "--profile", "strict",
+        "--no-baseline", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert arm(report, "oracle")["attempts"][0]["verdict"] == "cannot_determine"
+    assert any(
+        "scripted oracle got 1 of 1 cases wrong (broken-evidence)" in n for n in report["notes"]
+    )
+    assert "note: the scripted oracle got 1 of 1 cases wrong" in stdout

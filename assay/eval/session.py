@@ -113,12 +113,13 @@ def run_eval(plan_: EvalPlan, on_done: Callable[[Attempt], None] | None = None) 
             oracle_settings = _scripted_settings(plan_.settings, oracle)
             outcome = _run(plan(plan_.suite.cases, ["oracle"], 1), oracle_settings, plan_, on_done)
             arms["oracle"] = ("scripted:oracle", outcome.attempts)
-            wrong = sum(not a.correct for a in outcome.attempts)
+            wrong = sorted(a.case_id for a in outcome.attempts if not a.correct)
             if wrong:
+                shown = ", ".join(wrong[:10]) + (" ..." if len(wrong) > 10 else "")
                 notes.append(
-                    f"the scripted oracle got {wrong} of {len(outcome.attempts)} cases wrong: the "
-                    "suite and the engine disagree (run `assay eval --check-suite`), so read "
-                    "the other figures with care"
+                    f"the scripted oracle got {len(wrong)} of {len(outcome.attempts)} cases wrong "
+                    f"({shown}): the suite and the engine disagree (run `assay eval "
+                    "--check-suite`), so read the other figures with care"
                 )
 
         tasks = plan(plan_.suite.cases, plan_.arms(), plan_.repeat)
