@@ -14,6 +14,7 @@ import sys
 
 import typer
 
+from assay.commands import eval as eval_command
 from assay.commands import evaluate, fleet, schedule, serve
 from schemas.verdict import EXIT_USAGE
 
@@ -38,7 +39,7 @@ def root() -> None:
     """Evaluate plain-language predicates about Kubernetes clusters."""
 
 
-for module in (evaluate, fleet, schedule, serve):
+for module in (evaluate, fleet, schedule, serve, eval_command):
     module.register(app)
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from schemas.actions import PlannerResponse
 from schemas.budget import Budget
+from schemas.eval import EvalReport, SuiteFile
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict
@@ -26,6 +27,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "budget": Budget,
     "verdict": Verdict,
     "run_report": RunReport,
+    "eval_suite": SuiteFile,
+    "eval_report": EvalReport,
 }
 
 
