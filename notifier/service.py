@@ -54,7 +54,7 @@ from notifier.sinks import (
     SlackSender,
     WebhookSender,
 )
-from schemas.notify import AlertmanagerSink, SlackSink, WebhookSink
+from schemas.notify import AlertmanagerSink, SlackSink, WebhookSink, missing_secrets
 from workers import metrics
 from workers.notify_feed import FeedEntry, SinkFeed
 
@@ -74,7 +74,7 @@ LONGEST_BLOCK_SECONDS = 1.0
 
 
 class NoSinks(ValueError):
-    """The configuration names no sink, so there is nothing to notify."""
+    """The configuration names no sink, or a sink without its secret: nothing can be sent."""
 
 
 class Stopping(Exception):
@@ -415,6 +415,16 @@ class Notifier:
             raise NoSinks(
                 "no sinks are configured: add notify_sinks to the ASSAY_CONFIG file or set "
                 "ASSAY_NOTIFY_SINKS (see docs/alerting.md)"
+            )
+        missing = [
+            variable
+            for name, config in sorted(settings.notify_sinks.items())
+            for variable in missing_secrets(name, config)
+        ]
+        if missing:
+            raise NoSinks(
+                f"a sink's secret is missing: set {', '.join(missing)} (from a Secret or the "
+                "environment; see docs/alerting.md)"
             )
         self.settings = settings
         self.consumer = consumer_name()

@@ -97,6 +97,8 @@ class WebhookSender:
         self.name = name
         self.config = config
         self.http = http
+        if config.hmac_key is None:
+            raise ValueError(f"sink {name} has no hmac_key")
         self._key = config.hmac_key.get_secret_value().encode()
 
     def deliver(self, notification: Notification) -> None:
@@ -115,6 +117,8 @@ class SlackSender:
     def __init__(self, name: str, config: SlackSink, http: httpx.Client) -> None:
         self.name = name
         self.http = http
+        if config.url is None:
+            raise ValueError(f"sink {name} has no url")
         self._url = config.url.get_secret_value()
 
     def deliver(self, notification: Notification) -> None:

@@ -7,6 +7,11 @@ so they never print, and can come from their own variables, e.g.
 ``ASSAY_NOTIFY_SINKS__OPS__HMAC_KEY`` from a Kubernetes Secret, merged into the
 sink the config file describes.
 
+Secrets are optional when the settings are read, because every process reads
+the same settings and only the notifier holds the sinks' secrets;
+:func:`missing_secrets` says which are absent, and `assay notify` refuses to
+start without them.
+
 The filters are the same for every kind of sink; what a sink does with a change
 differs: a webhook and Slack are told about changes, Alertmanager is kept in
 sync with the check's current state (see docs/alerting.md).
@@ -76,8 +81,10 @@ class WebhookSink(SinkFilter):
 
     type: Literal["webhook"]
     url: str = Field(pattern=r"^https?://", description="Where events are POSTed.")
-    hmac_key: SecretStr = Field(
-        description="Key of the X-Assay-Signature header (sha256=HEX of the body)."
+    hmac_key: SecretStr | None = Field(
+        default=None,
+        description="Key of the X-Assay-Signature header (sha256=HEX of the body). Required "
+        "by the notifier; give it as ASSAY_NOTIFY_SINKS__<NAME>__HMAC_KEY.",
     )
     source: str = Field(default="/assay", description="The CloudEvents `source` attribute.")
 
@@ -86,7 +93,11 @@ class SlackSink(SinkFilter):
     """A Slack incoming webhook: one readable message per change."""
 
     type: Literal["slack"]
-    url: SecretStr = Field(description="The incoming-webhook URL (it is the credential).")
+    url: SecretStr | None = Field(
+        default=None,
+        description="The incoming-webhook URL (it is the credential). Required by the "
+        "notifier; give it as ASSAY_NOTIFY_SINKS__<NAME>__URL.",
+    )
 
 
 class AlertmanagerSink(SinkFilter):
@@ -113,6 +124,16 @@ class AlertmanagerSink(SinkFilter):
 
 
 Sink = Annotated[WebhookSink | SlackSink | AlertmanagerSink, Field(discriminator="type")]
+
+
+def missing_secrets(name: str, sink: WebhookSink | SlackSink | AlertmanagerSink) -> list[str]:
+    """The variables that would supply this sink's absent secrets (empty: nothing missing)."""
+    field = None
+    if isinstance(sink, WebhookSink) and sink.hmac_key is None:
+        field = "hmac_key"
+    elif isinstance(sink, SlackSink) and sink.url is None:
+        field = "url"
+    return [f"ASSAY_NOTIFY_SINKS__{name.upper()}__{field.upper()}"] if field else []
 
 
 class ChangeEventData(BaseModel):

@@ -60,6 +60,23 @@ def _sink(settings: AssaySettings, name: str) -> Sink:
     return config
 
 
+def _require_secrets(settings: AssaySettings, only: str | None = None) -> None:
+    from schemas.notify import missing_secrets
+
+    missing = [
+        variable
+        for name, config in sorted(settings.notify_sinks.items())
+        if only is None or name == only
+        for variable in missing_secrets(name, config)
+    ]
+    if missing:
+        fail(
+            f"a sink's secret is missing: set {', '.join(missing)} (from a Secret or the "
+            "environment; see docs/alerting.md)",
+            EXIT_USAGE,
+        )
+
+
 def _redis_trouble(exc: Exception) -> None:
     fail(
         f"could not reach the fleet's Redis ({type(exc).__name__}); check it is running "
@@ -83,6 +100,7 @@ def notify(ctx: typer.Context) -> None:
     settings = _fleet_settings()
     if not settings.notify_sinks:
         _no_sinks()
+    _require_secrets(settings)
     configure_logging(settings)
     stop = threading.Event()
     stop_on_signals(stop)
@@ -106,6 +124,7 @@ def test(
 
     settings = settings_or_usage()
     config = _sink(settings, sink)
+    _require_secrets(settings, only=sink)
     sample = sample_notification(settings, sink)
     with http_client(settings) as http:
         try:
