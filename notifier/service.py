@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
+from redis.exceptions import RedisError
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -145,8 +146,18 @@ class SinkWorker:
                 break
             except Exception as exc:  # a Redis blip or a bug in one change: log, pause, go on
                 self._log.warning("sink round failed", error=f"{type(exc).__name__}: {exc}"[:300])
+                if "NOGROUP" in str(exc):  # the stream or group was deleted: start afresh
+                    self._recreate_group()
                 stop.wait(1.0)
         self._shutdown()
+
+    def _recreate_group(self) -> None:
+        try:
+            self.feed.ensure_group()
+        except Exception as exc:
+            self._log.warning("sink cannot recreate its group", error=type(exc).__name__)
+        with self._lock:
+            self.held.clear()
 
     def step(self, stop: threading.Event) -> None:
         """One round: take over stale changes, resend alerts, read new changes, deliver due ones."""
@@ -162,8 +173,7 @@ class SinkWorker:
             self._next_prune = now + PRUNE_EVERY_SECONDS
         if self.alerts is not None and now >= self._next_resend:
             self._resend()
-            assert isinstance(self.config, AlertmanagerSink)
-            self._next_resend = now + self.config.resend_seconds
+            self._next_resend = now + self.alerts.config.resend_seconds
         due = self._due(now)
         room = self.settings.notify_batch_size - len(due)
         if room > 0 and len(self.held) < self.settings.notify_batch_size * MAX_HELD_BATCHES:
@@ -189,7 +199,7 @@ class SinkWorker:
     def _due(self, now: float) -> list[Held]:
         with self._lock:
             return sorted(
-                (h for h in self.held.values() if h.due <= now), key=lambda h: h.entry.entry_id
+                (h for h in self.held.values() if h.due <= now), key=lambda h: h.entry.position
             )
 
     def _take(self, entries: list[FeedEntry]) -> None:
@@ -241,10 +251,16 @@ class SinkWorker:
             self._dead(entry, 0, "the change entry is malformed")
             self._drop(entry)
             return
-        if self.alerts is not None:
-            self._handle_alert(entry, stop)
-        else:
-            self._handle_message(entry, stop)
+        try:
+            if self.alerts is not None:
+                self._handle_alert(entry, stop)
+            else:
+                self._handle_message(entry, stop)
+        except (Stopping, RedisError):
+            raise  # kept: handed over, or tried again next round
+        except Exception as exc:  # a change that cannot become a delivery must not stall the sink
+            error = f"could not prepare the delivery ({type(exc).__name__})"
+            self._dead(entry, self.feed.attempts(entry.entry_id), error)
         self._drop(entry)
 
     def _handle_message(self, entry: FeedEntry, stop: threading.Event) -> None:
@@ -352,8 +368,8 @@ class SinkWorker:
             )
 
     def _resend(self) -> None:
-        assert self.alerts is not None and isinstance(self.config, AlertmanagerSink)
-        lease = max(1.0, self.config.resend_seconds * 0.9)
+        assert self.alerts is not None
+        lease = max(1.0, self.alerts.config.resend_seconds * 0.9)
         if not self.store.try_lock(f"notify-resend:{self.name}", self.feed.consumer, lease):
             return  # another replica resends this interval
         try:

@@ -24,6 +24,7 @@ from tests.alerting_support import (
     webhook,
 )
 from workers.notify_feed import SinkFeed
+from workers.store import VerdictStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -212,3 +213,33 @@ def test_the_static_filter_acknowledges_other_checks_without_delivering(
         wait_for(lambda: len(receiver.on("/ops")) == 1, 10, "one delivery")
     data = receiver.on("/ops")[0].json()["data"]
     assert (data["target"], data["to_verdict"]) == ("snapshot:staging-us", VerdictKind.FALSE.value)
+
+
+def test_a_notifier_recovers_when_redis_lost_the_change_stream(
+    redis_url: str, receiver: Receiver
+) -> None:
+    settings = settings_for(redis_url, {"ops": webhook(f"{receiver.url}/ops")})
+    with notifier_running(settings) as store:
+        store.client.delete(store.key("changes"))  # e.g. a Redis restarted without its AOF
+        time.sleep(1.5)  # the next read finds no group
+        record(store, "true")
+        record(store, "false")
+        wait_for(lambda: len(receiver.on("/ops")) == 1, 15, "the change after the loss")
+
+
+def test_a_change_whose_run_cannot_be_read_is_dead_lettered_and_the_sink_goes_on(
+    redis_url: str, receiver: Receiver
+) -> None:
+    settings = settings_for(redis_url, {"ops": webhook(f"{receiver.url}/ops")})
+    store = VerdictStore.from_settings(settings)
+    record(store, "true")
+    with notifier_running(settings):
+        poisoned = record(store, "false")
+        store.client.hset(store.key("run", poisoned.run_id), "verdict", "{not json")
+        record(store, "true")
+        feed = SinkFeed(store, "ops", "test")
+        wait_for(lambda: feed.status("webhook").dead_letters == 1, 15, "the dead letter")
+        wait_for(lambda: len(receiver.on("/ops")) == 1, 15, "the next change")
+    (dead,) = feed.dead_letters()
+    assert dead["run_id"] == poisoned.run_id and "could not prepare" in dead["error"]
+    assert receiver.on("/ops")[0].json()["data"]["to_verdict"] == "true"

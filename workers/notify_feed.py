@@ -127,9 +127,10 @@ class FeedEntry:
     change: VerdictChange | None
 
     @property
-    def recorded_at(self) -> float:
-        """When the store wrote the entry (epoch s), from the stream id."""
-        return int(self.entry_id.split("-", 1)[0]) / 1000
+    def position(self) -> tuple[int, int]:
+        """The entry's place in the stream (its id as numbers: ms, sequence)."""
+        ms, _, sequence = self.entry_id.partition("-")
+        return int(ms), int(sequence or 0)
 
 
 @dataclass(frozen=True)
