@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from schemas.fleet import VerdictChange
+from schemas.fleet import CheckSummary, VerdictChange
 from schemas.notify import EVENT_TYPE, ChangeEventData
 from schemas.verdict import EXIT_CODES, VerdictKind
 
@@ -59,13 +59,15 @@ def notification_for(
     entry_id: str,
     change: VerdictChange,
     presented_from: VerdictKind,
+    summary: CheckSummary | None,
 ) -> Notification:
-    """The notification of ``change`` as ``sink`` should hear it (``presented_from`` -> to)."""
+    """The notification of ``change`` as ``sink`` should hear it (``presented_from`` -> to).
+
+    ``summary`` is the check as the store has it now (for the predicate's text).
+    """
     from workers.store import verdict_source
 
     verdict = store.run_verdict(change.run_id)
-    summaries = store.check_summaries([change.check_id])
-    summary = summaries[0] if summaries else None
     explanation = verdict.explanation[:EXPLANATION_CHARS] if verdict else None
     data = ChangeEventData(
         check_id=change.check_id,

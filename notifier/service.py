@@ -266,9 +266,10 @@ class SinkWorker:
     def _handle_message(self, entry: FeedEntry, stop: threading.Event) -> None:
         change = entry.change
         assert change is not None and self.sender is not None
-        current = self.store.check_summaries([change.check_id])
+        summaries = self.store.check_summaries([change.check_id])
+        current = summaries[0] if summaries else None
         told = self.feed.told(change.check_id)
-        decision = decide_message(self.config, change, current[0] if current else None, told)
+        decision = decide_message(self.config, change, current, told)
         if not decision.deliver:
             self.feed.ack(entry, "filtered", decision.remember, decision.remember_mode)
             metrics.observe_notify(self.name, "filtered")
@@ -281,7 +282,13 @@ class SinkWorker:
             return
         assert decision.presented_from is not None
         notification = notification_for(
-            self.store, self.settings, self.name, entry.entry_id, change, decision.presented_from
+            self.store,
+            self.settings,
+            self.name,
+            entry.entry_id,
+            change,
+            decision.presented_from,
+            current,
         )
         sender = self.sender
         if self._deliver(entry, lambda: sender.deliver(notification), stop):

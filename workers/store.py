@@ -185,6 +185,22 @@ end
 return 1
 """
 
+# KEYS: checks zset.  ARGV: prefix, how many.  Read-only: for each of the newest checks,
+# its id and kind, target, exit_code, finished_ms, source (one round trip for a scrape).
+_GAUGES_LUA = """
+local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+local out = {}
+for _, id in ipairs(ids) do
+  local row = redis.call('HMGET', ARGV[1] .. ':check:' .. id,
+    'kind', 'target', 'exit_code', 'finished_ms', 'source')
+  out[#out + 1] = id
+  for i = 1, 5 do
+    out[#out + 1] = row[i] or ''
+  end
+end
+return out
+"""
+
 # KEYS: batch, batches zset.  ARGV: batch_id, kind, text, created ISO, created ms, ttl
 _CREATE_BATCH_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'created_at') == 1 then
@@ -293,6 +309,7 @@ class VerdictStore:
         self._record_script = client.register_script(_RECORD_LUA)
         self._create_batch_script = client.register_script(_CREATE_BATCH_LUA)
         self._seal_batch_script = client.register_script(_SEAL_BATCH_LUA)
+        self._gauges_script = client.register_script(_GAUGES_LUA)
 
     @classmethod
     def from_settings(cls, settings: AssaySettings, redis_url: str | None = None) -> VerdictStore:
@@ -589,24 +606,19 @@ class VerdictStore:
         entries = self.client.xrange(self.key("changes"), min=f"{_epoch_ms(since)}-0", count=limit)
         return [change_from_fields(f) for _, f in entries]
 
-    _GAUGE_FIELDS = ("kind", "target", "exit_code", "finished_ms", "source")
-
     def check_gauges(self, limit: int) -> list[CheckGauge]:
         """The latest verdict of the ``limit`` most recently run checks (queries left out).
 
-        Read at every Prometheus scrape: one ZREVRANGE and one pipelined HMGET of five
-        short fields per check, never the verdict JSON.
+        Read at every Prometheus scrape, in one read-only script: five short fields
+        per check, never the verdict JSON.
         """
         if limit <= 0:
             return []
-        check_ids = self.client.zrevrange(self.key("checks"), 0, limit - 1)
-        pipe = self.client.pipeline(transaction=False)
-        for check_id in check_ids:
-            pipe.hmget(self._check_key(check_id), list(self._GAUGE_FIELDS))
+        flat = self._gauges_script(keys=[self.key("checks")], args=[self.prefix, limit])
         rows = []
-        for check_id, values in zip(check_ids, pipe.execute() if check_ids else [], strict=True):
-            kind, target, exit_code, finished_ms, source = values
-            if exit_code is None or kind == "query":
+        for start in range(0, len(flat), 6):
+            check_id, kind, target, exit_code, finished_ms, source = flat[start : start + 6]
+            if not exit_code or kind == "query":
                 continue
             rows.append(
                 CheckGauge(
