@@ -172,8 +172,8 @@ class SinkWorker:
             self.feed.prune_consumers(PRUNE_IDLE_MS)
             self._next_prune = now + PRUNE_EVERY_SECONDS
         if self.alerts is not None and now >= self._next_resend:
-            self._resend()
             self._next_resend = now + self.alerts.config.resend_seconds
+            self._resend()
         due = self._due(now)
         room = self.settings.notify_batch_size - len(due)
         if room > 0 and len(self.held) < self.settings.notify_batch_size * MAX_HELD_BATCHES:
@@ -384,6 +384,9 @@ class SinkWorker:
         except DeliveryError as exc:
             metrics.observe_notify_failure(self.name)
             self._log.warning("alert resend failed", error=str(exc))
+            return
+        except Exception as exc:  # never let a resend hold up the changes: next interval
+            self._log.warning("alert resend failed", error=type(exc).__name__)
             return
         if count:
             self._log.debug("alerts resent", count=count)

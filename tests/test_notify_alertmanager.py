@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -174,3 +175,19 @@ def test_notify_test_posts_a_sample_alert(redis_url: str, alertmanager: Alertman
     assert "resolves by itself in 4 minutes" in result.stdout
     (alert,) = alertmanager.alerts("assay-notify-test")
     assert alert["labels"]["target"] == "sample"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_check_that_cannot_be_read_does_not_hold_up_other_alerts(
+    redis_url: str, alertmanager: Alertmanager
+) -> None:
+    sink = {"type": "alertmanager", "url": alertmanager.url, "resend_seconds": 1}
+    settings = settings_for(redis_url, {"pager": sink})
+    with notifier_running(settings) as store:
+        broken = record(store, "false", path="examples/snapshots/broken")
+        store.client.hset(store.key("check", broken.check_id), "verdict", "{not json")
+        time.sleep(1.5)  # a resend has tripped over it
+        healthy = record(store, "true", path="examples/snapshots/healthy").check_id
+        record(store, "false", path="examples/snapshots/healthy")
+        wait_for(lambda: alertmanager.alerts(healthy) != [], 15, "the healthy check's alert")
