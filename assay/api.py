@@ -170,7 +170,7 @@ def _add_operational_routes(app: FastAPI) -> None:
         },
     )
     def prometheus_metrics(scope: ReadAccess) -> Response:
-        """Prometheus exposition: API requests, queue depth and scheduler timers."""
+        """Prometheus exposition: API requests, queue depth, scheduler timers, check verdicts."""
         body, content_type = metrics.render_latest()
         return Response(content=body, media_type=content_type)
 

@@ -354,7 +354,7 @@ def _validation_error(exc: Any) -> ApiError:
 
 
 def register_scrape_collectors(settings: AssaySettings) -> None:
-    """Queue depth (broker lists) and scheduler timers, read at each scrape of this process."""
+    """Queue depth (broker lists), scheduler timers and per-check verdicts, read per scrape."""
     from workers import metrics
     from workers.celery_app import queue_name
 
@@ -375,3 +375,13 @@ def register_scrape_collectors(settings: AssaySettings) -> None:
         return TimerStore(timers_client, settings.key_prefix).counts()
 
     metrics.register_collector("timers", metrics.TimerCollector(read_timer_counts))
+
+    from workers.store import VerdictStore
+
+    checks_store = VerdictStore(timers_client, prefix=settings.key_prefix)
+    metrics.register_collector(
+        "check_verdicts",
+        metrics.CheckVerdictCollector(
+            lambda: checks_store.check_gauges(settings.metrics_max_checks)
+        ),
+    )

@@ -1,7 +1,7 @@
 """The `assay` command line: the root app and the exit-code rules.
 
 Commands live in ``assay/commands/`` by topic (evaluate, fleet, schedule,
-serve) and import their heavy dependencies (litellm, celery, redis) inside the
+serve, notify) and import their heavy dependencies (litellm, celery, redis) inside the
 command body, so ``assay --help`` stays fast.
 
 Usage errors exit 64, never a verdict code: click's default of 2 would read as
@@ -15,7 +15,7 @@ import sys
 import typer
 
 from assay.commands import eval as eval_command
-from assay.commands import evaluate, fleet, schedule, serve
+from assay.commands import evaluate, fleet, notify, schedule, serve
 from schemas.verdict import EXIT_USAGE
 
 try:  # typer >= 0.22 vendors click under typer._click; older typer uses click itself
@@ -39,7 +39,7 @@ def root() -> None:
     """Evaluate plain-language predicates about Kubernetes clusters."""
 
 
-for module in (evaluate, fleet, schedule, serve, eval_command):
+for module in (evaluate, fleet, notify, schedule, serve, eval_command):
     module.register(app)
 
 

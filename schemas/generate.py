@@ -48,6 +48,9 @@ def _extra_models() -> dict[str, type[BaseModel]]:
     extra["check_summary"] = CheckSummary
     extra["run_progress"] = RunProgress
     extra["verdict_change"] = VerdictChange
+    from schemas.notify import ChangeEventData
+
+    extra["verdict_change_event"] = ChangeEventData  # a webhook CloudEvent's `data`
     return extra
 
 

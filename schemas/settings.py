@@ -5,6 +5,11 @@ Every process (CLI, worker, scheduler, API) builds its settings through
 Precedence, highest first: explicit overrides (CLI flags), ``ASSAY_*``
 environment variables, the config file named by ``ASSAY_CONFIG`` (YAML or
 TOML), then the defaults below.
+
+Nested values can be given piece by piece with ``__`` between the parts:
+``ASSAY_NOTIFY_SINKS__OPS__HMAC_KEY`` sets the ``hmac_key`` of sink ``ops``
+and is merged into what ``ASSAY_NOTIFY_SINKS`` or the config file says about
+it, so secrets can come from their own variables (a Kubernetes Secret).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pydantic_settings import (
 )
 
 from schemas.budget import ProfileName
+from schemas.notify import Sink, SinkName
 
 
 def _default_data_dir() -> Path:
@@ -31,7 +37,9 @@ def _default_data_dir() -> Path:
 
 
 class AssaySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ASSAY_", extra="ignore", validate_default=True)
+    model_config = SettingsConfigDict(
+        env_prefix="ASSAY_", extra="ignore", validate_default=True, env_nested_delimiter="__"
+    )
 
     # --- the model -----------------------------------------------------------------
     model: str | None = Field(
@@ -125,6 +133,43 @@ class AssaySettings(BaseSettings):
     )
     api_max_batch_targets: int = Field(
         default=1000, ge=1, description="Most targets one batch submitted over HTTP may name."
+    )
+
+    # --- alerting (`assay notify`; docs/alerting.md) -------------------------------------
+    notify_sinks: dict[SinkName, Sink] = Field(
+        default_factory=dict,
+        description="Where verdict changes go, by sink name (webhook, slack, alertmanager).",
+    )
+    notify_run_link_base: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="Base URL of run links in notifications: BASE/v1/runs/RUN_ID.",
+    )
+    notify_max_attempts: int = Field(
+        default=8,
+        ge=1,
+        le=100,
+        description="Delivery attempts per change and sink before it is dead-lettered.",
+    )
+    notify_retry_max_seconds: float = Field(
+        default=60.0, gt=0, description="Longest pause between two delivery attempts."
+    )
+    notify_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Timeout of one delivery (connect and read)."
+    )
+    notify_claim_idle_seconds: float = Field(
+        default=60.0,
+        ge=1,
+        description="A change held this long by a notifier that stopped answering is taken over "
+        "by another; keep it above notify_timeout_seconds.",
+    )
+    notify_batch_size: int = Field(
+        default=50, ge=1, le=1000, description="Changes one notifier holds per sink at once."
+    )
+    metrics_max_checks: int = Field(
+        default=10_000,
+        ge=0,
+        description="Checks exported as assay_check_* gauges (the most recently run ones).",
     )
 
     # --- process ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install assay into ./.venv, plus redis-server when it is missing.
+# Install assay into ./.venv, plus redis-server when it is missing (and, for the test extra,
+# prometheus-alertmanager).
 # Usage: scripts/install.sh [extra]   e.g. scripts/install.sh test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,17 @@ if ! command -v redis-server >/dev/null 2>&1; then
   else
     echo "redis-server is missing: install it with your package manager (e.g. sudo apt-get install redis-server)" >&2
     exit 1
+  fi
+fi
+
+# The alerting tests run a real Alertmanager; without one they skip and say why.
+if [ "$extra" = "test" ] && ! command -v prometheus-alertmanager >/dev/null 2>&1 \
+    && ! command -v alertmanager >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+    echo "installing prometheus-alertmanager (apt-get)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus-alertmanager >/dev/null
+  else
+    echo "note: Alertmanager is missing, so its tests will skip (sudo apt-get install prometheus-alertmanager)" >&2
   fi
 fi
 

@@ -27,6 +27,7 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
+from schemas.notify import missing_secrets
 from schemas.settings import AssaySettings
 from tests.kustomize_render import (
     KustomizeError,
@@ -61,6 +62,8 @@ FORBIDDEN_RESOURCES = {
 }
 WORKLOAD_KINDS = {"Deployment", "StatefulSet"}
 ASSAY_COMPONENTS = {"worker", "scheduler", "api"}
+OPTIONAL_COMPONENTS = {"notifier"}  # kustomize components of the same name add them
+COMMANDS = {"worker": "worker", "scheduler": "scheduler", "api": "api", "notifier": "notify"}
 ASSAY_IMAGE = "assay"
 
 
@@ -72,6 +75,11 @@ def rendered(build: str) -> tuple[Resource, ...]:
 def render_components(build: str) -> list[str]:
     kustomization = yaml.safe_load((KUSTOMIZE / build / "kustomization.yaml").read_text())
     return [Path(c).name for c in kustomization.get("components") or []]
+
+
+def assay_components(build: str) -> set[str]:
+    """The assay processes a build runs: the base three and the optional ones it adds."""
+    return ASSAY_COMPONENTS | (OPTIONAL_COMPONENTS & set(render_components(build)))
 
 
 def objects(build: str, kind: str) -> list[Resource]:
@@ -360,9 +368,10 @@ def test_assay_processes_expose_the_ports_their_probes_and_settings_use(build: s
     expected = {
         "worker": ("metrics", 9808, "/metrics"),
         "scheduler": ("metrics", 9809, "/metrics"),
+        "notifier": ("metrics", 9811, "/metrics"),
         "api": ("http", 8080, "/readyz"),
     }
-    metrics_ports = {"worker": 9808, "scheduler": 9809, "api": 9810}
+    metrics_ports = {"worker": 9808, "scheduler": 9809, "api": 9810, "notifier": 9811}
     seen = set()
     for resource, pod in workloads(build):
         name = component(resource)
@@ -371,7 +380,7 @@ def test_assay_processes_expose_the_ports_their_probes_and_settings_use(build: s
         seen.add(name)
         port_name, port, ready_path = expected[name]
         (container,) = pod["containers"]
-        assert container["args"] == [name]
+        assert container["args"] == [COMMANDS[name]]
         assert container["image"].split(":")[0].endswith(ASSAY_IMAGE)
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports == {port_name: port, "metrics": metrics_ports[name]}
@@ -383,14 +392,16 @@ def test_assay_processes_expose_the_ports_their_probes_and_settings_use(build: s
         assert env["ASSAY_METRICS_PORT"] == str(metrics_ports[name])
         annotations = resource["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/port"] == str(metrics_ports[name])
-    assert seen == ASSAY_COMPONENTS
+    assert seen == assay_components(build)
 
 
 @pytest.mark.parametrize("build", BUILDS)
 def test_scheduler_runs_two_replicas_and_every_part_is_present(build: str) -> None:
     deployments = {d["metadata"]["name"]: d for d in objects(build, "Deployment")}
-    assert set(deployments) == {"assay-worker", "assay-scheduler", "assay-api"}
+    assert set(deployments) == {f"assay-{name}" for name in assay_components(build)}
     assert deployments["assay-scheduler"]["spec"]["replicas"] == 2
+    if "assay-notifier" in deployments:  # replicas share the sinks' consumer groups
+        assert deployments["assay-notifier"]["spec"]["replicas"] == 2
     (service,) = [s for s in objects(build, "Service") if s["metadata"]["name"] == "assay-api"]
     api_labels = deployments["assay-api"]["spec"]["template"]["metadata"]["labels"]
     assert selects({"matchLabels": service["spec"]["selector"]}, api_labels)
@@ -444,7 +455,7 @@ def test_network_policies_open_only_the_api_port_to_clients(build: str) -> None:
             redis_sources = {as_source({"podSelector": assay_pods}), as_source(keda)}
             assert all(port == 6379 and src in redis_sources for port, src in allowed), allowed
         else:
-            assert allowed <= {(9808, as_source(monitoring)), (9809, as_source(monitoring))}
+            assert allowed <= {(port, as_source(monitoring)) for port in (9808, 9809, 9811)}
 
 
 # --- Redis, settings and secrets ---------------------------------------------------------------
@@ -508,17 +519,28 @@ def test_every_assay_variable_is_a_setting_with_a_valid_value(
 ) -> None:
     fields = {f"ASSAY_{name.upper()}" for name in AssaySettings.model_fields}
     variables = assay_env_names()
-    assert set(variables) <= fields, f"not settings: {sorted(set(variables) - fields)}"
+    # ASSAY_NOTIFY_SINKS__OPS__HMAC_KEY sets one part of the setting ASSAY_NOTIFY_SINKS
+    unknown = {name for name in variables if name.split("__")[0] not in fields}
+    assert not unknown, f"not settings: {sorted(unknown)}"
+    templates = {
+        secret["metadata"]["name"]: secret["stringData"]
+        for secret in (yaml.safe_load(t.read_text()) for t in SECRET_TEMPLATES)
+    }
     for build in BUILDS:
         for resource, pod in workloads(build):
-            if component(resource) not in ASSAY_COMPONENTS:
+            if component(resource) not in ASSAY_COMPONENTS | OPTIONAL_COMPONENTS:
                 continue
-            env = settings_from(build) | {
-                e["name"]: e["value"] for e in pod["containers"][0].get("env", [])
-            }
+            container = pod["containers"][0]
+            env = settings_from(build) | {e["name"]: e["value"] for e in container.get("env", [])}
+            for source in container.get("envFrom", []):  # the Secrets, as their templates
+                if "secretRef" in source:
+                    env |= templates[source["secretRef"]["name"]]
             for key, value in env.items():
                 monkeypatch.setenv(key, value)
-            AssaySettings()  # raises when a manifest value does not parse
+            settings = AssaySettings()  # raises when a manifest value does not parse
+            if component(resource) == "notifier":  # the only pods holding sink secrets
+                for name, sink in settings.notify_sinks.items():
+                    assert missing_secrets(name, sink) == [], "the Secret template lacks a key"
             for key in env:
                 monkeypatch.delenv(key)
 
@@ -749,14 +771,14 @@ def interpolate(value: str) -> str:
 
 def test_compose_runs_the_stack_from_one_image() -> None:
     services = compose()["services"]
-    assert set(services) == {"redis", "worker", "scheduler", "api"}
-    assay = {name: services[name] for name in ASSAY_COMPONENTS}
+    assert set(services) == {"redis", *ASSAY_COMPONENTS, *OPTIONAL_COMPONENTS}
+    assay = {name: services[name] for name in ASSAY_COMPONENTS | OPTIONAL_COMPONENTS}
     assert len({json.dumps(s["image"]) for s in assay.values()}) == 1
     assert len({json.dumps(s["build"], sort_keys=True) for s in assay.values()}) == 1
     build = services["worker"]["build"]
     assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
     for name, service in assay.items():
-        assert service["command"] == [name]
+        assert service["command"] == [COMMANDS[name]]
         assert service["read_only"] is True and "/tmp" in service["tmpfs"]
         assert service["cap_drop"] == ["ALL"]
         uid = interpolate(service["user"]).split(":")[0]
@@ -767,6 +789,14 @@ def test_compose_runs_the_stack_from_one_image() -> None:
     assert any(p.endswith(":8080") for p in published)
     for port in published:
         ipaddress.ip_address(port.split(":")[0])  # bound to an explicit address
+
+
+def test_compose_runs_the_notifier_only_when_asked() -> None:
+    notifier = compose()["services"]["notifier"]
+    assert notifier["profiles"] == ["alerting"], "without sinks it would restart forever"
+    assert notifier["environment"]["ASSAY_METRICS_PORT"] == "9811"
+    (env_file,) = notifier["env_file"]
+    assert env_file["required"] is False, "sinks and their secrets come from an optional file"
 
 
 def test_compose_redis_persists_and_never_evicts() -> None:

@@ -7,10 +7,12 @@ mode is not needed. Code elsewhere never touches a metric object directly: it
 calls one of the ``observe_*`` functions, so a metric's name and labels live
 in this file only.
 
-Two gauges are read at scrape time rather than kept up to date: the broker's
-queue depth (the Redis list lengths Celery's Redis transport uses) and the
-scheduler's due / in-flight timers. Their collectors ask Redis when Prometheus
-scrapes, so they are right even when nothing in this process moved them.
+Some gauges are read at scrape time rather than kept up to date: the broker's
+queue depth (the Redis list lengths Celery's Redis transport uses), the
+scheduler's due / in-flight timers, each check's latest verdict (served by the
+API) and each notification sink's backlog (served by the notifier). Their
+collectors ask Redis when Prometheus scrapes, so they are right even when
+nothing in this process moved them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -110,6 +112,21 @@ API_REQUEST_DURATION = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, float("inf")),
 )
 
+# --- notifier -----------------------------------------------------------------------------------
+NOTIFY_CHANGES = Counter(
+    "notify_changes",
+    "Verdict changes a notifier finished with, by sink and outcome "
+    "(delivered, filtered, dead_lettered).",
+    ["sink", "outcome"],
+    namespace=NAMESPACE,
+)
+NOTIFY_ATTEMPT_FAILURES = Counter(
+    "notify_attempt_failures",
+    "Delivery attempts a sink did not accept (retried or dead-lettered), by sink.",
+    ["sink"],
+    namespace=NAMESPACE,
+)
+
 
 def observe_verdict(verdict: Verdict) -> None:
     """Count a finished evaluation; call once per run, where its verdict is recorded."""
@@ -162,6 +179,16 @@ def observe_api_request(route: str, method: str, status: int, seconds: float) ->
     """Count one API request; ``route`` is the template (``/v1/runs/{run_id}``), never the path."""
     API_REQUESTS.labels(route=route, method=method, status=str(status)).inc()
     API_REQUEST_DURATION.labels(route=route).observe(seconds)
+
+
+def observe_notify(sink: str, outcome: str) -> None:
+    """Count one change a notifier finished with for ``sink``."""
+    NOTIFY_CHANGES.labels(sink=sink, outcome=outcome).inc()
+
+
+def observe_notify_failure(sink: str) -> None:
+    """Count one delivery attempt ``sink`` did not accept."""
+    NOTIFY_ATTEMPT_FAILURES.labels(sink=sink).inc()
 
 
 @contextmanager
@@ -255,6 +282,132 @@ class TimerCollector(Collector):
             "Timers claimed by a scheduler replica and not yet acknowledged.",
             value=in_flight,
         )
+
+
+class CheckGaugeRow(Protocol):
+    """One check's latest verdict as the store reads it for the gauges below."""
+
+    @property
+    def check_id(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def exit_code(self) -> int: ...
+    @property
+    def finished_at(self) -> float: ...
+    @property
+    def source(self) -> str: ...
+
+
+class CheckVerdictCollector(Collector):
+    """Per-check gauges from the verdict store, so users can write their own alert rules.
+
+    - ``assay_check_verdict{check_id, target}``: the latest verdict's exit code
+      (0 true, 1 false, 2 poorly posed, 3 cannot determine);
+    - ``assay_check_last_verdict_timestamp_seconds{check_id, target}``: when it finished;
+    - ``assay_check_verdict_source{check_id, target, source}``: 1 for where it came from
+      (``probe`` or ``model``).
+
+    ``read_rows`` returns the rows (the store's ``check_gauges``); Redis down means
+    no samples and ``assay_check_gauges_up 0``, never stale numbers.
+    """
+
+    def __init__(self, read_rows: Callable[[], Iterable[CheckGaugeRow]]) -> None:
+        self._read_rows = read_rows
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily(
+            f"{NAMESPACE}_check_gauges_up", "1 when the verdict store answered the last scrape."
+        )
+        try:
+            rows = list(self._read_rows())
+        except Exception:  # a scrape must never fail because Redis is down
+            up.add_metric([], 0)
+            yield up
+            return
+        verdict = GaugeMetricFamily(
+            f"{NAMESPACE}_check_verdict",
+            "Latest verdict of each check as its exit code: 0 true, 1 false, "
+            "2 poorly_posed, 3 cannot_determine.",
+            labels=["check_id", "target"],
+        )
+        finished = GaugeMetricFamily(
+            f"{NAMESPACE}_check_last_verdict_timestamp_seconds",
+            "When each check's latest verdict finished (Unix time).",
+            labels=["check_id", "target"],
+        )
+        source = GaugeMetricFamily(
+            f"{NAMESPACE}_check_verdict_source",
+            "1 for where each check's latest verdict came from: probe or model.",
+            labels=["check_id", "target", "source"],
+        )
+        for row in rows:
+            verdict.add_metric([row.check_id, row.target], row.exit_code)
+            finished.add_metric([row.check_id, row.target], row.finished_at)
+            source.add_metric([row.check_id, row.target, row.source], 1)
+        up.add_metric([], 1)
+        yield verdict
+        yield finished
+        yield source
+        yield up
+
+
+class SinkStatusRow(Protocol):
+    """One sink's backlog as its consumer group reports it (schemas.notify.SinkStatus)."""
+
+    @property
+    def sink(self) -> str: ...
+    @property
+    def lag(self) -> int | None: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def oldest_pending_seconds(self) -> float | None: ...
+    @property
+    def dead_letters(self) -> int: ...
+
+
+class NotifyCollector(Collector):
+    """``assay_notify_*`` backlog gauges per sink, read from the sinks' consumer groups."""
+
+    def __init__(self, read_statuses: Callable[[], Iterable[SinkStatusRow]]) -> None:
+        self._read_statuses = read_statuses
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            statuses = list(self._read_statuses())
+        except Exception:  # Redis down: no sample beats a wrong one
+            return
+        families = {
+            "lag": GaugeMetricFamily(
+                f"{NAMESPACE}_notify_lag",
+                "Verdict changes no notifier has read yet, by sink.",
+                labels=["sink"],
+            ),
+            "pending": GaugeMetricFamily(
+                f"{NAMESPACE}_notify_pending",
+                "Verdict changes read but not yet acknowledged (in delivery, waiting out a "
+                "minimum duration, or retrying), by sink.",
+                labels=["sink"],
+            ),
+            "oldest": GaugeMetricFamily(
+                f"{NAMESPACE}_notify_oldest_pending_seconds",
+                "Age of the oldest change not yet acknowledged, by sink (0 when none).",
+                labels=["sink"],
+            ),
+            "dead": GaugeMetricFamily(
+                f"{NAMESPACE}_notify_dead_letters",
+                "Verdict changes given up on after the delivery limit, by sink.",
+                labels=["sink"],
+            ),
+        }
+        for status in statuses:
+            if status.lag is not None:
+                families["lag"].add_metric([status.sink], status.lag)
+            families["pending"].add_metric([status.sink], status.pending)
+            families["oldest"].add_metric([status.sink], status.oldest_pending_seconds or 0.0)
+            families["dead"].add_metric([status.sink], status.dead_letters)
+        yield from families.values()
 
 
 _registered: dict[str, Collector] = {}

@@ -13,7 +13,8 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               verdict_kind, report (JSON)        TTL run_ttl
     P:check:{check_id}                 hash   latest verdict (JSON), verdict_kind, exit_code,
                                               run_id, target, kind, text, finished_at,
-                                              finished_ms, changed_at, previous_verdict
+                                              finished_ms, changed_at, previous_verdict,
+                                              source (probe|model; absent = model)
     P:check:{check_id}:history         stream one entry per recorded run (run_id, verdict JSON),
                                               MAXLEN = settings.history_limit
     P:checks                           zset   check ids scored by latest finished_at (ms)
@@ -21,7 +22,10 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
     P:idx:verdict:{verdict}            set    check ids whose latest verdict is verdict
     P:idx:tv:{verdict}:{target}        set    both at once ("all false in prod-eu")
     P:changes                          stream verdict changes: check_id, run_id, target,
-                                              from, to, at (first verdicts are not changes)
+                                              from, to, at (first verdicts are not changes);
+                                              its consumer groups (notify:{sink}) and the
+                                              P:notify:{sink}:* keys belong to
+                                              workers/notify_feed.py, the notifier's view
     P:batch:{batch_id}                 hash   kind, text, created_at, total, pending, true,
                                               false, poorly_posed, cannot_determine, sealed,
                                               finished_at                         TTL run_ttl
@@ -122,7 +126,7 @@ return 1
 # KEYS: run, check, history, checks zset, changes stream, unfinished zset
 # ARGV: 1 run_id, 2 check_id, 3 target, 4 verdict kind, 5 exit code, 6 verdict JSON,
 #       7 report JSON, 8 finished ms, 9 finished ISO, 10 history limit, 11 ttl, 12 prefix,
-#       13 kind, 14 text, 15 batch result JSON, 16 changes maxlen, 17 now ISO
+#       13 kind, 14 text, 15 batch result JSON, 16 changes maxlen, 17 now ISO, 18 source
 # Returns 1 when this call recorded the verdict, 0 when the run already had one.
 _RECORD_LUA = """
 local run = KEYS[1]
@@ -149,7 +153,7 @@ local new_ms = tonumber(ARGV[8])
 if (not prev_kind) or new_ms >= prev_ms then
   redis.call('HSET', check, 'check_id', check_id, 'kind', ARGV[13], 'text', ARGV[14],
     'target', target, 'verdict_kind', kind, 'exit_code', ARGV[5], 'run_id', ARGV[1],
-    'verdict', ARGV[6], 'finished_ms', ARGV[8], 'finished_at', ARGV[9])
+    'verdict', ARGV[6], 'finished_ms', ARGV[8], 'finished_at', ARGV[9], 'source', ARGV[18])
   redis.call('ZADD', KEYS[4], new_ms, check_id)
   if prev_kind then
     redis.call('SREM', p .. ':idx:verdict:' .. prev_kind, check_id)
@@ -180,6 +184,22 @@ if batch_id and batch_id ~= '' then
   end
 end
 return 1
+"""
+
+# KEYS: checks zset.  ARGV: prefix, how many.  Read-only: for each of the newest checks,
+# its id and kind, target, exit_code, finished_ms, source (one round trip for a scrape).
+_GAUGES_LUA = """
+local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+local out = {}
+for _, id in ipairs(ids) do
+  local row = redis.call('HMGET', ARGV[1] .. ':check:' .. id,
+    'kind', 'target', 'exit_code', 'finished_ms', 'source')
+  out[#out + 1] = id
+  for i = 1, 5 do
+    out[#out + 1] = row[i] or ''
+  end
+end
+return out
 """
 
 # KEYS: batch, batches zset.  ARGV: batch_id, kind, text, created ISO, created ms, ttl
@@ -234,6 +254,43 @@ def _verdict_or_none(value: str | None) -> VerdictKind | None:
     return VerdictKind(value) if value else None
 
 
+DEFAULT_SOURCE = "model"
+
+
+def verdict_source(verdict: Verdict) -> str:
+    """Where a verdict came from: ``probe`` or ``model``.
+
+    Verdicts will say so in a ``source`` field once probes exist (issue 11); until
+    then every verdict is the model's. Read defensively so both shapes work.
+    """
+    value = getattr(verdict, "source", None)
+    value = getattr(value, "value", value)  # an enum member or a plain string
+    return str(value) if value else DEFAULT_SOURCE
+
+
+def change_from_fields(fields: dict[str, str]) -> VerdictChange:
+    """One ``P:changes`` entry as a :class:`VerdictChange`."""
+    return VerdictChange(
+        check_id=fields["check_id"],
+        run_id=fields["run_id"],
+        target=fields["target"],
+        from_verdict=VerdictKind(fields["from"]),
+        to_verdict=VerdictKind(fields["to"]),
+        at=datetime.fromisoformat(fields["at"]),
+    )
+
+
+@dataclass(frozen=True)
+class CheckGauge:
+    """What the per-check Prometheus gauges show of one check's latest verdict."""
+
+    check_id: str
+    target: str
+    exit_code: int
+    finished_at: float  # epoch seconds
+    source: str
+
+
 @dataclass(frozen=True)
 class PersistenceReport:
     """What Redis said about durability; ``warnings`` is empty when it is production-safe."""
@@ -264,6 +321,7 @@ class VerdictStore:
         self._record_script = client.register_script(_RECORD_LUA)
         self._create_batch_script = client.register_script(_CREATE_BATCH_LUA)
         self._seal_batch_script = client.register_script(_SEAL_BATCH_LUA)
+        self._gauges_script = client.register_script(_GAUGES_LUA)
 
     @classmethod
     def from_settings(cls, settings: AssaySettings, redis_url: str | None = None) -> VerdictStore:
@@ -401,6 +459,7 @@ class VerdictStore:
                 result.model_dump_json(),
                 CHANGES_MAXLEN,
                 _now().isoformat(),
+                verdict_source(verdict),
             ],
         )
         return bool(written)
@@ -456,6 +515,18 @@ class VerdictStore:
     def latest_verdict(self, check_id: str) -> Verdict | None:
         raw = self.client.hget(self._check_key(check_id), "verdict")
         return Verdict.model_validate_json(raw) if raw else None
+
+    def latest_verdicts(self, check_ids: list[str]) -> dict[str, Verdict]:
+        """The latest verdict of each of these checks (unknown ids are left out)."""
+        pipe = self.client.pipeline(transaction=False)
+        for check_id in check_ids:
+            pipe.hget(self._check_key(check_id), "verdict")
+        raws = pipe.execute() if check_ids else []
+        return {
+            check_id: Verdict.model_validate_json(raw)
+            for check_id, raw in zip(check_ids, raws, strict=True)
+            if raw
+        }
 
     def history(self, check_id: str, limit: int = 20) -> list[Verdict]:
         """The check's verdicts, newest first, at most ``limit`` of them."""
@@ -547,17 +618,32 @@ class VerdictStore:
     def changes(self, since: datetime, limit: int = 10_000) -> list[VerdictChange]:
         """Verdict changes recorded at or after ``since``, oldest first."""
         entries = self.client.xrange(self.key("changes"), min=f"{_epoch_ms(since)}-0", count=limit)
-        return [
-            VerdictChange(
-                check_id=f["check_id"],
-                run_id=f["run_id"],
-                target=f["target"],
-                from_verdict=VerdictKind(f["from"]),
-                to_verdict=VerdictKind(f["to"]),
-                at=datetime.fromisoformat(f["at"]),
+        return [change_from_fields(f) for _, f in entries]
+
+    def check_gauges(self, limit: int) -> list[CheckGauge]:
+        """The latest verdict of the ``limit`` most recently run checks (queries left out).
+
+        Read at every Prometheus scrape, in one read-only script: five short fields
+        per check, never the verdict JSON.
+        """
+        if limit <= 0:
+            return []
+        flat = self._gauges_script(keys=[self.key("checks")], args=[self.prefix, limit])
+        rows = []
+        for start in range(0, len(flat), 6):
+            check_id, kind, target, exit_code, finished_ms, source = flat[start : start + 6]
+            if not exit_code or kind == "query":
+                continue
+            rows.append(
+                CheckGauge(
+                    check_id=check_id,
+                    target=target or "",
+                    exit_code=int(exit_code),
+                    finished_at=int(finished_ms or 0) / 1000,
+                    source=source or DEFAULT_SOURCE,
+                )
             )
-            for _, f in entries
-        ]
+        return rows
 
     # --- batches ------------------------------------------------------------------------------
     def create_batch(self, batch_id: str, *, kind: str, text: str) -> bool:
