@@ -149,3 +149,53 @@ def test_a_run_key_of_the_wrong_type_is_reported_not_overwritten(store: VerdictS
     with pytest.raises(StoreConflict):
         store.record_verdict(finished_report(request, "true"))
     assert dump_keys(store.client, P) == before
+
+
+# --- the scheduler's scripts: timers and schedules ---------------------------------------------
+
+
+def test_timer_scripts_with_wrong_typed_or_unreadable_keys_write_nothing(
+    redis_url: str,
+) -> None:
+    import redis as redis_lib
+
+    from scheduler.schedules import ScheduleStore
+    from scheduler.timers import TimerEntry, TimerStore
+    from schemas.schedule import Schedule, ScheduleTargets
+
+    client = redis_lib.Redis.from_url(redis_url, decode_responses=True)
+    timers = TimerStore(client, "tm")
+    timers.put(TimerEntry(id="a", kind="deferred", due=100.0, run_id="a"))
+    timers.put(TimerEntry(id="b", kind="deferred", due=100.0, run_id="b"))
+    [claimed, _] = timers.claim(100.0, 30, 10)
+    assert claimed.entry is not None
+    # an unreadable entry: the ack must not drop the timer from in-flight and then fail
+    client.hset("tm:timers:entries", "a", "{not json")
+    before = dump_keys(client, "tm")
+    with pytest.raises(redis_lib.ResponseError, match="ASSAY_CONFLICT"):
+        timers.ack(claimed.entry)
+    assert dump_keys(client, "tm") == before
+    # a wrong-typed entries key: claim and requeue write nothing
+    client.delete("tm:timers:entries")
+    client.set("tm:timers:entries", "not a hash")
+    client.zadd("tm:timers:due", {"c": 50.0})
+    before = dump_keys(client, "tm")
+    with pytest.raises(redis_lib.ResponseError, match="ASSAY_CONFLICT"):
+        timers.claim(200.0, 30, 10)
+    with pytest.raises(redis_lib.ResponseError, match="ASSAY_CONFLICT"):
+        timers.requeue_expired(500.0)
+    assert dump_keys(client, "tm") == before
+
+    schedules = ScheduleStore(client, "sc", 60)
+    seed_wrong_type(client, "sc:schedules", "hash")
+    before = dump_keys(client, "sc")
+    with pytest.raises(redis_lib.ResponseError, match="ASSAY_CONFLICT"):
+        schedules.create(
+            Schedule(
+                name="n",
+                predicate="p",
+                targets=ScheduleTargets(contexts=["a"]),
+                interval_seconds=60,
+            )
+        )
+    assert dump_keys(client, "sc") == before, "the name was taken without its schedule"

@@ -10,7 +10,9 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
     P:run:{run_id}                     hash   status (queued|running|waiting|done), attempts,
                                               check_id, target, batch_id, request (JSON),
                                               queued_at, updated_at, wake_at, verdict (JSON),
-                                              verdict_kind, report (JSON)        TTL run_ttl
+                                              verdict_kind, report (JSON),
+                                              fence:{fire} (the scheduler token that won
+                                              that fire)                         TTL run_ttl
     P:check:{check_id}                 hash   latest verdict (JSON), verdict_kind, exit_code,
                                               run_id, target, kind, text, finished_at,
                                               finished_ms, changed_at, previous_verdict
@@ -278,6 +280,29 @@ return 1
 """
 )
 
+# KEYS: run.  ARGV: fire id, fencing token, ttl
+# Returns 1 when this token may run the fire (the first one seen, or that one again: a
+# redelivery), 0 when another token already claimed it.
+_FENCE_LUA = (
+    _PRELUDE
+    + """
+local problem = type_problem(KEYS[1], 'hash')
+if problem then return conflict(problem) end
+local field = 'fence:' .. ARGV[1]
+local holder = redis.call('HGET', KEYS[1], field)
+if holder then
+  if holder == ARGV[2] then return 1 end
+  return 0
+end
+local fresh = redis.call('EXISTS', KEYS[1]) == 0
+redis.call('HSET', KEYS[1], field, ARGV[2])
+if fresh then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+"""
+)
+
 # KEYS: batch, batches zset.  ARGV: batch_id, kind, text, created ISO, created ms, ttl
 _CREATE_BATCH_LUA = (
     _PRELUDE
@@ -367,6 +392,7 @@ class VerdictStore:
         self._begin_script = client.register_script(_BEGIN_LUA)
         self._waiting_script = client.register_script(_WAITING_LUA)
         self._record_script = client.register_script(_RECORD_LUA)
+        self._fence_script = client.register_script(_FENCE_LUA)
         self._create_batch_script = client.register_script(_CREATE_BATCH_LUA)
         self._seal_batch_script = client.register_script(_SEAL_BATCH_LUA)
 
@@ -468,6 +494,23 @@ class VerdictStore:
             )
         )
         return None if number < 0 else number
+
+    def claim_fence(self, run_id: str, fire_id: str, token: str) -> bool:
+        """May the message with fencing ``token`` run fire ``fire_id`` of this run?
+
+        The first token a worker presents for a fire wins it; the same token
+        again (the broker redelivering that message) is let through; another
+        token (a copy sent by a scheduler replica that had lost its claim) is
+        refused. Stored on the run as ``fence:{fire_id}``.
+        """
+        if len(fire_id) > 300 or not 0 < len(token) <= 100:
+            raise ValueError("a fence names a fire id and a token of sensible length")
+        claimed = self._call(
+            self._fence_script,
+            keys=[self._run_key(run_id)],
+            args=[fire_id, token, self.run_ttl_seconds],
+        )
+        return bool(claimed)
 
     def mark_waiting(self, report: RunReport) -> bool:
         """Park a run whose WAIT outlives the worker: status waiting, deliveries reset."""
