@@ -274,23 +274,31 @@ class Replica:
         to end. Right before each send the marker is confirmed as still this
         replica's; if another replica has taken it over (this one was paused
         past its hold), nothing more is sent or acknowledged here: the timer is
-        the other replica's now. The last message's mark travels with the ack
-        in one round trip.
+        the other replica's now. Round trips per message stay at one besides
+        the send: marking a message sent travels with the next message's
+        confirmation, and the last one's with the ack.
         """
         entry = plan.entry
-        last = len(plan.messages) - 1
-        unmarked: list[str] = []
-        for index, message in enumerate(plan.messages):
+        pending: str | None = None  # sent, its "sent" mark not written yet
+        for message in plan.messages:
             claim = markers.get(message.fire_id)
             if claim is None or claim.state == "sent":
                 self.stats.already_sent += int(claim is not None)
                 continue
             if claim.state == "held":
+                self._mark_sent(pending)
                 self._give_back(entry, claim.retry_after_seconds + 0.05)
                 return
-            if not self.timers.confirm_enqueue(
-                message.fire_id, self.replica_id, claim.token, self.clock(), self.hold_seconds
-            ):
+            confirmed = self.timers.confirm_enqueue(
+                message.fire_id,
+                self.replica_id,
+                claim.token,
+                self.clock(),
+                self.hold_seconds,
+                mark_sent=pending,
+            )
+            pending = None
+            if not confirmed:
                 self.stats.superseded += 1
                 self._log.warning(
                     "timer taken over by another replica; sending nothing more",
@@ -308,11 +316,8 @@ class Replica:
                 return
             self.stats.sent += 1
             self._observe_lateness(entry)
-            if index == last:
-                unmarked.append(message.fire_id)
-            else:
-                self.timers.finish_enqueue(message.fire_id)
-        self.timers.finish_and_ack(unmarked, entry, plan.successor)
+            pending = message.fire_id
+        self.timers.finish_and_ack([pending] if pending else [], entry, plan.successor)
         if plan.fire is not None and entry.schedule_id is not None:
             self.stats.fires += 1
             self.schedules.record_fire(entry.schedule_id, plan.fire)
@@ -322,6 +327,10 @@ class Replica:
                 scheduled_at=plan.fire.scheduled_at.isoformat(),
                 targets=len(plan.messages),
             )
+
+    def _mark_sent(self, fire_id: str | None) -> None:
+        if fire_id is not None:
+            self.timers.finish_enqueue(fire_id)
 
     def _give_back(self, entry: TimerEntry, delay: float) -> None:
         """Let the timer be claimed again after ``delay`` (messages sent so far are marked)."""

@@ -452,15 +452,28 @@ class TimerStore:
         return out
 
     def confirm_enqueue(
-        self, fire_id: str, owner: str, token: str, now: float, hold_seconds: float
+        self,
+        fire_id: str,
+        owner: str,
+        token: str,
+        now: float,
+        hold_seconds: float,
+        mark_sent: str | None = None,
     ) -> bool:
         """Right before sending: True if the marker still names ``owner`` and ``token``
-        (it is held again for ``hold_seconds``), False if this claimer lost it."""
-        confirmed = self._confirm_enqueue_script(
+        (it is held again for ``hold_seconds``), False if this claimer lost it.
+
+        ``mark_sent``: a fire sent just before, marked ``sent`` in the same round trip.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        if mark_sent is not None:
+            pipe.set(self._marker_key(mark_sent), SENT, ex=SENT_MARKER_TTL_SECONDS)
+        self._confirm_enqueue_script(
             keys=[self._marker_key(fire_id)],
             args=[owner, token, now + hold_seconds, SENT_MARKER_TTL_SECONDS],
+            client=pipe,
         )
-        return int(confirmed) == 1
+        return int(pipe.execute()[-1]) == 1
 
     def finish_and_ack(
         self, sent: list[str], claimed: TimerEntry, successor: TimerEntry | None = None
