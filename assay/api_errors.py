@@ -80,9 +80,8 @@ def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     details = []
     for problem in exc.errors():
         loc = [str(part) for part in problem.get("loc", ())]
-        details.append(
-            {"loc": loc, "msg": str(problem.get("msg", "")), "type": str(problem.get("type", ""))}
-        )
+        message = str(problem.get("msg", "")).removeprefix("Value error, ")
+        details.append({"loc": loc, "msg": message, "type": str(problem.get("type", ""))})
     return details
 
 

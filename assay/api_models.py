@@ -16,12 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.budget import Budget, ProfileName
 from schemas.fleet import BatchResult, CheckSummary, VerdictChange
+from schemas.ids import CheckId, RunId
 from schemas.report import RunReport
 from schemas.request import MAX_TEXT_LENGTH, EvaluationKind, Target, ToolsetName
 from schemas.schedule import MisfirePolicy, Schedule, ScheduleTargets
 from schemas.verdict import Verdict
-
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
 
 def _default_toolsets() -> list[ToolsetName]:
@@ -58,15 +57,15 @@ class EvaluationSubmission(_Body):
     model: str | None = Field(
         default=None, max_length=200, description="litellm model name; None = server default."
     )
-    check_id: str | None = Field(
+    check_id: CheckId | None = Field(
         default=None,
-        pattern=ID_PATTERN,
-        description="Group runs under this check id; None = derived from kind, text and target.",
+        description="Group runs under this check id (1-128 of A-Z a-z 0-9 . _ -, no ':'); "
+        "None = derived from kind, text and target.",
     )
-    run_id: str | None = Field(
+    run_id: RunId | None = Field(
         default=None,
-        pattern=ID_PATTERN,
-        description="Idempotency key: resubmitting the same run id queues nothing new.",
+        description="Idempotency key (1-128 of A-Z a-z 0-9 . _ -, no ':'): resubmitting the "
+        "same run id queues nothing new.",
     )
     not_before: datetime | None = Field(
         default=None, description="Do not start before this instant (with a time zone)."

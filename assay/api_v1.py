@@ -19,7 +19,6 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
 from assay.api_models import (
-    ID_PATTERN,
     BatchResults,
     BatchSubmission,
     ChangeList,
@@ -34,8 +33,8 @@ from assay.api_models import (
     VerdictHistory,
 )
 from assay.api_wiring import Services
+from schemas import ids
 from schemas.fleet import BatchStatus, SubmitReceipt
-from schemas.schedule import SCHEDULE_ID_PATTERN
 from schemas.verdict import Verdict, VerdictKind
 
 _log = structlog.get_logger("assay.api")
@@ -61,10 +60,10 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix="/v1")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-RunId = Annotated[str, Path(pattern=ID_PATTERN, description="A run id.")]
-CheckId = Annotated[str, Path(pattern=ID_PATTERN, description="A check id.")]
-BatchId = Annotated[str, Path(pattern=ID_PATTERN, description="A batch id.")]
-ScheduleId = Annotated[str, Path(pattern=SCHEDULE_ID_PATTERN, description="A schedule id.")]
+RunId = Annotated[ids.RunId, Path(description="A run id.")]
+CheckId = Annotated[ids.CheckId, Path(description="A check id.")]
+BatchId = Annotated[ids.BatchId, Path(description="A batch id.")]
+ScheduleId = Annotated[ids.ScheduleId, Path(description="A schedule id.")]
 
 
 def _services(request: Request) -> Services:

@@ -22,7 +22,7 @@ from assay.api_models import (
     ScheduleUpdate,
     ScheduleView,
 )
-from schemas.request import EvaluationRequest, Target
+from schemas.request import EvaluationRequest, SnapshotTarget, Target
 
 if TYPE_CHECKING:
     import redis
@@ -96,12 +96,44 @@ class Services:
                 )
             return self._store
 
+    # --- snapshot roots -------------------------------------------------------------------
+    def confined_target(self, target: Target) -> Target:
+        """A snapshot target resolved inside the API's snapshot roots (422 otherwise).
+
+        Other targets pass unchanged. The resolved path is what is queued, so the
+        worker reads the folder that was checked.
+        """
+        if not isinstance(target, SnapshotTarget):
+            return target
+        from pydantic import ValidationError
+
+        from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+
+        try:
+            folder = SnapshotRoots.for_api(self.settings).confine(target.path)
+            return SnapshotTarget(path=str(folder))
+        except SnapshotOutsideRoots as exc:
+            raise _outside_roots(exc) from None
+        except ValidationError as exc:  # the resolved path is longer than a path may be
+            raise _validation_error(exc) from None
+
+    def confined_snapshots(self, patterns: list[str]) -> list[str]:
+        """Schedule snapshot folders or globs, absolute and inside the roots (422 otherwise)."""
+        from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+
+        roots = SnapshotRoots.for_api(self.settings)
+        try:
+            return [roots.confine_pattern(pattern) for pattern in patterns]
+        except SnapshotOutsideRoots as exc:
+            raise _outside_roots(exc) from None
+
     # --- evaluations ---------------------------------------------------------------------
     def build_request(self, body: EvaluationSubmission) -> EvaluationRequest:
         """The contract request for ``body``; its validation errors become a 422."""
         from pydantic import ValidationError
 
         fields = body.model_dump(exclude_none=True)
+        fields["target"] = self.confined_target(body.target)
         try:
             return EvaluationRequest.model_validate(fields)
         except ValidationError as exc:
@@ -189,7 +221,7 @@ class Services:
     def _batch_targets(self, body: BatchSubmission) -> list[Target]:
         limit = self.settings.api_max_batch_targets
         if body.context_glob is None:
-            targets = list(body.targets or [])
+            targets = [self.confined_target(target) for target in body.targets or []]
         else:
             from workers.targets import TargetGlobError, context_targets
 
@@ -251,8 +283,10 @@ class Services:
         from scheduler.schedules import ScheduleConflict
         from schemas.schedule import Schedule
 
+        fields = body.model_dump(exclude_none=True)
+        fields["targets"]["snapshots"] = self.confined_snapshots(body.targets.snapshots)
         try:
-            schedule = Schedule.model_validate(body.model_dump(exclude_none=True))
+            schedule = Schedule.model_validate(fields)
         except ValidationError as exc:
             raise _validation_error(exc) from None
         self._refuse_short_interval(schedule)
@@ -282,6 +316,8 @@ class Services:
         from schemas.schedule import Schedule
 
         changes = body.model_dump(exclude_unset=True)
+        if body.targets is not None:
+            changes["targets"]["snapshots"] = self.confined_snapshots(body.targets.snapshots)
         if changes.get("cron") is not None and "interval_seconds" not in changes:
             changes["interval_seconds"] = None
         if changes.get("interval_seconds") is not None and "cron" not in changes:
@@ -338,11 +374,15 @@ def _schedule_not_found(schedule_id: str) -> ApiError:
     )
 
 
+def _outside_roots(exc: Exception) -> ApiError:
+    return ApiError(422, "snapshot_outside_roots", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+
+
 def _validation_error(exc: Any) -> ApiError:
     details = [
         {
             "loc": [str(p) for p in e.get("loc", ())],
-            "msg": str(e.get("msg", "")),
+            "msg": str(e.get("msg", "")).removeprefix("Value error, "),
             "type": str(e.get("type", "")),
         }
         for e in exc.errors()

@@ -33,6 +33,7 @@ from schemas.fleet import (
     SubmitReceipt,
     VerdictChange,
 )
+from schemas.ids import check_id as valid_id
 from schemas.report import RunReport
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
 from schemas.verdict import Verdict
@@ -141,7 +142,12 @@ class Client:
         return self.submit_request(request)
 
     def submit_request(self, request: EvaluationRequest) -> SubmitReceipt:
-        """Queue ``request``; one with a future ``not_before`` is held by the scheduler."""
+        """Queue ``request``; one with a future ``not_before`` is held by the scheduler.
+
+        A snapshot target must lie inside this client's snapshot roots
+        (``SnapshotOutsideRoots`` otherwise) and is sent as its resolved path.
+        """
+        request = self._confined(request)
         if request.not_before is not None and request.not_before > datetime.now(UTC):
             from scheduler.deferred import defer_evaluation
 
@@ -154,13 +160,22 @@ class Client:
             )
         return self.dispatcher.submit(request)
 
+    def _confined(self, request: EvaluationRequest) -> EvaluationRequest:
+        if not isinstance(request.target, SnapshotTarget):
+            return request
+        from workers.snapshot_roots import SnapshotRoots
+
+        resolved = SnapshotRoots.for_local(self.settings).confine(request.target.path)
+        return request.model_copy(update={"target": SnapshotTarget(path=str(resolved))})
+
     def run_state(self, run_id: str) -> RunProgress | None:
-        return self.store.run_state(run_id)
+        return self.store.run_state(valid_id(run_id, "run_id"))
 
     def wait(
         self, run_id: str, timeout: float | None = None, poll: float = POLL_SECONDS
     ) -> Verdict:
         """Block until the run has a verdict; WaitTimeout after ``timeout`` seconds."""
+        valid_id(run_id, "run_id")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             verdict = self.store.run_verdict(run_id)
@@ -172,13 +187,14 @@ class Client:
 
     def verdict(self, run_or_check_id: str) -> Verdict | None:
         """The run's verdict (run id) or the check's latest verdict (check id); None if none."""
+        valid_id(run_or_check_id, "run or check id")
         return self.store.run_verdict(run_or_check_id) or self.store.latest_verdict(run_or_check_id)
 
     def history(self, check_id: str, limit: int = 20) -> list[Verdict]:
-        return self.store.history(check_id, limit)
+        return self.store.history(valid_id(check_id, "check_id"), limit)
 
     def run_report(self, run_id: str) -> RunReport | None:
-        return self.store.run_report(run_id)
+        return self.store.run_report(valid_id(run_id, "run_id"))
 
     def checks(
         self,
@@ -207,15 +223,24 @@ class Client:
         batch_id: str | None = None,
         **fields: Any,
     ) -> str:
-        """Fan ``text`` out over a snapshot glob or a context glob; returns the batch id."""
+        """Fan ``text`` out over a snapshot glob or a context glob; returns the batch id.
+
+        A snapshot glob must stay inside this client's snapshot roots
+        (``SnapshotOutsideRoots`` otherwise); matches leading out of them are skipped.
+        """
         from workers.batch import fan_out
+        from workers.snapshot_roots import SnapshotRoots
         from workers.targets import context_targets, snapshot_targets
 
         if (snapshots is None) == (contexts is None):
             raise ValueError("name exactly one of: a snapshots glob or a contexts glob")
+        if batch_id is not None:
+            valid_id(batch_id, "batch_id")
         targets: Iterator[Target]
         if snapshots is not None:
-            targets = iter(snapshot_targets(snapshots))
+            roots = SnapshotRoots.for_local(self.settings)
+            roots.confine_pattern(snapshots)  # refuse before the batch exists
+            targets = iter(snapshot_targets(snapshots, roots))
         else:
             assert contexts is not None
             targets = iter(context_targets(contexts, kubeconfig or self.settings.kubeconfig))
@@ -224,10 +249,10 @@ class Client:
         return batch
 
     def batch_status(self, batch_id: str) -> BatchStatus | None:
-        return self.store.batch(batch_id)
+        return self.store.batch(valid_id(batch_id, "batch_id"))
 
     def batch_results(self, batch_id: str, page_size: int = 200) -> Iterator[BatchResult]:
-        return self.store.iter_batch_results(batch_id, page_size)
+        return self.store.iter_batch_results(valid_id(batch_id, "batch_id"), page_size)
 
     def wait_batch(
         self,
@@ -237,6 +262,7 @@ class Client:
         poll: float = POLL_SECONDS,
     ) -> BatchStatus:
         """Block until every run of the batch has a verdict, calling ``on_progress`` each poll."""
+        valid_id(batch_id, "batch_id")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self.store.batch(batch_id)

@@ -231,7 +231,7 @@ def evaluation_rate(
         redis_url, model_url, pool, concurrency, processes, folder / f"{label}.log"
     )
     try:
-        with Client(load_settings(redis_url=redis_url)) as client:
+        with Client(load_settings(redis_url=redis_url, snapshot_roots=[folder])) as client:
             warm_up(client, warm)
             cpu_before = tree_cpu_seconds(worker.pid)
             model_before = cpu_seconds(model.pid)
@@ -264,7 +264,9 @@ def litellm_call_cpu(folder: Path, calls: int = 200) -> tuple[float, int, int]:
     model, model_url = start_model(script, folder)
     try:
         load_litellm()
-        settings = load_settings(model="openai/scripted", api_base=model_url, api_key="bench")
+        settings = load_settings(
+            model="openai/scripted", api_base=model_url, api_key="bench", snapshot_roots=[folder]
+        )
         snapshots = make_snapshots(folder / "d-targets", 1)
         request = snapshot_request(text=PREDICATE, path=str(snapshots[0]))
         registry = build_registry(request, settings)

@@ -34,13 +34,16 @@ class Enqueue:
     ``fire_id`` is its dedup key (one "enqueued" marker per fire id);
     ``resume_sequence`` is set for a WAIT continuation (the checkpoint to resume);
     ``new_run`` says the store has not seen this run yet (a schedule fire), so
-    it is registered as queued before it is sent.
+    it is registered as queued before it is sent; ``fence_token`` is the
+    sending replica's fencing token for this fire (set right before the send),
+    so a worker runs only one replica's copy.
     """
 
     fire_id: str
     request: EvaluationRequest
     resume_sequence: int | None = None
     new_run: bool = False
+    fence_token: str | None = None
 
 
 def deferred_key(key_prefix: str, run_id: str) -> str:

@@ -1,7 +1,8 @@
 """What one schedule fire evaluates: its targets, resolved now, and one request each.
 
 Globs (kubeconfig contexts, snapshot folders) are expanded at fire time, so a
-cluster added later is included without touching the schedule. Every request's
+cluster added later is included without touching the schedule; snapshot matches
+outside this replica's snapshot roots are skipped (workers/snapshot_roots.py). Every request's
 run id is derived from (schedule id, target, scheduled instant), so a fire that
 two replicas both claim produces the same run ids and the verdict store's
 first-verdict-wins rule records it once.
@@ -44,6 +45,7 @@ def resolve_targets(targets: ScheduleTargets, settings: AssaySettings) -> list[T
     Globs are expanded with the fleet's own expanders (``workers.targets``), so
     a schedule and a batch over the same glob see the same targets.
     """
+    from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
     from workers.targets import TargetGlobError, context_targets, snapshot_targets
 
     resolved: list[Target] = []
@@ -59,10 +61,14 @@ def resolve_targets(targets: ScheduleTargets, settings: AssaySettings) -> list[T
                 context_targets(targets.context_glob, kubeconfig), key=lambda t: t.name
             )
         else:
+            roots = SnapshotRoots.for_local(settings)
             for pattern in targets.snapshots:
-                found = sorted(snapshot_targets(pattern), key=lambda t: t.path)
+                try:
+                    found = sorted(snapshot_targets(pattern, roots), key=lambda t: t.path)
+                except SnapshotOutsideRoots:  # the roots changed since: the worker says so
+                    found = []
                 if not found and not _GLOB_CHARS & set(pattern):
-                    found = [SnapshotTarget(path=pattern)]  # missing: ends as 3, visibly
+                    found = [SnapshotTarget(path=pattern)]  # missing or refused: ends as 3
                 resolved.extend(found)
     except TargetGlobError as exc:
         raise TargetResolutionError(str(exc)) from exc

@@ -32,21 +32,38 @@ from scheduler.timers import (
 )
 from schemas.schedule import Schedule, ScheduleFire
 
-_CREATE = """
+# Both keys are checked before the first write, so a create never stops halfway.
+_TYPES = """
+for _, key in ipairs(KEYS) do
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= 'hash' then
+    return redis.error_reply('ASSAY_CONFLICT key ' .. key .. ' holds a ' .. got ..
+      ' where the schedules keep a hash')
+  end
+end
+"""
+
+_CREATE = (
+    _TYPES
+    + """
 if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[1]) == 0 then
   return 0
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return 1
 """
+)
 
-_RECORD_FIRE = """
+_RECORD_FIRE = (
+    _TYPES
+    + """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """
+)
 
 # Fields a change may touch; identity and bookkeeping are managed here.
 CHANGEABLE_FIELDS = frozenset(

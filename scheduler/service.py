@@ -7,13 +7,19 @@ Each tick a replica
    timer gets the schedule's next fire),
 3. claims due timers atomically (each is held by one replica under a lease),
 4. sends one ``assay.evaluate`` message per evaluation the timer stands for,
-   each guarded by an "enqueued" marker so a timer claimed twice is sent once,
+   each guarded by an "enqueued" marker so a timer claimed twice is sent once:
+   right before each send the replica confirms the marker is still its own
+   (fencing token), and the message carries that token,
 5. acknowledges the timer, putting a schedule's next fire in its place.
 
 Any number of replicas may run against one Redis with no leader: the claim
 script hands each due timer to exactly one of them, the lease returns it to
-the pool if that replica dies, and deterministic run ids plus the verdict
-store's first-verdict-wins rule make a rare double send record one verdict.
+the pool if that replica dies, and a replica that was paused past its hold
+(GC, SIGSTOP) finds on waking that its marker belongs to another replica and
+sends nothing more. The one message it may already have had on its way is
+dropped by the worker, which runs only the first fencing token it sees for a
+fire (``VerdictStore.claim_fence``); the verdict store's first-verdict-wins
+rule stays as the last line.
 
 The clock is injected (``clock`` returns epoch seconds), so tests drive DST
 transitions and outages without waiting; production uses ``time.time``.
@@ -28,7 +34,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -77,6 +83,7 @@ class ReplicaStats:
     missed_instants: int = 0
     requeued: int = 0
     send_failures: int = 0
+    superseded: int = 0  # timers another replica took over while this one held them
     lateness: list[float] = field(default_factory=list)
 
 
@@ -106,6 +113,7 @@ class Replica:
         self.timers = TimerStore(redis, settings.key_prefix)
         self.schedules = ScheduleStore(redis, settings.key_prefix, settings.min_interval_seconds)
         self.stats = ReplicaStats()
+        self.hold_seconds = max(1.0, settings.scheduler_lease_seconds / 2)
         self._next_reconcile = 0.0
         self._log = _log.bind(replica=self.replica_id)
 
@@ -149,9 +157,10 @@ class Replica:
     def handle(self, claimed: list[ClaimedTimer]) -> None:
         """Send what the claimed timers stand for and acknowledge them."""
         plans = self._plan(claimed)
-        hold = max(1.0, self.settings.scheduler_lease_seconds / 2)
         fire_ids = [m.fire_id for plan in plans for m in plan.messages]
-        markers = self.timers.begin_enqueue_many(fire_ids, self.replica_id, self.clock(), hold)
+        markers = self.timers.begin_enqueue_many(
+            fire_ids, self.replica_id, self.clock(), self.hold_seconds
+        )
         for plan in plans:
             try:
                 self._execute(plan, markers)
@@ -262,21 +271,43 @@ class Replica:
 
         A message already marked sent (by anyone) is skipped; one that another
         live replica is sending right now makes this timer wait for that hold
-        to end. The last message's mark travels with the ack in one round trip.
+        to end. Right before each send the marker is confirmed as still this
+        replica's; if another replica has taken it over (this one was paused
+        past its hold), nothing more is sent or acknowledged here: the timer is
+        the other replica's now. Round trips per message stay at one besides
+        the send: marking a message sent travels with the next message's
+        confirmation, and the last one's with the ack.
         """
         entry = plan.entry
-        last = len(plan.messages) - 1
-        unmarked: list[str] = []
-        for index, message in enumerate(plan.messages):
+        pending: str | None = None  # sent, its "sent" mark not written yet
+        for message in plan.messages:
             claim = markers.get(message.fire_id)
             if claim is None or claim.state == "sent":
                 self.stats.already_sent += int(claim is not None)
                 continue
             if claim.state == "held":
+                self._mark_sent(pending)
                 self._give_back(entry, claim.retry_after_seconds + 0.05)
                 return
+            confirmed = self.timers.confirm_enqueue(
+                message.fire_id,
+                self.replica_id,
+                claim.token,
+                self.clock(),
+                self.hold_seconds,
+                mark_sent=pending,
+            )
+            pending = None
+            if not confirmed:
+                self.stats.superseded += 1
+                self._log.warning(
+                    "timer taken over by another replica; sending nothing more",
+                    timer=entry.id,
+                    fire=message.fire_id,
+                )
+                return
             try:
-                self.sender.send(message)
+                self.sender.send(replace(message, fence_token=claim.token))
             except Exception as exc:
                 self.stats.send_failures += 1
                 self.timers.abandon_enqueue(message.fire_id, self.replica_id)
@@ -285,11 +316,8 @@ class Replica:
                 return
             self.stats.sent += 1
             self._observe_lateness(entry)
-            if index == last:
-                unmarked.append(message.fire_id)
-            else:
-                self.timers.finish_enqueue(message.fire_id)
-        self.timers.finish_and_ack(unmarked, entry, plan.successor)
+            pending = message.fire_id
+        self.timers.finish_and_ack([pending] if pending else [], entry, plan.successor)
         if plan.fire is not None and entry.schedule_id is not None:
             self.stats.fires += 1
             self.schedules.record_fire(entry.schedule_id, plan.fire)
@@ -299,6 +327,10 @@ class Replica:
                 scheduled_at=plan.fire.scheduled_at.isoformat(),
                 targets=len(plan.messages),
             )
+
+    def _mark_sent(self, fire_id: str | None) -> None:
+        if fire_id is not None:
+            self.timers.finish_enqueue(fire_id)
 
     def _give_back(self, entry: TimerEntry, delay: float) -> None:
         """Let the timer be claimed again after ``delay`` (messages sent so far are marked)."""
@@ -331,10 +363,15 @@ class FleetSender:
         self.dispatcher.app.conf.task_send_sent_event = False
 
     def send(self, message: Enqueue) -> None:
+        fence = None
+        if message.fence_token is not None:
+            fence = {"fire": message.fire_id, "token": message.fence_token}
         if message.new_run:
-            self.dispatcher.submit(message.request)  # registers the run, then sends
+            self.dispatcher.submit(message.request, fence=fence)  # registers, then sends
         else:  # deferred (registered when deferred) or a continuation (a waiting run)
-            self.dispatcher.send(message.request, resume_sequence=message.resume_sequence)
+            self.dispatcher.send(
+                message.request, resume_sequence=message.resume_sequence, fence=fence
+            )
 
     def close(self) -> None:
         self.dispatcher.close()

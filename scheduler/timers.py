@@ -7,7 +7,8 @@ the only code that touches the timer keys:
 ``{prefix}:timers:due``       sorted set, member = timer id, score = due instant (epoch s)
 ``{prefix}:timers:inflight``  sorted set, member = timer id, score = lease expiry (epoch s)
 ``{prefix}:timers:entries``   hash, timer id -> :class:`TimerEntry` JSON
-``{prefix}:enqueued:{fire}``  marker per enqueued evaluation ("sent", or a claimer id)
+``{prefix}:enqueued:{fire}``  marker per enqueued evaluation: "sent", or
+                              ``{owner}|{hold until}|{fencing token}`` while a claimer sends it
 
 Atomic steps are named Lua scripts (one per transition), so a timer is always
 in exactly one of ``due`` / ``inflight``, never popped and lost:
@@ -20,6 +21,15 @@ in exactly one of ``due`` / ``inflight``, never popped and lost:
   wins.
 * ``requeue`` moves entries whose lease expired back to ``due`` at their
   original instant, where any replica re-claims them.
+
+Sending is fenced: ``begin_enqueue`` gives each fire a fresh fencing token with
+the marker, ``confirm_enqueue`` checks right before the send that the marker
+still names this claimer and token (a replica paused past its hold has lost it
+to another and sends nothing), and the message carries the token so a worker
+runs only the first token it sees for a fire (``VerdictStore.claim_fence``).
+
+Every script checks the types of the keys it touches, and decodes what it
+reads, before its first write, so it never stops halfway.
 
 Timer ids are deterministic (``sched:{schedule id}``, ``defer:{run id}``,
 ``wake:{run id}``), so one schedule can never hold two pending fires and
@@ -46,7 +56,34 @@ TimerKind = Literal["schedule_fire", "deferred", "continuation"]
 SENT = "sent"
 SENT_MARKER_TTL_SECONDS = 7 * 24 * 3600
 
-_CLAIM = """
+# Checks run before any write (Redis does not undo a script that fails halfway).
+_PRELUDE = """
+local function type_problem(keys, wants)
+  for i, key in ipairs(keys) do
+    local got = redis.call('TYPE', key)['ok']
+    if got ~= 'none' and got ~= wants[i] then
+      return redis.error_reply('ASSAY_CONFLICT key ' .. key .. ' holds a ' .. got ..
+        ' where the timers keep a ' .. wants[i])
+    end
+  end
+  return nil
+end
+local function due_of(body)
+  local ok, entry = pcall(cjson.decode, body)
+  if ok and type(entry) == 'table' and tonumber(entry['due']) then
+    return entry
+  end
+  return nil
+end
+"""
+_TIMER_TYPES = (
+    "local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end\n"
+)
+
+_CLAIM = (
+    _PRELUDE
+    + _TIMER_TYPES
+    + """
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for _, id in ipairs(ids) do
@@ -57,18 +94,28 @@ for _, id in ipairs(ids) do
 end
 return out
 """
+)
 
-_ACK = """
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+# KEYS: inflight, entries, due (checked in that order)
+_ACK = (
+    _PRELUDE
+    + """
+local bad = type_problem(KEYS, {'zset', 'hash', 'zset'}) if bad then return bad end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return 0
 end
 local body = redis.call('HGET', KEYS[2], ARGV[1])
+local entry = nil
 if body then
-  local entry = cjson.decode(body)
-  if entry['token'] ~= ARGV[2] then
-    redis.call('ZADD', KEYS[3], entry['due'], ARGV[1])
-    return 2
+  entry = due_of(body)
+  if not entry then
+    return redis.error_reply('ASSAY_CONFLICT timer ' .. ARGV[1] .. ' has an unreadable entry')
   end
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if entry and entry['token'] ~= ARGV[2] then
+  redis.call('ZADD', KEYS[3], entry['due'], ARGV[1])
+  return 2
 end
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
@@ -78,20 +125,39 @@ else
 end
 return 1
 """
+)
 
-_REQUEUE = """
+# KEYS: inflight, due, entries. An entry that cannot be read goes back at ``now``.
+_REQUEUE = (
+    _PRELUDE
+    + """
+local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local back = {}
 for _, id in ipairs(ids) do
-  redis.call('ZREM', KEYS[1], id)
   local body = redis.call('HGET', KEYS[3], id)
   if body then
-    redis.call('ZADD', KEYS[2], cjson.decode(body)['due'], id)
+    local entry = due_of(body)
+    back[#back + 1] = {id, entry and entry['due'] or ARGV[1]}
+  else
+    back[#back + 1] = {id, false}
+  end
+end
+for _, item in ipairs(back) do
+  redis.call('ZREM', KEYS[1], item[1])
+  if item[2] then
+    redis.call('ZADD', KEYS[2], item[2], item[1])
   end
 end
 return #ids
 """
+)
 
-_RELEASE = """
+# KEYS: inflight, due, entries
+_RELEASE = (
+    _PRELUDE
+    + """
+local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
@@ -100,8 +166,13 @@ if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
 end
 return 1
 """
+)
 
-_UPSERT = """
+# KEYS: due, inflight, entries
+_UPSERT = (
+    _PRELUDE
+    + """
+local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   return 2
@@ -109,28 +180,51 @@ end
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
 """
+)
 
-_REMOVE = """
+# KEYS: due, inflight, entries
+_REMOVE = (
+    _PRELUDE
+    + """
+local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
 local n = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 return n
 """
+)
 
-# A marker holds "sent", or "{owner}|{hold_until}" while a claimer is sending.
+# A marker holds "sent", or "{owner}|{hold_until}|{token}" while a claimer is sending.
 # Hold times use the callers' clock (like leases), never Redis' own.
+# ARGV: owner, now, hold until, ttl, a fresh fencing token
 _BEGIN_ENQUEUE = """
 local current = redis.call('GET', KEYS[1])
 if current == 'sent' then
   return {'sent', '0'}
 end
 if current then
-  local owner, hold_until = string.match(current, '^(.*)|([%d%.]+)$')
+  local owner, hold_until = string.match(current, '^([^|]*)|([%d%.]+)')
   if owner ~= ARGV[1] and hold_until and tonumber(hold_until) > tonumber(ARGV[2]) then
     return {'held', tostring(tonumber(hold_until) - tonumber(ARGV[2]))}
   end
 end
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[3], 'EX', ARGV[4])
-return {'acquired', '0'}
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[3] .. '|' .. ARGV[5], 'EX', ARGV[4])
+return {'acquired', ARGV[5]}
+"""
+
+# Right before a send: is the marker still this owner's, with this token? Then hold it
+# again from now; else (taken over, sent by another, abandoned) the send must not happen.
+# ARGV: owner, token, hold until, ttl
+_CONFIRM_ENQUEUE = """
+local current = redis.call('GET', KEYS[1])
+if not current then
+  return 0
+end
+local owner, token = string.match(current, '^([^|]*)|[%d%.]+|(%w+)$')
+if owner ~= ARGV[1] or token ~= ARGV[2] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[3] .. '|' .. ARGV[2], 'EX', ARGV[4])
+return 1
 """
 
 _ABANDON_ENQUEUE = """
@@ -199,10 +293,15 @@ class ClaimedTimer:
 
 @dataclass(frozen=True)
 class EnqueueClaim:
-    """Outcome of asking to enqueue one evaluation of a fire."""
+    """Outcome of asking to enqueue one evaluation of a fire.
+
+    ``token`` (when ``acquired``) is this claimer's fencing token for the fire:
+    confirm it right before sending, and send it with the message.
+    """
 
     state: Literal["acquired", "sent", "held"]
     retry_after_seconds: float = 0.0
+    token: str = ""
 
 
 class TimerStore:
@@ -226,6 +325,7 @@ class TimerStore:
         self._upsert_script = redis.register_script(_UPSERT)
         self._remove_script = redis.register_script(_REMOVE)
         self._begin_enqueue_script = redis.register_script(_BEGIN_ENQUEUE)
+        self._confirm_enqueue_script = redis.register_script(_CONFIRM_ENQUEUE)
         self._abandon_enqueue_script = redis.register_script(_ABANDON_ENQUEUE)
 
     # --- writing timers ----------------------------------------------------------------
@@ -317,9 +417,11 @@ class TimerStore:
     ) -> EnqueueClaim:
         """Ask to enqueue evaluation ``fire_id`` at ``now``.
 
-        ``acquired``: go ahead (the marker names ``owner`` for ``hold_seconds``);
-        ``sent``: it was enqueued already, skip it; ``held``: another claimer is
-        enqueueing it right now, come back after ``retry_after_seconds``.
+        ``acquired``: go ahead (the marker names ``owner`` and a fresh fencing
+        token for ``hold_seconds``; confirm it with :meth:`confirm_enqueue` right
+        before sending); ``sent``: it was enqueued already, skip it; ``held``:
+        another claimer is enqueueing it right now, come back after
+        ``retry_after_seconds``.
         """
         return self.begin_enqueue_many([fire_id], owner, now, hold_seconds)[fire_id]
 
@@ -335,19 +437,43 @@ class TimerStore:
         for fire_id in fire_ids:
             self._begin_enqueue_script(
                 keys=[self._marker_key(fire_id)],
-                args=[owner, now, now + hold_seconds, SENT_MARKER_TTL_SECONDS],
+                args=[owner, now, now + hold_seconds, SENT_MARKER_TTL_SECONDS, uuid.uuid4().hex],
                 client=pipe,
             )
         out: dict[str, EnqueueClaim] = {}
-        for fire_id, (state, wait) in zip(fire_ids, pipe.execute(), strict=True):
+        for fire_id, (state, detail) in zip(fire_ids, pipe.execute(), strict=True):
             state = _text(state)
             if state == "acquired":
-                out[fire_id] = EnqueueClaim("acquired")
+                out[fire_id] = EnqueueClaim("acquired", token=_text(detail))
             elif state == SENT:
                 out[fire_id] = EnqueueClaim("sent")
             else:
-                out[fire_id] = EnqueueClaim("held", max(0.0, float(_text(wait))))
+                out[fire_id] = EnqueueClaim("held", max(0.0, float(_text(detail))))
         return out
+
+    def confirm_enqueue(
+        self,
+        fire_id: str,
+        owner: str,
+        token: str,
+        now: float,
+        hold_seconds: float,
+        mark_sent: str | None = None,
+    ) -> bool:
+        """Right before sending: True if the marker still names ``owner`` and ``token``
+        (it is held again for ``hold_seconds``), False if this claimer lost it.
+
+        ``mark_sent``: a fire sent just before, marked ``sent`` in the same round trip.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        if mark_sent is not None:
+            pipe.set(self._marker_key(mark_sent), SENT, ex=SENT_MARKER_TTL_SECONDS)
+        self._confirm_enqueue_script(
+            keys=[self._marker_key(fire_id)],
+            args=[owner, token, now + hold_seconds, SENT_MARKER_TTL_SECONDS],
+            client=pipe,
+        )
+        return int(pipe.execute()[-1]) == 1
 
     def finish_and_ack(
         self, sent: list[str], claimed: TimerEntry, successor: TimerEntry | None = None

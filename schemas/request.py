@@ -11,9 +11,11 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.budget import PROFILES, Budget, ProfileName
+from schemas.ids import ID_PATTERN, BatchId, RunId, ScheduleId
+from schemas.ids import check_id as valid_id
 
 EvaluationKind = Literal["check", "query"]
 ToolsetName = Literal["kubernetes", "shell"]
@@ -24,7 +26,15 @@ def _default_toolsets() -> list[ToolsetName]:
 
 
 MAX_TEXT_LENGTH = 4000
-_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+MAX_PATH_LENGTH = 4096
+MAX_CONTEXT_LENGTH = 256
+
+
+def _printable(value: str, what: str) -> str:
+    """Refuse control characters: a target name ends up in keys, logs and tables."""
+    if any(not ch.isprintable() for ch in value):
+        raise ValueError(f"the {what} contains a control character; remove it")
+    return value
 
 
 class SnapshotTarget(BaseModel):
@@ -33,7 +43,12 @@ class SnapshotTarget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["snapshot"] = "snapshot"
-    path: str = Field(min_length=1)
+    path: str = Field(min_length=1, max_length=MAX_PATH_LENGTH)
+
+    @field_validator("path")
+    @classmethod
+    def _plain_path(cls, path: str) -> str:
+        return _printable(path, "snapshot path")
 
     @property
     def name(self) -> str:
@@ -46,8 +61,13 @@ class ContextTarget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["context"] = "context"
-    context: str = Field(min_length=1)
+    context: str = Field(min_length=1, max_length=MAX_CONTEXT_LENGTH)
     kubeconfig: str | None = None
+
+    @field_validator("context")
+    @classmethod
+    def _plain_context(cls, context: str) -> str:
+        return _printable(context, "context name")
 
     @property
     def name(self) -> str:
@@ -90,14 +110,25 @@ class EvaluationRequest(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     model: str | None = Field(default=None, description="litellm model name; None = settings.")
     api_base: str | None = Field(default=None, description="Model endpoint; None = settings.")
-    run_id: str = Field(default_factory=new_run_id, pattern=_ID_PATTERN)
-    check_id: str = Field(default="", pattern=r"^$|" + _ID_PATTERN)
-    batch_id: str | None = Field(default=None, pattern=_ID_PATTERN)
-    schedule_id: str | None = Field(default=None, pattern=_ID_PATTERN)
+    run_id: RunId = Field(default_factory=new_run_id)
+    check_id: str = Field(
+        default="",
+        max_length=128,
+        description="Groups runs of one check: 1 to 128 characters from A-Z a-z 0-9 . _ -, "
+        "starting with a letter or digit; empty = derived from kind, text and target.",
+        json_schema_extra={"pattern": "^$|" + ID_PATTERN},
+    )
+    batch_id: BatchId | None = None
+    schedule_id: ScheduleId | None = None
     not_before: datetime | None = Field(
         default=None, description="Do not start before this instant (deferred evaluation)."
     )
     submitted_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @field_validator("check_id")
+    @classmethod
+    def _check_id_alphabet(cls, value: str) -> str:
+        return value and valid_id(value, "check_id")
 
     @model_validator(mode="after")
     def _defaults(self) -> EvaluationRequest:

@@ -22,10 +22,10 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.budget import PROFILES, Budget, ProfileName
-from schemas.request import MAX_TEXT_LENGTH, EvaluationKind
+from schemas.ids import ScheduleId
+from schemas.request import MAX_CONTEXT_LENGTH, MAX_TEXT_LENGTH, EvaluationKind
 
 MisfirePolicy = Literal["skip", "run_once"]
-SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 MAX_JITTER_SECONDS = 3600.0
 
 
@@ -62,6 +62,11 @@ class ScheduleTargets(BaseModel):
             )
         if any(not name.strip() for name in [*self.contexts, *self.snapshots]):
             raise ValueError("target names must not be empty")
+        if any(len(name) > MAX_CONTEXT_LENGTH for name in self.contexts):
+            raise ValueError(f"a context name may have at most {MAX_CONTEXT_LENGTH} characters")
+        names = [*self.contexts, *self.snapshots, self.context_glob or ""]
+        if any(not ch.isprintable() for name in names for ch in name):
+            raise ValueError("a target name or pattern contains a control character; remove it")
         return self
 
     def describe(self) -> str:
@@ -93,7 +98,7 @@ class Schedule(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(default_factory=new_schedule_id, pattern=SCHEDULE_ID_PATTERN)
+    id: ScheduleId = Field(default_factory=new_schedule_id)
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$")
     predicate: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
     kind: EvaluationKind = "check"

@@ -14,13 +14,15 @@ it, so secrets can come from their own variables (a Kubernetes Secret).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -80,6 +82,12 @@ class AssaySettings(BaseSettings):
     )
     shell_config: Path | None = Field(
         default=None, description="YAML file enabling the shell toolset (off when unset)."
+    )
+    snapshot_roots: Annotated[list[Path] | None, NoDecode] = Field(
+        default=None,
+        description="Folders snapshot targets must lie in (symlinks resolved); a JSON list or "
+        "':'-separated paths. Unset: none over HTTP (the API refuses snapshot targets), the "
+        "working directory for the CLI, client, workers and scheduler. See docs/fleet.md.",
     )
 
     # --- fleet -------------------------------------------------------------------------
@@ -188,6 +196,17 @@ class AssaySettings(BaseSettings):
     otel_endpoint: str | None = Field(
         default=None, description="OTLP/HTTP endpoint; None = the exporter's default."
     )
+
+    @field_validator("snapshot_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: Any) -> Any:
+        """``ASSAY_SNAPSHOT_ROOTS`` as a JSON list or as ``/a:/b`` (like PATH)."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part for part in text.split(os.pathsep) if part.strip()]
 
     @classmethod
     def settings_customise_sources(

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ def auth(token: str) -> dict[str, str]:
 class ApiServer:
     redis_url: str
     log_path: Path
-    settings: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str | None] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -51,9 +52,15 @@ class ApiServer:
                 "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                 "PYTHONPATH": str(ROOT),
                 "PYTHONUNBUFFERED": "1",
+                # snapshots from the checkout and temp folders; a test may set or drop it
+                "ASSAY_SNAPSHOT_ROOTS": json.dumps([str(ROOT), tempfile.gettempdir()]),
             }
         )
-        env.update(self.settings)
+        for key, value in self.settings.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         return env
 
     def start(self, timeout: float = 30.0) -> ApiServer:

@@ -3,7 +3,9 @@ a redis-server on a free port in a temp dir, never the machine's own Redis."""
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,11 @@ from assay.redis_process import RedisProcess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+
+# The tests read snapshots from the checkout and from their temp folders; tests of
+# the snapshot roots themselves set or remove this (docs/fleet.md, "Snapshot roots").
+TEST_SNAPSHOT_ROOTS = json.dumps([str(ROOT), tempfile.gettempdir()])
+os.environ["ASSAY_SNAPSHOT_ROOTS"] = TEST_SNAPSHOT_ROOTS
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -71,10 +73,18 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
     return predicate()
 
 
+TEST_SNAPSHOT_ROOTS = json.dumps([str(ROOT), tempfile.gettempdir()])
+
+
 def worker_env(redis_url: str, **settings: str) -> dict[str, str]:
-    """The environment of a worker subprocess: only ASSAY_* settings the test chose."""
+    """The environment of a worker subprocess: only ASSAY_* settings the test chose.
+
+    Snapshots may come from the checkout and the temp folder unless the test
+    sets ``snapshot_roots`` itself.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
     env["ASSAY_REDIS_URL"] = redis_url
+    env["ASSAY_SNAPSHOT_ROOTS"] = TEST_SNAPSHOT_ROOTS
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     env["PYTHONPATH"] = str(ROOT)
     for key, value in settings.items():

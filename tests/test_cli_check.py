@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.engine_support import PREDICATE, done, get_deployments, make_snapshot, script
+from tests.fleet_support import TEST_SNAPSHOT_ROOTS
 
 ASSAY = str(Path(sys.executable).parent / "assay")
 
@@ -20,6 +21,7 @@ ASSAY = str(Path(sys.executable).parent / "assay")
 def assay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
     environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    environment["ASSAY_SNAPSHOT_ROOTS"] = TEST_SNAPSHOT_ROOTS  # snapshots live in tmp_path
     environment.update(env or {})
     return subprocess.run(
         [ASSAY, *args], capture_output=True, text=True, env=environment, timeout=120

@@ -16,6 +16,7 @@ from assay.testing.scripted_model import ScriptedModel
 from tests.fleet_support import (
     PREDICATE,
     ROOT,
+    TEST_SNAPSHOT_ROOTS,
     make_snapshots,
     scripted_worker_env,
     start_worker,
@@ -158,6 +159,7 @@ def test_up_serves_other_shells_and_stops_cleanly(model: ScriptedModel, tmp_path
         ASSAY_API_BASE=model.url,
         ASSAY_API_KEY="scripted-no-key",
         ASSAY_WORKER_CONCURRENCY="4",
+        ASSAY_SNAPSHOT_ROOTS=TEST_SNAPSHOT_ROOTS,  # the snapshot lives in tmp_path
         LITELLM_LOCAL_MODEL_COST_MAP="True",
         PYTHONPATH=str(ROOT),
     )

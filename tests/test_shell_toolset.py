@@ -352,8 +352,13 @@ def test_positive_control_probe_records_a_permitted_run(sandbox: Sandbox) -> Non
 
 
 def test_option_smuggling_would_write_the_marker_if_permitted(sandbox: Sandbox) -> None:
-    """Control for the smuggling cases: without the deny rules, probe does write the file."""
-    result = sandbox.run(f"probe --output={sandbox.marker}", deny=[])
+    """Control for the smuggling cases: without the deny rules, and with patterns that
+    explicitly accept any argument ({**}, so a path too), probe does write the file."""
+    explicit = {
+        "available_commands": [{"pattern": "probe {**}", "description": "anything"}],
+        "allow": ["probe {**}"],
+    }
+    result = sandbox.run(f"probe --output={sandbox.marker}", deny=[], **explicit)
     assert result.ok
     assert sandbox.marker.exists()
 
@@ -381,7 +386,7 @@ def test_program_is_never_taken_from_the_working_dir(
 
 
 def test_nonzero_exit_is_reported_with_stderr(sandbox: Sandbox) -> None:
-    result = sandbox.run("ls /definitely-not-here")
+    result = sandbox.run("ls definitely-not-here")
     assert result.ok  # the command ran; its exit code is the information
     assert result.meta["exit_code"] != 0
     assert f"exit code: {result.meta['exit_code']}" in result.output
@@ -392,7 +397,7 @@ def test_lost_exit_status_is_never_reported_as_success(sandbox: Sandbox) -> None
     """With SIGCHLD ignored the kernel reaps children itself and subprocess would read 0."""
     previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     try:
-        result = sandbox.run("ls /definitely-not-here")
+        result = sandbox.run("ls definitely-not-here")
     finally:
         signal.signal(signal.SIGCHLD, previous)
     assert not result.ok
@@ -550,9 +555,17 @@ def tls_server(tmp_path: Path) -> Iterator[int]:
         server.wait(timeout=10)
 
 
-def test_example_policy_reads_a_certificate_expiry(tls_server: int) -> None:
-    registry = ToolRegistry(shell_tools(load_settings(shell_config=EXAMPLE_CONFIG)))
+def test_example_policy_reads_a_certificate_expiry(tls_server: int, tmp_path: Path) -> None:
+    """The example policy, with the test's TLS server added to its hosts (and only then)."""
     command = f"openssl s_client -connect 127.0.0.1:{tls_server} -servername api.internal"
+    example = ToolRegistry(shell_tools(load_settings(shell_config=EXAMPLE_CONFIG)))
+    assert not example.call("run_command", {"command": command}).ok  # not on its hosts list
+    policy = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    policy["hosts"].append(f"127.0.0.1:{tls_server}")
+    policy["working_dir"] = policy["files_dir"] = str(EXAMPLE_CONFIG.parent)
+    config = tmp_path / "shell.yaml"
+    config.write_text(yaml.safe_dump(policy))
+    registry = ToolRegistry(shell_tools(load_settings(shell_config=config)))
     result = registry.call("run_command", {"command": command})
     assert result.ok, result.output
     assert "CN = api.internal" in result.output

@@ -6,7 +6,10 @@ can see it (a batch's tally counts it as pending first), and every task
 carries time limits derived from the run's own deadline.
 
 Sending is at-least-once: a run sent twice is evaluated at most twice and
-recorded once (the store's first-verdict-wins rule).
+recorded once (the store's first-verdict-wins rule). The scheduler adds a
+``fence`` ({fire, token}) to what it sends, and a worker runs only the first
+token it sees for a fire (``VerdictStore.claim_fence``), so two replicas'
+copies of one fire run once.
 """
 
 from __future__ import annotations
@@ -39,10 +42,12 @@ class Dispatcher:
 
         return cls(create_app(settings, with_tasks=False), store, settings)
 
-    def submit(self, request: EvaluationRequest) -> SubmitReceipt:
+    def submit(
+        self, request: EvaluationRequest, fence: dict[str, str] | None = None
+    ) -> SubmitReceipt:
         """Register ``request`` as queued (once) and send its task."""
         self.store.register_run(request)
-        self.send(request)
+        self.send(request, fence=fence)
         return SubmitReceipt(
             run_id=request.run_id,
             check_id=request.check_id,
@@ -50,14 +55,24 @@ class Dispatcher:
             batch_id=request.batch_id,
         )
 
-    def send(self, request: EvaluationRequest, resume_sequence: int | None = None) -> None:
+    def send(
+        self,
+        request: EvaluationRequest,
+        resume_sequence: int | None = None,
+        fence: dict[str, str] | None = None,
+    ) -> None:
         """Send the task only (a continuation of a run the store already knows).
 
         ``resume_sequence`` names the checkpoint a WAIT continuation resumes
-        (the scheduler sets it; see workers/checkpoints.py).
+        (the scheduler sets it; see workers/checkpoints.py); ``fence`` is the
+        scheduler replica's ``{"fire": ..., "token": ...}`` for this send.
         """
         soft, hard = time_limits_for(request, self.settings)
-        extra = {"resume_sequence": resume_sequence} if resume_sequence is not None else {}
+        extra: dict[str, object] = {}
+        if resume_sequence is not None:
+            extra["resume_sequence"] = resume_sequence
+        if fence is not None:
+            extra["fence"] = fence
         self.app.send_task(
             TASK_NAME,
             args=[request.model_dump(mode="json")],

@@ -10,7 +10,9 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
     P:run:{run_id}                     hash   status (queued|running|waiting|done), attempts,
                                               check_id, target, batch_id, request (JSON),
                                               queued_at, updated_at, wake_at, verdict (JSON),
-                                              verdict_kind, report (JSON)        TTL run_ttl
+                                              verdict_kind, report (JSON),
+                                              fence:{fire} (the scheduler token that won
+                                              that fire)                         TTL run_ttl
     P:check:{check_id}                 hash   latest verdict (JSON), verdict_kind, exit_code,
                                               run_id, target, kind, text, finished_at,
                                               finished_ms, changed_at, previous_verdict,
@@ -55,6 +57,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
+from schemas.ids import InvalidId
+from schemas.ids import check_id as valid_id
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict, VerdictKind
@@ -70,9 +74,49 @@ _log = structlog.get_logger(__name__)
 CHANGES_MAXLEN = 100_000  # approximate cap of the verdict-change stream
 RESULT_EXPLANATION_CHARS = 300  # explanation kept per batch target (the full one is in the run)
 
+# Every script checks, before its first write, everything that could make it fail
+# halfway (Redis does not roll a failed script back): each key it touches must be
+# absent or of the type it expects, and every stored value it does arithmetic on
+# must be a number. A problem is returned as an ``ASSAY_CONFLICT`` error, which
+# ``VerdictStore`` raises as ``StoreConflict``; nothing has been written then.
+_PRELUDE = """
+local function type_problem(key, want)
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then
+    return 'key ' .. key .. ' holds a ' .. got .. ' where the store keeps a ' .. want
+  end
+  return nil
+end
+local function first_type_problem(pairs)
+  for i = 1, #pairs, 2 do
+    local problem = type_problem(pairs[i], pairs[i + 1])
+    if problem then return problem end
+  end
+  return nil
+end
+local function integer_problem(key, field)
+  local value = redis.call('HGET', key, field)
+  if value and not string.match(value, '^%-?%d+$') then
+    return 'field ' .. field .. ' of key ' .. key .. ' is not an integer'
+  end
+  return nil
+end
+local function conflict(problem)
+  return redis.error_reply('ASSAY_CONFLICT ' .. problem)
+end
+"""
+
 # KEYS: run, batch, batch runs list, unfinished zset
 # ARGV: run_id, check_id, target, batch_id or '', request JSON, now ISO, ttl, look-at epoch s
-_REGISTER_LUA = """
+_REGISTER_LUA = (
+    _PRELUDE
+    + """
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[4], 'zset'})
+if not problem and ARGV[4] ~= '' then
+  problem = first_type_problem({KEYS[2], 'hash', KEYS[3], 'list'})
+    or integer_problem(KEYS[2], 'total') or integer_problem(KEYS[2], 'pending')
+end
+if problem then return conflict(problem) end
 if redis.call('HEXISTS', KEYS[1], 'queued_at') == 1
     or redis.call('HEXISTS', KEYS[1], 'verdict') == 1 then
   return 0
@@ -93,10 +137,16 @@ if ARGV[4] ~= '' then
 end
 return 1
 """
+)
 
 # KEYS: run, unfinished zset.  ARGV: run_id, check_id, target, now ISO, ttl, now epoch s
 # Returns -1 when the run already has a verdict, else this delivery's number.
-_BEGIN_LUA = """
+_BEGIN_LUA = (
+    _PRELUDE
+    + """
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset'})
+  or integer_problem(KEYS[1], 'attempts')
+if problem then return conflict(problem) end
 if redis.call('HEXISTS', KEYS[1], 'verdict') == 1 then
   return -1
 end
@@ -109,10 +159,15 @@ redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('ZADD', KEYS[2], ARGV[6], ARGV[1])
 return n
 """
+)
 
 # KEYS: run, unfinished zset.  ARGV: report JSON, wake_at ISO, now ISO, ttl, run_id,
 # look-at epoch s (the wake-up instant)
-_WAITING_LUA = """
+_WAITING_LUA = (
+    _PRELUDE
+    + """
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset'})
+if problem then return conflict(problem) end
 if redis.call('HEXISTS', KEYS[1], 'verdict') == 1 then
   return 0
 end
@@ -122,14 +177,23 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[6], ARGV[5])
 return 1
 """
+)
 
 # KEYS: run, check, history, checks zset, changes stream, unfinished zset
 # ARGV: 1 run_id, 2 check_id, 3 target, 4 verdict kind, 5 exit code, 6 verdict JSON,
 #       7 report JSON, 8 finished ms, 9 finished ISO, 10 history limit, 11 ttl, 12 prefix,
 #       13 kind, 14 text, 15 batch result JSON, 16 changes maxlen, 17 now ISO, 18 source
 # Returns 1 when this call recorded the verdict, 0 when the run already had one.
-_RECORD_LUA = """
+# Reads and checks everything first (the previous latest verdict, the index and
+# batch keys it implies), then writes.
+_RECORD_LUA = (
+    _PRELUDE
+    + """
 local run = KEYS[1]
+local check = KEYS[2]
+local problem = first_type_problem({run, 'hash', check, 'hash', KEYS[3], 'stream',
+  KEYS[4], 'zset', KEYS[5], 'stream', KEYS[6], 'zset'})
+if problem then return conflict(problem) end
 if redis.call('HEXISTS', run, 'verdict') == 1 then
   return 0
 end
@@ -137,6 +201,46 @@ local p = ARGV[12]
 local kind = ARGV[4]
 local target = ARGV[3]
 local check_id = ARGV[2]
+local new_ms = tonumber(ARGV[8])
+
+local prev = redis.call('HMGET', check, 'verdict_kind', 'finished_ms', 'target')
+local prev_kind, prev_target = prev[1], prev[3] or ''
+local prev_ms = 0
+if prev_kind then
+  prev_ms = tonumber(prev[2] or '0')
+  if not prev_ms then
+    return conflict('field finished_ms of key ' .. check .. ' is not a number')
+  end
+end
+local latest = (not prev_kind) or new_ms >= prev_ms
+local sets = {}
+if latest then
+  sets = {p .. ':idx:verdict:' .. kind, 'set', p .. ':idx:target:' .. target, 'set',
+    p .. ':idx:tv:' .. kind .. ':' .. target, 'set'}
+  if prev_kind then
+    for _, key in ipairs({p .. ':idx:verdict:' .. prev_kind,
+        p .. ':idx:tv:' .. prev_kind .. ':' .. prev_target,
+        p .. ':idx:target:' .. prev_target}) do
+      sets[#sets + 1] = key
+      sets[#sets + 1] = 'set'
+    end
+  end
+end
+local batch_id = redis.call('HGET', run, 'batch_id')
+local batch = nil
+if batch_id and batch_id ~= '' then
+  batch = p .. ':batch:' .. batch_id
+  sets[#sets + 1] = batch
+  sets[#sets + 1] = 'hash'
+  sets[#sets + 1] = batch .. ':results'
+  sets[#sets + 1] = 'hash'
+end
+problem = first_type_problem(sets)
+if not problem and batch then
+  problem = integer_problem(batch, 'pending') or integer_problem(batch, kind)
+end
+if problem then return conflict(problem) end
+
 redis.call('HSET', run, 'status', 'done', 'verdict', ARGV[6], 'verdict_kind', kind,
   'report', ARGV[7], 'updated_at', ARGV[17], 'run_id', ARGV[1], 'check_id', check_id,
   'target', target)
@@ -146,11 +250,7 @@ redis.call('ZREM', KEYS[6], ARGV[1])
 
 redis.call('XADD', KEYS[3], 'MAXLEN', '=', ARGV[10], '*', 'run_id', ARGV[1], 'verdict', ARGV[6])
 
-local check = KEYS[2]
-local prev = redis.call('HMGET', check, 'verdict_kind', 'finished_ms', 'target')
-local prev_kind, prev_ms, prev_target = prev[1], tonumber(prev[2] or '0'), prev[3]
-local new_ms = tonumber(ARGV[8])
-if (not prev_kind) or new_ms >= prev_ms then
+if latest then
   redis.call('HSET', check, 'check_id', check_id, 'kind', ARGV[13], 'text', ARGV[14],
     'target', target, 'verdict_kind', kind, 'exit_code', ARGV[5], 'run_id', ARGV[1],
     'verdict', ARGV[6], 'finished_ms', ARGV[8], 'finished_at', ARGV[9], 'source', ARGV[18])
@@ -172,9 +272,7 @@ if (not prev_kind) or new_ms >= prev_ms then
   redis.call('SADD', p .. ':idx:tv:' .. kind .. ':' .. target, check_id)
 end
 
-local batch_id = redis.call('HGET', run, 'batch_id')
-if batch_id and batch_id ~= '' then
-  local batch = p .. ':batch:' .. batch_id
+if batch then
   local pending = redis.call('HINCRBY', batch, 'pending', -1)
   redis.call('HINCRBY', batch, kind, 1)
   redis.call('HSET', batch .. ':results', ARGV[1], ARGV[15])
@@ -185,6 +283,30 @@ if batch_id and batch_id ~= '' then
 end
 return 1
 """
+)
+
+# KEYS: run.  ARGV: fire id, fencing token, ttl
+# Returns 1 when this token may run the fire (the first one seen, or that one again: a
+# redelivery), 0 when another token already claimed it.
+_FENCE_LUA = (
+    _PRELUDE
+    + """
+local problem = type_problem(KEYS[1], 'hash')
+if problem then return conflict(problem) end
+local field = 'fence:' .. ARGV[1]
+local holder = redis.call('HGET', KEYS[1], field)
+if holder then
+  if holder == ARGV[2] then return 1 end
+  return 0
+end
+local fresh = redis.call('EXISTS', KEYS[1]) == 0
+redis.call('HSET', KEYS[1], field, ARGV[2])
+if fresh then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+"""
+)
 
 # KEYS: checks zset.  ARGV: prefix, how many.  Read-only: for each of the newest checks,
 # its id and kind, target, exit_code, finished_ms, source (one round trip for a scrape).
@@ -203,7 +325,11 @@ return out
 """
 
 # KEYS: batch, batches zset.  ARGV: batch_id, kind, text, created ISO, created ms, ttl
-_CREATE_BATCH_LUA = """
+_CREATE_BATCH_LUA = (
+    _PRELUDE
+    + """
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset'})
+if problem then return conflict(problem) end
 if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'created_at') == 1 then
   return 0
 end
@@ -216,15 +342,31 @@ redis.call('EXPIRE', KEYS[1], ARGV[6])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
 return 1
 """
+)
 
 # KEYS: batch.  ARGV: now ISO
-_SEAL_BATCH_LUA = """
+_SEAL_BATCH_LUA = (
+    _PRELUDE
+    + """
+local problem = type_problem(KEYS[1], 'hash') or integer_problem(KEYS[1], 'pending')
+if problem then return conflict(problem) end
 redis.call('HSET', KEYS[1], 'sealed', '1')
 if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') <= 0 then
   redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
 end
 return 1
 """
+)
+
+_CONFLICT_MARK = "ASSAY_CONFLICT "
+
+
+class StoreConflict(RuntimeError):
+    """A key the store must write holds something else; the write was refused whole.
+
+    Only data assay did not write can cause it (another program sharing the
+    key prefix, a manual edit), so the message names the key and how to fix it.
+    """
 
 
 def scrubbed_report(report: RunReport) -> RunReport:
@@ -319,6 +461,7 @@ class VerdictStore:
         self._begin_script = client.register_script(_BEGIN_LUA)
         self._waiting_script = client.register_script(_WAITING_LUA)
         self._record_script = client.register_script(_RECORD_LUA)
+        self._fence_script = client.register_script(_FENCE_LUA)
         self._create_batch_script = client.register_script(_CREATE_BATCH_LUA)
         self._seal_batch_script = client.register_script(_SEAL_BATCH_LUA)
         self._gauges_script = client.register_script(_GAUGES_LUA)
@@ -344,14 +487,32 @@ class VerdictStore:
     def key(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
 
-    def _run_key(self, run_id: str) -> str:
-        return self.key("run", run_id)
+    def _run_key(self, run_id: str, *suffix: str) -> str:
+        return self.key("run", valid_id(run_id, "run_id"), *suffix)
 
-    def _check_key(self, check_id: str) -> str:
-        return self.key("check", check_id)
+    def _check_key(self, check_id: str, *suffix: str) -> str:
+        return self.key("check", valid_id(check_id, "check_id"), *suffix)
 
-    def _batch_key(self, batch_id: str) -> str:
-        return self.key("batch", batch_id)
+    def _batch_key(self, batch_id: str, *suffix: str) -> str:
+        return self.key("batch", valid_id(batch_id, "batch_id"), *suffix)
+
+    def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run one of the store's scripts; a conflict it found becomes ``StoreConflict``."""
+        import redis as redis_lib
+
+        try:
+            return script(keys=keys, args=args)
+        except redis_lib.ResponseError as exc:
+            text = str(exc)
+            if not text.startswith(_CONFLICT_MARK):
+                raise
+            problem = text.removeprefix(_CONFLICT_MARK)
+            _log.error("store_conflict", problem=problem)
+            raise StoreConflict(
+                f"nothing was written because {problem}; that key was not written by assay "
+                "(another program shares the key prefix?): move or delete it, or give assay "
+                "its own ASSAY_KEY_PREFIX"
+            ) from None
 
     # --- runs: writes ---------------------------------------------------------------------------
     def register_run(self, request: EvaluationRequest) -> bool:
@@ -361,14 +522,16 @@ class VerdictStore:
         never counts a target twice.
         """
         batch_id = request.batch_id or ""
+        batch_keys = (
+            [self._batch_key(batch_id), self._batch_key(batch_id, "runs")]
+            if batch_id
+            else [self.key("batch", "-"), self.key("batch", "-", "runs")]  # unused without one
+        )
+        valid_id(request.check_id, "check_id")
         now = _now()
-        written = self._register_script(
-            keys=[
-                self._run_key(request.run_id),
-                self._batch_key(batch_id),
-                self.key("batch", batch_id, "runs"),
-                self.key("unfinished"),
-            ],
+        written = self._call(
+            self._register_script,
+            keys=[self._run_key(request.run_id), *batch_keys, self.key("unfinished")],
             args=[
                 request.run_id,
                 request.check_id,
@@ -384,9 +547,11 @@ class VerdictStore:
 
     def begin_delivery(self, request: EvaluationRequest) -> int | None:
         """Count one delivery of this run to a worker; None when it already has a verdict."""
+        valid_id(request.check_id, "check_id")
         now = _now()
         number = int(
-            self._begin_script(
+            self._call(
+                self._begin_script,
                 keys=[self._run_key(request.run_id), self.key("unfinished")],
                 args=[
                     request.run_id,
@@ -400,12 +565,30 @@ class VerdictStore:
         )
         return None if number < 0 else number
 
+    def claim_fence(self, run_id: str, fire_id: str, token: str) -> bool:
+        """May the message with fencing ``token`` run fire ``fire_id`` of this run?
+
+        The first token a worker presents for a fire wins it; the same token
+        again (the broker redelivering that message) is let through; another
+        token (a copy sent by a scheduler replica that had lost its claim) is
+        refused. Stored on the run as ``fence:{fire_id}``.
+        """
+        if len(fire_id) > 300 or not 0 < len(token) <= 100:
+            raise ValueError("a fence names a fire id and a token of sensible length")
+        claimed = self._call(
+            self._fence_script,
+            keys=[self._run_key(run_id)],
+            args=[fire_id, token, self.run_ttl_seconds],
+        )
+        return bool(claimed)
+
     def mark_waiting(self, report: RunReport) -> bool:
         """Park a run whose WAIT outlives the worker: status waiting, deliveries reset."""
         report = scrubbed_report(report)
         now = _now()
         wake_at = report.wake_at or now
-        written = self._waiting_script(
+        written = self._call(
+            self._waiting_script,
             keys=[self._run_key(report.run_id), self.key("unfinished")],
             args=[
                 report.model_dump_json(),
@@ -432,11 +615,12 @@ class VerdictStore:
             exit_code=verdict.exit_code,
             explanation=verdict.explanation[:RESULT_EXPLANATION_CHARS],
         )
-        written = self._record_script(
+        written = self._call(
+            self._record_script,
             keys=[
                 self._run_key(report.run_id),
                 self._check_key(report.check_id),
-                self.key("check", report.check_id, "history"),
+                self._check_key(report.check_id, "history"),
                 self.key("checks"),
                 self.key("changes"),
                 self.key("unfinished"),
@@ -530,11 +714,11 @@ class VerdictStore:
 
     def history(self, check_id: str, limit: int = 20) -> list[Verdict]:
         """The check's verdicts, newest first, at most ``limit`` of them."""
-        entries = self.client.xrevrange(self.key("check", check_id, "history"), count=limit)
+        entries = self.client.xrevrange(self._check_key(check_id, "history"), count=limit)
         return [Verdict.model_validate_json(fields["verdict"]) for _, fields in entries]
 
     def history_length(self, check_id: str) -> int:
-        return int(self.client.xlen(self.key("check", check_id, "history")))
+        return int(self.client.xlen(self._check_key(check_id, "history")))
 
     _CHECK_FIELDS = (
         "check_id",
@@ -553,7 +737,11 @@ class VerdictStore:
         """Summaries of these checks, in the given order; unknown ids are skipped."""
         pipe = self.client.pipeline(transaction=False)
         for check_id in check_ids:
-            pipe.hmget(self._check_key(check_id), list(self._CHECK_FIELDS))
+            try:
+                key = self._check_key(check_id)
+            except InvalidId:  # written by an older version that allowed ':' in ids
+                continue
+            pipe.hmget(key, list(self._CHECK_FIELDS))
         summaries = []
         for values in pipe.execute():
             row = dict(zip(self._CHECK_FIELDS, values, strict=True))
@@ -649,7 +837,8 @@ class VerdictStore:
     def create_batch(self, batch_id: str, *, kind: str, text: str) -> bool:
         created = _now()
         return bool(
-            self._create_batch_script(
+            self._call(
+                self._create_batch_script,
                 keys=[self._batch_key(batch_id), self.key("batches")],
                 args=[
                     batch_id,
@@ -664,7 +853,9 @@ class VerdictStore:
 
     def seal_batch(self, batch_id: str) -> None:
         """Fan-out is over: the total is final, and the batch is done once pending is 0."""
-        self._seal_batch_script(keys=[self._batch_key(batch_id)], args=[_now().isoformat()])
+        self._call(
+            self._seal_batch_script, keys=[self._batch_key(batch_id)], args=[_now().isoformat()]
+        )
 
     def batch(self, batch_id: str) -> BatchStatus | None:
         row = self.client.hgetall(self._batch_key(batch_id))
@@ -690,12 +881,10 @@ class VerdictStore:
 
     def batch_results(self, batch_id: str, offset: int = 0, count: int = 200) -> list[BatchResult]:
         """One page of per-target results in fan-out order (pending targets included)."""
-        run_ids = self.client.lrange(
-            self.key("batch", batch_id, "runs"), offset, offset + count - 1
-        )
+        run_ids = self.client.lrange(self._batch_key(batch_id, "runs"), offset, offset + count - 1)
         if not run_ids:
             return []
-        finished = self.client.hmget(self.key("batch", batch_id, "results"), run_ids)
+        finished = self.client.hmget(self._batch_key(batch_id, "results"), run_ids)
         pipe = self.client.pipeline(transaction=False)
         missing = [rid for rid, raw in zip(run_ids, finished, strict=True) if not raw]
         for run_id in missing:

@@ -2,31 +2,46 @@
 
 Both generators stream: a glob over 1,000 snapshot folders or kubeconfig
 contexts yields one small target at a time, so fan-out can enqueue as it goes.
+Snapshot globs stay inside the snapshot roots (workers/snapshot_roots.py): the
+pattern's fixed folders are checked first, then every match again, so a
+symlink inside a root that points out of it is skipped.
 """
 
 from __future__ import annotations
 
 import glob
-import os
 from collections.abc import Iterator
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+import structlog
+
 from schemas.request import ContextTarget, SnapshotTarget
+from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+
+_log = structlog.get_logger(__name__)
 
 
 class TargetGlobError(ValueError):
     """The glob could not be expanded (unreadable kubeconfig, bad pattern)."""
 
 
-def snapshot_targets(pattern: str) -> Iterator[SnapshotTarget]:
-    """Snapshot folders matching ``pattern`` (e.g. ``examples/snapshots/*``), as absolute paths.
+def snapshot_targets(pattern: str, roots: SnapshotRoots) -> Iterator[SnapshotTarget]:
+    """Snapshot folders matching ``pattern`` (e.g. ``examples/snapshots/*``) inside ``roots``.
 
-    Absolute, because the workers that read them may run in another directory.
+    Paths are absolute and resolved, because the workers that read them may run
+    in another directory. Raises ``SnapshotOutsideRoots`` when the pattern's
+    fixed folders lie outside the roots; a match that resolves outside is skipped.
     """
-    for path in glob.iglob(os.path.expanduser(pattern)):
-        if Path(path).is_dir():
-            yield SnapshotTarget(path=str(Path(path).resolve()))
+    for path in glob.iglob(roots.confine_pattern(pattern)):
+        if not Path(path).is_dir():
+            continue
+        try:
+            resolved = roots.confine(path)
+        except SnapshotOutsideRoots:
+            _log.warning("snapshot_match_outside_roots", pattern=pattern, match=path)
+            continue
+        yield SnapshotTarget(path=str(resolved))
 
 
 def context_targets(pattern: str, kubeconfig: str | None = None) -> Iterator[ContextTarget]:

@@ -3,14 +3,17 @@
 A delivery (:func:`handle_delivery`, a plain function testable without a broker):
 
 1. validates the request (a JSON dict, so any producer can send one);
-2. resumes from a checkpoint when it is a scheduler continuation, ignoring a
+2. for a message a scheduler replica sent, claims its fence: only the first
+   fencing token seen for a fire runs it, so a copy sent by a replica that was
+   paused past its hold is dropped (``superseded``);
+3. resumes from a checkpoint when it is a scheduler continuation, ignoring a
    stale or duplicated one;
-3. counts the delivery in the store, which refuses a run that already has a
+4. counts the delivery in the store, which refuses a run that already has a
    verdict (a redelivered or duplicated message does nothing);
-4. gives up with ``cannot_determine`` once a run was delivered more than
+5. gives up with ``cannot_determine`` once a run was delivered more than
    ``settings.max_deliveries`` times: a request that kills its worker every
    time (crash, OOM) ends with the reason instead of looping;
-5. runs the engine, then parks the run (a long WAIT) or records its verdict.
+6. runs the engine, then parks the run (a long WAIT) or records its verdict.
 
 Redis and broker errors are retried in place (the redis client's own retry,
 then tenacity); if Redis stays away the message is requeued with
@@ -101,8 +104,23 @@ def give_up_report(
     )
 
 
+def _fence_parts(fence: Any) -> tuple[str, str] | None:
+    """(fire id, token) of a well-formed fence, else None."""
+    if not isinstance(fence, dict):
+        return None
+    fire, token = fence.get("fire"), fence.get("token")
+    if not (isinstance(fire, str) and isinstance(token, str) and fire and token):
+        return None
+    if len(fire) > 300 or len(token) > 100:
+        return None
+    return fire, token
+
+
 def handle_delivery(
-    payload: dict[str, Any], runtime: WorkerRuntime, resume_sequence: int | None = None
+    payload: dict[str, Any],
+    runtime: WorkerRuntime,
+    resume_sequence: int | None = None,
+    fence: dict[str, Any] | None = None,
 ) -> str:
     """Process one delivery; returns what happened (for logs and tests)."""
     try:
@@ -114,6 +132,15 @@ def handle_delivery(
         _log, run_id=request.run_id, check_id=request.check_id, batch_id=request.batch_id
     )
     settings, store = runtime.settings, runtime.store
+
+    if fence is not None:
+        parts = _fence_parts(fence)
+        if parts is None:
+            log.error("request_rejected", error="the message's fence is malformed")
+            return "rejected"
+        if not _retrying(store.claim_fence, request.run_id, *parts):
+            log.info("delivery_superseded", fire=parts[0])
+            return "superseded"
 
     state: RunState | None = None
     if resume_sequence is not None:
@@ -165,7 +192,13 @@ def handle_delivery(
 
 
 def _finish(runtime: WorkerRuntime, report: RunReport, log: Any) -> str:
-    written = _retrying(runtime.store.record_verdict, report)
+    from workers.store import StoreConflict
+
+    try:
+        written = _retrying(runtime.store.record_verdict, report)
+    except StoreConflict as exc:  # nothing was written; the run stays unfinished, visibly
+        log.error("run_not_recorded", error=str(exc))
+        return "store_conflict"
     if not written:
         log.info("run_already_recorded")
         return "duplicate"
@@ -193,9 +226,13 @@ def register_tasks(app: Celery, settings: AssaySettings) -> None:
         reject_on_worker_lost=True,
         ignore_result=True,
     )
-    def evaluate(request: dict[str, Any], resume_sequence: int | None = None) -> str:
+    def evaluate(
+        request: dict[str, Any],
+        resume_sequence: int | None = None,
+        fence: dict[str, Any] | None = None,
+    ) -> str:
         try:
-            return handle_delivery(request, holder.get(), resume_sequence)
+            return handle_delivery(request, holder.get(), resume_sequence, fence)
         except infra_errors as exc:
             _log.warning("infrastructure_error_requeue", error=str(exc))
             raise Reject(str(exc), requeue=True) from exc

@@ -28,6 +28,7 @@ from assay.commands.options import (
     SnapshotOpt,
     TimeoutOpt,
     check_profile,
+    confined_snapshot,
     require_one_target,
     settings_or_usage,
     validation_detail,
@@ -119,6 +120,8 @@ def _run(
     if not text.strip():
         raise typer.BadParameter(f"the {kind} text is empty: say what to evaluate")
     settings = settings_or_usage(**flags.settings_overrides())
+    if snapshot is not None:
+        snapshot = confined_snapshot(snapshot, settings)
     _configure_logging(settings)
     if scripted is not None:
         return _run_scripted(kind, text, snapshot, context, settings, json_output, trace, scripted)

@@ -39,6 +39,8 @@ from assay.commands.options import (
     SnapshotOpt,
     TimeoutOpt,
     check_profile,
+    confined_snapshot,
+    id_checker,
     require_one_target,
     settings_or_usage,
     validation_detail,
@@ -92,6 +94,8 @@ def submit(
         not_before = resolve_not_before(at, in_) or deferral_for(predicate)
     except WhenError as exc:
         raise typer.BadParameter(str(exc)) from None
+    if snapshot is not None:
+        snapshot = confined_snapshot(snapshot, settings)
     target = make_target(
         snapshot=str(snapshot) if snapshot else None,
         context=context,
@@ -148,7 +152,12 @@ def _show_verdict(verdict: Any, json_output: bool) -> None:
 
 
 def verdict(
-    id_: Annotated[str, typer.Argument(metavar="ID", help="A run id or a check id.")],
+    id_: Annotated[
+        str,
+        typer.Argument(
+            metavar="ID", help="A run id or a check id.", callback=id_checker("run or check id")
+        ),
+    ],
     history: Annotated[
         int | None, typer.Option("--history", min=1, help="Show the check's last N verdicts.")
     ] = None,
@@ -184,7 +193,10 @@ def verdict(
 
 
 def run(
-    run_id: Annotated[str, typer.Argument(help="The run id `assay submit` printed.")],
+    run_id: Annotated[
+        str,
+        typer.Argument(help="The run id `assay submit` printed.", callback=id_checker("run id")),
+    ],
     json_output: JsonOpt = False,
 ) -> None:
     """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown)."""

@@ -30,6 +30,7 @@ from assay.commands.options import (
     ProfileOpt,
     TimeoutOpt,
     check_profile,
+    id_checker,
     settings_or_usage,
     validation_detail,
 )
@@ -112,7 +113,9 @@ def batch(
     snapshots: Annotated[
         str | None,
         typer.Option(
-            "--snapshots", help="Glob over snapshot folders, e.g. 'examples/snapshots/*'."
+            "--snapshots",
+            help="Glob over snapshot folders, e.g. 'examples/snapshots/*', under the snapshot "
+            "roots (env ASSAY_SNAPSHOT_ROOTS, default: the current directory).",
         ),
     ] = None,
     kubeconfig: KubeconfigOpt = None,
@@ -131,7 +134,9 @@ def batch(
 ) -> None:
     """Fan PREDICATE out over many targets; or show a batch's status or results."""
     if len(args) == 2 and args[0] in SUBCOMMANDS:
-        raise typer.Exit(_existing(args[0], args[1], json_output))
+        batch_id = id_checker("batch id")(args[1])
+        assert batch_id is not None
+        raise typer.Exit(_existing(args[0], batch_id, json_output))
     if len(args) != 1:
         raise typer.BadParameter(
             "give one PREDICATE (quote it), or `status BATCH_ID`, or `results BATCH_ID`"
@@ -143,6 +148,7 @@ def batch(
     from pydantic import ValidationError
 
     from workers.batch import EmptyBatch
+    from workers.snapshot_roots import SnapshotOutsideRoots
     from workers.targets import TargetGlobError
 
     settings = settings_or_usage()
@@ -158,7 +164,7 @@ def batch(
                 model=flags.model,
                 api_base=flags.api_base,
             )
-        except (EmptyBatch, TargetGlobError) as exc:
+        except (EmptyBatch, TargetGlobError, SnapshotOutsideRoots) as exc:
             raise typer.BadParameter(str(exc)) from None
         except ValidationError as exc:
             detail = validation_detail(exc)

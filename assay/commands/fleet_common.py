@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from assay.commands.options import settings_or_usage
+from assay.commands.options import ID_HELP, id_checker, settings_or_usage
 
 if TYPE_CHECKING:
     from assay.client import Client
@@ -23,7 +23,11 @@ EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE: the fleet's Redis or broker is
 
 CheckIdOpt = Annotated[
     str | None,
-    typer.Option("--check-id", help="Group runs under this check id (default: from the text)."),
+    typer.Option(
+        "--check-id",
+        help=f"Group runs under this check id (default: from the text); {ID_HELP}.",
+        callback=id_checker("check id"),
+    ),
 ]
 KubeconfigOpt = Annotated[
     str | None, typer.Option("--kubeconfig", help="kubeconfig file [env ASSAY_KUBECONFIG].")

@@ -134,6 +134,7 @@ def demo(
             "api_key": "scripted-demo",
             "key_prefix": "assay-demo",
             "log_format": "json",
+            "snapshot_roots": str(REPO_ROOT / "examples" / "snapshots"),
         },
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -145,7 +146,11 @@ def demo(
             file=sys.stderr,
         )
         demo_settings = settings.model_copy(
-            update={"redis_url": fleet.redis_url, "key_prefix": "assay-demo"}
+            update={
+                "redis_url": fleet.redis_url,
+                "key_prefix": "assay-demo",
+                "snapshot_roots": [REPO_ROOT / "examples" / "snapshots"],
+            }
         )
         with Client(demo_settings) as client:
             batch_id = client.start_batch(DEMO_PREDICATE, snapshots=snapshots)

@@ -8,6 +8,7 @@ module. Only typer is imported at module level so ``assay --help`` stays fast.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -24,7 +25,8 @@ SnapshotOpt = Annotated[
     Path | None,
     typer.Option(
         "--snapshot",
-        help="Evaluate against a snapshot folder of Kubernetes YAML.",
+        help="Evaluate against a snapshot folder of Kubernetes YAML; it must lie under the "
+        "snapshot roots (env ASSAY_SNAPSHOT_ROOTS, default: the current directory).",
         exists=True,
         file_okay=False,
         dir_okay=True,
@@ -62,6 +64,24 @@ ProfileOpt = Annotated[
     typer.Option("--profile", help="smoke, fast or strict (env ASSAY_PROFILE)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON on stdout.")]
+
+ID_HELP = "1-128 of A-Z a-z 0-9 . _ - (no ':'), starting with a letter or digit"
+
+
+def id_checker(what: str) -> Callable[[str | None], str | None]:
+    """A typer callback refusing an id outside the alphabet of ``schemas.ids`` (exit 64)."""
+
+    def check(value: str | None) -> str | None:
+        from schemas.ids import InvalidId, check_id
+
+        if value is None:
+            return None
+        try:
+            return check_id(value, what)
+        except InvalidId as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return check
 
 
 @dataclass(frozen=True)
@@ -125,6 +145,16 @@ def check_profile(profile: str | None) -> None:
         raise typer.BadParameter(
             f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}", param_hint="--profile"
         )
+
+
+def confined_snapshot(snapshot: Path, settings: AssaySettings) -> Path:
+    """The snapshot folder resolved inside the CLI's snapshot roots, else a usage error (64)."""
+    from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+
+    try:
+        return SnapshotRoots.for_local(settings).confine(snapshot)
+    except SnapshotOutsideRoots as exc:
+        raise typer.BadParameter(str(exc), param_hint="--snapshot") from None
 
 
 def require_one_target(snapshot: Path | None, context: str | None) -> None:

@@ -145,7 +145,11 @@ def add(
     ] = None,
     snapshots: Annotated[
         list[str] | None,
-        typer.Option("--snapshots", help="Snapshot folder or glob (repeatable), e.g. 'snaps/*'."),
+        typer.Option(
+            "--snapshots",
+            help="Snapshot folder or glob (repeatable), e.g. 'snaps/*', under the snapshot "
+            "roots (env ASSAY_SNAPSHOT_ROOTS, default: the current directory).",
+        ),
     ] = None,
     kubeconfig: Annotated[
         str | None, typer.Option("--kubeconfig", help="kubeconfig for contexts.")
@@ -193,7 +197,7 @@ def add(
         fields["targets"] = ScheduleTargets(
             contexts=context or [],
             context_glob=contexts,
-            snapshots=[_absolute(s) for s in snapshots or []],
+            snapshots=[_confined(s, settings) for s in snapshots or []],
             kubeconfig=kubeconfig,
         )
         fields["budget"] = Budget(
@@ -483,11 +487,15 @@ def _span(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def _absolute(path: str) -> str:
-    """Snapshot paths are stored absolute: replicas and workers may run elsewhere."""
-    import os
+def _confined(pattern: str, settings: AssaySettings) -> str:
+    """A snapshot folder or glob, absolute (replicas and workers may run elsewhere) and
+    inside the snapshot roots (ASSAY_SNAPSHOT_ROOTS, default: the current directory)."""
+    from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
-    return os.path.abspath(os.path.expanduser(path))
+    try:
+        return SnapshotRoots.for_local(settings).confine_pattern(pattern)
+    except SnapshotOutsideRoots as exc:
+        _fail(str(exc))
 
 
 def _print_json(data: Any) -> None:

@@ -3,7 +3,9 @@
 ``build_registry`` is what the engine calls (``EngineDeps(tools=build_registry)``).
 Parsed snapshots are cached per folder, keyed by the files' paths, sizes and
 mtimes, so a worker evaluating many predicates on one snapshot parses it once
-and an edited snapshot is re-read.
+and an edited snapshot is re-read. A snapshot folder is parsed only if it lies
+inside this process's snapshot roots (workers/snapshot_roots.py): the request
+may have come from anywhere that can write to the broker.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from schemas.request import ContextTarget, EvaluationRequest, InClusterTarget, SnapshotTarget
 from schemas.settings import AssaySettings
+from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 from workers.toolsets.backend import BackendError, ClusterBackend
 from workers.toolsets.base import Tool, ToolRegistry
 from workers.toolsets.kubernetes import kubernetes_tools
@@ -79,8 +82,9 @@ def backend_for(
     """The cluster behind a request's target."""
     if isinstance(target, SnapshotTarget):
         try:
-            return snapshot_cache.get(target.path)
-        except SnapshotError as exc:
+            folder = SnapshotRoots.for_local(settings).confine(target.path)
+            return snapshot_cache.get(folder)
+        except (SnapshotError, SnapshotOutsideRoots) as exc:
             raise ToolsetUnavailable(str(exc)) from None
     try:
         from workers.toolsets.live_backend import LiveBackend

@@ -66,9 +66,21 @@ def describe_tool(policy: ShellPolicy) -> str:
     """The description the model sees: the catalogue and the rules the code enforces."""
     lines = [
         "Run one read-only command from the list below and read its exit code and output.",
-        "Available commands (`*` stands for one argument, `**` for any number of arguments):",
+        "Available commands (`*` stands for one argument without '/', '..' or a URL, `**` for "
+        "any number of such arguments, `{*}` / `{**}` for any argument(s)):",
     ]
     lines += [f"- `{entry.pattern}`: {entry.description}" for entry in policy.available_commands]
+    patterns = " ".join(entry.pattern for entry in policy.available_commands)
+    if "{file}" in patterns:
+        lines.append(
+            "`{file}` stands for a relative path (from the working directory) of a file inside "
+            "the working files folder; absolute paths, '..' out of it and URLs are refused."
+        )
+    if "{host}" in patterns:
+        lines.append(
+            "`{host}` stands for HOST:PORT, one of: " + ", ".join(policy.hosts) + " "
+            "('*.' means any subdomain)."
+        )
     lines += [
         "Rules: the command runs without a shell, so no pipes, redirections, `;`, `&&`, `$`, "
         "backticks, wildcards or newlines; letters, digits, spaces and _ - . , : / = @ % + "

@@ -2,14 +2,30 @@
 
 Matching works on the argv that will actually be executed (after ``shlex.split``),
 never on the raw text, so quoting cannot make a command look different from
-what runs. A pattern is itself split with ``shlex`` into tokens:
+what runs. A pattern is itself split with ``shlex`` into tokens, each matched
+against exactly one argument (except the ``**`` forms):
 
-* each token is a glob (``fnmatch``, case-sensitive) matched against exactly one
-  argument, so ``*`` never reaches across an argument boundary;
+* a plain word matches itself (case-sensitive);
+* a word with ``*``, ``?`` or ``[...]`` is a glob over one argument whose
+  wildcards stay inside one path segment: they never match ``/``, an argument
+  with a ``..`` segment the pattern does not spell out, or a URL
+  (``scheme://...``), so ``-in *`` cannot reach ``/etc/shadow``, ``../x`` or
+  ``http://host/``;
+* ``**`` matches zero or more whole arguments, options included, each under
+  the same rule;
+* ``{file}`` matches a relative path that resolves (symlinks followed, from
+  ``working_dir``) to a file inside ``files_dir``;
+* ``{host}`` matches ``HOST:PORT`` when that pair is on the policy's ``hosts``
+  list (entries like ``api.internal:443`` or ``*.svc.cluster.local:443``);
+* ``{*}`` (one argument) and ``{**}`` (any number) match anything: the explicit
+  way to let a value hold ``/``, ``..`` or a URL;
 * a token that does not itself start with ``-`` never matches an argument that
   does: a wildcard written for a value cannot be filled with an option
-  (``helm status *`` does not match ``helm status --kubeconfig=/x``);
-* the token ``**`` matches zero or more whole arguments, options included.
+  (``helm status *`` does not match ``helm status --kubeconfig=/x``).
+
+``deny`` patterns are a backstop, so their wildcards keep full reach: ``*`` and
+``**`` there match any value (a deny rule can only refuse more); ``{file}`` and
+``{host}`` are not allowed in them.
 
 Precedence, first hit decides:
 
@@ -28,15 +44,21 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ANY_ARGUMENTS = "**"
+ANYTHING = "{*}"
+ANYTHING_ARGUMENTS = "{**}"
+FILE = "{file}"
+HOST = "{host}"
+PLACEHOLDERS = frozenset({ANYTHING, ANYTHING_ARGUMENTS, FILE, HOST})
 GLOB_CHARACTERS = frozenset("*?[")
 DEFAULT_ENV_ALLOW = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
 HARD_MAX_COMMAND_CHARS = 4096
@@ -47,6 +69,11 @@ _SECRET_LOOKING_ENV = re.compile(
     r"^(ASSAY_|AWS_|AZURE_|GOOGLE_|GCP_)|SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|API_?KEY|_KEY$",
     re.IGNORECASE,
 )
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_PORT = re.compile(rf"^({_HOST_LABEL}(?:\.{_HOST_LABEL})*):(\d{{1,5}})$")
+_HOST_ENTRY = re.compile(r"^((?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):(\d{1,5})$")
 
 
 class ShellConfigError(ValueError):
@@ -61,29 +88,103 @@ def split_pattern(pattern: str) -> tuple[str, ...]:
         raise ValueError(f"pattern {pattern!r} cannot be split into words: {exc}") from exc
     if not tokens:
         raise ValueError("a pattern must name at least a program")
+    for token in tokens:
+        if ("{" in token or "}" in token) and token not in PLACEHOLDERS:
+            raise ValueError(
+                f"pattern {pattern!r} has the unknown placeholder {token!r}; use one of "
+                f"{', '.join(sorted(PLACEHOLDERS))} as a whole word"
+            )
     return tokens
 
 
-def _token_matches(token: str, argument: str) -> bool:
+@dataclass(frozen=True)
+class MatchRules:
+    """What ``{file}`` and ``{host}`` accept, and whether wildcards are confined.
+
+    ``confined`` is False for deny patterns only (see the module docstring).
+    """
+
+    files_dir: Path | None = None
+    working_dir: Path | None = None
+    hosts: tuple[tuple[str, int], ...] = ()
+    confined: bool = True
+
+    def file_matches(self, argument: str) -> bool:
+        if self.files_dir is None or not argument or argument.startswith("/"):
+            return False
+        if _SCHEME.match(argument):  # file:, http:, ... are not plain relative paths
+            return False
+        base = self.working_dir or self.files_dir
+        try:
+            resolved = (base / argument).resolve()
+            root = self.files_dir.resolve()
+        except (OSError, RuntimeError, ValueError):
+            return False
+        return resolved != root and resolved.is_relative_to(root)
+
+    def host_matches(self, argument: str) -> bool:
+        found = _HOST_PORT.match(argument)
+        if found is None:
+            return False
+        host, port = found.group(1).lower(), int(found.group(2))
+        return any(port == p and fnmatchcase(host, h) for h, p in self.hosts)
+
+
+UNCONFINED = MatchRules(confined=False)
+
+
+def _confined_glob(token: str, argument: str) -> bool:
+    """``token`` matches ``argument`` with wildcards that never cross a path segment."""
+    if _URL.match(argument) and not _URL.match(token):
+        return False
+    pattern_parts, argument_parts = token.split("/"), argument.split("/")
+    if len(pattern_parts) != len(argument_parts):
+        return False
+    for pattern_part, argument_part in zip(pattern_parts, argument_parts, strict=True):
+        if argument_part == ".." and pattern_part != "..":
+            return False
+        if not fnmatchcase(argument_part, pattern_part):
+            return False
+    return True
+
+
+def _plain_argument(argument: str) -> bool:
+    """What a confined ``**`` may stand for: one segment, no ``..``, no URL."""
+    return "/" not in argument and argument != ".." and not _URL.match(argument)
+
+
+def _token_matches(token: str, argument: str, rules: MatchRules) -> bool:
     if argument.startswith("-") and not token.startswith("-"):
         return False
-    return fnmatchcase(argument, token)
+    if token == ANYTHING:
+        return True
+    if token == FILE:
+        return rules.file_matches(argument)
+    if token == HOST:
+        return rules.host_matches(argument)
+    if not rules.confined:
+        return fnmatchcase(argument, token)
+    return _confined_glob(token, argument)
 
 
-def argv_matches(tokens: tuple[str, ...], argv: list[str]) -> bool:
+def argv_matches(tokens: tuple[str, ...], argv: list[str], rules: MatchRules | None = None) -> bool:
     """Whether ``argv`` matches a split pattern (see the module docstring for the rules)."""
+    rules = rules or MatchRules()
     # reachable[j]: the tokens seen so far can consume exactly argv[:j].
     reachable = [True] + [False] * len(argv)
     for token in tokens:
         step = [False] * (len(argv) + 1)
-        if token == ANY_ARGUMENTS:
+        if token in (ANY_ARGUMENTS, ANYTHING_ARGUMENTS):
+            wide = token == ANYTHING_ARGUMENTS or not rules.confined
             seen = False
             for j in range(len(argv) + 1):
                 seen = seen or reachable[j]
                 step[j] = seen
+                if j < len(argv) and not (wide or _plain_argument(argv[j])):
+                    seen = False  # a confined ** cannot run across this argument
         else:
             for j in range(len(argv)):
-                if reachable[j] and _token_matches(token, argv[j]):
+                if reachable[j] and _token_matches(token, argv[j], rules):
                     step[j + 1] = True
         reachable = step
     return reachable[len(argv)]
@@ -101,7 +202,7 @@ class AvailableCommand(BaseModel):
     @classmethod
     def _program_is_literal(cls, pattern: str) -> str:
         program = split_pattern(pattern)[0]
-        if program == ANY_ARGUMENTS or GLOB_CHARACTERS & set(program):
+        if program in (ANY_ARGUMENTS, *PLACEHOLDERS) or GLOB_CHARACTERS & set(program):
             raise ValueError(f"pattern {pattern!r} must start with a literal program name")
         return pattern
 
@@ -120,14 +221,53 @@ class ShellPolicy(BaseModel):
     working_dir: Path = Field(
         default=Path("."), description="Relative paths are taken from the config file's folder."
     )
+    files_dir: Path | None = Field(
+        default=None,
+        description="Where {file} arguments must resolve to; None = working_dir. Relative "
+        "paths are taken from the config file's folder.",
+    )
+    hosts: list[str] = Field(
+        default_factory=list,
+        description="HOST:PORT pairs {host} accepts; HOST may start with '*.' (any subdomain).",
+    )
     env_allow: list[str] = Field(default_factory=lambda: list(DEFAULT_ENV_ALLOW))
 
-    @field_validator("allow", "deny")
+    @field_validator("allow")
     @classmethod
     def _patterns_split(cls, patterns: list[str]) -> list[str]:
         for pattern in patterns:
             split_pattern(pattern)
         return patterns
+
+    @field_validator("deny")
+    @classmethod
+    def _deny_patterns_split(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if {FILE, HOST} & set(split_pattern(pattern)):
+                raise ValueError(
+                    f"deny pattern {pattern!r} uses {{file}} or {{host}}; a deny rule's "
+                    "wildcards already match any value, write * instead"
+                )
+        return patterns
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts_are_host_port(cls, hosts: list[str]) -> list[str]:
+        for entry in hosts:
+            found = _HOST_ENTRY.match(entry)
+            if found is None or not 0 < int(found.group(2)) < 65536:
+                raise ValueError(
+                    f"hosts entry {entry!r} is not HOST:PORT (e.g. api.internal:443 or "
+                    "*.svc.cluster.local:443; the port is a number from 1 to 65535)"
+                )
+        return hosts
+
+    @model_validator(mode="after")
+    def _placeholders_have_what_they_need(self) -> ShellPolicy:
+        used = {t for tokens in [*self._allow_tokens, *self._available_tokens] for t in tokens}
+        if HOST in used and not self.hosts:
+            raise ValueError("a pattern uses {host} but the policy lists no hosts; add hosts:")
+        return self
 
     @field_validator("env_allow")
     @classmethod
@@ -153,14 +293,27 @@ class ShellPolicy(BaseModel):
     def _available_tokens(self) -> list[tuple[str, ...]]:
         return [split_pattern(c.pattern) for c in self.available_commands]
 
+    @cached_property
+    def rules(self) -> MatchRules:
+        """What ``{file}`` and ``{host}`` accept under this policy."""
+        hosts = []
+        for entry in self.hosts:
+            host, port = entry.rsplit(":", 1)
+            hosts.append((host.lower(), int(port)))
+        return MatchRules(
+            files_dir=self.files_dir or self.working_dir,
+            working_dir=self.working_dir,
+            hosts=tuple(hosts),
+        )
+
     def refusal_for(self, argv: list[str]) -> str | None:
         """Why ``argv`` may not run, or ``None`` if it may (deny, then allow, then catalogue)."""
         for pattern, tokens in self._deny_tokens:
-            if argv_matches(tokens, argv):
+            if argv_matches(tokens, argv, UNCONFINED):
                 return f"it matches the deny rule {pattern!r}"
-        if not any(argv_matches(tokens, argv) for tokens in self._allow_tokens):
+        if not any(argv_matches(tokens, argv, self.rules) for tokens in self._allow_tokens):
             return "it is not permitted by the allow list"
-        if not any(argv_matches(tokens, argv) for tokens in self._available_tokens):
+        if not any(argv_matches(tokens, argv, self.rules) for tokens in self._available_tokens):
             return "it is not one of the available commands listed in the tool description"
         return None
 
@@ -184,12 +337,16 @@ def load_shell_policy(path: Path) -> ShellPolicy:
         policy = ShellPolicy.model_validate(raw)
     except ValidationError as exc:
         raise ShellConfigError(f"the shell toolset config {path} is invalid; fix: {exc}") from exc
-    working_dir = policy.working_dir
-    if not working_dir.is_absolute():
-        working_dir = (path.parent / working_dir).resolve()
-    if not working_dir.is_dir():
-        raise ShellConfigError(
-            f"the shell toolset working_dir {working_dir} is not a directory; create it or fix "
-            f"working_dir in {path}"
-        )
-    return policy.model_copy(update={"working_dir": working_dir})
+    folders: dict[str, Path] = {}
+    for key in ("working_dir", "files_dir"):
+        folder = getattr(policy, key) or policy.working_dir
+        if not folder.is_absolute():
+            folder = path.parent / folder
+        folder = folder.resolve()
+        if not folder.is_dir():
+            raise ShellConfigError(
+                f"the shell toolset {key} {folder} is not a directory; create it or fix "
+                f"{key} in {path}"
+            )
+        folders[key] = folder
+    return policy.model_copy(update=folders)
