@@ -238,7 +238,8 @@ def test_assay_check_prints_and_logs_no_canary(canaries: CanaryCluster, tmp_path
          "no ConfigMap in namespace shop holds a password"],
         capture_output=True, text=True, timeout=180,
         env={"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-             "ASSAY_LOG_LEVEL": "debug", "HOME": str(tmp_path)},
+             "ASSAY_LOG_LEVEL": "debug", "HOME": str(tmp_path),
+             "ASSAY_SNAPSHOT_ROOTS": json.dumps([str(tmp_path)])},
     )  # fmt: skip
     assert result.returncode == 3, result.stderr[-2000:]
     assert '"kind":"ConfigMap"' in result.stderr  # the trace showed the lookups

@@ -603,6 +603,7 @@ class VerdictStore:
 
     def record_verdict(self, report: RunReport) -> bool:
         """Record a finished run; True if this call wrote it, False if the run already had one."""
+        source = verdict_source(report.verdict) if report.verdict else DEFAULT_SOURCE
         report = scrubbed_report(report)
         verdict = report.verdict
         if verdict is None:
@@ -643,7 +644,7 @@ class VerdictStore:
                 result.model_dump_json(),
                 CHANGES_MAXLEN,
                 _now().isoformat(),
-                verdict_source(verdict),
+                source,
             ],
         )
         return bool(written)
