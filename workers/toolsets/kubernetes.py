@@ -21,16 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.settings import AssaySettings
 from workers.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 from workers.toolsets.base import Tool, ToolResult
-from workers.toolsets.compaction import (
+from workers.toolsets.compaction import render_object
+from workers.toolsets.explain_text import render_schema
+from workers.toolsets.tables import (
     KIND_COLUMNS,
     Column,
-    cap_text,
     format_table,
     printer_columns,
-    render_object,
-    render_schema,
     render_table,
 )
+from workers.toolsets.truncation import cap_text
 
 ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
 MAX_LOG_LINES = 2000
