@@ -96,6 +96,19 @@ def test_list_and_get_namespaced_cluster_wide_and_grouped(server: FakeApiServer)
     assert west["status"]["readyReplicas"] == 0
 
 
+def test_a_cluster_scoped_object_written_with_a_namespace_is_served_without_one(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "roles.yaml").write_text(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n"
+        "metadata: {name: reader, namespace: test}\nrules: []\n"
+    )
+    with FakeApiServer([FakeCluster.from_snapshot(tmp_path, "solo")]) as running:
+        path = "/apis/rbac.authorization.k8s.io/v1/clusterroles/reader"
+        status, role, _ = call(running, path, cluster="solo")
+    assert status == 200 and "namespace" not in role["metadata"]  # as a real API server
+
+
 def test_label_and_field_selectors_filter_on_the_server(server: FakeApiServer) -> None:
     _, labelled, _ = call(server, "/api/v1/pods?labelSelector=app%3Dweb,tier%3Dfront")
     assert names(labelled) == ["web-1"]

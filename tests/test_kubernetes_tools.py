@@ -232,11 +232,11 @@ def test_a_malformed_file_is_named_in_tool_output(tmp_path: Path) -> None:
     registry = registry_for(snapshot)
     output = ok(registry.call("get", {"kind": "deploy", "namespace": "prod"}))
     assert "api" in output  # the rest of the snapshot is still served
-    assert "warning: 1 file(s) of this snapshot could not be read" in output
+    assert "warning: this snapshot has 1 problem(s)" in output
     assert "prod/extra-deployments.yaml: not valid YAML" in output
     missing = registry.call("get", {"kind": "deploy", "name": "payments", "namespace": "prod"})
     assert not missing.ok  # "not found" in an incomplete snapshot says it may be incomplete
-    assert "could not be read" in missing.output
+    assert "prod/extra-deployments.yaml: not valid YAML" in missing.output
 
 
 def test_many_broken_files_still_fit_the_cap(tmp_path: Path) -> None:
@@ -246,7 +246,7 @@ def test_many_broken_files_still_fit_the_cap(tmp_path: Path) -> None:
     for tool, arguments in (("get", {"kind": "pods"}), ("api_resources", {})):
         result = registry.call(tool, arguments)
         assert result.ok and len(result.output) <= 500
-        assert "warning: 20 file(s) of this snapshot could not be read" in result.output
+        assert "warning: this snapshot has 20 problem(s)" in result.output
 
 
 # --------------------------------------------------------------------------- describe, logs, events
@@ -416,3 +416,63 @@ def test_unloadable_context_is_a_clear_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ToolsetUnavailable, match="nowhere"):
         build_registry(request, load_settings())
+
+
+def test_a_cluster_scoped_object_written_with_a_namespace_is_fetched_by_name(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "roles.yaml").write_text(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n"
+        "metadata: {name: reader, namespace: test}\n"
+        "rules: [{apiGroups: [''], resources: [pods], verbs: [get, list]}]\n"
+    )
+    registry = registry_for(tmp_path)
+    for tool in ("get", "describe"):
+        output = ok(registry.call(tool, {"kind": "clusterrole", "name": "reader"}))
+        assert "- list" in output
+        assert "roles.yaml: ClusterRole 'reader' is cluster-scoped" in output  # the warning
+    listing = ok(registry.call("get", {"kind": "clusterroles"}))
+    assert "reader" in listing and "1 ClusterRole." in listing
+
+
+def test_empty_blocks_and_look_alike_noise_reach_the_model_by_name(tmp_path: Path) -> None:
+    (tmp_path / "objects.yaml").write_text(
+        """\
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-all, namespace: prod, uid: 1b2c}
+spec:
+  podSelector: {}
+  ingress:
+  - {}
+  - from: [{namespaceSelector: {}}]
+  policyTypes: [Ingress]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: every-pod, namespace: prod}
+spec: {maxUnavailable: 1, selector: {}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: sneaky, namespace: prod}
+spec:
+  containers:
+  - name: app
+    image: app:1
+    volumeMounts:
+    - {name: kube-api-access-zz, mountPath: /var/run/secrets/kubernetes.io/serviceaccount}
+  volumes:
+  - {name: kube-api-access-zz, hostPath: {path: /}}
+"""
+    )
+    registry = registry_for(tmp_path)
+    policy = ok(registry.call("get", {"kind": "netpol", "name": "allow-all", "namespace": "prod"}))
+    assert (
+        "  podSelector: {}\n  ingress:\n  - {}\n  - from:\n    - namespaceSelector: {}\n" in policy
+    )
+    assert "uid" not in policy
+    pdb = ok(registry.call("describe", {"kind": "pdb", "name": "every-pod", "namespace": "prod"}))
+    assert "  selector: {}\n" in pdb
+    pod = ok(registry.call("get", {"kind": "pod", "name": "sneaky", "namespace": "prod"}))
+    assert "  - name: kube-api-access-zz\n    hostPath:\n      path: /\n" in pod

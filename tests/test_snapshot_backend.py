@@ -431,3 +431,55 @@ def test_copies_of_secret_values_elsewhere_are_scrubbed(tmp_path: Path) -> None:
     pod = backend.get(backend.resolve("po"), "leaky", "app")
     assert pod["spec"]["containers"][0]["env"][0]["value"] == REDACTED
     assert backend.logs("app", "leaky") == f"connecting with password={REDACTED}\n"
+
+
+# --------------------------------------------------------------------------- cluster scope
+
+
+def test_a_cluster_scoped_object_with_a_namespace_is_found_by_name(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "rbac/reader.yaml",
+        """\
+        apiVersion: rbac.authorization.k8s.io/v1
+        kind: ClusterRole
+        metadata: {name: reader, namespace: test}
+        rules:
+        - apiGroups: [""]
+          resources: [pods]
+          verbs: [get]
+        """,
+    )
+    write(
+        tmp_path,
+        "crds.yaml",
+        """\
+        apiVersion: apiextensions.k8s.io/v1
+        kind: CustomResourceDefinition
+        metadata: {name: clusterpolicies.example.com}
+        spec:
+          group: example.com
+          scope: Cluster
+          names: {kind: ClusterPolicy, plural: clusterpolicies}
+          versions: [{name: v1, served: true, storage: true}]
+        ---
+        apiVersion: example.com/v1
+        kind: ClusterPolicy
+        metadata: {name: strict, namespace: test}
+        spec: {enforce: true}
+        """,
+    )
+    backend = SnapshotBackend(tmp_path)
+    role = backend.get(backend.resolve("clusterroles"), "reader", None)
+    assert role["rules"][0]["verbs"] == ["get"]
+    assert "namespace" not in role["metadata"]  # as a real API server would store it
+    policy = backend.get(backend.resolve("clusterpolicies"), "strict", "test")
+    assert policy["spec"] == {"enforce": True}
+    listed = list(backend.list_objects(backend.resolve("ClusterRole"), None))
+    assert [(o["metadata"]["name"], o["metadata"].get("namespace")) for o in listed] == [
+        ("reader", None)
+    ]
+    problems = "\n".join(backend.problems)
+    assert "rbac/reader.yaml: ClusterRole 'reader' is cluster-scoped" in problems
+    assert "crds.yaml: ClusterPolicy 'strict' is cluster-scoped" in problems
+    assert "namespace 'test' was ignored" in problems

@@ -344,6 +344,8 @@ def _group_by_resource(
             by_key[(group, kind)] = by_kind[kind] = info
             known.append(info)
         meta = obj["metadata"]
+        if not info.namespaced:  # a real API server stores no namespace for these
+            meta.pop("namespace", None)
         meta.setdefault("uid", _uid(kind, str(meta.get("namespace") or ""), str(meta["name"])))
         meta.setdefault("resourceVersion", "1000")
         obj["apiVersion"] = info.api_version

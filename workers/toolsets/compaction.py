@@ -1,705 +1,737 @@
-"""What the model reads: Kubernetes objects made short, tables, and size caps.
+"""What the model reads of an object: the object, with only provable noise left out.
 
-Every tool result passes through here, so every prompt is mostly made of
-this module's output. It must be deterministic (same objects, same text: no
-ages relative to "now") and cheap, and it never mutates what it is given.
+``get`` with a name and ``describe`` show whole objects, and what the model
+reads is what it judges by, so a dropped field is a wrong verdict waiting to
+happen. In Kubernetes an empty value is often the meaning itself:
+``ingress: [{}]`` allows all traffic, ``podSelector: {}`` selects every pod,
+a PodDisruptionBudget's ``selector: {}`` covers every pod. So compaction is
+safe by construction:
 
-* :func:`compact_object` drops what carries no meaning for a predicate
-  (managedFields, last-applied annotations, uids, resourceVersions, defaulted
-  fields, node image lists) and keeps what does (images, replicas,
-  securityContext, conditions, timestamps of state changes).
-* :func:`render_table` turns a stream of objects into a kubectl-like table,
-  rendering rows until the size cap and only counting the rest, so a
-  20,000-pod listing never sits in memory or in a prompt.
-* :func:`cap_text` enforces the cap on everything else, with an explicit
-  "... truncated" marker so the model knows it did not see everything.
+* Only what :data:`DROP_RULES` names is left out, and each rule says why that
+  loses nothing: bookkeeping (managedFields, uid, resourceVersion), a value the
+  API server fills in by default (``protocol: TCP``), a copy of another field
+  (``serviceAccount``), or what Kubernetes adds to every pod, recognised by its
+  whole content (the projected service-account token volume), never by a name.
+  Rules are scoped to the kinds and paths where the default really applies, so
+  ``protocol: TCP`` in a custom resource stays.
+* Everything else stays, including every empty mapping, empty list and ``{}``
+  list item. A mapping or list is left out only when the rules emptied it.
+* Two rules abbreviate instead (a Node's image cache, a CRD's schema) and say
+  so in place, so the model knows something is there that it does not see.
+* A condition of the usual shape becomes one line (``Ready=True since ...``),
+  which reads the same for a fraction of the tokens; one that would not
+  survive that (an extra field, an odd value) stays a mapping.
+
+It is deterministic (same object, same text) and never mutates its input.
+tests/test_compaction_property.py checks, for generated objects and for every
+example snapshot, that each value no rule names comes out unchanged.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import yaml
 
+
+class _PythonDumper(yaml.SafeDumper):
+    """PyYAML's pure-Python dumper, with Unicode line breaks always double-quoted.
+
+    Written raw inside a quoted string, NEL, LS and PS read back as a space; in
+    double quotes they become \\N, \\L and \\P and read back as themselves.
+    """
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = '"' if _UNICODE_BREAKS & set(data) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_UNICODE_BREAKS = frozenset("\x85\u2028\u2029")
+_PythonDumper.add_representer(str, _represent_str)
+
+
 # libyaml's dumper when PyYAML was built with it: rendering is on every tool call's path.
-_YamlDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_YamlDumper: Any = getattr(yaml, "CSafeDumper", _PythonDumper)
+# Never fold long strings: the model quotes lines of this text as evidence.
+_NO_WRAP = 1 << 30
 
-# ---------------------------------------------------------------------- object compaction
+Path = tuple[Any, ...]  # keys from the object's root; list positions are ints
+Test = Callable[[Any, Mapping[str, Any], Path], bool]  # (value, whole object, its path)
 
-# Keys that are bookkeeping wherever they appear.
-_NOISE_KEYS = frozenset(
-    {
-        "managedFields",
-        "uid",
-        "resourceVersion",
-        "selfLink",
-        "generation",
-        "observedGeneration",
-        "imageID",
-        "containerID",
-        "terminationMessagePath",
-        "lastProbeTime",
-        "lastHeartbeatTime",
-        "lastUpdateTime",
-        "blockOwnerDeletion",
-        "generateName",
-        "bootID",
-        "machineID",
-        "systemUUID",
-    }
-)
-# Fields whose value only restates the API default.
-_DEFAULTS: dict[str, Any] = {
-    "schedulerName": "default-scheduler",
-    "dnsPolicy": "ClusterFirst",
-    "enableServiceLinks": True,
-    "preemptionPolicy": "PreemptLowerPriority",
-    "priority": 0,
-    "terminationGracePeriodSeconds": 30,
-    "terminationMessagePolicy": "File",
-    "progressDeadlineSeconds": 600,
-    "revisionHistoryLimit": 10,
-    "sessionAffinity": "None",
-    "internalTrafficPolicy": "Cluster",
-    "ipFamilyPolicy": "SingleStack",
-    # probe defaults
-    "failureThreshold": 3,
-    "successThreshold": 1,
-    "timeoutSeconds": 1,
-    "periodSeconds": 10,
-    "scheme": "HTTP",
-    "protocol": "TCP",
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+OMITTED_SCHEMA = "(omitted; use explain for the fields)"
+
+
+# ---------------------------------------------------------------------- the rules
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One thing compaction may leave out of an object; ``why`` says why that loses nothing.
+
+    ``pattern`` is matched against the path from the object's root: a key
+    name, ``a|b`` (either key), ``*`` (any list position) or ``**`` (any
+    number of steps). The rule applies to objects of ``kinds`` (built-in kinds
+    in their own API groups; empty means every object) and only when
+    ``test(value, object, path)`` holds. ``abbreviate`` turns the rule into an
+    in-place note instead of a removal.
+    """
+
+    pattern: tuple[str, ...]
+    why: str
+    test: Test
+    kinds: frozenset[str] = frozenset()
+    abbreviate: Callable[[Any], str] | None = None
+
+    def applies_to(self, kind: Any, group: str | None) -> bool:
+        if not self.kinds:
+            return True
+        return kind in self.kinds and group in BUILTIN_KIND_GROUPS.get(kind, ())
+
+
+# The API groups each built-in kind lives in (legacy groups included): a rule for
+# Deployments must not touch a custom resource that happens to be called Deployment.
+BUILTIN_KIND_GROUPS: dict[str, frozenset[str]] = {
+    "Pod": frozenset({""}),
+    "PodTemplate": frozenset({""}),
+    "ReplicationController": frozenset({""}),
+    "Service": frozenset({""}),
+    "Endpoints": frozenset({""}),
+    "Node": frozenset({""}),
+    "Deployment": frozenset({"apps", "extensions"}),
+    "ReplicaSet": frozenset({"apps", "extensions"}),
+    "DaemonSet": frozenset({"apps", "extensions"}),
+    "StatefulSet": frozenset({"apps"}),
+    "Job": frozenset({"batch"}),
+    "CronJob": frozenset({"batch"}),
+    "NetworkPolicy": frozenset({"networking.k8s.io", "extensions"}),
+    "EndpointSlice": frozenset({"discovery.k8s.io"}),
+    "CustomResourceDefinition": frozenset({"apiextensions.k8s.io"}),
 }
-# Empty objects whose presence is the information (a volume type, a container state).
-_MEANINGFUL_WHEN_EMPTY = frozenset({"emptyDir", "running", "waiting", "terminated"})
-_NOISE_ANNOTATIONS = frozenset(
+# Where each kind keeps its pod spec.
+POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": ("spec",),
+    "PodTemplate": ("template", "spec"),
+    "ReplicationController": ("spec", "template", "spec"),
+    "Deployment": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, and of the same types all the way down (``True`` is not ``1``)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def value_at(obj: Any, path: Iterable[Any]) -> Any:
+    """The value at ``path`` in ``obj``, or None when the path is not there."""
+    current = obj
+    for part in path:
+        if isinstance(current, Mapping):
+            current = current.get(part)
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+            current = current[part]
+        else:
+            return None
+    return current
+
+
+def api_group(obj: Mapping[str, Any]) -> str | None:
+    """``apps`` for ``apps/v1``, ``""`` for ``v1``; None when the object does not say."""
+    api_version = obj.get("apiVersion")
+    if not isinstance(api_version, str) or not api_version:
+        return None
+    return api_version.rpartition("/")[0]
+
+
+def _always(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    return True
+
+
+def _equals(default: Any) -> Test:
+    def test(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+        return same(value, default)
+
+    return test
+
+
+# --- content tests
+
+
+def _observed_generations(obj: Mapping[str, Any]) -> Iterator[Any]:
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        return
+    if "observedGeneration" in status:
+        yield status["observedGeneration"]
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, Mapping) and "observedGeneration" in condition:
+            yield condition["observedGeneration"]
+
+
+def _generations_agree(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    """The status describes the current spec: then the counters say nothing more.
+
+    When they differ (a rollout the controller has not seen yet) they are kept,
+    because then they are the answer.
+    """
+    generation = value_at(obj, ("metadata", "generation"))
+    if type(generation) is not int:
+        return False
+    return all(same(observed, generation) for observed in _observed_generations(obj))
+
+
+def _is_observed_generation(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    return same(value, value_at(obj, ("metadata", "generation"))) and _generations_agree(
+        value, obj, path
+    )
+
+
+def _controller_prefix(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    """``generateName`` that is only the controlling owner's name plus ``-``."""
+    owners = value_at(obj, ("metadata", "ownerReferences"))
+    return isinstance(value, str) and any(
+        isinstance(owner, Mapping)
+        and owner.get("controller") is True
+        and isinstance(owner.get("name"), str)
+        and value == owner["name"] + "-"
+        for owner in (owners if isinstance(owners, list) else ())
+    )
+
+
+def _in_object_reference(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    """A ``uid``/``resourceVersion`` inside a reference to another object (kind + name)."""
+    parent = value_at(obj, path[:-1]) if len(path) >= 2 else None
+    return (
+        isinstance(parent, Mapping)
+        and isinstance(parent.get("kind"), str)
+        and isinstance(parent.get("name"), str)
+    )
+
+
+def _null(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    return value is None
+
+
+def _same_as_sibling(sibling: str) -> Test:
+    def test(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+        parent = value_at(obj, path[:-1])
+        return isinstance(parent, Mapping) and sibling in parent and same(value, parent[sibling])
+
+    return test
+
+
+def _one_item_copy_of(sibling: str, item: Callable[[Any], Any]) -> Test:
+    """``podIPs: [{ip: X}]`` next to ``podIP: X``: the list repeats the single value."""
+
+    def test(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+        parent = value_at(obj, path[:-1])
+        if not isinstance(parent, Mapping) or not isinstance(parent.get(sibling), str):
+            return False
+        return same(value, [item(parent[sibling])])
+
+    return test
+
+
+_DEFAULT_TOLERATION_KEYS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _is_default_toleration(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    """The two tolerations the DefaultTolerationSeconds admission plugin adds to every pod."""
+    return (
+        isinstance(value, Mapping)
+        and set(value) == {"key", "operator", "effect", "tolerationSeconds"}
+        and value["key"] in _DEFAULT_TOLERATION_KEYS
+        and value["operator"] == "Exists"
+        and value["effect"] == "NoExecute"
+        and same(value["tolerationSeconds"], 300)
+    )
+
+
+_TOKEN_SOURCES = [
+    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
     {
-        "kubectl.kubernetes.io/last-applied-configuration",
-        "deployment.kubernetes.io/revision",
-        "deployment.kubernetes.io/desired-replicas",
-        "deployment.kubernetes.io/max-replicas",
-    }
-)
-_NODE_STATUS_NOISE = frozenset({"images", "daemonEndpoints", "volumesAttached", "volumesInUse"})
-_SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-_DEFAULT_TOLERATION_KEYS = frozenset(
-    {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
-)
+        "downwardAPI": {
+            "items": [
+                {
+                    "path": "namespace",
+                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                }
+            ]
+        }
+    },
+]
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
-def _is_default(key: str, value: Any) -> bool:
-    if key not in _DEFAULTS:
+def is_token_volume(volume: Any) -> bool:
+    """Exactly the projected token volume the ServiceAccount admission plugin adds to pods."""
+    if not isinstance(volume, Mapping) or set(volume) != {"name", "projected"}:
         return False
-    default = _DEFAULTS[key]
-    return type(value) is type(default) and value == default  # True is not 0 here
+    name, projected = volume["name"], volume["projected"]
+    return (
+        isinstance(name, str)
+        and name.startswith("kube-api-access-")
+        and isinstance(projected, Mapping)
+        and set(projected) in ({"sources"}, {"sources", "defaultMode"})
+        and same(projected.get("defaultMode", 420), 420)
+        and same(projected["sources"], _TOKEN_SOURCES)
+    )
 
 
-def _is_noise_item(key: str, item: Any) -> bool:
-    """List items Kubernetes adds to every pod, which say nothing about the workload."""
-    if not isinstance(item, Mapping):
+def _is_token_mount(mount: Any, name: str, *, in_status: bool = False) -> bool:
+    """The read-only mount of the token volume at the service-account path, and nothing else."""
+    if not isinstance(mount, Mapping):
         return False
-    if key == "volumes":
-        return str(item.get("name", "")).startswith("kube-api-access-")
-    if key == "volumeMounts":
-        return item.get("mountPath") == _SERVICE_ACCOUNT_MOUNT
-    if key == "tolerations":
-        return (
-            item.get("key") in _DEFAULT_TOLERATION_KEYS
-            and item.get("effect") == "NoExecute"
-            and item.get("tolerationSeconds") == 300
-        )
-    return False
+    expected = {"name": name, "mountPath": SERVICE_ACCOUNT_MOUNT, "readOnly": True}
+    if in_status and "recursiveReadOnly" in mount:
+        expected["recursiveReadOnly"] = "Disabled"
+    return same(dict(mount), expected)
 
 
-def _compact(value: Any, key: str) -> Any:
-    """``value`` is found under ``key`` (list items under their list's key)."""
+def _token_volume_is_noise(pod_spec: Any, name: Any) -> bool:
+    """The pod's volume ``name`` is the standard token volume, mounted only the standard way."""
+    if not isinstance(pod_spec, Mapping) or not isinstance(name, str):
+        return False
+    volumes = pod_spec.get("volumes")
+    matching = [v for v in (volumes if isinstance(volumes, list) else ()) if _name(v) == name]
+    if len(matching) != 1 or not is_token_volume(matching[0]):
+        return False
+    for list_name in _CONTAINER_LISTS:
+        containers = pod_spec.get(list_name)
+        for container in containers if isinstance(containers, list) else ():
+            mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
+            for mount in mounts if isinstance(mounts, list) else ():
+                if _name(mount) == name and not _is_token_mount(mount, name):
+                    return False
+    return True
+
+
+def _name(item: Any) -> Any:
+    return item.get("name") if isinstance(item, Mapping) else None
+
+
+def _token_volume(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    return _token_volume_is_noise(value_at(obj, path[:-2]), _name(value))
+
+
+def _token_mount(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    name = _name(value)
+    return _is_token_mount(value, name) and _token_volume_is_noise(value_at(obj, path[:-4]), name)
+
+
+def _token_mount_in_status(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    name = _name(value)
+    return _is_token_mount(value, name, in_status=True) and _token_volume_is_noise(
+        obj.get("spec"), name
+    )
+
+
+def _non_empty_list(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    return isinstance(value, list) and bool(value)
+
+
+def _mapping(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
+    return isinstance(value, Mapping)
+
+
+# --- the list
+
+_CONTAINERS = "|".join(_CONTAINER_LISTS)
+_PROBES = "livenessProbe|readinessProbe|startupProbe"
+_CONTAINER_STATUSES = "containerStatuses|initContainerStatuses|ephemeralContainerStatuses"
+_DEFAULTED = "the API server's default"
+
+# Rules for any pod spec, relative to where the kind keeps it (POD_SPEC_PATHS).
+_POD_SPEC_RULES: tuple[tuple[tuple[str, ...], str, Test], ...] = (
+    (("schedulerName",), _DEFAULTED, _equals("default-scheduler")),
+    (("dnsPolicy",), _DEFAULTED, _equals("ClusterFirst")),
+    (("enableServiceLinks",), _DEFAULTED, _equals(True)),
+    (("preemptionPolicy",), _DEFAULTED, _equals("PreemptLowerPriority")),
+    (("priority",), "the priority of a pod with no priority class", _equals(0)),
+    (("terminationGracePeriodSeconds",), _DEFAULTED, _equals(30)),
+    (("securityContext",), "the API server fills in an empty one", _equals({})),
+    (
+        ("serviceAccount",),
+        "the deprecated copy of serviceAccountName",
+        _same_as_sibling("serviceAccountName"),
+    ),
+    (
+        ("tolerations", "*"),
+        "added to every pod by the DefaultTolerationSeconds admission plugin",
+        _is_default_toleration,
+    ),
+    (
+        ("volumes", "*"),
+        "the service-account token volume added to every pod (recognised by its content)",
+        _token_volume,
+    ),
+    (
+        (_CONTAINERS, "*", "volumeMounts", "*"),
+        "the standard mount of that token volume",
+        _token_mount,
+    ),
+    ((_CONTAINERS, "*", "terminationMessagePath"), _DEFAULTED, _equals("/dev/termination-log")),
+    ((_CONTAINERS, "*", "terminationMessagePolicy"), _DEFAULTED, _equals("File")),
+    ((_CONTAINERS, "*", "resources"), "no requests or limits, written as {}", _equals({})),
+    ((_CONTAINERS, "*", "ports", "*", "protocol"), _DEFAULTED, _equals("TCP")),
+    ((_CONTAINERS, "*", _PROBES, "failureThreshold"), _DEFAULTED, _equals(3)),
+    ((_CONTAINERS, "*", _PROBES, "successThreshold"), _DEFAULTED, _equals(1)),
+    ((_CONTAINERS, "*", _PROBES, "timeoutSeconds"), _DEFAULTED, _equals(1)),
+    ((_CONTAINERS, "*", _PROBES, "periodSeconds"), _DEFAULTED, _equals(10)),
+    ((_CONTAINERS, "*", _PROBES, "httpGet", "scheme"), _DEFAULTED, _equals("HTTP")),
+)
+
+
+def _rule(
+    pattern: tuple[str, ...],
+    why: str,
+    test: Test = _always,
+    kinds: Iterable[str] = (),
+    abbreviate: Callable[[Any], str] | None = None,
+) -> Rule:
+    return Rule(pattern, why, test, frozenset(kinds), abbreviate)
+
+
+def _cached_images(images: Any) -> str:
+    return f"(omitted: {len(images)} container images cached on this node)"
+
+
+DROP_RULES: tuple[Rule, ...] = (
+    # bookkeeping of every object
+    _rule(("metadata", "managedFields"), "which client wrote which field: bookkeeping"),
+    _rule(("metadata", "uid"), "the object's identity: bookkeeping"),
+    _rule(("metadata", "resourceVersion"), "the storage version: bookkeeping"),
+    _rule(("metadata", "selfLink"), "the object's own URL: bookkeeping"),
+    _rule(
+        ("metadata", "annotations", "kubectl.kubernetes.io/last-applied-configuration"),
+        "a copy of the object as last applied",
+    ),
+    _rule(
+        ("metadata", "labels|annotations"),
+        "an empty map, which the API server never stores (absent and empty are the same)",
+        _equals({}),
+    ),
+    _rule(
+        ("metadata", "generation"),
+        "a change counter, dropped only when the status has seen the current one",
+        _generations_agree,
+    ),
+    _rule(
+        ("status", "observedGeneration"),
+        "equal to metadata.generation",
+        _is_observed_generation,
+    ),
+    _rule(
+        ("status", "conditions", "*", "observedGeneration"),
+        "equal to metadata.generation",
+        _is_observed_generation,
+    ),
+    _rule(
+        ("metadata", "generateName"),
+        "the controlling owner's name plus '-'",
+        _controller_prefix,
+    ),
+    _rule(
+        ("metadata", "ownerReferences", "*", "blockOwnerDeletion"),
+        "a hint to the garbage collector, not state of the object",
+    ),
+    _rule(
+        ("**", "uid|resourceVersion"),
+        "the identity and storage version of a referenced object: bookkeeping",
+        _in_object_reference,
+    ),
+    _rule(
+        ("**", "metadata", "creationTimestamp"),
+        "an unset timestamp, written as null in templates",
+        _null,
+    ),
+    _rule(
+        ("status", "conditions", "*", "lastProbeTime|lastHeartbeatTime|lastUpdateTime"),
+        "when the condition was last checked, not when it changed (lastTransitionTime stays)",
+    ),
+    # pods
+    *(
+        _rule((*where, *pattern), why, test, kinds=[kind])
+        for kind, where in POD_SPEC_PATHS.items()
+        for pattern, why, test in _POD_SPEC_RULES
+    ),
+    _rule(
+        ("status", "podIPs"),
+        "repeats podIP",
+        _one_item_copy_of("podIP", lambda ip: {"ip": ip}),
+        kinds=["Pod"],
+    ),
+    _rule(
+        ("status", "hostIPs"),
+        "repeats hostIP",
+        _one_item_copy_of("hostIP", lambda ip: {"ip": ip}),
+        kinds=["Pod"],
+    ),
+    _rule(
+        ("status", _CONTAINER_STATUSES, "*", "containerID"),
+        "the container runtime's id: bookkeeping",
+        kinds=["Pod"],
+    ),
+    _rule(
+        ("status", _CONTAINER_STATUSES, "*", "volumeMounts", "*"),
+        "the standard mount of the service-account token volume",
+        _token_mount_in_status,
+        kinds=["Pod"],
+    ),
+    # workloads
+    _rule(
+        ("metadata", "annotations", "deployment.kubernetes.io/desired-replicas"),
+        "the Deployment's replicas, copied by its controller",
+        kinds=["ReplicaSet"],
+    ),
+    _rule(
+        ("metadata", "annotations", "deployment.kubernetes.io/max-replicas"),
+        "derived from the Deployment's replicas and maxSurge by its controller",
+        kinds=["ReplicaSet"],
+    ),
+    _rule(("spec", "progressDeadlineSeconds"), _DEFAULTED, _equals(600), kinds=["Deployment"]),
+    _rule(
+        ("spec", "revisionHistoryLimit"),
+        _DEFAULTED,
+        _equals(10),
+        kinds=["Deployment", "StatefulSet", "DaemonSet"],
+    ),
+    # services and traffic
+    _rule(("spec", "sessionAffinity"), _DEFAULTED, _equals("None"), kinds=["Service"]),
+    _rule(("spec", "internalTrafficPolicy"), _DEFAULTED, _equals("Cluster"), kinds=["Service"]),
+    _rule(("spec", "ipFamilyPolicy"), _DEFAULTED, _equals("SingleStack"), kinds=["Service"]),
+    _rule(
+        ("spec", "clusterIPs"),
+        "repeats clusterIP",
+        _one_item_copy_of("clusterIP", str),
+        kinds=["Service"],
+    ),
+    _rule(("spec", "ports", "*", "protocol"), _DEFAULTED, _equals("TCP"), kinds=["Service"]),
+    _rule(
+        ("status", "loadBalancer"),
+        "no load balancer, written as {}",
+        _equals({}),
+        kinds=["Service"],
+    ),
+    _rule(
+        ("spec", "ingress|egress", "*", "ports", "*", "protocol"),
+        _DEFAULTED,
+        _equals("TCP"),
+        kinds=["NetworkPolicy"],
+    ),
+    _rule(
+        ("subsets", "*", "ports", "*", "protocol"), _DEFAULTED, _equals("TCP"), kinds=["Endpoints"]
+    ),
+    _rule(("ports", "*", "protocol"), _DEFAULTED, _equals("TCP"), kinds=["EndpointSlice"]),
+    # nodes and CRDs: abbreviated in place, not dropped
+    _rule(
+        ("status", "images"),
+        "the node's image cache: long, and not the state of any workload",
+        _non_empty_list,
+        kinds=["Node"],
+        abbreviate=_cached_images,
+    ),
+    _rule(
+        ("status", "nodeInfo", "bootID|machineID|systemUUID"),
+        "the machine's identity: bookkeeping",
+        kinds=["Node"],
+    ),
+    _rule(
+        ("spec", "versions", "*", "schema"),
+        "the schema: the explain tool shows it field by field",
+        _mapping,
+        kinds=["CustomResourceDefinition"],
+        abbreviate=lambda schema: OMITTED_SCHEMA,
+    ),
+    _rule(
+        ("spec", "validation"),
+        "the schema: the explain tool shows it field by field",
+        _mapping,
+        kinds=["CustomResourceDefinition"],
+        abbreviate=lambda schema: OMITTED_SCHEMA,
+    ),
+)
+
+
+# ---------------------------------------------------------------------- matching
+
+_Step = frozenset[str] | str  # alternatives, or "*" / "**"
+
+
+def _compile(pattern: tuple[str, ...]) -> tuple[_Step, ...]:
+    return tuple(step if step in ("*", "**") else frozenset(step.split("|")) for step in pattern)
+
+
+def _matches(steps: tuple[_Step, ...], path: Path) -> bool:
+    if not steps:
+        return not path
+    head, rest = steps[0], steps[1:]
+    if head == "**":
+        return any(_matches(rest, path[start:]) for start in range(len(path) + 1))
+    if not path:
+        return False
+    if head == "*":
+        ok = isinstance(path[0], int) and not isinstance(path[0], bool)
+    else:
+        ok = isinstance(path[0], str) and path[0] in head
+    return ok and _matches(rest, path[1:])
+
+
+class _RuleIndex:
+    """The rules for one kind, indexed by the last step of their pattern (keeps walks cheap)."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self._by_key: dict[str, list[tuple[tuple[_Step, ...], Rule]]] = {}
+        self._by_list: dict[str, list[tuple[tuple[_Step, ...], Rule]]] = {}
+        for rule in rules:
+            steps = _compile(rule.pattern)
+            last = steps[-1]
+            if last == "**" or (last == "*" and (len(steps) < 2 or steps[-2] in ("*", "**"))):
+                raise ValueError(f"rule pattern {rule.pattern} must end in a key or key.*")
+            if last == "*":
+                for key in steps[-2]:
+                    self._by_list.setdefault(key, []).append((steps, rule))
+            else:
+                for key in last:
+                    self._by_key.setdefault(key, []).append((steps, rule))
+
+    def rule_for(self, value: Any, obj: Mapping[str, Any], path: Path) -> Rule | None:
+        last = path[-1]
+        if isinstance(last, int) and not isinstance(last, bool):
+            parent = path[-2] if len(path) >= 2 else None
+            candidates = self._by_list.get(parent, ()) if isinstance(parent, str) else ()
+        else:
+            candidates = self._by_key.get(last, ()) if isinstance(last, str) else ()
+        for steps, rule in candidates:
+            if _matches(steps, path) and rule.test(value, obj, path):
+                return rule
+        return None
+
+
+@lru_cache(maxsize=256)
+def _index_for(kind: str | None, group: str | None) -> _RuleIndex:
+    return _RuleIndex(rule for rule in DROP_RULES if rule.applies_to(kind, group))
+
+
+# ---------------------------------------------------------------------- compaction
+
+_EMPTIED = object()  # a mapping or list the rules emptied: left out
+
+
+def _walk(value: Any, path: Path, obj: Mapping[str, Any], index: _RuleIndex) -> Any:
     if isinstance(value, Mapping):
-        result: dict[str, Any] = {}
-        for child_key, child in value.items():
-            if child_key in _NOISE_KEYS and (child_key != "generation" or key == "metadata"):
-                continue
-            if child_key == "controller" and key == "ownerReferences":
-                continue
-            if child_key == "annotations" and isinstance(child, Mapping):
-                child = {k: v for k, v in child.items() if k not in _NOISE_ANNOTATIONS}
-            if _is_default(child_key, child):
-                continue
-            if child_key == "serviceAccount" and child == value.get("serviceAccountName"):
-                continue
-            compacted = _compact(child, child_key)
-            if (
-                compacted is None
-                or compacted == []
-                or (compacted == {} and child_key not in _MEANINGFUL_WHEN_EMPTY)
-            ):
-                continue
-            result[child_key] = compacted
-        return result
+        kept: dict[Any, Any] = {}
+        for key, child in value.items():
+            result = _child(child, (*path, key), obj, index)
+            if result is not _EMPTIED:
+                kept[key] = result
+        return _EMPTIED if value and not kept else kept
     if isinstance(value, list):
-        items = [_compact(item, key) for item in value if not _is_noise_item(key, item)]
-        return [item for item in items if item not in (None, {}, [])]
+        items = [_child(item, (*path, position), obj, index) for position, item in enumerate(value)]
+        kept_items = [item for item in items if item is not _EMPTIED]
+        return _EMPTIED if value and not kept_items else kept_items
     return value
+
+
+def _child(value: Any, path: Path, obj: Mapping[str, Any], index: _RuleIndex) -> Any:
+    rule = index.rule_for(value, obj, path)
+    if rule is None:
+        return _walk(value, path, obj, index)
+    return _EMPTIED if rule.abbreviate is None else rule.abbreviate(value)
+
+
+_CONDITION_KEYS = frozenset({"type", "status", "lastTransitionTime", "reason", "message"})
+_CONDITION_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+_CONDITION_STATUS = re.compile(r"[A-Za-z0-9._-]+")
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})")
+_REASON = re.compile(r"[^()]+")
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def _fits_one_line(condition: Mapping[str, Any]) -> bool:
+    """Only conditions whose line can be read back exactly become one (see condition_line)."""
+    if not (set(condition) <= _CONDITION_KEYS and {"type", "status"} <= set(condition)):
+        return False
+    values = list(condition.values())
+    if not all(type(value) is str and not _LINE_BREAKS & set(value) for value in values):
+        return False
+    message = condition.get("message")
+    return (
+        _CONDITION_TYPE.fullmatch(condition["type"]) is not None
+        and _CONDITION_STATUS.fullmatch(condition["status"]) is not None
+        and (
+            "lastTransitionTime" not in condition
+            or bool(_TIMESTAMP.fullmatch(condition["lastTransitionTime"]))
+        )
+        and ("reason" not in condition or bool(_REASON.fullmatch(condition["reason"])))
+        and message != ""
+    )
 
 
 def condition_line(condition: Mapping[str, Any]) -> str:
     """``Ready=False since 2026-03-10T08:41:07Z (ContainersNotReady): containers ...``.
 
     A condition is five or six YAML lines; as one line it reads the same to the
-    model for a fraction of the tokens.
+    model for a fraction of the tokens. The message is kept verbatim.
     """
-    line = f"{condition.get('type')}={condition.get('status')}"
-    if since := condition.get("lastTransitionTime"):
-        line += f" since {since}"
-    if reason := condition.get("reason"):
-        line += f" ({reason})"
-    if message := condition.get("message"):
-        line += f": {' '.join(str(message).split())}"
+    line = f"{condition['type']}={condition['status']}"
+    if "lastTransitionTime" in condition:
+        line += f" since {condition['lastTransitionTime']}"
+    if "reason" in condition:
+        line += f" ({condition['reason']})"
+    if "message" in condition:
+        line += f": {condition['message']}"
     return line
 
 
 def compact_object(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A new, shorter copy of ``obj`` with the same meaning for a predicate."""
-    result = _compact(obj, "")
+    """A new copy of ``obj`` without what :data:`DROP_RULES` names; everything else as it was."""
     kind = obj.get("kind")
+    index = _index_for(kind if isinstance(kind, str) else None, api_group(obj))
+    result = _walk(obj, (), obj, index)
+    if result is _EMPTIED:
+        return {}
     status = result.get("status")
     if isinstance(status, dict) and isinstance(status.get("conditions"), list):
         status["conditions"] = [
-            condition_line(c) if isinstance(c, Mapping) and "type" in c else c
+            condition_line(c) if isinstance(c, dict) and _fits_one_line(c) else c
             for c in status["conditions"]
         ]
-    if isinstance(status, dict):  # single-stack pods repeat their IPs as one-item lists
-        for single, plural in (("podIP", "podIPs"), ("hostIP", "hostIPs")):
-            if status.get(plural) == [{"ip": status.get(single)}]:
-                del status[plural]
-    if kind == "Node" and isinstance(status, dict):
-        for key in _NODE_STATUS_NOISE:
-            status.pop(key, None)
-    if kind == "CustomResourceDefinition":
-        for version in (result.get("spec") or {}).get("versions") or []:
-            if isinstance(version, dict) and "schema" in version:
-                version["schema"] = "(omitted; use explain for the fields)"
     return dict(result)
 
 
 def render_object(obj: Mapping[str, Any]) -> str:
-    """One object as compact YAML, in the API's own key order."""
-    return yaml.dump(
-        compact_object(obj),
-        Dumper=_YamlDumper,
-        sort_keys=False,
-        default_flow_style=False,
-        allow_unicode=True,
-        width=120,
-    )
-
-
-# ---------------------------------------------------------------------- size caps
-
-
-def cap_text(text: str, limit: int, *, keep: str = "head") -> tuple[str, bool]:
-    """Cut ``text`` to about ``limit`` chars on a line boundary, saying how much was cut.
-
-    ``keep="tail"`` keeps the end (logs: the newest lines matter most).
-    """
-    if len(text) <= limit:
-        return text, False
-    budget = max(limit - 80, limit // 2)  # room for the marker
-    if keep == "tail":
-        kept = text[-budget:]
-        newline = kept.find("\n")
-        if 0 <= newline < len(kept) - 1:
-            kept = kept[newline + 1 :]
-        omitted = len(text) - len(kept)
-        return f"... truncated, {omitted} earlier chars not shown\n{kept}", True
-    kept = text[:budget]
-    newline = kept.rfind("\n")
-    if newline > 0:
-        kept = kept[: newline + 1]
-    omitted = len(text) - len(kept)
-    return f"{kept.rstrip()}\n... truncated, {omitted} more chars not shown", True
-
-
-# ---------------------------------------------------------------------- tables
-
-Cell = Callable[[Mapping[str, Any]], Any]
-Column = tuple[str, Cell]
-_CELL_WIDTH = 100
-_WIDE_CELLS = {"MESSAGE": 160, "IMAGES": 240}
-_SEPARATOR = "  "
-
-
-def _get(obj: Mapping[str, Any], *path: str | int) -> Any:
-    current: Any = obj
-    for part in path:
-        if isinstance(part, int):
-            current = current[part] if isinstance(current, list) and len(current) > part else None
-        elif isinstance(current, Mapping):
-            current = current.get(part)
-        else:
-            return None
-        if current is None:
-            return None
-    return current
-
-
-def _num(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _containers(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    spec = _get(obj, "spec", "template", "spec") or _get(
-        obj, "spec", "jobTemplate", "spec", "template", "spec"
-    )
-    return list((spec or obj.get("spec") or {}).get("containers") or [])
-
-
-def _images(obj: Mapping[str, Any]) -> str:
-    return ",".join(str(c.get("image", "")) for c in _containers(obj))
-
-
-def _pod_ready(pod: Mapping[str, Any]) -> str:
-    statuses = _get(pod, "status", "containerStatuses") or []
-    total = len(_get(pod, "spec", "containers") or []) or len(statuses)
-    return f"{sum(1 for s in statuses if s.get('ready'))}/{total}"
-
-
-def pod_status(pod: Mapping[str, Any]) -> str:
-    """The STATUS column as kubectl computes it (CrashLoopBackOff, Init:..., Terminating)."""
-    status = pod.get("status") or {}
-    reason = str(status.get("reason") or status.get("phase") or "Unknown")
-    for init in status.get("initContainerStatuses") or []:
-        state = init.get("state") or {}
-        if (state.get("terminated") or {}).get("exitCode") == 0:
-            continue
-        waiting = (state.get("waiting") or {}).get("reason")
-        if waiting and waiting != "PodInitializing":
-            return f"Init:{waiting}"
-        if "terminated" in state or "waiting" in state or "running" in state:
-            return "Init:" + str((state.get("terminated") or {}).get("reason") or "Running")
-    for container in reversed(status.get("containerStatuses") or []):
-        state = container.get("state") or {}
-        if waiting := (state.get("waiting") or {}).get("reason"):
-            reason = str(waiting)
-        elif terminated := state.get("terminated"):
-            reason = str(terminated.get("reason") or f"ExitCode:{terminated.get('exitCode')}")
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        reason = "Terminating"
-    return reason
-
-
-def _restarts(pod: Mapping[str, Any]) -> int:
-    return sum(_num(s.get("restartCount")) for s in _get(pod, "status", "containerStatuses") or [])
-
-
-def _condition(obj: Mapping[str, Any], condition: str) -> str:
-    for item in _get(obj, "status", "conditions") or []:
-        if isinstance(item, Mapping) and item.get("type") == condition:
-            return str(item.get("status", ""))
-    return ""
-
-
-def _generic_status(obj: Mapping[str, Any]) -> str:
-    if phase := _get(obj, "status", "phase"):
-        return str(phase)
-    ready = _condition(obj, "Ready")
-    return f"Ready={ready}" if ready else ""
-
-
-def _ports(service: Mapping[str, Any]) -> str:
-    ports = []
-    for port in _get(service, "spec", "ports") or []:
-        text = str(port.get("port", ""))
-        if node_port := port.get("nodePort"):
-            text += f":{node_port}"
-        ports.append(f"{text}/{port.get('protocol', 'TCP')}")
-    return ",".join(ports)
-
-
-def _external_ip(service: Mapping[str, Any]) -> str:
-    ingress = _get(service, "status", "loadBalancer", "ingress") or []
-    found = [str(i.get("ip") or i.get("hostname") or "") for i in ingress]
-    found += [str(ip) for ip in _get(service, "spec", "externalIPs") or []]
-    return ",".join(f for f in found if f) or (
-        "<pending>" if _get(service, "spec", "type") == "LoadBalancer" else "<none>"
-    )
-
-
-def _node_roles(node: Mapping[str, Any]) -> str:
-    prefix = "node-role.kubernetes.io/"
-    labels = _get(node, "metadata", "labels") or {}
-    return ",".join(sorted(k[len(prefix) :] for k in labels if k.startswith(prefix))) or "<none>"
-
-
-def _node_status(node: Mapping[str, Any]) -> str:
-    ready = _condition(node, "Ready")
-    text = "Ready" if ready == "True" else "NotReady" if ready else "Unknown"
-    if _get(node, "spec", "unschedulable"):
-        text += ",SchedulingDisabled"
+    """One object as compact YAML (``key: value`` lines), in the API's own key order."""
+    compact = compact_object(obj)
+    text = _dump(compact, _YamlDumper)
+    if "\\U" in text and _YamlDumper is not _PythonDumper:
+        # libyaml escapes characters beyond the BMP (emoji) as \UXXXXXXXX; the pure
+        # Python dumper writes them as they are, so the model reads the real text.
+        text = _dump(compact, _PythonDumper)
     return text
 
 
-def _node_ip(node: Mapping[str, Any]) -> str:
-    for address in _get(node, "status", "addresses") or []:
-        if address.get("type") == "InternalIP":
-            return str(address.get("address", ""))
-    return ""
-
-
-def _event_object(event: Mapping[str, Any]) -> str:
-    involved = event.get("involvedObject") or event.get("regarding") or {}
-    return f"{involved.get('kind', '')}/{involved.get('name', '')}"
-
-
-def _event_time(event: Mapping[str, Any]) -> str:
-    return str(
-        event.get("lastTimestamp")
-        or _get(event, "series", "lastObservedTime")
-        or event.get("eventTime")
-        or event.get("firstTimestamp")
-        or ""
+def _dump(data: Any, dumper: Any) -> str:
+    return yaml.dump(
+        data,
+        Dumper=dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=_NO_WRAP,
     )
-
-
-def _ingress_hosts(ingress: Mapping[str, Any]) -> str:
-    return ",".join(str(r.get("host", "*")) for r in _get(ingress, "spec", "rules") or []) or "*"
-
-
-def _ingress_address(ingress: Mapping[str, Any]) -> str:
-    entries = _get(ingress, "status", "loadBalancer", "ingress") or []
-    return ",".join(str(e.get("ip") or e.get("hostname") or "") for e in entries)
-
-
-def _ingress_tls(ingress: Mapping[str, Any]) -> str:
-    return ",".join(str(t.get("secretName", "")) for t in _get(ingress, "spec", "tls") or [])
-
-
-def _fraction(
-    obj: Mapping[str, Any], numerator: tuple[str, ...], denominator: tuple[str, ...]
-) -> str:
-    return f"{_num(_get(obj, *numerator))}/{_num(_get(obj, *denominator))}"
-
-
-KIND_COLUMNS: dict[str, list[Column]] = {
-    "Pod": [
-        ("READY", _pod_ready),
-        ("STATUS", pod_status),
-        ("RESTARTS", _restarts),
-        ("NODE", lambda o: _get(o, "spec", "nodeName")),
-        ("IMAGES", _images),
-    ],
-    "Deployment": [
-        ("READY", lambda o: _fraction(o, ("status", "readyReplicas"), ("spec", "replicas"))),
-        ("UP-TO-DATE", lambda o: _num(_get(o, "status", "updatedReplicas"))),
-        ("AVAILABLE", lambda o: _num(_get(o, "status", "availableReplicas"))),
-        ("IMAGES", _images),
-    ],
-    "StatefulSet": [
-        ("READY", lambda o: _fraction(o, ("status", "readyReplicas"), ("spec", "replicas"))),
-        ("IMAGES", _images),
-    ],
-    "DaemonSet": [
-        ("DESIRED", lambda o: _num(_get(o, "status", "desiredNumberScheduled"))),
-        ("CURRENT", lambda o: _num(_get(o, "status", "currentNumberScheduled"))),
-        ("READY", lambda o: _num(_get(o, "status", "numberReady"))),
-        ("UP-TO-DATE", lambda o: _num(_get(o, "status", "updatedNumberScheduled"))),
-        ("AVAILABLE", lambda o: _num(_get(o, "status", "numberAvailable"))),
-        ("IMAGES", _images),
-    ],
-    "ReplicaSet": [
-        ("DESIRED", lambda o: _num(_get(o, "spec", "replicas"))),
-        ("CURRENT", lambda o: _num(_get(o, "status", "replicas"))),
-        ("READY", lambda o: _num(_get(o, "status", "readyReplicas"))),
-        ("IMAGES", _images),
-    ],
-    "Job": [
-        ("COMPLETIONS", lambda o: _fraction(o, ("status", "succeeded"), ("spec", "completions"))),
-        ("FAILED", lambda o: _num(_get(o, "status", "failed"))),
-    ],
-    "CronJob": [
-        ("SCHEDULE", lambda o: _get(o, "spec", "schedule")),
-        ("SUSPEND", lambda o: str(bool(_get(o, "spec", "suspend")))),
-        ("ACTIVE", lambda o: len(_get(o, "status", "active") or [])),
-        ("LAST-SCHEDULE", lambda o: _get(o, "status", "lastScheduleTime")),
-    ],
-    "Service": [
-        ("TYPE", lambda o: _get(o, "spec", "type") or "ClusterIP"),
-        ("CLUSTER-IP", lambda o: _get(o, "spec", "clusterIP")),
-        ("EXTERNAL-IP", _external_ip),
-        ("PORTS", _ports),
-    ],
-    "Ingress": [
-        ("CLASS", lambda o: _get(o, "spec", "ingressClassName")),
-        ("HOSTS", _ingress_hosts),
-        ("ADDRESS", _ingress_address),
-        ("TLS-SECRETS", _ingress_tls),
-    ],
-    "IngressClass": [("CONTROLLER", lambda o: _get(o, "spec", "controller"))],
-    "Node": [
-        ("STATUS", _node_status),
-        ("ROLES", _node_roles),
-        ("VERSION", lambda o: _get(o, "status", "nodeInfo", "kubeletVersion")),
-        ("INTERNAL-IP", _node_ip),
-    ],
-    "Namespace": [("STATUS", lambda o: _get(o, "status", "phase"))],
-    "ConfigMap": [("DATA", lambda o: len(o.get("data") or {}) + len(o.get("binaryData") or {}))],
-    "Secret": [
-        ("TYPE", lambda o: o.get("type")),
-        ("DATA", lambda o: len(o.get("data") or {}) + len(o.get("stringData") or {})),
-    ],
-    "PersistentVolumeClaim": [
-        ("STATUS", lambda o: _get(o, "status", "phase")),
-        ("VOLUME", lambda o: _get(o, "spec", "volumeName")),
-        ("CAPACITY", lambda o: _get(o, "status", "capacity", "storage")),
-        ("STORAGECLASS", lambda o: _get(o, "spec", "storageClassName")),
-    ],
-    "PersistentVolume": [
-        ("CAPACITY", lambda o: _get(o, "spec", "capacity", "storage")),
-        ("STATUS", lambda o: _get(o, "status", "phase")),
-        (
-            "CLAIM",
-            lambda o: "/".join(
-                filter(
-                    None,
-                    (_get(o, "spec", "claimRef", "namespace"), _get(o, "spec", "claimRef", "name")),
-                )
-            ),
-        ),
-        ("STORAGECLASS", lambda o: _get(o, "spec", "storageClassName")),
-    ],
-    "StorageClass": [("PROVISIONER", lambda o: o.get("provisioner"))],
-    "HorizontalPodAutoscaler": [
-        (
-            "REFERENCE",
-            lambda o: "/".join(
-                str(_get(o, "spec", "scaleTargetRef", part)) for part in ("kind", "name")
-            ),
-        ),
-        ("MIN", lambda o: _get(o, "spec", "minReplicas")),
-        ("MAX", lambda o: _get(o, "spec", "maxReplicas")),
-        ("REPLICAS", lambda o: _num(_get(o, "status", "currentReplicas"))),
-    ],
-    "PodDisruptionBudget": [
-        ("MIN-AVAILABLE", lambda o: _get(o, "spec", "minAvailable")),
-        ("MAX-UNAVAILABLE", lambda o: _get(o, "spec", "maxUnavailable")),
-        ("ALLOWED-DISRUPTIONS", lambda o: _num(_get(o, "status", "disruptionsAllowed"))),
-    ],
-    "CustomResourceDefinition": [
-        ("KIND", lambda o: _get(o, "spec", "names", "kind")),
-        ("SCOPE", lambda o: _get(o, "spec", "scope")),
-        (
-            "VERSIONS",
-            lambda o: ",".join(str(v.get("name")) for v in _get(o, "spec", "versions") or []),
-        ),
-    ],
-    "Event": [
-        ("LAST-SEEN", _event_time),
-        ("TYPE", lambda o: o.get("type")),
-        ("REASON", lambda o: o.get("reason")),
-        ("OBJECT", _event_object),
-        ("COUNT", lambda o: o.get("count") or _get(o, "series", "count") or 1),
-        ("MESSAGE", lambda o: o.get("message") or o.get("note")),
-    ],
-}
-_GENERIC_COLUMNS: list[Column] = [("STATUS", _generic_status)]
-# Kinds whose names are generated hashes: the OBJECT column identifies them better.
-_UNNAMED_KINDS = frozenset({"Event"})
-
-# A small JSONPath subset, enough for CRD additionalPrinterColumns:
-# .a.b, [0], [*], [?(@.type=="Ready")]
-_JSONPATH_TOKEN = re.compile(
-    r"\.(?P<field>[A-Za-z0-9_\-]+)|\[(?P<index>\d+|\*)\]"
-    r"|\[\?\(@\.(?P<fkey>[A-Za-z0-9_\-]+)\s*==\s*[\"'](?P<fvalue>[^\"']*)[\"']\)\]"
-)
-
-
-def jsonpath_values(obj: Any, path: str) -> list[Any]:
-    """Evaluate a printer-column JSONPath; unknown syntax yields no values."""
-    current = [obj]
-    position = 0
-    while position < len(path):
-        match = _JSONPATH_TOKEN.match(path, position)
-        if not match:
-            return []
-        position = match.end()
-        following: list[Any] = []
-        for item in current:
-            if match["field"] is not None and isinstance(item, Mapping):
-                if match["field"] in item:
-                    following.append(item[match["field"]])
-            elif match["index"] is not None and isinstance(item, list):
-                if match["index"] == "*":
-                    following.extend(item)
-                elif int(match["index"]) < len(item):
-                    following.append(item[int(match["index"])])
-            elif match["fkey"] is not None and isinstance(item, list):
-                following.extend(
-                    e
-                    for e in item
-                    if isinstance(e, Mapping) and str(e.get(match["fkey"])) == match["fvalue"]
-                )
-        current = following
-    return current
-
-
-def printer_columns(crd: Mapping[str, Any], version: str | None = None) -> list[Column]:
-    """Columns a CRD declares for ``kubectl get`` (minus ages, which depend on "now")."""
-    versions = _get(crd, "spec", "versions") or []
-    chosen = next((v for v in versions if v.get("name") == version), None) or next(
-        (v for v in versions if v.get("storage")), versions[0] if versions else {}
-    )
-    declared = (
-        chosen.get("additionalPrinterColumns")
-        or _get(crd, "spec", "additionalPrinterColumns")
-        or []
-    )
-    columns: list[Column] = []
-    for column in declared:
-        path = column.get("jsonPath") or column.get("JSONPath")
-        if not path or column.get("type") == "date" or _num(column.get("priority")) > 0:
-            continue
-
-        def cell(obj: Mapping[str, Any], path: str = str(path)) -> str:
-            return ",".join(str(v) for v in jsonpath_values(obj, path) if v is not None)
-
-        columns.append((str(column.get("name", path)).upper().replace(" ", "-"), cell))
-    return columns
-
-
-def _clean_cell(value: Any, width: int) -> str:
-    if value is None:
-        return ""
-    text = " ".join(str(value).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def format_table(
-    headers: list[str], rows: list[list[str]], *, keep_empty: set[str] | None = None
-) -> list[str]:
-    """Aligned lines, kubectl style; columns empty in every row are left out."""
-    keep = [
-        i
-        for i, header in enumerate(headers)
-        if header in (keep_empty or set()) or any(row[i] for row in rows)
-    ]
-    widths = {i: max(len(row[i]) for row in [headers, *rows]) for i in keep}
-    return [
-        _SEPARATOR.join(row[i].ljust(widths[i]) for i in keep).rstrip() for row in [headers, *rows]
-    ]
-
-
-@dataclass(frozen=True)
-class RenderedTable:
-    text: str
-    shown: int
-    total: int
-
-    @property
-    def truncated(self) -> bool:
-        return self.shown < self.total
-
-
-def render_table(
-    objects: Iterable[Mapping[str, Any]],
-    kind: str,
-    *,
-    limit_chars: int,
-    with_namespace: bool,
-    columns: list[Column] | None = None,
-    footer: Callable[[int], str] | None = None,
-) -> RenderedTable:
-    """A kubectl-like table of ``objects``, streamed: rows until the cap, then counting only.
-
-    ``footer(total)`` supplies the closing line (count and drill-down hint); an
-    explicit truncation marker is added when rows were left out.
-    """
-    chosen = columns if columns is not None else KIND_COLUMNS.get(kind, _GENERIC_COLUMNS)
-    all_columns: list[Column] = []
-    if kind not in _UNNAMED_KINDS:
-        all_columns.append(("NAME", lambda o: _get(o, "metadata", "name")))
-    if with_namespace:
-        all_columns.insert(0, ("NAMESPACE", lambda o: _get(o, "metadata", "namespace")))
-    all_columns.extend(chosen)
-    headers = [header for header, _ in all_columns]
-    widths = [len(header) for header in headers]
-    rows: list[list[str]] = []
-    total = 0
-    budget = limit_chars - 200  # room for the footer and the truncation marker
-    full = False
-    for obj in objects:
-        total += 1
-        if full:
-            continue
-        row = []
-        for header, cell in all_columns:
-            try:
-                value = cell(obj)
-            except Exception:  # a malformed object gets "?" rather than hiding the table
-                value = "?"
-            row.append(_clean_cell(value, _WIDE_CELLS.get(header, _CELL_WIDTH)))
-        new_widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-        line_width = sum(new_widths) + len(_SEPARATOR) * (len(new_widths) - 1) + 1
-        if rows and (len(rows) + 2) * line_width > budget:
-            full = True
-            continue
-        rows.append(row)
-        widths = new_widths
-
-    lines = format_table(headers, rows, keep_empty={"NAME", "NAMESPACE"}) if rows else []
-    if len(rows) < total:
-        lines.append(
-            f"... truncated, {total - len(rows)} more rows not shown ({total} in all); "
-            "narrow with namespace, label_selector or field_selector"
-        )
-    if footer is not None:
-        lines.append(footer(total))
-    return RenderedTable("\n".join(lines), len(rows), total)
-
-
-# ---------------------------------------------------------------------- explain
-
-
-def _type_name(schema: Mapping[str, Any]) -> str:
-    kind = schema.get("type")
-    if kind == "array":
-        items = schema.get("items")
-        return "[]" + (_type_name(items) if isinstance(items, Mapping) else "Object")
-    if kind == "object" or (kind is None and "properties" in schema):
-        return (
-            "map[string]" + _type_name(schema["additionalProperties"])
-            if isinstance(schema.get("additionalProperties"), Mapping)
-            and "properties" not in schema
-            else "Object"
-        )
-    if schema.get("x-kubernetes-int-or-string"):
-        return "int-or-string"
-    return str(kind or "Object")
-
-
-def render_schema(
-    kind: str, api_version: str, field_path: str | None, schema: Mapping[str, Any]
-) -> str:
-    """``kubectl explain``-style text for an OpenAPI v3 (sub-)schema."""
-    lines = [f"KIND:     {kind}", f"VERSION:  {api_version}"]
-    if field_path:
-        lines.append(f"FIELD:    {field_path} <{_type_name(schema)}>")
-    if description := schema.get("description"):
-        lines += ["", "DESCRIPTION:", f"  {' '.join(str(description).split())}"]
-    if enum := schema.get("enum"):
-        lines.append(f"  allowed values: {', '.join(map(str, enum))}")
-    node = schema
-    while node.get("type") == "array" and isinstance(node.get("items"), Mapping):
-        node = node["items"]
-    properties = node.get("properties") or {}
-    if properties:
-        required = set(node.get("required") or [])
-        lines += ["", "FIELDS:"]
-        for name, child in properties.items():
-            child = child if isinstance(child, Mapping) else {}
-            marker = " -required-" if name in required else ""
-            lines.append(f"  {name} <{_type_name(child)}>{marker}")
-            if text := " ".join(str(child.get("description", "")).split()):
-                lines.append(f"    {_clean_cell(text, 200)}")
-    return "\n".join(lines)

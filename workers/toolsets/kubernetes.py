@@ -21,16 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.settings import AssaySettings
 from workers.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 from workers.toolsets.base import Tool, ToolResult
-from workers.toolsets.compaction import (
+from workers.toolsets.compaction import render_object
+from workers.toolsets.explain_text import render_schema
+from workers.toolsets.tables import (
     KIND_COLUMNS,
     Column,
-    cap_text,
     format_table,
     printer_columns,
-    render_object,
-    render_schema,
     render_table,
 )
+from workers.toolsets.truncation import cap_text
 
 ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
 MAX_LOG_LINES = 2000
@@ -124,11 +124,12 @@ def _error_result(exc: BackendError) -> ToolResult:
 
 
 def _problems_note(backend: ClusterBackend, limit: int) -> str:
-    """A warning line when the snapshot had files that could not be read.
+    """A warning line when the snapshot had files that could not be read or were adjusted.
 
     Backends may expose ``problems`` (the snapshot backend does); the model
     must know that a listing, or a "not found", may come from an incomplete
-    snapshot. Kept under a quarter of the output cap.
+    snapshot, and that an object may differ from its file (a namespace that
+    a cluster-scoped object cannot have). Kept under a quarter of the output cap.
     """
     problems: list[str] = list(getattr(backend, "problems", None) or ())
     if not problems:
@@ -138,8 +139,8 @@ def _problems_note(backend: ClusterBackend, limit: int) -> str:
         f"; and {len(problems) - _PROBLEMS_SHOWN} more" if len(problems) > _PROBLEMS_SHOWN else ""
     )
     note = (
-        f"\nwarning: {len(problems)} file(s) of this snapshot could not be read, "
-        f"so results may be incomplete: {shown}{more}"
+        f"\nwarning: this snapshot has {len(problems)} problem(s) (files that could not be "
+        f"read or objects that were adjusted), so results may be incomplete: {shown}{more}"
     )
     room = limit // 4
     return note if len(note) <= room else note[: room - 1] + "…"

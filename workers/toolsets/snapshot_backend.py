@@ -9,7 +9,10 @@ previous container). See examples/snapshots/README.md for capturing one.
 Everything is parsed once, when the backend is built (the factory caches it
 per folder). Secrets are redacted during that parse, before any other code
 can see them. A file that does not parse is recorded in :attr:`problems`,
-naming the file, and the rest of the snapshot is still served.
+naming the file, and the rest of the snapshot is still served. So is an
+object that had to be adjusted: a cluster-scoped object (built-in, or of a
+CRD with ``scope: Cluster``) written with a namespace loses it, as on a real
+API server, and the file and object are named in :attr:`problems`.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ class SnapshotBackend:
         self.name = f"snapshot:{self.root.name}"
         self.problems: list[str] = []
         self._raw: list[dict[str, Any]] = []
+        self._sources: list[str] = []  # the file of each object in _raw
         self._secret_values: list[str | bytes] = []
         for file in sorted(self.root.rglob("*")):
             relative = file.relative_to(self.root)
@@ -101,7 +105,7 @@ class SnapshotBackend:
         self._scrubber = SecretScrubber(self._secret_values)
         del self._secret_values  # only the scrubber's automaton keeps them
         self._index, self._objects = self._build_index(self._raw)
-        del self._raw
+        del self._raw, self._sources
 
     # ------------------------------------------------------------------ loading
 
@@ -156,6 +160,7 @@ class SnapshotBackend:
             return
         self._secret_values.extend(redact_in_place(obj))
         self._raw.append(obj)
+        self._sources.append(relative)
 
     def _build_index(
         self, raw: list[dict[str, Any]]
@@ -175,7 +180,7 @@ class SnapshotBackend:
         guessed: set[tuple[str, str]] = set()
 
         objects: dict[tuple[str, str], dict[ObjectKey, dict[str, Any]]] = {}
-        for obj in raw:
+        for obj, relative in zip(raw, self._sources, strict=True):
             group, version = split_api_version(str(obj.get("apiVersion", "")))
             kind = str(obj["kind"])
             # Same kind under a legacy group (extensions/v1beta1 Ingress) is the same resource.
@@ -188,6 +193,8 @@ class SnapshotBackend:
             if kind != "Secret":
                 self._scrubber.in_place(obj)
             metadata = obj["metadata"]
+            if not info.namespaced and (info.group, info.kind) not in guessed:
+                self._ignore_namespace(obj, info, relative)
             key = (str(metadata.get("namespace") or ""), str(metadata["name"]))
             objects.setdefault((info.group, info.kind), {})[key] = obj
 
@@ -200,6 +207,21 @@ class SnapshotBackend:
                 )
         sorted_objects = {key: dict(sorted(found.items())) for key, found in objects.items()}
         return ResourceIndex(known), sorted_objects
+
+    def _ignore_namespace(self, obj: dict[str, Any], info: ResourceInfo, relative: str) -> None:
+        """Serve a cluster-scoped object as the API server would: without a namespace.
+
+        Manifests sometimes carry one (a ClusterRole with ``namespace: test``);
+        the API server ignores it, so lookups by name must find the object.
+        The snapshot no longer matches its file there, so that is reported.
+        """
+        metadata = obj["metadata"]
+        namespace = metadata.pop("namespace", None)
+        if namespace:
+            self.problems.append(
+                f"{relative}: {info.kind} {metadata['name']!r} is cluster-scoped; "
+                f"its metadata.namespace {namespace!r} was ignored"
+            )
 
     @staticmethod
     def _crd_resource(crd: dict[str, Any]) -> ResourceInfo | None:
