@@ -31,6 +31,13 @@ from workers.toolsets.compaction import (
     render_schema,
     render_table,
 )
+from workers.toolsets.structured import (
+    META_KEY,
+    FirstObjects,
+    is_free_text,
+    object_rendering,
+    table_rendering,
+)
 
 ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
 MAX_LOG_LINES = 2000
@@ -170,7 +177,12 @@ class _KubernetesTool:
     def _run(self, args: Any) -> ToolResult:
         raise NotImplementedError
 
-    def _finish(self, text: str, *, truncated: bool = False, **meta: Any) -> ToolResult:
+    def _finish(
+        self, text: str, *, truncated: bool = False, structured: str | None = None, **meta: Any
+    ) -> ToolResult:
+        """The result, capped; ``structured`` is its structured rendering (see structured.py)."""
+        if structured is not None:
+            meta[META_KEY] = structured
         note = self._note()
         capped, cut = cap_text(text, self.limit - len(note))
         return ToolResult(ok=True, output=capped + note, truncated=truncated or cut, meta=meta)
@@ -206,12 +218,16 @@ class GetTool(_KubernetesTool):
             resource = self._resolve(kind)
         namespace = _namespace(args.namespace)
         if name:
-            text = render_object(self.backend.get(resource, name, namespace))
+            obj = self.backend.get(resource, name, namespace)
+            text = render_object(obj)
             if args.label_selector or args.field_selector:
                 text += "(selectors are ignored when a name is given)\n"
-            return self._finish(text, kind=resource.kind)
-        objects = self.backend.list_objects(
-            resource, namespace, args.label_selector, args.field_selector
+            return self._finish(text, kind=resource.kind, structured=object_rendering(obj))
+        objects = FirstObjects(
+            self.backend.list_objects(
+                resource, namespace, args.label_selector, args.field_selector
+            ),
+            keep=max(1, self.limit // 10),  # a shown row is longer than 10 characters
         )
         filters = "".join(
             f" matching {label} {value!r}"
@@ -232,13 +248,25 @@ class GetTool(_KubernetesTool):
             ns_hint = f" namespace={namespace or 'NAMESPACE'}" if resource.namespaced else ""
             return f"{counted} Details: get kind={resource.kind} name=NAME{ns_hint}"
 
+        columns = self._columns(resource)
+        with_namespace = resource.namespaced and namespace is None
         table = render_table(
             objects,
             resource.kind,
             limit_chars=self.limit - len(self._note()),
-            with_namespace=resource.namespaced and namespace is None,
-            columns=self._columns(resource),
+            with_namespace=with_namespace,
+            columns=columns,
             footer=footer,
+        )
+        # The footer repeats the model's own arguments: structured only when they are tokens.
+        model_text = (namespace, args.label_selector, args.field_selector)
+        safe_footer = not any(value and is_free_text(value) for value in model_text)
+        structured = table_rendering(
+            objects.kept[: table.shown],
+            resource.kind,
+            with_namespace=with_namespace,
+            columns=columns,
+            footer=(lambda _: footer(table.total)) if safe_footer else None,
         )
         return self._finish(
             table.text,
@@ -246,6 +274,7 @@ class GetTool(_KubernetesTool):
             kind=resource.kind,
             rows=table.shown,
             total=table.total,
+            structured=structured,
         )
 
     def _columns(self, resource: ResourceInfo) -> list[Column] | None:
@@ -272,7 +301,7 @@ class DescribeTool(_KubernetesTool):
         obj = self.backend.get(resource, args.name, _namespace(args.namespace))
         namespace = (obj.get("metadata") or {}).get("namespace")
         events = self.backend.events(namespace, resource.kind, args.name)
-        events_text = "Events: <none>"
+        events_text = structured_events = "Events: <none>"
         events_truncated = False
         if events:
             table = render_table(
@@ -283,13 +312,21 @@ class DescribeTool(_KubernetesTool):
                 columns=_DESCRIBE_EVENT_COLUMNS,  # every row is about this object
             )
             events_text, events_truncated = "Events:\n" + table.text, table.truncated
+            structured_events = "Events:\n" + table_rendering(
+                events[: table.shown],
+                "Event",
+                with_namespace=False,
+                columns=_DESCRIBE_EVENT_COLUMNS,
+            )
         budget = self.limit - len(events_text) - len(self._note()) - 1
         body, cut = cap_text(render_object(obj), max(budget, 200))
+        structured = f"{object_rendering(obj).rstrip()}\n{structured_events}"
         return self._finish(
             f"{body.rstrip()}\n{events_text}",
             truncated=cut or events_truncated,
             kind=resource.kind,
             events=len(events),
+            structured=structured,
         )
 
 
