@@ -17,8 +17,9 @@ describe output, which is the real output with its free-text parts withheld
 (see workers/toolsets/structured.py for what counts as free text).
 
 The structured view is built by lining up the tokens of the real output with
-those of the tool's structured rendering: only runs of tokens the two share are
-kept, everything else becomes :data:`FREE_TEXT`. So the view holds nothing but
+those of the tool's structured rendering (one linear pass, see
+:func:`_shared_runs`): only runs of tokens the two share are kept, everything
+else becomes :data:`FREE_TEXT`. So the view holds nothing but
 text the model was really shown (scrubbed and neutralised as it was), and a
 run it keeps is a verbatim run of the structured rendering: free text can only
 appear in the view where it equals structured text of the same object.
@@ -27,9 +28,9 @@ appear in the view where it equals structured text of the same object.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 
 from schemas.actions import EvidenceRef
 from schemas.report import Step
@@ -38,6 +39,8 @@ from workers.toolsets.structured import FREE_TEXT
 
 _TOKEN = re.compile(r"\S+")
 CONTEXT_LINES = 5
+_ANCHOR = 3  # tokens in a row that must agree before the two texts are lined up again
+_LOOKAHEAD = 64  # tokens looked ahead, on each side, for that place
 
 
 def normalise(text: str) -> str:
@@ -54,15 +57,10 @@ def occurs_in(excerpt: str, output: str) -> bool:
 def structured_view(seen: str, structured: str) -> str:
     """``seen`` with every part the structured rendering does not share replaced by FREE_TEXT."""
     spans = [match.span() for match in _TOKEN.finditer(seen)]
-    seen_tokens = [seen[start:end] for start, end in spans]
-    matcher = SequenceMatcher(None, structured.split(), seen_tokens, autojunk=False)
-    block_of: dict[int, int] = {}
-    for number, (_, first, size) in enumerate(matcher.get_matching_blocks()):
-        for offset in range(size):
-            block_of[first + offset] = number
+    block_of = _shared_runs(structured.split(), [seen[start:end] for start, end in spans])
     pieces: list[str] = []
     position = 0
-    previous: int | None = None  # block of the last kept token; -1 after a withheld run
+    previous: int | None = None  # run of the last kept token; -1 after a withheld stretch
     for index, (start, end) in enumerate(spans):
         gap = seen[position:start]
         block = block_of.get(index)
@@ -77,6 +75,80 @@ def structured_view(seen: str, structured: str) -> str:
         position = end
     pieces.append(seen[position:])
     return "".join(pieces)
+
+
+def _shared_runs(rendering: list[str], seen: list[str]) -> dict[int, int]:
+    """Which tokens of ``seen`` belong to a run shared verbatim with ``rendering``, by run.
+
+    Both come from the same renderer over the same objects, in the same order, so
+    one pass lines them up: equal tokens advance both sides; a FREE_TEXT token of the
+    rendering stands for the free text in ``seen`` up to the next place the token
+    after it occurs; any other difference (a cut, a warning line) is passed by
+    picking up again where ``_ANCHOR`` tokens in a row agree. Linear, unlike a full
+    diff, whatever the output holds. Each run is a verbatim run of both texts, so a
+    misplaced pick-up can only withhold structured text, never admit free text.
+    """
+    seen_at = _positions(seen, 1)
+    seen_runs_at = _positions(seen, _ANCHOR)
+    rendering_runs_at = _positions(rendering, _ANCHOR)
+    runs: dict[int, int] = {}
+    i = j = run = 0
+    while i < len(rendering) and j < len(seen):
+        if rendering[i] == seen[j]:
+            runs[j] = run
+            i, j = i + 1, j + 1
+            continue
+        run += 1
+        after = i + 1
+        if FREE_TEXT in rendering[i] and after < len(rendering):
+            places = seen_at.get((rendering[after],), [])
+            at = bisect_right(places, j)
+            if FREE_TEXT not in rendering[after] and at < len(places):
+                i, j = after, places[at]
+                continue
+        resumed = _resume(rendering, seen, i, j, seen_runs_at, rendering_runs_at)
+        if resumed is None:
+            break
+        i, j = resumed
+    return runs
+
+
+def _positions(tokens: list[str], size: int) -> dict[tuple[str, ...], list[int]]:
+    """Where each run of ``size`` tokens starts, in order."""
+    found: dict[tuple[str, ...], list[int]] = {}
+    for start in range(len(tokens) - size + 1):
+        found.setdefault(tuple(tokens[start : start + size]), []).append(start)
+    return found
+
+
+def _resume(
+    rendering: list[str],
+    seen: list[str],
+    i: int,
+    j: int,
+    seen_at: dict[tuple[str, ...], list[int]],
+    rendering_at: dict[tuple[str, ...], list[int]],
+) -> tuple[int, int] | None:
+    """The nearest (i', j') at or after (i, j) where ``_ANCHOR`` tokens agree, or None."""
+    best: tuple[int, int] | None = None
+    for skip in range(_LOOKAHEAD):
+        for side, tokens, start, other_at, other_start in (
+            (0, rendering, i + skip, seen_at, j),
+            (1, seen, j + skip, rendering_at, i),
+        ):
+            key = tuple(tokens[start : start + _ANCHOR])
+            places = other_at.get(key) if len(key) == _ANCHOR else None
+            if not places:
+                continue
+            at = bisect_left(places, other_start)
+            if at == len(places):
+                continue
+            candidate = (start, places[at]) if side == 0 else (places[at], start)
+            if best is None or sum(candidate) < sum(best):
+                best = candidate
+        if best is not None and sum(best) - i - j <= skip:
+            return best  # nothing later in the look-ahead can be nearer
+    return best
 
 
 def locate(view: str, excerpt: str) -> tuple[int, int] | None:

@@ -181,8 +181,8 @@ class _KubernetesTool:
         self, text: str, *, truncated: bool = False, structured: str | None = None, **meta: Any
     ) -> ToolResult:
         """The result, capped; ``structured`` is its structured rendering (see structured.py)."""
-        if structured is not None:
-            meta[META_KEY] = structured
+        if structured is not None:  # more than the model can be shown is never lined up
+            meta[META_KEY] = structured[: 4 * self.limit]
         note = self._note()
         capped, cut = cap_text(text, self.limit - len(note))
         return ToolResult(ok=True, output=capped + note, truncated=truncated or cut, meta=meta)

@@ -23,7 +23,7 @@ Free text, wherever it sits in an object:
 * any string that is not token-like: one holding whitespace, a quote, a
   backtick, a bracket or brace, ``<``, ``>``, ``|``, ``;`` or a backslash, or
   longer than 253 characters (the longest Kubernetes name);
-* a map key of that kind (its entry stays, under a neutral key).
+* a map key of that kind (its entry stays, under the key ``<free-text-withheld>-N``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 from workers.toolsets.compaction import Column, render_object, render_table
 
-FREE_TEXT = "<free text withheld>"
+FREE_TEXT = "<free-text-withheld>"  # one token: the engine lines renderings up by tokens
 META_KEY = "structured"
 MAX_TOKEN_CHARS = 253
 _FREE_TEXT_MAPS = frozenset({"annotations"})
@@ -69,7 +69,7 @@ def _opaque_under(key: Any) -> bool:
 
 def _safe_key(key: Any, index: int) -> Any:
     if isinstance(key, str) and is_free_text(key):
-        return f"<free text key {index}>"
+        return f"{FREE_TEXT}-{index}"
     return key
 
 
