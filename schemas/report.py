@@ -83,8 +83,8 @@ class RunState(BaseModel):
     )
     structured_outputs: dict[int, str] = Field(
         default_factory=dict,
-        description="Per get/describe step, that output with its free-text parts withheld: "
-        "what a strict true must rest on, and what the confirmation sees.",
+        description="Per successful get/describe step of a strict check, that output with its "
+        "free-text parts withheld: what a strict true must rest on, what the confirmation sees.",
     )
     pending_wait_step: int | None = Field(
         default=None, description="The WAIT step whose result is fed back on resume."

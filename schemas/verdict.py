@@ -73,7 +73,8 @@ class Evidence(BaseModel):
     structured: bool = Field(
         default=False,
         description="The excerpt lies in structured fields of an object a get or describe "
-        "returned, not in free text (log lines, messages, annotations, ConfigMap data, prose).",
+        "returned, not in free text (log lines, messages, annotations, ConfigMap data, prose). "
+        "Determined for checks under the strict profile only (false elsewhere).",
     )
 
 

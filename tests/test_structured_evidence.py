@@ -72,7 +72,7 @@ def test_get_and_describe_report_a_structured_rendering_and_logs_do_not() -> Non
         ("get", {"kind": "HealthReport", "namespace": "prod"}),
     ):
         result = registry.call(tool, arguments)
-        structured = result.meta[META_KEY]
+        structured = result.meta[META_KEY]()
         view = structured_view(result.output, structured)
         assert "ignore" not in structured.lower() and "ignore" not in view.lower()
         assert '"verdict"' not in view and "step 0" not in view

@@ -375,9 +375,10 @@ class _Run:
         limit = int(self.settings.tool_output_limit_chars * 1.5)
         shown = shown_output(result, limit, self.fence)
         self.seen[index] = shown
-        structured = result.meta.get(STRUCTURED_META_KEY)
-        if result.ok and isinstance(structured, str):
-            self.views[index] = structured_view(shown, neutralise(structured, self.fence))
+        render_structured = result.meta.get(STRUCTURED_META_KEY)
+        if result.ok and callable(render_structured) and self._strict_check:
+            structured = neutralise(str(render_structured()), self.fence)
+            self.views[index] = structured_view(shown, structured)
         self._record(
             Step(
                 kind="COMMAND",
@@ -439,12 +440,13 @@ class _Run:
             feedback_message(f"[step {index}] waited until {until}; it is now {now}.", tool_call_id)
         )
 
+    @property
+    def _strict_check(self) -> bool:
+        """A check under a profile whose true needs a structured field and a confirmation."""
+        return self.profile.confirm_true and self.request.kind == "check"
+
     def _done(self, index: int, action: Done, parsed: ParsedReply, base: dict[str, Any]) -> None:
-        needs_confirmation = (
-            action.verdict == VerdictKind.TRUE
-            and self.profile.confirm_true
-            and self.request.kind == "check"
-        )
+        needs_confirmation = action.verdict == VerdictKind.TRUE and self._strict_check
         check = check_evidence(
             action.evidence,
             self.steps,

@@ -51,13 +51,3 @@ def fenced(text: str, token: str, label: str = TOOL_OUTPUT) -> str:
     """``text`` between the run's two fence lines; ``text`` must already be neutralised."""
     body = text if text.endswith("\n") or not text else text + "\n"
     return f"<<<{label} {token}>>>\n{body}<<<END {label} {token}>>>"
-
-
-def unfenced(message: str, token: str, label: str = TOOL_OUTPUT) -> str | None:
-    """The text between the fence lines of ``message``, or None if it has none."""
-    opening, closing = f"<<<{label} {token}>>>\n", f"<<<END {label} {token}>>>"
-    start = message.find(opening)
-    end = message.rfind(closing)
-    if start < 0 or end < start:
-        return None
-    return message[start + len(opening) : end]

@@ -178,11 +178,18 @@ class _KubernetesTool:
         raise NotImplementedError
 
     def _finish(
-        self, text: str, *, truncated: bool = False, structured: str | None = None, **meta: Any
+        self,
+        text: str,
+        *,
+        truncated: bool = False,
+        structured: Callable[[], str] | None = None,
+        **meta: Any,
     ) -> ToolResult:
-        """The result, capped; ``structured`` is its structured rendering (see structured.py)."""
-        if structured is not None:  # more than the model can be shown is never lined up
-            meta[META_KEY] = structured[: 4 * self.limit]
+        """The result, capped. ``structured`` renders it again with free text withheld
+        (see structured.py); only runs that need it (strict checks) call it."""
+        if structured is not None:
+            render, cap = structured, 4 * self.limit  # what the model is never shown: not lined up
+            meta[META_KEY] = lambda: render()[:cap]
         note = self._note()
         capped, cut = cap_text(text, self.limit - len(note))
         return ToolResult(ok=True, output=capped + note, truncated=truncated or cut, meta=meta)
@@ -222,7 +229,7 @@ class GetTool(_KubernetesTool):
             text = render_object(obj)
             if args.label_selector or args.field_selector:
                 text += "(selectors are ignored when a name is given)\n"
-            return self._finish(text, kind=resource.kind, structured=object_rendering(obj))
+            return self._finish(text, kind=resource.kind, structured=lambda: object_rendering(obj))
         objects = FirstObjects(
             self.backend.list_objects(
                 resource, namespace, args.label_selector, args.field_selector
@@ -261,13 +268,17 @@ class GetTool(_KubernetesTool):
         # The footer repeats the model's own arguments: structured only when they are tokens.
         model_text = (namespace, args.label_selector, args.field_selector)
         safe_footer = not any(value and is_free_text(value) for value in model_text)
-        structured = table_rendering(
-            objects.kept[: table.shown],
-            resource.kind,
-            with_namespace=with_namespace,
-            columns=columns,
-            footer=(lambda _: footer(table.total)) if safe_footer else None,
-        )
+        shown = objects.kept[: table.shown]
+
+        def structured() -> str:
+            return table_rendering(
+                shown,
+                resource.kind,
+                with_namespace=with_namespace,
+                columns=columns,
+                footer=(lambda _: footer(table.total)) if safe_footer else None,
+            )
+
         return self._finish(
             table.text,
             truncated=table.truncated,
@@ -301,8 +312,9 @@ class DescribeTool(_KubernetesTool):
         obj = self.backend.get(resource, args.name, _namespace(args.namespace))
         namespace = (obj.get("metadata") or {}).get("namespace")
         events = self.backend.events(namespace, resource.kind, args.name)
-        events_text = structured_events = "Events: <none>"
+        events_text = "Events: <none>"
         events_truncated = False
+        shown_events: list[dict[str, Any]] = []
         if events:
             table = render_table(
                 events,
@@ -312,15 +324,18 @@ class DescribeTool(_KubernetesTool):
                 columns=_DESCRIBE_EVENT_COLUMNS,  # every row is about this object
             )
             events_text, events_truncated = "Events:\n" + table.text, table.truncated
-            structured_events = "Events:\n" + table_rendering(
-                events[: table.shown],
-                "Event",
-                with_namespace=False,
-                columns=_DESCRIBE_EVENT_COLUMNS,
-            )
+            shown_events = events[: table.shown]
         budget = self.limit - len(events_text) - len(self._note()) - 1
         body, cut = cap_text(render_object(obj), max(budget, 200))
-        structured = f"{object_rendering(obj).rstrip()}\n{structured_events}"
+
+        def structured() -> str:
+            events_part = "Events: <none>"
+            if shown_events:
+                events_part = "Events:\n" + table_rendering(
+                    shown_events, "Event", with_namespace=False, columns=_DESCRIBE_EVENT_COLUMNS
+                )
+            return f"{object_rendering(obj).rstrip()}\n{events_part}"
+
         return self._finish(
             f"{body.rstrip()}\n{events_text}",
             truncated=cut or events_truncated,

@@ -7,12 +7,13 @@ Prose is where planted instructions live, so under the ``strict`` profile a
 an image, a condition's status), and the fresh-context confirmation is shown
 structured fields only.
 
-The get and describe tools render each object twice: once as the model sees it,
-and once with every free-text value replaced by :data:`FREE_TEXT` (the
-*structured rendering*, put in ``ToolResult.meta["structured"]``). The renderer
-is the same, so every structured line reads the same in both; the engine lines
-the two up token by token (workers/evidence.py) and keeps only the text of the
-real output that the structured rendering shares.
+The get and describe tools can render what they returned a second time, with
+every free-text value replaced by :data:`FREE_TEXT` (the *structured
+rendering*): ``ToolResult.meta["structured"]`` is a function producing it,
+called only by runs that need it (strict checks), so other runs pay nothing.
+The renderer is the same, so every structured line reads the same in both; the
+engine lines the two up token by token (workers/evidence.py) and keeps only the
+text of the real output that the structured rendering shares.
 
 Free text, wherever it sits in an object:
 
