@@ -55,15 +55,20 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
         for finding in verdict.findings:
             console.print(f"  • {escape(finding)}")
     if verdict.evidence:
-        table = Table("step", "lookup", "ok", "excerpt", show_edge=False, pad_edge=False)
+        table = Table("step", "lookup", "ok", "found", "excerpt", show_edge=False, pad_edge=False)
         for item in verdict.evidence:
+            found = "structured" if item.structured else "yes" if item.verified else "no"
             table.add_row(
                 str(item.step),
                 escape(f"{item.tool} {_short_json(item.arguments, 60)}"),
                 "yes" if item.ok else "no",
+                found,
                 escape(item.excerpt),
             )
         console.print(table)
+    if verdict.confirmed is not None:
+        outcome = "confirmed" if verdict.confirmed else "not confirmed"
+        console.print(f"[dim]strict: {outcome} by a separate look at the cited evidence[/]")
     console.print(
         f"[dim]{escape(usage_line(verdict))} · model {escape(verdict.model)} · "
         f"profile {verdict.profile} · run {verdict.run_id}[/]"

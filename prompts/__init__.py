@@ -6,6 +6,9 @@ from functools import cache
 from pathlib import Path
 
 _DIR = Path(__file__).parent
+# The first words of confirm.txt: how a test double tells a confirmation request from a
+# planner request (assay/testing/scripted_model.py); a test keeps the two in step.
+CONFIRMER_SIGNATURE = "You are assay's confirmer."
 
 
 @cache

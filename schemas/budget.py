@@ -23,35 +23,37 @@ class Budget(BaseModel):
 
 
 class Profile(BaseModel):
-    """Default budget plus the gates a profile applies to verdicts."""
+    """Default budget plus the gates a profile applies to verdicts.
+
+    Every profile has the engine verify evidence (a true or false cites a successful
+    lookup of this run, and every excerpt occurs in what that lookup returned);
+    ``strict`` adds the structured-field rule and the fresh-context confirmation.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: ProfileName
     budget: Budget
-    require_evidence: bool = Field(
-        description="Refuse a true/false verdict that cites no successful lookup."
+    confirm_true: bool = Field(
+        description="A check's true must rest on a structured field of a get/describe output "
+        "and be confirmed by a separate model call in a fresh context."
     )
-    confirm_true: bool = Field(description="Ask the model to confirm a TRUE once more.")
 
 
 PROFILES: dict[str, Profile] = {
     "smoke": Profile(
         name="smoke",
         budget=Budget(max_iterations=4, max_tokens=20_000, timeout_seconds=60),
-        require_evidence=False,
         confirm_true=False,
     ),
     "fast": Profile(
         name="fast",
         budget=Budget(max_iterations=12, max_tokens=120_000, timeout_seconds=300),
-        require_evidence=False,
         confirm_true=False,
     ),
     "strict": Profile(
         name="strict",
         budget=Budget(max_iterations=25, max_tokens=400_000, timeout_seconds=900),
-        require_evidence=True,
         confirm_true=True,
     ),
 }

@@ -21,6 +21,11 @@ STEP_OUTPUT_LIMIT = 4000
 
 class StepUsage(Usage):
     latency_seconds: float = 0.0
+    anomaly: str | None = Field(
+        default=None,
+        description="What was wrong with the usage the provider reported (negative, absurd, "
+        "missing) and what was charged instead.",
+    )
 
 
 class Step(BaseModel):
@@ -64,8 +69,23 @@ class RunState(BaseModel):
     iterations: int = 0
     active_seconds: float = 0.0
     consecutive_repairs: int = 0
-    confirm_asked: bool = False
+    confirm_asked: bool = Field(
+        default=False, description="Unused since the confirmation runs in a fresh context."
+    )
     cost_unchecked: bool = False
+    fence: str = Field(
+        default="", description="This run's boundary token around tool output (new if empty)."
+    )
+    seen_outputs: dict[int, str] = Field(
+        default_factory=dict,
+        description="Per COMMAND step, the output exactly as the model was shown it: what "
+        "cited excerpts are checked against.",
+    )
+    structured_outputs: dict[int, str] = Field(
+        default_factory=dict,
+        description="Per successful get/describe step of a strict check, that output with its "
+        "free-text parts withheld: what a strict true must rest on, what the confirmation sees.",
+    )
     pending_wait_step: int | None = Field(
         default=None, description="The WAIT step whose result is fed back on resume."
     )

@@ -65,6 +65,17 @@ class Evidence(BaseModel):
     excerpt: str = Field(
         description="What in the output supports the verdict, as the model cited it."
     )
+    verified: bool = Field(
+        default=False,
+        description="The engine found the excerpt in the output this lookup returned to the "
+        "model (whitespace-normalised, case-sensitive).",
+    )
+    structured: bool = Field(
+        default=False,
+        description="The excerpt lies in structured fields of an object a get or describe "
+        "returned, not in free text (log lines, messages, annotations, ConfigMap data, prose). "
+        "Determined for checks under the strict profile only (false elsewhere).",
+    )
 
 
 class Verdict(BaseModel):
@@ -77,6 +88,18 @@ class Verdict(BaseModel):
     explanation: str
     evidence: list[Evidence] = Field(default_factory=list)
     findings: list[str] = Field(default_factory=list, description="Query answers, one per line.")
+    evidence_verified: bool = Field(
+        default=False,
+        description="The engine's own check passed: at least one citation is a successful lookup "
+        "of this run and every cited excerpt occurs in the output its lookup returned. Always "
+        "true for a true or false verdict.",
+    )
+    confirmed: bool | None = Field(
+        default=None,
+        description="strict profile, checks only: whether the fresh-context confirmation "
+        "accepted the planner's true (a true verdict there always has true); None when no "
+        "confirmation was asked.",
+    )
     reason: str | None = Field(
         default=None,
         description="Why the run ended without a model verdict (budget, deadline, error).",

@@ -11,6 +11,7 @@ import pytest
 from schemas.verdict import VerdictKind
 from tests.engine_support import (
     CANARY,
+    PREDICATE,
     done,
     get_deployments,
     make_snapshot,
@@ -150,31 +151,50 @@ def test_evidence_citing_a_step_that_was_not_a_lookup_is_sent_back(snapshot: Pat
     assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
 
 
+def confirmer(*turns: dict[str, Any]) -> dict[str, Any]:
+    """A scenario answering the strict profile's confirmation call."""
+    return {"role": "confirmer", "turns": list(turns)}
+
+
 def test_strict_refuses_a_verdict_without_evidence_then_confirms_true(snapshot: Path) -> None:
-    turns = script(done("true"), get_deployments(), done("true", 1), done("true", 1))
+    turns = script(done("true"), get_deployments(), done("true", 1, excerpt="web     2/2"))
+    turns["scenarios"].append(confirmer(done("true")))
     with scripted(turns) as model:
         report = run(model, request_for(snapshot, profile="strict"))
         confirm_request = model.requests[3]
-    assert [s.kind for s in report.steps] == ["REPAIR", "COMMAND", "CONFIRM", "DONE"]
+    assert [s.kind for s in report.steps] == ["REPAIR", "COMMAND", "DONE", "CONFIRM"]
     assert "must cite at least one lookup" in (report.steps[0].error or "")
-    assert "confirm" in confirm_request["messages"][-1]["content"].lower()
-    assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
+    system, user = confirm_request["messages"]  # a fresh context: nothing of the planner's
+    assert system["content"].startswith("You are assay's confirmer.")
+    assert [tool["function"]["name"] for tool in confirm_request["tools"]] == ["done"]
+    assert PREDICATE in user["content"]
+    assert 'step 1, lookup get {"kind":"Deployment","namespace":"prod"}' in user["content"]
+    assert "=> web" in user["content"]  # the cited line, marked, with the table around it
+    assert "checked" not in user["content"]  # the planner's explanation is not shown
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.TRUE
+    assert verdict.confirmed is True and verdict.iterations == 4
+    assert verdict.evidence[0].structured is True
 
 
 def test_strict_never_accepts_true_without_evidence(snapshot: Path) -> None:
-    with scripted(script(done("true"), done("true"), done("true"), done("true"))) as model:
+    turns = script(done("true"), done("true"), done("true"), done("true"))
+    turns["scenarios"].append(confirmer(done("true")))
+    with scripted(turns) as model:
         report = run(model, request_for(snapshot, profile="strict"))
     verdict = report.verdict
     assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
     assert "must cite at least one lookup" in (verdict.reason or "")
 
 
-def test_the_confirm_turn_can_turn_true_into_cannot_determine(snapshot: Path) -> None:
-    turns = script(get_deployments(), done("true", 0), done("cannot_determine"))
+def test_the_confirmation_can_turn_true_into_cannot_determine(snapshot: Path) -> None:
+    turns = script(get_deployments(), done("true", 0))
+    turns["scenarios"].append(confirmer(done("cannot_determine")))
     with scripted(turns) as model:
         report = run(model, request_for(snapshot, profile="strict"))
     assert report.verdict is not None
     assert report.verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert report.verdict.confirmed is False
 
 
 def test_model_error_action_is_cannot_determine(snapshot: Path) -> None:

@@ -35,6 +35,27 @@ def test_the_demo_script_answers_each_example_cluster(cluster: str, expected: Ve
         assert evidence.excerpt in lookup
 
 
+@pytest.mark.parametrize(
+    ("cluster", "expected"),
+    [
+        ("prod-eu", VerdictKind.TRUE),
+        ("staging-us", VerdictKind.FALSE),
+        ("dev-ap", VerdictKind.CANNOT_DETERMINE),
+    ],
+)
+def test_the_demo_script_holds_under_the_strict_profile(
+    cluster: str, expected: VerdictKind
+) -> None:
+    with ScriptedModel(DEMO) as model:
+        report = run(model, request_for(SNAPSHOTS / cluster, text=PREDICATE, profile="strict"))
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == expected
+    assert verdict.confirmed is (True if expected == VerdictKind.TRUE else None)
+    if expected != VerdictKind.CANNOT_DETERMINE:
+        assert verdict.evidence_verified
+        assert all(item.verified and item.structured for item in verdict.evidence)
+
+
 def test_the_demo_script_never_says_true_about_another_predicate() -> None:
     with ScriptedModel(DEMO) as model:
         report = run(model, request_for(SNAPSHOTS / "prod-eu", text="no pod runs as root"))
@@ -50,7 +71,7 @@ def test_the_example_secret_canary_never_reaches_a_prompt_or_the_report() -> Non
     turns = [{"action": {"action": "COMMAND", "tool": "get", "arguments": a}} for a in lookups]
     describe = {"kind": "Secret", "name": "api-credentials", "namespace": "prod"}
     turns.append({"action": {"action": "COMMAND", "tool": "describe", "arguments": describe}})
-    turns.append(done("true", 1))
+    turns.append(done("true", 1, excerpt="api-credentials"))
     assert CANARY in (SNAPSHOTS / "prod-eu" / "prod" / "secrets.yaml").read_text()
     with ScriptedModel(script(*turns)) as model:
         report = run(model, request_for(SNAPSHOTS / "prod-eu"))

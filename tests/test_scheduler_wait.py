@@ -67,7 +67,21 @@ SCRIPT = {
         },
         {
             "turns": [
-                {"action": {"action": "DONE", "verdict": "false", "explanation": "quick answer"}}
+                {
+                    "action": {
+                        "action": "COMMAND",
+                        "tool": "get",
+                        "arguments": {"kind": "Deployment", "namespace": "prod"},
+                    }
+                },
+                {
+                    "action": {
+                        "action": "DONE",
+                        "verdict": "false",
+                        "explanation": "quick answer",
+                        "evidence": [{"step": 0, "excerpt": "web-ok"}],
+                    }
+                },
             ]
         },
     ]

@@ -27,6 +27,9 @@ PROMPT_SAFETY_FACTOR = 1.10
 PROMPT_SAFETY_TOKENS = 16
 # A model call with less time than this left cannot finish; do not start it.
 MIN_CALL_SECONDS = 0.2
+# More than this for one call is not a real figure (no budget allows it, Budget.max_tokens
+# stops at 10M): it is charged as this much, which still ends any run's token budget.
+ABSURD_TOKENS_PER_CALL = 10_000_000
 
 
 class BudgetExhausted(Exception):
@@ -159,7 +162,13 @@ class BudgetMeter:
     # -- after a call ------------------------------------------------------------------
 
     def record(self, prompt_tokens: int, completion_tokens: int) -> Usage:
-        """Charge one model call (as the provider reported it); returns that call's usage."""
+        """Charge one model call; returns that call's usage. Never lowers what was spent.
+
+        Pass the figures through :func:`sanitize_usage` first; a negative that gets
+        here anyway is charged as 0.
+        """
+        prompt_tokens = max(0, int(prompt_tokens))
+        completion_tokens = max(0, int(completion_tokens))
         cost = self.price.cost(prompt_tokens, completion_tokens) if self.price else None
         step = Usage(
             prompt_tokens=prompt_tokens,
@@ -170,3 +179,45 @@ class BudgetMeter:
         self.usage = self.usage + step
         self.iterations += 1
         return step
+
+
+def sanitize_usage(
+    prompt_tokens: float | None,
+    completion_tokens: float | None,
+    *,
+    prompt_estimate: int,
+    completion_estimate: int,
+) -> tuple[int, int, str | None]:
+    """The token figures to charge for one call, and what was wrong with the reported ones.
+
+    A provider's usage is data, not truth: a missing, zero (litellm's stand-in for
+    missing), negative or non-finite figure is replaced by the engine's own
+    estimate, which errs high; a fraction is rounded up; more than
+    :data:`ABSURD_TOKENS_PER_CALL` is charged as that ceiling. So the spent count
+    only ever grows, and never by less than the call plausibly cost.
+    """
+    notes: list[str] = []
+    prompt = _sane_count("prompt_tokens", prompt_tokens, prompt_estimate, notes)
+    completion = _sane_count("completion_tokens", completion_tokens, completion_estimate, notes)
+    return prompt, completion, "; ".join(notes) or None
+
+
+def _sane_count(name: str, value: float | None, estimate: int, notes: list[str]) -> int:
+    estimate = max(1, estimate)
+    if value is None or isinstance(value, bool) or not math.isfinite(value):
+        notes.append(f"{name} not reported ({value!r}); charged the estimate {estimate}")
+        return estimate
+    if value < 0:
+        notes.append(f"{name} reported negative ({value:g}); charged the estimate {estimate}")
+        return estimate
+    if value == 0:
+        notes.append(f"{name} not reported (0); charged the estimate {estimate}")
+        return estimate
+    if value > ABSURD_TOKENS_PER_CALL:
+        notes.append(
+            f"{name} reported absurdly large ({value:g}); charged {ABSURD_TOKENS_PER_CALL}"
+        )
+        return ABSURD_TOKENS_PER_CALL
+    if value != int(value):
+        notes.append(f"{name} reported as a fraction ({value:g}); rounded up")
+    return math.ceil(value)

@@ -27,6 +27,7 @@ from schemas.actions import (
     action_from_tool_call,
 )
 from schemas.request import EvaluationRequest
+from workers.fencing import fenced, neutralise
 from workers.llm import LLMReply, Transport, planner_response_format
 from workers.toolsets.base import ToolRegistry, ToolResult
 
@@ -241,17 +242,25 @@ def feedback_message(text: str, tool_call_id: str | None) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
-def format_tool_result(
-    step: int, tool: str, arguments: dict[str, Any], result: ToolResult, limit: int
-) -> str:
-    """``[step N] tool args -> output``: the label the model cites as evidence."""
+def shown_output(result: ToolResult, limit: int, fence_token: str) -> str:
+    """A tool's output exactly as the model is shown it: cut at ``limit``, then neutralised.
+
+    This is the text cited excerpts are checked against (workers/evidence.py).
+    """
     output = result.output
     if len(output) > limit:
         output = output[:limit] + f"\n... truncated by the engine, {len(result.output) - limit}"
         output += " more characters"
-    status = "ok" if result.ok else "failed"
-    args = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
-    return f"[step {step}] {tool} {args} -> {status}\n{output}"
+    return neutralise(output, fence_token)
+
+
+def format_tool_result(
+    step: int, tool: str, arguments: dict[str, Any], ok: bool, shown: str, fence_token: str
+) -> str:
+    """``[step N] tool args -> ok``, then the output fenced: the label the model cites."""
+    status = "ok" if ok else "failed"
+    args = neutralise(json.dumps(arguments, sort_keys=True, separators=(",", ":")), fence_token)
+    return f"[step {step}] {tool} {args} -> {status}\n{fenced(shown, fence_token)}"
 
 
 def repair_prompt(error: str) -> str:

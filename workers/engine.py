@@ -1,12 +1,16 @@
 """The bounded planner loop: one evaluation of a predicate (or question), as a plain function.
 
 ``evaluate(request, deps)`` asks the model for one action per step, runs it,
-feeds the result back labelled ``[step N]`` and stops at a verdict. It never
-raises and never returns ``true`` by accident: budgets, deadlines, provider
-errors, malformed output and bugs all end in ``cannot_determine`` with the
-reason recorded. The same function serves ``assay check``, the Celery task and
-the scheduler's resumed WAITs (``state=`` a checkpoint from a ``waiting``
-report), so it knows nothing of Celery, Redis or the CLI.
+feeds the result back labelled ``[step N]`` and fenced as data
+(workers/fencing.py), and stops at a verdict. It never raises and never
+returns ``true`` by accident: budgets, deadlines, provider errors, malformed
+output and bugs all end in ``cannot_determine`` with the reason recorded, and a
+``true`` or ``false`` stands only once the engine has checked what it cites
+(workers/evidence.py; under ``strict`` also the structured-field rule and a
+confirmation in a fresh context, workers/confirmation.py). The same function
+serves ``assay check``, the Celery task and the scheduler's resumed WAITs
+(``state=`` a checkpoint from a ``waiting`` report), so it knows nothing of
+Celery, Redis or the CLI.
 """
 
 from __future__ import annotations
@@ -18,18 +22,22 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import structlog
 
-import prompts
 from schemas.actions import Command, Done, Error, Thought, Wait
 from schemas.budget import PROFILES, Budget, resolve_budget
 from schemas.report import STEP_OUTPUT_LIMIT, RunReport, RunState, Step, StepUsage
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
 from schemas.verdict import EXIT_CODES, Evidence, Usage, Verdict, VerdictKind
-from workers.budget_meter import BudgetExhausted, BudgetMeter
+from workers.budget_meter import BudgetExhausted, BudgetMeter, sanitize_usage
+from workers.confirmation import (
+    confirmation_messages,
+    confirmation_outcome,
+    confirmation_tools,
+)
 from workers.conversation import (
     ParsedReply,
     feedback_message,
@@ -38,12 +46,29 @@ from workers.conversation import (
     parse_reply,
     planner_response_format_for,
     repair_prompt,
+    shown_output,
     tools_for,
 )
-from workers.llm import LiteLLMClient, LLMCall, LLMClient, LLMError, LLMReply, Transport
+from workers.evidence import check_evidence, structured_view
+from workers.fencing import neutralise, new_fence_token
+from workers.llm import (
+    LiteLLMClient,
+    LLMCall,
+    LLMClient,
+    LLMError,
+    LLMReply,
+    Transport,
+    estimate_completion_tokens,
+)
 from workers.logs import bind_run
-from workers.metrics import observe_model_call, observe_model_reply, observe_tool_call
+from workers.metrics import (
+    observe_model_call,
+    observe_model_reply,
+    observe_tool_call,
+    observe_usage_anomaly,
+)
 from workers.toolsets.base import ToolRegistry
+from workers.toolsets.structured import META_KEY as STRUCTURED_META_KEY
 from workers.tracing import model_call_span, tool_call_span
 
 MAX_REPAIR_TURNS = 2
@@ -140,8 +165,12 @@ class _Run:
         self.steps: list[Step] = list(state.steps) if state else []
         self.messages: list[dict[str, Any]] = list(state.messages) if state else []
         self.consecutive_repairs = state.consecutive_repairs if state else 0
-        self.confirm_asked = state.confirm_asked if state else False
         self.transport: Transport = state.transport if state else "tools"
+        # Per run, kept across a deferred WAIT: the fence token, and per COMMAND step the
+        # output as the model saw it (and its structured view), which citations are checked on.
+        self.fence = (state.fence if state else "") or new_fence_token()
+        self.seen: dict[int, str] = dict(state.seen_outputs) if state else {}
+        self.views: dict[int, str] = dict(state.structured_outputs) if state else {}
         self.meter = BudgetMeter(
             self.budget,
             usage=state.usage if state else None,
@@ -218,13 +247,16 @@ class _Run:
         self.log.info("run_started", model=self.model, transport=self.transport)
 
     def _step(self) -> None:
-        reply = self._call_model()
+        try:
+            reply = self._call_model(self.messages, self.tool_schemas, self.response_format)
+        except LLMError as exc:
+            self._end(
+                VerdictKind.CANNOT_DETERMINE,
+                "The model could not be reached, so nothing was concluded.",
+                reason=exc.message,
+            )
         started_at = datetime.now(UTC) - timedelta(seconds=reply.latency_seconds)
-        usage = self.meter.record(
-            reply.prompt_tokens if reply.prompt_tokens is not None else self._last_prompt_estimate,
-            reply.completion_tokens if reply.completion_tokens is not None else 0,
-        )
-        step_usage = StepUsage(**usage.model_dump(), latency_seconds=reply.latency_seconds)
+        step_usage = self._charge(reply)
         assert self.registry is not None
         parsed = parse_reply(reply, self.transport, self.registry.names)
         self.messages.append(parsed.assistant_message)
@@ -262,10 +294,16 @@ class _Run:
 
     # -- one model call ------------------------------------------------------------------
 
-    def _call_model(self) -> LLMReply:
-        prompt_tokens = self.llm.count_tokens(self.model, self.messages, self.tool_schemas)
-        if self.response_format is not None:
-            prompt_tokens += len(json.dumps(self.response_format)) // 3
+    def _call_model(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        response_format: dict[str, Any] | None,
+    ) -> LLMReply:
+        """One model call within the budget; LLMError when it failed (deadline: BudgetExhausted)."""
+        prompt_tokens = self.llm.count_tokens(self.model, messages, tools)
+        if response_format is not None:
+            prompt_tokens += len(json.dumps(response_format)) // 3
         allowance = self.meter.allow_call(prompt_tokens)
         if self.deps.rate_limiter is not None:
             tokens = allowance.prompt_tokens_estimate + allowance.max_completion_tokens
@@ -280,34 +318,48 @@ class _Run:
         self._last_prompt_estimate = allowance.prompt_tokens_estimate
         call = LLMCall(
             model=self.model,
-            messages=self.messages,
+            messages=messages,
             max_tokens=allowance.max_completion_tokens,
             deadline=self.meter.deadline,
             user=self.request.run_id,
-            tools=self.tool_schemas,
-            response_format=self.response_format,
+            tools=tools,
+            response_format=response_format,
             api_base=self.request.api_base or self.settings.api_base,
         )
         try:
             with model_call_span(self.model, iteration=self.meter.iterations):
-                reply = self.llm.complete(call)
-            observe_model_reply(
-                self.model,
-                prompt_tokens=reply.prompt_tokens,
-                completion_tokens=reply.completion_tokens,
-                attempts=reply.attempts,
-            )
-            return reply
+                return self.llm.complete(call)
         except LLMError as exc:
             observe_model_call(self.model, ok=False)
             if exc.kind == "deadline":
                 raise BudgetExhausted("deadline", exc.message) from exc
-            self._end(
-                VerdictKind.CANNOT_DETERMINE,
-                "The model could not be reached, so nothing was concluded.",
-                reason=exc.message,
+            raise
+
+    def _charge(self, reply: LLMReply) -> StepUsage:
+        """Charge a reply to the budget. Usage the provider reported is data too: a negative,
+        missing or absurd number is replaced (estimate or ceiling) and the anomaly recorded,
+        so the spent count never goes down and the metrics never see a negative."""
+        prompt, completion, anomaly = sanitize_usage(
+            reply.prompt_tokens,
+            reply.completion_tokens,
+            prompt_estimate=self._last_prompt_estimate,
+            completion_estimate=estimate_completion_tokens(reply),
+        )
+        usage = self.meter.record(prompt, completion)
+        observe_model_reply(
+            self.model, prompt_tokens=prompt, completion_tokens=completion, attempts=reply.attempts
+        )
+        if anomaly is not None:
+            observe_usage_anomaly(self.model)
+            self.log.warning(
+                "model_usage_anomaly",
+                anomaly=anomaly,
+                reported_prompt_tokens=reply.prompt_tokens,
+                reported_completion_tokens=reply.completion_tokens,
             )
-            raise  # unreachable: _end raises
+        return StepUsage(
+            **usage.model_dump(), latency_seconds=reply.latency_seconds, anomaly=anomaly
+        )
 
     # -- actions -------------------------------------------------------------------------
 
@@ -320,19 +372,28 @@ class _Run:
             result = self.registry.call(action.tool, action.arguments)
         observe_tool_call(action.tool, ok=result.ok)
         tool_seconds = time.monotonic() - began
+        limit = int(self.settings.tool_output_limit_chars * 1.5)
+        shown = shown_output(result, limit, self.fence)
+        self.seen[index] = shown
+        render_structured = result.meta.get(STRUCTURED_META_KEY)
+        if result.ok and callable(render_structured) and self._strict_check:
+            structured = neutralise(str(render_structured()), self.fence)
+            self.views[index] = structured_view(shown, structured)
         self._record(
             Step(
                 kind="COMMAND",
                 tool=action.tool,
                 arguments=action.arguments,
                 ok=result.ok,
-                output=result.output[:STEP_OUTPUT_LIMIT],
+                output=shown[:STEP_OUTPUT_LIMIT],
                 tool_latency_seconds=tool_seconds,
                 **base,
             )
         )
-        limit = int(self.settings.tool_output_limit_chars * 1.5)
-        self._feed(format_tool_result(index, action.tool, action.arguments, result, limit), parsed)
+        self._feed(
+            format_tool_result(index, action.tool, action.arguments, result.ok, shown, self.fence),
+            parsed,
+        )
 
     def _wait(self, index: int, action: Wait, parsed: ParsedReply, base: dict[str, Any]) -> None:
         now = datetime.now(UTC)
@@ -379,57 +440,85 @@ class _Run:
             feedback_message(f"[step {index}] waited until {until}; it is now {now}.", tool_call_id)
         )
 
+    @property
+    def _strict_check(self) -> bool:
+        """A check under a profile whose true needs a structured field and a confirmation."""
+        return self.profile.confirm_true and self.request.kind == "check"
+
     def _done(self, index: int, action: Done, parsed: ParsedReply, base: dict[str, Any]) -> None:
-        problems = self._evidence_problems(index, action)
-        if problems:
+        needs_confirmation = action.verdict == VerdictKind.TRUE and self._strict_check
+        check = check_evidence(
+            action.evidence,
+            self.steps,
+            self.seen,
+            self.views,
+            verdict=action.verdict.value,
+            decisive=action.verdict in (VerdictKind.TRUE, VerdictKind.FALSE),
+            needs_structure=needs_confirmation,
+        )
+        if check.problems:
+            problems = "; ".join(check.problems)
             self._record(Step(kind="REPAIR", **{**base, "error": problems}))
-            self._repair_or_end(index, problems, parsed)
+            self._repair_or_end(index, problems, parsed, what="evidence")
             return
         self.consecutive_repairs = 0
-        if (
-            action.verdict == VerdictKind.TRUE
-            and self.profile.confirm_true
-            and self.request.kind == "check"
-            and not self.confirm_asked
-        ):
-            self.confirm_asked = True
-            self._record(Step(kind="CONFIRM", **base))
-            self._feed(f"[step {index}] {prompts.load('confirm')}", parsed)
-            return
         self._record(Step(kind="DONE", **base))
-        evidence = [self._evidence(ref.step, ref.excerpt) for ref in action.evidence]
+        confirmed = self._confirm(check.evidence) if needs_confirmation else None
         self._end(
             action.verdict,
             action.explanation,
-            evidence=evidence,
+            evidence=check.evidence,
             findings=list(action.findings),
+            evidence_verified=check.verified,
+            confirmed=confirmed,
         )
 
-    def _evidence_problems(self, index: int, action: Done) -> str | None:
-        problems = []
-        for ref in action.evidence:
-            if ref.step >= index or self.steps[ref.step].kind != "COMMAND":
-                problems.append(
-                    f"evidence cites step {ref.step}, which is not a lookup of this run"
-                )
-        decisive = action.verdict in (VerdictKind.TRUE, VerdictKind.FALSE)
-        if decisive and self.profile.require_evidence and not problems:
-            cited_ok = [ref for ref in action.evidence if self.steps[ref.step].ok]
-            if not cited_ok:
-                problems.append(
-                    f"under the {self.profile.name} profile a {action.verdict.value} verdict must "
-                    "cite at least one lookup of this run that succeeded"
-                )
-        return "; ".join(problems) or None
+    def _confirm(self, evidence: list[Evidence]) -> bool:
+        """Ask a fresh context whether the cited evidence settles the predicate as true.
 
-    def _evidence(self, step: int, excerpt: str) -> Evidence:
-        cited = self.steps[step]
-        return Evidence(
-            step=step,
-            tool=cited.tool or "",
-            arguments=cited.arguments,
-            ok=bool(cited.ok),
-            excerpt=excerpt,
+        Returns True only on an explicit ``true``; anything else ends the run here.
+        """
+        index = len(self.steps)
+        # A token of its own: the planner, whose conversation held this run's token, never sees it.
+        messages = confirmation_messages(self.request, evidence, self.views, new_fence_token())
+        began = datetime.now(UTC)
+        try:
+            reply = self._call_model(
+                messages,
+                confirmation_tools(self.transport),
+                planner_response_format_for(self.transport),
+            )
+        except LLMError as exc:
+            self._record(Step(index=index, kind="CONFIRM", error=exc.message, started_at=began))
+            self._unconfirmed(evidence, f"the confirmation call failed: {exc.message}")
+        usage = self._charge(reply)
+        parsed = parse_reply(reply, self.transport, set())
+        confirmed, outcome = confirmation_outcome(parsed)
+        self._record(
+            Step(
+                index=index,
+                kind="CONFIRM",
+                action=parsed.action.model_dump(mode="json") if parsed.action else None,
+                raw=(parsed.raw or "")[:STEP_OUTPUT_LIMIT] or None,
+                error=None if confirmed else outcome,
+                usage=usage,
+                started_at=began,
+            )
+        )
+        if not confirmed:
+            self._unconfirmed(evidence, outcome)
+        return True
+
+    def _unconfirmed(self, evidence: list[Evidence], outcome: str) -> NoReturn:
+        self._end(
+            VerdictKind.CANNOT_DETERMINE,
+            "The planner's true was not confirmed by a separate look at the evidence it cited, "
+            "so nothing was concluded.",
+            reason=f"strict profile: the confirmation in a fresh context did not confirm the "
+            f"true ({outcome})",
+            evidence=evidence,
+            evidence_verified=True,
+            confirmed=False,
         )
 
     def _malformed(
@@ -449,13 +538,19 @@ class _Run:
         )
         self._repair_or_end(index, error, parsed)
 
-    def _repair_or_end(self, index: int, error: str, parsed: ParsedReply) -> None:
+    def _repair_or_end(
+        self, index: int, error: str, parsed: ParsedReply, what: str = "output"
+    ) -> None:
         if self.consecutive_repairs >= MAX_REPAIR_TURNS:
+            problem = (
+                "evidence still failed the engine's check"
+                if what == "evidence"
+                else "output was still invalid"
+            )
             self._end(
                 VerdictKind.CANNOT_DETERMINE,
                 "The model's answers could not be used, so nothing was concluded.",
-                reason=f"the model's output was still invalid after {MAX_REPAIR_TURNS} repair "
-                f"turns: {error}",
+                reason=f"the model's {problem} after {MAX_REPAIR_TURNS} repair turns: {error}",
             )
         self.consecutive_repairs += 1
         self._feed(f"[step {index}] {repair_prompt(error)}", parsed)
@@ -485,7 +580,9 @@ class _Run:
         evidence: list[Evidence] | None = None,
         findings: list[str] | None = None,
         wake_at: datetime | None = None,
-    ) -> None:
+        evidence_verified: bool = False,
+        confirmed: bool | None = None,
+    ) -> NoReturn:
         raise _Finished(
             self._report(
                 self._verdict(
@@ -496,6 +593,8 @@ class _Run:
                     evidence=evidence or [],
                     findings=findings or [],
                     wake_at=wake_at,
+                    evidence_verified=evidence_verified,
+                    confirmed=confirmed,
                 )
             )
         )
@@ -519,6 +618,8 @@ class _Run:
         evidence: list[Evidence] | None = None,
         findings: list[str] | None = None,
         wake_at: datetime | None = None,
+        evidence_verified: bool = False,
+        confirmed: bool | None = None,
     ) -> Verdict:
         if self.cost_unchecked:
             note = (
@@ -532,6 +633,8 @@ class _Run:
             explanation=explanation,
             evidence=evidence or [],
             findings=findings or [],
+            evidence_verified=evidence_verified,
+            confirmed=confirmed,
             reason=reason,
             budget_exhausted=budget_exhausted,
             wake_at=wake_at,
@@ -573,8 +676,10 @@ class _Run:
             iterations=self.meter.iterations,
             active_seconds=self.meter.active_seconds(),
             consecutive_repairs=self.consecutive_repairs,
-            confirm_asked=self.confirm_asked,
             cost_unchecked=self.cost_unchecked,
+            fence=self.fence,
+            seen_outputs=self.seen,
+            structured_outputs=self.views,
             pending_wait_step=index,
             wake_at=wake_at,
             started_at=self.started_at,

@@ -444,8 +444,30 @@ def _reply_from(response: Any, latency: float, attempts: int) -> LLMReply:
         content=getattr(message, "content", None),
         tool_calls=calls,
         finish_reason=getattr(choice, "finish_reason", None),
-        prompt_tokens=getattr(usage, "prompt_tokens", None) if usage else None,
-        completion_tokens=getattr(usage, "completion_tokens", None) if usage else None,
+        prompt_tokens=_reported_count(getattr(usage, "prompt_tokens", None)),
+        completion_tokens=_reported_count(getattr(usage, "completion_tokens", None)),
         latency_seconds=latency,
         attempts=attempts,
     )
+
+
+def _reported_count(value: Any) -> int | None:
+    """A usage figure as a whole number (fractions rounded up), or None when it is none.
+
+    Negative and absurd numbers pass through unchanged: the budget meter decides what
+    to charge for them (workers/budget_meter.py ``sanitize_usage``) and records the
+    anomaly, so this only makes the type safe.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float):
+        return math.ceil(value) if math.isfinite(value) else None
+    return value
+
+
+def estimate_completion_tokens(reply: LLMReply) -> int:
+    """What a reply's text costs at most, about: used when the provider's figure is unusable."""
+    size = len(reply.content or "") + sum(
+        len(call.name) + len(call.arguments) for call in reply.tool_calls
+    )
+    return math.ceil(size / _CHARS_PER_TOKEN_ESTIMATE) + 1

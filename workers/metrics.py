@@ -73,6 +73,13 @@ MODEL_TOKENS = Counter(
     ["model", "type"],
     namespace=NAMESPACE,
 )
+MODEL_USAGE_ANOMALIES = Counter(
+    "model_usage_anomalies",
+    "Model replies whose reported token usage was missing, negative or absurd (an estimate "
+    "or a ceiling was charged instead), by model.",
+    ["model"],
+    namespace=NAMESPACE,
+)
 MODEL_RETRIES = Counter(
     "model_call_retries",
     "Model-call attempts that failed transiently and were retried, by model.",
@@ -143,9 +150,10 @@ def observe_model_call(
 ) -> None:
     """Count one model call (after its retries) and the tokens it used."""
     MODEL_CALLS.labels(model=model, outcome="ok" if ok else "error").inc()
-    if prompt_tokens:
+    # Counters only go up: a negative figure (a provider's bug) must not crash the caller.
+    if prompt_tokens > 0:
         MODEL_TOKENS.labels(model=model, type="prompt").inc(prompt_tokens)
-    if completion_tokens:
+    if completion_tokens > 0:
         MODEL_TOKENS.labels(model=model, type="completion").inc(completion_tokens)
 
 
@@ -158,6 +166,11 @@ def observe_model_reply(
     )
     if attempts > 1:
         MODEL_RETRIES.labels(model=model).inc(attempts - 1)
+
+
+def observe_usage_anomaly(model: str) -> None:
+    """Count a reply whose usage figures could not be taken as reported."""
+    MODEL_USAGE_ANOMALIES.labels(model=model).inc()
 
 
 def observe_model_retry(model: str) -> None:

@@ -28,11 +28,13 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from assay.testing.obedient import newest_tool_result, planted_action
+from prompts import CONFIRMER_SIGNATURE
 from schemas.actions import ACTION_TOOL_NAMES, PlannerResponse, action_to_tool_call
 
 SCRIPTED_MODEL_NAME = "openai/scripted"
@@ -59,8 +61,11 @@ class ErrorSpec(_Strict):
 
 
 class UsageSpec(_Strict):
-    prompt_tokens: int | None = Field(default=None, ge=0)
-    completion_tokens: int | None = Field(default=None, ge=0)
+    """Usage to report instead of the estimate. Any number is sent as written, even a negative,
+    fractional or absurdly large one, or a string: a misbehaving provider is a fault to replay."""
+
+    prompt_tokens: int | float | str | None = None
+    completion_tokens: int | float | str | None = None
 
 
 class ToolCallSpec(_Strict):
@@ -107,8 +112,16 @@ class WhenEntry(Entry):
 Entry.model_rebuild()
 
 
+Role = Literal["planner", "confirmer"]
+
+
 class Scenario(_Strict):
     match: str | None = Field(default=None, description="Regex searched in the first user message.")
+    role: Role = Field(
+        default="planner",
+        description="Which requests it answers: the planner's, or the strict profile's "
+        "confirmation (a request whose system prompt is prompts/confirm.txt).",
+    )
     turns: list[Entry] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -124,6 +137,11 @@ class Scenario(_Strict):
 class Script(_Strict):
     scenarios: list[Scenario] = Field(min_length=1)
     delay: float = Field(default=0.0, ge=0, description="Default delay before every answer.")
+    obey_injections: bool = Field(
+        default=False,
+        description="Act like a gullible LLM: follow instructions planted in the newest tool "
+        "result (assay/testing/obedient.py) instead of the script.",
+    )
 
 
 def load_script(source: Script | dict[str, Any] | str | Path) -> Script:
@@ -157,7 +175,7 @@ class _Reply:
         body: bytes,
         headers: dict[str, str] | None = None,
         delay: float = 0.0,
-        usage: dict[str, int] | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> None:
         self.status = status
         self.body = body
@@ -219,15 +237,26 @@ class Replayer:
         self.script = script
         self._attempts: dict[tuple[str, int, int], int] = {}
         self._lock = threading.Lock()
+        self.obeyed: list[dict[str, Any]] = []
 
     def reply(self, body: dict[str, Any]) -> _Reply:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _Reply(400, _error_body("messages must be a non-empty list", "invalid_request"))
+        system = next(
+            (_content_text(m.get("content")) for m in messages if m.get("role") == "system"), ""
+        )
+        role: Role = "confirmer" if system.startswith(CONFIRMER_SIGNATURE) else "planner"
+        if self.script.obey_injections:
+            planted = planted_action(newest_tool_result(messages))
+            if planted is not None:
+                with self._lock:
+                    self.obeyed.append({"user": body.get("user"), "role": role, "action": planted})
+                return self._render(Entry(action=planted), body)
         first_user = next(
             (_content_text(m.get("content")) for m in messages if m.get("role") == "user"), ""
         )
-        index, scenario = self._scenario_for(first_user)
+        index, scenario = self._scenario_for(first_user, role)
         if scenario is None:
             return _Reply(
                 400,
@@ -248,8 +277,10 @@ class Replayer:
             entry = self._pick_when(entry.when, _last_tool_result(messages))
         return self._render(entry, body)
 
-    def _scenario_for(self, first_user: str) -> tuple[int, Scenario | None]:
+    def _scenario_for(self, first_user: str, role: Role) -> tuple[int, Scenario | None]:
         for index, scenario in enumerate(self.script.scenarios):
+            if scenario.role != role:
+                continue
             if scenario.match is None or re.search(scenario.match, first_user, re.IGNORECASE):
                 return index, scenario
         return -1, None
@@ -281,14 +312,16 @@ class Replayer:
         if completion is None:
             completion = estimate_tokens(completion_text) + 1
         cap = body.get("max_completion_tokens") or body.get("max_tokens")
-        if isinstance(cap, int) and completion > cap:
+        if isinstance(cap, int) and isinstance(completion, int) and completion > cap:
             # A real server stops generating at the cap: the output is cut and says so.
             completion, finish = cap, "length"
             message = _cut_message(message, cap * _CHARS_PER_TOKEN)
+        numbers = (prompt, completion)
+        summable = all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers)
         usage_payload = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
-            "total_tokens": prompt + completion,
+            "total_tokens": prompt + completion if summable else 0,  # type: ignore[operator]
         }
         payload = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -402,6 +435,12 @@ class ScriptedModel:
         """The usage block of every completion sent, with the ``user`` it was sent to."""
         with self._lock:
             return list(self._usage)
+
+    @property
+    def obeyed(self) -> list[dict[str, Any]]:
+        """Every answer taken from planted text (``obey_injections``): user, role, action."""
+        with self.replayer._lock:
+            return list(self.replayer.obeyed)
 
     def requests_for(self, user: str) -> list[dict[str, Any]]:
         """The request bodies of one conversation (the engine sends the run id as ``user``)."""

@@ -30,6 +30,13 @@ from workers.toolsets.tables import (
     printer_columns,
     render_table,
 )
+from workers.toolsets.structured import (
+    META_KEY,
+    FirstObjects,
+    is_free_text,
+    object_rendering,
+    table_rendering,
+)
 from workers.toolsets.truncation import cap_text
 
 ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
@@ -171,7 +178,19 @@ class _KubernetesTool:
     def _run(self, args: Any) -> ToolResult:
         raise NotImplementedError
 
-    def _finish(self, text: str, *, truncated: bool = False, **meta: Any) -> ToolResult:
+    def _finish(
+        self,
+        text: str,
+        *,
+        truncated: bool = False,
+        structured: Callable[[], str] | None = None,
+        **meta: Any,
+    ) -> ToolResult:
+        """The result, capped. ``structured`` renders it again with free text withheld
+        (see structured.py); only runs that need it (strict checks) call it."""
+        if structured is not None:
+            render, cap = structured, 4 * self.limit  # what the model is never shown: not lined up
+            meta[META_KEY] = lambda: render()[:cap]
         note = self._note()
         capped, cut = cap_text(text, self.limit - len(note))
         return ToolResult(ok=True, output=capped + note, truncated=truncated or cut, meta=meta)
@@ -207,12 +226,16 @@ class GetTool(_KubernetesTool):
             resource = self._resolve(kind)
         namespace = _namespace(args.namespace)
         if name:
-            text = render_object(self.backend.get(resource, name, namespace))
+            obj = self.backend.get(resource, name, namespace)
+            text = render_object(obj)
             if args.label_selector or args.field_selector:
                 text += "(selectors are ignored when a name is given)\n"
-            return self._finish(text, kind=resource.kind)
-        objects = self.backend.list_objects(
-            resource, namespace, args.label_selector, args.field_selector
+            return self._finish(text, kind=resource.kind, structured=lambda: object_rendering(obj))
+        objects = FirstObjects(
+            self.backend.list_objects(
+                resource, namespace, args.label_selector, args.field_selector
+            ),
+            keep=max(1, self.limit // 10),  # a shown row is longer than 10 characters
         )
         filters = "".join(
             f" matching {label} {value!r}"
@@ -233,20 +256,37 @@ class GetTool(_KubernetesTool):
             ns_hint = f" namespace={namespace or 'NAMESPACE'}" if resource.namespaced else ""
             return f"{counted} Details: get kind={resource.kind} name=NAME{ns_hint}"
 
+        columns = self._columns(resource)
+        with_namespace = resource.namespaced and namespace is None
         table = render_table(
             objects,
             resource.kind,
             limit_chars=self.limit - len(self._note()),
-            with_namespace=resource.namespaced and namespace is None,
-            columns=self._columns(resource),
+            with_namespace=with_namespace,
+            columns=columns,
             footer=footer,
         )
+        # The footer repeats the model's own arguments: structured only when they are tokens.
+        model_text = (namespace, args.label_selector, args.field_selector)
+        safe_footer = not any(value and is_free_text(value) for value in model_text)
+        shown = objects.kept[: table.shown]
+
+        def structured() -> str:
+            return table_rendering(
+                shown,
+                resource.kind,
+                with_namespace=with_namespace,
+                columns=columns,
+                footer=(lambda _: footer(table.total)) if safe_footer else None,
+            )
+
         return self._finish(
             table.text,
             truncated=table.truncated,
             kind=resource.kind,
             rows=table.shown,
             total=table.total,
+            structured=structured,
         )
 
     def _columns(self, resource: ResourceInfo) -> list[Column] | None:
@@ -275,6 +315,7 @@ class DescribeTool(_KubernetesTool):
         events = self.backend.events(namespace, resource.kind, args.name)
         events_text = "Events: <none>"
         events_truncated = False
+        shown_events: list[dict[str, Any]] = []
         if events:
             table = render_table(
                 events,
@@ -284,13 +325,24 @@ class DescribeTool(_KubernetesTool):
                 columns=_DESCRIBE_EVENT_COLUMNS,  # every row is about this object
             )
             events_text, events_truncated = "Events:\n" + table.text, table.truncated
+            shown_events = events[: table.shown]
         budget = self.limit - len(events_text) - len(self._note()) - 1
         body, cut = cap_text(render_object(obj), max(budget, 200))
+
+        def structured() -> str:
+            events_part = "Events: <none>"
+            if shown_events:
+                events_part = "Events:\n" + table_rendering(
+                    shown_events, "Event", with_namespace=False, columns=_DESCRIBE_EVENT_COLUMNS
+                )
+            return f"{object_rendering(obj).rstrip()}\n{events_part}"
+
         return self._finish(
             f"{body.rstrip()}\n{events_text}",
             truncated=cut or events_truncated,
             kind=resource.kind,
             events=len(events),
+            structured=structured,
         )
 
 
