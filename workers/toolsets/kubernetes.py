@@ -23,19 +23,19 @@ from workers.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 from workers.toolsets.base import Tool, ToolResult
 from workers.toolsets.compaction import render_object
 from workers.toolsets.explain_text import render_schema
-from workers.toolsets.tables import (
-    KIND_COLUMNS,
-    Column,
-    format_table,
-    printer_columns,
-    render_table,
-)
 from workers.toolsets.structured import (
     META_KEY,
     FirstObjects,
     is_free_text,
     object_rendering,
     table_rendering,
+)
+from workers.toolsets.tables import (
+    KIND_COLUMNS,
+    Column,
+    format_table,
+    printer_columns,
+    render_table,
 )
 from workers.toolsets.truncation import cap_text
 

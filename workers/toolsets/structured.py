@@ -33,7 +33,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from workers.toolsets.compaction import Column, render_object, render_table
+from workers.toolsets.compaction import render_object
+from workers.toolsets.tables import Column, render_table
 
 FREE_TEXT = "<free-text-withheld>"  # one token: the engine lines renderings up by tokens
 META_KEY = "structured"
