@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import load_settings
 from workers.evidence import context, locate, normalise, occurs_in, structured_view
-from workers.toolsets.compaction import cap_text, render_object
+from workers.toolsets.compaction import render_object
+from workers.toolsets.truncation import cap_text
 from workers.toolsets.factory import build_registry
 from workers.toolsets.structured import (
     FREE_TEXT,
