@@ -74,7 +74,12 @@ def sweep(registry: ToolRegistry) -> str:
     results = [registry.call(tool, arguments) for tool, arguments in sweep_calls()]
     failed = [(call, r.output) for call, r in zip(sweep_calls(), results, strict=True) if not r.ok]
     assert not failed
-    return "\n".join(r.output + json.dumps(r.meta) for r in results)
+    # meta may hold lazy renderings (the structured view strict checks use): render them too
+    return "\n".join(r.output + json.dumps(_rendered(r.meta)) for r in results)
+
+
+def _rendered(meta: dict[str, Any]) -> dict[str, Any]:
+    return {key: value() if callable(value) else value for key, value in meta.items()}
 
 
 # --------------------------------------------------------------------------- every tool output

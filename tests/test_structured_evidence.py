@@ -13,7 +13,6 @@ from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import load_settings
 from workers.evidence import context, locate, normalise, occurs_in, structured_view
 from workers.toolsets.compaction import render_object
-from workers.toolsets.truncation import cap_text
 from workers.toolsets.factory import build_registry
 from workers.toolsets.structured import (
     FREE_TEXT,
@@ -22,6 +21,7 @@ from workers.toolsets.structured import (
     object_rendering,
     withhold_free_text,
 )
+from workers.toolsets.truncation import cap_text
 
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile-cluster"
 
