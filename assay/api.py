@@ -26,7 +26,7 @@ from assay.api_auth import ReadAccess, TokenTable
 from assay.api_errors import ApiError, BodySizeLimit, install_error_handlers
 from assay.api_models import ErrorBody, Health, Readiness
 from assay.api_wiring import Services
-from workers import metrics
+from workers.core import metrics
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings

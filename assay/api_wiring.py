@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from schemas.fleet import BatchStatus, SubmitReceipt
     from schemas.schedule import Schedule
     from schemas.settings import AssaySettings
-    from workers.dispatch import Dispatcher
-    from workers.store import VerdictStore
+    from workers.fleet.dispatch import Dispatcher
+    from workers.fleet.store import VerdictStore
 
 API_REDIS_TIMEOUT_SECONDS = 5.0
 API_REDIS_RETRIES = 3
@@ -41,7 +41,7 @@ API_REDIS_BACKOFF_CAP_SECONDS = 0.5
 
 def api_redis(url: str) -> redis.Redis:
     """A decoded-string client that fails within seconds when Redis is away."""
-    from workers.redis_client import connect
+    from workers.fleet.redis_client import connect
 
     return connect(
         url,
@@ -83,7 +83,7 @@ class Services:
 
     @property
     def store(self) -> VerdictStore:
-        from workers.store import VerdictStore
+        from workers.fleet.store import VerdictStore
 
         client = self.redis
         with self._lock:
@@ -107,7 +107,7 @@ class Services:
             return target
         from pydantic import ValidationError
 
-        from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+        from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
         try:
             folder = SnapshotRoots.for_api(self.settings).confine(target.path)
@@ -119,7 +119,7 @@ class Services:
 
     def confined_snapshots(self, patterns: list[str]) -> list[str]:
         """Schedule snapshot folders or globs, absolute and inside the roots (422 otherwise)."""
-        from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+        from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
         roots = SnapshotRoots.for_api(self.settings)
         try:
@@ -141,7 +141,7 @@ class Services:
 
     @property
     def dispatcher(self) -> Dispatcher:
-        from workers.dispatch import Dispatcher
+        from workers.fleet.dispatch import Dispatcher
 
         store = self.store
         with self._lock:
@@ -201,7 +201,7 @@ class Services:
         """Fan out over the body's targets (or the contexts its glob matches) and seal."""
         from pydantic import ValidationError
 
-        from workers.batch import EmptyBatch, fan_out
+        from workers.fleet.batch import EmptyBatch, fan_out
 
         targets = self._batch_targets(body)
         shared = body.model_dump(exclude={"text", "targets", "context_glob"}, exclude_none=True)
@@ -223,7 +223,7 @@ class Services:
         if body.context_glob is None:
             targets = [self.confined_target(target) for target in body.targets or []]
         else:
-            from workers.targets import TargetGlobError, context_targets
+            from workers.fleet.targets import TargetGlobError, context_targets
 
             try:
                 targets = list(context_targets(body.context_glob, self.settings.kubeconfig))
@@ -395,8 +395,8 @@ def _validation_error(exc: Any) -> ApiError:
 
 def register_scrape_collectors(settings: AssaySettings) -> None:
     """Queue depth (broker lists), scheduler timers and per-check verdicts, read per scrape."""
-    from workers import metrics
-    from workers.celery_app import queue_name
+    from workers.core import metrics
+    from workers.fleet.celery_app import queue_name
 
     if settings.redis_url is None:
         return
@@ -410,13 +410,13 @@ def register_scrape_collectors(settings: AssaySettings) -> None:
     timers_client = api_redis(settings.redis_url)
 
     def read_timer_counts() -> tuple[int, int]:
-        from scheduler.timers import TimerStore
+        from workers.fleet.timers import TimerStore
 
         return TimerStore(timers_client, settings.key_prefix).counts()
 
     metrics.register_collector("timers", metrics.TimerCollector(read_timer_counts))
 
-    from workers.store import VerdictStore
+    from workers.fleet.store import VerdictStore
 
     checks_store = VerdictStore(timers_client, prefix=settings.key_prefix)
     metrics.register_collector(

@@ -40,8 +40,8 @@ from schemas.verdict import Verdict
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
-    from workers.dispatch import Dispatcher
-    from workers.store import VerdictStore
+    from workers.fleet.dispatch import Dispatcher
+    from workers.fleet.store import VerdictStore
 
 POLL_SECONDS = 0.2
 
@@ -97,7 +97,7 @@ class Client:
     @property
     def store(self) -> VerdictStore:
         if self._store is None:
-            from workers.store import VerdictStore
+            from workers.fleet.store import VerdictStore
 
             self._store = VerdictStore.from_settings(self.settings)
         return self._store
@@ -105,7 +105,7 @@ class Client:
     @property
     def dispatcher(self) -> Dispatcher:
         if self._dispatcher is None:
-            from workers.dispatch import Dispatcher
+            from workers.fleet.dispatch import Dispatcher
 
             self._dispatcher = Dispatcher.from_settings(self.settings, self.store)
         return self._dispatcher
@@ -163,7 +163,7 @@ class Client:
     def _confined(self, request: EvaluationRequest) -> EvaluationRequest:
         if not isinstance(request.target, SnapshotTarget):
             return request
-        from workers.snapshot_roots import SnapshotRoots
+        from workers.core.snapshot_roots import SnapshotRoots
 
         resolved = SnapshotRoots.for_local(self.settings).confine(request.target.path)
         return request.model_copy(update={"target": SnapshotTarget(path=str(resolved))})
@@ -228,9 +228,9 @@ class Client:
         A snapshot glob must stay inside this client's snapshot roots
         (``SnapshotOutsideRoots`` otherwise); matches leading out of them are skipped.
         """
-        from workers.batch import fan_out
-        from workers.snapshot_roots import SnapshotRoots
-        from workers.targets import context_targets, snapshot_targets
+        from workers.core.snapshot_roots import SnapshotRoots
+        from workers.fleet.batch import fan_out
+        from workers.fleet.targets import context_targets, snapshot_targets
 
         if (snapshots is None) == (contexts is None):
             raise ValueError("name exactly one of: a snapshots glob or a contexts glob")

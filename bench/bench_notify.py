@@ -65,9 +65,9 @@ def delivery(redis_url: str, replicas: int, changes: int, prefix: str) -> None:
     from schemas.verdict import VerdictKind
     from tests.alerting_support import notifier_env
     from tests.fleet_support import finished_report, snapshot_request
-    from workers.notify_feed import SinkFeed
-    from workers.redis_client import connect
-    from workers.store import VerdictStore
+    from workers.fleet.notify_feed import SinkFeed
+    from workers.fleet.redis_client import connect
+    from workers.fleet.store import VerdictStore
 
     store = VerdictStore(connect(redis_url), prefix=prefix)
     sink = Sink()
@@ -129,9 +129,9 @@ def gauges(redis_url: str, checks: int) -> None:
 
     from schemas.verdict import VerdictKind
     from tests.fleet_support import finished_report, snapshot_request
-    from workers import metrics
-    from workers.redis_client import connect
-    from workers.store import VerdictStore
+    from workers.core import metrics
+    from workers.fleet.redis_client import connect
+    from workers.fleet.store import VerdictStore
 
     store = VerdictStore(connect(redis_url), prefix="bench-gauges")
     kinds = [VerdictKind.TRUE, VerdictKind.FALSE, VerdictKind.CANNOT_DETERMINE]

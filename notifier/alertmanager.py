@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from schemas.notify import AlertmanagerSink
     from schemas.settings import AssaySettings
     from schemas.verdict import Verdict
-    from workers.store import VerdictStore
+    from workers.fleet.store import VerdictStore
 
 AlertState = Literal["firing", "resolved"]
 RESEND_LIMIT = 100_000  # firing checks read per resend

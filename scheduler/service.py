@@ -45,9 +45,9 @@ from scheduler.cron import next_fire, plan_fire
 from scheduler.deferred import Enqueue
 from scheduler.fires import TargetResolutionError, build_requests, resolve_targets
 from scheduler.schedules import ScheduleStore
-from scheduler.timers import ClaimedTimer, EnqueueClaim, TimerEntry, TimerStore, from_epoch
 from schemas.schedule import Schedule, ScheduleFire
 from schemas.settings import AssaySettings
+from workers.fleet.timers import ClaimedTimer, EnqueueClaim, TimerEntry, TimerStore, from_epoch
 
 _log = structlog.get_logger(__name__)
 
@@ -340,7 +340,7 @@ class Replica:
         lateness = self.clock() - entry.due
         if self.keep_lateness:
             self.stats.lateness.append(lateness)
-        from workers.metrics import observe_lateness
+        from workers.core.metrics import observe_lateness
 
         observe_lateness(lateness, kind=entry.kind)
 
@@ -355,8 +355,8 @@ class FleetSender:
     """
 
     def __init__(self, settings: AssaySettings) -> None:
-        from workers.dispatch import Dispatcher
-        from workers.store import VerdictStore
+        from workers.fleet.dispatch import Dispatcher
+        from workers.fleet.store import VerdictStore
 
         self.store = VerdictStore.from_settings(settings)
         self.dispatcher = Dispatcher.from_settings(settings, self.store)
@@ -385,8 +385,8 @@ def run_replica(
     clock: Callable[[], float] = time.time,
 ) -> ReplicaStats:
     """Run one replica until ``stop_event`` is set (``assay scheduler``, ``assay up``)."""
-    from workers.metrics import TimerCollector, register_collector, start_metrics_server
-    from workers.redis_client import connect
+    from workers.core.metrics import TimerCollector, register_collector, start_metrics_server
+    from workers.fleet.redis_client import connect
 
     if not settings.redis_url:
         raise ValueError(

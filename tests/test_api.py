@@ -16,11 +16,11 @@ import pytest
 import redis
 
 from assay.redis_process import RedisProcess
-from scheduler.timers import TimerStore, deferred_timer_id
 from schemas.request import EvaluationRequest
 from tests.api_support import READ_TOKEN, WRITE_TOKEN, ApiServer, auth
 from tests.fleet_support import finished_report, snapshot_request
-from workers.store import VerdictStore
+from workers.fleet.store import VerdictStore
+from workers.fleet.timers import TimerStore, deferred_timer_id
 
 pytestmark = pytest.mark.integration
 

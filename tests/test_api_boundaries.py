@@ -22,7 +22,7 @@ from assay.redis_process import RedisProcess
 from tests.api_support import WRITE_TOKEN, ApiServer, auth
 from tests.boundary_support import dump_keys, hostile_ids
 from tests.fleet_support import finished_report, make_snapshots, snapshot_request
-from workers.store import VerdictStore
+from workers.fleet.store import VerdictStore
 
 pytestmark = pytest.mark.integration
 

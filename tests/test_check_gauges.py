@@ -18,9 +18,9 @@ from assay.redis_process import free_port
 from schemas.verdict import Verdict, VerdictKind
 from tests.api_support import ApiServer
 from tests.fleet_support import finished_report, snapshot_request
-from workers import metrics
-from workers.redis_client import connect
-from workers.store import VerdictStore, verdict_source
+from workers.core import metrics
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore, verdict_source
 
 pytestmark = pytest.mark.integration
 

@@ -25,8 +25,8 @@ from schemas.schedule import Schedule, ScheduleTargets
 from schemas.settings import load_settings
 from tests.boundary_support import dump_keys, hostile_ids, valid_ids
 from tests.fleet_support import ROOT, finished_report, snapshot_request, worker_env
-from workers.redis_client import connect
-from workers.store import VerdictStore
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
 
 ASSAY = [sys.executable, "-m", "assay.cli"]
 PROD_EU = str(ROOT / "examples" / "snapshots" / "prod-eu")

@@ -12,9 +12,9 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from assay.redis_process import free_port
-from scheduler.timers import TimerEntry, TimerStore, epoch
 from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
-from workers import metrics
+from workers.core import metrics
+from workers.fleet.timers import TimerEntry, TimerStore, epoch
 
 
 def _sample(name: str, labels: dict[str, str], registry: CollectorRegistry = REGISTRY) -> float:

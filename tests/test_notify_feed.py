@@ -10,9 +10,9 @@ import pytest
 
 from schemas.verdict import VerdictKind
 from tests.alerting_support import record
-from workers.notify_feed import SinkFeed, Told
-from workers.redis_client import connect
-from workers.store import VerdictStore
+from workers.fleet.notify_feed import SinkFeed, Told
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
 
 pytestmark = pytest.mark.integration
 

@@ -35,9 +35,9 @@ from tests.alerting_support import (
     webhook,
 )
 from tests.fleet_support import ROOT, stop_process
-from workers.notify_feed import SinkFeed
-from workers.redis_client import connect
-from workers.store import VerdictStore
+from workers.fleet.notify_feed import SinkFeed
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

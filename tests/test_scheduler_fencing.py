@@ -32,9 +32,9 @@ from schemas.schedule import Schedule, ScheduleTargets
 from schemas.settings import AssaySettings, load_settings
 from tests.fleet_support import PREDICATE, make_snapshots, three_step_script
 from tests.scheduler_support import pause_replica_scenario
-from workers.runtime import WorkerRuntime
-from workers.store import VerdictStore
-from workers.tasks import handle_delivery
+from workers.fleet.runtime import WorkerRuntime
+from workers.fleet.store import VerdictStore
+from workers.fleet.tasks import handle_delivery
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -22,7 +22,7 @@ from scheduler.service import Replica
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.schedule import Schedule, ScheduleTargets
 from schemas.settings import AssaySettings, load_settings
-from workers.store import VerdictStore
+from workers.fleet.store import VerdictStore
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

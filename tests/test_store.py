@@ -10,8 +10,8 @@ import redis
 
 from schemas.verdict import VerdictKind
 from tests.fleet_support import finished_report, snapshot_request
-from workers.redis_client import connect
-from workers.store import VerdictStore
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
 
 pytestmark = pytest.mark.integration
 

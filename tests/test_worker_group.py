@@ -27,7 +27,7 @@ from tests.fleet_support import (
     wait_until,
     worker_log_tail,
 )
-from workers.celery_app import create_app
+from workers.fleet.celery_app import create_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -1,5 +1,5 @@
 """The evaluation engine and the fleet that runs it.
 
 Nothing here imports Celery or litellm at module import time except
-``workers.celery_app`` / ``workers.tasks``; the engine stays a plain function.
+``workers.fleet.celery_app`` / ``workers.fleet.tasks``; the engine stays a plain function.
 """

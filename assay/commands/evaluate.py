@@ -169,7 +169,7 @@ def _evaluate(
     from assay.render import step_line
     from schemas.report import Step
     from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
-    from workers.engine import EngineDeps, evaluate
+    from workers.core.engine import EngineDeps, evaluate
 
     target: Target
     if snapshot is not None:
@@ -221,7 +221,7 @@ def _print_result(kind: str, report: RunReport, json_output: bool) -> None:
 
 def _configure_logging(settings: AssaySettings) -> None:
     """Engine logs go to stderr; on the CLI only warnings unless a log level was asked for."""
-    from workers.logs import configure_logging
+    from workers.core.logs import configure_logging
 
     if "log_level" not in settings.model_fields_set:
         settings = settings.model_copy(update={"log_level": "WARNING"})

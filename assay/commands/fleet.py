@@ -300,7 +300,7 @@ def worker(
 ) -> None:
     """Start a Celery worker that evaluates queued runs (foreground; Ctrl-C stops it warmly)."""
     from assay.local_mode import require_redis_url
-    from workers.celery_app import FleetNotConfigured, create_app
+    from workers.fleet.celery_app import FleetNotConfigured, create_app
 
     settings = settings_or_usage(
         worker_concurrency=concurrency, worker_pool=pool, worker_processes=processes

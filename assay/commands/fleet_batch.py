@@ -147,9 +147,9 @@ def batch(
     check_profile(flags.profile)
     from pydantic import ValidationError
 
-    from workers.batch import EmptyBatch
-    from workers.snapshot_roots import SnapshotOutsideRoots
-    from workers.targets import TargetGlobError
+    from workers.core.snapshot_roots import SnapshotOutsideRoots
+    from workers.fleet.batch import EmptyBatch
+    from workers.fleet.targets import TargetGlobError
 
     settings = settings_or_usage()
     with fleet_client(settings) as client:

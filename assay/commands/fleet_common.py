@@ -46,7 +46,7 @@ def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
     import redis.exceptions
 
     from assay.client import Client
-    from workers.celery_app import FleetNotConfigured
+    from workers.fleet.celery_app import FleetNotConfigured
 
     try:
         client = Client(settings or settings_or_usage())

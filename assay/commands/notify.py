@@ -32,7 +32,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 
 def _fleet_settings() -> AssaySettings:
     from assay.local_mode import require_redis_url
-    from workers.celery_app import FleetNotConfigured
+    from workers.fleet.celery_app import FleetNotConfigured
 
     settings = settings_or_usage()
     try:
@@ -95,7 +95,7 @@ def notify(ctx: typer.Context) -> None:
     import redis.exceptions
 
     from notifier.service import run_notifier, stop_on_signals
-    from workers.logs import configure_logging
+    from workers.core.logs import configure_logging
 
     settings = _fleet_settings()
     if not settings.notify_sinks:
@@ -162,8 +162,8 @@ def status(json: JsonOpt = False) -> None:
     """Each sink's backlog: lag, pending, oldest pending, retries and dead letters."""
     import redis.exceptions
 
-    from workers.notify_feed import SinkFeed
-    from workers.store import VerdictStore
+    from workers.fleet.notify_feed import SinkFeed
+    from workers.fleet.store import VerdictStore
 
     settings = _fleet_settings()
     if not settings.notify_sinks:

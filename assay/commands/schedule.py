@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from scheduler.schedules import ScheduleStore
     from schemas.schedule import Schedule
     from schemas.settings import AssaySettings
-    from workers.store import VerdictStore
+    from workers.fleet.store import VerdictStore
 
 
 schedule_app = typer.Typer(
@@ -74,7 +74,7 @@ def _settings() -> AssaySettings:
 
 
 def _redis(settings: AssaySettings) -> Any:
-    from workers.redis_client import connect
+    from workers.fleet.redis_client import connect
 
     url = _redis_url(settings)
     client = connect(url)
@@ -95,7 +95,7 @@ def _store(settings: AssaySettings) -> ScheduleStore:
 
 
 def _verdicts(store: ScheduleStore, settings: AssaySettings) -> VerdictStore:
-    from workers.store import VerdictStore
+    from workers.fleet.store import VerdictStore
 
     return VerdictStore(store.redis, prefix=settings.key_prefix)
 
@@ -392,7 +392,7 @@ def scheduler_command(
     import threading
 
     from scheduler.service import run_replica, stop_on_signals
-    from workers.logs import configure_logging
+    from workers.core.logs import configure_logging
 
     settings = _settings()
     settings = settings.model_copy(
@@ -418,7 +418,7 @@ def register(app: typer.Typer) -> None:
 # --- helpers ---------------------------------------------------------------------------------
 def _redis_url(settings: AssaySettings) -> str:
     from assay.local_mode import require_redis_url
-    from workers.celery_app import FleetNotConfigured
+    from workers.fleet.celery_app import FleetNotConfigured
 
     try:
         return require_redis_url(settings)
@@ -490,7 +490,7 @@ def _span(seconds: float) -> str:
 def _confined(pattern: str, settings: AssaySettings) -> str:
     """A snapshot folder or glob, absolute (replicas and workers may run elsewhere) and
     inside the snapshot roots (ASSAY_SNAPSHOT_ROOTS, default: the current directory)."""
-    from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+    from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
     try:
         return SnapshotRoots.for_local(settings).confine_pattern(pattern)

@@ -29,7 +29,7 @@ def api(
 
     from assay.api import create_app
     from schemas.settings import load_settings
-    from workers.logs import configure_logging
+    from workers.core.logs import configure_logging
 
     settings = load_settings(api_host=host, api_port=port)
     configure_logging(settings)
@@ -45,13 +45,13 @@ def api(
             "every /v1 request will be refused.",
             err=True,
         )
-    from workers.tracing import configure_tracing
+    from workers.core.tracing import configure_tracing
 
     configure_tracing(settings)
     if settings.metrics_port:
         # Unauthenticated metrics on their own port (like workers and schedulers), for
         # annotation-based scraping; /metrics on the API port needs a read token.
-        from workers.metrics import start_metrics_server
+        from workers.core.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port)
     app = create_app(settings)
