@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request, Response
@@ -25,11 +25,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from assay.api_auth import ReadAccess, TokenTable
 from assay.api_errors import ApiError, BodySizeLimit, install_error_handlers
 from assay.api_models import ErrorBody, Health, Readiness
-from assay.api_wiring import Services
+from assay.api_v1 import router as v1_router
+from assay.api_wiring import Services, register_scrape_collectors
+from schemas.settings import AssaySettings, load_settings
 from workers.core import metrics
-
-if TYPE_CHECKING:
-    from schemas.settings import AssaySettings
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 API_VERSION = "1"
@@ -179,14 +178,12 @@ def _register_collectors(settings: AssaySettings) -> None:
     """Queue depth and timers, read from Redis when Prometheus scrapes this process."""
     if settings.redis_url is None:
         return
-    from assay.api_wiring import register_scrape_collectors
 
     register_scrape_collectors(settings)
 
 
 def create_app(settings: AssaySettings | None = None) -> FastAPI:
     """The API for ``settings`` (default: :func:`schemas.settings.load_settings`)."""
-    from schemas.settings import load_settings
 
     settings = settings or load_settings()
     app = FastAPI(
@@ -205,8 +202,6 @@ def create_app(settings: AssaySettings | None = None) -> FastAPI:
     install_error_handlers(app)
     _add_operational_routes(app)
 
-    from assay.api_v1 import router as v1_router
-
     app.include_router(v1_router)
     app.add_middleware(BodySizeLimit, limit=settings.api_max_body_bytes)
     app.add_middleware(RequestLogAndMetrics)
@@ -216,7 +211,6 @@ def create_app(settings: AssaySettings | None = None) -> FastAPI:
 
 def render_openapi() -> str:
     """The OpenAPI document, independent of any runtime setting."""
-    from schemas.settings import AssaySettings
 
     app = create_app(AssaySettings(redis_url=None, api_tokens={}, api_tokens_file=None))
     return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, Literal
 
+from notifier.events import run_url
 from schemas.verdict import VerdictKind
 
 if TYPE_CHECKING:
@@ -128,7 +129,6 @@ class AlertSync:
         self.clock = clock
 
     def _alerts(self, summaries: list[CheckSummary], want: AlertState) -> list[dict[str, Any]]:
-        from notifier.events import run_url
 
         now = self.clock()
         verdicts = self.store.latest_verdicts([s.check_id for s in summaries])

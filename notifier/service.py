@@ -58,13 +58,13 @@ from notifier.sinks import (
 from schemas.notify import AlertmanagerSink, SlackSink, WebhookSink, missing_secrets
 from workers.core import metrics
 from workers.fleet.notify_feed import FeedEntry, SinkFeed
+from workers.fleet.store import VerdictStore
 
 if TYPE_CHECKING:
     import httpx
 
     from schemas.notify import Sink
     from schemas.settings import AssaySettings
-    from workers.fleet.store import VerdictStore
 
 _log = structlog.get_logger(__name__)
 
@@ -496,7 +496,6 @@ class Notifier:
 
 def run_notifier(settings: AssaySettings, stop: threading.Event) -> None:
     """Run one notifier replica until ``stop`` is set (``assay notify``)."""
-    from workers.fleet.store import VerdictStore
 
     store = VerdictStore.from_settings(settings)
     with http_client(settings) as http:

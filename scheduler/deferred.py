@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from schemas.request import EvaluationRequest
+from workers.fleet import checkpoints
+from workers.fleet.store import VerdictStore
 from workers.fleet.timers import TimerEntry, TimerStore, deferred_timer_id, epoch
 
 if TYPE_CHECKING:
@@ -88,7 +90,6 @@ def messages_for(
 
     Deferred requests are read with one MGET for the whole claimed batch.
     """
-    from workers.fleet import checkpoints
 
     deferred_ids = [e.run_id for e in entries if e.kind == "deferred" and e.run_id]
     bodies = (
@@ -118,7 +119,6 @@ def messages_for(
 
 
 def _store(redis: Any, settings: AssaySettings) -> Any:
-    from workers.fleet.store import VerdictStore
 
     return VerdictStore(
         redis,

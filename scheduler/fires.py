@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule, ScheduleTargets
 from schemas.settings import AssaySettings
+from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+from workers.fleet.targets import TargetGlobError, context_targets, snapshot_targets
 
 _GLOB_CHARS = set("*?[")
 
@@ -45,8 +47,6 @@ def resolve_targets(targets: ScheduleTargets, settings: AssaySettings) -> list[T
     Globs are expanded with the fleet's own expanders (``workers.fleet.targets``), so
     a schedule and a batch over the same glob see the same targets.
     """
-    from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
-    from workers.fleet.targets import TargetGlobError, context_targets, snapshot_targets
 
     resolved: list[Target] = []
     try:

@@ -68,6 +68,7 @@ from workers.core.metrics import (
     observe_usage_anomaly,
 )
 from workers.core.toolsets.base import ToolRegistry
+from workers.core.toolsets.factory import build_registry
 from workers.core.toolsets.structured import META_KEY as STRUCTURED_META_KEY
 from workers.core.tracing import model_call_span, tool_call_span
 
@@ -88,19 +89,13 @@ class RateLimiter(Protocol):
     def acquire(self, model: str, tokens: int, deadline: float) -> None: ...
 
 
-def default_tools(request: EvaluationRequest, settings: AssaySettings) -> ToolRegistry:
-    from workers.core.toolsets.factory import build_registry
-
-    return build_registry(request, settings)
-
-
 @dataclass
 class EngineDeps:
     """What one evaluation needs from outside; everything but settings has a default."""
 
     settings: AssaySettings
     llm: LLMClient | None = None
-    tools: ToolsFactory = default_tools
+    tools: ToolsFactory = build_registry
     on_step: StepCallback | None = None
     rate_limiter: RateLimiter | None = None
     allow_defer: bool = False

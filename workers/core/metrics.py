@@ -8,7 +8,7 @@ calls one of the ``observe_*`` functions, so a metric's name and labels live
 in this file only.
 
 Some gauges are read at scrape time rather than kept up to date: the broker's
-queue depth (the Redis list lengths Celery's Redis transport uses), the
+queue depth (``workers.fleet.queue_depth``, which knows the broker's keys), the
 scheduler's due / in-flight timers, each check's latest verdict (served by the
 API) and each notification sink's backlog (served by the notifier). Their
 collectors ask Redis when Prometheus scrapes, so they are right even when
@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -214,60 +214,6 @@ def timed_api_request(route: str, method: str) -> Iterator[Callable[[int], None]
 
 
 # --- scrape-time collectors -----------------------------------------------------------------------
-
-# kombu's Redis transport keeps one list per queue and priority step; these are its
-# defaults (kombu.transport.redis PRIORITY_STEPS and Channel.sep).
-_KOMBU_PRIORITY_STEPS = (0, 3, 6, 9)
-_KOMBU_PRIORITY_SEP = "\x06\x16"
-
-
-def kombu_queue_keys(queue: str) -> list[str]:
-    """The Redis lists that hold ``queue``'s waiting messages, one per priority step."""
-    return [
-        queue if step == 0 else f"{queue}{_KOMBU_PRIORITY_SEP}{step}"
-        for step in _KOMBU_PRIORITY_STEPS
-    ]
-
-
-class QueueDepthCollector(Collector):
-    """``assay_queue_depth{queue}``: messages waiting in the broker, read at scrape time.
-
-    ``redis_factory`` returns a redis client for the broker; a broker that does not
-    answer yields no sample (and ``assay_queue_depth_up 0``) rather than a stale number.
-    """
-
-    def __init__(self, redis_factory: Callable[[], Any], queues: Iterable[str]) -> None:
-        self._redis_factory = redis_factory
-        self._queues = list(queues)
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        depth = GaugeMetricFamily(
-            f"{NAMESPACE}_queue_depth",
-            "Evaluations waiting in the broker queue, read from Redis at scrape time.",
-            labels=["queue"],
-        )
-        up = GaugeMetricFamily(
-            f"{NAMESPACE}_queue_depth_up", "1 when the broker answered the last scrape."
-        )
-        try:
-            client = self._redis_factory()
-            pipe = client.pipeline(transaction=False)
-            for queue in self._queues:
-                for key in kombu_queue_keys(queue):
-                    pipe.llen(key)
-            sizes = pipe.execute()
-        except Exception:  # a scrape must never fail because the broker is down
-            up.add_metric([], 0)
-            yield up
-            return
-        steps = len(_KOMBU_PRIORITY_STEPS)
-        for index, queue in enumerate(self._queues):
-            depth.add_metric(
-                [queue], sum(int(n) for n in sizes[index * steps : (index + 1) * steps])
-            )
-        up.add_metric([], 1)
-        yield depth
-        yield up
 
 
 class TimerCollector(Collector):

@@ -14,17 +14,28 @@ copies of one fire run once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from celery import Celery
 
+from schemas.budget import PROFILES
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest
-from workers.fleet.celery_app import TASK_NAME, queue_name, time_limits_for
+from schemas.settings import AssaySettings
+from workers.fleet.broker import TASK_NAME, configured_app, queue_name
+from workers.fleet.store import VerdictStore
 
-if TYPE_CHECKING:
-    from celery import Celery
+TIME_LIMIT_GRACE_SECONDS = 30.0  # soft limit = deadline + grace; hard = soft + grace
 
-    from schemas.settings import AssaySettings
-    from workers.fleet.store import VerdictStore
+
+def run_deadline_seconds(request: EvaluationRequest, settings: AssaySettings) -> float:
+    """The wall-clock budget of a run: request value, then settings, then profile default."""
+    profile_default = PROFILES[request.profile].budget.timeout_seconds or 300.0
+    return float(request.budget.timeout_seconds or settings.timeout_seconds or profile_default)
+
+
+def time_limits_for(request: EvaluationRequest, settings: AssaySettings) -> tuple[float, float]:
+    """(soft, hard) Celery time limits for one run, derived from its deadline."""
+    soft = run_deadline_seconds(request, settings) + TIME_LIMIT_GRACE_SECONDS
+    return soft, soft + TIME_LIMIT_GRACE_SECONDS
 
 
 class Dispatcher:
@@ -38,9 +49,7 @@ class Dispatcher:
 
     @classmethod
     def from_settings(cls, settings: AssaySettings, store: VerdictStore) -> Dispatcher:
-        from workers.fleet.celery_app import create_app
-
-        return cls(create_app(settings, with_tasks=False), store, settings)
+        return cls(configured_app(settings), store, settings)
 
     def submit(
         self, request: EvaluationRequest, fence: dict[str, str] | None = None

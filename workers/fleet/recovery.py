@@ -24,28 +24,21 @@ import threading
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import redis
 import structlog
 
-if TYPE_CHECKING:
-    import redis
-
-    from schemas.settings import AssaySettings
-    from workers.fleet.dispatch import Dispatcher
-    from workers.fleet.store import VerdictStore
+from schemas.settings import AssaySettings
+from workers.fleet.broker import KOMBU_UNACKED_KEY, is_redis_broker, kombu_queue_keys, queue_name
+from workers.fleet.checkpoints import load
+from workers.fleet.dispatch import Dispatcher
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
 
 _log = structlog.get_logger(__name__)
 
-KOMBU_UNACKED_KEY = "unacked"  # kombu's default ``unacked_key`` transport option
-_KOMBU_PRIORITY_SEP = "\x06\x16"
-_KOMBU_PRIORITY_STEPS = (0, 3, 6, 9)
 SCAN_PAGE = 1000
-
-
-def uses_redis_broker(settings: AssaySettings) -> bool:
-    url = settings.broker_url or settings.redis_url or ""
-    return url.startswith(("redis://", "rediss://", "unix://"))
 
 
 def _task_id(raw: str | bytes) -> str | None:
@@ -66,8 +59,7 @@ def _task_id(raw: str | bytes) -> str | None:
 def broker_run_ids(client: redis.Redis, queue: str) -> set[str]:
     """Run ids with a message in the broker: waiting in ``queue`` or reserved (unacked)."""
     present: set[str] = set()
-    for step in _KOMBU_PRIORITY_STEPS:
-        key = queue if step == 0 else f"{queue}{_KOMBU_PRIORITY_SEP}{step}"
+    for key in kombu_queue_keys(queue):
         start = 0
         while True:
             page = client.lrange(key, start, start + SCAN_PAGE - 1)
@@ -142,8 +134,6 @@ class LostRunSweeper:
         """A run that was parked before resumes from its checkpoint, not from scratch."""
         if self.redis_for_checkpoints is None:
             return None
-        from workers.fleet.checkpoints import load
-
         checkpoint = load(self.redis_for_checkpoints, self.dispatcher.settings, run_id)
         return checkpoint.sequence if checkpoint is not None else None
 
@@ -158,11 +148,8 @@ class LostRunSweeper:
 
 def start_sweeper(settings: AssaySettings, store: VerdictStore, dispatcher: Dispatcher) -> Any:
     """Start the sweeper thread when the broker is Redis; returns its stop event or None."""
-    if not uses_redis_broker(settings):
+    if not is_redis_broker(settings):
         return None
-    from workers.fleet.celery_app import queue_name
-    from workers.fleet.redis_client import connect
-
     broker_url = settings.broker_url or settings.redis_url or ""
     sweeper = LostRunSweeper(
         store,

@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import redis
 import structlog
 
-if TYPE_CHECKING:
-    import redis
-
-    from schemas.settings import AssaySettings
-    from workers.core.engine import EngineDeps
-    from workers.fleet.ratelimit import FleetRateLimiter
-    from workers.fleet.store import VerdictStore
+from schemas.budget import PROFILES
+from schemas.settings import AssaySettings
+from workers.core.engine import EngineDeps
+from workers.core.llm import LiteLLMClient, load_litellm
+from workers.core.logs import configure_logging
+from workers.core.metrics import start_metrics_server
+from workers.core.tracing import configure_tracing
+from workers.fleet.broker import has_visibility_timeout
+from workers.fleet.dispatch import Dispatcher
+from workers.fleet.ratelimit import FleetRateLimiter
+from workers.fleet.recovery import start_sweeper
+from workers.fleet.store import VerdictStore
 
 _log = structlog.get_logger(__name__)
 
@@ -34,23 +40,13 @@ class WorkerRuntime:
 
     @classmethod
     def build(cls, settings: AssaySettings) -> WorkerRuntime:
-        from workers.core.llm import LiteLLMClient
-        from workers.fleet.ratelimit import FleetRateLimiter
-        from workers.fleet.redis_client import connect
-        from workers.fleet.store import VerdictStore
-
         if not settings.redis_url:
             raise RuntimeError(
                 "the worker has no verdict store: set ASSAY_REDIS_URL (the broker alone is not "
                 "enough) and start it again"
             )
-        client = connect(settings.redis_url)
-        store = VerdictStore(
-            client,
-            prefix=settings.key_prefix,
-            history_limit=settings.history_limit,
-            run_ttl_seconds=settings.run_ttl_seconds,
-        )
+        store = VerdictStore.from_settings(settings)
+        client = store.client
         return cls(
             settings=settings,
             redis=client,
@@ -60,8 +56,6 @@ class WorkerRuntime:
         )
 
     def engine_deps(self, *, allow_defer: bool = True) -> EngineDeps:
-        from workers.core.engine import EngineDeps
-
         return EngineDeps(
             settings=self.settings,
             llm=self.llm,
@@ -87,18 +81,13 @@ class RuntimeHolder:
 
 def worker_started(settings: AssaySettings, runtime: WorkerRuntime, app: Any) -> None:
     """Start-up checks and services of a worker process (called when Celery is ready)."""
-    from workers.core.logs import configure_logging
-
     configure_logging(settings)
     try:
         runtime.store.check_persistence()
     except Exception as exc:  # a worker still starts; the store warns again on use
         _log.warning("redis_check_failed", error=str(exc))
     longest = max(settings.timeout_seconds or 0.0, *_profile_deadlines())
-    if (
-        _broker_has_visibility_timeout(settings)
-        and longest >= settings.broker_visibility_timeout_seconds
-    ):
+    if has_visibility_timeout(settings) and longest >= settings.broker_visibility_timeout_seconds:
         _log.warning(
             "visibility_timeout_short",
             visibility_timeout=settings.broker_visibility_timeout_seconds,
@@ -107,27 +96,11 @@ def worker_started(settings: AssaySettings, runtime: WorkerRuntime, app: Any) ->
             "worker; raise ASSAY_BROKER_VISIBILITY_TIMEOUT_SECONDS above the longest deadline",
         )
     if settings.metrics_port:
-        from workers.core.metrics import start_metrics_server
-
         start_metrics_server(settings.metrics_port)
-    from workers.core.tracing import configure_tracing
-
     configure_tracing(settings)
-    from workers.fleet.dispatch import Dispatcher
-    from workers.fleet.recovery import start_sweeper
-
     start_sweeper(settings, runtime.store, Dispatcher(app, runtime.store, settings))
-    from workers.core.llm import load_litellm
-
     load_litellm()  # import it now, not inside the first run's deadline
 
 
 def _profile_deadlines() -> list[float]:
-    from schemas.budget import PROFILES
-
     return [p.budget.timeout_seconds or 0.0 for p in PROFILES.values()]
-
-
-def _broker_has_visibility_timeout(settings: AssaySettings) -> bool:
-    url = settings.broker_url or settings.redis_url or ""
-    return url.startswith(("redis://", "rediss://", "unix://", "sentinel://"))

@@ -63,6 +63,7 @@ from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict, VerdictKind
 from workers.core.toolsets.redaction import scrubbed_model
+from workers.fleet.redis_client import connect
 
 if TYPE_CHECKING:
     import redis
@@ -469,8 +470,6 @@ class VerdictStore:
     @classmethod
     def from_settings(cls, settings: AssaySettings, redis_url: str | None = None) -> VerdictStore:
         """A store on ``redis_url`` (default: the settings' Redis) with the settings' limits."""
-        from workers.fleet.redis_client import connect
-
         url = redis_url or settings.redis_url
         if not url:
             raise ValueError(

@@ -24,23 +24,29 @@ the broker to hand out again: a delivery never drops a run silently.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import redis.exceptions
 import structlog
+from celery import Celery, signals
+from celery.exceptions import Reject
+from kombu.exceptions import OperationalError
 from pydantic import ValidationError
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
 from schemas.budget import resolve_budget
 from schemas.report import RunReport, RunState
 from schemas.request import EvaluationRequest
+from schemas.settings import AssaySettings
 from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
+from workers.core.engine import evaluate
 from workers.core.logs import bind_run
-from workers.fleet.celery_app import TASK_NAME
+from workers.core.metrics import observe_verdict
+from workers.core.tracing import evaluation_span
+from workers.fleet.broker import TASK_NAME
+from workers.fleet.checkpoints import discard, load_for_resume, park
 from workers.fleet.runtime import RuntimeHolder, WorkerRuntime, worker_started
-
-if TYPE_CHECKING:
-    from celery import Celery
-
-    from schemas.settings import AssaySettings
+from workers.fleet.store import StoreConflict
 
 _log = structlog.get_logger("assay.tasks")
 
@@ -48,21 +54,11 @@ STORE_RETRY_SECONDS = 60.0  # on top of the redis client's own ~30 s of retries
 
 
 def _infrastructure_errors() -> tuple[type[BaseException], ...]:
-    import redis.exceptions
-    from kombu.exceptions import OperationalError
-
     return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OperationalError)
 
 
 def _retrying(func: Any, *args: Any) -> Any:
     """Call a store step, retrying Redis connection errors for up to a minute."""
-    from tenacity import (
-        retry,
-        retry_if_exception_type,
-        stop_after_delay,
-        wait_exponential_jitter,
-    )
-
     wrapped = retry(
         retry=retry_if_exception_type(_infrastructure_errors()),
         stop=stop_after_delay(STORE_RETRY_SECONDS),
@@ -144,8 +140,6 @@ def handle_delivery(
 
     state: RunState | None = None
     if resume_sequence is not None:
-        from workers.fleet.checkpoints import load_for_resume
-
         checkpoint = _retrying(
             load_for_resume, runtime.redis, settings, request.run_id, resume_sequence
         )
@@ -167,9 +161,6 @@ def handle_delivery(
         log.error("run_given_up", deliveries=delivery)
         return _finish(runtime, give_up_report(request, settings, reason, delivery), log)
 
-    from workers.core.engine import evaluate
-    from workers.core.tracing import evaluation_span
-
     log.info("run_started", delivery=delivery, resumed=state is not None)
     try:
         with evaluation_span(request):
@@ -180,8 +171,6 @@ def handle_delivery(
     report = report.model_copy(update={"attempts": delivery})
 
     if report.status == "waiting" and report.checkpoint is not None:
-        from workers.fleet.checkpoints import park
-
         parked = _retrying(park, runtime.redis, settings, store, report, report.checkpoint)
         log.info("run_parked", wake_at=str(report.wake_at), recorded_before=parked is None)
         return "parked"
@@ -192,8 +181,6 @@ def handle_delivery(
 
 
 def _finish(runtime: WorkerRuntime, report: RunReport, log: Any) -> str:
-    from workers.fleet.store import StoreConflict
-
     try:
         written = _retrying(runtime.store.record_verdict, report)
     except StoreConflict as exc:  # nothing was written; the run stays unfinished, visibly
@@ -203,9 +190,6 @@ def _finish(runtime: WorkerRuntime, report: RunReport, log: Any) -> str:
         log.info("run_already_recorded")
         return "duplicate"
     assert report.verdict is not None
-    from workers.core.metrics import observe_verdict
-    from workers.fleet.checkpoints import discard
-
     _retrying(discard, runtime.redis, runtime.settings, report.run_id)
     observe_verdict(report.verdict)
     log.info("run_recorded", verdict=report.verdict.verdict.value)
@@ -214,9 +198,6 @@ def _finish(runtime: WorkerRuntime, report: RunReport, log: Any) -> str:
 
 def register_tasks(app: Celery, settings: AssaySettings) -> None:
     """Define ``assay.evaluate`` on ``app`` and the worker's start-up hook."""
-    from celery import signals
-    from celery.exceptions import Reject
-
     holder = RuntimeHolder(settings)
     infra_errors = _infrastructure_errors()
 

@@ -21,6 +21,7 @@ from workers.core.toolsets.backend import BackendError, ClusterBackend
 from workers.core.toolsets.base import Tool, ToolRegistry
 from workers.core.toolsets.kubernetes import kubernetes_tools
 from workers.core.toolsets.redaction import PATTERNS
+from workers.core.toolsets.shell import shell_tools
 from workers.core.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
 
 SNAPSHOT_CACHE_SIZE = 32
@@ -86,7 +87,7 @@ def backend_for(
             return snapshot_cache.get(folder)
         except (SnapshotError, SnapshotOutsideRoots) as exc:
             raise ToolsetUnavailable(str(exc)) from None
-    try:
+    try:  # lazy: the kubernetes client costs ~1 s to import and only live targets need it
         from workers.core.toolsets.live_backend import LiveBackend
     except ImportError as exc:
         raise ToolsetUnavailable(
@@ -119,8 +120,6 @@ def build_registry(request: EvaluationRequest, settings: AssaySettings) -> ToolR
                 "the shell toolset was requested but is not enabled; "
                 "set ASSAY_SHELL_CONFIG to a shell policy file to enable it"
             )
-        from workers.core.toolsets.shell import shell_tools
-
         try:
             tools.extend(shell_tools(settings))
         except (OSError, ValueError) as exc:
