@@ -63,18 +63,16 @@ class RequestLogAndMetrics:
         structlog.contextvars.bind_contextvars(request_id=request_id)
         status = 500
         start = time.perf_counter()
+        logged = False
 
-        async def send_with_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
+        def record() -> None:
+            # The request's line and sample are written before the last byte of the
+            # response goes out: a client that saw the whole answer finds its line in
+            # the log (writing it after the handler returned raced the client's next read).
+            nonlocal logged
+            if logged:
+                return
+            logged = True
             elapsed = time.perf_counter() - start
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             metrics.observe_api_request(route, scope.get("method", ""), status, elapsed)
@@ -89,6 +87,21 @@ class RequestLogAndMetrics:
                     status=status,
                     duration_ms=round(elapsed * 1000, 1),
                 )
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                record()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            record()  # no complete response was sent (the handler raised, or the client left)
             structlog.contextvars.clear_contextvars()
 
 
