@@ -89,7 +89,6 @@ class Client:
     def __init__(
         self, settings: AssaySettings | None = None, *, redis_url: str | None = None
     ) -> None:
-
         settings = settings or load_settings()
         url = redis_url or require_redis_url(settings)
         self.settings = settings.model_copy(update={"redis_url": url})

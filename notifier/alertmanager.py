@@ -129,7 +129,6 @@ class AlertSync:
         self.clock = clock
 
     def _alerts(self, summaries: list[CheckSummary], want: AlertState) -> list[dict[str, Any]]:
-
         now = self.clock()
         verdicts = self.store.latest_verdicts([s.check_id for s in summaries])
         return [

@@ -363,7 +363,6 @@ class FleetSender:
     """
 
     def __init__(self, settings: AssaySettings) -> None:
-
         self.store = VerdictStore.from_settings(settings)
         self.dispatcher = Dispatcher.from_settings(settings, self.store)
         self.dispatcher.app.conf.task_send_sent_event = False

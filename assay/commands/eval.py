@@ -35,7 +35,6 @@ from assay.commands.options import (
     check_profile,
     settings_or_usage,
 )
-from assay.eval import seam
 from assay.eval.chart import render_chart
 
 if TYPE_CHECKING:
@@ -180,6 +179,7 @@ def register(app: typer.Typer) -> None:
 
 def _configure_logging(settings: AssaySettings) -> None:
     """Engine logs go to stderr, warnings only unless a log level was asked for."""
+    from assay.eval import seam
 
     if "log_level" not in settings.model_fields_set:
         settings = settings.model_copy(update={"log_level": "WARNING"})

@@ -336,7 +336,6 @@ def worker(
 
 
 def register(app: typer.Typer) -> None:
-
     app.command("submit")(submit)
     app.command("verdict")(verdict)
     app.command("run")(run)

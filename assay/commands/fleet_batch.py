@@ -38,7 +38,6 @@ from assay.commands.options import (
     validation_detail,
 )
 from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN
-from workers.core.snapshot_roots import SnapshotOutsideRoots
 
 if TYPE_CHECKING:
     from assay.client import Client
@@ -137,6 +136,8 @@ def batch(
     profile: ProfileOpt = None,
 ) -> None:
     """Fan PREDICATE out over many targets; or show a batch's status or results."""
+    from workers.core.snapshot_roots import SnapshotOutsideRoots
+
     if len(args) == 2 and args[0] in SUBCOMMANDS:
         batch_id = id_checker("batch id")(args[1])
         assert batch_id is not None

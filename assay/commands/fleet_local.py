@@ -43,7 +43,6 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _start(fleet: LocalFleet) -> None:
-
     try:
         fleet.start()
     except RedisNotInstalled as exc:

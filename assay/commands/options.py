@@ -20,7 +20,6 @@ import typer
 
 from schemas.budget import PROFILES, Budget
 from schemas.ids import InvalidId, check_id
-from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -79,7 +78,6 @@ def id_checker(what: str) -> Callable[[str | None], str | None]:
     """A typer callback refusing an id outside the alphabet of ``schemas.ids`` (exit 64)."""
 
     def check(value: str | None) -> str | None:
-
         if value is None:
             return None
         try:
@@ -144,7 +142,6 @@ def settings_or_usage(**flags: Any) -> AssaySettings:
 
 
 def check_profile(profile: str | None) -> None:
-
     if profile is not None and profile not in PROFILES:
         raise typer.BadParameter(
             f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}", param_hint="--profile"
@@ -153,6 +150,7 @@ def check_profile(profile: str | None) -> None:
 
 def confined_snapshot(snapshot: Path, settings: AssaySettings) -> Path:
     """The snapshot folder resolved inside the CLI's snapshot roots, else a usage error (64)."""
+    from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
     try:
         return SnapshotRoots.for_local(settings).confine(snapshot)

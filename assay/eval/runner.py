@@ -60,7 +60,6 @@ def attempt(task: Task, settings: AssaySettings, budget: Budget) -> Attempt:
 
 
 def _engine_attempt(task: Task, settings: AssaySettings, budget: Budget) -> Attempt:
-
     report = seam.run_check(task.case.case.predicate, task.case.snapshot, settings, budget)
     verdict = report.verdict
     if verdict is None:  # only a deferred WAIT has none, and eval never allows deferral
@@ -78,7 +77,6 @@ def _engine_attempt(task: Task, settings: AssaySettings, budget: Budget) -> Atte
 
 
 def _baseline_attempt(task: Task, settings: AssaySettings, budget: Budget) -> Attempt:
-
     timeout = resolve_budget(settings.profile, budget).timeout_seconds or 60.0
     messages = baseline_messages(task.case.case.predicate, task.case.target_name)
     user = f"eval-{task.case.id}-{task.repeat}"
