@@ -68,9 +68,8 @@ def test_budget_exhaustion_is_counted_by_kind() -> None:
 
 def test_model_calls_tokens_retries_and_tools() -> None:
     model = "openai/metrics-test"
-    metrics.observe_model_call(model, ok=True, prompt_tokens=120, completion_tokens=30)
+    metrics.observe_model_reply(model, prompt_tokens=120, completion_tokens=30, attempts=2)
     metrics.observe_model_call(model, ok=False)
-    metrics.observe_model_retry(model)
     metrics.observe_tool_call("get", ok=True)
     metrics.observe_tool_call("get", ok=False)
     assert _sample("assay_model_calls_total", {"model": model, "outcome": "ok"}) == 1

@@ -104,13 +104,6 @@ class BudgetMeter:
         """Active time of the run so far, across resumes (waiting excluded)."""
         return self._active_before + (self._clock() - self._started)
 
-    def check_deadline(self) -> None:
-        if self.remaining_seconds() <= 0:
-            raise BudgetExhausted(
-                "deadline",
-                f"the run's time budget of {self.budget.timeout_seconds:g}s is spent",
-            )
-
     @property
     def cost_checkable(self) -> bool:
         """False when a cost cap is set but the model's price is unknown."""

@@ -17,9 +17,7 @@ nothing in this process moved them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
@@ -173,11 +171,6 @@ def observe_usage_anomaly(model: str) -> None:
     MODEL_USAGE_ANOMALIES.labels(model=model).inc()
 
 
-def observe_model_retry(model: str) -> None:
-    """Count one failed attempt that will be retried."""
-    MODEL_RETRIES.labels(model=model).inc()
-
-
 def observe_tool_call(tool: str, *, ok: bool) -> None:
     """Count one tool call by its outcome."""
     TOOL_CALLS.labels(tool=tool, outcome="ok" if ok else "error").inc()
@@ -202,15 +195,6 @@ def observe_notify(sink: str, outcome: str) -> None:
 def observe_notify_failure(sink: str) -> None:
     """Count one delivery attempt ``sink`` did not accept."""
     NOTIFY_ATTEMPT_FAILURES.labels(sink=sink).inc()
-
-
-@contextmanager
-def timed_api_request(route: str, method: str) -> Iterator[Callable[[int], None]]:
-    """Time a request; call the yielded function with the final status code."""
-    start = time.perf_counter()
-    status = [500]
-    yield lambda code: status.__setitem__(0, code)
-    observe_api_request(route, method, status[0], time.perf_counter() - start)
 
 
 # --- scrape-time collectors -----------------------------------------------------------------------

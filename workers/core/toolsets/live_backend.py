@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import heapq
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -388,8 +387,3 @@ def _event_time(event: dict[str, Any]) -> str:
         or (event.get("metadata") or {}).get("creationTimestamp")
         or ""
     )
-
-
-def monotonic_deadline(seconds: float | None) -> float | None:
-    """The ``deadline`` argument of :meth:`LiveBackend.from_target` for a run of ``seconds``."""
-    return None if seconds is None else time.monotonic() + seconds
