@@ -93,16 +93,10 @@ class Services:
 
     @property
     def store(self) -> VerdictStore:
-
         client = self.redis
         with self._lock:
             if self._store is None:
-                self._store = VerdictStore(
-                    client,
-                    prefix=self.settings.key_prefix,
-                    history_limit=self.settings.history_limit,
-                    run_ttl_seconds=self.settings.run_ttl_seconds,
-                )
+                self._store = VerdictStore.from_settings(self.settings, client)
             return self._store
 
     # --- snapshot roots -------------------------------------------------------------------
@@ -147,7 +141,6 @@ class Services:
 
     @property
     def dispatcher(self) -> Dispatcher:
-
         store = self.store
         with self._lock:
             if self._dispatcher is None:
@@ -239,7 +232,6 @@ class Services:
     # --- schedules -----------------------------------------------------------------------
     @property
     def schedules(self) -> ScheduleStore:
-
         client = self.redis
         with self._lock:
             if self._schedules is None:
@@ -259,7 +251,6 @@ class Services:
             raise ApiError(422, "interval_too_short", f"{exc}.") from None
 
     def _refuse_taken_name(self, name: str, own_id: str | None = None) -> None:
-
         try:
             holder = self.schedules.resolve(name)
         except ScheduleNotFound:
@@ -292,7 +283,6 @@ class Services:
         return [self._view(schedule) for schedule in self.schedules.all()]
 
     def get_schedule(self, schedule_id: str) -> ScheduleView | None:
-
         try:
             return self._view(self.schedules.get(schedule_id))
         except ScheduleNotFound:
@@ -328,7 +318,6 @@ class Services:
         return self._view(updated)
 
     def set_schedule_enabled(self, schedule_id: str, *, enabled: bool) -> ScheduleView:
-
         try:
             if enabled:
                 schedule = self.schedules.resume(schedule_id)
@@ -339,7 +328,6 @@ class Services:
         return self._view(schedule)
 
     def delete_schedule(self, schedule_id: str) -> bool:
-
         try:
             self.schedules.remove(schedule_id)
         except ScheduleNotFound:
@@ -395,7 +383,7 @@ def register_scrape_collectors(settings: AssaySettings) -> None:
 
     metrics.register_collector("timers", metrics.TimerCollector(read_timer_counts))
 
-    checks_store = VerdictStore(timers_client, prefix=settings.key_prefix)
+    checks_store = VerdictStore.from_settings(settings, timers_client)
     metrics.register_collector(
         "check_verdicts",
         metrics.CheckVerdictCollector(

@@ -78,11 +78,6 @@ def defer_evaluation(
     return entry
 
 
-def deferred_request(redis: Any, settings: AssaySettings, run_id: str) -> EvaluationRequest | None:
-    body = redis.get(deferred_key(settings.key_prefix, run_id))
-    return EvaluationRequest.model_validate_json(body) if body else None
-
-
 def messages_for(
     redis: Any, settings: AssaySettings, entries: list[TimerEntry]
 ) -> list[list[Enqueue]]:
@@ -119,10 +114,4 @@ def messages_for(
 
 
 def _store(redis: Any, settings: AssaySettings) -> Any:
-
-    return VerdictStore(
-        redis,
-        prefix=settings.key_prefix,
-        history_limit=settings.history_limit,
-        run_ttl_seconds=settings.run_ttl_seconds,
-    )
+    return VerdictStore.from_settings(settings, redis)

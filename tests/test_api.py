@@ -17,6 +17,7 @@ import redis
 
 from assay.redis_process import RedisProcess
 from schemas.request import EvaluationRequest
+from schemas.settings import AssaySettings
 from tests.api_support import READ_TOKEN, WRITE_TOKEN, ApiServer, auth
 from tests.fleet_support import finished_report, snapshot_request
 from workers.fleet.store import VerdictStore
@@ -54,7 +55,7 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def store(client: redis.Redis) -> VerdictStore:
-    return VerdictStore(client, prefix=PREFIX)
+    return VerdictStore.from_settings(AssaySettings(key_prefix=PREFIX), client=client)
 
 
 def _get(api: ApiServer, path: str, **params: str | int) -> httpx.Response:

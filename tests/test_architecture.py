@@ -309,3 +309,29 @@ def test_an_eval_module_going_around_the_seam_is_caught(tmp_path: Path) -> None:
         },
     )
     assert eval_doors(all_imports(root)) == ["assay.eval.runner:1 imports workers.core.llm"]
+
+
+def direct_store_constructions(root: Path) -> list[str]:
+    """``VerdictStore(...)`` calls outside the store's own module (``from_settings`` is the way)."""
+    found = []
+    for folder in (*PACKAGES, "tests", "bench"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path == root / "workers" / "fleet" / "store.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id == "VerdictStore"
+                ):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_every_verdict_store_is_built_from_settings(tmp_path: Path) -> None:
+    # one way, so no component runs the store with another's key prefix or limits
+    assert direct_store_constructions(ROOT) == []
+    root = _tree(tmp_path, {"scheduler/x.py": "s = VerdictStore(client, prefix='p')\n"})
+    (root / "tests").mkdir()
+    (root / "bench").mkdir()
+    assert direct_store_constructions(root) == ["scheduler/x.py:1"]

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from assay.redis_process import free_port
+from schemas.settings import AssaySettings
 from tests.alerting_support import (
     HMAC_KEY,
     PREDICATE,
@@ -44,7 +45,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 @pytest.fixture
 def store(redis_url: str) -> VerdictStore:
-    return VerdictStore(connect(redis_url))
+    return VerdictStore.from_settings(AssaySettings(), client=connect(redis_url))
 
 
 @pytest.fixture

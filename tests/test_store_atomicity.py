@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from schemas.request import EvaluationRequest
+from schemas.settings import AssaySettings
 from tests.boundary_support import dump_keys, seed_wrong_type
 from tests.fleet_support import finished_report, snapshot_request
 from workers.fleet.redis_client import connect
@@ -28,7 +29,9 @@ TARGET = "snapshot:prod-eu"
 
 @pytest.fixture
 def store(redis_url: str) -> VerdictStore:
-    return VerdictStore(connect(redis_url), prefix=P, run_ttl_seconds=3600)
+    return VerdictStore.from_settings(
+        AssaySettings(key_prefix=P, run_ttl_seconds=3600), client=connect(redis_url)
+    )
 
 
 def _batched_request(store: VerdictStore) -> EvaluationRequest:

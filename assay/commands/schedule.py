@@ -26,7 +26,6 @@ from assay.commands.fleet_common import EXIT_UNAVAILABLE
 from scheduler.when import WhenError, parse_duration
 from schemas.budget import Budget
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
-from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 from workers.fleet.redis_client import connect
 
 if TYPE_CHECKING:
@@ -81,7 +80,6 @@ def _settings() -> AssaySettings:
 
 
 def _redis(settings: AssaySettings) -> Any:
-
     url = _redis_url(settings)
     client = connect(url)
     try:
@@ -103,11 +101,10 @@ def _store(settings: AssaySettings) -> ScheduleStore:
 def _verdicts(store: ScheduleStore, settings: AssaySettings) -> VerdictStore:
     from workers.fleet.store import VerdictStore
 
-    return VerdictStore(store.redis, prefix=settings.key_prefix)
+    return VerdictStore.from_settings(settings, store.redis)
 
 
 def _seconds(option: str, text: str | None) -> float | None:
-
     if text is None:
         return None
     try:
@@ -494,6 +491,7 @@ def _span(seconds: float) -> str:
 def _confined(pattern: str, settings: AssaySettings) -> str:
     """A snapshot folder or glob, absolute (replicas and workers may run elsewhere) and
     inside the snapshot roots (ASSAY_SNAPSHOT_ROOTS, default: the current directory)."""
+    from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
     try:
         return SnapshotRoots.for_local(settings).confine_pattern(pattern)

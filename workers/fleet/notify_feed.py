@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from schemas.notify import SinkStatus
 from schemas.verdict import VerdictKind
+from workers.fleet.redis_client import group_entries, stream_entries, text
 from workers.fleet.store import change_from_fields
 
 if TYPE_CHECKING:
@@ -199,9 +200,7 @@ class SinkFeed:
         reply = self.client.xreadgroup(
             self.group, self.consumer, {self.stream: ">"}, count=count, block=block_ms
         )
-        return [
-            _entry(entry_id, fields) for _, entries in reply or [] for entry_id, fields in entries
-        ]
+        return [_entry(entry_id, fields) for entry_id, fields in group_entries(reply)]
 
     def claim_stale(self, min_idle_ms: int, count: int) -> list[FeedEntry]:
         """Take over changes another consumer has held for ``min_idle_ms`` without a sign of life.
@@ -308,12 +307,14 @@ class SinkFeed:
 
     def told(self, check_id: str) -> Told | None:
         raw = self.client.hget(self._told, check_id)
-        return Told.decode(raw) if raw else None
+        return Told.decode(text(raw)) if raw else None
 
     # --- reading ---------------------------------------------------------------------------------
     def dead_letters(self, count: int = 20) -> list[dict[str, str]]:
         """The newest dead letters, newest first."""
-        return [fields for _, fields in self.client.xrevrange(self._dead, count=count)]
+        return [
+            fields for _, fields in stream_entries(self.client.xrevrange(self._dead, count=count))
+        ]
 
     def status(self, sink_type: str) -> SinkStatus:
         """Lag, pending, retries and dead letters of this sink, for `assay notify status`."""

@@ -10,7 +10,8 @@ retried call changes nothing twice.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import redis
@@ -54,3 +55,46 @@ def connect(
         ),
         retry_on_error=[ConnectionError, TimeoutError],
     )
+
+
+# redis-py's hints cannot know that ``connect`` decodes replies, so they say ``bytes | str``;
+# these turn a reply into the text it is (decoding bytes from a raw client too) and
+# refuse anything else, instead of casting it away.
+def text(value: object) -> str:
+    """One reply value as text."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"expected a Redis string reply, got {type(value).__name__}")
+
+
+def texts(values: Iterable[object] | None) -> list[str]:
+    """A list or set reply as a list of text."""
+    return [text(value) for value in values or ()]
+
+
+def text_fields(fields: Mapping[Any, Any] | None) -> dict[str, str]:
+    """A hash (or stream entry) reply as a text dict; an absent one is empty."""
+    return {text(key): text(value) for key, value in (fields or {}).items()}
+
+
+def stream_entries(reply: object) -> list[tuple[str, dict[str, str]]]:
+    """An XRANGE / XREVRANGE reply: (entry id, fields) pairs, in the reply's order.
+
+    A deleted entry a consumer group still lists has no fields: it comes back empty.
+    """
+    if not reply:
+        return []
+    if not isinstance(reply, list):
+        raise TypeError(f"expected a Redis stream reply, got {type(reply).__name__}")
+    return [(text(entry_id), text_fields(fields)) for entry_id, fields in reply]
+
+
+def group_entries(reply: object) -> list[tuple[str, dict[str, str]]]:
+    """An XREAD / XREADGROUP reply (a list of [stream, entries]) as one list of entries."""
+    if not reply:
+        return []
+    if not isinstance(reply, list):
+        raise TypeError(f"expected a Redis XREADGROUP reply, got {type(reply).__name__}")
+    return [entry for _, entries in reply for entry in stream_entries(entries)]

@@ -63,7 +63,7 @@ from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict, VerdictKind
 from workers.core.toolsets.redaction import scrubbed_model
-from workers.fleet.redis_client import connect
+from workers.fleet.redis_client import connect, stream_entries, text_fields, texts
 
 if TYPE_CHECKING:
     import redis
@@ -468,15 +468,23 @@ class VerdictStore:
         self._gauges_script = client.register_script(_GAUGES_LUA)
 
     @classmethod
-    def from_settings(cls, settings: AssaySettings, redis_url: str | None = None) -> VerdictStore:
-        """A store on ``redis_url`` (default: the settings' Redis) with the settings' limits."""
-        url = redis_url or settings.redis_url
-        if not url:
-            raise ValueError(
-                "no Redis is configured: set ASSAY_REDIS_URL or start local mode with `assay up`"
-            )
+    def from_settings(
+        cls, settings: AssaySettings, client: redis.Redis | None = None
+    ) -> VerdictStore:
+        """The one way to build a store: the settings' key prefix, history limit and run TTL.
+
+        ``client`` is the connection to use (default: a retrying client for the
+        settings' Redis), so a store never runs with another component's limits.
+        """
+        if client is None:
+            if not settings.redis_url:
+                raise ValueError(
+                    "no Redis is configured: set ASSAY_REDIS_URL or start local mode with "
+                    "`assay up`"
+                )
+            client = connect(settings.redis_url)
         return cls(
-            connect(url),
+            client,
             prefix=settings.key_prefix,
             history_limit=settings.history_limit,
             run_ttl_seconds=settings.run_ttl_seconds,
@@ -715,7 +723,7 @@ class VerdictStore:
     def history(self, check_id: str, limit: int = 20) -> list[Verdict]:
         """The check's verdicts, newest first, at most ``limit`` of them."""
         entries = self.client.xrevrange(self._check_key(check_id, "history"), count=limit)
-        return [Verdict.model_validate_json(fields["verdict"]) for _, fields in entries]
+        return [Verdict.model_validate_json(f["verdict"]) for _, f in stream_entries(entries)]
 
     def history_length(self, check_id: str) -> int:
         return int(self.client.xlen(self._check_key(check_id, "history")))
@@ -785,13 +793,13 @@ class VerdictStore:
         if changed_since is not None:
             ids = list(dict.fromkeys(c.check_id for c in self.changes(changed_since)))
         elif kind and target:
-            ids = list(self.client.smembers(self.key("idx", "tv", kind, target)))
+            ids = texts(self.client.smembers(self.key("idx", "tv", kind, target)))
         elif kind:
-            ids = list(self.client.smembers(self.key("idx", "verdict", kind)))
+            ids = texts(self.client.smembers(self.key("idx", "verdict", kind)))
         elif target:
-            ids = list(self.client.smembers(self.key("idx", "target", target)))
+            ids = texts(self.client.smembers(self.key("idx", "target", target)))
         else:
-            ids = list(self.client.zrevrange(self.key("checks"), 0, limit - 1))
+            ids = texts(self.client.zrevrange(self.key("checks"), 0, limit - 1))
         rows = self.check_summaries(ids)
         if changed_since is not None:
             rows = [
@@ -806,7 +814,7 @@ class VerdictStore:
     def changes(self, since: datetime, limit: int = 10_000) -> list[VerdictChange]:
         """Verdict changes recorded at or after ``since``, oldest first."""
         entries = self.client.xrange(self.key("changes"), min=f"{_epoch_ms(since)}-0", count=limit)
-        return [change_from_fields(f) for _, f in entries]
+        return [change_from_fields(f) for _, f in stream_entries(entries)]
 
     def check_gauges(self, limit: int) -> list[CheckGauge]:
         """The latest verdict of the ``limit`` most recently run checks (queries left out).
@@ -858,7 +866,7 @@ class VerdictStore:
         )
 
     def batch(self, batch_id: str) -> BatchStatus | None:
-        row = self.client.hgetall(self._batch_key(batch_id))
+        row = text_fields(self.client.hgetall(self._batch_key(batch_id)))
         if not row or "created_at" not in row:
             return None
         sealed = row.get("sealed") == "1"
@@ -881,7 +889,9 @@ class VerdictStore:
 
     def batch_results(self, batch_id: str, offset: int = 0, count: int = 200) -> list[BatchResult]:
         """One page of per-target results in fan-out order (pending targets included)."""
-        run_ids = self.client.lrange(self._batch_key(batch_id, "runs"), offset, offset + count - 1)
+        run_ids = texts(
+            self.client.lrange(self._batch_key(batch_id, "runs"), offset, offset + count - 1)
+        )
         if not run_ids:
             return []
         finished = self.client.hmget(self._batch_key(batch_id, "results"), run_ids)
@@ -911,13 +921,10 @@ class VerdictStore:
                 return
             offset += page_size
 
-    def recent_batches(self, limit: int = 20) -> list[str]:
-        return list(self.client.zrevrange(self.key("batches"), 0, limit - 1))
-
     # --- runs without a verdict (for the lost-run sweeper) ---------------------------------
     def unfinished_before(self, instant: datetime, limit: int = 500) -> list[str]:
         """Runs without a verdict whose last sign of life (or wake-up) is before ``instant``."""
-        return list(
+        return texts(
             self.client.zrangebyscore(
                 self.key("unfinished"), "-inf", instant.timestamp(), start=0, num=limit
             )
