@@ -18,8 +18,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import redis
 import structlog
 from fastapi import FastAPI, Request, Response
+from kombu import Connection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from assay.api_auth import ReadAccess, TokenTable
@@ -29,6 +31,7 @@ from assay.api_v1 import router as v1_router
 from assay.api_wiring import Services, register_scrape_collectors
 from schemas.settings import AssaySettings, load_settings
 from workers.core import metrics
+from workers.fleet.broker import is_redis_url
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 API_VERSION = "1"
@@ -107,7 +110,6 @@ class RequestLogAndMetrics:
 
 def _check_redis(url: str) -> str:
     """'ok' or why ``url`` did not answer PING within the readiness timeout."""
-    import redis
 
     client = redis.Redis.from_url(
         url, socket_timeout=READY_TIMEOUT_SECONDS, socket_connect_timeout=READY_TIMEOUT_SECONDS
@@ -123,9 +125,8 @@ def _check_redis(url: str) -> str:
 
 def _check_broker(url: str) -> str:
     """'ok' or why the Celery broker did not accept a connection (any kombu transport)."""
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    if is_redis_url(url):
         return _check_redis(url)
-    from kombu import Connection
 
     try:
         with Connection(url, connect_timeout=READY_TIMEOUT_SECONDS) as conn:

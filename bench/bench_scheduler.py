@@ -109,6 +109,7 @@ def run_phase(
     from scheduler.deferred import defer_evaluation
     from schemas.request import EvaluationRequest, SnapshotTarget
     from schemas.settings import load_settings
+    from workers.fleet.broker import queue_name
     from workers.fleet.redis_client import connect
     from workers.fleet.timers import TimerStore
 
@@ -148,7 +149,7 @@ def run_phase(
                 break
             time.sleep(0.5)
         sent_log = [json.loads(row) for row in client.lrange(f"{prefix}:{SENT_LOG}", 0, -1)]
-        queue = f"{prefix}.evaluations"
+        queue = queue_name(settings)
         task_ids = [json.loads(raw)["headers"]["id"] for raw in client.lrange(queue, 0, -1)]
     finally:
         for replica in replicas:

@@ -335,3 +335,31 @@ def test_every_verdict_store_is_built_from_settings(tmp_path: Path) -> None:
     (root / "tests").mkdir()
     (root / "bench").mkdir()
     assert direct_store_constructions(root) == ["scheduler/x.py:1"]
+
+
+BROKER_MODULE = "workers.fleet.broker"
+# the queue is f"{prefix}.evaluations"; kombu's priority separator and unacked hash; the task
+BROKER_SUFFIXES = (".evaluations",)
+BROKER_NAMES = ("\x06\x16", "unacked", "assay.evaluate")
+
+
+def broker_names_outside_the_broker(root: Path) -> list[str]:
+    """First-party string constants spelling the broker's names anywhere but its module."""
+    found = []
+    for name, path in first_party_modules(root).items():
+        if name == BROKER_MODULE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and (node.value.endswith(BROKER_SUFFIXES) or node.value in BROKER_NAMES)
+            ):
+                found.append(f"{name}:{node.lineno} {node.value!r}")
+    return found
+
+
+def test_the_broker_names_are_written_once(tmp_path: Path) -> None:
+    assert broker_names_outside_the_broker(ROOT) == []
+    root = _tree(tmp_path, {"workers/fleet/recovery.py": 'KEY = "unacked"\n'})
+    assert broker_names_outside_the_broker(root) == ["workers.fleet.recovery:1 'unacked'"]

@@ -76,9 +76,14 @@ def broker_url(settings: AssaySettings) -> str:
     return url
 
 
+def is_redis_url(url: str) -> bool:
+    """A Redis URL this process can connect to directly (not Sentinel)."""
+    return url.startswith(_REDIS_SCHEMES)
+
+
 def is_redis_broker(settings: AssaySettings) -> bool:
     """A Redis broker this process can read directly (the sweeper and the depth gauge)."""
-    return (settings.broker_url or settings.redis_url or "").startswith(_REDIS_SCHEMES)
+    return is_redis_url(settings.broker_url or settings.redis_url or "")
 
 
 def has_visibility_timeout(settings: AssaySettings) -> bool:
