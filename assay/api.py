@@ -16,20 +16,22 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import redis
 import structlog
 from fastapi import FastAPI, Request, Response
+from kombu import Connection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from assay.api_auth import ReadAccess, TokenTable
 from assay.api_errors import ApiError, BodySizeLimit, install_error_handlers
 from assay.api_models import ErrorBody, Health, Readiness
-from assay.api_wiring import Services
-from workers import metrics
-
-if TYPE_CHECKING:
-    from schemas.settings import AssaySettings
+from assay.api_v1 import router as v1_router
+from assay.api_wiring import Services, register_scrape_collectors
+from schemas.settings import AssaySettings, load_settings
+from workers.core import metrics
+from workers.fleet.broker import is_redis_url
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 API_VERSION = "1"
@@ -64,18 +66,16 @@ class RequestLogAndMetrics:
         structlog.contextvars.bind_contextvars(request_id=request_id)
         status = 500
         start = time.perf_counter()
+        logged = False
 
-        async def send_with_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
+        def record() -> None:
+            # The request's line and sample are written before the last byte of the
+            # response goes out: a client that saw the whole answer finds its line in
+            # the log (writing it after the handler returned raced the client's next read).
+            nonlocal logged
+            if logged:
+                return
+            logged = True
             elapsed = time.perf_counter() - start
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             metrics.observe_api_request(route, scope.get("method", ""), status, elapsed)
@@ -90,12 +90,26 @@ class RequestLogAndMetrics:
                     status=status,
                     duration_ms=round(elapsed * 1000, 1),
                 )
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                record()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            record()  # no complete response was sent (the handler raised, or the client left)
             structlog.contextvars.clear_contextvars()
 
 
 def _check_redis(url: str) -> str:
     """'ok' or why ``url`` did not answer PING within the readiness timeout."""
-    import redis
 
     client = redis.Redis.from_url(
         url, socket_timeout=READY_TIMEOUT_SECONDS, socket_connect_timeout=READY_TIMEOUT_SECONDS
@@ -111,9 +125,8 @@ def _check_redis(url: str) -> str:
 
 def _check_broker(url: str) -> str:
     """'ok' or why the Celery broker did not accept a connection (any kombu transport)."""
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    if is_redis_url(url):
         return _check_redis(url)
-    from kombu import Connection
 
     try:
         with Connection(url, connect_timeout=READY_TIMEOUT_SECONDS) as conn:
@@ -179,14 +192,12 @@ def _register_collectors(settings: AssaySettings) -> None:
     """Queue depth and timers, read from Redis when Prometheus scrapes this process."""
     if settings.redis_url is None:
         return
-    from assay.api_wiring import register_scrape_collectors
 
     register_scrape_collectors(settings)
 
 
 def create_app(settings: AssaySettings | None = None) -> FastAPI:
     """The API for ``settings`` (default: :func:`schemas.settings.load_settings`)."""
-    from schemas.settings import load_settings
 
     settings = settings or load_settings()
     app = FastAPI(
@@ -205,8 +216,6 @@ def create_app(settings: AssaySettings | None = None) -> FastAPI:
     install_error_handlers(app)
     _add_operational_routes(app)
 
-    from assay.api_v1 import router as v1_router
-
     app.include_router(v1_router)
     app.add_middleware(BodySizeLimit, limit=settings.api_max_body_bytes)
     app.add_middleware(RequestLogAndMetrics)
@@ -216,7 +225,6 @@ def create_app(settings: AssaySettings | None = None) -> FastAPI:
 
 def render_openapi() -> str:
     """The OpenAPI document, independent of any runtime setting."""
-    from schemas.settings import AssaySettings
 
     app = create_app(AssaySettings(redis_url=None, api_tokens={}, api_tokens_file=None))
     return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"

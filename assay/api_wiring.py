@@ -22,17 +22,28 @@ from assay.api_models import (
     ScheduleUpdate,
     ScheduleView,
 )
+from scheduler.deferred import defer_evaluation
+from scheduler.schedules import ScheduleConflict, ScheduleNotFound, ScheduleStore
+from scheduler.when import deferral_for
+from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest, SnapshotTarget, Target
+from schemas.schedule import Schedule
+from workers.core import metrics
+from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+from workers.fleet.batch import EmptyBatch, fan_out
+from workers.fleet.broker import broker_url, is_redis_broker, queue_name
+from workers.fleet.dispatch import Dispatcher
+from workers.fleet.queue_depth import QueueDepthCollector
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
+from workers.fleet.targets import TargetGlobError, context_targets
+from workers.fleet.timers import TimerStore
 
 if TYPE_CHECKING:
     import redis
 
-    from scheduler.schedules import ScheduleStore
-    from schemas.fleet import BatchStatus, SubmitReceipt
-    from schemas.schedule import Schedule
+    from schemas.fleet import BatchStatus
     from schemas.settings import AssaySettings
-    from workers.dispatch import Dispatcher
-    from workers.store import VerdictStore
 
 API_REDIS_TIMEOUT_SECONDS = 5.0
 API_REDIS_RETRIES = 3
@@ -41,7 +52,6 @@ API_REDIS_BACKOFF_CAP_SECONDS = 0.5
 
 def api_redis(url: str) -> redis.Redis:
     """A decoded-string client that fails within seconds when Redis is away."""
-    from workers.redis_client import connect
 
     return connect(
         url,
@@ -83,17 +93,10 @@ class Services:
 
     @property
     def store(self) -> VerdictStore:
-        from workers.store import VerdictStore
-
         client = self.redis
         with self._lock:
             if self._store is None:
-                self._store = VerdictStore(
-                    client,
-                    prefix=self.settings.key_prefix,
-                    history_limit=self.settings.history_limit,
-                    run_ttl_seconds=self.settings.run_ttl_seconds,
-                )
+                self._store = VerdictStore.from_settings(self.settings, client)
             return self._store
 
     # --- snapshot roots -------------------------------------------------------------------
@@ -107,8 +110,6 @@ class Services:
             return target
         from pydantic import ValidationError
 
-        from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
-
         try:
             folder = SnapshotRoots.for_api(self.settings).confine(target.path)
             return SnapshotTarget(path=str(folder))
@@ -119,7 +120,6 @@ class Services:
 
     def confined_snapshots(self, patterns: list[str]) -> list[str]:
         """Schedule snapshot folders or globs, absolute and inside the roots (422 otherwise)."""
-        from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
         roots = SnapshotRoots.for_api(self.settings)
         try:
@@ -141,8 +141,6 @@ class Services:
 
     @property
     def dispatcher(self) -> Dispatcher:
-        from workers.dispatch import Dispatcher
-
         store = self.store
         with self._lock:
             if self._dispatcher is None:
@@ -155,7 +153,6 @@ class Services:
         A run id that is already known queues nothing new: resubmitting after a
         lost response is safe.
         """
-        from schemas.fleet import SubmitReceipt
 
         known = self.store.run_state(request.run_id)
         if known is not None:
@@ -166,15 +163,11 @@ class Services:
                 batch_id=known.batch_id,
             )
         if request.not_before is None:
-            from scheduler.when import deferral_for
-
             # "on 2027-01-01, the Certificate is Ready" is about that instant: wait for it
             instant = deferral_for(request.text)
             if instant is not None:
                 request = request.model_copy(update={"not_before": instant})
         if request.not_before is not None and request.not_before > datetime.now(UTC):
-            from scheduler.deferred import defer_evaluation
-
             defer_evaluation(self.redis, self.settings, request)
             return SubmitReceipt(
                 run_id=request.run_id, check_id=request.check_id, target=request.target.name
@@ -201,8 +194,6 @@ class Services:
         """Fan out over the body's targets (or the contexts its glob matches) and seal."""
         from pydantic import ValidationError
 
-        from workers.batch import EmptyBatch, fan_out
-
         targets = self._batch_targets(body)
         shared = body.model_dump(exclude={"text", "targets", "context_glob"}, exclude_none=True)
         try:
@@ -223,8 +214,6 @@ class Services:
         if body.context_glob is None:
             targets = [self.confined_target(target) for target in body.targets or []]
         else:
-            from workers.targets import TargetGlobError, context_targets
-
             try:
                 targets = list(context_targets(body.context_glob, self.settings.kubeconfig))
             except TargetGlobError as exc:
@@ -243,8 +232,6 @@ class Services:
     # --- schedules -----------------------------------------------------------------------
     @property
     def schedules(self) -> ScheduleStore:
-        from scheduler.schedules import ScheduleStore
-
         client = self.redis
         with self._lock:
             if self._schedules is None:
@@ -264,8 +251,6 @@ class Services:
             raise ApiError(422, "interval_too_short", f"{exc}.") from None
 
     def _refuse_taken_name(self, name: str, own_id: str | None = None) -> None:
-        from scheduler.schedules import ScheduleNotFound
-
         try:
             holder = self.schedules.resolve(name)
         except ScheduleNotFound:
@@ -279,9 +264,6 @@ class Services:
 
     def create_schedule(self, body: ScheduleCreate) -> ScheduleView:
         from pydantic import ValidationError
-
-        from scheduler.schedules import ScheduleConflict
-        from schemas.schedule import Schedule
 
         fields = body.model_dump(exclude_none=True)
         fields["targets"]["snapshots"] = self.confined_snapshots(body.targets.snapshots)
@@ -301,8 +283,6 @@ class Services:
         return [self._view(schedule) for schedule in self.schedules.all()]
 
     def get_schedule(self, schedule_id: str) -> ScheduleView | None:
-        from scheduler.schedules import ScheduleNotFound
-
         try:
             return self._view(self.schedules.get(schedule_id))
         except ScheduleNotFound:
@@ -311,9 +291,6 @@ class Services:
     def update_schedule(self, current: Schedule, body: ScheduleUpdate) -> ScheduleView:
         """Apply the fields the caller sent; the merged schedule must pass the contract."""
         from pydantic import ValidationError
-
-        from scheduler.schedules import ScheduleConflict, ScheduleNotFound
-        from schemas.schedule import Schedule
 
         changes = body.model_dump(exclude_unset=True)
         if body.targets is not None:
@@ -341,8 +318,6 @@ class Services:
         return self._view(updated)
 
     def set_schedule_enabled(self, schedule_id: str, *, enabled: bool) -> ScheduleView:
-        from scheduler.schedules import ScheduleNotFound
-
         try:
             if enabled:
                 schedule = self.schedules.resume(schedule_id)
@@ -353,8 +328,6 @@ class Services:
         return self._view(schedule)
 
     def delete_schedule(self, schedule_id: str) -> bool:
-        from scheduler.schedules import ScheduleNotFound
-
         try:
             self.schedules.remove(schedule_id)
         except ScheduleNotFound:
@@ -395,30 +368,22 @@ def _validation_error(exc: Any) -> ApiError:
 
 def register_scrape_collectors(settings: AssaySettings) -> None:
     """Queue depth (broker lists), scheduler timers and per-check verdicts, read per scrape."""
-    from workers import metrics
-    from workers.celery_app import queue_name
-
     if settings.redis_url is None:
         return
-    broker_url = settings.broker_url or settings.redis_url
-    if broker_url.startswith(("redis://", "rediss://", "unix://")):
-        broker = api_redis(broker_url)
+    if is_redis_broker(settings):
+        broker = api_redis(broker_url(settings))
         metrics.register_collector(
             "queue_depth",
-            metrics.QueueDepthCollector(lambda: broker, queues=[queue_name(settings)]),
+            QueueDepthCollector(lambda: broker, queues=[queue_name(settings)]),
         )
     timers_client = api_redis(settings.redis_url)
 
     def read_timer_counts() -> tuple[int, int]:
-        from scheduler.timers import TimerStore
-
         return TimerStore(timers_client, settings.key_prefix).counts()
 
     metrics.register_collector("timers", metrics.TimerCollector(read_timer_counts))
 
-    from workers.store import VerdictStore
-
-    checks_store = VerdictStore(timers_client, prefix=settings.key_prefix)
+    checks_store = VerdictStore.from_settings(settings, timers_client)
     metrics.register_collector(
         "check_verdicts",
         metrics.CheckVerdictCollector(

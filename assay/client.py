@@ -25,6 +25,9 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from assay.local_mode import require_redis_url
+from scheduler.deferred import defer_evaluation
+from scheduler.when import parse_duration
 from schemas.fleet import (
     BatchResult,
     BatchStatus,
@@ -36,12 +39,16 @@ from schemas.fleet import (
 from schemas.ids import check_id as valid_id
 from schemas.report import RunReport
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
+from schemas.settings import load_settings
 from schemas.verdict import Verdict
+from workers.core.snapshot_roots import SnapshotRoots
+from workers.fleet.batch import fan_out
+from workers.fleet.dispatch import Dispatcher
+from workers.fleet.store import VerdictStore
+from workers.fleet.targets import context_targets, snapshot_targets
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
-    from workers.dispatch import Dispatcher
-    from workers.store import VerdictStore
 
 POLL_SECONDS = 0.2
 
@@ -55,8 +62,6 @@ def _since(value: datetime | timedelta | str) -> datetime:
     if isinstance(value, datetime):
         return value
     if isinstance(value, str):
-        from scheduler.when import parse_duration
-
         value = timedelta(seconds=parse_duration(value))
     return datetime.now(UTC) - value
 
@@ -84,9 +89,6 @@ class Client:
     def __init__(
         self, settings: AssaySettings | None = None, *, redis_url: str | None = None
     ) -> None:
-        from assay.local_mode import require_redis_url
-        from schemas.settings import load_settings
-
         settings = settings or load_settings()
         url = redis_url or require_redis_url(settings)
         self.settings = settings.model_copy(update={"redis_url": url})
@@ -97,16 +99,12 @@ class Client:
     @property
     def store(self) -> VerdictStore:
         if self._store is None:
-            from workers.store import VerdictStore
-
             self._store = VerdictStore.from_settings(self.settings)
         return self._store
 
     @property
     def dispatcher(self) -> Dispatcher:
         if self._dispatcher is None:
-            from workers.dispatch import Dispatcher
-
             self._dispatcher = Dispatcher.from_settings(self.settings, self.store)
         return self._dispatcher
 
@@ -149,8 +147,6 @@ class Client:
         """
         request = self._confined(request)
         if request.not_before is not None and request.not_before > datetime.now(UTC):
-            from scheduler.deferred import defer_evaluation
-
             defer_evaluation(self.store.client, self.settings, request)
             return SubmitReceipt(
                 run_id=request.run_id,
@@ -163,7 +159,6 @@ class Client:
     def _confined(self, request: EvaluationRequest) -> EvaluationRequest:
         if not isinstance(request.target, SnapshotTarget):
             return request
-        from workers.snapshot_roots import SnapshotRoots
 
         resolved = SnapshotRoots.for_local(self.settings).confine(request.target.path)
         return request.model_copy(update={"target": SnapshotTarget(path=str(resolved))})
@@ -228,9 +223,6 @@ class Client:
         A snapshot glob must stay inside this client's snapshot roots
         (``SnapshotOutsideRoots`` otherwise); matches leading out of them are skipped.
         """
-        from workers.batch import fan_out
-        from workers.snapshot_roots import SnapshotRoots
-        from workers.targets import context_targets, snapshot_targets
 
         if (snapshots is None) == (contexts is None):
             raise ValueError("name exactly one of: a snapshots glob or a contexts glob")

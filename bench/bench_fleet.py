@@ -67,11 +67,11 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 def noop_worker_main(concurrency: int) -> None:
     """A worker with the fleet's exact Celery configuration and one task that only counts."""
     from schemas.settings import load_settings
-    from workers.celery_app import create_app
-    from workers.redis_client import connect
+    from workers.fleet.broker import configured_app
+    from workers.fleet.redis_client import connect
 
     settings = load_settings()
-    app = create_app(settings, with_tasks=False)
+    app = configured_app(settings)
     counter = connect(settings.redis_url or "")
 
     @app.task(name=NOOP_TASK, ignore_result=True)
@@ -175,14 +175,14 @@ def empty_task_rate(redis_url: str, folder: Path, tasks: int, concurrency: int) 
     import redis
 
     from schemas.settings import load_settings
-    from workers.celery_app import create_app
+    from workers.fleet.broker import configured_app
 
     raw = redis.Redis.from_url(redis_url)
     env = worker_env(redis_url)
     worker = spawn(
         [sys.executable, __file__, "--noop-worker", str(concurrency)], env, folder / "noop.log"
     )
-    app = create_app(load_settings(redis_url=redis_url), with_tasks=False)
+    app = configured_app(load_settings(redis_url=redis_url))
     try:
         raw.delete(NOOP_COUNTER)
         app.send_task(NOOP_TASK)
@@ -254,9 +254,9 @@ def litellm_call_cpu(folder: Path, calls: int = 200) -> tuple[float, int, int]:
     """
     from schemas.settings import load_settings
     from tests.fleet_support import snapshot_request
-    from workers.conversation import initial_messages, tools_for
-    from workers.llm import LiteLLMClient, LLMCall, load_litellm
-    from workers.toolsets.factory import build_registry
+    from workers.core.conversation import initial_messages, tools_for
+    from workers.core.llm import LiteLLMClient, LLMCall, load_litellm
+    from workers.core.toolsets.factory import build_registry
 
     script: dict[str, object] = {
         "scenarios": [{"turns": [{"action": {"action": "THOUGHT", "thought": "go"}}]}]

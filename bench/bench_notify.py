@@ -62,14 +62,15 @@ class Sink:
 
 
 def delivery(redis_url: str, replicas: int, changes: int, prefix: str) -> None:
+    from schemas.settings import AssaySettings
     from schemas.verdict import VerdictKind
     from tests.alerting_support import notifier_env
     from tests.fleet_support import finished_report, snapshot_request
-    from workers.notify_feed import SinkFeed
-    from workers.redis_client import connect
-    from workers.store import VerdictStore
+    from workers.fleet.notify_feed import SinkFeed
+    from workers.fleet.redis_client import connect
+    from workers.fleet.store import VerdictStore
 
-    store = VerdictStore(connect(redis_url), prefix=prefix)
+    store = VerdictStore.from_settings(AssaySettings(key_prefix=prefix), client=connect(redis_url))
     sink = Sink()
     env = notifier_env(
         redis_url,
@@ -127,13 +128,16 @@ def delivery(redis_url: str, replicas: int, changes: int, prefix: str) -> None:
 def gauges(redis_url: str, checks: int) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
+    from schemas.settings import AssaySettings
     from schemas.verdict import VerdictKind
     from tests.fleet_support import finished_report, snapshot_request
-    from workers import metrics
-    from workers.redis_client import connect
-    from workers.store import VerdictStore
+    from workers.core import metrics
+    from workers.fleet.redis_client import connect
+    from workers.fleet.store import VerdictStore
 
-    store = VerdictStore(connect(redis_url), prefix="bench-gauges")
+    store = VerdictStore.from_settings(
+        AssaySettings(key_prefix="bench-gauges"), client=connect(redis_url)
+    )
     kinds = [VerdictKind.TRUE, VerdictKind.FALSE, VerdictKind.CANNOT_DETERMINE]
     for index in range(checks):
         request = snapshot_request(path=f"examples/snapshots/g-{index}")

@@ -46,7 +46,7 @@ def replica_main() -> None:
     from scheduler.deferred import Enqueue
     from scheduler.service import FleetSender, run_replica, stop_on_signals
     from schemas.settings import load_settings
-    from workers.redis_client import connect
+    from workers.fleet.redis_client import connect
 
     settings = load_settings()
 
@@ -107,10 +107,11 @@ def run_phase(
     redis_url: str, log_dir: Path, prefix: str, count: int, window: float, kill: bool
 ) -> dict[str, Any]:
     from scheduler.deferred import defer_evaluation
-    from scheduler.timers import TimerStore
     from schemas.request import EvaluationRequest, SnapshotTarget
     from schemas.settings import load_settings
-    from workers.redis_client import connect
+    from workers.fleet.broker import queue_name
+    from workers.fleet.redis_client import connect
+    from workers.fleet.timers import TimerStore
 
     settings = load_settings(redis_url=redis_url, key_prefix=prefix)
     client = connect(redis_url)
@@ -148,7 +149,7 @@ def run_phase(
                 break
             time.sleep(0.5)
         sent_log = [json.loads(row) for row in client.lrange(f"{prefix}:{SENT_LOG}", 0, -1)]
-        queue = f"{prefix}.evaluations"
+        queue = queue_name(settings)
         task_ids = [json.loads(raw)["headers"]["id"] for raw in client.lrange(queue, 0, -1)]
     finally:
         for replica in replicas:

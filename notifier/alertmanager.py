@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, Literal
 
+from notifier.events import run_url
 from schemas.verdict import VerdictKind
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from schemas.notify import AlertmanagerSink
     from schemas.settings import AssaySettings
     from schemas.verdict import Verdict
-    from workers.store import VerdictStore
+    from workers.fleet.store import VerdictStore
 
 AlertState = Literal["firing", "resolved"]
 RESEND_LIMIT = 100_000  # firing checks read per resend
@@ -128,8 +129,6 @@ class AlertSync:
         self.clock = clock
 
     def _alerts(self, summaries: list[CheckSummary], want: AlertState) -> list[dict[str, Any]]:
-        from notifier.events import run_url
-
         now = self.clock()
         verdicts = self.store.latest_verdicts([s.check_id for s in summaries])
         return [

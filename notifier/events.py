@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 from schemas.fleet import CheckSummary, VerdictChange
 from schemas.notify import EVENT_TYPE, ChangeEventData
 from schemas.verdict import EXIT_CODES, VerdictKind
+from workers.fleet.store import verdict_source
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
-    from workers.store import VerdictStore
+    from workers.fleet.store import VerdictStore
 
 EXPLANATION_CHARS = 4000
 SLACK_EXPLANATION_CHARS = 2500
@@ -65,7 +66,6 @@ def notification_for(
 
     ``summary`` is the check as the store has it now (for the predicate's text).
     """
-    from workers.store import verdict_source
 
     verdict = store.run_verdict(change.run_id)
     explanation = verdict.explanation[:EXPLANATION_CHARS] if verdict else None

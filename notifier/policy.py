@@ -27,7 +27,7 @@ from typing import Literal
 from schemas.fleet import CheckSummary, VerdictChange
 from schemas.notify import SinkFilter
 from schemas.verdict import VerdictKind
-from workers.notify_feed import Told, epoch_ms
+from workers.fleet.notify_feed import Told, epoch_ms
 
 CD = VerdictKind.CANNOT_DETERMINE
 

@@ -1,7 +1,7 @@
 """A notifier replica: every verdict change to every configured sink, at least once each.
 
 Each sink has its own consumer group on the store's change stream
-(workers/notify_feed.py) and its own thread here, so a slow or failing sink
+(workers/fleet/notify_feed.py) and its own thread here, so a slow or failing sink
 never holds up another. Within a sink, one replica delivers in stream order;
 replicas share a sink's changes by reading from the same group.
 
@@ -56,15 +56,15 @@ from notifier.sinks import (
     WebhookSender,
 )
 from schemas.notify import AlertmanagerSink, SlackSink, WebhookSink, missing_secrets
-from workers import metrics
-from workers.notify_feed import FeedEntry, SinkFeed
+from workers.core import metrics
+from workers.fleet.notify_feed import FeedEntry, SinkFeed
+from workers.fleet.store import VerdictStore
 
 if TYPE_CHECKING:
     import httpx
 
     from schemas.notify import Sink
     from schemas.settings import AssaySettings
-    from workers.store import VerdictStore
 
 _log = structlog.get_logger(__name__)
 
@@ -496,7 +496,6 @@ class Notifier:
 
 def run_notifier(settings: AssaySettings, stop: threading.Event) -> None:
     """Run one notifier replica until ``stop`` is set (``assay notify``)."""
-    from workers.store import VerdictStore
 
     store = VerdictStore.from_settings(settings)
     with http_client(settings) as http:

@@ -6,7 +6,7 @@ when due:
 * a **deferred evaluation** (``request.not_before`` in the future, from
   ``assay submit --at/--in`` or a predicate that opens with its own instant):
   :func:`defer_evaluation` stores the request and a ``defer:{run_id}`` timer;
-* a **WAIT continuation** (a run parked by ``workers.checkpoints.park``): the
+* a **WAIT continuation** (a run parked by ``workers.fleet.checkpoints.park``): the
   ``wake:{run_id}`` timer names the checkpoint sequence to resume.
 
 Key (``P`` = settings.key_prefix)::
@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from scheduler.timers import TimerEntry, TimerStore, deferred_timer_id, epoch
 from schemas.request import EvaluationRequest
+from workers.fleet import checkpoints
+from workers.fleet.store import VerdictStore
+from workers.fleet.timers import TimerEntry, TimerStore, deferred_timer_id, epoch
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
@@ -76,11 +78,6 @@ def defer_evaluation(
     return entry
 
 
-def deferred_request(redis: Any, settings: AssaySettings, run_id: str) -> EvaluationRequest | None:
-    body = redis.get(deferred_key(settings.key_prefix, run_id))
-    return EvaluationRequest.model_validate_json(body) if body else None
-
-
 def messages_for(
     redis: Any, settings: AssaySettings, entries: list[TimerEntry]
 ) -> list[list[Enqueue]]:
@@ -88,7 +85,6 @@ def messages_for(
 
     Deferred requests are read with one MGET for the whole claimed batch.
     """
-    from workers import checkpoints
 
     deferred_ids = [e.run_id for e in entries if e.kind == "deferred" and e.run_id]
     bodies = (
@@ -118,11 +114,4 @@ def messages_for(
 
 
 def _store(redis: Any, settings: AssaySettings) -> Any:
-    from workers.store import VerdictStore
-
-    return VerdictStore(
-        redis,
-        prefix=settings.key_prefix,
-        history_limit=settings.history_limit,
-        run_ttl_seconds=settings.run_ttl_seconds,
-    )
+    return VerdictStore.from_settings(settings, redis)

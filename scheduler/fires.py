@@ -2,7 +2,7 @@
 
 Globs (kubeconfig contexts, snapshot folders) are expanded at fire time, so a
 cluster added later is included without touching the schedule; snapshot matches
-outside this replica's snapshot roots are skipped (workers/snapshot_roots.py). Every request's
+outside this replica's snapshot roots are skipped (workers/core/snapshot_roots.py). Every request's
 run id is derived from (schedule id, target, scheduled instant), so a fire that
 two replicas both claim produces the same run ids and the verdict store's
 first-verdict-wins rule records it once.
@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule, ScheduleTargets
 from schemas.settings import AssaySettings
+from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+from workers.fleet.targets import TargetGlobError, context_targets, snapshot_targets
 
 _GLOB_CHARS = set("*?[")
 
@@ -42,11 +44,9 @@ def fire_run_id(schedule_id: str, target: Target, scheduled_at: datetime) -> str
 def resolve_targets(targets: ScheduleTargets, settings: AssaySettings) -> list[Target]:
     """The concrete targets of a fire, in a stable order, without duplicates.
 
-    Globs are expanded with the fleet's own expanders (``workers.targets``), so
+    Globs are expanded with the fleet's own expanders (``workers.fleet.targets``), so
     a schedule and a batch over the same glob see the same targets.
     """
-    from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
-    from workers.targets import TargetGlobError, context_targets, snapshot_targets
 
     resolved: list[Target] = []
     try:

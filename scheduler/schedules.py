@@ -10,7 +10,7 @@ The last fire lives apart from the schedule so a replica recording a fire can
 never overwrite a change a person made at the same moment.
 
 Every change also rewrites the schedule's one timer (``sched:{id}``) through
-:class:`~scheduler.timers.TimerStore`, so a running scheduler picks it up on
+:class:`~workers.fleet.timers.TimerStore`, so a running scheduler picks it up on
 its next tick with no restart; the replicas' periodic reconcile repairs the
 timer should anything ever leave it out of step.
 """
@@ -23,14 +23,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.cron import due_at, next_fire
-from scheduler.timers import (
+from schemas.schedule import Schedule, ScheduleFire
+from workers.fleet.timers import (
     TimerEntry,
     TimerStore,
     epoch,
     run_now_timer_id,
     schedule_timer_id,
 )
-from schemas.schedule import Schedule, ScheduleFire
 
 # Both keys are checked before the first write, so a create never stops halfway.
 _TYPES = """

@@ -45,9 +45,18 @@ from scheduler.cron import next_fire, plan_fire
 from scheduler.deferred import Enqueue
 from scheduler.fires import TargetResolutionError, build_requests, resolve_targets
 from scheduler.schedules import ScheduleStore
-from scheduler.timers import ClaimedTimer, EnqueueClaim, TimerEntry, TimerStore, from_epoch
 from schemas.schedule import Schedule, ScheduleFire
 from schemas.settings import AssaySettings
+from workers.core.metrics import (
+    TimerCollector,
+    observe_lateness,
+    register_collector,
+    start_metrics_server,
+)
+from workers.fleet.dispatch import Dispatcher
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
+from workers.fleet.timers import ClaimedTimer, EnqueueClaim, TimerEntry, TimerStore, from_epoch
 
 _log = structlog.get_logger(__name__)
 
@@ -340,7 +349,6 @@ class Replica:
         lateness = self.clock() - entry.due
         if self.keep_lateness:
             self.stats.lateness.append(lateness)
-        from workers.metrics import observe_lateness
 
         observe_lateness(lateness, kind=entry.kind)
 
@@ -355,9 +363,6 @@ class FleetSender:
     """
 
     def __init__(self, settings: AssaySettings) -> None:
-        from workers.dispatch import Dispatcher
-        from workers.store import VerdictStore
-
         self.store = VerdictStore.from_settings(settings)
         self.dispatcher = Dispatcher.from_settings(settings, self.store)
         self.dispatcher.app.conf.task_send_sent_event = False
@@ -385,8 +390,6 @@ def run_replica(
     clock: Callable[[], float] = time.time,
 ) -> ReplicaStats:
     """Run one replica until ``stop_event`` is set (``assay scheduler``, ``assay up``)."""
-    from workers.metrics import TimerCollector, register_collector, start_metrics_server
-    from workers.redis_client import connect
 
     if not settings.redis_url:
         raise ValueError(

@@ -15,8 +15,11 @@ from pydantic import BaseModel, TypeAdapter
 from schemas.actions import PlannerResponse
 from schemas.budget import Budget
 from schemas.eval import EvalReport, SuiteFile
+from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
+from schemas.notify import ChangeEventData
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
+from schemas.schedule import Schedule
 from schemas.verdict import Verdict
 
 JSON_DIR = Path(__file__).parent / "json"
@@ -29,34 +32,19 @@ MODELS: dict[str, type[BaseModel]] = {
     "run_report": RunReport,
     "eval_suite": SuiteFile,
     "eval_report": EvalReport,
+    "schedule": Schedule,
+    "batch_status": BatchStatus,
+    "batch_result": BatchResult,
+    "check_summary": CheckSummary,
+    "run_progress": RunProgress,
+    "verdict_change": VerdictChange,
+    "verdict_change_event": ChangeEventData,  # a webhook CloudEvent's `data`
 }
-
-
-def _extra_models() -> dict[str, type[BaseModel]]:
-    """Models added by later parts register here without import cycles."""
-    extra: dict[str, type[BaseModel]] = {}
-    try:
-        from schemas.schedule import Schedule
-    except ImportError:
-        pass
-    else:
-        extra["schedule"] = Schedule
-    from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
-
-    extra["batch_status"] = BatchStatus
-    extra["batch_result"] = BatchResult
-    extra["check_summary"] = CheckSummary
-    extra["run_progress"] = RunProgress
-    extra["verdict_change"] = VerdictChange
-    from schemas.notify import ChangeEventData
-
-    extra["verdict_change_event"] = ChangeEventData  # a webhook CloudEvent's `data`
-    return extra
 
 
 def render() -> dict[str, str]:
     out: dict[str, str] = {}
-    for name, model in {**MODELS, **_extra_models()}.items():
+    for name, model in MODELS.items():
         schema = TypeAdapter(model).json_schema(mode="validation")
         out[f"{name}.schema.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"
     return out

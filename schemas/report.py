@@ -50,7 +50,7 @@ class Step(BaseModel):
 class RunState(BaseModel):
     """Everything needed to resume a run after a deferred WAIT (the checkpoint).
 
-    Stored by the caller while the run waits; ``workers.engine.evaluate(request,
+    Stored by the caller while the run waits; ``workers.core.engine.evaluate(request,
     deps, state=...)`` continues the same run id with what is left of its budget.
     Time spent waiting is not in ``active_seconds``: only active time counts
     against the timeout.

@@ -29,8 +29,8 @@ from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import ROOT, finished_report, snapshot_request, wait_until
-from workers.notify_feed import SinkFeed
-from workers.store import VerdictStore
+from workers.fleet.notify_feed import SinkFeed
+from workers.fleet.store import VerdictStore
 
 PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
 HMAC_KEY = "test-hmac-key-5f0c2e9a"

@@ -101,7 +101,7 @@ def start_worker(
         [
             str(VENV_BIN / "celery"),
             "-A",
-            "workers.celery_app",
+            "workers.fleet.celery_app",
             "worker",
             "--pool",
             "threads",

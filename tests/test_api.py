@@ -16,11 +16,12 @@ import pytest
 import redis
 
 from assay.redis_process import RedisProcess
-from scheduler.timers import TimerStore, deferred_timer_id
 from schemas.request import EvaluationRequest
+from schemas.settings import AssaySettings
 from tests.api_support import READ_TOKEN, WRITE_TOKEN, ApiServer, auth
 from tests.fleet_support import finished_report, snapshot_request
-from workers.store import VerdictStore
+from workers.fleet.store import VerdictStore
+from workers.fleet.timers import TimerStore, deferred_timer_id
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +55,7 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def store(client: redis.Redis) -> VerdictStore:
-    return VerdictStore(client, prefix=PREFIX)
+    return VerdictStore.from_settings(AssaySettings(key_prefix=PREFIX), client=client)
 
 
 def _get(api: ApiServer, path: str, **params: str | int) -> httpx.Response:

@@ -19,10 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assay.redis_process import RedisProcess
+from schemas.settings import AssaySettings
 from tests.api_support import WRITE_TOKEN, ApiServer, auth
 from tests.boundary_support import dump_keys, hostile_ids
 from tests.fleet_support import finished_report, make_snapshots, snapshot_request
-from workers.store import VerdictStore
+from workers.fleet.store import VerdictStore
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +97,7 @@ def _refused(response: httpx.Response, code: str) -> str:
 def test_an_id_with_a_colon_is_refused_on_submit_and_on_every_read(
     api: ApiServer, client: redis.Redis
 ) -> None:
-    store = VerdictStore(client, prefix=PREFIX)
+    store = VerdictStore.from_settings(AssaySettings(key_prefix=PREFIX), client=client)
     victim = snapshot_request(check_id="victim")
     store.register_run(victim)
     store.record_verdict(finished_report(victim, "true"))

@@ -15,12 +15,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from assay.redis_process import free_port
+from schemas.settings import AssaySettings
 from schemas.verdict import Verdict, VerdictKind
 from tests.api_support import ApiServer
 from tests.fleet_support import finished_report, snapshot_request
-from workers import metrics
-from workers.redis_client import connect
-from workers.store import VerdictStore, verdict_source
+from workers.core import metrics
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore, verdict_source
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ def labels(check_id: str, target: str, **more: str) -> tuple[tuple[str, str], ..
 
 @pytest.fixture
 def store(redis_url: str) -> VerdictStore:
-    return VerdictStore(connect(redis_url))
+    return VerdictStore.from_settings(AssaySettings(), client=connect(redis_url))
 
 
 @pytest.fixture
@@ -125,7 +126,9 @@ def test_only_the_most_recently_run_checks_are_exported(store: VerdictStore) -> 
 
 
 def test_with_redis_down_the_gauges_say_so_instead_of_going_stale() -> None:
-    dead = VerdictStore(redis.Redis(port=free_port(), socket_connect_timeout=0.5))
+    dead = VerdictStore.from_settings(
+        AssaySettings(), client=redis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    )
     registry = CollectorRegistry()
     registry.register(metrics.CheckVerdictCollector(lambda: dead.check_gauges(10)))
     samples = scrape_text(generate_latest(registry).decode())

@@ -132,7 +132,8 @@ def test_help_does_not_import_litellm() -> None:
         "import sys\n"
         "from assay.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit as exit:\n    code = exit.code\n"
-        "print(code, 'litellm' in sys.modules, 'workers.engine' in sys.modules, file=sys.stderr)\n"
+        "print(code, 'litellm' in sys.modules, 'workers.core.engine' in sys.modules,\n"
+        "      file=sys.stderr)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60

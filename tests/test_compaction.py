@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
-from workers.toolsets.compaction import compact_object, render_object
-from workers.toolsets.snapshot_backend import SnapshotBackend
+from workers.core.toolsets.compaction import compact_object, render_object
+from workers.core.toolsets.snapshot_backend import SnapshotBackend
 
 SNAPSHOTS = EXAMPLES / "snapshots"
 

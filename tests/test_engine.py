@@ -20,7 +20,7 @@ from tests.engine_support import (
     script,
     scripted,
 )
-from workers.llm import load_litellm
+from workers.core.llm import load_litellm
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -427,7 +427,7 @@ def test_an_internal_error_is_cannot_determine_never_a_crash(snapshot: Path) -> 
 
 def test_no_model_configured_is_cannot_determine(snapshot: Path) -> None:
     from schemas.settings import load_settings
-    from workers.engine import EngineDeps, evaluate
+    from workers.core.engine import EngineDeps, evaluate
 
     report = evaluate(request_for(snapshot), EngineDeps(settings=load_settings()))
     assert report.verdict is not None and report.verdict.exit_code == 3
@@ -469,8 +469,8 @@ def test_a_rate_limit_that_cannot_be_had_in_time_ends_at_the_deadline(snapshot: 
 
 def test_the_tools_are_closed_when_the_run_ends_however_it_ends(snapshot: Path) -> None:
     """A live backend holds connections per run; the engine must release them every time."""
-    from workers.toolsets.base import ToolRegistry
-    from workers.toolsets.factory import build_registry
+    from workers.core.toolsets.base import ToolRegistry
+    from workers.core.toolsets.factory import build_registry
 
     closed: list[str] = []
 

@@ -15,7 +15,7 @@ from schemas.report import RunState
 from schemas.verdict import VerdictKind
 from tests.engine_support import done, get_deployments, make_snapshot, request_for, run, script
 from tests.engine_support import scripted as scripted_model
-from workers.llm import load_litellm
+from workers.core.llm import load_litellm
 
 PROFILES = ("smoke", "fast", "strict")
 

@@ -22,8 +22,8 @@ from tests.engine_support import (
     script,
 )
 from tests.engine_support import scripted as scripted_model
-from workers.llm import load_litellm
-from workers.toolsets.structured import FREE_TEXT
+from workers.core.llm import load_litellm
+from workers.core.toolsets.structured import FREE_TEXT
 
 _POD = """\
 apiVersion: v1

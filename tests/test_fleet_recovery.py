@@ -10,10 +10,10 @@ import redis
 
 from schemas.settings import load_settings
 from tests.fleet_support import finished_report, snapshot_request
-from workers.dispatch import Dispatcher
-from workers.recovery import LostRunSweeper, broker_run_ids
-from workers.redis_client import connect
-from workers.store import VerdictStore
+from workers.fleet.dispatch import Dispatcher
+from workers.fleet.recovery import LostRunSweeper, broker_run_ids
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def parts(redis_url: str) -> Iterator[tuple[VerdictStore, Dispatcher, LostRunSwe
 
 def _queued_ids(redis_url: str) -> list[str]:
     raw = redis.Redis.from_url(redis_url, decode_responses=True)
-    from workers.recovery import _task_id
+    from workers.fleet.recovery import _task_id
 
     return [t for t in map(_task_id, raw.lrange("assay.evaluations", 0, -1)) if t]
 

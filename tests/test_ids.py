@@ -22,11 +22,11 @@ from assay.client import Client
 from schemas.ids import ID_RULE, InvalidId, check_id
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.schedule import Schedule, ScheduleTargets
-from schemas.settings import load_settings
+from schemas.settings import AssaySettings, load_settings
 from tests.boundary_support import dump_keys, hostile_ids, valid_ids
 from tests.fleet_support import ROOT, finished_report, snapshot_request, worker_env
-from workers.redis_client import connect
-from workers.store import VerdictStore
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
 
 ASSAY = [sys.executable, "-m", "assay.cli"]
 PROD_EU = str(ROOT / "examples" / "snapshots" / "prod-eu")
@@ -87,7 +87,9 @@ def test_every_id_in_the_alphabet_is_accepted(value: str) -> None:
 
 @pytest.fixture
 def store(redis_url: str) -> VerdictStore:
-    return VerdictStore(connect(redis_url), prefix="ids", run_ttl_seconds=3600)
+    return VerdictStore.from_settings(
+        AssaySettings(key_prefix="ids", run_ttl_seconds=3600), client=connect(redis_url)
+    )
 
 
 def test_store_reads_refuse_ids_that_would_name_another_key(store: VerdictStore) -> None:
@@ -157,7 +159,7 @@ def _assay(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.integration
 def test_the_cli_refuses_bad_ids_with_exit_64(redis_url: str, tmp_path: Path) -> None:
     env = worker_env(redis_url)
-    store = VerdictStore(connect(redis_url))
+    store = VerdictStore.from_settings(AssaySettings(), client=connect(redis_url))
     victim = snapshot_request(check_id="victim")
     store.register_run(victim)
     store.record_verdict(finished_report(victim, "true"))

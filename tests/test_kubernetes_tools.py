@@ -14,9 +14,9 @@ import pytest
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget
 from schemas.settings import AssaySettings, load_settings
 from tests.conftest import EXAMPLES
-from workers.toolsets.base import ToolRegistry, ToolResult
-from workers.toolsets.factory import ToolsetUnavailable, build_registry, snapshot_cache
-from workers.toolsets.snapshot_backend import SnapshotBackend
+from workers.core.toolsets.base import ToolRegistry, ToolResult
+from workers.core.toolsets.factory import ToolsetUnavailable, build_registry, snapshot_cache
+from workers.core.toolsets.snapshot_backend import SnapshotBackend
 
 SNAPSHOTS = EXAMPLES / "snapshots"
 EXAMPLE_NAMES = ["prod-eu", "staging-us", "dev-ap"]

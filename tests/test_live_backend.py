@@ -27,12 +27,12 @@ from assay.testing.fake_cluster import FakeCluster
 from schemas.request import ContextTarget, InClusterTarget
 from schemas.settings import AssaySettings, load_settings
 from tests.live_support import new_canary, write_cluster
-from workers.toolsets.backend import REDACTED, BackendError
-from workers.toolsets.base import ToolRegistry, ToolResult
-from workers.toolsets.kubernetes import kubernetes_tools
-from workers.toolsets.live_backend import LiveBackend
-from workers.toolsets.live_transport import WriteRefused, check_read_path
-from workers.toolsets.snapshot_backend import SnapshotBackend
+from workers.core.toolsets.backend import REDACTED, BackendError
+from workers.core.toolsets.base import ToolRegistry, ToolResult
+from workers.core.toolsets.kubernetes import kubernetes_tools
+from workers.core.toolsets.live_backend import LiveBackend
+from workers.core.toolsets.live_transport import WriteRefused, check_read_path
+from workers.core.toolsets.snapshot_backend import SnapshotBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 

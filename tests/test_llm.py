@@ -16,7 +16,7 @@ import pytest
 
 from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
-from workers.llm import (
+from workers.core.llm import (
     LiteLLMClient,
     LLMCall,
     LLMError,
@@ -58,7 +58,7 @@ def refuse(*args, **kwargs):
 socket.socket.connect = refuse
 socket.create_connection = refuse
 socket.getaddrinfo = refuse
-from workers.llm import load_litellm, LiteLLMClient
+from workers.core.llm import load_litellm, LiteLLMClient
 from schemas.settings import load_settings
 litellm = load_litellm()
 direct = litellm.token_counter(model="openai/scripted", text="hello world " * 50)

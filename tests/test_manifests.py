@@ -580,7 +580,7 @@ def test_keda_scales_workers_on_the_evaluation_queue_in_redis() -> None:
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "redis"
     from schemas.settings import AssaySettings
-    from workers.celery_app import queue_name
+    from workers.fleet.broker import queue_name
 
     # The list KEDA watches must be the one the workers consume, for the ConfigMap's prefix.
     (config,) = [c for c in objects(build, "ConfigMap") if c["metadata"]["name"] == "assay-config"]

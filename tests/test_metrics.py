@@ -12,9 +12,10 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from assay.redis_process import free_port
-from scheduler.timers import TimerEntry, TimerStore, epoch
 from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
-from workers import metrics
+from workers.core import metrics
+from workers.fleet.queue_depth import QueueDepthCollector
+from workers.fleet.timers import TimerEntry, TimerStore, epoch
 
 
 def _sample(name: str, labels: dict[str, str], registry: CollectorRegistry = REGISTRY) -> float:
@@ -67,9 +68,8 @@ def test_budget_exhaustion_is_counted_by_kind() -> None:
 
 def test_model_calls_tokens_retries_and_tools() -> None:
     model = "openai/metrics-test"
-    metrics.observe_model_call(model, ok=True, prompt_tokens=120, completion_tokens=30)
+    metrics.observe_model_reply(model, prompt_tokens=120, completion_tokens=30, attempts=2)
     metrics.observe_model_call(model, ok=False)
-    metrics.observe_model_retry(model)
     metrics.observe_tool_call("get", ok=True)
     metrics.observe_tool_call("get", ok=False)
     assert _sample("assay_model_calls_total", {"model": model, "outcome": "ok"}) == 1
@@ -102,7 +102,7 @@ def test_queue_depth_reads_every_priority_list_of_the_queue(redis_url: str) -> N
     client.rpush("assay.evaluations\x06\x163", "m3")  # kombu's list for priority 3
     client.rpush("someone.elses.queue", "x")
     registry = CollectorRegistry()
-    registry.register(metrics.QueueDepthCollector(lambda: client, ["assay.evaluations"]))
+    registry.register(QueueDepthCollector(lambda: client, ["assay.evaluations"]))
     families = _families(registry)
     assert families["assay_queue_depth"] == [({"queue": "assay.evaluations"}, 3.0)]
     assert families["assay_queue_depth_up"] == [({}, 1.0)]
@@ -113,7 +113,7 @@ def test_queue_depth_reads_every_priority_list_of_the_queue(redis_url: str) -> N
 def test_queue_depth_with_the_broker_down_reports_up_0_and_no_number() -> None:
     dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
     registry = CollectorRegistry()
-    registry.register(metrics.QueueDepthCollector(lambda: dead, ["assay.evaluations"]))
+    registry.register(QueueDepthCollector(lambda: dead, ["assay.evaluations"]))
     families = _families(registry)
     assert families["assay_queue_depth_up"] == [({}, 0.0)]
     assert "assay_queue_depth" not in families

@@ -23,8 +23,8 @@ from tests.alerting_support import (
     wait_for,
     webhook,
 )
-from workers.notify_feed import SinkFeed
-from workers.store import VerdictStore
+from workers.fleet.notify_feed import SinkFeed
+from workers.fleet.store import VerdictStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

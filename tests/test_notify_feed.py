@@ -8,18 +8,19 @@ import time
 
 import pytest
 
+from schemas.settings import AssaySettings
 from schemas.verdict import VerdictKind
 from tests.alerting_support import record
-from workers.notify_feed import SinkFeed, Told
-from workers.redis_client import connect
-from workers.store import VerdictStore
+from workers.fleet.notify_feed import SinkFeed, Told
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def store(redis_url: str) -> VerdictStore:
-    return VerdictStore(connect(redis_url), prefix="nf")
+    return VerdictStore.from_settings(AssaySettings(key_prefix="nf"), client=connect(redis_url))
 
 
 def flips(store: VerdictStore, *verdicts: str) -> None:

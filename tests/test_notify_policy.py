@@ -14,7 +14,7 @@ from notifier.policy import Decision, decide_message, matches
 from schemas.fleet import CheckSummary, VerdictChange
 from schemas.notify import SinkFilter, WebhookSink
 from schemas.verdict import EXIT_CODES, VerdictKind
-from workers.notify_feed import Told, epoch_ms
+from workers.fleet.notify_feed import Told, epoch_ms
 
 T, F = VerdictKind.TRUE, VerdictKind.FALSE
 CD, PP = VerdictKind.CANNOT_DETERMINE, VerdictKind.POORLY_POSED

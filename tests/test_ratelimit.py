@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from workers.ratelimit import FleetRateLimiter, RateLimitTimeout
-from workers.redis_client import connect
+from workers.fleet.ratelimit import FleetRateLimiter, RateLimitTimeout
+from workers.fleet.redis_client import connect
 
 pytestmark = pytest.mark.integration
 

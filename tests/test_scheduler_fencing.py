@@ -32,9 +32,9 @@ from schemas.schedule import Schedule, ScheduleTargets
 from schemas.settings import AssaySettings, load_settings
 from tests.fleet_support import PREDICATE, make_snapshots, three_step_script
 from tests.scheduler_support import pause_replica_scenario
-from workers.runtime import WorkerRuntime
-from workers.store import VerdictStore
-from workers.tasks import handle_delivery
+from workers.fleet.runtime import WorkerRuntime
+from workers.fleet.store import VerdictStore
+from workers.fleet.tasks import handle_delivery
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -118,7 +118,7 @@ def test_a_replica_that_stalls_mid_send_sends_nothing_more(
     assert sum(n - 1 for n in per_run.values()) <= 1, per_run
     assert stalled.stats.superseded >= 1
     # the worker's fence lets exactly one copy of each fire run
-    store = VerdictStore(client, prefix="fence")
+    store = VerdictStore.from_settings(AssaySettings(key_prefix="fence"), client=client)
     accepted = Counter(
         m.request.run_id
         for m in broker.messages
@@ -131,7 +131,9 @@ def test_a_replica_that_stalls_mid_send_sends_nothing_more(
 def test_the_fence_admits_one_token_per_fire_and_its_redeliveries(
     client: redis_lib.Redis,
 ) -> None:
-    store = VerdictStore(client, prefix="fence", run_ttl_seconds=3600)
+    store = VerdictStore.from_settings(
+        AssaySettings(key_prefix="fence", run_ttl_seconds=3600), client=client
+    )
     assert store.claim_fence("run-1", "run-1", "token-b")
     assert store.claim_fence("run-1", "run-1", "token-b"), "a redelivery of the same message"
     assert not store.claim_fence("run-1", "run-1", "token-a"), "a copy from another replica"

@@ -21,7 +21,6 @@ import redis as redis_lib
 from assay.testing.scripted_model import ScriptedModel
 from scheduler.deferred import defer_evaluation
 from scheduler.schedules import ScheduleStore
-from scheduler.timers import TimerStore
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.schedule import Schedule, ScheduleTargets
 from schemas.settings import AssaySettings, load_settings
@@ -35,6 +34,7 @@ from tests.fleet_support import (
     worker_log_tail,
 )
 from tests.scheduler_support import duplicates, queued_messages, start_scheduler
+from workers.fleet.timers import TimerStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

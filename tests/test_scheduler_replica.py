@@ -22,7 +22,7 @@ from scheduler.service import Replica
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.schedule import Schedule, ScheduleTargets
 from schemas.settings import AssaySettings, load_settings
-from workers.store import VerdictStore
+from workers.fleet.store import VerdictStore
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -418,7 +418,9 @@ def test_deferred_evaluation_fires_at_its_instant(
         text="the certificate is Ready", target=SnapshotTarget(path="/snap"), not_before=not_before
     )
     defer_evaluation(client, settings, request, now=clock.now)
-    verdicts = VerdictStore(client, prefix=settings.key_prefix)
+    verdicts = VerdictStore.from_settings(
+        AssaySettings(key_prefix=settings.key_prefix), client=client
+    )
     state = verdicts.run_state(request.run_id)
     assert state is not None and state.status == "queued"
     recorder = Recorder()

@@ -19,7 +19,6 @@ import redis as redis_lib
 
 from assay.client import Client
 from assay.testing.scripted_model import ScriptedModel
-from scheduler.timers import TimerStore, continuation_timer_id
 from schemas.budget import Budget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
@@ -33,6 +32,7 @@ from tests.fleet_support import (
     worker_log_tail,
 )
 from tests.scheduler_support import start_scheduler
+from workers.fleet.timers import TimerStore, continuation_timer_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

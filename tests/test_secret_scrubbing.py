@@ -38,11 +38,11 @@ from tests.secret_canaries import (
     sweep_calls,
     write_canary_cluster,
 )
-from workers.engine import EngineDeps, evaluate
-from workers.toolsets.backend import REDACTED
-from workers.toolsets.base import ToolRegistry
-from workers.toolsets.factory import build_registry
-from workers.toolsets.redaction import SecretScrubber
+from workers.core.engine import EngineDeps, evaluate
+from workers.core.toolsets.backend import REDACTED
+from workers.core.toolsets.base import ToolRegistry
+from workers.core.toolsets.factory import build_registry
+from workers.core.toolsets.redaction import SecretScrubber
 
 ASSAY = str(Path(sys.executable).parent / "assay")
 
@@ -256,7 +256,7 @@ def test_log_lines_are_scrubbed_of_credentials(capsys: pytest.CaptureFixture[str
     """The structlog pipeline every process configures scrubs each line's fields."""
     import structlog
 
-    from workers.logs import configure_logging
+    from workers.core.logs import configure_logging
 
     previous = structlog.get_config()
     try:

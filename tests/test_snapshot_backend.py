@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES
-from workers.toolsets.backend import REDACTED, BackendError
-from workers.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
+from workers.core.toolsets.backend import REDACTED, BackendError
+from workers.core.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
 
 SNAPSHOTS = EXAMPLES / "snapshots"
 CANARY = "ASSAY-CANARY-7f3a9c"

@@ -1,6 +1,6 @@
 """Snapshot targets must lie under the snapshot roots, symlinks resolved, at every entry.
 
-The roots themselves (workers/snapshot_roots.py), the worker's own re-check
+The roots themselves (workers/core/snapshot_roots.py), the worker's own re-check
 before parsing, the Python client, schedule fires, and the CLI as a user runs
 it. The HTTP API is covered in tests/test_api_boundaries.py.
 """
@@ -21,9 +21,9 @@ from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.schedule import ScheduleTargets
 from schemas.settings import load_settings
 from tests.fleet_support import ROOT, make_snapshots, worker_env
-from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
-from workers.targets import snapshot_targets
-from workers.toolsets.factory import ToolsetUnavailable, build_registry
+from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+from workers.core.toolsets.factory import ToolsetUnavailable, build_registry
+from workers.fleet.targets import snapshot_targets
 
 ASSAY = [sys.executable, "-m", "assay.cli"]
 DEMO_SCRIPT = ROOT / "examples" / "scripts" / "demo.yaml"

@@ -8,17 +8,21 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
+from schemas.settings import AssaySettings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import finished_report, snapshot_request
-from workers.redis_client import connect
-from workers.store import VerdictStore
+from workers.fleet.redis_client import connect
+from workers.fleet.store import VerdictStore
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def store(redis_url: str) -> VerdictStore:
-    return VerdictStore(connect(redis_url), prefix="t1", history_limit=3, run_ttl_seconds=3600)
+    return VerdictStore.from_settings(
+        AssaySettings(key_prefix="t1", history_limit=3, run_ttl_seconds=3600),
+        client=connect(redis_url),
+    )
 
 
 def test_recorded_verdict_is_readable_by_run_and_by_check(store: VerdictStore) -> None:

@@ -15,10 +15,11 @@ from collections.abc import Callable
 import pytest
 
 from schemas.request import EvaluationRequest
+from schemas.settings import AssaySettings
 from tests.boundary_support import dump_keys, seed_wrong_type
 from tests.fleet_support import finished_report, snapshot_request
-from workers.redis_client import connect
-from workers.store import StoreConflict, VerdictStore
+from workers.fleet.redis_client import connect
+from workers.fleet.store import StoreConflict, VerdictStore
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +29,9 @@ TARGET = "snapshot:prod-eu"
 
 @pytest.fixture
 def store(redis_url: str) -> VerdictStore:
-    return VerdictStore(connect(redis_url), prefix=P, run_ttl_seconds=3600)
+    return VerdictStore.from_settings(
+        AssaySettings(key_prefix=P, run_ttl_seconds=3600), client=connect(redis_url)
+    )
 
 
 def _batched_request(store: VerdictStore) -> EvaluationRequest:
@@ -160,8 +163,8 @@ def test_timer_scripts_with_wrong_typed_or_unreadable_keys_write_nothing(
     import redis as redis_lib
 
     from scheduler.schedules import ScheduleStore
-    from scheduler.timers import TimerEntry, TimerStore
     from schemas.schedule import Schedule, ScheduleTargets
+    from workers.fleet.timers import TimerEntry, TimerStore
 
     client = redis_lib.Redis.from_url(redis_url, decode_responses=True)
     timers = TimerStore(client, "tm")

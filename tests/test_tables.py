@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import EXAMPLES
-from workers.toolsets.snapshot_backend import SnapshotBackend
-from workers.toolsets.tables import jsonpath_values, pod_status, printer_columns, render_table
+from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.core.toolsets.tables import jsonpath_values, pod_status, printer_columns, render_table
 
 SNAPSHOTS = EXAMPLES / "snapshots"
 

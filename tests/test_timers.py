@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import redis as redis_lib
 
-from scheduler.timers import TimerEntry, TimerStore
+from workers.fleet.timers import TimerEntry, TimerStore
 
 T0 = 1_900_000_000.0
 

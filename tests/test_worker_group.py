@@ -27,7 +27,7 @@ from tests.fleet_support import (
     wait_until,
     worker_log_tail,
 )
-from workers.celery_app import create_app
+from workers.fleet.broker import configured_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -100,7 +100,7 @@ def test_two_processes_share_a_batch_and_stop_together_on_sigterm(
     process, log = group
     make_snapshots(tmp_path / "targets", 12, bad_every=4)
     settings = load_settings(redis_url=redis_url)
-    control = create_app(settings, with_tasks=False)
+    control = configured_app(settings)
     with Client(settings) as client:
         replies: list[dict[str, object]] = []
 

@@ -1,5 +1,6 @@
-"""The evaluation engine and the fleet that runs it.
+"""The evaluation engine and the fleet that runs it, in two layers.
 
-Nothing here imports Celery or litellm at module import time except
-``workers.celery_app`` / ``workers.tasks``; the engine stays a plain function.
+``workers.core`` evaluates one run (the engine is a plain function: no Celery, no
+Redis); ``workers.fleet`` runs the core on Celery workers with Redis as broker and
+store. The fleet imports the core, never the other way (tests/test_architecture.py).
 """

@@ -6,6 +6,9 @@ Exit codes outside the verdict's 0-3: 64 wrong command line, 66 no such id,
 
 from __future__ import annotations
 
+# Commands import the store, fleet, engine or API inside the function that needs them:
+# `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
+# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
 import contextlib
 import sys
 from collections.abc import Iterator
@@ -46,7 +49,7 @@ def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
     import redis.exceptions
 
     from assay.client import Client
-    from workers.celery_app import FleetNotConfigured
+    from workers.fleet.broker import FleetNotConfigured
 
     try:
         client = Client(settings or settings_or_usage())

@@ -12,6 +12,9 @@ the commands so ``assay --help`` stays fast.
 
 from __future__ import annotations
 
+# Commands import the store, fleet, engine or API inside the function that needs them:
+# `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
+# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
 import json
 import sys
 from datetime import UTC, datetime
@@ -20,13 +23,16 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from assay.commands.fleet_common import EXIT_UNAVAILABLE
+from scheduler.when import WhenError, parse_duration
+from schemas.budget import Budget
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
+from workers.fleet.redis_client import connect
 
 if TYPE_CHECKING:
     from scheduler.schedules import ScheduleStore
     from schemas.schedule import Schedule
     from schemas.settings import AssaySettings
-    from workers.store import VerdictStore
+    from workers.fleet.store import VerdictStore
 
 
 schedule_app = typer.Typer(
@@ -74,8 +80,6 @@ def _settings() -> AssaySettings:
 
 
 def _redis(settings: AssaySettings) -> Any:
-    from workers.redis_client import connect
-
     url = _redis_url(settings)
     client = connect(url)
     try:
@@ -95,14 +99,12 @@ def _store(settings: AssaySettings) -> ScheduleStore:
 
 
 def _verdicts(store: ScheduleStore, settings: AssaySettings) -> VerdictStore:
-    from workers.store import VerdictStore
+    from workers.fleet.store import VerdictStore
 
-    return VerdictStore(store.redis, prefix=settings.key_prefix)
+    return VerdictStore.from_settings(settings, store.redis)
 
 
 def _seconds(option: str, text: str | None) -> float | None:
-    from scheduler.when import WhenError, parse_duration
-
     if text is None:
         return None
     try:
@@ -170,7 +172,6 @@ def add(
     from pydantic import ValidationError
 
     from scheduler.schedules import ScheduleConflict
-    from schemas.budget import Budget
     from schemas.schedule import Schedule, ScheduleTargets
 
     if (cron is None) == (every is None):
@@ -392,7 +393,7 @@ def scheduler_command(
     import threading
 
     from scheduler.service import run_replica, stop_on_signals
-    from workers.logs import configure_logging
+    from workers.core.logs import configure_logging
 
     settings = _settings()
     settings = settings.model_copy(
@@ -418,7 +419,7 @@ def register(app: typer.Typer) -> None:
 # --- helpers ---------------------------------------------------------------------------------
 def _redis_url(settings: AssaySettings) -> str:
     from assay.local_mode import require_redis_url
-    from workers.celery_app import FleetNotConfigured
+    from workers.fleet.broker import FleetNotConfigured
 
     try:
         return require_redis_url(settings)
@@ -490,7 +491,7 @@ def _span(seconds: float) -> str:
 def _confined(pattern: str, settings: AssaySettings) -> str:
     """A snapshot folder or glob, absolute (replicas and workers may run elsewhere) and
     inside the snapshot roots (ASSAY_SNAPSHOT_ROOTS, default: the current directory)."""
-    from workers.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+    from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
     try:
         return SnapshotRoots.for_local(settings).confine_pattern(pattern)

@@ -7,6 +7,9 @@ verdict store the workers write and sends evaluations to the same broker.
 
 from __future__ import annotations
 
+# Commands import the store, fleet, engine or API inside the function that needs them:
+# `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
+# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
 from typing import Annotated
 
 import typer
@@ -29,7 +32,7 @@ def api(
 
     from assay.api import create_app
     from schemas.settings import load_settings
-    from workers.logs import configure_logging
+    from workers.core.logs import configure_logging
 
     settings = load_settings(api_host=host, api_port=port)
     configure_logging(settings)
@@ -45,13 +48,13 @@ def api(
             "every /v1 request will be refused.",
             err=True,
         )
-    from workers.tracing import configure_tracing
+    from workers.core.tracing import configure_tracing
 
     configure_tracing(settings)
     if settings.metrics_port:
         # Unauthenticated metrics on their own port (like workers and schedulers), for
         # annotation-based scraping; /metrics on the API port needs a read token.
-        from workers.metrics import start_metrics_server
+        from workers.core.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port)
     app = create_app(settings)

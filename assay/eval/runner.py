@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from assay.eval import seam
 from assay.eval.baseline import MAX_BASELINE_TOKENS, baseline_messages, parse_baseline
 from assay.eval.suite import SuiteCase
 from schemas.budget import Budget, resolve_budget
@@ -59,8 +60,6 @@ def attempt(task: Task, settings: AssaySettings, budget: Budget) -> Attempt:
 
 
 def _engine_attempt(task: Task, settings: AssaySettings, budget: Budget) -> Attempt:
-    from assay.eval import seam
-
     report = seam.run_check(task.case.case.predicate, task.case.snapshot, settings, budget)
     verdict = report.verdict
     if verdict is None:  # only a deferred WAIT has none, and eval never allows deferral
@@ -78,8 +77,6 @@ def _engine_attempt(task: Task, settings: AssaySettings, budget: Budget) -> Atte
 
 
 def _baseline_attempt(task: Task, settings: AssaySettings, budget: Budget) -> Attempt:
-    from assay.eval import seam
-
     timeout = resolve_budget(settings.profile, budget).timeout_seconds or 60.0
     messages = baseline_messages(task.case.case.predicate, task.case.target_name)
     user = f"eval-{task.case.id}-{task.repeat}"

@@ -19,11 +19,11 @@ from schemas.report import RunReport
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import AssaySettings
 from schemas.verdict import Usage
-from workers.engine import EngineDeps, evaluate
-from workers.llm import LiteLLMClient, LLMCall, LLMError
-from workers.logs import configure_logging
-from workers.toolsets.factory import build_registry
-from workers.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
+from workers.core.engine import EngineDeps, evaluate
+from workers.core.llm import LiteLLMClient, LLMCall, LLMError
+from workers.core.logs import configure_logging
+from workers.core.toolsets.factory import build_registry
+from workers.core.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
 
 __all__ = [
     "LookupResult",

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
+from assay.eval import seam
 from assay.eval.oracle import oracle_script
 from assay.eval.report import build_report
 from assay.eval.runner import Caps, Outcome, Spending, Task, attempt, plan, run_tasks
@@ -69,7 +70,6 @@ class EvalPlan:
 
 def cost_cap_note(plan_: EvalPlan) -> str | None:
     """Why the cost cap cannot be enforced (the model has no known price), or None."""
-    from assay.eval import seam
 
     if plan_.caps.cost_usd is None:
         return None

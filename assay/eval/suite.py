@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import yaml
 from pydantic import ValidationError
 
+from assay.eval import seam
 from schemas.eval import Case, SuiteFile, SuiteInfo
 from schemas.request import SnapshotTarget
 
@@ -177,7 +178,6 @@ def normalise(text: str) -> str:
 
 def check_suite(suite: Suite, settings: AssaySettings) -> list[str]:
     """Problems that make a case's label unsupported by its data; empty when sound."""
-    from assay.eval import seam
 
     problems: list[str] = []
     for snapshot in sorted({c.snapshot for c in suite.cases}):

@@ -49,8 +49,8 @@ import yaml
 
 from assay.testing import fake_openapi
 from assay.testing.fake_cluster import FakeCluster, filter_since
-from workers.toolsets.backend import BackendError, ResourceInfo
-from workers.toolsets.selectors import field_matcher, label_matcher
+from workers.core.toolsets.backend import BackendError, ResourceInfo
+from workers.core.toolsets.selectors import field_matcher, label_matcher
 
 CLUSTER_PREFIX = "/c/"
 FULL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]

@@ -1,0 +1,216 @@
+"""Budget enforcement for one run: iterations, total tokens, wall-clock deadline, cost.
+
+Budgets are enforced before each model call, not reported after it: the meter
+counts the prompt, subtracts it from what is left, and caps the completion's
+``max_tokens`` (and, when the price is known, the cost) so the provider's own
+usage figures can never add up past the budget. When too little is left for a
+useful answer the call is refused with :class:`BudgetExhausted`, naming which
+budget ran out, and the run ends as cannot_determine.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from schemas.budget import Budget
+from schemas.verdict import Usage
+
+# Below this many completion tokens a model cannot even emit a `done` call.
+MIN_USEFUL_COMPLETION_TOKENS = 64
+# Upper bound on one completion; a planner step never needs more.
+MAX_COMPLETION_TOKENS = 4096
+# The provider's tokenizer may count the prompt a little higher than ours.
+PROMPT_SAFETY_FACTOR = 1.10
+PROMPT_SAFETY_TOKENS = 16
+# A model call with less time than this left cannot finish; do not start it.
+MIN_CALL_SECONDS = 0.2
+# More than this for one call is not a real figure (no budget allows it, Budget.max_tokens
+# stops at 10M): it is charged as this much, which still ends any run's token budget.
+ABSURD_TOKENS_PER_CALL = 10_000_000
+
+
+class BudgetExhausted(Exception):
+    """A budget ran out; ``which`` is iterations, tokens, deadline or cost."""
+
+    def __init__(self, which: str, message: str) -> None:
+        super().__init__(message)
+        self.which = which
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per token, from litellm's cost data."""
+
+    input_per_token: float
+    output_per_token: float
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return prompt_tokens * self.input_per_token + completion_tokens * self.output_per_token
+
+
+@dataclass(frozen=True)
+class CallAllowance:
+    """What the next model call may use."""
+
+    max_completion_tokens: int
+    prompt_tokens_estimate: int
+    timeout_seconds: float
+
+
+class BudgetMeter:
+    """Tracks one run's spending; ``active_seconds`` carries over when a run resumes."""
+
+    def __init__(
+        self,
+        budget: Budget,
+        *,
+        price: Price | None = None,
+        usage: Usage | None = None,
+        iterations: int = 0,
+        active_seconds: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.budget = budget
+        self.price = price
+        self.usage = usage or Usage()
+        self.iterations = iterations
+        self._clock = clock
+        self._active_before = active_seconds
+        self.start()
+
+    def start(self) -> None:
+        """(Re)start the clock: the deadline is the time budget left from now.
+
+        The engine calls this once the run is set up (tools built, litellm
+        imported), so a cold process start does not eat the run's time budget.
+        """
+        self._started = self._clock()
+        timeout = self.budget.timeout_seconds or math.inf
+        self.deadline = self._started + max(0.0, timeout - self._active_before)
+
+    # -- time --------------------------------------------------------------------------
+
+    def now(self) -> float:
+        return self._clock()
+
+    def remaining_seconds(self) -> float:
+        return self.deadline - self._clock()
+
+    def active_seconds(self) -> float:
+        """Active time of the run so far, across resumes (waiting excluded)."""
+        return self._active_before + (self._clock() - self._started)
+
+    @property
+    def cost_checkable(self) -> bool:
+        """False when a cost cap is set but the model's price is unknown."""
+        return self.budget.max_cost_usd is None or self.price is not None
+
+    # -- before a call -----------------------------------------------------------------
+
+    def allow_call(self, prompt_tokens: int) -> CallAllowance:
+        """What the next call may spend, or BudgetExhausted naming the budget that is out."""
+        max_iterations = self.budget.max_iterations
+        if max_iterations is not None and self.iterations >= max_iterations:
+            raise BudgetExhausted(
+                "iterations", f"the run used all {max_iterations} model steps it was allowed"
+            )
+        remaining = self.remaining_seconds()
+        if remaining < MIN_CALL_SECONDS:
+            raise BudgetExhausted(
+                "deadline",
+                f"the run's time budget of {self.budget.timeout_seconds:g}s is spent",
+            )
+        prompt = math.ceil(prompt_tokens * PROMPT_SAFETY_FACTOR) + PROMPT_SAFETY_TOKENS
+        completion = MAX_COMPLETION_TOKENS
+        if self.budget.max_tokens is not None:
+            left = self.budget.max_tokens - self.usage.total_tokens
+            completion = min(completion, left - prompt)
+            if completion < MIN_USEFUL_COMPLETION_TOKENS:
+                raise BudgetExhausted(
+                    "tokens",
+                    f"the token budget of {self.budget.max_tokens} is spent "
+                    f"({self.usage.total_tokens} used, the next prompt needs about {prompt})",
+                )
+        if self.budget.max_cost_usd is not None and self.price is not None:
+            spent = self.usage.cost_usd or 0.0
+            money_left = self.budget.max_cost_usd - spent - self.price.cost(prompt, 0)
+            if self.price.output_per_token > 0:
+                affordable = math.floor(max(0.0, money_left) / self.price.output_per_token)
+                completion = min(completion, affordable)
+            if money_left <= 0 or completion < MIN_USEFUL_COMPLETION_TOKENS:
+                raise BudgetExhausted(
+                    "cost",
+                    f"the cost cap of ${self.budget.max_cost_usd:g} is spent (${spent:.6f} used)",
+                )
+        return CallAllowance(
+            max_completion_tokens=completion,
+            prompt_tokens_estimate=prompt,
+            timeout_seconds=remaining,
+        )
+
+    # -- after a call ------------------------------------------------------------------
+
+    def record(self, prompt_tokens: int, completion_tokens: int) -> Usage:
+        """Charge one model call; returns that call's usage. Never lowers what was spent.
+
+        Pass the figures through :func:`sanitize_usage` first; a negative that gets
+        here anyway is charged as 0.
+        """
+        prompt_tokens = max(0, int(prompt_tokens))
+        completion_tokens = max(0, int(completion_tokens))
+        cost = self.price.cost(prompt_tokens, completion_tokens) if self.price else None
+        step = Usage(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+            cost_usd=cost,
+        )
+        self.usage = self.usage + step
+        self.iterations += 1
+        return step
+
+
+def sanitize_usage(
+    prompt_tokens: float | None,
+    completion_tokens: float | None,
+    *,
+    prompt_estimate: int,
+    completion_estimate: int,
+) -> tuple[int, int, str | None]:
+    """The token figures to charge for one call, and what was wrong with the reported ones.
+
+    A provider's usage is data, not truth: a missing, zero (litellm's stand-in for
+    missing), negative or non-finite figure is replaced by the engine's own
+    estimate, which errs high; a fraction is rounded up; more than
+    :data:`ABSURD_TOKENS_PER_CALL` is charged as that ceiling. So the spent count
+    only ever grows, and never by less than the call plausibly cost.
+    """
+    notes: list[str] = []
+    prompt = _sane_count("prompt_tokens", prompt_tokens, prompt_estimate, notes)
+    completion = _sane_count("completion_tokens", completion_tokens, completion_estimate, notes)
+    return prompt, completion, "; ".join(notes) or None
+
+
+def _sane_count(name: str, value: float | None, estimate: int, notes: list[str]) -> int:
+    estimate = max(1, estimate)
+    if value is None or isinstance(value, bool) or not math.isfinite(value):
+        notes.append(f"{name} not reported ({value!r}); charged the estimate {estimate}")
+        return estimate
+    if value < 0:
+        notes.append(f"{name} reported negative ({value:g}); charged the estimate {estimate}")
+        return estimate
+    if value == 0:
+        notes.append(f"{name} not reported (0); charged the estimate {estimate}")
+        return estimate
+    if value > ABSURD_TOKENS_PER_CALL:
+        notes.append(
+            f"{name} reported absurdly large ({value:g}); charged {ABSURD_TOKENS_PER_CALL}"
+        )
+        return ABSURD_TOKENS_PER_CALL
+    if value != int(value):
+        notes.append(f"{name} reported as a fraction ({value:g}); rounded up")
+    return math.ceil(value)

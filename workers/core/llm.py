@@ -1,0 +1,473 @@
+"""The litellm adapter: every model call of assay goes through :class:`LiteLLMClient`.
+
+Why an adapter: the engine needs four things from a model provider (which
+transport to use, a token count, a price, and one completion under a deadline)
+and must not care which provider it is. litellm does the provider work; this
+module adds the policy:
+
+- one retry layer (tenacity): litellm's and the OpenAI SDK's own retries are
+  turned off (``num_retries=0``, ``max_retries=0``) so a 429 is not retried
+  three times inside a call we think is one attempt;
+- transient errors (rate limits, 5xx, timeouts, dropped connections) are retried
+  with exponential backoff and jitter, waiting at least what Retry-After asks,
+  and never past the run's deadline; permanent ones (auth, bad request, context
+  window, not found) are not retried;
+- each attempt's timeout is the time left before the deadline (capped by
+  ``llm_call_timeout_seconds``).
+
+litellm is imported lazily, with ``LITELLM_LOCAL_MODEL_COST_MAP`` set first so
+it never downloads its price list; its token counter uses the tokenizer files
+bundled with litellm (no network), and falls back to a size estimate.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+from typing import Any, Literal, Protocol
+
+import structlog
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential_jitter
+
+from schemas.actions import PlannerResponse
+from schemas.settings import AssaySettings
+from workers.core.budget_meter import MIN_CALL_SECONDS, Price
+
+Transport = Literal["tools", "json"]
+ErrorKind = Literal["permanent", "transient", "deadline"]
+
+# Sent as the key when an endpoint is set but no key is configured: local
+# OpenAI-compatible servers (vLLM, Ollama, the scripted model) need none, but
+# the OpenAI SDK refuses to send a request without one. With an endpoint set,
+# the key comes from ASSAY_API_KEY only (provider env vars are not consulted).
+PLACEHOLDER_API_KEY = "sk-no-key-configured"
+_CHARS_PER_TOKEN_ESTIMATE = 3  # conservative: YAML tables run at ~2.5-3.5 chars/token
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
+_MAX_BACKOFF_SECONDS = 30.0
+
+log = structlog.get_logger("assay.llm")
+
+
+@cache
+def load_litellm() -> Any:
+    """Import litellm the one safe way: local price list, quiet, no retries of its own."""
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    import logging
+
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.num_retries = 0
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    return litellm
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One planner request; ``deadline`` is a ``time.monotonic()`` instant."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    deadline: float
+    user: str
+    tools: list[dict[str, Any]] | None = None
+    response_format: dict[str, Any] | None = None
+    api_base: str | None = None
+
+
+@dataclass(frozen=True)
+class LLMReply:
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_seconds: float = 0.0
+    attempts: int = 1
+
+
+class LLMError(Exception):
+    """A model call that did not produce a reply; ``kind`` says whether time or retries ran out."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class LLMClient(Protocol):
+    """What the engine needs from a model provider."""
+
+    def transport_for(self, model: str) -> Transport: ...
+
+    def count_tokens(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int: ...
+
+    def price(self, model: str) -> Price | None: ...
+
+    def complete(self, call: LLMCall) -> LLMReply: ...
+
+
+def planner_response_format() -> dict[str, Any]:
+    """The ``response_format`` of JSON mode: the PlannerResponse JSON schema."""
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "planner_response",
+            "schema": PlannerResponse.model_json_schema(),
+            "strict": False,
+        },
+    }
+
+
+def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+    """Fallback count when the tokenizer is unavailable: size / 3, rounded up (over-counts)."""
+    size = len(json.dumps(messages)) + (len(json.dumps(tools)) if tools else 0)
+    return math.ceil(size / _CHARS_PER_TOKEN_ESTIMATE)
+
+
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """The provider's Retry-After, in seconds, if the error carried one."""
+    headers = getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return None if parsed is None else max(0.0, parsed.timestamp() - time.time())
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Rate limits, 5xx, timeouts and dropped connections are worth another attempt."""
+    if isinstance(exc, _DeadlineReached):
+        return False
+    litellm = load_litellm()
+    if "Missing credentials" in str(exc):  # litellm reports a missing key as a 500
+        return False
+    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError):
+        return True
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int):
+        return False
+    return status in _TRANSIENT_STATUS or status >= 500
+
+
+class _DeadlineReached(Exception):
+    pass
+
+
+class _RetryPolicy:
+    """Backoff with jitter, at least Retry-After, and no sleep that would end past the deadline."""
+
+    def __init__(self, max_retries: int, deadline: float, clock: Callable[[], float]) -> None:
+        self.max_retries = max_retries
+        self.deadline = deadline
+        self.clock = clock
+        self.stopped_by_deadline = False
+        self._backoff = wait_exponential_jitter(initial=0.5, max=_MAX_BACKOFF_SECONDS, jitter=0.5)
+
+    def wait(self, state: RetryCallState) -> float:
+        backoff = float(self._backoff(state))
+        exc = state.outcome.exception() if state.outcome else None
+        asked = retry_after_seconds(exc) if exc is not None else None
+        return backoff if asked is None else max(asked, min(backoff, 1.0))
+
+    def stop(self, state: RetryCallState) -> bool:
+        if state.attempt_number > self.max_retries:
+            return True
+        if self.clock() + state.upcoming_sleep + MIN_CALL_SECONDS >= self.deadline:
+            self.stopped_by_deadline = True
+            return True
+        return False
+
+
+class LiteLLMClient:
+    """The production :class:`LLMClient`."""
+
+    def __init__(
+        self,
+        settings: AssaySettings,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._sleep = sleep
+        self._clock = clock
+        self._sdk_clients = threading.local()
+
+    # -- capabilities ------------------------------------------------------------------
+
+    def _model_info(self, model: str) -> dict[str, Any] | None:
+        try:
+            info = load_litellm().get_model_info(model)
+        except Exception:  # litellm raises for models it has no data on
+            return None
+        return dict(info) if info else None
+
+    def transport_for(self, model: str) -> Transport:
+        """Tool calling unless asked for JSON or litellm knows the model lacks it."""
+        if self.settings.transport != "auto":
+            return self.settings.transport
+        info = self._model_info(model)
+        if info is not None and info.get("supports_function_calling") is False:
+            return "json"
+        return "tools"  # unknown OpenAI-compatible endpoints mostly support it
+
+    def count_tokens(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int:
+        """Prompt tokens, erring high: tools count as their JSON text.
+
+        litellm's own tool count follows OpenAI's compact rendering; most
+        OpenAI-compatible servers (vLLM, Ollama) paste the JSON schemas into the
+        prompt instead, which costs two to three times as much.
+        """
+        try:
+            counted = sum(_count_message(model, json.dumps(m, sort_keys=True)) for m in messages)
+            if tools:
+                counted += _count_text(model, json.dumps(tools))
+            return counted
+        except Exception:
+            return estimate_tokens(messages, tools)
+
+    def price(self, model: str) -> Price | None:
+        info = self._model_info(model)
+        if info is None:
+            return None
+        prompt = info.get("input_cost_per_token")
+        completion = info.get("output_cost_per_token")
+        if prompt is None or completion is None:
+            return None
+        return Price(input_per_token=float(prompt), output_per_token=float(completion))
+
+    # -- the call ----------------------------------------------------------------------
+
+    def complete(self, call: LLMCall) -> LLMReply:
+        started = self._clock()
+        policy = _RetryPolicy(self.settings.llm_max_retries, call.deadline, self._clock)
+        attempts = 0
+
+        def attempt() -> Any:
+            nonlocal attempts
+            attempts += 1
+            return self._attempt(call)
+
+        retrying = Retrying(
+            retry=retry_if_exception(is_transient),
+            wait=policy.wait,
+            stop=policy.stop,
+            sleep=self._sleep,
+            before_sleep=_log_retry,
+            reraise=True,
+        )
+        try:
+            response = retrying(attempt)
+        except _DeadlineReached as exc:
+            raise LLMError("deadline", str(exc)) from exc
+        except ModuleNotFoundError as exc:
+            raise LLMError(
+                "permanent",
+                f"litellm could not import {exc.name!r}: install it (pip install {exc.name}) "
+                "into the environment that runs assay",
+            ) from exc
+        except Exception as exc:
+            raise _as_llm_error(exc, policy, attempts) from exc
+        return _reply_from(response, self._clock() - started, attempts)
+
+    def _attempt(self, call: LLMCall) -> Any:
+        remaining = call.deadline - self._clock()
+        if remaining < MIN_CALL_SECONDS:
+            raise _DeadlineReached("the run's deadline passed before the model answered")
+        kwargs: dict[str, Any] = {
+            "model": call.model,
+            "messages": call.messages,
+            "max_tokens": call.max_tokens,
+            "timeout": min(self.settings.llm_call_timeout_seconds, remaining),
+            "num_retries": 0,
+            "max_retries": 0,
+            "user": call.user,
+        }
+        if call.tools:
+            kwargs["tools"] = call.tools
+        if call.response_format:
+            kwargs["response_format"] = call.response_format
+        api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
+        if call.api_base:
+            kwargs["api_base"] = call.api_base
+            # litellm forwards `user` only for models in OpenAI's catalogue; a custom
+            # endpoint gets it in the body too, so it can tell concurrent runs apart.
+            kwargs["extra_body"] = {"user": call.user}
+            api_key = api_key or PLACEHOLDER_API_KEY
+            if _routes_to_openai_sdk(call.model, call.api_base):
+                kwargs["client"] = self._sdk_client(call.api_base, api_key)
+        if api_key:
+            kwargs["api_key"] = api_key
+        return load_litellm().completion(**kwargs)
+
+    def _sdk_client(self, api_base: str, api_key: str) -> Any:
+        """This thread's OpenAI SDK client for an endpoint and key, kept between calls.
+
+        litellm caches the SDK clients it builds under a key that includes the
+        call's timeout; ours is the time left before the run's deadline, new on
+        every call, so litellm would build a fresh client (and a fresh connection:
+        a new TCP, or TLS, handshake) for every model call. Handing litellm a
+        client keeps the connection alive between calls; the per-call timeout
+        still applies, as litellm passes it with each request. No SDK retries:
+        tenacity here is the only retry layer.
+
+        One client per thread rather than one shared pool: a thread runs one
+        evaluation at a time, so it needs one connection, and httpcore's pool
+        scans every connection it holds on each request (quadratic work with
+        200 runs in flight in one worker).
+        """
+        clients: dict[tuple[str, str], Any] | None = getattr(self._sdk_clients, "by_key", None)
+        if clients is None:
+            clients = self._sdk_clients.by_key = {}
+        key = (api_base, api_key)
+        client = clients.get(key)
+        if client is None:
+            client = clients[key] = _new_sdk_client(api_base, api_key)
+        return client
+
+
+@lru_cache(maxsize=64)
+def _routes_to_openai_sdk(model: str, api_base: str) -> bool:
+    """Whether litellm serves ``model`` at ``api_base`` through the OpenAI SDK (``openai``)."""
+    try:
+        provider = load_litellm().get_llm_provider(model=model, api_base=api_base)[1]
+    except Exception:  # litellm cannot route it: let completion() report that
+        return False
+    return bool(provider == "openai")
+
+
+def _new_sdk_client(api_base: str, api_key: str) -> Any:
+    """An OpenAI SDK client over its own httpx client, TLS set up the way litellm does it."""
+    import httpx
+    import openai
+    from litellm.llms.custom_httpx.http_handler import get_ssl_configuration
+
+    http = httpx.Client(
+        verify=get_ssl_configuration(),
+        follow_redirects=True,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=2),
+    )
+    return openai.OpenAI(api_key=api_key, base_url=api_base, max_retries=0, http_client=http)
+
+
+# Counts are cached per message: a run re-sends its whole history every step, and
+# counting each message once keeps the engine's per-step overhead flat. Counting
+# messages one by one adds litellm's per-request priming once per message: errs high.
+@lru_cache(maxsize=2048)
+def _count_message(model: str, message_json: str) -> int:
+    return int(load_litellm().token_counter(model=model, messages=[json.loads(message_json)]))
+
+
+@lru_cache(maxsize=256)
+def _count_text(model: str, text: str) -> int:
+    return int(load_litellm().token_counter(model=model, text=text))
+
+
+def _log_retry(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome else None
+    log.warning(
+        "llm_retry",
+        attempt=state.attempt_number,
+        sleep_seconds=round(state.upcoming_sleep, 3),
+        error=type(exc).__name__ if exc else None,
+    )
+
+
+def _as_llm_error(exc: Exception, policy: _RetryPolicy, attempts: int) -> LLMError:
+    status = getattr(exc, "status_code", None)
+    detail = str(exc).replace("\n", " ")
+    if len(detail) > 300:
+        detail = detail[:300] + "..."
+    what = f"{type(exc).__name__}" + (f" {status}" if status else "")
+    if is_transient(exc):
+        if policy.stopped_by_deadline:
+            return LLMError(
+                "deadline",
+                f"the model endpoint kept failing ({what}) until the run's deadline: {detail}",
+            )
+        return LLMError(
+            "transient", f"the model endpoint failed {attempts} times ({what}): {detail}"
+        )
+    return LLMError("permanent", f"the model endpoint refused the request ({what}): {detail}")
+
+
+def _reply_from(response: Any, latency: float, attempts: int) -> LLMReply:
+    choices = getattr(response, "choices", None) or []
+    if not choices:
+        return LLMReply(content=None, latency_seconds=latency, attempts=attempts)
+    choice = choices[0]
+    message = choice.message
+    calls = [
+        ToolCall(
+            id=str(getattr(tc, "id", "") or f"call_{index}"),
+            name=str(tc.function.name or ""),
+            arguments=str(tc.function.arguments or ""),
+        )
+        for index, tc in enumerate(getattr(message, "tool_calls", None) or [])
+    ]
+    usage = getattr(response, "usage", None)
+    return LLMReply(
+        content=getattr(message, "content", None),
+        tool_calls=calls,
+        finish_reason=getattr(choice, "finish_reason", None),
+        prompt_tokens=_reported_count(getattr(usage, "prompt_tokens", None)),
+        completion_tokens=_reported_count(getattr(usage, "completion_tokens", None)),
+        latency_seconds=latency,
+        attempts=attempts,
+    )
+
+
+def _reported_count(value: Any) -> int | None:
+    """A usage figure as a whole number (fractions rounded up), or None when it is none.
+
+    Negative and absurd numbers pass through unchanged: the budget meter decides what
+    to charge for them (workers/core/budget_meter.py ``sanitize_usage``) and records the
+    anomaly, so this only makes the type safe.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float):
+        return math.ceil(value) if math.isfinite(value) else None
+    return value
+
+
+def estimate_completion_tokens(reply: LLMReply) -> int:
+    """What a reply's text costs at most, about: used when the provider's figure is unusable."""
+    size = len(reply.content or "") + sum(
+        len(call.name) + len(call.arguments) for call in reply.tool_calls
+    )
+    return math.ceil(size / _CHARS_PER_TOKEN_ESTIMATE) + 1

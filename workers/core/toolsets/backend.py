@@ -1,0 +1,104 @@
+"""The read-only view of one cluster that the Kubernetes tools are written against.
+
+Two implementations: ``snapshot_backend.SnapshotBackend`` (a folder of YAML)
+and ``live_backend.LiveBackend`` (an API server through the kubernetes
+client). The tools never know which one they have. There is deliberately no
+method that could change a cluster.
+
+Objects are returned as plain dicts shaped like the API's JSON, with Secret
+``data`` / ``stringData`` values already replaced by ``REDACTED`` and copies
+of them elsewhere scrubbed (``redaction.py``). Each backend's ``scrubber``
+knows the Secret values it has seen, so the tool registry can scrub every
+tool output of a run with it once more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from workers.core.toolsets.redaction import SecretScrubber
+
+REDACTED = "<redacted by assay>"
+
+
+@dataclass(frozen=True)
+class ResourceInfo:
+    kind: str
+    plural: str
+    group: str  # "" for the core group
+    version: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+class BackendError(Exception):
+    """A lookup that failed in a way the model should read about, not crash on.
+
+    ``code`` is one of: not_found, forbidden, gone, timeout, unavailable,
+    bad_request, unsupported.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ClusterBackend(Protocol):
+    name: str
+
+    @property
+    def scrubber(self) -> SecretScrubber:
+        """Removes the Secret values this backend has seen (and credential patterns) from text."""
+        ...
+
+    def api_resources(self) -> list[ResourceInfo]: ...
+
+    def resolve(self, kind: str) -> ResourceInfo:
+        """Map 'pods', 'Pod', 'po', 'deployments.apps' ... to a resource; BackendError if none."""
+        ...
+
+    def list_objects(
+        self,
+        resource: ResourceInfo,
+        namespace: str | None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Stream matching objects (live: page by page), so callers can stop early."""
+        ...
+
+    def get(self, resource: ResourceInfo, name: str, namespace: str | None) -> dict[str, Any]: ...
+
+    def events(
+        self,
+        namespace: str | None,
+        involved_kind: str | None = None,
+        involved_name: str | None = None,
+    ) -> list[dict[str, Any]]: ...
+
+    def logs(
+        self,
+        namespace: str,
+        pod: str,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        previous: bool = False,
+        since_seconds: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> str: ...
+
+    def explain(self, resource: ResourceInfo, field_path: str | None = None) -> dict[str, Any]:
+        """The OpenAPI schema (or sub-schema at ``field_path``) for a kind."""
+        ...
+
+    def close(self) -> None:
+        """Release what one run opened (a live client's connections); called when it ends."""
+        ...

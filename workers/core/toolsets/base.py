@@ -1,0 +1,131 @@
+"""What a tool is, and the registry the engine offers to the model.
+
+A tool's argument model is the single source of truth: the JSON schema the
+model is shown is generated from it, and the same model validates what the
+model sends back (the HolmesGPT toolset idea).
+
+Every result leaves :meth:`ToolRegistry.call` through the run's
+``SecretScrubber``, whatever the tool (Kubernetes on either backend, shell):
+no tool has to remember to scrub, and no tool can forget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from workers.core.toolsets.redaction import PATTERNS, SecretScrubber
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What the model sees after a lookup. ``ok=False`` is still a normal result."""
+
+    ok: bool
+    output: str
+    truncated: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool(Protocol):
+    name: str
+    description: str
+    args_model: type[BaseModel]
+
+    def run(self, args: Any) -> ToolResult:
+        """Run with validated arguments. Must not raise for expected failures."""
+        ...
+
+
+@cache
+def _parameters_json(args_model: type[BaseModel]) -> str:
+    return json.dumps(args_model.model_json_schema())
+
+
+def _parameters_schema(args_model: type[BaseModel]) -> dict[str, Any]:
+    """Generated once per argument model (pydantic takes ms per tool); a fresh copy each call."""
+    parameters: dict[str, Any] = json.loads(_parameters_json(args_model))
+    return parameters
+
+
+class ToolRegistry:
+    """The tools offered to one run, by name."""
+
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        closers: Iterable[Callable[[], None]] = (),
+        scrubber: SecretScrubber = PATTERNS,
+    ) -> None:
+        self._closers = list(closers)  # release per-run resources (a live client's connections)
+        self.scrubber = scrubber
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"two tools named {tool.name!r}")
+            self._tools[tool.name] = tool
+
+    def close(self) -> None:
+        """Release what the tools hold; a failure here must not change the run's verdict."""
+        for close in self._closers:
+            with contextlib.suppress(Exception):  # best effort: the run is already decided
+                close()
+        self._closers.clear()
+
+    @property
+    def names(self) -> set[str]:
+        return set(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def get(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def json_schemas(self) -> list[dict[str, Any]]:
+        """OpenAI-style function definitions generated from each tool's argument model."""
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": _parameters_schema(tool.args_model),
+                },
+            }
+            for tool in self._tools.values()
+        ]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Validate and run; bad arguments and tool crashes become results, never exceptions.
+
+        The output (and any text in ``meta``) is scrubbed of Secret values.
+        """
+        result = self._call(name, arguments)
+        return replace(
+            result,
+            output=self.scrubber.text(result.output),
+            meta=self.scrubber.scrubbed_copy(result.meta),
+        )
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        tool = self._tools.get(name)
+        if tool is None:
+            return ToolResult(ok=False, output=f"error: unknown tool {name!r}")
+        try:
+            args = tool.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            return ToolResult(ok=False, output=f"error: invalid arguments for {name}: {exc}")
+        try:
+            return tool.run(args)
+        except Exception as exc:  # a tool bug must not end the run; the model sees it
+            return ToolResult(ok=False, output=f"error: {name} failed: {type(exc).__name__}: {exc}")

@@ -1,0 +1,152 @@
+"""Which resource types exist and how people name them.
+
+The model says ``po``, ``pods``, ``Pod`` or ``deployments.apps``; kubectl
+accepts all of them, so the tools do too. :class:`ResourceIndex` does that
+mapping for any list of :class:`ResourceInfo` (the snapshot's, or a live
+cluster's discovery), and ``BUILTIN_RESOURCES`` is the set of built-in kinds
+assay knows without discovery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from workers.core.toolsets.backend import BackendError, ResourceInfo
+
+
+def _r(
+    kind: str, plural: str, group: str, version: str, namespaced: bool, *short: str
+) -> ResourceInfo:
+    return ResourceInfo(kind, plural, group, version, namespaced, tuple(short))
+
+
+# Ordered: when two groups share a kind (Event), the first one wins a bare-name lookup.
+BUILTIN_RESOURCES: tuple[ResourceInfo, ...] = (
+    _r("Pod", "pods", "", "v1", True, "po"),
+    _r("Service", "services", "", "v1", True, "svc"),
+    _r("Namespace", "namespaces", "", "v1", False, "ns"),
+    _r("Node", "nodes", "", "v1", False, "no"),
+    _r("ConfigMap", "configmaps", "", "v1", True, "cm"),
+    _r("Secret", "secrets", "", "v1", True),
+    _r("ServiceAccount", "serviceaccounts", "", "v1", True, "sa"),
+    _r("Event", "events", "", "v1", True, "ev"),
+    _r("Endpoints", "endpoints", "", "v1", True, "ep"),
+    _r("PersistentVolume", "persistentvolumes", "", "v1", False, "pv"),
+    _r("PersistentVolumeClaim", "persistentvolumeclaims", "", "v1", True, "pvc"),
+    _r("ReplicationController", "replicationcontrollers", "", "v1", True, "rc"),
+    _r("ResourceQuota", "resourcequotas", "", "v1", True, "quota"),
+    _r("LimitRange", "limitranges", "", "v1", True, "limits"),
+    _r("Deployment", "deployments", "apps", "v1", True, "deploy"),
+    _r("ReplicaSet", "replicasets", "apps", "v1", True, "rs"),
+    _r("StatefulSet", "statefulsets", "apps", "v1", True, "sts"),
+    _r("DaemonSet", "daemonsets", "apps", "v1", True, "ds"),
+    _r("ControllerRevision", "controllerrevisions", "apps", "v1", True),
+    _r("Job", "jobs", "batch", "v1", True),
+    _r("CronJob", "cronjobs", "batch", "v1", True, "cj"),
+    _r("Ingress", "ingresses", "networking.k8s.io", "v1", True, "ing"),
+    _r("IngressClass", "ingressclasses", "networking.k8s.io", "v1", False),
+    _r("NetworkPolicy", "networkpolicies", "networking.k8s.io", "v1", True, "netpol"),
+    _r("HorizontalPodAutoscaler", "horizontalpodautoscalers", "autoscaling", "v2", True, "hpa"),
+    _r("PodDisruptionBudget", "poddisruptionbudgets", "policy", "v1", True, "pdb"),
+    _r("Role", "roles", "rbac.authorization.k8s.io", "v1", True),
+    _r("RoleBinding", "rolebindings", "rbac.authorization.k8s.io", "v1", True),
+    _r("ClusterRole", "clusterroles", "rbac.authorization.k8s.io", "v1", False),
+    _r("ClusterRoleBinding", "clusterrolebindings", "rbac.authorization.k8s.io", "v1", False),
+    _r("StorageClass", "storageclasses", "storage.k8s.io", "v1", False, "sc"),
+    _r("CSIDriver", "csidrivers", "storage.k8s.io", "v1", False),
+    _r("PriorityClass", "priorityclasses", "scheduling.k8s.io", "v1", False, "pc"),
+    _r("EndpointSlice", "endpointslices", "discovery.k8s.io", "v1", True),
+    _r("Lease", "leases", "coordination.k8s.io", "v1", True),
+    _r("Event", "events", "events.k8s.io", "v1", True, "ev"),
+    _r(
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "apiextensions.k8s.io",
+        "v1",
+        False,
+        "crd",
+        "crds",
+    ),
+    _r(
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        "admissionregistration.k8s.io",
+        "v1",
+        False,
+    ),
+    _r(
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        "admissionregistration.k8s.io",
+        "v1",
+        False,
+    ),
+    _r("APIService", "apiservices", "apiregistration.k8s.io", "v1", False),
+)
+
+
+def split_api_version(api_version: str) -> tuple[str, str]:
+    """``apps/v1`` -> (``apps``, ``v1``); ``v1`` -> (``""``, ``v1``)."""
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+def guess_plural(kind: str) -> str:
+    """English plural of a kind, as Kubernetes derives it when a CRD does not say."""
+    lower = kind.lower()
+    if lower.endswith(("s", "x", "z", "ch", "sh")):
+        return lower + "es"
+    if lower.endswith("y") and lower[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
+class ResourceIndex:
+    """Resolves every name kubectl accepts for a resource, case-insensitively.
+
+    Accepted: kind (``Deployment``), plural (``deployments``), singular
+    (``deployment``), short names (``deploy``), and the group-qualified forms
+    ``deployments.apps`` / ``deployment.v1.apps``.
+    """
+
+    def __init__(self, resources: Iterable[ResourceInfo]) -> None:
+        self._resources: list[ResourceInfo] = []
+        self._by_name: dict[str, list[ResourceInfo]] = {}
+        seen: set[tuple[str, str]] = set()
+        for info in resources:
+            key = (info.group, info.kind)
+            if key in seen:
+                continue
+            seen.add(key)
+            self._resources.append(info)
+            for name in self._names(info):
+                self._by_name.setdefault(name, []).append(info)
+
+    @staticmethod
+    def _names(info: ResourceInfo) -> set[str]:
+        bare = {info.kind.lower(), info.plural.lower(), *(s.lower() for s in info.short_names)}
+        names = set(bare)
+        if info.group:
+            for name in (info.kind.lower(), info.plural.lower()):
+                names.add(f"{name}.{info.group.lower()}")
+                names.add(f"{name}.{info.version.lower()}.{info.group.lower()}")
+        return names
+
+    @property
+    def resources(self) -> list[ResourceInfo]:
+        return list(self._resources)
+
+    def resolve(self, kind: str) -> ResourceInfo:
+        name = kind.strip().lower()
+        if "/" in name:  # "apps/v1/deployments" or "v1/pods" style
+            *prefix, last = name.split("/")
+            group = prefix[0] if len(prefix) == 2 else ""
+            name = f"{last}.{group}" if group else last
+        matches = self._by_name.get(name)
+        if not matches:
+            raise BackendError(
+                "not_found",
+                f"no resource type named {kind!r} here; "
+                "call api_resources to see the kinds this cluster has",
+            )
+        return matches[0]

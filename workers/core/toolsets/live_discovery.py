@@ -1,0 +1,87 @@
+"""What a live API server serves: discovery, cached per target, and kind resolution.
+
+Discovery reads ``/api``, ``/api/v1``, ``/apis`` and each group's preferred
+version, the way kubectl does, so CustomResourceDefinitions appear exactly
+like built-ins. The result is cached per target for
+``settings.discovery_ttl_seconds``: a fleet of runs against one cluster asks
+once, not once per run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from workers.core.toolsets.backend import BackendError, ResourceInfo
+from workers.core.toolsets.kinds import ResourceIndex
+from workers.core.toolsets.live_transport import GetOnlyTransport
+
+_cache: dict[str, tuple[float, list[ResourceInfo]]] = {}  # key -> (fetched at, resources)
+_cache_lock = threading.Lock()
+
+
+def discover(transport: GetOnlyTransport, ttl_seconds: float) -> list[ResourceInfo]:
+    """The readable resources of the transport's target, at most ``ttl_seconds`` old."""
+    now = time.monotonic()
+    with _cache_lock:
+        cached = _cache.get(transport.target_key)
+    if cached is not None and now - cached[0] < ttl_seconds:
+        return cached[1]
+    resources = _fetch(transport)
+    with _cache_lock:
+        _cache[transport.target_key] = (now, resources)
+    return resources
+
+
+def _fetch(transport: GetOnlyTransport) -> list[ResourceInfo]:
+    resources: list[ResourceInfo] = []
+    core = transport.get_json("/api", action="read the API versions (/api)")
+    for version in core.get("versions") or ["v1"]:
+        doc = transport.get_json(f"/api/{version}", action=f"read API discovery for {version}")
+        resources.extend(_resources_of(doc, "", version))
+    groups = transport.get_json("/apis", action="read the API groups (/apis)")
+    for group in groups.get("groups") or []:
+        preferred = group.get("preferredVersion") or (group.get("versions") or [{}])[0]
+        group_version = preferred.get("groupVersion")
+        if not group_version or "/" not in group_version:
+            continue
+        try:
+            doc = transport.get_json(
+                f"/apis/{group_version}", action=f"read API discovery for {group_version}"
+            )
+        except BackendError as exc:
+            if exc.code in ("unavailable", "not_found", "timeout"):
+                continue  # an aggregated API that is down must not hide the rest (as kubectl)
+            raise
+        name, version = group_version.split("/", 1)
+        resources.extend(_resources_of(doc, name, version))
+    return resources
+
+
+def _resources_of(doc: dict[str, Any], group: str, version: str) -> list[ResourceInfo]:
+    found = []
+    for entry in doc.get("resources") or []:
+        plural = entry.get("name", "")
+        verbs = set(entry.get("verbs") or [])
+        if not plural or "/" in plural or not verbs & {"get", "list"}:
+            continue  # subresources (pods/log, pods/exec) and unreadable types
+        found.append(
+            ResourceInfo(
+                kind=entry.get("kind", ""),
+                plural=plural,
+                group=group,
+                version=version,
+                namespaced=bool(entry.get("namespaced")),
+                short_names=tuple(entry.get("shortNames") or ()),
+            )
+        )
+    return found
+
+
+def resolve_kind(resources: list[ResourceInfo], kind: str) -> ResourceInfo:
+    """Map 'pods', 'Pod', 'po', 'deployments.apps' ... to one resource, as the snapshot does.
+
+    Discovery lists the core group first, so ``events`` means core/v1 Events.
+    """
+    return ResourceIndex(resources).resolve(kind)

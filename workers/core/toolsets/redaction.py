@@ -1,0 +1,618 @@
+"""Keeping Secret values inside the toolset: one scrubber for both backends.
+
+Three layers, each catching what the one before cannot know about:
+
+1. **The Secret itself** (:func:`redact_in_place`, when a backend reads an
+   object): every ``data`` / ``stringData`` value becomes ``REDACTED`` (keys
+   stay: "the Secret has a key tls.key" is a legitimate fact), and so does
+   every annotation and label value outside :data:`SECRET_ANNOTATIONS_SHOWN` /
+   :data:`SECRET_LABELS_SHOWN` (a few well-known keys that name other
+   objects). A Secret keeps only :data:`SECRET_FIELDS`. The
+   ``kubectl.kubernetes.io/last-applied-configuration`` annotation is dropped
+   from *every* object: for a Secret it embeds the whole manifest.
+
+2. **Known values** (:class:`SecretScrubber` after :meth:`~SecretScrubber.learn`):
+   every value hidden in step 1 is searched for wherever else it appears,
+   in the forms a copy takes: the whole value if it is one line, else each
+   line on its own (one line of a PEM key); its base64 and base64url forms,
+   padded or not, of the value with and without the trailing newline of
+   ``echo $PW | base64``, at each of the three alignments it can have inside
+   a longer base64 text (a ``user:password`` docker ``auth`` field); and the
+   credential parts of a structured value (the password of a DSN,
+   ``password=...`` in a ``.env`` file, ``"token": "..."`` in JSON). Base64
+   forms and long base64-alphabet tokens are found by
+   :data:`BASE64_ANCHOR_CHARS` characters from their middle and redacted with
+   the whole run of base64 characters around them. Matching is Aho-Corasick
+   (``ahocorasick_rs``): a regex alternation of a few thousand literals costs
+   minutes per MB, the automaton tens of ms (bench/bench_scrubber.py).
+
+3. **Patterns** (every scrubber, even one that knows no values): the
+   password of ``scheme://user:PASSWORD@host``; the value of a ``key=value``
+   / ``key: value`` / ``"key": "value"`` / ``--key value`` token whose key
+   ends in a credential word (:func:`credential_key`: password, passwd,
+   passphrase, secret, token, credentials, authorization, api/access/secret/
+   private/... key); the body of a PEM private key block; a JWT. In an object
+   (:meth:`SecretScrubber.scrub_object`) a string under a credential key, and
+   the ``value`` of a ``{name: DB_PASSWORD, value: ...}`` pair, are redacted
+   whatever their text.
+
+**Minimum length.** A known value, or any form of it, shorter than
+:data:`MIN_SCRUB_LENGTH` (8) characters is never searched for elsewhere.
+Short strings ("true", "admin", "5432", "prod") occur all over ordinary
+output; replacing each of them would mangle what the model reads (every
+``admin`` in every object) and would itself reveal the value, since the
+places where ``5432`` went missing spell out that a Secret holds ``5432``.
+Eight characters is where a chance occurrence of a real credential becomes
+unlikely and where common password policies begin. Short values are still
+hidden in the Secret itself, and a credential key marks its value as secret
+at any length (layer 3). A line longer than :data:`MAX_WHOLE_VALUE_CHARS`
+is searched for only if it is a base64-alphabet token (by its middle).
+
+The backends apply layers 1-3 to objects before anything renders them, and
+the tool registry applies the run's scrubber once more to every tool output
+(shell included). What is stored in Redis or logged passes the pattern layer
+again (:data:`PATTERNS`, :func:`scrubbed_model`): those writers do not know
+a run's values, which never reach them unscrubbed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import threading
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any, TypeVar
+
+import ahocorasick_rs
+from pydantic import BaseModel
+
+from workers.core.toolsets.backend import REDACTED
+
+MIN_SCRUB_LENGTH = 8
+"""Known values (and each form of one) shorter than this are not searched for elsewhere."""
+
+MAX_WHOLE_VALUE_CHARS = 16 * 1024
+"""A longer line is searched for only if it is a base64-alphabet token (found by its middle)."""
+
+LAST_APPLIED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
+SECRET_VALUE_FIELDS = ("data", "stringData")
+SECRET_FIELDS = frozenset(
+    {"apiVersion", "kind", "metadata", "type", "data", "stringData", "immutable"}
+)
+SECRET_METADATA = frozenset(
+    {"name", "namespace", "uid", "creationTimestamp", "labels", "annotations", "ownerReferences"}
+)
+SECRET_ANNOTATIONS_SHOWN = frozenset(
+    {
+        "kubernetes.io/service-account.name",
+        "kubernetes.io/service-account.uid",
+        "meta.helm.sh/release-name",
+        "meta.helm.sh/release-namespace",
+        "cert-manager.io/certificate-name",
+        "cert-manager.io/issuer-name",
+        "cert-manager.io/issuer-kind",
+        "cert-manager.io/issuer-group",
+    }
+)
+"""Secret annotations whose values are shown: each names another object, never a secret."""
+
+SECRET_LABELS_SHOWN = frozenset(
+    {
+        "app",
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/component",
+        "app.kubernetes.io/part-of",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/version",
+        "helm.sh/chart",
+        "owner",
+        "controller.cert-manager.io/fao",
+    }
+)
+"""Secret labels whose values are shown: the recommended app labels and owners' markers."""
+
+_CREDENTIAL_WORDS = frozenset(
+    {"secret", "token", "credential", "credentials", "apikey", "authorization"}
+    | {"privatekey", "secretkey", "accesskey"}
+)
+_PASSWORD_SUFFIXES = ("password", "passwd", "passphrase")  # also "PGPASSWORD", "dbpassword"
+_KEY_QUALIFIERS = frozenset(
+    {"api", "access", "secret", "private", "signing", "encryption", "master", "account"}
+    | {"client", "ssh", "tls", "ca", "storage", "license"}
+)
+_IDENTIFIER_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_NOT_A_SECRET = frozenset({"", "true", "false", "null", "none", "~", "yes", "no"})
+_PEM_ARMOUR = re.compile(r"^-----(BEGIN|END) [A-Z0-9 ]+-----$")
+
+# A token whose key ends in a credential word: ``password=x``, ``"apiKey": "x"``,
+# ``DB_PASSWORD: x``, ``--token x``, ``Authorization: Bearer x``. Tried only at the
+# start of an identifier holding a hint word; credential_key() confirms the key.
+_KEY_VALUE = re.compile(
+    r"(?P<key>[A-Za-z0-9_.\-]+)"
+    r"(?P<sep>[\"']?[ \t]*[:=][ \t]*|[ \t]+)"
+    r"(?:(?P<scheme>(?i:bearer|basic|token)[ \t]+)(?=[^\s\"']))?"
+    r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&}\]]+)"
+)
+_DSN_PASSWORD = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<password>[^\s/\"'<>]+)@(?=[^\s@/\"'<>])"
+)
+_PEM_PRIVATE_KEY = re.compile(
+    r"-----BEGIN (?P<label>[A-Z0-9 ]*PRIVATE KEY[A-Z ]*)-----"
+    r"(?P<body>[A-Za-z0-9+/=\s:,.\-\\]*?)"
+    r"(?:-----END (?P=label)-----|(?=[^A-Za-z0-9+/=\s:,.\-\\])|\Z)"
+)
+_JWT = re.compile(r"eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}")
+_KEY_HINTS = ("pass", "secret", "token", "credential", "key", "authorization", "pwd")
+_HINTS = ahocorasick_rs.AhoCorasick(
+    [*_KEY_HINTS, "://", "eyj", "private key"], matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
+)
+_IDENTIFIER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
+_BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
+BASE64_ANCHOR_CHARS = 24
+"""A base64 form, or a long token of base64 characters (a PEM line), is found by 24 characters
+from its middle and redacted with the whole run of such characters around them. 24 characters
+(about 18 bytes) do not occur by chance, and keep the automaton small however long the value."""
+
+Span = tuple[int, int]
+M = TypeVar("M", bound=BaseModel)
+
+
+# --------------------------------------------------------------------------- credential keys
+
+
+def credential_key(name: str) -> bool:
+    """Whether a key or variable name says its value is a credential.
+
+    The *last* word decides (``DB_PASSWORD``, ``dbPassword``, ``x-api-key``,
+    ``client_secret``, ``tls.key``), so names of references and files are
+    not credentials: ``secretName``, ``tokenSecretRef``, ``passwordFile``,
+    ``max_tokens``. A trailing ``data`` is ignored (``client-key-data``).
+    """
+    lowered = name.lower()  # most names hold no hint at all: no split, nothing cached
+    return any(hint in lowered for hint in _KEY_HINTS) and _credential_words(name)
+
+
+@lru_cache(maxsize=1024)
+def _credential_words(name: str) -> bool:
+    words = [w.lower() for w in _IDENTIFIER_WORDS.findall(name)]
+    if words and words[-1] == "data":
+        words.pop()
+    if not words:
+        return False
+    last = words[-1]
+    if last in _CREDENTIAL_WORDS or last.endswith(_PASSWORD_SUFFIXES):
+        return True
+    if last == "pwd":  # alone it is the working directory
+        return len(words) > 1
+    return last == "key" and len(words) > 1 and words[-2] in _KEY_QUALIFIERS
+
+
+def _secret_text(value: str) -> bool:
+    """Whether a credential-keyed value is worth hiding (not a placeholder or a reference)."""
+    stripped = value.strip().strip("\"'").strip()
+    return (
+        stripped.lower() not in _NOT_A_SECRET
+        and not stripped.startswith(("<", "$", "{", "[", "|", ">"))
+        and set(stripped) - {"*", "x", "X"} != set()
+    )
+
+
+def _run_start(text: str, position: int, chars: frozenset[str]) -> int:
+    while position > 0 and text[position - 1] in chars:
+        position -= 1
+    return position
+
+
+def _key_value_span(text: str, start: int) -> Span | None:
+    """The value of a credential token whose key starts at ``start``, if there is one."""
+    match = _KEY_VALUE.match(text, start)
+    if match is None:
+        return None
+    key = match["key"]
+    if match["sep"].strip() == "" and not key.startswith("-"):
+        return None  # "token expired": only a --flag takes its value after a space
+    if not credential_key(key.strip("-")) or not _secret_text(match["value"]):
+        return None
+    begin, end = match.span("value")
+    if match["value"][0] in "\"'":
+        begin, end = begin + 1, end - 1
+    return (begin, end) if end > begin else None
+
+
+def pattern_spans(text: str) -> list[Span]:
+    """Where in ``text`` the credential-looking parts are (layer 3).
+
+    One Aho-Corasick pass over the lower-cased text finds the few places
+    worth a closer look (a hint word, ``://``, ``eyJ``, ``PRIVATE KEY``);
+    each regex is then tried only there, anchored, never across the text.
+    """
+    spans: list[Span] = []
+    tried: set[tuple[str, int]] = set()
+    for index, hit, _ in _HINTS.find_matches_as_indexes(text.lower()):
+        hint = _HINTS_LIST[index]
+        if hint == "://":
+            start = _run_start(text, hit, _SCHEME_CHARS)
+            if ("dsn", start) not in tried:
+                tried.add(("dsn", start))
+                if dsn := _DSN_PASSWORD.match(text, start):
+                    spans.append(dsn.span("password"))
+        elif hint == "eyj":
+            standalone = hit == 0 or text[hit - 1] not in _BASE64_CHARS
+            if standalone and (jwt := _JWT.match(text, hit)):
+                spans.append(jwt.span())
+        elif hint == "private key":
+            begin = text.rfind("-----BEGIN ", max(0, hit - 40), hit)
+            if begin >= 0 and ("pem", begin) not in tried:
+                tried.add(("pem", begin))
+                pem = _PEM_PRIVATE_KEY.match(text, begin)
+                if pem and pem["body"].strip():
+                    spans.append(pem.span("body"))
+        else:
+            start = _run_start(text, hit, _IDENTIFIER_CHARS)
+            if ("key", start) not in tried:
+                tried.add(("key", start))
+                if value := _key_value_span(text, start):
+                    spans.append(value)
+    return spans
+
+
+_HINTS_LIST = [*_KEY_HINTS, "://", "eyj", "private key"]
+
+
+# --------------------------------------------------------------------------- known values
+
+
+def _base64_anchors(variants: set[bytes]) -> set[str]:
+    """How a base64 / base64url copy of a value looks, alone or inside longer encoded text.
+
+    ``variants`` are the value as stored and with its surrounding whitespace
+    changed (they differ only at their ends). For each of the three byte
+    alignments the value can have inside a longer encoded text, the part of
+    the encoding made only of the value's own bits, and of that the
+    :data:`BASE64_ANCHOR_CHARS` characters around the middle of the shortest
+    variant, which all variants share. A match is widened to the whole
+    encoded run around it, so the automaton stays small however long the
+    value, and the rest of an encoded blob holding it goes too.
+    """
+    anchors: set[str] = set()
+    for prefix in range(3):
+        cores = []
+        for raw in variants:
+            encoded = base64.b64encode(b"\0" * prefix + raw).decode("ascii")
+            first = -(-8 * prefix // 6)  # the first character made only of the value's bits
+            cores.append(encoded[first : 8 * (prefix + len(raw)) // 6])
+        shortest = min(len(core) for core in cores)
+        offset = max(0, (shortest - BASE64_ANCHOR_CHARS) // 2)
+        for core in cores:
+            anchor = core[offset : offset + BASE64_ANCHOR_CHARS]
+            anchors |= {anchor, anchor.replace("+", "-").replace("/", "_")}
+    return anchors
+
+
+def _anchor(token: str) -> str:
+    """The middle :data:`BASE64_ANCHOR_CHARS` characters of a long token, else all of it.
+
+    The middle, not the start: the starts of encoded values are often shared
+    (every PEM certificate's base64 begins with ``LS0tLS1CRUdJTiBDRVJU``, every
+    RS256 JWT with ``eyJhbGciOiJSUzI1Ni``), their middles are not.
+    """
+    if len(token) <= BASE64_ANCHOR_CHARS:
+        return token
+    start = (len(token) - BASE64_ANCHOR_CHARS) // 2
+    return token[start : start + BASE64_ANCHOR_CHARS]
+
+
+def secret_forms(value: str | bytes) -> tuple[set[str], set[str]]:
+    """What a copy of this Secret value may show up as (layer 2): (plain forms, base64 anchors).
+
+    Plain: the whole value if it is one line, else each line on its own (PEM
+    armour lines are no secret), plus the credential parts of a structured
+    value. Base64: see :func:`_base64_anchors`, for the value with and
+    without surrounding whitespace and with the newline ``echo`` adds.
+    """
+    raw = value.encode("utf-8") if isinstance(value, str) else value
+    plain: set[str] = set()
+    try:
+        text: str | None = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None:
+        lines = [line.strip() for line in text.strip().splitlines()]
+        if len(lines) > 1:
+            lines = [line for line in lines if not _PEM_ARMOUR.match(line)]
+        plain.update(  # a long token of base64 characters is found by its middle (learn)
+            line
+            for line in lines
+            if len(line) <= MAX_WHOLE_VALUE_CHARS or _BASE64_CHARS.issuperset(line)
+        )
+        if len(text) <= MAX_WHOLE_VALUE_CHARS:
+            plain.update(text[start:end] for start, end in pattern_spans(text))
+    variants = {raw, raw.strip(), raw.strip() + b"\n"} if raw.strip() else set()
+    anchors = _base64_anchors(variants) if variants else set()
+    keep = MIN_SCRUB_LENGTH
+    return {f for f in plain if len(f) >= keep}, {a for a in anchors if len(a) >= keep} - plain
+
+
+class SecretScrubber:
+    """Removes Secret values (known ones and credential-looking ones) from text and objects.
+
+    Thread-safe: :meth:`learn` may add values while other threads scrub
+    (the live backend learns a cluster's Secrets on its first lookup).
+    """
+
+    def __init__(self, secret_values: Iterable[str | bytes] = ()) -> None:
+        self._lock = threading.Lock()
+        self._plain: set[str] = set()
+        self._anchors: set[str] = set()
+        # the automaton and, per pattern, whether a match widens to its base64 run
+        self._search: tuple[ahocorasick_rs.AhoCorasick, list[bool]] | None = None
+        self.learn(secret_values)
+
+    @property
+    def known_forms(self) -> int:
+        """How many strings are searched for (0: patterns only)."""
+        return len(self._plain) + len(self._anchors)
+
+    def learn(self, secret_values: Iterable[str | bytes]) -> None:
+        """Search for these values (raw Secret values, not base64 ``data``) from now on."""
+        plain: set[str] = set()
+        anchors: set[str] = set()
+        for value in secret_values:
+            more_plain, more_anchors = secret_forms(value)
+            anchors |= more_anchors
+            for form in more_plain:  # a long token (a PEM line) is found by its start too
+                if len(form) > BASE64_ANCHOR_CHARS and _BASE64_CHARS.issuperset(form):
+                    anchors.add(_anchor(form))
+                else:
+                    plain.add(form)
+        with self._lock:
+            if plain <= self._plain and anchors <= self._anchors:
+                return
+            self._plain |= plain
+            self._anchors = (self._anchors | anchors) - self._plain
+            patterns = [*self._plain, *self._anchors]
+            widen = [False] * len(self._plain) + [True] * len(self._anchors)
+            automaton = ahocorasick_rs.AhoCorasick(
+                patterns, matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
+            )
+            self._search = (automaton, widen)
+
+    def _spans(self, text: str) -> list[Span]:
+        spans = pattern_spans(text)
+        search = self._search
+        if search is not None:
+            automaton, widen = search
+            for index, start, end in automaton.find_matches_as_indexes(text):
+                spans.append(_base64_run(text, start, end) if widen[index] else (start, end))
+        return spans
+
+    def text(self, text: str) -> str:
+        """``text`` with every secret part replaced by ``REDACTED``."""
+        spans = self._spans(text)
+        if not spans:
+            return text
+        pieces: list[str] = []
+        position = 0
+        for start, end in _merged(spans):
+            pieces += [text[position:start], REDACTED]
+            position = end
+        pieces.append(text[position:])
+        return "".join(pieces)
+
+    def scrub_object(self, value: Any) -> Any:
+        """Scrub every string inside a JSON-like value, in place; returns the value.
+
+        One pass first collects the object's strings and notes any credential
+        structure (a credential key, a ``{name: X_PASSWORD, value: ...}``
+        pair, a ``--password`` argument); one search over all the strings
+        then decides whether each string needs its own. Most objects hold
+        nothing to hide and are not walked again.
+        """
+        strings: list[str] = []
+        structured = _collect(value, strings)
+        search_each = bool(self._spans("\n".join(strings)))
+        if not (structured or search_each):
+            return value
+        return self._walk(value, search_each)
+
+    def scrubbed_copy(self, value: Any) -> Any:
+        """A scrubbed copy, for values the caller does not own (a log line's fields)."""
+        return self.scrub_object(_copy_json(value))
+
+    def _walk(self, value: Any, search_each: bool) -> Any:
+        if isinstance(value, str):
+            return self.text(value) if search_each else value
+        if isinstance(value, dict):
+            hidden_value = _hides_value(value)
+            for key, item in value.items():
+                credential = _credential_field(key) or (hidden_value and key == "value")
+                if credential and isinstance(item, str) and _secret_text(item):
+                    value[key] = REDACTED
+                else:
+                    value[key] = self._walk(item, search_each)
+        elif isinstance(value, list):
+            hide_next = False
+            for index, item in enumerate(value):
+                if hide_next and isinstance(item, str) and _secret_text(item):
+                    value[index] = REDACTED
+                else:
+                    value[index] = self._walk(item, search_each)
+                hide_next = _credential_flag(item)
+        return value
+
+    in_place = scrub_object  # the name the snapshot backend has always used
+
+
+def _base64_run(text: str, start: int, end: int) -> Span:
+    """The whole base64 run (with its padding) around a match."""
+    start = _run_start(text, start, _BASE64_CHARS)
+    while end < len(text) and text[end] in _BASE64_CHARS:
+        end += 1
+    while end < len(text) and text[end] == "=":
+        end += 1
+    return start, end
+
+
+def _merged(spans: list[Span]) -> list[Span]:
+    merged: list[Span] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+@lru_cache(maxsize=4096)
+def _credential_field(key: Any) -> bool:
+    """credential_key() for dict keys, which repeat across objects (field names, label keys)."""
+    return isinstance(key, str) and credential_key(key)
+
+
+def _hides_value(mapping: dict[Any, Any]) -> bool:
+    """``{name: DB_PASSWORD, value: ...}``: an env var (or parameter) named like a credential."""
+    name = mapping.get("name")
+    return "value" in mapping and isinstance(name, str) and credential_key(name)
+
+
+def _credential_flag(item: Any) -> bool:
+    """``--password`` as one argument: the next argument is its value."""
+    return (
+        isinstance(item, str)
+        and item.startswith("-")
+        and "=" not in item
+        and credential_key(item.lstrip("-"))
+    )
+
+
+def _collect(value: Any, into: list[str]) -> bool:
+    """Append every string (keys too) to ``into``; whether any credential structure was seen.
+
+    Iterative and order-free: this runs over every object a list returns.
+    """
+    found = False
+    append = into.append
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        kind = type(current)
+        if kind is str:
+            append(current)
+        elif kind is dict:
+            found = found or _hides_value(current)
+            for key, item in current.items():
+                if type(key) is str:
+                    append(key)
+                    if type(item) is str:
+                        append(item)
+                        found = found or _credential_field(key)
+                        continue
+                stack.append(item)
+        elif kind is list or kind is tuple:
+            for item in current:
+                if type(item) is str:
+                    append(item)
+                    found = found or (item[:1] == "-" and _credential_flag(item))
+                else:
+                    stack.append(item)
+    return found
+
+
+def _copy_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _copy_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_copy_json(item) for item in value]
+    return value
+
+
+PATTERNS = SecretScrubber()
+"""The pattern layer alone: for writers that never see a run's known values (store, logs)."""
+
+
+def scrubbed_model(model: M, *, keep: frozenset[str] = frozenset()) -> M:
+    """A copy of a report-like model with every string field scrubbed by :data:`PATTERNS`.
+
+    ``keep`` names top-level fields left as they are (a run's request is the
+    user's own input, stored verbatim so the run can be evaluated again).
+    """
+    data = model.model_dump(mode="json", exclude=set(keep))
+    PATTERNS.scrub_object(data)
+    return type(model).model_validate({**data, **{name: getattr(model, name) for name in keep}})
+
+
+# --------------------------------------------------------------------------- the Secret itself
+
+
+def drop_last_applied(obj: dict[str, Any]) -> None:
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    if isinstance(annotations, dict):
+        for key in LAST_APPLIED_ANNOTATIONS & annotations.keys():
+            del annotations[key]
+
+
+def _decoded(value: str) -> bytes | None:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _hide_values(values: Any, shown: frozenset[str], hidden: list[str | bytes]) -> Any:
+    """A metadata map with every value outside ``shown`` hidden (and collected)."""
+    if not isinstance(values, dict):
+        return REDACTED
+    result: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in shown:
+            result[key] = value
+            continue
+        if isinstance(value, str):
+            hidden.append(value)
+        result[key] = REDACTED
+    return result
+
+
+def redact_in_place(obj: dict[str, Any]) -> list[str | bytes]:
+    """Redact one object as read from a cluster; returns the Secret values it hid.
+
+    Every object loses its last-applied-configuration annotation. A Secret
+    (any apiVersion) keeps only :data:`SECRET_FIELDS` and
+    :data:`SECRET_METADATA`; its data values, and annotation and label
+    values outside the allow-lists, become ``REDACTED``. The values returned
+    are raw (``data`` base64-decoded) for :meth:`SecretScrubber.learn`.
+    """
+    drop_last_applied(obj)
+    if obj.get("kind") != "Secret":
+        return []
+    hidden: list[str | bytes] = []
+    clean: dict[str, Any] = {}
+    for key, value in obj.items():  # the server's order, so output reads like kubectl's
+        if key not in SECRET_FIELDS:
+            continue
+        if key == "metadata" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k in SECRET_METADATA and v}
+            for field, shown in (
+                ("annotations", SECRET_ANNOTATIONS_SHOWN),
+                ("labels", SECRET_LABELS_SHOWN),
+            ):
+                if field in value:
+                    value[field] = _hide_values(value[field], shown, hidden)
+        elif key in SECRET_VALUE_FIELDS:
+            if isinstance(value, dict):
+                for item in value.values():
+                    if isinstance(item, str):
+                        decoded = _decoded(item) if key == "data" else None
+                        hidden.append(decoded if decoded is not None else item)
+                value = dict.fromkeys(value, REDACTED)
+            elif value is not None:
+                value = REDACTED
+        clean[key] = value
+    obj.clear()
+    obj.update(clean)
+    obj.setdefault("kind", "Secret")
+    return hidden

@@ -1,0 +1,480 @@
+"""A captured cluster, read from a folder, behind the same protocol as a live one.
+
+A snapshot is a folder of Kubernetes objects as YAML or JSON, exactly what
+``kubectl get ... -o yaml|json`` prints: single objects, ``List`` kinds and
+multi-document files, in any folder layout. Pod logs live under
+``logs/NAMESPACE/POD/CONTAINER.log`` (``CONTAINER.previous.log`` for the
+previous container). See examples/snapshots/README.md for capturing one.
+
+Everything is parsed once, when the backend is built (the factory caches it
+per folder). Secrets are redacted during that parse, before any other code
+can see them. A file that does not parse is recorded in :attr:`problems`,
+naming the file, and the rest of the snapshot is still served. So is an
+object that had to be adjusted: a cluster-scoped object (built-in, or of a
+CRD with ``scope: Cluster``) written with a namespace loses it, as on a real
+API server, and the file and object are named in :attr:`problems`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workers.core.toolsets.backend import BackendError, ResourceInfo
+from workers.core.toolsets.kinds import (
+    BUILTIN_RESOURCES,
+    ResourceIndex,
+    guess_plural,
+    split_api_version,
+)
+from workers.core.toolsets.redaction import SecretScrubber, redact_in_place
+from workers.core.toolsets.selectors import field_matcher, label_matcher
+
+OBJECT_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
+LOGS_FOLDER = "logs"
+CRD_KEY = ("apiextensions.k8s.io", "CustomResourceDefinition")
+EVENT_KEYS = (("", "Event"), ("events.k8s.io", "Event"))
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_LOG_TIMESTAMP = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2}))\s"
+)
+
+# libyaml is several times faster on large snapshots; fall back when PyYAML lacks it.
+_YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+ObjectKey = tuple[str, str]  # (namespace or "", name)
+
+
+class SnapshotError(Exception):
+    """The snapshot folder itself is unusable (missing, not a folder)."""
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}: {problem}" if mark is not None else str(problem)
+
+
+def _parse_timestamp(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _event_time(event: dict[str, Any]) -> str:
+    series = event.get("series") or {}
+    return str(
+        event.get("lastTimestamp")
+        or series.get("lastObservedTime")
+        or event.get("eventTime")
+        or event.get("firstTimestamp")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
+
+
+class SnapshotBackend:
+    """``ClusterBackend`` over a snapshot folder. Thread-safe: read-only after ``__init__``."""
+
+    def __init__(self, path: str | Path) -> None:
+        root = Path(path).expanduser()
+        if not root.is_dir():
+            raise SnapshotError(
+                f"snapshot folder {str(path)!r} does not exist or is not a folder; "
+                "pass a folder of kubectl YAML/JSON (see examples/snapshots/README.md)"
+            )
+        self.root = root.resolve()
+        self.name = f"snapshot:{self.root.name}"
+        self.problems: list[str] = []
+        self._raw: list[dict[str, Any]] = []
+        self._sources: list[str] = []  # the file of each object in _raw
+        self._secret_values: list[str | bytes] = []
+        for file in sorted(self.root.rglob("*")):
+            relative = file.relative_to(self.root)
+            if (
+                file.suffix.lower() in OBJECT_SUFFIXES
+                and relative.parts[0] != LOGS_FOLDER
+                and not any(part.startswith(".") for part in relative.parts)
+                and file.is_file()
+            ):
+                self._load_file(file, relative.as_posix())
+        self._scrubber = SecretScrubber(self._secret_values)
+        del self._secret_values  # only the scrubber's automaton keeps them
+        self._index, self._objects = self._build_index(self._raw)
+        del self._raw, self._sources
+
+    # ------------------------------------------------------------------ loading
+
+    def _load_file(self, file: Path, relative: str) -> None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self.problems.append(f"{relative}: could not be read ({exc}); it was skipped")
+            return
+        if file.suffix.lower() == ".json":
+            try:
+                self._add_document(json.loads(text), relative, 1)
+            except json.JSONDecodeError as exc:
+                self.problems.append(
+                    f"{relative}: not valid JSON (line {exc.lineno}: {exc.msg}); it was skipped"
+                )
+            return
+        number = 0
+        try:
+            for number, document in enumerate(yaml.load_all(text, Loader=_YamlLoader), start=1):
+                self._add_document(document, relative, number)
+        except yaml.YAMLError as exc:
+            kept = f"; its first {number} document(s) were kept" if number else ""
+            self.problems.append(f"{relative}: not valid YAML ({_yaml_problem(exc)}){kept}")
+
+    def _add_document(self, document: Any, relative: str, number: int) -> None:
+        if document is None:
+            return
+        if not isinstance(document, dict):
+            self.problems.append(f"{relative}: document {number} is not a Kubernetes object")
+            return
+        kind = str(document.get("kind") or "")
+        items = document.get("items")
+        if kind.endswith("List") and isinstance(items, list):
+            item_kind = kind[: -len("List")]
+            for item in items:
+                if isinstance(item, dict):
+                    if item_kind:
+                        item.setdefault("kind", item_kind)
+                    item.setdefault("apiVersion", document.get("apiVersion", "v1"))
+                    self._add_object(item, relative, number)
+            return
+        self._add_object(document, relative, number)
+
+    def _add_object(self, obj: dict[str, Any], relative: str, number: int) -> None:
+        metadata = obj.get("metadata")
+        if not obj.get("kind") or not isinstance(metadata, dict) or not metadata.get("name"):
+            self.problems.append(
+                f"{relative}: document {number} has an object without kind or metadata.name; "
+                "it was skipped"
+            )
+            return
+        self._secret_values.extend(redact_in_place(obj))
+        self._raw.append(obj)
+        self._sources.append(relative)
+
+    def _build_index(
+        self, raw: list[dict[str, Any]]
+    ) -> tuple[ResourceIndex, dict[tuple[str, str], dict[ObjectKey, dict[str, Any]]]]:
+        known: list[ResourceInfo] = list(BUILTIN_RESOURCES)
+        crds = [
+            o
+            for o in raw
+            if o["kind"] == CRD_KEY[1]
+            and split_api_version(str(o.get("apiVersion", "")))[0] == CRD_KEY[0]
+        ]
+        known.extend(info for crd in crds if (info := self._crd_resource(crd)) is not None)
+        by_key = {(info.group, info.kind): info for info in known}
+        by_kind: dict[str, ResourceInfo] = {}
+        for info in known:
+            by_kind.setdefault(info.kind, info)
+        guessed: set[tuple[str, str]] = set()
+
+        objects: dict[tuple[str, str], dict[ObjectKey, dict[str, Any]]] = {}
+        for obj, relative in zip(raw, self._sources, strict=True):
+            group, version = split_api_version(str(obj.get("apiVersion", "")))
+            kind = str(obj["kind"])
+            # Same kind under a legacy group (extensions/v1beta1 Ingress) is the same resource.
+            info = by_key.get((group, kind)) or by_kind.get(kind)
+            if info is None:
+                info = ResourceInfo(kind, guess_plural(kind), group, version, False)
+                by_key[(group, kind)] = by_kind[kind] = info
+                known.append(info)
+                guessed.add((group, kind))
+            if kind != "Secret":
+                self._scrubber.in_place(obj)
+            metadata = obj["metadata"]
+            if not info.namespaced and (info.group, info.kind) not in guessed:
+                self._ignore_namespace(obj, info, relative)
+            key = (str(metadata.get("namespace") or ""), str(metadata["name"]))
+            objects.setdefault((info.group, info.kind), {})[key] = obj
+
+        # Kinds known only from their objects are namespaced when their objects are.
+        for position, info in enumerate(known):
+            stored = objects.get((info.group, info.kind), {})
+            if (info.group, info.kind) in guessed and any(ns for ns, _ in stored):
+                known[position] = ResourceInfo(
+                    info.kind, info.plural, info.group, info.version, True, info.short_names
+                )
+        sorted_objects = {key: dict(sorted(found.items())) for key, found in objects.items()}
+        return ResourceIndex(known), sorted_objects
+
+    def _ignore_namespace(self, obj: dict[str, Any], info: ResourceInfo, relative: str) -> None:
+        """Serve a cluster-scoped object as the API server would: without a namespace.
+
+        Manifests sometimes carry one (a ClusterRole with ``namespace: test``);
+        the API server ignores it, so lookups by name must find the object.
+        The snapshot no longer matches its file there, so that is reported.
+        """
+        metadata = obj["metadata"]
+        namespace = metadata.pop("namespace", None)
+        if namespace:
+            self.problems.append(
+                f"{relative}: {info.kind} {metadata['name']!r} is cluster-scoped; "
+                f"its metadata.namespace {namespace!r} was ignored"
+            )
+
+    @staticmethod
+    def _crd_resource(crd: dict[str, Any]) -> ResourceInfo | None:
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        if not spec.get("group") or not names.get("kind"):
+            return None
+        versions = spec.get("versions") or []
+        storage = next((v for v in versions if v.get("storage")), versions[0] if versions else {})
+        return ResourceInfo(
+            kind=names["kind"],
+            plural=names.get("plural") or guess_plural(names["kind"]),
+            group=spec["group"],
+            version=storage.get("name") or spec.get("version") or "v1",
+            namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+            short_names=tuple(names.get("shortNames") or ()),
+        )
+
+    # ------------------------------------------------------------------ protocol
+
+    def close(self) -> None:
+        """Nothing to release: parsed snapshots are cached and shared across runs."""
+
+    @property
+    def scrubber(self) -> SecretScrubber:
+        """Knows every Secret value of the snapshot; fixed once parsed."""
+        return self._scrubber
+
+    def api_resources(self) -> list[ResourceInfo]:
+        return self._index.resources
+
+    def present_resources(self) -> list[ResourceInfo]:
+        """The resource types that have at least one object in this snapshot."""
+        return [
+            info for info in self._index.resources if self._objects.get((info.group, info.kind))
+        ]
+
+    def resolve(self, kind: str) -> ResourceInfo:
+        return self._index.resolve(kind)
+
+    def _stored(self, resource: ResourceInfo) -> dict[ObjectKey, dict[str, Any]]:
+        return self._objects.get((resource.group, resource.kind), {})
+
+    def list_objects(
+        self,
+        resource: ResourceInfo,
+        namespace: str | None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        # Parse the selectors now, so a bad one fails at the call, not mid-iteration.
+        labels_match = label_matcher(label_selector)
+        fields_match = field_matcher(field_selector)
+        stored = self._stored(resource)
+        wanted_namespace = namespace if resource.namespaced else None
+        return (
+            copy.deepcopy(obj)
+            for (obj_namespace, _), obj in stored.items()
+            if (wanted_namespace is None or obj_namespace == wanted_namespace)
+            and labels_match(obj)
+            and fields_match(obj)
+        )
+
+    def get(self, resource: ResourceInfo, name: str, namespace: str | None) -> dict[str, Any]:
+        stored = self._stored(resource)
+        if not resource.namespaced:
+            found = stored.get(("", name))
+            if found is None:
+                raise BackendError("not_found", f"{resource.kind} {name!r} not found")
+            return copy.deepcopy(found)
+        if namespace is not None:
+            found = stored.get((namespace, name))
+            if found is None:
+                raise BackendError(
+                    "not_found", f"{resource.kind} {name!r} not found in namespace {namespace!r}"
+                )
+            return copy.deepcopy(found)
+        matches = [obj for (_, obj_name), obj in stored.items() if obj_name == name]
+        if not matches:
+            raise BackendError("not_found", f"{resource.kind} {name!r} not found in any namespace")
+        if len(matches) > 1:
+            namespaces = ", ".join(m["metadata"].get("namespace", "") for m in matches)
+            raise BackendError(
+                "bad_request",
+                f"{resource.kind} {name!r} exists in namespaces {namespaces}; name one",
+            )
+        return copy.deepcopy(matches[0])
+
+    def events(
+        self,
+        namespace: str | None,
+        involved_kind: str | None = None,
+        involved_name: str | None = None,
+    ) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for key in EVENT_KEYS:
+            for (obj_namespace, _), event in self._objects.get(key, {}).items():
+                if namespace is not None and obj_namespace != namespace:
+                    continue
+                involved = event.get("involvedObject") or event.get("regarding") or {}
+                if involved_kind and str(involved.get("kind", "")).lower() != involved_kind.lower():
+                    continue
+                if involved_name and involved.get("name") != involved_name:
+                    continue
+                found.append(event)
+        found.sort(key=_event_time)
+        return copy.deepcopy(found)
+
+    def logs(
+        self,
+        namespace: str,
+        pod: str,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        previous: bool = False,
+        since_seconds: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> str:
+        for label, value in (("namespace", namespace), ("pod", pod), ("container", container)):
+            if value is not None and not _DNS_NAME.match(value):
+                raise BackendError("bad_request", f"{label} {value!r} is not a valid name")
+        pod_dir = self.root / LOGS_FOLDER / namespace / pod
+        pod_object = self._stored(self._index.resolve("Pod")).get((namespace, pod))
+        if pod_object is None and not pod_dir.is_dir():
+            raise BackendError("not_found", f"pod {pod!r} not found in namespace {namespace!r}")
+        container = self._pick_container(pod_object, pod_dir, pod, container)
+        file = pod_dir / (f"{container}.previous.log" if previous else f"{container}.log")
+        if not file.is_file():
+            which = "previous log" if previous else "log"
+            raise BackendError(
+                "not_found",
+                f"the snapshot holds no {which} for container {container!r} of pod {pod!r} "
+                f"in namespace {namespace!r}",
+            )
+        lines = self._scrubber.text(file.read_text(encoding="utf-8", errors="replace")).splitlines()
+        if since_seconds is not None:
+            lines = self._since(lines, since_seconds)
+        if tail_lines is not None:
+            lines = lines[-tail_lines:] if tail_lines > 0 else []
+        text = "\n".join(lines) + ("\n" if lines else "")
+        if limit_bytes is not None:  # the API server's limitBytes: the first N bytes
+            text = text.encode("utf-8")[:limit_bytes].decode("utf-8", errors="ignore")
+        return text
+
+    def _pick_container(
+        self, pod_object: dict[str, Any] | None, pod_dir: Path, pod: str, container: str | None
+    ) -> str:
+        spec = (pod_object or {}).get("spec") or {}
+        declared = [
+            c.get("name")
+            for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+            if c.get("name")
+        ]
+        if not declared and pod_dir.is_dir():
+            declared = sorted(
+                {f.name.split(".")[0] for f in pod_dir.iterdir() if f.name.endswith(".log")}
+            )
+        if container is not None:
+            if declared and container not in declared:
+                raise BackendError(
+                    "not_found",
+                    f"pod {pod!r} has no container {container!r}; "
+                    f"its containers are {', '.join(declared)}",
+                )
+            return container
+        annotations = ((pod_object or {}).get("metadata") or {}).get("annotations") or {}
+        if default := annotations.get(DEFAULT_CONTAINER_ANNOTATION):
+            return str(default)
+        app_containers = [c.get("name") for c in spec.get("containers") or [] if c.get("name")]
+        candidates = app_containers or declared
+        if len(candidates) == 1:
+            return str(candidates[0])
+        if not candidates:
+            raise BackendError("not_found", f"the snapshot holds no logs for pod {pod!r}")
+        raise BackendError(
+            "bad_request",
+            f"pod {pod!r} has several containers ({', '.join(candidates)}); name one",
+        )
+
+    @staticmethod
+    def _since(lines: list[str], since_seconds: int) -> list[str]:
+        """Lines from the last ``since_seconds`` before the newest timestamped line.
+
+        A snapshot has no "now", so the newest log line stands in for it. Logs
+        captured without ``--timestamps`` cannot be filtered and come back whole.
+        """
+        stamps = [
+            _parse_timestamp(m.group(1)) if (m := _LOG_TIMESTAMP.match(line)) else None
+            for line in lines
+        ]
+        known = [s for s in stamps if s is not None]
+        if not known:
+            return lines
+        cutoff = max(known) - timedelta(seconds=since_seconds)
+        kept: list[str] = []
+        keep = False
+        for line, stamp in zip(lines, stamps, strict=True):
+            if stamp is not None:
+                keep = stamp >= cutoff
+            if keep:
+                kept.append(line)
+        return kept
+
+    def explain(self, resource: ResourceInfo, field_path: str | None = None) -> dict[str, Any]:
+        crd = next(
+            (
+                crd
+                for crd in self._objects.get(CRD_KEY, {}).values()
+                if (crd.get("spec") or {}).get("group") == resource.group
+                and ((crd.get("spec") or {}).get("names") or {}).get("kind") == resource.kind
+            ),
+            None,
+        )
+        if crd is None:
+            raise BackendError(
+                "unsupported",
+                f"this snapshot carries no schema for {resource.kind} (only "
+                "CustomResourceDefinitions in the snapshot carry one); read an object with get",
+            )
+        spec = crd["spec"]
+        versions = spec.get("versions") or []
+        version: dict[str, Any] = next(
+            (v for v in versions if v.get("name") == resource.version),
+            next((v for v in versions if v.get("storage")), {}),
+        )
+        schema = (version.get("schema") or spec.get("validation") or {}).get("openAPIV3Schema")
+        if not isinstance(schema, dict):
+            raise BackendError(
+                "unsupported",
+                f"the CustomResourceDefinition of {resource.kind} in this snapshot has no schema",
+            )
+        return copy.deepcopy(schema_at(schema, field_path, resource.kind))
+
+
+def schema_at(schema: dict[str, Any], field_path: str | None, kind: str) -> dict[str, Any]:
+    """The sub-schema at a dotted path (``spec.dnsNames``); arrays are stepped through."""
+    current = schema
+    walked: list[str] = []
+    for part in [p for p in (field_path or "").split(".") if p]:
+        while current.get("type") == "array" and isinstance(current.get("items"), dict):
+            current = current["items"]
+        properties = current.get("properties") or {}
+        if part not in properties:
+            where = ".".join(walked) or kind
+            known = ", ".join(sorted(properties)) or "none"
+            raise BackendError(
+                "not_found", f"{kind} has no field {part!r} under {where}; fields there: {known}"
+            )
+        current = properties[part]
+        walked.append(part)
+    return current

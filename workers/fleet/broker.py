@@ -1,0 +1,150 @@
+"""The broker: its names, its key layout and the Celery app's configuration, in one place.
+
+Everything that must agree about where evaluations wait reads it here: the
+producers (``Dispatcher``), the worker's app (``workers.fleet.celery_app``), the
+lost-run sweeper (which looks inside kombu's Redis keys) and the queue-depth
+gauge. The task name is a wire contract: messages already queued carry it, so it
+never changes.
+
+Why these Celery settings (see docs/fleet.md, "Crash safety"):
+
+- Results are not kept by Celery (no result backend): verdicts go to the
+  verdict store, which is idempotent per run id.
+- ``task_acks_late`` + ``task_reject_on_worker_lost``: a message is removed
+  only after its run finished, so a worker killed mid-run loses nothing. On
+  Redis the broker hands an unacknowledged message out again after the
+  visibility timeout, which must outlast the longest run; the restore sweep
+  runs every few seconds so a short timeout (tests) takes effect quickly.
+- Prefetch multiplier 1: a worker reserves no more runs than it has threads,
+  so runs wait in the broker, where another worker can take them.
+- Time limits are set per task when it is sent, from the run's own deadline
+  (``Dispatcher``); the threads pool cannot interrupt a thread, so there the
+  engine's deadline is the limit that bites and these are a backstop for the
+  prefork pool.
+- Task events on, so Flower and Celery exporters see the fleet.
+- The threads pool by default: an evaluation spends nearly all its time
+  waiting on the model over HTTP, so threads in one process give the
+  concurrency without a process per run (bench/bench_fleet.py measures it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from schemas.settings import AssaySettings
+
+TASK_NAME = "assay.evaluate"
+
+# kombu's Redis transport keeps one list per queue and priority step, and reserved
+# (unacknowledged) messages in one hash; these are its defaults
+# (kombu.transport.redis PRIORITY_STEPS, Channel.sep and the ``unacked_key`` option).
+KOMBU_PRIORITY_STEPS = (0, 3, 6, 9)
+KOMBU_PRIORITY_SEP = "\x06\x16"
+KOMBU_UNACKED_KEY = "unacked"
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_SENTINEL_SCHEME = "sentinel://"
+
+
+class FleetNotConfigured(RuntimeError):
+    """No broker or Redis URL: the fleet cannot start."""
+
+
+def queue_name(settings: AssaySettings) -> str:
+    """The broker queue evaluations wait in (on Redis: the list key of that name)."""
+    return f"{settings.key_prefix}.evaluations"
+
+
+def kombu_queue_keys(queue: str) -> list[str]:
+    """The Redis lists that hold ``queue``'s waiting messages, one per priority step."""
+    return [
+        queue if step == 0 else f"{queue}{KOMBU_PRIORITY_SEP}{step}"
+        for step in KOMBU_PRIORITY_STEPS
+    ]
+
+
+def broker_url(settings: AssaySettings) -> str:
+    """The broker's URL: ``ASSAY_BROKER_URL``, else the Redis of the verdict store."""
+    url = settings.broker_url or settings.redis_url
+    if not url:
+        raise FleetNotConfigured(
+            "no broker is configured: set ASSAY_REDIS_URL (or ASSAY_BROKER_URL), "
+            "or start local mode with `assay up`"
+        )
+    return url
+
+
+def is_redis_url(url: str) -> bool:
+    """A Redis URL this process can connect to directly (not Sentinel)."""
+    return url.startswith(_REDIS_SCHEMES)
+
+
+def is_redis_broker(settings: AssaySettings) -> bool:
+    """A Redis broker this process can read directly (the sweeper and the depth gauge)."""
+    return is_redis_url(settings.broker_url or settings.redis_url or "")
+
+
+def has_visibility_timeout(settings: AssaySettings) -> bool:
+    """Redis-family brokers (Sentinel too) hand an unacknowledged message out again."""
+    url = settings.broker_url or settings.redis_url or ""
+    return url.startswith((*_REDIS_SCHEMES, _SENTINEL_SCHEME))
+
+
+def _transport_options(settings: AssaySettings) -> dict[str, Any]:
+    visibility = settings.broker_visibility_timeout_seconds
+    return {
+        "visibility_timeout": visibility,
+        # Sweep for abandoned messages about six times per visibility timeout (1-10 s).
+        "unacked_restore_interval": max(1, min(10, int(visibility / 6))),
+        "unacked_restore_throttle": 1,
+        # kombu holds a Redis lock while it restores; a worker SIGKILLed inside that window
+        # leaves the lock behind until it expires (kombu's default: 300 s), and no worker can
+        # restore abandoned messages meanwhile. Tie the expiry to the visibility timeout.
+        "unacked_mutex_expire": max(5, min(300, int(visibility / 4))),
+        "socket_timeout": 30,
+        "socket_connect_timeout": 10,
+        "socket_keepalive": True,
+        "health_check_interval": 15,
+    }
+
+
+def configured_app(settings: AssaySettings) -> Celery:
+    """A Celery app for these settings, without tasks: enough to send evaluations.
+
+    The worker's app (``workers.fleet.celery_app``) adds the evaluation task to it.
+    """
+    app = Celery("assay", broker=broker_url(settings), set_as_current=False)
+    queue = queue_name(settings)
+    app.conf.update(
+        task_default_queue=queue,
+        task_serializer="json",
+        accept_content=["json"],
+        result_backend=None,
+        task_ignore_result=True,
+        task_store_errors_even_if_ignored=False,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        worker_pool=settings.worker_pool,
+        worker_concurrency=settings.worker_concurrency,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,  # structlog writes its own lines to stderr
+        broker_transport_options=_transport_options(settings),
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        task_publish_retry=True,
+        task_publish_retry_policy={
+            "max_retries": 20,
+            "interval_start": 0.1,
+            "interval_step": 0.5,
+            "interval_max": 2.0,
+        },
+    )
+    app.assay_settings = settings
+    return app

@@ -1,0 +1,351 @@
+"""One sink's view of the verdict-change stream: its consumer group, retries, dead letters.
+
+The verdict store writes ``P:changes`` (workers/fleet/store.py); this module is the only
+code that reads it through consumer groups and the only code that touches the
+notifier's own keys (``P`` = the key prefix, ``S`` = the sink name)::
+
+    P:changes                  stream  the store's; here only its consumer group notify:S
+    P:notify:S:attempts        hash    entry id -> delivery attempts made so far
+    P:notify:S:dead            stream  changes given up on: the change's fields plus
+                                       entry_id, attempts, error, dead_at (MAXLEN ~ 10,000)
+    P:notify:S:stats           hash    counters: delivered, filtered, retries, dead_lettered
+    P:notify:S:told            hash    check id -> "AT_MS VERDICT": the newest change this
+                                       sink was told of (or knows it need not hear)
+
+How delivery stays at least once per sink: one consumer group per sink, so every
+sink reads every change; a notifier reads new entries with ``XREADGROUP >``, which
+puts them in its pending list, and acknowledges an entry only after the sink took
+it (or it was filtered out, or dead-lettered). While a notifier lives it keeps its
+pending entries fresh (:meth:`SinkFeed.keep`, ``XCLAIM ... JUSTID`` to itself);
+when it dies they go idle and another replica takes them over with ``XAUTOCLAIM``
+(:meth:`SinkFeed.claim_stale`). Acknowledging, counting and remembering what was
+told happen in one script, so a restart resends nothing that was acknowledged.
+Attempts are counted in Redis before each try, so a change that crashes its
+notifier every time is still dead-lettered after the bound.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from schemas.notify import SinkStatus
+from schemas.verdict import VerdictKind
+from workers.fleet.redis_client import group_entries, stream_entries, text
+from workers.fleet.store import change_from_fields
+
+if TYPE_CHECKING:
+    from schemas.fleet import VerdictChange
+    from workers.fleet.store import VerdictStore
+
+DEAD_LETTER_MAXLEN = 10_000
+RELEASE_IDLE_MS = 24 * 3600 * 1000  # "idle for a day": any replica's XAUTOCLAIM takes it at once
+
+# KEYS[1] stream.  ARGV: group, consumer, idle ms to set ('' = now), entry ids...
+# Returns the ids that are still this consumer's (and resets their idle time).
+_KEEP_LUA = """
+local mine = {}
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local owned = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])
+  if #owned > 0 then
+    if ARGV[3] == '' then
+      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'JUSTID')
+    else
+      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'IDLE', ARGV[3], 'JUSTID')
+    end
+    mine[#mine + 1] = id
+  end
+end
+return mine
+"""
+
+# KEYS: stream, attempts, stats, told.  ARGV: group, entry id, outcome counter, check id,
+# told value ('' = leave), told mode (newer|absent), told at ms
+# Returns 1 when this call acknowledged the entry, 0 when it was not pending any more.
+_ACK_LUA = """
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return 0
+end
+redis.call('HDEL', KEYS[2], ARGV[2])
+redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
+if ARGV[5] ~= '' then
+  local old = redis.call('HGET', KEYS[4], ARGV[4])
+  if ARGV[6] == 'absent' then
+    if not old then
+      redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
+    end
+  else
+    local old_ms = -1
+    if old then
+      old_ms = tonumber(string.match(old, '^(%d+)'))
+    end
+    if tonumber(ARGV[7]) >= old_ms then
+      redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
+    end
+  end
+end
+return 1
+"""
+
+# KEYS: attempts, stats.  ARGV: entry id.  Returns this attempt's number.
+_ATTEMPT_LUA = """
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+if n > 1 then
+  redis.call('HINCRBY', KEYS[2], 'retries', 1)
+end
+return n
+"""
+
+# KEYS: stream, dead, attempts, stats.  ARGV: group, entry id, maxlen, field, value, ...
+_DEAD_LUA = """
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return 0
+end
+local fields = {}
+for i = 4, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
+redis.call('HDEL', KEYS[3], ARGV[2])
+redis.call('HINCRBY', KEYS[4], 'dead_lettered', 1)
+return 1
+"""
+
+
+def epoch_ms(instant: datetime) -> int:
+    return int(instant.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class FeedEntry:
+    """One change as a sink's group handed it over; ``change`` None when unreadable."""
+
+    entry_id: str
+    fields: dict[str, str]
+    change: VerdictChange | None
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """The entry's place in the stream (its id as numbers: ms, sequence)."""
+        ms, _, sequence = self.entry_id.partition("-")
+        return int(ms), int(sequence or 0)
+
+
+@dataclass(frozen=True)
+class Told:
+    """The newest change a sink heard of for one check: its verdict and instant."""
+
+    verdict: VerdictKind
+    at_ms: int
+
+    def encode(self) -> str:
+        return f"{self.at_ms} {self.verdict.value}"
+
+    @classmethod
+    def decode(cls, raw: str) -> Told:
+        at_ms, verdict = raw.split(" ", 1)
+        return cls(VerdictKind(verdict), int(at_ms))
+
+
+def _entry(entry_id: str, fields: dict[str, str] | None) -> FeedEntry:
+    fields = fields or {}
+    try:
+        change = change_from_fields(fields)
+    except (KeyError, ValueError):
+        change = None
+    return FeedEntry(entry_id, fields, change)
+
+
+class SinkFeed:
+    """The change stream as one sink's consumer group sees it, for one consumer."""
+
+    def __init__(self, store: VerdictStore, sink: str, consumer: str) -> None:
+        self.client = store.client
+        self.sink = sink
+        self.consumer = consumer
+        self.stream = store.key("changes")
+        self.group = f"notify:{sink}"
+        self._attempts = store.key("notify", sink, "attempts")
+        self._dead = store.key("notify", sink, "dead")
+        self._stats = store.key("notify", sink, "stats")
+        self._told = store.key("notify", sink, "told")
+        self._claim_cursor = "0-0"
+        self._keep_script = self.client.register_script(_KEEP_LUA)
+        self._ack_script = self.client.register_script(_ACK_LUA)
+        self._attempt_script = self.client.register_script(_ATTEMPT_LUA)
+        self._dead_script = self.client.register_script(_DEAD_LUA)
+
+    # --- the group ---------------------------------------------------------------------------
+    def ensure_group(self) -> bool:
+        """Create the sink's group at the stream's end (True) unless it exists (False).
+
+        A new sink hears of changes recorded from its first start on, not of the
+        whole history.
+        """
+        import redis as redis_lib
+
+        try:
+            self.client.xgroup_create(self.stream, self.group, id="$", mkstream=True)
+        except redis_lib.ResponseError as exc:
+            if "BUSYGROUP" in str(exc):
+                return False
+            raise
+        return True
+
+    def read_new(self, count: int, block_ms: int | None) -> list[FeedEntry]:
+        """Up to ``count`` changes no consumer of this sink has seen yet (now pending here)."""
+        reply = self.client.xreadgroup(
+            self.group, self.consumer, {self.stream: ">"}, count=count, block=block_ms
+        )
+        return [_entry(entry_id, fields) for entry_id, fields in group_entries(reply)]
+
+    def claim_stale(self, min_idle_ms: int, count: int) -> list[FeedEntry]:
+        """Take over changes another consumer has held for ``min_idle_ms`` without a sign of life.
+
+        Walks the group's pending list with XAUTOCLAIM's cursor across calls; entries
+        trimmed from the stream meanwhile are dropped by Redis and forgotten here.
+        """
+        reply = self.client.xautoclaim(
+            self.stream,
+            self.group,
+            self.consumer,
+            min_idle_time=min_idle_ms,
+            start_id=self._claim_cursor,
+            count=count,
+        )
+        cursor, entries = reply[0], reply[1]
+        deleted = reply[2] if len(reply) > 2 else []
+        self._claim_cursor = cursor or "0-0"
+        if deleted:
+            self.client.hdel(self._attempts, *deleted)
+        return [_entry(entry_id, fields) for entry_id, fields in entries if entry_id]
+
+    def keep(self, entry_ids: list[str]) -> list[str]:
+        """Reset the idle time of those entries still held here; returns those ids."""
+        return self._keep(entry_ids, "")
+
+    def release(self, entry_ids: list[str]) -> list[str]:
+        """Let other replicas take these entries at once (a clean shutdown)."""
+        return self._keep(entry_ids, str(RELEASE_IDLE_MS))
+
+    def _keep(self, entry_ids: list[str], idle: str) -> list[str]:
+        kept: list[str] = []
+        for start in range(0, len(entry_ids), 500):
+            chunk = entry_ids[start : start + 500]
+            kept += self._keep_script(
+                keys=[self.stream], args=[self.group, self.consumer, idle, *chunk]
+            )
+        return kept
+
+    def leave(self) -> None:
+        """Remove this consumer from the group if it holds nothing (a clean shutdown)."""
+        for row in self.client.xinfo_consumers(self.stream, self.group):
+            if row["name"] == self.consumer and int(row["pending"]) == 0:
+                self.client.xgroup_delconsumer(self.stream, self.group, self.consumer)
+
+    def prune_consumers(self, idle_ms: int) -> int:
+        """Forget consumers that hold nothing and were silent for ``idle_ms`` (dead replicas)."""
+        removed = 0
+        for row in self.client.xinfo_consumers(self.stream, self.group):
+            if row["name"] == self.consumer or int(row["pending"]) or int(row["idle"]) < idle_ms:
+                continue
+            self.client.xgroup_delconsumer(self.stream, self.group, row["name"])
+            removed += 1
+        return removed
+
+    # --- one entry's fate ------------------------------------------------------------------------
+    def attempts(self, entry_id: str) -> int:
+        return int(self.client.hget(self._attempts, entry_id) or 0)
+
+    def begin_attempt(self, entry_id: str) -> int:
+        """Count a delivery attempt before making it; returns its number (1 = first)."""
+        return int(self._attempt_script(keys=[self._attempts, self._stats], args=[entry_id]))
+
+    def ack(
+        self,
+        entry: FeedEntry,
+        outcome: Literal["delivered", "filtered"],
+        told: Told | None = None,
+        told_mode: Literal["newer", "absent"] = "newer",
+    ) -> bool:
+        """Acknowledge an entry, count its outcome and remember ``told`` for its check."""
+        check_id = entry.change.check_id if entry.change else ""
+        return bool(
+            self._ack_script(
+                keys=[self.stream, self._attempts, self._stats, self._told],
+                args=[
+                    self.group,
+                    entry.entry_id,
+                    outcome,
+                    check_id,
+                    told.encode() if told and check_id else "",
+                    told_mode,
+                    told.at_ms if told else 0,
+                ],
+            )
+        )
+
+    def dead_letter(self, entry: FeedEntry, attempts: int, error: str) -> bool:
+        """Give up on an entry: keep it in the sink's dead-letter stream and acknowledge it."""
+        fields: dict[str, Any] = {
+            **entry.fields,
+            "entry_id": entry.entry_id,
+            "attempts": attempts,
+            "error": error[:500],
+            "dead_at": datetime.now(UTC).isoformat(),
+        }
+        pairs = [str(item) for pair in fields.items() for item in pair]
+        return bool(
+            self._dead_script(
+                keys=[self.stream, self._dead, self._attempts, self._stats],
+                args=[self.group, entry.entry_id, DEAD_LETTER_MAXLEN, *pairs],
+            )
+        )
+
+    def told(self, check_id: str) -> Told | None:
+        raw = self.client.hget(self._told, check_id)
+        return Told.decode(text(raw)) if raw else None
+
+    # --- reading ---------------------------------------------------------------------------------
+    def dead_letters(self, count: int = 20) -> list[dict[str, str]]:
+        """The newest dead letters, newest first."""
+        return [
+            fields for _, fields in stream_entries(self.client.xrevrange(self._dead, count=count))
+        ]
+
+    def status(self, sink_type: str) -> SinkStatus:
+        """Lag, pending, retries and dead letters of this sink, for `assay notify status`."""
+        import redis as redis_lib
+
+        stats = self.client.hgetall(self._stats)
+        counts = {
+            "delivered": int(stats.get("delivered", 0)),
+            "filtered": int(stats.get("filtered", 0)),
+            "retries": int(stats.get("retries", 0)),
+            "dead_letters": int(self.client.xlen(self._dead)),
+        }
+        try:
+            groups = self.client.xinfo_groups(self.stream)
+        except redis_lib.ResponseError:  # no stream yet
+            groups = []
+        group = next((g for g in groups if g["name"] == self.group), None)
+        if group is None:
+            return SinkStatus(sink=self.sink, type=sink_type, started=False, **counts)
+        summary = self.client.xpending(self.stream, self.group)
+        oldest = None
+        if summary.get("pending") and summary.get("min"):
+            oldest = max(0.0, time.time() - int(str(summary["min"]).split("-")[0]) / 1000)
+        lag = group.get("lag")
+        return SinkStatus(
+            sink=self.sink,
+            type=sink_type,
+            started=True,
+            lag=int(lag) if lag is not None else None,
+            pending=int(group.get("pending") or 0),
+            oldest_pending_seconds=oldest,
+            consumers=int(group.get("consumers") or 0),
+            **counts,
+        )

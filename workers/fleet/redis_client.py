@@ -1,0 +1,100 @@
+"""One way to open a Redis connection for assay's own keys (store, limiter, scheduler).
+
+A worker must ride out a Redis blip (a restart, a failover, a dropped
+connection) without losing a verdict, so every client made here checks idle
+connections before use and retries a command that failed on a connection or
+timeout error, with exponential backoff and jitter, for about half a minute.
+Only idempotent steps go through it: the store's Lua scripts are written so a
+retried call changes nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import redis
+
+# Backoff 0.05 s doubling to 2 s with jitter: 20 retries cover ~30 s of outage.
+RETRIES = 20
+BACKOFF_BASE_SECONDS = 0.05
+BACKOFF_CAP_SECONDS = 2.0
+HEALTH_CHECK_INTERVAL_SECONDS = 15
+SOCKET_TIMEOUT_SECONDS = 10.0
+
+
+def connect(
+    url: str,
+    *,
+    retries: int = RETRIES,
+    timeout_seconds: float = SOCKET_TIMEOUT_SECONDS,
+    backoff_cap_seconds: float = BACKOFF_CAP_SECONDS,
+    keepalive: bool = True,
+) -> redis.Redis:
+    """A decoded-string client for ``url`` that retries connection and timeout errors.
+
+    The defaults are the workers' patient ones; a caller that must answer a
+    person quickly (the HTTP API) passes fewer retries and shorter timeouts.
+    """
+    import redis as redis_lib
+    from redis.backoff import EqualJitterBackoff
+    from redis.exceptions import ConnectionError, TimeoutError
+    from redis.retry import Retry
+
+    return redis_lib.Redis.from_url(
+        url,
+        decode_responses=True,
+        health_check_interval=HEALTH_CHECK_INTERVAL_SECONDS,
+        socket_timeout=timeout_seconds,
+        socket_connect_timeout=timeout_seconds,
+        socket_keepalive=keepalive,
+        retry=Retry(
+            EqualJitterBackoff(cap=backoff_cap_seconds, base=BACKOFF_BASE_SECONDS),
+            retries,
+        ),
+        retry_on_error=[ConnectionError, TimeoutError],
+    )
+
+
+# redis-py's hints cannot know that ``connect`` decodes replies, so they say ``bytes | str``;
+# these turn a reply into the text it is (decoding bytes from a raw client too) and
+# refuse anything else, instead of casting it away.
+def text(value: object) -> str:
+    """One reply value as text."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"expected a Redis string reply, got {type(value).__name__}")
+
+
+def texts(values: Iterable[object] | None) -> list[str]:
+    """A list or set reply as a list of text."""
+    return [text(value) for value in values or ()]
+
+
+def text_fields(fields: Mapping[Any, Any] | None) -> dict[str, str]:
+    """A hash (or stream entry) reply as a text dict; an absent one is empty."""
+    return {text(key): text(value) for key, value in (fields or {}).items()}
+
+
+def stream_entries(reply: object) -> list[tuple[str, dict[str, str]]]:
+    """An XRANGE / XREVRANGE reply: (entry id, fields) pairs, in the reply's order.
+
+    A deleted entry a consumer group still lists has no fields: it comes back empty.
+    """
+    if not reply:
+        return []
+    if not isinstance(reply, list):
+        raise TypeError(f"expected a Redis stream reply, got {type(reply).__name__}")
+    return [(text(entry_id), text_fields(fields)) for entry_id, fields in reply]
+
+
+def group_entries(reply: object) -> list[tuple[str, dict[str, str]]]:
+    """An XREAD / XREADGROUP reply (a list of [stream, entries]) as one list of entries."""
+    if not reply:
+        return []
+    if not isinstance(reply, list):
+        raise TypeError(f"expected a Redis XREADGROUP reply, got {type(reply).__name__}")
+    return [entry for _, entries in reply for entry in stream_entries(entries)]

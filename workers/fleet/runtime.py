@@ -1,0 +1,106 @@
+"""What a worker process holds for all its runs: settings, store, limiter, model client.
+
+Built once per process on first use (threads share it: the redis client's
+connection pool and the litellm client are thread-safe), plus the start-up
+checks a worker makes when it comes up.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import structlog
+
+from schemas.budget import PROFILES
+from schemas.settings import AssaySettings
+from workers.core.engine import EngineDeps
+from workers.core.llm import LiteLLMClient, load_litellm
+from workers.core.logs import configure_logging
+from workers.core.metrics import start_metrics_server
+from workers.core.tracing import configure_tracing
+from workers.fleet.broker import has_visibility_timeout
+from workers.fleet.dispatch import Dispatcher
+from workers.fleet.ratelimit import FleetRateLimiter
+from workers.fleet.recovery import start_sweeper
+from workers.fleet.store import VerdictStore
+
+_log = structlog.get_logger(__name__)
+
+
+@dataclass
+class WorkerRuntime:
+    settings: AssaySettings
+    redis: redis.Redis
+    store: VerdictStore
+    limiter: FleetRateLimiter | None
+    llm: Any
+
+    @classmethod
+    def build(cls, settings: AssaySettings) -> WorkerRuntime:
+        if not settings.redis_url:
+            raise RuntimeError(
+                "the worker has no verdict store: set ASSAY_REDIS_URL (the broker alone is not "
+                "enough) and start it again"
+            )
+        store = VerdictStore.from_settings(settings)
+        client = store.client
+        return cls(
+            settings=settings,
+            redis=client,
+            store=store,
+            limiter=FleetRateLimiter.from_settings(settings, client),
+            llm=LiteLLMClient(settings),
+        )
+
+    def engine_deps(self, *, allow_defer: bool = True) -> EngineDeps:
+        return EngineDeps(
+            settings=self.settings,
+            llm=self.llm,
+            rate_limiter=self.limiter,
+            allow_defer=allow_defer,
+        )
+
+
+class RuntimeHolder:
+    """Builds the runtime on first use, once, even with many threads asking."""
+
+    def __init__(self, settings: AssaySettings) -> None:
+        self.settings = settings
+        self._runtime: WorkerRuntime | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> WorkerRuntime:
+        with self._lock:
+            if self._runtime is None:
+                self._runtime = WorkerRuntime.build(self.settings)
+            return self._runtime
+
+
+def worker_started(settings: AssaySettings, runtime: WorkerRuntime, app: Any) -> None:
+    """Start-up checks and services of a worker process (called when Celery is ready)."""
+    configure_logging(settings)
+    try:
+        runtime.store.check_persistence()
+    except Exception as exc:  # a worker still starts; the store warns again on use
+        _log.warning("redis_check_failed", error=str(exc))
+    longest = max(settings.timeout_seconds or 0.0, *_profile_deadlines())
+    if has_visibility_timeout(settings) and longest >= settings.broker_visibility_timeout_seconds:
+        _log.warning(
+            "visibility_timeout_short",
+            visibility_timeout=settings.broker_visibility_timeout_seconds,
+            longest_deadline=longest,
+            message="a run outliving the broker's visibility timeout is handed to a second "
+            "worker; raise ASSAY_BROKER_VISIBILITY_TIMEOUT_SECONDS above the longest deadline",
+        )
+    if settings.metrics_port:
+        start_metrics_server(settings.metrics_port)
+    configure_tracing(settings)
+    start_sweeper(settings, runtime.store, Dispatcher(app, runtime.store, settings))
+    load_litellm()  # import it now, not inside the first run's deadline
+
+
+def _profile_deadlines() -> list[float]:
+    return [p.budget.timeout_seconds or 0.0 for p in PROFILES.values()]

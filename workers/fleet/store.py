@@ -1,0 +1,981 @@
+"""The verdict store: every verdict, run, check and batch assay keeps, in Redis.
+
+This module is the only code that reads or writes these keys. Each step that
+touches more than one key is a Lua script registered once and held in a named
+attribute (``_register_script``, ``_begin_script``, ``_record_script`` ...), so
+it is atomic and a retried call cannot apply twice.
+
+Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
+
+    P:run:{run_id}                     hash   status (queued|running|waiting|done), attempts,
+                                              check_id, target, batch_id, request (JSON),
+                                              queued_at, updated_at, wake_at, verdict (JSON),
+                                              verdict_kind, report (JSON),
+                                              fence:{fire} (the scheduler token that won
+                                              that fire)                         TTL run_ttl
+    P:check:{check_id}                 hash   latest verdict (JSON), verdict_kind, exit_code,
+                                              run_id, target, kind, text, finished_at,
+                                              finished_ms, changed_at, previous_verdict,
+                                              source (probe|model; absent = model)
+    P:check:{check_id}:history         stream one entry per recorded run (run_id, verdict JSON),
+                                              MAXLEN = settings.history_limit
+    P:checks                           zset   check ids scored by latest finished_at (ms)
+    P:idx:target:{target}              set    check ids whose latest run was on target
+    P:idx:verdict:{verdict}            set    check ids whose latest verdict is verdict
+    P:idx:tv:{verdict}:{target}        set    both at once ("all false in prod-eu")
+    P:changes                          stream verdict changes: check_id, run_id, target,
+                                              from, to, at (first verdicts are not changes);
+                                              its consumer groups (notify:{sink}) and the
+                                              P:notify:{sink}:* keys belong to
+                                              workers/fleet/notify_feed.py, the notifier's view
+    P:batch:{batch_id}                 hash   kind, text, created_at, total, pending, true,
+                                              false, poorly_posed, cannot_determine, sealed,
+                                              finished_at                         TTL run_ttl
+    P:batch:{batch_id}:runs            list   run ids in fan-out order          TTL run_ttl
+    P:batch:{batch_id}:results         hash   run_id -> compact per-target result JSON
+    P:batches                          zset   batch ids scored by creation time (ms)
+    P:unfinished                       zset   run ids without a verdict, scored by when to
+                                              look for them (last sign of life, not_before or
+                                              wake_at; epoch s): the lost-run sweeper reads it
+    P:lock:{name}                      string short leases (one sweeper at a time)
+
+Exactly-once rules: the first verdict recorded for a run id wins. ``record_verdict``
+checks for it and writes the run, the history entry, the latest verdict, the
+indexes, the change event and the batch tally in one script, so a redelivered
+or duplicated task can add nothing a second time. The store assumes one Redis
+(or a primary with replicas), not Redis Cluster: the scripts derive index keys
+from the prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
+from schemas.ids import InvalidId
+from schemas.ids import check_id as valid_id
+from schemas.report import RunReport
+from schemas.request import EvaluationRequest
+from schemas.verdict import Verdict, VerdictKind
+from workers.core.toolsets.redaction import scrubbed_model
+from workers.fleet.redis_client import connect, stream_entries, text_fields, texts
+
+if TYPE_CHECKING:
+    import redis
+
+    from schemas.settings import AssaySettings
+
+_log = structlog.get_logger(__name__)
+
+CHANGES_MAXLEN = 100_000  # approximate cap of the verdict-change stream
+RESULT_EXPLANATION_CHARS = 300  # explanation kept per batch target (the full one is in the run)
+
+# Every script checks, before its first write, everything that could make it fail
+# halfway (Redis does not roll a failed script back): each key it touches must be
+# absent or of the type it expects, and every stored value it does arithmetic on
+# must be a number. A problem is returned as an ``ASSAY_CONFLICT`` error, which
+# ``VerdictStore`` raises as ``StoreConflict``; nothing has been written then.
+_PRELUDE = """
+local function type_problem(key, want)
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then
+    return 'key ' .. key .. ' holds a ' .. got .. ' where the store keeps a ' .. want
+  end
+  return nil
+end
+local function first_type_problem(pairs)
+  for i = 1, #pairs, 2 do
+    local problem = type_problem(pairs[i], pairs[i + 1])
+    if problem then return problem end
+  end
+  return nil
+end
+local function integer_problem(key, field)
+  local value = redis.call('HGET', key, field)
+  if value and not string.match(value, '^%-?%d+$') then
+    return 'field ' .. field .. ' of key ' .. key .. ' is not an integer'
+  end
+  return nil
+end
+local function conflict(problem)
+  return redis.error_reply('ASSAY_CONFLICT ' .. problem)
+end
+"""
+
+# KEYS: run, batch, batch runs list, unfinished zset
+# ARGV: run_id, check_id, target, batch_id or '', request JSON, now ISO, ttl, look-at epoch s
+_REGISTER_LUA = (
+    _PRELUDE
+    + """
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[4], 'zset'})
+if not problem and ARGV[4] ~= '' then
+  problem = first_type_problem({KEYS[2], 'hash', KEYS[3], 'list'})
+    or integer_problem(KEYS[2], 'total') or integer_problem(KEYS[2], 'pending')
+end
+if problem then return conflict(problem) end
+if redis.call('HEXISTS', KEYS[1], 'queued_at') == 1
+    or redis.call('HEXISTS', KEYS[1], 'verdict') == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'run_id', ARGV[1], 'check_id', ARGV[2], 'target', ARGV[3],
+  'batch_id', ARGV[4], 'request', ARGV[5], 'queued_at', ARGV[6], 'updated_at', ARGV[6])
+if redis.call('HEXISTS', KEYS[1], 'status') == 0 then
+  redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts', 0)
+end
+redis.call('EXPIRE', KEYS[1], ARGV[7])
+redis.call('ZADD', KEYS[4], ARGV[8], ARGV[1])
+if ARGV[4] ~= '' then
+  redis.call('RPUSH', KEYS[3], ARGV[1])
+  redis.call('HINCRBY', KEYS[2], 'total', 1)
+  redis.call('HINCRBY', KEYS[2], 'pending', 1)
+  redis.call('EXPIRE', KEYS[2], ARGV[7])
+  redis.call('EXPIRE', KEYS[3], ARGV[7])
+end
+return 1
+"""
+)
+
+# KEYS: run, unfinished zset.  ARGV: run_id, check_id, target, now ISO, ttl, now epoch s
+# Returns -1 when the run already has a verdict, else this delivery's number.
+_BEGIN_LUA = (
+    _PRELUDE
+    + """
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset'})
+  or integer_problem(KEYS[1], 'attempts')
+if problem then return conflict(problem) end
+if redis.call('HEXISTS', KEYS[1], 'verdict') == 1 then
+  return -1
+end
+local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+redis.call('HSETNX', KEYS[1], 'run_id', ARGV[1])
+redis.call('HSETNX', KEYS[1], 'check_id', ARGV[2])
+redis.call('HSETNX', KEYS[1], 'target', ARGV[3])
+redis.call('HSET', KEYS[1], 'status', 'running', 'updated_at', ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('ZADD', KEYS[2], ARGV[6], ARGV[1])
+return n
+"""
+)
+
+# KEYS: run, unfinished zset.  ARGV: report JSON, wake_at ISO, now ISO, ttl, run_id,
+# look-at epoch s (the wake-up instant)
+_WAITING_LUA = (
+    _PRELUDE
+    + """
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset'})
+if problem then return conflict(problem) end
+if redis.call('HEXISTS', KEYS[1], 'verdict') == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'status', 'waiting', 'report', ARGV[1], 'wake_at', ARGV[2],
+  'updated_at', ARGV[3], 'attempts', 0)
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[6], ARGV[5])
+return 1
+"""
+)
+
+# KEYS: run, check, history, checks zset, changes stream, unfinished zset
+# ARGV: 1 run_id, 2 check_id, 3 target, 4 verdict kind, 5 exit code, 6 verdict JSON,
+#       7 report JSON, 8 finished ms, 9 finished ISO, 10 history limit, 11 ttl, 12 prefix,
+#       13 kind, 14 text, 15 batch result JSON, 16 changes maxlen, 17 now ISO, 18 source
+# Returns 1 when this call recorded the verdict, 0 when the run already had one.
+# Reads and checks everything first (the previous latest verdict, the index and
+# batch keys it implies), then writes.
+_RECORD_LUA = (
+    _PRELUDE
+    + """
+local run = KEYS[1]
+local check = KEYS[2]
+local problem = first_type_problem({run, 'hash', check, 'hash', KEYS[3], 'stream',
+  KEYS[4], 'zset', KEYS[5], 'stream', KEYS[6], 'zset'})
+if problem then return conflict(problem) end
+if redis.call('HEXISTS', run, 'verdict') == 1 then
+  return 0
+end
+local p = ARGV[12]
+local kind = ARGV[4]
+local target = ARGV[3]
+local check_id = ARGV[2]
+local new_ms = tonumber(ARGV[8])
+
+local prev = redis.call('HMGET', check, 'verdict_kind', 'finished_ms', 'target')
+local prev_kind, prev_target = prev[1], prev[3] or ''
+local prev_ms = 0
+if prev_kind then
+  prev_ms = tonumber(prev[2] or '0')
+  if not prev_ms then
+    return conflict('field finished_ms of key ' .. check .. ' is not a number')
+  end
+end
+local latest = (not prev_kind) or new_ms >= prev_ms
+local sets = {}
+if latest then
+  sets = {p .. ':idx:verdict:' .. kind, 'set', p .. ':idx:target:' .. target, 'set',
+    p .. ':idx:tv:' .. kind .. ':' .. target, 'set'}
+  if prev_kind then
+    for _, key in ipairs({p .. ':idx:verdict:' .. prev_kind,
+        p .. ':idx:tv:' .. prev_kind .. ':' .. prev_target,
+        p .. ':idx:target:' .. prev_target}) do
+      sets[#sets + 1] = key
+      sets[#sets + 1] = 'set'
+    end
+  end
+end
+local batch_id = redis.call('HGET', run, 'batch_id')
+local batch = nil
+if batch_id and batch_id ~= '' then
+  batch = p .. ':batch:' .. batch_id
+  sets[#sets + 1] = batch
+  sets[#sets + 1] = 'hash'
+  sets[#sets + 1] = batch .. ':results'
+  sets[#sets + 1] = 'hash'
+end
+problem = first_type_problem(sets)
+if not problem and batch then
+  problem = integer_problem(batch, 'pending') or integer_problem(batch, kind)
+end
+if problem then return conflict(problem) end
+
+redis.call('HSET', run, 'status', 'done', 'verdict', ARGV[6], 'verdict_kind', kind,
+  'report', ARGV[7], 'updated_at', ARGV[17], 'run_id', ARGV[1], 'check_id', check_id,
+  'target', target)
+redis.call('HDEL', run, 'wake_at')
+redis.call('EXPIRE', run, ARGV[11])
+redis.call('ZREM', KEYS[6], ARGV[1])
+
+redis.call('XADD', KEYS[3], 'MAXLEN', '=', ARGV[10], '*', 'run_id', ARGV[1], 'verdict', ARGV[6])
+
+if latest then
+  redis.call('HSET', check, 'check_id', check_id, 'kind', ARGV[13], 'text', ARGV[14],
+    'target', target, 'verdict_kind', kind, 'exit_code', ARGV[5], 'run_id', ARGV[1],
+    'verdict', ARGV[6], 'finished_ms', ARGV[8], 'finished_at', ARGV[9], 'source', ARGV[18])
+  redis.call('ZADD', KEYS[4], new_ms, check_id)
+  if prev_kind then
+    redis.call('SREM', p .. ':idx:verdict:' .. prev_kind, check_id)
+    redis.call('SREM', p .. ':idx:tv:' .. prev_kind .. ':' .. prev_target, check_id)
+    if prev_target ~= target then
+      redis.call('SREM', p .. ':idx:target:' .. prev_target, check_id)
+    end
+    if prev_kind ~= kind then
+      redis.call('HSET', check, 'changed_at', ARGV[9], 'previous_verdict', prev_kind)
+      redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[16], '*', 'check_id', check_id,
+        'run_id', ARGV[1], 'target', target, 'from', prev_kind, 'to', kind, 'at', ARGV[9])
+    end
+  end
+  redis.call('SADD', p .. ':idx:verdict:' .. kind, check_id)
+  redis.call('SADD', p .. ':idx:target:' .. target, check_id)
+  redis.call('SADD', p .. ':idx:tv:' .. kind .. ':' .. target, check_id)
+end
+
+if batch then
+  local pending = redis.call('HINCRBY', batch, 'pending', -1)
+  redis.call('HINCRBY', batch, kind, 1)
+  redis.call('HSET', batch .. ':results', ARGV[1], ARGV[15])
+  redis.call('EXPIRE', batch .. ':results', ARGV[11])
+  if pending <= 0 and redis.call('HGET', batch, 'sealed') == '1' then
+    redis.call('HSETNX', batch, 'finished_at', ARGV[17])
+  end
+end
+return 1
+"""
+)
+
+# KEYS: run.  ARGV: fire id, fencing token, ttl
+# Returns 1 when this token may run the fire (the first one seen, or that one again: a
+# redelivery), 0 when another token already claimed it.
+_FENCE_LUA = (
+    _PRELUDE
+    + """
+local problem = type_problem(KEYS[1], 'hash')
+if problem then return conflict(problem) end
+local field = 'fence:' .. ARGV[1]
+local holder = redis.call('HGET', KEYS[1], field)
+if holder then
+  if holder == ARGV[2] then return 1 end
+  return 0
+end
+local fresh = redis.call('EXISTS', KEYS[1]) == 0
+redis.call('HSET', KEYS[1], field, ARGV[2])
+if fresh then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+"""
+)
+
+# KEYS: checks zset.  ARGV: prefix, how many.  Read-only: for each of the newest checks,
+# its id and kind, target, exit_code, finished_ms, source (one round trip for a scrape).
+_GAUGES_LUA = """
+local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+local out = {}
+for _, id in ipairs(ids) do
+  local row = redis.call('HMGET', ARGV[1] .. ':check:' .. id,
+    'kind', 'target', 'exit_code', 'finished_ms', 'source')
+  out[#out + 1] = id
+  for i = 1, 5 do
+    out[#out + 1] = row[i] or ''
+  end
+end
+return out
+"""
+
+# KEYS: batch, batches zset.  ARGV: batch_id, kind, text, created ISO, created ms, ttl
+_CREATE_BATCH_LUA = (
+    _PRELUDE
+    + """
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset'})
+if problem then return conflict(problem) end
+if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'created_at') == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'batch_id', ARGV[1], 'kind', ARGV[2], 'text', ARGV[3],
+  'created_at', ARGV[4], 'sealed', '0')
+for _, field in ipairs({'total', 'pending', 'true', 'false', 'poorly_posed', 'cannot_determine'}) do
+  redis.call('HSETNX', KEYS[1], field, 0)
+end
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+return 1
+"""
+)
+
+# KEYS: batch.  ARGV: now ISO
+_SEAL_BATCH_LUA = (
+    _PRELUDE
+    + """
+local problem = type_problem(KEYS[1], 'hash') or integer_problem(KEYS[1], 'pending')
+if problem then return conflict(problem) end
+redis.call('HSET', KEYS[1], 'sealed', '1')
+if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') <= 0 then
+  redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
+end
+return 1
+"""
+)
+
+_CONFLICT_MARK = "ASSAY_CONFLICT "
+
+
+class StoreConflict(RuntimeError):
+    """A key the store must write holds something else; the write was refused whole.
+
+    Only data assay did not write can cause it (another program sharing the
+    key prefix, a manual edit), so the message names the key and how to fix it.
+    """
+
+
+def scrubbed_report(report: RunReport) -> RunReport:
+    """What is stored of a run: everything it produced passed through the credential patterns.
+
+    Tool output was scrubbed with the run's known Secret values when it was
+    made; this catches what a model wrote itself (a password it echoed in an
+    explanation). The request stays verbatim: it is the user's own input,
+    kept so the run can be evaluated again.
+    """
+    return scrubbed_model(report, keep=frozenset({"request"}))
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _epoch_ms(instant: datetime) -> int:
+    return int(instant.timestamp() * 1000)
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def _verdict_or_none(value: str | None) -> VerdictKind | None:
+    return VerdictKind(value) if value else None
+
+
+DEFAULT_SOURCE = "model"
+
+
+def verdict_source(verdict: Verdict) -> str:
+    """Where a verdict came from: ``probe`` or ``model``.
+
+    Verdicts will say so in a ``source`` field once probes exist (issue 11); until
+    then every verdict is the model's. Read defensively so both shapes work.
+    """
+    value = getattr(verdict, "source", None)
+    value = getattr(value, "value", value)  # an enum member or a plain string
+    return str(value) if value else DEFAULT_SOURCE
+
+
+def change_from_fields(fields: dict[str, str]) -> VerdictChange:
+    """One ``P:changes`` entry as a :class:`VerdictChange`."""
+    return VerdictChange(
+        check_id=fields["check_id"],
+        run_id=fields["run_id"],
+        target=fields["target"],
+        from_verdict=VerdictKind(fields["from"]),
+        to_verdict=VerdictKind(fields["to"]),
+        at=datetime.fromisoformat(fields["at"]),
+    )
+
+
+@dataclass(frozen=True)
+class CheckGauge:
+    """What the per-check Prometheus gauges show of one check's latest verdict."""
+
+    check_id: str
+    target: str
+    exit_code: int
+    finished_at: float  # epoch seconds
+    source: str
+
+
+@dataclass(frozen=True)
+class PersistenceReport:
+    """What Redis said about durability; ``warnings`` is empty when it is production-safe."""
+
+    maxmemory_policy: str | None
+    appendonly: bool | None
+    warnings: list[str]
+
+
+class VerdictStore:
+    """Verdicts, runs, checks and batches in Redis, under one key prefix."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = "assay",
+        history_limit: int = 500,
+        run_ttl_seconds: int = 30 * 24 * 3600,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.history_limit = history_limit
+        self.run_ttl_seconds = run_ttl_seconds
+        self._register_script = client.register_script(_REGISTER_LUA)
+        self._begin_script = client.register_script(_BEGIN_LUA)
+        self._waiting_script = client.register_script(_WAITING_LUA)
+        self._record_script = client.register_script(_RECORD_LUA)
+        self._fence_script = client.register_script(_FENCE_LUA)
+        self._create_batch_script = client.register_script(_CREATE_BATCH_LUA)
+        self._seal_batch_script = client.register_script(_SEAL_BATCH_LUA)
+        self._gauges_script = client.register_script(_GAUGES_LUA)
+
+    @classmethod
+    def from_settings(
+        cls, settings: AssaySettings, client: redis.Redis | None = None
+    ) -> VerdictStore:
+        """The one way to build a store: the settings' key prefix, history limit and run TTL.
+
+        ``client`` is the connection to use (default: a retrying client for the
+        settings' Redis), so a store never runs with another component's limits.
+        """
+        if client is None:
+            if not settings.redis_url:
+                raise ValueError(
+                    "no Redis is configured: set ASSAY_REDIS_URL or start local mode with "
+                    "`assay up`"
+                )
+            client = connect(settings.redis_url)
+        return cls(
+            client,
+            prefix=settings.key_prefix,
+            history_limit=settings.history_limit,
+            run_ttl_seconds=settings.run_ttl_seconds,
+        )
+
+    # --- keys ---------------------------------------------------------------------------------
+    def key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    def _run_key(self, run_id: str, *suffix: str) -> str:
+        return self.key("run", valid_id(run_id, "run_id"), *suffix)
+
+    def _check_key(self, check_id: str, *suffix: str) -> str:
+        return self.key("check", valid_id(check_id, "check_id"), *suffix)
+
+    def _batch_key(self, batch_id: str, *suffix: str) -> str:
+        return self.key("batch", valid_id(batch_id, "batch_id"), *suffix)
+
+    def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run one of the store's scripts; a conflict it found becomes ``StoreConflict``."""
+        import redis as redis_lib
+
+        try:
+            return script(keys=keys, args=args)
+        except redis_lib.ResponseError as exc:
+            text = str(exc)
+            if not text.startswith(_CONFLICT_MARK):
+                raise
+            problem = text.removeprefix(_CONFLICT_MARK)
+            _log.error("store_conflict", problem=problem)
+            raise StoreConflict(
+                f"nothing was written because {problem}; that key was not written by assay "
+                "(another program shares the key prefix?): move or delete it, or give assay "
+                "its own ASSAY_KEY_PREFIX"
+            ) from None
+
+    # --- runs: writes ---------------------------------------------------------------------------
+    def register_run(self, request: EvaluationRequest) -> bool:
+        """Mark a run queued (and count it in its batch) before its task is sent.
+
+        Returns False when the run was registered before, so a retried fan-out
+        never counts a target twice.
+        """
+        batch_id = request.batch_id or ""
+        batch_keys = (
+            [self._batch_key(batch_id), self._batch_key(batch_id, "runs")]
+            if batch_id
+            else [self.key("batch", "-"), self.key("batch", "-", "runs")]  # unused without one
+        )
+        valid_id(request.check_id, "check_id")
+        now = _now()
+        written = self._call(
+            self._register_script,
+            keys=[self._run_key(request.run_id), *batch_keys, self.key("unfinished")],
+            args=[
+                request.run_id,
+                request.check_id,
+                request.target.name,
+                batch_id,
+                request.model_dump_json(),
+                now.isoformat(),
+                self.run_ttl_seconds,
+                max(now, request.not_before or now).timestamp(),
+            ],
+        )
+        return bool(written)
+
+    def begin_delivery(self, request: EvaluationRequest) -> int | None:
+        """Count one delivery of this run to a worker; None when it already has a verdict."""
+        valid_id(request.check_id, "check_id")
+        now = _now()
+        number = int(
+            self._call(
+                self._begin_script,
+                keys=[self._run_key(request.run_id), self.key("unfinished")],
+                args=[
+                    request.run_id,
+                    request.check_id,
+                    request.target.name,
+                    now.isoformat(),
+                    self.run_ttl_seconds,
+                    now.timestamp(),
+                ],
+            )
+        )
+        return None if number < 0 else number
+
+    def claim_fence(self, run_id: str, fire_id: str, token: str) -> bool:
+        """May the message with fencing ``token`` run fire ``fire_id`` of this run?
+
+        The first token a worker presents for a fire wins it; the same token
+        again (the broker redelivering that message) is let through; another
+        token (a copy sent by a scheduler replica that had lost its claim) is
+        refused. Stored on the run as ``fence:{fire_id}``.
+        """
+        if len(fire_id) > 300 or not 0 < len(token) <= 100:
+            raise ValueError("a fence names a fire id and a token of sensible length")
+        claimed = self._call(
+            self._fence_script,
+            keys=[self._run_key(run_id)],
+            args=[fire_id, token, self.run_ttl_seconds],
+        )
+        return bool(claimed)
+
+    def mark_waiting(self, report: RunReport) -> bool:
+        """Park a run whose WAIT outlives the worker: status waiting, deliveries reset."""
+        report = scrubbed_report(report)
+        now = _now()
+        wake_at = report.wake_at or now
+        written = self._call(
+            self._waiting_script,
+            keys=[self._run_key(report.run_id), self.key("unfinished")],
+            args=[
+                report.model_dump_json(),
+                wake_at.isoformat() if report.wake_at else "",
+                now.isoformat(),
+                self.run_ttl_seconds,
+                report.run_id,
+                max(now, wake_at).timestamp(),
+            ],
+        )
+        return bool(written)
+
+    def record_verdict(self, report: RunReport) -> bool:
+        """Record a finished run; True if this call wrote it, False if the run already had one."""
+        source = verdict_source(report.verdict) if report.verdict else DEFAULT_SOURCE
+        report = scrubbed_report(report)
+        verdict = report.verdict
+        if verdict is None:
+            raise ValueError(f"run {report.run_id} has no verdict to record")
+        result = BatchResult(
+            run_id=report.run_id,
+            check_id=report.check_id,
+            target=verdict.target,
+            verdict=verdict.verdict,
+            exit_code=verdict.exit_code,
+            explanation=verdict.explanation[:RESULT_EXPLANATION_CHARS],
+        )
+        written = self._call(
+            self._record_script,
+            keys=[
+                self._run_key(report.run_id),
+                self._check_key(report.check_id),
+                self._check_key(report.check_id, "history"),
+                self.key("checks"),
+                self.key("changes"),
+                self.key("unfinished"),
+            ],
+            args=[
+                report.run_id,
+                report.check_id,
+                verdict.target,
+                verdict.verdict.value,
+                verdict.exit_code,
+                verdict.model_dump_json(),
+                report.model_dump_json(),
+                _epoch_ms(verdict.finished_at),
+                verdict.finished_at.isoformat(),
+                self.history_limit,
+                self.run_ttl_seconds,
+                self.prefix,
+                report.request.kind,
+                report.request.text,
+                result.model_dump_json(),
+                CHANGES_MAXLEN,
+                _now().isoformat(),
+                source,
+            ],
+        )
+        return bool(written)
+
+    # --- runs: reads ------------------------------------------------------------------------------
+    _STATE_FIELDS = (
+        "run_id",
+        "check_id",
+        "target",
+        "status",
+        "attempts",
+        "batch_id",
+        "queued_at",
+        "updated_at",
+        "wake_at",
+        "verdict_kind",
+    )
+
+    def run_state(self, run_id: str) -> RunProgress | None:
+        values = self.client.hmget(self._run_key(run_id), list(self._STATE_FIELDS))
+        return self._state_from(dict(zip(self._STATE_FIELDS, values, strict=True)), run_id)
+
+    @staticmethod
+    def _state_from(row: dict[str, Any], run_id: str) -> RunProgress | None:
+        if not row.get("status"):
+            return None
+        return RunProgress(
+            run_id=row.get("run_id") or run_id,
+            check_id=row.get("check_id") or "",
+            target=row.get("target") or "",
+            status=row["status"],
+            attempts=int(row.get("attempts") or 0),
+            batch_id=row.get("batch_id") or None,
+            queued_at=_parse_time(row.get("queued_at")),
+            updated_at=_parse_time(row.get("updated_at")),
+            wake_at=_parse_time(row.get("wake_at")),
+            verdict=_verdict_or_none(row.get("verdict_kind")),
+        )
+
+    def run_verdict(self, run_id: str) -> Verdict | None:
+        raw = self.client.hget(self._run_key(run_id), "verdict")
+        return Verdict.model_validate_json(raw) if raw else None
+
+    def run_report(self, run_id: str) -> RunReport | None:
+        raw = self.client.hget(self._run_key(run_id), "report")
+        return RunReport.model_validate_json(raw) if raw else None
+
+    def run_request(self, run_id: str) -> EvaluationRequest | None:
+        raw = self.client.hget(self._run_key(run_id), "request")
+        return EvaluationRequest.model_validate_json(raw) if raw else None
+
+    # --- checks -------------------------------------------------------------------------------
+    def latest_verdict(self, check_id: str) -> Verdict | None:
+        raw = self.client.hget(self._check_key(check_id), "verdict")
+        return Verdict.model_validate_json(raw) if raw else None
+
+    def latest_verdicts(self, check_ids: list[str]) -> dict[str, Verdict]:
+        """The latest verdict of each of these checks (unknown ids are left out)."""
+        pipe = self.client.pipeline(transaction=False)
+        for check_id in check_ids:
+            pipe.hget(self._check_key(check_id), "verdict")
+        raws = pipe.execute() if check_ids else []
+        return {
+            check_id: Verdict.model_validate_json(raw)
+            for check_id, raw in zip(check_ids, raws, strict=True)
+            if raw
+        }
+
+    def history(self, check_id: str, limit: int = 20) -> list[Verdict]:
+        """The check's verdicts, newest first, at most ``limit`` of them."""
+        entries = self.client.xrevrange(self._check_key(check_id, "history"), count=limit)
+        return [Verdict.model_validate_json(f["verdict"]) for _, f in stream_entries(entries)]
+
+    def history_length(self, check_id: str) -> int:
+        return int(self.client.xlen(self._check_key(check_id, "history")))
+
+    _CHECK_FIELDS = (
+        "check_id",
+        "kind",
+        "text",
+        "target",
+        "verdict_kind",
+        "exit_code",
+        "run_id",
+        "finished_at",
+        "changed_at",
+        "previous_verdict",
+    )
+
+    def check_summaries(self, check_ids: list[str]) -> list[CheckSummary]:
+        """Summaries of these checks, in the given order; unknown ids are skipped."""
+        pipe = self.client.pipeline(transaction=False)
+        for check_id in check_ids:
+            try:
+                key = self._check_key(check_id)
+            except InvalidId:  # written by an older version that allowed ':' in ids
+                continue
+            pipe.hmget(key, list(self._CHECK_FIELDS))
+        summaries = []
+        for values in pipe.execute():
+            row = dict(zip(self._CHECK_FIELDS, values, strict=True))
+            if not row.get("verdict_kind"):
+                continue
+            summaries.append(
+                CheckSummary(
+                    check_id=row["check_id"],
+                    kind=row.get("kind") or "check",
+                    text=row.get("text") or "",
+                    target=row.get("target") or "",
+                    verdict=VerdictKind(row["verdict_kind"]),
+                    exit_code=int(row["exit_code"]),
+                    run_id=row["run_id"],
+                    finished_at=datetime.fromisoformat(row["finished_at"]),
+                    changed_at=_parse_time(row.get("changed_at")),
+                    previous_verdict=(
+                        VerdictKind(row["previous_verdict"])
+                        if row.get("previous_verdict")
+                        else None
+                    ),
+                )
+            )
+        return summaries
+
+    def checks(
+        self,
+        *,
+        verdict: VerdictKind | str | None = None,
+        target: str | None = None,
+        changed_since: datetime | None = None,
+        limit: int = 1000,
+    ) -> list[CheckSummary]:
+        """Checks with their latest verdict, newest first, filtered in one index read.
+
+        ``verdict`` and ``target`` together read the (target, verdict) set;
+        ``changed_since`` keeps checks whose verdict changed at or after that instant.
+        """
+        kind = VerdictKind(verdict).value if verdict is not None else None
+        ids: list[str]
+        if changed_since is not None:
+            ids = list(dict.fromkeys(c.check_id for c in self.changes(changed_since)))
+        elif kind and target:
+            ids = texts(self.client.smembers(self.key("idx", "tv", kind, target)))
+        elif kind:
+            ids = texts(self.client.smembers(self.key("idx", "verdict", kind)))
+        elif target:
+            ids = texts(self.client.smembers(self.key("idx", "target", target)))
+        else:
+            ids = texts(self.client.zrevrange(self.key("checks"), 0, limit - 1))
+        rows = self.check_summaries(ids)
+        if changed_since is not None:
+            rows = [
+                r
+                for r in rows
+                if (kind is None or r.verdict.value == kind)
+                and (target is None or r.target == target)
+            ]
+        rows.sort(key=lambda r: r.finished_at, reverse=True)
+        return rows[:limit]
+
+    def changes(self, since: datetime, limit: int = 10_000) -> list[VerdictChange]:
+        """Verdict changes recorded at or after ``since``, oldest first."""
+        entries = self.client.xrange(self.key("changes"), min=f"{_epoch_ms(since)}-0", count=limit)
+        return [change_from_fields(f) for _, f in stream_entries(entries)]
+
+    def check_gauges(self, limit: int) -> list[CheckGauge]:
+        """The latest verdict of the ``limit`` most recently run checks (queries left out).
+
+        Read at every Prometheus scrape, in one read-only script: five short fields
+        per check, never the verdict JSON.
+        """
+        if limit <= 0:
+            return []
+        flat = self._gauges_script(keys=[self.key("checks")], args=[self.prefix, limit])
+        rows = []
+        for start in range(0, len(flat), 6):
+            check_id, kind, target, exit_code, finished_ms, source = flat[start : start + 6]
+            if not exit_code or kind == "query":
+                continue
+            rows.append(
+                CheckGauge(
+                    check_id=check_id,
+                    target=target or "",
+                    exit_code=int(exit_code),
+                    finished_at=int(finished_ms or 0) / 1000,
+                    source=source or DEFAULT_SOURCE,
+                )
+            )
+        return rows
+
+    # --- batches ------------------------------------------------------------------------------
+    def create_batch(self, batch_id: str, *, kind: str, text: str) -> bool:
+        created = _now()
+        return bool(
+            self._call(
+                self._create_batch_script,
+                keys=[self._batch_key(batch_id), self.key("batches")],
+                args=[
+                    batch_id,
+                    kind,
+                    text,
+                    created.isoformat(),
+                    _epoch_ms(created),
+                    self.run_ttl_seconds,
+                ],
+            )
+        )
+
+    def seal_batch(self, batch_id: str) -> None:
+        """Fan-out is over: the total is final, and the batch is done once pending is 0."""
+        self._call(
+            self._seal_batch_script, keys=[self._batch_key(batch_id)], args=[_now().isoformat()]
+        )
+
+    def batch(self, batch_id: str) -> BatchStatus | None:
+        row = text_fields(self.client.hgetall(self._batch_key(batch_id)))
+        if not row or "created_at" not in row:
+            return None
+        sealed = row.get("sealed") == "1"
+        pending = int(row.get("pending") or 0)
+        return BatchStatus(
+            batch_id=batch_id,
+            kind=row.get("kind") or "check",
+            text=row.get("text") or "",
+            created_at=datetime.fromisoformat(row["created_at"]),
+            total=int(row.get("total") or 0),
+            sealed=sealed,
+            pending=pending,
+            true=int(row.get("true") or 0),
+            false=int(row.get("false") or 0),
+            poorly_posed=int(row.get("poorly_posed") or 0),
+            cannot_determine=int(row.get("cannot_determine") or 0),
+            done=sealed and pending <= 0,
+            finished_at=_parse_time(row.get("finished_at")),
+        )
+
+    def batch_results(self, batch_id: str, offset: int = 0, count: int = 200) -> list[BatchResult]:
+        """One page of per-target results in fan-out order (pending targets included)."""
+        run_ids = texts(
+            self.client.lrange(self._batch_key(batch_id, "runs"), offset, offset + count - 1)
+        )
+        if not run_ids:
+            return []
+        finished = self.client.hmget(self._batch_key(batch_id, "results"), run_ids)
+        pipe = self.client.pipeline(transaction=False)
+        missing = [rid for rid, raw in zip(run_ids, finished, strict=True) if not raw]
+        for run_id in missing:
+            pipe.hmget(self._run_key(run_id), ["check_id", "target"])
+        pending_rows = dict(zip(missing, pipe.execute() if missing else [], strict=True))
+        page = []
+        for run_id, raw in zip(run_ids, finished, strict=True):
+            if raw:
+                page.append(BatchResult.model_validate_json(raw))
+            else:
+                check_id, target = pending_rows[run_id]
+                page.append(
+                    BatchResult(run_id=run_id, check_id=check_id or "", target=target or "")
+                )
+        return page
+
+    def iter_batch_results(self, batch_id: str, page_size: int = 200) -> Iterator[BatchResult]:
+        """Every target's result, read page by page so a big batch is never held at once."""
+        offset = 0
+        while True:
+            page = self.batch_results(batch_id, offset, page_size)
+            yield from page
+            if len(page) < page_size:
+                return
+            offset += page_size
+
+    # --- runs without a verdict (for the lost-run sweeper) ---------------------------------
+    def unfinished_before(self, instant: datetime, limit: int = 500) -> list[str]:
+        """Runs without a verdict whose last sign of life (or wake-up) is before ``instant``."""
+        return texts(
+            self.client.zrangebyscore(
+                self.key("unfinished"), "-inf", instant.timestamp(), start=0, num=limit
+            )
+        )
+
+    def look_again_at(self, run_id: str, instant: datetime) -> None:
+        """Postpone the sweeper's next look at a run (it was just re-sent or is still busy)."""
+        self.client.zadd(self.key("unfinished"), {run_id: instant.timestamp()}, xx=True)
+
+    def forget_unfinished(self, run_id: str) -> None:
+        self.client.zrem(self.key("unfinished"), run_id)
+
+    def try_lock(self, name: str, owner: str, ttl_seconds: float) -> bool:
+        """Take (or renew, when ``owner`` holds it) a short lease; False if someone else has it."""
+        key = self.key("lock", name)
+        if self.client.set(key, owner, nx=True, px=int(ttl_seconds * 1000)):
+            return True
+        if self.client.get(key) == owner:
+            self.client.pexpire(key, int(ttl_seconds * 1000))
+            return True
+        return False
+
+    # --- health -------------------------------------------------------------------------------
+    def check_persistence(self) -> PersistenceReport:
+        """Warn (structlog) when this Redis could evict verdicts or lose them on restart."""
+        import redis as redis_lib
+
+        warnings: list[str] = []
+        policy: str | None = None
+        appendonly: bool | None = None
+        try:
+            policy = str(self.client.config_get("maxmemory-policy").get("maxmemory-policy"))
+            appendonly = self.client.config_get("appendonly").get("appendonly") == "yes"
+        except redis_lib.ResponseError as exc:
+            warnings.append(
+                f"could not read the Redis configuration ({exc}); make sure it runs with "
+                "maxmemory-policy noeviction and appendonly yes"
+            )
+        if policy is not None and policy != "noeviction":
+            warnings.append(
+                f"Redis maxmemory-policy is {policy}, so it may evict verdicts and queued "
+                "runs under memory pressure: set maxmemory-policy noeviction"
+            )
+        if appendonly is False:
+            warnings.append(
+                "Redis AOF persistence is off, so a Redis restart loses recent verdicts and "
+                "queued runs: set appendonly yes for production"
+            )
+        for message in warnings:
+            _log.warning("redis_persistence", message=message)
+        return PersistenceReport(maxmemory_policy=policy, appendonly=appendonly, warnings=warnings)
+
+    def ping(self) -> bool:
+        return bool(self.client.ping())
