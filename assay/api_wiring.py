@@ -10,7 +10,6 @@ person waiting on an HTTP answer is better served by a fast 503 than by a
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from assay.api_errors import ApiError
@@ -150,36 +149,20 @@ class Services:
             return self._dispatcher
 
     def submit(self, request: EvaluationRequest) -> SubmitReceipt:
-        """Queue ``request`` now, or hold it in the scheduler until ``not_before``.
+        """Queue ``request`` through the fleet's one submit path (``assay.submission``).
 
         A run id that is already known queues nothing new: resubmitting after a
-        lost response is safe.
+        lost response is safe. A predicate opening with a future instant waits for it.
         """
-        from schemas.fleet import SubmitReceipt
+        from assay.submission import submit_request
 
-        known = self.store.run_state(request.run_id)
-        if known is not None:
-            return SubmitReceipt(
-                run_id=known.run_id,
-                check_id=known.check_id,
-                target=known.target,
-                batch_id=known.batch_id,
-            )
-        if request.not_before is None:
-            from scheduler.when import deferral_for
-
-            # "on 2027-01-01, the Certificate is Ready" is about that instant: wait for it
-            instant = deferral_for(request.text)
-            if instant is not None:
-                request = request.model_copy(update={"not_before": instant})
-        if request.not_before is not None and request.not_before > datetime.now(UTC):
-            from scheduler.deferred import defer_evaluation
-
-            defer_evaluation(self.redis, self.settings, request)
-            return SubmitReceipt(
-                run_id=request.run_id, check_id=request.check_id, target=request.target.name
-            )
-        return self.dispatcher.submit(request)
+        return submit_request(
+            request,
+            store=self.store,
+            redis=self.redis,
+            settings=self.settings,
+            dispatcher=lambda: self.dispatcher,
+        )
 
     def run_view(self, run_id: str) -> RunView | None:
         store = self.store
@@ -207,6 +190,9 @@ class Services:
         shared = body.model_dump(exclude={"text", "targets", "context_glob"}, exclude_none=True)
         try:
             batch_id, _sent = fan_out(self.dispatcher, targets, text=body.text, **shared)
+            from assay.submission import note_batch
+
+            note_batch(self.redis, self.settings.key_prefix, batch_id)
         except ValidationError as exc:
             raise _validation_error(exc) from None
         except EmptyBatch:

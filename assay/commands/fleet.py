@@ -12,8 +12,8 @@ cannot be reached; 64 for a wrong command line. `assay submit` without
 
 from __future__ import annotations
 
-import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,8 +22,13 @@ from assay.commands.fleet_common import (
     EXIT_UNAVAILABLE,
     CheckIdOpt,
     KubeconfigOpt,
+    WideOpt,
+    dump_json,
     fail,
     fleet_client,
+    iso_utc,
+    note,
+    require_model,
     stdout_console,
 )
 from assay.commands.options import (
@@ -56,6 +61,15 @@ def submit(
     context: ContextOpt = None,
     kubeconfig: KubeconfigOpt = None,
     check_id: CheckIdOpt = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id",
+            help="Use this run id (default: a new one); submitting a known run id again "
+            "queues nothing and prints that run's receipt.",
+            callback=id_checker("run id"),
+        ),
+    ] = None,
     query: Annotated[bool, typer.Option("--query", help="Ask a question, not a check.")] = False,
     at: Annotated[
         str | None, typer.Option("--at", help="Run at this instant, e.g. 2027-01-01T00:00:00Z.")
@@ -83,7 +97,7 @@ def submit(
     from pydantic import ValidationError
 
     from assay.client import WaitTimeout, make_target
-    from scheduler.when import WhenError, deferral_for, resolve_not_before
+    from scheduler.when import WhenError, resolve_not_before
     from schemas.request import EvaluationRequest
 
     require_one_target(snapshot, context)
@@ -91,7 +105,7 @@ def submit(
     check_profile(flags.profile)
     settings = settings_or_usage()
     try:
-        not_before = resolve_not_before(at, in_) or deferral_for(predicate)
+        not_before = resolve_not_before(at, in_)
     except WhenError as exc:
         raise typer.BadParameter(str(exc)) from None
     if snapshot is not None:
@@ -110,6 +124,7 @@ def submit(
         "model": flags.model,
         "api_base": flags.api_base,
         "check_id": check_id,
+        "run_id": run_id,
         "not_before": not_before,
     }
     try:
@@ -119,16 +134,15 @@ def submit(
         raise typer.BadParameter(f"the predicate cannot be submitted: {detail}") from None
 
     with fleet_client(settings) as client:
+        require_model(client, request.model)
         receipt = client.submit_request(request)
         if not wait:
             if json_output:
-                body = receipt.model_dump(mode="json")
-                body["not_before"] = not_before.isoformat() if not_before else None
-                print(json.dumps(body))
+                print(dump_json(receipt))
             else:
                 print(receipt.run_id)
-                if not_before is not None:
-                    print(f"deferred until {not_before.isoformat()}", file=sys.stderr)
+                if receipt.not_before is not None:
+                    note(f"deferred until {iso_utc(receipt.not_before)}")
             return
         print(f"run {receipt.run_id} queued; waiting for its verdict", file=sys.stderr)
         try:
@@ -143,7 +157,7 @@ def _show_verdict(verdict: Any, json_output: bool) -> None:
     from assay.render import render_verdict
 
     if json_output:
-        print(verdict.model_dump_json(indent=2))
+        print(dump_json(verdict))
     else:
         render_verdict(verdict, stdout_console())
 
@@ -162,6 +176,7 @@ def verdict(
         int | None, typer.Option("--history", min=1, help="Show the check's last N verdicts.")
     ] = None,
     json_output: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Show the verdict of run or check ID; exit with its code (75 pending, 66 unknown)."""
     with fleet_client() as client:
@@ -171,24 +186,32 @@ def verdict(
         else:
             check_id, latest = id_, client.store.latest_verdict(id_)
             if latest is None:
+                state = client.pending_run_of_check(id_)
+            if latest is None and state is None:
                 fail(
                     f"no run or check has id {id_!r}; list checks with `assay checks`", EXIT_UNKNOWN
                 )
+        due = client.due_at(state.run_id) if latest is None and state is not None else None
         past = client.history(check_id, history) if history else None
     if past is not None:
         from assay.fleet_render import render_history
 
         if json_output:
-            print(json.dumps([v.model_dump(mode="json") for v in past], indent=2))
+            print(dump_json(past))
         else:
-            render_history(past, stdout_console())
+            render_history(past, stdout_console(), wide=wide)
     elif latest is not None:
         _show_verdict(latest, json_output)
     elif json_output and state is not None:
-        print(state.model_dump_json(indent=2))
+        print(dump_json(state))
     if latest is None:
         assert state is not None
-        fail(f"run {id_} is {state.status} and has no verdict yet; ask again later", EXIT_PENDING)
+        when = f", due at {iso_utc(due)}" if due is not None else ""
+        fail(
+            f"run {state.run_id} of check {state.check_id} is {state.status}{when} and has no "
+            "verdict yet; ask again later",
+            EXIT_PENDING,
+        )
     raise typer.Exit(latest.exit_code)
 
 
@@ -205,17 +228,21 @@ def run(
     with fleet_client() as client:
         state = client.run_state(run_id)
         report = client.run_report(run_id)
+        client_due = client.due_at(run_id) if state is not None else None
     if state is None and report is None:
         fail(f"no run has id {run_id!r}; check the id `assay submit` printed", EXIT_UNKNOWN)
     if report is None:
         assert state is not None
+        due = client_due
         if json_output:
-            print(state.model_dump_json(indent=2))
+            print(dump_json(state.model_copy(update={"wake_at": state.wake_at or due})))
         else:
             print(f"run {run_id} · check {state.check_id} · status {state.status}")
+            if state.wake_at or due:
+                print(f"wake_at {iso_utc(state.wake_at or due)}")  # type: ignore[arg-type]
         fail(f"run {run_id} has no report yet ({state.status}); ask again later", EXIT_PENDING)
     if json_output:
-        print(report.model_dump_json(indent=2))
+        print(dump_json(report))
     else:
         render_report(report, stdout_console())
     if report.verdict is None:
@@ -234,7 +261,12 @@ def checks(
         ),
     ] = None,
     target: Annotated[
-        str | None, typer.Option("--target", help="Only checks on this target.")
+        str | None,
+        typer.Option(
+            "--target",
+            help="Only checks on this target: a context name, or a snapshot as "
+            "snapshot:FOLDER or just FOLDER (prod-eu finds snapshot:prod-eu).",
+        ),
     ] = None,
     changed_since: Annotated[
         str | None,
@@ -242,6 +274,7 @@ def checks(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 1000,
     json_output: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """List checks with their latest verdict, target and age."""
     from scheduler.when import WhenError, parse_duration
@@ -263,11 +296,16 @@ def checks(
             verdict=verdict_filter, target=target, changed_since=since, limit=limit
         )
     if json_output:
-        print(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
+        print(dump_json(rows))
         return
     from assay.fleet_render import render_checks
 
-    render_checks(rows, stdout_console())
+    render_checks(rows, stdout_console(), wide=wide)
+    if not rows and target is not None:
+        note(
+            f"no check on target {target!r}: targets are named like a kubeconfig context "
+            "(prod-eu) or snapshot:FOLDER (snapshot:prod-eu); `assay checks` lists them all"
+        )
 
 
 # --- worker ---------------------------------------------------------------------------------------
@@ -297,6 +335,16 @@ def worker(
     hostname: Annotated[
         str | None, typer.Option("--hostname", "-n", help="Celery node name (NAME@HOST).")
     ] = None,
+    scripted: Annotated[
+        Path | None,
+        typer.Option(
+            "--scripted",
+            help="Serve the bundled SCRIPTED model (not an LLM) replaying this script, and "
+            "use it as this worker's model.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Start a Celery worker that evaluates queued runs (foreground; Ctrl-C stops it warmly)."""
     from assay.local_mode import require_redis_url
@@ -310,6 +358,9 @@ def worker(
     except FleetNotConfigured as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     settings = settings.model_copy(update={"redis_url": url})
+    if scripted is not None:
+        settings = _with_scripted_model(settings, scripted)
+    announcer = _announce(settings)
     if settings.worker_processes > 1:
         from assay.local_mode import child_env
         from assay.worker_group import child_commands, run_worker_group
@@ -321,7 +372,11 @@ def worker(
             loglevel=loglevel,
             hostname=hostname,
         )
-        raise typer.Exit(run_worker_group(commands, child_env(url)))
+        extra = {k: v for k, v in (("model", settings.model), ("api_base", settings.api_base)) if v}
+        try:
+            raise typer.Exit(run_worker_group(commands, child_env(url, **extra)))
+        finally:
+            announcer.stop()
     app = create_app(settings)
     argv = [
         "worker",
@@ -329,7 +384,42 @@ def worker(
         f"--concurrency={settings.worker_concurrency}",
         f"--loglevel={loglevel}",
     ]
-    app.worker_main(argv + ([f"--hostname={hostname}"] if hostname else []))
+    try:
+        app.worker_main(argv + ([f"--hostname={hostname}"] if hostname else []))
+    finally:
+        announcer.stop()
+
+
+def _with_scripted_model(settings: Any, script: Any) -> Any:
+    """Settings pointing at a SCRIPTED model replaying ``script``, served from this process."""
+    from assay.testing.scripted_model import SCRIPTED_MODEL_NAME, ScriptedModel, ScriptError
+
+    try:
+        server = ScriptedModel(script).start()
+    except ScriptError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--scripted") from None
+    note(f"SCRIPTED MODEL - replaying {script} at {server.url}, not a real LLM")
+    return settings.model_copy(
+        update={"model": SCRIPTED_MODEL_NAME, "api_base": server.url, "api_key": None}
+    )
+
+
+def _announce(settings: Any) -> Any:
+    """Tell clients which model this worker runs (assay.worker_presence); warn without one."""
+    import structlog
+
+    from assay.worker_presence import Announcer
+    from workers.logs import configure_logging
+    from workers.redis_client import connect
+
+    configure_logging(settings)
+    if not settings.model:
+        structlog.get_logger("assay.worker").warning(
+            "no_model_configured",
+            detail="this worker has no model (ASSAY_MODEL is unset): runs without --model end "
+            "cannot_determine and are kept out of history; `assay submit` refuses them",
+        )
+    return Announcer(connect(settings.redis_url), settings.key_prefix, settings.model).start()
 
 
 def register(app: typer.Typer) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from assay.commands.fleet_common import EXIT_UNAVAILABLE
+from assay.commands.fleet_common import ERROR_PREFIX, EXIT_UNAVAILABLE
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ ModelOpt = Annotated[str | None, typer.Option("--model", help="litellm model nam
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"{ERROR_PREFIX}{message}", err=True)
     raise typer.Exit(code)
 
 
@@ -74,9 +74,11 @@ def _settings() -> AssaySettings:
 
 
 def _redis(settings: AssaySettings) -> Any:
+    from assay.commands.fleet_common import require_reachable
     from workers.redis_client import connect
 
     url = _redis_url(settings)
+    require_reachable(url)  # a quick answer (69) before the patient client's retries
     client = connect(url)
     try:
         client.ping()
@@ -206,7 +208,10 @@ def add(
         schedule = Schedule.model_validate(fields)
     except ValidationError as exc:
         _fail(_validation_message(exc))
+    for pattern in schedule.targets.snapshots:
+        _refuse_empty_glob(pattern, settings)
     store = _store(settings)
+    _require_model(store, settings, model)
     try:
         created = store.create(schedule)
     except ScheduleConflict as exc:
@@ -496,6 +501,27 @@ def _confined(pattern: str, settings: AssaySettings) -> str:
         return SnapshotRoots.for_local(settings).confine_pattern(pattern)
     except SnapshotOutsideRoots as exc:
         _fail(str(exc))
+
+
+def _refuse_empty_glob(pattern: str, settings: AssaySettings) -> None:
+    """A snapshot glob that matches no folder today is a typo, not a schedule (64)."""
+    from workers.snapshot_roots import SnapshotRoots
+    from workers.targets import snapshot_targets
+
+    if next(iter(snapshot_targets(pattern, SnapshotRoots.for_local(settings))), None) is None:
+        _fail(f"--snapshots {pattern!r} matches no snapshot folder; check the glob and try again")
+
+
+def _require_model(store: ScheduleStore, settings: AssaySettings, model: str | None) -> None:
+    """As for `assay submit`: refuse (64) when live workers exist and none has a model."""
+    from assay.commands.fleet_common import NO_MODEL
+    from assay.worker_presence import read_fleet_models
+
+    if model:
+        return
+    fleet = read_fleet_models(store.redis, settings.key_prefix)
+    if fleet.workers and not fleet.models:
+        _fail(NO_MODEL.format(workers=fleet.workers))
 
 
 def _print_json(data: Any) -> None:
