@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from assay.render import VERDICT_STYLES, make_table
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary
@@ -36,6 +37,17 @@ VERDICT_ORDER: dict[VerdictKind | None, int] = {
 
 def failures_first(rank: VerdictKind | None) -> int:
     return VERDICT_ORDER.get(rank, 3)
+
+
+VERDICT_WIDTH = max(len(label) for label, _style in VERDICT_STYLES.values())
+
+
+def keep_whole(table: Table, widths: list[int]) -> None:
+    """Give every column but the last its full width; the last one takes what is left
+    (cut with an ellipsis), so a row stays one line at 80 columns."""
+    for column, width in zip(table.columns[:-1], widths, strict=False):
+        column.no_wrap = True
+        column.min_width = width
 
 
 def short_id(value: str, wide: bool) -> str:
@@ -66,8 +78,8 @@ def _cut(text: str, limit: int = TEXT_CELL_CHARS) -> str:
 
 def render_history(verdicts: list[Verdict], console: Console, wide: bool = False) -> None:
     table = make_table(console, "finished", "verdict", "run", "steps", "explanation")
-    for column in table.columns[:4]:
-        column.no_wrap = True
+    run_width = max((len(short_id(v.run_id, wide)) for v in verdicts), default=3)
+    keep_whole(table, [19, VERDICT_WIDTH, run_width, 5])
     table.columns[4].no_wrap = not wide
     table.columns[4].overflow = "ellipsis"
     for verdict in verdicts:
@@ -78,15 +90,24 @@ def render_history(verdicts: list[Verdict], console: Console, wide: bool = False
             str(verdict.iterations),
             escape(_cut(verdict.reason or verdict.explanation, 200 if wide else TEXT_CELL_CHARS)),
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)
 
 
 def render_checks(rows: list[CheckSummary], console: Console, wide: bool = False) -> None:
     """One line per check, failures first; ``wide`` adds the last change and full text."""
     headers = ["check", "verdict", "target", "age", *(["changed"] if wide else []), "predicate"]
     table = make_table(console, *headers)
-    for column in table.columns[:-1]:
-        column.no_wrap = True
+    ids = [row.check_id if wide else _cut(row.check_id, 24) for row in rows]
+    keep_whole(
+        table,
+        [
+            max((len(i) for i in ids), default=5),
+            VERDICT_WIDTH,
+            max((len(row.target) for row in rows), default=6),
+            4,
+            *([40] if wide else []),
+        ],
+    )
     table.columns[-1].no_wrap = not wide
     table.columns[-1].overflow = "ellipsis"
     for row in sorted(rows, key=lambda r: failures_first(r.verdict)):
@@ -103,7 +124,7 @@ def render_checks(rows: list[CheckSummary], console: Console, wide: bool = False
             *([escape(changed)] if wide else []),
             escape(row.text if wide else _cut(row.text)),
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)
     console.print(f"[dim]{len(rows)} check(s)[/]")
 
 
@@ -112,7 +133,7 @@ def render_batch_status(status: BatchStatus, console: Console) -> None:
     finished = status.total - status.pending
     console.print(
         f"batch {status.batch_id} · {state} · {finished}/{status.total} done · "
-        f"{escape(_cut(status.text, 100))}"
+        f"{escape(_cut(status.text, 40))}"
     )
     table = make_table(console, "pending", "true", "false", "poorly posed", "cannot determine")
     table.add_row(
@@ -122,7 +143,7 @@ def render_batch_status(status: BatchStatus, console: Console) -> None:
         str(status.poorly_posed),
         str(status.cannot_determine),
     )
-    console.print(table)
+    console.print(table, soft_wrap=False)
 
 
 def render_batch_results(
@@ -135,8 +156,7 @@ def render_batch_results(
     """
     rows = sorted(results, key=lambda r: failures_first(r.verdict))
     table = make_table(console, "target", "verdict", "explanation", *(["run"] if wide else []))
-    table.columns[0].no_wrap = True
-    table.columns[1].no_wrap = True
+    keep_whole(table, [max((len(row.target) for row in rows), default=6), VERDICT_WIDTH])
     table.columns[2].no_wrap = not wide
     table.columns[2].overflow = "ellipsis"
     for row in rows:
@@ -146,5 +166,5 @@ def render_batch_results(
             escape(_cut(row.explanation or "", 200)),
         ]
         table.add_row(*cells, *([row.run_id] if wide else []))
-    console.print(table)
+    console.print(table, soft_wrap=False)
     return len(rows)

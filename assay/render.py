@@ -79,7 +79,7 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
                 found,
                 escape(item.excerpt),
             )
-        console.print(table)
+        console.print(table, soft_wrap=False)
     if verdict.confirmed is not None:
         outcome = "confirmed" if verdict.confirmed else "not confirmed"
         console.print(f"[dim]strict: {outcome} by a separate look at the cited evidence[/]")

@@ -14,6 +14,7 @@ the internet. Wall times per command are printed (``pytest -s`` shows them).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -143,17 +144,18 @@ def test_the_readme_examples_run_as_written(fresh_clone: Path, tmp_path: Path) -
         out, err = walk.communicate(timeout=WALK_TIMEOUT_SECONDS)
     finally:
         subprocess.run(
-            [sys.executable, "-m", "assay.cli", "down"], cwd=fresh_clone, env=env,
-            capture_output=True, timeout=60,
+            [sys.executable, "-m", "assay.cli", "down"],
+            cwd=fresh_clone,
+            env=env,
+            capture_output=True,
+            timeout=60,
         )
         if walk.poll() is None:
             os.killpg(walk.pid, signal.SIGKILL)
             walk.wait(timeout=10)
         else:
-            try:
-                os.killpg(walk.pid, signal.SIGTERM)  # a background `assay api` left behind
-            except ProcessLookupError:
-                pass
+            with contextlib.suppress(ProcessLookupError):  # a background `assay api` left
+                os.killpg(walk.pid, signal.SIGTERM)
     times = _times(fresh_clone / "walk-times.txt", commands)
     print("\nREADME command wall times:\n" + times)
     assert walk.returncode == 0, f"{err[-4000:]}\n--- stdout ---\n{out[-3000:]}"

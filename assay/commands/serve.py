@@ -27,7 +27,7 @@ def api(
     import uvicorn
 
     from assay.api import create_app
-    from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail, require_reachable
+    from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail
     from assay.local_mode import discover_redis_url
     from schemas.settings import load_settings
     from workers.logs import configure_logging
@@ -41,7 +41,11 @@ def api(
             "or set ASSAY_REDIS_URL to your Redis",
             EXIT_UNAVAILABLE,
         )
-    require_reachable(url)
+    from assay.commands.fleet_common import probe_redis
+
+    problem = probe_redis(url)
+    if problem is not None:  # serve anyway: /readyz says 503 until Redis answers
+        typer.echo(f"assay: warning: Redis at {url} does not answer yet ({problem})", err=True)
     settings = settings.model_copy(update={"redis_url": url})
     if not settings.api_tokens and settings.api_tokens_file is None:
         typer.echo(
