@@ -93,7 +93,7 @@ def query(
     trace: TraceOpt = False,
     scripted: ScriptedOpt = None,
 ) -> None:
-    """Answer QUESTION; prints {success, summary, findings, tools_used, iterations, usage}."""
+    """Answer QUESTION in text; --json prints {success, summary, findings, tools_used, ...}."""
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     raise typer.Exit(
         _run("query", question, snapshot, context, flags, json_output, trace, scripted)

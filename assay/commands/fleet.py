@@ -32,14 +32,14 @@ from assay.commands.fleet_common import (
     stdout_console,
 )
 from assay.commands.options import (
-    ApiBaseOpt,
     ContextOpt,
     EngineFlags,
+    FleetApiBaseOpt,
+    FleetModelOpt,
     JsonOpt,
     MaxCostOpt,
     MaxIterationsOpt,
     MaxTokensOpt,
-    ModelOpt,
     ProfileOpt,
     SnapshotOpt,
     TimeoutOpt,
@@ -85,8 +85,8 @@ def submit(
         ),
     ] = None,
     json_output: JsonOpt = False,
-    model: ModelOpt = None,
-    api_base: ApiBaseOpt = None,
+    model: FleetModelOpt = None,
+    api_base: FleetApiBaseOpt = None,
     max_iterations: MaxIterationsOpt = None,
     max_tokens: MaxTokensOpt = None,
     timeout: TimeoutOpt = None,
@@ -346,7 +346,11 @@ def worker(
         ),
     ] = None,
 ) -> None:
-    """Start a Celery worker that evaluates queued runs (foreground; Ctrl-C stops it warmly)."""
+    """Start a Celery worker that evaluates queued runs (foreground; Ctrl-C stops it warmly).
+
+    Its ASSAY_MODEL (or --scripted) is the model of every run that names none;
+    without one it logs a warning at start-up and clients refuse such runs (64).
+    """
     from assay.local_mode import require_redis_url
     from workers.celery_app import FleetNotConfigured, create_app
 

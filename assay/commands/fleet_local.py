@@ -286,7 +286,7 @@ def demo(
             try:
                 status = wait_with_progress(client, batch_id, DEMO_TIMEOUT_SECONDS)
             except WaitTimeout as exc:
-                print(f"assay: the demo did not finish: {exc}", file=sys.stderr)
+                print(f"assay: error: the demo did not finish: {exc}", file=sys.stderr)
                 print(_tail(fleet.log_path("worker")), file=sys.stderr)
             else:
                 show_batch(client, status, json_output=False)

@@ -39,6 +39,18 @@ ContextOpt = Annotated[
 ModelOpt = Annotated[
     str | None, typer.Option("--model", help="litellm model name (env ASSAY_MODEL).")
 ]
+FLEET_MODEL_HELP = (
+    "litellm model for this run; it overrides the workers' ASSAY_MODEL, which is used "
+    "otherwise (the ASSAY_MODEL of this shell is not sent)."
+)
+FleetModelOpt = Annotated[str | None, typer.Option("--model", help=FLEET_MODEL_HELP)]
+FleetApiBaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-base",
+        help="OpenAI-compatible endpoint for this run; overrides the workers' ASSAY_API_BASE.",
+    ),
+]
 ApiBaseOpt = Annotated[
     str | None,
     typer.Option("--api-base", help="OpenAI-compatible endpoint URL (env ASSAY_API_BASE)."),

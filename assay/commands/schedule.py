@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 
 schedule_app = typer.Typer(
+    rich_markup_mode=None,  # plain help: no box drawing, no <bool> placeholders
     name="schedule",
     help="Periodic checks: add, list, show, pause, resume, remove, run-now.",
     no_args_is_help=True,
@@ -56,7 +57,13 @@ JitterOpt = Annotated[
     str | None, typer.Option("--jitter", help="Spread each fire by up to this much, e.g. 30s.")
 ]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="smoke, fast or strict.")]
-ModelOpt = Annotated[str | None, typer.Option("--model", help="litellm model name.")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="litellm model for this schedule's runs; overrides the workers' ASSAY_MODEL.",
+    ),
+]
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
