@@ -168,9 +168,15 @@ def add(
     ] = False,
     profile: ProfileOpt = None,
     model: ModelOpt = None,
-    max_iterations: Annotated[int | None, typer.Option("--max-iterations", min=1)] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=100)] = None,
-    timeout: Annotated[float | None, typer.Option("--timeout", min=0.1)] = None,
+    max_iterations: Annotated[
+        int | None, typer.Option("--max-iterations", min=1, help="Model steps allowed per run.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=100, help="Total tokens allowed per run.")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=0.1, help="Seconds allowed per run.")
+    ] = None,
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
     json_out: JsonOpt = False,
