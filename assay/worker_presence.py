@@ -75,15 +75,14 @@ class Announcer:
         self.redis.set(self.key, body, ex=PRESENCE_TTL_SECONDS)
 
     def _loop(self) -> None:
-        while not self._stop.wait(REFRESH_SECONDS):
-            try:
+        while True:
+            with contextlib.suppress(Exception):  # Redis away: the next refresh tries again
                 self.announce()
-            except Exception:  # Redis away for a moment: the next refresh tries again
-                continue
+            if self._stop.wait(REFRESH_SECONDS):
+                return
 
     def start(self) -> Announcer:
-        with contextlib.suppress(Exception):
-            self.announce()
+        """Announce on the thread: a Redis that is down must not delay the worker's start."""
         self._thread.start()
         return self
 

@@ -479,9 +479,12 @@ def _last_verdicts(schedule: Schedule, verdicts: VerdictStore | None) -> dict[st
 def _as_dict(
     store: ScheduleStore, schedule: Schedule, verdicts: VerdictStore | None = None
 ) -> dict[str, Any]:
-    data = schedule.model_dump(mode="json")
-    next_at = store.next_fire_at(schedule)
-    data["next_fire"] = next_at.isoformat() if next_at else None
+    """The API's ScheduleView (same fields, same timestamps), plus the last fire's verdicts."""
+    from assay.api_models import ScheduleView
+
+    stored = schedule.model_dump(exclude={"next_fire_at"})
+    view = ScheduleView(**stored, next_fire_at=store.next_fire_at(schedule))
+    data: dict[str, Any] = view.model_dump(mode="json")
     data["last_verdicts"] = _last_verdicts(schedule, verdicts)
     return data
 
