@@ -109,8 +109,7 @@ def up(
         if model is not None:
             model.stop()
         raise
-    if fleet.redis is not None:
-        fleet.write_state(state_file)
+    fleet.write_state(state_file)  # other shells, `assay api` and `assay down` find it
     print(
         f"redis     {fleet.redis_url}"
         + (f"  (data in {fleet.redis.data_dir})" if fleet.redis else "")
@@ -134,8 +133,7 @@ def up(
         fleet.stop()
         if model is not None:
             model.stop()
-        if fleet.redis_url and state_file.exists() and settings.redis_url is None:
-            state_file.unlink(missing_ok=True)
+        state_file.unlink(missing_ok=True)
     raise typer.Exit(code)
 
 
@@ -156,8 +154,6 @@ def _detach(state_file: Path, scripted: Path | None, concurrency: int | None) ->
     """Start `assay up` in its own session, wait until its state file names it, print where."""
     import subprocess
 
-    from assay.local_mode import discover_redis_url
-
     log = state_file.parent / "up.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "assay.cli", "up", "--foreground"]
@@ -174,11 +170,10 @@ def _detach(state_file: Path, scripted: Path | None, concurrency: int | None) ->
             start_new_session=True,
         )
     deadline = time.monotonic() + DETACH_START_SECONDS
-    settings = settings_or_usage()
     while time.monotonic() < deadline:
         if child.poll() is not None:
             fail(f"the local fleet did not start:\n{_tail(log)}", EXIT_UNAVAILABLE)
-        url = discover_redis_url(settings)
+        url = _started_by(state_file, child.pid)
         if url is not None:
             print(
                 f"local fleet up (pid {child.pid}, redis {url}); log {log}; stop it with "
@@ -191,6 +186,19 @@ def _detach(state_file: Path, scripted: Path | None, concurrency: int | None) ->
         f"the local fleet did not start within {DETACH_START_SECONDS:g}s; see {log}",
         EXIT_UNAVAILABLE,
     )
+
+
+def _started_by(state_file: Path, pid: int) -> str | None:
+    """The Redis URL in the state file once process ``pid`` has written it, else None."""
+    import json
+
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or state.get("pid") != pid:
+        return None
+    return str(state.get("redis_url") or "") or None
 
 
 def down(
