@@ -130,6 +130,7 @@ def test_snapshot_targets_are_stored_absolute(
     tmp_path: Path,
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "fleet" / "prod-eu").mkdir(parents=True)  # a glob must match a folder today
     code, _, _ = run(
         capsys, "schedule", "add", "snaps", "p", "--every", "1h", "--snapshots", "fleet/*"
     )
