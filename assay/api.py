@@ -64,18 +64,14 @@ class RequestLogAndMetrics:
         structlog.contextvars.bind_contextvars(request_id=request_id)
         status = 500
         start = time.perf_counter()
+        logged = False
 
-        async def send_with_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
+        def record() -> None:
+            """The metrics sample and the log line, once per request."""
+            nonlocal logged
+            if logged:
+                return
+            logged = True
             elapsed = time.perf_counter() - start
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             metrics.observe_api_request(route, scope.get("method", ""), status, elapsed)
@@ -90,6 +86,23 @@ class RequestLogAndMetrics:
                     status=status,
                     duration_ms=round(elapsed * 1000, 1),
                 )
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                # Written before the last byte leaves, so a client that has its answer
+                # can already read the request's log line (no race with the reader).
+                record()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            record()  # a request that ended without a body (an error, a disconnect)
             structlog.contextvars.clear_contextvars()
 
 
