@@ -168,8 +168,10 @@ def test_no_fleet_anywhere_is_69_and_names_the_way_out(tmp_path: Path) -> None:
 def test_cli_json_and_api_json_are_the_same_objects(redis_url: str, client: Client) -> None:
     from assay.api import create_app
 
-    record(client, "replicas", "false")
+    run_id = record(client, "replicas", "false")
     record(client, "roots", "true", minutes_ago=1)
+    cli_run = assay(redis_url, "run", run_id, "--json")
+    assert cli_run.returncode == 1, cli_run.stderr
     cli_verdict = assay(redis_url, "verdict", "replicas", "--json")
     assert cli_verdict.returncode == 1, cli_verdict.stderr
     cli_checks = assay(redis_url, "checks", "--json", "--changed-since", "1h")
@@ -178,6 +180,8 @@ def test_cli_json_and_api_json_are_the_same_objects(redis_url: str, client: Clie
     with TestClient(create_app(settings)) as api:
         api_verdict = api.get("/v1/checks/replicas", headers=auth(READ_TOKEN))
         api_checks = api.get("/v1/checks?changed_since=1h", headers=auth(READ_TOKEN))
+        api_run = api.get(f"/v1/runs/{run_id}", headers=auth(READ_TOKEN))
+    assert json.loads(cli_run.stdout) == api_run.json()
     assert api_verdict.status_code == 200 and api_checks.status_code == 200, api_checks.text
     assert json.loads(cli_verdict.stdout) == api_verdict.json()
     assert json.loads(cli_checks.stdout) == api_checks.json()["checks"]

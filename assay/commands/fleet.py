@@ -222,32 +222,51 @@ def run(
     ],
     json_output: JsonOpt = False,
 ) -> None:
-    """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown)."""
+    """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown).
+
+    --json prints what GET /v1/runs/RUN_ID returns (state, verdict, report).
+    """
     from assay.render import render_report
 
     with fleet_client() as client:
         state = client.run_state(run_id)
         report = client.run_report(run_id)
-        client_due = client.due_at(run_id) if state is not None else None
+        due = client.due_at(run_id) if state is not None and report is None else None
     if state is None and report is None:
         fail(f"no run has id {run_id!r}; check the id `assay submit` printed", EXIT_UNKNOWN)
+    if json_output:
+        print(dump_json(_run_view(state, report)))
+    elif report is not None:
+        render_report(report, stdout_console())
+    else:
+        assert state is not None
+        print(f"run {run_id} · check {state.check_id} · status {state.status}")
+        if state.wake_at or due:
+            print(f"wake_at {iso_utc(state.wake_at or due)}")  # type: ignore[arg-type]
     if report is None:
         assert state is not None
-        due = client_due
-        if json_output:
-            print(dump_json(state.model_copy(update={"wake_at": state.wake_at or due})))
-        else:
-            print(f"run {run_id} · check {state.check_id} · status {state.status}")
-            if state.wake_at or due:
-                print(f"wake_at {iso_utc(state.wake_at or due)}")  # type: ignore[arg-type]
         fail(f"run {run_id} has no report yet ({state.status}); ask again later", EXIT_PENDING)
-    if json_output:
-        print(dump_json(report))
-    else:
-        render_report(report, stdout_console())
     if report.verdict is None:
         raise typer.Exit(EXIT_PENDING)
     raise typer.Exit(report.verdict.exit_code)
+
+
+def _run_view(state: Any, report: Any) -> Any:
+    """The API's RunView of a run (its report alone when the run's state has expired)."""
+    from assay.api_models import RunView
+
+    if state is None:
+        return report
+    return RunView(
+        run_id=state.run_id,
+        check_id=state.check_id,
+        target=state.target,
+        status=state.status,
+        attempts=state.attempts,
+        batch_id=state.batch_id,
+        verdict=report.verdict if report is not None else None,
+        report=report,
+    )
 
 
 # --- checks ---------------------------------------------------------------------------------------
