@@ -273,3 +273,29 @@ def test_help_has_no_bool_placeholders_or_boxes_and_completion_is_offered() -> N
     assert "--install-completion" in assay(None, "--help").stdout
     script = assay(None, "--show-completion", "bash")
     assert script.returncode == 0 and "complete" in script.stdout
+
+
+# --- --scripted beside a fleet command --------------------------------------------------------
+
+
+def test_a_worker_started_with_scripted_answers_with_the_scripted_model(
+    redis_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "worker.log"
+    script = str(EXAMPLES / "scripts" / "demo.yaml")
+    with log.open("ab") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "assay.cli", "worker", "-c", "2", "--scripted", script],
+            cwd=ROOT,
+            env=env_for(redis_url),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        waited = assay(redis_url, "submit", "--snapshot", PROD_EU, PLAIN, "--wait")
+    finally:
+        stop_process(worker)
+    assert "SCRIPTED MODEL" in log.read_text()
+    assert waited.returncode == 0, waited.stderr + log.read_text()[-2000:]
+    assert "TRUE" in waited.stdout and "openai/scripted" in waited.stdout
