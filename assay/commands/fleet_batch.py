@@ -30,7 +30,6 @@ from assay.commands.options import (
     EngineFlags,
     FleetApiBaseOpt,
     FleetModelOpt,
-    JsonOpt,
     MaxCostOpt,
     MaxIterationsOpt,
     MaxTokensOpt,
@@ -108,8 +107,9 @@ def batch(
     args: Annotated[
         list[str],
         typer.Argument(
-            metavar="PREDICATE | status BATCH_ID | results BATCH_ID",
-            help="The predicate to fan out, or `status ID` / `results ID` of a batch.",
+            metavar="PREDICATE | status [BATCH_ID] | results [BATCH_ID]",
+            help="The predicate to fan out, or `status` / `results` of a batch (no id: the "
+            "newest batch).",
         ),
     ],
     contexts: Annotated[
@@ -128,7 +128,9 @@ def batch(
     wait_timeout: Annotated[
         float | None, typer.Option("--wait-timeout", min=1, help="With --wait: give up (75).")
     ] = None,
-    json_output: JsonOpt = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the batch status (results: JSON lines) as JSON.")
+    ] = False,
     wide: WideOpt = False,
     model: FleetModelOpt = None,
     api_base: FleetApiBaseOpt = None,

@@ -72,7 +72,7 @@ def up(
         ),
     ] = False,
 ) -> None:
-    """Start a local fleet (Redis, worker, scheduler) and keep it running until Ctrl-C."""
+    """Start a local fleet (Redis, worker, scheduler) until Ctrl-C (--detach: `assay down`)."""
     from assay.local_mode import LocalFleet, discover_redis_url, state_path
 
     settings = settings_or_usage()

@@ -57,19 +57,35 @@ ApiBaseOpt = Annotated[
 ]
 MaxIterationsOpt = Annotated[
     int | None,
-    typer.Option("--max-iterations", min=1, help="Model steps allowed (env ASSAY_MAX_ITERATIONS)."),
+    typer.Option(
+        "--max-iterations",
+        min=1,
+        help="Model steps allowed (env ASSAY_MAX_ITERATIONS; for submit and batch, the workers').",
+    ),
 ]
 MaxTokensOpt = Annotated[
     int | None,
-    typer.Option("--max-tokens", min=100, help="Total tokens allowed (env ASSAY_MAX_TOKENS)."),
+    typer.Option(
+        "--max-tokens",
+        min=100,
+        help="Total tokens allowed (env ASSAY_MAX_TOKENS; for submit and batch, the workers').",
+    ),
 ]
 TimeoutOpt = Annotated[
     float | None,
-    typer.Option("--timeout", min=0.1, help="Seconds allowed (env ASSAY_TIMEOUT_SECONDS)."),
+    typer.Option(
+        "--timeout",
+        min=0.1,
+        help="Seconds allowed (env ASSAY_TIMEOUT_SECONDS; for submit and batch, the workers').",
+    ),
 ]
 MaxCostOpt = Annotated[
     float | None,
-    typer.Option("--max-cost", min=0.0, help="USD allowed (env ASSAY_MAX_COST_USD)."),
+    typer.Option(
+        "--max-cost",
+        min=0.0,
+        help="USD allowed (env ASSAY_MAX_COST_USD; for submit and batch, the workers').",
+    ),
 ]
 ProfileOpt = Annotated[
     str | None,
