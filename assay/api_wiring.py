@@ -21,6 +21,7 @@ from assay.api_models import (
     ScheduleUpdate,
     ScheduleView,
 )
+from assay.submission import note_batch, submit_request
 from schemas.request import EvaluationRequest, SnapshotTarget, Target
 
 if TYPE_CHECKING:
@@ -154,8 +155,6 @@ class Services:
         A run id that is already known queues nothing new: resubmitting after a
         lost response is safe. A predicate opening with a future instant waits for it.
         """
-        from assay.submission import submit_request
-
         return submit_request(
             request,
             store=self.store,
@@ -190,15 +189,13 @@ class Services:
         shared = body.model_dump(exclude={"text", "targets", "context_glob"}, exclude_none=True)
         try:
             batch_id, _sent = fan_out(self.dispatcher, targets, text=body.text, **shared)
-            from assay.submission import note_batch
-
-            note_batch(self.redis, self.settings.key_prefix, batch_id)
         except ValidationError as exc:
             raise _validation_error(exc) from None
         except EmptyBatch:
             raise ApiError(
                 422, "batch_empty", "The context glob matched no context; check the pattern."
             ) from None
+        note_batch(self.redis, self.settings.key_prefix, batch_id)
         status = self.store.batch(batch_id)
         if status is None:  # only if Redis lost the record between two calls
             raise ApiError(503, "redis_unavailable", "The batch record vanished; try again.")
