@@ -10,7 +10,7 @@ blocking Redis calls never stall the event loop.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import structlog
@@ -90,6 +90,27 @@ def _instant(value: datetime, name: str) -> datetime:
     return max(value, _EPOCH)
 
 
+def _instant_or_age(text: str, name: str) -> datetime:
+    """An instant from ISO-8601 text or an age like ``1h`` (``scheduler.when``, as the CLI)."""
+    from scheduler.when import WhenError, parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except WhenError:
+        pass
+    else:
+        return datetime.now(UTC) - timedelta(seconds=seconds)
+    try:
+        value = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        raise ApiError(
+            422,
+            "validation_error",
+            f"{name} must be an instant like 2026-01-01T00:00:00Z or an age like 1h, not {text!r}.",
+        ) from None
+    return _instant(value, name)
+
+
 def _refuse_kubeconfig(target: Any) -> None:
     if getattr(target, "kubeconfig", None):
         raise ApiError(
@@ -152,16 +173,25 @@ def list_checks(
     ] = None,
     target: Annotated[str | None, Query(min_length=1, max_length=300)] = None,
     changed_since: Annotated[
-        datetime | None,
-        Query(description="Only checks whose verdict changed at or after this instant."),
+        str | None,
+        Query(
+            description="Only checks whose verdict changed at or after this instant "
+            "(ISO-8601 with a zone) or within this age (1h, 30m, 2d), as on the CLI.",
+            max_length=64,
+        ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> CheckList:
     """Checks with their latest verdict, newest first, filtered by verdict, target or change."""
-    if changed_since is not None:
-        changed_since = _instant(changed_since, "changed_since")
-    rows = _services(request).store.checks(
-        verdict=verdict, target=target, changed_since=changed_since, limit=limit
+    since = _instant_or_age(changed_since, "changed_since") if changed_since else None
+    from assay.client import checks_on_target
+
+    rows = checks_on_target(
+        _services(request).store,
+        verdict=verdict,
+        target=target,
+        changed_since=since,
+        limit=limit,
     )
     return CheckList(checks=rows)
 
@@ -170,12 +200,19 @@ def list_checks(
 def list_changes(
     request: Request,
     scope: ReadAccess,
-    since: Annotated[datetime, Query(description="Changes at or after this instant.")],
+    since: Annotated[
+        str,
+        Query(
+            description="Changes at or after this instant (ISO-8601 with a zone) or within "
+            "this age (1h, 30m, 2d), as on the CLI.",
+            max_length=64,
+        ),
+    ],
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> ChangeList:
     """Verdict changes (true -> false and so on), oldest first."""
-    since = _instant(since, "since")
-    return ChangeList(changes=_services(request).store.changes(since, limit=limit))
+    moment = _instant_or_age(since, "since")
+    return ChangeList(changes=_services(request).store.changes(moment, limit=limit))
 
 
 @router.get(

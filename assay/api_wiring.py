@@ -10,7 +10,6 @@ person waiting on an HTTP answer is better served by a fast 503 than by a
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from assay.api_errors import ApiError
@@ -22,9 +21,8 @@ from assay.api_models import (
     ScheduleUpdate,
     ScheduleView,
 )
-from scheduler.deferred import defer_evaluation
+from assay.submission import note_batch, submit_request
 from scheduler.schedules import ScheduleConflict, ScheduleNotFound, ScheduleStore
-from scheduler.when import deferral_for
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule
@@ -148,31 +146,18 @@ class Services:
             return self._dispatcher
 
     def submit(self, request: EvaluationRequest) -> SubmitReceipt:
-        """Queue ``request`` now, or hold it in the scheduler until ``not_before``.
+        """Queue ``request`` through the fleet's one submit path (``assay.submission``).
 
         A run id that is already known queues nothing new: resubmitting after a
-        lost response is safe.
+        lost response is safe. A predicate opening with a future instant waits for it.
         """
-
-        known = self.store.run_state(request.run_id)
-        if known is not None:
-            return SubmitReceipt(
-                run_id=known.run_id,
-                check_id=known.check_id,
-                target=known.target,
-                batch_id=known.batch_id,
-            )
-        if request.not_before is None:
-            # "on 2027-01-01, the Certificate is Ready" is about that instant: wait for it
-            instant = deferral_for(request.text)
-            if instant is not None:
-                request = request.model_copy(update={"not_before": instant})
-        if request.not_before is not None and request.not_before > datetime.now(UTC):
-            defer_evaluation(self.redis, self.settings, request)
-            return SubmitReceipt(
-                run_id=request.run_id, check_id=request.check_id, target=request.target.name
-            )
-        return self.dispatcher.submit(request)
+        return submit_request(
+            request,
+            store=self.store,
+            redis=self.redis,
+            settings=self.settings,
+            dispatcher=lambda: self.dispatcher,
+        )
 
     def run_view(self, run_id: str) -> RunView | None:
         store = self.store
@@ -204,6 +189,7 @@ class Services:
             raise ApiError(
                 422, "batch_empty", "The context glob matched no context; check the pattern."
             ) from None
+        note_batch(self.redis, self.settings.key_prefix, batch_id)
         status = self.store.batch(batch_id)
         if status is None:  # only if Redis lost the record between two calls
             raise ApiError(503, "redis_unavailable", "The batch record vanished; try again.")

@@ -11,11 +11,13 @@ Usage errors exit 64, never a verdict code: click's default of 2 would read as
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
 from assay.commands import eval as eval_command
 from assay.commands import evaluate, fleet, notify, schedule, serve
+from assay.commands.fleet_common import ERROR_PREFIX
 from schemas.verdict import EXIT_USAGE
 
 try:  # typer >= 0.22 vendors click under typer._click; older typer uses click itself
@@ -26,9 +28,12 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 app = typer.Typer(
     name="assay",
     help="Evaluate plain-language predicates about Kubernetes clusters.\n\n"
-    "Exit codes: 0 true, 1 false, 2 poorly posed, 3 cannot determine, 64 usage error.",
+    "Exit codes: 0 true, 1 false, 2 poorly posed, 3 cannot determine, 64 usage error, "
+    "66 no such id, 69 the fleet's Redis is unreachable, 75 no verdict yet. Errors are one "
+    "line on stderr starting 'assay: error:'.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
+    rich_markup_mode=None,  # plain help: no box drawing, no <bool> placeholders, fits 80 cols
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -51,20 +56,32 @@ def version() -> None:
     typer.echo(dist_version("assay"))
 
 
+def _usage_error(exc: Any) -> None:
+    """One line, with the prefix every user-facing error has, and where to read more."""
+    message = " ".join(exc.format_message().split())
+    names: list[str] = []
+    context = exc.ctx
+    while context is not None and context.parent is not None:  # the root's name varies
+        names.append(context.info_name or "")
+        context = context.parent
+    command = " ".join(["assay", *reversed(names)])
+    print(f"{ERROR_PREFIX}{message} (see `{command} --help`)", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps click's usage errors to exit 64."""
     try:
         result = app(args=argv, standalone_mode=False)
     except click_exceptions.UsageError as exc:
-        exc.show(file=sys.stderr)
+        _usage_error(exc)
         raise SystemExit(EXIT_USAGE) from None
     except typer.Abort:
-        print("aborted", file=sys.stderr)
+        print(f"{ERROR_PREFIX}aborted", file=sys.stderr)
         raise SystemExit(130) from None
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except click_exceptions.ClickException as exc:
-        exc.show(file=sys.stderr)
+        print(f"{ERROR_PREFIX}{exc.format_message()}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
     raise SystemExit(result if isinstance(result, int) else 0)
 

@@ -26,7 +26,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from assay.local_mode import require_redis_url
-from scheduler.deferred import defer_evaluation
+from assay.submission import pending_run_for_check, submit_request
+from scheduler.deferred import deferred_request
 from scheduler.when import parse_duration
 from schemas.fleet import (
     BatchResult,
@@ -81,6 +82,36 @@ def make_target(
         return SnapshotTarget(path=str(Path(snapshot).expanduser().resolve()))
     assert context is not None
     return ContextTarget(context=context, kubeconfig=kubeconfig)
+
+
+def target_names(target: str) -> list[str]:
+    """The stored target names a filter may mean: as given, then a bare name as a snapshot.
+
+    Snapshot targets are stored as ``snapshot:NAME`` (the folder's name) and
+    contexts by their name, so ``prod-eu`` finds a context ``prod-eu`` or,
+    failing that, the snapshot folder ``prod-eu``.
+    """
+    if ":" in target:
+        return [target]
+    return [target, f"snapshot:{target}"]
+
+
+def checks_on_target(
+    store: VerdictStore,
+    *,
+    verdict: Any = None,
+    target: str | None = None,
+    changed_since: datetime | None = None,
+    limit: int = 1000,
+) -> list[CheckSummary]:
+    """``store.checks`` with a bare target name resolved by :func:`target_names`."""
+    names: list[str | None] = [None] if target is None else list(target_names(target))
+    rows: list[CheckSummary] = []
+    for name in names:
+        rows = store.checks(verdict=verdict, target=name, changed_since=changed_since, limit=limit)
+        if rows:
+            break
+    return rows
 
 
 class Client:
@@ -140,21 +171,20 @@ class Client:
         return self.submit_request(request)
 
     def submit_request(self, request: EvaluationRequest) -> SubmitReceipt:
-        """Queue ``request``; one with a future ``not_before`` is held by the scheduler.
+        """Queue ``request`` through the fleet's one submit path (``assay.submission``).
 
+        A run id the store knows queues nothing new; a predicate opening with a
+        future instant, or a future ``not_before``, is held by the scheduler.
         A snapshot target must lie inside this client's snapshot roots
         (``SnapshotOutsideRoots`` otherwise) and is sent as its resolved path.
         """
-        request = self._confined(request)
-        if request.not_before is not None and request.not_before > datetime.now(UTC):
-            defer_evaluation(self.store.client, self.settings, request)
-            return SubmitReceipt(
-                run_id=request.run_id,
-                check_id=request.check_id,
-                target=request.target.name,
-                batch_id=request.batch_id,
-            )
-        return self.dispatcher.submit(request)
+        return submit_request(
+            self._confined(request),
+            store=self.store,
+            redis=self.store.client,
+            settings=self.settings,
+            dispatcher=lambda: self.dispatcher,
+        )
 
     def _confined(self, request: EvaluationRequest) -> EvaluationRequest:
         if not isinstance(request.target, SnapshotTarget):
@@ -165,6 +195,21 @@ class Client:
 
     def run_state(self, run_id: str) -> RunProgress | None:
         return self.store.run_state(valid_id(run_id, "run_id"))
+
+    def due_at(self, run_id: str) -> datetime | None:
+        """When a run that has not started is due: its deferral instant, or its WAIT's wake."""
+        state = self.run_state(run_id)
+        if state is not None and state.wake_at is not None:
+            return state.wake_at
+        request = deferred_request(self.store.client, self.settings, run_id)
+        return request.not_before if request is not None else None
+
+    def pending_run_of_check(self, check_id: str) -> RunProgress | None:
+        """The deferred run a check without any verdict yet is waiting for, if any."""
+        run_id = pending_run_for_check(
+            self.store.client, self.settings.key_prefix, valid_id(check_id, "check_id")
+        )
+        return self.store.run_state(run_id) if run_id else None
 
     def wait(
         self, run_id: str, timeout: float | None = None, poll: float = POLL_SECONDS
@@ -200,7 +245,9 @@ class Client:
         limit: int = 1000,
     ) -> list[CheckSummary]:
         since = _since(changed_since) if changed_since is not None else None
-        return self.store.checks(verdict=verdict, target=target, changed_since=since, limit=limit)
+        return checks_on_target(
+            self.store, verdict=verdict, target=target, changed_since=since, limit=limit
+        )
 
     def changes(
         self, since: datetime | timedelta | str, limit: int = 10_000
@@ -236,9 +283,18 @@ class Client:
         else:
             assert contexts is not None
             targets = iter(context_targets(contexts, kubeconfig or self.settings.kubeconfig))
+        from assay.submission import note_batch
+
         clean = {k: v for k, v in fields.items() if v is not None}
         batch, _sent = fan_out(self.dispatcher, targets, text=text, batch_id=batch_id, **clean)
+        note_batch(self.store.client, self.settings.key_prefix, batch)
         return batch
+
+    def latest_batch_id(self) -> str | None:
+        """The newest batch started on this fleet (through the CLI, a client or the API)."""
+        from assay.submission import latest_batch_id
+
+        return latest_batch_id(self.store.client, self.settings.key_prefix)
 
     def batch_status(self, batch_id: str) -> BatchStatus | None:
         return self.store.batch(valid_id(batch_id, "batch_id"))

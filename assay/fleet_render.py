@@ -2,6 +2,12 @@
 
 Single verdicts and run reports are drawn by ``assay.render`` (shared with
 `assay check`); this module adds the many-row views of the fleet commands.
+
+Every table fits 80 columns by default: one line per row (long text is cut
+with an ellipsis), run ids shortened to their first 8 characters, and rows
+sorted failures first (false, poorly posed, cannot determine, pending, true).
+``wide=True`` (the commands' ``--wide``) adds full ids and the longer columns.
+Piped output has no box drawing (``assay.render.make_table``).
 """
 
 from __future__ import annotations
@@ -13,12 +19,39 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from assay.render import VERDICT_STYLES
+from assay.render import VERDICT_STYLES, make_table
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary
 from schemas.verdict import Verdict, VerdictKind
 
 TEXT_CELL_CHARS = 60
-WIDE_TERMINAL = 140
+SHORT_ID_CHARS = 8
+# Failures first: what a person scanning the table must act on comes on top.
+VERDICT_ORDER: dict[VerdictKind | None, int] = {
+    VerdictKind.FALSE: 0,
+    VerdictKind.POORLY_POSED: 1,
+    VerdictKind.CANNOT_DETERMINE: 2,
+    None: 3,
+    VerdictKind.TRUE: 4,
+}
+
+
+def failures_first(rank: VerdictKind | None) -> int:
+    return VERDICT_ORDER.get(rank, 3)
+
+
+VERDICT_WIDTH = max(len(label) for label, _style in VERDICT_STYLES.values())
+
+
+def keep_whole(table: Table, widths: list[int]) -> None:
+    """Give every column but the last its full width; the last one takes what is left
+    (cut with an ellipsis), so a row stays one line at 80 columns."""
+    for column, width in zip(table.columns[:-1], widths, strict=False):
+        column.no_wrap = True
+        column.min_width = width
+
+
+def short_id(value: str, wide: bool) -> str:
+    return value if wide or len(value) <= SHORT_ID_CHARS + 1 else value[:SHORT_ID_CHARS] + "…"
 
 
 def verdict_cell(kind: VerdictKind | None) -> str:
@@ -43,50 +76,66 @@ def _cut(text: str, limit: int = TEXT_CELL_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render_history(verdicts: list[Verdict], console: Console) -> None:
-    table = Table("finished", "verdict", "run", "steps", "explanation", title="history")
-    for column in table.columns[:3]:
-        column.no_wrap = True
+def render_history(verdicts: list[Verdict], console: Console, wide: bool = False) -> None:
+    table = make_table(console, "finished", "verdict", "run", "steps", "explanation")
+    run_width = max((len(short_id(v.run_id, wide)) for v in verdicts), default=3)
+    keep_whole(table, [19, VERDICT_WIDTH, run_width, 5])
+    table.columns[4].no_wrap = not wide
+    table.columns[4].overflow = "ellipsis"
     for verdict in verdicts:
         table.add_row(
             verdict.finished_at.strftime("%Y-%m-%d %H:%M:%S"),
             verdict_cell(verdict.verdict),
-            verdict.run_id,
+            short_id(verdict.run_id, wide),
             str(verdict.iterations),
-            escape(_cut(verdict.reason or verdict.explanation)),
+            escape(_cut(verdict.reason or verdict.explanation, 200 if wide else TEXT_CELL_CHARS)),
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)
 
 
-def render_checks(rows: list[CheckSummary], console: Console) -> None:
-    table = Table("check", "verdict", "target", "age", "changed", "predicate")
-    for column in table.columns[:4]:
-        column.no_wrap = True
-    for row in rows:
+def render_checks(rows: list[CheckSummary], console: Console, wide: bool = False) -> None:
+    """One line per check, failures first; ``wide`` adds the last change and full text."""
+    headers = ["check", "verdict", "target", "age", *(["changed"] if wide else []), "predicate"]
+    table = make_table(console, *headers)
+    ids = [row.check_id if wide else _cut(row.check_id, 24) for row in rows]
+    keep_whole(
+        table,
+        [
+            max((len(i) for i in ids), default=5),
+            VERDICT_WIDTH,
+            max((len(row.target) for row in rows), default=6),
+            4,
+            *([40] if wide else []),
+        ],
+    )
+    table.columns[-1].no_wrap = not wide
+    table.columns[-1].overflow = "ellipsis"
+    for row in sorted(rows, key=lambda r: failures_first(r.verdict)):
         changed = "-"
         if row.changed_at is not None and row.previous_verdict is not None:
             changed = (
                 f"{row.previous_verdict.value} → {row.verdict.value}, {age(row.changed_at)} ago"
             )
         table.add_row(
-            row.check_id,
+            escape(row.check_id if wide else _cut(row.check_id, 24)),
             verdict_cell(row.verdict),
             escape(row.target),
             age(row.finished_at),
-            escape(changed),
-            escape(_cut(row.text)),
+            *([escape(changed)] if wide else []),
+            escape(row.text if wide else _cut(row.text)),
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)
     console.print(f"[dim]{len(rows)} check(s)[/]")
 
 
 def render_batch_status(status: BatchStatus, console: Console) -> None:
     state = "done" if status.done else ("running" if status.sealed else "enqueueing")
+    finished = status.total - status.pending
     console.print(
-        f"batch {status.batch_id} · {state} · {status.total} target(s) · "
-        f"{escape(_cut(status.text, 100))}"
+        f"batch {status.batch_id} · {state} · {finished}/{status.total} done · "
+        f"{escape(_cut(status.text, 40))}"
     )
-    table = Table("pending", "true", "false", "poorly posed", "cannot determine")
+    table = make_table(console, "pending", "true", "false", "poorly posed", "cannot determine")
     table.add_row(
         str(status.pending),
         str(status.true),
@@ -94,27 +143,28 @@ def render_batch_status(status: BatchStatus, console: Console) -> None:
         str(status.poorly_posed),
         str(status.cannot_determine),
     )
-    console.print(table)
+    console.print(table, soft_wrap=False)
 
 
-def render_batch_results(results: Iterable[BatchResult], console: Console) -> int:
-    """Stream the per-target table (rows arrive page by page); returns the row count.
+def render_batch_results(
+    results: Iterable[BatchResult], console: Console, wide: bool = False
+) -> int:
+    """The per-target table, failures first; returns the row count.
 
-    Run ids take a column only on a wide terminal; `assay batch results ID --json`
+    Run ids take a column only with ``wide``; `assay batch results ID --json`
     always has them.
     """
-    wide = console.width >= WIDE_TERMINAL
-    table = Table("target", "verdict", "explanation", *(["run"] if wide else []))
-    table.columns[0].no_wrap = True
-    table.columns[1].no_wrap = True
-    count = 0
-    for row in results:
+    rows = sorted(results, key=lambda r: failures_first(r.verdict))
+    table = make_table(console, "target", "verdict", "explanation", *(["run"] if wide else []))
+    keep_whole(table, [max((len(row.target) for row in rows), default=6), VERDICT_WIDTH])
+    table.columns[2].no_wrap = not wide
+    table.columns[2].overflow = "ellipsis"
+    for row in rows:
         cells = [
             escape(row.target),
             verdict_cell(row.verdict),
             escape(_cut(row.explanation or "", 200)),
         ]
         table.add_row(*cells, *([row.run_id] if wide else []))
-        count += 1
-    console.print(table)
-    return count
+    console.print(table, soft_wrap=False)
+    return len(rows)

@@ -24,6 +24,18 @@ VERDICT_STYLES: dict[VerdictKind, tuple[str, str]] = {
 }
 
 
+def make_table(console: Console, *headers: str, **options: Any) -> Table:
+    """A table with box lines on a terminal, plain aligned columns when piped.
+
+    Piped output is read by grep, awk and people's scripts: no box drawing
+    characters, no colour (rich drops styles when stdout is not a terminal).
+    """
+    from rich import box
+
+    style = box.SIMPLE_HEAVY if console.is_terminal else None
+    return Table(*headers, box=style, **options)
+
+
 def _short_json(value: Any, limit: int = 80) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -55,7 +67,9 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
         for finding in verdict.findings:
             console.print(f"  • {escape(finding)}")
     if verdict.evidence:
-        table = Table("step", "lookup", "ok", "found", "excerpt", show_edge=False, pad_edge=False)
+        table = make_table(
+            console, "step", "lookup", "ok", "found", "excerpt", show_edge=False, pad_edge=False
+        )
         for item in verdict.evidence:
             found = "structured" if item.structured else "yes" if item.verified else "no"
             table.add_row(
@@ -65,7 +79,7 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
                 found,
                 escape(item.excerpt),
             )
-        console.print(table)
+        console.print(table, soft_wrap=False)
     if verdict.confirmed is not None:
         outcome = "confirmed" if verdict.confirmed else "not confirmed"
         console.print(f"[dim]strict: {outcome} by a separate look at the cited evidence[/]")
@@ -101,6 +115,26 @@ def render_report(report: RunReport, console: Console) -> None:
         render_verdict(report.verdict, console)
     elif report.wake_at is not None:
         console.print(f"waiting until {report.wake_at.isoformat()}")
+
+
+def render_answer(report: RunReport, console: Console) -> None:
+    """An `assay query` answer as a person reads it: the answer, its findings, the lookups."""
+    answer = query_summary(report)
+    verdict = report.verdict
+    label = "ANSWERED" if answer["success"] else "NOT ANSWERED"
+    style = "bold green" if answer["success"] else "bold magenta"
+    exit_code = verdict.exit_code if verdict is not None else 3
+    console.print(f"[{style}]{label}[/] (exit {exit_code})")
+    console.print(escape(str(answer["summary"])))
+    for finding in answer["findings"]:
+        console.print(f"  • {escape(str(finding))}")
+    tools = ", ".join(answer["tools_used"]) or "none"
+    console.print(f"[dim]lookups: {escape(tools)} · {answer['iterations']} steps[/]")
+    if verdict is not None:
+        console.print(
+            f"[dim]{escape(usage_line(verdict))} · model {escape(verdict.model)} · "
+            f"run {verdict.run_id}[/]"
+        )
 
 
 def query_summary(report: RunReport) -> dict[str, Any]:

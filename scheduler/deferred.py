@@ -78,6 +78,12 @@ def defer_evaluation(
     return entry
 
 
+def deferred_request(redis: Any, settings: AssaySettings, run_id: str) -> EvaluationRequest | None:
+    """The request a deferred run is holding, so a reader can say when it is due."""
+    body = redis.get(deferred_key(settings.key_prefix, run_id))
+    return EvaluationRequest.model_validate_json(body) if body else None
+
+
 def messages_for(
     redis: Any, settings: AssaySettings, entries: list[TimerEntry]
 ) -> list[list[Enqueue]]:

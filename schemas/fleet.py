@@ -32,6 +32,10 @@ class SubmitReceipt(BaseModel):
     check_id: str
     target: str
     batch_id: str | None = None
+    not_before: datetime | None = Field(
+        default=None,
+        description="When a deferred run is due (UTC); null when it was queued to run now.",
+    )
 
 
 class RunProgress(BaseModel):

@@ -339,8 +339,9 @@ def test_metrics_port_serves_the_api_metrics_without_a_token(
         server.stop()
 
 
-def test_assay_api_without_redis_is_a_usage_error(tmp_path: Path) -> None:
+def test_assay_api_without_a_fleet_exits_69_and_says_what_to_set(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    env["ASSAY_DATA_DIR"] = str(tmp_path)  # no `assay up` state here to discover
     result = subprocess.run(
         [sys.executable, "-m", "assay.cli", "api", "--port", str(free_port())],
         cwd=ROOT,
@@ -349,5 +350,5 @@ def test_assay_api_without_redis_is_a_usage_error(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert result.returncode == 64
-    assert "ASSAY_REDIS_URL" in result.stderr
+    assert result.returncode == 69
+    assert result.stderr.startswith("assay: error: ") and "ASSAY_REDIS_URL" in result.stderr

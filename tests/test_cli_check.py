@@ -80,7 +80,9 @@ def test_query_prints_the_answer_json(tmp_path: Path, snapshot: Path) -> None:
     answer = done("true", 0, explanation="two Deployments")
     answer["action"]["findings"] = ["prod/api 3/3", "prod/web 2/2"]
     demo = write_script(tmp_path, get_deployments(), answer)
-    result = assay("query", "--snapshot", str(snapshot), "--scripted", demo, "which Deployments?")
+    result = assay(
+        "query", "--snapshot", str(snapshot), "--scripted", demo, "--json", "which Deployments?"
+    )
     assert result.returncode == 0, result.stderr
     answer_json = json.loads(result.stdout)
     assert set(answer_json) == {
@@ -94,6 +96,17 @@ def test_query_prints_the_answer_json(tmp_path: Path, snapshot: Path) -> None:
     assert answer_json["success"] is True
     assert answer_json["findings"] == ["prod/api 3/3", "prod/web 2/2"]
     assert answer_json["tools_used"] == ["get"] and answer_json["iterations"] == 2
+
+
+def test_query_without_json_reads_as_text(tmp_path: Path, snapshot: Path) -> None:
+    answer = done("true", 0, explanation="two Deployments")
+    answer["action"]["findings"] = ["prod/api 3/3", "prod/web 2/2"]
+    demo = write_script(tmp_path, get_deployments(), answer)
+    result = assay("query", "--snapshot", str(snapshot), "--scripted", demo, "which Deployments?")
+    assert result.returncode == 0, result.stderr
+    assert not result.stdout.lstrip().startswith("{")
+    assert "ANSWERED" in result.stdout and "two Deployments" in result.stdout
+    assert "prod/api 3/3" in result.stdout and "lookups: get" in result.stdout
 
 
 def test_budget_flags_default_from_assay_environment(tmp_path: Path, snapshot: Path) -> None:

@@ -81,7 +81,7 @@ def test_submit_wait_verdict_run_and_checks(
     assert by_check.returncode == 0
     assert json.loads(by_check.stdout)["run_id"] == receipt["run_id"]
 
-    history = assay("verdict", receipt["check_id"], "--history", "5", env=cli_env)
+    history = assay("verdict", receipt["check_id"], "--history", "5", "--wide", env=cli_env)
     assert history.returncode == 0 and receipt["run_id"] in history.stdout
 
     steps = assay("run", receipt["run_id"], env=cli_env)

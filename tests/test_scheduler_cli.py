@@ -96,13 +96,13 @@ def test_schedule_lifecycle(capsys: pytest.CaptureFixture[str], cli_env: str) ->
 
     code, out, _ = run(capsys, "schedule", "list", "--json")
     [listed] = json.loads(out)
-    assert listed["name"] == "nightly" and listed["next_fire"] is not None
-    next_fire = datetime.fromisoformat(listed["next_fire"])
+    assert listed["name"] == "nightly" and listed["next_fire_at"] is not None
+    next_fire = datetime.fromisoformat(listed["next_fire_at"])
     assert next_fire.astimezone(ZoneInfo("Europe/Paris")).hour == 2
 
     assert run(capsys, "schedule", "pause", "nightly")[0] == 0
     code, out, _ = run(capsys, "schedule", "show", stored.id, "--json")
-    assert json.loads(out)["enabled"] is False and json.loads(out)["next_fire"] is None
+    assert json.loads(out)["enabled"] is False and json.loads(out)["next_fire_at"] is None
     assert run(capsys, "schedule", "resume", "nightly")[0] == 0
     code, out, _ = run(capsys, "schedule", "show", "nightly")
     assert "state:       active" in out and "prod-*" in out
@@ -130,6 +130,7 @@ def test_snapshot_targets_are_stored_absolute(
     tmp_path: Path,
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "fleet" / "prod-eu").mkdir(parents=True)  # a glob must match a folder today
     code, _, _ = run(
         capsys, "schedule", "add", "snaps", "p", "--every", "1h", "--snapshots", "fleet/*"
     )

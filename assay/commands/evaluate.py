@@ -98,7 +98,7 @@ def query(
     trace: TraceOpt = False,
     scripted: ScriptedOpt = None,
 ) -> None:
-    """Answer QUESTION; prints {success, summary, findings, tools_used, iterations, usage}."""
+    """Answer QUESTION in text; --json prints {success, summary, findings, tools_used, ...}."""
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     raise typer.Exit(
         _run("query", question, snapshot, context, flags, json_output, trace, scripted)
@@ -206,20 +206,25 @@ def _evaluate(
 
 
 def _print_result(kind: str, report: RunReport, json_output: bool) -> None:
-    """stdout: the Verdict JSON (--json), the query answer JSON, or the rendered verdict."""
+    """stdout: a check's verdict (rendered, or JSON with --json); a query's answer (rendered,
+    or the answer JSON with --json)."""
     import json
 
     from rich.console import Console
 
-    from assay.render import query_summary, render_verdict
+    from assay.render import query_summary, render_answer, render_verdict
 
     verdict = report.verdict
-    if json_output and verdict is not None:
+    console = Console(highlight=False, soft_wrap=True)
+    if kind == "query":
+        if json_output:  # the answer JSON: {success, summary, findings, tools_used, ...}
+            print(json.dumps(query_summary(report), indent=2))
+        else:
+            render_answer(report, console)
+    elif json_output and verdict is not None:
         print(verdict.model_dump_json(indent=2))
-    elif kind == "query":
-        print(json.dumps(query_summary(report), indent=2))
     elif verdict is not None:
-        render_verdict(verdict, Console(highlight=False, soft_wrap=True))
+        render_verdict(verdict, console)
 
 
 def _configure_logging(settings: AssaySettings) -> None:

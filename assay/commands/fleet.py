@@ -15,8 +15,8 @@ from __future__ import annotations
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
 # `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
-import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -26,19 +26,24 @@ from assay.commands.fleet_common import (
     EXIT_UNAVAILABLE,
     CheckIdOpt,
     KubeconfigOpt,
+    WideOpt,
+    dump_json,
     fail,
     fleet_client,
+    iso_utc,
+    note,
+    require_model,
     stdout_console,
 )
 from assay.commands.options import (
-    ApiBaseOpt,
     ContextOpt,
     EngineFlags,
+    FleetApiBaseOpt,
+    FleetModelOpt,
     JsonOpt,
     MaxCostOpt,
     MaxIterationsOpt,
     MaxTokensOpt,
-    ModelOpt,
     ProfileOpt,
     SnapshotOpt,
     TimeoutOpt,
@@ -50,7 +55,7 @@ from assay.commands.options import (
     validation_detail,
 )
 from assay.worker_group import child_commands, run_worker_group
-from scheduler.when import WhenError, deferral_for, parse_duration, resolve_not_before
+from scheduler.when import WhenError, parse_duration, resolve_not_before
 from schemas.request import EvaluationRequest
 from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN, VerdictKind
 
@@ -63,6 +68,15 @@ def submit(
     context: ContextOpt = None,
     kubeconfig: KubeconfigOpt = None,
     check_id: CheckIdOpt = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id",
+            help="Use this run id (default: a new one); submitting a known run id again "
+            "queues nothing and prints that run's receipt.",
+            callback=id_checker("run id"),
+        ),
+    ] = None,
     query: Annotated[bool, typer.Option("--query", help="Ask a question, not a check.")] = False,
     at: Annotated[
         str | None, typer.Option("--at", help="Run at this instant, e.g. 2027-01-01T00:00:00Z.")
@@ -78,8 +92,8 @@ def submit(
         ),
     ] = None,
     json_output: JsonOpt = False,
-    model: ModelOpt = None,
-    api_base: ApiBaseOpt = None,
+    model: FleetModelOpt = None,
+    api_base: FleetApiBaseOpt = None,
     max_iterations: MaxIterationsOpt = None,
     max_tokens: MaxTokensOpt = None,
     timeout: TimeoutOpt = None,
@@ -90,13 +104,14 @@ def submit(
     from pydantic import ValidationError
 
     from assay.client import WaitTimeout, make_target
+    from scheduler.when import WhenError
 
     require_one_target(snapshot, context)
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     check_profile(flags.profile)
     settings = settings_or_usage()
     try:
-        not_before = resolve_not_before(at, in_) or deferral_for(predicate)
+        not_before = resolve_not_before(at, in_)
     except WhenError as exc:
         raise typer.BadParameter(str(exc)) from None
     if snapshot is not None:
@@ -115,6 +130,7 @@ def submit(
         "model": flags.model,
         "api_base": flags.api_base,
         "check_id": check_id,
+        "run_id": run_id,
         "not_before": not_before,
     }
     try:
@@ -124,16 +140,15 @@ def submit(
         raise typer.BadParameter(f"the predicate cannot be submitted: {detail}") from None
 
     with fleet_client(settings) as client:
+        require_model(client, request.model)
         receipt = client.submit_request(request)
         if not wait:
             if json_output:
-                body = receipt.model_dump(mode="json")
-                body["not_before"] = not_before.isoformat() if not_before else None
-                print(json.dumps(body))
+                print(dump_json(receipt))
             else:
                 print(receipt.run_id)
-                if not_before is not None:
-                    print(f"deferred until {not_before.isoformat()}", file=sys.stderr)
+                if receipt.not_before is not None:
+                    note(f"deferred until {iso_utc(receipt.not_before)}")
             return
         print(f"run {receipt.run_id} queued; waiting for its verdict", file=sys.stderr)
         try:
@@ -148,7 +163,7 @@ def _show_verdict(verdict: Any, json_output: bool) -> None:
     from assay.render import render_verdict
 
     if json_output:
-        print(verdict.model_dump_json(indent=2))
+        print(dump_json(verdict))
     else:
         render_verdict(verdict, stdout_console())
 
@@ -167,6 +182,7 @@ def verdict(
         int | None, typer.Option("--history", min=1, help="Show the check's last N verdicts.")
     ] = None,
     json_output: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Show the verdict of run or check ID; exit with its code (75 pending, 66 unknown)."""
     with fleet_client() as client:
@@ -176,24 +192,32 @@ def verdict(
         else:
             check_id, latest = id_, client.store.latest_verdict(id_)
             if latest is None:
+                state = client.pending_run_of_check(id_)
+            if latest is None and state is None:
                 fail(
                     f"no run or check has id {id_!r}; list checks with `assay checks`", EXIT_UNKNOWN
                 )
+        due = client.due_at(state.run_id) if latest is None and state is not None else None
         past = client.history(check_id, history) if history else None
     if past is not None:
         from assay.fleet_render import render_history
 
         if json_output:
-            print(json.dumps([v.model_dump(mode="json") for v in past], indent=2))
+            print(dump_json(past))
         else:
-            render_history(past, stdout_console())
+            render_history(past, stdout_console(), wide=wide)
     elif latest is not None:
         _show_verdict(latest, json_output)
     elif json_output and state is not None:
-        print(state.model_dump_json(indent=2))
+        print(dump_json(state))
     if latest is None:
         assert state is not None
-        fail(f"run {id_} is {state.status} and has no verdict yet; ask again later", EXIT_PENDING)
+        when = f", due at {iso_utc(due)}" if due is not None else ""
+        fail(
+            f"run {state.run_id} of check {state.check_id} is {state.status}{when} and has no "
+            "verdict yet; ask again later",
+            EXIT_PENDING,
+        )
     raise typer.Exit(latest.exit_code)
 
 
@@ -204,28 +228,51 @@ def run(
     ],
     json_output: JsonOpt = False,
 ) -> None:
-    """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown)."""
+    """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown).
+
+    --json prints what GET /v1/runs/RUN_ID returns (state, verdict, report).
+    """
     from assay.render import render_report
 
     with fleet_client() as client:
         state = client.run_state(run_id)
         report = client.run_report(run_id)
+        due = client.due_at(run_id) if state is not None and report is None else None
     if state is None and report is None:
         fail(f"no run has id {run_id!r}; check the id `assay submit` printed", EXIT_UNKNOWN)
+    if json_output:
+        print(dump_json(_run_view(state, report)))
+    elif report is not None:
+        render_report(report, stdout_console())
+    else:
+        assert state is not None
+        print(f"run {run_id} · check {state.check_id} · status {state.status}")
+        if state.wake_at or due:
+            print(f"wake_at {iso_utc(state.wake_at or due)}")  # type: ignore[arg-type]
     if report is None:
         assert state is not None
-        if json_output:
-            print(state.model_dump_json(indent=2))
-        else:
-            print(f"run {run_id} · check {state.check_id} · status {state.status}")
         fail(f"run {run_id} has no report yet ({state.status}); ask again later", EXIT_PENDING)
-    if json_output:
-        print(report.model_dump_json(indent=2))
-    else:
-        render_report(report, stdout_console())
     if report.verdict is None:
         raise typer.Exit(EXIT_PENDING)
     raise typer.Exit(report.verdict.exit_code)
+
+
+def _run_view(state: Any, report: Any) -> Any:
+    """The API's RunView of a run (its report alone when the run's state has expired)."""
+    from assay.api_models import RunView
+
+    if state is None:
+        return report
+    return RunView(
+        run_id=state.run_id,
+        check_id=state.check_id,
+        target=state.target,
+        status=state.status,
+        attempts=state.attempts,
+        batch_id=state.batch_id,
+        verdict=report.verdict if report is not None else None,
+        report=report,
+    )
 
 
 # --- checks ---------------------------------------------------------------------------------------
@@ -239,7 +286,12 @@ def checks(
         ),
     ] = None,
     target: Annotated[
-        str | None, typer.Option("--target", help="Only checks on this target.")
+        str | None,
+        typer.Option(
+            "--target",
+            help="Only checks on this target: a context name, or a snapshot as "
+            "snapshot:FOLDER or just FOLDER (prod-eu finds snapshot:prod-eu).",
+        ),
     ] = None,
     changed_since: Annotated[
         str | None,
@@ -247,6 +299,7 @@ def checks(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 1000,
     json_output: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """List checks with their latest verdict, target and age."""
 
@@ -266,11 +319,16 @@ def checks(
             verdict=verdict_filter, target=target, changed_since=since, limit=limit
         )
     if json_output:
-        print(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
+        print(dump_json(rows))
         return
     from assay.fleet_render import render_checks
 
-    render_checks(rows, stdout_console())
+    render_checks(rows, stdout_console(), wide=wide)
+    if not rows and target is not None:
+        note(
+            f"no check on target {target!r}: targets are named like a kubeconfig context "
+            "(prod-eu) or snapshot:FOLDER (snapshot:prod-eu); `assay checks` lists them all"
+        )
 
 
 # --- worker ---------------------------------------------------------------------------------------
@@ -300,8 +358,22 @@ def worker(
     hostname: Annotated[
         str | None, typer.Option("--hostname", "-n", help="Celery node name (NAME@HOST).")
     ] = None,
+    scripted: Annotated[
+        Path | None,
+        typer.Option(
+            "--scripted",
+            help="Serve the bundled SCRIPTED model (not an LLM) replaying this script, and "
+            "use it as this worker's model.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
-    """Start a Celery worker that evaluates queued runs (foreground; Ctrl-C stops it warmly)."""
+    """Start a Celery worker that evaluates queued runs (foreground; Ctrl-C stops it warmly).
+
+    Its ASSAY_MODEL (or --scripted) is the model of every run that names none;
+    without one it logs a warning at start-up and clients refuse such runs (64).
+    """
     from assay.local_mode import require_redis_url
     from workers.fleet.broker import FleetNotConfigured
     from workers.fleet.celery_app import create_app
@@ -314,6 +386,9 @@ def worker(
     except FleetNotConfigured as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     settings = settings.model_copy(update={"redis_url": url})
+    if scripted is not None:
+        settings = _with_scripted_model(settings, scripted)
+    announcer = _announce(settings)
     if settings.worker_processes > 1:
         from assay.local_mode import child_env
 
@@ -324,7 +399,11 @@ def worker(
             loglevel=loglevel,
             hostname=hostname,
         )
-        raise typer.Exit(run_worker_group(commands, child_env(url)))
+        extra = {k: v for k, v in (("model", settings.model), ("api_base", settings.api_base)) if v}
+        try:
+            raise typer.Exit(run_worker_group(commands, child_env(url, **extra)))
+        finally:
+            announcer.stop()
     app = create_app(settings)
     argv = [
         "worker",
@@ -332,7 +411,42 @@ def worker(
         f"--concurrency={settings.worker_concurrency}",
         f"--loglevel={loglevel}",
     ]
-    app.worker_main(argv + ([f"--hostname={hostname}"] if hostname else []))
+    try:
+        app.worker_main(argv + ([f"--hostname={hostname}"] if hostname else []))
+    finally:
+        announcer.stop()
+
+
+def _with_scripted_model(settings: Any, script: Any) -> Any:
+    """Settings pointing at a SCRIPTED model replaying ``script``, served from this process."""
+    from assay.testing.scripted_model import SCRIPTED_MODEL_NAME, ScriptedModel, ScriptError
+
+    try:
+        server = ScriptedModel(script).start()
+    except ScriptError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--scripted") from None
+    note(f"SCRIPTED MODEL - replaying {script} at {server.url}, not a real LLM")
+    return settings.model_copy(
+        update={"model": SCRIPTED_MODEL_NAME, "api_base": server.url, "api_key": None}
+    )
+
+
+def _announce(settings: Any) -> Any:
+    """Tell clients which model this worker runs (assay.worker_presence); warn without one."""
+    import structlog
+
+    from assay.worker_presence import Announcer
+    from workers.core.logs import configure_logging
+    from workers.fleet.redis_client import connect
+
+    configure_logging(settings)
+    if not settings.model:
+        structlog.get_logger("assay.worker").warning(
+            "no_model_configured",
+            detail="this worker has no model (ASSAY_MODEL is unset): runs without --model end "
+            "cannot_determine and are kept out of history; `assay submit` refuses them",
+        )
+    return Announcer(connect(settings.redis_url), settings.key_prefix, settings.model).start()
 
 
 def register(app: typer.Typer) -> None:

@@ -1,8 +1,8 @@
 """`assay batch`: one predicate over many targets, with a live tally.
 
     assay batch PREDICATE --snapshots 'DIR/*' | --contexts GLOB [--wait]
-    assay batch status BATCH_ID
-    assay batch results BATCH_ID [--json]
+    assay batch status [BATCH_ID]             (no id: the newest batch)
+    assay batch results [BATCH_ID] [--json]
 
 With ``--wait`` it shows a progress bar, then the tally and the per-target
 table (read from the store page by page) and exits like one check over the
@@ -15,21 +15,27 @@ from __future__ import annotations
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
 # `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
-import json
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from assay.commands.fleet_common import KubeconfigOpt, fail, fleet_client
+from assay.commands.fleet_common import (
+    KubeconfigOpt,
+    WideOpt,
+    dump_json,
+    fail,
+    fleet_client,
+    require_model,
+    stdout_console,
+)
 from assay.commands.options import (
-    ApiBaseOpt,
     EngineFlags,
-    JsonOpt,
+    FleetApiBaseOpt,
+    FleetModelOpt,
     MaxCostOpt,
     MaxIterationsOpt,
     MaxTokensOpt,
-    ModelOpt,
     ProfileOpt,
     TimeoutOpt,
     check_profile,
@@ -88,17 +94,15 @@ def wait_with_progress(client: Client, batch_id: str, timeout: float | None = No
         return client.wait_batch(batch_id, timeout=timeout, on_progress=show, poll=0.3)
 
 
-def show_batch(client: Client, status: BatchStatus, json_output: bool) -> None:
+def show_batch(client: Client, status: BatchStatus, json_output: bool, wide: bool = False) -> None:
     """The tally, then every target's verdict (paged reads, streamed to the table)."""
-    from rich.console import Console
-
     from assay.fleet_render import render_batch_results, render_batch_status
 
     if json_output:
-        print(status.model_dump_json(indent=2))
+        print(dump_json(status))
         return
-    console = Console(highlight=False, soft_wrap=True)
-    render_batch_results(client.batch_results(status.batch_id), console)
+    console = stdout_console()
+    render_batch_results(client.batch_results(status.batch_id), console, wide=wide)
     render_batch_status(status, console)
 
 
@@ -106,8 +110,9 @@ def batch(
     args: Annotated[
         list[str],
         typer.Argument(
-            metavar="PREDICATE | status BATCH_ID | results BATCH_ID",
-            help="The predicate to fan out, or `status ID` / `results ID` of a batch.",
+            metavar="PREDICATE | status [BATCH_ID] | results [BATCH_ID]",
+            help="The predicate to fan out, or `status` / `results` of a batch (no id: the "
+            "newest batch).",
         ),
     ],
     contexts: Annotated[
@@ -126,9 +131,12 @@ def batch(
     wait_timeout: Annotated[
         float | None, typer.Option("--wait-timeout", min=1, help="With --wait: give up (75).")
     ] = None,
-    json_output: JsonOpt = False,
-    model: ModelOpt = None,
-    api_base: ApiBaseOpt = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the batch status (results: JSON lines) as JSON.")
+    ] = False,
+    wide: WideOpt = False,
+    model: FleetModelOpt = None,
+    api_base: FleetApiBaseOpt = None,
     max_iterations: MaxIterationsOpt = None,
     max_tokens: MaxTokensOpt = None,
     timeout: TimeoutOpt = None,
@@ -141,7 +149,9 @@ def batch(
     if len(args) == 2 and args[0] in SUBCOMMANDS:
         batch_id = id_checker("batch id")(args[1])
         assert batch_id is not None
-        raise typer.Exit(_existing(args[0], batch_id, json_output))
+        raise typer.Exit(_existing(args[0], batch_id, json_output, wide))
+    if len(args) == 1 and args[0] in SUBCOMMANDS and contexts is None and snapshots is None:
+        raise typer.Exit(_existing(args[0], None, json_output, wide))
     if len(args) != 1:
         raise typer.BadParameter(
             "give one PREDICATE (quote it), or `status BATCH_ID`, or `results BATCH_ID`"
@@ -157,6 +167,7 @@ def batch(
 
     settings = settings_or_usage()
     with fleet_client(settings) as client:
+        require_model(client, flags.model)
         try:
             batch_id = client.start_batch(
                 args[0],
@@ -175,8 +186,8 @@ def batch(
             raise typer.BadParameter(f"the batch cannot be started: {detail}") from None
         if not wait:
             status = client.batch_status(batch_id)
-            if json_output:
-                print(json.dumps({"batch_id": batch_id, "total": status.total if status else 0}))
+            if json_output:  # the shape POST /v1/batches answers with
+                print(dump_json(status))
             else:
                 print(batch_id)
             return
@@ -186,13 +197,25 @@ def batch(
             status = wait_with_progress(client, batch_id, wait_timeout)
         except WaitTimeout as exc:
             fail(f"{exc}; follow it with `assay batch status {batch_id}`", EXIT_PENDING)
-        show_batch(client, status, json_output)
+        show_batch(client, status, json_output, wide)
     raise typer.Exit(batch_exit_code(status))
 
 
-def _existing(what: str, batch_id: str, json_output: bool) -> int:
-    """`batch status|results ID`; returns the batch's exit code (75 while it runs)."""
+def _existing(what: str, batch_id: str | None, json_output: bool, wide: bool = False) -> int:
+    """`batch status|results [ID]`; returns the batch's exit code (75 while it runs).
+
+    Without an id: the newest batch started through the CLI, the client or the API.
+    """
     with fleet_client() as client:
+        if batch_id is None:
+            batch_id = client.latest_batch_id()
+            if batch_id is None:
+                fail(
+                    "no batch has been started on this fleet yet; start one with `assay batch`",
+                    EXIT_UNKNOWN,
+                )
+            if not json_output:
+                print(f"latest batch: {batch_id}", file=sys.stderr)
         status = client.batch_status(batch_id)
         if status is None:
             fail(f"no batch has id {batch_id!r}; check the id `assay batch` printed", EXIT_UNKNOWN)
@@ -202,7 +225,7 @@ def _existing(what: str, batch_id: str, json_output: bool) -> int:
             for row in client.batch_results(batch_id):
                 sys.stdout.write(row.model_dump_json() + "\n")
         else:
-            show_batch(client, status, json_output=False)
+            show_batch(client, status, json_output=False, wide=wide)
     return batch_exit_code(status)
 
 
@@ -212,7 +235,7 @@ def _print_status(status: Any, json_output: bool) -> None:
     from assay.fleet_render import render_batch_status
 
     if json_output:
-        print(status.model_dump_json(indent=2))
+        print(dump_json(status))
     else:
         render_batch_status(status, Console(highlight=False, soft_wrap=True))
 

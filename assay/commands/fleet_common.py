@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
     from schemas.settings import AssaySettings
 
 EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE: the fleet's Redis or broker is not reachable
+# A person is waiting: one quick connection attempt answers "is Redis there?" in about
+# two seconds, before the patient, retrying client (about half a minute) is used at all.
+REDIS_PROBE_SECONDS = 2.0
+ERROR_PREFIX = "assay: error: "
 
 CheckIdOpt = Annotated[
     str | None,
@@ -32,15 +37,103 @@ CheckIdOpt = Annotated[
         callback=id_checker("check id"),
     ),
 ]
+WideOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wide/--narrow",
+        help="Full ids and every column (wider than 80 characters); default: fit 80 columns.",
+    ),
+]
 KubeconfigOpt = Annotated[
     str | None, typer.Option("--kubeconfig", help="kubeconfig file [env ASSAY_KUBECONFIG].")
 ]
 
 
 def fail(message: str, code: int) -> NoReturn:
-    """Print one sentence on stderr and exit with ``code``."""
-    print(f"assay: {message}", file=sys.stderr)
+    """Print one sentence on stderr (``assay: error: ...``) and exit with ``code``."""
+    print(f"{ERROR_PREFIX}{message}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def iso_utc(moment: datetime) -> str:
+    """An instant as the API writes it: ISO-8601 in UTC with a ``Z`` (pydantic's JSON form)."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def dump_json(value: Any) -> str:
+    """``value`` (contract models, lists, dicts) as JSON in the API's convention.
+
+    The same serializer the API's responses go through (pydantic's JSON mode):
+    the same field names and shapes, timestamps ISO-8601 UTC ending in ``Z``.
+    """
+    import pydantic_core
+
+    return pydantic_core.to_json(value, indent=2).decode()
+
+
+def note(message: str) -> None:
+    """A remark on stderr that is not an error (stdout stays for results)."""
+    print(f"assay: {message}", file=sys.stderr)
+
+
+def probe_redis(url: str, timeout: float = REDIS_PROBE_SECONDS) -> str | None:
+    """None when Redis at ``url`` answers PING within ``timeout``, else why not (one line)."""
+    import redis as redis_lib
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    client = redis_lib.Redis.from_url(
+        url,
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
+    try:
+        client.ping()
+    except redis_lib.exceptions.RedisError as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    finally:
+        client.close()
+    return None
+
+
+def require_reachable(url: str) -> None:
+    """Exit 69 at once, with one sentence, when the fleet's Redis does not answer."""
+    problem = probe_redis(url)
+    if problem is not None:
+        fail(
+            f"cannot reach the fleet's Redis at {url} ({problem}); start a fleet with "
+            "`assay up` or fix ASSAY_REDIS_URL",
+            EXIT_UNAVAILABLE,
+        )
+
+
+NO_MODEL = (
+    "no model is configured for the fleet: its {workers} worker(s) run without ASSAY_MODEL; "
+    "restart them with ASSAY_MODEL set (the workers' setting wins), start the local fleet "
+    "with `assay up --scripted FILE`, or pass --model"
+)
+
+
+def require_model(client: Client, model: str | None) -> None:
+    """Refuse (64) a run no live worker could evaluate: no --model and no worker has one.
+
+    With no live worker at all the run is queued and waits; a note says so.
+    """
+    from assay.worker_presence import read_fleet_models
+    from schemas.verdict import EXIT_USAGE
+
+    if model:
+        return
+    fleet = read_fleet_models(client.store.client, client.settings.key_prefix)
+    if fleet.models:
+        return
+    if fleet.workers:
+        fail(NO_MODEL.format(workers=fleet.workers), EXIT_USAGE)
+    note(
+        "no worker is running yet: the run waits in the queue until one starts "
+        "(`assay up`, or `assay worker` with ASSAY_MODEL set)"
+    )
 
 
 @contextlib.contextmanager
@@ -55,6 +148,8 @@ def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
         client = Client(settings or settings_or_usage())
     except FleetNotConfigured as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
+    assert client.settings.redis_url is not None
+    require_reachable(client.settings.redis_url)
     try:
         yield client
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:

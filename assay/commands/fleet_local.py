@@ -57,28 +57,68 @@ def up(
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", "-c", min=1, help="Worker threads.")
     ] = None,
+    scripted: Annotated[
+        Path | None,
+        typer.Option(
+            "--scripted",
+            help="Start the bundled SCRIPTED model (not an LLM) replaying this script beside "
+            "the fleet and point the workers at it, e.g. examples/scripts/demo.yaml.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach/--foreground",
+            help="Return once the fleet is up and leave it running; `assay down` stops it.",
+        ),
+    ] = False,
 ) -> None:
-    """Start a local fleet (Redis, worker, scheduler) and keep it running until Ctrl-C."""
+    """Start a local fleet (Redis, worker, scheduler) until Ctrl-C (--detach: `assay down`)."""
     from assay.local_mode import LocalFleet, discover_redis_url, state_path
 
     settings = settings_or_usage()
     state_file = state_path(settings)
     if settings.redis_url is None and discover_redis_url(settings) is not None:
         fail(
-            f"a local fleet is already running (see {state_file}); use it, or stop it first",
+            f"a local fleet is already running (see {state_file}); use it, or stop it first "
+            "with `assay down`",
             EXIT_SOFTWARE,
         )
+    if detach:
+        raise typer.Exit(_detach(state_file, scripted, concurrency))
+    extra_env: dict[str, str] = {}
+    model = None
+    if scripted is not None:
+        model = _scripted_model(scripted)
+        extra_env = {"model": SCRIPTED_MODEL, "api_base": model.url, "api_key": "scripted"}
+    elif not settings.model:
+        print(
+            "assay: warning: no model is configured (ASSAY_MODEL is unset), so the workers "
+            "cannot evaluate; set ASSAY_MODEL or use `assay up --scripted FILE`",
+            file=sys.stderr,
+        )
     fleet = LocalFleet(
-        data_dir=Path(settings.data_dir), redis_url=settings.redis_url, concurrency=concurrency
+        data_dir=Path(settings.data_dir),
+        redis_url=settings.redis_url,
+        concurrency=concurrency,
+        extra_env=extra_env,
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    _start(fleet)
-    if fleet.redis is not None:
-        fleet.write_state(state_file)
+    try:
+        _start(fleet)
+    except BaseException:
+        if model is not None:
+            model.stop()
+        raise
+    fleet.write_state(state_file)  # other shells, `assay api` and `assay down` find it
     print(
         f"redis     {fleet.redis_url}"
         + (f"  (data in {fleet.redis.data_dir})" if fleet.redis else "")
     )
+    if model is not None:
+        print(f"model     SCRIPTED, replaying {scripted} at {model.url} (not a real LLM)")
     for name, child in fleet.children.items():
         print(f"{name:<9} pid {child.pid}  (log {fleet.log_path(name)})")
     print("other shells find this fleet automatically; Ctrl-C stops everything", flush=True)
@@ -87,16 +127,112 @@ def up(
         while not (stopped := fleet.exited()):
             time.sleep(0.5)
         for name, exit_code in stopped.items():
-            print(f"assay: the {name} stopped with exit code {exit_code}:", file=sys.stderr)
+            print(f"assay: error: the {name} stopped with exit code {exit_code}:", file=sys.stderr)
             print(_tail(fleet.log_path(name)), file=sys.stderr)
         code = EXIT_SOFTWARE
     except KeyboardInterrupt:
         print("stopping the local fleet", file=sys.stderr)
     finally:
         fleet.stop()
-        if fleet.redis_url and state_file.exists() and settings.redis_url is None:
-            state_file.unlink(missing_ok=True)
+        if model is not None:
+            model.stop()
+        state_file.unlink(missing_ok=True)
     raise typer.Exit(code)
+
+
+SCRIPTED_MODEL = "openai/scripted"
+DETACH_START_SECONDS = 60.0
+
+
+def _scripted_model(script: Path) -> Any:
+    from assay.testing.scripted_model import ScriptedModel, ScriptError
+
+    try:
+        return ScriptedModel(script).start()
+    except ScriptError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--scripted") from None
+
+
+def _detach(state_file: Path, scripted: Path | None, concurrency: int | None) -> int:
+    """Start `assay up` in its own session, wait until its state file names it, print where."""
+    import subprocess
+
+    log = state_file.parent / "up.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "assay.cli", "up", "--foreground"]
+    if scripted is not None:
+        argv += ["--scripted", str(scripted)]
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
+    with log.open("ab") as out:
+        child = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + DETACH_START_SECONDS
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            fail(f"the local fleet did not start:\n{_tail(log)}", EXIT_UNAVAILABLE)
+        url = _started_by(state_file, child.pid)
+        if url is not None:
+            print(
+                f"local fleet up (pid {child.pid}, redis {url}); log {log}; stop it with "
+                "`assay down`"
+            )
+            return 0
+        time.sleep(0.2)
+    child.terminate()
+    fail(
+        f"the local fleet did not start within {DETACH_START_SECONDS:g}s; see {log}",
+        EXIT_UNAVAILABLE,
+    )
+
+
+def _started_by(state_file: Path, pid: int) -> str | None:
+    """The Redis URL in the state file once process ``pid`` has written it, else None."""
+    import json
+
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or state.get("pid") != pid:
+        return None
+    return str(state.get("redis_url") or "") or None
+
+
+def down(
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="Seconds to wait for it to stop.")
+    ] = 30.0,
+) -> None:
+    """Stop the local fleet `assay up` started (in another shell or with --detach)."""
+    import json
+    import os
+
+    from assay.local_mode import discover_redis_url, state_path
+
+    settings = settings_or_usage()
+    path = state_path(settings)
+    if discover_redis_url(settings.model_copy(update={"redis_url": None})) is None:
+        fail("no local fleet is running here (nothing to stop)", EXIT_UNAVAILABLE)
+    pid = int(json.loads(path.read_text())["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # `up` removes its state file once all is stopped
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        if not path.exists():
+            break
+        time.sleep(0.2)
+    else:
+        fail(f"the local fleet (pid {pid}) is still stopping after {timeout:g}s", EXIT_SOFTWARE)
+    print(f"stopped the local fleet (pid {pid})")
 
 
 def _demo_files() -> tuple[Path, str]:
@@ -160,7 +296,7 @@ def demo(
             try:
                 status = wait_with_progress(client, batch_id, DEMO_TIMEOUT_SECONDS)
             except WaitTimeout as exc:
-                print(f"assay: the demo did not finish: {exc}", file=sys.stderr)
+                print(f"assay: error: the demo did not finish: {exc}", file=sys.stderr)
                 print(_tail(fleet.log_path("worker")), file=sys.stderr)
             else:
                 show_batch(client, status, json_output=False)
@@ -181,4 +317,5 @@ def demo(
 
 def register(app: typer.Typer) -> None:
     app.command("up")(up)
+    app.command("down")(down)
     app.command("demo")(demo)

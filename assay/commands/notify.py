@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from schemas.settings import AssaySettings
 
 notify_app = typer.Typer(
+    rich_markup_mode=None,  # plain help: no box drawing, no <bool> placeholders
     name="notify",
     help="Deliver verdict changes to webhooks, Slack and Alertmanager (docs/alerting.md). "
     "Without a subcommand: run a notifier replica (SIGTERM stops it cleanly).",

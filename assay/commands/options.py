@@ -45,25 +45,53 @@ ContextOpt = Annotated[
 ModelOpt = Annotated[
     str | None, typer.Option("--model", help="litellm model name (env ASSAY_MODEL).")
 ]
+FLEET_MODEL_HELP = (
+    "litellm model for this run; it overrides the workers' ASSAY_MODEL, which is used "
+    "otherwise (the ASSAY_MODEL of this shell is not sent)."
+)
+FleetModelOpt = Annotated[str | None, typer.Option("--model", help=FLEET_MODEL_HELP)]
+FleetApiBaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-base",
+        help="OpenAI-compatible endpoint for this run; overrides the workers' ASSAY_API_BASE.",
+    ),
+]
 ApiBaseOpt = Annotated[
     str | None,
     typer.Option("--api-base", help="OpenAI-compatible endpoint URL (env ASSAY_API_BASE)."),
 ]
 MaxIterationsOpt = Annotated[
     int | None,
-    typer.Option("--max-iterations", min=1, help="Model steps allowed (env ASSAY_MAX_ITERATIONS)."),
+    typer.Option(
+        "--max-iterations",
+        min=1,
+        help="Model steps allowed (env ASSAY_MAX_ITERATIONS; for submit and batch, the workers').",
+    ),
 ]
 MaxTokensOpt = Annotated[
     int | None,
-    typer.Option("--max-tokens", min=100, help="Total tokens allowed (env ASSAY_MAX_TOKENS)."),
+    typer.Option(
+        "--max-tokens",
+        min=100,
+        help="Total tokens allowed (env ASSAY_MAX_TOKENS; for submit and batch, the workers').",
+    ),
 ]
 TimeoutOpt = Annotated[
     float | None,
-    typer.Option("--timeout", min=0.1, help="Seconds allowed (env ASSAY_TIMEOUT_SECONDS)."),
+    typer.Option(
+        "--timeout",
+        min=0.1,
+        help="Seconds allowed (env ASSAY_TIMEOUT_SECONDS; for submit and batch, the workers').",
+    ),
 ]
 MaxCostOpt = Annotated[
     float | None,
-    typer.Option("--max-cost", min=0.0, help="USD allowed (env ASSAY_MAX_COST_USD)."),
+    typer.Option(
+        "--max-cost",
+        min=0.0,
+        help="USD allowed (env ASSAY_MAX_COST_USD; for submit and batch, the workers').",
+    ),
 ]
 ProfileOpt = Annotated[
     str | None,

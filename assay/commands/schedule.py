@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from assay.commands.fleet_common import EXIT_UNAVAILABLE
+from assay.commands.fleet_common import ERROR_PREFIX, EXIT_UNAVAILABLE, require_reachable
 from scheduler.when import WhenError, parse_duration
 from schemas.budget import Budget
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 
 schedule_app = typer.Typer(
+    rich_markup_mode=None,  # plain help: no box drawing, no <bool> placeholders
     name="schedule",
     help="Periodic checks: add, list, show, pause, resume, remove, run-now.",
     no_args_is_help=True,
@@ -62,11 +63,17 @@ JitterOpt = Annotated[
     str | None, typer.Option("--jitter", help="Spread each fire by up to this much, e.g. 30s.")
 ]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="smoke, fast or strict.")]
-ModelOpt = Annotated[str | None, typer.Option("--model", help="litellm model name.")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="litellm model for this schedule's runs; overrides the workers' ASSAY_MODEL.",
+    ),
+]
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"{ERROR_PREFIX}{message}", err=True)
     raise typer.Exit(code)
 
 
@@ -81,6 +88,7 @@ def _settings() -> AssaySettings:
 
 def _redis(settings: AssaySettings) -> Any:
     url = _redis_url(settings)
+    require_reachable(url)  # a quick answer (69) before the patient client's retries
     client = connect(url)
     try:
         client.ping()
@@ -161,9 +169,15 @@ def add(
     ] = False,
     profile: ProfileOpt = None,
     model: ModelOpt = None,
-    max_iterations: Annotated[int | None, typer.Option("--max-iterations", min=1)] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=100)] = None,
-    timeout: Annotated[float | None, typer.Option("--timeout", min=0.1)] = None,
+    max_iterations: Annotated[
+        int | None, typer.Option("--max-iterations", min=1, help="Model steps allowed per run.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=100, help="Total tokens allowed per run.")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=0.1, help="Seconds allowed per run.")
+    ] = None,
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
     json_out: JsonOpt = False,
@@ -207,7 +221,10 @@ def add(
         schedule = Schedule.model_validate(fields)
     except ValidationError as exc:
         _fail(_validation_message(exc))
+    for pattern in schedule.targets.snapshots:
+        _refuse_empty_glob(pattern, settings)
     store = _store(settings)
+    _require_model(store, settings, model)
     try:
         created = store.create(schedule)
     except ScheduleConflict as exc:
@@ -462,9 +479,12 @@ def _last_verdicts(schedule: Schedule, verdicts: VerdictStore | None) -> dict[st
 def _as_dict(
     store: ScheduleStore, schedule: Schedule, verdicts: VerdictStore | None = None
 ) -> dict[str, Any]:
-    data = schedule.model_dump(mode="json")
-    next_at = store.next_fire_at(schedule)
-    data["next_fire"] = next_at.isoformat() if next_at else None
+    """The API's ScheduleView (same fields, same timestamps), plus the last fire's verdicts."""
+    from assay.api_models import ScheduleView
+
+    stored = schedule.model_dump(exclude={"next_fire_at"})
+    view = ScheduleView(**stored, next_fire_at=store.next_fire_at(schedule))
+    data: dict[str, Any] = view.model_dump(mode="json")
     data["last_verdicts"] = _last_verdicts(schedule, verdicts)
     return data
 
@@ -497,6 +517,27 @@ def _confined(pattern: str, settings: AssaySettings) -> str:
         return SnapshotRoots.for_local(settings).confine_pattern(pattern)
     except SnapshotOutsideRoots as exc:
         _fail(str(exc))
+
+
+def _refuse_empty_glob(pattern: str, settings: AssaySettings) -> None:
+    """A snapshot glob that matches no folder today is a typo, not a schedule (64)."""
+    from workers.core.snapshot_roots import SnapshotRoots
+    from workers.fleet.targets import snapshot_targets
+
+    if next(iter(snapshot_targets(pattern, SnapshotRoots.for_local(settings))), None) is None:
+        _fail(f"--snapshots {pattern!r} matches no snapshot folder; check the glob and try again")
+
+
+def _require_model(store: ScheduleStore, settings: AssaySettings, model: str | None) -> None:
+    """As for `assay submit`: refuse (64) when live workers exist and none has a model."""
+    from assay.commands.fleet_common import NO_MODEL
+    from assay.worker_presence import read_fleet_models
+
+    if model:
+        return
+    fleet = read_fleet_models(store.redis, settings.key_prefix)
+    if fleet.workers and not fleet.models:
+        _fail(NO_MODEL.format(workers=fleet.workers))
 
 
 def _print_json(data: Any) -> None:

@@ -1,8 +1,9 @@
 """`assay api`: serve the HTTP API with uvicorn.
 
 FastAPI, uvicorn and redis are imported inside the command so ``assay --help``
-stays fast. The API needs a Redis (``ASSAY_REDIS_URL``): it reads the same
-verdict store the workers write and sends evaluations to the same broker.
+stays fast. The API finds its Redis like every other command: ``ASSAY_REDIS_URL``,
+else a running ``assay up`` on this machine; it reads the same verdict store the
+workers write and sends evaluations to the same broker.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-
-from schemas.verdict import EXIT_USAGE
 
 
 def api(
@@ -31,21 +30,30 @@ def api(
     import uvicorn
 
     from assay.api import create_app
+    from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail
+    from assay.local_mode import discover_redis_url
     from schemas.settings import load_settings
     from workers.core.logs import configure_logging
 
     settings = load_settings(api_host=host, api_port=port)
     configure_logging(settings)
-    if settings.redis_url is None:
-        typer.echo(
-            "assay api needs a Redis: set ASSAY_REDIS_URL (for example redis://127.0.0.1:6379/0).",
-            err=True,
+    url = discover_redis_url(settings)  # ASSAY_REDIS_URL, else a running `assay up`
+    if url is None:
+        fail(
+            "no fleet is running here: start one with `assay up` in another terminal, "
+            "or set ASSAY_REDIS_URL to your Redis",
+            EXIT_UNAVAILABLE,
         )
-        raise typer.Exit(EXIT_USAGE)
+    from assay.commands.fleet_common import probe_redis
+
+    problem = probe_redis(url)
+    if problem is not None:  # serve anyway: /readyz says 503 until Redis answers
+        typer.echo(f"assay: warning: Redis at {url} does not answer yet ({problem})", err=True)
+    settings = settings.model_copy(update={"redis_url": url})
     if not settings.api_tokens and settings.api_tokens_file is None:
         typer.echo(
-            "warning: no API tokens are configured (ASSAY_API_TOKENS or ASSAY_API_TOKENS_FILE); "
-            "every /v1 request will be refused.",
+            "assay: warning: no API tokens are configured (ASSAY_API_TOKENS or "
+            "ASSAY_API_TOKENS_FILE); every /v1 request will be refused.",
             err=True,
         )
     from workers.core.tracing import configure_tracing
@@ -58,6 +66,11 @@ def api(
 
         start_metrics_server(settings.metrics_port)
     app = create_app(settings)
+    typer.echo(
+        f"assay api listening on http://{settings.api_host}:{settings.api_port} "
+        f"(redis {url}); Ctrl-C stops it",
+        err=True,
+    )
     uvicorn.run(
         app,
         host=settings.api_host,

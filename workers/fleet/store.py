@@ -183,7 +183,9 @@ return 1
 # KEYS: run, check, history, checks zset, changes stream, unfinished zset
 # ARGV: 1 run_id, 2 check_id, 3 target, 4 verdict kind, 5 exit code, 6 verdict JSON,
 #       7 report JSON, 8 finished ms, 9 finished ISO, 10 history limit, 11 ttl, 12 prefix,
-#       13 kind, 14 text, 15 batch result JSON, 16 changes maxlen, 17 now ISO, 18 source
+#       13 kind, 14 text, 15 batch result JSON, 16 changes maxlen, 17 now ISO, 18 source,
+#       19 counts ('1'; '0' for a run that had no model: the run and its batch row are
+#          recorded, the check's latest verdict, history and change events are not)
 # Returns 1 when this call recorded the verdict, 0 when the run already had one.
 # Reads and checks everything first (the previous latest verdict, the index and
 # batch keys it implies), then writes.
@@ -203,6 +205,7 @@ local kind = ARGV[4]
 local target = ARGV[3]
 local check_id = ARGV[2]
 local new_ms = tonumber(ARGV[8])
+local counts = ARGV[19] == '1'
 
 local prev = redis.call('HMGET', check, 'verdict_kind', 'finished_ms', 'target')
 local prev_kind, prev_target = prev[1], prev[3] or ''
@@ -213,7 +216,7 @@ if prev_kind then
     return conflict('field finished_ms of key ' .. check .. ' is not a number')
   end
 end
-local latest = (not prev_kind) or new_ms >= prev_ms
+local latest = counts and ((not prev_kind) or new_ms >= prev_ms)
 local sets = {}
 if latest then
   sets = {p .. ':idx:verdict:' .. kind, 'set', p .. ':idx:target:' .. target, 'set',
@@ -249,7 +252,9 @@ redis.call('HDEL', run, 'wake_at')
 redis.call('EXPIRE', run, ARGV[11])
 redis.call('ZREM', KEYS[6], ARGV[1])
 
-redis.call('XADD', KEYS[3], 'MAXLEN', '=', ARGV[10], '*', 'run_id', ARGV[1], 'verdict', ARGV[6])
+if counts then
+  redis.call('XADD', KEYS[3], 'MAXLEN', '=', ARGV[10], '*', 'run_id', ARGV[1], 'verdict', ARGV[6])
+end
 
 if latest then
   redis.call('HSET', check, 'check_id', check_id, 'kind', ARGV[13], 'text', ARGV[14],
@@ -443,6 +448,15 @@ class PersistenceReport:
     warnings: list[str]
 
 
+NO_MODEL_NAMES = frozenset({"", "(none)"})
+
+
+def ran_without_model(report: RunReport) -> bool:
+    """True for a run that ended before any model could be asked: none was configured."""
+    verdict = report.verdict
+    return verdict is not None and (verdict.model or "") in NO_MODEL_NAMES
+
+
 class VerdictStore:
     """Verdicts, runs, checks and batches in Redis, under one key prefix."""
 
@@ -609,7 +623,12 @@ class VerdictStore:
         return bool(written)
 
     def record_verdict(self, report: RunReport) -> bool:
-        """Record a finished run; True if this call wrote it, False if the run already had one."""
+        """Record a finished run; True if this call wrote it, False if the run already had one.
+
+        A run that had no model to ask says nothing about its cluster: it is
+        recorded on the run (and its batch), never in the check's history or
+        as a verdict change (``ran_without_model``).
+        """
         source = verdict_source(report.verdict) if report.verdict else DEFAULT_SOURCE
         report = scrubbed_report(report)
         verdict = report.verdict
@@ -652,6 +671,7 @@ class VerdictStore:
                 CHANGES_MAXLEN,
                 _now().isoformat(),
                 source,
+                "0" if ran_without_model(report) else "1",
             ],
         )
         return bool(written)

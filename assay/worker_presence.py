@@ -1,0 +1,92 @@
+"""Which model the fleet's workers run with, so a client can refuse a run no one could evaluate.
+
+The model is the workers' setting: a request's own ``model`` (``--model``,
+the API body's ``model``) wins, else the worker's ``ASSAY_MODEL``; the
+client's ``ASSAY_MODEL`` is never sent. A client therefore cannot see from its
+own settings whether a run will have a model. Each ``assay worker`` announces
+its model under a short-lived key, refreshed while it runs, and the fleet
+commands read those keys before they queue anything:
+
+* some live worker has a model, or the request names one: queue it;
+* live workers exist and none has a model: refuse (exit 64, one sentence);
+* no live worker at all: queue it (it waits for a worker) and say so.
+
+Key (``P`` = settings.key_prefix)::
+
+    P:worker:{host}:{pid}   string  JSON {"model": str, "at": ISO}; TTL PRESENCE_TTL_SECONDS
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+PRESENCE_TTL_SECONDS = 30
+REFRESH_SECONDS = 10.0
+
+
+def presence_key(key_prefix: str, worker: str) -> str:
+    return f"{key_prefix}:worker:{worker}"
+
+
+@dataclass(frozen=True)
+class FleetModels:
+    """What the live workers announced: how many there are, and their models."""
+
+    workers: int
+    models: frozenset[str]
+
+
+def read_fleet_models(redis: Any, key_prefix: str) -> FleetModels:
+    """The live workers' announced models (workers without a model count, with none)."""
+    keys = list(redis.scan_iter(match=presence_key(key_prefix, "*"), count=500))
+    models: set[str] = set()
+    bodies = redis.mget(keys) if keys else []
+    for body in bodies:
+        if not body:
+            continue
+        try:
+            model = json.loads(body).get("model") or ""
+        except (ValueError, AttributeError):
+            continue
+        if model:
+            models.add(str(model))
+    return FleetModels(workers=sum(1 for body in bodies if body), models=frozenset(models))
+
+
+class Announcer:
+    """Keeps this worker's presence key alive on a daemon thread until stopped."""
+
+    def __init__(self, redis: Any, key_prefix: str, model: str | None) -> None:
+        self.redis = redis
+        self.key = presence_key(key_prefix, f"{socket.gethostname()}:{os.getpid()}")
+        self.model = model or ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="assay-presence", daemon=True)
+
+    def announce(self) -> None:
+        body = json.dumps({"model": self.model, "at": datetime.now(UTC).isoformat()})
+        self.redis.set(self.key, body, ex=PRESENCE_TTL_SECONDS)
+
+    def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # Redis away: the next refresh tries again
+                self.announce()
+            if self._stop.wait(REFRESH_SECONDS):
+                return
+
+    def start(self) -> Announcer:
+        """Announce on the thread: a Redis that is down must not delay the worker's start."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            self.redis.delete(self.key)

@@ -1,0 +1,301 @@
+"""What a newcomer meets at the CLI's front door (issue 10), driven as they drive it.
+
+Real redis-server (the test's own), real `assay` subprocesses, a real `assay
+worker` where a worker's behaviour is the point, the API through FastAPI's
+test client. No model is ever reached: the no-model paths stop before one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from assay.client import Client
+from assay.redis_process import free_port
+from assay.worker_presence import read_fleet_models
+from schemas.settings import load_settings
+from schemas.verdict import VerdictKind
+from tests.api_support import READ_TOKEN, TOKENS, auth
+from tests.conftest import EXAMPLES, ROOT, TEST_SNAPSHOT_ROOTS
+from tests.fleet_support import finished_report, snapshot_request, stop_process, wait_until
+
+PLAIN = "every Deployment in namespace prod has at least 2 ready replicas"
+PROD_EU = str(EXAMPLES / "snapshots" / "prod-eu")
+ALL_SNAPSHOTS = str(EXAMPLES / "snapshots" / "*")
+BOX_CHARS = set("─│┃━┏┓┗┛╭╮╰╯┡┩╇┼")
+
+
+def env_for(redis_url: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    env["ASSAY_SNAPSHOT_ROOTS"] = TEST_SNAPSHOT_ROOTS
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    if redis_url is not None:
+        env["ASSAY_REDIS_URL"] = redis_url
+    env.update(extra)
+    return env
+
+
+def assay(redis_url: str | None, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "assay.cli", *args],
+        cwd=ROOT,
+        env=env_for(redis_url, **extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("assay: error: "), lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Client]:
+    with Client(load_settings(redis_url=redis_url)) as fleet:
+        yield fleet
+
+
+def record(client: Client, check_id: str, verdict: str, minutes_ago: float = 0) -> str:
+    request = snapshot_request(check_id=check_id, path=PROD_EU)
+    when = datetime.now(UTC) - timedelta(minutes=minutes_ago)
+    client.store.register_run(request)
+    client.store.record_verdict(finished_report(request, verdict, finished_at=when))
+    return request.run_id
+
+
+# --- no model anywhere ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def modelless_worker(redis_url: str, tmp_path: Path) -> Iterator[Path]:
+    log = tmp_path / "worker.log"
+    with log.open("ab") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "assay.cli", "worker", "--concurrency", "2"],
+            cwd=ROOT,
+            env=env_for(redis_url, ASSAY_LOG_FORMAT="json"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield log
+    finally:
+        stop_process(worker)
+
+
+def test_fleet_commands_refuse_at_once_when_no_worker_has_a_model(
+    redis_url: str, client: Client, modelless_worker: Path
+) -> None:
+    assert wait_until(lambda: "no_model_configured" in modelless_worker.read_text(), 60), (
+        modelless_worker.read_text()[-2000:]
+    )
+    warning = next(
+        json.loads(line)
+        for line in modelless_worker.read_text().splitlines()
+        if "no_model_configured" in line and line.startswith("{")
+    )
+    assert warning["level"] == "warning"
+    assert wait_until(lambda: read_fleet_models(client.store.client, "assay").workers >= 1, 30)
+
+    for command in (
+        ["submit", "--snapshot", PROD_EU, PLAIN],
+        ["batch", PLAIN, "--snapshots", ALL_SNAPSHOTS],
+        ["schedule", "add", "nightly", PLAIN, "--every", "1h", "--snapshots", ALL_SNAPSHOTS],
+    ):
+        refused = assay(redis_url, *command)
+        assert refused.returncode == 64, (command, refused.stderr)
+        assert "no model is configured" in one_error_line(refused)
+    assert client.store.run_state("nothing") is None
+    assert client.checks() == [] and client.latest_batch_id() is None
+
+    # A run that reaches the worker anyway (the client does not refuse) is kept out of the
+    # check's history, its latest verdict and the change events.
+    earlier = record(client, "replicas", "true", minutes_ago=5)
+    receipt = client.submit(PLAIN, snapshot=PROD_EU, check_id="replicas")
+    verdict = client.wait(receipt.run_id, timeout=90)
+    assert verdict.verdict == VerdictKind.CANNOT_DETERMINE and "no model" in (verdict.reason or "")
+    assert [v.run_id for v in client.history("replicas")] == [earlier]
+    latest = client.verdict("replicas")
+    assert latest is not None and latest.run_id == earlier
+    assert client.changes("1h") == []
+
+
+# --- Redis away -------------------------------------------------------------------------------
+
+
+def test_an_unreachable_redis_is_one_sentence_and_69(tmp_path: Path) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    for command in (
+        ["checks"],
+        ["verdict", "some-check"],
+        ["submit", "--snapshot", PROD_EU, PLAIN],
+        ["batch", "status"],
+        ["schedule", "list"],
+    ):
+        started = time.monotonic()
+        result = assay(dead, *command)
+        elapsed = time.monotonic() - started
+        print(
+            f"assay {command[0]} against a dead Redis: exit {result.returncode} in {elapsed:.2f}s"
+        )
+        assert result.returncode == 69, (command, result.stderr)
+        assert "cannot reach the fleet's Redis" in one_error_line(result)
+
+
+def test_no_fleet_anywhere_is_69_and_names_the_way_out(tmp_path: Path) -> None:
+    result = assay(None, "checks", ASSAY_DATA_DIR=str(tmp_path))
+    assert result.returncode == 69
+    assert "assay up" in one_error_line(result)
+
+
+# --- one JSON convention ------------------------------------------------------------------------
+
+
+def test_cli_json_and_api_json_are_the_same_objects(redis_url: str, client: Client) -> None:
+    from assay.api import create_app
+
+    run_id = record(client, "replicas", "false")
+    record(client, "roots", "true", minutes_ago=1)
+    cli_run = assay(redis_url, "run", run_id, "--json")
+    assert cli_run.returncode == 1, cli_run.stderr
+    cli_verdict = assay(redis_url, "verdict", "replicas", "--json")
+    assert cli_verdict.returncode == 1, cli_verdict.stderr
+    cli_checks = assay(redis_url, "checks", "--json", "--changed-since", "1h")
+    assert cli_checks.returncode == 0, cli_checks.stderr
+    settings = load_settings(redis_url=redis_url, api_tokens=TOKENS)
+    with TestClient(create_app(settings)) as api:
+        api_verdict = api.get("/v1/checks/replicas", headers=auth(READ_TOKEN))
+        api_checks = api.get("/v1/checks?changed_since=1h", headers=auth(READ_TOKEN))
+        api_run = api.get(f"/v1/runs/{run_id}", headers=auth(READ_TOKEN))
+    assert json.loads(cli_run.stdout) == api_run.json()
+    assert api_verdict.status_code == 200 and api_checks.status_code == 200, api_checks.text
+    assert json.loads(cli_verdict.stdout) == api_verdict.json()
+    assert json.loads(cli_checks.stdout) == api_checks.json()["checks"]
+    assert json.loads(cli_verdict.stdout)["finished_at"].endswith("Z")
+
+
+# --- tables, targets, pending --------------------------------------------------------------------
+
+
+def test_piped_tables_are_plain_fit_80_columns_and_put_failures_first(
+    redis_url: str, client: Client
+) -> None:
+    record(client, "a-check-that-holds-with-a-rather-long-id-0123456789", "true")
+    record(client, "replicas", "false", minutes_ago=2)
+    listing = assay(redis_url, "checks")
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert not BOX_CHARS & set(listing.stdout)
+    assert all(len(line) <= 80 for line in lines), listing.stdout
+    rows = [line for line in lines if "snapshot:prod-eu" in line]
+    assert "FALSE" in rows[0] and "TRUE" in rows[1]
+
+    bare = assay(redis_url, "checks", "--target", "prod-eu", "--json")
+    assert {row["check_id"] for row in json.loads(bare.stdout)} == {
+        "a-check-that-holds-with-a-rather-long-id-0123456789",
+        "replicas",
+    }
+    nothing = assay(redis_url, "checks", "--target", "prod-us")
+    assert nothing.returncode == 0 and "snapshot:FOLDER" in nothing.stderr
+
+
+def test_a_deferred_check_is_pending_with_its_due_time(redis_url: str) -> None:
+    submitted = assay(
+        redis_url,
+        "submit", "--snapshot", PROD_EU, "--check-id", "cert", "--at", "2030-01-01T00:00:00Z",
+        "--json", PLAIN,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = json.loads(submitted.stdout)["run_id"]
+    pending = assay(redis_url, "verdict", "cert")
+    assert pending.returncode == 75
+    assert "due at 2030-01-01T00:00:00Z" in one_error_line(pending)
+    shown = assay(redis_url, "run", run_id)
+    assert shown.returncode == 75 and "wake_at 2030-01-01T00:00:00Z" in shown.stdout
+
+
+def test_a_schedule_whose_glob_matches_nothing_is_refused(redis_url: str) -> None:
+    refused = assay(
+        redis_url, "schedule", "add", "typo", PLAIN, "--every", "1h",
+        "--snapshots", str(EXAMPLES / "snapshot" / "*"),
+    )  # fmt: skip
+    assert refused.returncode == 64
+    assert "matches no snapshot folder" in one_error_line(refused)
+    assert assay(redis_url, "schedule", "list", "--json").stdout.strip() in ("[]", "")
+
+
+# --- help and completion -------------------------------------------------------------------------
+
+
+def _commands(
+    command: object, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], object]]:
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_every_option_of_every_command_is_described() -> None:
+    import typer
+
+    from assay.cli import app
+
+    root = typer.main.get_command(app)
+    undescribed = [
+        f"assay {' '.join(path)} {param.opts[0]}"
+        for path, command in _commands(root)
+        for param in getattr(command, "params", [])
+        if param.param_type_name == "option" and not (getattr(param, "help", "") or "").strip()
+    ]
+    assert undescribed == []
+    assert len(list(_commands(root))) > 20
+
+
+def test_help_has_no_bool_placeholders_or_boxes_and_completion_is_offered() -> None:
+    for args in (["--help"], ["submit", "--help"], ["schedule", "add", "--help"]):
+        shown = assay(None, *args)
+        assert shown.returncode == 0, shown.stderr
+        assert "<bool>" not in shown.stdout and not BOX_CHARS & set(shown.stdout)
+    assert "--install-completion" in assay(None, "--help").stdout
+    script = assay(None, "--show-completion", "bash")
+    assert script.returncode == 0 and "complete" in script.stdout
+
+
+# --- --scripted beside a fleet command --------------------------------------------------------
+
+
+def test_a_worker_started_with_scripted_answers_with_the_scripted_model(
+    redis_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "worker.log"
+    script = str(EXAMPLES / "scripts" / "demo.yaml")
+    with log.open("ab") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "assay.cli", "worker", "-c", "2", "--scripted", script],
+            cwd=ROOT,
+            env=env_for(redis_url),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        waited = assay(redis_url, "submit", "--snapshot", PROD_EU, PLAIN, "--wait")
+    finally:
+        stop_process(worker)
+    assert "SCRIPTED MODEL" in log.read_text()
+    assert waited.returncode == 0, waited.stderr + log.read_text()[-2000:]
+    assert "TRUE" in waited.stdout and "openai/scripted" in waited.stdout
