@@ -1,0 +1,76 @@
+"""`--trace` and `--json` print model text only after the run's secret scrubber.
+
+A model can repeat what it read (or was told) in a thought, an explanation, an
+excerpt or a finding; none of that is tool output, so only the CLI's own pass
+(assay/output_scrubbing.py) stands between it and a terminal or a CI log. The
+canary cluster (tests/secret_canaries.py) plants Secret values and
+credential-shaped values; the scripted model repeats every one of them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.secret_canaries import NAMESPACE, POD, Canary, CanaryCluster, write_canary_cluster
+from tests.test_cli_check import assay
+from workers.toolsets.backend import REDACTED
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> CanaryCluster:
+    return write_canary_cluster(tmp_path)
+
+
+def as_said(canary: Canary) -> str:
+    """How a model repeats a canary: a Secret's value bare (the run's scrubber knows it);
+    a value held in no Secret in a credential shape, as it read it (only the shape betrays it)."""
+    if canary.needs_secret_values:
+        return canary.value
+    if canary.label == "pem-private-key-block":
+        return f"-----BEGIN EC PRIVATE KEY-----\n{canary.value}\n-----END EC PRIVATE KEY-----"
+    if canary.label == "bearer-token":
+        return f"Authorization: Bearer {canary.value}"
+    return f"postgres://shop:{canary.value}@db.shop:5432/shop"
+
+
+def blabbing_script(cluster: CanaryCluster, verdict: str) -> dict[str, Any]:
+    """A model that says every canary in each field it can fill."""
+    said = " ; ".join(map(as_said, cluster.canaries))
+    lookup = {"kind": "Pod", "name": POD, "namespace": NAMESPACE}
+    done = {
+        "action": "DONE",
+        "verdict": verdict,
+        "explanation": f"the pod runs with {said}",
+        "evidence": [{"step": 1, "excerpt": f"name: {POD}"}],
+        "findings": [f"seen: {said}"],
+    }
+    turns = [
+        {"action": {"action": "THOUGHT", "thought": f"remember {said}"}},
+        {"action": {"action": "COMMAND", "tool": "get", "arguments": lookup, "reason": said}},
+        {"action": done},
+    ]
+    return {"scenarios": [{"turns": turns}]}
+
+
+@pytest.mark.parametrize(("command", "verdict"), [("check", "false"), ("query", "true")])
+def test_trace_and_json_never_print_a_canary(
+    tmp_path: Path, cluster: CanaryCluster, command: str, verdict: str
+) -> None:
+    script = tmp_path / "blab.yaml"
+    script.write_text(yaml.safe_dump(blabbing_script(cluster, verdict)))
+    result = assay(
+        command, "--snapshot", str(cluster.path), "--scripted", str(script),
+        "--trace", "--json", f"is pod {POD} in {NAMESPACE} running?",
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr
+    printed = json.loads(result.stdout)
+    assert "[step 0] THOUGHT" in result.stderr and "[step 2] DONE" in result.stderr
+    assert REDACTED in result.stderr and REDACTED in result.stdout
+    assert cluster.leaks(result.stdout) == []
+    assert cluster.leaks(result.stderr) == []
+    assert printed  # the answer is still there, only its secret parts are gone
