@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.secret_canaries import NAMESPACE, POD, Canary, CanaryCluster, write_canary_cluster
+from tests.secret_canaries import NAMESPACE, POD, CanaryCluster, spoken, write_canary_cluster
 from tests.test_cli_check import assay
 from workers.toolsets.backend import REDACTED
 
@@ -26,21 +26,9 @@ def cluster(tmp_path: Path) -> CanaryCluster:
     return write_canary_cluster(tmp_path)
 
 
-def as_said(canary: Canary) -> str:
-    """How a model repeats a canary: a Secret's value bare (the run's scrubber knows it);
-    a value held in no Secret in a credential shape, as it read it (only the shape betrays it)."""
-    if canary.needs_secret_values:
-        return canary.value
-    if canary.label == "pem-private-key-block":
-        return f"-----BEGIN EC PRIVATE KEY-----\n{canary.value}\n-----END EC PRIVATE KEY-----"
-    if canary.label == "bearer-token":
-        return f"Authorization: Bearer {canary.value}"
-    return f"postgres://shop:{canary.value}@db.shop:5432/shop"
-
-
 def blabbing_script(cluster: CanaryCluster, verdict: str) -> dict[str, Any]:
     """A model that says every canary in each field it can fill."""
-    said = " ; ".join(map(as_said, cluster.canaries))
+    said = " ; ".join(map(spoken, cluster.canaries))
     lookup = {"kind": "Pod", "name": POD, "namespace": NAMESPACE}
     done = {
         "action": "DONE",

@@ -68,6 +68,7 @@ from workers.metrics import (
     observe_usage_anomaly,
 )
 from workers.toolsets.base import ToolRegistry
+from workers.toolsets.redaction import scrubbed_model
 from workers.toolsets.structured import META_KEY as STRUCTURED_META_KEY
 from workers.tracing import model_call_span, tool_call_span
 
@@ -86,6 +87,11 @@ class RateLimiter(Protocol):
     """
 
     def acquire(self, model: str, tokens: int, deadline: float) -> None: ...
+
+
+# The request is the user's own input (kept verbatim so the run can be evaluated again); the
+# checkpoint of a waiting run holds what the model saw, already scrubbed, and must match it.
+_UNSCRUBBED_REPORT_FIELDS = frozenset({"request", "checkpoint"})
 
 
 def default_tools(request: EvaluationRequest, settings: AssaySettings) -> ToolRegistry:
@@ -196,6 +202,12 @@ class _Run:
             report = self._budget_report(exc)
         finally:
             self._release_tools()
+        if self.registry is not None:
+            # Model text (thoughts, explanation, findings, excerpts) is not tool output, so no
+            # tool scrubbed it: a model can repeat a Secret's value it was told or guessed.
+            report = scrubbed_model(
+                report, keep=_UNSCRUBBED_REPORT_FIELDS, scrubber=self.registry.scrubber
+            )
         self.log.info(
             "run_finished",
             status=report.status,
