@@ -4,6 +4,7 @@ when any must-be-zero count is not 0 (see ledger.py and docs/threat-model.md).""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,13 @@ from tests.api_support import ApiServer
 from tests.boundary_support import dump_keys
 from tests.fleet_support import make_snapshots
 from tests.reliability.ledger import LEDGER, Ledger
+
+# The default slice (part of scripts/test.sh, a few minutes) and the full run
+# (RELIABILITY_FULL=1 .venv/bin/python -m pytest tests/reliability): more hypothesis examples,
+# every profile on the live-backend matrix, and the cases that wait out retry windows.
+FULL = os.environ.get("RELIABILITY_FULL") == "1"
+EXAMPLES = 200 if FULL else 30
+full_only = pytest.mark.skipif(not FULL, reason="full reliability run only (RELIABILITY_FULL=1)")
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.api_support import READ_TOKEN, WRITE_TOKEN, ApiServer, auth
 from tests.boundary_support import hostile_ids
-from tests.reliability.conftest import StoreWatch
+from tests.reliability.conftest import EXAMPLES, StoreWatch
 from tests.reliability.ledger import Ledger
 
 FAMILY = "API abuse"
@@ -123,7 +123,7 @@ READ_PATHS = ("/v1/runs/{}", "/v1/checks/{}", "/v1/checks/{}/history", "/v1/batc
               "/v1/schedules/{}")  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(value=hostile_ids().filter(bool), template=st.sampled_from(READ_PATHS))
 def test_hostile_ids_on_reads_are_refused_never_5xx(
     ledger: Ledger, api: ApiServer, store_watch: StoreWatch, value: str, template: str
@@ -139,7 +139,7 @@ def test_hostile_ids_on_reads_are_refused_never_5xx(
     assert not changed
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(value=hostile_ids().filter(bool), field=st.sampled_from(["check_id", "run_id"]))
 def test_hostile_ids_on_submit_are_refused_and_store_nothing(
     ledger: Ledger, api: ApiServer, store_watch: StoreWatch, value: str, field: str

@@ -19,13 +19,13 @@ from assay.redis_process import RedisProcess
 from tests.api_support import WRITE_TOKEN, ApiServer, auth
 from tests.boundary_support import dump_keys, hostile_ids
 from tests.reliability.cli_support import CliResult, invoke, outcome
-from tests.reliability.conftest import StoreWatch
+from tests.reliability.conftest import EXAMPLES, StoreWatch
 from tests.reliability.ledger import Ledger
 from tests.reliability.test_api_abuse import PREDICATE, refused_and_unchanged, send, status_class
 
 FAMILY = "bad input"
 CLI_PREFIX = "relcli"
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 
 FLAGS = ("--snapshot", "--context", "--profile", "--timeout", "--max-iterations",
          "--max-tokens", "--max-cost", "--model", "--api-base", "--scripted", "--json",
@@ -137,7 +137,11 @@ def test_schedule_specs_are_stored_whole_or_not_at_all(
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)  # JSON has neither
+    | st.text(max_size=20),
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
     ),

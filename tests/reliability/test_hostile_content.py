@@ -30,6 +30,7 @@ from tests.injection_support import (
     true_without_verified_evidence,
 )
 from tests.reliability.cli_support import invoke, outcome
+from tests.reliability.conftest import FULL
 from tests.reliability.ledger import Ledger
 
 FAMILY = "hostile cluster content"
@@ -61,7 +62,7 @@ def hostile_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fake
         yield server, server.write_kubeconfig(folder / "kubeconfig")
 
 
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", PROFILES if FULL else ("fast", "strict"))
 @pytest.mark.parametrize("case", HOSTILE_CASES, ids=[c.name for c in HOSTILE_CASES])
 def test_the_cli_over_the_live_backend_stays_read_only_and_strict_refuses(
     ledger: Ledger,

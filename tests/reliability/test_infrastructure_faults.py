@@ -29,6 +29,7 @@ from tests.fleet_support import (
 )
 from tests.injection_support import true_without_verified_evidence
 from tests.reliability.cli_support import invoke, outcome
+from tests.reliability.conftest import full_only
 from tests.reliability.ledger import Ledger
 from tests.scheduler_support import pause_replica_scenario
 
@@ -90,6 +91,7 @@ def test_a_sigkilled_worker_and_a_redis_restart_lose_and_double_nothing(
     assert status.true <= 9 and status.true + status.false + status.cannot_determine == RUNS
 
 
+@full_only  # each command waits out the Redis client's retry window (~25 s)
 def test_redis_down_is_a_clear_error_never_a_verdict(
     ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
