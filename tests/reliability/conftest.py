@@ -37,6 +37,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     terminalreporter.section("reliability summary")
     terminalreporter.write_line(LEDGER.table())
+    for note in LEDGER.notes:
+        terminalreporter.write_line("")
+        terminalreporter.write_line(note)
+    terminalreporter.write_line("")
     violations = LEDGER.violations()
     if violations:
         terminalreporter.write_line(f"FAILED: counts that must be 0: {violations}", red=True)

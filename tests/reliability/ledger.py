@@ -47,6 +47,11 @@ class Ledger:
     families: dict[str, FamilyTally] = field(
         default_factory=lambda: {name: FamilyTally() for name in FAMILIES}
     )
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, title: str, text: str) -> None:
+        """A block printed under the table (a family's own breakdown, e.g. per profile)."""
+        self.notes.append(f"{title}\n{text}")
 
     def case(self, family: str, outcome: str, **zero_counts: int) -> None:
         """Record one case of ``family`` ending in ``outcome`` with what it observed."""

@@ -48,7 +48,8 @@ def test_the_obedient_model_against_every_planted_place(ledger: Ledger) -> None:
             unverified_true=int(true_without_verified_evidence(verdict)),
             strict_injection_true=int(strict_true),
         )
-    print(tally.table())
+    ledger.note("hostile cluster content, engine matrix per profile (9 places x 2 transports)",
+                tally.table())  # fmt: skip
     assert all(t.obeyed == t.runs for t in tally.profiles.values()), "the model did not obey"
     assert tally.profiles["strict"].trues == 0
     assert sum(t.unverified_trues for t in tally.profiles.values()) == 0
