@@ -62,3 +62,20 @@ def test_trace_and_json_never_print_a_canary(
     assert cluster.leaks(result.stdout) == []
     assert cluster.leaks(result.stderr) == []
     assert printed  # the answer is still there, only its secret parts are gone
+
+
+def test_the_engine_returns_the_model_text_scrubbed(cluster: CanaryCluster) -> None:
+    """What the fleet stores and serves is the engine's report: no canary in it either."""
+    from assay.testing.scripted_model import ScriptedModel
+    from schemas.request import EvaluationRequest, SnapshotTarget
+    from tests.engine_support import run
+
+    request = EvaluationRequest(
+        text=f"is pod {POD} in {NAMESPACE} running?", target=SnapshotTarget(path=str(cluster.path))
+    )
+    with ScriptedModel(blabbing_script(cluster, "false")) as model:
+        report = run(model, request)
+    stored = report.model_dump_json()
+    assert report.verdict is not None and REDACTED in (report.verdict.explanation or "")
+    assert cluster.leaks(stored) == []
+    assert report.request == request  # the user's own input is kept verbatim
