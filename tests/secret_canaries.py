@@ -306,6 +306,18 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
     return CanaryCluster(folder, canaries)
 
 
+def spoken(canary: Canary) -> str:
+    """How a model repeats a canary: a Secret's value bare (a run's scrubber knows it); a
+    value held in no Secret in a credential shape, as it read it (only the shape betrays it)."""
+    if canary.needs_secret_values:
+        return canary.value
+    if canary.label == "pem-private-key-block":
+        return f"-----BEGIN EC PRIVATE KEY-----\n{canary.value}\n-----END EC PRIVATE KEY-----"
+    if canary.label == "bearer-token":
+        return f"Authorization: Bearer {canary.value}"
+    return f"postgres://shop:{canary.value}@db.shop:5432/shop"
+
+
 def sweep_calls() -> list[tuple[str, dict[str, Any]]]:
     """Every lookup a curious model could make of the canary cluster."""
     calls: list[tuple[str, dict[str, Any]]] = [("events", {}), ("api_resources", {})]

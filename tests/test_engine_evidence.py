@@ -15,6 +15,7 @@ from schemas.report import RunState
 from schemas.verdict import VerdictKind
 from tests.engine_support import done, get_deployments, make_snapshot, request_for, run, script
 from tests.engine_support import scripted as scripted_model
+from workers.core.evidence import MIN_EXCERPT_CHARS, meaningful
 from workers.core.llm import load_litellm
 
 PROFILES = ("smoke", "fast", "strict")
@@ -169,3 +170,43 @@ def test_citations_are_still_checked_after_a_deferred_wait(tmp_path: Path) -> No
             state = RunState.model_validate_json(waiting.checkpoint.model_dump_json())
             resumed = run(model, request, state=state)
         assert resumed.verdict is not None and resumed.verdict.verdict == expected
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("excerpt", ["w", "2", "we", "/", " : ", "---", "- -", "2 /"])
+def test_a_too_short_excerpt_is_treated_as_unverified(
+    snapshot: Path, profile: str, excerpt: str
+) -> None:
+    # Every one of these occurs in the Deployment listing, so only the minimum refuses it.
+    short = done("true", 0, excerpt=excerpt)
+    with scripted_model(script(get_deployments(), short, short, short)) as model:
+        report = run(model, request_for(snapshot, profile=profile))
+        repair = model.requests[2]["messages"][-1]["content"]
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert [s.kind for s in report.steps] == ["COMMAND", "REPAIR", "REPAIR", "REPAIR"]
+    assert "too short" in repair and f"at least {MIN_EXCERPT_CHARS} characters" in repair
+    assert verdict.evidence_verified is False
+
+
+def test_a_too_short_excerpt_repaired_with_a_whole_row_is_accepted(snapshot: Path) -> None:
+    turns = script(
+        get_deployments(), done("true", 0, excerpt="2"), done("true", 0, excerpt="web 2/2")
+    )
+    with scripted_model(turns) as model:
+        report = run(model, request_for(snapshot))
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.TRUE
+    assert [s.kind for s in report.steps] == ["COMMAND", "REPAIR", "DONE"]
+    assert [e.verified for e in verdict.evidence] == [True]
+
+
+@pytest.mark.parametrize(
+    ("excerpt", "expected"),
+    [("web", True), ("1/3", True), ("v1", False), ("  a b  ", False), ("...", False),
+     ("a: b", True), ("名前", False), ("名前空", True), ("", False), ("_-_", False)],
+)  # fmt: skip
+def test_meaningful_counts_non_blank_characters_and_needs_a_word(
+    excerpt: str, expected: bool
+) -> None:
+    assert meaningful(excerpt) is expected

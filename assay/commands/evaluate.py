@@ -171,6 +171,7 @@ def _evaluate(
     from pydantic import ValidationError
     from rich.console import Console
 
+    from assay.output_scrubbing import RunScrubber
     from assay.render import step_line
     from workers.core.engine import EngineDeps, evaluate
 
@@ -196,18 +197,23 @@ def _evaluate(
 
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
-    def show_step(step: Step) -> None:
-        errors.print(step_line(step), markup=False)
+    scrubbing = RunScrubber()  # model text is printed only through the run's scrubber
 
-    deps = EngineDeps(settings=settings, on_step=show_step if trace else None)
+    def show_step(step: Step) -> None:
+        errors.print(scrubbing.text(step_line(step)), markup=False)
+
+    deps = EngineDeps(
+        settings=settings, tools=scrubbing.tools, on_step=show_step if trace else None
+    )
     report = evaluate(request, deps)
-    _print_result(kind, report, json_output)
+    _print_result(kind, scrubbing.model(report), json_output)
     return report.verdict.exit_code if report.verdict else 3
 
 
 def _print_result(kind: str, report: RunReport, json_output: bool) -> None:
-    """stdout: a check's verdict (rendered, or JSON with --json); a query's answer (rendered,
-    or the answer JSON with --json)."""
+    """stdout: the Verdict JSON (--json), the query answer JSON, or the rendered verdict.
+
+    ``report`` is already scrubbed (see assay/output_scrubbing.py)."""
     import json
 
     from rich.console import Console

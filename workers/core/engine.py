@@ -69,6 +69,7 @@ from workers.core.metrics import (
 )
 from workers.core.toolsets.base import ToolRegistry
 from workers.core.toolsets.factory import build_registry
+from workers.core.toolsets.redaction import scrubbed_model
 from workers.core.toolsets.structured import META_KEY as STRUCTURED_META_KEY
 from workers.core.tracing import model_call_span, tool_call_span
 
@@ -87,6 +88,11 @@ class RateLimiter(Protocol):
     """
 
     def acquire(self, model: str, tokens: int, deadline: float) -> None: ...
+
+
+# The request is the user's own input (kept verbatim so the run can be evaluated again); the
+# checkpoint of a waiting run holds what the model saw, already scrubbed, and must match it.
+_UNSCRUBBED_REPORT_FIELDS = frozenset({"request", "checkpoint"})
 
 
 @dataclass
@@ -191,6 +197,12 @@ class _Run:
             report = self._budget_report(exc)
         finally:
             self._release_tools()
+        if self.registry is not None:
+            # Model text (thoughts, explanation, findings, excerpts) is not tool output, so no
+            # tool scrubbed it: a model can repeat a Secret's value it was told or guessed.
+            report = scrubbed_model(
+                report, keep=_UNSCRUBBED_REPORT_FIELDS, scrubber=self.registry.scrubber
+            )
         self.log.info(
             "run_finished",
             status=report.status,

@@ -9,7 +9,14 @@ A model's word is not evidence. When the planner ends with ``true`` or
   whole text the model was shown, not the shortened copy in the run report.
   Both sides are whitespace-normalised (runs of spaces, tabs and newlines count
   as one space, so ``api 3/3`` matches the table's ``api     3/3``); case is
-  kept, because ``True`` and ``true`` are different values in Kubernetes.
+  kept, because ``True`` and ``true`` are different values in Kubernetes;
+* each excerpt is *meaningful* (:func:`meaningful`): at least
+  :data:`MIN_EXCERPT_CHARS` non-whitespace characters and at least one token
+  holding a letter or a digit. A one-character excerpt (``1``, ``a``, ``:``)
+  occurs in almost any output, so finding it proves nothing; three characters
+  are the shortest form that still pins a value in kubectl-like output (a ready
+  count ``1/3``, a name ``web``). A too-short excerpt counts as not
+  verified: a repair turn, then ``cannot_determine``.
 
 For a ``true`` of a check under ``strict`` at least one excerpt must also rest
 on a structured field: it must lie within the *structured view* of a get or
@@ -38,6 +45,8 @@ from schemas.verdict import Evidence
 from workers.core.toolsets.structured import FREE_TEXT
 
 _TOKEN = re.compile(r"\S+")
+MIN_EXCERPT_CHARS = 3  # non-whitespace characters an excerpt needs to be worth checking
+_WORD_CHARACTER = re.compile(r"[^\W_]")  # a letter or a digit, in any script
 CONTEXT_LINES = 5
 _ANCHOR = 3  # tokens in a row that must agree before the two texts are lined up again
 _LOOKAHEAD = 64  # tokens looked ahead, on each side, for that place
@@ -46,6 +55,15 @@ _LOOKAHEAD = 64  # tokens looked ahead, on each side, for that place
 def normalise(text: str) -> str:
     """Whitespace runs as single spaces, ends trimmed: how excerpts and outputs are compared."""
     return " ".join(text.split())
+
+
+def meaningful(excerpt: str) -> bool:
+    """Whether ``excerpt`` is long enough to show anything: at least ``MIN_EXCERPT_CHARS``
+    non-whitespace characters and one token with a letter or digit (not only ``---`` or ``:``)."""
+    tokens = excerpt.split()
+    return sum(map(len, tokens)) >= MIN_EXCERPT_CHARS and any(
+        _WORD_CHARACTER.search(token) for token in tokens
+    )
 
 
 def occurs_in(excerpt: str, output: str) -> bool:
@@ -230,17 +248,25 @@ def check_evidence(
             continue
         output = seen.get(ref.step, cited.output or "")
         view = views.get(ref.step)
+        enough = meaningful(ref.excerpt)
         item = Evidence(
             step=ref.step,
             tool=cited.tool or "",
             arguments=cited.arguments,
             ok=bool(cited.ok),
             excerpt=ref.excerpt,
-            verified=occurs_in(ref.excerpt, output),
-            structured=bool(cited.ok and view and locate(view, ref.excerpt)),
+            verified=enough and occurs_in(ref.excerpt, output),
+            structured=bool(enough and cited.ok and view and locate(view, ref.excerpt)),
         )
         evidence.append(item)
-        if decisive and not item.verified:
+        if decisive and not enough:
+            problems.append(
+                f"evidence item {number} (step {ref.step}): its excerpt is too short to show "
+                f"anything; quote at least {MIN_EXCERPT_CHARS} characters, including a word or "
+                "a number, exactly as they appear between that step's fence lines (the whole "
+                "line that decides is best)"
+            )
+        elif decisive and not item.verified:
             problems.append(
                 f"evidence item {number} (step {ref.step}): its excerpt does not occur in the "
                 "output of that step; copy the excerpt exactly from the text between that "

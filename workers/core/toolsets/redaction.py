@@ -534,14 +534,17 @@ PATTERNS = SecretScrubber()
 """The pattern layer alone: for writers that never see a run's known values (store, logs)."""
 
 
-def scrubbed_model(model: M, *, keep: frozenset[str] = frozenset()) -> M:
-    """A copy of a report-like model with every string field scrubbed by :data:`PATTERNS`.
+def scrubbed_model(
+    model: M, *, keep: frozenset[str] = frozenset(), scrubber: SecretScrubber | None = None
+) -> M:
+    """A copy of a report-like model with every string field scrubbed by ``scrubber``
+    (default :data:`PATTERNS`; the engine passes the run's own, which knows its Secrets).
 
     ``keep`` names top-level fields left as they are (a run's request is the
     user's own input, stored verbatim so the run can be evaluated again).
     """
     data = model.model_dump(mode="json", exclude=set(keep))
-    PATTERNS.scrub_object(data)
+    (scrubber or PATTERNS).scrub_object(data)
     return type(model).model_validate({**data, **{name: getattr(model, name) for name in keep}})
 
 
