@@ -51,6 +51,9 @@ def _extra_models() -> dict[str, type[BaseModel]]:
     from schemas.notify import ChangeEventData
 
     extra["verdict_change_event"] = ChangeEventData  # a webhook CloudEvent's `data`
+    from schemas.probe import ProbeRecord
+
+    extra["probe_record"] = ProbeRecord
     return extra
 
 
