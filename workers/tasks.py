@@ -167,13 +167,16 @@ def handle_delivery(
         log.error("run_given_up", deliveries=delivery)
         return _finish(runtime, give_up_report(request, settings, reason, delivery), log)
 
-    from workers.engine import evaluate
+    from workers.probes.rerun import evaluate_check
+    from workers.probes.store import ProbeStore
     from workers.tracing import evaluation_span
 
     log.info("run_started", delivery=delivery, resumed=state is not None)
     try:
         with evaluation_span(request):
-            report = evaluate(request, runtime.engine_deps(allow_defer=True), state=state)
+            deps = runtime.engine_deps(allow_defer=True)
+            probes = ProbeStore.beside(store, settings)  # probe when it can (workers/probes)
+            report = evaluate_check(request, deps, probes, state=state)
     except Exception as exc:  # the engine never raises; a time limit or a bug still must not
         reason = f"the worker stopped the run: {type(exc).__name__}: {exc}"
         report = give_up_report(request, settings, reason, delivery)
