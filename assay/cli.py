@@ -15,7 +15,7 @@ import sys
 import typer
 
 from assay.commands import eval as eval_command
-from assay.commands import evaluate, fleet, notify, schedule, serve
+from assay.commands import evaluate, fleet, notify, probe, schedule, serve
 from schemas.verdict import EXIT_USAGE
 
 try:  # typer >= 0.22 vendors click under typer._click; older typer uses click itself
@@ -39,7 +39,7 @@ def root() -> None:
     """Evaluate plain-language predicates about Kubernetes clusters."""
 
 
-for module in (evaluate, fleet, notify, schedule, serve, eval_command):
+for module in (evaluate, fleet, notify, schedule, serve, eval_command, probe):
     module.register(app)
 
 

@@ -27,8 +27,10 @@ from assay.commands.options import (
     MaxIterationsOpt,
     MaxTokensOpt,
     ModelOpt,
+    ProbeOpt,
     ProfileOpt,
     TimeoutOpt,
+    check_probe_mode,
     check_profile,
     id_checker,
     settings_or_usage,
@@ -131,6 +133,7 @@ def batch(
     timeout: TimeoutOpt = None,
     max_cost: MaxCostOpt = None,
     profile: ProfileOpt = None,
+    probe: ProbeOpt = None,
 ) -> None:
     """Fan PREDICATE out over many targets; or show a batch's status or results."""
     if len(args) == 2 and args[0] in SUBCOMMANDS:
@@ -145,6 +148,7 @@ def batch(
         raise typer.BadParameter("give exactly one of --contexts GLOB or --snapshots GLOB")
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     check_profile(flags.profile)
+    check_probe_mode(probe)
     from pydantic import ValidationError
 
     from workers.batch import EmptyBatch
@@ -163,6 +167,7 @@ def batch(
                 budget=flags.budget(),
                 model=flags.model,
                 api_base=flags.api_base,
+                probe=probe,
             )
         except (EmptyBatch, TargetGlobError, SnapshotOutsideRoots) as exc:
             raise typer.BadParameter(str(exc)) from None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from assay.commands.fleet_common import EXIT_UNAVAILABLE
+from assay.commands.options import ProbeOpt
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -164,6 +165,7 @@ def add(
     timeout: Annotated[float | None, typer.Option("--timeout", min=0.1)] = None,
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
+    probe: ProbeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Add a schedule: PREDICATE on the targets, by --cron [--tz] or --every."""
@@ -192,6 +194,7 @@ def add(
         "jitter_seconds": _seconds("--jitter", jitter) or 0.0,
         "profile": profile or settings.profile,
         "model": model,
+        "probe": probe or "auto",
     }
     try:
         fields["targets"] = ScheduleTargets(
