@@ -84,21 +84,38 @@ def compile_expression(expression: str) -> Any:
         raise CelError(f"the expression does not compile: {_short(exc)}") from None
 
 
+class BoolProgram:
+    """An expression checked and compiled once, evaluated many times (one call per object)."""
+
+    def __init__(self, expression: str) -> None:
+        self.expression = expression
+        self._program = compile_expression(expression)
+
+    def value(self, variables: Mapping[str, Any]) -> Any:
+        """The expression's value; CelError on any failure."""
+        try:
+            return self._program.execute(dict(variables))
+        except Exception as exc:
+            kind = type(exc).__name__
+            raise CelError(f"the expression failed: {kind}: {_short(exc)}") from None
+
+    def __call__(self, variables: Mapping[str, Any]) -> bool:
+        """The expression's boolean value; CelError for anything that is not exactly a bool."""
+        value = self.value(variables)
+        if not isinstance(value, bool):
+            kind = type(value).__name__
+            raise CelError(f"the expression gave {kind} {value!r:.80}, not a boolean")
+        return value
+
+
 def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
     """The expression's value; CelError on any failure."""
-    program = compile_expression(expression)
-    try:
-        return program.execute(dict(variables))
-    except Exception as exc:
-        raise CelError(f"the expression failed: {type(exc).__name__}: {_short(exc)}") from None
+    return BoolProgram(expression).value(variables)
 
 
 def evaluate_bool(expression: str, variables: Mapping[str, Any]) -> bool:
     """The expression's boolean value; CelError for anything that is not exactly a bool."""
-    value = evaluate(expression, variables)
-    if not isinstance(value, bool):
-        raise CelError(f"the expression gave {type(value).__name__} {value!r:.80}, not a boolean")
-    return value
+    return BoolProgram(expression)(variables)
 
 
 def field_paths(expression: str) -> list[str]:

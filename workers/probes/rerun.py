@@ -153,6 +153,8 @@ class _Rerun:
                     }
                 )
             )
+            if self.request.batch_id:  # the batch's other targets may use it too
+                self.probes.save_batch_probe(self.request.batch_id, record)
         outcome = _outcome(record, run, "accepted", "re-run by probe (0 model tokens)")
         verdict = _verdict(
             self.request,

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from schemas.probe import ObjectRef, ProbeLookup, ProbeRun, ProposedProbe
-from workers.probes.cel import CelError, compile_expression, evaluate_bool, field_paths
+from workers.probes.cel import BoolProgram, CelError, field_paths
 from workers.toolsets.backend import BackendError, ClusterBackend
 from workers.toolsets.kubernetes import DescribeArgs, EventsArgs, GetArgs
 
@@ -110,9 +110,9 @@ def run_probe(
         return ProbeRun(error="no cluster backend to run the lookups on", fields=fields)
     reader = _Reader(backend, max_objects)
     try:
-        compile_expression(probe.expression)  # before any lookup: a bad expression costs nothing
+        program = BoolProgram(probe.expression)  # before any lookup: a bad one costs nothing
         results = [reader.read(lookup) for lookup in probe.lookups]
-        value, deciding = _evaluate(probe, results)
+        value, deciding = _evaluate(probe, program, results)
     except (ProbeFailure, CelError) as exc:
         return _failed(str(exc), reader, fields, began)
     except Exception as exc:  # a bug or an unexpected backend fault: never a verdict
@@ -128,9 +128,11 @@ def run_probe(
     )
 
 
-def _evaluate(probe: ProposedProbe, results: list[Any]) -> tuple[bool, list[ObjectRef]]:
+def _evaluate(
+    probe: ProposedProbe, program: BoolProgram, results: list[Any]
+) -> tuple[bool, list[ObjectRef]]:
     if probe.scope == "results":
-        return evaluate_bool(probe.expression, {"results": results}), []
+        return program({"results": results}), []
     objects = results[0]
     if not objects:
         # Vacuous truth is not evidence: an empty listing may be a wrong namespace or a
@@ -138,7 +140,7 @@ def _evaluate(probe: ProposedProbe, results: list[Any]) -> tuple[bool, list[Obje
         raise ProbeFailure("the listing returned no objects, so every-object holds vacuously")
     failing: list[ObjectRef] = []
     for obj in objects:
-        if not evaluate_bool(probe.expression, {"object": obj}):
+        if not program({"object": obj}):
             failing.append(_ref(obj, "?"))
             break  # the value is settled; the first counterexample is the evidence
     return not failing, failing
