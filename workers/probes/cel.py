@@ -41,7 +41,6 @@ SUPPORTED_FUNCTIONS = frozenset(
         "uint",
         "double",
         "string",
-        "bool",
         "type",
         "timestamp",
         "duration",
