@@ -196,11 +196,31 @@ def test_revalidation_every_n_runs(snapshot: Path, probes: ProbeStore) -> None:
     _check(snapshot, probes, COMPILE_TRUE)
     first, calls = _check(snapshot, probes, NO_MODEL, probe_revalidate_runs=2)
     assert calls == 0 and first.verdict is not None and first.verdict.source == "probe"
-    second, calls = _check(snapshot, probes, MODEL_TRUE, probe_revalidate_runs=2)
+    # the model re-validates, proposing the same probe again: no new version
+    second, calls = _check(snapshot, probes, COMPILE_TRUE, probe_revalidate_runs=2)
     assert calls == 2 and second.verdict is not None and second.verdict.source == "model"
+    assert second.verdict.probe_version == 1
     assert [e.why for e in probes.agreement("chk-ready")] == ["compile", "revalidate"]
     record = probes.current("chk-ready")
     assert record is not None and record.runs_since_validation == 0 and record.agreements == 2
+    assert record.version == 1 and len(probes.versions("chk-ready")) == 1
+    third, calls = _check(snapshot, probes, NO_MODEL, probe_revalidate_runs=2)
+    assert calls == 0 and third.verdict is not None and third.verdict.source == "probe"
+
+
+def test_a_new_probe_from_the_model_becomes_the_next_version(
+    snapshot: Path, probes: ProbeStore
+) -> None:
+    _check(snapshot, probes, COMPILE_TRUE)
+    again, _ = _check(snapshot, probes, COMPILE_TRUE, probe="off")  # same probe: same version
+    assert again.verdict is not None and again.verdict.probe_version == 1
+    other = probe("object.spec.replicas >= 2")
+    turns = script(get_deployments(), done_with_probe("true", 0, probe_spec=other))
+    newer, _ = _check(snapshot, probes, turns, probe="off")
+    assert newer.verdict is not None and newer.verdict.probe_version == 2
+    assert [v.version for v in probes.versions("chk-ready")] == [1, 2]
+    record = probes.current("chk-ready")
+    assert record is not None and record.probe.expression == "object.spec.replicas >= 2"
 
 
 def test_batch_compiles_once_and_probes_the_other_targets(
@@ -225,3 +245,21 @@ def test_probe_ids_are_checked_before_any_key_is_built(probes: ProbeStore) -> No
     with pytest.raises(InvalidId):
         probes.current("victim:versions")
     assert probes.drop("chk-none") is False
+
+
+def test_a_probe_verdict_is_recorded_as_the_probes(
+    snapshot: Path, probes: ProbeStore, redis_url: str
+) -> None:
+    """The store, the per-check gauges and the notifier read ``source`` from the verdict."""
+    from workers.store import VerdictStore, verdict_source
+
+    verdicts = VerdictStore(connect(redis_url), prefix="tp")
+    _check(snapshot, probes, COMPILE_TRUE)
+    report, _ = _check(snapshot, probes, NO_MODEL)
+    verdicts.register_run(report.request)
+    assert verdicts.record_verdict(report)
+    stored = verdicts.run_verdict(report.run_id)
+    assert stored is not None and verdict_source(stored) == "probe"
+    assert stored.probe_version == 1
+    (gauge,) = [g for g in verdicts.check_gauges(10) if g.check_id == "chk-ready"]
+    assert gauge.source == "probe" and gauge.exit_code == 0

@@ -172,7 +172,7 @@ class _Rerun:
     def _validate(self, record: ProbeRecord, run: ProbeRun, why: Why) -> RunReport:
         """Ask the model; record whether it agrees with the probe; its verdict is the run's."""
         assert self.probes is not None and run.verdict is not None
-        report = self._model(None)
+        report = self._model(None, count_agreement=False)
         model_verdict = report.verdict.verdict if report.verdict else None
         if model_verdict not in (VerdictKind.TRUE, VerdictKind.FALSE):
             # Undecided: nothing to compare; the probe stays as it was, unvalidated.
@@ -214,22 +214,38 @@ class _Rerun:
         )
         return _with_probe(report, _outcome(record, run, status, reason))
 
-    def _model(self, state: RunState | None) -> RunReport:
+    def _model(self, state: RunState | None, *, count_agreement: bool = True) -> RunReport:
         report = evaluate(self.request, self.deps, state=state)
         if report.status == "done":
-            self._store_compiled(report)
+            self._store_compiled(report, count_agreement)
         return report
 
-    def _store_compiled(self, report: RunReport) -> None:
+    def _store_compiled(self, report: RunReport, count_agreement: bool) -> None:
+        """Store an accepted probe as the next version; the same probe again is no new version
+        (it counts as an agreement, unless a re-validation records the comparison itself)."""
         outcome = report.probe
         if self.probes is None or outcome is None or outcome.status != "accepted":
             return
         if report.verdict is None or report.verdict.source != "model":
             return
+        check_id, run_id, verdict = self.request.check_id, self.request.run_id, report.verdict
         try:
-            record = self.probes.save_compiled(
-                self.request.check_id, self.request.run_id, outcome, report.verdict.verdict
-            )
+            current = self.probes.active(check_id)
+            if current is not None and current.probe == outcome.probe:
+                record = current
+                if count_agreement:
+                    entry = AgreementEntry(
+                        run_id=run_id,
+                        at=datetime.now(UTC),
+                        version=current.version,
+                        probe_verdict=outcome.run.verdict,
+                        model_verdict=verdict.verdict,
+                        agreed=True,
+                        why="compile",
+                    )
+                    record = self.probes.record_agreement(current, entry)
+            else:
+                record = self.probes.save_compiled(check_id, run_id, outcome, verdict.verdict)
             if self.request.batch_id:
                 self.probes.save_batch_probe(self.request.batch_id, record)
         except Exception as exc:  # storing a probe is an optimisation; the verdict stands
