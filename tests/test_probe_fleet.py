@@ -92,12 +92,14 @@ def test_second_run_of_a_check_is_the_probes(
 
 
 def test_batch_compiles_on_its_first_target_and_probes_the_rest(
-    client: Client, worker: subprocess.Popen[bytes], scripted_model: ScriptedModel, tmp_path: Path
+    client: Client,
+    worker: subprocess.Popen[bytes],
+    scripted_model: ScriptedModel,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     make_snapshots(tmp_path / "snaps", 6, bad_every=3)  # cluster-000 and -003 are unready
-    import os
-
-    os.chdir(tmp_path)  # the batch glob must lie under the snapshot roots (the cwd)
+    monkeypatch.chdir(tmp_path)  # the batch glob must lie under the snapshot roots (the cwd)
     batch_id = client.start_batch(PREDICATE, snapshots="snaps/*")
     assert wait_until(lambda: (s := client.batch_status(batch_id)) is not None
                       and s.pending == 0, timeout=120)  # fmt: skip
