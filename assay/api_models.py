@@ -144,6 +144,7 @@ class ScheduleUpdate(_Body):
     profile: ProfileName | None = None
     budget: Budget | None = None
     model: str | None = Field(default=None, max_length=200)
+    probe: ProbeMode | None = None
     misfire: MisfirePolicy | None = None
     jitter_seconds: float | None = Field(default=None, ge=0, le=3600)
 

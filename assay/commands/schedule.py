@@ -235,6 +235,7 @@ def update(
     model: ModelOpt = None,
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
+    probe: ProbeOpt = None,
 ) -> None:
     """Change a schedule at runtime; running replicas pick it up on their next tick."""
     from scheduler.schedules import ScheduleConflict, ScheduleNotFound
@@ -258,6 +259,8 @@ def update(
         changes["misfire"] = _misfire(misfire)
     if jitter is not None:
         changes["jitter_seconds"] = _seconds("--jitter", jitter)
+    if probe is not None:
+        changes["probe"] = probe
     if not changes:
         _fail("nothing to change; give at least one option, e.g. --every 30m")
     settings = _settings()
@@ -329,6 +332,7 @@ def show(ref: RefArg, json_out: JsonOpt = False) -> None:
         f"misfire:     {schedule.misfire}",
         f"jitter:      {schedule.jitter_seconds:g}s",
         f"profile:     {schedule.profile}",
+        f"probe:       {schedule.probe}",
         f"model:       {schedule.model or '(settings)'}",
         f"next fire:   {_when(store.next_fire_at(schedule), schedule.timezone)}",
     ]
