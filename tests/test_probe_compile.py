@@ -111,3 +111,11 @@ def test_query_and_undecided_verdicts_compile_nothing(snapshot: Path) -> None:
     with scripted_model(script(get_deployments(), turn)) as model:
         report = run(model, request_for(snapshot))
     assert report.probe is None
+
+
+def test_probe_on_an_incomplete_snapshot_does_not_decide(tmp_path: Path) -> None:
+    snap = make_snapshot(tmp_path / "snap")
+    (snap / "prod" / "broken.yaml").write_text("kind: Deployment\n  metadata: [unclosed\n")
+    report = _run_with(snap, "true", probe())
+    assert report.probe is not None and report.probe.status == "failed"
+    assert "problem" in report.probe.reason and report.probe.run.verdict is None

@@ -112,6 +112,7 @@ def run_probe(
     try:
         program = BoolProgram(probe.expression)  # before any lookup: a bad one costs nothing
         results = [reader.read(lookup) for lookup in probe.lookups]
+        _refuse_incomplete(backend)
         value, deciding = _evaluate(probe, program, results)
     except (ProbeFailure, CelError) as exc:
         return _failed(str(exc), reader, fields, began)
@@ -126,6 +127,17 @@ def run_probe(
         deciding=deciding,
         duration_seconds=round(time.perf_counter() - began, 6),
     )
+
+
+def _refuse_incomplete(backend: ClusterBackend) -> None:
+    """A snapshot with files it could not read may lack the very object that decides: the
+    model is told so in every tool output; a probe cannot weigh that, so it does not decide."""
+    problems = list(getattr(backend, "problems", None) or ())
+    if problems:
+        raise ProbeFailure(
+            f"the snapshot has {len(problems)} problem(s), so the objects may be incomplete: "
+            f"{problems[0]}"
+        )
 
 
 def _evaluate(
