@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from schemas.budget import Budget, ProfileName
 from schemas.fleet import BatchResult, CheckSummary, VerdictChange
 from schemas.ids import CheckId, RunId
+from schemas.probe import AgreementEntry, ProbeMode, ProbeRecord
 from schemas.report import RunReport
 from schemas.request import MAX_TEXT_LENGTH, EvaluationKind, Target, ToolsetName
 from schemas.schedule import MisfirePolicy, Schedule, ScheduleTargets
@@ -70,6 +71,11 @@ class EvaluationSubmission(_Body):
     not_before: datetime | None = Field(
         default=None, description="Do not start before this instant (with a time zone)."
     )
+    probe: ProbeMode = Field(
+        default="auto",
+        description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
+        "off: always the model; only: the probe or cannot_determine.",
+    )
 
 
 class BatchSubmission(_Body):
@@ -86,6 +92,11 @@ class BatchSubmission(_Body):
     profile: ProfileName = "fast"
     budget: Budget = Field(default_factory=Budget)
     model: str | None = Field(default=None, max_length=200)
+    probe: ProbeMode = Field(
+        default="auto",
+        description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
+        "off: always the model; only: the probe or cannot_determine.",
+    )
 
     @model_validator(mode="after")
     def _one_way_to_name_targets(self) -> BatchSubmission:
@@ -110,6 +121,11 @@ class ScheduleCreate(_Body):
     enabled: bool = True
     misfire: MisfirePolicy = "skip"
     jitter_seconds: float = Field(default=0.0, ge=0, le=3600)
+    probe: ProbeMode = Field(
+        default="auto",
+        description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
+        "off: always the model; only: the probe or cannot_determine.",
+    )
 
 
 class ScheduleUpdate(_Body):
@@ -128,6 +144,7 @@ class ScheduleUpdate(_Body):
     profile: ProfileName | None = None
     budget: Budget | None = None
     model: str | None = Field(default=None, max_length=200)
+    probe: ProbeMode | None = None
     misfire: MisfirePolicy | None = None
     jitter_seconds: float | None = Field(default=None, ge=0, le=3600)
 
@@ -182,3 +199,17 @@ class Health(_Body):
 class Readiness(_Body):
     status: Literal["ready", "not_ready"]
     checks: dict[str, str] = Field(description="Dependency -> 'ok' or why it failed.")
+
+
+class ProbeView(_Body):
+    """A check's stored probe, how it has agreed with the model, and its version numbers."""
+
+    probe: ProbeRecord
+    agreement: list[AgreementEntry] = Field(description="Oldest first, capped.")
+    versions: list[int]
+
+
+class ProbeTest(_Body):
+    """Where to run a check's probe now (a snapshot under the server's roots, or a context)."""
+
+    target: Target

@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from assay.commands import eval as eval_command
-from assay.commands import evaluate, fleet, notify, schedule, serve
+from assay.commands import evaluate, fleet, notify, probe, schedule, serve
 from assay.commands.fleet_common import ERROR_PREFIX
 from schemas.verdict import EXIT_USAGE
 
@@ -44,7 +44,7 @@ def root() -> None:
     """Evaluate plain-language predicates about Kubernetes clusters."""
 
 
-for module in (evaluate, fleet, notify, schedule, serve, eval_command):
+for module in (evaluate, fleet, notify, schedule, serve, eval_command, probe):
     module.register(app)
 
 

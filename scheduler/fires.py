@@ -90,6 +90,7 @@ def build_requests(
             profile=schedule.profile,
             budget=schedule.budget,
             model=schedule.model,
+            probe=schedule.probe,
             run_id=fire_run_id(schedule.id, target, scheduled_at),
             schedule_id=schedule.id,
         )

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from schemas.probe import ProposedProbe
 from schemas.verdict import VerdictKind
 
 # Tool names under which the non-COMMAND actions travel in tool-calling mode.
@@ -91,6 +92,12 @@ class Done(_Action):
     explanation: str = Field(min_length=1, max_length=8000)
     evidence: list[EvidenceRef] = Field(default_factory=list, max_length=50)
     findings: list[str] = Field(default_factory=list, max_length=200)
+    probe: ProposedProbe | None = Field(
+        default=None,
+        description="Optional, with a true or false check verdict: read-only lookups and a "
+        "boolean CEL expression over the objects they return that reproduces this verdict "
+        "(docs/probes.md). The engine runs it itself and keeps it only if it agrees.",
+    )
 
 
 class Error(_Action):

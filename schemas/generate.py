@@ -17,6 +17,7 @@ from schemas.budget import Budget
 from schemas.eval import EvalReport, SuiteFile
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
 from schemas.notify import ChangeEventData
+from schemas.probe import ProbeRecord
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.schedule import Schedule
@@ -39,6 +40,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "run_progress": RunProgress,
     "verdict_change": VerdictChange,
     "verdict_change_event": ChangeEventData,  # a webhook CloudEvent's `data`
+    "probe_record": ProbeRecord,
 }
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.budget import Budget
+from schemas.probe import ProbeOutcome
 from schemas.request import EvaluationRequest
 from schemas.verdict import Usage, Verdict
 
@@ -105,6 +106,9 @@ class RunReport(BaseModel):
     steps: list[Step] = Field(default_factory=list)
     verdict: Verdict | None = None
     attempts: int = Field(default=1, description="Deliveries of this run to a worker.")
+    probe: ProbeOutcome | None = Field(
+        default=None, description="What became of the probe this run proposed or re-ran."
+    )
     wake_at: datetime | None = None
     checkpoint: RunState | None = Field(
         default=None, description="Set while status is waiting: pass it back to resume."

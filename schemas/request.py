@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from schemas.budget import PROFILES, Budget, ProfileName
 from schemas.ids import ID_PATTERN, BatchId, RunId, ScheduleId
 from schemas.ids import check_id as valid_id
+from schemas.probe import ProbeMode
 
 EvaluationKind = Literal["check", "query"]
 ToolsetName = Literal["kubernetes", "shell"]
@@ -120,6 +121,11 @@ class EvaluationRequest(BaseModel):
     )
     batch_id: BatchId | None = None
     schedule_id: ScheduleId | None = None
+    probe: ProbeMode = Field(
+        default="auto",
+        description="auto: re-run the check's accepted probe when it has one, else the model; "
+        "off: always the model; only: the probe or cannot_determine, never the model.",
+    )
     not_before: datetime | None = Field(
         default=None, description="Do not start before this instant (deferred evaluation)."
     )

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from schemas.budget import PROFILES, Budget, ProfileName
 from schemas.ids import ScheduleId
+from schemas.probe import ProbeMode
 from schemas.request import MAX_CONTEXT_LENGTH, MAX_TEXT_LENGTH, EvaluationKind
 
 MisfirePolicy = Literal["skip", "run_once"]
@@ -109,6 +110,11 @@ class Schedule(BaseModel):
     profile: ProfileName = "fast"
     budget: Budget = Field(default_factory=Budget)
     model: str | None = Field(default=None, description="litellm model name; None = settings.")
+    probe: ProbeMode = Field(
+        default="auto",
+        description="auto: fires re-run the check's accepted probe (0 model tokens) when it has "
+        "one; off: always the model; only: the probe or cannot_determine (docs/probes.md).",
+    )
     enabled: bool = Field(default=True, description="False while paused.")
     misfire: MisfirePolicy = Field(
         default="skip",

@@ -97,6 +97,21 @@ class AssaySettings(BaseSettings):
     broker_url: str | None = Field(default=None, description="Celery broker; None = redis_url.")
     key_prefix: str = Field(default="assay", pattern=r"^[A-Za-z0-9_.-]+$")
     history_limit: int = Field(default=500, ge=1, description="Verdicts kept per check.")
+    # --- probes (docs/probes.md) ---------------------------------------------------------
+    probe_revalidate_runs: int = Field(
+        default=96,
+        ge=1,
+        description="Re-validate an accepted probe with the model after this many probe runs.",
+    )
+    probe_revalidate_seconds: float = Field(
+        default=24 * 3600.0,
+        gt=0,
+        description="Re-validate an accepted probe with the model once this long has passed "
+        "since it last agreed with the model.",
+    )
+    probe_history_limit: int = Field(
+        default=200, ge=1, description="Agreement entries kept per probe."
+    )
     run_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
     worker_concurrency: int = Field(default=64, ge=1)
     worker_processes: int = Field(

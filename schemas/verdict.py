@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -109,6 +109,16 @@ class Verdict(BaseModel):
     )
     wake_at: datetime | None = Field(
         default=None, description="Instant a WAIT asked for, when the run could not wait inline."
+    )
+    source: Literal["model", "probe"] = Field(
+        default="model",
+        description="Where the verdict came from: the model's run, or an accepted probe "
+        "re-run without the model (0 tokens).",
+    )
+    probe_version: int | None = Field(
+        default=None,
+        description="The probe version that gave (source probe) or agreed with (source model) "
+        "this verdict, when one did.",
     )
     iterations: int = 0
     usage: Usage = Field(default_factory=Usage)

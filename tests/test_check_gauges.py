@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from assay.redis_process import free_port
 from schemas.settings import AssaySettings
-from schemas.verdict import Verdict, VerdictKind
+from schemas.verdict import VerdictKind
 from tests.api_support import ApiServer
 from tests.fleet_support import finished_report, snapshot_request
 from workers.core import metrics
@@ -26,12 +26,6 @@ from workers.fleet.store import VerdictStore, verdict_source
 pytestmark = pytest.mark.integration
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-class ProbeVerdict(Verdict):
-    """A verdict as issue 11's probes will record it: with a ``source`` field."""
-
-    source: str = "probe"
 
 
 def scrape_text(text: str) -> Samples:
@@ -78,7 +72,7 @@ def test_every_check_shows_its_verdict_time_and_source_on_the_token_free_port(
     probed = snapshot_request(text="the api Deployment has 3 replicas")
     report = finished_report(probed, "false", finished_at=finished + timedelta(seconds=5))
     assert report.verdict is not None
-    report.verdict = ProbeVerdict(**report.verdict.model_dump())
+    report.verdict = report.verdict.model_copy(update={"source": "probe", "probe_version": 1})
     store.record_verdict(report)
     query = snapshot_request(text="which pods restart?", kind="query")
     store.record_verdict(finished_report(query, "true", finished_at=finished))
@@ -111,7 +105,7 @@ def test_source_is_read_from_the_verdict_when_it_has_one_and_is_model_otherwise(
     report = finished_report(snapshot_request(), VerdictKind.TRUE)
     assert report.verdict is not None
     assert verdict_source(report.verdict) == "model"
-    assert verdict_source(ProbeVerdict(**report.verdict.model_dump())) == "probe"
+    assert verdict_source(report.verdict.model_copy(update={"source": "probe"})) == "probe"
 
 
 def test_only_the_most_recently_run_checks_are_exported(store: VerdictStore) -> None:

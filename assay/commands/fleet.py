@@ -44,9 +44,11 @@ from assay.commands.options import (
     MaxCostOpt,
     MaxIterationsOpt,
     MaxTokensOpt,
+    ProbeOpt,
     ProfileOpt,
     SnapshotOpt,
     TimeoutOpt,
+    check_probe_mode,
     check_profile,
     confined_snapshot,
     id_checker,
@@ -99,6 +101,7 @@ def submit(
     timeout: TimeoutOpt = None,
     max_cost: MaxCostOpt = None,
     profile: ProfileOpt = None,
+    probe: ProbeOpt = None,
 ) -> None:
     """Queue PREDICATE on the fleet and print its run id (--wait: the verdict, and exit with it)."""
     from pydantic import ValidationError
@@ -109,6 +112,7 @@ def submit(
     require_one_target(snapshot, context)
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     check_profile(flags.profile)
+    check_probe_mode(probe)
     settings = settings_or_usage()
     try:
         not_before = resolve_not_before(at, in_)
@@ -132,6 +136,7 @@ def submit(
         "check_id": check_id,
         "run_id": run_id,
         "not_before": not_before,
+        "probe": probe,
     }
     try:
         request = EvaluationRequest.model_validate({k: v for k, v in fields.items() if v})

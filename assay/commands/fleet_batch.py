@@ -36,8 +36,10 @@ from assay.commands.options import (
     MaxCostOpt,
     MaxIterationsOpt,
     MaxTokensOpt,
+    ProbeOpt,
     ProfileOpt,
     TimeoutOpt,
+    check_probe_mode,
     check_profile,
     id_checker,
     settings_or_usage,
@@ -142,6 +144,7 @@ def batch(
     timeout: TimeoutOpt = None,
     max_cost: MaxCostOpt = None,
     profile: ProfileOpt = None,
+    probe: ProbeOpt = None,
 ) -> None:
     """Fan PREDICATE out over many targets; or show a batch's status or results."""
     from workers.core.snapshot_roots import SnapshotOutsideRoots
@@ -160,6 +163,7 @@ def batch(
         raise typer.BadParameter("give exactly one of --contexts GLOB or --snapshots GLOB")
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     check_profile(flags.profile)
+    check_probe_mode(probe)
     from pydantic import ValidationError
 
     from workers.fleet.batch import EmptyBatch
@@ -178,6 +182,7 @@ def batch(
                 budget=flags.budget(),
                 model=flags.model,
                 api_base=flags.api_base,
+                probe=probe,
             )
         except (EmptyBatch, TargetGlobError, SnapshotOutsideRoots) as exc:
             raise typer.BadParameter(str(exc)) from None

@@ -102,6 +102,23 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON
 ID_HELP = "1-128 of A-Z a-z 0-9 . _ - (no ':'), starting with a letter or digit"
 
 
+ProbeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--probe",
+        help="auto (default): re-run a check's accepted probe for 0 model tokens, falling back "
+        "to the model; off: always the model; only: the probe or cannot_determine.",
+    ),
+]
+PROBE_MODES = ("auto", "off", "only")
+
+
+def check_probe_mode(mode: str | None) -> None:
+    """Refuse an unknown --probe value with the three that exist."""
+    if mode is not None and mode not in PROBE_MODES:
+        raise typer.BadParameter(f"use one of {', '.join(PROBE_MODES)}", param_hint="--probe")
+
+
 def id_checker(what: str) -> Callable[[str | None], str | None]:
     """A typer callback refusing an id outside the alphabet of ``schemas.ids`` (exit 64)."""
 

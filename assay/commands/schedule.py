@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_UNAVAILABLE, require_reachable
+from assay.commands.options import ProbeOpt
 from scheduler.when import WhenError, parse_duration
 from schemas.budget import Budget
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
@@ -180,6 +181,7 @@ def add(
     ] = None,
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
+    probe: ProbeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Add a schedule: PREDICATE on the targets, by --cron [--tz] or --every."""
@@ -207,6 +209,7 @@ def add(
         "jitter_seconds": _seconds("--jitter", jitter) or 0.0,
         "profile": profile or settings.profile,
         "model": model,
+        "probe": probe or "auto",
     }
     try:
         fields["targets"] = ScheduleTargets(
@@ -250,6 +253,7 @@ def update(
     model: ModelOpt = None,
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
+    probe: ProbeOpt = None,
 ) -> None:
     """Change a schedule at runtime; running replicas pick it up on their next tick."""
     from scheduler.schedules import ScheduleConflict, ScheduleNotFound
@@ -273,6 +277,8 @@ def update(
         changes["misfire"] = _misfire(misfire)
     if jitter is not None:
         changes["jitter_seconds"] = _seconds("--jitter", jitter)
+    if probe is not None:
+        changes["probe"] = probe
     if not changes:
         _fail("nothing to change; give at least one option, e.g. --every 30m")
     settings = _settings()
@@ -344,6 +350,7 @@ def show(ref: RefArg, json_out: JsonOpt = False) -> None:
         f"misfire:     {schedule.misfire}",
         f"jitter:      {schedule.jitter_seconds:g}s",
         f"profile:     {schedule.profile}",
+        f"probe:       {schedule.probe}",
         f"model:       {schedule.model or '(settings)'}",
         f"next fire:   {_when(store.next_fire_at(schedule), schedule.timezone)}",
     ]

@@ -28,6 +28,7 @@ import structlog
 
 from schemas.actions import Command, Done, Error, Thought, Wait
 from schemas.budget import PROFILES, Budget, resolve_budget
+from schemas.probe import ProbeOutcome
 from schemas.report import STEP_OUTPUT_LIMIT, RunReport, RunState, Step, StepUsage
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
@@ -67,6 +68,8 @@ from workers.core.metrics import (
     observe_tool_call,
     observe_usage_anomaly,
 )
+from workers.core.probes.compile import judge
+from workers.core.probes.runner import backend_of
 from workers.core.toolsets.base import ToolRegistry
 from workers.core.toolsets.factory import build_registry
 from workers.core.toolsets.redaction import scrubbed_model
@@ -183,6 +186,7 @@ class _Run:
         self.tool_schemas: list[dict[str, Any]] | None = None
         self.response_format: dict[str, Any] | None = None
         self._last_prompt_estimate = 0
+        self.probe_outcome: ProbeOutcome | None = None
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -470,7 +474,12 @@ class _Run:
             return
         self.consecutive_repairs = 0
         self._record(Step(kind="DONE", **base))
-        confirmed = self._confirm(check.evidence) if needs_confirmation else None
+        self.probe_outcome = self._judge_probe(action)
+        # strict: a true needs an agreeing probe or the fresh-context confirmation.
+        probe_agrees = self.probe_outcome is not None and self.probe_outcome.status == "accepted"
+        confirmed = (
+            self._confirm(check.evidence) if needs_confirmation and not probe_agrees else None
+        )
         self._end(
             action.verdict,
             action.explanation,
@@ -479,6 +488,15 @@ class _Run:
             evidence_verified=check.verified,
             confirmed=confirmed,
         )
+
+    def _judge_probe(self, action: Done) -> ProbeOutcome | None:
+        """Run the probe the model proposed with a check's true/false (workers/core/probes)."""
+        decisive = action.verdict in (VerdictKind.TRUE, VerdictKind.FALSE)
+        if action.probe is None or not decisive or self.request.kind != "check":
+            return None
+        outcome = judge(action.probe, action.verdict, backend_of(self.registry))
+        self.log.info("probe_judged", status=outcome.status, reason=outcome.reason)
+        return outcome
 
     def _confirm(self, evidence: list[Evidence]) -> bool:
         """Ask a fresh context whether the cited evidence settles the predicate as true.
@@ -669,6 +687,7 @@ class _Run:
             steps=self.steps,
             verdict=verdict,
             wake_at=verdict.wake_at,
+            probe=self.probe_outcome,
         )
 
     def _waiting_report(self, index: int, wake_at: datetime) -> RunReport:

@@ -408,8 +408,8 @@ DEFAULT_SOURCE = "model"
 def verdict_source(verdict: Verdict) -> str:
     """Where a verdict came from: ``probe`` or ``model``.
 
-    Verdicts will say so in a ``source`` field once probes exist (issue 11); until
-    then every verdict is the model's. Read defensively so both shapes work.
+    ``Verdict.source`` says so (docs/probes.md); read defensively so a verdict stored
+    before the field existed still reads as the model's.
     """
     value = getattr(verdict, "source", None)
     value = getattr(value, "value", value)  # an enum member or a plain string

@@ -39,7 +39,6 @@ from schemas.report import RunReport, RunState
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
 from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
-from workers.core.engine import evaluate
 from workers.core.logs import bind_run
 from workers.core.metrics import observe_verdict
 from workers.core.tracing import evaluation_span
@@ -161,10 +160,15 @@ def handle_delivery(
         log.error("run_given_up", deliveries=delivery)
         return _finish(runtime, give_up_report(request, settings, reason, delivery), log)
 
+    from workers.fleet.probe_rerun import evaluate_check
+    from workers.fleet.probe_store import ProbeStore
+
     log.info("run_started", delivery=delivery, resumed=state is not None)
     try:
         with evaluation_span(request):
-            report = evaluate(request, runtime.engine_deps(allow_defer=True), state=state)
+            deps = runtime.engine_deps(allow_defer=True)
+            probes = ProbeStore.beside(store, settings)  # probe when it can (workers/core/probes)
+            report = evaluate_check(request, deps, probes, state=state)
     except Exception as exc:  # the engine never raises; a time limit or a bug still must not
         reason = f"the worker stopped the run: {type(exc).__name__}: {exc}"
         report = give_up_report(request, settings, reason, delivery)

@@ -62,7 +62,11 @@ class ToolRegistry:
         tools: Iterable[Tool],
         closers: Iterable[Callable[[], None]] = (),
         scrubber: SecretScrubber = PATTERNS,
+        backend: Any = None,
     ) -> None:
+        # The cluster backend the Kubernetes tools read, for probes (workers/core/probes/runner.py),
+        # which read the same objects unrendered; None when the run has no cluster tools.
+        self.backend = backend
         self._closers = list(closers)  # release per-run resources (a live client's connections)
         self.scrubber = scrubber
         self._tools: dict[str, Tool] = {}

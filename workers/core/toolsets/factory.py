@@ -109,8 +109,9 @@ def build_registry(request: EvaluationRequest, settings: AssaySettings) -> ToolR
     tools: list[Tool] = []
     closers = []
     scrubber = PATTERNS  # no cluster: credential patterns only
+    cluster = None
     if "kubernetes" in request.toolsets:
-        backend = backend_for(request.target, settings)
+        backend = cluster = backend_for(request.target, settings)
         closers.append(backend.close)
         scrubber = backend.scrubber  # shell output is scrubbed of the cluster's Secrets too
         tools.extend(kubernetes_tools(backend, settings))
@@ -124,4 +125,4 @@ def build_registry(request: EvaluationRequest, settings: AssaySettings) -> ToolR
             tools.extend(shell_tools(settings))
         except (OSError, ValueError) as exc:
             raise ToolsetUnavailable(str(exc)) from None
-    return ToolRegistry(tools, closers, scrubber)
+    return ToolRegistry(tools, closers, scrubber, backend=cluster)

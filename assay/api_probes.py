@@ -1,0 +1,112 @@
+"""The ``/v1/checks/{check_id}/probe`` routes: a check's probe, as ``assay probe`` shows it.
+
+``GET`` the probe with its agreement history; ``DELETE`` it (the next run asks the model);
+``GET .../export?format=vap|kyverno`` its admission policy as YAML; ``POST .../test`` runs it
+now against a target (a snapshot under the server's snapshot roots, or a context) and returns
+the verdict and what it read. Reading needs the read scope; dropping and testing (which reads
+a cluster on the caller's behalf) need the write scope.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, Request, Response
+
+from assay.api_auth import ReadAccess, WriteAccess
+from assay.api_errors import ApiError
+from assay.api_models import ErrorBody, ProbeTest, ProbeView
+from assay.api_wiring import Services
+from schemas import ids
+from schemas.probe import ProbeRecord, ProbeRun
+from workers.fleet.probe_store import ProbeStore
+
+router = APIRouter(prefix="/v1")
+CheckId = Annotated[ids.CheckId, Path(description="A check id.")]
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Missing or invalid bearer token."},
+    404: {"model": ErrorBody, "description": "The check has no probe."},
+    422: {"model": ErrorBody, "description": "A parameter failed validation."},
+    503: {"model": ErrorBody, "description": "Redis is unreachable."},
+}
+
+
+def _probes(request: Request) -> tuple[Services, ProbeStore]:
+    services: Services = request.app.state.services
+    settings = services.settings
+    store = ProbeStore(
+        services.redis, prefix=settings.key_prefix, history_limit=settings.probe_history_limit
+    )
+    return services, store
+
+
+def _record(store: ProbeStore, check_id: str) -> ProbeRecord:
+    record = store.current(check_id)
+    if record is None:
+        raise ApiError(404, "probe_not_found", f"Check {check_id!r} has no probe.")
+    return record
+
+
+@router.get("/checks/{check_id}/probe", response_model=ProbeView, tags=["probes"],
+            responses=_ERRORS)  # fmt: skip
+def get_probe(check_id: CheckId, request: Request, scope: ReadAccess) -> ProbeView:
+    """The check's current probe, its agreement history and its versions."""
+    _, store = _probes(request)
+    record = _record(store, check_id)
+    versions = [v.version for v in store.versions(check_id)]
+    return ProbeView(probe=record, agreement=store.agreement(check_id), versions=versions)
+
+
+@router.delete("/checks/{check_id}/probe", status_code=204, tags=["probes"], responses=_ERRORS)
+def drop_probe(check_id: CheckId, request: Request, scope: WriteAccess) -> Response:
+    """Forget the check's probe, its versions and its history."""
+    _, store = _probes(request)
+    if not store.drop(check_id):
+        raise ApiError(404, "probe_not_found", f"Check {check_id!r} has no probe.")
+    return Response(status_code=204)
+
+
+@router.get(
+    "/checks/{check_id}/probe/export",
+    tags=["probes"],
+    responses={**_ERRORS, 200: {"content": {"application/yaml": {}}}},
+)
+def export_probe(
+    check_id: CheckId,
+    request: Request,
+    scope: ReadAccess,
+    format: Annotated[Literal["vap", "kyverno"], Query(description="vap or kyverno")] = "vap",
+    action: Annotated[Literal["Audit", "Warn", "Deny"], Query()] = "Audit",
+) -> Response:
+    """The probe as a ValidatingAdmissionPolicy + binding, or a Kyverno ValidatingPolicy."""
+    from workers.core.probes.export import NotExportable, export_yaml
+
+    _, store = _probes(request)
+    record = _record(store, check_id)
+    try:
+        text = export_yaml(record, format, action=action)
+    except NotExportable as exc:
+        raise ApiError(422, "probe_not_exportable", f"{exc}.") from None
+    return Response(content=text, media_type="application/yaml")
+
+
+@router.post("/checks/{check_id}/probe/test", response_model=ProbeRun, tags=["probes"],
+             responses=_ERRORS)  # fmt: skip
+def test_probe(
+    check_id: CheckId, body: ProbeTest, request: Request, scope: WriteAccess
+) -> ProbeRun:
+    """Run the probe now against ``target``: its verdict, or why it could not run."""
+    from workers.core.probes.runner import run_probe
+    from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
+
+    services, store = _probes(request)
+    record = _record(store, check_id)
+    target = services.confined_target(body.target)
+    try:
+        backend = backend_for(target, services.settings)
+    except ToolsetUnavailable as exc:
+        return ProbeRun(error=f"the target cannot be read: {exc}")
+    try:
+        return run_probe(record.probe, backend)
+    finally:
+        backend.close()

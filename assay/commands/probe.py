@@ -1,0 +1,194 @@
+"""`assay probe show|test|export|drop CHECK`: a check's stored probe (docs/probes.md).
+
+* ``show``: the current version, the probe, how it has agreed with the model, the versions;
+* ``test``: run it now against ``--snapshot PATH`` or ``--context NAME`` and print the
+  verdict and what it looked at (objects, fields, the first object it is false for);
+* ``export --format vap|kyverno``: the admission policy of a per-object probe, as YAML;
+* ``drop``: forget the probe, its versions and its history (the next run asks the model).
+
+Exit codes: ``show``/``export``/``drop`` 0, or 66 when the check has no probe (64 when the
+probe has no policy form); ``test`` exits with the verdict's code (3 when it cannot run).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail
+from assay.commands.options import confined_snapshot, settings_or_usage
+from schemas.verdict import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
+
+if TYPE_CHECKING:
+    from schemas.probe import ProbeRecord, ProbeRun
+    from schemas.settings import AssaySettings
+    from workers.fleet.probe_store import ProbeStore
+
+probe_app = typer.Typer(
+    help="Show, test, export or drop a check's probe (its deterministic re-check).",
+    no_args_is_help=True,
+)
+CheckArg = Annotated[str, typer.Argument(metavar="CHECK", help="The check id.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _store(settings: AssaySettings) -> ProbeStore:
+    from assay.local_mode import require_redis_url
+    from workers.fleet.broker import FleetNotConfigured
+    from workers.fleet.probe_store import ProbeStore
+    from workers.fleet.redis_client import connect
+
+    try:
+        url = require_redis_url(settings)
+    except FleetNotConfigured as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+    return ProbeStore(
+        connect(url), prefix=settings.key_prefix, history_limit=settings.probe_history_limit
+    )
+
+
+def _record(store: ProbeStore, check_id: str) -> ProbeRecord:
+    from schemas.ids import InvalidId
+
+    try:
+        record = store.current(check_id)
+    except InvalidId as exc:
+        fail(str(exc), EXIT_USAGE)
+    if record is None:
+        fail(f"check {check_id!r} has no probe (a run compiles one when the model proposes "
+             "a probe that reproduces its verdict)", EXIT_UNKNOWN)  # fmt: skip
+    return record
+
+
+@probe_app.command("show")
+def show(check_id: CheckArg, json_output: JsonFlag = False) -> None:
+    """The check's current probe, its agreement with the model and its versions."""
+    store = _store(settings_or_usage())
+    record = _record(store, check_id)
+    history = store.agreement(check_id)
+    if json_output:
+        body = {
+            "probe": record.model_dump(mode="json"),
+            "agreement": [entry.model_dump(mode="json") for entry in history],
+            "versions": [v.version for v in store.versions(check_id)],
+        }
+        print(json.dumps(body, indent=2))
+        return
+    state = "active" if record.active else f"retired: {record.retired_reason}"
+    print(f"check:        {record.check_id}")
+    print(f"version:      {record.version} ({state})")
+    print(f"compiled by:  run {record.compiled_by_run} at {record.compiled_at:%Y-%m-%d %H:%M:%SZ}")
+    print(f"scope:        {record.probe.scope} (true -> {record.probe.when_true}, "
+          f"false -> {record.probe.when_false})")  # fmt: skip
+    for index, lookup in enumerate(record.probe.lookups):
+        print(f"lookup {index}:     {lookup.tool} {json.dumps(lookup.args, sort_keys=True)}")
+    print(f"expression:   {record.probe.expression}")
+    print(f"agreement:    {record.agreements} agreed, {record.disagreements} disagreed; "
+          f"{record.runs_since_validation} probe runs since the model last agreed")  # fmt: skip
+    for entry in history[-10:]:
+        mark = "agreed" if entry.agreed else "DISAGREED"
+        probe_said = entry.probe_verdict.value if entry.probe_verdict else "-"
+        print(f"  {entry.at:%Y-%m-%d %H:%M:%S} v{entry.version} {entry.why:<10} probe "
+              f"{probe_said:<5} model {entry.model_verdict.value:<5} {mark}")  # fmt: skip
+
+
+def _print_run(run: ProbeRun) -> None:
+    verdict = run.verdict.value if run.verdict else "cannot_determine"
+    print(f"verdict:  {verdict}")
+    if run.error:
+        print(f"error:    {run.error}")
+    print(f"value:    {run.value}")
+    print(f"objects:  {run.objects_read} read in {run.duration_seconds * 1000:.1f} ms")
+    for ref in run.objects[:20]:
+        where = f"{ref.namespace}/" if ref.namespace else ""
+        print(f"  {ref.kind} {where}{ref.name}")
+    if run.fields:
+        print(f"fields:   {', '.join(run.fields)}")
+    for ref in run.deciding:
+        where = f"{ref.namespace}/" if ref.namespace else ""
+        print(f"false for: {ref.kind} {where}{ref.name}")
+
+
+@probe_app.command("test")
+def test(
+    check_id: CheckArg,
+    snapshot: Annotated[
+        Path | None, typer.Option("--snapshot", help="Snapshot folder to run the probe on.")
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="kubeconfig context to run the probe on.")
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Run the probe now against a snapshot or a context; print the verdict and what it read."""
+    from schemas.request import ContextTarget, SnapshotTarget
+    from workers.core.probes.runner import run_probe
+    from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
+
+    if (snapshot is None) == (context is None):
+        raise typer.BadParameter("give exactly one of --snapshot PATH or --context NAME")
+    settings = settings_or_usage()
+    record = _record(_store(settings), check_id)
+    target: SnapshotTarget | ContextTarget
+    if snapshot is not None:
+        target = SnapshotTarget(path=str(confined_snapshot(snapshot, settings)))
+    else:
+        assert context is not None
+        target = ContextTarget(context=context, kubeconfig=settings.kubeconfig)
+    try:
+        backend = backend_for(target, settings)
+    except ToolsetUnavailable as exc:
+        fail(f"the target cannot be read: {exc}", EXIT_CODES[VerdictKind.CANNOT_DETERMINE])
+    try:
+        run = run_probe(record.probe, backend)
+    finally:
+        backend.close()
+    if json_output:
+        print(run.model_dump_json(indent=2))
+    else:
+        _print_run(run)
+    raise typer.Exit(EXIT_CODES[run.verdict or VerdictKind.CANNOT_DETERMINE])
+
+
+@probe_app.command("export")
+def export(
+    check_id: CheckArg,
+    fmt: Annotated[str, typer.Option("--format", help="vap or kyverno.")] = "vap",
+    action: Annotated[
+        str, typer.Option("--action", help="Audit (default), Warn or Deny.")
+    ] = "Audit",
+) -> None:
+    """Print the probe as a ValidatingAdmissionPolicy + binding, or a Kyverno ValidatingPolicy."""
+    from workers.core.probes.export import NotExportable, export_yaml
+
+    if fmt not in ("vap", "kyverno"):
+        raise typer.BadParameter("use vap or kyverno", param_hint="--format")
+    if action not in ("Audit", "Warn", "Deny"):
+        raise typer.BadParameter("use Audit, Warn or Deny", param_hint="--action")
+    record = _record(_store(settings_or_usage()), check_id)
+    try:
+        print(export_yaml(record, fmt, action=action), end="")  # type: ignore[arg-type]
+    except NotExportable as exc:
+        fail(f"probe v{record.version} of {check_id} cannot be exported: {exc}", EXIT_USAGE)
+
+
+@probe_app.command("drop")
+def drop(check_id: CheckArg) -> None:
+    """Forget the check's probe, its versions and its history."""
+    from schemas.ids import InvalidId
+
+    store = _store(settings_or_usage())
+    try:
+        dropped = store.drop(check_id)
+    except InvalidId as exc:
+        fail(str(exc), EXIT_USAGE)
+    if not dropped:
+        fail(f"check {check_id!r} has no probe", EXIT_UNKNOWN)
+    print(f"dropped the probe of {check_id}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(probe_app, name="probe")

@@ -1,0 +1,174 @@
+"""Run a probe: its lookups against a cluster backend, then its CEL expression over the objects.
+
+The lookups use the same argument models as the planner's tools (workers/core/toolsets/
+kubernetes.py) but read *objects* from the backend, not the rendered text, and
+every object passes the backend's Secret scrubber first, as tool output does.
+
+:func:`run_probe` never raises and never guesses: a kind the cluster does not
+serve, a failed lookup, an expression error or a non-boolean value gives a
+:class:`ProbeRun` with ``error`` set and no verdict, which callers treat as
+"the probe could not run" (never ``true``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from schemas.probe import ObjectRef, ProbeLookup, ProbeRun, ProposedProbe
+from workers.core.probes.cel import BoolProgram, CelError, field_paths
+from workers.core.toolsets.backend import BackendError, ClusterBackend
+from workers.core.toolsets.kubernetes import DescribeArgs, EventsArgs, GetArgs
+
+MAX_OBJECTS = 50_000  # per probe run: a bound on memory and evaluation time
+OBJECTS_SHOWN = 50  # object references kept in a ProbeRun
+_ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
+_ARGS: dict[str, type[BaseModel]] = {"get": GetArgs, "describe": DescribeArgs, "events": EventsArgs}
+
+
+class ProbeFailure(Exception):
+    """Internal: why a probe could not run (becomes ``ProbeRun.error``)."""
+
+
+def _namespace(value: str | None) -> str | None:
+    if value is None or value.strip().lower() in _ALL_NAMESPACES:
+        return None
+    return value.strip()
+
+
+def _ref(obj: Any, kind: str) -> ObjectRef:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    return ObjectRef(
+        kind=str(obj.get("kind") or kind) if isinstance(obj, dict) else kind,
+        name=str(meta.get("name", "?")),
+        namespace=meta.get("namespace"),
+    )
+
+
+class _Reader:
+    """Reads lookups into plain objects, counting what it read."""
+
+    def __init__(self, backend: ClusterBackend, max_objects: int) -> None:
+        self.backend = backend
+        self.max_objects = max_objects
+        self.refs: list[ObjectRef] = []
+        self.count = 0
+
+    def _keep(self, objects: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+        kept: list[dict[str, Any]] = []
+        for obj in objects:
+            self.count += 1
+            if self.count > self.max_objects:
+                raise ProbeFailure(f"the lookups returned more than {self.max_objects} objects")
+            kept.append(obj)
+            if len(self.refs) < OBJECTS_SHOWN:
+                self.refs.append(_ref(obj, kind))
+        return kept
+
+    def read(self, lookup: ProbeLookup) -> Any:
+        model = _ARGS[lookup.tool]
+        try:
+            args: Any = model.model_validate(lookup.args)
+        except ValidationError as exc:
+            problems = "; ".join(e["msg"] for e in exc.errors()[:3])
+            raise ProbeFailure(f"invalid arguments for {lookup.tool}: {problems}") from None
+        try:
+            value = self._read(lookup.tool, args)
+        except BackendError as exc:
+            raise ProbeFailure(f"{lookup.tool} failed: {exc.code}: {exc.message}") from None
+        scrubbed: Any = self.backend.scrubber.scrubbed_copy(value)
+        return scrubbed
+
+    def _read(self, tool: str, args: Any) -> Any:
+        if tool == "events":
+            events = self.backend.events(
+                _namespace(args.namespace), args.involved_kind, args.involved_name
+            )
+            return self._keep(events, "Event")
+        resource = self.backend.resolve(args.kind)
+        namespace = _namespace(args.namespace)
+        if tool == "describe" or args.name:
+            obj = self.backend.get(resource, args.name, namespace)
+            return self._keep([obj], resource.kind)[0]
+        objects = self.backend.list_objects(
+            resource, namespace, args.label_selector, args.field_selector
+        )
+        return self._keep(objects, resource.kind)
+
+
+def run_probe(
+    probe: ProposedProbe, backend: ClusterBackend | None, *, max_objects: int = MAX_OBJECTS
+) -> ProbeRun:
+    """Run ``probe`` against ``backend``. Never raises; a verdict only from a clean boolean."""
+    began = time.perf_counter()
+    fields = field_paths(probe.expression)
+    if backend is None:
+        return ProbeRun(error="no cluster backend to run the lookups on", fields=fields)
+    reader = _Reader(backend, max_objects)
+    try:
+        program = BoolProgram(probe.expression)  # before any lookup: a bad one costs nothing
+        results = [reader.read(lookup) for lookup in probe.lookups]
+        _refuse_incomplete(backend)
+        value, deciding = _evaluate(probe, program, results)
+    except (ProbeFailure, CelError) as exc:
+        return _failed(str(exc), reader, fields, began)
+    except Exception as exc:  # a bug or an unexpected backend fault: never a verdict
+        return _failed(f"internal error: {type(exc).__name__}: {exc}", reader, fields, began)
+    return ProbeRun(
+        value=value,
+        verdict=probe.verdict_for(value),
+        objects_read=reader.count,
+        objects=reader.refs,
+        fields=fields,
+        deciding=deciding,
+        duration_seconds=round(time.perf_counter() - began, 6),
+    )
+
+
+def _refuse_incomplete(backend: ClusterBackend) -> None:
+    """A snapshot with files it could not read may lack the very object that decides: the
+    model is told so in every tool output; a probe cannot weigh that, so it does not decide."""
+    problems = list(getattr(backend, "problems", None) or ())
+    if problems:
+        raise ProbeFailure(
+            f"the snapshot has {len(problems)} problem(s), so the objects may be incomplete: "
+            f"{problems[0]}"
+        )
+
+
+def _evaluate(
+    probe: ProposedProbe, program: BoolProgram, results: list[Any]
+) -> tuple[bool, list[ObjectRef]]:
+    if probe.scope == "results":
+        return program({"results": results}), []
+    objects = results[0]
+    if not objects:
+        # Vacuous truth is not evidence: an empty listing may be a wrong namespace or a
+        # snapshot that lacks the kind. The probe cannot decide; the model looks instead.
+        raise ProbeFailure("the listing returned no objects, so every-object holds vacuously")
+    failing: list[ObjectRef] = []
+    for obj in objects:
+        if not program({"object": obj}):
+            failing.append(_ref(obj, "?"))
+            break  # the value is settled; the first counterexample is the evidence
+    return not failing, failing
+
+
+def _failed(error: str, reader: _Reader, fields: list[str], began: float) -> ProbeRun:
+    return ProbeRun(
+        error=error,
+        objects_read=reader.count,
+        objects=reader.refs,
+        fields=fields,
+        duration_seconds=round(time.perf_counter() - began, 6),
+    )
+
+
+def backend_of(registry: Any) -> ClusterBackend | None:
+    """The cluster backend behind a tool registry, when it has one (see factory.build_registry)."""
+    backend = getattr(registry, "backend", None)
+    return backend if backend is not None else None

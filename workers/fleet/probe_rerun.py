@@ -1,0 +1,370 @@
+"""Re-evaluate a check by its accepted probe (0 model tokens), falling back to the model.
+
+:func:`evaluate_check` is what the worker task calls instead of ``engine.evaluate``.
+With ``request.probe``:
+
+* ``off``: the model, as before (a probe it proposes is still compiled and stored);
+* ``auto`` (default): the check's active probe (or, in a batch, the batch's probe) when
+  there is one, else the model;
+* ``only``: the probe or ``cannot_determine``; the model is never called.
+
+Fail-safe rules, each tested:
+
+* a probe that cannot run (kind missing, lookup error, expression error, non-boolean,
+  no objects) never gives a verdict: ``auto`` falls back to the model, ``only`` ends
+  ``cannot_determine``;
+* a probe verdict that differs from the probe's last verdict (a flip) is not recorded
+  until the model has confirmed it; if the model disagrees the probe is retired and the
+  model's verdict stands;
+* every ``probe_revalidate_runs`` probe runs, or once ``probe_revalidate_seconds`` have
+  passed since the model last agreed, the model re-validates the probe the same way.
+
+After a model run, an accepted probe is stored as the check's next version (and, in a
+batch, as the batch's probe if it has none yet), so the next run can use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+from typing import Literal
+
+import structlog
+
+from schemas.probe import AgreementEntry, ObjectRef, ProbeOutcome, ProbeRecord, ProbeRun
+from schemas.report import RunReport, RunState
+from schemas.request import EvaluationRequest
+from schemas.verdict import EXIT_CODES, Evidence, Verdict, VerdictKind
+from workers.core.engine import EngineDeps, effective_budget, evaluate
+from workers.core.probes.runner import backend_of, run_probe
+from workers.fleet.probe_store import ProbeStore
+
+PROBE_MODEL = "(probe)"
+_log = structlog.get_logger("assay.probes")
+Why = Literal["revalidate", "flip"]
+
+
+def evaluate_check(
+    request: EvaluationRequest,
+    deps: EngineDeps,
+    probes: ProbeStore | None,
+    state: RunState | None = None,
+) -> RunReport:
+    """One run of ``request``: by probe when it can, by the model otherwise. Never raises."""
+    try:
+        return _Rerun(request, deps, probes).execute(state)
+    except Exception as exc:  # the probe path must not turn a bug into a verdict
+        _log.error("probe_path_failed", run_id=request.run_id, error=repr(exc))
+        if request.probe == "only":
+            return _cannot_determine(request, deps, f"internal error in the probe path: {exc!r}")
+        return evaluate(request, deps, state=state)
+
+
+class _Rerun:
+    def __init__(
+        self, request: EvaluationRequest, deps: EngineDeps, probes: ProbeStore | None
+    ) -> None:
+        self.request = request
+        self.deps = deps
+        self.probes = probes
+        self.settings = deps.settings
+
+    def execute(self, state: RunState | None) -> RunReport:
+        request = self.request
+        usable = (
+            state is None
+            and request.kind == "check"
+            and request.probe != "off"
+            and self.probes is not None
+        )
+        record = self._probe_for_run() if usable else None
+        if record is None:
+            if usable and request.probe == "only":
+                return _cannot_determine(
+                    request, self.deps, "--probe only: this check has no accepted probe"
+                )
+            return self._model(state)
+        run = self._run(record)
+        if run.verdict is None:
+            outcome = _outcome(record, run, "failed", f"the probe could not run: {run.error}")
+            if request.probe == "only":
+                return _cannot_determine(request, self.deps, outcome.reason, outcome)
+            _log.info("probe_fallback", run_id=request.run_id, error=run.error)
+            report = self._model(None)
+            return report if report.probe is not None else _with_probe(report, outcome)
+        why = self._needs_model(record, run)
+        if why is None:
+            return self._probe_verdict(record, run)
+        if request.probe == "only":
+            return _cannot_determine(
+                request,
+                self.deps,
+                f"the probe's verdict needs the model ({why}), which --probe only rules out",
+                _outcome(record, run, "failed", f"the model was needed ({why})"),
+            )
+        return self._validate(record, run, why)
+
+    # -- which probe -----------------------------------------------------------------------
+    def _probe_for_run(self) -> ProbeRecord | None:
+        assert self.probes is not None
+        record = self.probes.active(self.request.check_id)
+        if record is None and self.request.batch_id:
+            record = self.probes.batch_probe(self.request.batch_id)
+        return record
+
+    def _own(self, record: ProbeRecord) -> bool:
+        """Whether ``record`` is this check's own probe (not borrowed from the batch)."""
+        return record.check_id == self.request.check_id
+
+    def _run(self, record: ProbeRecord) -> ProbeRun:
+        try:
+            registry = self.deps.tools(self.request, self.settings)
+        except Exception as exc:
+            return ProbeRun(error=f"the cluster could not be opened: {exc}")
+        try:
+            return run_probe(record.probe, backend_of(registry))
+        finally:
+            with contextlib.suppress(Exception):
+                registry.close()
+
+    def _needs_model(self, record: ProbeRecord, run: ProbeRun) -> Why | None:
+        if not self._own(record):
+            # A borrowed probe has never been checked on this target: its flip is unknown,
+            # but it agreed on another target; its first verdict here stands as a probe's.
+            return None
+        if record.last_verdict is not None and run.verdict != record.last_verdict:
+            return "flip"
+        due_runs = record.runs_since_validation + 1 >= self.settings.probe_revalidate_runs
+        age = (datetime.now(UTC) - record.last_validated_at).total_seconds()
+        if due_runs or age >= self.settings.probe_revalidate_seconds:
+            return "revalidate"
+        return None
+
+    # -- outcomes --------------------------------------------------------------------------
+    def _probe_verdict(self, record: ProbeRecord, run: ProbeRun) -> RunReport:
+        assert run.verdict is not None
+        if self.probes is not None and self._own(record):
+            self.probes.put(
+                record.model_copy(
+                    update={
+                        "last_verdict": run.verdict,
+                        "last_run_at": datetime.now(UTC),
+                        "runs_since_validation": record.runs_since_validation + 1,
+                    }
+                )
+            )
+            if self.request.batch_id:  # the batch's other targets may use it too
+                self.probes.save_batch_probe(self.request.batch_id, record)
+        outcome = _outcome(record, run, "accepted", "re-run by probe (0 model tokens)")
+        verdict = _verdict(
+            self.request,
+            self.deps,
+            run.verdict,
+            _explanation(record, run),
+            evidence=_evidence(record, run),
+            evidence_verified=True,
+            source="probe",
+            probe_version=record.version,
+            duration=run.duration_seconds,
+        )
+        return _report(self.request, self.deps, verdict, outcome)
+
+    def _validate(self, record: ProbeRecord, run: ProbeRun, why: Why) -> RunReport:
+        """Ask the model; record whether it agrees with the probe; its verdict is the run's."""
+        assert self.probes is not None and run.verdict is not None
+        report = self._model(None, count_agreement=False)
+        model_verdict = report.verdict.verdict if report.verdict else None
+        if model_verdict not in (VerdictKind.TRUE, VerdictKind.FALSE):
+            # Undecided: nothing to compare; the probe stays as it was, unvalidated.
+            return (
+                report
+                if report.probe is not None
+                else _with_probe(
+                    report, _outcome(record, run, "failed", f"the model did not decide ({why})")
+                )
+            )
+        assert model_verdict is not None and report.verdict is not None
+        agreed = model_verdict == run.verdict
+        entry = AgreementEntry(
+            run_id=self.request.run_id,
+            at=datetime.now(UTC),
+            version=record.version,
+            probe_verdict=run.verdict,
+            model_verdict=model_verdict,
+            agreed=agreed,
+            why=why,
+        )
+        current = self.probes.current(record.check_id)
+        if current is not None and current.version == record.version:
+            self.probes.record_agreement(current, entry)
+        else:  # the model compiled a newer version meanwhile: keep the comparison on record
+            self.probes.push_entry(record.check_id, entry)
+        if agreed:
+            report = report.model_copy(
+                update={
+                    "verdict": report.verdict.model_copy(update={"probe_version": record.version})
+                }
+            )
+        if report.probe is not None:
+            return report
+        status: Literal["accepted", "rejected"] = "accepted" if agreed else "rejected"
+        reason = (
+            f"the model {'confirmed' if agreed else 'contradicted'} the probe's "
+            f"{run.verdict.value} ({why})"
+        )
+        return _with_probe(report, _outcome(record, run, status, reason))
+
+    def _model(self, state: RunState | None, *, count_agreement: bool = True) -> RunReport:
+        report = evaluate(self.request, self.deps, state=state)
+        if report.status == "done":
+            self._store_compiled(report, count_agreement)
+        return report
+
+    def _store_compiled(self, report: RunReport, count_agreement: bool) -> None:
+        """Store an accepted probe as the next version; the same probe again is no new version
+        (it counts as an agreement, unless a re-validation records the comparison itself)."""
+        outcome = report.probe
+        if self.probes is None or outcome is None or outcome.status != "accepted":
+            return
+        if report.verdict is None or report.verdict.source != "model":
+            return
+        check_id, run_id, verdict = self.request.check_id, self.request.run_id, report.verdict
+        try:
+            current = self.probes.active(check_id)
+            if current is not None and current.probe == outcome.probe:
+                record = current
+                if count_agreement:
+                    entry = AgreementEntry(
+                        run_id=run_id,
+                        at=datetime.now(UTC),
+                        version=current.version,
+                        probe_verdict=outcome.run.verdict,
+                        model_verdict=verdict.verdict,
+                        agreed=True,
+                        why="compile",
+                    )
+                    record = self.probes.record_agreement(current, entry)
+            else:
+                record = self.probes.save_compiled(check_id, run_id, outcome, verdict.verdict)
+            if self.request.batch_id:
+                self.probes.save_batch_probe(self.request.batch_id, record)
+        except Exception as exc:  # storing a probe is an optimisation; the verdict stands
+            _log.warning("probe_not_stored", run_id=self.request.run_id, error=repr(exc))
+            return
+        report.probe = outcome.model_copy(update={"version": record.version})
+        if report.verdict is not None:
+            report.verdict = report.verdict.model_copy(update={"probe_version": record.version})
+
+
+def _outcome(
+    record: ProbeRecord, run: ProbeRun, status: Literal["accepted", "rejected", "failed"], why: str
+) -> ProbeOutcome:
+    return ProbeOutcome(
+        status=status, reason=why, probe=record.probe, run=run, version=record.version
+    )
+
+
+def _with_probe(report: RunReport, outcome: ProbeOutcome) -> RunReport:
+    return report.model_copy(update={"probe": outcome})
+
+
+def _names(refs: list[ObjectRef], limit: int = 10) -> str:
+    shown = [f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}" for r in refs[:limit]]
+    more = f" and {len(refs) - limit} more" if len(refs) > limit else ""
+    return ", ".join(shown) + more
+
+
+def _explanation(record: ProbeRecord, run: ProbeRun) -> str:
+    base = (
+        f"Probe v{record.version} (compiled by run {record.compiled_by_run}) evaluated "
+        f"{record.probe.expression!r} over {run.objects_read} object(s): {run.value}."
+    )
+    if run.deciding:
+        base += f" It is false for {_names(run.deciding)}."
+    return base
+
+
+def _evidence(record: ProbeRecord, run: ProbeRun) -> list[Evidence]:
+    fields = ", ".join(run.fields) or "(none named)"
+    return [
+        Evidence(
+            step=index,
+            tool=lookup.tool,
+            arguments=lookup.args,
+            ok=True,
+            excerpt=f"objects read: {_names(run.objects) or 'none'}; fields read: {fields}",
+            verified=True,
+            structured=True,
+        )
+        for index, lookup in enumerate(record.probe.lookups)
+    ]
+
+
+def _verdict(
+    request: EvaluationRequest,
+    deps: EngineDeps,
+    kind: VerdictKind,
+    explanation: str,
+    *,
+    reason: str | None = None,
+    evidence: list[Evidence] | None = None,
+    evidence_verified: bool = False,
+    source: Literal["model", "probe"] = "probe",
+    probe_version: int | None = None,
+    duration: float = 0.0,
+) -> Verdict:
+    now = datetime.now(UTC)
+    return Verdict(
+        verdict=kind,
+        exit_code=EXIT_CODES[kind],
+        explanation=explanation,
+        evidence=evidence or [],
+        evidence_verified=evidence_verified,
+        reason=reason,
+        source=source,
+        probe_version=probe_version,
+        duration_seconds=round(duration, 6),
+        model=PROBE_MODEL,
+        profile=request.profile,
+        kind=request.kind,
+        run_id=request.run_id,
+        check_id=request.check_id,
+        target=request.target.name,
+        started_at=now,
+        finished_at=now,
+    )
+
+
+def _report(
+    request: EvaluationRequest,
+    deps: EngineDeps,
+    verdict: Verdict,
+    outcome: ProbeOutcome | None = None,
+) -> RunReport:
+    return RunReport(
+        run_id=request.run_id,
+        check_id=request.check_id,
+        status="done",
+        request=request,
+        budget=effective_budget(request, deps.settings),
+        model=PROBE_MODEL,
+        verdict=verdict,
+        probe=outcome,
+    )
+
+
+def _cannot_determine(
+    request: EvaluationRequest,
+    deps: EngineDeps,
+    reason: str,
+    outcome: ProbeOutcome | None = None,
+) -> RunReport:
+    verdict = _verdict(
+        request,
+        deps,
+        VerdictKind.CANNOT_DETERMINE,
+        "The check was to be answered by its probe alone, which could not answer it.",
+        reason=reason,
+        probe_version=outcome.version if outcome else None,
+    )
+    return _report(request, deps, verdict, outcome)
