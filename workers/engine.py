@@ -67,6 +67,7 @@ from workers.metrics import (
     observe_tool_call,
     observe_usage_anomaly,
 )
+from workers.prompt_tally import PromptTally
 from workers.toolsets.base import ToolRegistry
 from workers.toolsets.structured import META_KEY as STRUCTURED_META_KEY
 from workers.tracing import model_call_span, tool_call_span
@@ -182,6 +183,8 @@ class _Run:
         self.tool_schemas: list[dict[str, Any]] | None = None
         self.response_format: dict[str, Any] | None = None
         self._last_prompt_estimate = 0
+        # The planner conversation's token count, kept per run (each message counted once).
+        self.tally = PromptTally(self.llm, self.model)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -301,7 +304,10 @@ class _Run:
         response_format: dict[str, Any] | None,
     ) -> LLMReply:
         """One model call within the budget; LLMError when it failed (deadline: BudgetExhausted)."""
-        prompt_tokens = self.llm.count_tokens(self.model, messages, tools)
+        if messages is self.messages:
+            prompt_tokens = self.tally.count(messages, tools)
+        else:  # the confirmation's fresh context: counted once, whole
+            prompt_tokens = self.llm.count_tokens(self.model, messages, tools)
         if response_format is not None:
             prompt_tokens += len(json.dumps(response_format)) // 3
         allowance = self.meter.allow_call(prompt_tokens)

@@ -253,7 +253,8 @@ class LiteLLMClient:
         prompt instead, which costs two to three times as much.
         """
         try:
-            counted = sum(_count_message(model, json.dumps(m, sort_keys=True)) for m in messages)
+            counter = load_litellm().token_counter
+            counted = sum(int(counter(model=model, messages=[m])) for m in messages)
             if tools:
                 counted += _count_text(model, json.dumps(tools))
             return counted
@@ -384,14 +385,10 @@ def _new_sdk_client(api_base: str, api_key: str) -> Any:
     return openai.OpenAI(api_key=api_key, base_url=api_base, max_retries=0, http_client=http)
 
 
-# Counts are cached per message: a run re-sends its whole history every step, and
-# counting each message once keeps the engine's per-step overhead flat. Counting
-# messages one by one adds litellm's per-request priming once per message: errs high.
-@lru_cache(maxsize=2048)
-def _count_message(model: str, message_json: str) -> int:
-    return int(load_litellm().token_counter(model=model, messages=[json.loads(message_json)]))
-
-
+# Messages are counted one by one (litellm's per-request priming is added once per
+# message: errs high). Each run remembers its own counts (workers/prompt_tally.py), so a
+# conversation's messages are counted once per run, not through a process-wide cache.
+# Tool lists are the same for every run of a kind of target: one small cache serves them.
 @lru_cache(maxsize=256)
 def _count_text(model: str, text: str) -> int:
     return int(load_litellm().token_counter(model=model, text=text))
