@@ -55,6 +55,12 @@ class AssaySettings(BaseSettings):
     )
     llm_call_timeout_seconds: float = Field(default=120.0, gt=0)
     llm_max_retries: int = Field(default=6, ge=0, le=50)
+    llm_fast_path: bool = Field(
+        default=True,
+        description="Call OpenAI-compatible endpoints (api_base set, a model litellm has no "
+        "data on) with one direct POST instead of through litellm: same body, same retries "
+        "and errors, a quarter of the CPU. See docs/fleet.md.",
+    )
 
     # --- budgets and profile (request values win; these fill the gaps) --------------
     profile: ProfileName = "fast"

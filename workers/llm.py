@@ -39,6 +39,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponent
 from schemas.actions import PlannerResponse
 from schemas.settings import AssaySettings
 from workers.budget_meter import MIN_CALL_SECONDS, Price
+from workers.openai_compat import DirectClient, EndpointUnreachable, fast_path_model, request_body
 
 Transport = Literal["tools", "json"]
 ErrorKind = Literal["permanent", "transient", "deadline"]
@@ -173,7 +174,7 @@ def is_transient(exc: BaseException) -> bool:
     litellm = load_litellm()
     if "Missing credentials" in str(exc):  # litellm reports a missing key as a 500
         return False
-    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError):
+    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError | EndpointUnreachable):
         return True
     status = getattr(exc, "status_code", None)
     if not isinstance(status, int):
@@ -224,6 +225,7 @@ class LiteLLMClient:
         self._sleep = sleep
         self._clock = clock
         self._sdk_clients = threading.local()
+        self._direct = DirectClient()
 
     # -- capabilities ------------------------------------------------------------------
 
@@ -309,11 +311,22 @@ class LiteLLMClient:
         remaining = call.deadline - self._clock()
         if remaining < MIN_CALL_SECONDS:
             raise _DeadlineReached("the run's deadline passed before the model answered")
+        timeout = min(self.settings.llm_call_timeout_seconds, remaining)
+        api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
+        if call.api_base and self.settings.llm_fast_path:
+            wire_model = fast_path_model(call.model, call.api_base)
+            if wire_model is not None:  # workers/openai_compat.py: same body, one POST
+                body = request_body(
+                    wire_model, call.messages, call.max_tokens, call.user, call.tools,
+                    call.response_format,
+                )  # fmt: skip
+                key = api_key or PLACEHOLDER_API_KEY
+                return self._direct.complete(call.api_base, key, body, timeout)
         kwargs: dict[str, Any] = {
             "model": call.model,
             "messages": call.messages,
             "max_tokens": call.max_tokens,
-            "timeout": min(self.settings.llm_call_timeout_seconds, remaining),
+            "timeout": timeout,
             "num_retries": 0,
             "max_retries": 0,
             "user": call.user,
@@ -322,7 +335,6 @@ class LiteLLMClient:
             kwargs["tools"] = call.tools
         if call.response_format:
             kwargs["response_format"] = call.response_format
-        api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
         if call.api_base:
             kwargs["api_base"] = call.api_base
             # litellm forwards `user` only for models in OpenAI's catalogue; a custom
