@@ -118,6 +118,11 @@ class AssaySettings(BaseSettings):
         description="Redis broker: an unacknowledged task is redelivered after this long "
         "(how soon a killed worker's runs restart); keep it above the longest run deadline.",
     )
+    task_events: bool = Field(
+        default=False,
+        description="Celery task events (sent, started, succeeded: Redis publishes on every "
+        "evaluation). Turn on for Flower or a Celery exporter; off, nothing listens.",
+    )
     llm_rpm: int | None = Field(
         default=None, ge=1, description="Fleet-wide requests/min per model."
     )
