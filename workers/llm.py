@@ -230,11 +230,10 @@ class LiteLLMClient:
     # -- capabilities ------------------------------------------------------------------
 
     def _model_info(self, model: str) -> dict[str, Any] | None:
-        try:
-            info = load_litellm().get_model_info(model)
-        except Exception:  # litellm raises for models it has no data on
-            return None
-        return dict(info) if info else None
+        litellm = load_litellm()
+        # Per process: the lookup is costly and only changes when a model is registered
+        # (litellm.register_model grows model_cost, which makes a new cache key).
+        return _model_info_cached(model, len(litellm.model_cost))
 
     def transport_for(self, model: str) -> Transport:
         """Tool calling unless asked for JSON or litellm knows the model lacks it."""
@@ -371,6 +370,15 @@ class LiteLLMClient:
         if client is None:
             client = clients[key] = _new_sdk_client(api_base, api_key)
         return client
+
+
+@lru_cache(maxsize=256)
+def _model_info_cached(model: str, catalogue_size: int) -> dict[str, Any] | None:
+    try:
+        info = load_litellm().get_model_info(model)
+    except Exception:  # litellm raises for models it has no data on
+        return None
+    return dict(info) if info else None
 
 
 @lru_cache(maxsize=64)
