@@ -125,4 +125,5 @@ def _store(redis: Any, settings: AssaySettings) -> Any:
         prefix=settings.key_prefix,
         history_limit=settings.history_limit,
         run_ttl_seconds=settings.run_ttl_seconds,
+        compress_reports=settings.report_compression,
     )

@@ -103,7 +103,17 @@ class AssaySettings(BaseSettings):
     broker_url: str | None = Field(default=None, description="Celery broker; None = redis_url.")
     key_prefix: str = Field(default="assay", pattern=r"^[A-Za-z0-9_.-]+$")
     history_limit: int = Field(default=500, ge=1, description="Verdicts kept per check.")
-    run_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    run_ttl_seconds: int = Field(
+        default=30 * 24 * 3600,
+        ge=60,
+        description="How long a run (its request, verdict and full report) is kept. A check's "
+        "latest verdict and its history (history_limit entries) are kept regardless. Redis "
+        "memory ~ bytes per evaluation x evaluations/s x this (docs/fleet.md, Sizing).",
+    )
+    report_compression: bool = Field(
+        default=True,
+        description="Store full run reports zlib-compressed (read back either way).",
+    )
     worker_concurrency: int = Field(default=64, ge=1)
     worker_processes: int = Field(
         default=1,

@@ -50,6 +50,7 @@ class WorkerRuntime:
             prefix=settings.key_prefix,
             history_limit=settings.history_limit,
             run_ttl_seconds=settings.run_ttl_seconds,
+            compress_reports=settings.report_compression,
         )
         return cls(
             settings=settings,
