@@ -255,7 +255,17 @@ class LiteLLMClient:
         """
         try:
             counter = load_litellm().token_counter
-            counted = sum(int(counter(model=model, messages=[m])) for m in messages)
+            counted = 0
+            for message in messages:
+                content = message.get("content")
+                if (
+                    message.get("role") == "system"
+                    and len(message) == 2
+                    and isinstance(content, str)
+                ):
+                    counted += _count_system(model, content)  # the same few prompts every run
+                else:
+                    counted += int(counter(model=model, messages=[message]))
             if tools:
                 counted += _count_text(model, json.dumps(tools))
             return counted
@@ -409,6 +419,13 @@ def _new_sdk_client(api_base: str, api_key: str) -> Any:
 # message: errs high). Each run remembers its own counts (workers/prompt_tally.py), so a
 # conversation's messages are counted once per run, not through a process-wide cache.
 # Tool lists are the same for every run of a kind of target: one small cache serves them.
+@lru_cache(maxsize=64)
+def _count_system(model: str, content: str) -> int:
+    return int(
+        load_litellm().token_counter(model=model, messages=[{"role": "system", "content": content}])
+    )
+
+
 @lru_cache(maxsize=256)
 def _count_text(model: str, text: str) -> int:
     return int(load_litellm().token_counter(model=model, text=text))
