@@ -1,7 +1,10 @@
 """Fleet throughput with real `assay worker` processes on a private Redis. Prints figures only.
 
-    .venv/bin/python bench/bench_fleet.py [--evals 300] [--concurrent 200] [--processes P]
-                                          [--skip-pools]
+    .venv/bin/python bench/bench_fleet.py [--quick] [--evals 300] [--concurrent 200]
+                                          [--processes P] [--skip-pools]
+
+``--quick`` (a few minutes): fewer evaluations in (a), no (c) and (d), the
+profile on fewer runs; (b) keeps its 200 concurrent runs, the figure asked for.
 
 (a) Zero model latency, 3-step evaluations (think, get, done) on one worker
     process (threads, concurrency 64): evaluations/s, next to an empty Celery
@@ -21,6 +24,14 @@
 (d) Where the CPU goes: one model call through the engine's litellm adapter
     (the engine's first request of these runs: its messages and 10 tools),
     CPU per call, and the cores litellm alone needs at (b)'s ideal rate.
+
+(e) Where the worker's CPU goes (bench/fleet_profile.py: the task body under
+    cProfile on threads), scaled to (a)'s measured CPU; Redis commands and round
+    trips per evaluation, and what one Redis can carry at that rate.
+(f) Footprint: Redis bytes per evaluation (MEMORY USAGE of the store's keys)
+    and the steady-state memory at a given rate and retention.
+
+The last block ("summary") repeats the figures issue 15 asks for, with targets.
 
 The scripted model (not an LLM) runs in its own process, so it does not take
 the worker's GIL; its CPU is reported so it is visibly not the limit. Every
@@ -205,6 +216,22 @@ class Measured:
     rate: float  # evaluations per second
     worker_cpu: float  # seconds of CPU per evaluation, all worker processes
     model_cpu: float  # seconds of CPU per evaluation in the scripted model server
+    redis_commands: float = 0.0  # per evaluation, server side (Celery and the client included)
+    redis_requests: float = 0.0  # per evaluation: requests clients sent (scripts count as one)
+
+
+def redis_counts(redis_url: str) -> tuple[int, int]:
+    """(commands run, inside scripts included; client requests processed) so far."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stats = client.info("commandstats")
+        commands = sum(int(v["calls"]) for v in stats.values() if isinstance(v, dict))
+        requests = int(client.info("stats")["total_commands_processed"])
+        return commands, requests
+    finally:
+        client.close()
 
 
 def evaluation_rate(
@@ -235,16 +262,21 @@ def evaluation_rate(
             warm_up(client, warm)
             cpu_before = tree_cpu_seconds(worker.pid)
             model_before = cpu_seconds(model.pid)
+            commands_before, requests_before = redis_counts(redis_url)
             elapsed = run_batch(client, str(targets / "*"))
             cpu = tree_cpu_seconds(worker.pid) - cpu_before
             model_cpu = cpu_seconds(model.pid) - model_before
-        return Measured(evals / elapsed, cpu / evals, model_cpu / evals)
+            commands, requests = redis_counts(redis_url)
+        return Measured(
+            evals / elapsed, cpu / evals, model_cpu / evals,
+            (commands - commands_before) / evals, (requests - requests_before) / evals,
+        )  # fmt: skip
     finally:
         stop_tree(worker)
         stop_process(model)
 
 
-def litellm_call_cpu(folder: Path, calls: int = 200) -> tuple[float, int, int]:
+def litellm_call_cpu(folder: Path, calls: int = 200, fast: bool = True) -> tuple[float, int, int]:
     """CPU seconds per model call through the engine's adapter, with its message and tool counts.
 
     The request is the engine's first one for these runs (system prompt,
@@ -265,9 +297,13 @@ def litellm_call_cpu(folder: Path, calls: int = 200) -> tuple[float, int, int]:
     try:
         load_litellm()
         settings = load_settings(
-            model="openai/scripted", api_base=model_url, api_key="bench", snapshot_roots=[folder]
+            model="openai/scripted",
+            api_base=model_url,
+            api_key="bench",
+            snapshot_roots=[folder],
+            llm_fast_path=fast,
         )
-        snapshots = make_snapshots(folder / "d-targets", 1)
+        snapshots = make_snapshots(folder / f"d-targets-{fast}", 1)
         request = snapshot_request(text=PREDICATE, path=str(snapshots[0]))
         registry = build_registry(request, settings)
         messages = initial_messages(request, "tools", registry)
@@ -299,6 +335,54 @@ def litellm_call_cpu(folder: Path, calls: int = 200) -> tuple[float, int, int]:
         stop_process(model)
 
 
+@dataclass
+class Footprint:
+    evaluations: int  # run hashes found
+    run_bytes: float  # per evaluation: the run hash (request, verdict, full report)
+    report_bytes: float  # per evaluation: of which the report field (the serialized RunReport)
+    other_bytes: float  # per evaluation: checks, history entries, indexes, batches
+
+
+def store_footprint(redis_url: str, prefix: str = "assay") -> Footprint:
+    """MEMORY USAGE of every store key, per evaluation (one run hash per evaluation)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        runs = other = report = 0
+        count = 0
+        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            size = int(client.memory_usage(key, samples=0) or 0)
+            if key.startswith(f"{prefix}:run:".encode()):
+                runs += size
+                count += 1
+                report += len(client.hget(key, "report") or b"")
+            else:
+                other += size
+        count = max(count, 1)
+        return Footprint(count, runs / count, report / count, other / count)
+    finally:
+        client.close()
+
+
+def print_footprint(foot: Footprint, rate: float, ttl_days: float, history_limit: int) -> None:
+    per_eval = foot.run_bytes + foot.other_bytes
+    print(f"  store keys:             {per_eval / 1000:8.1f} KB per evaluation "
+          f"({foot.evaluations} evaluations in this Redis)")  # fmt: skip
+    print(f"    run hash:             {foot.run_bytes / 1000:8.1f} KB "
+          f"(of which the full report {foot.report_bytes / 1000:.1f} KB), "
+          "kept run_ttl_seconds")  # fmt: skip
+    print(f"    checks, history, idx: {foot.other_bytes / 1000:8.1f} KB "
+          f"(bounded by checks x history_limit={history_limit}, not by time)")  # fmt: skip
+    steady = foot.run_bytes * rate * ttl_days * 86400
+    print(f"  steady state:           {steady / 1e9:8.1f} GB of run hashes at {rate:g} "
+          f"evaluations/s kept {ttl_days:g} days (bytes/eval x rate x TTL)")  # fmt: skip
+    for days in (7, 1):
+        print(
+            f"    with run_ttl {days} day(s): {foot.run_bytes * rate * days * 86400 / 1e9:8.1f} GB"
+        )
+
+
 def print_wave(label: str, measured: Measured, ideal: float) -> None:
     print(
         f"  {label:28s}{measured.rate:7.1f} evaluations/s = {measured.rate / ideal:5.3f} of "
@@ -319,17 +403,29 @@ def main() -> None:
         "--concurrent-small", type=int, default=20, help="(b) again at a size the CPU keeps up with"
     )
     parser.add_argument("--skip-pools", action="store_true", help="skip (c)")
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="a few minutes: 100 evaluations in (a), 1000 empty tasks, no (c) or (d)",
+    )  # fmt: skip
+    parser.add_argument("--profile-evals", type=int, default=200, help="evaluations in (e)")
+    parser.add_argument("--rate", type=float, default=100.0, help="evaluations/s for (f)")
     parser.add_argument("--noop-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.noop_worker:
         noop_worker_main(args.noop_worker)
         return
 
+    if args.quick:
+        args.evals, args.noop_tasks, args.skip_pools = 100, 1000, True
+        args.profile_evals = 80
     cores = os.cpu_count() or 1
     processes = args.processes or cores
     folder = Path(tempfile.mkdtemp(prefix="assay-bench-fleet-"))
     server = RedisProcess(data_dir=folder / "redis").start()
+    load = os.getloadavg()
     print(f"bench_fleet: {cores} CPU core(s), redis-server AOF on, scripted model (not an LLM)")
+    print(f"  load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+          "(other processes on the machine take CPU from these figures)")  # fmt: skip
     try:
         print("\n(a) zero model latency, 3-step evaluations, one worker process (threads, 64)")
         noop = empty_task_rate(server.url, folder, args.noop_tasks, 64)
@@ -342,6 +438,9 @@ def main() -> None:
         print(f"  ratio:                  {a.rate / noop:8.3f} (evaluation / empty task)")
         print(f"  worker CPU:             {a.worker_cpu * 1000:8.1f} ms per evaluation")
         print(f"  scripted model CPU:     {a.model_cpu * 1000:8.1f} ms per evaluation")
+        print(f"  Redis, server side:     {a.redis_commands:8.1f} commands run "
+              f"({a.redis_requests:.1f} client requests) per evaluation, Celery and the "
+              "batch client's polling included")  # fmt: skip
 
         n = args.concurrent
         ideal = n / 1.5
@@ -381,6 +480,45 @@ def main() -> None:
             f"{s.rate / (small / 1.5):.3f} of ideal (CPU is not the limit at this size)"
         )
 
+        # (e) where the CPU goes, and Redis per evaluation from the worker's side
+        from bench.fleet_profile import profile_worker
+
+        model, model_url = start_model(three_step_script(delay=0.0), folder)
+        try:
+            prof = profile_worker(server.url, model_url, folder, args.profile_evals)
+        finally:
+            stop_process(model)
+        print(
+            f"\n(e) where the worker's CPU goes ({prof.evaluations} evaluations of the task body "
+            f"on 8 threads under cProfile; shares scaled to (a)'s {a.worker_cpu * 1000:.1f} ms)"
+        )
+        print(f"  task body alone, no profiler: {prof.cpu_per_eval * 1000:6.1f} ms per evaluation; "
+              f"Celery and threads: the rest of (a)'s figure")  # fmt: skip
+        print(f"  {'component':52s} {'share':>6s} {'ms/eval':>8s}")
+        for name, share in prof.shares:
+            if share >= 0.005:
+                print(f"  {name:52s} {share:6.1%} {share * a.worker_cpu * 1000:8.2f}")
+        ops = prof.commands_per_eval
+        print(
+            f"  Redis from the worker's store: {ops:.1f} commands in "
+            f"{prof.round_trips_per_eval:.1f} round trips per evaluation "
+            "(Celery's own not included)"
+        )
+        per_eval_server = max(a.redis_requests, prof.round_trips_per_eval)
+        print(
+            f"  one Redis (~100k simple requests/s on one core) carries about "
+            f"{100_000 / per_eval_server:,.0f} evaluations/s at {per_eval_server:.0f} requests each"
+        )
+
+        # (f) footprint
+        from schemas.settings import AssaySettings
+
+        defaults = AssaySettings()
+        foot = store_footprint(server.url)
+        print(f"\n(f) Redis footprint (default run_ttl_seconds = "
+              f"{defaults.run_ttl_seconds / 86400:g} days)")  # fmt: skip
+        print_footprint(foot, args.rate, defaults.run_ttl_seconds / 86400, defaults.history_limit)
+
         if not args.skip_pools:
             procs = 2 * cores
             print(f"\n(c) the same {n} runs on the prefork pool with {procs} processes")
@@ -392,14 +530,28 @@ def main() -> None:
             print(f"  threads x{n}:            {single.rate:8.1f} evaluations/s "
                   f"({single.rate / c.rate:.1f}x prefork)")  # fmt: skip
 
-        per_call, messages, tools = litellm_call_cpu(folder)
+        if not args.quick:
+            print("\n(d) one model call through the adapter, direct path and litellm")
+            for fast in (True, False):
+                per_call, messages, tools = litellm_call_cpu(folder, fast=fast)
+                what = "direct POST + httpx" if fast else "litellm + OpenAI SDK + httpx"
+                print(f"  client CPU per call:    {per_call * 1000:8.2f} ms ({what}; "
+                      f"{messages} messages, {tools} tools); at (b)'s ideal rate "
+                      f"{ideal * 3 * per_call:.2f} core(s)")  # fmt: skip
+
+        print("\nsummary (issue 15; before: 36-42 ms, 0.17-0.31 of ideal, 12.5 KB/eval)")
+        print(f"  worker CPU per 3-step evaluation: {a.worker_cpu * 1000:5.1f} ms at 64 threads, "
+              f"{single.worker_cpu * 1000:5.1f} ms at {n} threads (target <= 10)")  # fmt: skip
         print(
-            f"\n(d) one model call through the litellm adapter ({messages} messages, {tools} tools)"
+            f"  {n} concurrent at 500 ms/call:     {best.rate / ideal:5.3f} of ideal "
+            f"(target >= 0.7), CPU ceiling {min(1.0, machine / ideal):5.3f} (target >= 0.85)"
         )
-        print(f"  client CPU per call:    {per_call * 1000:8.2f} ms (litellm + OpenAI SDK + httpx)")
+        print(f"  zero latency vs empty task:       {a.rate / noop:5.3f} (target >= 0.25)")
+        kb = (foot.run_bytes + foot.other_bytes) / 1000
         print(
-            f"  at (b)'s ideal rate:    {ideal * 3 * per_call:8.2f} core(s) for the model calls "
-            f"alone ({ideal:.0f} evaluations/s x 3 calls)"
+            f"  Redis per evaluation:             {kb:5.1f} KB, "
+            f"{prof.commands_per_eval:.0f} commands / {prof.round_trips_per_eval:.0f} "
+            "round trips from the worker's store"
         )
     finally:
         server.stop()

@@ -55,6 +55,12 @@ class AssaySettings(BaseSettings):
     )
     llm_call_timeout_seconds: float = Field(default=120.0, gt=0)
     llm_max_retries: int = Field(default=6, ge=0, le=50)
+    llm_fast_path: bool = Field(
+        default=True,
+        description="Call OpenAI-compatible endpoints (api_base set, a model litellm has no "
+        "data on) with one direct POST instead of through litellm: same body, same retries "
+        "and errors, a quarter of the CPU. See docs/fleet.md.",
+    )
 
     # --- budgets and profile (request values win; these fill the gaps) --------------
     profile: ProfileName = "fast"
@@ -112,7 +118,17 @@ class AssaySettings(BaseSettings):
     probe_history_limit: int = Field(
         default=200, ge=1, description="Agreement entries kept per probe."
     )
-    run_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    run_ttl_seconds: int = Field(
+        default=30 * 24 * 3600,
+        ge=60,
+        description="How long a run (its request, verdict and full report) is kept. A check's "
+        "latest verdict and its history (history_limit entries) are kept regardless. Redis "
+        "memory ~ bytes per evaluation x evaluations/s x this (docs/fleet.md, Sizing).",
+    )
+    report_compression: bool = Field(
+        default=True,
+        description="Store full run reports zlib-compressed (read back either way).",
+    )
     worker_concurrency: int = Field(default=64, ge=1)
     worker_processes: int = Field(
         default=1,
@@ -126,6 +142,11 @@ class AssaySettings(BaseSettings):
         ge=2,
         description="Redis broker: an unacknowledged task is redelivered after this long "
         "(how soon a killed worker's runs restart); keep it above the longest run deadline.",
+    )
+    task_events: bool = Field(
+        default=False,
+        description="Celery task events (sent, started, succeeded: Redis publishes on every "
+        "evaluation). Turn on for Flower or a Celery exporter; off, nothing listens.",
     )
     llm_rpm: int | None = Field(
         default=None, ge=1, description="Fleet-wide requests/min per model."

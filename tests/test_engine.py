@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.engine_support import (
     CANARY,
@@ -20,7 +21,7 @@ from tests.engine_support import (
     script,
     scripted,
 )
-from workers.core.llm import load_litellm
+from workers.core.llm import LiteLLMClient, load_litellm
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -250,6 +251,42 @@ def test_the_token_budget_is_never_exceeded(snapshot: Path) -> None:
     assert sum(u["total_tokens"] for u in reported) <= 12000
     assert verdict.usage.total_tokens == sum(u["total_tokens"] for u in reported)
     assert caps == sorted(caps, reverse=True) and caps[-1] < caps[0]
+
+
+class CountingClient(LiteLLMClient):
+    """The real adapter, noting how many messages each token count was asked for."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self.messages_counted = 0
+
+    def count_tokens(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int:
+        self.messages_counted += len(messages)
+        return super().count_tokens(model, messages, tools)
+
+
+def test_each_message_of_a_run_is_counted_once_and_no_call_can_pass_the_token_budget(
+    snapshot: Path,
+) -> None:
+    budget = 20000
+    turns = [get_deployments(usage={"completion_tokens": 900})] * 12
+    with scripted(script(*turns)) as model:
+        counting = CountingClient(load_settings(model="openai/scripted", api_base=model.url))
+        report = run(model, request_for(snapshot, max_tokens=budget), llm=counting)
+        requests, reported = model.requests, model.usage_reported
+    assert report.verdict is not None and report.verdict.budget_exhausted == "tokens"
+    assert len(requests) >= 4
+    # Each step appends two messages (the reply, the lookup's result); the refused call
+    # counted the last two. Recounting the history every step would be quadratic.
+    assert counting.messages_counted == len(requests[-1]["messages"]) + 2
+    whole = LiteLLMClient(load_settings(model="openai/scripted"))
+    spent = 0
+    for body, usage in zip(requests, reported, strict=True):
+        prompt = whole.count_tokens("openai/scripted", body["messages"], body.get("tools"))
+        assert spent + prompt + body["max_tokens"] <= budget
+        spent += usage["total_tokens"]
 
 
 def test_the_deadline_ends_a_slow_run_in_time(snapshot: Path) -> None:

@@ -140,6 +140,27 @@ def test_malformed_bodies_errors_and_hangs() -> None:
         assert time.monotonic() - began < 2
 
 
+def test_a_delay_on_a_turn_with_options_applies_to_whichever_option_answers() -> None:
+    slow_options = {"delay": 5, "when": [{"if_contains": "0/3", "text": "broken"}, {"text": "ok"}]}
+    own_delay = {"delay": 5, "when": [{"text": "prompt", "delay": 0}]}
+    slow_attempts = {"delay": 5, "attempts": [{"error": {"status": 503}}, {"text": "ok"}]}
+    script = {"scenarios": [
+        {"match": "options", "turns": [slow_options]},
+        {"match": "own", "turns": [own_delay]},
+        {"match": "attempts", "turns": [slow_attempts]},
+    ]}  # fmt: skip
+    with ScriptedModel(script) as model:
+        for predicate in ("options", "attempts"):
+            body = conversation()
+            body["messages"][1]["content"] = predicate
+            with pytest.raises(httpx.ReadTimeout):  # before the fix it answered at once
+                httpx.post(f"{model.url}/chat/completions", json=body, timeout=0.5)
+        body = conversation()
+        body["messages"][1]["content"] = "own"
+        reply = httpx.post(f"{model.url}/chat/completions", json=body, timeout=2).json()
+    assert reply["choices"][0]["message"]["content"] == "prompt"
+
+
 def test_usage_defaults_to_a_size_estimate_and_is_capped_by_max_tokens() -> None:
     script = {"scenarios": [{"turns": [
         {"text": "x" * 400},

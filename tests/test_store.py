@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
+from schemas.report import Step
 from schemas.settings import AssaySettings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import finished_report, snapshot_request
@@ -41,6 +42,56 @@ def test_recorded_verdict_is_readable_by_run_and_by_check(store: VerdictStore) -
     report = store.run_report(request.run_id)
     assert report is not None and report.request.text == request.text
     assert store.begin_delivery(request) is None, "a finished run must not be started again"
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_full_reports_are_kept_compressed_and_read_back_whole(
+    redis_url: str, compress: bool
+) -> None:
+    client = connect(redis_url)
+    store = VerdictStore.from_settings(
+        AssaySettings(key_prefix=f"zr{compress:d}", report_compression=compress), client=client
+    )
+    request = snapshot_request()
+    store.register_run(request)
+    store.begin_delivery(request)
+    report = finished_report(request, "true")
+    table = "NAME      READY   UP-TO-DATE   AVAILABLE\n" + "web-ok    3/3     3            3\n" * 40
+    steps = [
+        Step(
+            index=i,
+            kind="COMMAND",
+            tool="get",
+            arguments={"kind": "Deployment"},
+            ok=True,
+            output=table,
+            started_at=datetime.now(UTC),
+        )
+        for i in range(3)
+    ]
+    report = report.model_copy(update={"steps": steps})  # tool output: what a report holds
+    assert store.record_verdict(report)
+    stored = client.hget(f"zr{compress:d}:run:{request.run_id}", "report")
+    plain = report.model_dump_json()
+    assert (len(stored) < len(plain) / 2) is compress
+    read = store.run_report(request.run_id)
+    assert read is not None and read.steps == report.steps and read.verdict == report.verdict
+
+
+def test_a_report_stored_as_plain_json_before_still_reads(redis_url: str) -> None:
+    client = connect(redis_url)
+    request = snapshot_request()
+    plain_store = VerdictStore.from_settings(
+        AssaySettings(key_prefix="zr-old", report_compression=False), client=client
+    )
+    plain_store.register_run(request)
+    plain_store.begin_delivery(request)
+    assert plain_store.record_verdict(finished_report(request, "false"))
+    read = VerdictStore.from_settings(
+        AssaySettings(key_prefix="zr-old", report_compression=True), client=client
+    ).run_report(request.run_id)
+    assert read is not None and read.verdict is not None
+    assert read.verdict.verdict == VerdictKind.FALSE
 
 
 def test_second_record_of_a_run_writes_nothing(store: VerdictStore) -> None:

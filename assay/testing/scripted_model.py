@@ -267,15 +267,20 @@ class Replayer:
             message = f"the script has no turn {turn} (scenario {index} has {len(scenario.turns)})"
             return _Reply(400, _error_body(message, "invalid_request", "script_exhausted"))
         entry = scenario.turns[turn]
+        # A delay written on an entry that holds options applies to whichever option answers,
+        # unless the option has its own; otherwise a `when` turn would answer at once.
+        delay = entry.delay
         if entry.attempts:
             key = (str(body.get("user") or ""), index, turn)
             with self._lock:
                 attempt = self._attempts.get(key, 0)
                 self._attempts[key] = attempt + 1
             entry = entry.attempts[min(attempt, len(entry.attempts) - 1)]
+            delay = entry.delay if entry.delay is not None else delay
         if entry.when:
             entry = self._pick_when(entry.when, _last_tool_result(messages))
-        return self._render(entry, body)
+            delay = entry.delay if entry.delay is not None else delay
+        return self._render(entry, body, delay)
 
     def _scenario_for(self, first_user: str, role: Role) -> tuple[int, Scenario | None]:
         for index, scenario in enumerate(self.script.scenarios):
@@ -292,8 +297,9 @@ class Replayer:
                 return option
         return Entry(error=ErrorSpec(status=400, body="no `when` option matched the tool result"))
 
-    def _render(self, entry: Entry, body: dict[str, Any]) -> _Reply:
-        delay = entry.delay if entry.delay is not None else self.script.delay
+    def _render(self, entry: Entry, body: dict[str, Any], delay: float | None = None) -> _Reply:
+        if delay is None:
+            delay = entry.delay if entry.delay is not None else self.script.delay
         if entry.hang is not None:
             delay += entry.hang
         if entry.error is not None:

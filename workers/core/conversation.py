@@ -87,7 +87,24 @@ def tools_for(transport: Transport, registry: ToolRegistry) -> list[dict[str, An
     """The ``tools`` to offer: lookups plus the action tools, or none in JSON mode."""
     if transport != "tools":
         return None
-    return [_inline_refs(spec) for spec in registry.json_schemas()] + action_tool_schemas()
+    # Built once per process per set of tools, kept as JSON: each run gets its own copy,
+    # so nothing a run or a library does to its list reaches another run.
+    if not isinstance(registry, ToolRegistry):  # a stand-in without its tools to key on
+        return [_inline_refs(spec) for spec in registry.json_schemas()] + action_tool_schemas()
+    key = tuple((tool.name, tool.description, tool.args_model) for tool in registry)
+    text = _TOOLS_JSON.get(key)
+    if text is None:
+        specs = [_inline_refs(spec) for spec in registry.json_schemas()] + action_tool_schemas()
+        text = json.dumps(specs)
+        if len(_TOOLS_JSON) >= _TOOLS_JSON_LIMIT:
+            _TOOLS_JSON.clear()
+        _TOOLS_JSON[key] = text
+    tools: list[dict[str, Any]] = json.loads(text)
+    return tools
+
+
+_TOOLS_JSON: dict[tuple[Any, ...], str] = {}
+_TOOLS_JSON_LIMIT = 128
 
 
 def planner_response_format_for(transport: Transport) -> dict[str, Any] | None:

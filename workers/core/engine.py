@@ -70,6 +70,7 @@ from workers.core.metrics import (
 )
 from workers.core.probes.compile import judge
 from workers.core.probes.runner import backend_of
+from workers.core.prompt_tally import PromptTally
 from workers.core.toolsets.base import ToolRegistry
 from workers.core.toolsets.factory import build_registry
 from workers.core.toolsets.redaction import scrubbed_model
@@ -187,6 +188,8 @@ class _Run:
         self.response_format: dict[str, Any] | None = None
         self._last_prompt_estimate = 0
         self.probe_outcome: ProbeOutcome | None = None
+        # The planner conversation's token count, kept per run (each message counted once).
+        self.tally = PromptTally(self.llm, self.model)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -312,7 +315,10 @@ class _Run:
         response_format: dict[str, Any] | None,
     ) -> LLMReply:
         """One model call within the budget; LLMError when it failed (deadline: BudgetExhausted)."""
-        prompt_tokens = self.llm.count_tokens(self.model, messages, tools)
+        if messages is self.messages:
+            prompt_tokens = self.tally.count(messages, tools)
+        else:  # the confirmation's fresh context: counted once, whole
+            prompt_tokens = self.llm.count_tokens(self.model, messages, tools)
         if response_format is not None:
             prompt_tokens += len(json.dumps(response_format)) // 3
         allowance = self.meter.allow_call(prompt_tokens)

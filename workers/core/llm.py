@@ -25,7 +25,6 @@ from __future__ import annotations
 import email.utils
 import json
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +38,13 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponent
 from schemas.actions import PlannerResponse
 from schemas.settings import AssaySettings
 from workers.core.budget_meter import MIN_CALL_SECONDS, Price
+from workers.core.litellm_import import load_litellm
+from workers.core.openai_compat import (
+    DirectClient,
+    EndpointUnreachable,
+    fast_path_model,
+    request_body,
+)
 
 Transport = Literal["tools", "json"]
 ErrorKind = Literal["permanent", "transient", "deadline"]
@@ -56,19 +62,6 @@ log = structlog.get_logger("assay.llm")
 
 
 @cache
-def load_litellm() -> Any:
-    """Import litellm the one safe way: local price list, quiet, no retries of its own."""
-    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    import logging
-
-    import litellm
-
-    litellm.suppress_debug_info = True
-    litellm.num_retries = 0
-    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
-    return litellm
-
-
 @dataclass(frozen=True)
 class ToolCall:
     id: str
@@ -173,7 +166,7 @@ def is_transient(exc: BaseException) -> bool:
     litellm = load_litellm()
     if "Missing credentials" in str(exc):  # litellm reports a missing key as a 500
         return False
-    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError):
+    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError | EndpointUnreachable):
         return True
     status = getattr(exc, "status_code", None)
     if not isinstance(status, int):
@@ -224,15 +217,15 @@ class LiteLLMClient:
         self._sleep = sleep
         self._clock = clock
         self._sdk_clients = threading.local()
+        self._direct = DirectClient()
 
     # -- capabilities ------------------------------------------------------------------
 
     def _model_info(self, model: str) -> dict[str, Any] | None:
-        try:
-            info = load_litellm().get_model_info(model)
-        except Exception:  # litellm raises for models it has no data on
-            return None
-        return dict(info) if info else None
+        litellm = load_litellm()
+        # Per process: the lookup is costly and only changes when a model is registered
+        # (litellm.register_model grows model_cost, which makes a new cache key).
+        return _model_info_cached(model, len(litellm.model_cost))
 
     def transport_for(self, model: str) -> Transport:
         """Tool calling unless asked for JSON or litellm knows the model lacks it."""
@@ -253,7 +246,18 @@ class LiteLLMClient:
         prompt instead, which costs two to three times as much.
         """
         try:
-            counted = sum(_count_message(model, json.dumps(m, sort_keys=True)) for m in messages)
+            counter = load_litellm().token_counter
+            counted = 0
+            for message in messages:
+                content = message.get("content")
+                if (
+                    message.get("role") == "system"
+                    and len(message) == 2
+                    and isinstance(content, str)
+                ):
+                    counted += _count_system(model, content)  # the same few prompts every run
+                else:
+                    counted += int(counter(model=model, messages=[message]))
             if tools:
                 counted += _count_text(model, json.dumps(tools))
             return counted
@@ -308,11 +312,22 @@ class LiteLLMClient:
         remaining = call.deadline - self._clock()
         if remaining < MIN_CALL_SECONDS:
             raise _DeadlineReached("the run's deadline passed before the model answered")
+        timeout = min(self.settings.llm_call_timeout_seconds, remaining)
+        api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
+        if call.api_base and self.settings.llm_fast_path:
+            wire_model = fast_path_model(call.model, call.api_base)
+            if wire_model is not None:  # workers/core/openai_compat.py: same body, one POST
+                body = request_body(
+                    wire_model, call.messages, call.max_tokens, call.user, call.tools,
+                    call.response_format,
+                )  # fmt: skip
+                key = api_key or PLACEHOLDER_API_KEY
+                return self._direct.complete(call.api_base, key, body, timeout)
         kwargs: dict[str, Any] = {
             "model": call.model,
             "messages": call.messages,
             "max_tokens": call.max_tokens,
-            "timeout": min(self.settings.llm_call_timeout_seconds, remaining),
+            "timeout": timeout,
             "num_retries": 0,
             "max_retries": 0,
             "user": call.user,
@@ -321,7 +336,6 @@ class LiteLLMClient:
             kwargs["tools"] = call.tools
         if call.response_format:
             kwargs["response_format"] = call.response_format
-        api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
         if call.api_base:
             kwargs["api_base"] = call.api_base
             # litellm forwards `user` only for models in OpenAI's catalogue; a custom
@@ -360,6 +374,15 @@ class LiteLLMClient:
         return client
 
 
+@lru_cache(maxsize=256)
+def _model_info_cached(model: str, catalogue_size: int) -> dict[str, Any] | None:
+    try:
+        info = load_litellm().get_model_info(model)
+    except Exception:  # litellm raises for models it has no data on
+        return None
+    return dict(info) if info else None
+
+
 @lru_cache(maxsize=64)
 def _routes_to_openai_sdk(model: str, api_base: str) -> bool:
     """Whether litellm serves ``model`` at ``api_base`` through the OpenAI SDK (``openai``)."""
@@ -384,12 +407,15 @@ def _new_sdk_client(api_base: str, api_key: str) -> Any:
     return openai.OpenAI(api_key=api_key, base_url=api_base, max_retries=0, http_client=http)
 
 
-# Counts are cached per message: a run re-sends its whole history every step, and
-# counting each message once keeps the engine's per-step overhead flat. Counting
-# messages one by one adds litellm's per-request priming once per message: errs high.
-@lru_cache(maxsize=2048)
-def _count_message(model: str, message_json: str) -> int:
-    return int(load_litellm().token_counter(model=model, messages=[json.loads(message_json)]))
+# Messages are counted one by one (litellm's per-request priming is added once per
+# message: errs high). Each run remembers its own counts (workers/core/prompt_tally.py), so a
+# conversation's messages are counted once per run, not through a process-wide cache.
+# Tool lists are the same for every run of a kind of target: one small cache serves them.
+@lru_cache(maxsize=64)
+def _count_system(model: str, content: str) -> int:
+    return int(
+        load_litellm().token_counter(model=model, messages=[{"role": "system", "content": content}])
+    )
 
 
 @lru_cache(maxsize=256)

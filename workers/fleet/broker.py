@@ -18,10 +18,12 @@ Why these Celery settings (see docs/fleet.md, "Crash safety"):
 - Prefetch multiplier 1: a worker reserves no more runs than it has threads,
   so runs wait in the broker, where another worker can take them.
 - Time limits are set per task when it is sent, from the run's own deadline
-  (``Dispatcher``); the threads pool cannot interrupt a thread, so there the
-  engine's deadline is the limit that bites and these are a backstop for the
-  prefork pool.
-- Task events on, so Flower and Celery exporters see the fleet.
+  (``Dispatcher``); the threads pool cannot interrupt a thread, so there
+  the engine's deadline is the limit that bites and these are a backstop for
+  the prefork pool.
+- Task events only when ``ASSAY_TASK_EVENTS`` is on (for Flower and Celery
+  exporters): each event is a Redis publish, several per evaluation, for
+  nothing when no monitor listens.
 - The threads pool by default: an evaluation spends nearly all its time
   waiting on the model over HTTP, so threads in one process give the
   concurrency without a process per run (bench/bench_fleet.py measures it).
@@ -130,8 +132,8 @@ def configured_app(settings: AssaySettings) -> Celery:
         worker_prefetch_multiplier=1,
         worker_pool=settings.worker_pool,
         worker_concurrency=settings.worker_concurrency,
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        worker_send_task_events=settings.task_events,
+        task_send_sent_event=settings.task_events,
         worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,  # structlog writes its own lines to stderr

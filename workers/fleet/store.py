@@ -64,6 +64,7 @@ from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict, VerdictKind
 from workers.core.toolsets.redaction import scrubbed_model
 from workers.fleet.redis_client import connect, stream_entries, text_fields, texts
+from workers.fleet.report_codec import decode_report, encode_report
 
 if TYPE_CHECKING:
     import redis
@@ -467,8 +468,10 @@ class VerdictStore:
         prefix: str = "assay",
         history_limit: int = 500,
         run_ttl_seconds: int = 30 * 24 * 3600,
+        compress_reports: bool = True,
     ) -> None:
         self.client = client
+        self.compress_reports = compress_reports  # workers/fleet/report_codec.py
         self.prefix = prefix
         self.history_limit = history_limit
         self.run_ttl_seconds = run_ttl_seconds
@@ -502,6 +505,7 @@ class VerdictStore:
             prefix=settings.key_prefix,
             history_limit=settings.history_limit,
             run_ttl_seconds=settings.run_ttl_seconds,
+            compress_reports=settings.report_compression,
         )
 
     # --- keys ---------------------------------------------------------------------------------
@@ -612,7 +616,7 @@ class VerdictStore:
             self._waiting_script,
             keys=[self._run_key(report.run_id), self.key("unfinished")],
             args=[
-                report.model_dump_json(),
+                encode_report(report.model_dump_json(), self.compress_reports),
                 wake_at.isoformat() if report.wake_at else "",
                 now.isoformat(),
                 self.run_ttl_seconds,
@@ -659,7 +663,7 @@ class VerdictStore:
                 verdict.verdict.value,
                 verdict.exit_code,
                 verdict.model_dump_json(),
-                report.model_dump_json(),
+                encode_report(report.model_dump_json(), self.compress_reports),
                 _epoch_ms(verdict.finished_at),
                 verdict.finished_at.isoformat(),
                 self.history_limit,
@@ -717,7 +721,7 @@ class VerdictStore:
 
     def run_report(self, run_id: str) -> RunReport | None:
         raw = self.client.hget(self._run_key(run_id), "report")
-        return RunReport.model_validate_json(raw) if raw else None
+        return RunReport.model_validate_json(decode_report(raw)) if raw else None
 
     def run_request(self, run_id: str) -> EvaluationRequest | None:
         raw = self.client.hget(self._run_key(run_id), "request")

@@ -10,6 +10,7 @@ assay knows without discovery.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from workers.core.toolsets.backend import BackendError, ResourceInfo
 
@@ -101,6 +102,18 @@ def guess_plural(kind: str) -> str:
     return lower + "s"
 
 
+@lru_cache(maxsize=4096)
+def _names_of(info: ResourceInfo) -> frozenset[str]:
+    """Every name of a resource; per process, as each run's index repeats the built-in kinds."""
+    bare = {info.kind.lower(), info.plural.lower(), *(s.lower() for s in info.short_names)}
+    names = set(bare)
+    if info.group:
+        for name in (info.kind.lower(), info.plural.lower()):
+            names.add(f"{name}.{info.group.lower()}")
+            names.add(f"{name}.{info.version.lower()}.{info.group.lower()}")
+    return frozenset(names)
+
+
 class ResourceIndex:
     """Resolves every name kubectl accepts for a resource, case-insensitively.
 
@@ -123,14 +136,8 @@ class ResourceIndex:
                 self._by_name.setdefault(name, []).append(info)
 
     @staticmethod
-    def _names(info: ResourceInfo) -> set[str]:
-        bare = {info.kind.lower(), info.plural.lower(), *(s.lower() for s in info.short_names)}
-        names = set(bare)
-        if info.group:
-            for name in (info.kind.lower(), info.plural.lower()):
-                names.add(f"{name}.{info.group.lower()}")
-                names.add(f"{name}.{info.version.lower()}.{info.group.lower()}")
-        return names
+    def _names(info: ResourceInfo) -> frozenset[str]:
+        return _names_of(info)
 
     @property
     def resources(self) -> list[ResourceInfo]:

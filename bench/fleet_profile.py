@@ -1,0 +1,227 @@
+"""Where a worker's CPU goes per evaluation, and what it asks of Redis (used by bench_fleet).
+
+py-spy cannot attach on every machine (it could not here), so the breakdown is
+taken in-process: the worker's own task body (``workers.fleet.tasks.handle_delivery``:
+store, engine, tools, model calls) runs on a few threads, each under its own
+cProfile, against the same private Redis and a scripted model in its own
+process. Celery's share is what the real worker measured minus this.
+
+Attribution: a function's own time goes to the component of the file it is in;
+a C built-in's own time (``json.dumps``, a socket read) goes to the component of
+whoever called it, shared by call count. cProfile inflates call-heavy Python, so
+the table gives shares; bench_fleet scales them to the worker's measured CPU.
+
+Redis: every request the worker's client sends is counted on the connection
+(``send_packed_command`` is one round trip, a pipeline or a script included;
+``pack_command`` calls are the commands in it).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
+    ("model call: litellm", ("site-packages/litellm/",)),
+    ("model call: OpenAI SDK", ("site-packages/openai/",)),
+    (
+        "model call: HTTP (httpx, httpcore, h11, ssl, socket)",
+        (
+            "site-packages/httpx/", "site-packages/httpcore/", "site-packages/h11/", "/ssl.py",
+            "/socket.py", "/selectors.py", "site-packages/anyio/",
+        ),
+    ),
+    ("model call: assay adapter", ("workers/core/llm.py", "workers/core/openai_compat.py")),
+    ("token counting (tiktoken, tally)", ("site-packages/tiktoken", "workers/core/prompt_tally.py")),  # noqa: E501
+    (
+        "Redis client + store",
+        (
+            "site-packages/redis/", "workers/fleet/store.py", "workers/fleet/checkpoints.py",
+            "workers/fleet/tasks.py", "workers/fleet/redis_client.py",
+        ),
+    ),
+    ("pydantic (requests, reports, verdicts)", ("site-packages/pydantic",)),
+    (
+        "engine, conversation, evidence",
+        (
+            "workers/core/engine.py", "workers/core/conversation.py", "workers/core/evidence.py",
+            "workers/core/confirmation.py", "workers/core/fencing.py",
+            "workers/core/budget_meter.py", "schemas/", "prompts/",
+        ),
+    ),
+    ("tools (snapshot backend, tables, compaction)", ("workers/core/toolsets/",)),
+    (
+        "logging, metrics, tracing",
+        (
+            "site-packages/structlog", "/logging/", "workers/core/metrics.py",
+            "workers/core/tracing.py", "workers/core/logs.py", "site-packages/prometheus_client",
+            "site-packages/opentelemetry",
+        ),
+    ),
+    ("yaml", ("site-packages/yaml",)),
+]  # fmt: skip
+OTHER = "other (stdlib: threading, copy, re, uuid, datetime...)"
+
+
+def component_of(filename: str) -> str | None:
+    """The component a source file belongs to; None for a C built-in (``~``)."""
+    if filename == "~" or filename.startswith("<built-in"):
+        return None
+    for name, needles in COMPONENTS:
+        if any(needle in filename for needle in needles):
+            return name
+    if filename.endswith(("json/__init__.py", "json/encoder.py", "json/decoder.py")):
+        return "JSON encode/decode"
+    return OTHER
+
+
+def attribute(stats: pstats.Stats) -> Counter[str]:
+    """Seconds of own time per component (built-ins charged to their callers)."""
+    totals: Counter[str] = Counter()
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    for func, (_cc, _nc, tottime, _ct, callers) in table.items():
+        own = component_of(func[0])
+        if own is not None:
+            totals[own] += tottime
+            continue
+        name = func[2]
+        if "json" in name or "_json" in name:
+            totals["JSON encode/decode"] += tottime
+            continue
+        calls = sum(value[0] for value in callers.values()) or 1
+        if not callers:
+            totals[OTHER] += tottime
+        for caller, value in callers.items():
+            totals[component_of(caller[0]) or OTHER] += tottime * value[0] / calls
+    return totals
+
+
+@dataclass
+class Profiled:
+    evaluations: int
+    cpu_per_eval: float  # seconds, this process, no profiler
+    shares: list[tuple[str, float]]  # component, fraction of profiled CPU
+    commands_per_eval: float
+    round_trips_per_eval: float
+
+
+class _RedisCounter:
+    """Counts commands and round trips of every redis-py connection in this process."""
+
+    def __init__(self) -> None:
+        import redis.client as client
+        import redis.connection as connection
+
+        self.commands = 0
+        self.round_trips = 0
+        self._lock = threading.Lock()
+        self._saved = [
+            (connection.Connection, "send_packed_command"),
+            (client.Redis, "execute_command"),
+            (client.Pipeline, "execute"),
+        ]
+        self._originals = [getattr(owner, name) for owner, name in self._saved]
+        send, execute_command, execute = self._originals
+        counter = self
+
+        def counted_send(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            with counter._lock:
+                counter.round_trips += 1
+            return send(conn, *args, **kwargs)
+
+        def counted_command(redis: Any, *args: Any, **kwargs: Any) -> Any:
+            with counter._lock:
+                counter.commands += 1
+            return execute_command(redis, *args, **kwargs)
+
+        def counted_pipeline(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+            with counter._lock:
+                counter.commands += len(pipe.command_stack)
+            return execute(pipe, *args, **kwargs)
+
+        replacements = [counted_send, counted_command, counted_pipeline]
+        for (owner, name), replacement in zip(self._saved, replacements, strict=True):
+            setattr(owner, name, replacement)
+
+    def close(self) -> None:
+        for (owner, name), original in zip(self._saved, self._originals, strict=True):
+            setattr(owner, name, original)
+
+
+def profile_worker(
+    redis_url: str, model_url: str, folder: Path, evaluations: int, threads: int = 8
+) -> Profiled:
+    """Run ``evaluations`` through the task body on ``threads`` threads; profile and count."""
+    from schemas.settings import load_settings
+    from tests.fleet_support import PREDICATE, make_snapshots, snapshot_request
+    from workers.fleet.runtime import WorkerRuntime
+    from workers.fleet.tasks import handle_delivery
+
+    settings = load_settings(
+        redis_url=redis_url, model="openai/scripted", api_base=model_url,
+        api_key="scripted-no-key", snapshot_roots=[folder], log_level="WARNING",
+    )  # fmt: skip
+    from workers.core.logs import configure_logging
+
+    configure_logging(settings)  # as the worker does: WARNING, so run logs are filtered out
+    runtime = WorkerRuntime.build(settings)
+
+    def payloads(label: str, count: int) -> list[dict[str, Any]]:
+        found = []
+        for path in make_snapshots(folder / label, count):
+            request = snapshot_request(text=PREDICATE, path=str(path))
+            runtime.store.register_run(request)
+            found.append(request.model_dump(mode="json"))
+        return found
+
+    def run_all(items: list[dict[str, Any]], profilers: list[cProfile.Profile] | None) -> float:
+        chunks = [items[i::threads] for i in range(threads)]
+
+        def work(index: int) -> None:
+            profiler = profilers[index] if profilers is not None else None
+            if profiler is not None:
+                profiler.enable()
+            for payload in chunks[index]:
+                handle_delivery(payload, runtime)
+            if profiler is not None:
+                profiler.disable()
+
+        started = time.process_time()
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return time.process_time() - started
+
+    run_all(payloads("profile-warm", threads * 2), None)
+    plain = payloads("profile-plain", evaluations)
+    counter = _RedisCounter()
+    try:
+        cpu = run_all(plain, None)
+        commands, round_trips = counter.commands, counter.round_trips
+    finally:
+        counter.close()
+    # CPU time of each thread, not wall time: waiting on a socket must not count.
+    profilers = [cProfile.Profile(time.thread_time) for _ in range(threads)]
+    run_all(payloads("profile-cprofile", evaluations), profilers)
+    stats = pstats.Stats(profilers[0])
+    for profiler in profilers[1:]:
+        stats.add(profiler)
+    totals = attribute(stats)
+    whole = sum(totals.values()) or 1.0
+    shares = sorted(((name, seconds / whole) for name, seconds in totals.items()),
+                    key=lambda item: -item[1])  # fmt: skip
+    return Profiled(
+        evaluations=evaluations,
+        cpu_per_eval=cpu / evaluations,
+        shares=shares,
+        commands_per_eval=commands / evaluations,
+        round_trips_per_eval=round_trips / evaluations,
+    )

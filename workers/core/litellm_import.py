@@ -1,0 +1,24 @@
+"""The one way litellm is imported: lazily, with the local price list, quiet, no own retries.
+
+Its own module so both model paths (workers/core/llm.py and the direct path in
+workers/core/openai_compat.py) can load it without importing each other. Lazy
+because importing litellm costs about a second, which `assay --help` must not pay.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+
+def load_litellm() -> Any:
+    """Import litellm the one safe way: local price list, quiet, no retries of its own."""
+    # Without this litellm downloads its price list at import (slow failure offline).
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    import litellm  # lazy on purpose: see the module docstring
+
+    litellm.suppress_debug_info = True
+    litellm.num_retries = 0
+    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    return litellm
