@@ -29,8 +29,8 @@ from tests.fleet_support import (
 
 pytestmark = pytest.mark.integration
 
-VISIBILITY_SECONDS = "8"  # a killed worker's runs come back after this long
-RUN_TIMEOUT_SECONDS = 6.0  # shorter than the visibility timeout, as in production
+VISIBILITY_SECONDS = "12"  # a killed worker's runs come back after this long
+RUN_TIMEOUT_SECONDS = 10.0  # shorter than the visibility timeout, as in production
 
 
 @pytest.fixture
