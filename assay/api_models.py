@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.budget import Budget, ProfileName
-from schemas.fleet import BatchResult, CheckSummary, VerdictChange
+from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
 from schemas.probe import AgreementEntry, ProbeMode, ProbeRecord
 from schemas.report import RunReport
@@ -185,6 +185,22 @@ class RunView(_Body):
     batch_id: str | None = None
     verdict: Verdict | None = None
     report: RunReport | None = None
+
+    @classmethod
+    def of(
+        cls, state: RunProgress, report: RunReport | None, verdict: Verdict | None = None
+    ) -> RunView:
+        """The one way a run is shown (API and `assay run --json` alike)."""
+        return cls(
+            run_id=state.run_id,
+            check_id=state.check_id,
+            target=state.target,
+            status=state.status,
+            attempts=state.attempts,
+            batch_id=state.batch_id,
+            verdict=verdict if verdict is not None else (report.verdict if report else None),
+            report=report,
+        )
 
 
 class BatchResults(_Body):

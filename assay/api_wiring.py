@@ -164,16 +164,7 @@ class Services:
         state = store.run_state(run_id)
         if state is None:
             return None
-        return RunView(
-            run_id=state.run_id,
-            check_id=state.check_id,
-            target=state.target,
-            status=state.status,
-            attempts=state.attempts,
-            batch_id=state.batch_id,
-            verdict=store.run_verdict(run_id),
-            report=store.run_report(run_id),
-        )
+        return RunView.of(state, store.run_report(run_id), store.run_verdict(run_id))
 
     def start_batch(self, body: BatchSubmission) -> BatchStatus:
         """Fan out over the body's targets (or the contexts its glob matches) and seal."""

@@ -268,16 +268,7 @@ def _run_view(state: Any, report: Any) -> Any:
 
     if state is None:
         return report
-    return RunView(
-        run_id=state.run_id,
-        check_id=state.check_id,
-        target=state.target,
-        status=state.status,
-        attempts=state.attempts,
-        batch_id=state.batch_id,
-        verdict=report.verdict if report is not None else None,
-        report=report,
-    )
+    return RunView.of(state, report)
 
 
 # --- checks ---------------------------------------------------------------------------------------
