@@ -39,7 +39,13 @@ from schemas.fleet import (
 )
 from schemas.ids import check_id as valid_id
 from schemas.report import RunReport
-from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
+from schemas.request import (
+    ContextTarget,
+    EvaluationRequest,
+    SnapshotTarget,
+    Target,
+    target_names,
+)
 from schemas.settings import load_settings
 from schemas.verdict import Verdict
 from workers.core.snapshot_roots import SnapshotRoots
@@ -82,18 +88,6 @@ def make_target(
         return SnapshotTarget(path=str(Path(snapshot).expanduser().resolve()))
     assert context is not None
     return ContextTarget(context=context, kubeconfig=kubeconfig)
-
-
-def target_names(target: str) -> list[str]:
-    """The stored target names a filter may mean: as given, then a bare name as a snapshot.
-
-    Snapshot targets are stored as ``snapshot:NAME`` (the folder's name) and
-    contexts by their name, so ``prod-eu`` finds a context ``prod-eu`` or,
-    failing that, the snapshot folder ``prod-eu``.
-    """
-    if ":" in target:
-        return [target]
-    return [target, f"snapshot:{target}"]
 
 
 def checks_on_target(

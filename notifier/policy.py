@@ -26,6 +26,7 @@ from typing import Literal
 
 from schemas.fleet import CheckSummary, VerdictChange
 from schemas.notify import SinkFilter
+from schemas.request import target_names
 from schemas.verdict import VerdictKind
 from workers.fleet.notify_feed import Told, epoch_ms
 
@@ -36,11 +37,18 @@ def _any_match(value: str, patterns: list[str]) -> bool:
     return not patterns or any(fnmatchcase(value, pattern) for pattern in patterns)
 
 
+def _target_match(target: str, patterns: list[str]) -> bool:
+    """A bare name or glob (``prod-*``) also means the snapshot of that name, as elsewhere."""
+    return not patterns or any(
+        fnmatchcase(target, name) for pattern in patterns for name in target_names(pattern)
+    )
+
+
 def matches(sink: SinkFilter, change: VerdictChange) -> bool:
     """The static filter: check ids / globs, targets / globs, from and to verdicts."""
     return (
         _any_match(change.check_id, sink.checks)
-        and _any_match(change.target, sink.targets)
+        and _target_match(change.target, sink.targets)
         and (not sink.from_verdicts or change.from_verdict in sink.from_verdicts)
         and (not sink.to_verdicts or change.to_verdict in sink.to_verdicts)
     )

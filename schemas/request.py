@@ -56,6 +56,19 @@ class SnapshotTarget(BaseModel):
         return f"snapshot:{self.path.rstrip('/').rsplit('/', 1)[-1]}"
 
 
+def target_names(target: str) -> list[str]:
+    """The stored target names a filter may mean: as given, then a bare name as a snapshot.
+
+    Snapshot targets are stored as ``snapshot:NAME`` (the folder's name) and
+    contexts by their name, so ``prod-eu`` finds a context ``prod-eu`` or,
+    failing that, the snapshot folder ``prod-eu``. Every target filter (CLI,
+    client, API, notifier sinks) reads a name this way.
+    """
+    if ":" in target:
+        return [target]
+    return [target, f"snapshot:{target}"]
+
+
 class ContextTarget(BaseModel):
     """A kubeconfig context; ``kubeconfig`` None means the settings' / default kubeconfig."""
 

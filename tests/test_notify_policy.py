@@ -83,6 +83,15 @@ def test_static_filter_takes_ids_globs_targets_and_verdicts() -> None:
     assert not matches(SinkFilter(from_verdicts=[T]), change(F, CD))
 
 
+def test_a_bare_target_name_in_a_sink_filter_means_the_snapshot_too() -> None:
+    """As ``assay checks --target prod-eu`` does: a name without a kind finds the snapshot."""
+    assert matches(SinkFilter(targets=["prod-eu"]), change(T, F, target="snapshot:prod-eu"))
+    assert matches(SinkFilter(targets=["prod-*"]), change(T, F, target="snapshot:prod-us"))
+    assert matches(SinkFilter(targets=["prod-eu"]), change(T, F, target="prod-eu"))
+    assert not matches(SinkFilter(targets=["prod-eu"]), change(T, F, target="snapshot:prod-us"))
+    assert not matches(SinkFilter(targets=["context:x"]), change(T, F, target="snapshot:x"))
+
+
 def test_yaml_booleans_in_verdict_lists_name_the_verdicts() -> None:
     sink = WebhookSink.model_validate(
         {
