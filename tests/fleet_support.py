@@ -9,7 +9,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -131,6 +132,20 @@ def stop_process(process: subprocess.Popen[bytes], kill: bool = False) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=10)
+
+
+@contextmanager
+def scripted_worker(
+    redis_url: str, model_url: str, log_path: Path, concurrency: int = 16
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker on the scripted model for one test; its log tail is printed if it ended badly."""
+    process = start_worker(scripted_worker_env(redis_url, model_url), log_path, concurrency)
+    try:
+        yield process
+    finally:
+        stop_process(process)
+        if process.returncode not in (0, -15):
+            print(worker_log_tail(log_path))
 
 
 DEPLOYMENT_YAML = """\

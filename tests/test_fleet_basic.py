@@ -19,13 +19,10 @@ from schemas.verdict import VerdictKind
 from tests.fleet_support import (
     PREDICATE,
     make_snapshots,
-    scripted_worker_env,
+    scripted_worker,
     snapshot_request,
-    start_worker,
-    stop_process,
     three_step_script,
     wait_until,
-    worker_log_tail,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -41,12 +38,8 @@ def scripted_model() -> Iterator[ScriptedModel]:
 def worker(
     redis_url: str, scripted_model: ScriptedModel, tmp_path: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
-    log = tmp_path / "worker.log"
-    process = start_worker(scripted_worker_env(redis_url, scripted_model.url), log, concurrency=16)
-    yield process
-    stop_process(process)
-    if process.returncode not in (0, -15):
-        print(worker_log_tail(log))
+    with scripted_worker(redis_url, scripted_model.url, tmp_path / "worker.log", 16) as process:
+        yield process
 
 
 @pytest.fixture

@@ -19,12 +19,9 @@ from schemas.verdict import VerdictKind
 from tests.fleet_support import (
     PREDICATE,
     make_snapshots,
-    scripted_worker_env,
-    start_worker,
-    stop_process,
+    scripted_worker,
     three_step_script,
     wait_until,
-    worker_log_tail,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -55,13 +52,9 @@ def scripted_model() -> Iterator[ScriptedModel]:
 def worker(
     redis_url: str, scripted_model: ScriptedModel, tmp_path: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
-    log = tmp_path / "worker.log"
     # One run at a time, so a batch's first target compiles before the others start.
-    process = start_worker(scripted_worker_env(redis_url, scripted_model.url), log, concurrency=1)
-    yield process
-    stop_process(process)
-    if process.returncode not in (0, -15):
-        print(worker_log_tail(log))
+    with scripted_worker(redis_url, scripted_model.url, tmp_path / "worker.log", 1) as process:
+        yield process
 
 
 @pytest.fixture
