@@ -31,10 +31,11 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     ("model call: litellm", ("site-packages/litellm/",)),
     ("model call: OpenAI SDK", ("site-packages/openai/",)),
     (
-        "model call: HTTP (httpx, httpcore, h11, ssl, socket)",
+        "model call: HTTP (http.client, email headers, ssl, socket)",
         (
-            "site-packages/httpx/", "site-packages/httpcore/", "site-packages/h11/", "/ssl.py",
-            "/socket.py", "/selectors.py", "site-packages/anyio/",
+            "workers/core/keepalive_http.py", "/http/client.py", "/email/", "site-packages/httpx/",
+            "site-packages/httpcore/", "site-packages/h11/", "/ssl.py", "/socket.py",
+            "/selectors.py", "site-packages/anyio/",
         ),
     ),
     ("model call: assay adapter", ("workers/core/llm.py", "workers/core/openai_compat.py")),

@@ -11,9 +11,19 @@ import logging
 import os
 from typing import Any
 
+_loaded: Any = None
+
 
 def load_litellm() -> Any:
-    """Import litellm the one safe way: local price list, quiet, no retries of its own."""
+    """Import litellm the one safe way: local price list, quiet, no retries of its own.
+
+    The set-up runs once per process: ``Logger.setLevel`` clears the cache of every logger
+    in the process, and the engine asks for litellm several times per step (issue 15 found
+    this at a tenth of a worker's CPU per evaluation).
+    """
+    global _loaded
+    if _loaded is not None:
+        return _loaded
     # Without this litellm downloads its price list at import (slow failure offline).
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     import litellm  # lazy on purpose: see the module docstring
@@ -21,4 +31,5 @@ def load_litellm() -> Any:
     litellm.suppress_debug_info = True
     litellm.num_retries = 0
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    _loaded = litellm
     return litellm

@@ -33,7 +33,7 @@ from functools import cache, lru_cache
 from typing import Any, Literal, Protocol
 
 import structlog
-from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential_jitter
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential, wait_random
 
 from schemas.actions import PlannerResponse
 from schemas.settings import AssaySettings
@@ -57,6 +57,8 @@ PLACEHOLDER_API_KEY = "sk-no-key-configured"
 _CHARS_PER_TOKEN_ESTIMATE = 3  # conservative: YAML tables run at ~2.5-3.5 chars/token
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 _MAX_BACKOFF_SECONDS = 30.0
+# 0.5 s doubling to 30 s, plus up to 0.5 s of jitter; stateless, so built once per process.
+_BACKOFF = wait_exponential(multiplier=0.5, max=_MAX_BACKOFF_SECONDS) + wait_random(0, 0.5)
 
 log = structlog.get_logger("assay.llm")
 
@@ -186,10 +188,9 @@ class _RetryPolicy:
         self.deadline = deadline
         self.clock = clock
         self.stopped_by_deadline = False
-        self._backoff = wait_exponential_jitter(initial=0.5, max=_MAX_BACKOFF_SECONDS, jitter=0.5)
 
     def wait(self, state: RetryCallState) -> float:
-        backoff = float(self._backoff(state))
+        backoff = float(_BACKOFF(state))
         exc = state.outcome.exception() if state.outcome else None
         asked = retry_after_seconds(exc) if exc is not None else None
         return backoff if asked is None else max(asked, min(backoff, 1.0))

@@ -31,13 +31,12 @@ What stays the same (tests/test_llm_fast_path.py compares both paths):
 from __future__ import annotations
 
 import json
-import threading
+import ssl
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import httpx
-
+from workers.core.keepalive_http import Answer, KeepAliveClient, TransportFailure, unsupported_proxy
 from workers.core.litellm_import import load_litellm
 
 FAST_PATH_PROVIDERS = frozenset({"openai", "hosted_vllm"})
@@ -46,7 +45,7 @@ FAST_PATH_PROVIDERS = frozenset({"openai", "hosted_vllm"})
 class EndpointError(Exception):
     """The endpoint answered with an HTTP error, or with a body that is not a completion."""
 
-    def __init__(self, status_code: int, message: str, response: httpx.Response | None) -> None:
+    def __init__(self, status_code: int, message: str, response: Answer | None) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.response = response  # retry_after_seconds reads its headers
@@ -73,6 +72,8 @@ def fast_path_model(model: str, api_base: str) -> str | None:
     except Exception:  # litellm cannot route it: let completion() report that
         return None
     if provider not in FAST_PATH_PROVIDERS or _litellm_maps_parameters(str(wire_model)):
+        return None
+    if unsupported_proxy(api_base) is not None:  # an https:// or SOCKS proxy: litellm's httpx
         return None
     return str(wire_model)
 
@@ -115,26 +116,15 @@ def request_body(
 
 
 class DirectClient:
-    """Posts chat completions; one keep-alive HTTP client per thread and endpoint."""
+    """Posts chat completions over kept-alive connections (workers/core/keepalive_http.py)."""
 
     def __init__(self) -> None:
-        self._local = threading.local()
+        self._http: KeepAliveClient | None = None
 
-    def _http(self, api_base: str) -> httpx.Client:
-        clients: dict[str, httpx.Client] | None = getattr(self._local, "clients", None)
-        if clients is None:
-            clients = self._local.clients = {}
-        client = clients.get(api_base)
-        if client is None:
-            # One connection per thread: a thread runs one evaluation at a time.
-            from litellm.llms.custom_httpx.http_handler import get_ssl_configuration
-
-            client = clients[api_base] = httpx.Client(
-                verify=get_ssl_configuration(),
-                follow_redirects=True,
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=2),
-            )
-        return client
+    def _client(self) -> KeepAliveClient:
+        if self._http is None:  # a race makes two; both work, one is kept
+            self._http = KeepAliveClient(_ssl_context())
+        return self._http
 
     def complete(
         self, api_base: str, api_key: str, body: dict[str, Any], timeout: float
@@ -143,13 +133,9 @@ class DirectClient:
         url = api_base.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         try:
-            response = self._http(api_base).post(
-                url, content=json.dumps(body), headers=headers, timeout=timeout
-            )
-        except httpx.TimeoutException as exc:
-            raise EndpointUnreachable(f"no answer within {timeout:.1f}s: {exc!r}") from exc
-        except httpx.TransportError as exc:
-            raise EndpointUnreachable(f"the connection failed: {exc!r}") from exc
+            response = self._client().post_json(url, json.dumps(body).encode(), headers, timeout)
+        except TransportFailure as exc:
+            raise EndpointUnreachable(str(exc)) from exc
         if response.status_code >= 400:
             raise EndpointError(
                 response.status_code,
@@ -165,7 +151,27 @@ class DirectClient:
         return parse_completion(payload, response)
 
 
-def parse_completion(payload: Any, response: httpx.Response | None = None) -> WireCompletion:
+def _ssl_context() -> ssl.SSLContext:
+    """TLS as litellm would verify it (SSL_VERIFY, SSL_CERT_FILE, certifi)."""
+    load_litellm()
+    from litellm.llms.custom_httpx.http_handler import get_ssl_configuration
+
+    configured = get_ssl_configuration()
+    if isinstance(configured, ssl.SSLContext):
+        return configured
+    if configured is False:
+        unverified = ssl.create_default_context()
+        unverified.check_hostname = False
+        unverified.verify_mode = ssl.CERT_NONE
+        return unverified
+    if isinstance(configured, str):
+        return ssl.create_default_context(cafile=configured)
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def parse_completion(payload: Any, response: Answer | None = None) -> WireCompletion:
     """A completion from its JSON; a body of another shape is a 500, like litellm reports it."""
     if not isinstance(payload, dict) or not isinstance(payload.get("choices", []), list):
         raise EndpointError(
@@ -176,7 +182,7 @@ def parse_completion(payload: Any, response: httpx.Response | None = None) -> Wi
     return WireCompletion(choices=choices, usage=_Usage.of(payload.get("usage")))
 
 
-def _error_text(response: httpx.Response) -> str:
+def _error_text(response: Answer) -> str:
     try:
         error = response.json().get("error")
         message = error.get("message") if isinstance(error, dict) else error

@@ -211,7 +211,7 @@ class SnapshotBackend:
                     info.kind, info.plural, info.group, info.version, True, info.short_names
                 )
         sorted_objects = {key: dict(sorted(found.items())) for key, found in objects.items()}
-        return ResourceIndex(known), sorted_objects
+        return ResourceIndex.builtin_with(known[len(BUILTIN_RESOURCES) :]), sorted_objects
 
     def _ignore_namespace(self, obj: dict[str, Any], info: ResourceInfo, relative: str) -> None:
         """Serve a cluster-scoped object as the API server would: without a namespace.
