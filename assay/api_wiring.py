@@ -21,14 +21,13 @@ from assay.api_models import (
     ScheduleUpdate,
     ScheduleView,
 )
-from assay.submission import note_batch, submit_request
+from assay.submission import EmptyBatch, submit_batch, submit_request
 from scheduler.schedules import ScheduleConflict, ScheduleNotFound, ScheduleStore
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule
 from workers.core import metrics
 from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
-from workers.fleet.batch import EmptyBatch, fan_out
 from workers.fleet.broker import broker_url, is_redis_broker, queue_name
 from workers.fleet.dispatch import Dispatcher
 from workers.fleet.queue_depth import QueueDepthCollector
@@ -167,20 +166,31 @@ class Services:
         return RunView.of(state, store.run_report(run_id), store.run_verdict(run_id))
 
     def start_batch(self, body: BatchSubmission) -> BatchStatus:
-        """Fan out over the body's targets (or the contexts its glob matches) and seal."""
+        """Fan out over the body's targets (or the contexts its glob matches) and seal.
+
+        Each run goes through the one submit path (``assay.submission``), so a
+        predicate opening with a future instant waits for it, as one check does.
+        """
         from pydantic import ValidationError
 
         targets = self._batch_targets(body)
         shared = body.model_dump(exclude={"text", "targets", "context_glob"}, exclude_none=True)
         try:
-            batch_id, _sent = fan_out(self.dispatcher, targets, text=body.text, **shared)
+            batch_id, _runs = submit_batch(
+                targets,
+                text=body.text,
+                store=self.store,
+                redis=self.redis,
+                settings=self.settings,
+                dispatcher=lambda: self.dispatcher,
+                **shared,
+            )
         except ValidationError as exc:
             raise _validation_error(exc) from None
         except EmptyBatch:
             raise ApiError(
                 422, "batch_empty", "The context glob matched no context; check the pattern."
             ) from None
-        note_batch(self.redis, self.settings.key_prefix, batch_id)
         status = self.store.batch(batch_id)
         if status is None:  # only if Redis lost the record between two calls
             raise ApiError(503, "redis_unavailable", "The batch record vanished; try again.")

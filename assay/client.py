@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from assay.local_mode import require_redis_url
-from assay.submission import pending_run_for_check, submit_request
+from assay.submission import pending_run_for_check, submit_batch, submit_request
 from scheduler.deferred import deferred_request
 from scheduler.when import parse_duration
 from schemas.fleet import (
@@ -49,7 +49,6 @@ from schemas.request import (
 from schemas.settings import load_settings
 from schemas.verdict import Verdict
 from workers.core.snapshot_roots import SnapshotRoots
-from workers.fleet.batch import fan_out
 from workers.fleet.dispatch import Dispatcher
 from workers.fleet.store import VerdictStore
 from workers.fleet.targets import context_targets, snapshot_targets
@@ -263,6 +262,8 @@ class Client:
 
         A snapshot glob must stay inside this client's snapshot roots
         (``SnapshotOutsideRoots`` otherwise); matches leading out of them are skipped.
+        Every run goes through the one submit path, so a predicate opening with a
+        future instant waits for it (``batch_status(...).not_before`` says when).
         """
 
         if (snapshots is None) == (contexts is None):
@@ -277,11 +278,17 @@ class Client:
         else:
             assert contexts is not None
             targets = iter(context_targets(contexts, kubeconfig or self.settings.kubeconfig))
-        from assay.submission import note_batch
-
         clean = {k: v for k, v in fields.items() if v is not None}
-        batch, _sent = fan_out(self.dispatcher, targets, text=text, batch_id=batch_id, **clean)
-        note_batch(self.store.client, self.settings.key_prefix, batch)
+        batch, _runs = submit_batch(
+            targets,
+            text=text,
+            store=self.store,
+            redis=self.store.client,
+            settings=self.settings,
+            dispatcher=lambda: self.dispatcher,
+            batch_id=batch_id,
+            **clean,
+        )
         return batch
 
     def latest_batch_id(self) -> str | None:

@@ -128,8 +128,19 @@ def render_checks(rows: list[CheckSummary], console: Console, wide: bool = False
     console.print(f"[dim]{len(rows)} check(s)[/]")
 
 
+def batch_state(status: BatchStatus, now: datetime | None = None) -> str:
+    """``done``, ``enqueueing``, ``running``, or ``waiting until T`` for a deferred batch."""
+    if status.done:
+        return "done"
+    if not status.sealed:
+        return "enqueueing"
+    if status.not_before is not None and status.not_before > (now or datetime.now(UTC)):
+        return f"waiting until {status.not_before.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    return "running"
+
+
 def render_batch_status(status: BatchStatus, console: Console) -> None:
-    state = "done" if status.done else ("running" if status.sealed else "enqueueing")
+    state = batch_state(status)
     finished = status.total - status.pending
     console.print(
         f"batch {status.batch_id} · {state} · {finished}/{status.total} done · "

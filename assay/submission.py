@@ -13,18 +13,23 @@ path now calls :func:`submit_request`, in this order:
    anything else is dispatched now.
 
 The receipt always carries the batch id and, for a deferred run, when it is due.
+
+A batch (:func:`submit_batch`) is one :func:`submit_request` per target, so a
+dated predicate fanned out over many targets waits for its instant exactly as
+one check does; the batch record says when its runs are due.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from scheduler.deferred import defer_evaluation
 from scheduler.when import deferral_for
 from schemas.fleet import SubmitReceipt
-from schemas.request import EvaluationRequest
+from schemas.request import EvaluationRequest, Target
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
@@ -92,6 +97,59 @@ def submit_request(
             not_before=request.not_before,
         )
     return dispatcher().submit(request)
+
+
+class EmptyBatch(ValueError):
+    """The target glob matched nothing."""
+
+
+def new_batch_id() -> str:
+    return f"batch-{uuid.uuid4().hex[:16]}"
+
+
+def submit_batch(
+    targets: Iterable[Target],
+    *,
+    text: str,
+    store: VerdictStore,
+    redis: Any,
+    settings: AssaySettings,
+    dispatcher: Callable[[], Dispatcher],
+    batch_id: str | None = None,
+    now: datetime | None = None,
+    **request_fields: Any,
+) -> tuple[str, int]:
+    """Fan ``text`` out: one run per target through :func:`submit_request`; (batch id, runs).
+
+    A batch is a record in the store (its live tally) plus one ordinary run per
+    target, tagged with the batch id. Targets are submitted as the iterator
+    yields them (a big glob is never listed whole), then the batch is sealed so
+    the tally knows its total, and noted as the newest batch. ``request_fields``
+    are the other ``EvaluationRequest`` fields every run shares (kind, profile,
+    budget, model, api_base, toolsets, probe). The request is validated on the
+    first target, before the batch record exists, so a bad field creates nothing.
+    """
+    batch_id = batch_id or new_batch_id()
+    runs = 0
+    due_noted = False
+    for target in targets:
+        request = EvaluationRequest.model_validate(
+            {**request_fields, "text": text, "target": target, "batch_id": batch_id}
+        )
+        if runs == 0:
+            store.create_batch(batch_id, kind=request.kind, text=text)
+        receipt = submit_request(
+            request, store=store, redis=redis, settings=settings, dispatcher=dispatcher, now=now
+        )
+        if receipt.not_before is not None and not due_noted:
+            store.note_batch_due(batch_id, receipt.not_before)
+            due_noted = True
+        runs += 1
+    if runs == 0:
+        raise EmptyBatch("the target pattern matched nothing: check the glob and try again")
+    store.seal_batch(batch_id)
+    note_batch(redis, settings.key_prefix, batch_id, now)
+    return batch_id, runs
 
 
 RECENT_BATCHES = 100

@@ -105,6 +105,11 @@ class BatchStatus(BaseModel):
     cannot_determine: int
     done: bool
     finished_at: datetime | None = None
+    not_before: datetime | None = Field(
+        default=None,
+        description="When the batch's runs are due (UTC), for a batch held until the instant "
+        "its predicate opens with; null when its runs were queued to run now.",
+    )
 
 
 class BatchResult(BaseModel):

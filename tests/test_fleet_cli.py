@@ -145,8 +145,12 @@ def test_batch_wait_then_status(
     tally = json.loads(status.stdout)
     assert (tally["total"], tally["true"], tally["false"], tally["pending"]) == (6, 4, 2, 0)
 
-    lines = assay("batch", "results", batch_id, "--json", env=cli_env).stdout.splitlines()
-    assert sorted(json.loads(line)["verdict"] for line in lines) == ["false"] * 2 + ["true"] * 4
+    results = json.loads(assay("batch", "results", batch_id, "--json", env=cli_env).stdout)
+    assert results["batch_id"] == batch_id
+    verdicts = sorted(row["verdict"] for row in results["results"])
+    assert verdicts == ["false"] * 2 + ["true"] * 4
+    lines = assay("batch", "results", batch_id, "--jsonl", env=cli_env).stdout.splitlines()
+    assert [json.loads(line) for line in lines] == results["results"]
     empty = assay("batch", PREDICATE, "--snapshots", str(tmp_path / "none-*"), env=cli_env)
     assert empty.returncode == 64 and "matched nothing" in empty.stderr
 

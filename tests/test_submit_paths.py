@@ -7,7 +7,10 @@ real redis-server, and must behave the same way:
 * a predicate that opens with a future instant is held until then (its receipt
   says when), not queued now;
 * a run id that is already known queues nothing new and answers that run's receipt;
-* batches get an id the newest-batch lookup (`assay batch status` with no id) finds.
+* batches get an id the newest-batch lookup (`assay batch status` with no id) finds;
+* a batch of a predicate that opens with a future instant is held like one check:
+  its runs wait, pending, and the tally says when they are due;
+* `assay batch results --json` prints exactly what the API's results endpoint answers.
 
 No worker runs here: what is asserted is what reached the broker and the store.
 """
@@ -19,6 +22,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,8 +32,9 @@ from fastapi.testclient import TestClient
 
 from assay.client import Client
 from schemas.settings import load_settings
-from tests.api_support import TOKENS, WRITE_TOKEN, auth
+from tests.api_support import READ_TOKEN, TOKENS, WRITE_TOKEN, auth
 from tests.conftest import EXAMPLES, ROOT, TEST_SNAPSHOT_ROOTS
+from tests.fleet_support import finished_report
 
 DATED = "on 2030-01-01T00:00:00Z, the cert-manager Certificate api-example-com is Ready"
 PLAIN = "every Deployment in namespace prod has at least 2 ready replicas"
@@ -37,6 +42,7 @@ PROD_EU = str(EXAMPLES / "snapshots" / "prod-eu")
 DUE = datetime(2030, 1, 1, tzinfo=UTC)
 
 Submit = Callable[..., dict[str, Any]]
+StartBatch = Callable[[str], dict[str, Any]]
 
 
 def cli_env(redis_url: str) -> dict[str, str]:
@@ -75,7 +81,15 @@ def api(redis_url: str) -> Iterator[TestClient]:
         yield http
 
 
-def via_cli(redis_url: str) -> Submit:
+@dataclass(frozen=True)
+class Door:
+    """One front door as a user drives it: one evaluation, or one batch over prod-eu."""
+
+    submit: Submit  # (text, run_id=None) -> the receipt as JSON
+    start_batch: StartBatch  # text -> the batch's tally as JSON
+
+
+def via_cli(redis_url: str) -> Door:
     def submit(text: str, run_id: str | None = None) -> dict[str, Any]:
         extra = ["--run-id", run_id] if run_id else []
         result = assay(redis_url, "submit", "--snapshot", PROD_EU, "--json", *extra, text)
@@ -83,31 +97,50 @@ def via_cli(redis_url: str) -> Submit:
         body: dict[str, Any] = json.loads(result.stdout)
         return body
 
-    return submit
+    def start_batch(text: str) -> dict[str, Any]:
+        result = assay(redis_url, "batch", text, "--snapshots", PROD_EU, "--json")
+        assert result.returncode == 0, result.stderr
+        tally: dict[str, Any] = json.loads(result.stdout)
+        return tally
+
+    return Door(submit, start_batch)
 
 
-def via_client(client: Client) -> Submit:
+def via_client(client: Client) -> Door:
     def submit(text: str, run_id: str | None = None) -> dict[str, Any]:
         return client.submit(text, snapshot=PROD_EU, run_id=run_id).model_dump(mode="json")
 
-    return submit
+    def start_batch(text: str) -> dict[str, Any]:
+        status = client.batch_status(client.start_batch(text, snapshots=PROD_EU))
+        assert status is not None
+        return status.model_dump(mode="json")
+
+    return Door(submit, start_batch)
 
 
-def via_api(api: TestClient) -> Submit:
+def via_api(api: TestClient) -> Door:
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer = api.post(path, json=body, headers=auth(WRITE_TOKEN))
+        assert answer.status_code == 202, answer.text
+        answered: dict[str, Any] = answer.json()
+        return answered
+
     def submit(text: str, run_id: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"text": text, "target": {"type": "snapshot", "path": PROD_EU}}
         if run_id:
             body["run_id"] = run_id
-        answer = api.post("/v1/evaluations", json=body, headers=auth(WRITE_TOKEN))
-        assert answer.status_code == 202, answer.text
-        receipt: dict[str, Any] = answer.json()
-        return receipt
+        return post("/v1/evaluations", body)
 
-    return submit
+    def start_batch(text: str) -> dict[str, Any]:
+        return post(
+            "/v1/batches", {"text": text, "targets": [{"type": "snapshot", "path": PROD_EU}]}
+        )
+
+    return Door(submit, start_batch)
 
 
 @pytest.fixture(params=["cli", "client", "api"])
-def door(request: pytest.FixtureRequest, redis_url: str) -> Submit:
+def door(request: pytest.FixtureRequest, redis_url: str) -> Door:
     if request.param == "cli":
         return via_cli(redis_url)
     if request.param == "client":
@@ -124,9 +157,9 @@ def queued_messages(redis_url: str) -> int:
 
 
 def test_a_dated_predicate_waits_for_its_instant_from_every_door(
-    door: Submit, redis_url: str, client: Client
+    door: Door, redis_url: str, client: Client
 ) -> None:
-    receipt = door(DATED)
+    receipt = door.submit(DATED)
     assert receipt["not_before"] == "2030-01-01T00:00:00Z"
     assert queued_messages(redis_url) == 0  # held by the scheduler, not sent to a worker
     assert client.due_at(receipt["run_id"]) == DUE
@@ -134,10 +167,10 @@ def test_a_dated_predicate_waits_for_its_instant_from_every_door(
     assert state is not None and state.status == "queued"
 
 
-def test_a_known_run_id_queues_nothing_new_from_every_door(door: Submit, redis_url: str) -> None:
-    first = door(PLAIN, run_id="same-run-1")
+def test_a_known_run_id_queues_nothing_new_from_every_door(door: Door, redis_url: str) -> None:
+    first = door.submit(PLAIN, run_id="same-run-1")
     assert queued_messages(redis_url) == 1
-    again = door("a different text under the same run id", run_id="same-run-1")
+    again = door.submit("a different text under the same run id", run_id="same-run-1")
     assert again == first
     assert queued_messages(redis_url) == 1
 
@@ -160,9 +193,56 @@ def test_batches_from_every_door_share_one_shape_and_the_newest_is_found(
     from_api = answer.json()
     assert set(from_cli) == set(from_client.model_dump(mode="json")) == set(from_api)
     assert from_cli["total"] == from_client.total == 3 and from_api["total"] == 1
+    assert from_cli["not_before"] is None and from_api["not_before"] is None
+    assert queued_messages(redis_url) == 3 + 3 + 1  # an undated predicate runs at once
     assert len({from_cli["batch_id"], from_client.batch_id, from_api["batch_id"]}) == 3
 
     newest = assay(redis_url, "batch", "status", "--json")
     assert newest.returncode == 75, newest.stderr  # no worker: still pending
     assert json.loads(newest.stdout)["batch_id"] == from_api["batch_id"]
     assert client.latest_batch_id() == from_api["batch_id"]
+
+
+def test_a_dated_batch_waits_for_its_instant_from_every_door(
+    door: Door, redis_url: str, client: Client
+) -> None:
+    tally = door.start_batch(DATED)
+    assert tally["not_before"] == "2030-01-01T00:00:00Z"
+    assert (tally["total"], tally["pending"], tally["done"]) == (1, 1, False)
+    verdicts = ("true", "false", "poorly_posed", "cannot_determine")
+    assert [tally[kind] for kind in verdicts] == [0, 0, 0, 0]  # none counted as failed
+    assert queued_messages(redis_url) == 0  # held by the scheduler, not sent to a worker
+
+    (row,) = client.batch_results(tally["batch_id"])
+    assert row.verdict is None
+    assert client.due_at(row.run_id) == DUE
+    state = client.run_state(row.run_id)
+    assert state is not None and state.status == "queued"
+    assert state.batch_id == tally["batch_id"]
+
+    shown = assay(redis_url, "batch", "status", tally["batch_id"])
+    assert shown.returncode == 75, shown.stderr  # pending, not a failure
+    assert "waiting until 2030-01-01 00:00:00 UTC" in shown.stdout
+
+
+def test_batch_results_json_is_what_the_api_answers(
+    redis_url: str, client: Client, api: TestClient
+) -> None:
+    batch_id = client.start_batch(PLAIN, snapshots=str(EXAMPLES / "snapshots" / "*"))
+    first = next(iter(client.batch_results(batch_id)))
+    request = client.store.run_request(first.run_id)
+    assert request is not None
+    assert client.store.record_verdict(finished_report(request, "false", explanation="1 short"))
+
+    cli = assay(redis_url, "batch", "results", batch_id, "--json")
+    assert cli.returncode == 75, cli.stderr  # two targets are still pending
+    answer = api.get(f"/v1/batches/{batch_id}/results", headers=auth(READ_TOKEN))
+    assert answer.status_code == 200, answer.text
+    from_api = answer.json()
+    assert json.loads(cli.stdout) == from_api
+    assert [row["verdict"] for row in from_api["results"]] == ["false", None, None]
+    assert from_api["results"][0]["explanation"] == "1 short"
+
+    streamed = assay(redis_url, "batch", "results", batch_id, "--jsonl")
+    assert streamed.returncode == 75, streamed.stderr
+    assert [json.loads(line) for line in streamed.stdout.splitlines()] == from_api["results"]

@@ -2,12 +2,20 @@
 
     assay batch PREDICATE --snapshots 'DIR/*' | --contexts GLOB [--wait]
     assay batch status [BATCH_ID]             (no id: the newest batch)
-    assay batch results [BATCH_ID] [--json]
+    assay batch results [BATCH_ID] [--json | --jsonl]
 
 With ``--wait`` it shows a progress bar, then the tally and the per-target
 table (read from the store page by page) and exits like one check over the
 whole fleet: 0 only when every target is true, else 1 if any is false, 2 if
 any is poorly posed, 3 otherwise. Without ``--wait`` it prints the batch id.
+A predicate that opens with a future instant ("on 2030-01-01, ...") is held
+until then, as one `assay submit` is: the batch shows as waiting, with its due time.
+
+``--json`` prints what the API answers for the same request (the same models
+through the same serializer): ``results --json`` is one ``BatchResults``
+document with every target, like ``GET /v1/batches/{id}/results`` with a page
+large enough. ``results --jsonl`` streams one result per line instead, read page
+by page, for a batch too big to hold at once.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from __future__ import annotations
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
 # `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -26,6 +34,8 @@ from assay.commands.fleet_common import (
     dump_json,
     fail,
     fleet_client,
+    iso_utc,
+    note,
     require_model,
     stdout_console,
 )
@@ -48,10 +58,12 @@ from assay.commands.options import (
 from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN
 
 if TYPE_CHECKING:
+    from assay.api_models import BatchResults
     from assay.client import Client
     from schemas.fleet import BatchStatus
 
 SUBCOMMANDS = ("status", "results")
+Output = Literal["table", "json", "jsonl"]
 
 
 def batch_exit_code(status: BatchStatus) -> int:
@@ -134,7 +146,15 @@ def batch(
         float | None, typer.Option("--wait-timeout", min=1, help="With --wait: give up (75).")
     ] = None,
     json_output: Annotated[
-        bool, typer.Option("--json", help="Print the batch status (results: JSON lines) as JSON.")
+        bool,
+        typer.Option("--json", help="Print the status (or every result) as the API does."),
+    ] = False,
+    jsonl_output: Annotated[
+        bool,
+        typer.Option(
+            "--jsonl",
+            help="With `results`: one JSON line per target, streamed page by page (huge batches).",
+        ),
     ] = False,
     wide: WideOpt = False,
     model: FleetModelOpt = None,
@@ -149,12 +169,15 @@ def batch(
     """Fan PREDICATE out over many targets; or show a batch's status or results."""
     from workers.core.snapshot_roots import SnapshotOutsideRoots
 
+    if jsonl_output and (args[:1] != ["results"] or json_output):
+        raise typer.BadParameter("--jsonl goes with `batch results` only, and not with --json")
+    output: Output = "jsonl" if jsonl_output else ("json" if json_output else "table")
     if len(args) == 2 and args[0] in SUBCOMMANDS:
         batch_id = id_checker("batch id")(args[1])
         assert batch_id is not None
-        raise typer.Exit(_existing(args[0], batch_id, json_output, wide))
+        raise typer.Exit(_existing(args[0], batch_id, output, wide))
     if len(args) == 1 and args[0] in SUBCOMMANDS and contexts is None and snapshots is None:
-        raise typer.Exit(_existing(args[0], None, json_output, wide))
+        raise typer.Exit(_existing(args[0], None, output, wide))
     if len(args) != 1:
         raise typer.BadParameter(
             "give one PREDICATE (quote it), or `status BATCH_ID`, or `results BATCH_ID`"
@@ -166,7 +189,7 @@ def batch(
     check_probe_mode(probe)
     from pydantic import ValidationError
 
-    from workers.fleet.batch import EmptyBatch
+    from assay.submission import EmptyBatch
     from workers.fleet.targets import TargetGlobError
 
     settings = settings_or_usage()
@@ -189,8 +212,10 @@ def batch(
         except ValidationError as exc:
             detail = validation_detail(exc)
             raise typer.BadParameter(f"the batch cannot be started: {detail}") from None
+        status = client.batch_status(batch_id)
+        if status is not None and status.not_before is not None:
+            note(f"batch {batch_id} is deferred until {iso_utc(status.not_before)}")
         if not wait:
-            status = client.batch_status(batch_id)
             if json_output:  # the shape POST /v1/batches answers with
                 print(dump_json(status))
             else:
@@ -206,11 +231,13 @@ def batch(
     raise typer.Exit(batch_exit_code(status))
 
 
-def _existing(what: str, batch_id: str | None, json_output: bool, wide: bool = False) -> int:
+def _existing(what: str, batch_id: str | None, output: Output, wide: bool = False) -> int:
     """`batch status|results [ID]`; returns the batch's exit code (75 while it runs).
 
     Without an id: the newest batch started through the CLI, the client or the API.
+    ``output`` is ``table``, ``json`` (the API's shape) or ``jsonl`` (results only).
     """
+    json_output = output != "table"
     with fleet_client() as client:
         if batch_id is None:
             batch_id = client.latest_batch_id()
@@ -226,12 +253,21 @@ def _existing(what: str, batch_id: str | None, json_output: bool, wide: bool = F
             fail(f"no batch has id {batch_id!r}; check the id `assay batch` printed", EXIT_UNKNOWN)
         if what == "status":
             _print_status(status, json_output)
-        elif json_output:  # JSON lines, one per target, streamed page by page
+        elif output == "jsonl":  # one line per target, streamed page by page
             for row in client.batch_results(batch_id):
                 sys.stdout.write(row.model_dump_json() + "\n")
+        elif output == "json":
+            print(dump_json(all_results(client, batch_id)))
         else:
             show_batch(client, status, json_output=False, wide=wide)
     return batch_exit_code(status)
+
+
+def all_results(client: Client, batch_id: str) -> BatchResults:
+    """Every target's result in the API's ``BatchResults`` shape (one page holding them all)."""
+    from assay.api_models import BatchResults
+
+    return BatchResults(batch_id=batch_id, results=list(client.batch_results(batch_id)))
 
 
 def _print_status(status: Any, json_output: bool) -> None:

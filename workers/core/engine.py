@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypedDict, Unpack
 
 import structlog
 
@@ -135,6 +135,22 @@ def evaluate(
         return run.execute()
     except Exception as exc:
         return _crash_report(request, deps, run, started_at, exc)
+
+
+class _VerdictDetails(TypedDict, total=False):
+    """What a verdict may say besides its kind and explanation (all optional).
+
+    One list for ``_Run._end`` (finish the run with this verdict) and
+    ``_Run._verdict`` (build it), so the two cannot drift apart.
+    """
+
+    reason: str | None
+    budget_exhausted: str | None
+    evidence: list[Evidence] | None
+    findings: list[str] | None
+    wake_at: datetime | None
+    evidence_verified: bool
+    confirmed: bool | None
 
 
 class _Finished(Exception):
@@ -602,33 +618,9 @@ class _Run:
                 self.log.warning("on_step_failed", error=repr(exc))
 
     def _end(
-        self,
-        kind: VerdictKind,
-        explanation: str,
-        *,
-        reason: str | None = None,
-        budget_exhausted: str | None = None,
-        evidence: list[Evidence] | None = None,
-        findings: list[str] | None = None,
-        wake_at: datetime | None = None,
-        evidence_verified: bool = False,
-        confirmed: bool | None = None,
+        self, kind: VerdictKind, explanation: str, **details: Unpack[_VerdictDetails]
     ) -> NoReturn:
-        raise _Finished(
-            self._report(
-                self._verdict(
-                    kind,
-                    explanation,
-                    reason=reason,
-                    budget_exhausted=budget_exhausted,
-                    evidence=evidence or [],
-                    findings=findings or [],
-                    wake_at=wake_at,
-                    evidence_verified=evidence_verified,
-                    confirmed=confirmed,
-                )
-            )
-        )
+        raise _Finished(self._report(self._verdict(kind, explanation, **details)))
 
     def _budget_report(self, exc: BudgetExhausted) -> RunReport:
         verdict = self._verdict(
@@ -640,18 +632,9 @@ class _Run:
         return self._report(verdict)
 
     def _verdict(
-        self,
-        kind: VerdictKind,
-        explanation: str,
-        *,
-        reason: str | None = None,
-        budget_exhausted: str | None = None,
-        evidence: list[Evidence] | None = None,
-        findings: list[str] | None = None,
-        wake_at: datetime | None = None,
-        evidence_verified: bool = False,
-        confirmed: bool | None = None,
+        self, kind: VerdictKind, explanation: str, **details: Unpack[_VerdictDetails]
     ) -> Verdict:
+        reason = details.get("reason")
         if self.cost_unchecked:
             note = (
                 f"the cost cap of ${self.budget.max_cost_usd:g} was not checked: "
@@ -662,13 +645,13 @@ class _Run:
             verdict=kind,
             exit_code=EXIT_CODES[kind],
             explanation=explanation,
-            evidence=evidence or [],
-            findings=findings or [],
-            evidence_verified=evidence_verified,
-            confirmed=confirmed,
+            evidence=details.get("evidence") or [],
+            findings=details.get("findings") or [],
+            evidence_verified=details.get("evidence_verified", False),
+            confirmed=details.get("confirmed"),
             reason=reason,
-            budget_exhausted=budget_exhausted,
-            wake_at=wake_at,
+            budget_exhausted=details.get("budget_exhausted"),
+            wake_at=details.get("wake_at"),
             iterations=self.meter.iterations,
             usage=self.meter.usage,
             duration_seconds=round(self.meter.active_seconds(), 4),

@@ -30,7 +30,8 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               workers/fleet/notify_feed.py, the notifier's view
     P:batch:{batch_id}                 hash   kind, text, created_at, total, pending, true,
                                               false, poorly_posed, cannot_determine, sealed,
-                                              finished_at                         TTL run_ttl
+                                              finished_at, not_before (its runs are
+                                              deferred until then)                TTL run_ttl
     P:batch:{batch_id}:runs            list   run ids in fan-out order          TTL run_ttl
     P:batch:{batch_id}:results         hash   run_id -> compact per-target result JSON
     P:batches                          zset   batch ids scored by creation time (ms)
@@ -883,6 +884,11 @@ class VerdictStore:
             )
         )
 
+    def note_batch_due(self, batch_id: str, not_before: datetime) -> None:
+        """The batch's runs wait until ``not_before`` (its predicate opens with that instant),
+        so its status can say when they are due instead of looking stuck."""
+        self.client.hset(self._batch_key(batch_id), "not_before", not_before.isoformat())
+
     def seal_batch(self, batch_id: str) -> None:
         """Fan-out is over: the total is final, and the batch is done once pending is 0."""
         self._call(
@@ -909,6 +915,7 @@ class VerdictStore:
             cannot_determine=int(row.get("cannot_determine") or 0),
             done=sealed and pending <= 0,
             finished_at=_parse_time(row.get("finished_at")),
+            not_before=_parse_time(row.get("not_before")),
         )
 
     def batch_results(self, batch_id: str, offset: int = 0, count: int = 200) -> list[BatchResult]:
