@@ -1,6 +1,7 @@
 """assay: the user's front door (CLI, Python client, HTTP API).
 
-``assay.Client`` is imported on first use, so ``import assay`` (and the CLI's
+``assay.Client`` (and ``assay.RedisUnreachable``, what it raises within seconds
+when the fleet's Redis does not answer) is imported on first use, so ``import assay`` (and the CLI's
 start-up) does not pay for Redis and Celery.
 """
 
@@ -9,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from assay.client import Client
+    from assay.client import Client, RedisUnreachable
 
-__all__ = ["Client"]
+__all__ = ["Client", "RedisUnreachable"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,4 +20,8 @@ def __getattr__(name: str) -> Any:
         from assay.client import Client
 
         return Client
+    if name == "RedisUnreachable":
+        from workers.fleet.redis_client import RedisUnreachable
+
+        return RedisUnreachable
     raise AttributeError(f"module 'assay' has no attribute {name!r}")

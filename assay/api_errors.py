@@ -131,7 +131,14 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _on_redis_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    _log.warning("api_redis_unavailable", path=request.url.path, error=type(exc).__name__)
+    """A 503 at once: Redis did not answer the quick check, or a command after retries.
+
+    The log line says which Redis and why (its password masked); the body does not
+    tell callers where the API's Redis lives.
+    """
+    _log.warning(
+        "api_redis_unavailable", path=request.url.path, error=type(exc).__name__, reason=str(exc)
+    )
     return error_response(
         503,
         "redis_unavailable",
@@ -144,7 +151,10 @@ def install_error_handlers(app: FastAPI) -> None:
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
+    from workers.fleet.redis_client import RedisUnreachable
+
     app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(RedisUnreachable, _on_redis_unavailable)
     app.add_exception_handler(RedisConnectionError, _on_redis_unavailable)
     app.add_exception_handler(RedisTimeoutError, _on_redis_unavailable)
     app.add_exception_handler(RequestValidationError, _on_validation_error)

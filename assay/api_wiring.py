@@ -4,7 +4,9 @@ One ``Services`` per app, built from the settings on first use, so the app
 (and ``assay/openapi.json``) can be made without a Redis. The API's Redis
 client gives up after a few quick retries, unlike the workers' patient one: a
 person waiting on an HTTP answer is better served by a fast 503 than by a
-30-second hang.
+30-second hang. It is opened with ``fail_fast``: while Redis (or a separate Redis
+broker) has not answered yet, each request checks with one quick PING and a dead
+Redis is ``RedisUnreachable``, a 503 ``redis_unavailable`` (``assay.api_errors``).
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ from schemas.request import EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule
 from workers.core import metrics
 from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
-from workers.fleet.broker import broker_url, is_redis_broker, queue_name
+from workers.fleet.broker import broker_url, is_redis_broker, is_redis_url, queue_name
 from workers.fleet.dispatch import Dispatcher
 from workers.fleet.queue_depth import QueueDepthCollector
-from workers.fleet.redis_client import connect
+from workers.fleet.redis_client import FLEET_BROKER, connect, require_reachable
 from workers.fleet.store import VerdictStore
 from workers.fleet.targets import TargetGlobError, context_targets
 from workers.fleet.timers import TimerStore
@@ -47,8 +49,12 @@ API_REDIS_RETRIES = 3
 API_REDIS_BACKOFF_CAP_SECONDS = 0.5
 
 
-def api_redis(url: str) -> redis.Redis:
-    """A decoded-string client that fails within seconds when Redis is away."""
+def api_redis(url: str, *, fail_fast: bool = False) -> redis.Redis:
+    """A decoded-string client that fails within seconds when Redis is away.
+
+    ``fail_fast`` checks that Redis answers before the client is made (a request);
+    the scrape collectors' clients are made with the app, when Redis may not be up yet.
+    """
 
     return connect(
         url,
@@ -56,6 +62,7 @@ def api_redis(url: str) -> redis.Redis:
         timeout_seconds=API_REDIS_TIMEOUT_SECONDS,
         backoff_cap_seconds=API_REDIS_BACKOFF_CAP_SECONDS,
         keepalive=False,
+        fail_fast=fail_fast,
     )
 
 
@@ -85,7 +92,7 @@ class Services:
             raise _not_configured()
         with self._lock:
             if self._redis is None:
-                self._redis = api_redis(self.settings.redis_url)
+                self._redis = api_redis(self.settings.redis_url, fail_fast=True)
             return self._redis
 
     @property
@@ -141,6 +148,9 @@ class Services:
         store = self.store
         with self._lock:
             if self._dispatcher is None:
+                broker = broker_url(self.settings)
+                if broker != self.settings.redis_url and is_redis_url(broker):
+                    require_reachable(broker, role=FLEET_BROKER)  # else ~30 s of publish retries
                 self._dispatcher = Dispatcher.from_settings(self.settings, store)
             return self._dispatcher
 

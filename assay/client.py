@@ -16,6 +16,12 @@
 The client talks to the verdict store and the broker directly (no HTTP), so
 it needs the same Redis the workers use. Everything it returns is a contract
 model from ``schemas``.
+
+A person (or a program acting for one) is waiting on it, so the first call that
+needs Redis checks that Redis answers at all and raises ``RedisUnreachable``
+(a ``ConnectionError``; one sentence naming the URL and what to do) within
+seconds when it does not, instead of waiting out the workers' half minute of
+retries. Once connected it rides out a blip like the workers do.
 """
 
 from __future__ import annotations
@@ -49,7 +55,9 @@ from schemas.request import (
 from schemas.settings import load_settings
 from schemas.verdict import Verdict
 from workers.core.snapshot_roots import SnapshotRoots
+from workers.fleet.broker import broker_url, is_redis_url
 from workers.fleet.dispatch import Dispatcher
+from workers.fleet.redis_client import FLEET_BROKER, RedisUnreachable, connect, require_reachable
 from workers.fleet.store import VerdictStore
 from workers.fleet.targets import context_targets, snapshot_targets
 
@@ -122,14 +130,22 @@ class Client:
     # --- plumbing -----------------------------------------------------------------------------
     @property
     def store(self) -> VerdictStore:
+        """The verdict store; ``RedisUnreachable`` within seconds when Redis is not there."""
         if self._store is None:
-            self._store = VerdictStore.from_settings(self.settings)
+            url = self.settings.redis_url
+            assert url is not None  # set in __init__
+            self._store = VerdictStore.from_settings(self.settings, connect(url, fail_fast=True))
         return self._store
 
     @property
     def dispatcher(self) -> Dispatcher:
+        """The broker; a separate Redis broker that is not there is ``RedisUnreachable`` too."""
         if self._dispatcher is None:
-            self._dispatcher = Dispatcher.from_settings(self.settings, self.store)
+            store = self.store
+            broker = broker_url(self.settings)
+            if broker != self.settings.redis_url and is_redis_url(broker):
+                require_reachable(broker, role=FLEET_BROKER)  # else ~30 s of publish retries
+            self._dispatcher = Dispatcher.from_settings(self.settings, store)
         return self._dispatcher
 
     def close(self) -> None:
@@ -328,4 +344,4 @@ class Client:
             time.sleep(poll)
 
 
-__all__ = ["Client", "WaitTimeout", "make_target"]
+__all__ = ["Client", "RedisUnreachable", "WaitTimeout", "make_target"]

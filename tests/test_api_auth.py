@@ -314,9 +314,24 @@ def test_readyz_is_503_and_reads_are_503_when_redis_is_down(tmp_path: Path) -> N
         error = _error(ready)
         assert error["code"] == "not_ready"
         assert "redis" in error["message"]
-        read = httpx.get(server.url + "/v1/checks", headers=auth(READ_TOKEN), timeout=30)
+        # A person is waiting: a quick 503 (15 s is only a bound against a hang), not the
+        # workers' half minute of retries.
+        read = httpx.get(server.url + "/v1/checks", headers=auth(READ_TOKEN), timeout=15)
         assert read.status_code == 503
         assert _error(read)["code"] == "redis_unavailable"
+        assert read.headers["retry-after"]
+        write = httpx.post(
+            server.url + "/v1/evaluations",
+            json=VALID_EVALUATION,
+            headers=auth(WRITE_TOKEN),
+            timeout=15,
+        )
+        assert write.status_code == 503
+        error = _error(write)
+        assert error["code"] == "redis_unavailable" and "Redis" in error["message"]
+        assert dead.rsplit(":", 1)[0] not in error["message"], "callers are not told where it is"
+        # the operator's log says which Redis and why
+        assert f"cannot reach the fleet's Redis at {dead}" in server.log_path.read_text()
     finally:
         server.stop()
 

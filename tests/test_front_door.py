@@ -145,6 +145,7 @@ def test_an_unreachable_redis_is_one_sentence_and_69(tmp_path: Path) -> None:
         ["submit", "--snapshot", PROD_EU, PLAIN],
         ["batch", "status"],
         ["schedule", "list"],
+        ["probe", "show", "some-check"],
     ):
         started = time.monotonic()
         result = assay(dead, *command)
@@ -154,6 +155,42 @@ def test_an_unreachable_redis_is_one_sentence_and_69(tmp_path: Path) -> None:
         )
         assert result.returncode == 69, (command, result.stderr)
         assert "cannot reach the fleet's Redis" in one_error_line(result)
+
+
+def test_the_client_against_a_dead_redis_says_so_within_seconds() -> None:
+    from assay import RedisUnreachable
+
+    port = free_port()  # nothing listens there
+    dead = f"redis://:hunter2hunter2@127.0.0.1:{port}/0"
+    with Client(load_settings(redis_url=dead)) as fleet:
+        for first_use in (
+            fleet.checks,
+            lambda: fleet.submit(PLAIN, snapshot=PROD_EU),
+            lambda: fleet.start_batch(PLAIN, snapshots=ALL_SNAPSHOTS),
+        ):
+            started = time.monotonic()
+            with pytest.raises(RedisUnreachable) as raised:
+                first_use()
+            elapsed = time.monotonic() - started
+            print(f"Client against a dead Redis: RedisUnreachable after {elapsed:.2f}s")
+            assert elapsed < 15, "a bound against a hang, not a speed figure"
+            message = str(raised.value)
+            assert f"cannot reach the fleet's Redis at redis://:***@127.0.0.1:{port}/0" in message
+            assert "assay up" in message and "ASSAY_REDIS_URL" in message
+            assert "hunter2" not in message
+            assert isinstance(raised.value, ConnectionError)
+
+
+def test_a_dead_separate_broker_is_named_and_nothing_is_registered(redis_url: str) -> None:
+    from assay import RedisUnreachable
+
+    dead_broker = f"redis://127.0.0.1:{free_port()}/0"
+    settings = load_settings(redis_url=redis_url, broker_url=dead_broker)
+    with Client(settings) as fleet:
+        with pytest.raises(RedisUnreachable, match="cannot reach the fleet's broker at") as raised:
+            fleet.submit(PLAIN, snapshot=PROD_EU, run_id="never-sent")
+        assert "ASSAY_BROKER_URL" in str(raised.value)
+        assert fleet.run_state("never-sent") is None, "a run no broker holds is not registered"
 
 
 def test_no_fleet_anywhere_is_69_and_names_the_way_out(tmp_path: Path) -> None:

@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from schemas.settings import AssaySettings
 
 EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE: the fleet's Redis or broker is not reachable
-# A person is waiting: one quick connection attempt answers "is Redis there?" in about
-# two seconds, before the patient, retrying client (about half a minute) is used at all.
-REDIS_PROBE_SECONDS = 2.0
 ERROR_PREFIX = "assay: error: "
 
 CheckIdOpt = Annotated[
@@ -76,36 +73,19 @@ def note(message: str) -> None:
     print(f"assay: {message}", file=sys.stderr)
 
 
-def probe_redis(url: str, timeout: float = REDIS_PROBE_SECONDS) -> str | None:
-    """None when Redis at ``url`` answers PING within ``timeout``, else why not (one line)."""
-    import redis as redis_lib
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    client = redis_lib.Redis.from_url(
-        url,
-        socket_connect_timeout=timeout,
-        socket_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
-    )
-    try:
-        client.ping()
-    except redis_lib.exceptions.RedisError as exc:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    finally:
-        client.close()
-    return None
-
-
 def require_reachable(url: str) -> None:
-    """Exit 69 at once, with one sentence, when the fleet's Redis does not answer."""
-    problem = probe_redis(url)
-    if problem is not None:
-        fail(
-            f"cannot reach the fleet's Redis at {url} ({problem}); start a fleet with "
-            "`assay up` or fix ASSAY_REDIS_URL",
-            EXIT_UNAVAILABLE,
-        )
+    """Exit 69 within about two seconds, with one sentence, when the fleet's Redis is away.
+
+    The check itself lives with the Redis clients (``workers.fleet.redis_client``), where
+    ``assay.Client`` and the API use it too; this only turns its answer into an exit.
+    """
+    from workers.fleet.redis_client import RedisUnreachable
+    from workers.fleet.redis_client import require_reachable as check
+
+    try:
+        check(url)
+    except RedisUnreachable as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
 
 
 NO_MODEL = (
@@ -138,20 +118,25 @@ def require_model(client: Client, model: str | None) -> None:
 
 @contextlib.contextmanager
 def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
-    """A Client for the configured fleet; connection trouble exits 69 with what to do."""
+    """A Client for the configured fleet; connection trouble exits 69 with what to do.
+
+    The client's first use of Redis checks quickly that it answers
+    (``RedisUnreachable``), so a dead Redis is a 69 in about two seconds.
+    """
     import redis.exceptions
 
     from assay.client import Client
     from workers.fleet.broker import FleetNotConfigured
+    from workers.fleet.redis_client import RedisUnreachable
 
     try:
         client = Client(settings or settings_or_usage())
     except FleetNotConfigured as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
-    assert client.settings.redis_url is not None
-    require_reachable(client.settings.redis_url)
     try:
         yield client
+    except RedisUnreachable as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         fail(
             f"could not reach the fleet's Redis ({exc}); check it is running (`assay up`) "

@@ -39,14 +39,14 @@ def _store(settings: AssaySettings) -> ProbeStore:
     from assay.local_mode import require_redis_url
     from workers.fleet.broker import FleetNotConfigured
     from workers.fleet.probe_store import ProbeStore
-    from workers.fleet.redis_client import connect
+    from workers.fleet.redis_client import RedisUnreachable, connect
 
     try:
-        url = require_redis_url(settings)
-    except FleetNotConfigured as exc:
+        client = connect(require_redis_url(settings), fail_fast=True)
+    except (FleetNotConfigured, RedisUnreachable) as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     return ProbeStore(
-        connect(url), prefix=settings.key_prefix, history_limit=settings.probe_history_limit
+        client, prefix=settings.key_prefix, history_limit=settings.probe_history_limit
     )
 
 

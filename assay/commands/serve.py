@@ -44,11 +44,13 @@ def api(
             "or set ASSAY_REDIS_URL to your Redis",
             EXIT_UNAVAILABLE,
         )
-    from assay.commands.fleet_common import probe_redis
+    from workers.fleet.redis_client import probe, shown_url
 
-    problem = probe_redis(url)
+    problem = probe(url)
     if problem is not None:  # serve anyway: /readyz says 503 until Redis answers
-        typer.echo(f"assay: warning: Redis at {url} does not answer yet ({problem})", err=True)
+        typer.echo(
+            f"assay: warning: Redis at {shown_url(url)} does not answer yet ({problem})", err=True
+        )
     settings = settings.model_copy(update={"redis_url": url})
     if not settings.api_tokens and settings.api_tokens_file is None:
         typer.echo(

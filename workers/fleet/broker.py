@@ -24,6 +24,11 @@ Why these Celery settings (see docs/fleet.md, "Crash safety"):
 - Task events only when ``ASSAY_TASK_EVENTS`` is on (for Flower and Celery
   exporters): each event is a Redis publish, several per evaluation, for
   nothing when no monitor listens.
+- On Redis, the transport is ``workers.fleet.redis_transport``: kombu's own, except
+  that a channel closed after the connection was lost leaves its prefetched
+  messages reserved (the visibility timeout returns them) instead of restoring
+  them, and reports an ack on it as a connection error; both otherwise raise
+  AttributeError and stop the worker (that module's docstring tells the race).
 - The threads pool by default: an evaluation spends nearly all its time
   waiting on the model over HTTP, so threads in one process give the
   concurrency without a process per run (bench/bench_fleet.py measures it).
@@ -48,6 +53,13 @@ KOMBU_UNACKED_KEY = "unacked"
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _SENTINEL_SCHEME = "sentinel://"
+# kombu's Redis transports with the restore-on-loss fix, by URL scheme (imported by kombu
+# when a connection is made, so sending a task does not pay for it before then).
+_KOMBU_TRANSPORTS = {
+    "redis://": "workers.fleet.redis_transport:Transport",
+    "rediss://": "workers.fleet.redis_transport:Transport",
+    _SENTINEL_SCHEME: "workers.fleet.redis_transport:SentinelTransport",
+}
 
 
 class FleetNotConfigured(RuntimeError):
@@ -94,6 +106,14 @@ def has_visibility_timeout(settings: AssaySettings) -> bool:
     return url.startswith((*_REDIS_SCHEMES, _SENTINEL_SCHEME))
 
 
+def kombu_transport(url: str) -> str | None:
+    """The kombu transport class for a broker URL; None: kombu's choice for its scheme."""
+    return next(
+        (transport for scheme, transport in _KOMBU_TRANSPORTS.items() if url.startswith(scheme)),
+        None,
+    )
+
+
 def _transport_options(settings: AssaySettings) -> dict[str, Any]:
     visibility = settings.broker_visibility_timeout_seconds
     return {
@@ -117,9 +137,11 @@ def configured_app(settings: AssaySettings) -> Celery:
 
     The worker's app (``workers.fleet.celery_app``) adds the evaluation task to it.
     """
-    app = Celery("assay", broker=broker_url(settings), set_as_current=False)
+    url = broker_url(settings)
+    app = Celery("assay", broker=url, set_as_current=False)
     queue = queue_name(settings)
     app.conf.update(
+        broker_transport=kombu_transport(url),
         task_default_queue=queue,
         task_serializer="json",
         accept_content=["json"],

@@ -6,12 +6,20 @@ connections before use and retries a command that failed on a connection or
 timeout error, with exponential backoff and jitter, for about half a minute.
 Only idempotent steps go through it: the store's Lua scripts are written so a
 retried call changes nothing twice.
+
+That patience is wrong for a caller a person is waiting on (the CLI, ``assay.Client``,
+the HTTP API): against a Redis that is not there at all it would sit out the whole
+half minute before saying so. Those callers ask for ``connect(url, fail_fast=True)``:
+one quick PING (:func:`require_reachable`, about two seconds at most) first, and
+:class:`RedisUnreachable`, naming the URL and what to do, when it gets no answer.
+Once Redis has answered, the client they get rides out blips like every other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
     import redis
@@ -22,6 +30,67 @@ BACKOFF_BASE_SECONDS = 0.05
 BACKOFF_CAP_SECONDS = 2.0
 HEALTH_CHECK_INTERVAL_SECONDS = 15
 SOCKET_TIMEOUT_SECONDS = 10.0
+# A person is waiting: one connection attempt, no retry, answers "is Redis there?".
+PROBE_SECONDS = 2.0
+FLEET_REDIS = ("the fleet's Redis", "start a fleet with `assay up` or fix ASSAY_REDIS_URL")
+FLEET_BROKER = ("the fleet's broker", "start it or fix ASSAY_BROKER_URL")
+
+
+class RedisUnreachable(ConnectionError):
+    """Redis did not answer one quick PING: the one-sentence reason says where and what to do.
+
+    A builtin ``ConnectionError`` (not redis-py's), so this module and its callers can
+    name it without importing redis.
+    """
+
+    def __init__(self, url: str, problem: str, role: tuple[str, str] = FLEET_REDIS) -> None:
+        self.url = url
+        self.problem = problem
+        what, remedy = role
+        super().__init__(f"cannot reach {what} at {shown_url(url)} ({problem}); {remedy}")
+
+
+def shown_url(url: str) -> str:
+    """``url`` with any password masked, fit for an error message or a log line."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def probe(url: str, timeout: float = PROBE_SECONDS) -> str | None:
+    """None when Redis at ``url`` answers PING within ``timeout``, else why not (one line)."""
+    import redis as redis_lib
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    client = redis_lib.Redis.from_url(
+        url,
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
+    try:
+        client.ping()
+    except redis_lib.exceptions.RedisError as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    finally:
+        client.close()
+    return None
+
+
+def require_reachable(
+    url: str, timeout: float = PROBE_SECONDS, role: tuple[str, str] = FLEET_REDIS
+) -> None:
+    """Raise :class:`RedisUnreachable` at once when Redis at ``url`` does not answer PING.
+
+    ``role`` is (what it is, what to do): ``FLEET_REDIS`` or ``FLEET_BROKER``.
+    """
+    problem = probe(url, timeout)
+    if problem is not None:
+        raise RedisUnreachable(url, problem, role)
 
 
 def connect(
@@ -31,12 +100,18 @@ def connect(
     timeout_seconds: float = SOCKET_TIMEOUT_SECONDS,
     backoff_cap_seconds: float = BACKOFF_CAP_SECONDS,
     keepalive: bool = True,
+    fail_fast: bool = False,
 ) -> redis.Redis:
     """A decoded-string client for ``url`` that retries connection and timeout errors.
 
     The defaults are the workers' patient ones; a caller that must answer a
     person quickly (the HTTP API) passes fewer retries and shorter timeouts.
+    ``fail_fast`` checks first that Redis answers at all (:func:`require_reachable`),
+    so a Redis that is down when the caller starts is :class:`RedisUnreachable`
+    within seconds rather than half a minute of retries.
     """
+    if fail_fast:
+        require_reachable(url)
     import redis as redis_lib
     from redis.backoff import EqualJitterBackoff
     from redis.exceptions import ConnectionError, TimeoutError
