@@ -39,6 +39,10 @@ HOSTILE = {
     "quadratic map": "results[0].map(d, d.metadata.name).size() > 0",
     "quadratic filter": "results[0].filter(d, has(d.spec)).size() >= 0",
     "whole-list comparison per element": "results[0].all(a, results[0] == results[0])",
+    # the library compiles the pattern on every call (~1 ms for 2,500 characters)
+    "long pattern per element": "results[0].all(d, !d.metadata.name.matches('^("
+    + "|".join(f"name{i}[a-z]+x{i}" for i in range(230))
+    + ")$'))",
 }
 
 
@@ -105,8 +109,10 @@ def test_fleet_sized_linear_probes_still_run(large: Path) -> None:
         ("x.all(a, x.all(b, x.all(c, x.all(d, true))))", "nested more than 3 deep"),
         (" || ".join(f"x.exists(a{i}, true)" for i in range(17)), "more than 16 comprehensions"),
         ("s + " * 33 + "s == ''", "more than 32 '\\+'"),
+        ("object.a.matches(object.b)", "string literal pattern"),
+        ("matches(object.a, '^x$')", "string literal pattern"),
     ],
-    ids=["depth", "count", "concatenations"],
+    ids=["depth", "count", "concatenations", "computed pattern", "function form"],
 )
 def test_shapes_over_the_static_bounds_are_refused_at_compile_time(
     expression: str, why: str

@@ -12,7 +12,8 @@ So the bound is enforced before evaluation, in two steps:
 * **at compile time** (:func:`analyse`), a static shape check: at most
   :data:`MAX_COMPREHENSION_DEPTH` nested comprehensions, :data:`MAX_COMPREHENSIONS` in all,
   :data:`MAX_CONCATENATIONS` ``+`` operators (the only way to grow a string or a list
-  without a comprehension), and comprehension variables that are plain names;
+  without a comprehension), comprehension variables that are plain names, and ``matches``
+  with a literal pattern only (the library compiles it per call; its length is costed);
 * **at run time** (:meth:`CostModel.estimate`), an upper estimate of the evaluation's steps
   over the actual input: each comprehension's range is measured on the input (a plain
   path such as ``results[0]`` or ``p.spec.containers`` is navigated in Python; a computed
@@ -38,6 +39,9 @@ MAX_CONCATENATIONS = 32
 # copied each). Measured on 2 shared cores: ~200,000 small bodies/s, ~8,000,000 copies/s,
 # so the bound keeps a run within seconds while 50,000 objects in one `all` stay well in.
 MAX_STEPS = 2_000_000
+# The library compiles a `matches` pattern on every call (a 2,483-character pattern: ~1 ms a
+# call, ~500 body steps): each call costs its pattern's length / PATTERN_CHARS_PER_STEP steps.
+PATTERN_CHARS_PER_STEP = 4
 COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 _COPYING = frozenset({"map", "filter"})
 _TOKEN = re.compile(
@@ -70,6 +74,7 @@ class Comprehension:
     receiver: Path | None  # None: a computed range (a call, a literal, a parenthesis)
     parent: int | None  # index of the enclosing comprehension
     refs: list[Path] = field(default_factory=list)  # plain paths read in the body itself
+    extra: int = 0  # steps per iteration beyond one (regex patterns compiled in the body)
 
 
 @dataclass
@@ -78,6 +83,7 @@ class CostModel:
 
     comprehensions: list[Comprehension]
     concatenations: int
+    base: int = 0  # steps per evaluation outside any comprehension (regex patterns)
 
     def estimate(self, variables: Mapping[str, Any], limit: int = MAX_STEPS) -> int:
         """Upper estimate of the steps evaluating over ``variables`` costs; CostExceeded
@@ -154,6 +160,7 @@ def analyse(expression: str) -> CostModel:
     """The expression's loop skeleton; CostExceeded when its shape is over the static bounds."""
     tokens = _tokens(expression)
     found: list[Comprehension] = []
+    base = 0
     stack: list[int | None] = []  # per open bracket: the comprehension it is the body of
     enclosing: list[int] = []
     i = 0
@@ -187,6 +194,12 @@ def analyse(expression: str) -> CostModel:
                 )
             i += 4  # past the variable's name: binding it reads nothing
             continue
+        if text == "matches" and i + 1 < len(tokens) and tokens[i + 1][1] == "(":
+            steps = _pattern_steps(tokens, i)
+            if enclosing:
+                found[enclosing[-1]].extra += steps
+            else:
+                base += steps
         if text in "([{":
             stack.append(None)
         elif text in ")]}" and stack:
@@ -208,7 +221,22 @@ def analyse(expression: str) -> CostModel:
     concatenations = sum(1 for _, text in tokens if text == "+")
     if concatenations > MAX_CONCATENATIONS:
         raise CostExceeded(f"the expression has more than {MAX_CONCATENATIONS} '+' operators")
-    return CostModel(found, concatenations)
+    return CostModel(found, concatenations, base)
+
+
+def _pattern_steps(tokens: list[tuple[str, str]], at: int) -> int:
+    """A ``.matches('literal')`` call's steps; CostExceeded for any other form, whose pattern
+    (built from the input, perhaps megabytes) could not be costed."""
+    literal = (
+        at > 0
+        and tokens[at - 1][1] == "."
+        and at + 3 < len(tokens)
+        and tokens[at + 2][0] == "str"
+        and tokens[at + 3][1] == ")"
+    )
+    if not literal:
+        raise CostExceeded("matches() takes a string literal pattern, as in x.matches('^a.*$')")
+    return 1 + len(tokens[at + 2][1]) // PATTERN_CHARS_PER_STEP
 
 
 def _navigate(value: Any, steps: tuple[str | int, ...]) -> Any:
@@ -297,6 +325,7 @@ class _Estimate:
         return values, max((len(_members(v)) for v in values), default=0)
 
     def total(self) -> int:
+        self._add(self.model.base)
         for index, comp in enumerate(self.model.comprehensions):
             outer = self.iterations[comp.parent] if comp.parent is not None else 1
             owner = (
@@ -322,17 +351,20 @@ class _Estimate:
             self.elements.append(elements)
             self.longest.append(longest)
             self.iterations.append(iterations)
-            self._add(iterations)
+            self._add(iterations * (1 + comp.extra))
             if comp.macro in _COPYING:
                 self._add(iterations * max(longest, 1) // 2)  # the accumulator is copied
             for ref in comp.refs:
-                self._add(iterations * self._weight(index, ref))
+                weight = self._weight(index, ref)
+                if weight:
+                    self._add(iterations * weight)
         return self.steps
 
     def _weight(self, index: int, ref: Path) -> int:
-        """Steps one read of ``ref`` may cost: a whole list compared, scanned or joined."""
-        owner = self._owner(index, ref.root)
-        if owner is not None:
-            return 1  # a part of one element: bounded by an object's size, not the listing's
+        """Steps one read of ``ref`` may cost beyond the body's own step: the length of a
+        whole input list compared, scanned or concatenated. A part of the element in hand is
+        bounded by one object's size, not the listing's, and is part of the body's step."""
+        if self._owner(index, ref.root) is not None:
+            return 0
         _, longest = self._values(ref, None)
-        return max(longest, 1)
+        return longest
