@@ -143,6 +143,19 @@ def test_steps_add_up_over_a_probe_run() -> None:
     assert MAX_STEPS >= 1_000_000  # 50,000 objects in one linear `all` stay in
 
 
+def test_concatenating_a_large_string_costs_its_length() -> None:
+    """A chain of 30 copies of a 1 MB annotation per object: hundreds of MB copied."""
+    big = {"object": {"metadata": {"annotations": {"big": "x" * 1_000_000}}}}
+    expression = "(" + " + ".join(["object.metadata.annotations['big']"] * 30) + ").size() > 0"
+    assert analyse(expression).estimate(big) >= 29 * 1_000_000 // 16_384
+    small = {"object": {"metadata": {"annotations": {"big": "x"}}}}
+    assert analyse(expression).estimate(small) == 0
+    program = BoolProgram(expression, max_steps=20_000)
+    with pytest.raises(CelError, match="too costly"):
+        for _ in range(20):  # each evaluation costs ~26,000 steps: refused at once
+            program(big)
+
+
 def test_a_too_costly_probe_falls_back_to_the_model(redis_url: str, large: Path) -> None:
     """Stored probe over the bound: auto asks the model (which decides), only ends
     cannot_determine, the reason is on the run's report."""

@@ -42,6 +42,8 @@ MAX_STEPS = 2_000_000
 # The library compiles a `matches` pattern on every call (a 2,483-character pattern: ~1 ms a
 # call, ~500 body steps): each call costs its pattern's length / PATTERN_CHARS_PER_STEP steps.
 PATTERN_CHARS_PER_STEP = 4
+# A step is ~5 us of evaluation; copying 16 KB of string takes about as long.
+STRING_CHARS_PER_STEP = 16_384
 COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 _COPYING = frozenset({"map", "filter"})
 _TOKEN = re.compile(
@@ -259,18 +261,20 @@ def _members(value: Any) -> list[Any]:
     return []
 
 
-def _largest(value: Any) -> int:
-    """The longest list or map anywhere in ``value``."""
-    best, todo = 0, [value]
+def _extent(value: Any) -> tuple[int, int]:
+    """The longest list or map and the longest string anywhere in ``value``."""
+    longest, chars, todo = 0, 0, [value]
     while todo:
         item = todo.pop()
         if isinstance(item, Mapping):
-            best = max(best, len(item))
+            longest = max(longest, len(item))
             todo.extend(item.values())
         elif isinstance(item, list):
-            best = max(best, len(item))
+            longest = max(longest, len(item))
             todo.extend(item)
-    return best
+        elif isinstance(item, str):
+            chars = max(chars, len(item))
+    return longest, chars
 
 
 class _Estimate:
@@ -279,7 +283,7 @@ class _Estimate:
         self.variables = variables
         self.limit = limit
         self.steps = 0
-        self._unknown: int | None = None
+        self._extent: tuple[int, int] | None = None
         # per comprehension: its elements over the whole evaluation (None: computed range),
         # the longest range one entry has, and the iterations of its body in all
         self.elements: list[list[Any] | None] = []
@@ -287,11 +291,23 @@ class _Estimate:
         self.iterations: list[int] = []
         self.repeats: list[int] = []  # how many times the evaluation passes over the elements
 
+    def _measure(self) -> tuple[int, int]:
+        if self._extent is None:
+            self._extent = _extent(dict(self.variables))
+        return self._extent
+
     def unknown(self) -> int:
         """A computed range's bound: the largest list in the input, times the concatenations."""
-        if self._unknown is None:
-            self._unknown = _largest(dict(self.variables)) * (1 + self.model.concatenations)
-        return self._unknown
+        return self._measure()[0] * (1 + self.model.concatenations)
+
+    def concatenation_steps(self) -> int:
+        """Steps the ``+`` operators may cost in one pass: a chain of k copies the growing
+        string k times, k(k+1)/2 times the longest input string (a 1 MB annotation in a chain
+        of 30: ~465 MB copied per object)."""
+        k = self.model.concatenations
+        if not k:
+            return 0
+        return k * (k + 1) // 2 * self._measure()[1] // STRING_CHARS_PER_STEP
 
     def _add(self, steps: int) -> None:
         self.steps += steps
@@ -325,7 +341,8 @@ class _Estimate:
         return values, max((len(_members(v)) for v in values), default=0)
 
     def total(self) -> int:
-        self._add(self.model.base)
+        concatenation = self.concatenation_steps()
+        self._add(self.model.base + concatenation)
         for index, comp in enumerate(self.model.comprehensions):
             outer = self.iterations[comp.parent] if comp.parent is not None else 1
             owner = (
@@ -351,7 +368,7 @@ class _Estimate:
             self.elements.append(elements)
             self.longest.append(longest)
             self.iterations.append(iterations)
-            self._add(iterations * (1 + comp.extra))
+            self._add(iterations * (1 + comp.extra + concatenation))
             if comp.macro in _COPYING:
                 self._add(iterations * max(longest, 1) // 2)  # the accumulator is copied
             for ref in comp.refs:
