@@ -80,6 +80,7 @@ CHANGEABLE_FIELDS = frozenset(
         "model",
         "misfire",
         "jitter_seconds",
+        "probe",
     }
 )
 

@@ -118,6 +118,14 @@ class AssaySettings(BaseSettings):
     probe_history_limit: int = Field(
         default=200, ge=1, description="Agreement entries kept per probe."
     )
+    probe_compile_wait_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="Single-flight probe compilation: while one run of a check (or of a "
+        "batch) asks the model with no probe yet, the others wait up to this long for the "
+        "probe it compiles before asking the model themselves; also the lock's lifetime, so a "
+        "lost holder blocks no one longer. 0 turns the waiting off.",
+    )
     run_ttl_seconds: int = Field(
         default=30 * 24 * 3600,
         ge=60,

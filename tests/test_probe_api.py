@@ -86,3 +86,20 @@ def test_outside_the_snapshot_roots_is_refused(api: ApiServer, probes: ProbeStor
     body = {"target": {"type": "snapshot", "path": "/etc"}}
     tested = httpx.post(_url(api, "/test"), headers=auth(WRITE_TOKEN), json=body, timeout=10)
     assert tested.status_code in (403, 422)
+
+
+def test_a_schedules_probe_mode_can_be_changed(api: ApiServer) -> None:
+    """PATCH /v1/schedules/{id} with ``probe`` (the field the schema offers) takes effect."""
+    body = {"name": "probe-mode", "predicate": "web is ready", "interval_seconds": 3600,
+            "targets": {"contexts": ["east"]}}  # fmt: skip
+    created = httpx.post(f"{api.url}/v1/schedules", headers=auth(WRITE_TOKEN), json=body,
+                         timeout=10)  # fmt: skip
+    assert created.status_code == 201, created.text
+    assert created.json()["probe"] == "auto"
+    url = f"{api.url}/v1/schedules/{created.json()['id']}"
+    changed = httpx.patch(url, headers=auth(WRITE_TOKEN), json={"probe": "off"}, timeout=10)
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["probe"] == "off"
+    assert httpx.get(url, headers=auth(READ_TOKEN), timeout=10).json()["probe"] == "off"
+    refused = httpx.patch(url, headers=auth(WRITE_TOKEN), json={"probe": "never"}, timeout=10)
+    assert refused.status_code == 422

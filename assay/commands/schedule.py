@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_UNAVAILABLE, require_reachable
-from assay.commands.options import ProbeOpt
+from assay.commands.options import PROBE_MODES, ProbeOpt
 from scheduler.when import WhenError, parse_duration
 from schemas.budget import Budget
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
@@ -122,6 +122,12 @@ def _seconds(option: str, text: str | None) -> float | None:
         _fail(f"{option}: {exc}")
 
 
+def _probe_mode(value: str) -> str:
+    if value not in PROBE_MODES:
+        _fail(f"--probe must be one of {', '.join(PROBE_MODES)}, not {value!r}")
+    return value
+
+
 def _misfire(value: str | None) -> str | None:
     if value is not None and value not in ("skip", "run_once"):
         _fail(f"--misfire must be skip or run_once, not {value!r}")
@@ -209,7 +215,7 @@ def add(
         "jitter_seconds": _seconds("--jitter", jitter) or 0.0,
         "profile": profile or settings.profile,
         "model": model,
-        "probe": probe or "auto",
+        "probe": _probe_mode(probe) if probe is not None else "auto",
     }
     try:
         fields["targets"] = ScheduleTargets(
@@ -278,7 +284,7 @@ def update(
     if jitter is not None:
         changes["jitter_seconds"] = _seconds("--jitter", jitter)
     if probe is not None:
-        changes["probe"] = probe
+        changes["probe"] = _probe_mode(probe)
     if not changes:
         _fail("nothing to change; give at least one option, e.g. --every 30m")
     settings = _settings()

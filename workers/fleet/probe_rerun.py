@@ -21,11 +21,20 @@ Fail-safe rules, each tested:
 
 After a model run, an accepted probe is stored as the check's next version (and, in a
 batch, as the batch's probe if it has none yet), so the next run can use it.
+
+Compilation is single-flight (``auto`` only): with no probe yet, one run claims the compile
+lock (workers/fleet/probe_store.py) and asks the model; runs of the same check, or of the same
+batch, arriving meanwhile wait up to ``probe_compile_wait_seconds`` for its probe and run that
+(0 tokens) instead of asking the model too. Waiting, not falling back at once, is the point:
+a batch's threads all start before the first model run ends, and each would otherwise pay
+for a model run and propose its own probe. A waiter whose holder ends without a probe, or
+vanishes (the lock expires), asks the model itself: waiting never decides anything.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -40,6 +49,7 @@ from workers.core.probes.runner import backend_of, run_probe
 from workers.fleet.probe_store import ProbeStore
 
 PROBE_MODEL = "(probe)"
+COMPILE_POLL_SECONDS = 0.2
 _log = structlog.get_logger("assay.probes")
 Why = Literal["revalidate", "flip"]
 
@@ -68,6 +78,7 @@ class _Rerun:
         self.deps = deps
         self.probes = probes
         self.settings = deps.settings
+        self.compile_token: str | None = None  # set while this run holds the compile claim
 
     def execute(self, state: RunState | None) -> RunReport:
         request = self.request
@@ -83,7 +94,11 @@ class _Rerun:
                 return _cannot_determine(
                     request, self.deps, "--probe only: this check has no accepted probe"
                 )
-            return self._model(state)
+            if not usable:
+                return self._model(state)
+            record = self._single_flight()
+            if record is None:
+                return self._model(state)
         run = self._run(record)
         if run.verdict is None:
             outcome = _outcome(record, run, "failed", f"the probe could not run: {run.error}")
@@ -111,6 +126,32 @@ class _Rerun:
         if record is None and self.request.batch_id:
             record = self.probes.batch_probe(self.request.batch_id)
         return record
+
+    def _single_flight(self) -> ProbeRecord | None:
+        """No probe yet: the first run claims the compile and asks the model; runs arriving
+        meanwhile wait for its probe. None: ask the model now."""
+        assert self.probes is not None
+        check_id, batch_id = self.request.check_id, self.request.batch_id
+        token = self.probes.claim_compile(check_id, batch_id)
+        if token is not None:
+            self.compile_token = token
+            return None  # this run is the holder: _model releases the claim when it ends
+        deadline = time.monotonic() + self.probes.compile_lock_seconds  # one lock lifetime
+        while time.monotonic() < deadline:
+            record = self._probe_for_run()
+            if record is not None:
+                _log.info("probe_compile_waited", run_id=self.request.run_id)
+                return record
+            state = self.probes.compile_state(check_id, batch_id)
+            if state == "done":
+                return None  # the holder ended without a probe: ask the model at once
+            if state == "free":  # the holder vanished and its claim expired: take it over
+                token = self.probes.claim_compile(check_id, batch_id)
+                if token is not None:
+                    self.compile_token = token
+                    return None
+            time.sleep(COMPILE_POLL_SECONDS)
+        return None  # waited a whole lock lifetime: ask the model without the claim
 
     def _own(self, record: ProbeRecord) -> bool:
         """Whether ``record`` is this check's own probe (not borrowed from the batch)."""
@@ -215,10 +256,22 @@ class _Rerun:
         return _with_probe(report, _outcome(record, run, status, reason))
 
     def _model(self, state: RunState | None, *, count_agreement: bool = True) -> RunReport:
-        report = evaluate(self.request, self.deps, state=state)
-        if report.status == "done":
-            self._store_compiled(report, count_agreement)
-        return report
+        try:
+            report = evaluate(self.request, self.deps, state=state)
+            if report.status == "done":
+                self._store_compiled(report, count_agreement)
+            return report
+        finally:
+            self._finish_compile()
+
+    def _finish_compile(self) -> None:
+        token, self.compile_token = self.compile_token, None
+        if token is None or self.probes is None:
+            return
+        try:
+            self.probes.finish_compile(self.request.check_id, self.request.batch_id, token)
+        except Exception as exc:  # the claim expires on its own
+            _log.warning("probe_compile_not_released", run_id=self.request.run_id, error=repr(exc))
 
     def _store_compiled(self, report: RunReport, count_agreement: bool) -> None:
         """Store an accepted probe as the next version; the same probe again is no new version

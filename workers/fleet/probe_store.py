@@ -9,15 +9,27 @@ Key layout (``P`` = ``settings.key_prefix``; ids checked with schemas/ids.py)::
     P:probe:{check_id}:agreement    list    AgreementEntry JSON, newest last, capped
     P:batchprobe:{batch_id}         string  the ProbeRecord a batch compiled on its first
                                             target that reached a verdict       TTL run_ttl
+    P:probe:{check_id}:compiling    string  single-flight compile lock: an owner token while
+    P:batchprobe:{batch_id}:compiling       a run asks the model with no probe yet, "done"
+                                            once it finished       TTL compile_lock_seconds
 
 Version numbers come from INCR, so two runs compiling at once get different versions;
 the current record is last-writer-wins (the newer compile replaces the older).
+
+Single-flight compilation: the first run of a check (or of a batch) with no probe claims the
+``compiling`` key (SET NX EX) and asks the model; runs arriving meanwhile see ``compiling`` and
+wait for its probe instead of asking the model too (workers/fleet/probe_rerun.py). When the
+holder ends it writes ``done`` (keeping the TTL), so later runs that still find no probe (the
+model proposed none, or it did not reproduce the verdict) go straight to the model instead of
+queueing behind one another; after the TTL the next run may try once more. A holder that dies
+leaves the key to expire: no one waits longer than the TTL.
 """
 
 from __future__ import annotations
 
+import secrets
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from schemas.ids import check_id as valid_id
 from schemas.probe import AgreementEntry, ProbeOutcome, ProbeRecord
@@ -30,6 +42,17 @@ if TYPE_CHECKING:
     from workers.fleet.store import VerdictStore
 
 
+CompileState = Literal["compiling", "done", "free"]
+# Compare-and-set: only the holder's own token becomes "done"; an expired lock another run
+# claimed since is left alone. KEEPTTL: "done" lasts only as long as the claim would have.
+_FINISH = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('SET', KEYS[1], 'done', 'KEEPTTL')
+end
+return nil
+"""
+
+
 class ProbeStore:
     """Versioned probes per check and their agreement history."""
 
@@ -40,11 +63,13 @@ class ProbeStore:
         prefix: str = "assay",
         history_limit: int = 200,
         batch_ttl_seconds: int = 30 * 24 * 3600,
+        compile_lock_seconds: float = 60.0,
     ) -> None:
         self.client = client
         self.prefix = prefix
         self.history_limit = history_limit
         self.batch_ttl_seconds = batch_ttl_seconds
+        self.compile_lock_seconds = compile_lock_seconds
 
     @classmethod
     def beside(cls, store: VerdictStore, settings: AssaySettings) -> ProbeStore:
@@ -54,6 +79,7 @@ class ProbeStore:
             prefix=store.prefix,
             history_limit=settings.probe_history_limit,
             batch_ttl_seconds=store.run_ttl_seconds,
+            compile_lock_seconds=settings.probe_compile_wait_seconds,
         )
 
     def _key(self, check_id: str, *suffix: str) -> str:
@@ -173,6 +199,33 @@ class ProbeStore:
         key = self._key(check_id, "agreement")
         pipe.rpush(key, entry.model_dump_json())
         pipe.ltrim(key, -self.history_limit, -1)
+
+    # --- single-flight compilation ---------------------------------------------------------
+    def _compile_key(self, check_id: str, batch_id: str | None) -> str:
+        if batch_id:
+            return self._batch_key(batch_id) + ":compiling"
+        return self._key(check_id, "compiling")
+
+    def claim_compile(self, check_id: str, batch_id: str | None) -> str | None:
+        """Become the one run that asks the model for this check's (batch's) probe: an owner
+        token, or None when another run holds it or finished it within the lock's lifetime."""
+        if self.compile_lock_seconds <= 0:
+            return None
+        token = secrets.token_hex(8)
+        ttl_ms = max(1, int(self.compile_lock_seconds * 1000))
+        claimed = self.client.set(self._compile_key(check_id, batch_id), token, nx=True, px=ttl_ms)
+        return token if claimed else None
+
+    def finish_compile(self, check_id: str, batch_id: str | None, token: str) -> None:
+        """The holder is done: ``done`` replaces its token (TTL kept) when it still owns it."""
+        self.client.eval(_FINISH, 1, self._compile_key(check_id, batch_id), token)
+
+    def compile_state(self, check_id: str, batch_id: str | None) -> CompileState:
+        """``compiling`` while a holder asks the model, ``done`` after, ``free`` otherwise."""
+        raw = self.client.get(self._compile_key(check_id, batch_id))
+        if raw is None:
+            return "free"
+        return "done" if raw in (b"done", "done") else "compiling"
 
     def drop(self, check_id: str) -> bool:
         """Forget the check's probe, its versions and its history; True when there was one."""

@@ -6,7 +6,8 @@ this file only.
 
 The contract is fail-safe: :func:`evaluate_bool` returns a ``bool`` or raises
 :class:`CelError` - a parse error, a missing field, a type mismatch, a division by
-zero, a value that is not a boolean. Callers treat every ``CelError`` as "the probe
+zero, a value that is not a boolean, an expression over the cost bound (cost.py: the library
+has no limit of its own and cannot be interrupted). Callers treat every ``CelError`` as "the probe
 could not run", which never yields ``true``.
 
 Objects are passed as plain JSON-like values (dicts, lists, str, int, float, bool,
@@ -21,6 +22,8 @@ from functools import lru_cache
 from typing import Any
 
 import cel
+
+from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, analyse
 
 MAX_EXPRESSION_CHARS = 4000
 # The documented subset: words a probe expression may call or use as a macro.
@@ -77,21 +80,49 @@ def compile_expression(expression: str) -> Any:
     unknown = unsupported_calls(expression)
     if unknown:
         raise CelError(f"functions outside the supported subset: {', '.join(unknown)}")
+    cost_model(expression)
     try:
         return _compiled(expression)
     except Exception as exc:
         raise CelError(f"the expression does not compile: {_short(exc)}") from None
 
 
-class BoolProgram:
-    """An expression checked and compiled once, evaluated many times (one call per object)."""
+def cost_model(expression: str) -> CostModel:
+    """The expression's loop skeleton; CelError when its shape is over the static cost bounds."""
+    try:
+        return analyse(expression)
+    except CelCostError as exc:
+        raise CelError(f"the expression is too costly to run: {exc}") from None
 
-    def __init__(self, expression: str) -> None:
+
+class BoolProgram:
+    """An expression checked and compiled once, evaluated many times (one call per object).
+
+    Every evaluation is first costed over its input (cost.py); the steps add up over the
+    program's life (one probe run), and past ``max_steps`` evaluation is refused.
+    """
+
+    def __init__(self, expression: str, *, max_steps: int = MAX_STEPS) -> None:
         self.expression = expression
+        self.max_steps = max_steps
+        self.steps = 0
+        self._cost = cost_model(expression)
         self._program = compile_expression(expression)
 
+    def _charge(self, variables: Mapping[str, Any]) -> None:
+        try:
+            self.steps += 1 + self._cost.estimate(variables, self.max_steps - self.steps)
+        except CelCostError as exc:
+            raise CelError(f"the expression is too costly to run: {exc}") from None
+        if self.steps > self.max_steps:
+            raise CelError(
+                f"the expression is too costly to run: more than {self.max_steps:,} "
+                "evaluation steps in this probe run"
+            )
+
     def value(self, variables: Mapping[str, Any]) -> Any:
-        """The expression's value; CelError on any failure."""
+        """The expression's value; CelError on any failure, or when it would cost too much."""
+        self._charge(variables)
         try:
             return self._program.execute(dict(variables))
         except Exception as exc:

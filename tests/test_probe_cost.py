@@ -1,0 +1,188 @@
+"""The probe cost bound (workers/core/probes/cost.py): hostile expressions over a large listing
+are refused before the library runs them, end as "cannot run" with the reason, never ``true``,
+and the check falls back to the model as for any other probe failure.
+
+Each hostile expression here would hold the worker's GIL for minutes to days without the
+bound (the library cannot be interrupted); the generous pytest timeout is the hang guard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from schemas.probe import ProbeOutcome, ProbeRun, ProposedProbe
+from schemas.request import SnapshotTarget
+from schemas.settings import load_settings
+from schemas.verdict import VerdictKind
+from tests.engine_support import get_deployments, script
+from tests.probe_support import done_with_probe, probe
+from workers.core.probes.cel import BoolProgram, CelError
+from workers.core.probes.cost import MAX_STEPS, analyse
+from workers.core.probes.runner import run_probe
+from workers.core.toolsets.factory import backend_for
+from workers.fleet.probe_store import ProbeStore
+from workers.fleet.redis_client import connect
+
+pytestmark = pytest.mark.timeout(120)
+
+LISTING = 3000  # Deployments: n^2 = 9e6 body runs, n^3 = 2.7e10 (days)
+LIST_ALL = [{"tool": "get", "args": {"kind": "Deployment", "namespace": "prod"}}]
+HOSTILE = {
+    "three nested alls": "results[0].all(a, results[0].all(b, results[0].all(c, "
+    "a.metadata.name != '' && b.metadata.name != '' && c.metadata.name != '')))",
+    "self join": "results[0].all(a, results[0].exists(b, a.metadata.name == b.metadata.name))",
+    "membership scan per element": "results[0].all(a, a in results[0])",
+    "quadratic map": "results[0].map(d, d.metadata.name).size() > 0",
+    "quadratic filter": "results[0].filter(d, has(d.spec)).size() >= 0",
+    "whole-list comparison per element": "results[0].all(a, results[0] == results[0])",
+    # the library compiles the pattern on every call (~1 ms for 2,500 characters)
+    "long pattern per element": "results[0].all(d, !d.metadata.name.matches('^("
+    + "|".join(f"name{i}[a-z]+x{i}" for i in range(230))
+    + ")$'))",
+}
+
+
+def _deployment(index: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": f"web-{index:05d}", "namespace": "prod"},
+        "spec": {
+            "replicas": 2,
+            "template": {"spec": {"containers": [{"name": "app", "image": "example/app:1"},
+                                                 {"name": "proxy", "image": "example/px:1"}]}},
+        },
+        "status": {"readyReplicas": 2},
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("large") / "snap"
+    (folder / "prod").mkdir(parents=True)
+    objects = [_deployment(i) for i in range(LISTING)]
+    (folder / "prod" / "deployments.yaml").write_text(yaml.safe_dump_all(objects))
+    return folder
+
+
+def _run(expression: str, snapshot: Path, scope: str = "results") -> ProbeRun:
+    spec = ProposedProbe.model_validate(
+        {"lookups": LIST_ALL, "expression": expression, "scope": scope}
+    )
+    backend = backend_for(SnapshotTarget(path=str(snapshot)), load_settings())
+    try:
+        return run_probe(spec, backend)
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("expression", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_expressions_over_a_large_listing_cannot_run(large: Path, expression: str) -> None:
+    run = _run(expression, large)
+    assert run.verdict is None and run.value is None
+    assert run.error is not None and "too costly" in run.error
+    assert run.objects_read == LISTING  # the lookups ran; the expression was refused
+
+
+def test_fleet_sized_linear_probes_still_run(large: Path) -> None:
+    per_container = (
+        "results[0].all(d, d.spec.template.spec.containers.all(c, c.image.startsWith('example/')))"
+    )
+    run = _run(per_container, large)
+    assert run.error is None and run.verdict == VerdictKind.TRUE
+    each = _run("object.spec.template.spec.containers.exists(c, c.name == 'proxy')", large,
+                scope="each_object")  # fmt: skip
+    assert each.error is None and each.verdict == VerdictKind.TRUE
+    join = (
+        "results[0].all(a, results[0].size() == 3000 && a.metadata.name in ['x', a.metadata.name])"
+    )
+    assert _run(join, large).verdict == VerdictKind.TRUE  # size() and literal lists are cheap
+
+
+@pytest.mark.parametrize(
+    ("expression", "why"),
+    [
+        ("x.all(a, x.all(b, x.all(c, x.all(d, true))))", "nested more than 3 deep"),
+        (" || ".join(f"x.exists(a{i}, true)" for i in range(17)), "more than 16 comprehensions"),
+        ("s + " * 33 + "s == ''", "more than 32 '\\+'"),
+        ("object.a.matches(object.b)", "string literal pattern"),
+        ("matches(object.a, '^x$')", "string literal pattern"),
+    ],
+    ids=["depth", "count", "concatenations", "computed pattern", "function form"],
+)
+def test_shapes_over_the_static_bounds_are_refused_at_compile_time(
+    expression: str, why: str
+) -> None:
+    with pytest.raises(CelError, match=why):
+        BoolProgram(expression)
+
+
+def test_the_estimate_bounds_the_real_iterations() -> None:
+    """The estimate is an upper bound: descending ranges add up, independent ones multiply."""
+    pods = [{"c": [{"e": [1, 2, 3]}] * 4} for _ in range(10)]
+    model = analyse("pods.all(p, p.c.all(c, c.e.all(e, e > 0)))")
+    assert 10 + 40 + 120 <= model.estimate({"pods": pods}) < 10 * 4 * 3 * 10
+    assert analyse("pods.all(a, pods.all(b, true))").estimate({"pods": pods}) >= 10 * 10
+    assert analyse("pods.size() > 0").estimate({"pods": pods}) == 0
+
+
+def test_steps_add_up_over_a_probe_run() -> None:
+    """each_object evaluates once per object: the bound holds for the run, not per call."""
+    obj = {"object": {"c": list(range(1, 11))}}
+    one = BoolProgram("object.c.all(x, x > 0)")
+    assert one(obj)
+    program = BoolProgram("object.c.all(x, x > 0)", max_steps=4 * one.steps + one.steps // 2)
+    for _ in range(4):
+        assert program(obj)
+    with pytest.raises(CelError, match="too costly"):
+        program(obj)
+    assert MAX_STEPS >= 1_000_000  # 50,000 objects in one linear `all` stay in
+
+
+def test_concatenating_a_large_string_costs_its_length() -> None:
+    """A chain of 30 copies of a 1 MB annotation per object: hundreds of MB copied."""
+    big = {"object": {"metadata": {"annotations": {"big": "x" * 1_000_000}}}}
+    expression = "(" + " + ".join(["object.metadata.annotations['big']"] * 30) + ").size() > 0"
+    assert analyse(expression).estimate(big) >= 29 * 1_000_000 // 16_384
+    small = {"object": {"metadata": {"annotations": {"big": "x"}}}}
+    assert analyse(expression).estimate(small) == 0
+    program = BoolProgram(expression, max_steps=20_000)
+    with pytest.raises(CelError, match="too costly"):
+        for _ in range(20):  # each evaluation costs ~26,000 steps: refused at once
+            program(big)
+
+
+def test_a_too_costly_probe_falls_back_to_the_model(redis_url: str, large: Path) -> None:
+    """Stored probe over the bound: auto asks the model (which decides), only ends
+    cannot_determine, the reason is on the run's report."""
+    from tests.engine_support import request_for
+    from tests.engine_support import scripted as scripted_model
+    from workers.core.engine import EngineDeps
+    from workers.fleet.probe_rerun import evaluate_check
+
+    probes = ProbeStore(connect(redis_url), prefix="tc")
+    hostile = ProposedProbe.model_validate(
+        {"lookups": LIST_ALL, "expression": HOSTILE["three nested alls"], "scope": "results"}
+    )
+    outcome = ProbeOutcome(status="accepted", reason="stored by the test", probe=hostile,
+                           run=ProbeRun(verdict=VerdictKind.TRUE))  # fmt: skip
+    probes.save_compiled("chk-costly", "run-0", outcome, VerdictKind.TRUE)
+    turns = script(get_deployments(), done_with_probe("false", 0, probe_spec=probe()))
+    for mode, calls_expected in (("only", 0), ("auto", 2)):
+        with scripted_model(turns) as model:
+            settings = load_settings(model="openai/scripted", api_base=model.url)
+            request = request_for(large).model_copy(
+                update={"check_id": "chk-costly", "probe": mode}
+            )
+            report = evaluate_check(request, EngineDeps(settings=settings), probes)
+            assert len(model.requests) == calls_expected
+        assert report.verdict is not None and report.verdict.verdict != VerdictKind.TRUE
+        if mode == "only":
+            assert report.verdict.verdict == VerdictKind.CANNOT_DETERMINE
+            assert report.probe is not None and "too costly" in (report.probe.run.error or "")
+        else:
+            assert report.verdict.source == "model" and report.verdict.verdict == VerdictKind.FALSE

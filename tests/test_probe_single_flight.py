@@ -1,0 +1,175 @@
+"""Single-flight probe compilation (workers/fleet/probe_store.py, probe_rerun.py).
+
+A batch's targets of one check start together on many worker threads; without single-flight
+each asks the model before the first has compiled a probe. With it, one run asks the model
+and the others wait for its probe. Real redis-server, a real `celery worker` process with 8
+threads, the scripted model (slowed so the runs overlap); and, in-process, the lock's
+fail-safe paths: a holder that vanished, a holder that ended without a probe.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assay.client import Client
+from assay.testing.scripted_model import ScriptedModel
+from schemas.probe import ProbeOutcome, ProbeRun, ProposedProbe
+from schemas.report import RunReport
+from schemas.settings import load_settings
+from schemas.verdict import VerdictKind
+from tests.engine_support import get_deployments, make_snapshot, request_for, script
+from tests.engine_support import scripted as scripted_model
+from tests.fleet_support import (
+    PREDICATE,
+    make_snapshots,
+    scripted_worker,
+    three_step_script,
+    wait_until,
+)
+from tests.probe_support import done_with_probe, probe
+from workers.core.engine import EngineDeps
+from workers.fleet.probe_rerun import evaluate_check
+from workers.fleet.probe_store import ProbeStore
+from workers.fleet.redis_client import connect
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+TARGETS = 8
+PROBE = {
+    "lookups": [{"tool": "get", "args": {"kind": "Deployment", "namespace": "prod"}}],
+    "scope": "each_object",
+    "expression": "object.status.readyReplicas >= 2",
+}
+
+
+def _slow_script_with_probe() -> dict[str, Any]:
+    """The fleet planner, 0.5 s per turn (so 8 threads all start before one run ends), its
+    every DONE carrying the probe."""
+    slow = copy.deepcopy(three_step_script(delay=0.5))
+    done_turn = slow["scenarios"][-1]["turns"][-1]  # type: ignore[index]
+    for option in done_turn["when"]:
+        option["action"]["probe"] = PROBE
+    return slow
+
+
+@pytest.fixture(scope="module")
+def slow_model() -> Iterator[ScriptedModel]:
+    with ScriptedModel(_slow_script_with_probe()) as model:
+        yield model
+
+
+@pytest.fixture
+def worker(
+    redis_url: str, slow_model: ScriptedModel, tmp_path: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    with scripted_worker(redis_url, slow_model.url, tmp_path / "worker.log", 8) as process:
+        yield process
+
+
+def test_a_batch_on_many_threads_asks_the_model_once(
+    redis_url: str,
+    worker: subprocess.Popen[bytes],
+    slow_model: ScriptedModel,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    make_snapshots(tmp_path / "snaps", TARGETS, bad_every=3)  # cluster-000, -003, -006 unready
+    monkeypatch.chdir(tmp_path)
+    with Client(load_settings(redis_url=redis_url)) as client:
+        batch_id = client.start_batch(PREDICATE, snapshots="snaps/*")
+        assert wait_until(lambda: (s := client.batch_status(batch_id)) is not None
+                          and s.pending == 0, timeout=180)  # fmt: skip
+        results = list(client.batch_results(batch_id))
+        verdicts = {r.target: client.verdict(r.run_id) for r in results}
+    assert len(verdicts) == TARGETS
+    asked = [r.run_id for r in results if slow_model.requests_for(r.run_id)]
+    assert len(asked) == 1, f"{len(asked)} of {TARGETS} runs asked the model"
+    sources = sorted(v.source for v in verdicts.values() if v is not None)
+    assert sources == ["model"] + ["probe"] * (TARGETS - 1)
+    falses = sorted(t for t, v in verdicts.items() if v and v.verdict == VerdictKind.FALSE)
+    assert falses == ["snapshot:cluster-000", "snapshot:cluster-003", "snapshot:cluster-006"]
+    probes = ProbeStore(connect(redis_url), prefix="assay")
+    stored = [probes.current(r.check_id) for r in results]
+    assert sum(1 for record in stored if record is not None) == 1  # one probe compiled
+
+
+# --- the lock's fail-safe paths, in-process ----------------------------------------------------
+COMPILE_FALSE = script(get_deployments(), done_with_probe("false", 0, probe_spec=probe()))
+
+
+def _run(snapshot: Path, probes: ProbeStore, check_id: str) -> tuple[RunReport, int]:
+    with scripted_model(COMPILE_FALSE) as model:
+        settings = load_settings(model="openai/scripted", api_base=model.url)
+        request = request_for(snapshot).model_copy(update={"check_id": check_id})
+        report = evaluate_check(request, EngineDeps(settings=settings), probes)
+        return report, len(model.requests)
+
+
+@pytest.fixture
+def snapshot(tmp_path: Path) -> Path:
+    return make_snapshot(tmp_path / "snap", web_ready=1)  # web is unready: false
+
+
+def test_a_vanished_holder_blocks_no_one_beyond_the_lock_ttl(
+    redis_url: str, snapshot: Path
+) -> None:
+    probes = ProbeStore(connect(redis_url), prefix="sf1", compile_lock_seconds=2.0)
+    assert probes.claim_compile("chk-lost", None) is not None  # a holder that then died
+    assert probes.claim_compile("chk-lost", None) is None
+    report, calls = _run(snapshot, probes, "chk-lost")
+    assert calls == 2 and report.verdict is not None
+    assert report.verdict.source == "model" and report.verdict.verdict == VerdictKind.FALSE
+    assert probes.current("chk-lost") is not None  # and it compiled the probe
+
+
+@pytest.mark.timeout(60)
+def test_after_a_compile_without_a_probe_runs_do_not_queue(redis_url: str, snapshot: Path) -> None:
+    """The holder ended without a probe: later runs ask the model at once (the 600 s lock
+    would make this test time out if they waited for it)."""
+    probes = ProbeStore(connect(redis_url), prefix="sf2", compile_lock_seconds=600)
+    token = probes.claim_compile("chk-none", None)
+    assert token is not None
+    probes.finish_compile("chk-none", None, "someone-else")  # not the owner: no effect
+    assert probes.compile_state("chk-none", None) == "compiling"
+    probes.finish_compile("chk-none", None, token)
+    assert probes.compile_state("chk-none", None) == "done"
+    report, calls = _run(snapshot, probes, "chk-none")
+    assert calls == 2 and report.verdict is not None and report.verdict.source == "model"
+
+
+def test_a_waiter_runs_the_probe_the_holder_compiled(redis_url: str, snapshot: Path) -> None:
+    probes = ProbeStore(connect(redis_url), prefix="sf3", compile_lock_seconds=120)
+    token = probes.claim_compile("chk-wait", None)
+    assert token is not None
+    finished: list[tuple[RunReport, int]] = []
+    waiter = threading.Thread(target=lambda: finished.append(_run(snapshot, probes, "chk-wait")))
+    waiter.start()
+    spec = ProposedProbe.model_validate(probe())
+    outcome = ProbeOutcome(status="accepted", reason="the holder's", probe=spec,
+                           run=ProbeRun(verdict=VerdictKind.FALSE))  # fmt: skip
+    probes.save_compiled("chk-wait", "run-holder", outcome, VerdictKind.FALSE)
+    probes.finish_compile("chk-wait", None, token)
+    waiter.join(timeout=60)
+    assert not waiter.is_alive()
+    [(report, calls)] = finished
+    assert calls == 0
+    assert report.verdict is not None and report.verdict.source == "probe"
+    assert report.verdict.verdict == VerdictKind.FALSE and report.verdict.probe_version == 1
+
+
+def test_probe_off_neither_claims_nor_waits(redis_url: str, snapshot: Path) -> None:
+    probes = ProbeStore(connect(redis_url), prefix="sf4", compile_lock_seconds=600)
+    assert probes.claim_compile("chk-off", None) is not None
+    with scripted_model(COMPILE_FALSE) as model:
+        settings = load_settings(model="openai/scripted", api_base=model.url)
+        request = request_for(snapshot).model_copy(update={"check_id": "chk-off", "probe": "off"})
+        report = evaluate_check(request, EngineDeps(settings=settings), probes)
+        assert len(model.requests) == 2
+    assert report.verdict is not None and report.verdict.source == "model"
