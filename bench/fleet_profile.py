@@ -176,7 +176,7 @@ def profile_worker(
     def payloads(label: str, count: int) -> list[dict[str, Any]]:
         found = []
         for path in make_snapshots(folder / label, count):
-            request = snapshot_request(text=PREDICATE, path=str(path))
+            request = snapshot_request(text=PREDICATE, path=str(path), probe="off")
             runtime.store.register_run(request)
             found.append(request.model_dump(mode="json"))
         return found

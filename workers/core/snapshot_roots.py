@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,8 +51,7 @@ class SnapshotRoots:
     def of(
         cls, folders: Iterable[str | Path], source: str, over_http: bool = False
     ) -> SnapshotRoots:
-        resolved = tuple(Path(os.path.expanduser(str(f))).resolve() for f in folders)
-        return cls(resolved, source, over_http)
+        return cls(_resolved(tuple(str(f) for f in folders)), source, over_http)
 
     @classmethod
     def for_api(cls, settings: AssaySettings) -> SnapshotRoots:
@@ -67,7 +67,14 @@ class SnapshotRoots:
 
     # --- checks --------------------------------------------------------------------------
     def contains(self, resolved: Path) -> bool:
-        return any(resolved == root or resolved.is_relative_to(root) for root in self.roots)
+        """Whether a resolved path is a root or lies under one (compared as text: every
+        evaluation asks, and ``Path.is_relative_to`` re-parses both paths each time)."""
+        text = str(resolved)
+        return any(text == root or text.startswith(prefix) for root, prefix in self._prefixes)
+
+    @cached_property
+    def _prefixes(self) -> tuple[tuple[str, str], ...]:
+        return tuple((str(root), str(root).rstrip(os.sep) + os.sep) for root in self.roots)
 
     def confine(self, path: str | Path) -> Path:
         """``path`` resolved (symlinks followed) if it lies inside a root, else a refusal."""
@@ -126,3 +133,9 @@ class SnapshotRoots:
             f"snapshot target {path!r} is outside the snapshot roots ({listed}, from "
             f"{self.source}); move it under one of them or add its folder to {SETTING}"
         )
+
+
+@lru_cache(maxsize=64)
+def _resolved(folders: tuple[str, ...]) -> tuple[Path, ...]:
+    """Roots resolved once per process: a worker asks for them on every evaluation."""
+    return tuple(Path(os.path.expanduser(folder)).resolve() for folder in folders)
