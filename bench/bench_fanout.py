@@ -4,7 +4,9 @@
 redis-server, no workers: client CPU (process time) per target and wall
 seconds from the call until every run is registered and its message queued.
 The first batch of each size warms the client (connections, scripts loaded);
-the figures are the median of ``--repeat`` batches after it.
+the figures are the median of ``--repeat`` batches after it. "dated" rows fan
+out a predicate opening with a future instant (every run held by the
+scheduler's timers instead of queued).
 
 Run: ``.venv/bin/python bench/bench_fanout.py [--sizes 200 2000] [--repeat 3]``.
 """
@@ -27,11 +29,13 @@ from assay.redis_process import RedisProcess
 from schemas.settings import load_settings
 from tests.fleet_support import PREDICATE, make_snapshots
 
+DATED = "on 2099-01-01T00:00:00Z, " + PREDICATE
 
-def one_batch(client: Client, pattern: str) -> tuple[float, float]:
+
+def one_batch(client: Client, pattern: str, text: str) -> tuple[float, float]:
     """(client CPU seconds, wall seconds) of one fan-out."""
     cpu, wall = time.process_time(), time.perf_counter()
-    client.start_batch(PREDICATE, snapshots=pattern)
+    client.start_batch(text, snapshots=pattern)
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
@@ -46,16 +50,17 @@ def main() -> None:
         server = RedisProcess(data_dir=root / "redis").start()
         try:
             settings = load_settings(redis_url=server.url)
-            print(f"{'targets':>7} {'CPU ms/target':>14} {'wall s':>8}")
+            print(f"{'predicate':>9} {'targets':>7} {'CPU ms/target':>14} {'wall s':>8}")
             with Client(settings) as client:
-                for size in options.sizes:
-                    make_snapshots(root / f"n{size}", size)
-                    pattern = str(root / f"n{size}" / "*")
-                    one_batch(client, pattern)  # warm-up
-                    runs = [one_batch(client, pattern) for _ in range(options.repeat)]
-                    cpu = statistics.median(c for c, _ in runs)
-                    wall = statistics.median(w for _, w in runs)
-                    print(f"{size:>7} {cpu * 1000 / size:14.2f} {wall:8.2f}")
+                for label, text in (("plain", PREDICATE), ("dated", DATED)):
+                    for size in options.sizes:
+                        make_snapshots(root / f"n{size}", size)
+                        pattern = str(root / f"n{size}" / "*")
+                        one_batch(client, pattern, text)  # warm-up
+                        runs = [one_batch(client, pattern, text) for _ in range(options.repeat)]
+                        cpu = statistics.median(c for c, _ in runs)
+                        wall = statistics.median(w for _, w in runs)
+                        print(f"{label:>9} {size:>7} {cpu * 1000 / size:14.2f} {wall:8.2f}")
         finally:
             server.stop()
 
