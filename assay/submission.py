@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from scheduler.deferred import defer_evaluation
+from scheduler.deferred import defer_evaluations
 from scheduler.when import deferral_for
 from schemas.fleet import RunProgress, SubmitReceipt
 from schemas.request import EvaluationRequest, Target
@@ -104,6 +104,7 @@ def submit_requests(
     receipts: dict[str, SubmitReceipt] = {}
     decided: set[str] = set()
     queue_now: list[EvaluationRequest] = []
+    hold: list[EvaluationRequest] = []
     for request, known in zip(
         requests, store.run_states([r.run_id for r in requests]), strict=True
     ):
@@ -114,9 +115,11 @@ def submit_requests(
         if decision.receipt is not None:
             receipts[request.run_id] = decision.receipt
         elif decision.hold:
-            receipts[request.run_id] = _hold(decision.request, redis, settings, instant)
+            hold.append(decision.request)
         else:
             queue_now.append(decision.request)
+    for receipt in _hold(hold, redis, settings, instant):
+        receipts[receipt.run_id] = receipt
     if queue_now:
         for receipt in dispatcher().submit_many(queue_now):
             receipts[receipt.run_id] = receipt
@@ -151,24 +154,33 @@ def decide(request: EvaluationRequest, known: RunProgress | None, now: datetime)
 
 
 def _hold(
-    request: EvaluationRequest, redis: Any, settings: AssaySettings, now: datetime
-) -> SubmitReceipt:
-    """Hand ``request`` to the scheduler's timers until its ``not_before``."""
-    assert request.not_before is not None
-    defer_evaluation(redis, settings, request)
-    due_in = (request.not_before - now).total_seconds()
-    redis.set(
-        pending_check_key(settings.key_prefix, request.check_id),
-        request.run_id,
-        ex=int(due_in) + settings.run_ttl_seconds,
-    )
-    return SubmitReceipt(
-        run_id=request.run_id,
-        check_id=request.check_id,
-        target=request.target.name,
-        batch_id=request.batch_id,
-        not_before=request.not_before,
-    )
+    requests: Sequence[EvaluationRequest], redis: Any, settings: AssaySettings, now: datetime
+) -> list[SubmitReceipt]:
+    """Hand ``requests`` to the scheduler's timers until their ``not_before``."""
+    if not requests:
+        return []
+    defer_evaluations(redis, settings, requests)
+    pipe = redis.pipeline(transaction=False)
+    receipts = []
+    for request in requests:
+        assert request.not_before is not None
+        due_in = (request.not_before - now).total_seconds()
+        pipe.set(
+            pending_check_key(settings.key_prefix, request.check_id),
+            request.run_id,
+            ex=int(due_in) + settings.run_ttl_seconds,
+        )
+        receipts.append(
+            SubmitReceipt(
+                run_id=request.run_id,
+                check_id=request.check_id,
+                target=request.target.name,
+                batch_id=request.batch_id,
+                not_before=request.not_before,
+            )
+        )
+    pipe.execute()
+    return receipts
 
 
 class EmptyBatch(ValueError):

@@ -7,7 +7,8 @@ would find it):
 
 * a batch bigger than one chunk: one message per target in the broker, one
   registered run per message, the tally's total right;
-* a dated predicate over as many targets: every run held, nothing queued;
+* a dated predicate over as many targets: every run held (its request and
+  timer stored), nothing queued;
 * resubmitting a batch id: the batch gains a fresh run per target (the run ids
   are new), each queued once; the tally counts them all;
 * Redis refusing writes half-way through (over its maxmemory): the fan-out fails,
@@ -32,6 +33,7 @@ from scheduler.deferred import deferred_request
 from schemas.settings import AssaySettings, load_settings
 from tests.fleet_support import PREDICATE, make_snapshots
 from workers.fleet.broker import kombu_queue_keys, queue_name
+from workers.fleet.timers import TimerStore, deferred_timer_id
 
 TARGETS = FANOUT_CHUNK + 50  # more than one chunk, the last one partial
 DATED = "on 2030-01-01T00:00:00Z, " + PREDICATE
@@ -95,10 +97,13 @@ def test_a_dated_batch_over_several_chunks_holds_every_run(
     assert queued_run_ids(raw, fleet.settings) == []
     runs = batch_run_ids(raw, fleet.settings, batch_id)
     assert len(set(runs)) == TARGETS
+    timers = TimerStore(raw, fleet.settings.key_prefix)
     for run_id in runs:
         held = deferred_request(raw, fleet.settings, run_id)
         assert held is not None and held.not_before == DUE
         assert fleet.due_at(run_id) == DUE
+        timer = timers.get(deferred_timer_id(run_id))
+        assert timer is not None and timer.due == DUE.timestamp()
     status = fleet.batch_status(batch_id)
     assert status is not None
     assert (status.total, status.pending, status.not_before) == (TARGETS, TARGETS, DUE)
