@@ -3,7 +3,8 @@
 Before this module each front door queued requests its own way, so a
 predicate that opens with a date was deferred from the CLI and the API but not
 from ``Client.submit``, and only the API noticed a resubmitted run id. Every
-path now calls :func:`submit_request`, in this order:
+path now calls :func:`submit_request` (or, for a batch's chunk,
+:func:`submit_requests`), whose one decision (:func:`decide`) goes in this order:
 
 1. **Duplicate run**: a run id the store already knows queues nothing new; the
    receipt describes the known run (resubmitting after a lost answer is safe).
@@ -94,11 +95,13 @@ def submit_requests(
 ) -> list[SubmitReceipt]:
     """:func:`submit_request` for each of ``requests`` (one receipt each, in order).
 
-    The decision is made per request, in :func:`_decide`; what costs round
-    trips is shared: one lookup of all the run ids, one registration of all
-    the runs queued now and one broker producer for their tasks
-    (``Dispatcher.submit_many``). A run id repeated within ``requests`` is
-    decided once; the repeats answer its receipt, as a resubmission would.
+    The decision is made per request, in :func:`decide`; what costs round
+    trips is shared: one lookup of all the run ids; for the runs queued now,
+    one registration and one broker publish batch (``Dispatcher.submit_many``);
+    for the runs held, one pipelined step per key family
+    (``scheduler.deferred.defer_evaluations``). A run id repeated within
+    ``requests`` is decided once; the repeats answer its receipt, as a
+    resubmission would.
     """
     instant = now or datetime.now(UTC)
     receipts: dict[str, SubmitReceipt] = {}
