@@ -3,7 +3,8 @@
 Before this module each front door queued requests its own way, so a
 predicate that opens with a date was deferred from the CLI and the API but not
 from ``Client.submit``, and only the API noticed a resubmitted run id. Every
-path now calls :func:`submit_request`, in this order:
+path now calls :func:`submit_request` (or, for a batch's chunk,
+:func:`submit_requests`), whose one decision (:func:`decide`) goes in this order:
 
 1. **Duplicate run**: a run id the store already knows queues nothing new; the
    receipt describes the known run (resubmitting after a lost answer is safe).
@@ -14,21 +15,27 @@ path now calls :func:`submit_request`, in this order:
 
 The receipt always carries the batch id and, for a deferred run, when it is due.
 
-A batch (:func:`submit_batch`) is one :func:`submit_request` per target, so a
-dated predicate fanned out over many targets waits for its instant exactly as
-one check does; the batch record says when its runs are due.
+A batch (:func:`submit_batch`) makes the same decision (:func:`decide`) for
+every target, so a dated predicate fanned out over many targets waits for its
+instant exactly as one check does; the batch record says when its runs are
+due. Only the round trips are shared: a batch submits its targets in chunks
+(:func:`submit_requests`), each chunk with one run-id lookup, one
+registration of its queued runs and one broker producer for their tasks,
+registering every run before any of its tasks is sent.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from scheduler.deferred import defer_evaluation
+from scheduler.deferred import defer_evaluations
 from scheduler.when import deferral_for
-from schemas.fleet import SubmitReceipt
+from schemas.fleet import RunProgress, SubmitReceipt
 from schemas.request import EvaluationRequest, Target
 
 if TYPE_CHECKING:
@@ -71,32 +78,112 @@ def submit_request(
     ``dispatcher`` is called only when a task is sent, so a deferred or
     duplicate submit never opens a broker connection.
     """
-    known = store.run_state(request.run_id)
+    (receipt,) = submit_requests(
+        [request], store=store, redis=redis, settings=settings, dispatcher=dispatcher, now=now
+    )
+    return receipt
+
+
+def submit_requests(
+    requests: Sequence[EvaluationRequest],
+    *,
+    store: VerdictStore,
+    redis: Any,
+    settings: AssaySettings,
+    dispatcher: Callable[[], Dispatcher],
+    now: datetime | None = None,
+) -> list[SubmitReceipt]:
+    """:func:`submit_request` for each of ``requests`` (one receipt each, in order).
+
+    The decision is made per request, in :func:`decide`; what costs round
+    trips is shared: one lookup of all the run ids; for the runs queued now,
+    one registration and one broker publish batch (``Dispatcher.submit_many``);
+    for the runs held, one pipelined step per key family
+    (``scheduler.deferred.defer_evaluations``). A run id repeated within
+    ``requests`` is decided once; the repeats answer its receipt, as a
+    resubmission would.
+    """
+    instant = now or datetime.now(UTC)
+    receipts: dict[str, SubmitReceipt] = {}
+    decided: set[str] = set()
+    queue_now: list[EvaluationRequest] = []
+    hold: list[EvaluationRequest] = []
+    for request, known in zip(
+        requests, store.run_states([r.run_id for r in requests]), strict=True
+    ):
+        if request.run_id in decided:
+            continue
+        decided.add(request.run_id)
+        decision = decide(request, known, instant)
+        if decision.receipt is not None:
+            receipts[request.run_id] = decision.receipt
+        elif decision.hold:
+            hold.append(decision.request)
+        else:
+            queue_now.append(decision.request)
+    for receipt in _hold(hold, redis, settings, instant):
+        receipts[receipt.run_id] = receipt
+    if queue_now:
+        for receipt in dispatcher().submit_many(queue_now):
+            receipts[receipt.run_id] = receipt
+    return [receipts[request.run_id] for request in requests]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What becomes of one request: answer ``receipt`` (a known run), else hold or queue it."""
+
+    request: EvaluationRequest
+    receipt: SubmitReceipt | None = None
+    hold: bool = False
+
+
+def decide(request: EvaluationRequest, known: RunProgress | None, now: datetime) -> Decision:
+    """The one decision, for a single submit and for every target of a batch.
+
+    ``known`` is the store's state of the request's run id (None: a new run).
+    """
     if known is not None:
-        return SubmitReceipt(
+        receipt = SubmitReceipt(
             run_id=known.run_id,
             check_id=known.check_id,
             target=known.target,
             batch_id=known.batch_id,
             not_before=known.wake_at,
         )
+        return Decision(request, receipt=receipt)
     request = with_text_deferral(request)
-    if request.not_before is not None and request.not_before > (now or datetime.now(UTC)):
-        defer_evaluation(redis, settings, request)
-        due_in = (request.not_before - (now or datetime.now(UTC))).total_seconds()
-        redis.set(
+    return Decision(request, hold=request.not_before is not None and request.not_before > now)
+
+
+def _hold(
+    requests: Sequence[EvaluationRequest], redis: Any, settings: AssaySettings, now: datetime
+) -> list[SubmitReceipt]:
+    """Hand ``requests`` to the scheduler's timers until their ``not_before``."""
+    if not requests:
+        return []
+    defer_evaluations(redis, settings, requests)
+    pipe = redis.pipeline(transaction=False)
+    receipts = []
+    for request in requests:
+        assert request.not_before is not None
+        due_in = (request.not_before - now).total_seconds()
+        pipe.set(
             pending_check_key(settings.key_prefix, request.check_id),
             request.run_id,
             ex=int(due_in) + settings.run_ttl_seconds,
         )
-        return SubmitReceipt(
-            run_id=request.run_id,
-            check_id=request.check_id,
-            target=request.target.name,
-            batch_id=request.batch_id,
-            not_before=request.not_before,
+        receipts.append(
+            SubmitReceipt(
+                run_id=request.run_id,
+                check_id=request.check_id,
+                target=request.target.name,
+                batch_id=request.batch_id,
+                not_before=request.not_before,
+            )
         )
-    return dispatcher().submit(request)
+    pipe.execute()
+    return receipts
 
 
 class EmptyBatch(ValueError):
@@ -105,6 +192,16 @@ class EmptyBatch(ValueError):
 
 def new_batch_id() -> str:
     return f"batch-{uuid.uuid4().hex[:16]}"
+
+
+FANOUT_CHUNK = 200  # targets per round trip: enough to amortise it, small enough to stream
+
+
+def _chunks(items: Iterable[Target], size: int) -> Iterator[list[Target]]:
+    """``items`` in lists of at most ``size``, read lazily (a huge glob is never listed whole)."""
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
 
 
 def submit_batch(
@@ -117,34 +214,41 @@ def submit_batch(
     dispatcher: Callable[[], Dispatcher],
     batch_id: str | None = None,
     now: datetime | None = None,
+    chunk_size: int = FANOUT_CHUNK,
     **request_fields: Any,
 ) -> tuple[str, int]:
-    """Fan ``text`` out: one run per target through :func:`submit_request`; (batch id, runs).
+    """Fan ``text`` out: one run per target through :func:`submit_requests`; (batch id, runs).
 
     A batch is a record in the store (its live tally) plus one ordinary run per
-    target, tagged with the batch id. Targets are submitted as the iterator
-    yields them (a big glob is never listed whole), then the batch is sealed so
-    the tally knows its total, and noted as the newest batch. ``request_fields``
-    are the other ``EvaluationRequest`` fields every run shares (kind, profile,
-    budget, model, api_base, toolsets, probe). The request is validated on the
-    first target, before the batch record exists, so a bad field creates nothing.
+    target, tagged with the batch id. Targets are read from the iterator
+    ``chunk_size`` at a time (a big glob is never listed whole), and each chunk
+    is submitted in a few round trips rather than a few per target; then the
+    batch is sealed so the tally knows its total, and noted as the newest
+    batch. ``request_fields`` are the other ``EvaluationRequest`` fields every
+    run shares (kind, profile, budget, model, api_base, toolsets, probe). The
+    first chunk's requests are validated before the batch record exists, so a
+    bad field creates nothing.
     """
     batch_id = batch_id or new_batch_id()
     runs = 0
     due_noted = False
-    for target in targets:
-        request = EvaluationRequest.model_validate(
-            {**request_fields, "text": text, "target": target, "batch_id": batch_id}
-        )
+    for chunk in _chunks(targets, chunk_size):
+        requests = [
+            EvaluationRequest.model_validate(
+                {**request_fields, "text": text, "target": target, "batch_id": batch_id}
+            )
+            for target in chunk
+        ]
         if runs == 0:
-            store.create_batch(batch_id, kind=request.kind, text=text)
-        receipt = submit_request(
-            request, store=store, redis=redis, settings=settings, dispatcher=dispatcher, now=now
+            store.create_batch(batch_id, kind=requests[0].kind, text=text)
+        receipts = submit_requests(
+            requests, store=store, redis=redis, settings=settings, dispatcher=dispatcher, now=now
         )
-        if receipt.not_before is not None and not due_noted:
-            store.note_batch_due(batch_id, receipt.not_before)
+        due = next((r.not_before for r in receipts if r.not_before is not None), None)
+        if due is not None and not due_noted:
+            store.note_batch_due(batch_id, due)
             due_noted = True
-        runs += 1
+        runs += len(requests)
     if runs == 0:
         raise EmptyBatch("the target pattern matched nothing: check the glob and try again")
     store.seal_batch(batch_id)

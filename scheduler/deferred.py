@@ -16,6 +16,7 @@ Key (``P`` = settings.key_prefix)::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -61,21 +62,47 @@ def defer_evaluation(
     ``not_before`` lies in the future. The run is visible (status ``queued``)
     from this moment, so ``assay verdict RUN_ID`` reports it pending.
     """
-    if request.not_before is None:
+    return defer_evaluations(redis, settings, [request], now)[0]
+
+
+def defer_evaluations(
+    redis: Any,
+    settings: AssaySettings,
+    requests: Sequence[EvaluationRequest],
+    now: datetime | None = None,
+) -> list[TimerEntry]:
+    """:func:`defer_evaluation` for many requests in three round trips (a dated batch's chunk).
+
+    In the same order as for one: every held request is stored, then every
+    run registered, then every timer set, so a timer never names a run whose
+    request or registration is missing.
+    """
+    if any(request.not_before is None for request in requests):
         raise ValueError("a deferred evaluation needs not_before")
+    if not requests:
+        return []
     now = now or datetime.now(UTC)
-    not_before = request.not_before.astimezone(UTC)
-    ttl = int(max(0.0, (not_before - now).total_seconds())) + settings.run_ttl_seconds
-    redis.set(deferred_key(settings.key_prefix, request.run_id), request.model_dump_json(), ex=ttl)
-    _store(redis, settings).register_run(request)
-    entry = TimerEntry(
-        id=deferred_timer_id(request.run_id),
-        kind="deferred",
-        due=epoch(not_before),
-        run_id=request.run_id,
-    )
-    TimerStore(redis, settings.key_prefix).put(entry)
-    return entry
+    pipe = redis.pipeline(transaction=False)
+    entries = []
+    for request in requests:
+        assert request.not_before is not None
+        not_before = request.not_before.astimezone(UTC)
+        ttl = int(max(0.0, (not_before - now).total_seconds())) + settings.run_ttl_seconds
+        pipe.set(
+            deferred_key(settings.key_prefix, request.run_id), request.model_dump_json(), ex=ttl
+        )
+        entries.append(
+            TimerEntry(
+                id=deferred_timer_id(request.run_id),
+                kind="deferred",
+                due=epoch(not_before),
+                run_id=request.run_id,
+            )
+        )
+    pipe.execute()
+    _store(redis, settings).register_runs(requests)
+    TimerStore(redis, settings.key_prefix).put_many(entries)
+    return entries
 
 
 def deferred_request(redis: Any, settings: AssaySettings, run_id: str) -> EvaluationRequest | None:

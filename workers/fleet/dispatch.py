@@ -14,7 +14,12 @@ copies of one fire run once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import structlog
 from celery import Celery
+from kombu.exceptions import BatchPublishError
 
 from schemas.budget import PROFILES
 from schemas.fleet import SubmitReceipt
@@ -22,6 +27,11 @@ from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
 from workers.fleet.broker import TASK_NAME, configured_app, queue_name
 from workers.fleet.store import VerdictStore
+
+if TYPE_CHECKING:
+    from kombu import Producer
+
+_log = structlog.get_logger(__name__)
 
 TIME_LIMIT_GRACE_SECONDS = 30.0  # soft limit = deadline + grace; hard = soft + grace
 
@@ -64,17 +74,57 @@ class Dispatcher:
             batch_id=request.batch_id,
         )
 
+    def submit_many(self, requests: Sequence[EvaluationRequest]) -> list[SubmitReceipt]:
+        """:meth:`submit` for a batch's chunk: one store round trip, one broker round trip.
+
+        Every run of the chunk is registered (``register_runs`` returns only
+        once all are) before the first task is sent, so no worker ever receives
+        a task for a run the store does not know. The tasks go out through one
+        producer in a kombu publish batch (on Redis, one pipeline of LPUSHes;
+        a transport without batches publishes each at once). kombu does not
+        retry a batch (a pipeline that failed half-way has an uncertain
+        outcome), so on failure the chunk is sent again message by message
+        with Celery's publish retries: sending is at-least-once, as for one
+        ``submit``. A failure beyond that leaves registered runs without a
+        message; the lost-run sweeper sends those (workers/fleet/recovery.py).
+        """
+        if not requests:
+            return []
+        self.store.register_runs(requests)
+        try:
+            with self.app.producer_or_acquire() as producer, producer.batch(len(requests)):
+                for request in requests:
+                    self.send(request, producer=producer)
+        except BatchPublishError as exc:
+            _log.warning("batch_publish_failed", runs=len(requests), error=str(exc.__cause__))
+            for request in requests:
+                self.send(request)
+        return [
+            SubmitReceipt(
+                run_id=request.run_id,
+                check_id=request.check_id,
+                target=request.target.name,
+                batch_id=request.batch_id,
+            )
+            for request in requests
+        ]
+
     def send(
         self,
         request: EvaluationRequest,
         resume_sequence: int | None = None,
         fence: dict[str, str] | None = None,
+        producer: Producer | None = None,
     ) -> None:
         """Send the task only (a continuation of a run the store already knows).
 
         ``resume_sequence`` names the checkpoint a WAIT continuation resumes
         (the scheduler sets it; see workers/fleet/checkpoints.py); ``fence`` is the
-        scheduler replica's ``{"fire": ..., "token": ...}`` for this send.
+        scheduler replica's ``{"fire": ..., "token": ...}`` for this send;
+        ``producer`` is one held for many sends (else one is taken from the
+        app's pool per message). ``argsrepr`` names the run instead of letting
+        Celery render the whole request for its events and logs, which cost
+        as much CPU as publishing the message.
         """
         soft, hard = time_limits_for(request, self.settings)
         extra: dict[str, object] = {}
@@ -90,6 +140,8 @@ class Dispatcher:
             queue=self._queue,
             soft_time_limit=soft,
             time_limit=hard,
+            producer=producer,
+            argsrepr=f"[run {request.run_id} check {request.check_id}]",
         )
 
     def close(self) -> None:

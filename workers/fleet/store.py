@@ -50,10 +50,10 @@ from the prefix.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import structlog
 
@@ -529,16 +529,21 @@ class VerdictStore:
         try:
             return script(keys=keys, args=args)
         except redis_lib.ResponseError as exc:
-            text = str(exc)
-            if not text.startswith(_CONFLICT_MARK):
-                raise
-            problem = text.removeprefix(_CONFLICT_MARK)
-            _log.error("store_conflict", problem=problem)
-            raise StoreConflict(
-                f"nothing was written because {problem}; that key was not written by assay "
-                "(another program shares the key prefix?): move or delete it, or give assay "
-                "its own ASSAY_KEY_PREFIX"
-            ) from None
+            self._raise_script_error(exc)
+
+    @staticmethod
+    def _raise_script_error(exc: Exception) -> NoReturn:
+        """Raise a script's error: a conflict it found as ``StoreConflict``, else as it is."""
+        text = str(exc)
+        if not text.startswith(_CONFLICT_MARK):
+            raise exc
+        problem = text.removeprefix(_CONFLICT_MARK)
+        _log.error("store_conflict", problem=problem)
+        raise StoreConflict(
+            f"nothing was written because {problem}; that key was not written by assay "
+            "(another program shares the key prefix?): move or delete it, or give assay "
+            "its own ASSAY_KEY_PREFIX"
+        ) from None
 
     # --- runs: writes ---------------------------------------------------------------------------
     def register_run(self, request: EvaluationRequest) -> bool:
@@ -547,6 +552,30 @@ class VerdictStore:
         Returns False when the run was registered before, so a retried fan-out
         never counts a target twice.
         """
+        return self.register_runs([request])[0]
+
+    def register_runs(self, requests: Sequence[EvaluationRequest]) -> list[bool]:
+        """:meth:`register_run` for many runs in one round trip (a batch's chunk).
+
+        Each run is still its own atomic script; they travel in one pipeline
+        (not a transaction: one run's conflict must not hide the others' state).
+        Any failure raises after the pipeline has run, so a caller that sends
+        tasks only after this returns never queues a task for a run that is
+        not registered. A run registered before answers False, as above.
+        """
+        if not requests:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for request in requests:
+            self._register_script(*self._register_call(request), client=pipe)
+        replies = pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                self._raise_script_error(reply)
+        return [bool(reply) for reply in replies]
+
+    def _register_call(self, request: EvaluationRequest) -> tuple[list[str], list[Any]]:
+        """(keys, args) of the register script for ``request``."""
         batch_id = request.batch_id or ""
         batch_keys = (
             [self._batch_key(batch_id), self._batch_key(batch_id, "runs")]
@@ -555,10 +584,9 @@ class VerdictStore:
         )
         valid_id(request.check_id, "check_id")
         now = _now()
-        written = self._call(
-            self._register_script,
-            keys=[self._run_key(request.run_id), *batch_keys, self.key("unfinished")],
-            args=[
+        return (
+            [self._run_key(request.run_id), *batch_keys, self.key("unfinished")],
+            [
                 request.run_id,
                 request.check_id,
                 request.target.name,
@@ -569,7 +597,6 @@ class VerdictStore:
                 max(now, request.not_before or now).timestamp(),
             ],
         )
-        return bool(written)
 
     def begin_delivery(self, request: EvaluationRequest) -> int | None:
         """Count one delivery of this run to a worker; None when it already has a verdict."""
@@ -698,6 +725,18 @@ class VerdictStore:
     def run_state(self, run_id: str) -> RunProgress | None:
         values = self.client.hmget(self._run_key(run_id), list(self._STATE_FIELDS))
         return self._state_from(dict(zip(self._STATE_FIELDS, values, strict=True)), run_id)
+
+    def run_states(self, run_ids: Sequence[str]) -> list[RunProgress | None]:
+        """:meth:`run_state` of many runs in one round trip, in order (a batch's chunk)."""
+        if not run_ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hmget(self._run_key(run_id), list(self._STATE_FIELDS))
+        return [
+            self._state_from(dict(zip(self._STATE_FIELDS, values, strict=True)), run_id)
+            for run_id, values in zip(run_ids, pipe.execute(), strict=True)
+        ]
 
     @staticmethod
     def _state_from(row: dict[str, Any], run_id: str) -> RunProgress | None:

@@ -45,6 +45,7 @@ or lost to a restart. A timer here costs one sorted-set entry and nothing else.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -331,11 +332,25 @@ class TimerStore:
     # --- writing timers ----------------------------------------------------------------
     def put(self, entry: TimerEntry) -> None:
         """Add or replace a timer (a fresh token makes any in-flight copy yield to it)."""
-        entry = entry.model_copy(update={"token": uuid.uuid4().hex})
-        self._upsert_script(
-            keys=[self.due_key, self.inflight_key, self.entries_key],
-            args=[entry.id, entry.model_dump_json(), entry.due],
-        )
+        self.put_many([entry])
+
+    def put_many(self, entries: Sequence[TimerEntry]) -> None:
+        """:meth:`put` for many timers in one round trip (a dated batch's chunk).
+
+        Each is its own atomic upsert; they travel in one pipeline, and the
+        first failure raises once the pipeline has run.
+        """
+        if not entries:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for entry in entries:
+            entry = entry.model_copy(update={"token": uuid.uuid4().hex})
+            self._upsert_script(
+                keys=[self.due_key, self.inflight_key, self.entries_key],
+                args=[entry.id, entry.model_dump_json(), entry.due],
+                client=pipe,
+            )
+        pipe.execute()
 
     def remove(self, timer_id: str) -> bool:
         removed = self._remove_script(
