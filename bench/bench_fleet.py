@@ -25,9 +25,11 @@ profile on fewer runs; (b) keeps its 200 concurrent runs, the figure asked for.
     (the engine's first request of these runs: its messages and 10 tools),
     CPU per call, and the cores litellm alone needs at (b)'s ideal rate.
 
-(e) Where the worker's CPU goes (bench/fleet_profile.py: the task body under
-    cProfile on threads), scaled to (a)'s measured CPU; Redis commands and round
-    trips per evaluation, and what one Redis can carry at that rate.
+(e) Where the worker's CPU goes: (a) once more with the worker under py-spy
+    (bench/pyspy_profile.py; GIL samples, native frames, so Celery and the
+    garbage collector show), or without py-spy the task body under cProfile on
+    threads (bench/fleet_profile.py); shares scaled to (a)'s measured CPU. Redis
+    commands and round trips per evaluation, and what one Redis can carry.
 (f) Footprint: Redis bytes per evaluation (MEMORY USAGE of the store's keys)
     and the steady-state memory at a given rate and retention.
 
@@ -58,6 +60,15 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 import yaml  # noqa: E402
 
 from assay.redis_process import RedisProcess, free_port  # noqa: E402
+from bench.fleet_profile import Profiled, profile_worker  # noqa: E402
+from bench.pyspy_profile import (  # noqa: E402
+    GARBAGE_COLLECTOR,
+    Breakdown,
+    breakdown,
+    py_spy_path,
+    record_command,
+    stop_recording,
+)
 from tests.fleet_support import (  # noqa: E402
     PREDICATE,
     make_snapshots,
@@ -104,22 +115,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def descendants(pid: int) -> list[int]:
-    """The live child processes of ``pid``, recursively (Linux /proc)."""
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux /proc)."""
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children = [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-        for child in children:
-            found += [child, *descendants(child)]
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
     return found
+
+
+def descendants(pid: int) -> list[int]:
+    """The live child processes of ``pid``, recursively (Linux /proc)."""
+    return [p for child in children(pid) for p in (child, *descendants(child))]
 
 
 def tree_cpu_seconds(pid: int) -> float:
     """CPU of a process and its live children (``assay worker --processes`` has several)."""
     return sum(cpu_seconds(p) for p in [pid, *descendants(pid)])
+
+
+def worker_cpu_seconds(process: subprocess.Popen[bytes], recorded: bool) -> float:
+    """CPU of the worker processes so far; under py-spy (``recorded``), py-spy's own left out."""
+    total = tree_cpu_seconds(process.pid)
+    return total - cpu_seconds(process.pid) if recorded else total
 
 
 def stop_tree(process: subprocess.Popen[bytes]) -> None:
@@ -151,12 +169,21 @@ def start_model(script: dict[str, object], folder: Path) -> tuple[subprocess.Pop
 
 
 def eval_worker(
-    redis_url: str, model_url: str, pool: str, concurrency: int, processes: int, log: Path
+    redis_url: str,
+    model_url: str,
+    pool: str,
+    concurrency: int,
+    processes: int,
+    log: Path,
+    under: list[str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """`assay worker` as an operator starts it (``processes`` x ``concurrency`` runs at once)."""
+    """`assay worker` as an operator starts it (``processes`` x ``concurrency`` runs at once).
+
+    ``under``: an argv prefix the worker runs under (py-spy, which must be its parent).
+    """
     env = scripted_worker_env(redis_url, model_url, log_level="WARNING")
     return spawn(
-        [sys.executable, "-m", "assay.cli", "worker", "--pool", pool,
+        [*(under or []), sys.executable, "-m", "assay.cli", "worker", "--pool", pool,
          "--concurrency", str(concurrency), "--processes", str(processes), "--loglevel", "WARNING"],
         env,
         log,
@@ -251,8 +278,13 @@ def evaluation_rate(
     concurrency: int,
     label: str,
     processes: int = 1,
+    under: list[str] | None = None,
 ) -> Measured:
-    """Throughput and CPU per evaluation for one worker configuration (one wave of ``evals``)."""
+    """Throughput and CPU per evaluation for one worker configuration (one wave of ``evals``).
+
+    ``under``: a profiler's argv prefix (py-spy); the worker is then stopped so
+    that the profiler writes its samples, and the CPU figures leave it out.
+    """
     from assay.client import Client
     from schemas.settings import load_settings
 
@@ -262,16 +294,17 @@ def evaluation_rate(
     make_snapshots(warm, 2 * processes)
     model, model_url = start_model(three_step_script(delay=delay), folder)
     worker = eval_worker(
-        redis_url, model_url, pool, concurrency, processes, folder / f"{label}.log"
+        redis_url, model_url, pool, concurrency, processes, folder / f"{label}.log", under
     )
+    recorded = under is not None
     try:
         with Client(load_settings(redis_url=redis_url, snapshot_roots=[folder])) as client:
             warm_up(client, warm)
-            cpu_before = tree_cpu_seconds(worker.pid)
+            cpu_before = worker_cpu_seconds(worker, recorded)
             model_before = cpu_seconds(model.pid)
             commands_before, requests_before = redis_counts(redis_url)
             elapsed = run_batch(client, str(targets / "*"))
-            cpu = tree_cpu_seconds(worker.pid) - cpu_before
+            cpu = worker_cpu_seconds(worker, recorded) - cpu_before
             model_cpu = cpu_seconds(model.pid) - model_before
             commands, requests = redis_counts(redis_url)
         return Measured(
@@ -279,6 +312,8 @@ def evaluation_rate(
             (commands - commands_before) / evals, (requests - requests_before) / evals,
         )  # fmt: skip
     finally:
+        if recorded:
+            stop_recording(worker, children(worker.pid))
         stop_tree(worker)
         stop_process(model)
 
@@ -398,6 +433,66 @@ def print_wave(label: str, measured: Measured, ideal: float) -> None:
     )
 
 
+def sampled_breakdown(
+    redis_url: str, folder: Path, evals: int, py_spy: str
+) -> tuple[Measured, Breakdown]:
+    """(a)'s measurement once more with the worker under py-spy, and its samples' shares."""
+    raw = folder / "e-py-spy.raw"
+    measured = evaluation_rate(
+        redis_url, folder, evals=evals, delay=0.0, pool="threads", concurrency=64, label="e",
+        under=record_command(py_spy, raw),
+    )  # fmt: skip
+    return measured, breakdown(raw)
+
+
+def print_shares(
+    shares: list[tuple[str, float]], worker_cpu: float, always: tuple[str, ...] = ()
+) -> None:
+    """The component table: share, and ms per evaluation at ``worker_cpu`` (seconds).
+
+    Rows under half a percent are left out, except the ``always`` ones.
+    """
+    print(f"  {'component':66s} {'share':>6s} {'ms/eval':>8s}")
+    for name, share in shares:
+        if share >= 0.005 or name in always:
+            print(f"  {name:66s} {share:6.1%} {share * worker_cpu * 1000:8.2f}")
+
+
+def print_cpu_breakdown(redis_url: str, folder: Path, evals: int, worker_cpu: float) -> Profiled:
+    """Section (e): py-spy on the real worker if installed, else cProfile on the task body.
+
+    The shares come from the profiled run; the ms per evaluation scale them to
+    (a)'s ``worker_cpu``, measured without a profiler. The Redis counts of the
+    worker's store come from the in-process run either way.
+    """
+    py_spy = py_spy_path()
+    model, model_url = start_model(three_step_script(delay=0.0), folder)
+    try:
+        prof = profile_worker(redis_url, model_url, folder, evals, cprofile=py_spy is None)
+    finally:
+        stop_process(model)
+    if py_spy is None:
+        print(
+            f"\n(e) where the worker's CPU goes: cProfile (py-spy is not installed; "
+            f"`bash scripts/install.sh test` adds it), {prof.evaluations} evaluations of the "
+            f"task body on 8 threads; shares scaled to (a)'s {worker_cpu * 1000:.1f} ms"
+        )
+        print(f"  task body alone, no profiler: {prof.cpu_per_eval * 1000:6.1f} ms per evaluation; "
+              f"Celery, threads and the garbage collector: the rest of (a)'s figure")  # fmt: skip
+        print_shares(prof.shares, worker_cpu)
+        return prof
+    sampled, table = sampled_breakdown(redis_url, folder, evals, py_spy)
+    print(
+        f"\n(e) where the worker's CPU goes: py-spy (--gil --native) on a real `assay worker` "
+        f"(threads, 64), {evals} evaluations at zero latency"
+    )
+    print(f"  {table.samples} samples holding the GIL ({table.left_out} of start-up left "
+          f"out); shares scaled to (a)'s {worker_cpu * 1000:.1f} ms per evaluation "
+          f"(under py-spy: {sampled.worker_cpu * 1000:.1f} ms)")  # fmt: skip
+    print_shares(table.shares, worker_cpu, always=(GARBAGE_COLLECTOR,))
+    return prof
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--evals", type=int, default=300, help="evaluations in (a)")
@@ -414,7 +509,7 @@ def main() -> None:
         "--quick", action="store_true",
         help="a few minutes: 100 evaluations in (a), 1000 empty tasks, no (c) or (d)",
     )  # fmt: skip
-    parser.add_argument("--profile-evals", type=int, default=200, help="evaluations in (e)")
+    parser.add_argument("--profile-evals", type=int, default=300, help="evaluations in (e)")
     parser.add_argument("--rate", type=float, default=100.0, help="evaluations/s for (f)")
     parser.add_argument("--noop-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -424,7 +519,7 @@ def main() -> None:
 
     if args.quick:
         args.evals, args.noop_tasks, args.skip_pools = 100, 1000, True
-        args.profile_evals = 80
+        args.profile_evals = 150
     cores = os.cpu_count() or 1
     processes = args.processes or cores
     folder = Path(tempfile.mkdtemp(prefix="assay-bench-fleet-"))
@@ -488,23 +583,7 @@ def main() -> None:
         )
 
         # (e) where the CPU goes, and Redis per evaluation from the worker's side
-        from bench.fleet_profile import profile_worker
-
-        model, model_url = start_model(three_step_script(delay=0.0), folder)
-        try:
-            prof = profile_worker(server.url, model_url, folder, args.profile_evals)
-        finally:
-            stop_process(model)
-        print(
-            f"\n(e) where the worker's CPU goes ({prof.evaluations} evaluations of the task body "
-            f"on 8 threads under cProfile; shares scaled to (a)'s {a.worker_cpu * 1000:.1f} ms)"
-        )
-        print(f"  task body alone, no profiler: {prof.cpu_per_eval * 1000:6.1f} ms per evaluation; "
-              f"Celery and threads: the rest of (a)'s figure")  # fmt: skip
-        print(f"  {'component':52s} {'share':>6s} {'ms/eval':>8s}")
-        for name, share in prof.shares:
-            if share >= 0.005:
-                print(f"  {name:52s} {share:6.1%} {share * a.worker_cpu * 1000:8.2f}")
+        prof = print_cpu_breakdown(server.url, folder, args.profile_evals, a.worker_cpu)
         ops = prof.commands_per_eval
         print(
             f"  Redis from the worker's store: {ops:.1f} commands in "

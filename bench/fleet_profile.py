@@ -1,10 +1,13 @@
-"""Where a worker's CPU goes per evaluation, and what it asks of Redis (used by bench_fleet).
+"""What a worker asks of Redis per evaluation, and (fallback) where its task body's CPU goes.
 
-py-spy cannot attach on every machine (it could not here), so the breakdown is
-taken in-process: the worker's own task body (``workers.fleet.tasks.handle_delivery``:
-store, engine, tools, model calls) runs on a few threads, each under its own
-cProfile, against the same private Redis and a scripted model in its own
-process. Celery's share is what the real worker measured minus this.
+Used by bench_fleet. The component table (``COMPONENTS``, file-path needles) is
+shared with bench/pyspy_profile.py, which samples the real worker and is what
+bench_fleet prints when py-spy is installed (the ``bench`` extra). Without
+py-spy the breakdown is taken in-process here: the worker's own task body
+(``workers.fleet.tasks.handle_delivery``: store, engine, tools, model calls)
+runs on a few threads, each under its own cProfile, against the same private
+Redis and a scripted model in its own process. Celery's share is what the real
+worker measured minus this; the garbage collector is invisible to cProfile.
 
 Attribution: a function's own time goes to the component of the file it is in;
 a C built-in's own time (``json.dumps``, a socket read) goes to the component of
@@ -23,11 +26,19 @@ import pstats
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "Celery, kombu (consumer, thread pool, broker)",
+        (
+            "site-packages/celery/", "site-packages/kombu/", "site-packages/vine/",
+            "site-packages/billiard/", "site-packages/amqp/",
+        ),
+    ),
     ("model call: litellm", ("site-packages/litellm/",)),
     ("model call: OpenAI SDK", ("site-packages/openai/",)),
     (
@@ -156,9 +167,18 @@ class _RedisCounter:
 
 
 def profile_worker(
-    redis_url: str, model_url: str, folder: Path, evaluations: int, threads: int = 8
+    redis_url: str,
+    model_url: str,
+    folder: Path,
+    evaluations: int,
+    threads: int = 8,
+    cprofile: bool = True,
 ) -> Profiled:
-    """Run ``evaluations`` through the task body on ``threads`` threads; profile and count."""
+    """Run ``evaluations`` through the task body on ``threads`` threads; count, and profile.
+
+    ``cprofile=False`` skips the profiled pass (``shares`` is then empty): when
+    py-spy samples the real worker, only the Redis counts are wanted from here.
+    """
     from schemas.settings import load_settings
     from tests.fleet_support import PREDICATE, make_snapshots, snapshot_request
     from workers.fleet.runtime import WorkerRuntime
@@ -214,16 +234,10 @@ def profile_worker(
         commands, round_trips = counter.commands, counter.round_trips
     finally:
         counter.close()
-    # CPU time of each thread, not wall time: waiting on a socket must not count.
-    profilers = [cProfile.Profile(time.thread_time) for _ in range(threads)]
-    run_all(payloads("profile-cprofile", evaluations), profilers)
-    stats = pstats.Stats(profilers[0])
-    for profiler in profilers[1:]:
-        stats.add(profiler)
-    totals = attribute(stats)
-    whole = sum(totals.values()) or 1.0
-    shares = sorted(((name, seconds / whole) for name, seconds in totals.items()),
-                    key=lambda item: -item[1])  # fmt: skip
+    shares: list[tuple[str, float]] = []
+    if cprofile:
+        profiled = payloads("profile-cprofile", evaluations)
+        shares = cprofile_shares(lambda profilers: run_all(profiled, profilers), threads)
     return Profiled(
         evaluations=evaluations,
         cpu_per_eval=cpu / evaluations,
@@ -231,3 +245,21 @@ def profile_worker(
         commands_per_eval=commands / evaluations,
         round_trips_per_eval=round_trips / evaluations,
     )
+
+
+def cprofile_shares(
+    run: Callable[[list[cProfile.Profile]], object], threads: int
+) -> list[tuple[str, float]]:
+    """Shares of own time per component, largest first, over one ``run`` with a profiler a thread.
+
+    CPU time of each thread, not wall time: waiting on a socket must not count.
+    """
+    profilers = [cProfile.Profile(time.thread_time) for _ in range(threads)]
+    run(profilers)
+    stats = pstats.Stats(profilers[0])
+    for profiler in profilers[1:]:
+        stats.add(profiler)
+    totals = attribute(stats)
+    whole = sum(totals.values()) or 1.0
+    return sorted(((name, seconds / whole) for name, seconds in totals.items()),
+                  key=lambda item: -item[1])  # fmt: skip

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install assay into ./.venv, plus redis-server when it is missing (and, for the test extra,
 # prometheus-alertmanager).
-# Usage: scripts/install.sh [extra]   e.g. scripts/install.sh test
+# Usage: scripts/install.sh [extra]   e.g. scripts/install.sh test (which adds the bench extra)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra="${1:-}"
@@ -33,6 +33,8 @@ python3 -m venv .venv
 log=.venv/install.log
 spec="."
 [ -n "$extra" ] && spec=".[$extra]"
+# The test set-up also gets the bench extra (py-spy), so bench/ runs from the same venv.
+[ "$extra" = "test" ] && spec=".[test,bench]"
 # pip's and setuptools' chatter goes to the log; it is shown only when the install fails.
 if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e "$spec"; } >"$log" 2>&1; then
   cat "$log" >&2
