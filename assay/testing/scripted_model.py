@@ -401,6 +401,18 @@ def _cut_message(message: dict[str, Any], max_chars: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- HTTP server
 
 
+class _Server(ThreadingHTTPServer):
+    """A threading HTTP server with a listen backlog like a real model server's.
+
+    socketserver's default backlog is 5: when a fleet worker's 200 threads open
+    their first connections at once, the kernel drops the overflow and each of
+    those clients waits a full second for TCP to retry, a delay no real
+    endpoint (uvicorn's backlog is 2048) would add.
+    """
+
+    request_queue_size = 1024
+
+
 class ScriptedModel:
     """The server, in-process: ``with ScriptedModel(path) as model: ... model.url``."""
 
@@ -419,7 +431,7 @@ class ScriptedModel:
         self._usage: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -453,7 +465,7 @@ class ScriptedModel:
         return [body for body in self.requests if body.get("user") == user]
 
     def start(self) -> ScriptedModel:
-        self._server = ThreadingHTTPServer((self._host, self._port), self._handler_class())
+        self._server = _Server((self._host, self._port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="scripted-model", daemon=True
