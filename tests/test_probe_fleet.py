@@ -4,11 +4,9 @@ the probe, without a model call."""
 
 from __future__ import annotations
 
-import copy
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,31 +18,16 @@ from tests.fleet_support import (
     PREDICATE,
     make_snapshots,
     scripted_worker,
-    three_step_script,
     wait_until,
 )
+from tests.probe_support import fleet_script_with_probe
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-PROBE = {
-    "lookups": [{"tool": "get", "args": {"kind": "Deployment", "namespace": "prod"}}],
-    "scope": "each_object",
-    "expression": "object.status.readyReplicas >= 2",
-}
-
-
-def _script_with_probe() -> dict[str, Any]:
-    """The fleet tests' planner, its every DONE carrying the probe above."""
-    script = copy.deepcopy(three_step_script())
-    done_turn = script["scenarios"][-1]["turns"][-1]  # type: ignore[index]
-    for option in done_turn["when"]:
-        option["action"]["probe"] = PROBE
-    return script
 
 
 @pytest.fixture(scope="module")
 def scripted_model() -> Iterator[ScriptedModel]:
-    with ScriptedModel(_script_with_probe()) as model:
+    with ScriptedModel(fleet_script_with_probe()) as model:
         yield model
 
 

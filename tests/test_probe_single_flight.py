@@ -9,12 +9,10 @@ fail-safe paths: a holder that vanished, a holder that ended without a probe.
 
 from __future__ import annotations
 
-import copy
 import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,10 +28,9 @@ from tests.fleet_support import (
     PREDICATE,
     make_snapshots,
     scripted_worker,
-    three_step_script,
     wait_until,
 )
-from tests.probe_support import done_with_probe, probe
+from tests.probe_support import done_with_probe, fleet_script_with_probe, probe
 from workers.core.engine import EngineDeps
 from workers.fleet.probe_rerun import evaluate_check
 from workers.fleet.probe_store import ProbeStore
@@ -42,26 +39,12 @@ from workers.fleet.redis_client import connect
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 TARGETS = 8
-PROBE = {
-    "lookups": [{"tool": "get", "args": {"kind": "Deployment", "namespace": "prod"}}],
-    "scope": "each_object",
-    "expression": "object.status.readyReplicas >= 2",
-}
-
-
-def _slow_script_with_probe() -> dict[str, Any]:
-    """The fleet planner, 0.5 s per turn (so 8 threads all start before one run ends), its
-    every DONE carrying the probe."""
-    slow = copy.deepcopy(three_step_script(delay=0.5))
-    done_turn = slow["scenarios"][-1]["turns"][-1]  # type: ignore[index]
-    for option in done_turn["when"]:
-        option["action"]["probe"] = PROBE
-    return slow
 
 
 @pytest.fixture(scope="module")
 def slow_model() -> Iterator[ScriptedModel]:
-    with ScriptedModel(_slow_script_with_probe()) as model:
+    # 0.5 s per turn, so all 8 threads start before one run ends.
+    with ScriptedModel(fleet_script_with_probe(delay=0.5)) as model:
         yield model
 
 
