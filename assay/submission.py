@@ -173,15 +173,7 @@ def _hold(
             request.run_id,
             ex=int(due_in) + settings.run_ttl_seconds,
         )
-        receipts.append(
-            SubmitReceipt(
-                run_id=request.run_id,
-                check_id=request.check_id,
-                target=request.target.name,
-                batch_id=request.batch_id,
-                not_before=request.not_before,
-            )
-        )
+        receipts.append(SubmitReceipt.of(request, not_before=request.not_before))
     pipe.execute()
     return receipts
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.report import RunStatus
+from schemas.request import EvaluationRequest
 from schemas.verdict import VerdictKind
 
 BATCH_COUNTERS: tuple[str, ...] = (
@@ -36,6 +37,17 @@ class SubmitReceipt(BaseModel):
         default=None,
         description="When a deferred run is due (UTC); null when it was queued to run now.",
     )
+
+    @classmethod
+    def of(cls, request: EvaluationRequest, not_before: datetime | None = None) -> SubmitReceipt:
+        """The receipt for ``request`` as submitted now (queued, or held until ``not_before``)."""
+        return cls(
+            run_id=request.run_id,
+            check_id=request.check_id,
+            target=request.target.name,
+            batch_id=request.batch_id,
+            not_before=not_before,
+        )
 
 
 class RunProgress(BaseModel):

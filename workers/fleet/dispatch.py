@@ -67,12 +67,7 @@ class Dispatcher:
         """Register ``request`` as queued (once) and send its task."""
         self.store.register_run(request)
         self.send(request, fence=fence)
-        return SubmitReceipt(
-            run_id=request.run_id,
-            check_id=request.check_id,
-            target=request.target.name,
-            batch_id=request.batch_id,
-        )
+        return SubmitReceipt.of(request)
 
     def submit_many(self, requests: Sequence[EvaluationRequest]) -> list[SubmitReceipt]:
         """:meth:`submit` for a batch's chunk: one store round trip, one broker round trip.
@@ -99,15 +94,7 @@ class Dispatcher:
             _log.warning("batch_publish_failed", runs=len(requests), error=str(exc.__cause__))
             for request in requests:
                 self.send(request)
-        return [
-            SubmitReceipt(
-                run_id=request.run_id,
-                check_id=request.check_id,
-                target=request.target.name,
-                batch_id=request.batch_id,
-            )
-            for request in requests
-        ]
+        return [SubmitReceipt.of(request) for request in requests]
 
     def send(
         self,
