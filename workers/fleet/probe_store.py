@@ -70,6 +70,7 @@ class ProbeStore:
         self.history_limit = history_limit
         self.batch_ttl_seconds = batch_ttl_seconds
         self.compile_lock_seconds = compile_lock_seconds
+        self._finish_script = client.register_script(_FINISH)
 
     @classmethod
     def beside(cls, store: VerdictStore, settings: AssaySettings) -> ProbeStore:
@@ -218,7 +219,7 @@ class ProbeStore:
 
     def finish_compile(self, check_id: str, batch_id: str | None, token: str) -> None:
         """The holder is done: ``done`` replaces its token (TTL kept) when it still owns it."""
-        self.client.eval(_FINISH, 1, self._compile_key(check_id, batch_id), token)
+        self._finish_script(keys=[self._compile_key(check_id, batch_id)], args=[token])
 
     def compile_state(self, check_id: str, batch_id: str | None) -> CompileState:
         """``compiling`` while a holder asks the model, ``done`` after, ``free`` otherwise."""
