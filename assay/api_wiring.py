@@ -30,10 +30,10 @@ from schemas.request import EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule
 from workers.core import metrics
 from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
-from workers.fleet.broker import broker_url, is_redis_broker, is_redis_url, queue_name
+from workers.fleet.broker import broker_url, is_redis_broker, queue_name
 from workers.fleet.dispatch import Dispatcher
 from workers.fleet.queue_depth import QueueDepthCollector
-from workers.fleet.redis_client import FLEET_BROKER, connect, require_reachable
+from workers.fleet.redis_client import connect
 from workers.fleet.store import VerdictStore
 from workers.fleet.targets import TargetGlobError, context_targets
 from workers.fleet.timers import TimerStore
@@ -148,10 +148,7 @@ class Services:
         store = self.store
         with self._lock:
             if self._dispatcher is None:
-                broker = broker_url(self.settings)
-                if broker != self.settings.redis_url and is_redis_url(broker):
-                    require_reachable(broker, role=FLEET_BROKER)  # else ~30 s of publish retries
-                self._dispatcher = Dispatcher.from_settings(self.settings, store)
+                self._dispatcher = Dispatcher.from_settings(self.settings, store, fail_fast=True)
             return self._dispatcher
 
     def submit(self, request: EvaluationRequest) -> SubmitReceipt:

@@ -55,9 +55,8 @@ from schemas.request import (
 from schemas.settings import load_settings
 from schemas.verdict import Verdict
 from workers.core.snapshot_roots import SnapshotRoots
-from workers.fleet.broker import broker_url, is_redis_url
 from workers.fleet.dispatch import Dispatcher
-from workers.fleet.redis_client import FLEET_BROKER, RedisUnreachable, connect, require_reachable
+from workers.fleet.redis_client import RedisUnreachable, connect
 from workers.fleet.store import VerdictStore
 from workers.fleet.targets import context_targets, snapshot_targets
 
@@ -141,11 +140,7 @@ class Client:
     def dispatcher(self) -> Dispatcher:
         """The broker; a separate Redis broker that is not there is ``RedisUnreachable`` too."""
         if self._dispatcher is None:
-            store = self.store
-            broker = broker_url(self.settings)
-            if broker != self.settings.redis_url and is_redis_url(broker):
-                require_reachable(broker, role=FLEET_BROKER)  # else ~30 s of publish retries
-            self._dispatcher = Dispatcher.from_settings(self.settings, store)
+            self._dispatcher = Dispatcher.from_settings(self.settings, self.store, fail_fast=True)
         return self._dispatcher
 
     def close(self) -> None:

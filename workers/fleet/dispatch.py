@@ -25,7 +25,8 @@ from schemas.budget import PROFILES
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
-from workers.fleet.broker import TASK_NAME, configured_app, queue_name
+from workers.fleet.broker import TASK_NAME, broker_url, configured_app, is_redis_url, queue_name
+from workers.fleet.redis_client import FLEET_BROKER, require_reachable
 from workers.fleet.store import VerdictStore
 
 if TYPE_CHECKING:
@@ -58,7 +59,17 @@ class Dispatcher:
         self._queue = queue_name(settings)
 
     @classmethod
-    def from_settings(cls, settings: AssaySettings, store: VerdictStore) -> Dispatcher:
+    def from_settings(
+        cls, settings: AssaySettings, store: VerdictStore, *, fail_fast: bool = False
+    ) -> Dispatcher:
+        """The fleet's dispatcher. ``fail_fast`` is for callers a person waits on (CLI,
+        ``assay.Client``, the API), like ``connect(url, fail_fast=True)`` for the store: a
+        separate Redis broker that does not answer raises ``RedisUnreachable`` at once,
+        instead of the first publish sitting out half a minute of retries."""
+        if fail_fast:
+            broker = broker_url(settings)
+            if broker != settings.redis_url and is_redis_url(broker):
+                require_reachable(broker, role=FLEET_BROKER)
         return cls(configured_app(settings), store, settings)
 
     def submit(
