@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from schemas.probe import ProbeRecord
 from workers.core.toolsets.backend import BackendError
-from workers.core.toolsets.kinds import BUILTIN_RESOURCES, ResourceIndex
+from workers.core.toolsets.kinds import builtin_index
 
 ExportFormat = Literal["vap", "kyverno"]
 Action = Literal["Audit", "Deny", "Warn"]
@@ -69,7 +69,7 @@ def _match(record: ProbeRecord) -> dict[str, Any]:
         raise NotExportable("a field selector has no admission-policy counterpart")
     kind = str(args.get("kind", ""))
     try:
-        resource = ResourceIndex(BUILTIN_RESOURCES).resolve(kind)
+        resource = builtin_index().resolve(kind)
     except BackendError:
         raise NotExportable(
             f"the kind {kind!r} is not a built-in kind, so its API group is unknown offline"

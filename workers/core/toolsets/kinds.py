@@ -134,7 +134,7 @@ class ResourceIndex:
         """``ResourceIndex([*BUILTIN_RESOURCES, *extra])``, the built-in part built once per
         process: every snapshot run needs it, and indexing the built-in kinds' names was a
         tenth of a snapshot evaluation's CPU (issue 15)."""
-        base = _builtin_index()
+        base = builtin_index()
         index = cls.__new__(cls)
         index._resources = list(base._resources)
         index._by_name = dict(base._by_name)  # lists are shared: _add replaces, never appends
@@ -177,5 +177,6 @@ class ResourceIndex:
 
 
 @lru_cache(maxsize=1)
-def _builtin_index() -> ResourceIndex:
+def builtin_index() -> ResourceIndex:
+    """The built-in kinds' index, built once per process (read-only: never add to it)."""
     return ResourceIndex(BUILTIN_RESOURCES)
