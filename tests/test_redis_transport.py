@@ -77,3 +77,40 @@ def test_a_clean_close_still_puts_the_message_back_at_once(
     channel, _ = reserve_one(connection)
     channel.close()
     assert counts(redis_url) == (1, 0)
+
+
+def test_acks_from_many_threads_share_one_client_and_all_land(redis_url: str) -> None:
+    """Acks reuse one redis client per pool (not one per ack), from any thread, and it is
+    rebuilt with the pool after kombu drops the pool (as on a lost connection)."""
+    import threading
+
+    app = configured_app(load_settings(redis_url=redis_url))
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        producer = Producer(channel)
+        for n in range(40):
+            producer.publish(
+                {"run": n}, exchange=QUEUE.exchange, routing_key="restore-test", declare=[QUEUE]
+            )
+        messages = [channel.basic_get("restore-test", no_ack=False) for _ in range(40)]
+        assert counts(redis_url) == (0, 40)
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second
+
+        threads = [
+            threading.Thread(target=lambda batch=messages[i::8]: [m.ack() for m in batch])
+            for i in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert counts(redis_url) == (0, 0), "every ack removed its message from unacked"
+
+        with channel.conn_or_acquire() as before:
+            pass
+        channel._disconnect_pools()
+        with channel.conn_or_acquire() as after:
+            assert after is not before
+            assert after.connection_pool is channel.pool
+            assert after.ping()

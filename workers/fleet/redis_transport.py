@@ -55,6 +55,8 @@ and ``sentinel://`` brokers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -98,7 +100,34 @@ class _RefuseWhenDetached:
         return super()._connparams(asynchronous)  # type: ignore[misc]
 
 
-class Channel(_RefuseWhenDetached, kombu_redis.Channel):
+class _SharedClient:
+    """One redis-py client per connection pool for the channel's acks, not one per ack.
+
+    Why: kombu's ``conn_or_acquire`` builds a new ``redis.Redis`` each time it is
+    asked, and it is asked twice per message (the unacked bookkeeping on delivery,
+    and the ack). A ``redis.Redis`` builds its table of ~200 response callbacks in
+    its constructor: py-spy put that at 4% of a busy worker's GIL time (issue 15).
+    A client over a pool is thread-safe (each command borrows a connection), so the
+    task threads acking at once can share one. It is rebuilt whenever the channel's
+    pool is (kombu drops the pool on a connection loss), and asking for the pool
+    first keeps the refusal above for a detached channel.
+    """
+
+    _shared: Any = None
+
+    @contextmanager
+    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
+        if client:
+            yield client
+            return
+        pool = self.pool  # type: ignore[attr-defined]
+        shared = self._shared
+        if shared is None or shared.connection_pool is not pool:
+            shared = self._shared = self._create_client()  # type: ignore[attr-defined]
+        yield shared
+
+
+class Channel(_SharedClient, _RefuseWhenDetached, kombu_redis.Channel):
     QoS = QoS
 
 
@@ -106,7 +135,7 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
-class SentinelChannel(_RefuseWhenDetached, kombu_redis.SentinelChannel):
+class SentinelChannel(_SharedClient, _RefuseWhenDetached, kombu_redis.SentinelChannel):
     QoS = QoS
 
 
