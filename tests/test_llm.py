@@ -85,6 +85,66 @@ def test_tool_definitions_are_counted_as_their_json_text() -> None:
     assert with_tools == bare + tool_text
 
 
+CONVERSATION: list[dict[str, Any]] = [
+    {"role": "user", "content": "Predicate: every Deployment in shop runs 3 replicas"},
+    {
+        "role": "assistant",
+        "content": "Looking at the Deployments first.",
+        "tool_calls": [
+            {
+                "id": "call_9",
+                "type": "function",
+                "function": {"name": "list", "arguments": '{"kind": "Deployment", "ns": "shop"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_9", "content": "NAME  READY\nweb   3/3\n" * 40},
+    {"role": "user", "content": "Überprüfe die Replikate — 日本語のテキストも数える"},
+]
+
+
+@pytest.mark.parametrize("model", ["openai/scripted", "gpt-4o-mini", "claude-3-5-haiku-20241022"])
+def test_each_message_is_counted_exactly_as_litellm_counts_it(model: str) -> None:
+    """The per-model shortcut must give litellm's own count, message by message."""
+    litellm = load_litellm()
+    client = LiteLLMClient(load_settings())
+    for message in CONVERSATION:
+        expected = int(litellm.token_counter(model=model, messages=[message]))
+        assert client.count_tokens(model, [message], None) == expected, message["role"]
+    total = sum(int(litellm.token_counter(model=model, messages=[m])) for m in CONVERSATION)
+    assert client.count_tokens(model, CONVERSATION, None) == total
+
+
+@pytest.mark.parametrize("change", ["moved", "disagrees"])
+def test_counting_falls_back_to_litellm_when_its_internals_change(
+    monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A litellm whose internals moved, or count differently, still counts its public way."""
+    import types
+
+    import litellm.litellm_core_utils as core_utils
+    from litellm.litellm_core_utils import token_counter as real
+
+    from workers.core import llm
+
+    fake = types.SimpleNamespace()
+    if change == "disagrees":
+        fake = types.SimpleNamespace(
+            _MessageCountParams=real._MessageCountParams,
+            _count_extra=real._count_extra,
+            _count_messages=lambda *args: 1,  # an undercount the probe check must catch
+        )
+    monkeypatch.setattr(core_utils, "token_counter", fake)
+    llm._message_counter.cache_clear()
+    try:
+        client = LiteLLMClient(load_settings())
+        for message in CONVERSATION:
+            expected = int(load_litellm().token_counter(model="gpt-4o-mini", messages=[message]))
+            assert client.count_tokens("gpt-4o-mini", [message], None) == expected
+    finally:
+        llm._message_counter.cache_clear()
+
+
 def test_transport_is_tool_calling_unless_asked_or_known_unsupported() -> None:
     auto = LiteLLMClient(load_settings())
     assert auto.transport_for("openai/scripted") == "tools"  # unknown endpoint: tools

@@ -247,7 +247,7 @@ class LiteLLMClient:
         prompt instead, which costs two to three times as much.
         """
         try:
-            counter = load_litellm().token_counter
+            counter = _message_counter(model)
             counted = 0
             for message in messages:
                 content = message.get("content")
@@ -258,7 +258,7 @@ class LiteLLMClient:
                 ):
                     counted += _count_system(model, content)  # the same few prompts every run
                 else:
-                    counted += int(counter(model=model, messages=[message]))
+                    counted += counter(message)
             if tools:
                 counted += _count_text(model, json.dumps(tools))
             return counted
@@ -422,6 +422,60 @@ def _count_system(model: str, content: str) -> int:
 @lru_cache(maxsize=256)
 def _count_text(model: str, text: str) -> int:
     return int(load_litellm().token_counter(model=model, text=text))
+
+
+# Two messages litellm's own count must agree on before the shortcut below is used.
+_AGREEMENT_PROBES: tuple[dict[str, Any], ...] = (
+    {"role": "user", "content": "Is every Deployment in namespace shop running 3 replicas?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get", "arguments": '{"kind": "Deployment", "name": "web"}'},
+            }
+        ],
+    },
+)
+
+
+@lru_cache(maxsize=32)
+def _message_counter(model: str) -> Callable[[dict[str, Any]], int]:
+    """litellm's count of one message, with what it works out per model worked out once.
+
+    Why: ``litellm.token_counter`` resolves the model's message accounting and
+    tokenizer on every call (name fix-ups, catalog lookups, tokenizer choice);
+    for the one-message counts a run makes, that was over half of the counting
+    CPU (issue 15). This keeps litellm's own arithmetic (its ``_count_messages``
+    and per-request ``_count_extra`` over the parameters it builds) and only
+    reuses the parameters. They are internal to litellm, so the shortcut is
+    used only if it gives litellm's public answer on two probe messages;
+    otherwise, or if litellm changes shape, every count takes the public path.
+    """
+    litellm = load_litellm()
+
+    def public(message: dict[str, Any]) -> int:
+        return int(litellm.token_counter(model=model, messages=[message]))
+
+    try:
+        from litellm.litellm_core_utils import token_counter as internals
+
+        params = internals._MessageCountParams(model, None)
+        extra = int(internals._count_extra(params.count_function, None, None, False))
+
+        def reused(message: dict[str, Any]) -> int:
+            if message.get("role") == "system":  # _count_extra differs with a system message
+                return public(message)
+            counted = internals._count_messages(params, [message], False, None)  # type: ignore[list-item]
+            return int(counted) + extra
+
+        if all(reused(probe) == public(probe) for probe in _AGREEMENT_PROBES):
+            return reused
+    except Exception:  # any change in litellm's internals: the public path
+        pass
+    return public
 
 
 def _log_retry(state: RetryCallState) -> None:
