@@ -88,9 +88,12 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 def noop_worker_main(concurrency: int) -> None:
     """A worker with the fleet's exact Celery configuration and one task that only counts."""
+    from celery import signals
+
     from schemas.settings import load_settings
     from workers.fleet.broker import configured_app
     from workers.fleet.redis_client import connect
+    from workers.fleet.runtime import tune_interpreter
 
     settings = load_settings()
     app = configured_app(settings)
@@ -99,6 +102,10 @@ def noop_worker_main(concurrency: int) -> None:
     @app.task(name=NOOP_TASK, ignore_result=True)
     def noop() -> None:
         counter.incr(NOOP_COUNTER)
+
+    @signals.worker_ready.connect(weak=False)
+    def tune(**_: object) -> None:
+        tune_interpreter()  # as an assay worker does, so the ratio compares task bodies
 
     app.worker_main(["worker", "--pool=threads", f"--concurrency={concurrency}", "-l", "WARNING"])
 

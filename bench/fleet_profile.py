@@ -193,10 +193,10 @@ def profile_worker(
     configure_logging(settings)  # as the worker does: WARNING, so run logs are filtered out
     runtime = WorkerRuntime.build(settings)
     from workers.core.litellm_import import load_litellm
-    from workers.fleet.runtime import freeze_startup_heap
+    from workers.fleet.runtime import tune_interpreter
 
     load_litellm()
-    freeze_startup_heap()  # as worker_started does
+    tune_interpreter()  # as worker_started does
 
     def payloads(label: str, count: int) -> list[dict[str, Any]]:
         found = []
