@@ -64,6 +64,7 @@ from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict, VerdictKind
 from workers.core.toolsets.redaction import scrubbed_model
+from workers.fleet.checkpoints import checkpoint_key
 from workers.fleet.redis_client import connect, stream_entries, text_fields, texts
 from workers.fleet.report_codec import decode_report, encode_report
 
@@ -182,7 +183,8 @@ return 1
 """
 )
 
-# KEYS: run, check, history, checks zset, changes stream, unfinished zset
+# KEYS: run, check, history, checks zset, changes stream, unfinished zset, the run's checkpoint
+#       (deleted with the verdict: a parked run's state is not needed once it is recorded)
 # ARGV: 1 run_id, 2 check_id, 3 target, 4 verdict kind, 5 exit code, 6 verdict JSON,
 #       7 report JSON, 8 finished ms, 9 finished ISO, 10 history limit, 11 ttl, 12 prefix,
 #       13 kind, 14 text, 15 batch result JSON, 16 changes maxlen, 17 now ISO, 18 source,
@@ -253,6 +255,7 @@ redis.call('HSET', run, 'status', 'done', 'verdict', ARGV[6], 'verdict_kind', ki
 redis.call('HDEL', run, 'wake_at')
 redis.call('EXPIRE', run, ARGV[11])
 redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('DEL', KEYS[7])
 
 if counts then
   redis.call('XADD', KEYS[3], 'MAXLEN', '=', ARGV[10], '*', 'run_id', ARGV[1], 'verdict', ARGV[6])
@@ -683,6 +686,7 @@ class VerdictStore:
                 self.key("checks"),
                 self.key("changes"),
                 self.key("unfinished"),
+                checkpoint_key(self.prefix, report.run_id),
             ],
             args=[
                 report.run_id,

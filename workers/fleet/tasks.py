@@ -49,7 +49,7 @@ from workers.core.logs import bind_run
 from workers.core.metrics import observe_verdict
 from workers.core.tracing import evaluation_span
 from workers.fleet.broker import TASK_NAME
-from workers.fleet.checkpoints import discard, load_for_resume, park
+from workers.fleet.checkpoints import load_for_resume, park
 from workers.fleet.runtime import RuntimeHolder, WorkerRuntime, worker_started
 from workers.fleet.store import StoreConflict
 
@@ -207,8 +207,7 @@ def _finish(runtime: WorkerRuntime, report: RunReport, log: Any) -> str:
     if not written:
         log.info("run_already_recorded")
         return "duplicate"
-    assert report.verdict is not None
-    _retrying(discard, runtime.redis, runtime.settings, report.run_id)
+    assert report.verdict is not None  # its checkpoint, if it parked, went with the verdict
     observe_verdict(report.verdict)
     log.info("run_recorded", verdict=report.verdict.verdict.value)
     return "recorded"
