@@ -89,6 +89,33 @@ def test_posts_reuse_one_connection_and_send_the_body_and_headers_as_given() -> 
     assert first["headers"]["Authorization"] == "Bearer k"
 
 
+def test_a_request_goes_out_in_one_write_head_and_body_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One socket write per POST (http.client alone makes two: head, then body)."""
+    import http.client
+
+    writes: list[bytes] = []
+    original = http.client.HTTPConnection.send
+
+    def counted(connection: Any, data: Any) -> None:
+        writes.append(bytes(data))
+        original(connection, data)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "send", counted)
+    big = json.dumps({"messages": [{"role": "tool", "content": "x" * 20_000}]}).encode()
+    with server(lambda h, r: answer(h)) as (url, seen):
+        client = KeepAliveClient()
+        for _ in range(3):
+            assert (
+                client.post_json(url + "/v1/chat/completions", big, HEADERS, 5).status_code == 200
+            )
+    assert len(writes) == 3
+    assert all(w.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n") for w in writes)
+    assert all(w.endswith(b"\r\n\r\n" + big) for w in writes)
+    assert [r["body"] for r in seen.requests] == [big] * 3
+
+
 def test_a_connection_the_server_closed_while_idle_is_reopened_without_an_error() -> None:
     def close_after(handler: BaseHTTPRequestHandler, recorder: Recorder) -> None:
         answer(handler)
