@@ -483,3 +483,48 @@ def test_a_cluster_scoped_object_with_a_namespace_is_found_by_name(tmp_path: Pat
     assert "rbac/reader.yaml: ClusterRole 'reader' is cluster-scoped" in problems
     assert "crds.yaml: ClusterPolicy 'strict' is cluster-scoped" in problems
     assert "namespace 'test' was ignored" in problems
+
+
+def test_one_walk_finds_what_rglob_finds_in_its_order(tmp_path: Path) -> None:
+    """The cache and the backend share one walk of a snapshot folder; it must see the same
+    entries as ``sorted(root.rglob("*"))`` (what each walked before), symlinks included."""
+    from workers.core.toolsets.snapshot_backend import FolderListing
+
+    root = tmp_path / "snap"
+    for name in (
+        "a/b.yaml",
+        "a-b.yaml",
+        "a/c/d.yml",
+        ".hidden/x.yaml",
+        "logs/ns/pod/c.log",
+        "Z.json",
+    ):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("{}")
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "e.yaml").write_text("{}")
+    (root / "linked-folder").symlink_to(outside, target_is_directory=True)
+    (root / "linked-file.yaml").symlink_to(outside / "deep" / "e.yaml")
+    (root / "broken.yaml").symlink_to(tmp_path / "missing.yaml")
+
+    listing = FolderListing.walk(root.resolve())
+
+    assert [path for _, path, _ in listing.entries] == sorted(root.resolve().rglob("*"))
+    assert "linked-folder/deep/e.yaml" not in [rel for rel, _, _ in listing.entries]
+    stats = {rel: st for rel, _, st in listing.entries}
+    assert stats["broken.yaml"] is None and stats["linked-file.yaml"] is not None
+
+
+def test_a_symlinked_object_file_loads_and_a_broken_link_is_skipped(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.yaml"
+    outside.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: linked, namespace: default}\n"
+    )
+    root = tmp_path / "snap"
+    root.mkdir()
+    (root / "cm.yaml").symlink_to(outside)
+    (root / "gone.yaml").symlink_to(tmp_path / "missing.yaml")
+    backend = SnapshotBackend(root)
+    assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["linked"]
+    assert not backend.problems

@@ -22,7 +22,7 @@ from workers.core.toolsets.base import Tool, ToolRegistry
 from workers.core.toolsets.kubernetes import kubernetes_tools
 from workers.core.toolsets.redaction import PATTERNS
 from workers.core.toolsets.shell import shell_tools
-from workers.core.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
+from workers.core.toolsets.snapshot_backend import FolderListing, SnapshotBackend, SnapshotError
 
 SNAPSHOT_CACHE_SIZE = 32
 
@@ -41,28 +41,20 @@ class SnapshotCache:
         self._entries: OrderedDict[Path, tuple[Signature, SnapshotBackend]] = OrderedDict()
         self._lock = threading.Lock()
 
-    @staticmethod
-    def signature(root: Path) -> Signature:
-        entries = []
-        for file in root.rglob("*"):
-            try:
-                stat = file.stat()
-            except OSError:  # removed while we walked: the next call sees the new state
-                continue
-            entries.append((file.relative_to(root).as_posix(), stat.st_mtime_ns, stat.st_size))
-        return tuple(sorted(entries))
-
-    def get(self, path: str | Path) -> SnapshotBackend:
-        root = Path(path).expanduser().resolve()
+    def get(self, path: str | Path, *, resolved: bool = False) -> SnapshotBackend:
+        """The parsed snapshot at ``path``; ``resolved``: the caller already resolved it."""
+        root = Path(path) if resolved else Path(path).expanduser().resolve()
         with self._lock:
-            if not root.is_dir():
+            try:
+                listing = FolderListing.walk(root)
+            except OSError:
                 return SnapshotBackend(root)  # raises SnapshotError with the reason
-            signature = self.signature(root)
+            signature = listing.signature()
             cached = self._entries.get(root)
             if cached is not None and cached[0] == signature:
                 self._entries.move_to_end(root)
                 return cached[1]
-            backend = SnapshotBackend(root)
+            backend = SnapshotBackend(root, listing)
             self._entries[root] = (signature, backend)
             self._entries.move_to_end(root)
             while len(self._entries) > self._size:
@@ -83,8 +75,8 @@ def backend_for(
     """The cluster behind a request's target."""
     if isinstance(target, SnapshotTarget):
         try:
-            folder = SnapshotRoots.for_local(settings).confine(target.path)
-            return snapshot_cache.get(folder)
+            folder = SnapshotRoots.for_local(settings).confine(target.path)  # resolved
+            return snapshot_cache.get(folder, resolved=True)
         except (SnapshotError, SnapshotOutsideRoots) as exc:
             raise ToolsetUnavailable(str(exc)) from None
     try:  # lazy: the kubernetes client costs ~1 s to import and only live targets need it

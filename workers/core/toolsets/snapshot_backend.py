@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import yaml
@@ -82,31 +85,85 @@ def _event_time(event: dict[str, Any]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class FolderListing:
+    """Every entry under a snapshot folder, from one walk.
+
+    Why one walk: the snapshot cache keys on the entries' sizes and mtimes,
+    and the backend then loads the object files among them; walking the folder
+    once for both saves a directory read and a stat per file, each a GIL
+    hand-over on a busy worker (issue 15). The walk is ``Path.rglob("*")``'s:
+    every entry, descending into real folders but not into symlinked ones.
+    """
+
+    root: Path  # resolved
+    entries: tuple[tuple[str, Path, os.stat_result | None], ...]  # relative, path, stat (followed)
+
+    @classmethod
+    def walk(cls, root: Path) -> FolderListing:
+        """``root`` (already resolved) walked; OSError if it is not a readable folder."""
+        found: list[tuple[str, Path, os.stat_result | None]] = []
+
+        def visit(folder: Path, prefix: str, top: bool) -> None:
+            try:
+                with os.scandir(folder) as listing:
+                    entries = list(listing)
+            except OSError:
+                if top:
+                    raise
+                return  # unreadable or gone while walking, as rglob skips it
+            for entry in entries:
+                path = folder / entry.name
+                try:
+                    stat: os.stat_result | None = entry.stat()
+                except OSError:  # a broken symlink, or removed meanwhile
+                    stat = None
+                found.append((prefix + entry.name, path, stat))
+                try:
+                    descend = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    descend = False
+                if descend:
+                    visit(path, f"{prefix}{entry.name}/", False)
+
+        visit(root, "", True)
+        found.sort(key=lambda item: item[0].split("/"))  # the order sorted(rglob(...)) gives
+        return cls(root, tuple(found))
+
+    def signature(self) -> tuple[tuple[str, int, int], ...]:
+        """What changes when any file in the folder changes: paths, mtimes and sizes."""
+        return tuple(sorted((rel, st.st_mtime_ns, st.st_size) for rel, _, st in self.entries if st))
+
+
 class SnapshotBackend:
     """``ClusterBackend`` over a snapshot folder. Thread-safe: read-only after ``__init__``."""
 
-    def __init__(self, path: str | Path) -> None:
-        root = Path(path).expanduser()
-        if not root.is_dir():
-            raise SnapshotError(
-                f"snapshot folder {str(path)!r} does not exist or is not a folder; "
-                "pass a folder of kubectl YAML/JSON (see examples/snapshots/README.md)"
-            )
-        self.root = root.resolve()
+    def __init__(self, path: str | Path, listing: FolderListing | None = None) -> None:
+        """``listing``: the folder already walked (by the snapshot cache), its root resolved."""
+        if listing is None:
+            root = Path(path).expanduser()
+            if not root.is_dir():
+                raise SnapshotError(
+                    f"snapshot folder {str(path)!r} does not exist or is not a folder; "
+                    "pass a folder of kubectl YAML/JSON (see examples/snapshots/README.md)"
+                )
+            listing = FolderListing.walk(root.resolve())
+        self.root = listing.root
         self.name = f"snapshot:{self.root.name}"
         self.problems: list[str] = []
         self._raw: list[dict[str, Any]] = []
         self._sources: list[str] = []  # the file of each object in _raw
         self._secret_values: list[str | bytes] = []
-        for file in sorted(self.root.rglob("*")):
-            relative = file.relative_to(self.root)
+        for relative, file, stat in listing.entries:
+            parts = relative.split("/")
             if (
                 file.suffix.lower() in OBJECT_SUFFIXES
-                and relative.parts[0] != LOGS_FOLDER
-                and not any(part.startswith(".") for part in relative.parts)
-                and file.is_file()
+                and parts[0] != LOGS_FOLDER
+                and not any(part.startswith(".") for part in parts)
+                and stat is not None
+                and S_ISREG(stat.st_mode)
             ):
-                self._load_file(file, relative.as_posix())
+                self._load_file(file, relative)
         self._scrubber = SecretScrubber(self._secret_values)
         del self._secret_values  # only the scrubber's automaton keeps them
         self._index, self._objects = self._build_index(self._raw)
