@@ -52,6 +52,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -77,6 +78,9 @@ from tests.fleet_support import (  # noqa: E402
     three_step_script,
     worker_env,
 )
+
+if TYPE_CHECKING:  # for annotations; the --noop-worker process never loads the client
+    from assay.client import Client
 
 NOOP_TASK = "bench.noop"
 NOOP_COUNTER = "bench:noop:done"
@@ -197,7 +201,7 @@ def eval_worker(
     )  # fmt: skip
 
 
-def run_batch(client: object, pattern: str, timeout: float = 600) -> float:
+def run_batch(client: Client, pattern: str, timeout: float = 600) -> float:
     """Start a batch over ``pattern`` and return the seconds until its last verdict.
 
     ``probe="off"``: this measures the model path. With probes on, a batch's first run
@@ -205,17 +209,15 @@ def run_batch(client: object, pattern: str, timeout: float = 600) -> float:
     bench_probes.py's subject; here it would only add one run's latency to every wave.
     """
     started = time.perf_counter()
-    batch_id = client.start_batch(  # type: ignore[attr-defined]
-        PREDICATE, snapshots=pattern, probe="off"
-    )
-    status = client.wait_batch(batch_id, timeout=timeout, poll=0.05)  # type: ignore[attr-defined]
+    batch_id = client.start_batch(PREDICATE, snapshots=pattern, probe="off")
+    status = client.wait_batch(batch_id, timeout=timeout, poll=0.05)
     elapsed = time.perf_counter() - started
     if status.true + status.false != status.total:
         print(f"  warning: {status.cannot_determine} run(s) ended cannot_determine")
     return elapsed
 
 
-def warm_up(client: object, folder: Path) -> None:
+def warm_up(client: Client, folder: Path) -> None:
     """A few evaluations first, so start-up and imports are not in the timings."""
     run_batch(client, str(folder / "*"), timeout=120)
 

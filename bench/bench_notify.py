@@ -93,13 +93,14 @@ def delivery(redis_url: str, replicas: int, changes: int, prefix: str) -> None:
         while not feed.status("webhook").started:
             time.sleep(0.05)
         time.sleep(1.0)  # every replica is reading
-        requests = [snapshot_request(path=f"examples/snapshots/bench-{i}") for i in range(changes)]
+        paths = [f"examples/snapshots/bench-{i}" for i in range(changes)]
+        requests = [snapshot_request(path=path) for path in paths]
         for request in requests:  # first verdicts: not changes
             store.record_verdict(finished_report(request, VerdictKind.TRUE))
         recorded: dict[str, float] = {}
         start = time.time()
-        for request in requests:
-            again = snapshot_request(path=request.target.path)  # type: ignore[union-attr]
+        for path in paths:
+            again = snapshot_request(path=path)
             store.record_verdict(finished_report(again, VerdictKind.FALSE))
             recorded[again.run_id] = time.time()
         deadline = time.time() + 600

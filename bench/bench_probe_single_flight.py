@@ -21,12 +21,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_probes import SCRIPT, _run, make_targets
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from assay.redis_process import RedisProcess
 from assay.testing.scripted_model import ScriptedModel
+from bench.bench_probes import SCRIPT, _run, make_targets
 from schemas.settings import load_settings
 from workers.core.engine import EngineDeps
 from workers.core.logs import configure_logging
@@ -34,9 +35,9 @@ from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
 
 
-def _slowed(delay: float) -> dict[str, object]:
+def _slowed(delay: float) -> dict[str, Any]:
     script = copy.deepcopy(SCRIPT)
-    for turn in script["scenarios"][0]["turns"]:  # type: ignore[index]
+    for turn in script["scenarios"][0]["turns"]:
         turn["delay"] = delay
     return script
 

@@ -33,7 +33,7 @@ import yaml  # noqa: E402
 
 from assay.redis_process import RedisProcess  # noqa: E402
 from assay.testing.scripted_model import ScriptedModel  # noqa: E402
-from schemas.probe import ProbeLookup, ProposedProbe  # noqa: E402
+from schemas.probe import ProbeLookup, ProbeMode, ProposedProbe  # noqa: E402
 from schemas.report import RunReport  # noqa: E402
 from schemas.request import EvaluationRequest, SnapshotTarget  # noqa: E402
 from schemas.settings import load_settings  # noqa: E402
@@ -61,7 +61,7 @@ DONE_TRUE = {
 }
 DONE_FALSE = {**DONE_TRUE, "verdict": "false", "explanation": "checkout has 1 of 2 ready"}
 # The scripted model answers from what it read: false when a row shows 1/2 ready.
-SCRIPT = {
+SCRIPT: dict[str, Any] = {
     "scenarios": [
         {
             "turns": [
@@ -129,13 +129,13 @@ def make_pods(root: Path, count: int) -> tuple[Path, list[dict[str, Any]]]:
 
 
 def _run(
-    deps: EngineDeps, probes: ProbeStore, path: Path, mode: str, batch: str | None
+    deps: EngineDeps, probes: ProbeStore, path: Path, mode: ProbeMode, batch: str | None
 ) -> RunReport:
     """One run; each batch uses check ids of its own, so no probe carries over between them."""
     request = EvaluationRequest(
         text=PREDICATE if batch is None else f"{PREDICATE} ({batch})",
         target=SnapshotTarget(path=str(path)),
-        probe=mode,  # type: ignore[arg-type]
+        probe=mode,
         batch_id=batch,
     )
     return evaluate_check(request, deps, probes)
@@ -147,7 +147,8 @@ def _tokens(reports: list[RunReport]) -> int:
 
 def bench_rerun(deps: EngineDeps, probes: ProbeStore, target: Path, runs: int = 20) -> None:
     _run(deps, probes, target, "auto", None)  # compile
-    for mode, label in (("off", "model"), ("auto", "probe")):
+    rerun_by: tuple[tuple[ProbeMode, str], ...] = (("off", "model"), ("auto", "probe"))
+    for mode, label in rerun_by:
         samples, tokens = [], []
         for _ in range(runs):
             began = time.perf_counter()
@@ -163,7 +164,8 @@ def bench_rerun(deps: EngineDeps, probes: ProbeStore, target: Path, runs: int = 
 def bench_batch(
     deps: EngineDeps, probes: ProbeStore, targets: list[Path], workers: int, model: ScriptedModel
 ) -> None:
-    for mode in ("off", "auto"):
+    modes: tuple[ProbeMode, ...] = ("off", "auto")
+    for mode in modes:
         batch = f"bench-{mode}-{time.time_ns()}"
         calls_before = len(model.requests)
         began = time.perf_counter()

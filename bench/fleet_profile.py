@@ -25,7 +25,7 @@ import cProfile
 import pstats
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +80,12 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
 ]  # fmt: skip
 OTHER = "other (stdlib: threading, copy, re, uuid, datetime...)"
 
+# pstats's table: (file, line, function) -> (primitive calls, calls, own s, cumulative s, callers),
+# each caller -> (calls, primitive calls, own s, cumulative s) of its calls to the function.
+FunctionKey = tuple[str, int, str]
+CallerStats = dict[FunctionKey, tuple[int, int, float, float]]
+FunctionStats = tuple[int, int, float, float, CallerStats]
+
 
 def component_of(filename: str) -> str | None:
     """The component a source file belongs to; None for a C built-in (``~``)."""
@@ -93,10 +99,12 @@ def component_of(filename: str) -> str | None:
     return OTHER
 
 
-def attribute(stats: pstats.Stats) -> Counter[str]:
+def attribute(stats: pstats.Stats) -> dict[str, float]:
     """Seconds of own time per component (built-ins charged to their callers)."""
-    totals: Counter[str] = Counter()
-    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    totals: defaultdict[str, float] = defaultdict(float)
+    # typeshed's Stats stub leaves out ``stats``, the table pstats itself fills and reads
+    # (undocumented, but the only place with callers per function).
+    table: dict[FunctionKey, FunctionStats] = stats.stats  # type: ignore[attr-defined]
     for func, (_cc, _nc, tottime, _ct, callers) in table.items():
         own = component_of(func[0])
         if own is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from schemas.budget import Budget, resolve_budget
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest, SnapshotTarget
-from schemas.verdict import Verdict, VerdictKind
+from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -42,6 +42,7 @@ def finished_report(
 ) -> RunReport:
     """A finished run report as the engine would return it (no steps needed by the store)."""
     finished = finished_at or datetime.now(UTC)
+    verdict_kind = VerdictKind(verdict)
     return RunReport(
         run_id=request.run_id,
         check_id=request.check_id,
@@ -50,7 +51,8 @@ def finished_report(
         budget=resolve_budget(request.profile, request.budget or Budget()),
         model="openai/scripted",
         verdict=Verdict(
-            verdict=VerdictKind(verdict),
+            verdict=verdict_kind,
+            exit_code=EXIT_CODES[verdict_kind],
             explanation=explanation,
             model="openai/scripted",
             profile=request.profile,
