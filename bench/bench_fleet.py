@@ -17,7 +17,8 @@ profile on fewer runs; (b) keeps its 200 concurrent runs, the figure asked for.
     the core count; each process runs N / P threads), since one process runs Python on one core at a
     time (the GIL). Each line gives the worker's CPU per evaluation (all its
     processes) and the scripted model server's, and the machine's CPU ceiling
-    they imply; then the same at a small N where CPU is not the limit (so the
+    they imply, and when the wave's runs started (a wave lasts about its last
+    start + 1.5 s); then the same at a small N where CPU is not the limit (so the
     overlap of waits itself is measured).
 (c) The pool choice: (b) again with the prefork pool at 2x the core count,
     which is what a process-per-run pool affords on this machine.
@@ -201,8 +202,37 @@ def eval_worker(
     )  # fmt: skip
 
 
+@dataclass
+class Wave:
+    elapsed: float  # seconds from submitting the batch to its last verdict
+    first_start: float  # seconds from submitting to the first run's start in a worker
+    last_start: float  # ... to the last run's start
+
+
+def run_wave(client: Client, pattern: str, timeout: float = 600) -> Wave:
+    """:func:`run_batch`, and when its runs started (each verdict's ``started_at``).
+
+    Why: a wave's length is its last start plus one run's duration, so how late
+    the last run starts (fan-out, then each worker taking its messages while the
+    runs already taken use the CPU) is what keeps (b) from its ideal.
+    """
+    submitted = time.time()
+    elapsed, batch_id = _timed_batch(client, pattern, timeout)
+    starts = []
+    for row in client.batch_results(batch_id):
+        verdict = client.verdict(row.run_id)
+        if verdict is not None:
+            starts.append(verdict.started_at.timestamp() - submitted)
+    return Wave(elapsed, min(starts, default=0.0), max(starts, default=0.0))
+
+
 def run_batch(client: Client, pattern: str, timeout: float = 600) -> float:
-    """Start a batch over ``pattern`` and return the seconds until its last verdict.
+    """Start a batch over ``pattern`` and return the seconds until its last verdict."""
+    return _timed_batch(client, pattern, timeout)[0]
+
+
+def _timed_batch(client: Client, pattern: str, timeout: float) -> tuple[float, str]:
+    """(seconds until the batch's last verdict, its id).
 
     ``probe="off"``: this measures the model path. With probes on, a batch's first run
     compiles the check's probe while the others wait for it (single-flight), which is
@@ -214,7 +244,7 @@ def run_batch(client: Client, pattern: str, timeout: float = 600) -> float:
     elapsed = time.perf_counter() - started
     if status.true + status.false != status.total:
         print(f"  warning: {status.cannot_determine} run(s) ended cannot_determine")
-    return elapsed
+    return elapsed, batch_id
 
 
 def warm_up(client: Client, folder: Path) -> None:
@@ -261,6 +291,8 @@ class Measured:
     model_cpu: float  # seconds of CPU per evaluation in the scripted model server
     redis_commands: float = 0.0  # per evaluation, server side (Celery and the client included)
     redis_requests: float = 0.0  # per evaluation: requests clients sent (scripts count as one)
+    first_start: float = 0.0  # seconds from submitting the batch to its first run's start
+    last_start: float = 0.0  # ... to its last run's start
 
 
 def redis_counts(redis_url: str) -> tuple[int, int]:
@@ -312,13 +344,14 @@ def evaluation_rate(
             cpu_before = worker_cpu_seconds(worker, recorded)
             model_before = cpu_seconds(model.pid)
             commands_before, requests_before = redis_counts(redis_url)
-            elapsed = run_batch(client, str(targets / "*"))
+            wave = run_wave(client, str(targets / "*"))
             cpu = worker_cpu_seconds(worker, recorded) - cpu_before
             model_cpu = cpu_seconds(model.pid) - model_before
             commands, requests = redis_counts(redis_url)
         return Measured(
-            evals / elapsed, cpu / evals, model_cpu / evals,
+            evals / wave.elapsed, cpu / evals, model_cpu / evals,
             (commands - commands_before) / evals, (requests - requests_before) / evals,
+            wave.first_start, wave.last_start,
         )  # fmt: skip
     finally:
         if recorded:
@@ -439,6 +472,10 @@ def print_wave(label: str, measured: Measured, ideal: float) -> None:
         f"  {label:28s}{measured.rate:7.1f} evaluations/s = {measured.rate / ideal:5.3f} of "
         f"ideal | CPU per evaluation: worker {measured.worker_cpu * 1000:5.1f} ms, "
         f"scripted model {measured.model_cpu * 1000:4.1f} ms"
+    )
+    print(
+        f"  {'':28s}runs started {measured.first_start:.2f}-{measured.last_start:.2f} s after "
+        "the batch was submitted; the wave lasts about the last start + 1.5 s"
     )
 
 
