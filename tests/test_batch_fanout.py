@@ -13,26 +13,59 @@ would find it):
   are new), each queued once; the tally counts them all;
 * Redis refusing writes half-way through (over its maxmemory): the fan-out fails,
   and no message in the queue names a run the store does not know.
+
+A chunk's tasks go out in one kombu publish batch (one pipeline of LPUSHes) and,
+when that round trip fails, again message by message (``Dispatcher.submit_many``).
+The failure is injected at the one place a batch talks to Redis, its pipeline's
+``execute`` (kombu turns the connection error into ``BatchPublishError``, as it
+would for a real one), with some, none or all of its LPUSHes having reached
+Redis first:
+
+* none reached Redis: every run of the chunk is queued exactly once, and stays
+  registered as queued;
+* some or all reached Redis (the reply was what got lost): those runs are queued
+  twice. The pipeline is not atomic and the fallback cannot tell what landed, so
+  sending is at-least-once; a real worker then records each run once and
+  evaluates it once (the second copy finds the verdict);
+* the broker itself went away mid-batch: the fallback fails too, the caller gets
+  the broker's connection error, and the runs it left out stay registered as
+  queued until the lost-run sweeper (workers/fleet/recovery.py) sends them, once,
+  after the visibility timeout, without sending again the ones that did land.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
-from kombu.exceptions import KombuError
+from kombu.exceptions import KombuError, OperationalError
+from kombu.transport import redis as kombu_redis
 
 from assay.client import Client
 from assay.redis_process import RedisProcess
 from assay.submission import FANOUT_CHUNK
+from assay.testing.scripted_model import ScriptedModel
 from scheduler.deferred import deferred_request
+from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import AssaySettings, load_settings
-from tests.fleet_support import PREDICATE, make_snapshots
-from workers.fleet.broker import kombu_queue_keys, queue_name
+from tests.fleet_support import (
+    PREDICATE,
+    make_snapshots,
+    scripted_worker,
+    three_step_script,
+    wait_until,
+)
+from workers.fleet.broker import KOMBU_UNACKED_KEY, kombu_queue_keys, queue_name
+from workers.fleet.dispatch import Dispatcher
+from workers.fleet.recovery import LostRunSweeper
+from workers.fleet.store import VerdictStore
 from workers.fleet.timers import TimerStore, deferred_timer_id
 
 TARGETS = FANOUT_CHUNK + 50  # more than one chunk, the last one partial
@@ -41,11 +74,15 @@ DUE = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def queued_run_ids(client: redis.Redis, settings: AssaySettings) -> list[str]:
-    """The run id (Celery task id) of every message waiting in the fleet's queue."""
+    """The run of every message waiting in the fleet's queue, read from the request in its
+    body (what a worker evaluates), which must agree with its Celery task id."""
     ids = []
     for key in kombu_queue_keys(queue_name(settings)):
         for raw in client.lrange(key, 0, -1):
-            ids.append(json.loads(raw)["headers"]["id"])
+            message = json.loads(raw)
+            args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+            assert message["headers"]["id"] == args[0]["run_id"]
+            ids.append(args[0]["run_id"])
     return ids
 
 
@@ -145,3 +182,194 @@ def test_redis_refusing_writes_mid_fan_out_queues_no_task_for_an_unregistered_ru
         raw.close()
     finally:
         server.stop()
+
+
+CHUNK = 8  # one chunk of a batch, as submit_batch hands it to Dispatcher.submit_many
+
+
+class BatchRoundTripFailure:
+    """The first kombu publish batch from now on loses its connection in its round trip.
+
+    Its pipeline's first ``landed`` LPUSHes reach Redis and are executed; then the
+    round trip fails as a dropped connection does (redis-py's ConnectionError, which
+    kombu's ``PublishBatch.flush`` reports as ``BatchPublishError``: delivery
+    uncertain). ``then`` runs at that moment (the broker going away with it). Later
+    batches, and the fallback's single publishes, are untouched.
+    """
+
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, landed: int, then: Callable[[], None] = lambda: None
+    ) -> None:
+        self.landed = landed
+        self.then = then
+        self.held: int | None = None  # commands in the failed round trip, once it failed
+        self._armed = True
+        original_init = kombu_redis.PublishBatch.__init__
+
+        def init(batch: Any, channel: Any, max_size: int) -> None:
+            original_init(batch, channel, max_size)
+            if self._armed:
+                self._armed = False
+                self._break(batch.pipeline)
+
+        monkeypatch.setattr(kombu_redis.PublishBatch, "__init__", init)
+
+    def _break(self, pipeline: Any) -> None:
+        execute = pipeline.execute
+
+        def fail(raise_on_error: bool = True) -> list[Any]:
+            self.held = len(pipeline.command_stack)
+            del pipeline.command_stack[self.landed :]
+            execute(raise_on_error)
+            self.then()
+            raise redis.exceptions.ConnectionError("Connection closed by server.")
+
+        pipeline.execute = fail
+
+
+def quick_publish_retries(dispatcher: Dispatcher) -> None:
+    """Celery's publish retries (about 35 s against a broker that is gone) cut to a second."""
+    dispatcher.app.conf.task_publish_retry_policy = {
+        "max_retries": 2,
+        "interval_start": 0.1,
+        "interval_step": 0.1,
+        "interval_max": 0.2,
+    }
+
+
+def batch_chunk(store: VerdictStore, folder: Path, batch_id: str) -> list[EvaluationRequest]:
+    """``CHUNK`` runs of a new batch, one per snapshot, as submit_batch builds them."""
+    requests = [
+        EvaluationRequest(
+            text=PREDICATE, target=SnapshotTarget(path=str(snapshot)), batch_id=batch_id
+        )
+        for snapshot in make_snapshots(folder, CHUNK)
+    ]
+    store.create_batch(batch_id, kind=requests[0].kind, text=PREDICATE)
+    return requests
+
+
+def assert_registered_and_queued(
+    store: VerdictStore, requests: list[EvaluationRequest], batch_id: str
+) -> None:
+    for request in requests:
+        state = store.run_state(request.run_id)
+        assert state is not None and state.status == "queued" and state.batch_id == batch_id
+    status = store.batch(batch_id)
+    assert status is not None and (status.total, status.pending) == (CHUNK, CHUNK)
+
+
+def test_a_failed_publish_batch_queues_every_run_of_the_chunk_once(
+    redis_url: str, raw: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings(redis_url=redis_url)
+    store = VerdictStore.from_settings(settings)
+    dispatcher = Dispatcher.from_settings(settings, store)
+    requests = batch_chunk(store, tmp_path / "snaps", "batch-nothing-landed")
+    failure = BatchRoundTripFailure(monkeypatch, landed=0)
+
+    receipts = dispatcher.submit_many(requests)
+
+    assert failure.held == CHUNK, "the whole chunk was in the one batch, and it failed"
+    run_ids = [request.run_id for request in requests]
+    assert [receipt.run_id for receipt in receipts] == run_ids
+    assert Counter(queued_run_ids(raw, settings)) == Counter(run_ids)  # each exactly once
+    assert_registered_and_queued(store, requests, "batch-nothing-landed")
+    dispatcher.close()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("landed", [CHUNK // 2, CHUNK], ids=["half-landed", "all-landed"])
+def test_runs_a_failed_batch_delivered_are_queued_twice_and_recorded_once(
+    redis_url: str,
+    raw: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    landed: int,
+) -> None:
+    settings = load_settings(redis_url=redis_url)
+    store = VerdictStore.from_settings(settings)
+    dispatcher = Dispatcher.from_settings(settings, store)
+    batch_id = f"batch-{landed}-landed"
+    requests = batch_chunk(store, tmp_path / "snaps", batch_id)
+    failure = BatchRoundTripFailure(monkeypatch, landed=landed)
+
+    dispatcher.submit_many(requests)
+    store.seal_batch(batch_id)
+    dispatcher.close()
+
+    assert failure.held == CHUNK
+    run_ids = [request.run_id for request in requests]
+    # What reached Redis before the failure is sent again by the fallback: at-least-once.
+    assert Counter(queued_run_ids(raw, settings)) == Counter(run_ids) + Counter(run_ids[:landed])
+    assert_registered_and_queued(store, requests, batch_id)
+
+    def all_handled() -> bool:  # every copy taken and acknowledged
+        status = store.batch(batch_id)
+        return (
+            status is not None
+            and status.done
+            and not queued_run_ids(raw, settings)
+            and raw.hlen(KOMBU_UNACKED_KEY) == 0
+        )
+
+    # One worker thread takes the copies in queue order, so each second copy comes
+    # after its run's verdict: the model is asked for one evaluation per run.
+    with (
+        ScriptedModel(three_step_script()) as model,
+        scripted_worker(redis_url, model.url, tmp_path / "worker.log", concurrency=1),
+    ):
+        assert wait_until(all_handled, timeout=180)
+    status = store.batch(batch_id)
+    assert status is not None
+    assert (status.total, status.true, status.pending) == (CHUNK, CHUNK, 0)
+    for request in requests:
+        assert store.history_length(request.check_id) == 1
+        assert len(model.requests_for(request.run_id)) == 3  # the 3-step script, once
+
+
+def test_a_broker_lost_mid_batch_fails_the_submit_and_the_sweeper_sends_what_it_left_out(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = RedisProcess(data_dir=tmp_path / "broker", appendonly=True).start()
+    try:
+        settings = load_settings(redis_url=redis_url, broker_url=broker.url)
+        store = VerdictStore.from_settings(settings)
+        dispatcher = Dispatcher.from_settings(settings, store)
+        quick_publish_retries(dispatcher)
+        requests = batch_chunk(store, tmp_path / "snaps", "batch-broker-lost")
+        run_ids = [request.run_id for request in requests]
+        half = CHUNK // 2
+        # The broker stops (cleanly: what it executed is kept) while the batch's replies
+        # are on their way, with the first half of the chunk queued.
+        BatchRoundTripFailure(monkeypatch, landed=half, then=broker.stop)
+
+        with pytest.raises(OperationalError, match=f"connecting to 127.0.0.1:{broker.port}"):
+            dispatcher.submit_many(requests)
+        dispatcher.close()
+
+        assert_registered_and_queued(store, requests, "batch-broker-lost")
+        broker.start()
+        queue = redis.Redis.from_url(broker.url, decode_responses=True)
+        assert Counter(queued_run_ids(queue, settings)) == Counter(run_ids[:half])
+
+        sweeper = LostRunSweeper(
+            store,
+            Dispatcher.from_settings(settings, store),
+            queue,
+            queue=queue_name(settings),
+            lost_after_seconds=settings.broker_visibility_timeout_seconds,
+        )
+        # Not lost yet: a run without a message is queued again only once it has been
+        # silent for the broker's visibility timeout (then it is; nothing is lost).
+        assert sweeper.sweep_once() == []
+        after_timeout = datetime.now(UTC) + timedelta(
+            seconds=settings.broker_visibility_timeout_seconds + 1
+        )
+        assert sorted(sweeper.sweep_once(now=after_timeout)) == sorted(run_ids[half:])
+        assert Counter(queued_run_ids(queue, settings)) == Counter(run_ids)  # each exactly once
+        sweeper.dispatcher.close()
+        queue.close()
+    finally:
+        broker.stop()

@@ -6,19 +6,30 @@ transport under test is the one ``workers.fleet.broker`` registers. The race its
 (a worker stopped by a Redis restart) is driven end to end in
 tests/test_fleet_redis_restart.py; here its end state is set up directly: the
 transport detached from its connection, as ``kombu.Connection.collect()`` leaves it.
+
+The app names its broker by the URL's own scheme (``redis``, ``rediss``, ``sentinel``)
+while its connections use the project's transport classes: the worker banner and
+``as_uri()`` show ``redis://...`` (password masked), not the transport's import path,
+and ``rediss://`` gets kombu's TLS as it would with kombu's own transport.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from celery import Celery
 from kombu import Connection, Exchange, Producer, Queue
 
 from schemas.settings import load_settings
+from tests.fleet_support import start_worker, stop_process, wait_until, worker_env, worker_log_tail
+from workers.fleet import redis_transport
 from workers.fleet.broker import KOMBU_UNACKED_KEY, configured_app
 
 QUEUE = Queue("restore-test", Exchange("restore-test", type="direct"), routing_key="restore-test")
@@ -114,3 +125,100 @@ def test_acks_from_many_threads_share_one_client_and_all_land(redis_url: str) ->
             assert after is not before
             assert after.connection_pool is channel.pool
             assert after.ping()
+
+
+def broker_app(broker_url: str) -> Celery:
+    """The fleet's app for a broker it is never asked to reach (the store URL is unused)."""
+    return configured_app(load_settings(redis_url="redis://127.0.0.1:1/0", broker_url=broker_url))
+
+
+@pytest.mark.parametrize(
+    ("url", "shown", "transport"),
+    [
+        (
+            "redis://:s3cret@127.0.0.1:6399/0",
+            "redis://:**@127.0.0.1:6399/0",
+            redis_transport.Transport,
+        ),
+        (
+            "rediss://:s3cret@127.0.0.1:6399/0",
+            "rediss://:**@127.0.0.1:6399/0",
+            redis_transport.Transport,
+        ),
+        (
+            "sentinel://:s3cret@127.0.0.1:26379;sentinel://127.0.0.1:26380",
+            "sentinel://:**@127.0.0.1:26379//",  # kombu's own rendering of a Sentinel URL
+            redis_transport.SentinelTransport,
+        ),
+    ],
+    ids=["redis", "rediss", "sentinel"],
+)
+def test_each_scheme_uses_the_fleet_transport_and_shows_its_own_url(
+    url: str, shown: str, transport: type
+) -> None:
+    """Resolved without connecting: the class every connection of the app builds, and the
+    URL Celery prints for it (the worker banner, "Connected to ...")."""
+    app = broker_app(url)
+    for conn in (app.connection(), app.connection_for_write(), app.connection_for_read()):
+        assert type(conn.transport) is transport
+        assert type(conn.clone().transport) is transport  # pools and failover clone it
+        assert conn.as_uri() == shown
+    assert app.connection().as_uri(include_password=True) == shown.replace("**", "s3cret")
+
+
+def test_a_redis_broker_connects_through_the_fleet_channel(redis_url: str) -> None:
+    app = configured_app(load_settings(redis_url=redis_url))
+    with app.connection_for_write() as conn:
+        assert isinstance(conn.default_channel, redis_transport.Channel)
+        assert conn.as_uri().startswith("redis://")
+        assert conn.as_uri() == Connection(redis_url).as_uri()  # as for kombu's own transport
+
+
+def first_bytes_sent_to(url_for: Callable[[int], str]) -> bytes:
+    """What a client of this app sends first to a server (which answers nothing)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    received: list[bytes] = []
+
+    def accept_one() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(5)
+            received.append(conn.recv(16))
+
+    thread = threading.Thread(target=accept_one, daemon=True)
+    thread.start()
+    conn = broker_app(url_for(listener.getsockname()[1])).connection_for_write(
+        transport_options={"socket_timeout": 1, "socket_connect_timeout": 1}
+    )
+    try:
+        with pytest.raises(redis.exceptions.RedisError):  # the server never answers
+            conn.connect()
+    finally:
+        conn.release()
+        thread.join(timeout=10)
+        listener.close()
+    assert received, "the client never connected"
+    return received[0]
+
+
+def test_a_rediss_broker_speaks_tls() -> None:
+    """kombu turns on TLS for the ``rediss`` scheme; the fleet's transport must not lose it."""
+    hello = first_bytes_sent_to(lambda port: f"rediss://127.0.0.1:{port}/0")
+    assert hello[:2] == b"\x16\x03", f"a TLS handshake, not {hello!r}"
+    plain = first_bytes_sent_to(lambda port: f"redis://127.0.0.1:{port}/0")
+    assert plain[:1] == b"*", f"a Redis command, not {plain!r}"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_the_worker_banner_shows_the_redis_url(redis_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "worker.log"
+    worker = start_worker(worker_env(redis_url), log, concurrency=1)
+    try:
+        assert wait_until(lambda: "[queues]" in worker_log_tail(log, 100_000), timeout=60), (
+            worker_log_tail(log)
+        )
+    finally:
+        stop_process(worker)
+    # kombu's rendering of the URL, as for its own transport (it masks even no password)
+    assert f".> transport:   {Connection(redis_url).as_uri()}\n" in log.read_text()

@@ -29,6 +29,9 @@ Why these Celery settings (see docs/fleet.md, "Crash safety"):
   messages reserved (the visibility timeout returns them) instead of restoring
   them, and reports an ack on it as a connection error; both otherwise raise
   AttributeError and stop the worker (that module's docstring tells the race).
+  The app's connections (``FleetConnection``) keep the URL's scheme as their
+  transport name and swap in that class, rather than naming the class in
+  ``broker_transport``: see ``FleetConnection`` for why.
 - The threads pool by default: an evaluation spends nearly all its time
   waiting on the model over HTTP, so threads in one process give the
   concurrency without a process per run (bench/bench_fleet.py measures it).
@@ -39,6 +42,9 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
+from celery.app.amqp import AMQP
+from kombu import Connection
+from kombu.transport import get_transport_cls
 
 from schemas.settings import AssaySettings
 
@@ -53,12 +59,13 @@ KOMBU_UNACKED_KEY = "unacked"
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _SENTINEL_SCHEME = "sentinel://"
-# kombu's Redis transports with the restore-on-loss fix, by URL scheme (imported by kombu
-# when a connection is made, so sending a task does not pay for it before then).
-_KOMBU_TRANSPORTS = {
-    "redis://": "workers.fleet.redis_transport:Transport",
-    "rediss://": "workers.fleet.redis_transport:Transport",
-    _SENTINEL_SCHEME: "workers.fleet.redis_transport:SentinelTransport",
+# kombu's Redis transports with the restore-on-loss fix, by the transport name kombu reads
+# off the URL's scheme (imported when a connection is first used, so sending a task does
+# not pay for it before then).
+_FLEET_TRANSPORTS = {
+    "redis": "workers.fleet.redis_transport:Transport",
+    "rediss": "workers.fleet.redis_transport:Transport",
+    "sentinel": "workers.fleet.redis_transport:SentinelTransport",
 }
 
 
@@ -106,12 +113,28 @@ def has_visibility_timeout(settings: AssaySettings) -> bool:
     return url.startswith((*_REDIS_SCHEMES, _SENTINEL_SCHEME))
 
 
-def kombu_transport(url: str) -> str | None:
-    """The kombu transport class for a broker URL; None: kombu's choice for its scheme."""
-    return next(
-        (transport for scheme, transport in _KOMBU_TRANSPORTS.items() if url.startswith(scheme)),
-        None,
-    )
+class FleetConnection(Connection):
+    """A kombu connection whose Redis transports are the fleet's, under their usual names.
+
+    Why not ``broker_transport="workers.fleet.redis_transport:Transport"``: kombu
+    keeps that setting as the connection's transport name, so the worker banner and
+    ``as_uri()`` printed ``workers.fleet.redis_transport:Transport://...``, and
+    ``rediss://`` lost its TLS (kombu turns on TLS for a URL without ``ssl_*`` options
+    only when the name is ``rediss``), connecting in plain text. Here the name stays
+    the URL's scheme, so kombu renders and configures the connection as it would for
+    its own transport; only the class that name stands for is the fleet's. Clones
+    (connection pools, failover) are built from ``self.__class__``, so they keep it.
+    """
+
+    def get_transport_cls(self) -> Any:
+        fleet = _FLEET_TRANSPORTS.get(self.transport_cls)
+        return get_transport_cls(fleet) if fleet else super().get_transport_cls()
+
+
+class FleetAMQP(AMQP):
+    """Celery's broker plumbing, making its connections ``FleetConnection``s."""
+
+    Connection = FleetConnection
 
 
 def _transport_options(settings: AssaySettings) -> dict[str, Any]:
@@ -138,10 +161,9 @@ def configured_app(settings: AssaySettings) -> Celery:
     The worker's app (``workers.fleet.celery_app``) adds the evaluation task to it.
     """
     url = broker_url(settings)
-    app = Celery("assay", broker=url, set_as_current=False)
+    app = Celery("assay", broker=url, amqp=FleetAMQP, set_as_current=False)
     queue = queue_name(settings)
     app.conf.update(
-        broker_transport=kombu_transport(url),
         task_default_queue=queue,
         task_serializer="json",
         accept_content=["json"],

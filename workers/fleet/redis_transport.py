@@ -48,9 +48,9 @@ are automatically redelivered"); the patch only keeps the worker alive to keep i
 
 Restoring over a live connection is unchanged: a worker that shuts down
 cleanly still puts its prefetched messages back at once, because its channels
-are closed before the transport is detached. ``workers.fleet.broker`` names
-these classes as the Celery app's transport for ``redis://``, ``rediss://``
-and ``sentinel://`` brokers.
+are closed before the transport is detached. The Celery app's connections
+(``workers.fleet.broker.FleetConnection``) use these classes for ``redis://``,
+``rediss://`` and ``sentinel://`` brokers.
 """
 
 from __future__ import annotations
