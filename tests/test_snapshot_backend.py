@@ -528,3 +528,18 @@ def test_a_symlinked_object_file_loads_and_a_broken_link_is_skipped(tmp_path: Pa
     backend = SnapshotBackend(root)
     assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["linked"]
     assert not backend.problems
+
+
+def test_a_deeply_nested_snapshot_is_walked_without_recursion(tmp_path: Path) -> None:
+    """A hostile or generated folder tree deeper than Python's recursion limit still loads."""
+    import sys
+
+    deep = tmp_path
+    for _ in range(sys.getrecursionlimit() + 100):  # level by level: pathlib's mkdir recurses
+        deep = deep / "d"
+        deep.mkdir()
+    (deep / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep, namespace: default}\n"
+    )
+    backend = SnapshotBackend(tmp_path)
+    assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["deep"]

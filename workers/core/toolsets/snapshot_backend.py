@@ -103,15 +103,16 @@ class FolderListing:
     def walk(cls, root: Path) -> FolderListing:
         """``root`` (already resolved) walked; OSError if it is not a readable folder."""
         found: list[tuple[str, Path, os.stat_result | None]] = []
-
-        def visit(folder: Path, prefix: str, top: bool) -> None:
+        folders = [(root, "")]  # a stack, not recursion: any depth of nesting is walked
+        while folders:
+            folder, prefix = folders.pop()
             try:
                 with os.scandir(folder) as listing:
                     entries = list(listing)
             except OSError:
-                if top:
+                if folder is root:
                     raise
-                return  # unreadable or gone while walking, as rglob skips it
+                continue  # unreadable or gone while walking, as rglob skips it
             for entry in entries:
                 path = folder / entry.name
                 try:
@@ -124,9 +125,7 @@ class FolderListing:
                 except OSError:
                     descend = False
                 if descend:
-                    visit(path, f"{prefix}{entry.name}/", False)
-
-        visit(root, "", True)
+                    folders.append((path, f"{prefix}{entry.name}/"))
         found.sort(key=lambda item: item[0].split("/"))  # the order sorted(rglob(...)) gives
         return cls(root, tuple(found))
 
