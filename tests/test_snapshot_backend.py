@@ -534,12 +534,19 @@ def test_a_deeply_nested_snapshot_is_walked_without_recursion(tmp_path: Path) ->
     """A hostile or generated folder tree deeper than Python's recursion limit still loads."""
     import sys
 
+    levels = []
     deep = tmp_path
-    for _ in range(sys.getrecursionlimit() + 100):  # level by level: pathlib's mkdir recurses
-        deep = deep / "d"
-        deep.mkdir()
-    (deep / "cm.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep, namespace: default}\n"
-    )
-    backend = SnapshotBackend(tmp_path)
-    assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["deep"]
+    try:
+        for _ in range(sys.getrecursionlimit() + 100):  # level by level: pathlib's mkdir recurses
+            deep = deep / "d"
+            deep.mkdir()
+            levels.append(deep)
+        (deep / "cm.yaml").write_text(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep, namespace: default}\n"
+        )
+        backend = SnapshotBackend(tmp_path)
+        assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["deep"]
+    finally:  # bottom-up: pytest's own clean-up (shutil.rmtree) recurses and would fail on it
+        (deep / "cm.yaml").unlink(missing_ok=True)
+        for level in reversed(levels):
+            level.rmdir()
