@@ -1,8 +1,9 @@
 """assay: the user's front door (CLI, Python client, HTTP API).
 
 ``assay.Client`` (and ``assay.RedisUnreachable``, what it raises within seconds
-when the fleet's Redis does not answer) is imported on first use, so ``import assay`` (and the CLI's
-start-up) does not pay for Redis and Celery.
+when the fleet's Redis does not answer, and ``assay.RunsNotSent``, what it raises
+when the broker fails a submit whose runs are registered) is imported on first use,
+so ``import assay`` (and the CLI's start-up) does not pay for Redis and Celery.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from assay.client import Client, RedisUnreachable
+    from assay.client import Client, RedisUnreachable, RunsNotSent
 
-__all__ = ["Client", "RedisUnreachable"]
+__all__ = ["Client", "RedisUnreachable", "RunsNotSent"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +25,8 @@ def __getattr__(name: str) -> Any:
         from workers.fleet.redis_client import RedisUnreachable
 
         return RedisUnreachable
+    if name == "RunsNotSent":
+        from workers.fleet.dispatch import RunsNotSent
+
+        return RunsNotSent
     raise AttributeError(f"module 'assay' has no attribute {name!r}")

@@ -31,7 +31,7 @@ from assay.api_v1 import router as v1_router
 from assay.api_wiring import Services, register_scrape_collectors
 from schemas.settings import AssaySettings, load_settings
 from workers.core import metrics
-from workers.fleet.broker import is_redis_url
+from workers.fleet.broker import broker_url, is_redis_url, sentinel_options
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 API_VERSION = "1"
@@ -123,13 +123,18 @@ def _check_redis(url: str) -> str:
     return "ok"
 
 
-def _check_broker(url: str) -> str:
+def _check_broker(settings: AssaySettings) -> str:
     """'ok' or why the Celery broker did not accept a connection (any kombu transport)."""
+    url = broker_url(settings)
     if is_redis_url(url):
         return _check_redis(url)
 
     try:
-        with Connection(url, connect_timeout=READY_TIMEOUT_SECONDS) as conn:
+        with Connection(
+            url,
+            connect_timeout=READY_TIMEOUT_SECONDS,
+            transport_options=sentinel_options(settings),  # the master's name, on Sentinel
+        ) as conn:
             conn.ensure_connection(max_retries=1, timeout=READY_TIMEOUT_SECONDS)
     except Exception as exc:
         return f"unreachable: {type(exc).__name__}"
@@ -159,7 +164,7 @@ def _add_operational_routes(app: FastAPI) -> None:
             )
         checks = {
             "redis": _check_redis(settings.redis_url),
-            "broker": _check_broker(settings.broker_url or settings.redis_url),
+            "broker": _check_broker(settings),
         }
         failed = {name: why for name, why in checks.items() if why != "ok"}
         if failed:

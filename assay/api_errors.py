@@ -147,13 +147,32 @@ async def _on_redis_unavailable(request: Request, exc: Exception) -> JSONRespons
     )
 
 
+async def _on_runs_not_sent(request: Request, exc: Exception) -> JSONResponse:
+    """A 503 that says what becomes of the runs: they are registered, so the caller must
+    not take the failure for "nothing happened" (and must not be told where the broker is).
+    """
+    from workers.fleet.dispatch import RunsNotSent
+
+    assert isinstance(exc, RunsNotSent)
+    _log.warning(
+        "api_broker_unavailable",
+        path=request.url.path,
+        broker=exc.broker,
+        reason=exc.problem,
+        runs=len(exc.run_ids),
+    )
+    return error_response(503, "broker_unavailable", exc.public_message)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
+    from workers.fleet.dispatch import RunsNotSent
     from workers.fleet.redis_client import RedisUnreachable
 
     app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(RunsNotSent, _on_runs_not_sent)
     app.add_exception_handler(RedisUnreachable, _on_redis_unavailable)
     app.add_exception_handler(RedisConnectionError, _on_redis_unavailable)
     app.add_exception_handler(RedisTimeoutError, _on_redis_unavailable)

@@ -29,8 +29,8 @@ app = typer.Typer(
     name="assay",
     help="Evaluate plain-language predicates about Kubernetes clusters.\n\n"
     "Exit codes: 0 true, 1 false, 2 poorly posed, 3 cannot determine, 64 usage error, "
-    "66 no such id, 69 the fleet's Redis is unreachable, 75 no verdict yet. Errors are one "
-    "line on stderr starting 'assay: error:'.",
+    "66 no such id, 69 the fleet's Redis or broker is unreachable, 75 no verdict yet. Errors "
+    "are one line on stderr starting 'assay: error:'.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     rich_markup_mode=None,  # plain help: no box drawing, no <bool> placeholders, fits 80 cols

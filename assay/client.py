@@ -21,7 +21,10 @@ A person (or a program acting for one) is waiting on it, so the first call that
 needs Redis checks that Redis answers at all and raises ``RedisUnreachable``
 (a ``ConnectionError``; one sentence naming the URL and what to do) within
 seconds when it does not, instead of waiting out the workers' half minute of
-retries. Once connected it rides out a blip like the workers do.
+retries. Once connected it rides out a blip like the workers do. A broker that
+fails while a submit or a batch queues its runs raises ``RunsNotSent`` (a kombu
+``OperationalError``): the runs are registered, and its message says when the
+fleet sends those the broker did not get.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from schemas.request import (
 from schemas.settings import load_settings
 from schemas.verdict import Verdict
 from workers.core.snapshot_roots import SnapshotRoots
-from workers.fleet.dispatch import Dispatcher
+from workers.fleet.dispatch import Dispatcher, RunsNotSent
 from workers.fleet.redis_client import RedisUnreachable, connect
 from workers.fleet.store import VerdictStore
 from workers.fleet.targets import context_targets, snapshot_targets
@@ -339,4 +342,4 @@ class Client:
             time.sleep(poll)
 
 
-__all__ = ["Client", "RedisUnreachable", "WaitTimeout", "make_target"]
+__all__ = ["Client", "RedisUnreachable", "RunsNotSent", "WaitTimeout", "make_target"]

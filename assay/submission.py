@@ -37,6 +37,8 @@ from scheduler.deferred import defer_evaluations
 from scheduler.when import deferral_for
 from schemas.fleet import RunProgress, SubmitReceipt
 from schemas.request import EvaluationRequest, Target
+from workers.fleet.dispatch import NOT_RESENT, RunsNotSent, resend_clause
+from workers.fleet.redis_client import probe
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
@@ -224,7 +226,8 @@ def submit_batch(
     batch_id = batch_id or new_batch_id()
     runs = 0
     due_noted = False
-    for chunk in _chunks(targets, chunk_size):
+    chunks = _chunks(targets, chunk_size)
+    for chunk in chunks:
         requests = [
             EvaluationRequest.model_validate(
                 {**request_fields, "text": text, "target": target, "batch_id": batch_id}
@@ -233,9 +236,19 @@ def submit_batch(
         ]
         if runs == 0:
             store.create_batch(batch_id, kind=requests[0].kind, text=text)
-        receipts = submit_requests(
-            requests, store=store, redis=redis, settings=settings, dispatcher=dispatcher, now=now
-        )
+        try:
+            receipts = submit_requests(
+                requests,
+                store=store,
+                redis=redis,
+                settings=settings,
+                dispatcher=dispatcher,
+                now=now,
+            )
+        except RunsNotSent as exc:
+            complete = next(chunks, None) is None
+            closed = complete and _close_batch(store, redis, settings, batch_id, now)
+            raise _batch_not_sent(exc, batch_id, runs + len(requests), closed, settings) from exc
         due = next((r.not_before for r in receipts if r.not_before is not None), None)
         if due is not None and not due_noted:
             store.note_batch_due(batch_id, due)
@@ -246,6 +259,54 @@ def submit_batch(
     store.seal_batch(batch_id)
     note_batch(redis, settings.key_prefix, batch_id, now)
     return batch_id, runs
+
+
+def _close_batch(
+    store: VerdictStore, redis: Any, settings: AssaySettings, batch_id: str, now: datetime | None
+) -> bool:
+    """Seal a batch whose every target is registered, though the broker failed: its runs
+    are sent late (lost-run sweeper) but counted, so the batch still finishes.
+
+    When the fleet's Redis is the broker, it is likely away too: one quick PING decides,
+    rather than the store's half minute of retries before the same answer.
+    """
+    import redis as redis_lib
+
+    if settings.redis_url is None or probe(settings.redis_url) is not None:
+        return False
+    try:
+        store.seal_batch(batch_id)
+        note_batch(redis, settings.key_prefix, batch_id, now)
+    except redis_lib.exceptions.RedisError:
+        return False
+    return True
+
+
+def _batch_not_sent(
+    error: RunsNotSent, batch_id: str, registered: int, closed: bool, settings: AssaySettings
+) -> RunsNotSent:
+    """What becomes of a batch whose chunk the broker failed, in the words of its caller."""
+    resend = resend_clause(settings)
+    again = "start the batch again once the broker is back"
+    if closed:
+        runs = f"its {registered} runs are registered"
+        if resend is None:
+            outcome = f"{runs}, but {NOT_RESENT}: {again}"
+        else:
+            outcome = (
+                f"{runs}, so nothing is lost: {resend}, and the batch finishes once they "
+                f"have run; not to wait, {again}"
+            )
+    else:
+        runs = f"its first {registered} runs are registered"
+        rest = "the targets after them were not submitted, and the batch stays open"
+        if resend is None:
+            outcome = f"{runs}, but {NOT_RESENT} and {rest}: {again}"
+        else:
+            outcome = f"{runs} and will run: {resend}; but {rest}: {again}"
+    return RunsNotSent(
+        error.run_ids, f"batch {batch_id}", outcome, broker=error.broker, problem=error.problem
+    )
 
 
 RECENT_BATCHES = 100

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -101,6 +101,11 @@ class AssaySettings(BaseSettings):
         default=None, description="None = embedded local mode (private redis-server)."
     )
     broker_url: str | None = Field(default=None, description="Celery broker; None = redis_url.")
+    broker_sentinel_master: str | None = Field(
+        default=None,
+        description="Redis Sentinel broker (broker_url sentinel://host:port;sentinel://...): "
+        "the name of the master its sentinels monitor. Required with such a broker.",
+    )
     key_prefix: str = Field(default="assay", pattern=r"^[A-Za-z0-9_.-]+$")
     history_limit: int = Field(default=500, ge=1, description="Verdicts kept per check.")
     # --- probes (docs/probes.md) ---------------------------------------------------------
@@ -251,6 +256,18 @@ class AssaySettings(BaseSettings):
         if text.startswith("["):
             return json.loads(text)
         return [part for part in text.split(os.pathsep) if part.strip()]
+
+    @model_validator(mode="after")
+    def _sentinel_needs_master(self) -> AssaySettings:
+        """A Sentinel broker is unusable without the master's name: say so at start-up,
+        not as kombu's ValueError on the first message sent."""
+        url = self.broker_url or self.redis_url or ""
+        if url.startswith("sentinel://") and not self.broker_sentinel_master:
+            raise ValueError(
+                "a Redis Sentinel broker (sentinel://) needs the name of the master its "
+                "sentinels monitor: set ASSAY_BROKER_SENTINEL_MASTER"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

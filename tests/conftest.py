@@ -8,6 +8,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,6 +19,9 @@ for _var in list(os.environ):
         del os.environ[_var]
 
 from assay.redis_process import RedisProcess  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.sentinel_support import SentinelBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -44,3 +48,19 @@ def redis_url(redis_server: RedisProcess) -> Iterator[str]:
     client.flushdb()  # our own server, started above: safe to flush
     yield redis_server.url
     client.close()
+
+
+@pytest.fixture
+def sentinel_broker(tmp_path: Path) -> Iterator[SentinelBroker]:
+    """A redis-server for the broker with a real sentinel watching it (``sentinel://``)."""
+    from tests.sentinel_support import start_sentinel
+
+    master = RedisProcess(data_dir=tmp_path / "broker").start()
+    try:
+        broker = start_sentinel(tmp_path / "sentinel", master)
+        try:
+            yield broker
+        finally:
+            broker.stop()
+    finally:
+        master.stop()

@@ -16,6 +16,7 @@ import pytest
 
 from assay.redis_process import RedisProcess, free_port
 from tests.api_support import READ_TOKEN, ROOT, WRITE_TOKEN, ApiServer, auth
+from tests.sentinel_support import MASTER_NAME, SentinelBroker
 
 pytestmark = pytest.mark.integration
 
@@ -367,3 +368,28 @@ def test_assay_api_without_a_fleet_exits_69_and_says_what_to_set(tmp_path: Path)
     )
     assert result.returncode == 69
     assert result.stderr.startswith("assay: error: ") and "ASSAY_REDIS_URL" in result.stderr
+
+
+def test_readyz_reaches_the_master_of_a_sentinel_broker(
+    redis_url: str, sentinel_broker: SentinelBroker, tmp_path: Path
+) -> None:
+    """Ready while the master the sentinel names answers; not ready once it is gone."""
+    server = ApiServer(
+        redis_url,
+        tmp_path / "api.log",
+        settings={
+            "ASSAY_BROKER_URL": sentinel_broker.url,
+            "ASSAY_BROKER_SENTINEL_MASTER": MASTER_NAME,
+        },
+    ).start()
+    try:
+        ready = httpx.get(server.url + "/readyz", timeout=15)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["checks"] == {"redis": "ok", "broker": "ok"}
+        sentinel_broker.master.stop()
+        gone = httpx.get(server.url + "/readyz", timeout=30)
+        assert gone.status_code == 503
+        broker = next(d for d in gone.json()["error"]["details"] if d["dependency"] == "broker")
+        assert broker["status"].startswith("unreachable")
+    finally:
+        server.stop()

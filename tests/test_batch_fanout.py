@@ -30,7 +30,12 @@ Redis first:
 * the broker itself went away mid-batch: the fallback fails too, the caller gets
   the broker's connection error, and the runs it left out stay registered as
   queued until the lost-run sweeper (workers/fleet/recovery.py) sends them, once,
-  after the visibility timeout, without sending again the ones that did land.
+  after the visibility timeout, without sending again the ones that did land;
+* and what the person who submitted is told then: `assay batch` and `assay submit`
+  (the CLI's entry point in this process, so the round trip can be broken) exit 69
+  with one line saying the runs are registered, when the fleet sends them and what
+  else to do; the API answers 503 `broker_unavailable` saying the same without the
+  broker's address. What the line promises is then checked against the store.
 """
 
 from __future__ import annotations
@@ -45,18 +50,20 @@ from typing import Any
 
 import pytest
 import redis
+import structlog
 from kombu.exceptions import KombuError, OperationalError
 from kombu.transport import redis as kombu_redis
 
 from assay.client import Client
 from assay.redis_process import RedisProcess
-from assay.submission import FANOUT_CHUNK
+from assay.submission import FANOUT_CHUNK, latest_batch_id
 from assay.testing.scripted_model import ScriptedModel
 from scheduler.deferred import deferred_request
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import AssaySettings, load_settings
 from tests.fleet_support import (
     PREDICATE,
+    finished_report,
     make_snapshots,
     scripted_worker,
     three_step_script,
@@ -373,3 +380,212 @@ def test_a_broker_lost_mid_batch_fails_the_submit_and_the_sweeper_sends_what_it_
         queue.close()
     finally:
         broker.stop()
+
+
+# --- what the person who submitted is told when the broker fails the submit ----------------
+
+VISIBILITY_SECONDS = 600  # ASSAY_BROKER_VISIBILITY_TIMEOUT_SECONDS in these tests: "10m"
+RESEND = (
+    "the fleet's workers send again a run whose message did not reach the broker once it has "
+    "waited 10m (ASSAY_BROKER_VISIBILITY_TIMEOUT_SECONDS)"
+)
+
+
+@pytest.fixture
+def separate_broker(tmp_path: Path) -> Iterator[RedisProcess]:
+    broker = RedisProcess(data_dir=tmp_path / "broker", appendonly=True).start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def assay_cli(
+    redis_url: str,
+    separate_broker: RedisProcess,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Callable[..., tuple[int, str, str]]]:
+    """``assay ARGV`` in this process (so a publish batch can be made to fail) against the
+    store and a separate broker -> (exit code, stdout, stderr)."""
+    from assay.cli import main
+    from workers.fleet import dispatch
+
+    monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
+    monkeypatch.setenv("ASSAY_BROKER_URL", separate_broker.url)
+    monkeypatch.setenv("ASSAY_BROKER_VISIBILITY_TIMEOUT_SECONDS", str(VISIBILITY_SECONDS))
+    configured_app = dispatch.configured_app
+
+    def quick_app(settings: AssaySettings) -> Any:  # Celery's ~35 s of retries cut to ~1 s
+        app = configured_app(settings)
+        app.conf.task_publish_retry_policy = QUICK_RETRIES
+        return app
+
+    monkeypatch.setattr(dispatch, "configured_app", quick_app)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(list(argv))
+        captured = capsys.readouterr()
+        return int(exit_info.value.code or 0), captured.out, captured.err
+
+    yield run
+    structlog.reset_defaults()  # the command configured logging on the captured stderr
+
+
+QUICK_RETRIES = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.1, "interval_max": 0.2}
+
+
+def one_line_error(stderr: str) -> str:
+    errors = [line for line in stderr.splitlines() if line.startswith("assay: error: ")]
+    assert len(errors) == 1, stderr
+    return errors[0]
+
+
+def test_a_broker_lost_mid_batch_exits_69_saying_the_runs_are_registered_and_when_they_go_out(
+    assay_cli: Callable[..., tuple[int, str, str]],
+    redis_url: str,
+    separate_broker: RedisProcess,
+    raw: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`assay batch` over one chunk; the broker stops with half of it queued. What the
+    message promises is then checked: every run registered, the sweeper sends the others
+    once they waited the visibility timeout, and the batch finishes when they have run."""
+    make_snapshots(tmp_path / "snaps", CHUNK)
+    BatchRoundTripFailure(monkeypatch, landed=CHUNK // 2, then=separate_broker.stop)
+
+    code, out, err = assay_cli("batch", PREDICATE, "--snapshots", str(tmp_path / "snaps" / "*"))
+
+    assert code == 69 and out == ""
+    message = one_line_error(err)
+    settings = load_settings(redis_url=redis_url, broker_url=separate_broker.url)
+    store = VerdictStore.from_settings(settings)
+    batch_id = latest_batch_id(raw, settings.key_prefix)
+    assert batch_id is not None
+    assert message == (
+        f"assay: error: the fleet's broker at {separate_broker.url} failed while queueing "
+        f"batch {batch_id} (Error 111 connecting to 127.0.0.1:{separate_broker.port}. "
+        f"Connection refused.); its {CHUNK} runs are registered, so nothing is lost: {RESEND}, "
+        "and the batch finishes once they have run; not to wait, start the batch again once "
+        "the broker is back"
+    )
+    run_ids = batch_run_ids(raw, settings, batch_id)
+    assert len(run_ids) == CHUNK
+    for run_id in run_ids:
+        state = store.run_state(run_id)
+        assert state is not None and state.status == "queued"
+
+    separate_broker.start()
+    queue = redis.Redis.from_url(separate_broker.url, decode_responses=True)
+    sent = Counter(queued_run_ids(queue, settings))
+    assert len(sent) == CHUNK // 2
+    sweeper = LostRunSweeper(
+        store,
+        Dispatcher.from_settings(settings, store),
+        queue,
+        queue=queue_name(settings),
+        lost_after_seconds=VISIBILITY_SECONDS,
+    )
+    assert sweeper.sweep_once() == []
+    after = datetime.now(UTC) + timedelta(seconds=VISIBILITY_SECONDS + 1)
+    assert Counter(sweeper.sweep_once(now=after)) == Counter(run_ids) - sent
+    assert Counter(queued_run_ids(queue, settings)) == Counter(run_ids)
+    for run_id in run_ids:  # as the workers would record them
+        request = store.run_request(run_id)
+        assert request is not None and store.record_verdict(finished_report(request, "true"))
+    status = store.batch(batch_id)
+    assert status is not None and status.done and status.total == CHUNK
+    sweeper.dispatcher.close()
+    queue.close()
+
+
+def test_a_broker_lost_mid_fan_out_says_which_targets_were_not_submitted(
+    assay_cli: Callable[..., tuple[int, str, str]],
+    redis_url: str,
+    separate_broker: RedisProcess,
+    raw: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    make_snapshots(tmp_path / "snaps", TARGETS)  # the broker stops in the first of two chunks
+    BatchRoundTripFailure(monkeypatch, landed=0, then=separate_broker.stop)
+
+    code, _out, err = assay_cli("batch", PREDICATE, "--snapshots", str(tmp_path / "snaps" / "*"))
+
+    assert code == 69
+    message = one_line_error(err)
+    settings = load_settings(redis_url=redis_url, broker_url=separate_broker.url)
+    batch_id = raw.zrange(f"{settings.key_prefix}:batches", 0, -1)
+    assert len(batch_id) == 1, "the batch was created"
+    assert message.endswith(
+        f"failed while queueing batch {batch_id[0]} (Error 111 connecting to "
+        f"127.0.0.1:{separate_broker.port}. Connection refused.); its first {FANOUT_CHUNK} "
+        f"runs are registered and will run: {RESEND}; but the targets after them were not "
+        "submitted, and the batch stays open: start the batch again once the broker is back"
+    )
+    assert len(batch_run_ids(raw, settings, batch_id[0])) == FANOUT_CHUNK
+    status = VerdictStore.from_settings(settings).batch(batch_id[0])
+    assert status is not None and not status.sealed and status.total == FANOUT_CHUNK
+
+
+def test_a_broker_lost_mid_submit_names_the_run_that_is_registered(
+    assay_cli: Callable[..., tuple[int, str, str]],
+    redis_url: str,
+    separate_broker: RedisProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (snapshot,) = make_snapshots(tmp_path / "snaps", 1)
+    BatchRoundTripFailure(monkeypatch, landed=0, then=separate_broker.stop)
+
+    code, out, err = assay_cli("submit", "--snapshot", str(snapshot), PREDICATE)
+
+    assert code == 69 and out == ""
+    message = one_line_error(err)
+    run_id = message.split("failed while queueing run ", 1)[1].split(" ", 1)[0]
+    assert message.endswith(
+        f"; it is registered, so nothing is lost: {RESEND}; not to wait, submit again as a new "
+        "run once the broker is back"
+    )
+    store = VerdictStore.from_settings(load_settings(redis_url=redis_url))
+    state = store.run_state(run_id)
+    assert state is not None and state.status == "queued"
+
+
+def test_the_api_answers_a_broker_lost_mid_submit_with_a_503_that_says_the_run_is_kept(
+    redis_url: str, separate_broker: RedisProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from assay.api import create_app
+    from tests.api_support import TOKENS, WRITE_TOKEN, auth
+
+    settings = load_settings(
+        redis_url=redis_url,
+        broker_url=separate_broker.url,
+        broker_visibility_timeout_seconds=VISIBILITY_SECONDS,
+        api_tokens=TOKENS,
+    )
+    (snapshot,) = make_snapshots(tmp_path / "snaps", 1)
+    body = {
+        "text": PREDICATE,
+        "target": {"type": "snapshot", "path": str(snapshot)},
+        "run_id": "run-kept-1",
+    }
+    with TestClient(create_app(settings)) as api:
+        api.app.state.services.dispatcher.app.conf.task_publish_retry_policy = QUICK_RETRIES
+        BatchRoundTripFailure(monkeypatch, landed=0, then=separate_broker.stop)
+        answer = api.post("/v1/evaluations", json=body, headers=auth(WRITE_TOKEN))
+
+    assert answer.status_code == 503
+    assert answer.json() == {
+        "error": {
+            "code": "broker_unavailable",
+            "message": "The broker failed while queueing run run-kept-1; it is registered, so "
+            f"nothing is lost: {RESEND}; not to wait, submit again as a new run once the "
+            "broker is back.",
+        }
+    }
+    state = VerdictStore.from_settings(settings).run_state("run-kept-1")
+    assert state is not None and state.status == "queued"

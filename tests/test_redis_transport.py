@@ -26,6 +26,7 @@ import pytest
 import redis
 from celery import Celery
 from kombu import Connection, Exchange, Producer, Queue
+from pydantic import ValidationError
 
 from schemas.settings import load_settings
 from tests.fleet_support import start_worker, stop_process, wait_until, worker_env, worker_log_tail
@@ -129,7 +130,16 @@ def test_acks_from_many_threads_share_one_client_and_all_land(redis_url: str) ->
 
 def broker_app(broker_url: str) -> Celery:
     """The fleet's app for a broker it is never asked to reach (the store URL is unused)."""
-    return configured_app(load_settings(redis_url="redis://127.0.0.1:1/0", broker_url=broker_url))
+    settings = load_settings(
+        redis_url="redis://127.0.0.1:1/0", broker_url=broker_url, broker_sentinel_master="m"
+    )
+    return configured_app(settings)
+
+
+def test_a_sentinel_broker_without_its_master_name_is_refused_with_the_setting_to_set() -> None:
+    """kombu would only fail on the first message sent, with its own option's name."""
+    with pytest.raises(ValidationError, match="set ASSAY_BROKER_SENTINEL_MASTER"):
+        load_settings(redis_url="redis://127.0.0.1:1/0", broker_url="sentinel://127.0.0.1:26379")
 
 
 @pytest.mark.parametrize(

@@ -121,21 +121,27 @@ def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
     """A Client for the configured fleet; connection trouble exits 69 with what to do.
 
     The client's first use of Redis checks quickly that it answers
-    (``RedisUnreachable``), so a dead Redis is a 69 in about two seconds.
+    (``RedisUnreachable``), so a dead Redis is a 69 in about two seconds. A broker
+    that fails while runs are queued (``RunsNotSent``) is a 69 too, and its message
+    says what becomes of the runs.
     """
     import redis.exceptions
 
     from assay.client import Client
+    from workers.core.logs import configure_logging
     from workers.fleet.broker import FleetNotConfigured
+    from workers.fleet.dispatch import RunsNotSent
     from workers.fleet.redis_client import RedisUnreachable
 
+    settings = settings or settings_or_usage()
+    configure_logging(settings)  # a warning (a publish batch retried) must not reach stdout
     try:
-        client = Client(settings or settings_or_usage())
+        client = Client(settings)
     except FleetNotConfigured as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     try:
         yield client
-    except RedisUnreachable as exc:
+    except (RedisUnreachable, RunsNotSent) as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         fail(

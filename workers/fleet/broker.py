@@ -39,14 +39,18 @@ Why these Celery settings (see docs/fleet.md, "Crash safety"):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from celery.app.amqp import AMQP
 from kombu import Connection
 from kombu.transport import get_transport_cls
+from kombu.utils.url import url_to_parts
 
 from schemas.settings import AssaySettings
+
+if TYPE_CHECKING:
+    import redis
 
 TASK_NAME = "assay.evaluate"
 
@@ -59,6 +63,7 @@ KOMBU_UNACKED_KEY = "unacked"
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _SENTINEL_SCHEME = "sentinel://"
+_SENTINEL_PORT = 26379  # kombu's SentinelTransport.default_port, for a sentinel URL without one
 # kombu's Redis transports with the restore-on-loss fix, by the transport name kombu reads
 # off the URL's scheme (imported when a connection is first used, so sending a task does
 # not pay for it before then).
@@ -103,14 +108,54 @@ def is_redis_url(url: str) -> bool:
 
 
 def is_redis_broker(settings: AssaySettings) -> bool:
-    """A Redis broker this process can read directly (the sweeper and the depth gauge)."""
+    """A Redis broker this process can read with a plain URL (the depth gauge)."""
     return is_redis_url(settings.broker_url or settings.redis_url or "")
 
 
 def has_visibility_timeout(settings: AssaySettings) -> bool:
-    """Redis-family brokers (Sentinel too) hand an unacknowledged message out again."""
+    """Redis-family brokers (Sentinel too): they hand an unacknowledged message out again,
+    and can lose one outright, so the lost-run sweeper watches them (``broker_redis``)."""
     url = settings.broker_url or settings.redis_url or ""
     return url.startswith((*_REDIS_SCHEMES, _SENTINEL_SCHEME))
+
+
+def broker_redis(settings: AssaySettings) -> redis.Redis:
+    """A redis-py client on the Redis that holds the broker's keys (the lost-run sweeper).
+
+    For a Sentinel broker that is the master the sentinels name now (asked again on
+    every new connection, so a failover is followed), reached as kombu's Sentinel
+    transport reaches it: the URL is read by kombu itself (``FleetConnection``: every
+    ``;``-separated sentinel, the password, the database, the ``ssl_*`` query), and
+    the master is ``broker_sentinel_master``.
+    """
+    from workers.fleet.redis_client import connect, connect_sentinel_master
+
+    url = broker_url(settings)
+    if not url.startswith(_SENTINEL_SCHEME):
+        return connect(url)
+    master = settings.broker_sentinel_master
+    if not master:  # the settings refuse a Sentinel broker without one
+        raise FleetNotConfigured("a Sentinel broker needs ASSAY_BROKER_SENTINEL_MASTER")
+    parsed = FleetConnection(url)
+    sentinels = [
+        (parts.hostname or "127.0.0.1", parts.port or _SENTINEL_PORT)
+        for parts in map(url_to_parts, parsed.alt or [url])
+        if parts.scheme == "sentinel"
+    ]
+    return connect_sentinel_master(
+        sentinels,
+        master,
+        username=parsed.userid,
+        password=parsed.password,
+        db=_database_number(parsed.virtual_host),
+        ssl=parsed.ssl if isinstance(parsed.ssl, dict) else None,
+    )
+
+
+def _database_number(virtual_host: str | None) -> int:
+    """The Redis database a kombu virtual host names, as kombu's Redis channel reads it."""
+    path = (virtual_host or "").removeprefix("/")
+    return int(path) if path else 0
 
 
 class FleetConnection(Connection):
@@ -137,9 +182,16 @@ class FleetAMQP(AMQP):
     Connection = FleetConnection
 
 
+def sentinel_options(settings: AssaySettings) -> dict[str, Any]:
+    """The kombu transport options a ``sentinel://`` connection cannot do without."""
+    master = settings.broker_sentinel_master
+    return {"master_name": master} if master else {}
+
+
 def _transport_options(settings: AssaySettings) -> dict[str, Any]:
     visibility = settings.broker_visibility_timeout_seconds
     return {
+        **sentinel_options(settings),
         "visibility_timeout": visibility,
         # Sweep for abandoned messages about six times per visibility timeout (1-10 s).
         "unacked_restore_interval": max(1, min(10, int(visibility / 6))),

@@ -19,14 +19,21 @@ from typing import TYPE_CHECKING
 
 import structlog
 from celery import Celery
-from kombu.exceptions import BatchPublishError
+from kombu.exceptions import BatchPublishError, OperationalError
 
 from schemas.budget import PROFILES
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
-from workers.fleet.broker import TASK_NAME, broker_url, configured_app, is_redis_url, queue_name
-from workers.fleet.redis_client import FLEET_BROKER, require_reachable
+from workers.fleet.broker import (
+    TASK_NAME,
+    broker_url,
+    configured_app,
+    has_visibility_timeout,
+    is_redis_url,
+    queue_name,
+)
+from workers.fleet.redis_client import FLEET_BROKER, require_reachable, shown_url
 from workers.fleet.store import VerdictStore
 
 if TYPE_CHECKING:
@@ -47,6 +54,64 @@ def time_limits_for(request: EvaluationRequest, settings: AssaySettings) -> tupl
     """(soft, hard) Celery time limits for one run, derived from its deadline."""
     soft = run_deadline_seconds(request, settings) + TIME_LIMIT_GRACE_SECONDS
     return soft, soft + TIME_LIMIT_GRACE_SECONDS
+
+
+class RunsNotSent(OperationalError):
+    """The broker failed a submit, fallback included: the runs are registered, not all sent.
+
+    Still kombu's ``OperationalError`` (what a submit raised before), so a caller that
+    caught that catches this. What it adds is what becomes of the runs, for the person
+    who submitted them: ``str(error)`` names the broker and its error (the CLI, the
+    Python client); :attr:`public_message` does not (the API answers with it, and
+    does not tell callers where the broker lives).
+    """
+
+    def __init__(
+        self, run_ids: Sequence[str], subject: str, outcome: str, *, broker: str, problem: str
+    ) -> None:
+        self.run_ids = tuple(run_ids)
+        self.subject = subject
+        self.outcome = outcome
+        self.broker = broker
+        self.problem = problem
+        super().__init__(
+            f"the fleet's broker at {broker} failed while queueing {subject} ({problem}); {outcome}"
+        )
+
+    @property
+    def public_message(self) -> str:
+        return f"The broker failed while queueing {self.subject}; {self.outcome}."
+
+
+def resend_clause(settings: AssaySettings) -> str | None:
+    """When the fleet sends a registered run whose message the broker never got, in words.
+
+    None on a broker the lost-run sweeper does not watch (workers/fleet/recovery.py):
+    there such a run is never sent.
+    """
+    if not has_visibility_timeout(settings):
+        return None
+    wait = duration_text(settings.broker_visibility_timeout_seconds)
+    return (
+        "the fleet's workers send again a run whose message did not reach the broker once it "
+        f"has waited {wait} (ASSAY_BROKER_VISIBILITY_TIMEOUT_SECONDS)"
+    )
+
+
+NOT_RESENT = "this broker's lost messages are not sent again"
+
+
+def duration_text(seconds: float) -> str:
+    """``seconds`` as ``2h``, ``1h30m`` or ``45s``: how `--in` durations are written."""
+    rest = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if rest >= size:
+            count, rest = divmod(rest, size)
+            parts.append(f"{count}{unit}")
+    if rest or not parts:
+        parts.append(f"{rest}s")
+    return "".join(parts)
 
 
 class Dispatcher:
@@ -92,11 +157,19 @@ class Dispatcher:
         outcome), so on failure the chunk is sent again message by message
         with Celery's publish retries: sending is at-least-once, as for one
         ``submit``. A failure beyond that leaves registered runs without a
-        message; the lost-run sweeper sends those (workers/fleet/recovery.py).
+        message; the lost-run sweeper sends those (workers/fleet/recovery.py), and
+        the caller gets :class:`RunsNotSent`, which tells the person so.
         """
         if not requests:
             return []
         self.store.register_runs(requests)
+        try:
+            self._publish(requests)
+        except OperationalError as exc:
+            raise self._not_sent(requests, exc) from exc
+        return [SubmitReceipt.of(request) for request in requests]
+
+    def _publish(self, requests: Sequence[EvaluationRequest]) -> None:
         try:
             with self.app.producer_or_acquire() as producer, producer.batch(len(requests)):
                 for request in requests:
@@ -105,7 +178,28 @@ class Dispatcher:
             _log.warning("batch_publish_failed", runs=len(requests), error=str(exc.__cause__))
             for request in requests:
                 self.send(request)
-        return [SubmitReceipt.of(request) for request in requests]
+
+    def _not_sent(
+        self, requests: Sequence[EvaluationRequest], error: OperationalError
+    ) -> RunsNotSent:
+        one = len(requests) == 1
+        subject = f"run {requests[0].run_id}" if one else f"{len(requests)} runs"
+        registered = "it is registered" if one else "they are registered"
+        resend = resend_clause(self.settings)
+        if resend is None:
+            outcome = f"{registered}, but {NOT_RESENT}: submit again once the broker is back"
+        else:
+            outcome = (
+                f"{registered}, so nothing is lost: {resend}; not to wait, submit again "
+                "as a new run once the broker is back"
+            )
+        return RunsNotSent(
+            [request.run_id for request in requests],
+            subject,
+            outcome,
+            broker=shown_url(broker_url(self.settings)),
+            problem=str(error) or type(error).__name__,
+        )
 
     def send(
         self,

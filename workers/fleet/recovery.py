@@ -13,8 +13,9 @@ visibility timeout, checks whether the broker still holds a message for them
 those it does not. Re-sending is safe: a run is recorded once however many
 copies run.
 
-Only Redis brokers need this; with RabbitMQ an unacknowledged message is
-never lost, and the sweeper is not started.
+Only Redis brokers need this (Sentinel too: the sweeper follows the master the
+sentinels name); with RabbitMQ an unacknowledged message is never lost, and the
+sweeper is not started.
 """
 
 from __future__ import annotations
@@ -30,10 +31,16 @@ import redis
 import structlog
 
 from schemas.settings import AssaySettings
-from workers.fleet.broker import KOMBU_UNACKED_KEY, is_redis_broker, kombu_queue_keys, queue_name
+from workers.fleet.broker import (
+    KOMBU_UNACKED_KEY,
+    broker_redis,
+    broker_url,
+    has_visibility_timeout,
+    kombu_queue_keys,
+    queue_name,
+)
 from workers.fleet.checkpoints import load
 from workers.fleet.dispatch import Dispatcher
-from workers.fleet.redis_client import connect
 from workers.fleet.store import VerdictStore
 
 _log = structlog.get_logger(__name__)
@@ -147,14 +154,18 @@ class LostRunSweeper:
 
 
 def start_sweeper(settings: AssaySettings, store: VerdictStore, dispatcher: Dispatcher) -> Any:
-    """Start the sweeper thread when the broker is Redis; returns its stop event or None."""
-    if not is_redis_broker(settings):
+    """Start the sweeper thread on a Redis-family broker; returns its stop event or None.
+
+    On a Sentinel broker the sweeper reads the master the sentinels name
+    (``broker_redis``), so after a failover it looks in the new master's queue.
+    """
+    if not has_visibility_timeout(settings):
         return None
-    broker_url = settings.broker_url or settings.redis_url or ""
+    separate = broker_url(settings) != settings.redis_url
     sweeper = LostRunSweeper(
         store,
         dispatcher,
-        connect(broker_url) if broker_url != settings.redis_url else store.client,
+        broker_redis(settings) if separate else store.client,
         queue=queue_name(settings),
         lost_after_seconds=settings.broker_visibility_timeout_seconds,
         redis_for_checkpoints=store.client,

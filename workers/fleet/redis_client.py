@@ -17,7 +17,7 @@ Once Redis has answered, the client they get rides out blips like every other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -113,23 +113,64 @@ def connect(
     if fail_fast:
         require_reachable(url)
     import redis as redis_lib
+
+    return redis_lib.Redis.from_url(
+        url, **_riding_out_blips(retries, timeout_seconds, backoff_cap_seconds, keepalive)
+    )
+
+
+def connect_sentinel_master(
+    sentinels: Sequence[tuple[str, int]],
+    master_name: str,
+    *,
+    username: str | None = None,
+    password: str | None = None,
+    db: int = 0,
+    ssl: Mapping[str, Any] | None = None,
+    retries: int = RETRIES,
+    timeout_seconds: float = SOCKET_TIMEOUT_SECONDS,
+) -> redis.Redis:
+    """A client like :func:`connect`'s to whichever server ``sentinels`` call ``master_name``.
+
+    The address is asked of the sentinels each time a connection is opened, and a
+    connection that failed is retried (reopened) like any other, so after a failover
+    the client's commands reach the new master. The sentinels themselves are asked
+    without password or TLS, and the master with them (``ssl``: the ``ssl_*`` options
+    of redis-py's connections), as kombu's Sentinel transport does.
+    """
+    from redis.sentinel import Sentinel
+
+    options = _riding_out_blips(retries, timeout_seconds, BACKOFF_CAP_SECONDS, keepalive=True)
+    sentinel = Sentinel(
+        list(sentinels),
+        socket_timeout=options["socket_timeout"],
+        socket_connect_timeout=options["socket_connect_timeout"],
+    )
+    tls = {"ssl": True, **ssl} if ssl else {}
+    return sentinel.master_for(
+        master_name, username=username, password=password, db=db, **options, **tls
+    )
+
+
+def _riding_out_blips(
+    retries: int, timeout_seconds: float, backoff_cap_seconds: float, keepalive: bool
+) -> dict[str, Any]:
+    """redis-py client options: decoded replies, checked idle connections, retried errors."""
     from redis.backoff import EqualJitterBackoff
     from redis.exceptions import ConnectionError, TimeoutError
     from redis.retry import Retry
 
-    return redis_lib.Redis.from_url(
-        url,
-        decode_responses=True,
-        health_check_interval=HEALTH_CHECK_INTERVAL_SECONDS,
-        socket_timeout=timeout_seconds,
-        socket_connect_timeout=timeout_seconds,
-        socket_keepalive=keepalive,
-        retry=Retry(
-            EqualJitterBackoff(cap=backoff_cap_seconds, base=BACKOFF_BASE_SECONDS),
-            retries,
+    return {
+        "decode_responses": True,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_SECONDS,
+        "socket_timeout": timeout_seconds,
+        "socket_connect_timeout": timeout_seconds,
+        "socket_keepalive": keepalive,
+        "retry": Retry(
+            EqualJitterBackoff(cap=backoff_cap_seconds, base=BACKOFF_BASE_SECONDS), retries
         ),
-        retry_on_error=[ConnectionError, TimeoutError],
-    )
+        "retry_on_error": [ConnectionError, TimeoutError],
+    }
 
 
 # redis-py's hints cannot know that ``connect`` decodes replies, so they say ``bytes | str``;
