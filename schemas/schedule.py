@@ -184,18 +184,20 @@ class Schedule(BaseModel):
         """How often it fires, as a person would write it."""
         if self.cron is not None:
             return f"cron {self.cron!r} ({self.timezone})"
-        return f"every {_format_seconds(self.interval_seconds or 0)}"
+        return f"every {format_duration(self.interval_seconds or 0)}"
 
     def check_interval_floor(self, min_interval_seconds: float) -> None:
         """Refuse an interval under the operator's floor (checked on create and change)."""
         if self.interval_seconds is not None and self.interval_seconds < min_interval_seconds:
             raise ValueError(
-                f"interval {_format_seconds(self.interval_seconds)} is under the minimum of "
-                f"{_format_seconds(min_interval_seconds)}; use a longer interval"
+                f"interval {format_duration(self.interval_seconds)} is under the minimum of "
+                f"{format_duration(min_interval_seconds)}; use a longer interval"
             )
 
 
-def _format_seconds(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """``seconds`` as ``2h``, ``1h30m`` or ``45s``: how `--every` and `--in` durations are
+    written (whole seconds, the fraction dropped)."""
     remaining = int(seconds)
     parts = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

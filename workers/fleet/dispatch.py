@@ -24,6 +24,7 @@ from kombu.exceptions import BatchPublishError, OperationalError
 from schemas.budget import PROFILES
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest
+from schemas.schedule import format_duration
 from schemas.settings import AssaySettings
 from workers.fleet.broker import (
     TASK_NAME,
@@ -91,7 +92,7 @@ def resend_clause(settings: AssaySettings) -> str | None:
     """
     if not has_visibility_timeout(settings):
         return None
-    wait = duration_text(settings.broker_visibility_timeout_seconds)
+    wait = format_duration(round(settings.broker_visibility_timeout_seconds))
     return (
         "the fleet's workers send again a run whose message did not reach the broker once it "
         f"has waited {wait} (ASSAY_BROKER_VISIBILITY_TIMEOUT_SECONDS)"
@@ -99,19 +100,6 @@ def resend_clause(settings: AssaySettings) -> str | None:
 
 
 NOT_RESENT = "this broker's lost messages are not sent again"
-
-
-def duration_text(seconds: float) -> str:
-    """``seconds`` as ``2h``, ``1h30m`` or ``45s``: how `--in` durations are written."""
-    rest = round(seconds)
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if rest >= size:
-            count, rest = divmod(rest, size)
-            parts.append(f"{count}{unit}")
-    if rest or not parts:
-        parts.append(f"{rest}s")
-    return "".join(parts)
 
 
 class Dispatcher:
