@@ -550,3 +550,23 @@ def test_a_deeply_nested_snapshot_is_walked_without_recursion(tmp_path: Path) ->
         (deep / "cm.yaml").unlink(missing_ok=True)
         for level in reversed(levels):
             level.rmdir()
+
+
+def test_a_snapshot_folder_that_cannot_be_listed_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unlistable (permissions; tests run as root, so the refusal is simulated at scandir)."""
+    import os
+
+    from workers.core.toolsets.factory import SnapshotCache
+
+    real_scandir = os.scandir
+
+    def refuse(path: object) -> object:
+        if Path(str(path)) == tmp_path.resolve():
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    with pytest.raises(SnapshotError, match="could not be read \\(Permission denied\\)"):
+        SnapshotCache().get(tmp_path)

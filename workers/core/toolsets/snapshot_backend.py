@@ -146,7 +146,12 @@ class SnapshotBackend:
                     f"snapshot folder {str(path)!r} does not exist or is not a folder; "
                     "pass a folder of kubectl YAML/JSON (see examples/snapshots/README.md)"
                 )
-            listing = FolderListing.walk(root.resolve())
+            try:
+                listing = FolderListing.walk(root.resolve())
+            except OSError as exc:  # a folder it may not list: say so, as for any bad folder
+                raise SnapshotError(
+                    f"snapshot folder {str(path)!r} could not be read ({exc.strerror or exc})"
+                ) from None
         self.root = listing.root
         self.name = f"snapshot:{self.root.name}"
         self.problems: list[str] = []
