@@ -1,11 +1,12 @@
-"""CPU per chat-completion POST by HTTP client: why the direct path uses http.client.
+"""CPU per chat-completion POST by HTTP client: why the direct path speaks HTTP/1.1 itself.
 
     .venv/bin/python bench/bench_http.py [--calls 2000]
 
 Posts a chat request of about 10 KB (the size of a planner's third step) to a
 local HTTP/1.1 server in another process, over one kept-alive connection, and
 prints the client thread's CPU per call for httpx (what the OpenAI SDK and
-litellm use), urllib3, and workers/core/keepalive_http.py (http.client). Prints
+litellm use), urllib3, the standard library's http.client (what keepalive_http.py
+used before issue 15) and workers/core/keepalive_http.py. Prints
 figures only.
 """
 
@@ -35,6 +36,7 @@ HEADERS = {"Authorization": "Bearer k", "Content-Type": "application/json"}
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as a model server would: no 40 ms wait per answer
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -75,6 +77,8 @@ def main() -> None:
     server.start()
     url = f"http://127.0.0.1:{ports.get(timeout=10)}/v1/chat/completions"
     try:
+        import http.client
+
         import httpx
         import urllib3
 
@@ -83,6 +87,13 @@ def main() -> None:
         client = httpx.Client()
         pool = urllib3.PoolManager(retries=False)
         keepalive = KeepAliveClient()
+        parts = url.split("/", 3)
+        stdlib = http.client.HTTPConnection(parts[2], timeout=10)
+
+        def stdlib_post() -> Any:
+            stdlib.request("POST", "/" + parts[3], body=PAYLOAD, headers=HEADERS)
+            return json.loads(stdlib.getresponse().read())
+
         figures = {
             "httpx (OpenAI SDK, litellm)": cpu_per_call(
                 lambda: client.post(url, content=PAYLOAD, headers=HEADERS, timeout=10).json(),
@@ -94,7 +105,8 @@ def main() -> None:
                 ),
                 args.calls,
             ),
-            "keepalive_http (http.client)": cpu_per_call(
+            "http.client": cpu_per_call(stdlib_post, args.calls),
+            "keepalive_http (direct path)": cpu_per_call(
                 lambda: keepalive.post_json(url, PAYLOAD, HEADERS, 10).json(), args.calls
             ),
         }

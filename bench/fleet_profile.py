@@ -42,7 +42,7 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     ("model call: litellm", ("site-packages/litellm/",)),
     ("model call: OpenAI SDK", ("site-packages/openai/",)),
     (
-        "model call: HTTP (http.client, email headers, ssl, socket)",
+        "model call: HTTP (keepalive_http, httpx for litellm, ssl, socket)",
         (
             "workers/core/keepalive_http.py", "/http/client.py", "/email/", "site-packages/httpx/",
             "site-packages/httpcore/", "site-packages/h11/", "/ssl.py", "/socket.py",

@@ -92,17 +92,17 @@ def test_posts_reuse_one_connection_and_send_the_body_and_headers_as_given() -> 
 def test_a_request_goes_out_in_one_write_head_and_body_together(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One socket write per POST (http.client alone makes two: head, then body)."""
-    import http.client
+    """One socket write per POST (http.client makes two: head, then body)."""
+    from workers.core import keepalive_http
 
     writes: list[bytes] = []
-    original = http.client.HTTPConnection.send
+    original = keepalive_http._Wire.send
 
-    def counted(connection: Any, data: Any) -> None:
+    def counted(wire: Any, data: bytes) -> None:
         writes.append(bytes(data))
-        original(connection, data)
+        original(wire, data)
 
-    monkeypatch.setattr(http.client.HTTPConnection, "send", counted)
+    monkeypatch.setattr(keepalive_http._Wire, "send", counted)
     big = json.dumps({"messages": [{"role": "tool", "content": "x" * 20_000}]}).encode()
     with server(lambda h, r: answer(h)) as (url, seen):
         client = KeepAliveClient()
@@ -114,6 +114,8 @@ def test_a_request_goes_out_in_one_write_head_and_body_together(
     assert all(w.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n") for w in writes)
     assert all(w.endswith(b"\r\n\r\n" + big) for w in writes)
     assert [r["body"] for r in seen.requests] == [big] * 3
+    host = seen.requests[0]["headers"]["Host"]
+    assert host == url.removeprefix("http://")  # host:port, as the endpoint expects
 
 
 def test_a_connection_the_server_closed_while_idle_is_reopened_without_an_error() -> None:
