@@ -52,13 +52,14 @@ import json
 import select
 import socket
 import ssl
-import struct
 import threading
 import urllib.request
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
+
+from workers.core.kernel_timeouts import kernel_timeout
 
 MAX_REDIRECTS = 5
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers of one answer (http.client's line limit)
@@ -284,7 +285,7 @@ class KeepAliveClient:
         if isinstance(wire.sock, ssl.SSLSocket):
             wire.sock.settimeout(timeout)  # see _open
         else:
-            _kernel_timeout(wire.sock, timeout)
+            kernel_timeout(wire.sock, timeout)
         return wire
 
     def _open(self, route: _Route, timeout: float) -> socket.socket:
@@ -299,7 +300,7 @@ class KeepAliveClient:
                     _tunnel(sock, route)
                 context = self._ssl_context or ssl.create_default_context()
                 return context.wrap_socket(sock, server_hostname=route.host)
-            # A plain socket uses the kernel's timeouts from here on (_kernel_timeout). A TLS
+            # A plain socket uses the kernel's timeouts from here on (kernel_timeout). A TLS
             # one keeps Python's: on a blocking TLS socket, ``ssl`` retries a read the kernel
             # timed out (SSL_ERROR_WANT_READ) instead of raising, so the timeout never ends.
             sock.settimeout(None)
@@ -348,15 +349,6 @@ def _tunnel(sock: socket.socket, route: _Route) -> None:
         raise OSError(f"the proxy refused the tunnel to {route.authority}: {status}")
     if wire.pending:
         raise OSError("the proxy sent bytes after its answer to CONNECT")
-
-
-def _kernel_timeout(sock: socket.socket, timeout: float) -> None:
-    """Each later send and receive on ``sock`` fails with EAGAIN after ``timeout`` seconds."""
-    seconds = max(timeout, 0.001)
-    whole = int(seconds)
-    value = struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
 
 def _read_head(wire: _Wire) -> tuple[str, int, Headers]:
