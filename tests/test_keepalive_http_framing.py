@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tcp_support import tcp_server
 from workers.core.keepalive_http import MAX_HEADERS, KeepAliveClient, TransportFailure
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
@@ -55,40 +56,19 @@ def raw_server(
 
     Yields the URL and, per accepted connection, how many requests it carried.
     """
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    per_connection: list[int] = []
-    stop = threading.Event()
 
-    def serve(conn: socket.socket) -> None:
-        index = len(per_connection)
-        per_connection.append(0)
-        with conn:
-            while not stop.is_set() and read_request(conn):
-                per_connection[index] += 1
-                reply = answers(per_connection[index])
-                if reply is None:
-                    stop.wait(10)
-                    return
-                conn.sendall(reply)
-                if close_after:
-                    return
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
+    def serve(conn: socket.socket, stop: threading.Event, tally: Callable[[], int]) -> None:
+        while not stop.is_set() and read_request(conn):
+            reply = answers(tally())
+            if reply is None:
+                stop.wait(10)
                 return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+            conn.sendall(reply)
+            if close_after:
+                return
 
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1/chat/completions", per_connection
-    finally:
-        stop.set()
-        listener.close()
+    with tcp_server(serve) as (port, per_connection):
+        yield f"http://127.0.0.1:{port}/v1/chat/completions", per_connection
 
 
 def post(url: str, timeout: float = 5) -> tuple[int, bytes]:

@@ -18,6 +18,7 @@ import pytest
 import redis
 import redis.exceptions
 
+from tests.tcp_support import tcp_server
 from workers.fleet.redis_client import connect, quiet_connection_class
 
 
@@ -66,44 +67,26 @@ def test_a_connection_the_server_closed_is_replaced_before_the_next_command(
 
 
 @contextmanager
-def fake_redis(reply: Callable[[bytes], bytes | None]) -> Iterator[tuple[str, list[bytes]]]:
+def fake_redis(reply: Callable[[bytes], bytes | None]) -> Iterator[tuple[str, list[int]]]:
     """A TCP server speaking just enough RESP: ``reply(request)`` per read, None to hold.
 
     Yields its URL and a list with one entry per accepted connection.
     """
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    opened: list[bytes] = []
-    stop = threading.Event()
 
-    def serve(conn: socket.socket) -> None:
-        with conn:
-            while not stop.is_set():
-                data = conn.recv(65536)
-                if not data:
-                    return
-                answer = reply(data)
-                if answer is None:
-                    stop.wait(10)
-                    return
-                conn.sendall(answer)
-
-    def accept() -> None:
+    def serve(conn: socket.socket, stop: threading.Event, tally: Callable[[], int]) -> None:
         while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
+            data = conn.recv(65536)
+            if not data:
                 return
-            opened.append(b"")
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+            tally()
+            answer = reply(data)
+            if answer is None:
+                stop.wait(10)
+                return
+            conn.sendall(answer)
 
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0", opened
-    finally:
-        stop.set()
-        listener.close()
+    with tcp_server(serve) as (port, connections):
+        yield f"redis://127.0.0.1:{port}/0", connections
 
 
 def _commands(request: bytes) -> list[bytes]:
