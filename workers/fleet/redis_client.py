@@ -140,9 +140,10 @@ def quiet_connection_class() -> type[redis.connection.Connection]:
       receive is one call; a receive that times out is still redis-py's
       ``TimeoutError``, a send that does is its ``ConnectionError``, both retried
       as before;
-    - ``can_read()`` with no wait is one ``recv(MSG_PEEK | MSG_DONTWAIT)``: stray
-      bytes or the server's close still read as "not ready", and the pool
-      reconnects as it always did.
+    - ``can_read()`` with no wait is one ``recv(MSG_PEEK | MSG_DONTWAIT)``: the
+      server's close is a ``ConnectionError`` and stray bytes read as data, as
+      redis-py's own check reports them, so the pool does with either what it
+      does for redis-py's class (tests/test_redis_quiet_connection.py).
 
     Anything else (a read with its own timeout, as pub/sub makes; a parser
     without redis-py's socket buffer) goes redis-py's own way. Built on first
