@@ -29,6 +29,7 @@ from schemas.actions import (
 from schemas.request import EvaluationRequest
 from workers.core.fencing import fenced, neutralise
 from workers.core.llm import LLMReply, Transport, planner_response_format
+from workers.core.tool_schemas import ToolSchemas
 from workers.core.toolsets.base import ToolRegistry, ToolResult
 
 PlannerActionModel = Thought | Command | Wait | Done | Error
@@ -99,8 +100,7 @@ def tools_for(transport: Transport, registry: ToolRegistry) -> list[dict[str, An
         if len(_TOOLS_JSON) >= _TOOLS_JSON_LIMIT:
             _TOOLS_JSON.clear()
         _TOOLS_JSON[key] = text
-    tools: list[dict[str, Any]] = json.loads(text)
-    return tools
+    return ToolSchemas(text)
 
 
 _TOOLS_JSON: dict[tuple[Any, ...], str] = {}

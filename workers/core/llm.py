@@ -45,6 +45,7 @@ from workers.core.openai_compat import (
     fast_path_model,
     request_body,
 )
+from workers.core.tool_schemas import tools_json
 
 Transport = Literal["tools", "json"]
 ErrorKind = Literal["permanent", "transient", "deadline"]
@@ -260,7 +261,7 @@ class LiteLLMClient:
                 else:
                     counted += counter(message)
             if tools:
-                counted += _count_text(model, json.dumps(tools))
+                counted += _count_text(model, tools_json(tools))
             return counted
         except Exception:
             return estimate_tokens(messages, tools)
@@ -287,16 +288,8 @@ class LiteLLMClient:
             attempts += 1
             return self._attempt(call)
 
-        retrying = Retrying(
-            retry=retry_if_exception(is_transient),
-            wait=policy.wait,
-            stop=policy.stop,
-            sleep=self._sleep,
-            before_sleep=_log_retry,
-            reraise=True,
-        )
         try:
-            response = retrying(attempt)
+            response = self._with_retries(attempt, policy)
         except _DeadlineReached as exc:
             raise LLMError("deadline", str(exc)) from exc
         except ModuleNotFoundError as exc:
@@ -308,6 +301,39 @@ class LiteLLMClient:
         except Exception as exc:
             raise _as_llm_error(exc, policy, attempts) from exc
         return _reply_from(response, self._clock() - started, attempts)
+
+    def _with_retries(self, attempt: Callable[[], Any], policy: _RetryPolicy) -> Any:
+        """``attempt()`` under the retry policy; the first try is a plain call.
+
+        Why: nearly every call succeeds at once, and setting up tenacity's loop
+        cost about a tenth of a model call's CPU on the direct path (issue 15).
+        A first failure worth retrying is replayed into the same tenacity loop
+        as its first outcome, so attempt numbers, Retry-After, backoff, the
+        deadline stop and the retry log are what they always were.
+        """
+        try:
+            return attempt()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            first: BaseException | None = exc
+        retrying = Retrying(
+            retry=retry_if_exception(is_transient),
+            wait=policy.wait,
+            stop=policy.stop,
+            sleep=self._sleep,
+            before_sleep=_log_retry,
+            reraise=True,
+        )
+
+        def replayed() -> Any:
+            nonlocal first
+            if first is not None:
+                failed, first = first, None
+                raise failed
+            return attempt()
+
+        return retrying(replayed)
 
     def _attempt(self, call: LLMCall) -> Any:
         remaining = call.deadline - self._clock()

@@ -38,6 +38,7 @@ from typing import Any
 
 from workers.core.keepalive_http import Answer, KeepAliveClient, TransportFailure, unsupported_proxy
 from workers.core.litellm_import import load_litellm
+from workers.core.tool_schemas import encode_body
 
 FAST_PATH_PROVIDERS = frozenset({"openai", "hosted_vllm"})
 
@@ -133,7 +134,7 @@ class DirectClient:
         url = api_base.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         try:
-            response = self._client().post_json(url, json.dumps(body).encode(), headers, timeout)
+            response = self._client().post_json(url, encode_body(body), headers, timeout)
         except TransportFailure as exc:
             raise EndpointUnreachable(str(exc)) from exc
         if response.status_code >= 400:

@@ -1,0 +1,94 @@
+"""A run's tool list is sent as the JSON it was parsed from: the same bytes, never stale.
+
+Why this matters: the direct path (workers/core/openai_compat.py) promises the body
+litellm would send. Reusing the tools' text instead of encoding the list again
+(issue 15) must not change one byte of it, nor let one run's list reach another.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assay.testing.scripted_model import ScriptedModel
+from schemas.settings import load_settings
+from tests.engine_support import make_snapshot, request_for
+from workers.core.conversation import tools_for
+from workers.core.llm import LiteLLMClient, LLMCall, load_litellm
+from workers.core.openai_compat import request_body
+from workers.core.tool_schemas import ToolSchemas, encode_body, tools_json
+from workers.core.toolsets.factory import build_registry
+
+MESSAGES = [
+    {"role": "system", "content": 'planner \u00e9\u4e2d "quoted" \\ back'},
+    {"role": "user", "content": "Predicate: every pod is ready \U0001f600"},
+]
+
+
+def run_tools(tmp_path: Path) -> ToolSchemas:
+    snapshot = make_snapshot(tmp_path / "snap")
+    settings = load_settings(snapshot_roots=[tmp_path])
+    tools = tools_for("tools", build_registry(request_for(snapshot), settings))
+    assert isinstance(tools, ToolSchemas)
+    return tools
+
+
+@pytest.mark.parametrize("response_format", [None, {"type": "json_object"}])
+def test_the_body_is_byte_for_byte_what_json_dumps_writes(
+    tmp_path: Path, response_format: dict[str, Any] | None
+) -> None:
+    tools = run_tools(tmp_path)
+    assert json.dumps(tools) == tools.json_text
+    body = request_body("scripted", MESSAGES, 300, "run-1", tools, response_format)
+    assert encode_body(body) == json.dumps(body).encode()
+    assert json.loads(encode_body(body))["tools"] == tools
+
+
+def test_plain_tool_lists_and_bodies_without_tools_are_encoded_as_given() -> None:
+    plain = [{"type": "function", "function": {"name": "get", "parameters": {}}}]
+    for tools in (plain, None):
+        body = request_body("scripted", MESSAGES, 300, "run-1", tools, None)
+        assert encode_body(body) == json.dumps(body).encode()
+    assert tools_json(plain) == json.dumps(plain)
+
+
+def test_each_run_gets_its_own_list_so_one_runs_change_reaches_no_other(tmp_path: Path) -> None:
+    first, second = run_tools(tmp_path), run_tools(tmp_path)
+    assert first is not second and first == second
+    first[0]["function"]["description"] = "changed by one run"
+    first.append({"type": "function", "function": {"name": "extra"}})
+    third = run_tools(tmp_path)
+    assert third == second and "changed by one run" not in third.json_text
+    assert "extra" not in json.dumps(third)
+
+
+def test_the_token_count_of_a_runs_tools_is_that_of_the_same_list_encoded_again(
+    tmp_path: Path,
+) -> None:
+    tools = run_tools(tmp_path)
+    counter = LiteLLMClient(load_settings())
+    fresh = json.loads(json.dumps(tools))
+    assert counter.count_tokens("openai/scripted", MESSAGES, tools) == counter.count_tokens(
+        "openai/scripted", MESSAGES, fresh
+    )
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["direct", "litellm"])
+def test_a_runs_tools_reach_the_endpoint_as_litellm_sends_them(tmp_path: Path, fast: bool) -> None:
+    load_litellm()
+    tools = run_tools(tmp_path)
+    turn = {"action": {"action": "COMMAND", "tool": "get", "arguments": {"kind": "Pod"}}}
+    with ScriptedModel({"scenarios": [{"turns": [turn]}]}) as model:
+        llm = LiteLLMClient(load_settings(llm_fast_path=fast))
+        call = LLMCall(
+            model="openai/scripted", messages=MESSAGES, max_tokens=300,
+            deadline=time.monotonic() + 10, user="run-1", tools=tools, api_base=model.url,
+        )  # fmt: skip
+        reply = llm.complete(call)
+        sent = model.requests[0]
+    assert sent["tools"] == json.loads(json.dumps(tools)) and sent["messages"] == MESSAGES
+    assert [c.name for c in reply.tool_calls] == ["get"]
