@@ -30,6 +30,12 @@ from tests.fleet_support import (
 pytestmark = pytest.mark.integration
 
 VISIBILITY_SECONDS = "12"  # a killed worker's runs come back after this long
+# A batch's probe compilation is single-flight (workers/fleet/probe_rerun.py): a run killed
+# while it holds the batch's claim leaves its runs waiting for the claim's lifetime (60 s by
+# default) before they ask the model themselves. That stall is by design (waiting never
+# decides anything), but at 60 s it can outlast this test's wait for a restarted worker's
+# first model requests; a short lifetime keeps the test about verdicts under kills.
+COMPILE_WAIT_SECONDS = "5"
 RUN_TIMEOUT_SECONDS = 10.0  # shorter than the visibility timeout, as in production
 
 
@@ -52,6 +58,7 @@ def test_twenty_sigkills_across_two_hundred_runs_leave_one_verdict_each(
             model.url,
             max_deliveries="50",
             broker_visibility_timeout_seconds=VISIBILITY_SECONDS,
+            probe_compile_wait_seconds=COMPILE_WAIT_SECONDS,
         )
         batch_id = client.start_batch(
             PREDICATE,
