@@ -330,3 +330,39 @@ def test_obey_injections_follows_text_planted_in_the_newest_tool_result() -> Non
     assert again == obeyed_ignore  # an engine repair message does not talk it out of it
     assert scripted["choices"][0]["message"]["content"] == "scripted"
     assert [item["role"] for item in record] == ["planner"] * 4
+
+
+def test_a_server_that_keeps_no_requests_still_answers_and_refuses_to_list_them() -> None:
+    """Long-running servers (the CLI's) must not grow with every request they answer."""
+    script = {"scenarios": [{"turns": [{"text": "kept nothing"}]}]}
+    with ScriptedModel(script, keep_requests=False) as model:
+        for user in ("run-1", "run-2", "run-3"):
+            reply = post(model, conversation(user=user, tools=TOOLS)).json()
+            assert reply["choices"][0]["message"]["content"] == "kept nothing"
+        assert model._requests == [] and model._usage == []
+        with pytest.raises(RuntimeError, match="keep_requests=False"):
+            _ = model.requests
+        with pytest.raises(RuntimeError, match="keep_requests=False"):
+            _ = model.usage_reported
+
+
+def test_a_server_that_keeps_no_requests_still_records_them_to_a_file(tmp_path: Path) -> None:
+    record = tmp_path / "requests.jsonl"
+    script = {"scenarios": [{"turns": [{"text": "ok"}]}]}
+    with ScriptedModel(script, keep_requests=False, record=record) as model:
+        post(model, conversation(user="run-9"))
+    assert [json.loads(line)["user"] for line in record.read_text().splitlines()] == ["run-9"]
+
+
+def test_the_prompt_estimate_of_a_tool_list_follows_the_list_sent_each_time() -> None:
+    """A remembered estimate is reused only for an equal list: a changed schema is measured."""
+    script = {"scenarios": [{"turns": [{"text": "a"}]}]}
+    longer = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "description": "d" * 4000}}]
+    with ScriptedModel(script) as model:
+        first = post(model, conversation(tools=TOOLS)).json()["usage"]["prompt_tokens"]
+        again = post(model, conversation(tools=TOOLS)).json()["usage"]["prompt_tokens"]
+        same_name = post(model, conversation(tools=longer)).json()["usage"]["prompt_tokens"]
+        none = post(model, conversation()).json()["usage"]["prompt_tokens"]
+    tools_tokens = -(-len(json.dumps(TOOLS)) // 4)
+    assert first == again == none + tools_tokens
+    assert same_name == none + -(-len(json.dumps(longer)) // 4)  # same tool name, new schema

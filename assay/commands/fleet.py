@@ -418,7 +418,7 @@ def _with_scripted_model(settings: Any, script: Any) -> Any:
     from assay.testing.scripted_model import SCRIPTED_MODEL_NAME, ScriptedModel, ScriptError
 
     try:
-        server = ScriptedModel(script).start()
+        server = ScriptedModel(script, keep_requests=False).start()
     except ScriptError as exc:
         raise typer.BadParameter(str(exc), param_hint="--scripted") from None
     note(f"SCRIPTED MODEL - replaying {script} at {server.url}, not a real LLM")

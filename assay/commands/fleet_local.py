@@ -148,7 +148,7 @@ def _scripted_model(script: Path) -> Any:
     from assay.testing.scripted_model import ScriptedModel, ScriptError
 
     try:
-        return ScriptedModel(script).start()
+        return ScriptedModel(script, keep_requests=False).start()
     except ScriptError as exc:
         raise typer.BadParameter(str(exc), param_hint="--scripted") from None
 
@@ -261,7 +261,7 @@ def demo(
     settings = settings_or_usage()
     folder = Path(tempfile.mkdtemp(prefix="assay-demo-"))
     print(f"SCRIPTED MODEL - replaying {script}, not a real LLM", file=sys.stderr, flush=True)
-    model = ScriptedModel(script).start()
+    model = ScriptedModel(script, keep_requests=False).start()
     fleet = LocalFleet(
         data_dir=folder,
         concurrency=8,

@@ -204,10 +204,48 @@ def _prompt_tokens(body: dict[str, Any]) -> int:
         for call in message.get("tool_calls") or []:
             total += estimate_tokens(json.dumps(call.get("function", {})))
     if body.get("tools"):
-        total += estimate_tokens(json.dumps(body["tools"]))
+        total += _tools_estimate(body["tools"])
     if body.get("response_format"):
         total += estimate_tokens(json.dumps(body["response_format"]))
     return total
+
+
+class _ToolsEstimates:
+    """The token estimate of a tool list, remembered for the next request that sends it again.
+
+    Why: a client sends the same tool list (often 10 KB of JSON schemas) with every
+    request, and encoding it again to measure it was a fifth of this server's CPU
+    in bench_fleet. A remembered list is reused only if it equals the new one.
+    """
+
+    _MAX = 32
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[Any, ...], tuple[Any, int]] = {}
+
+    def __call__(self, tools: Any) -> int:
+        key = _tools_key(tools)
+        known = self._known.get(key)
+        if known is not None and known[0] == tools:
+            return known[1]
+        estimate = estimate_tokens(json.dumps(tools))
+        if len(self._known) >= self._MAX:
+            self._known.clear()
+        self._known[key] = (tools, estimate)
+        return estimate
+
+
+def _tools_key(tools: Any) -> tuple[Any, ...]:
+    if not isinstance(tools, list):
+        return (type(tools).__name__,)
+    names = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        names.append(str(function.get("name")) if isinstance(function, dict) else "?")
+    return tuple(names)
+
+
+_tools_estimate = _ToolsEstimates()
 
 
 def _error_body(message: str, kind: str, code: str | None = None) -> bytes:
@@ -422,8 +460,17 @@ class ScriptedModel:
         host: str = "127.0.0.1",
         port: int = 0,
         record: str | Path | None = None,
+        keep_requests: bool = True,
     ) -> None:
+        """``keep_requests=False``: a long-running server whose requests nobody reads.
+
+        Why: every request body (a run's whole conversation and tool list) kept in
+        memory for ``requests`` grows the process without bound over a fleet's
+        hours and makes each of the garbage collector's full passes walk it;
+        ``--record`` still writes them to a file.
+        """
         self.replayer = Replayer(load_script(script))
+        self._keep_requests = keep_requests
         self._host = host
         self._port = port
         self._record_path = Path(record) if record else None
@@ -445,12 +492,14 @@ class ScriptedModel:
     @property
     def requests(self) -> list[dict[str, Any]]:
         """Every request body received so far, in arrival order."""
+        self._require_kept()
         with self._lock:
             return list(self._requests)
 
     @property
     def usage_reported(self) -> list[dict[str, Any]]:
         """The usage block of every completion sent, with the ``user`` it was sent to."""
+        self._require_kept()
         with self._lock:
             return list(self._usage)
 
@@ -487,9 +536,19 @@ class ScriptedModel:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _require_kept(self) -> None:
+        if not self._keep_requests:
+            raise RuntimeError(
+                "this scripted model was started with keep_requests=False; "
+                "start it with keep_requests=True (or --record FILE) to see its requests"
+            )
+
     def _record(self, body: dict[str, Any]) -> None:
+        if not self._keep_requests and self._record_path is None:
+            return
         with self._lock:
-            self._requests.append(body)
+            if self._keep_requests:
+                self._requests.append(body)
             if self._record_path is not None:
                 with self._record_path.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(body) + "\n")
@@ -533,7 +592,7 @@ class ScriptedModel:
                     reply = _Reply(500, _error_body(f"scripted model failed: {exc!r}", "server"))
                 if reply.delay and model._stopping.wait(reply.delay):
                     return
-                if reply.usage is not None:
+                if reply.usage is not None and model._keep_requests:
                     with model._lock:
                         model._usage.append({**reply.usage, "user": body.get("user")})
                 self._send(reply)
@@ -564,7 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", help="append every request body to this JSONL file")
     args = parser.parse_args(argv)
     try:
-        server = ScriptedModel(args.script, host=args.host, port=args.port, record=args.record)
+        server = ScriptedModel(
+            args.script, host=args.host, port=args.port, record=args.record, keep_requests=False
+        )
     except ScriptError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 64

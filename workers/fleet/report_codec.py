@@ -8,6 +8,11 @@ decodes responses as text; Base64 rather than the denser Base85 because Python's
 Base85 is pure Python and cost a worker 0.3 ms per evaluation). Fields written
 before, plain JSON or Base85, still read.
 ``ASSAY_REPORT_COMPRESSION=false`` stores plain JSON.
+
+The compressor uses an 8 KB window and a small hash table, not zlib's 32 KB
+default: setting up the default state (about 270 KB, cleared on every call) cost
+about 50 us for a 3 KB report, ten times the compression itself. The output is
+ordinary zlib; a report over 100 KB comes out about 4% larger.
 """
 
 from __future__ import annotations
@@ -17,14 +22,16 @@ import zlib
 
 _MARK = "z64:"
 _BASE85_MARK = "z85:"  # written before; still read
+_LEVEL, _WINDOW_BITS, _MEMORY_LEVEL = 6, 13, 5
 
 
 def encode_report(report_json: str, compress: bool) -> str:
     """The value to store for a report's JSON."""
     if not compress:
         return report_json
-    packed = base64.b64encode(zlib.compress(report_json.encode("utf-8"), 6)).decode("ascii")
-    return _MARK + packed
+    compressor = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WINDOW_BITS, _MEMORY_LEVEL)
+    packed = compressor.compress(report_json.encode("utf-8")) + compressor.flush()
+    return _MARK + base64.b64encode(packed).decode("ascii")
 
 
 def decode_report(stored: str | bytes) -> str:
