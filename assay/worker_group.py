@@ -40,8 +40,13 @@ def child_commands(
     pool: str,
     loglevel: str,
     hostname: str | None = None,
+    cpu_affinity: str = "off",
 ) -> list[list[str]]:
-    """The `assay worker` command line of each process (one process each, own node name)."""
+    """The `assay worker` command line of each process (one process each, own node name).
+
+    Each knows its index, which ``cpu_affinity`` (workers/fleet/cpu_affinity.py)
+    turns into a CPU of its own.
+    """
     return [
         [
             sys.executable,
@@ -58,6 +63,10 @@ def child_commands(
             loglevel,
             "--hostname",
             node_name(index, hostname),
+            "--cpu-affinity",
+            cpu_affinity,
+            "--process-index",
+            str(index),
         ]
         for index in range(processes)
     ]

@@ -17,12 +17,16 @@ steady rate over thousands of tasks.
     process (threads, concurrency 64): evaluations/s, next to an empty Celery
     task's throughput on the same Redis in the same run, and their ratio. Also
     the worker's CPU per evaluation, which is what bounds (b) on a small machine.
+    Measured twice: as started by default, and with both workers held to one
+    CPU (``worker_cpu_affinity=auto``, workers/fleet/cpu_affinity.py), which
+    spares a busy process the GIL's hand-overs between cores.
 (b) 500 ms per model call, 3 calls per evaluation, N concurrent evaluations
     (one wave of N) on one `assay worker`: evaluations/s as a fraction of the
     ideal N / 1.5 s (target >= 0.7, with the CPU ceiling >= 0.85). Measured with
     one process (threads pool, concurrency N) and with `--processes P` (default:
-    the core count; each process runs N / P threads), since one process runs Python on one core at a
-    time (the GIL). Each line gives the worker's CPU per evaluation (all its
+    the core count; each process runs N / P threads), since one process runs Python
+    on one core at a time (the GIL); and P processes once more, each held to a CPU
+    of its own. Each line gives the worker's CPU per evaluation (all its
     processes) and the scripted model server's, and the machine's CPU ceiling
     they imply, and when the wave's runs started (a wave lasts about its last
     start + 1.5 s); then the same at a small N where CPU is not the limit (so the
@@ -104,10 +108,12 @@ def noop_worker_main(concurrency: int) -> None:
 
     from schemas.settings import load_settings
     from workers.fleet.broker import configured_app
+    from workers.fleet.cpu_affinity import hold_worker_process
     from workers.fleet.redis_client import connect
     from workers.fleet.runtime import tune_interpreter
 
     settings = load_settings()
+    hold_worker_process(settings.worker_cpu_affinity, "threads")  # as `assay worker` does
     app = configured_app(settings)
     counter = connect(settings.redis_url or "")
 
@@ -195,12 +201,16 @@ def eval_worker(
     processes: int,
     log: Path,
     under: list[str] | None = None,
+    affinity: str = "off",
 ) -> subprocess.Popen[bytes]:
     """`assay worker` as an operator starts it (``processes`` x ``concurrency`` runs at once).
 
     ``under``: an argv prefix the worker runs under (py-spy, which must be its parent).
+    ``affinity``: its ``worker_cpu_affinity``.
     """
-    env = scripted_worker_env(redis_url, model_url, log_level="WARNING")
+    env = scripted_worker_env(
+        redis_url, model_url, log_level="WARNING", worker_cpu_affinity=affinity
+    )
     return spawn(
         [*(under or []), sys.executable, "-m", "assay.cli", "worker", "--pool", pool,
          "--concurrency", str(concurrency), "--processes", str(processes), "--loglevel", "WARNING"],
@@ -262,14 +272,16 @@ def warm_up(client: Client, folder: Path) -> None:
 # --- the measurements ----------------------------------------------------------------------------
 
 
-def empty_task_rate(redis_url: str, folder: Path, tasks: int, concurrency: int) -> float:
+def empty_task_rate(
+    redis_url: str, folder: Path, tasks: int, concurrency: int, affinity: str = "off"
+) -> float:
     import redis
 
     from schemas.settings import load_settings
     from workers.fleet.broker import configured_app
 
     raw = redis.Redis.from_url(redis_url)
-    env = worker_env(redis_url)
+    env = worker_env(redis_url, worker_cpu_affinity=affinity)
     worker = spawn(
         [sys.executable, __file__, "--noop-worker", str(concurrency)], env, folder / "noop.log"
     )
@@ -327,6 +339,7 @@ def evaluation_rate(
     label: str,
     processes: int = 1,
     under: list[str] | None = None,
+    affinity: str = "off",
 ) -> Measured:
     """Throughput and CPU per evaluation for one worker configuration (one wave of ``evals``).
 
@@ -342,8 +355,9 @@ def evaluation_rate(
     make_snapshots(warm, 2 * processes)
     model, model_url = start_model(three_step_script(delay=delay), folder)
     worker = eval_worker(
-        redis_url, model_url, pool, concurrency, processes, folder / f"{label}.log", under
-    )
+        redis_url, model_url, pool, concurrency, processes, folder / f"{label}.log", under,
+        affinity,
+    )  # fmt: skip
     recorded = under is not None
     try:
         with Client(load_settings(redis_url=redis_url, snapshot_roots=[folder])) as client:
@@ -583,17 +597,30 @@ def main() -> None:
           "(other processes on the machine take CPU from these figures)")  # fmt: skip
     try:
         print("\n(a) zero model latency, 3-step evaluations, one worker process (threads, 64)")
-        noop = empty_task_rate(server.url, folder, args.noop_tasks, 64)
-        a = evaluation_rate(
-            server.url, folder, evals=args.evals, delay=0.0, pool="threads", concurrency=64,
-            label="a",
-        )  # fmt: skip
-        print(f"  empty Celery task:      {noop:8.1f} tasks/s")
-        print(f"  3-step evaluation:      {a.rate:8.1f} evaluations/s")
-        print(f"  ratio:                  {a.rate / noop:8.3f} (evaluation / empty task)")
-        print(f"  worker CPU:             {a.worker_cpu * 1000:8.1f} ms per evaluation")
-        print(f"  scripted model CPU:     {a.model_cpu * 1000:8.1f} ms per evaluation")
-        print(f"  Redis, server side:     {a.redis_commands:8.1f} commands run "
+        print("    once as started by default, once held to one CPU (worker_cpu_affinity=auto, "
+              "both workers)")  # fmt: skip
+        a = pinned = noop = noop_pinned = None
+        for affinity in ("off", "auto"):
+            empty = empty_task_rate(server.url, folder, args.noop_tasks, 64, affinity)
+            measured = evaluation_rate(
+                server.url, folder, evals=args.evals, delay=0.0, pool="threads", concurrency=64,
+                label=f"a-{affinity}", affinity=affinity,
+            )  # fmt: skip
+            print(f"  cpu affinity {affinity}:")
+            print(f"    empty Celery task:      {empty:8.1f} tasks/s")
+            print(f"    3-step evaluation:      {measured.rate:8.1f} evaluations/s")
+            print(f"    ratio:                  {measured.rate / empty:8.3f} "
+                  "(evaluation / empty task)")  # fmt: skip
+            print(f"    worker CPU:             {measured.worker_cpu * 1000:8.1f} ms per "
+                  "evaluation")  # fmt: skip
+            print(f"    scripted model CPU:     {measured.model_cpu * 1000:8.1f} ms per "
+                  "evaluation")  # fmt: skip
+            if affinity == "off":
+                a, noop = measured, empty
+            else:
+                pinned, noop_pinned = measured, empty
+        assert a is not None and pinned is not None and noop and noop_pinned
+        print(f"  Redis, server side:       {a.redis_commands:8.1f} commands run "
               f"({a.redis_requests:.1f} client requests) per evaluation, Celery and the "
               "batch client's polling included")  # fmt: skip
 
@@ -615,7 +642,12 @@ def main() -> None:
                 processes=processes, label="bp",
             )  # fmt: skip
             print_wave(f"{processes} processes x {per_process} threads:", multi, ideal)
-            best = max(single, multi, key=lambda m: m.rate)
+            held = evaluation_rate(
+                server.url, folder, evals=n, delay=0.5, pool="threads", concurrency=per_process,
+                processes=processes, label="bp-auto", affinity="auto",
+            )  # fmt: skip
+            print_wave("  the same, cpu affinity auto:", held, ideal)
+            best = max(single, multi, key=lambda m: m.rate)  # the target: default affinity
         machine = cores / (best.worker_cpu + best.model_cpu)
         print(
             f"  CPU ceiling:            {min(1.0, machine / ideal):8.3f} of ideal: "
@@ -685,7 +717,8 @@ def main() -> None:
             f"  {n} concurrent at 500 ms/call:     {best.rate / ideal:5.3f} of ideal "
             f"(target >= 0.7), CPU ceiling {min(1.0, machine / ideal):5.3f} (target >= 0.85)"
         )
-        print(f"  zero latency vs empty task:       {a.rate / noop:5.3f} (target >= 0.25)")
+        print(f"  zero latency vs empty task:       {pinned.rate / noop_pinned:5.3f} with cpu "
+              f"affinity auto, {a.rate / noop:5.3f} without (target >= 0.25)")  # fmt: skip
         kb = (foot.run_bytes + foot.other_bytes) / 1000
         print(
             f"  Redis per evaluation:             {kb:5.1f} KB, "

@@ -30,6 +30,7 @@ from pydantic_settings import (
 )
 
 from schemas.budget import ProfileName
+from schemas.cpu_list import normalized as normalized_affinity
 from schemas.notify import Sink, SinkName
 
 
@@ -149,6 +150,12 @@ class AssaySettings(BaseSettings):
         description="Worker processes `assay worker` runs, each with worker_concurrency runs.",
     )
     worker_pool: Literal["threads", "prefork", "solo", "gevent", "eventlet"] = "threads"
+    worker_cpu_affinity: str = Field(
+        default="off",
+        description="Hold each threads-pool worker process to one CPU: off, auto (process i of "
+        "`assay worker --processes N` on the i-th CPU it may use), or a list like 0-3,8. Only "
+        "where those CPUs are the fleet's own (docs/fleet.md, CPU affinity).",
+    )
     max_deliveries: int = Field(default=3, ge=1, description="Redelivery cap per run.")
     broker_visibility_timeout_seconds: float = Field(
         default=7200.0,
@@ -256,6 +263,11 @@ class AssaySettings(BaseSettings):
         if text.startswith("["):
             return json.loads(text)
         return [part for part in text.split(os.pathsep) if part.strip()]
+
+    @field_validator("worker_cpu_affinity")
+    @classmethod
+    def _cpu_list(cls, value: str) -> str:
+        return normalized_affinity(value)
 
     @model_validator(mode="after")
     def _sentinel_needs_master(self) -> AssaySettings:

@@ -354,6 +354,18 @@ def worker(
     hostname: Annotated[
         str | None, typer.Option("--hostname", "-n", help="Celery node name (NAME@HOST).")
     ] = None,
+    cpu_affinity: Annotated[
+        str | None,
+        typer.Option(
+            "--cpu-affinity",
+            help="Hold each process (threads pool) to one CPU: off, auto, or a list like 0-3; "
+            "only on CPUs the fleet has to itself, see docs/fleet.md "
+            "[env ASSAY_WORKER_CPU_AFFINITY].",
+        ),
+    ] = None,
+    process_index: Annotated[
+        int, typer.Option("--process-index", min=0, hidden=True, help="Set by --processes.")
+    ] = 0,
     scripted: Annotated[
         Path | None,
         typer.Option(
@@ -375,7 +387,10 @@ def worker(
     from workers.fleet.celery_app import create_app
 
     settings = settings_or_usage(
-        worker_concurrency=concurrency, worker_pool=pool, worker_processes=processes
+        worker_concurrency=concurrency,
+        worker_pool=pool,
+        worker_processes=processes,
+        worker_cpu_affinity=cpu_affinity,
     )
     try:
         url = require_redis_url(settings)
@@ -394,12 +409,14 @@ def worker(
             pool=settings.worker_pool,
             loglevel=loglevel,
             hostname=hostname,
+            cpu_affinity=settings.worker_cpu_affinity,
         )
         extra = {k: v for k, v in (("model", settings.model), ("api_base", settings.api_base)) if v}
         try:
             raise typer.Exit(run_worker_group(commands, child_env(url, **extra)))
         finally:
             announcer.stop()
+    _hold_to_cpu(settings, process_index)
     app = create_app(settings)
     argv = [
         "worker",
@@ -411,6 +428,18 @@ def worker(
         app.worker_main(argv + ([f"--hostname={hostname}"] if hostname else []))
     finally:
         announcer.stop()
+
+
+def _hold_to_cpu(settings: Any, process_index: int) -> None:
+    """``worker_cpu_affinity``, before Celery starts its threads; a CPU it may not use is 64."""
+    from schemas.cpu_list import AffinityError
+    from schemas.verdict import EXIT_USAGE
+    from workers.fleet.cpu_affinity import hold_worker_process
+
+    try:
+        hold_worker_process(settings.worker_cpu_affinity, settings.worker_pool, process_index)
+    except AffinityError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def _with_scripted_model(settings: Any, script: Any) -> Any:
