@@ -145,9 +145,7 @@ def scripted_model() -> Iterator[ScriptedModel]:
         yield model
 
 
-def start_worker(
-    redis_url: str, model_url: str, log: Path, *flags: str
-) -> subprocess.Popen[bytes]:
+def start_worker(redis_url: str, model_url: str, log: Path, *flags: str) -> subprocess.Popen[bytes]:
     env = scripted_worker_env(redis_url, model_url, log_level="WARNING")
     with log.open("ab") as out:
         return subprocess.Popen(
