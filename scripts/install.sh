@@ -36,7 +36,9 @@ spec="."
 # The test set-up also gets the bench extra (py-spy), so bench/ runs from the same venv.
 [ "$extra" = "test" ] && spec=".[test,bench]"
 # pip's and setuptools' chatter goes to the log; it is shown only when the install fails.
-if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e "$spec"; } >"$log" 2>&1; then
+# constraints.txt: the versions the tests last passed on, so a fresh clone installs those.
+if ! { .venv/bin/python -m pip install -q --upgrade pip \
+       && .venv/bin/python -m pip install -q -c constraints.txt -e "$spec"; } >"$log" 2>&1; then
   cat "$log" >&2
   echo "installing assay failed (log above, also in $log)" >&2
   exit 1
