@@ -84,6 +84,7 @@ from bench.pyspy_profile import (  # noqa: E402
 )
 from tests.fleet_support import (  # noqa: E402
     PREDICATE,
+    children_of,
     make_snapshots,
     scripted_worker_env,
     stop_process,
@@ -140,18 +141,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def children(pid: int) -> list[int]:
-    """The live child processes of ``pid`` (Linux /proc)."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            found += [int(c) for c in (task / "children").read_text().split()]
-    return found
-
-
 def descendants(pid: int) -> list[int]:
     """The live child processes of ``pid``, recursively (Linux /proc)."""
-    return [p for child in children(pid) for p in (child, *descendants(child))]
+    return [p for child in children_of(pid) for p in (child, *descendants(child))]
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -376,7 +368,7 @@ def evaluation_rate(
         )  # fmt: skip
     finally:
         if recorded:
-            stop_recording(worker, children(worker.pid))
+            stop_recording(worker, children_of(worker.pid))
         stop_tree(worker)
         stop_process(model)
 
@@ -438,6 +430,24 @@ def litellm_call_cpu(folder: Path, calls: int = 200, fast: bool = True) -> tuple
         return (time.process_time() - started) / calls, len(messages), len(tools)
     finally:
         stop_process(model)
+
+
+def zero_latency(
+    redis_url: str, folder: Path, evals: int, noop_tasks: int, affinity: str
+) -> tuple[float, Measured]:
+    """(a) with both workers at ``affinity``: (empty tasks/s, the evaluations), printed."""
+    empty = empty_task_rate(redis_url, folder, noop_tasks, 64, affinity)
+    measured = evaluation_rate(
+        redis_url, folder, evals=evals, delay=0.0, pool="threads", concurrency=64,
+        label=f"a-{affinity}", affinity=affinity,
+    )  # fmt: skip
+    print(f"  cpu affinity {affinity}:")
+    print(f"    empty Celery task:      {empty:8.1f} tasks/s")
+    print(f"    3-step evaluation:      {measured.rate:8.1f} evaluations/s")
+    print(f"    ratio:                  {measured.rate / empty:8.3f} (evaluation / empty task)")
+    print(f"    worker CPU:             {measured.worker_cpu * 1000:8.1f} ms per evaluation")
+    print(f"    scripted model CPU:     {measured.model_cpu * 1000:8.1f} ms per evaluation")
+    return empty, measured
 
 
 @dataclass
@@ -599,27 +609,8 @@ def main() -> None:
         print("\n(a) zero model latency, 3-step evaluations, one worker process (threads, 64)")
         print("    once as started by default, once held to one CPU (worker_cpu_affinity=auto, "
               "both workers)")  # fmt: skip
-        a = pinned = noop = noop_pinned = None
-        for affinity in ("off", "auto"):
-            empty = empty_task_rate(server.url, folder, args.noop_tasks, 64, affinity)
-            measured = evaluation_rate(
-                server.url, folder, evals=args.evals, delay=0.0, pool="threads", concurrency=64,
-                label=f"a-{affinity}", affinity=affinity,
-            )  # fmt: skip
-            print(f"  cpu affinity {affinity}:")
-            print(f"    empty Celery task:      {empty:8.1f} tasks/s")
-            print(f"    3-step evaluation:      {measured.rate:8.1f} evaluations/s")
-            print(f"    ratio:                  {measured.rate / empty:8.3f} "
-                  "(evaluation / empty task)")  # fmt: skip
-            print(f"    worker CPU:             {measured.worker_cpu * 1000:8.1f} ms per "
-                  "evaluation")  # fmt: skip
-            print(f"    scripted model CPU:     {measured.model_cpu * 1000:8.1f} ms per "
-                  "evaluation")  # fmt: skip
-            if affinity == "off":
-                a, noop = measured, empty
-            else:
-                pinned, noop_pinned = measured, empty
-        assert a is not None and pinned is not None and noop and noop_pinned
+        noop, a = zero_latency(server.url, folder, args.evals, args.noop_tasks, "off")
+        noop_pinned, pinned = zero_latency(server.url, folder, args.evals, args.noop_tasks, "auto")
         print(f"  Redis, server side:       {a.redis_commands:8.1f} commands run "
               f"({a.redis_requests:.1f} client requests) per evaluation, Celery and the "
               "batch client's polling included")  # fmt: skip

@@ -244,5 +244,16 @@ def scripted_worker_env(redis_url: str, model_url: str, **settings: str) -> dict
     )
 
 
+def children_of(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux /proc: every thread's ``children``)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue  # the thread ended meanwhile
+    return found
+
+
 def worker_log_tail(path: Path, chars: int = 3000) -> str:
     return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"

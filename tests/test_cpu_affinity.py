@@ -24,6 +24,7 @@ from schemas.settings import load_settings
 from tests.fleet_support import (
     PREDICATE,
     ROOT,
+    children_of,
     make_snapshots,
     scripted_worker_env,
     three_step_script,
@@ -165,16 +166,6 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=10)
 
 
-def worker_children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(len(ALLOWED) < 2, reason="needs two CPUs this process may use")
@@ -193,7 +184,7 @@ def test_a_two_process_worker_runs_each_process_on_its_own_cpu_and_still_decides
             batch_id = client.start_batch(PREDICATE, snapshots=str(tmp_path / "targets" / "*"))
             status = client.wait_batch(batch_id, timeout=120, poll=0.2)
         assert (status.total, status.true, status.false) == (8, 6, 2), worker_log_tail(log)
-        workers = worker_children(process.pid)
+        workers = children_of(process.pid)
         assert len(workers) == 2
         held = [set(thread_cpus(pid).values()) for pid in workers]
         # every thread of a process (Celery's pool included) on one CPU, a different one each

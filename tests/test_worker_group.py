@@ -21,6 +21,7 @@ from schemas.settings import load_settings
 from tests.fleet_support import (
     PREDICATE,
     ROOT,
+    children_of,
     make_snapshots,
     scripted_worker_env,
     three_step_script,
@@ -30,16 +31,6 @@ from tests.fleet_support import (
 from workers.fleet.broker import configured_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-
-def children_of(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
 
 
 def alive(pid: int) -> bool:
