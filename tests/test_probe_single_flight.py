@@ -156,3 +156,64 @@ def test_probe_off_neither_claims_nor_waits(redis_url: str, snapshot: Path) -> N
         report = evaluate_check(request, EngineDeps(settings=settings), probes)
         assert len(model.requests) == 2
     assert report.verdict is not None and report.verdict.source == "model"
+
+
+# --- the one-round-trip lookup (ProbeStore.lookup) ---------------------------------------------
+def _compiled(probes: ProbeStore, check_id: str, verdict: VerdictKind) -> None:
+    spec = ProposedProbe.model_validate(probe())
+    outcome = ProbeOutcome(status="accepted", reason="compiled", probe=spec,
+                           run=ProbeRun(verdict=verdict))  # fmt: skip
+    probes.save_compiled(check_id, f"run-{check_id}", outcome, verdict)
+
+
+def test_lookup_claims_only_where_there_is_no_probe_and_no_claim(redis_url: str) -> None:
+    probes = ProbeStore(connect(redis_url), prefix="sf5", compile_lock_seconds=600)
+    assert probes.lookup("chk-a", None, claim=False) == probes.lookup("chk-a", None, claim=False)
+    assert probes.compile_state("chk-a", None) == "free"  # claim=False took nothing
+    first = probes.lookup("chk-a", None, claim=True)
+    assert first.record is None and first.state == "free" and first.token is not None
+    second = probes.lookup("chk-a", None, claim=True)
+    assert second.token is None and second.state == "compiling"
+    probes.finish_compile("chk-a", None, first.token)
+    assert probes.lookup("chk-a", None, claim=True).state == "done"
+
+    _compiled(probes, "chk-b", VerdictKind.TRUE)
+    found = probes.lookup("chk-b", None, claim=True)
+    assert found.record is not None and found.record.check_id == "chk-b" and found.token is None
+    assert probes.compile_state("chk-b", None) == "free"  # a run with a probe claims nothing
+
+
+def test_lookup_prefers_the_checks_active_probe_then_the_batchs(redis_url: str) -> None:
+    probes = ProbeStore(connect(redis_url), prefix="sf6", compile_lock_seconds=600)
+    _compiled(probes, "chk-batch-first", VerdictKind.FALSE)
+    batch_record = probes.current("chk-batch-first")
+    assert batch_record is not None
+    probes.save_batch_probe("batch-1", batch_record)
+    borrowed = probes.lookup("chk-new", "batch-1", claim=True)
+    assert borrowed.record == batch_record and borrowed.token is None
+
+    _compiled(probes, "chk-own", VerdictKind.TRUE)
+    own = probes.lookup("chk-own", "batch-1", claim=True)
+    assert own.record is not None and own.record.check_id == "chk-own"
+
+    retired = own.record.model_copy(update={"active": False, "retired_reason": "disagreed"})
+    probes.put(retired)
+    assert probes.lookup("chk-own", "batch-1", claim=True).record == batch_record
+    alone = probes.lookup("chk-own", None, claim=True)
+    assert alone.record is None and alone.token is None  # retired: the long way claims
+
+
+def test_a_check_whose_probe_was_retired_compiles_again(redis_url: str, snapshot: Path) -> None:
+    """A retired probe is no probe: the next run claims the compile, asks the model and stores
+    the probe it proposes as the next version."""
+    probes = ProbeStore(connect(redis_url), prefix="sf7", compile_lock_seconds=600)
+    _compiled(probes, "chk-retired", VerdictKind.TRUE)
+    record = probes.current("chk-retired")
+    assert record is not None
+    probes.put(record.model_copy(update={"active": False, "retired_reason": "disagreed"}))
+    report, calls = _run(snapshot, probes, "chk-retired")
+    assert calls == 2 and report.verdict is not None
+    assert report.verdict.source == "model" and report.verdict.verdict == VerdictKind.FALSE
+    assert probes.compile_state("chk-retired", None) == "done"  # it held the claim, released
+    current = probes.current("chk-retired")
+    assert current is not None and current.active and current.version == 2

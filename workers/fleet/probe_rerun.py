@@ -46,10 +46,11 @@ from schemas.request import EvaluationRequest
 from schemas.verdict import EXIT_CODES, Evidence, Verdict, VerdictKind
 from workers.core.engine import EngineDeps, effective_budget, evaluate
 from workers.core.probes.runner import backend_of, run_probe
-from workers.fleet.probe_store import ProbeStore
+from workers.fleet.probe_store import ProbeLookup, ProbeStore
 
 PROBE_MODEL = "(probe)"
 COMPILE_POLL_SECONDS = 0.2
+FIRST_COMPILE_POLL_SECONDS = 0.01
 _log = structlog.get_logger("assay.probes")
 Why = Literal["revalidate", "flip"]
 
@@ -82,21 +83,24 @@ class _Rerun:
 
     def execute(self, state: RunState | None) -> RunReport:
         request = self.request
-        usable = (
+        if not (
             state is None
             and request.kind == "check"
             and request.probe != "off"
             and self.probes is not None
+        ):
+            return self._model(state)
+        # One round trip: the probe, the compile claim's state, and (auto) the claim itself.
+        lookup = self.probes.lookup(
+            request.check_id, request.batch_id, claim=request.probe == "auto"
         )
-        record = self._probe_for_run() if usable else None
+        record = lookup.record
         if record is None:
-            if usable and request.probe == "only":
+            if request.probe == "only":
                 return _cannot_determine(
                     request, self.deps, "--probe only: this check has no accepted probe"
                 )
-            if not usable:
-                return self._model(state)
-            record = self._single_flight()
+            record = self._single_flight(lookup)
             if record is None:
                 return self._model(state)
         run = self._run(record)
@@ -120,38 +124,36 @@ class _Rerun:
         return self._validate(record, run, why)
 
     # -- which probe -----------------------------------------------------------------------
-    def _probe_for_run(self) -> ProbeRecord | None:
-        assert self.probes is not None
-        record = self.probes.active(self.request.check_id)
-        if record is None and self.request.batch_id:
-            record = self.probes.batch_probe(self.request.batch_id)
-        return record
-
-    def _single_flight(self) -> ProbeRecord | None:
+    def _single_flight(self, lookup: ProbeLookup) -> ProbeRecord | None:
         """No probe yet: the first run claims the compile and asks the model; runs arriving
-        meanwhile wait for its probe. None: ask the model now."""
+        meanwhile wait for its probe. None: ask the model now.
+
+        The waiters poll at first every 10 ms, doubling to ``COMPILE_POLL_SECONDS``: a holder
+        at a fast model ends within milliseconds, and a fixed 0.2 s poll left every thread of
+        a worker idle for that long at the start of each batch (issue 15)."""
         assert self.probes is not None
         check_id, batch_id = self.request.check_id, self.request.batch_id
-        token = self.probes.claim_compile(check_id, batch_id)
-        if token is not None:
-            self.compile_token = token
-            return None  # this run is the holder: _model releases the claim when it ends
         deadline = time.monotonic() + self.probes.compile_lock_seconds  # one lock lifetime
-        while time.monotonic() < deadline:
-            record = self._probe_for_run()
-            if record is not None:
+        pause = FIRST_COMPILE_POLL_SECONDS
+        while True:
+            if lookup.record is not None:
                 _log.info("probe_compile_waited", run_id=self.request.run_id)
-                return record
-            state = self.probes.compile_state(check_id, batch_id)
-            if state == "done":
+                return lookup.record
+            if lookup.token is not None:
+                self.compile_token = lookup.token
+                return None  # this run is the holder: _model releases the claim when it ends
+            if lookup.state == "done":
                 return None  # the holder ended without a probe: ask the model at once
-            if state == "free":  # the holder vanished and its claim expired: take it over
+            if lookup.state == "free":  # a retired probe, or the holder vanished: claim it
                 token = self.probes.claim_compile(check_id, batch_id)
                 if token is not None:
                     self.compile_token = token
                     return None
-            time.sleep(COMPILE_POLL_SECONDS)
-        return None  # waited a whole lock lifetime: ask the model without the claim
+            if time.monotonic() + pause > deadline:
+                return None  # waited a whole lock lifetime: ask the model without the claim
+            time.sleep(pause)
+            pause = min(pause * 2, COMPILE_POLL_SECONDS)
+            lookup = self.probes.lookup(check_id, batch_id, claim=True)
 
     def _own(self, record: ProbeRecord) -> bool:
         """Whether ``record`` is this check's own probe (not borrowed from the batch)."""

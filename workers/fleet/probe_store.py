@@ -28,6 +28,7 @@ leaves the key to expire: no one waits longer than the TTL.
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
@@ -51,6 +52,34 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return nil
 """
+# Everything a run needs to know before it starts, in one round trip (issue 15: the separate
+# GETs and the claim were five of a batch run's eight Redis round trips, each a GIL hand-over
+# in a busy worker). KEYS: the check's probe, the batch's probe (the check's again when there
+# is no batch), the compile claim. ARGV: a claim token ('' = do not claim), its TTL in ms.
+# It claims only when there is no probe at all and no claim: a retired probe (its JSON says
+# so, which this script does not parse) takes the long way, ProbeStore.claim_compile.
+_LOOKUP = """
+local own = redis.call('GET', KEYS[1])
+local batch = false
+if KEYS[2] ~= KEYS[1] then batch = redis.call('GET', KEYS[2]) end
+local state = redis.call('GET', KEYS[3])
+local claimed = 0
+if ARGV[1] ~= '' and not own and not batch and not state then
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+  claimed = 1
+end
+return {own, batch, state, claimed}
+"""
+
+
+@dataclass(frozen=True)
+class ProbeLookup:
+    """What one :meth:`ProbeStore.lookup` found: the probe a run may use (the check's own when
+    active, else its batch's), the compile claim's state, and this run's token if it claimed."""
+
+    record: ProbeRecord | None
+    state: CompileState
+    token: str | None
 
 
 class ProbeStore:
@@ -71,6 +100,7 @@ class ProbeStore:
         self.batch_ttl_seconds = batch_ttl_seconds
         self.compile_lock_seconds = compile_lock_seconds
         self._finish_script = client.register_script(_FINISH)
+        self._lookup_script = client.register_script(_LOOKUP)
 
     @classmethod
     def beside(cls, store: VerdictStore, settings: AssaySettings) -> ProbeStore:
@@ -109,6 +139,25 @@ class ProbeStore:
     def batch_probe(self, batch_id: str) -> ProbeRecord | None:
         raw = self.client.get(self._batch_key(batch_id))
         return ProbeRecord.model_validate_json(raw) if raw else None
+
+    def lookup(self, check_id: str, batch_id: str | None, *, claim: bool) -> ProbeLookup:
+        """The probe for a run of ``check_id`` (in ``batch_id``), and the compile claim, in one
+        round trip; with ``claim``, the claim is taken when there is no probe and no claim.
+
+        Reads what :meth:`active`, :meth:`batch_probe` and :meth:`compile_state` read, and
+        claims as :meth:`claim_compile` does, but in one Lua script.
+        """
+        own_key = self._key(check_id)
+        batch_key = self._batch_key(batch_id) if batch_id else own_key
+        token = secrets.token_hex(8) if claim and self.compile_lock_seconds > 0 else ""
+        ttl_ms = max(1, int(self.compile_lock_seconds * 1000))
+        own, batch, state, claimed = self._lookup_script(
+            keys=[own_key, batch_key, self._compile_key(check_id, batch_id)], args=[token, ttl_ms]
+        )
+        record = ProbeRecord.model_validate_json(own) if own else None
+        if record is None or not record.active:
+            record = ProbeRecord.model_validate_json(batch) if batch else None
+        return ProbeLookup(record, _compile_state(state), token if claimed else None)
 
     # --- writing ------------------------------------------------------------------------
     def save_compiled(
@@ -223,12 +272,15 @@ class ProbeStore:
 
     def compile_state(self, check_id: str, batch_id: str | None) -> CompileState:
         """``compiling`` while a holder asks the model, ``done`` after, ``free`` otherwise."""
-        raw = self.client.get(self._compile_key(check_id, batch_id))
-        if raw is None:
-            return "free"
-        return "done" if raw in (b"done", "done") else "compiling"
+        return _compile_state(self.client.get(self._compile_key(check_id, batch_id)))
 
     def drop(self, check_id: str) -> bool:
         """Forget the check's probe, its versions and its history; True when there was one."""
         keys = [self._key(check_id, *s) for s in ((), ("version",), ("versions",), ("agreement",))]
         return bool(self.client.delete(*keys))
+
+
+def _compile_state(raw: bytes | str | None) -> CompileState:
+    if raw is None:
+        return "free"
+    return "done" if raw in (b"done", "done") else "compiling"

@@ -25,6 +25,7 @@ from workers.core.metrics import start_metrics_server
 from workers.core.tracing import configure_tracing
 from workers.fleet.broker import has_visibility_timeout
 from workers.fleet.dispatch import Dispatcher
+from workers.fleet.probe_store import ProbeStore
 from workers.fleet.ratelimit import FleetRateLimiter
 from workers.fleet.recovery import start_sweeper
 from workers.fleet.store import VerdictStore
@@ -39,6 +40,7 @@ class WorkerRuntime:
     store: VerdictStore
     limiter: FleetRateLimiter | None
     llm: Any
+    probes: ProbeStore  # one per process: building it registers its Lua scripts (SHA-1 each)
 
     @classmethod
     def build(cls, settings: AssaySettings) -> WorkerRuntime:
@@ -55,6 +57,7 @@ class WorkerRuntime:
             store=store,
             limiter=FleetRateLimiter.from_settings(settings, client),
             llm=LiteLLMClient(settings),
+            probes=ProbeStore.beside(store, settings),
         )
 
     def engine_deps(self, *, allow_defer: bool = True) -> EngineDeps:

@@ -175,14 +175,13 @@ def handle_delivery(
         return _finish(runtime, give_up_report(request, settings, reason, delivery), log)
 
     from workers.fleet.probe_rerun import evaluate_check
-    from workers.fleet.probe_store import ProbeStore
 
     log.info("run_started", delivery=delivery, resumed=state is not None)
     try:
         with evaluation_span(request):
             deps = runtime.engine_deps(allow_defer=True)
-            probes = ProbeStore.beside(store, settings)  # probe when it can (workers/core/probes)
-            report = evaluate_check(request, deps, probes, state=state)
+            # probe when it can (workers/core/probes)
+            report = evaluate_check(request, deps, runtime.probes, state=state)
     except Exception as exc:  # the engine never raises; a time limit or a bug still must not
         reason = f"the worker stopped the run: {type(exc).__name__}: {exc}"
         report = give_up_report(request, settings, reason, delivery)
