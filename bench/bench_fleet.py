@@ -385,6 +385,7 @@ def litellm_call_cpu(folder: Path, calls: int = 200, fast: bool = True) -> tuple
     from tests.fleet_support import snapshot_request
     from workers.core.conversation import initial_messages, tools_for
     from workers.core.llm import LiteLLMClient, LLMCall, load_litellm
+    from workers.core.tool_schemas import tools_list
     from workers.core.toolsets.factory import build_registry
 
     script: dict[str, object] = {
@@ -427,7 +428,7 @@ def litellm_call_cpu(folder: Path, calls: int = 200, fast: bool = True) -> tuple
         for _ in range(calls):
             one()
         time.sleep(0.5)  # ... and these, whose CPU belongs to the calls
-        return (time.process_time() - started) / calls, len(messages), len(tools)
+        return (time.process_time() - started) / calls, len(messages), len(tools_list(tools))
     finally:
         stop_process(model)
 

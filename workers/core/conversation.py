@@ -29,7 +29,7 @@ from schemas.actions import (
 from schemas.request import EvaluationRequest
 from workers.core.fencing import fenced, neutralise
 from workers.core.llm import LLMReply, Transport, planner_response_format
-from workers.core.tool_schemas import ToolSchemas
+from workers.core.tool_schemas import Tools, ToolSchemas
 from workers.core.toolsets.base import ToolRegistry, ToolResult
 
 PlannerActionModel = Thought | Command | Wait | Done | Error
@@ -84,26 +84,26 @@ def action_tool_schemas() -> list[dict[str, Any]]:
     return [json.loads(text) for text in _action_tool_schemas()]
 
 
-def tools_for(transport: Transport, registry: ToolRegistry) -> list[dict[str, Any]] | None:
+def tools_for(transport: Transport, registry: ToolRegistry) -> Tools | None:
     """The ``tools`` to offer: lookups plus the action tools, or none in JSON mode."""
     if transport != "tools":
         return None
-    # Built once per process per set of tools, kept as JSON: each run gets its own copy,
-    # so nothing a run or a library does to its list reaches another run.
+    # Built once per process per set of tools and kept as JSON text, which no run can change
+    # (workers/core/tool_schemas.py): every run of these tools is offered the same object.
     if not isinstance(registry, ToolRegistry):  # a stand-in without its tools to key on
         return [_inline_refs(spec) for spec in registry.json_schemas()] + action_tool_schemas()
     key = tuple((tool.name, tool.description, tool.args_model) for tool in registry)
-    text = _TOOLS_JSON.get(key)
-    if text is None:
+    tools = _TOOLS_JSON.get(key)
+    if tools is None:
         specs = [_inline_refs(spec) for spec in registry.json_schemas()] + action_tool_schemas()
-        text = json.dumps(specs)
+        tools = ToolSchemas(json.dumps(specs))
         if len(_TOOLS_JSON) >= _TOOLS_JSON_LIMIT:
             _TOOLS_JSON.clear()
-        _TOOLS_JSON[key] = text
-    return ToolSchemas(text)
+        _TOOLS_JSON[key] = tools
+    return tools
 
 
-_TOOLS_JSON: dict[tuple[Any, ...], str] = {}
+_TOOLS_JSON: dict[tuple[Any, ...], ToolSchemas] = {}
 _TOOLS_JSON_LIMIT = 128
 
 

@@ -71,6 +71,7 @@ from workers.core.metrics import (
 from workers.core.probes.compile import judge
 from workers.core.probes.runner import backend_of
 from workers.core.prompt_tally import PromptTally
+from workers.core.tool_schemas import Tools
 from workers.core.toolsets.base import ToolRegistry
 from workers.core.toolsets.factory import build_registry
 from workers.core.toolsets.redaction import scrubbed_model
@@ -200,7 +201,7 @@ class _Run:
         )
         self.cost_unchecked = state.cost_unchecked if state else False
         self.registry: ToolRegistry | None = None
-        self.tool_schemas: list[dict[str, Any]] | None = None
+        self.tool_schemas: Tools | None = None
         self.response_format: dict[str, Any] | None = None
         self._last_prompt_estimate = 0
         self.probe_outcome: ProbeOutcome | None = None
@@ -224,7 +225,10 @@ class _Run:
             # Model text (thoughts, explanation, findings, excerpts) is not tool output, so no
             # tool scrubbed it: a model can repeat a Secret's value it was told or guessed.
             report = scrubbed_model(
-                report, keep=_UNSCRUBBED_REPORT_FIELDS, scrubber=self.registry.scrubber
+                report,
+                keep=_UNSCRUBBED_REPORT_FIELDS,
+                scrubber=self.registry.scrubber,
+                revalidate=False,  # the store's own pass validates what it writes
             )
         self.log.info(
             "run_finished",
@@ -327,7 +331,7 @@ class _Run:
     def _call_model(
         self,
         messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
+        tools: Tools | None,
         response_format: dict[str, Any] | None,
     ) -> LLMReply:
         """One model call within the budget; LLMError when it failed (deadline: BudgetExhausted)."""

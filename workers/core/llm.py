@@ -45,7 +45,7 @@ from workers.core.openai_compat import (
     fast_path_model,
     request_body,
 )
-from workers.core.tool_schemas import tools_json
+from workers.core.tool_schemas import Tools, tools_json, tools_list
 
 Transport = Literal["tools", "json"]
 ErrorKind = Literal["permanent", "transient", "deadline"]
@@ -81,7 +81,7 @@ class LLMCall:
     max_tokens: int
     deadline: float
     user: str
-    tools: list[dict[str, Any]] | None = None
+    tools: Tools | None = None
     response_format: dict[str, Any] | None = None
     api_base: str | None = None
 
@@ -112,7 +112,7 @@ class LLMClient(Protocol):
     def transport_for(self, model: str) -> Transport: ...
 
     def count_tokens(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+        self, model: str, messages: list[dict[str, Any]], tools: Tools | None
     ) -> int: ...
 
     def price(self, model: str) -> Price | None: ...
@@ -132,9 +132,9 @@ def planner_response_format() -> dict[str, Any]:
     }
 
 
-def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+def estimate_tokens(messages: list[dict[str, Any]], tools: Tools | None) -> int:
     """Fallback count when the tokenizer is unavailable: size / 3, rounded up (over-counts)."""
-    size = len(json.dumps(messages)) + (len(json.dumps(tools)) if tools else 0)
+    size = len(json.dumps(messages)) + (len(tools_json(tools)) if tools else 0)
     return math.ceil(size / _CHARS_PER_TOKEN_ESTIMATE)
 
 
@@ -238,9 +238,7 @@ class LiteLLMClient:
             return "json"
         return "tools"  # unknown OpenAI-compatible endpoints mostly support it
 
-    def count_tokens(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> int:
+    def count_tokens(self, model: str, messages: list[dict[str, Any]], tools: Tools | None) -> int:
         """Prompt tokens, erring high: tools count as their JSON text.
 
         litellm's own tool count follows OpenAI's compact rendering; most
@@ -360,7 +358,7 @@ class LiteLLMClient:
             "user": call.user,
         }
         if call.tools:
-            kwargs["tools"] = call.tools
+            kwargs["tools"] = tools_list(call.tools)  # litellm may rewrite it: its own copy
         if call.response_format:
             kwargs["response_format"] = call.response_format
         if call.api_base:

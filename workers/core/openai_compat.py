@@ -38,7 +38,7 @@ from typing import Any
 
 from workers.core.keepalive_http import Answer, KeepAliveClient, TransportFailure, unsupported_proxy
 from workers.core.litellm_import import load_litellm
-from workers.core.tool_schemas import encode_body
+from workers.core.tool_schemas import Tools, encode_body
 
 FAST_PATH_PROVIDERS = frozenset({"openai", "hosted_vllm"})
 
@@ -103,7 +103,7 @@ def request_body(
     messages: list[dict[str, Any]],
     max_tokens: int,
     user: str,
-    tools: list[dict[str, Any]] | None,
+    tools: Tools | None,
     response_format: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The JSON body litellm sends for these arguments to an OpenAI-compatible endpoint."""

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from workers.core.tool_schemas import Tools
+
 
 class _Counter(Protocol):
     def count_tokens(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+        self, model: str, messages: list[dict[str, Any]], tools: Tools | None
     ) -> int: ...
 
 
@@ -33,11 +35,11 @@ class PromptTally:
         self._model = model
         self._counted: list[tuple[dict[str, Any], int]] = []
         self._messages_total = 0
-        self._tools: list[dict[str, Any]] | None = None
+        self._tools: Tools | None = None
         self._tools_tokens = 0
         self.messages_counted = 0  # how many single-message counts were made (for tests/bench)
 
-    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+    def count(self, messages: list[dict[str, Any]], tools: Tools | None) -> int:
         """The prompt tokens of ``messages`` plus ``tools``, counting only what is new."""
         return self._count_messages(messages) + self._count_tools(tools)
 
@@ -56,7 +58,7 @@ class PromptTally:
             self._messages_total += tokens
         return self._messages_total
 
-    def _count_tools(self, tools: list[dict[str, Any]] | None) -> int:
+    def _count_tools(self, tools: Tools | None) -> int:
         if not tools:
             return 0
         if tools is not self._tools:
