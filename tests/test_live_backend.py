@@ -456,6 +456,27 @@ def test_names_cannot_change_the_shape_of_a_path(clusters: Clusters) -> None:
     assert clusters.server.methods() <= {"GET"}
 
 
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("get", {"kind": "nodes", "name": "node-1/proxy/configz"}),
+        ("get", {"kind": "services", "namespace": "prod", "name": "web:80/proxy/admin"}),
+        ("describe", {"kind": "pods", "namespace": "prod", "name": "web-1/proxy"}),
+        ("logs", {"namespace": "prod", "pod": "web-1/proxy"}),
+        ("get", {"kind": "pods", "name": "web-1%2Fexec"}),
+    ],
+)
+def test_a_name_with_a_slash_never_reaches_the_server_encoded(
+    clusters: Clusters, tool: str, arguments: dict[str, Any]
+) -> None:
+    """A real API server decodes %2F before routing (Go's URL.Path), so ``node-1%2Fproxy``
+    would be read as the node proxy subresource: a name planted in the cluster for the model
+    to repeat must be refused as client-go refuses it (no '/' or '%' in a path segment)."""
+    result = clusters.tools().call(tool, arguments)
+    assert not result.ok and result.output.startswith("bad request:"), result.output
+    assert not any("%" in r.path for r in clusters.server.requests)
+
+
 # --- targets -------------------------------------------------------------------------------------
 
 

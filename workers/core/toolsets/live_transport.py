@@ -142,8 +142,14 @@ def namespace_segment(namespace: str) -> str:
 
 
 def path_segment(value: str, what: str) -> str:
-    """Quote one name for a URL path; refuse names that could change the path's shape."""
-    if not value or value in {".", ".."} or len(value) > 253:
+    """Quote one name for a URL path; refuse names that could change the path's shape.
+
+    ``/`` and ``%`` are refused, not quoted: the API server decodes the path before
+    routing it (Go's ``URL.Path``), so ``node-1%2Fproxy`` would reach the node proxy
+    subresource. No Kubernetes name holds either (client-go's
+    ``IsValidPathSegmentName`` refuses them the same way).
+    """
+    if not value or value in {".", ".."} or len(value) > 253 or "/" in value or "%" in value:
         raise BackendError("bad_request", f"{what} {value!r} is not a valid Kubernetes name")
     return quote(value, safe="")
 
