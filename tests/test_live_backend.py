@@ -27,6 +27,7 @@ from assay.testing.fake_cluster import FakeCluster
 from schemas.request import ContextTarget, InClusterTarget
 from schemas.settings import AssaySettings, load_settings
 from tests.live_support import new_canary, write_cluster
+from workers.core.toolsets import live_transport
 from workers.core.toolsets.backend import REDACTED, BackendError
 from workers.core.toolsets.base import ToolRegistry, ToolResult
 from workers.core.toolsets.kubernetes import kubernetes_tools
@@ -359,6 +360,39 @@ def test_a_hanging_server_times_out_within_the_deadline(clusters: Clusters) -> N
     assert elapsed < 3.0
     hung = [r for r in clusters.server.requests if r.path.endswith("/namespaces/prod/pods")]
     assert len(hung) >= 2  # the timeout was retried before giving up
+
+
+def test_a_dripping_answer_ends_at_the_lookup_deadline(clusters: Clusters) -> None:
+    """A server that sends its answer a byte at a time never trips the socket's read
+    timeout (each byte comes in time); the lookup's deadline must still end the read."""
+    tools = clusters.tools(kube_request_timeout_seconds=0.5, kube_retry_deadline_seconds=1.5)
+    ok(tools.call("api_resources", {}))
+    clusters.server.add_fault(r"/namespaces/prod/pods$", drip=0.05)
+    started = time.monotonic()
+    result = tools.call("get", {"kind": "pods", "namespace": "prod"})
+    assert not result.ok and result.output.startswith("timeout:"), result.output
+    assert time.monotonic() - started < 4.0
+
+
+def test_an_endless_answer_is_cut_off_not_buffered(
+    clusters: Clusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 200 whose body never ends must not be read into memory until the worker dies."""
+    monkeypatch.setattr(live_transport, "MAX_RESPONSE_BYTES", 2 * 1024 * 1024)
+    tools = clusters.tools(kube_request_timeout_seconds=2.0, kube_retry_deadline_seconds=20.0)
+    ok(tools.call("api_resources", {}))
+    clusters.server.add_fault(r"/namespaces/prod/pods$", endless=True)
+    started = time.monotonic()
+    tracemalloc.start()
+    try:
+        result = tools.call("get", {"kind": "pods", "namespace": "prod"})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not result.ok and result.output.startswith("unavailable:"), result.output
+    assert "2 MiB" in result.output
+    assert peak < 8 * 1024 * 1024
+    assert time.monotonic() - started < 10.0
 
 
 def test_429_is_retried_honouring_retry_after(clusters: Clusters) -> None:
