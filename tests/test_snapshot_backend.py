@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,71 @@ def test_documents_before_a_yaml_error_are_kept(tmp_path: Path) -> None:
     assert names(backend.list_objects(backend.resolve("po"), None)) == ["first"]
     assert "partly.yaml" in backend.problems[0]
     assert "first 1 document(s) were kept" in backend.problems[0]
+
+
+def _loaded_within(folder: Path, seconds: float) -> SnapshotBackend:
+    """The backend of ``folder``, failing the test (not hanging it) if loading takes longer."""
+    done: list[SnapshotBackend] = []
+    loader = threading.Thread(target=lambda: done.append(SnapshotBackend(folder)), daemon=True)
+    loader.start()
+    loader.join(seconds)
+    assert done, f"loading the snapshot took more than {seconds}s"
+    return done[0]
+
+
+def test_a_yaml_alias_bomb_is_skipped_not_expanded(tmp_path: Path) -> None:
+    """Nine aliases of nine aliases ... ("billion laughs") parse into a few hundred shared
+    nodes that every walk over the object expands to 10^9: the load must not hang."""
+    levels = ["  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    levels += [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    bomb = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb, namespace: default}\ndata:\n"
+    write(tmp_path, "bomb.yaml", bomb + "\n".join(levels) + "\n")
+    write(
+        tmp_path,
+        "loop.yaml",
+        "kind: ConfigMap\nmetadata: {name: loop, namespace: a}\ndata: &d\n  x: *d\n",
+    )
+    write(tmp_path, "good.yaml", "kind: ConfigMap\nmetadata: {name: fine, namespace: default}\n")
+    backend = _loaded_within(tmp_path, 10.0)
+    assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["fine"]
+    problems = "\n".join(backend.problems)
+    assert "bomb.yaml: document 1 uses YAML aliases" in problems
+    assert "loop.yaml: document 1 uses YAML aliases" in problems
+
+
+def test_a_json_file_nested_too_deep_is_one_problem_not_an_unreadable_snapshot(
+    tmp_path: Path,
+) -> None:
+    """json.loads raises RecursionError (not JSONDecodeError) past ~1000 levels; one such
+    file used to make the whole snapshot fail to load, so every run on it ended unreadable."""
+    deep = '{"kind": "ConfigMap", "metadata": {"name": "d", "namespace": "a"}, "data": '
+    write(tmp_path, "deep.json", deep + "[" * 100_000 + "]" * 100_000 + "}")
+    write(tmp_path, "good.yaml", "kind: ConfigMap\nmetadata: {name: fine, namespace: a}\n")
+    backend = _loaded_within(tmp_path, 10.0)
+    assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["fine"]
+    assert "deep.json: not valid JSON (nested too deep)" in "\n".join(backend.problems)
+
+
+def test_yaml_aliases_within_reason_load_as_independent_copies(tmp_path: Path) -> None:
+    """``yaml.safe_dump`` writes &id001 / *id001 for shared values (the example snapshots
+    have them); each copy must be its own, so redacting or adjusting one leaves the other."""
+    write(
+        tmp_path,
+        "pods.yaml",
+        """
+        apiVersion: v1
+        kind: List
+        items:
+        - kind: Pod
+          metadata: {name: a, namespace: default, labels: &l {app: web}}
+        - kind: Pod
+          metadata: {name: b, namespace: default, labels: *l}
+        """,
+    )
+    backend = _loaded_within(tmp_path, 10.0)
+    pods = list(backend.list_objects(backend.resolve("pods"), None))
+    assert [p["metadata"]["labels"] for p in pods] == [{"app": "web"}, {"app": "web"}]
+    assert not backend.problems
 
 
 def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:

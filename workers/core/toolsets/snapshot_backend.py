@@ -56,9 +56,41 @@ _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 ObjectKey = tuple[str, str]  # (namespace or "", name)
 
+MAX_ALIAS_EXPANSION = 1_000_000
+"""Nodes a YAML document that uses aliases may expand to (values and entries counted)."""
+
 
 class SnapshotError(Exception):
     """The snapshot folder itself is unusable (missing, not a folder)."""
+
+
+class _AliasProblem(ValueError):
+    """A YAML document whose aliases refer to themselves or expand past the limit."""
+
+
+def _unaliased(node: Any, budget: list[int], active: set[int]) -> Any:
+    """``node`` as a tree of its own: every alias copied, within ``budget`` nodes.
+
+    Why: YAML aliases load as one shared object, so nine aliases of nine
+    aliases ("billion laughs") cost nothing to parse but 10^9 steps to every
+    walk over the object (scrubbing, rendering), and an alias inside its own
+    anchor loads as a cycle that no walk ever leaves. Shared copies also let
+    adjusting one object (redacting, dropping a namespace) change another.
+    """
+    if not isinstance(node, dict | list):
+        return node
+    if id(node) in active:
+        raise _AliasProblem("refer to themselves")
+    budget[0] -= 1 + len(node)
+    if budget[0] < 0:
+        raise _AliasProblem(f"expand past {MAX_ALIAS_EXPANSION:,} values")
+    active.add(id(node))
+    try:
+        if isinstance(node, dict):
+            return {key: _unaliased(value, budget, active) for key, value in node.items()}
+        return [_unaliased(item, budget, active) for item in node]
+    finally:
+        active.discard(id(node))
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -225,10 +257,25 @@ class SnapshotBackend:
                 self.problems.append(
                     f"{relative}: not valid JSON (line {exc.lineno}: {exc.msg}); it was skipped"
                 )
+            except RecursionError:  # json.loads past ~1000 levels: one bad file, not the folder
+                self.problems.append(
+                    f"{relative}: not valid JSON (nested too deep); it was skipped"
+                )
             return
         number = 0
+        aliases = "&" in text and "*" in text  # no anchor or no alias: nothing is shared
         try:
             for number, document in enumerate(yaml.load_all(text, Loader=_YamlLoader), start=1):
+                if aliases:
+                    try:
+                        document = _unaliased(document, [MAX_ALIAS_EXPANSION], set())
+                    except (_AliasProblem, RecursionError) as exc:
+                        reason = str(exc) if isinstance(exc, _AliasProblem) else "nest too deep"
+                        self.problems.append(
+                            f"{relative}: document {number} uses YAML aliases that {reason}; "
+                            "it was skipped"
+                        )
+                        continue
                 self._add_document(document, relative, number)
         except yaml.YAMLError as exc:
             kept = f"; its first {number} document(s) were kept" if number else ""
