@@ -6,12 +6,16 @@ import base64
 import json
 import textwrap
 import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from schemas.settings import load_settings
 from tests.conftest import EXAMPLES
 from workers.core.toolsets.backend import REDACTED, BackendError
+from workers.core.toolsets.base import ToolRegistry
+from workers.core.toolsets.kubernetes import kubernetes_tools
 from workers.core.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
 
 SNAPSHOTS = EXAMPLES / "snapshots"
@@ -371,6 +375,73 @@ def test_events_by_kind_only(prod_eu: SnapshotBackend) -> None:
 
 
 # --------------------------------------------------------------------------- logs
+
+
+def _log_tools(folder: Path) -> ToolRegistry:
+    backend = SnapshotBackend(folder)
+    return ToolRegistry(kubernetes_tools(backend, load_settings()), scrubber=backend.scrubber)
+
+
+def test_a_default_container_annotation_cannot_name_a_file_outside_the_pods_logs(
+    tmp_path: Path,
+) -> None:
+    """The annotation is the pod's content: ``../../../../x`` made ``logs`` read any
+    ``*.log`` file on the worker's host."""
+    outside = tmp_path / "host"
+    outside.mkdir()
+    (outside / "private.log").write_text("a line from the worker's host\n")
+    snapshot = tmp_path / "snap"
+    write(
+        snapshot,
+        "pod.yaml",
+        """
+        kind: Pod
+        metadata:
+          name: web
+          namespace: prod
+          annotations: {kubectl.kubernetes.io/default-container: ../../../../host/private}
+        spec: {containers: [{name: a}, {name: b}]}
+        """,
+    )
+    write(snapshot, "logs/prod/web/a.log", "ok\n")
+    result = _log_tools(snapshot).call("logs", {"namespace": "prod", "pod": "web"})
+    assert not result.ok and "worker's host" not in result.output, result.output
+
+
+def test_a_log_file_linking_outside_the_snapshot_is_not_read(tmp_path: Path) -> None:
+    """A log file may be a symlink; one pointing out of the snapshot folder (/etc/passwd,
+    another snapshot) must not be read back to the model."""
+    (tmp_path / "host.txt").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    snapshot = tmp_path / "snap"
+    write(snapshot, "pod.yaml", "kind: Pod\nmetadata: {name: web, namespace: prod}\n")
+    (snapshot / "logs/prod/web").mkdir(parents=True)
+    (snapshot / "logs/prod/web/app.log").symlink_to(tmp_path / "host.txt")
+    (snapshot / "logs/prod/web/app.previous.log").symlink_to("/dev/zero")
+    tools = _log_tools(snapshot)
+    for previous in (False, True):
+        arguments = {"namespace": "prod", "pod": "web", "container": "app", "previous": previous}
+        result = tools.call("logs", arguments)
+        assert not result.ok and "root:x" not in result.output, result.output
+        assert result.output.startswith("not found:")
+
+
+def test_a_huge_log_file_is_read_from_its_end_only(tmp_path: Path) -> None:
+    """A sparse 8 GiB log costs no disk but was read whole into memory for 200 lines."""
+    write(tmp_path, "pod.yaml", "kind: Pod\nmetadata: {name: web, namespace: prod}\n")
+    log = tmp_path / "logs/prod/web/app.log"
+    log.parent.mkdir(parents=True)
+    with log.open("wb") as handle:
+        handle.seek(8 * 2**30)
+        handle.write(b"\n".join(b"line %d" % n for n in range(5000)) + b"\n")
+    tools = _log_tools(tmp_path)
+    tracemalloc.start()
+    try:
+        result = tools.call("logs", {"namespace": "prod", "pod": "web", "tail_lines": 3})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.ok and result.output.endswith("line 4997\nline 4998\nline 4999\n")
+    assert peak < 256 * 2**20
 
 
 def test_logs_current_previous_and_tail(staging_us: SnapshotBackend) -> None:

@@ -56,6 +56,9 @@ _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 ObjectKey = tuple[str, str]  # (namespace or "", name)
 
+MAX_LOG_FILE_BYTES = 16 * 1024 * 1024
+"""A longer log file is read from its last 16 MiB (the tools show its newest lines)."""
+
 MAX_ALIAS_EXPANSION = 1_000_000
 """Nodes a YAML document that uses aliases may expand to (values and entries counted)."""
 
@@ -500,15 +503,18 @@ class SnapshotBackend:
         if pod_object is None and not pod_dir.is_dir():
             raise BackendError("not_found", f"pod {pod!r} not found in namespace {namespace!r}")
         container = self._pick_container(pod_object, pod_dir, pod, container)
+        if not _DNS_NAME.match(container):  # from the pod's annotation: content, not a path
+            raise BackendError("bad_request", f"container {container!r} is not a valid name")
         file = pod_dir / (f"{container}.previous.log" if previous else f"{container}.log")
-        if not file.is_file():
+        text = self._log_text(file)
+        if text is None:
             which = "previous log" if previous else "log"
             raise BackendError(
                 "not_found",
                 f"the snapshot holds no {which} for container {container!r} of pod {pod!r} "
                 f"in namespace {namespace!r}",
             )
-        lines = self._scrubber.text(file.read_text(encoding="utf-8", errors="replace")).splitlines()
+        lines = self._scrubber.text(text).splitlines()
         if since_seconds is not None:
             lines = self._since(lines, since_seconds)
         if tail_lines is not None:
@@ -517,6 +523,40 @@ class SnapshotBackend:
         if limit_bytes is not None:  # the API server's limitBytes: the first N bytes
             text = text.encode("utf-8")[:limit_bytes].decode("utf-8", errors="ignore")
         return text
+
+    def _log_text(self, file: Path) -> str | None:
+        """The log file's text (its last :data:`MAX_LOG_FILE_BYTES`), or None if there is none.
+
+        Only a regular file inside the snapshot folder counts: a log that is a
+        symlink to ``/etc/passwd`` or to another snapshot, or a device or FIFO,
+        is "no log", as snapshot roots promise (docs/threat-model.md). A file
+        longer than the cap loses its older part, from a line boundary.
+        """
+        try:
+            resolved = file.resolve()
+            if not resolved.is_relative_to(self.root):
+                return None
+            descriptor = os.open(resolved, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except (OSError, RuntimeError):  # missing, unreadable, a symlink loop
+            return None
+        try:
+            stat = os.fstat(descriptor)
+            if not S_ISREG(stat.st_mode):
+                return None
+            start = max(0, stat.st_size - MAX_LOG_FILE_BYTES)
+            os.lseek(descriptor, start, os.SEEK_SET)
+            chunks, left = [], stat.st_size - start
+            while left > 0 and (chunk := os.read(descriptor, min(left, 1 << 20))):
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError:
+            return None
+        finally:
+            os.close(descriptor)
+        data = b"".join(chunks)
+        if start > 0:  # cut inside the file: the first line is partial
+            data = data[data.find(b"\n") + 1 :]
+        return data.decode("utf-8", errors="replace")
 
     def _pick_container(
         self, pod_object: dict[str, Any] | None, pod_dir: Path, pod: str, container: str | None
