@@ -570,6 +570,84 @@ def test_copies_of_secret_values_elsewhere_are_scrubbed(tmp_path: Path) -> None:
     assert backend.logs("app", "leaky") == f"connecting with password={REDACTED}\n"
 
 
+def _every_output(folder: Path, calls: list[tuple[str, dict[str, str]]]) -> str:
+    tools = _log_tools(folder)
+    return "\n".join(tools.call(name, arguments).output for name, arguments in calls)
+
+
+def test_a_secret_value_read_as_a_yaml_tag_is_not_quoted_in_the_problems_note(
+    tmp_path: Path,
+) -> None:
+    """A hand-written Secret whose password starts with '!' does not parse (an unknown
+    tag); the parse error quoted the tag, i.e. the password, into the warning every tool
+    result carries."""
+    write(
+        tmp_path,
+        "secret.yaml",
+        "kind: Secret\nmetadata: {name: db, namespace: a}\nstringData:\n  password: !Pw-9f3kQ2x\n",
+    )
+    write(tmp_path, "cm.yaml", "kind: ConfigMap\nmetadata: {name: cm, namespace: a}\n")
+    output = _every_output(tmp_path, [("get", {"kind": "configmaps", "namespace": "a"})])
+    assert "secret.yaml: not valid YAML (line 4" in output
+    assert "Pw-9f3kQ2x" not in output
+
+
+def test_a_secret_inside_a_list_inside_a_list_is_redacted(tmp_path: Path) -> None:
+    """Lists nest (a List item that is itself a List); the inner List was stored as an
+    object of kind List, so its Secret item was served with its values."""
+    write(
+        tmp_path,
+        "nested.yaml",
+        """
+        apiVersion: v1
+        kind: List
+        items:
+        - apiVersion: v1
+          kind: List
+          metadata: {name: inner, namespace: a}
+          items:
+          - kind: Secret
+            metadata: {name: nested, namespace: a}
+            stringData: {api-key: nested-list-value-1}
+        - kind: ConfigMap
+          metadata: {name: copy, namespace: a}
+          data: {note: "the key is nested-list-value-1"}
+        """,
+    )
+    calls = [
+        ("get", {"kind": "List", "namespace": "a", "name": "inner"}),
+        ("get", {"kind": "secrets", "namespace": "a", "name": "nested"}),
+        ("get", {"kind": "configmaps", "namespace": "a", "name": "copy"}),
+    ]
+    output = _every_output(tmp_path, calls)
+    assert "nested-list-value-1" not in output
+    assert "api-key: <redacted by assay>" in output
+
+
+def test_secret_values_written_as_numbers_or_binary_are_scrubbed_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """YAML reads an unquoted ``pin: 987654321987`` as an int and ``!!binary`` as bytes;
+    the Secret showed them redacted, but they were not learned, so copies stayed."""
+    write(
+        tmp_path,
+        "objects.yaml",
+        """
+        kind: Secret
+        metadata: {name: s, namespace: a}
+        stringData: {pin: 987654321987}
+        data: {blob: !!binary QmluYXJ5UzNjcmV0VmFsdWU=}
+        ---
+        kind: ConfigMap
+        metadata: {name: cm, namespace: a}
+        data: {one: "pin 987654321987", two: "BinaryS3cretValue here"}
+        """,
+    )
+    output = _every_output(tmp_path, [("get", {"kind": "cm", "namespace": "a", "name": "cm"})])
+    assert "987654321987" not in output and "BinaryS3cretValue" not in output
+    assert output.count(REDACTED) == 2
+
+
 # --------------------------------------------------------------------------- cluster scope
 
 

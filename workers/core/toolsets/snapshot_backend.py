@@ -96,10 +96,20 @@ def _unaliased(node: Any, budget: list[int], active: set[int]) -> Any:
         active.discard(id(node))
 
 
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what, without any text the parser quotes from the file.
+
+    Why: the parser quotes what it stumbled on (``the tag '!Pw-9f3kQ2x'``), and in
+    a hand-written Secret that is the password; this note is shown with every
+    tool result of the run.
+    """
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"line {mark.line + 1}: {problem}" if mark is not None else str(problem)
+    problem = _QUOTED.sub("'...'", str(problem))
+    return f"line {mark.line + 1}: {problem}" if mark is not None else problem
 
 
 def _parse_timestamp(text: str) -> datetime | None:
@@ -290,18 +300,22 @@ class SnapshotBackend:
         if not isinstance(document, dict):
             self.problems.append(f"{relative}: document {number} is not a Kubernetes object")
             return
-        kind = str(document.get("kind") or "")
-        items = document.get("items")
-        if kind.endswith("List") and isinstance(items, list):
+        pending = [document]  # a stack: a List item may be a List itself, at any depth
+        while pending:
+            current = pending.pop()
+            kind = str(current.get("kind") or "")
+            items = current.get("items")
+            if not (kind.endswith("List") and isinstance(items, list)):
+                self._add_object(current, relative, number)
+                continue
+            # Its items are objects to serve (a Secret among them redacted), never its content.
             item_kind = kind[: -len("List")]
-            for item in items:
+            for item in reversed(items):  # popped in file order
                 if isinstance(item, dict):
                     if item_kind:
                         item.setdefault("kind", item_kind)
-                    item.setdefault("apiVersion", document.get("apiVersion", "v1"))
-                    self._add_object(item, relative, number)
-            return
-        self._add_object(document, relative, number)
+                    item.setdefault("apiVersion", current.get("apiVersion", "v1"))
+                    pending.append(item)
 
     def _add_object(self, obj: dict[str, Any], relative: str, number: int) -> None:
         metadata = obj.get("metadata")
