@@ -511,6 +511,32 @@ def test_a_name_with_a_slash_never_reaches_the_server_encoded(
     assert not any("%" in r.path for r in clusters.server.requests)
 
 
+def test_a_discovered_resource_name_cannot_change_the_shape_of_a_path(tmp_path: Path) -> None:
+    """Discovery of an aggregated API is served by that API's own server; a resource name
+    holding ``%2F`` went into the path as is, and the API server decodes it before routing
+    (``/apis/evil.io/v1/w%2F..%2F..%2F..%2Fapi%2Fv1%2Fnodes%2Fnode-1%2Fproxy``)."""
+    folder = write_cluster(tmp_path, "east", ready=3)
+    hostile = "w%2F..%2F..%2F..%2Fapi%2Fv1%2Fnodes%2Fnode-1%2Fproxy"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{hostile}.evil.io"},
+        "spec": {
+            "group": "evil.io",
+            "scope": "Cluster",
+            "names": {"kind": "Widget", "plural": hostile, "singular": "widget"},
+            "versions": [{"name": "v1", "served": True, "storage": True}],
+        },
+    }
+    (folder / "crd.yaml").write_text(yaml.safe_dump(crd))
+    with FakeApiServer([FakeCluster.from_snapshot(folder)]) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        clusters = Clusters(server, kubeconfig, "")
+        result = clusters.tools().call("get", {"kind": "Widget"})
+        assert not result.ok and result.output.startswith("not found:"), result.output
+        assert not any("%" in r.path for r in server.requests)
+
+
 # --- targets -------------------------------------------------------------------------------------
 
 
