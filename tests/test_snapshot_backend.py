@@ -213,6 +213,35 @@ def test_a_json_file_nested_too_deep_is_one_problem_not_an_unreadable_snapshot(
     assert "deep.json: not valid JSON (nested too deep)" in "\n".join(backend.problems)
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "[1]",
+        "{group: x.io, names: {kind: [W]}}",
+        "{group: [x], names: {kind: W}}",
+        "{group: x.io, names: {kind: W, plural: ws}, versions: v1}",
+        "{group: x.io, names: {kind: W, shortNames: 7}}",
+    ],
+)
+def test_a_malformed_crd_is_one_problem_not_an_unreadable_snapshot(
+    tmp_path: Path, spec: str
+) -> None:
+    """One CRD with a list where a name belongs raised TypeError while indexing, so the
+    whole snapshot failed to load and every run on it ended cannot_determine."""
+    write(
+        tmp_path,
+        "crd.yaml",
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
+        f"metadata: {{name: ws.x.io}}\nspec: {spec}\n",
+    )
+    write(tmp_path, "good.yaml", "kind: ConfigMap\nmetadata: {name: fine, namespace: a}\n")
+    backend = _loaded_within(tmp_path, 10.0)
+    assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["fine"]
+    assert "crd.yaml: CustomResourceDefinition 'ws.x.io' is malformed" in "\n".join(
+        backend.problems
+    )
+
+
 def test_yaml_aliases_within_reason_load_as_independent_copies(tmp_path: Path) -> None:
     """``yaml.safe_dump`` writes &id001 / *id001 for shared values (the example snapshots
     have them); each copy must be its own, so redacting or adjusting one leaves the other."""

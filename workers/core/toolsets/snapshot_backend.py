@@ -333,13 +333,22 @@ class SnapshotBackend:
         self, raw: list[dict[str, Any]]
     ) -> tuple[ResourceIndex, dict[tuple[str, str], dict[ObjectKey, dict[str, Any]]]]:
         known: list[ResourceInfo] = list(BUILTIN_RESOURCES)
-        crds = [
-            o
-            for o in raw
-            if o["kind"] == CRD_KEY[1]
-            and split_api_version(str(o.get("apiVersion", "")))[0] == CRD_KEY[0]
-        ]
-        known.extend(info for crd in crds if (info := self._crd_resource(crd)) is not None)
+        for crd, relative in zip(raw, self._sources, strict=True):
+            if (crd["kind"], split_api_version(str(crd.get("apiVersion", "")))[0]) != (
+                CRD_KEY[1],
+                CRD_KEY[0],
+            ):
+                continue
+            try:
+                info = self._crd_resource(crd)
+            except (TypeError, AttributeError, ValueError) as exc:
+                self.problems.append(
+                    f"{relative}: CustomResourceDefinition {crd['metadata']['name']!r} is "
+                    f"malformed ({type(exc).__name__}); its kind is not served"
+                )
+                continue
+            if info is not None:
+                known.append(info)
         builtin_by_key, builtin_by_kind = _builtin_lookups()
         by_key, by_kind = dict(builtin_by_key), dict(builtin_by_kind)
         for info in known[len(BUILTIN_RESOURCES) :]:  # a CRD's own kind
@@ -394,13 +403,19 @@ class SnapshotBackend:
 
     @staticmethod
     def _crd_resource(crd: dict[str, Any]) -> ResourceInfo | None:
+        """The resource a CRD serves; None without a group or kind.
+
+        Raises TypeError / AttributeError / ValueError on a malformed one (a list where
+        a name belongs), which the caller reports as one problem: one bad file must not
+        make the whole snapshot unreadable.
+        """
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
         if not spec.get("group") or not names.get("kind"):
             return None
         versions = spec.get("versions") or []
         storage = next((v for v in versions if v.get("storage")), versions[0] if versions else {})
-        return ResourceInfo(
+        info = ResourceInfo(
             kind=names["kind"],
             plural=names.get("plural") or guess_plural(names["kind"]),
             group=spec["group"],
@@ -408,6 +423,10 @@ class SnapshotBackend:
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",
             short_names=tuple(names.get("shortNames") or ()),
         )
+        texts = (info.kind, info.plural, info.group, info.version, *info.short_names)
+        if not all(isinstance(text, str) for text in texts):
+            raise TypeError("its names, group and versions must be strings")
+        return info
 
     # ------------------------------------------------------------------ protocol
 
