@@ -16,10 +16,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from assay.render import VERDICT_STYLES, make_table
+from assay.render import VERDICT_STYLES, make_table, safe_markup
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary
 from schemas.verdict import Verdict, VerdictKind
 
@@ -88,7 +87,9 @@ def render_history(verdicts: list[Verdict], console: Console, wide: bool = False
             verdict_cell(verdict.verdict),
             short_id(verdict.run_id, wide),
             str(verdict.iterations),
-            escape(_cut(verdict.reason or verdict.explanation, 200 if wide else TEXT_CELL_CHARS)),
+            safe_markup(
+                _cut(verdict.reason or verdict.explanation, 200 if wide else TEXT_CELL_CHARS)
+            ),
         )
     console.print(table, soft_wrap=False)
 
@@ -117,12 +118,12 @@ def render_checks(rows: list[CheckSummary], console: Console, wide: bool = False
                 f"{row.previous_verdict.value} → {row.verdict.value}, {age(row.changed_at)} ago"
             )
         table.add_row(
-            escape(row.check_id if wide else _cut(row.check_id, 24)),
+            safe_markup(row.check_id if wide else _cut(row.check_id, 24)),
             verdict_cell(row.verdict),
-            escape(row.target),
+            safe_markup(row.target),
             age(row.finished_at),
-            *([escape(changed)] if wide else []),
-            escape(row.text if wide else _cut(row.text)),
+            *([safe_markup(changed)] if wide else []),
+            safe_markup(row.text if wide else _cut(row.text)),
         )
     console.print(table, soft_wrap=False)
     console.print(f"[dim]{len(rows)} check(s)[/]")
@@ -144,7 +145,7 @@ def render_batch_status(status: BatchStatus, console: Console) -> None:
     finished = status.total - status.pending
     console.print(
         f"batch {status.batch_id} · {state} · {finished}/{status.total} done · "
-        f"{escape(_cut(status.text, 40))}"
+        f"{safe_markup(_cut(status.text, 40))}"
     )
     table = make_table(console, "pending", "true", "false", "poorly posed", "cannot determine")
     table.add_row(
@@ -172,9 +173,9 @@ def render_batch_results(
     table.columns[2].overflow = "ellipsis"
     for row in rows:
         cells = [
-            escape(row.target),
+            safe_markup(row.target),
             verdict_cell(row.verdict),
-            escape(_cut(row.explanation or "", 200)),
+            safe_markup(_cut(row.explanation or "", 200)),
         ]
         table.add_row(*cells, *([row.run_id] if wide else []))
     console.print(table, soft_wrap=False)

@@ -7,6 +7,7 @@ and `run`, so every command shows a verdict the same way.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rich.console import Console
@@ -22,6 +23,31 @@ VERDICT_STYLES: dict[VerdictKind, tuple[str, str]] = {
     VerdictKind.POORLY_POSED: ("POORLY POSED", "bold yellow"),
     VerdictKind.CANNOT_DETERMINE: ("CANNOT DETERMINE", "bold magenta"),
 }
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with terminal control characters spelled out (ESC as ``\\x1b``).
+
+    Why: an explanation, an excerpt or a step may quote the cluster (a log line),
+    and an escape sequence printed as is moves the cursor, erases lines or sets
+    the window title: a hostile cluster could rewrite the verdict a person sees.
+    Rich drops a few controls (BEL, CR) but passes ESC through. Bidirectional
+    overrides go too, for the same reason (text shown in another order).
+    """
+    return _CONTROL.sub(_spelled, text)
+
+
+def _spelled(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe_markup(text: str) -> str:
+    """Untrusted text as rich markup that prints literally: controls spelled out, markup escaped."""
+    return escape(visible(text))
 
 
 def make_table(console: Console, *headers: str, **options: Any) -> Table:
@@ -55,17 +81,17 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
     """The verdict as a person reads it: headline, explanation, evidence, cost of the run."""
     label, style = VERDICT_STYLES[verdict.verdict]
     console.print(
-        f"[{style}]{label}[/] (exit {verdict.exit_code}) · {escape(verdict.kind)} "
-        f"on {escape(verdict.target)}"
+        f"[{style}]{label}[/] (exit {verdict.exit_code}) · {safe_markup(verdict.kind)} "
+        f"on {safe_markup(verdict.target)}"
     )
-    console.print(escape(verdict.explanation))
+    console.print(safe_markup(verdict.explanation))
     if verdict.reason:
-        console.print(f"[dim]reason:[/] {escape(verdict.reason)}")
+        console.print(f"[dim]reason:[/] {safe_markup(verdict.reason)}")
     if verdict.wake_at:
         console.print(f"[dim]wake at:[/] {verdict.wake_at.isoformat()}")
     if verdict.findings:
         for finding in verdict.findings:
-            console.print(f"  • {escape(finding)}")
+            console.print(f"  • {safe_markup(finding)}")
     if verdict.evidence:
         table = make_table(
             console, "step", "lookup", "ok", "found", "excerpt", show_edge=False, pad_edge=False
@@ -74,17 +100,17 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
             found = "structured" if item.structured else "yes" if item.verified else "no"
             table.add_row(
                 str(item.step),
-                escape(f"{item.tool} {_short_json(item.arguments, 60)}"),
+                safe_markup(f"{item.tool} {_short_json(item.arguments, 60)}"),
                 "yes" if item.ok else "no",
                 found,
-                escape(item.excerpt),
+                safe_markup(item.excerpt),
             )
         console.print(table, soft_wrap=False)
     if verdict.confirmed is not None:
         outcome = "confirmed" if verdict.confirmed else "not confirmed"
         console.print(f"[dim]strict: {outcome} by a separate look at the cited evidence[/]")
     console.print(
-        f"[dim]{escape(usage_line(verdict))} · model {escape(verdict.model)} · "
+        f"[dim]{safe_markup(usage_line(verdict))} · model {safe_markup(verdict.model)} · "
         f"profile {verdict.profile} · run {verdict.run_id}[/]"
     )
 
@@ -110,7 +136,7 @@ def render_report(report: RunReport, console: Console) -> None:
     """Every step of a run, then its verdict (or that it is still waiting)."""
     console.print(f"run {report.run_id} · check {report.check_id} · status {report.status}")
     for step in report.steps:
-        console.print(escape(step_line(step)))
+        console.print(safe_markup(step_line(step)))
     if report.verdict is not None:
         render_verdict(report.verdict, console)
     elif report.wake_at is not None:
@@ -125,14 +151,14 @@ def render_answer(report: RunReport, console: Console) -> None:
     style = "bold green" if answer["success"] else "bold magenta"
     exit_code = verdict.exit_code if verdict is not None else 3
     console.print(f"[{style}]{label}[/] (exit {exit_code})")
-    console.print(escape(str(answer["summary"])))
+    console.print(safe_markup(str(answer["summary"])))
     for finding in answer["findings"]:
-        console.print(f"  • {escape(str(finding))}")
+        console.print(f"  • {safe_markup(str(finding))}")
     tools = ", ".join(answer["tools_used"]) or "none"
-    console.print(f"[dim]lookups: {escape(tools)} · {answer['iterations']} steps[/]")
+    console.print(f"[dim]lookups: {safe_markup(tools)} · {answer['iterations']} steps[/]")
     if verdict is not None:
         console.print(
-            f"[dim]{escape(usage_line(verdict))} · model {escape(verdict.model)} · "
+            f"[dim]{safe_markup(usage_line(verdict))} · model {safe_markup(verdict.model)} · "
             f"run {verdict.run_id}[/]"
         )
 

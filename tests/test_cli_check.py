@@ -153,3 +153,35 @@ def test_help_does_not_import_litellm() -> None:
     )
     assert result.stderr.split() == ["0", "False", "False"], result.stderr
     assert "check" in result.stdout and "query" in result.stdout
+
+
+SCREEN_REWRITE = "\x1b[1A\x1b[2K\x1b]0;all green\x07TRUE (exit 0)"
+"""Up a line, erase it, set the window title, then a forged headline."""
+
+
+@pytest.mark.parametrize("trace", [False, True])
+def test_terminal_control_sequences_from_the_cluster_are_shown_not_obeyed(
+    tmp_path: Path, trace: bool
+) -> None:
+    """A log line can hold escape sequences; a model that quotes it (an excerpt must be in
+    the output) put them on the user's terminal, where they can rewrite the verdict shown."""
+    snapshot = make_snapshot(tmp_path / "prod-eu")
+    log = snapshot / "logs" / "prod" / "web-1" / "app.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(f"ready {SCREEN_REWRITE}\n")
+    logs = {
+        "action": {
+            "action": "COMMAND",
+            "tool": "logs",
+            "arguments": {"namespace": "prod", "pod": "web-1", "container": "app"},
+        }
+    }
+    verdict = done(
+        "false", 0, explanation=f"the log says {SCREEN_REWRITE}", excerpt=f"ready {SCREEN_REWRITE}"
+    )
+    arguments = ["check", "--snapshot", str(snapshot), "--scripted"]
+    arguments += [write_script(tmp_path, logs, verdict), *(["--trace"] if trace else []), "x"]
+    result = assay(*arguments)
+    assert result.returncode == 1, result.stderr
+    assert "\x1b" not in result.stdout + result.stderr
+    assert "\\x1b[1A" in result.stdout  # shown, so the user sees something was there

@@ -27,6 +27,7 @@ from assay.testing.fake_cluster import FakeCluster
 from schemas.request import ContextTarget, InClusterTarget
 from schemas.settings import AssaySettings, load_settings
 from tests.live_support import new_canary, write_cluster
+from workers.core.toolsets import live_transport
 from workers.core.toolsets.backend import REDACTED, BackendError
 from workers.core.toolsets.base import ToolRegistry, ToolResult
 from workers.core.toolsets.kubernetes import kubernetes_tools
@@ -361,6 +362,39 @@ def test_a_hanging_server_times_out_within_the_deadline(clusters: Clusters) -> N
     assert len(hung) >= 2  # the timeout was retried before giving up
 
 
+def test_a_dripping_answer_ends_at_the_lookup_deadline(clusters: Clusters) -> None:
+    """A server that sends its answer a byte at a time never trips the socket's read
+    timeout (each byte comes in time); the lookup's deadline must still end the read."""
+    tools = clusters.tools(kube_request_timeout_seconds=0.5, kube_retry_deadline_seconds=1.5)
+    ok(tools.call("api_resources", {}))
+    clusters.server.add_fault(r"/namespaces/prod/pods$", drip=0.05)
+    started = time.monotonic()
+    result = tools.call("get", {"kind": "pods", "namespace": "prod"})
+    assert not result.ok and result.output.startswith("timeout:"), result.output
+    assert time.monotonic() - started < 4.0
+
+
+def test_an_endless_answer_is_cut_off_not_buffered(
+    clusters: Clusters, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 200 whose body never ends must not be read into memory until the worker dies."""
+    monkeypatch.setattr(live_transport, "MAX_RESPONSE_BYTES", 2 * 1024 * 1024)
+    tools = clusters.tools(kube_request_timeout_seconds=2.0, kube_retry_deadline_seconds=20.0)
+    ok(tools.call("api_resources", {}))
+    clusters.server.add_fault(r"/namespaces/prod/pods$", endless=True)
+    started = time.monotonic()
+    tracemalloc.start()
+    try:
+        result = tools.call("get", {"kind": "pods", "namespace": "prod"})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not result.ok and result.output.startswith("unavailable:"), result.output
+    assert "2 MiB" in result.output
+    assert peak < 8 * 1024 * 1024
+    assert time.monotonic() - started < 10.0
+
+
 def test_429_is_retried_honouring_retry_after(clusters: Clusters) -> None:
     tools = clusters.tools()
     ok(tools.call("api_resources", {}))
@@ -454,6 +488,53 @@ def test_names_cannot_change_the_shape_of_a_path(clusters: Clusters) -> None:
     assert not dotted.ok and "not a valid Kubernetes name" in dotted.output
     assert not any(r.path.endswith("/exec") for r in clusters.server.requests)
     assert clusters.server.methods() <= {"GET"}
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("get", {"kind": "nodes", "name": "node-1/proxy/configz"}),
+        ("get", {"kind": "services", "namespace": "prod", "name": "web:80/proxy/admin"}),
+        ("describe", {"kind": "pods", "namespace": "prod", "name": "web-1/proxy"}),
+        ("logs", {"namespace": "prod", "pod": "web-1/proxy"}),
+        ("get", {"kind": "pods", "name": "web-1%2Fexec"}),
+    ],
+)
+def test_a_name_with_a_slash_never_reaches_the_server_encoded(
+    clusters: Clusters, tool: str, arguments: dict[str, Any]
+) -> None:
+    """A real API server decodes %2F before routing (Go's URL.Path), so ``node-1%2Fproxy``
+    would be read as the node proxy subresource: a name planted in the cluster for the model
+    to repeat must be refused as client-go refuses it (no '/' or '%' in a path segment)."""
+    result = clusters.tools().call(tool, arguments)
+    assert not result.ok and result.output.startswith("bad request:"), result.output
+    assert not any("%" in r.path for r in clusters.server.requests)
+
+
+def test_a_discovered_resource_name_cannot_change_the_shape_of_a_path(tmp_path: Path) -> None:
+    """Discovery of an aggregated API is served by that API's own server; a resource name
+    holding ``%2F`` went into the path as is, and the API server decodes it before routing
+    (``/apis/evil.io/v1/w%2F..%2F..%2F..%2Fapi%2Fv1%2Fnodes%2Fnode-1%2Fproxy``)."""
+    folder = write_cluster(tmp_path, "east", ready=3)
+    hostile = "w%2F..%2F..%2F..%2Fapi%2Fv1%2Fnodes%2Fnode-1%2Fproxy"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{hostile}.evil.io"},
+        "spec": {
+            "group": "evil.io",
+            "scope": "Cluster",
+            "names": {"kind": "Widget", "plural": hostile, "singular": "widget"},
+            "versions": [{"name": "v1", "served": True, "storage": True}],
+        },
+    }
+    (folder / "crd.yaml").write_text(yaml.safe_dump(crd))
+    with FakeApiServer([FakeCluster.from_snapshot(folder)]) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        clusters = Clusters(server, kubeconfig, "")
+        result = clusters.tools().call("get", {"kind": "Widget"})
+        assert not result.ok and result.output.startswith("not found:"), result.output
+        assert not any("%" in r.path for r in server.requests)
 
 
 # --- targets -------------------------------------------------------------------------------------

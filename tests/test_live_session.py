@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,29 @@ def test_adversarial_session_sends_only_gets_and_leaks_no_secret(
     for leaked in (canary, encoded):
         assert leaked not in prompts
         assert leaked not in report_json
+
+
+def test_a_dripping_cluster_cannot_hold_a_run_past_its_deadline(
+    cluster_server: tuple[FakeApiServer, Path, str],
+) -> None:
+    """The run's deadline bounds its lookups too: a server sending its answer a byte at a
+    time (each byte before the read timeout) must not keep the worker's thread past it."""
+    server, kubeconfig, _ = cluster_server
+    server.add_fault(r"/namespaces/prod/pods$", drip=0.05)
+    request = EvaluationRequest(
+        text="every pod in namespace prod is Running",
+        target=ContextTarget(context="east", kubeconfig=str(kubeconfig)),
+        budget=Budget(max_iterations=5, max_tokens=200_000, timeout_seconds=3),
+    )
+    turns = [command("get", kind="pods", namespace="prod")] * 3
+    with ScriptedModel({"scenarios": [{"turns": turns}]}) as model:
+        settings = load_settings(model="openai/scripted", api_base=model.url)
+        started = time.monotonic()
+        report = evaluate(request, EngineDeps(settings=settings))
+        elapsed = time.monotonic() - started
+    assert report.verdict is not None and report.verdict.exit_code == 3
+    # the answer takes over a minute at that pace; 3 s of budget plus start-up on a busy machine
+    assert elapsed < 20.0, f"the run took {elapsed:.1f}s with a 3s deadline"
 
 
 def check_script_text() -> str:

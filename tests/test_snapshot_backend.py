@@ -5,12 +5,17 @@ from __future__ import annotations
 import base64
 import json
 import textwrap
+import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from schemas.settings import load_settings
 from tests.conftest import EXAMPLES
 from workers.core.toolsets.backend import REDACTED, BackendError
+from workers.core.toolsets.base import ToolRegistry
+from workers.core.toolsets.kubernetes import kubernetes_tools
 from workers.core.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
 
 SNAPSHOTS = EXAMPLES / "snapshots"
@@ -165,6 +170,100 @@ def test_documents_before_a_yaml_error_are_kept(tmp_path: Path) -> None:
     assert "first 1 document(s) were kept" in backend.problems[0]
 
 
+def _loaded_within(folder: Path, seconds: float) -> SnapshotBackend:
+    """The backend of ``folder``, failing the test (not hanging it) if loading takes longer."""
+    done: list[SnapshotBackend] = []
+    loader = threading.Thread(target=lambda: done.append(SnapshotBackend(folder)), daemon=True)
+    loader.start()
+    loader.join(seconds)
+    assert done, f"loading the snapshot took more than {seconds}s"
+    return done[0]
+
+
+def test_a_yaml_alias_bomb_is_skipped_not_expanded(tmp_path: Path) -> None:
+    """Nine aliases of nine aliases ... ("billion laughs") parse into a few hundred shared
+    nodes that every walk over the object expands to 10^9: the load must not hang."""
+    levels = ["  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    levels += [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    bomb = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb, namespace: default}\ndata:\n"
+    write(tmp_path, "bomb.yaml", bomb + "\n".join(levels) + "\n")
+    write(
+        tmp_path,
+        "loop.yaml",
+        "kind: ConfigMap\nmetadata: {name: loop, namespace: a}\ndata: &d\n  x: *d\n",
+    )
+    write(tmp_path, "good.yaml", "kind: ConfigMap\nmetadata: {name: fine, namespace: default}\n")
+    backend = _loaded_within(tmp_path, 10.0)
+    assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["fine"]
+    problems = "\n".join(backend.problems)
+    assert "bomb.yaml: document 1 uses YAML aliases" in problems
+    assert "loop.yaml: document 1 uses YAML aliases" in problems
+
+
+def test_a_json_file_nested_too_deep_is_one_problem_not_an_unreadable_snapshot(
+    tmp_path: Path,
+) -> None:
+    """json.loads raises RecursionError (not JSONDecodeError) past ~1000 levels; one such
+    file used to make the whole snapshot fail to load, so every run on it ended unreadable."""
+    deep = '{"kind": "ConfigMap", "metadata": {"name": "d", "namespace": "a"}, "data": '
+    write(tmp_path, "deep.json", deep + "[" * 100_000 + "]" * 100_000 + "}")
+    write(tmp_path, "good.yaml", "kind: ConfigMap\nmetadata: {name: fine, namespace: a}\n")
+    backend = _loaded_within(tmp_path, 10.0)
+    assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["fine"]
+    assert "deep.json: not valid JSON (nested too deep)" in "\n".join(backend.problems)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "[1]",
+        "{group: x.io, names: {kind: [W]}}",
+        "{group: [x], names: {kind: W}}",
+        "{group: x.io, names: {kind: W, plural: ws}, versions: v1}",
+        "{group: x.io, names: {kind: W, shortNames: 7}}",
+    ],
+)
+def test_a_malformed_crd_is_one_problem_not_an_unreadable_snapshot(
+    tmp_path: Path, spec: str
+) -> None:
+    """One CRD with a list where a name belongs raised TypeError while indexing, so the
+    whole snapshot failed to load and every run on it ended cannot_determine."""
+    write(
+        tmp_path,
+        "crd.yaml",
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
+        f"metadata: {{name: ws.x.io}}\nspec: {spec}\n",
+    )
+    write(tmp_path, "good.yaml", "kind: ConfigMap\nmetadata: {name: fine, namespace: a}\n")
+    backend = _loaded_within(tmp_path, 10.0)
+    assert names(backend.list_objects(backend.resolve("configmaps"), None)) == ["fine"]
+    assert "crd.yaml: CustomResourceDefinition 'ws.x.io' is malformed" in "\n".join(
+        backend.problems
+    )
+
+
+def test_yaml_aliases_within_reason_load_as_independent_copies(tmp_path: Path) -> None:
+    """``yaml.safe_dump`` writes &id001 / *id001 for shared values (the example snapshots
+    have them); each copy must be its own, so redacting or adjusting one leaves the other."""
+    write(
+        tmp_path,
+        "pods.yaml",
+        """
+        apiVersion: v1
+        kind: List
+        items:
+        - kind: Pod
+          metadata: {name: a, namespace: default, labels: &l {app: web}}
+        - kind: Pod
+          metadata: {name: b, namespace: default, labels: *l}
+        """,
+    )
+    backend = _loaded_within(tmp_path, 10.0)
+    pods = list(backend.list_objects(backend.resolve("pods"), None))
+    assert [p["metadata"]["labels"] for p in pods] == [{"app": "web"}, {"app": "web"}]
+    assert not backend.problems
+
+
 def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match="does not exist"):
         SnapshotBackend(tmp_path / "nope")
@@ -307,6 +406,73 @@ def test_events_by_kind_only(prod_eu: SnapshotBackend) -> None:
 # --------------------------------------------------------------------------- logs
 
 
+def _log_tools(folder: Path) -> ToolRegistry:
+    backend = SnapshotBackend(folder)
+    return ToolRegistry(kubernetes_tools(backend, load_settings()), scrubber=backend.scrubber)
+
+
+def test_a_default_container_annotation_cannot_name_a_file_outside_the_pods_logs(
+    tmp_path: Path,
+) -> None:
+    """The annotation is the pod's content: ``../../../../x`` made ``logs`` read any
+    ``*.log`` file on the worker's host."""
+    outside = tmp_path / "host"
+    outside.mkdir()
+    (outside / "private.log").write_text("a line from the worker's host\n")
+    snapshot = tmp_path / "snap"
+    write(
+        snapshot,
+        "pod.yaml",
+        """
+        kind: Pod
+        metadata:
+          name: web
+          namespace: prod
+          annotations: {kubectl.kubernetes.io/default-container: ../../../../host/private}
+        spec: {containers: [{name: a}, {name: b}]}
+        """,
+    )
+    write(snapshot, "logs/prod/web/a.log", "ok\n")
+    result = _log_tools(snapshot).call("logs", {"namespace": "prod", "pod": "web"})
+    assert not result.ok and "worker's host" not in result.output, result.output
+
+
+def test_a_log_file_linking_outside_the_snapshot_is_not_read(tmp_path: Path) -> None:
+    """A log file may be a symlink; one pointing out of the snapshot folder (/etc/passwd,
+    another snapshot) must not be read back to the model."""
+    (tmp_path / "host.txt").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    snapshot = tmp_path / "snap"
+    write(snapshot, "pod.yaml", "kind: Pod\nmetadata: {name: web, namespace: prod}\n")
+    (snapshot / "logs/prod/web").mkdir(parents=True)
+    (snapshot / "logs/prod/web/app.log").symlink_to(tmp_path / "host.txt")
+    (snapshot / "logs/prod/web/app.previous.log").symlink_to("/dev/zero")
+    tools = _log_tools(snapshot)
+    for previous in (False, True):
+        arguments = {"namespace": "prod", "pod": "web", "container": "app", "previous": previous}
+        result = tools.call("logs", arguments)
+        assert not result.ok and "root:x" not in result.output, result.output
+        assert result.output.startswith("not found:")
+
+
+def test_a_huge_log_file_is_read_from_its_end_only(tmp_path: Path) -> None:
+    """A sparse 8 GiB log costs no disk but was read whole into memory for 200 lines."""
+    write(tmp_path, "pod.yaml", "kind: Pod\nmetadata: {name: web, namespace: prod}\n")
+    log = tmp_path / "logs/prod/web/app.log"
+    log.parent.mkdir(parents=True)
+    with log.open("wb") as handle:
+        handle.seek(8 * 2**30)
+        handle.write(b"\n".join(b"line %d" % n for n in range(5000)) + b"\n")
+    tools = _log_tools(tmp_path)
+    tracemalloc.start()
+    try:
+        result = tools.call("logs", {"namespace": "prod", "pod": "web", "tail_lines": 3})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.ok and result.output.endswith("line 4997\nline 4998\nline 4999\n")
+    assert peak < 256 * 2**20
+
+
 def test_logs_current_previous_and_tail(staging_us: SnapshotBackend) -> None:
     pod = "api-6b7f9d8c4-9sdlq"
     current = staging_us.logs("prod", pod)
@@ -431,6 +597,84 @@ def test_copies_of_secret_values_elsewhere_are_scrubbed(tmp_path: Path) -> None:
     pod = backend.get(backend.resolve("po"), "leaky", "app")
     assert pod["spec"]["containers"][0]["env"][0]["value"] == REDACTED
     assert backend.logs("app", "leaky") == f"connecting with password={REDACTED}\n"
+
+
+def _every_output(folder: Path, calls: list[tuple[str, dict[str, str]]]) -> str:
+    tools = _log_tools(folder)
+    return "\n".join(tools.call(name, arguments).output for name, arguments in calls)
+
+
+def test_a_secret_value_read_as_a_yaml_tag_is_not_quoted_in_the_problems_note(
+    tmp_path: Path,
+) -> None:
+    """A hand-written Secret whose password starts with '!' does not parse (an unknown
+    tag); the parse error quoted the tag, i.e. the password, into the warning every tool
+    result carries."""
+    write(
+        tmp_path,
+        "secret.yaml",
+        "kind: Secret\nmetadata: {name: db, namespace: a}\nstringData:\n  password: !Pw-9f3kQ2x\n",
+    )
+    write(tmp_path, "cm.yaml", "kind: ConfigMap\nmetadata: {name: cm, namespace: a}\n")
+    output = _every_output(tmp_path, [("get", {"kind": "configmaps", "namespace": "a"})])
+    assert "secret.yaml: not valid YAML (line 4" in output
+    assert "Pw-9f3kQ2x" not in output
+
+
+def test_a_secret_inside_a_list_inside_a_list_is_redacted(tmp_path: Path) -> None:
+    """Lists nest (a List item that is itself a List); the inner List was stored as an
+    object of kind List, so its Secret item was served with its values."""
+    write(
+        tmp_path,
+        "nested.yaml",
+        """
+        apiVersion: v1
+        kind: List
+        items:
+        - apiVersion: v1
+          kind: List
+          metadata: {name: inner, namespace: a}
+          items:
+          - kind: Secret
+            metadata: {name: nested, namespace: a}
+            stringData: {api-key: nested-list-value-1}
+        - kind: ConfigMap
+          metadata: {name: copy, namespace: a}
+          data: {note: "the key is nested-list-value-1"}
+        """,
+    )
+    calls = [
+        ("get", {"kind": "List", "namespace": "a", "name": "inner"}),
+        ("get", {"kind": "secrets", "namespace": "a", "name": "nested"}),
+        ("get", {"kind": "configmaps", "namespace": "a", "name": "copy"}),
+    ]
+    output = _every_output(tmp_path, calls)
+    assert "nested-list-value-1" not in output
+    assert "api-key: <redacted by assay>" in output
+
+
+def test_secret_values_written_as_numbers_or_binary_are_scrubbed_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """YAML reads an unquoted ``pin: 987654321987`` as an int and ``!!binary`` as bytes;
+    the Secret showed them redacted, but they were not learned, so copies stayed."""
+    write(
+        tmp_path,
+        "objects.yaml",
+        """
+        kind: Secret
+        metadata: {name: s, namespace: a}
+        stringData: {pin: 987654321987}
+        data: {blob: !!binary QmluYXJ5UzNjcmV0VmFsdWU=}
+        ---
+        kind: ConfigMap
+        metadata: {name: cm, namespace: a}
+        data: {one: "pin 987654321987", two: "BinaryS3cretValue here"}
+        """,
+    )
+    output = _every_output(tmp_path, [("get", {"kind": "cm", "namespace": "a", "name": "cm"})])
+    assert "987654321987" not in output and "BinaryS3cretValue" not in output
+    assert output.count(REDACTED) == 2
 
 
 # --------------------------------------------------------------------------- cluster scope

@@ -172,7 +172,7 @@ def _evaluate(
     from rich.console import Console
 
     from assay.output_scrubbing import RunScrubber
-    from assay.render import step_line
+    from assay.render import step_line, visible
     from workers.core.engine import EngineDeps, evaluate
 
     target: Target
@@ -200,7 +200,7 @@ def _evaluate(
     scrubbing = RunScrubber()  # model text is printed only through the run's scrubber
 
     def show_step(step: Step) -> None:
-        errors.print(scrubbing.text(step_line(step)), markup=False)
+        errors.print(visible(scrubbing.text(step_line(step))), markup=False)
 
     deps = EngineDeps(
         settings=settings, tools=scrubbing.tools, on_step=show_step if trace else None

@@ -98,6 +98,8 @@ class Fault:
     times: int | None = None
     cluster: str | None = None
     message: str | None = None
+    drip: float | None = None  # send the real answer one byte every ``drip`` seconds
+    endless: bool = False  # answer 200 with a chunked body that never ends
     hits: int = 0
 
     def applies(self, cluster: str | None, path: str) -> bool:
@@ -114,6 +116,8 @@ class _Reply:
     body: bytes
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    drip: float | None = None
+    endless: bool = False
 
 
 class FakeApiServer:
@@ -189,8 +193,14 @@ class FakeApiServer:
         times: int | None = None,
         cluster: str | None = None,
         message: str | None = None,
+        drip: float | None = None,
+        endless: bool = False,
     ) -> Fault:
-        fault = Fault(re.compile(pattern), status, retry_after, hang, times, cluster, message)
+        """``drip`` and ``endless`` play a hostile server: the real answer sent one byte
+        every ``drip`` seconds, or a 200 whose chunked body never ends."""
+        fault = Fault(
+            re.compile(pattern), status, retry_after, hang, times, cluster, message, drip, endless
+        )
         with self._lock:
             self.faults.append(fault)
         return fault
@@ -257,14 +267,17 @@ class FakeApiServer:
             if reply is not None:
                 return reply
         try:
-            return self._route(cluster, inner, {k: v[-1] for k, v in query.items()})
+            reply = self._route(cluster, inner, {k: v[-1] for k, v in query.items()})
         except BackendError as exc:  # selector syntax and the like
             return _status(400, "BadRequest", exc.message)
+        if fault is not None:
+            reply.drip, reply.endless = fault.drip, fault.endless
+        return reply
 
     def _fault_reply(self, fault: Fault) -> _Reply | None:
         if fault.hang:
             self._stopping.wait(fault.hang)
-        if fault.status is None:
+        if fault.status is None or fault.drip or fault.endless:
             return None
         reasons = {403: "Forbidden", 404: "NotFound", 410: "Expired", 429: "TooManyRequests"}
         reply = _status(
@@ -503,12 +516,33 @@ class _Handler(BaseHTTPRequestHandler):
         reply = app.handle(self.command, self.path, self.headers.get("Authorization"))
         self.send_response(reply.status)
         self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body)))
+        if reply.endless:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(len(reply.body)))
         for name, value in reply.headers.items():
             self.send_header(name, value)
         self.end_headers()
-        if self.command != "HEAD":
+        if self.command == "HEAD":
+            return
+        if reply.endless or reply.drip:
+            self._hostile_body(app, reply)
+        else:
             self.wfile.write(reply.body)
+
+    def _hostile_body(self, app: FakeApiServer, reply: _Reply) -> None:
+        """A body that never ends, or the real one a byte at a time; stops with the server."""
+        chunk = b" " * 65536
+        try:
+            while reply.endless and not app._stopping.is_set():
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            for position in range(0 if reply.endless else len(reply.body)):
+                if app._stopping.wait(reply.drip or 0):
+                    return
+                self.wfile.write(reply.body[position : position + 1])
+                self.wfile.flush()
+        except OSError:  # the client gave up, as it should
+            self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _answer
 

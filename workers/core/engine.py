@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -278,6 +279,8 @@ class _Run:
         self.tool_schemas = tools_for(self.transport, registry)
         self.response_format = planner_response_format_for(self.transport)
         self.meter.start()
+        if math.isfinite(self.meter.deadline):  # lookups, too, end with the run's time budget
+            registry.bind_deadline(self.meter.deadline)
         self.log.info("run_started", model=self.model, transport=self.transport)
 
     def _step(self) -> None:

@@ -82,6 +82,16 @@ class ToolRegistry:
                 close()
         self._closers.clear()
 
+    def bind_deadline(self, deadline: float) -> None:
+        """Every later lookup ends by this ``time.monotonic()`` instant: the run's deadline.
+
+        Only a backend bound to one run takes it (a live cluster's); snapshot
+        backends are shared by runs and answer from memory.
+        """
+        bind = getattr(self.backend, "bind_deadline", None)
+        if callable(bind):
+            bind(deadline)
+
     @property
     def names(self) -> set[str]:
         return set(self._tools)

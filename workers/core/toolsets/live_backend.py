@@ -126,6 +126,15 @@ class LiveBackend:
     def close(self) -> None:
         self._transport.close()
 
+    def bind_deadline(self, deadline: float) -> None:
+        """End every later lookup by this ``time.monotonic()`` instant (the run's deadline).
+
+        Why: the run's budget bounds its model calls; without this, a slow or
+        endless cluster (pages forever, an answer a byte at a time) kept the
+        worker's thread past the deadline by the retry deadline of each request.
+        """
+        self._transport.deadline = deadline
+
     @property
     def scrubber(self) -> SecretScrubber:
         return self._scrubber

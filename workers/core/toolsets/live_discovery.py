@@ -9,6 +9,7 @@ once, not once per run.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -16,6 +17,12 @@ from typing import Any
 from workers.core.toolsets.backend import BackendError, ResourceInfo
 from workers.core.toolsets.kinds import ResourceIndex
 from workers.core.toolsets.live_transport import GetOnlyTransport
+
+# What a group, version or resource name may look like (DNS names, lowercase). Discovery
+# of an aggregated API is written by that API's own server, and these names become path
+# segments unquoted: the API server decodes %2F before routing, so anything else could
+# turn a list into another path (a node's proxy).
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 _cache: dict[str, tuple[float, list[ResourceInfo]]] = {}  # key -> (fetched at, resources)
 _cache_lock = threading.Lock()
@@ -38,6 +45,8 @@ def _fetch(transport: GetOnlyTransport) -> list[ResourceInfo]:
     resources: list[ResourceInfo] = []
     core = transport.get_json("/api", action="read the API versions (/api)")
     for version in core.get("versions") or ["v1"]:
+        if not _NAME.match(str(version)):
+            continue
         doc = transport.get_json(f"/api/{version}", action=f"read API discovery for {version}")
         resources.extend(_resources_of(doc, "", version))
     groups = transport.get_json("/apis", action="read the API groups (/apis)")
@@ -45,6 +54,8 @@ def _fetch(transport: GetOnlyTransport) -> list[ResourceInfo]:
         preferred = group.get("preferredVersion") or (group.get("versions") or [{}])[0]
         group_version = preferred.get("groupVersion")
         if not group_version or "/" not in group_version:
+            continue
+        if not all(_NAME.match(part) for part in str(group_version).split("/", 1)):
             continue
         try:
             doc = transport.get_json(
@@ -64,8 +75,8 @@ def _resources_of(doc: dict[str, Any], group: str, version: str) -> list[Resourc
     for entry in doc.get("resources") or []:
         plural = entry.get("name", "")
         verbs = set(entry.get("verbs") or [])
-        if not plural or "/" in plural or not verbs & {"get", "list"}:
-            continue  # subresources (pods/log, pods/exec) and unreadable types
+        if not _NAME.match(str(plural)) or not verbs & {"get", "list"}:
+            continue  # subresources (pods/log, pods/exec), unreadable types, hostile names
         found.append(
             ResourceInfo(
                 kind=entry.get("kind", ""),

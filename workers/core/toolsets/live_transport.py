@@ -41,6 +41,11 @@ from workers.core.toolsets.backend import BackendError
 ALLOWED_METHOD = "GET"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_SECONDS = 30.0
+MAX_RESPONSE_BYTES = 128 * 1024 * 1024
+"""Largest answer read from an API server (an OpenAPI v2 document of a cluster with many
+CRDs is tens of MB; a page of 500 objects a few): a body that never ends must fail the
+lookup, not fill the worker's memory."""
+READ_CHUNK_BYTES = 64 * 1024
 
 
 class WriteRefused(RuntimeError):
@@ -142,8 +147,14 @@ def namespace_segment(namespace: str) -> str:
 
 
 def path_segment(value: str, what: str) -> str:
-    """Quote one name for a URL path; refuse names that could change the path's shape."""
-    if not value or value in {".", ".."} or len(value) > 253:
+    """Quote one name for a URL path; refuse names that could change the path's shape.
+
+    ``/`` and ``%`` are refused, not quoted: the API server decodes the path before
+    routing it (Go's ``URL.Path``), so ``node-1%2Fproxy`` would reach the node proxy
+    subresource. No Kubernetes name holds either (client-go's
+    ``IsValidPathSegmentName`` refuses them the same way).
+    """
+    if not value or value in {".", ".."} or len(value) > 253 or "/" in value or "%" in value:
         raise BackendError("bad_request", f"{what} {value!r} is not a valid Kubernetes name")
     return quote(value, safe="")
 
@@ -281,11 +292,13 @@ class GetOnlyTransport:
             auth_settings=["BearerToken"],
         )
         response = None
+        complete = False
         try:
             response = self._client.call_api(
                 method, url, header_params=headers, _request_timeout=(timeout, timeout)
             )
-            body: bytes = response.read()
+            body = _read_body(response.response, deadline, action)
+            complete = True
         except (urllib3.exceptions.TimeoutError, TimeoutError) as exc:
             raise _Transient("timeout", f"no answer within {timeout:.1f}s") from exc
         except (urllib3.exceptions.HTTPError, ConnectionError) as exc:
@@ -299,6 +312,8 @@ class GetOnlyTransport:
             ) from None
         finally:
             if response is not None:
+                if not complete:  # the rest of an abandoned body must not answer the next request
+                    response.response.close()
                 response.response.release_conn()
         status = int(response.status)
         if 200 <= status < 300:
@@ -342,6 +357,31 @@ class GetOnlyTransport:
             "unsupported",
             f"the API server answered HTTP {status} when assay tried to {action}: {message}",
         )
+
+
+def _read_body(raw: Any, deadline: float, action: str) -> bytes:
+    """The body of a urllib3 response, read piece by piece within the deadline and the cap.
+
+    Why not ``response.read()``: the read timeout bounds each wait for a byte, not
+    the whole answer, so a server sending a byte every few seconds held the
+    thread for as long as it liked, and a body that never ends was buffered
+    until the worker ran out of memory. ``read1`` returns what one receive
+    brought, so the deadline is looked at between receives.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := raw.read1(READ_CHUNK_BYTES):
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise BackendError(
+                "unavailable",
+                f"the API server's answer was larger than {MAX_RESPONSE_BYTES // 2**20} MiB "
+                f"when assay tried to {action}; it was not read further",
+            )
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise _Transient("timeout", "the answer was still arriving at the lookup's deadline")
+    return b"".join(chunks)
 
 
 def _query_value(value: Any) -> str:

@@ -627,6 +627,10 @@ def redact_in_place(obj: dict[str, Any]) -> list[str | bytes]:
                     if isinstance(item, str):
                         decoded = _decoded(item) if key == "data" else None
                         hidden.append(decoded if decoded is not None else item)
+                    elif isinstance(item, bytes):  # YAML's !!binary, already decoded
+                        hidden.append(item)
+                    elif isinstance(item, int | float):  # an unquoted number in a manifest
+                        hidden.append(str(item))
                 value = dict.fromkeys(value, REDACTED)
             elif value is not None:
                 value = REDACTED

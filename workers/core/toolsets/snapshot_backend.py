@@ -56,15 +56,60 @@ _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 ObjectKey = tuple[str, str]  # (namespace or "", name)
 
+MAX_LOG_FILE_BYTES = 16 * 1024 * 1024
+"""A longer log file is read from its last 16 MiB (the tools show its newest lines)."""
+
+MAX_ALIAS_EXPANSION = 1_000_000
+"""Nodes a YAML document that uses aliases may expand to (values and entries counted)."""
+
 
 class SnapshotError(Exception):
     """The snapshot folder itself is unusable (missing, not a folder)."""
 
 
+class _AliasProblem(ValueError):
+    """A YAML document whose aliases refer to themselves or expand past the limit."""
+
+
+def _unaliased(node: Any, budget: list[int], active: set[int]) -> Any:
+    """``node`` as a tree of its own: every alias copied, within ``budget`` nodes.
+
+    Why: YAML aliases load as one shared object, so nine aliases of nine
+    aliases ("billion laughs") cost nothing to parse but 10^9 steps to every
+    walk over the object (scrubbing, rendering), and an alias inside its own
+    anchor loads as a cycle that no walk ever leaves. Shared copies also let
+    adjusting one object (redacting, dropping a namespace) change another.
+    """
+    if not isinstance(node, dict | list):
+        return node
+    if id(node) in active:
+        raise _AliasProblem("refer to themselves")
+    budget[0] -= 1 + len(node)
+    if budget[0] < 0:
+        raise _AliasProblem(f"expand past {MAX_ALIAS_EXPANSION:,} values")
+    active.add(id(node))
+    try:
+        if isinstance(node, dict):
+            return {key: _unaliased(value, budget, active) for key, value in node.items()}
+        return [_unaliased(item, budget, active) for item in node]
+    finally:
+        active.discard(id(node))
+
+
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what, without any text the parser quotes from the file.
+
+    Why: the parser quotes what it stumbled on (``the tag '!Pw-9f3kQ2x'``), and in
+    a hand-written Secret that is the password; this note is shown with every
+    tool result of the run.
+    """
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"line {mark.line + 1}: {problem}" if mark is not None else str(problem)
+    problem = _QUOTED.sub("'...'", str(problem))
+    return f"line {mark.line + 1}: {problem}" if mark is not None else problem
 
 
 def _parse_timestamp(text: str) -> datetime | None:
@@ -225,10 +270,25 @@ class SnapshotBackend:
                 self.problems.append(
                     f"{relative}: not valid JSON (line {exc.lineno}: {exc.msg}); it was skipped"
                 )
+            except RecursionError:  # json.loads past ~1000 levels: one bad file, not the folder
+                self.problems.append(
+                    f"{relative}: not valid JSON (nested too deep); it was skipped"
+                )
             return
         number = 0
+        aliases = "&" in text and "*" in text  # no anchor or no alias: nothing is shared
         try:
             for number, document in enumerate(yaml.load_all(text, Loader=_YamlLoader), start=1):
+                if aliases:
+                    try:
+                        document = _unaliased(document, [MAX_ALIAS_EXPANSION], set())
+                    except (_AliasProblem, RecursionError) as exc:
+                        reason = str(exc) if isinstance(exc, _AliasProblem) else "nest too deep"
+                        self.problems.append(
+                            f"{relative}: document {number} uses YAML aliases that {reason}; "
+                            "it was skipped"
+                        )
+                        continue
                 self._add_document(document, relative, number)
         except yaml.YAMLError as exc:
             kept = f"; its first {number} document(s) were kept" if number else ""
@@ -240,18 +300,22 @@ class SnapshotBackend:
         if not isinstance(document, dict):
             self.problems.append(f"{relative}: document {number} is not a Kubernetes object")
             return
-        kind = str(document.get("kind") or "")
-        items = document.get("items")
-        if kind.endswith("List") and isinstance(items, list):
+        pending = [document]  # a stack: a List item may be a List itself, at any depth
+        while pending:
+            current = pending.pop()
+            kind = str(current.get("kind") or "")
+            items = current.get("items")
+            if not (kind.endswith("List") and isinstance(items, list)):
+                self._add_object(current, relative, number)
+                continue
+            # Its items are objects to serve (a Secret among them redacted), never its content.
             item_kind = kind[: -len("List")]
-            for item in items:
+            for item in reversed(items):  # popped in file order
                 if isinstance(item, dict):
                     if item_kind:
                         item.setdefault("kind", item_kind)
-                    item.setdefault("apiVersion", document.get("apiVersion", "v1"))
-                    self._add_object(item, relative, number)
-            return
-        self._add_object(document, relative, number)
+                    item.setdefault("apiVersion", current.get("apiVersion", "v1"))
+                    pending.append(item)
 
     def _add_object(self, obj: dict[str, Any], relative: str, number: int) -> None:
         metadata = obj.get("metadata")
@@ -269,13 +333,22 @@ class SnapshotBackend:
         self, raw: list[dict[str, Any]]
     ) -> tuple[ResourceIndex, dict[tuple[str, str], dict[ObjectKey, dict[str, Any]]]]:
         known: list[ResourceInfo] = list(BUILTIN_RESOURCES)
-        crds = [
-            o
-            for o in raw
-            if o["kind"] == CRD_KEY[1]
-            and split_api_version(str(o.get("apiVersion", "")))[0] == CRD_KEY[0]
-        ]
-        known.extend(info for crd in crds if (info := self._crd_resource(crd)) is not None)
+        for crd, relative in zip(raw, self._sources, strict=True):
+            if (crd["kind"], split_api_version(str(crd.get("apiVersion", "")))[0]) != (
+                CRD_KEY[1],
+                CRD_KEY[0],
+            ):
+                continue
+            try:
+                info = self._crd_resource(crd)
+            except (TypeError, AttributeError, ValueError) as exc:
+                self.problems.append(
+                    f"{relative}: CustomResourceDefinition {crd['metadata']['name']!r} is "
+                    f"malformed ({type(exc).__name__}); its kind is not served"
+                )
+                continue
+            if info is not None:
+                known.append(info)
         builtin_by_key, builtin_by_kind = _builtin_lookups()
         by_key, by_kind = dict(builtin_by_key), dict(builtin_by_kind)
         for info in known[len(BUILTIN_RESOURCES) :]:  # a CRD's own kind
@@ -330,13 +403,19 @@ class SnapshotBackend:
 
     @staticmethod
     def _crd_resource(crd: dict[str, Any]) -> ResourceInfo | None:
+        """The resource a CRD serves; None without a group or kind.
+
+        Raises TypeError / AttributeError / ValueError on a malformed one (a list where
+        a name belongs), which the caller reports as one problem: one bad file must not
+        make the whole snapshot unreadable.
+        """
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
         if not spec.get("group") or not names.get("kind"):
             return None
         versions = spec.get("versions") or []
         storage = next((v for v in versions if v.get("storage")), versions[0] if versions else {})
-        return ResourceInfo(
+        info = ResourceInfo(
             kind=names["kind"],
             plural=names.get("plural") or guess_plural(names["kind"]),
             group=spec["group"],
@@ -344,6 +423,10 @@ class SnapshotBackend:
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",
             short_names=tuple(names.get("shortNames") or ()),
         )
+        texts = (info.kind, info.plural, info.group, info.version, *info.short_names)
+        if not all(isinstance(text, str) for text in texts):
+            raise TypeError("its names, group and versions must be strings")
+        return info
 
     # ------------------------------------------------------------------ protocol
 
@@ -453,15 +536,18 @@ class SnapshotBackend:
         if pod_object is None and not pod_dir.is_dir():
             raise BackendError("not_found", f"pod {pod!r} not found in namespace {namespace!r}")
         container = self._pick_container(pod_object, pod_dir, pod, container)
+        if not _DNS_NAME.match(container):  # from the pod's annotation: content, not a path
+            raise BackendError("bad_request", f"container {container!r} is not a valid name")
         file = pod_dir / (f"{container}.previous.log" if previous else f"{container}.log")
-        if not file.is_file():
+        text = self._log_text(file)
+        if text is None:
             which = "previous log" if previous else "log"
             raise BackendError(
                 "not_found",
                 f"the snapshot holds no {which} for container {container!r} of pod {pod!r} "
                 f"in namespace {namespace!r}",
             )
-        lines = self._scrubber.text(file.read_text(encoding="utf-8", errors="replace")).splitlines()
+        lines = self._scrubber.text(text).splitlines()
         if since_seconds is not None:
             lines = self._since(lines, since_seconds)
         if tail_lines is not None:
@@ -470,6 +556,40 @@ class SnapshotBackend:
         if limit_bytes is not None:  # the API server's limitBytes: the first N bytes
             text = text.encode("utf-8")[:limit_bytes].decode("utf-8", errors="ignore")
         return text
+
+    def _log_text(self, file: Path) -> str | None:
+        """The log file's text (its last :data:`MAX_LOG_FILE_BYTES`), or None if there is none.
+
+        Only a regular file inside the snapshot folder counts: a log that is a
+        symlink to ``/etc/passwd`` or to another snapshot, or a device or FIFO,
+        is "no log", as snapshot roots promise (docs/threat-model.md). A file
+        longer than the cap loses its older part, from a line boundary.
+        """
+        try:
+            resolved = file.resolve()
+            if not resolved.is_relative_to(self.root):
+                return None
+            descriptor = os.open(resolved, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except (OSError, RuntimeError):  # missing, unreadable, a symlink loop
+            return None
+        try:
+            stat = os.fstat(descriptor)
+            if not S_ISREG(stat.st_mode):
+                return None
+            start = max(0, stat.st_size - MAX_LOG_FILE_BYTES)
+            os.lseek(descriptor, start, os.SEEK_SET)
+            chunks, left = [], stat.st_size - start
+            while left > 0 and (chunk := os.read(descriptor, min(left, 1 << 20))):
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError:
+            return None
+        finally:
+            os.close(descriptor)
+        data = b"".join(chunks)
+        if start > 0:  # cut inside the file: the first line is partial
+            data = data[data.find(b"\n") + 1 :]
+        return data.decode("utf-8", errors="replace")
 
     def _pick_container(
         self, pod_object: dict[str, Any] | None, pod_dir: Path, pod: str, container: str | None
