@@ -262,3 +262,47 @@ def test_a_probe_verdict_is_recorded_as_the_probes(
     assert stored.probe_version == 1
     (gauge,) = [g for g in verdicts.check_gauges(10) if g.check_id == "chk-ready"]
     assert gauge.source == "probe" and gauge.exit_code == 0
+
+
+def _changed_to_false(snap: Path) -> None:
+    """The cluster changes: web drops to 1 ready replica, so the predicate is now false."""
+    make_snapshot(snap, web_ready=1)
+    from workers.core.toolsets.factory import snapshot_cache
+
+    snapshot_cache.clear()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        # a namespace typo: the listing is empty, so `all` is vacuously true
+        probe(
+            "results[0].all(d, has(d.status.readyReplicas) && d.status.readyReplicas >= 2)",
+            scope="results",
+            lookups=[{"tool": "get", "args": {"kind": "Deployment", "namespace": "prd"}}],
+        ),
+        # expressions that read nothing the lookups returned
+        probe("true", scope="results"),
+        probe("1 == 1", scope="results"),
+        probe("size([]) == 0", scope="results"),
+        probe("[1].all(results, results == 1)", scope="results"),
+    ],
+    ids=["empty listing", "true", "1 == 1", "size([]) == 0", "shadowed results"],
+)
+def test_a_probe_blind_to_the_cluster_does_not_keep_a_check_true(
+    tmp_path: Path, probes: ProbeStore, spec: dict[str, Any]
+) -> None:
+    """A probe whose value cannot depend on the objects it read agrees with any true, and,
+    re-run, would answer true for ever after the cluster made the predicate false: it never
+    flips, so the model is not asked before the next re-validation (up to a day)."""
+    snap = make_snapshot(tmp_path / "snap")
+    first, _ = _check(
+        snap, probes, script(get_deployments(), done_with_probe("true", 0, probe_spec=spec))
+    )
+    assert first.verdict is not None and first.verdict.verdict == VerdictKind.TRUE
+    assert first.probe is not None and first.probe.status == "failed"
+    assert probes.current("chk-ready") is None
+    _changed_to_false(snap)
+    after, calls = _check(snap, probes, MODEL_FALSE)
+    assert calls == 2  # the model was asked
+    assert after.verdict is not None and after.verdict.verdict == VerdictKind.FALSE
