@@ -497,11 +497,9 @@ class _Run:
         self.consecutive_repairs = 0
         self._record(Step(kind="DONE", **base))
         self.probe_outcome = self._judge_probe(action)
-        # strict: a true needs an agreeing probe or the fresh-context confirmation.
-        probe_agrees = self.probe_outcome is not None and self.probe_outcome.status == "accepted"
-        confirmed = (
-            self._confirm(check.evidence) if needs_confirmation and not probe_agrees else None
-        )
+        # strict: a true needs the fresh-context confirmation, agreeing probe or not. The probe
+        # is the planner's own expression, and one that agrees can be written for any true.
+        confirmed = self._confirm(check.evidence) if needs_confirmation else None
         self._end(
             action.verdict,
             action.explanation,
