@@ -479,6 +479,7 @@ class _Run:
         return self.profile.confirm_true and self.request.kind == "check"
 
     def _done(self, index: int, action: Done, parsed: ParsedReply, base: dict[str, Any]) -> None:
+        self._within_budget(Step(kind="DONE", **base))
         needs_confirmation = action.verdict == VerdictKind.TRUE and self._strict_check
         check = check_evidence(
             action.evidence,
@@ -518,6 +519,20 @@ class _Run:
         self.log.info("probe_judged", status=outcome.status, reason=outcome.reason)
         return outcome
 
+    def _within_budget(self, step: Step) -> None:
+        """Record ``step`` and end the run when its reply took the run past its budget.
+
+        Each call's ``max_tokens`` is capped to what is left, but a provider may ignore the
+        cap (or report that it did); a verdict must not rest on a call the budget did not
+        allow. A lookup or thought past the budget needs nothing here: the next call is
+        refused by ``allow_call``.
+        """
+        try:
+            self.meter.ensure_within()
+        except BudgetExhausted:
+            self._record(step.model_copy(update={"error": "not acted on: past the budget"}))
+            raise
+
     def _confirm(self, evidence: list[Evidence]) -> bool:
         """Ask a fresh context whether the cited evidence settles the predicate as true.
 
@@ -539,17 +554,17 @@ class _Run:
         usage = self._charge(reply)
         parsed = parse_reply(reply, self.transport, set())
         confirmed, outcome = confirmation_outcome(parsed)
-        self._record(
-            Step(
-                index=index,
-                kind="CONFIRM",
-                action=parsed.action.model_dump(mode="json") if parsed.action else None,
-                raw=(parsed.raw or "")[:STEP_OUTPUT_LIMIT] or None,
-                error=None if confirmed else outcome,
-                usage=usage,
-                started_at=began,
-            )
+        step = Step(
+            index=index,
+            kind="CONFIRM",
+            action=parsed.action.model_dump(mode="json") if parsed.action else None,
+            raw=(parsed.raw or "")[:STEP_OUTPUT_LIMIT] or None,
+            error=None if confirmed else outcome,
+            usage=usage,
+            started_at=began,
         )
+        self._within_budget(step)
+        self._record(step)
         if not confirmed:
             self._unconfirmed(evidence, outcome)
         return True
