@@ -306,3 +306,36 @@ def test_a_probe_blind_to_the_cluster_does_not_keep_a_check_true(
     after, calls = _check(snap, probes, MODEL_FALSE)
     assert calls == 2  # the model was asked
     assert after.verdict is not None and after.verdict.verdict == VerdictKind.FALSE
+
+
+def test_a_probe_answers_only_the_predicate_it_was_compiled_for(
+    snapshot: Path, probes: ProbeStore
+) -> None:
+    """A check id is the caller's (``--check-id``, the API's ``check_id``): rewording the check
+    under the same id must not have the old predicate's probe answer the new one."""
+    _check(snapshot, probes, COMPILE_TRUE, check_id="replicas")  # "... at least 2 ready ..."
+    stricter = "every Deployment in namespace prod has at least 3 ready replicas"
+    report, calls = _check(snapshot, probes, MODEL_FALSE, check_id="replicas", text=stricter)
+    assert calls == 2  # the model, not the probe of the other predicate (which says true)
+    assert report.verdict is not None and report.verdict.verdict == VerdictKind.FALSE
+    assert report.verdict.source == "model"
+
+
+def test_a_strict_check_is_not_answered_by_a_probe_compiled_without_confirmation(
+    snapshot: Path, probes: ProbeStore
+) -> None:
+    """A probe compiled under fast was never put to strict's fresh-context confirmation."""
+    _check(snapshot, probes, COMPILE_TRUE)  # fast
+    report, calls = _check(snapshot, probes, MODEL_TRUE, profile="strict")
+    assert calls >= 1  # the model (and, for its true, the confirmation) was asked
+    assert report.verdict is not None and report.verdict.source == "model"
+    assert report.verdict.verdict == VerdictKind.CANNOT_DETERMINE  # no confirmer scripted
+    # a probe compiled under strict serves fast and strict alike
+    with_confirmer = script(get_deployments(), done_with_probe("true", 0, probe_spec=probe()))
+    with_confirmer["scenarios"].append({"role": "confirmer", "turns": [done("true")]})
+    compiled, _ = _check(snapshot, probes, with_confirmer, profile="strict", probe="off")
+    assert compiled.verdict is not None and compiled.verdict.confirmed is True
+    for profile in ("strict", "fast"):
+        again, calls = _check(snapshot, probes, NO_MODEL, profile=profile)
+        assert calls == 0 and again.verdict is not None
+        assert again.verdict.source == "probe" and again.verdict.verdict == VerdictKind.TRUE

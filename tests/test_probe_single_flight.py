@@ -137,7 +137,9 @@ def test_a_waiter_runs_the_probe_the_holder_compiled(redis_url: str, snapshot: P
     spec = ProposedProbe.model_validate(probe())
     outcome = ProbeOutcome(status="accepted", reason="the holder's", probe=spec,
                            run=ProbeRun(verdict=VerdictKind.FALSE))  # fmt: skip
-    probes.save_compiled("chk-wait", "run-holder", outcome, VerdictKind.FALSE)
+    probes.save_compiled(
+        "chk-wait", "run-holder", outcome, VerdictKind.FALSE, predicate=PREDICATE, profile="fast"
+    )
     probes.finish_compile("chk-wait", None, token)
     waiter.join(timeout=60)
     assert not waiter.is_alive()

@@ -122,10 +122,19 @@ class _Rerun:
     # -- which probe -----------------------------------------------------------------------
     def _probe_for_run(self) -> ProbeRecord | None:
         assert self.probes is not None
-        record = self.probes.active(self.request.check_id)
+        record = self._answering(self.probes.active(self.request.check_id))
         if record is None and self.request.batch_id:
-            record = self.probes.batch_probe(self.request.batch_id)
+            record = self._answering(self.probes.batch_probe(self.request.batch_id))
         return record
+
+    def _answering(self, record: ProbeRecord | None) -> ProbeRecord | None:
+        """``record`` when it may answer this request: compiled for the same predicate (a check
+        id is the caller's and may be reused for a reworded check) under a profile at least
+        as strict (a fast compile was never confirmed in a fresh context)."""
+        if record is None or record.answers(self.request.text, self.request.profile):
+            return record
+        _log.info("probe_not_for_this_request", run_id=self.request.run_id, version=record.version)
+        return None
 
     def _single_flight(self) -> ProbeRecord | None:
         """No probe yet: the first run claims the compile and asks the model; runs arriving
@@ -283,7 +292,7 @@ class _Rerun:
             return
         check_id, run_id, verdict = self.request.check_id, self.request.run_id, report.verdict
         try:
-            current = self.probes.active(check_id)
+            current = self._answering(self.probes.active(check_id))
             if current is not None and current.probe == outcome.probe:
                 record = current
                 if count_agreement:
@@ -298,7 +307,14 @@ class _Rerun:
                     )
                     record = self.probes.record_agreement(current, entry)
             else:
-                record = self.probes.save_compiled(check_id, run_id, outcome, verdict.verdict)
+                record = self.probes.save_compiled(
+                    check_id,
+                    run_id,
+                    outcome,
+                    verdict.verdict,
+                    predicate=self.request.text,
+                    profile=self.request.profile,
+                )
             if self.request.batch_id:
                 self.probes.save_batch_probe(self.request.batch_id, record)
         except Exception as exc:  # storing a probe is an optimisation; the verdict stands

@@ -31,8 +31,9 @@ import secrets
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
+from schemas.budget import ProfileName
 from schemas.ids import check_id as valid_id
-from schemas.probe import AgreementEntry, ProbeOutcome, ProbeRecord
+from schemas.probe import AgreementEntry, ProbeOutcome, ProbeRecord, normalised_predicate
 from schemas.verdict import VerdictKind
 
 if TYPE_CHECKING:
@@ -112,9 +113,17 @@ class ProbeStore:
 
     # --- writing ------------------------------------------------------------------------
     def save_compiled(
-        self, check_id: str, run_id: str, outcome: ProbeOutcome, verdict: VerdictKind
+        self,
+        check_id: str,
+        run_id: str,
+        outcome: ProbeOutcome,
+        verdict: VerdictKind,
+        *,
+        predicate: str,
+        profile: ProfileName,
     ) -> ProbeRecord:
-        """Store an accepted probe as the check's next version (its compile counts as agreement)."""
+        """Store an accepted probe as the check's next version (its compile counts as agreement),
+        with the predicate and profile it answers (``ProbeRecord.answers``)."""
         now = datetime.now(UTC)
         version = int(self.client.incr(self._key(check_id, "version")))
         record = ProbeRecord(
@@ -128,6 +137,8 @@ class ProbeStore:
             last_run_at=now,
             last_validated_at=now,
             agreements=1,
+            predicate=normalised_predicate(predicate),
+            profile=profile,
         )
         entry = AgreementEntry(
             run_id=run_id,
