@@ -361,12 +361,21 @@ class _Run:
         )
         try:
             with model_call_span(self.model, iteration=self.meter.iterations):
-                return self.llm.complete(call)
+                reply = self.llm.complete(call)
         except LLMError as exc:
             observe_model_call(self.model, ok=False)
             if exc.kind == "deadline":
                 raise BudgetExhausted("deadline", exc.message) from exc
             raise
+        if self.meter.remaining_seconds() < 0:
+            # A reply trickled in past every per-read timeout: spent, but not acted on.
+            self._charge(reply)
+            raise BudgetExhausted(
+                "deadline",
+                f"the model's reply arrived after the run's deadline "
+                f"({-self.meter.remaining_seconds():.1f}s late)",
+            )
+        return reply
 
     def _charge(self, reply: LLMReply) -> StepUsage:
         """Charge a reply to the budget. Usage the provider reported is data too: a negative,

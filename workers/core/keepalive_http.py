@@ -35,7 +35,8 @@ that matters for it:
   more than :data:`MAX_HEADERS` lines, or a malformed status line, chunk size
   or length, is a :class:`TransportFailure`, never a hang or a guess.
 
-The timeout applies to connecting and to each read and write, as httpx's does.
+The timeout applies to connecting and to each read and write, as httpx's does, and
+to the whole answer: one dripped a byte at a time stops being read once it has passed.
 Once a plain connection is made it is the kernel's (``SO_RCVTIMEO`` /
 ``SO_SNDTIMEO``) on a socket Python sees as blocking: a Python-level timeout
 makes every send and receive a ``poll`` plus the call, and each of those system
@@ -53,6 +54,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 import urllib.request
 import zlib
 from dataclasses import dataclass, field
@@ -176,6 +178,9 @@ class _Wire:
 
     sock: socket.socket
     pending: bytearray = field(default_factory=bytearray)
+    # When the answer being read must be in (time.monotonic()): the socket's timeout bounds
+    # each read, and an answer dripped a byte at a time would pass any number of those.
+    deadline: float = float("inf")
 
     def send(self, data: bytes) -> None:
         """The whole request in one write: head and body leave together."""
@@ -218,6 +223,8 @@ class _Wire:
 
     def _fill(self) -> bool:
         chunk = self.receive()
+        if time.monotonic() > self.deadline:
+            raise TimeoutError("the answer was still arriving when its time was up")
         self.pending += chunk
         return bool(chunk)
 
@@ -286,6 +293,7 @@ class KeepAliveClient:
             wire.sock.settimeout(timeout)  # see _open
         else:
             kernel_timeout(wire.sock, timeout)
+        wire.deadline = time.monotonic() + timeout
         return wire
 
     def _open(self, route: _Route, timeout: float) -> socket.socket:
