@@ -339,3 +339,21 @@ def test_a_strict_check_is_not_answered_by_a_probe_compiled_without_confirmation
         again, calls = _check(snapshot, probes, NO_MODEL, profile=profile)
         assert calls == 0 and again.verdict is not None
         assert again.verdict.source == "probe" and again.verdict.verdict == VerdictKind.TRUE
+
+
+def test_a_probe_whose_verdict_did_not_stand_is_not_stored(
+    tmp_path: Path, probes: ProbeStore
+) -> None:
+    """Strict: the planner's true carries a probe that agrees with it, and the fresh-context
+    confirmation refuses the true. The run ends cannot_determine; its probe must not become
+    the check's, or the next run would answer true by probe with no confirmation at all."""
+    snap = make_snapshot(tmp_path / "snap", web_ready=1)  # the predicate is false
+    spec = probe("object.spec.replicas >= 1")  # agrees with any true
+    turns = script(get_deployments(), done_with_probe("true", 0, probe_spec=spec))
+    turns["scenarios"].append({"role": "confirmer", "turns": [done("false")]})
+    first, _ = _check(snap, probes, turns, profile="strict")
+    assert first.verdict is not None and first.verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert probes.current("chk-ready") is None
+    again, calls = _check(snap, probes, MODEL_FALSE, profile="strict")
+    assert calls == 2 and again.verdict is not None
+    assert again.verdict.verdict == VerdictKind.FALSE and again.verdict.source == "model"

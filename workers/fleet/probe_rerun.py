@@ -290,6 +290,10 @@ class _Rerun:
             return
         if report.verdict is None or report.verdict.source != "model":
             return
+        if report.verdict.verdict != outcome.run.verdict:
+            # The probe reproduced the planner's DONE, but that verdict did not stand (strict's
+            # confirmation refused it, or a budget ran out first): it is no verdict to re-run.
+            return
         check_id, run_id, verdict = self.request.check_id, self.request.run_id, report.verdict
         try:
             current = self._answering(self.probes.active(check_id))
