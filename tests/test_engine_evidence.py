@@ -210,3 +210,35 @@ def test_meaningful_counts_non_blank_characters_and_needs_a_word(
     excerpt: str, expected: bool
 ) -> None:
     assert meaningful(excerpt) is expected
+
+
+THOUGHT = {"action": {"action": "THOUGHT", "thought": "web 2/2 ready, all good"}}
+WAIT = {"action": {"action": "WAIT", "seconds": 0.01, "reason": "web 2/2 ready"}}
+WEB = {"kind": "Deployment", "name": "web", "namespace": "prod"}
+GET_WEB = {"action": {"action": "COMMAND", "tool": "get", "arguments": WEB}}
+
+
+@pytest.mark.parametrize(
+    ("turns", "step", "excerpt"),
+    [
+        ((get_deployments(), THOUGHT), 1, "web 2/2 ready"),  # a thought's own words
+        ((get_deployments(), WAIT), 1, "web 2/2 ready"),  # a wait's reason
+        ((get_deployments(), get_deployments()), 2, "web"),  # the DONE's own step
+        ((get_deployments(),), 7, "web"),  # a step that never happened
+        # the engine's label before the fence: the arguments the model chose, and "-> ok"
+        ((get_deployments(),), 0, '"namespace":"prod"} -> ok'),
+        ((get_deployments(),), 0, "[step 0] get"),
+        # stitched: the end of one lookup's output and the start of the next one's
+        ((get_deployments(), GET_WEB), 1, "name=NAME namespace=prod apiVersion: apps/v1"),
+    ],
+    ids=["thought", "wait", "own step", "no such step", "engine label", "step header", "stitched"],
+)
+def test_a_citation_of_anything_but_a_lookups_own_output_is_never_accepted(
+    snapshot: Path, turns: tuple[dict[str, Any], ...], step: int, excerpt: str
+) -> None:
+    answer = done("true", step, excerpt=excerpt)
+    with scripted_model(script(*turns, answer, answer, answer)) as model:
+        report = run(model, request_for(snapshot), sleep=lambda _: None)
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert [step.kind for step in report.steps][-3:] == ["REPAIR"] * 3
