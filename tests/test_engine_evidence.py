@@ -242,3 +242,41 @@ def test_a_citation_of_anything_but_a_lookups_own_output_is_never_accepted(
     verdict = report.verdict
     assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
     assert [step.kind for step in report.steps][-3:] == ["REPAIR"] * 3
+
+
+def test_the_engines_own_cut_never_makes_a_value_the_lookup_did_not_return(
+    snapshot: Path,
+) -> None:
+    """Tool output over the engine's backstop (1.5 x tool_output_limit_chars: a shell command
+    may print more) is cut before the model sees it. Cut mid-token, ``ready: 10/10`` would
+    read ``ready: 1``: a value the lookup never returned, which a citation would then verify."""
+    from pydantic import BaseModel
+
+    from workers.core.toolsets.base import ToolRegistry, ToolResult
+    from workers.core.toolsets.factory import build_registry
+
+    limit = 6000
+    cut_at = int(limit * 1.5)
+    long_output = "a" * (cut_at - 9) + "\nready: 10/10\n" + "b" * 5000
+
+    class NoArgs(BaseModel):
+        pass
+
+    class Report:
+        name, description, args_model = "readiness", "a long report", NoArgs
+
+        def run(self, args: Any) -> ToolResult:
+            return ToolResult(ok=True, output=long_output)
+
+    def tools(request: Any, settings: Any) -> ToolRegistry:
+        return ToolRegistry([*build_registry(request, settings), Report()])
+
+    lookup = {"action": {"action": "COMMAND", "tool": "readiness", "arguments": {}}}
+    answer = done("false", 0, excerpt="ready: 1")
+    with scripted_model(script(lookup, answer, answer, answer)) as model:
+        settings = {"tool_output_limit_chars": limit}
+        report = run(model, request_for(snapshot), tools=tools, settings=settings)
+        shown = model.requests[1]["messages"][-1]["content"]
+    assert "truncated by the engine" in shown and "ready: 1" not in shown
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
