@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schemas.budget import PROFILES, ProfileName
 from schemas.verdict import VerdictKind
 
 ProbeTool = Literal["get", "describe", "events"]
@@ -139,6 +140,30 @@ class ProbeRecord(_Strict):
     disagreements: int = 0
     active: bool = True
     retired_reason: str | None = None
+    predicate: str | None = Field(
+        default=None,
+        description="The predicate it was compiled for, whitespace-normalised: a probe answers "
+        "that predicate only (a check id may be reused for a reworded check). None: stored "
+        "before this was recorded, so it answers none.",
+    )
+    profile: ProfileName | None = Field(
+        default=None,
+        description="The profile of the run that compiled it: one compiled without strict's "
+        "fresh-context confirmation does not answer a strict run.",
+    )
+
+    def answers(self, text: str, profile: ProfileName) -> bool:
+        """Whether this probe may answer ``text`` under ``profile`` in place of the model."""
+        if self.predicate is None or self.profile is None:
+            return False
+        if self.predicate != normalised_predicate(text):
+            return False
+        return PROFILES[self.profile].confirm_true or not PROFILES[profile].confirm_true
+
+
+def normalised_predicate(text: str) -> str:
+    """``text`` with whitespace runs as single spaces: how a probe's predicate is compared."""
+    return " ".join(text.split())
 
 
 class AgreementEntry(_Strict):

@@ -53,3 +53,22 @@ def tcp_server(serve: Serve) -> Iterator[tuple[int, list[int]]]:
     finally:
         stop.set()
         listener.close()
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """One request's bytes (head and Content-Length body); b"" when the client closed."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return b""
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head

@@ -210,3 +210,73 @@ def test_meaningful_counts_non_blank_characters_and_needs_a_word(
     excerpt: str, expected: bool
 ) -> None:
     assert meaningful(excerpt) is expected
+
+
+THOUGHT = {"action": {"action": "THOUGHT", "thought": "web 2/2 ready, all good"}}
+WAIT = {"action": {"action": "WAIT", "seconds": 0.01, "reason": "web 2/2 ready"}}
+WEB = {"kind": "Deployment", "name": "web", "namespace": "prod"}
+GET_WEB = {"action": {"action": "COMMAND", "tool": "get", "arguments": WEB}}
+
+
+@pytest.mark.parametrize(
+    ("turns", "step", "excerpt"),
+    [
+        ((get_deployments(), THOUGHT), 1, "web 2/2 ready"),  # a thought's own words
+        ((get_deployments(), WAIT), 1, "web 2/2 ready"),  # a wait's reason
+        ((get_deployments(), get_deployments()), 2, "web"),  # the DONE's own step
+        ((get_deployments(),), 7, "web"),  # a step that never happened
+        # the engine's label before the fence: the arguments the model chose, and "-> ok"
+        ((get_deployments(),), 0, '"namespace":"prod"} -> ok'),
+        ((get_deployments(),), 0, "[step 0] get"),
+        # stitched: the end of one lookup's output and the start of the next one's
+        ((get_deployments(), GET_WEB), 1, "name=NAME namespace=prod apiVersion: apps/v1"),
+    ],
+    ids=["thought", "wait", "own step", "no such step", "engine label", "step header", "stitched"],
+)
+def test_a_citation_of_anything_but_a_lookups_own_output_is_never_accepted(
+    snapshot: Path, turns: tuple[dict[str, Any], ...], step: int, excerpt: str
+) -> None:
+    answer = done("true", step, excerpt=excerpt)
+    with scripted_model(script(*turns, answer, answer, answer)) as model:
+        report = run(model, request_for(snapshot), sleep=lambda _: None)
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert [step.kind for step in report.steps][-3:] == ["REPAIR"] * 3
+
+
+def test_the_engines_own_cut_never_makes_a_value_the_lookup_did_not_return(
+    snapshot: Path,
+) -> None:
+    """Tool output over the engine's backstop (1.5 x tool_output_limit_chars: a shell command
+    may print more) is cut before the model sees it. Cut mid-token, ``ready: 10/10`` would
+    read ``ready: 1``: a value the lookup never returned, which a citation would then verify."""
+    from pydantic import BaseModel
+
+    from workers.core.toolsets.base import ToolRegistry, ToolResult
+    from workers.core.toolsets.factory import build_registry
+
+    limit = 6000
+    cut_at = int(limit * 1.5)
+    long_output = "a" * (cut_at - 9) + "\nready: 10/10\n" + "b" * 5000
+
+    class NoArgs(BaseModel):
+        pass
+
+    class Report:
+        name, description, args_model = "readiness", "a long report", NoArgs
+
+        def run(self, args: Any) -> ToolResult:
+            return ToolResult(ok=True, output=long_output)
+
+    def tools(request: Any, settings: Any) -> ToolRegistry:
+        return ToolRegistry([*build_registry(request, settings), Report()])
+
+    lookup = {"action": {"action": "COMMAND", "tool": "readiness", "arguments": {}}}
+    answer = done("false", 0, excerpt="ready: 1")
+    with scripted_model(script(lookup, answer, answer, answer)) as model:
+        settings = {"tool_output_limit_chars": limit}
+        report = run(model, request_for(snapshot), tools=tools, settings=settings)
+        shown = model.requests[1]["messages"][-1]["content"]
+    assert "truncated by the engine" in shown and "ready: 1" not in shown
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE

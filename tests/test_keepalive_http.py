@@ -15,7 +15,12 @@ from typing import Any
 
 import pytest
 
-from workers.core.keepalive_http import KeepAliveClient, TransportFailure, unsupported_proxy
+from workers.core.keepalive_http import (
+    MAX_BODY_BYTES,
+    KeepAliveClient,
+    TransportFailure,
+    unsupported_proxy,
+)
 from workers.core.openai_compat import fast_path_model
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}]}).encode()
@@ -162,6 +167,22 @@ def test_gzip_answers_are_decoded() -> None:
     packed = gzip.compress(b'{"choices": []}')
     with server(lambda h, r: answer(h, 200, packed, {"Content-Encoding": "gzip"})) as (url, _):
         assert KeepAliveClient().post_json(url, BODY, HEADERS, 5).json() == {"choices": []}
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_answer_is_bounded_once_decoded_too(encoding: str) -> None:
+    """A 100 KB body that inflates past MAX_BODY_BYTES (a decompression bomb) is refused
+    like an oversized body, not decoded into a worker's memory."""
+    import zlib
+
+    bomb = b"\0" * (MAX_BODY_BYTES + 1)
+    packed = gzip.compress(bomb, 9) if encoding == "gzip" else zlib.compress(bomb, 9)
+    del bomb
+    assert len(packed) < 200_000
+    bombing = server(lambda h, r: answer(h, 200, packed, {"Content-Encoding": encoding}))
+    with bombing as (url, _), pytest.raises(TransportFailure) as caught:
+        KeepAliveClient().post_json(url, BODY, HEADERS, 5)
+    assert "over" in str(caught.value) and not caught.value.timed_out
 
 
 def test_a_server_that_does_not_answer_in_time_is_a_timeout() -> None:

@@ -21,31 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.tcp_support import tcp_server
+from tests.tcp_support import read_request, tcp_server
 from workers.core.keepalive_http import MAX_HEADERS, KeepAliveClient, TransportFailure
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
 HEADERS = {"Authorization": "Bearer k", "Content-Type": "application/json"}
 OK = b'{"ok": true}'
-
-
-def read_request(conn: socket.socket) -> bytes:
-    """One request's bytes (head and Content-Length body); b"" when the client closed."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return b""
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    while len(body) < length:
-        body += conn.recv(65536)
-    return head
 
 
 @contextmanager

@@ -230,3 +230,22 @@ def test_no_call_is_made_after_the_deadline() -> None:
             LiteLLMClient(load_settings()).complete(call(model, seconds=-1))
         assert model.requests == []
     assert failure.value.kind == "deadline"
+
+
+def test_a_reply_is_not_kept_once_the_run_is_done_with_it() -> None:
+    """A worker makes millions of model calls: each reply's tool calls (a whole DONE with its
+    explanation and evidence) must be freed with the reply, not cached for the process."""
+    import gc
+    import weakref
+
+    from workers.core.llm import _reply_from
+    from workers.core.openai_compat import parse_completion
+
+    arguments = '{"verdict": "true", "explanation": "' + "x" * 5000 + '"}'
+    completion = {"choices": [{"message": {"tool_calls": [
+        {"id": "call_once", "function": {"name": "done", "arguments": arguments}}]}}]}  # fmt: skip
+    reply = _reply_from(parse_completion(completion), 0.1, 1)
+    kept = weakref.ref(reply.tool_calls[0])
+    del reply
+    gc.collect()
+    assert kept() is None

@@ -6,7 +6,12 @@ scripted model over HTTP: the same body, retries, Retry-After, deadlines, error 
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +21,8 @@ from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.engine_support import get_deployments, make_snapshot, request_for, run, script, scripted
+from tests.tcp_support import read_request, tcp_server
+from workers.core.engine import EngineDeps, evaluate
 from workers.core.llm import LiteLLMClient, LLMCall, LLMError, load_litellm
 from workers.core.openai_compat import fast_path_model
 
@@ -193,3 +200,67 @@ def test_the_token_budget_holds_and_cost_is_reported_on_either_path(
     assert sum(u["total_tokens"] for u in reported) <= 12000
     expected = sum(u["prompt_tokens"] * 1e-6 + u["completion_tokens"] * 2e-6 for u in reported)
     assert verdict.usage.cost_usd == pytest.approx(expected)
+
+
+def _completion(name: str, arguments: dict[str, Any]) -> bytes:
+    call = {"id": f"call_{name}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)}}  # fmt: skip
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    return json.dumps(
+        {
+            "id": "chatcmpl-drip",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "drip",
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+        }
+    ).encode()
+
+
+@contextmanager
+def dripping_endpoint(seconds: float) -> Iterator[str]:
+    """An endpoint that answers a lookup at once, then drips a ``done(true)`` over ``seconds``:
+    every read gets a byte or two well within any per-read timeout."""
+    lookup = _completion("get", {"kind": "Deployment", "namespace": "prod"})
+    verdict = _completion(
+        "done",
+        {"verdict": "true", "explanation": "checked", "evidence": [{"step": 0, "excerpt": "web"}]},
+    )
+
+    def serve(conn: socket.socket, stop: threading.Event, tally: Callable[[], int]) -> None:
+        while not stop.is_set() and read_request(conn):
+            body = lookup if tally() == 1 else verdict
+            head = (
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            conn.sendall(head)
+            if body is lookup:
+                conn.sendall(body)
+                continue
+            pause = seconds / len(body)
+            for index in range(len(body)):
+                if stop.wait(pause):
+                    return
+                conn.sendall(body[index : index + 1])
+
+    with tcp_server(serve) as (port, _):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@PATHS
+def test_an_answer_dripped_past_the_deadline_is_not_a_verdict(fast: bool, tmp_path: Path) -> None:
+    """A reply that trickles in, byte by byte, never trips a per-read timeout; the run's
+    deadline still holds, and what arrives after it is not acted on."""
+    snapshot = make_snapshot(tmp_path / "snap")
+    with dripping_endpoint(seconds=4.0) as url:
+        settings = load_settings(model="openai/drip", api_base=url, llm_fast_path=fast)
+        began = time.monotonic()
+        report = evaluate(request_for(snapshot, timeout_seconds=1.5), EngineDeps(settings=settings))
+        took = time.monotonic() - began
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert verdict.budget_exhausted == "deadline"
+    if fast:  # the direct path's own client stops reading at the deadline
+        assert took < 3.5

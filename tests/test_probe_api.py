@@ -13,7 +13,7 @@ from assay.redis_process import RedisProcess
 from schemas.probe import ProbeLookup, ProbeOutcome, ProbeRun, ProposedProbe
 from schemas.verdict import VerdictKind
 from tests.api_support import READ_TOKEN, WRITE_TOKEN, ApiServer, auth
-from tests.engine_support import make_snapshot
+from tests.engine_support import PREDICATE, make_snapshot
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
 
@@ -47,7 +47,9 @@ def probes(redis_url: str) -> ProbeStore:
     outcome = ProbeOutcome(
         status="accepted", reason="test", probe=PROBE, run=ProbeRun(verdict=VerdictKind.TRUE)
     )
-    store.save_compiled(CHECK, "run-api", outcome, VerdictKind.TRUE)
+    store.save_compiled(
+        CHECK, "run-api", outcome, VerdictKind.TRUE, predicate=PREDICATE, profile="fast"
+    )
     return store
 
 

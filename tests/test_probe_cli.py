@@ -18,7 +18,7 @@ import yaml
 from assay.cli import main
 from schemas.probe import ProbeLookup, ProbeOutcome, ProbeRun, ProposedProbe
 from schemas.verdict import VerdictKind
-from tests.engine_support import make_snapshot
+from tests.engine_support import PREDICATE, make_snapshot
 from workers.core.probes.export import NotExportable, export_documents
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
@@ -115,7 +115,9 @@ def _store_probe(store: ProbeStore, probe: ProposedProbe = READY) -> None:
     outcome = ProbeOutcome(
         status="accepted", reason="test", probe=probe, run=ProbeRun(verdict=VerdictKind.TRUE)
     )
-    store.save_compiled(CHECK, "run-1", outcome, VerdictKind.TRUE)
+    store.save_compiled(
+        CHECK, "run-1", outcome, VerdictKind.TRUE, predicate=PREDICATE, profile="fast"
+    )
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -17,6 +17,7 @@ from assay.testing.fake_cluster import FakeCluster
 from scheduler.schedules import ScheduleStore
 from schemas.probe import ProbeLookup, ProbeOutcome, ProbeRun, ProposedProbe
 from schemas.verdict import VerdictKind
+from tests.engine_support import PREDICATE
 from tests.live_support import new_canary, write_cluster
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
@@ -63,7 +64,7 @@ def _store(redis_url: str, probe: ProposedProbe = READY) -> None:
         status="accepted", reason="test", probe=probe, run=ProbeRun(verdict=VerdictKind.TRUE)
     )
     ProbeStore(connect(redis_url), prefix="assay").save_compiled(
-        CHECK, "run-1", outcome, VerdictKind.TRUE
+        CHECK, "run-1", outcome, VerdictKind.TRUE, predicate=PREDICATE, profile="fast"
     )
 
 

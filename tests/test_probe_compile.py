@@ -82,17 +82,30 @@ def test_probe_that_cannot_run_is_not_accepted(snapshot: Path, spec: dict, why: 
     assert report.probe.run.verdict is None
 
 
-def test_strict_true_with_agreeing_probe_needs_no_confirmation(snapshot: Path) -> None:
-    turns = script(
-        get_deployments(),
-        done_with_probe("true", 0, probe_spec=probe()),
-    )
-    # The script holds no confirmer: a confirmation call would find no answer and fail.
+def test_an_agreeing_probe_does_not_stand_in_for_the_strict_confirmation(tmp_path: Path) -> None:
+    """The probe is the model's own word: any true has a probe that agrees with it (here every
+    Deployment has a replica, while web has 1 of 2 ready, so the predicate is false). Under
+    strict the fresh-context confirmation is what a planted or hostile true must get past."""
+    snap = make_snapshot(tmp_path / "snap", web_ready=1)
+    spec = probe("object.spec.replicas >= 1")
+    turns = script(get_deployments(), done_with_probe("true", 0, probe_spec=spec))
+    turns["scenarios"].append({"role": "confirmer", "turns": [done("false")]})
+    with scripted_model(turns) as model:
+        report = run(model, request_for(snap, profile="strict"))
+    assert report.probe is not None and report.probe.status == "accepted"
+    assert [step.kind for step in report.steps][-1] == "CONFIRM"
+    assert report.verdict is not None and report.verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert report.verdict.confirmed is False
+
+
+def test_strict_true_with_agreeing_probe_is_confirmed_too(snapshot: Path) -> None:
+    turns = script(get_deployments(), done_with_probe("true", 0, probe_spec=probe()))
+    turns["scenarios"].append({"role": "confirmer", "turns": [done("true")]})
     with scripted_model(turns) as model:
         report = run(model, request_for(snapshot, profile="strict"))
     assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
     assert report.probe is not None and report.probe.status == "accepted"
-    assert not any(step.kind == "CONFIRM" for step in report.steps)
+    assert report.verdict.confirmed is True
 
 
 def test_strict_true_with_failing_probe_still_needs_confirmation(snapshot: Path) -> None:

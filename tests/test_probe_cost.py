@@ -18,7 +18,7 @@ from schemas.probe import ProbeOutcome, ProbeRun, ProposedProbe
 from schemas.request import SnapshotTarget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
-from tests.engine_support import get_deployments, script
+from tests.engine_support import PREDICATE, get_deployments, script
 from tests.probe_support import done_with_probe, probe
 from workers.core.probes.cel import BoolProgram, CelError
 from workers.core.probes.cost import MAX_STEPS, analyse
@@ -170,7 +170,9 @@ def test_a_too_costly_probe_falls_back_to_the_model(redis_url: str, large: Path)
     )
     outcome = ProbeOutcome(status="accepted", reason="stored by the test", probe=hostile,
                            run=ProbeRun(verdict=VerdictKind.TRUE))  # fmt: skip
-    probes.save_compiled("chk-costly", "run-0", outcome, VerdictKind.TRUE)
+    probes.save_compiled(
+        "chk-costly", "run-0", outcome, VerdictKind.TRUE, predicate=PREDICATE, profile="fast"
+    )
     turns = script(get_deployments(), done_with_probe("false", 0, probe_spec=probe()))
     for mode, calls_expected in (("only", 0), ("auto", 2)):
         with scripted_model(turns) as model:

@@ -262,3 +262,98 @@ def test_a_probe_verdict_is_recorded_as_the_probes(
     assert stored.probe_version == 1
     (gauge,) = [g for g in verdicts.check_gauges(10) if g.check_id == "chk-ready"]
     assert gauge.source == "probe" and gauge.exit_code == 0
+
+
+def _changed_to_false(snap: Path) -> None:
+    """The cluster changes: web drops to 1 ready replica, so the predicate is now false."""
+    make_snapshot(snap, web_ready=1)
+    from workers.core.toolsets.factory import snapshot_cache
+
+    snapshot_cache.clear()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        # a namespace typo: the listing is empty, so `all` is vacuously true
+        probe(
+            "results[0].all(d, has(d.status.readyReplicas) && d.status.readyReplicas >= 2)",
+            scope="results",
+            lookups=[{"tool": "get", "args": {"kind": "Deployment", "namespace": "prd"}}],
+        ),
+        # expressions that read nothing the lookups returned
+        probe("true", scope="results"),
+        probe("1 == 1", scope="results"),
+        probe("size([]) == 0", scope="results"),
+        probe("[1].all(results, results == 1)", scope="results"),
+    ],
+    ids=["empty listing", "true", "1 == 1", "size([]) == 0", "shadowed results"],
+)
+def test_a_probe_blind_to_the_cluster_does_not_keep_a_check_true(
+    tmp_path: Path, probes: ProbeStore, spec: dict[str, Any]
+) -> None:
+    """A probe whose value cannot depend on the objects it read agrees with any true, and,
+    re-run, would answer true for ever after the cluster made the predicate false: it never
+    flips, so the model is not asked before the next re-validation (up to a day)."""
+    snap = make_snapshot(tmp_path / "snap")
+    first, _ = _check(
+        snap, probes, script(get_deployments(), done_with_probe("true", 0, probe_spec=spec))
+    )
+    assert first.verdict is not None and first.verdict.verdict == VerdictKind.TRUE
+    assert first.probe is not None and first.probe.status == "failed"
+    assert probes.current("chk-ready") is None
+    _changed_to_false(snap)
+    after, calls = _check(snap, probes, MODEL_FALSE)
+    assert calls == 2  # the model was asked
+    assert after.verdict is not None and after.verdict.verdict == VerdictKind.FALSE
+
+
+def test_a_probe_answers_only_the_predicate_it_was_compiled_for(
+    snapshot: Path, probes: ProbeStore
+) -> None:
+    """A check id is the caller's (``--check-id``, the API's ``check_id``): rewording the check
+    under the same id must not have the old predicate's probe answer the new one."""
+    _check(snapshot, probes, COMPILE_TRUE, check_id="replicas")  # "... at least 2 ready ..."
+    stricter = "every Deployment in namespace prod has at least 3 ready replicas"
+    report, calls = _check(snapshot, probes, MODEL_FALSE, check_id="replicas", text=stricter)
+    assert calls == 2  # the model, not the probe of the other predicate (which says true)
+    assert report.verdict is not None and report.verdict.verdict == VerdictKind.FALSE
+    assert report.verdict.source == "model"
+
+
+def test_a_strict_check_is_not_answered_by_a_probe_compiled_without_confirmation(
+    snapshot: Path, probes: ProbeStore
+) -> None:
+    """A probe compiled under fast was never put to strict's fresh-context confirmation."""
+    _check(snapshot, probes, COMPILE_TRUE)  # fast
+    report, calls = _check(snapshot, probes, MODEL_TRUE, profile="strict")
+    assert calls >= 1  # the model (and, for its true, the confirmation) was asked
+    assert report.verdict is not None and report.verdict.source == "model"
+    assert report.verdict.verdict == VerdictKind.CANNOT_DETERMINE  # no confirmer scripted
+    # a probe compiled under strict serves fast and strict alike
+    with_confirmer = script(get_deployments(), done_with_probe("true", 0, probe_spec=probe()))
+    with_confirmer["scenarios"].append({"role": "confirmer", "turns": [done("true")]})
+    compiled, _ = _check(snapshot, probes, with_confirmer, profile="strict", probe="off")
+    assert compiled.verdict is not None and compiled.verdict.confirmed is True
+    for profile in ("strict", "fast"):
+        again, calls = _check(snapshot, probes, NO_MODEL, profile=profile)
+        assert calls == 0 and again.verdict is not None
+        assert again.verdict.source == "probe" and again.verdict.verdict == VerdictKind.TRUE
+
+
+def test_a_probe_whose_verdict_did_not_stand_is_not_stored(
+    tmp_path: Path, probes: ProbeStore
+) -> None:
+    """Strict: the planner's true carries a probe that agrees with it, and the fresh-context
+    confirmation refuses the true. The run ends cannot_determine; its probe must not become
+    the check's, or the next run would answer true by probe with no confirmation at all."""
+    snap = make_snapshot(tmp_path / "snap", web_ready=1)  # the predicate is false
+    spec = probe("object.spec.replicas >= 1")  # agrees with any true
+    turns = script(get_deployments(), done_with_probe("true", 0, probe_spec=spec))
+    turns["scenarios"].append({"role": "confirmer", "turns": [done("false")]})
+    first, _ = _check(snap, probes, turns, profile="strict")
+    assert first.verdict is not None and first.verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert probes.current("chk-ready") is None
+    again, calls = _check(snap, probes, MODEL_FALSE, profile="strict")
+    assert calls == 2 and again.verdict is not None
+    assert again.verdict.verdict == VerdictKind.FALSE and again.verdict.source == "model"

@@ -137,7 +137,9 @@ def test_a_waiter_runs_the_probe_the_holder_compiled(redis_url: str, snapshot: P
     spec = ProposedProbe.model_validate(probe())
     outcome = ProbeOutcome(status="accepted", reason="the holder's", probe=spec,
                            run=ProbeRun(verdict=VerdictKind.FALSE))  # fmt: skip
-    probes.save_compiled("chk-wait", "run-holder", outcome, VerdictKind.FALSE)
+    probes.save_compiled(
+        "chk-wait", "run-holder", outcome, VerdictKind.FALSE, predicate=PREDICATE, profile="fast"
+    )
     probes.finish_compile("chk-wait", None, token)
     waiter.join(timeout=60)
     assert not waiter.is_alive()
@@ -163,7 +165,9 @@ def _compiled(probes: ProbeStore, check_id: str, verdict: VerdictKind) -> None:
     spec = ProposedProbe.model_validate(probe())
     outcome = ProbeOutcome(status="accepted", reason="compiled", probe=spec,
                            run=ProbeRun(verdict=verdict))  # fmt: skip
-    probes.save_compiled(check_id, f"run-{check_id}", outcome, verdict)
+    probes.save_compiled(
+        check_id, f"run-{check_id}", outcome, verdict, predicate=PREDICATE, profile="fast"
+    )
 
 
 def test_lookup_claims_only_where_there_is_no_probe_and_no_claim(redis_url: str) -> None:
@@ -171,7 +175,8 @@ def test_lookup_claims_only_where_there_is_no_probe_and_no_claim(redis_url: str)
     assert probes.lookup("chk-a", None, claim=False) == probes.lookup("chk-a", None, claim=False)
     assert probes.compile_state("chk-a", None) == "free"  # claim=False took nothing
     first = probes.lookup("chk-a", None, claim=True)
-    assert first.record is None and first.state == "free" and first.token is not None
+    assert first.own is None and first.batch is None
+    assert first.state == "free" and first.token is not None
     second = probes.lookup("chk-a", None, claim=True)
     assert second.token is None and second.state == "compiling"
     probes.finish_compile("chk-a", None, first.token)
@@ -179,28 +184,27 @@ def test_lookup_claims_only_where_there_is_no_probe_and_no_claim(redis_url: str)
 
     _compiled(probes, "chk-b", VerdictKind.TRUE)
     found = probes.lookup("chk-b", None, claim=True)
-    assert found.record is not None and found.record.check_id == "chk-b" and found.token is None
+    assert found.own is not None and found.own.check_id == "chk-b" and found.token is None
     assert probes.compile_state("chk-b", None) == "free"  # a run with a probe claims nothing
 
 
-def test_lookup_prefers_the_checks_active_probe_then_the_batchs(redis_url: str) -> None:
+def test_lookup_reads_the_checks_probe_and_the_batchs_in_one_go(redis_url: str) -> None:
     probes = ProbeStore(connect(redis_url), prefix="sf6", compile_lock_seconds=600)
     _compiled(probes, "chk-batch-first", VerdictKind.FALSE)
     batch_record = probes.current("chk-batch-first")
     assert batch_record is not None
     probes.save_batch_probe("batch-1", batch_record)
     borrowed = probes.lookup("chk-new", "batch-1", claim=True)
-    assert borrowed.record == batch_record and borrowed.token is None
+    assert borrowed.own is None and borrowed.batch == batch_record and borrowed.token is None
 
     _compiled(probes, "chk-own", VerdictKind.TRUE)
     own = probes.lookup("chk-own", "batch-1", claim=True)
-    assert own.record is not None and own.record.check_id == "chk-own"
+    assert own.own is not None and own.own.check_id == "chk-own" and own.batch == batch_record
 
-    retired = own.record.model_copy(update={"active": False, "retired_reason": "disagreed"})
+    retired = own.own.model_copy(update={"active": False, "retired_reason": "disagreed"})
     probes.put(retired)
-    assert probes.lookup("chk-own", "batch-1", claim=True).record == batch_record
     alone = probes.lookup("chk-own", None, claim=True)
-    assert alone.record is None and alone.token is None  # retired: the long way claims
+    assert alone.own == retired and alone.token is None  # a probe exists: the run decides
 
 
 def test_a_check_whose_probe_was_retired_compiles_again(redis_url: str, snapshot: Path) -> None:

@@ -173,6 +173,27 @@ class BudgetMeter:
         self.iterations += 1
         return step
 
+    def ensure_within(self) -> None:
+        """BudgetExhausted when what was spent is past the token budget or the cost cap.
+
+        ``allow_call`` caps each completion to what is left, but a provider may ignore
+        ``max_tokens`` (or report that it did): the reply that took the run past its budget
+        is then not acted on, so no verdict rests on a call the budget did not allow.
+        """
+        max_tokens = self.budget.max_tokens
+        if max_tokens is not None and self.usage.total_tokens > max_tokens:
+            raise BudgetExhausted(
+                "tokens",
+                f"the model's reply took the run past its token budget of {max_tokens} "
+                f"({self.usage.total_tokens} used; the provider did not keep to max_tokens)",
+            )
+        cap, spent = self.budget.max_cost_usd, self.usage.cost_usd
+        if cap is not None and spent is not None and spent > cap:
+            raise BudgetExhausted(
+                "cost",
+                f"the model's reply took the run past its cost cap of ${cap:g} (${spent:.6f} used)",
+            )
+
 
 def sanitize_usage(
     prompt_tokens: float | None,

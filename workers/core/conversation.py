@@ -266,9 +266,25 @@ def shown_output(result: ToolResult, limit: int, fence_token: str) -> str:
     """
     output = result.output
     if len(output) > limit:
-        output = output[:limit] + f"\n... truncated by the engine, {len(result.output) - limit}"
-        output += " more characters"
+        kept = _whole_tokens(output, limit)
+        output = f"{kept}\n... truncated by the engine, {len(output) - len(kept)} more characters"
     return neutralise(output, fence_token)
+
+
+def _whole_tokens(text: str, limit: int) -> str:
+    """At most ``limit`` characters of ``text``, ending at a line break in its second half,
+    else at the last whitespace.
+
+    Cut inside a token, ``ready: 10/10`` would read ``ready: 1``: a value the lookup never
+    returned, which the model could conclude from and a citation would then verify.
+    """
+    head = text[:limit]
+    if text[limit : limit + 1].isspace():
+        return head
+    end = head.rfind("\n")
+    if end < limit // 2:  # no line break near the end: the last space will do
+        end = max(end, head.rfind(" "), head.rfind("\t"))
+    return head[:end] if end > 0 else head  # a single token over the limit is cut as it is
 
 
 def format_tool_result(

@@ -368,12 +368,21 @@ class _Run:
         )
         try:
             with model_call_span(self.model, iteration=self.meter.iterations):
-                return self.llm.complete(call)
+                reply = self.llm.complete(call)
         except LLMError as exc:
             observe_model_call(self.model, ok=False)
             if exc.kind == "deadline":
                 raise BudgetExhausted("deadline", exc.message) from exc
             raise
+        if self.meter.remaining_seconds() < 0:
+            # A reply trickled in past every per-read timeout: spent, but not acted on.
+            self._charge(reply)
+            raise BudgetExhausted(
+                "deadline",
+                f"the model's reply arrived after the run's deadline "
+                f"({-self.meter.remaining_seconds():.1f}s late)",
+            )
+        return reply
 
     def _charge(self, reply: LLMReply) -> StepUsage:
         """Charge a reply to the budget. Usage the provider reported is data too: a negative,
@@ -486,6 +495,7 @@ class _Run:
         return self.profile.confirm_true and self.request.kind == "check"
 
     def _done(self, index: int, action: Done, parsed: ParsedReply, base: dict[str, Any]) -> None:
+        self._within_budget(Step(kind="DONE", **base))
         needs_confirmation = action.verdict == VerdictKind.TRUE and self._strict_check
         check = check_evidence(
             action.evidence,
@@ -504,11 +514,9 @@ class _Run:
         self.consecutive_repairs = 0
         self._record(Step(kind="DONE", **base))
         self.probe_outcome = self._judge_probe(action)
-        # strict: a true needs an agreeing probe or the fresh-context confirmation.
-        probe_agrees = self.probe_outcome is not None and self.probe_outcome.status == "accepted"
-        confirmed = (
-            self._confirm(check.evidence) if needs_confirmation and not probe_agrees else None
-        )
+        # strict: a true needs the fresh-context confirmation, agreeing probe or not. The probe
+        # is the planner's own expression, and one that agrees can be written for any true.
+        confirmed = self._confirm(check.evidence) if needs_confirmation else None
         self._end(
             action.verdict,
             action.explanation,
@@ -526,6 +534,20 @@ class _Run:
         outcome = judge(action.probe, action.verdict, backend_of(self.registry))
         self.log.info("probe_judged", status=outcome.status, reason=outcome.reason)
         return outcome
+
+    def _within_budget(self, step: Step) -> None:
+        """Record ``step`` and end the run when its reply took the run past its budget.
+
+        Each call's ``max_tokens`` is capped to what is left, but a provider may ignore the
+        cap (or report that it did); a verdict must not rest on a call the budget did not
+        allow. A lookup or thought past the budget needs nothing here: the next call is
+        refused by ``allow_call``.
+        """
+        try:
+            self.meter.ensure_within()
+        except BudgetExhausted:
+            self._record(step.model_copy(update={"error": "not acted on: past the budget"}))
+            raise
 
     def _confirm(self, evidence: list[Evidence]) -> bool:
         """Ask a fresh context whether the cited evidence settles the predicate as true.
@@ -548,17 +570,17 @@ class _Run:
         usage = self._charge(reply)
         parsed = parse_reply(reply, self.transport, set())
         confirmed, outcome = confirmation_outcome(parsed)
-        self._record(
-            Step(
-                index=index,
-                kind="CONFIRM",
-                action=parsed.action.model_dump(mode="json") if parsed.action else None,
-                raw=(parsed.raw or "")[:STEP_OUTPUT_LIMIT] or None,
-                error=None if confirmed else outcome,
-                usage=usage,
-                started_at=began,
-            )
+        step = Step(
+            index=index,
+            kind="CONFIRM",
+            action=parsed.action.model_dump(mode="json") if parsed.action else None,
+            raw=(parsed.raw or "")[:STEP_OUTPUT_LIMIT] or None,
+            error=None if confirmed else outcome,
+            usage=usage,
+            started_at=began,
         )
+        self._within_budget(step)
+        self._record(step)
         if not confirmed:
             self._unconfirmed(evidence, outcome)
         return True

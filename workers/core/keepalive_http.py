@@ -35,7 +35,8 @@ that matters for it:
   more than :data:`MAX_HEADERS` lines, or a malformed status line, chunk size
   or length, is a :class:`TransportFailure`, never a hang or a guess.
 
-The timeout applies to connecting and to each read and write, as httpx's does.
+The timeout applies to connecting and to each read and write, as httpx's does, and
+to the whole answer: one dripped a byte at a time stops being read once it has passed.
 Once a plain connection is made it is the kernel's (``SO_RCVTIMEO`` /
 ``SO_SNDTIMEO``) on a socket Python sees as blocking: a Python-level timeout
 makes every send and receive a ``poll`` plus the call, and each of those system
@@ -47,12 +48,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import gzip
 import json
 import select
 import socket
 import ssl
 import threading
+import time
 import urllib.request
 import zlib
 from dataclasses import dataclass, field
@@ -176,6 +177,9 @@ class _Wire:
 
     sock: socket.socket
     pending: bytearray = field(default_factory=bytearray)
+    # When the answer being read must be in (time.monotonic()): the socket's timeout bounds
+    # each read, and an answer dripped a byte at a time would pass any number of those.
+    deadline: float = float("inf")
 
     def send(self, data: bytes) -> None:
         """The whole request in one write: head and body leave together."""
@@ -218,6 +222,8 @@ class _Wire:
 
     def _fill(self) -> bool:
         chunk = self.receive()
+        if time.monotonic() > self.deadline:
+            raise TimeoutError("the answer was still arriving when its time was up")
         self.pending += chunk
         return bool(chunk)
 
@@ -262,6 +268,7 @@ class KeepAliveClient:
             wire = self._connection(route, timeout)
             wire.send(request)
             status, answer_headers, content, will_close = _read_answer(wire)
+            content = _decoded(answer_headers, content)
         except (TimeoutError, BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError) as exc:
             self._drop(route)  # the kernel's timeout on a blocking socket reads as EAGAIN
             raise TransportFailure(f"no answer within {timeout:.1f}s", timed_out=True) from exc
@@ -270,7 +277,7 @@ class KeepAliveClient:
             raise TransportFailure(f"the connection failed: {exc!r}", timed_out=False) from exc
         if will_close:
             self._drop(route)
-        return Answer(status, answer_headers, _decoded(answer_headers, content))
+        return Answer(status, answer_headers, content)
 
     def _connection(self, route: _Route, timeout: float) -> _Wire:
         wires: dict[_Route, _Wire] | None = getattr(self._local, "wires", None)
@@ -286,6 +293,7 @@ class KeepAliveClient:
             wire.sock.settimeout(timeout)  # see _open
         else:
             kernel_timeout(wire.sock, timeout)
+        wire.deadline = time.monotonic() + timeout
         return wire
 
     def _open(self, route: _Route, timeout: float) -> socket.socket:
@@ -431,15 +439,34 @@ def _closed_by_peer(sock: socket.socket) -> bool:
 
 
 def _decoded(headers: Headers, content: bytes) -> bytes:
+    """The body decoded; _Malformed when it would inflate past MAX_BODY_BYTES (a few KB of
+    gzip can hold gigabytes: the bound on the body read must hold for what it decodes to)."""
     encoding = (headers.get("content-encoding") or "").strip().lower()
     try:
         if encoding == "gzip":
-            return gzip.decompress(content)
+            return _inflated(content, 16 + zlib.MAX_WBITS)
         if encoding == "deflate":
             try:
-                return zlib.decompress(content)
+                return _inflated(content, zlib.MAX_WBITS)
             except zlib.error:
-                return zlib.decompress(content, -zlib.MAX_WBITS)  # raw deflate, as some send
+                return _inflated(content, -zlib.MAX_WBITS)  # raw deflate, as some send
     except (OSError, EOFError, zlib.error):
         return content  # not what it claims: the caller finds it is not JSON
     return content
+
+
+def _inflated(content: bytes, wbits: int) -> bytes:
+    """``content`` decompressed as gzip.decompress / zlib.decompress read it (gzip members one
+    after another), at most MAX_BODY_BYTES of it."""
+    data = bytearray()
+    rest = content
+    while True:
+        inflater = zlib.decompressobj(wbits)
+        data += inflater.decompress(rest, MAX_BODY_BYTES + 1 - len(data))
+        if len(data) > MAX_BODY_BYTES or inflater.unconsumed_tail:
+            raise _Malformed(f"the answer's body decodes to over {MAX_BODY_BYTES} bytes")
+        if not inflater.eof:
+            raise zlib.error("the compressed body is incomplete")
+        rest = inflater.unused_data
+        if wbits <= zlib.MAX_WBITS or not rest.strip(b"\0"):  # deflate: one stream
+            return bytes(data)

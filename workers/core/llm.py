@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any, Literal, Protocol
 
 import structlog
@@ -64,7 +64,6 @@ _BACKOFF = wait_exponential(multiplier=0.5, max=_MAX_BACKOFF_SECONDS) + wait_ran
 log = structlog.get_logger("assay.llm")
 
 
-@cache
 @dataclass(frozen=True)
 class ToolCall:
     id: str

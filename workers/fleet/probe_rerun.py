@@ -94,7 +94,7 @@ class _Rerun:
         lookup = self.probes.lookup(
             request.check_id, request.batch_id, claim=request.probe == "auto"
         )
-        record = lookup.record
+        record = self._usable(lookup)
         if record is None:
             if request.probe == "only":
                 return _cannot_determine(
@@ -124,6 +124,20 @@ class _Rerun:
         return self._validate(record, run, why)
 
     # -- which probe -----------------------------------------------------------------------
+    def _usable(self, lookup: ProbeLookup) -> ProbeRecord | None:
+        """The probe that may answer this run: the check's own (active), else its batch's."""
+        own = lookup.own if lookup.own is not None and lookup.own.active else None
+        return self._answering(own) or self._answering(lookup.batch)
+
+    def _answering(self, record: ProbeRecord | None) -> ProbeRecord | None:
+        """``record`` when it may answer this request: compiled for the same predicate (a check
+        id is the caller's and may be reused for a reworded check) under a profile at least
+        as strict (a fast compile was never confirmed in a fresh context)."""
+        if record is None or record.answers(self.request.text, self.request.profile):
+            return record
+        _log.info("probe_not_for_this_request", run_id=self.request.run_id, version=record.version)
+        return None
+
     def _single_flight(self, lookup: ProbeLookup) -> ProbeRecord | None:
         """No probe yet: the first run claims the compile and asks the model; runs arriving
         meanwhile wait for its probe. None: ask the model now.
@@ -136,9 +150,10 @@ class _Rerun:
         deadline = time.monotonic() + self.probes.compile_lock_seconds  # one lock lifetime
         pause = FIRST_COMPILE_POLL_SECONDS
         while True:
-            if lookup.record is not None:
+            record = self._usable(lookup)
+            if record is not None:
                 _log.info("probe_compile_waited", run_id=self.request.run_id)
-                return lookup.record
+                return record
             if lookup.token is not None:
                 self.compile_token = lookup.token
                 return None  # this run is the holder: _model releases the claim when it ends
@@ -283,9 +298,13 @@ class _Rerun:
             return
         if report.verdict is None or report.verdict.source != "model":
             return
+        if report.verdict.verdict != outcome.run.verdict:
+            # The probe reproduced the planner's DONE, but that verdict did not stand (strict's
+            # confirmation refused it, or a budget ran out first): it is no verdict to re-run.
+            return
         check_id, run_id, verdict = self.request.check_id, self.request.run_id, report.verdict
         try:
-            current = self.probes.active(check_id)
+            current = self._answering(self.probes.active(check_id))
             if current is not None and current.probe == outcome.probe:
                 record = current
                 if count_agreement:
@@ -300,7 +319,14 @@ class _Rerun:
                     )
                     record = self.probes.record_agreement(current, entry)
             else:
-                record = self.probes.save_compiled(check_id, run_id, outcome, verdict.verdict)
+                record = self.probes.save_compiled(
+                    check_id,
+                    run_id,
+                    outcome,
+                    verdict.verdict,
+                    predicate=self.request.text,
+                    profile=self.request.profile,
+                )
             if self.request.batch_id:
                 self.probes.save_batch_probe(self.request.batch_id, record)
         except Exception as exc:  # storing a probe is an optimisation; the verdict stands

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
+from schemas.budget import ProfileName
 from schemas.ids import check_id as valid_id
-from schemas.probe import AgreementEntry, ProbeOutcome, ProbeRecord
+from schemas.probe import AgreementEntry, ProbeOutcome, ProbeRecord, normalised_predicate
 from schemas.verdict import VerdictKind
 
 if TYPE_CHECKING:
@@ -74,10 +75,12 @@ return {own, batch, state, claimed}
 
 @dataclass(frozen=True)
 class ProbeLookup:
-    """What one :meth:`ProbeStore.lookup` found: the probe a run may use (the check's own when
-    active, else its batch's), the compile claim's state, and this run's token if it claimed."""
+    """What one :meth:`ProbeStore.lookup` found: the check's probe and its batch's (which of
+    them may answer a run is the caller's rule), the compile claim's state, and this run's
+    token if it claimed."""
 
-    record: ProbeRecord | None
+    own: ProbeRecord | None
+    batch: ProbeRecord | None
     state: CompileState
     token: str | None
 
@@ -141,7 +144,7 @@ class ProbeStore:
         return ProbeRecord.model_validate_json(raw) if raw else None
 
     def lookup(self, check_id: str, batch_id: str | None, *, claim: bool) -> ProbeLookup:
-        """The probe for a run of ``check_id`` (in ``batch_id``), and the compile claim, in one
+        """The probes for a run of ``check_id`` (in ``batch_id``), and the compile claim, in one
         round trip; with ``claim``, the claim is taken when there is no probe and no claim.
 
         Reads what :meth:`active`, :meth:`batch_probe` and :meth:`compile_state` read, and
@@ -154,16 +157,26 @@ class ProbeStore:
         own, batch, state, claimed = self._lookup_script(
             keys=[own_key, batch_key, self._compile_key(check_id, batch_id)], args=[token, ttl_ms]
         )
-        record = ProbeRecord.model_validate_json(own) if own else None
-        if record is None or not record.active:
-            record = ProbeRecord.model_validate_json(batch) if batch else None
-        return ProbeLookup(record, _compile_state(state), token if claimed else None)
+        return ProbeLookup(
+            ProbeRecord.model_validate_json(own) if own else None,
+            ProbeRecord.model_validate_json(batch) if batch else None,
+            _compile_state(state),
+            token if claimed else None,
+        )
 
     # --- writing ------------------------------------------------------------------------
     def save_compiled(
-        self, check_id: str, run_id: str, outcome: ProbeOutcome, verdict: VerdictKind
+        self,
+        check_id: str,
+        run_id: str,
+        outcome: ProbeOutcome,
+        verdict: VerdictKind,
+        *,
+        predicate: str,
+        profile: ProfileName,
     ) -> ProbeRecord:
-        """Store an accepted probe as the check's next version (its compile counts as agreement)."""
+        """Store an accepted probe as the check's next version (its compile counts as agreement),
+        with the predicate and profile it answers (``ProbeRecord.answers``)."""
         now = datetime.now(UTC)
         version = int(self.client.incr(self._key(check_id, "version")))
         record = ProbeRecord(
@@ -177,6 +190,8 @@ class ProbeStore:
             last_run_at=now,
             last_validated_at=now,
             agreements=1,
+            predicate=normalised_predicate(predicate),
+            profile=profile,
         )
         entry = AgreementEntry(
             run_id=run_id,

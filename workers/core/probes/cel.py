@@ -52,6 +52,7 @@ SUPPORTED_FUNCTIONS = frozenset(
 )
 _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _FIELD_PATH = re.compile(r"\b(?:object|results\[\d+\]|[a-z]\w*)((?:\.[A-Za-z_]\w*)+)")
+_BOUND_VARIABLE = re.compile(r"\b(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_]\w*)\s*,")
 
 
 class CelError(ValueError):
@@ -146,6 +147,21 @@ def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
 def evaluate_bool(expression: str, variables: Mapping[str, Any]) -> bool:
     """The expression's boolean value; CelError for anything that is not exactly a bool."""
     return BoolProgram(expression)(variables)
+
+
+def reads_variable(expression: str, name: str) -> bool:
+    """Whether ``expression`` reads the input variable ``name`` (``results`` or ``object``).
+
+    An expression that never names it (``true``, ``1 == 1``, ``size([]) == 0``), or
+    rebinds the name as a comprehension variable (``[1].all(results, results == 1)``),
+    has a value that cannot depend on the cluster. A field of that name (``x.results``)
+    is not the variable. Best effort: a tautology over the input
+    (``size(results) >= 0``) still reads it.
+    """
+    code = _without_strings(expression)
+    if any(match.group(1) == name for match in _BOUND_VARIABLE.finditer(code)):
+        return False
+    return re.search(rf"(?<![\w.]){re.escape(name)}\b", code) is not None
 
 
 def field_paths(expression: str) -> list[str]:

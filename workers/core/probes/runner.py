@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from schemas.probe import ObjectRef, ProbeLookup, ProbeRun, ProposedProbe
-from workers.core.probes.cel import BoolProgram, CelError, field_paths
+from workers.core.probes.cel import BoolProgram, CelError, field_paths, reads_variable
 from workers.core.toolsets.backend import BackendError, ClusterBackend
 from workers.core.toolsets.kubernetes import DescribeArgs, EventsArgs, GetArgs
 
@@ -111,8 +111,10 @@ def run_probe(
     reader = _Reader(backend, max_objects)
     try:
         program = BoolProgram(probe.expression)  # before any lookup: a bad one costs nothing
+        _refuse_blind(probe)
         results = [reader.read(lookup) for lookup in probe.lookups]
         _refuse_incomplete(backend)
+        _refuse_empty(probe, results)
         value, deciding = _evaluate(probe, program, results)
     except (ProbeFailure, CelError) as exc:
         return _failed(str(exc), reader, fields, began)
@@ -127,6 +129,29 @@ def run_probe(
         deciding=deciding,
         duration_seconds=round(time.perf_counter() - began, 6),
     )
+
+
+def _refuse_blind(probe: ProposedProbe) -> None:
+    """An expression that does not read what the lookups return agrees with any verdict and
+    never flips when the cluster changes, so re-runs would repeat it until re-validation."""
+    variable = "results" if probe.scope == "results" else "object"
+    if not reads_variable(probe.expression, variable):
+        raise ProbeFailure(
+            f"the expression does not read `{variable}` (the objects its lookups return), "
+            "so its value cannot depend on the cluster"
+        )
+
+
+def _refuse_empty(probe: ProposedProbe, results: list[Any]) -> None:
+    """Vacuous truth is not evidence, in either scope: an empty listing may be a wrong
+    namespace or a snapshot that lacks the kind, and ``all`` (or ``!exists``) over it is true
+    whatever the cluster holds. The probe cannot decide; the model looks instead."""
+    for number, (lookup, value) in enumerate(zip(probe.lookups, results, strict=True)):
+        if isinstance(value, list) and not value:
+            raise ProbeFailure(
+                f"lookup {number} ({lookup.tool} {lookup.args}) returned no objects, so the "
+                "expression could hold vacuously"
+            )
 
 
 def _refuse_incomplete(backend: ClusterBackend) -> None:
@@ -145,11 +170,7 @@ def _evaluate(
 ) -> tuple[bool, list[ObjectRef]]:
     if probe.scope == "results":
         return program({"results": results}), []
-    objects = results[0]
-    if not objects:
-        # Vacuous truth is not evidence: an empty listing may be a wrong namespace or a
-        # snapshot that lacks the kind. The probe cannot decide; the model looks instead.
-        raise ProbeFailure("the listing returned no objects, so every-object holds vacuously")
+    objects = results[0]  # not empty: _refuse_empty
     failing: list[ObjectRef] = []
     for obj in objects:
         if not program({"object": obj}):
