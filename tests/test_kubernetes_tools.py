@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +393,39 @@ def test_snapshots_are_parsed_once_and_reparsed_after_a_change(tmp_path: Path) -
     assert second is not first
     output = ok(registry_for(snapshot).call("get", {"kind": "pods", "namespace": "dev"}))
     assert "renamed-pod" in output
+
+
+def test_a_snapshot_slow_to_read_holds_up_no_other_runs_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder on a slow disk (or a large one) is parsed outside the cache's lock."""
+    import workers.core.toolsets.factory as factory
+
+    slow, quick = tmp_path / "slow", tmp_path / "quick"
+    shutil.copytree(SNAPSHOTS / "dev-ap", slow)
+    shutil.copytree(SNAPSHOTS / "dev-ap", quick)
+    reading, release = threading.Event(), threading.Event()
+
+    def parse(root: Path, *args: Any) -> SnapshotBackend:
+        if root.name == "slow":
+            reading.set()
+            release.wait(timeout=60)
+        return SnapshotBackend(root, *args)
+
+    monkeypatch.setattr(factory, "SnapshotBackend", parse)
+    stuck = threading.Thread(target=snapshot_cache.get, args=(slow,))
+    stuck.start()
+    try:
+        assert reading.wait(timeout=30)
+        opened: list[SnapshotBackend] = []
+        other = threading.Thread(target=lambda: opened.append(snapshot_cache.get(quick)))
+        other.start()
+        other.join(timeout=30)
+        assert opened and not other.is_alive(), "the quick snapshot waited for the slow one"
+    finally:
+        release.set()
+        stuck.join(timeout=60)
+    assert snapshot_cache.get(slow) is snapshot_cache.get(slow)  # and both are cached
 
 
 def test_missing_snapshot_folder_is_a_clear_error(tmp_path: Path) -> None:

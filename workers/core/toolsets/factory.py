@@ -42,24 +42,31 @@ class SnapshotCache:
         self._lock = threading.Lock()
 
     def get(self, path: str | Path, *, resolved: bool = False) -> SnapshotBackend:
-        """The parsed snapshot at ``path``; ``resolved``: the caller already resolved it."""
+        """The parsed snapshot at ``path``; ``resolved``: the caller already resolved it.
+
+        The folder is listed and parsed outside the lock, which guards only the table:
+        a run whose snapshot is slow to read (a network file system, a large folder)
+        holds up no other run's start. Two runs missing the same folder at once may
+        both parse it; the second parse replaces the first in the table.
+        """
         root = Path(path) if resolved else Path(path).expanduser().resolve()
+        try:
+            listing = FolderListing.walk(root)
+        except OSError:
+            return SnapshotBackend(root)  # raises SnapshotError with the reason
+        signature = listing.signature()
         with self._lock:
-            try:
-                listing = FolderListing.walk(root)
-            except OSError:
-                return SnapshotBackend(root)  # raises SnapshotError with the reason
-            signature = listing.signature()
             cached = self._entries.get(root)
             if cached is not None and cached[0] == signature:
                 self._entries.move_to_end(root)
                 return cached[1]
-            backend = SnapshotBackend(root, listing)
+        backend = SnapshotBackend(root, listing)
+        with self._lock:
             self._entries[root] = (signature, backend)
             self._entries.move_to_end(root)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
-            return backend
+        return backend
 
     def clear(self) -> None:
         with self._lock:
