@@ -508,3 +508,32 @@ def test_the_fleet_stores_serves_and_logs_no_canary(
         "api log": (tmp_path / "api.log").read_text(errors="replace"),
     }.items():
         assert canaries.leaks(text) == [], place  # ... and no canary anywhere
+
+
+def test_a_report_is_scrubbed_under_its_own_field_names_too() -> None:
+    """The pattern pass skips searching the text of a report's own field names (issue 15), not
+    what is under them: a credential under a field name, or under a key the model chose that
+    happens to be a field name, is still hidden."""
+    from schemas.report import RunReport, Step
+    from tests.fleet_support import finished_report, snapshot_request
+    from workers.core.toolsets.redaction import PATTERNS, scrubbed_model
+
+    report = finished_report(
+        snapshot_request(), "false", explanation="db at postgres://app:hunter2-pw@db/x"
+    )
+    step = Step(
+        index=0,
+        kind="COMMAND",
+        tool="get",
+        arguments={"token": "tok-1234567890abcdef", "prompt_tokens": "password=letmein-99"},
+        output="api_key: sk-abcdef0123456789",
+        started_at=report.request.submitted_at,
+    )
+    report = report.model_copy(update={"steps": [step]})
+    scrubbed = scrubbed_model(report, scrubber=PATTERNS)
+    assert isinstance(scrubbed, RunReport)
+    text = scrubbed.model_dump_json()
+    for secret in ("hunter2-pw", "tok-1234567890abcdef", "letmein-99", "sk-abcdef0123456789"):
+        assert secret not in text
+    assert scrubbed.steps[0].arguments is not None
+    assert set(scrubbed.steps[0].arguments) == {"token", "prompt_tokens"}  # keys stay as keys

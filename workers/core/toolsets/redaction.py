@@ -414,10 +414,14 @@ class SecretScrubber:
         """
         return self._scrubbed(value)[0]
 
-    def _scrubbed(self, value: Any) -> tuple[Any, bool]:
-        """(the value scrubbed in place, whether it held anything to look at more closely)."""
+    def _scrubbed(self, value: Any, plain_keys: frozenset[str] = frozenset()) -> tuple[Any, bool]:
+        """(the value scrubbed in place, whether it held anything to look at more closely).
+
+        ``plain_keys``: dict keys whose text need not be searched (a model's own field
+        names); a credential key among them still marks its value, as everywhere.
+        """
         strings: list[str] = []
-        structured = _collect(value, strings)
+        structured = _collect(value, strings, plain_keys)
         search_each = bool(self._spans("\n".join(strings)))
         if not (structured or search_each):
             return value, False
@@ -493,8 +497,9 @@ def _credential_flag(item: Any) -> bool:
     )
 
 
-def _collect(value: Any, into: list[str]) -> bool:
-    """Append every string (keys too) to ``into``; whether any credential structure was seen.
+def _collect(value: Any, into: list[str], plain_keys: frozenset[str] = frozenset()) -> bool:
+    """Append every string (keys too, but ``plain_keys``) to ``into``; whether any credential
+    structure was seen.
 
     Iterative and order-free: this runs over every object a list returns.
     """
@@ -510,7 +515,8 @@ def _collect(value: Any, into: list[str]) -> bool:
             found = found or _hides_value(current)
             for key, item in current.items():
                 if type(key) is str:
-                    append(key)
+                    if key not in plain_keys:
+                        append(key)
                     if type(item) is str:
                         append(item)
                         found = found or _credential_field(key)
@@ -558,10 +564,32 @@ def scrubbed_model(
     validation (about a tenth of a 3-step evaluation's CPU went to the two passes).
     """
     data = model.model_dump(mode="json", exclude=set(keep))
-    _, looked = (scrubber or PATTERNS)._scrubbed(data)
+    _, looked = (scrubber or PATTERNS)._scrubbed(data, _field_names(type(model)))
     if not looked and not revalidate:
         return model
     return type(model).model_validate({**data, **{name: getattr(model, name) for name in keep}})
+
+
+@lru_cache(maxsize=64)
+def _field_names(model_type: type[BaseModel]) -> frozenset[str]:
+    """Every property name in the model's JSON schema, its nested models' included.
+
+    A dumped report's keys are mostly these (about half its strings, and every
+    ``*_tokens`` key was a hint the pattern layer then tried a regex at); they are the
+    schema's own identifiers, never secret text, so their text is not searched.
+    """
+    names: set[str] = set()
+    pending: list[Any] = [model_type.model_json_schema(by_alias=False, mode="serialization")]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                names.update(key for key in properties if isinstance(key, str))
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return frozenset(names)
 
 
 # --------------------------------------------------------------------------- the Secret itself
