@@ -486,6 +486,7 @@ def _message_counter(model: str) -> Callable[[dict[str, Any]], int]:
         from litellm.litellm_core_utils import token_counter as internals
 
         params = internals._MessageCountParams(model, None)
+        params.count_function = _short_texts_kept(params.count_function)
         extra = int(internals._count_extra(params.count_function, None, None, False))
 
         def reused(message: dict[str, Any]) -> int:
@@ -499,6 +500,21 @@ def _message_counter(model: str) -> Callable[[dict[str, Any]], int]:
     except Exception:  # any change in litellm's internals: the public path
         pass
     return public
+
+
+SHORT_TEXT_CHARS = 16
+
+
+def _short_texts_kept(count: Callable[[str], int]) -> Callable[[str], int]:
+    """``count``, remembering the counts of short texts: a message's role and a tool call's
+    function name (``assistant``, ``tool``, ``get``) are counted in every message, a tokenizer
+    call each; ids and content are longer and counted as they come."""
+    kept = lru_cache(maxsize=256)(count)
+
+    def counted(text: str) -> int:
+        return kept(text) if len(text) <= SHORT_TEXT_CHARS else count(text)
+
+    return counted
 
 
 def _log_retry(state: RetryCallState) -> None:
