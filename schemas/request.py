@@ -33,7 +33,7 @@ MAX_CONTEXT_LENGTH = 256
 
 def _printable(value: str, what: str) -> str:
     """Refuse control characters: a target name ends up in keys, logs and tables."""
-    if any(not ch.isprintable() for ch in value):
+    if not value.isprintable():
         raise ValueError(f"the {what} contains a control character; remove it")
     return value
 
