@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -293,14 +294,94 @@ class AssaySettings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = os.environ.get("ASSAY_CONFIG")
         if config_file:
-            path = Path(config_file)
-            if not path.is_file():
-                raise ValueError(f"ASSAY_CONFIG names {path}, which is not a file")
-            if path.suffix == ".toml":
-                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
-            else:
-                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+            sources.append(_config_file_source(settings_cls, Path(config_file)))
         return tuple(sources)
+
+
+def _config_file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
+    """The ``ASSAY_CONFIG`` file as a settings source; a file that cannot be used is a
+    ``ValueError`` naming it, so every front door reports one sentence (not a parser's
+    traceback, whose exit code 1 a CI job would read as a ``false`` verdict)."""
+    import tomllib
+
+    import yaml
+
+    if not path.is_file():
+        raise ValueError(f"ASSAY_CONFIG names {path}, which is not a file")
+    toml = path.suffix == ".toml"
+    try:
+        if toml:
+            return TomlConfigSettingsSource(settings_cls, toml_file=path)
+        return YamlConfigSettingsSource(settings_cls, yaml_file=path)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"ASSAY_CONFIG file {path} is not valid TOML ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ValueError(f"ASSAY_CONFIG file {path} is not valid YAML ({where}{problem})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise ValueError(f"ASSAY_CONFIG file {path} cannot be read ({reason})") from None
+    except (ValueError, TypeError, AttributeError):  # a list or a scalar at the top
+        raise ValueError(
+            f"ASSAY_CONFIG file {path} must hold settings as key: value pairs at its top "
+            "level (see schemas/settings.py for the keys)"
+        ) from None
+
+
+# Values of these settings are never repeated in an error message: keys, tokens, URLs
+# that may carry a password, sinks with their HMAC keys.
+_SECRET_FIELD = re.compile(r"^(api_key|api_tokens|notify_sinks)$|_url$|secret|password")
+
+
+def settings_problem(exc: Exception) -> str:
+    """What is wrong with the configuration, in one line that names what to fix.
+
+    A ``ValidationError`` names the ``ASSAY_*`` variable when the value came from the
+    environment (else the setting's key, as in the config file), the reason, and the value
+    unless it could be a secret; anything else (an unreadable ``ASSAY_CONFIG``) is its
+    message on one line.
+    """
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return " ".join(str(exc).split())
+    parts: list[str] = []
+    for error in exc.errors():
+        loc = [str(part) for part in error.get("loc") or ()]
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if not loc:
+            parts.append(message)
+            continue
+        where = _where(loc)
+        value = error.get("input")
+        shown = ""
+        if (
+            isinstance(value, str | int | float)
+            and not _SECRET_FIELD.search(loc[0])
+            and len(repr(value)) <= 60
+        ):
+            shown = f" (got {value!r})"
+        parts.append(f"{where}{shown}: {message}")
+    return "; ".join(parts)
+
+
+def _where(loc: list[str]) -> str:
+    """The ``ASSAY_*`` variable a value came from, else its key (``notify_sinks.ops.url``).
+
+    Variable names are compared case-insensitively, as the settings read them.
+    """
+    names = {name.upper() for name in os.environ}
+    parts = [part for part in loc if part != "[key]"]  # pydantic's marker for a dict key
+    dotted = ".".join(parts)
+    exact = "ASSAY_" + "__".join(parts).upper()
+    top = f"ASSAY_{parts[0].upper()}"
+    if exact in names:
+        return exact
+    if top in names:
+        return f"{dotted} (in {top})"
+    return dotted
 
 
 def load_settings(**overrides: Any) -> AssaySettings:

@@ -174,16 +174,12 @@ class EngineFlags:
 
 def settings_or_usage(**flags: Any) -> AssaySettings:
     """The settings with ``flags`` on top; an invalid configuration is a usage error (64)."""
-    from pydantic import ValidationError
-
-    from schemas.settings import load_settings
+    from schemas.settings import load_settings, settings_problem
 
     try:
         return load_settings(**flags)
-    except (ValidationError, ValueError) as exc:
-        first = str(exc).splitlines()
-        detail = " ".join(first[:3]) if first else repr(exc)
-        raise typer.BadParameter(f"the configuration is invalid: {detail}") from None
+    except ValueError as exc:  # pydantic's ValidationError is one too
+        raise typer.BadParameter(f"the configuration is invalid: {settings_problem(exc)}") from None
 
 
 def check_profile(profile: str | None) -> None:

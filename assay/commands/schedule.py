@@ -79,12 +79,15 @@ def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 def _settings() -> AssaySettings:
-    from schemas.settings import load_settings
+    from schemas.settings import load_settings, settings_problem
 
     try:
         return load_settings()
     except ValueError as exc:
-        _fail(f"the configuration is invalid ({exc}); fix ASSAY_* or the ASSAY_CONFIG file")
+        _fail(
+            f"the configuration is invalid ({settings_problem(exc)}); "
+            "fix ASSAY_* or the ASSAY_CONFIG file"
+        )
 
 
 def _redis(settings: AssaySettings) -> Any:

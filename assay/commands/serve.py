@@ -31,11 +31,11 @@ def api(
 
     from assay.api import create_app
     from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail
+    from assay.commands.options import settings_or_usage
     from assay.local_mode import discover_redis_url
-    from schemas.settings import load_settings
     from workers.core.logs import configure_logging
 
-    settings = load_settings(api_host=host, api_port=port)
+    settings = settings_or_usage(api_host=host, api_port=port)  # invalid: one sentence, 64
     configure_logging(settings)
     url = discover_redis_url(settings)  # ASSAY_REDIS_URL, else a running `assay up`
     if url is None:

@@ -1,0 +1,84 @@
+"""A hurried newcomer at the command line: wrong settings, wrong folders, closed pipes.
+
+Each test drives the real console script in a subprocess, the way a CI job or an
+alert rule runs it, and checks what such a job relies on: the exit code (64 for
+what the user got wrong, never a verdict code 0-3), one ``assay: error:`` line
+that says what to fix, and no traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES, ROOT, TEST_SNAPSHOT_ROOTS
+
+ASSAY = str(Path(sys.executable).parent / "assay")
+PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
+PROD_EU = str(EXAMPLES / "snapshots" / "prod-eu")
+DEMO = str(EXAMPLES / "scripts" / "demo.yaml")
+
+
+def assay(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    environment["ASSAY_SNAPSHOT_ROOTS"] = TEST_SNAPSHOT_ROOTS
+    environment.update(env)
+    return subprocess.run(
+        [ASSAY, *args], capture_output=True, text=True, env=environment, cwd=cwd, timeout=120
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("assay: error: "), lines[0]
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+# --- settings that do not load -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        ("broken.yaml", "model: [unclosed\n", "is not valid YAML"),
+        ("broken.toml", "model = [\n", "is not valid TOML"),
+        ("list.yaml", "- model\n- openai/gpt-4o-mini\n", "key: value"),
+    ],
+)
+def test_a_malformed_config_file_is_a_usage_error_naming_the_file(
+    tmp_path: Path, name: str, text: str, said: str
+) -> None:
+    """Before: a YAML parser traceback and exit 1, which a CI job reads as `false`."""
+    config = tmp_path / name
+    config.write_text(text)
+    result = assay("check", "--snapshot", PROD_EU, "--scripted", DEMO, PREDICATE,
+                   ASSAY_CONFIG=str(config))  # fmt: skip
+    assert result.returncode == 64, result.stderr
+    line = one_error_line(result)
+    assert str(config) in line and said in line
+
+
+def test_an_invalid_setting_names_its_variable_in_one_sentence() -> None:
+    """Before: pydantic's dump (`1 validation error for AssaySettings ... [type=int_parsing,
+    input_value=...]`), and a multi-line one from `assay schedule list`."""
+    for command in (["check", "--snapshot", PROD_EU, PREDICATE], ["schedule", "list"]):
+        result = assay(*command, ASSAY_MAX_TOKENS="abc")
+        assert result.returncode == 64, result.stderr
+        line = one_error_line(result)
+        assert "ASSAY_MAX_TOKENS" in line and "'abc'" in line, line
+        assert "[type=" not in line and "errors.pydantic.dev" not in line, line
+
+
+def test_the_api_with_an_invalid_setting_is_a_usage_error_not_a_traceback() -> None:
+    """Before: `assay api` printed pydantic's traceback and exited 1."""
+    result = assay("api", ASSAY_PROFILE="turbo")
+    assert result.returncode == 64, result.stderr
+    line = one_error_line(result)
+    assert "ASSAY_PROFILE" in line and "smoke" in line, line
