@@ -68,10 +68,49 @@ def _usage_error(exc: Any) -> None:
     print(f"{ERROR_PREFIX}{message} (see `{command} --help`)", file=sys.stderr)
 
 
+# What a shell reports for a process killed by SIGPIPE (128 + 13): `assay ... | head -1`
+# once head has gone. Not typer's 1, which a `set -o pipefail` job reads as `false`.
+EXIT_BROKEN_PIPE = 141
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised while handling, a write to a closed pipe.
+
+    typer turns EPIPE into ``sys.exit(1)`` inside its ``except OSError``, so the
+    ``SystemExit`` it raises carries the ``BrokenPipeError`` as its context.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, BrokenPipeError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot complain."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: maps click's usage errors to exit 64."""
+    """Entry point: maps click's usage errors to exit 64, a closed stdout to 141."""
     try:
         result = app(args=argv, standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit as exit code 120
+    except SystemExit as exc:
+        if _broken_pipe(exc):
+            _quiet_stdout()
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
+        raise
+    except BrokenPipeError:
+        _quiet_stdout()
+        raise SystemExit(EXIT_BROKEN_PIPE) from None
     except click_exceptions.UsageError as exc:
         _usage_error(exc)
         raise SystemExit(EXIT_USAGE) from None

@@ -82,3 +82,36 @@ def test_the_api_with_an_invalid_setting_is_a_usage_error_not_a_traceback() -> N
     assert result.returncode == 64, result.stderr
     line = one_error_line(result)
     assert "ASSAY_PROFILE" in line and "smoke" in line, line
+
+
+# --- a reader that goes away ---------------------------------------------------------------------
+
+
+def closed_pipe_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run assay with stdout a pipe whose reader has gone (`| head -1` once head is done)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment["ASSAY_SNAPSHOT_ROOTS"] = TEST_SNAPSHOT_ROOTS
+    try:
+        return subprocess.run(
+            [ASSAY, *args], stdout=write_end, stderr=subprocess.PIPE, text=True,
+            env=environment, cwd=ROOT, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["check", "--snapshot", PROD_EU, "--scripted", DEMO, "--json", PREDICATE],
+    ],
+)
+def test_a_closed_pipe_is_141_not_a_verdict_code(args: list[str]) -> None:
+    """Before: exit 1 (typer's choice), which a `set -o pipefail` job reads as `false`
+    even when the verdict was `true`. 141 is what a shell reports for SIGPIPE."""
+    result = closed_pipe_run(*args)
+    assert result.returncode == 141, result.stderr
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
