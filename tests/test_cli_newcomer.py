@@ -115,3 +115,23 @@ def test_a_closed_pipe_is_141_not_a_verdict_code(args: list[str]) -> None:
     result = closed_pipe_run(*args)
     assert result.returncode == 141, result.stderr
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
+
+
+# --- a snapshot folder that is not one -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("content", [None, "notes.txt"])
+def test_check_on_a_folder_without_objects_is_a_usage_error(
+    tmp_path: Path, content: str | None
+) -> None:
+    """Before: the run went ahead on an empty cluster and the scripted model's answer
+    stood (a real one may well call "no pod runs as root" true there)."""
+    folder = tmp_path / "captured"
+    folder.mkdir()
+    if content is not None:
+        (folder / content).write_text("kubectl get pods -o yaml\n")
+    result = assay("check", "--snapshot", str(folder), "--scripted", DEMO, PREDICATE)
+    assert result.returncode == 64, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    line = one_error_line(result)
+    assert "holds no Kubernetes objects" in line and str(folder) in line, line

@@ -209,6 +209,24 @@ class SnapshotBackend:
         del self._secret_values  # only the scrubber's automaton keeps them
         self._index, self._objects = self._build_index(self._raw)
         del self._raw, self._sources
+        if not self._objects:
+            raise SnapshotError(self._no_objects(path))
+
+    def _no_objects(self, path: str | Path) -> str:
+        """Why a folder without a single object is refused, and what to pass instead.
+
+        Served, it would be an empty cluster, where "no pod runs as root" is vacuously
+        true: a wrong ``--snapshot`` folder must not become a confident verdict.
+        """
+        why = (
+            f"{len(self.problems)} file(s) could not be used, e.g. {self.problems[0]}"
+            if self.problems
+            else "no .yaml, .yml or .json file with an object in it"
+        )
+        return (
+            f"snapshot folder {str(path)!r} holds no Kubernetes objects ({why}); pass a "
+            "folder of `kubectl get -o yaml` output (see examples/snapshots/README.md)"
+        )
 
     # ------------------------------------------------------------------ loading
 
