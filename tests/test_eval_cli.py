@@ -137,6 +137,27 @@ def test_the_oracle_scores_100_percent_on_the_whole_shipped_suite(tmp_path: Path
     assert f"report written to {out}" in result.stderr
 
 
+def test_the_oracle_scores_100_percent_from_any_working_directory(
+    tmp_path: Path, small_suite: Path
+) -> None:
+    """Before: run outside the checkout, every case's snapshot lay outside the snapshot
+    roots (the working directory), every attempt ended cannot_determine, the oracle
+    scored 0% on true/false cases, and the command still exited 0. With a real model the
+    report would show a false-true rate of 0% for a model that was never asked."""
+    out = tmp_path / "oracle.json"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    result = subprocess.run(
+        [ASSAY, "eval", "--oracle", "--no-baseline", "--suite", str(small_suite),
+         "--out", str(out)],
+        capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    engine = arm(json.loads(out.read_text()), "engine")
+    wrong = [(a["case_id"], a["reason"]) for a in engine["attempts"] if not a["correct"]]
+    assert engine["metrics"]["accuracy"] == 1.0, wrong
+
+
 def test_an_always_true_model_scores_a_high_false_true_rate(
     eval_cli: EvalCli, tmp_path: Path
 ) -> None:

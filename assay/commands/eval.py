@@ -137,6 +137,7 @@ def eval_command(
     settings = settings_or_usage(**flags.settings_overrides())
     _configure_logging(settings)
     selected = _load_suite(suite, only or [])
+    settings = _with_suite_roots(settings, selected)
     if check_suite:
         raise typer.Exit(_check_suite(selected, settings, stdout))
     if oracle and scripted is not None:
@@ -199,6 +200,19 @@ def _load_suite(path: Path | None, only: list[str]) -> Suite:
         return load_suite(path or DEFAULT_SUITE).select(only)
     except SuiteError as exc:
         raise typer.BadParameter(str(exc), param_hint="--suite") from None
+
+
+def _with_suite_roots(settings: AssaySettings, suite: Suite) -> AssaySettings:
+    """The settings with the suite's own snapshot folders added to the snapshot roots.
+
+    The suite names its snapshots (relative to its case files); they are what the run
+    reads, wherever it is started from. Otherwise, outside the checkout every case would
+    end cannot_determine ("outside the snapshot roots") and the report would measure
+    nothing while looking like a result.
+    """
+    folders = sorted({case.snapshot for case in suite.cases})
+    current = settings.snapshot_roots if settings.snapshot_roots is not None else [Path.cwd()]
+    return settings.model_copy(update={"snapshot_roots": [*current, *folders]})
 
 
 def _check_suite(suite: Suite, settings: AssaySettings, console: Console) -> int:
