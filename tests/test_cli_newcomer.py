@@ -135,3 +135,29 @@ def test_check_on_a_folder_without_objects_is_a_usage_error(
     assert result.stdout == ""
     line = one_error_line(result)
     assert "holds no Kubernetes objects" in line and str(folder) in line, line
+
+
+# --- the first commands a newcomer types --------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [[], ["schedule"], ["probe"]])
+def test_no_command_shows_the_help_as_help_then_one_error_line(args: list[str]) -> None:
+    """Before: the whole help text squashed into one `assay: error: Usage: ...` line."""
+    result = assay(*args)
+    assert result.returncode == 64, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("Usage: assay"), result.stderr
+    assert "Commands:" in lines and "Traceback" not in result.stderr
+    errors = [line for line in lines if line.startswith("assay: error:")]
+    assert errors == [lines[-1]] and "missing a command" in errors[0], result.stderr
+    assert len(errors[0]) < 200
+
+
+def test_version_flag_prints_the_version() -> None:
+    """Before: `assay --version` was `No such option: --version` (exit 64)."""
+    from importlib.metadata import version
+
+    for flag in ("--version", "version"):
+        result = assay(flag)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == version("assay")
