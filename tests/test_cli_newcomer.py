@@ -161,3 +161,16 @@ def test_version_flag_prints_the_version() -> None:
         result = assay(flag)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == version("assay")
+
+
+@pytest.mark.parametrize("command", ["check", "submit"])
+def test_max_cost_zero_is_refused_by_the_flag_not_taken_as_no_limit(
+    tmp_path: Path, command: str
+) -> None:
+    """Before: the help said [x>=0.0]; `check --max-cost 0` then failed in the settings
+    with pydantic's text, and `submit --max-cost 0` queued a run with no cost limit."""
+    result = assay(command, "--snapshot", PROD_EU, "--max-cost", "0", PREDICATE,
+                   XDG_DATA_HOME=str(tmp_path))  # fmt: skip
+    assert result.returncode == 64, result.stderr
+    line = one_error_line(result)
+    assert "--max-cost" in line and "more than 0" in line, line

@@ -85,12 +85,23 @@ TimeoutOpt = Annotated[
         help="Seconds allowed (env ASSAY_TIMEOUT_SECONDS; for submit and batch, the workers').",
     ),
 ]
+
+
+def _positive_cost(value: float | None) -> float | None:
+    """A cost limit of 0 or less is refused: the budget needs more than 0, and a request's
+    0 used to be dropped as "no limit", the opposite of what was asked."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter("must be more than 0 (USD); leave it out for no cost limit")
+    return value
+
+
 MaxCostOpt = Annotated[
     float | None,
     typer.Option(
         "--max-cost",
-        min=0.0,
-        help="USD allowed (env ASSAY_MAX_COST_USD; for submit and batch, the workers').",
+        callback=_positive_cost,
+        help="USD allowed, more than 0 (env ASSAY_MAX_COST_USD; for submit and batch, "
+        "the workers').",
     ),
 ]
 ProfileOpt = Annotated[
@@ -168,7 +179,7 @@ class EngineFlags:
             max_iterations=self.max_iterations,
             max_tokens=self.max_tokens,
             timeout_seconds=self.timeout,
-            max_cost_usd=self.max_cost or None,
+            max_cost_usd=self.max_cost,
         )
 
 
