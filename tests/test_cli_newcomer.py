@@ -174,3 +174,40 @@ def test_max_cost_zero_is_refused_by_the_flag_not_taken_as_no_limit(
     assert result.returncode == 64, result.stderr
     line = one_error_line(result)
     assert "--max-cost" in line and "more than 0" in line, line
+
+
+# --- tables when piped ---------------------------------------------------------------------------
+
+BOX_CHARS = set("─│┃━┏┓┗┛┡┩╇┼┳┻└┘┌┐")
+ALL_SNAPSHOTS = str(EXAMPLES / "snapshots" / "*")
+
+
+def test_schedule_list_and_notify_status_piped_are_plain_one_line_per_row(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Before: both drew box lines when piped and wrapped each row over several lines,
+    unlike every other table (README: 'no box drawing when piped', fit 80 columns)."""
+    fleet = {"ASSAY_REDIS_URL": redis_url, "XDG_DATA_HOME": str(tmp_path)}
+    for name, cadence in (
+        ("nightly-replicas-in-every-region", ["--cron", "0 2 * * *", "--tz", "Europe/Berlin"]),
+        ("replicas", ["--every", "15m"]),
+    ):
+        added = assay("schedule", "add", name, PREDICATE, *cadence, "--snapshots", ALL_SNAPSHOTS,
+                      **fleet)  # fmt: skip
+        assert added.returncode == 0, added.stderr
+    listing = assay("schedule", "list", **fleet)
+    assert listing.returncode == 0, listing.stderr
+    assert not BOX_CHARS & set(listing.stdout), listing.stdout
+    lines = listing.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), listing.stdout
+    assert len([line for line in lines if "active" in line]) == 2, listing.stdout
+    assert any(line.lstrip().startswith("replicas ") for line in lines), listing.stdout
+
+    sinks = '{"ops": {"type": "webhook", "url": "http://127.0.0.1:9/hook"}}'
+    status = assay("notify", "status", ASSAY_NOTIFY_SINKS=sinks,
+                   ASSAY_NOTIFY_SINKS__OPS__HMAC_KEY="k" * 32, **fleet)  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    assert not BOX_CHARS & set(status.stdout), status.stdout
+    rows = status.stdout.splitlines()
+    assert all(len(line) <= 80 for line in rows), status.stdout
+    assert len(rows) == 2 and rows[1].split()[:2] == ["ops", "webhook"], status.stdout
