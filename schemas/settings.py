@@ -384,6 +384,58 @@ def _where(loc: list[str]) -> str:
     return dotted
 
 
+# ASSAY_* variables that are not settings but are read elsewhere: the config file's path,
+# and what deploy/compose.yaml substitutes on the host.
+NOT_SETTINGS = frozenset(
+    {"ASSAY_CONFIG", "ASSAY_IMAGE", "ASSAY_UID", "ASSAY_GID", "ASSAY_KUBE_DIR"}
+)
+
+
+def unknown_settings() -> list[str]:
+    """One sentence per ``ASSAY_*`` variable or ``ASSAY_CONFIG`` key that names no setting.
+
+    The settings ignore unknown names (one stale key must not stop a worker), so a typo
+    (``ASSAY_MAX_TOKEN``, ``modle:``) would change nothing and say nothing; the front
+    doors print these as warnings. Call it after the settings loaded (the file parses).
+    """
+    import difflib
+
+    fields = list(AssaySettings.model_fields)
+    variables = [f"ASSAY_{name.upper()}" for name in fields]
+    found: list[str] = []
+    for name in sorted(os.environ):
+        if not name.startswith("ASSAY_") or name in NOT_SETTINGS:
+            continue
+        if name.split("__")[0] in variables:
+            continue
+        # Compared without the shared ASSAY_ prefix, which would make any name look close.
+        stem = name.split("__")[0].removeprefix("ASSAY_")
+        close = difflib.get_close_matches(stem, [v.removeprefix("ASSAY_") for v in variables], n=1)
+        hint = f" (did you mean ASSAY_{close[0]}?)" if close else ""
+        found.append(f"{name} is not an assay setting and is ignored{hint}")
+    config_file = os.environ.get("ASSAY_CONFIG")
+    for key in _config_keys(Path(config_file)) if config_file else []:
+        if key not in fields:
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            found.append(f"{key!r} in {config_file} is not an assay setting and is ignored{hint}")
+    return found
+
+
+def _config_keys(path: Path) -> list[str]:
+    """The top-level keys of the config file (empty when it cannot be read)."""
+    import tomllib
+
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    return [str(key) for key in data] if isinstance(data, dict) else []
+
+
 def load_settings(**overrides: Any) -> AssaySettings:
     """Settings with ``overrides`` (CLI flags) on top; ``None`` overrides are ignored."""
     return AssaySettings(**{k: v for k, v in overrides.items() if v is not None})

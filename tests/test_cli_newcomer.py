@@ -211,3 +211,31 @@ def test_schedule_list_and_notify_status_piped_are_plain_one_line_per_row(
     rows = status.stdout.splitlines()
     assert all(len(line) <= 80 for line in rows), status.stdout
     assert len(rows) == 2 and rows[1].split()[:2] == ["ops", "webhook"], status.stdout
+
+
+# --- settings that are silently not settings -----------------------------------------------------
+
+
+def test_a_misspelt_setting_is_warned_about_not_silently_ignored(tmp_path: Path) -> None:
+    """Before: ASSAY_MAX_TOKEN=500 (no S) or `modle:` in the config file changed nothing
+    and said nothing; a user believing their run capped walked away. Still a warning,
+    not an error: one stale key must not stop a worker."""
+    config = tmp_path / "assay.yaml"
+    config.write_text("modle: openai/gpt-4o-mini\nprofile: fast\n")
+    result = assay("check", "--snapshot", PROD_EU, "--scripted", DEMO, PREDICATE,
+                   ASSAY_MAX_TOKEN="500", ASSAY_CONFIG=str(config))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("assay: warning:")]
+    assert len(warnings) == 2, result.stderr
+    assert "ASSAY_MAX_TOKEN " in warnings[0] and "ASSAY_MAX_TOKENS" in warnings[0], warnings
+    assert "'modle'" in warnings[1] and str(config) in warnings[1], warnings
+    assert "'model'" in warnings[1], warnings
+
+
+def test_known_variables_and_compose_ones_are_not_warned_about() -> None:
+    result = assay("check", "--snapshot", PROD_EU, "--scripted", DEMO, PREDICATE,
+                   ASSAY_MAX_TOKENS="50000", ASSAY_NOTIFY_SINKS__OPS__HMAC_KEY="x" * 32,
+                   ASSAY_NOTIFY_SINKS='{"ops": {"type": "webhook", "url": "http://x/hook"}}',
+                   ASSAY_UID="1000", ASSAY_IMAGE="assay:dev")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr, result.stderr

@@ -185,12 +185,15 @@ class EngineFlags:
 
 def settings_or_usage(**flags: Any) -> AssaySettings:
     """The settings with ``flags`` on top; an invalid configuration is a usage error (64)."""
-    from schemas.settings import load_settings, settings_problem
+    from schemas.settings import load_settings, settings_problem, unknown_settings
 
     try:
-        return load_settings(**flags)
+        settings = load_settings(**flags)
     except ValueError as exc:  # pydantic's ValidationError is one too
         raise typer.BadParameter(f"the configuration is invalid: {settings_problem(exc)}") from None
+    for problem in unknown_settings():
+        typer.echo(f"assay: warning: {problem}", err=True)
+    return settings
 
 
 def check_profile(profile: str | None) -> None:

@@ -85,15 +85,18 @@ def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 def _settings() -> AssaySettings:
-    from schemas.settings import load_settings, settings_problem
+    from schemas.settings import load_settings, settings_problem, unknown_settings
 
     try:
-        return load_settings()
+        settings = load_settings()
     except ValueError as exc:
         _fail(
             f"the configuration is invalid ({settings_problem(exc)}); "
             "fix ASSAY_* or the ASSAY_CONFIG file"
         )
+    for problem in unknown_settings():
+        typer.echo(f"assay: warning: {problem}", err=True)
+    return settings
 
 
 def _redis(settings: AssaySettings) -> Any:
