@@ -239,3 +239,30 @@ def test_known_variables_and_compose_ones_are_not_warned_about() -> None:
                    ASSAY_UID="1000", ASSAY_IMAGE="assay:dev")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "warning" not in result.stderr, result.stderr
+
+
+# --- a worker started with the wrong flags -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--pool", "gevent"], "needs the gevent package"),
+        (["--loglevel", "banana"], "DEBUG, INFO, WARNING"),
+    ],
+)
+def test_a_worker_flag_celery_would_choke_on_is_a_usage_error(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    """Before: Celery's traceback (ModuleNotFoundError: gevent; click's BadParameter for
+    the log level) and exit 1."""
+    if args[0] == "--pool":
+        import importlib.util
+
+        if importlib.util.find_spec("gevent") is not None:
+            pytest.skip("gevent is installed here")
+    result = assay(
+        "worker", *args, XDG_DATA_HOME=str(tmp_path), ASSAY_REDIS_URL="redis://127.0.0.1:1/0"
+    )
+    assert result.returncode == 64, result.stderr[-2000:]
+    assert said in one_error_line(result)

@@ -330,6 +330,28 @@ def checks(
 # --- worker ---------------------------------------------------------------------------------------
 
 
+CELERY_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL")
+
+
+def _check_worker_flags(pool: str, loglevel: str) -> None:
+    """Refuse what Celery would only refuse with a traceback (and exit 1) once starting:
+    a pool whose package is not installed (gevent and eventlet are not assay's
+    dependencies) and a log level it does not know."""
+    import importlib.util
+
+    if pool in ("gevent", "eventlet") and importlib.util.find_spec(pool) is None:
+        raise typer.BadParameter(
+            f"the {pool} pool needs the {pool} package, which is not installed; "
+            "use threads (the default), prefork or solo",
+            param_hint="--pool / ASSAY_WORKER_POOL",
+        )
+    if loglevel.upper() not in CELERY_LOG_LEVELS:
+        raise typer.BadParameter(
+            f"{loglevel!r} is not a log level: use one of {', '.join(CELERY_LOG_LEVELS)}",
+            param_hint="--loglevel",
+        )
+
+
 def worker(
     concurrency: Annotated[
         int | None,
@@ -392,6 +414,7 @@ def worker(
         worker_processes=processes,
         worker_cpu_affinity=cpu_affinity,
     )
+    _check_worker_flags(settings.worker_pool, loglevel)
     try:
         url = require_redis_url(settings)
     except FleetNotConfigured as exc:
