@@ -103,6 +103,10 @@ def _usage_error(exc: Any) -> None:
     print(f"{ERROR_PREFIX}{message} (see `{command} --help`)", file=sys.stderr)
 
 
+# An exception nobody caught (EX_SOFTWARE in sysexits.h, next to 64 usage and 69
+# unavailable): never Python's 1, which reads as a `false` verdict.
+EXIT_INTERNAL = 70
+
 # What a shell reports for a process killed by SIGPIPE (128 + 13): `assay ... | head -1`
 # once head has gone. Not typer's 1, which a `set -o pipefail` job reads as `false`.
 EXIT_BROKEN_PIPE = 141
@@ -157,6 +161,16 @@ def main(argv: list[str] | None = None) -> None:
     except click_exceptions.ClickException as exc:
         print(f"{ERROR_PREFIX}{exc.format_message()}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
+    except Exception as exc:  # a bug: Python's exit 1 would read as a `false` verdict
+        import traceback
+
+        traceback.print_exc()
+        print(
+            f"{ERROR_PREFIX}internal error ({type(exc).__name__}: {exc}); this is a bug in "
+            "assay: please report it with the traceback above",
+            file=sys.stderr,
+        )
+        raise SystemExit(EXIT_INTERNAL) from None
     raise SystemExit(result if isinstance(result, int) else 0)
 
 

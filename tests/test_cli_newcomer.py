@@ -266,3 +266,25 @@ def test_a_worker_flag_celery_would_choke_on_is_a_usage_error(
     )
     assert result.returncode == 64, result.stderr[-2000:]
     assert said in one_error_line(result)
+
+
+# --- a bug in assay itself -----------------------------------------------------------------------
+
+
+def test_an_unexpected_crash_exits_70_not_a_verdict_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: an exception nobody caught ended the process with Python's exit 1, which a
+    CI job reads as a confirmed `false`. 70 (EX_SOFTWARE) is no verdict."""
+    from assay import cli
+    from assay.commands import evaluate
+
+    def broken(*args: object, **kwargs: object) -> int:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(evaluate, "_run", broken)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["check", "--snapshot", PROD_EU, PREDICATE])
+    assert exit_info.value.code == 70
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("assay: error: internal error") and "RuntimeError: a bug" in last
