@@ -90,10 +90,19 @@ def submit(
     wait_timeout: Annotated[
         float | None,
         typer.Option(
-            "--wait-timeout", min=0.1, help="With --wait: give up after this many s (75)."
+            "--wait-timeout",
+            min=0.1,
+            help="With --wait: give up after this many seconds and exit 75 (default: no "
+            "limit, so set one in CI: a run no worker takes waits forever).",
         ),
     ] = None,
-    json_output: JsonOpt = False,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the receipt {run_id, check_id, ...} as JSON; with --wait, the verdict.",
+        ),
+    ] = False,
     model: FleetModelOpt = None,
     api_base: FleetApiBaseOpt = None,
     max_iterations: MaxIterationsOpt = None,
@@ -231,7 +240,10 @@ def run(
         str,
         typer.Argument(help="The run id `assay submit` printed.", callback=id_checker("run id")),
     ],
-    json_output: JsonOpt = False,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="Print the run as GET /v1/runs/RUN_ID returns it."),
+    ] = False,
 ) -> None:
     """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown).
 
@@ -294,7 +306,9 @@ def checks(
         typer.Option("--changed-since", help="Only checks whose verdict changed within, e.g. 1h."),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 1000,
-    json_output: JsonOpt = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the checks as a JSON list, as the API does.")
+    ] = False,
     wide: WideOpt = False,
 ) -> None:
     """List checks with their latest verdict, target and age."""

@@ -143,7 +143,12 @@ def batch(
     kubeconfig: KubeconfigOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Show progress, then the table.")] = False,
     wait_timeout: Annotated[
-        float | None, typer.Option("--wait-timeout", min=1, help="With --wait: give up (75).")
+        float | None,
+        typer.Option(
+            "--wait-timeout",
+            min=1,
+            help="With --wait: give up after this many seconds and exit 75 (default: no limit).",
+        ),
     ] = None,
     json_output: Annotated[
         bool,
