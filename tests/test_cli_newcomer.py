@@ -288,3 +288,26 @@ def test_an_unexpected_crash_exits_70_not_a_verdict_code(
     assert exit_info.value.code == 70
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("assay: error: internal error") and "RuntimeError: a bug" in last
+
+
+# --- a run id used twice -------------------------------------------------------------------------
+
+
+def test_a_reused_run_id_says_the_run_was_not_queued_and_whose_it_is(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Documented: a known run id queues nothing and answers that run. Before, the CLI
+    still said 'run X queued; waiting for its verdict', and with another predicate or
+    target it showed (and exited with) the other evaluation's verdict without a word."""
+    fleet = {"ASSAY_REDIS_URL": redis_url, "XDG_DATA_HOME": str(tmp_path)}
+    staging = str(EXAMPLES / "snapshots" / "staging-us")
+    first = assay("submit", "--snapshot", PROD_EU, "--run-id", "ci-run", PREDICATE, **fleet)
+    assert first.returncode == 0 and "already" not in first.stderr, first.stderr
+    same = assay("submit", "--snapshot", PROD_EU, "--run-id", "ci-run", PREDICATE, **fleet)
+    assert same.returncode == 0, same.stderr
+    assert "run ci-run was already submitted; nothing was queued again" in same.stderr
+    other = assay("submit", "--snapshot", staging, "--run-id", "ci-run", "--wait",
+                  "--wait-timeout", "0.5", PREDICATE, **fleet)  # fmt: skip
+    assert "queued; waiting" not in other.stderr, other.stderr
+    assert "run id ci-run already belongs to" in other.stderr, other.stderr
+    assert "snapshot:prod-eu" in other.stderr and "pick a new --run-id" in other.stderr

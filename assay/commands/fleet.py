@@ -58,6 +58,7 @@ from assay.commands.options import (
 )
 from assay.worker_group import child_commands, run_worker_group
 from scheduler.when import WhenError, parse_duration, resolve_not_before
+from schemas.fleet import RunProgress
 from schemas.request import EvaluationRequest
 from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN, VerdictKind
 
@@ -155,7 +156,10 @@ def submit(
 
     with fleet_client(settings) as client:
         require_model(client, request.model)
+        known = client.run_state(request.run_id) if run_id else None  # a chosen id may be taken
         receipt = client.submit_request(request)
+        if known is not None:
+            _note_known_run(request, known)
         if not wait:
             if json_output:
                 print(dump_json(receipt))
@@ -164,13 +168,31 @@ def submit(
                 if receipt.not_before is not None:
                     note(f"deferred until {iso_utc(receipt.not_before)}")
             return
-        print(f"run {receipt.run_id} queued; waiting for its verdict", file=sys.stderr)
+        if known is None:
+            print(f"run {receipt.run_id} queued; waiting for its verdict", file=sys.stderr)
         try:
             verdict = client.wait(receipt.run_id, timeout=wait_timeout)
         except WaitTimeout as exc:
             fail(f"{exc}; read it later with `assay verdict {receipt.run_id}`", EXIT_PENDING)
     _show_verdict(verdict, json_output)
     raise typer.Exit(verdict.exit_code)
+
+
+def _note_known_run(request: EvaluationRequest, known: RunProgress) -> None:
+    """Say that a chosen run id was taken, so nothing was queued, and by what.
+
+    Resubmitting a known run id answers that run (safe after a lost answer, and
+    documented); with another predicate or target, what is printed next, and with
+    --wait the exit code, are that other evaluation's, so that is said plainly.
+    """
+    if known.check_id == request.check_id and known.target == request.target.name:
+        note(f"run {known.run_id} was already submitted; nothing was queued again")
+        return
+    note(
+        f"warning: run id {known.run_id} already belongs to check {known.check_id} on "
+        f"{known.target}, not to this one: nothing was queued, and what follows is that "
+        "run's; pick a new --run-id for a new evaluation"
+    )
 
 
 def _show_verdict(verdict: Any, json_output: bool) -> None:
