@@ -311,3 +311,13 @@ def test_a_reused_run_id_says_the_run_was_not_queued_and_whose_it_is(
     assert "queued; waiting" not in other.stderr, other.stderr
     assert "run id ci-run already belongs to" in other.stderr, other.stderr
     assert "snapshot:prod-eu" in other.stderr and "pick a new --run-id" in other.stderr
+
+
+def test_check_on_the_folder_of_several_clusters_warns_that_they_were_merged() -> None:
+    """`--snapshot examples/snapshots` (one level too high) merged three clusters into one
+    called `snapshot:snapshots` and answered for it without a word on the terminal."""
+    result = assay("check", "--snapshot", str(EXAMPLES / "snapshots"), "--scripted", DEMO,
+                   PREDICATE)  # fmt: skip
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("assay: warning:")]
+    assert len(warnings) == 1, result.stderr
+    assert "several clusters" in warnings[0], warnings

@@ -137,7 +137,9 @@ def _run(
 
 
 def _require_objects(snapshot: Path) -> None:
-    """Refuse a folder that is not a snapshot (empty, no YAML, nothing parses) with 64.
+    """Refuse a folder that is not a snapshot (empty, no YAML, nothing parses) with 64,
+    and warn on stderr about one that has problems (files skipped, an object captured
+    twice differently): the model is told in every tool output, the user should be too.
 
     The engine would end the run with 3 anyway; on the command line the folder is
     the user's typo, so it is a usage error. The parse is cached for the run.
@@ -146,9 +148,16 @@ def _require_objects(snapshot: Path) -> None:
     from workers.core.toolsets.snapshot_backend import SnapshotError
 
     try:
-        snapshot_cache.get(snapshot, resolved=True)
+        backend = snapshot_cache.get(snapshot, resolved=True)
     except SnapshotError as exc:
         raise typer.BadParameter(str(exc), param_hint="--snapshot") from None
+    if backend.problems:
+        more = f" (and {len(backend.problems) - 1} more)" if len(backend.problems) > 1 else ""
+        print(
+            f"assay: warning: snapshot {snapshot} has {len(backend.problems)} problem(s), "
+            f"e.g. {backend.problems[0]}{more}; the rest is served",
+            file=sys.stderr,
+        )
 
 
 def _run_scripted(

@@ -302,6 +302,7 @@ class SnapshotBackend:
         guessed: set[tuple[str, str]] = set()
 
         objects: dict[tuple[str, str], dict[ObjectKey, dict[str, Any]]] = {}
+        origins: dict[tuple[str, str, ObjectKey], str] = {}  # the file each object came from
         for obj, relative in zip(raw, self._sources, strict=True):
             group, version = split_api_version(str(obj.get("apiVersion", "")))
             kind = str(obj["kind"])
@@ -318,7 +319,12 @@ class SnapshotBackend:
             if not info.namespaced and (info.group, info.kind) not in guessed:
                 self._ignore_namespace(obj, info, relative)
             key = (str(metadata.get("namespace") or ""), str(metadata["name"]))
-            objects.setdefault((info.group, info.kind), {})[key] = obj
+            stored = objects.setdefault((info.group, info.kind), {})
+            earlier = stored.get(key)
+            if earlier is not None and earlier != obj:
+                self._note_conflict(kind, key, origins[(info.group, info.kind, key)], relative)
+            stored[key] = obj
+            origins[(info.group, info.kind, key)] = relative
 
         # Kinds known only from their objects are namespaced when their objects are.
         for position in range(len(BUILTIN_RESOURCES), len(known)):
@@ -330,6 +336,20 @@ class SnapshotBackend:
                 )
         sorted_objects = {key: dict(sorted(found.items())) for key, found in objects.items()}
         return ResourceIndex.builtin_with(known[len(BUILTIN_RESOURCES) :]), sorted_objects
+
+    def _note_conflict(self, kind: str, key: ObjectKey, earlier: str, relative: str) -> None:
+        """An object captured twice with different content: the later file's is served.
+
+        Overlapping captures (``kubectl get all`` and ``get pods``) repeat objects
+        identically and are not reported; different content usually means the
+        folder holds several clusters (``--snapshot`` one level too high).
+        """
+        namespace, name = key
+        shown = f"{namespace}/{name}" if namespace else name
+        self.problems.append(
+            f"{relative}: {kind} {shown} is also in {earlier} with different content; the "
+            f"one in {relative} is served (does this folder hold several clusters?)"
+        )
 
     def _ignore_namespace(self, obj: dict[str, Any], info: ResourceInfo, relative: str) -> None:
         """Serve a cluster-scoped object as the API server would: without a namespace.
