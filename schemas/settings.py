@@ -254,6 +254,20 @@ class AssaySettings(BaseSettings):
         default=None, description="OTLP/HTTP endpoint; None = the exporter's default."
     )
 
+    @field_validator("api_base")
+    @classmethod
+    def _http_address(cls, value: str | None) -> str | None:
+        """An endpoint that is no http(s) address is refused when the settings load (64 on
+        the CLI, a worker that does not start), not discovered by every run as 3."""
+        if value is not None and not value.strip():
+            return None  # ASSAY_API_BASE= (a blank placeholder) means none, as before
+        if value is not None and not re.match(r"^https?://[^\s/]+", value.strip()):
+            raise ValueError(
+                "not an http(s) address; write the endpoint in full, "
+                "e.g. http://localhost:11434/v1 (--api-base or ASSAY_API_BASE)"
+            )
+        return value
+
     @field_validator("snapshot_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: Any) -> Any:

@@ -321,3 +321,14 @@ def test_check_on_the_folder_of_several_clusters_warns_that_they_were_merged() -
     warnings = [line for line in result.stderr.splitlines() if line.startswith("assay: warning:")]
     assert len(warnings) == 1, result.stderr
     assert "several clusters" in warnings[0], warnings
+
+
+@pytest.mark.parametrize("api_base", ["localhost:11434/v1", "not a url", "ftp://models/v1"])
+def test_an_api_base_that_is_no_http_address_is_a_usage_error(api_base: str) -> None:
+    """Before: the run started and ended `cannot_determine` (exit 3, 'the model could not be
+    reached'), which a CI job may tolerate or retry; the command line was simply wrong."""
+    result = assay("check", "--snapshot", PROD_EU, "--model", "openai/m", "--api-base",
+                   api_base, PREDICATE)  # fmt: skip
+    assert result.returncode == 64, result.stdout + result.stderr
+    line = one_error_line(result)
+    assert "http://" in line and api_base in line, line
