@@ -348,3 +348,27 @@ def test_the_report_names_the_cases_the_oracle_got_wrong(eval_cli: EvalCli, tmp_
         "scripted oracle got 1 of 1 cases wrong (broken-evidence)" in n for n in report["notes"]
     )
     assert "note: the scripted oracle got 1 of 1 cases wrong" in stdout
+
+
+def test_ctrl_c_writes_the_partial_report_and_exits_130(tmp_path: Path) -> None:
+    """Before: an interrupted run wrote its partial report and exited 0, so
+    `assay eval ... && publish mini.json` published a run the user had stopped."""
+    import signal
+
+    out = tmp_path / "partial.json"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    process = subprocess.Popen(
+        [ASSAY, "eval", "--oracle", "--no-baseline", "--concurrency", "1", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert process.stderr is not None
+    for line in process.stderr:  # the first progress line: attempts are running
+        if " done, " in line:
+            break
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=120)
+    assert process.returncode == 130, rest[-2000:]
+    report = json.loads(out.read_text())
+    assert report["complete"] is False and "Ctrl-C" in report["stopped"]

@@ -6,8 +6,9 @@
     assay eval --compare A.json B.json --chart ab.html
     assay eval --check-suite --suite my-cases/
 
-Exit codes: 0 the run finished (the report says whether it is partial), 1
-``--check-suite`` found problems, 64 the command line or the suite is wrong.
+Exit codes: 0 the run finished (the report says whether a cap made it partial), 1
+``--check-suite`` found problems, 64 the command line or the suite is wrong, 130
+Ctrl-C (the partial report is written first).
 Heavy modules are imported inside the command so ``assay --help`` stays fast.
 """
 
@@ -36,6 +37,8 @@ from assay.commands.options import (
     settings_or_usage,
 )
 from assay.eval.chart import render_chart
+
+EXIT_INTERRUPTED = 130  # what a shell reports for SIGINT, as for every other command
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -171,7 +174,9 @@ def eval_command(
 
     render_report(report, stdout)
     _write(report, path, chart)
-    raise typer.Exit(0)
+    from assay.eval.runner import INTERRUPTED
+
+    raise typer.Exit(EXIT_INTERRUPTED if report.stopped == INTERRUPTED else 0)
 
 
 def register(app: typer.Typer) -> None:
