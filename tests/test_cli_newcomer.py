@@ -332,3 +332,22 @@ def test_an_api_base_that_is_no_http_address_is_a_usage_error(api_base: str) -> 
     assert result.returncode == 64, result.stdout + result.stderr
     line = one_error_line(result)
     assert "http://" in line and api_base in line, line
+
+
+# --- the API on a port that is taken -------------------------------------------------------------
+
+
+def test_the_api_on_a_port_in_use_says_so_and_exits_64_not_3(redis_url: str) -> None:
+    """Before: 'assay api listening on http://...' and then uvicorn's bind error and its
+    startup-failure exit code 3, which is `cannot_determine` in assay's contract."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = assay("api", "--port", str(port), ASSAY_REDIS_URL=redis_url,
+                       ASSAY_API_TOKENS='{"t": "read"}')  # fmt: skip
+    assert result.returncode == 64, result.stderr
+    line = one_error_line(result)
+    assert f"127.0.0.1:{port}" in line and "--port" in line, line
