@@ -222,4 +222,7 @@ def require_one_target(snapshot: Path | None, context: str | None) -> None:
 
 def validation_detail(exc: ValidationError) -> str:
     """A pydantic error's messages on one line, for a usage error."""
-    return "; ".join(str(error["msg"]) for error in exc.errors())
+    return "; ".join(
+        str(error["msg"]).removeprefix("Value error, ")  # pydantic's prefix for our own checks
+        for error in exc.errors()
+    )
