@@ -353,10 +353,14 @@ def test_the_api_on_a_port_in_use_says_so_and_exits_64_not_3(redis_url: str) -> 
     assert f"127.0.0.1:{port}" in line and "--port" in line, line
 
 
-def test_an_empty_predicate_reads_as_a_sentence_from_submit_and_batch() -> None:
-    """Before: 'the predicate cannot be submitted: Value error, the predicate text is empty'."""
+def test_an_empty_predicate_reads_as_a_sentence_from_submit_and_batch(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Before: 'the predicate cannot be submitted: Value error, the predicate text is empty';
+    `batch` first noted that its runs would wait for a worker, then refused."""
+    fleet = {"ASSAY_REDIS_URL": redis_url, "XDG_DATA_HOME": str(tmp_path)}
     for command in (["submit", "--snapshot", PROD_EU], ["batch", "--snapshots", PROD_EU]):
-        result = assay(*command, "   ")
+        result = assay(*command, "   ", **fleet)
         assert result.returncode == 64, result.stderr
         line = one_error_line(result)
         assert "the predicate text is empty" in line and "Value error" not in line, line

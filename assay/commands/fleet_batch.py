@@ -189,6 +189,8 @@ def batch(
         )
     if (contexts is None) == (snapshots is None):
         raise typer.BadParameter("give exactly one of --contexts GLOB or --snapshots GLOB")
+    if not args[0].strip():  # before any fleet lookup or note about waiting runs
+        raise typer.BadParameter("the predicate text is empty: say what to evaluate")
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     check_profile(flags.profile)
     check_probe_mode(probe)
