@@ -372,3 +372,23 @@ def test_ctrl_c_writes_the_partial_report_and_exits_130(tmp_path: Path) -> None:
     assert process.returncode == 130, rest[-2000:]
     report = json.loads(out.read_text())
     assert report["complete"] is False and "Ctrl-C" in report["stopped"]
+
+
+def test_the_report_table_piped_has_no_box_drawing(tmp_path: Path, small_suite: Path) -> None:
+    """Before: rich's default box (┏━┳…) even when stdout was a file or a pipe."""
+    out = tmp_path / "oracle.json"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    result = subprocess.run(
+        [ASSAY, "eval", "--oracle", "--no-baseline", "--suite", str(small_suite),
+         "--out", str(out)],
+        capture_output=True, text=True, env=environment, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not set("┏┃━┡│└┳╇") & set(result.stdout), result.stdout
+    compared = subprocess.run(
+        [ASSAY, "eval", "--compare", str(out), str(out)],
+        capture_output=True, text=True, env=environment, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert compared.returncode == 0 and "metric" in compared.stdout, compared.stderr
+    assert not set("┏┃━┡│└┳╇") & set(compared.stdout), compared.stdout
