@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -364,3 +365,42 @@ def test_an_empty_predicate_reads_as_a_sentence_from_submit_and_batch(
         assert result.returncode == 64, result.stderr
         line = one_error_line(result)
         assert "the predicate text is empty" in line and "Value error" not in line, line
+
+
+# --- Ctrl-C while waiting ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["submit", "--snapshot", PROD_EU, "--wait", PREDICATE], "assay verdict "),
+        (["batch", PREDICATE, "--snapshots", ALL_SNAPSHOTS, "--wait"], "assay batch status "),
+    ],
+)
+def test_ctrl_c_while_waiting_exits_130_and_says_where_the_answer_will_be(
+    redis_url: str, tmp_path: Path, args: list[str], said: str
+) -> None:
+    """No worker runs, so --wait waits; Ctrl-C must not be 0-3. Before: 130 without a
+    word, though the run (or batch) goes on in the fleet."""
+    import signal
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment.update(ASSAY_SNAPSHOT_ROOTS=TEST_SNAPSHOT_ROOTS, ASSAY_REDIS_URL=redis_url,
+                       XDG_DATA_HOME=str(tmp_path))  # fmt: skip
+    process = subprocess.Popen(
+        [ASSAY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=environment, cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:  # both note that no worker runs, then wait
+        seen.append(line)
+        if "no worker is running yet" in line:
+            break
+    time.sleep(1.5)  # past the fan-out of three targets, into the wait
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=60)
+    assert process.returncode == 130, "".join(seen) + rest
+    errors = [line for line in rest.splitlines() if line.startswith("assay: error:")]
+    assert len(errors) == 1 and said in errors[0] and "goes on" in errors[0], rest

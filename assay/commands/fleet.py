@@ -23,6 +23,7 @@ import typer
 
 from assay.commands import fleet_batch, fleet_local
 from assay.commands.fleet_common import (
+    EXIT_INTERRUPTED,
     EXIT_UNAVAILABLE,
     CheckIdOpt,
     KubeconfigOpt,
@@ -174,6 +175,12 @@ def submit(
             verdict = client.wait(receipt.run_id, timeout=wait_timeout)
         except WaitTimeout as exc:
             fail(f"{exc}; read it later with `assay verdict {receipt.run_id}`", EXIT_PENDING)
+        except KeyboardInterrupt:  # the run goes on: say where its verdict will be
+            fail(
+                f"stopped waiting; run {receipt.run_id} goes on in the fleet: read its "
+                f"verdict with `assay verdict {receipt.run_id}`",
+                EXIT_INTERRUPTED,
+            )
     _show_verdict(verdict, json_output)
     raise typer.Exit(verdict.exit_code)
 

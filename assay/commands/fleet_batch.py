@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from assay.commands.fleet_common import (
+    EXIT_INTERRUPTED,
     KubeconfigOpt,
     WideOpt,
     dump_json,
@@ -234,6 +235,12 @@ def batch(
             status = wait_with_progress(client, batch_id, wait_timeout)
         except WaitTimeout as exc:
             fail(f"{exc}; follow it with `assay batch status {batch_id}`", EXIT_PENDING)
+        except KeyboardInterrupt:  # the batch goes on: say where to find it
+            fail(
+                f"stopped waiting; batch {batch_id} goes on in the fleet: follow it with "
+                f"`assay batch status {batch_id}`",
+                EXIT_INTERRUPTED,
+            )
         show_batch(client, status, json_output, wide)
     raise typer.Exit(batch_exit_code(status))
 
