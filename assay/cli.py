@@ -11,7 +11,7 @@ Usage errors exit 64, never a verdict code: click's default of 2 would read as
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -24,6 +24,10 @@ try:  # typer >= 0.22 vendors click under typer._click; older typer uses click i
     from typer._click import exceptions as click_exceptions  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exceptions  # type: ignore[no-redef,unused-ignore]
+
+# click >= 8.2 raises this (a UsageError) for a group given no command, with the help as
+# its message; older click printed the help and exited 0 by itself.
+_NO_ARGS_IS_HELP: Any = getattr(click_exceptions, "NoArgsIsHelpError", None)
 
 app = typer.Typer(
     name="assay",
@@ -39,8 +43,25 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """``assay --version``: what a newcomer types first (``assay version`` works too)."""
+    if value:
+        version()
+        raise typer.Exit(0)
+
+
 @app.callback()
-def root() -> None:
+def root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the assay version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
     """Evaluate plain-language predicates about Kubernetes clusters."""
 
 
@@ -56,22 +77,79 @@ def version() -> None:
     typer.echo(dist_version("assay"))
 
 
-def _usage_error(exc: Any) -> None:
-    """One line, with the prefix every user-facing error has, and where to read more."""
-    message = " ".join(exc.format_message().split())
+def _command_name(exc: Any) -> str:
+    """``assay schedule add``: the command a usage error is about."""
     names: list[str] = []
     context = exc.ctx
     while context is not None and context.parent is not None:  # the root's name varies
         names.append(context.info_name or "")
         context = context.parent
-    command = " ".join(["assay", *reversed(names)])
+    return " ".join(["assay", *reversed(names)])
+
+
+def _usage_error(exc: Any) -> None:
+    """One line, with the prefix every user-facing error has, and where to read more.
+
+    A group run without a command (``assay``, ``assay schedule``) gets its help as
+    help, line by line, and then that one line: squashed into the error, the help
+    was unreadable.
+    """
+    command = _command_name(exc)
+    if _NO_ARGS_IS_HELP is not None and isinstance(exc, _NO_ARGS_IS_HELP):
+        print(exc.format_message(), file=sys.stderr)
+        print(f"{ERROR_PREFIX}missing a command: pick one of those above", file=sys.stderr)
+        return
+    message = " ".join(exc.format_message().split())
     print(f"{ERROR_PREFIX}{message} (see `{command} --help`)", file=sys.stderr)
 
 
+# An exception nobody caught (EX_SOFTWARE in sysexits.h, next to 64 usage and 69
+# unavailable): never Python's 1, which reads as a `false` verdict.
+EXIT_INTERNAL = 70
+
+# What a shell reports for a process killed by SIGPIPE (128 + 13): `assay ... | head -1`
+# once head has gone. Not typer's 1, which a `set -o pipefail` job reads as `false`.
+EXIT_BROKEN_PIPE = 141
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised while handling, a write to a closed pipe.
+
+    typer turns EPIPE into ``sys.exit(1)`` inside its ``except OSError``, so the
+    ``SystemExit`` it raises carries the ``BrokenPipeError`` as its context.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, BrokenPipeError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot complain."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: maps click's usage errors to exit 64."""
+    """Entry point: maps click's usage errors to exit 64, a closed stdout to 141."""
     try:
         result = app(args=argv, standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit as exit code 120
+    except SystemExit as exc:
+        if _broken_pipe(exc):
+            _quiet_stdout()
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
+        raise
+    except BrokenPipeError:
+        _quiet_stdout()
+        raise SystemExit(EXIT_BROKEN_PIPE) from None
     except click_exceptions.UsageError as exc:
         _usage_error(exc)
         raise SystemExit(EXIT_USAGE) from None
@@ -83,6 +161,16 @@ def main(argv: list[str] | None = None) -> None:
     except click_exceptions.ClickException as exc:
         print(f"{ERROR_PREFIX}{exc.format_message()}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
+    except Exception as exc:  # a bug: Python's exit 1 would read as a `false` verdict
+        import traceback
+
+        traceback.print_exc()
+        print(
+            f"{ERROR_PREFIX}internal error ({type(exc).__name__}: {exc}); this is a bug in "
+            "assay: please report it with the traceback above",
+            file=sys.stderr,
+        )
+        raise SystemExit(EXIT_INTERNAL) from None
     raise SystemExit(result if isinstance(result, int) else 0)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -253,6 +254,20 @@ class AssaySettings(BaseSettings):
         default=None, description="OTLP/HTTP endpoint; None = the exporter's default."
     )
 
+    @field_validator("api_base")
+    @classmethod
+    def _http_address(cls, value: str | None) -> str | None:
+        """An endpoint that is no http(s) address is refused when the settings load (64 on
+        the CLI, a worker that does not start), not discovered by every run as 3."""
+        if value is not None and not value.strip():
+            return None  # ASSAY_API_BASE= (a blank placeholder) means none, as before
+        if value is not None and not re.match(r"^https?://[^\s/]+", value.strip()):
+            raise ValueError(
+                "not an http(s) address; write the endpoint in full, "
+                "e.g. http://localhost:11434/v1 (--api-base or ASSAY_API_BASE)"
+            )
+        return value
+
     @field_validator("snapshot_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: Any) -> Any:
@@ -293,14 +308,146 @@ class AssaySettings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = os.environ.get("ASSAY_CONFIG")
         if config_file:
-            path = Path(config_file)
-            if not path.is_file():
-                raise ValueError(f"ASSAY_CONFIG names {path}, which is not a file")
-            if path.suffix == ".toml":
-                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
-            else:
-                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+            sources.append(_config_file_source(settings_cls, Path(config_file)))
         return tuple(sources)
+
+
+def _config_file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
+    """The ``ASSAY_CONFIG`` file as a settings source; a file that cannot be used is a
+    ``ValueError`` naming it, so every front door reports one sentence (not a parser's
+    traceback, whose exit code 1 a CI job would read as a ``false`` verdict)."""
+    import tomllib
+
+    import yaml
+
+    if not path.is_file():
+        raise ValueError(f"ASSAY_CONFIG names {path}, which is not a file")
+    toml = path.suffix == ".toml"
+    try:
+        if toml:
+            return TomlConfigSettingsSource(settings_cls, toml_file=path)
+        return YamlConfigSettingsSource(settings_cls, yaml_file=path)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"ASSAY_CONFIG file {path} is not valid TOML ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ValueError(f"ASSAY_CONFIG file {path} is not valid YAML ({where}{problem})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise ValueError(f"ASSAY_CONFIG file {path} cannot be read ({reason})") from None
+    except (ValueError, TypeError, AttributeError):  # a list or a scalar at the top
+        raise ValueError(
+            f"ASSAY_CONFIG file {path} must hold settings as key: value pairs at its top "
+            "level (see schemas/settings.py for the keys)"
+        ) from None
+
+
+# Values of these settings are never repeated in an error message: keys, tokens, URLs
+# that may carry a password, sinks with their HMAC keys.
+_SECRET_FIELD = re.compile(r"^(api_key|api_tokens|notify_sinks)$|_url$|secret|password")
+
+
+def settings_problem(exc: Exception) -> str:
+    """What is wrong with the configuration, in one line that names what to fix.
+
+    A ``ValidationError`` names the ``ASSAY_*`` variable when the value came from the
+    environment (else the setting's key, as in the config file), the reason, and the value
+    unless it could be a secret; anything else (an unreadable ``ASSAY_CONFIG``) is its
+    message on one line.
+    """
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return " ".join(str(exc).split())
+    parts: list[str] = []
+    for error in exc.errors():
+        loc = [str(part) for part in error.get("loc") or ()]
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if not loc:
+            parts.append(message)
+            continue
+        where = _where(loc)
+        value = error.get("input")
+        shown = ""
+        if (
+            isinstance(value, str | int | float)
+            and not _SECRET_FIELD.search(loc[0])
+            and len(repr(value)) <= 60
+        ):
+            shown = f" (got {value!r})"
+        parts.append(f"{where}{shown}: {message}")
+    return "; ".join(parts)
+
+
+def _where(loc: list[str]) -> str:
+    """The ``ASSAY_*`` variable a value came from, else its key (``notify_sinks.ops.url``).
+
+    Variable names are compared case-insensitively, as the settings read them.
+    """
+    names = {name.upper() for name in os.environ}
+    parts = [part for part in loc if part != "[key]"]  # pydantic's marker for a dict key
+    dotted = ".".join(parts)
+    exact = "ASSAY_" + "__".join(parts).upper()
+    top = f"ASSAY_{parts[0].upper()}"
+    if exact in names:
+        return exact
+    if top in names:
+        return f"{dotted} (in {top})"
+    return dotted
+
+
+# ASSAY_* variables that are not settings but are read elsewhere: the config file's path,
+# and what deploy/compose.yaml substitutes on the host.
+NOT_SETTINGS = frozenset(
+    {"ASSAY_CONFIG", "ASSAY_IMAGE", "ASSAY_UID", "ASSAY_GID", "ASSAY_KUBE_DIR"}
+)
+
+
+def unknown_settings() -> list[str]:
+    """One sentence per ``ASSAY_*`` variable or ``ASSAY_CONFIG`` key that names no setting.
+
+    The settings ignore unknown names (one stale key must not stop a worker), so a typo
+    (``ASSAY_MAX_TOKEN``, ``modle:``) would change nothing and say nothing; the front
+    doors print these as warnings. Call it after the settings loaded (the file parses).
+    """
+    import difflib
+
+    fields = list(AssaySettings.model_fields)
+    variables = [f"ASSAY_{name.upper()}" for name in fields]
+    found: list[str] = []
+    for name in sorted(os.environ):
+        if not name.startswith("ASSAY_") or name in NOT_SETTINGS:
+            continue
+        if name.split("__")[0] in variables:
+            continue
+        # Compared without the shared ASSAY_ prefix, which would make any name look close.
+        stem = name.split("__")[0].removeprefix("ASSAY_")
+        close = difflib.get_close_matches(stem, [v.removeprefix("ASSAY_") for v in variables], n=1)
+        hint = f" (did you mean ASSAY_{close[0]}?)" if close else ""
+        found.append(f"{name} is not an assay setting and is ignored{hint}")
+    config_file = os.environ.get("ASSAY_CONFIG")
+    for key in _config_keys(Path(config_file)) if config_file else []:
+        if key not in fields:
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            found.append(f"{key!r} in {config_file} is not an assay setting and is ignored{hint}")
+    return found
+
+
+def _config_keys(path: Path) -> list[str]:
+    """The top-level keys of the config file (empty when it cannot be read)."""
+    import tomllib
+
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    return [str(key) for key in data] if isinstance(data, dict) else []
 
 
 def load_settings(**overrides: Any) -> AssaySettings:

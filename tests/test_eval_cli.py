@@ -137,6 +137,27 @@ def test_the_oracle_scores_100_percent_on_the_whole_shipped_suite(tmp_path: Path
     assert f"report written to {out}" in result.stderr
 
 
+def test_the_oracle_scores_100_percent_from_any_working_directory(
+    tmp_path: Path, small_suite: Path
+) -> None:
+    """Before: run outside the checkout, every case's snapshot lay outside the snapshot
+    roots (the working directory), every attempt ended cannot_determine, the oracle
+    scored 0% on true/false cases, and the command still exited 0. With a real model the
+    report would show a false-true rate of 0% for a model that was never asked."""
+    out = tmp_path / "oracle.json"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    result = subprocess.run(
+        [ASSAY, "eval", "--oracle", "--no-baseline", "--suite", str(small_suite),
+         "--out", str(out)],
+        capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    engine = arm(json.loads(out.read_text()), "engine")
+    wrong = [(a["case_id"], a["reason"]) for a in engine["attempts"] if not a["correct"]]
+    assert engine["metrics"]["accuracy"] == 1.0, wrong
+
+
 def test_an_always_true_model_scores_a_high_false_true_rate(
     eval_cli: EvalCli, tmp_path: Path
 ) -> None:
@@ -327,3 +348,47 @@ def test_the_report_names_the_cases_the_oracle_got_wrong(eval_cli: EvalCli, tmp_
         "scripted oracle got 1 of 1 cases wrong (broken-evidence)" in n for n in report["notes"]
     )
     assert "note: the scripted oracle got 1 of 1 cases wrong" in stdout
+
+
+def test_ctrl_c_writes_the_partial_report_and_exits_130(tmp_path: Path) -> None:
+    """Before: an interrupted run wrote its partial report and exited 0, so
+    `assay eval ... && publish mini.json` published a run the user had stopped."""
+    import signal
+
+    out = tmp_path / "partial.json"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    process = subprocess.Popen(
+        [ASSAY, "eval", "--oracle", "--no-baseline", "--concurrency", "1", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert process.stderr is not None
+    for line in process.stderr:  # the first progress line: attempts are running
+        if " done, " in line:
+            break
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=120)
+    assert process.returncode == 130, rest[-2000:]
+    report = json.loads(out.read_text())
+    assert report["complete"] is False and "Ctrl-C" in report["stopped"]
+
+
+def test_the_report_table_piped_has_no_box_drawing(tmp_path: Path, small_suite: Path) -> None:
+    """Before: rich's default box (┏━┳…) even when stdout was a file or a pipe."""
+    out = tmp_path / "oracle.json"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    result = subprocess.run(
+        [ASSAY, "eval", "--oracle", "--no-baseline", "--suite", str(small_suite),
+         "--out", str(out)],
+        capture_output=True, text=True, env=environment, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not set("┏┃━┡│└┳╇") & set(result.stdout), result.stdout
+    compared = subprocess.run(
+        [ASSAY, "eval", "--compare", str(out), str(out)],
+        capture_output=True, text=True, env=environment, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert compared.returncode == 0 and "metric" in compared.stdout, compared.stderr
+    assert not set("┏┃━┡│└┳╇") & set(compared.stdout), compared.stdout

@@ -243,6 +243,8 @@ def test_a_malformed_file_is_named_in_tool_output(tmp_path: Path) -> None:
 def test_many_broken_files_still_fit_the_cap(tmp_path: Path) -> None:
     for index in range(20):
         (tmp_path / f"broken-{index:02d}-{'x' * 80}.yaml").write_text("a: [\n")
+    # One object that parses: a folder with none at all is refused outright.
+    (tmp_path / "ns.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n")
     registry = registry_for(tmp_path, load_settings(tool_output_limit_chars=500))
     for tool, arguments in (("get", {"kind": "pods"}), ("api_resources", {})):
         result = registry.call(tool, arguments)

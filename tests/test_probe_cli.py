@@ -161,9 +161,9 @@ def test_test_runs_on_a_snapshot_and_prints_what_it_read(
     make_snapshot(tmp_path / "short", web_ready=1)
     code, out, _ = run(capsys, "probe", "test", CHECK, "--snapshot", "short")
     assert code == 1 and "false for: Deployment prod/web" in out
-    (tmp_path / "empty").mkdir()
-    code, out, _ = run(capsys, "probe", "test", CHECK, "--snapshot", "empty")
-    assert code == 3 and "error:" in out
+    (tmp_path / "empty").mkdir()  # no object at all: refused, not served as an empty cluster
+    code, _, err = run(capsys, "probe", "test", CHECK, "--snapshot", "empty")
+    assert code == 3 and "holds no Kubernetes objects" in err
 
 
 def test_drop_forgets_the_probe(capsys: pytest.CaptureFixture[str], probes: ProbeStore) -> None:

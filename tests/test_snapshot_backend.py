@@ -814,3 +814,41 @@ def test_a_snapshot_folder_that_cannot_be_listed_is_a_clear_error(
     monkeypatch.setattr(os, "scandir", refuse)
     with pytest.raises(SnapshotError, match="could not be read \\(Permission denied\\)"):
         SnapshotCache().get(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {},  # an empty folder
+        {"notes.txt": "kubectl get pods -o yaml > pods.yaml\n"},  # no YAML at all
+        {"pods.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: [unclosed\n"},  # none parses
+        {"logs/prod/api/app.log": "started\n"},  # logs but no objects
+    ],
+)
+def test_a_folder_without_any_object_is_refused_not_served_as_an_empty_cluster(
+    tmp_path: Path, files: dict[str, str]
+) -> None:
+    """Served, an empty cluster makes "no pod runs as root" vacuously true: a wrong
+    --snapshot folder must end a run with cannot_determine, not let the model answer."""
+    for relative, text in files.items():
+        write(tmp_path, relative, text)
+    with pytest.raises(SnapshotError, match="holds no Kubernetes objects"):
+        SnapshotBackend(tmp_path)
+
+
+def test_an_object_captured_twice_differently_is_named_in_the_problems(tmp_path: Path) -> None:
+    """`--snapshot examples/snapshots` (the folder of several clusters) used to merge them
+    silently, the last file winning: a check then answered for a cluster that does not
+    exist. The same object twice with the same content (overlapping kubectl gets) is fine."""
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: api, namespace: prod}}\n"
+        "status: {{phase: {}}}\n"
+    )
+    write(tmp_path, "eu/pods.yaml", pod.format("Running"))
+    write(tmp_path, "us/pods.yaml", pod.format("Pending"))
+    write(tmp_path, "us/again.yaml", pod.format("Pending"))
+    backend = SnapshotBackend(tmp_path)
+    assert len(backend.problems) == 1, backend.problems
+    problem = backend.problems[0]
+    assert "Pod prod/api" in problem and "eu/pods.yaml" in problem and "us/" in problem
+    assert "several clusters" in problem

@@ -6,8 +6,9 @@
     assay eval --compare A.json B.json --chart ab.html
     assay eval --check-suite --suite my-cases/
 
-Exit codes: 0 the run finished (the report says whether it is partial), 1
-``--check-suite`` found problems, 64 the command line or the suite is wrong.
+Exit codes: 0 the run finished (the report says whether a cap made it partial), 1
+``--check-suite`` found problems, 64 the command line or the suite is wrong, 130
+Ctrl-C (the partial report is written first).
 Heavy modules are imported inside the command so ``assay --help`` stays fast.
 """
 
@@ -36,6 +37,8 @@ from assay.commands.options import (
     settings_or_usage,
 )
 from assay.eval.chart import render_chart
+
+EXIT_INTERRUPTED = 130  # what a shell reports for SIGINT, as for every other command
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -137,6 +140,7 @@ def eval_command(
     settings = settings_or_usage(**flags.settings_overrides())
     _configure_logging(settings)
     selected = _load_suite(suite, only or [])
+    settings = _with_suite_roots(settings, selected)
     if check_suite:
         raise typer.Exit(_check_suite(selected, settings, stdout))
     if oracle and scripted is not None:
@@ -170,7 +174,9 @@ def eval_command(
 
     render_report(report, stdout)
     _write(report, path, chart)
-    raise typer.Exit(0)
+    from assay.eval.runner import INTERRUPTED
+
+    raise typer.Exit(EXIT_INTERRUPTED if report.stopped == INTERRUPTED else 0)
 
 
 def register(app: typer.Typer) -> None:
@@ -199,6 +205,19 @@ def _load_suite(path: Path | None, only: list[str]) -> Suite:
         return load_suite(path or DEFAULT_SUITE).select(only)
     except SuiteError as exc:
         raise typer.BadParameter(str(exc), param_hint="--suite") from None
+
+
+def _with_suite_roots(settings: AssaySettings, suite: Suite) -> AssaySettings:
+    """The settings with the suite's own snapshot folders added to the snapshot roots.
+
+    The suite names its snapshots (relative to its case files); they are what the run
+    reads, wherever it is started from. Otherwise, outside the checkout every case would
+    end cannot_determine ("outside the snapshot roots") and the report would measure
+    nothing while looking like a result.
+    """
+    folders = sorted({case.snapshot for case in suite.cases})
+    current = settings.snapshot_roots if settings.snapshot_roots is not None else [Path.cwd()]
+    return settings.model_copy(update={"snapshot_roots": [*current, *folders]})
 
 
 def _check_suite(suite: Suite, settings: AssaySettings, console: Console) -> int:

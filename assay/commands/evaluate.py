@@ -127,12 +127,37 @@ def _run(
     settings = settings_or_usage(**flags.settings_overrides())
     if snapshot is not None:
         snapshot = confined_snapshot(snapshot, settings)
+        _require_objects(snapshot)
     _configure_logging(settings)
     if scripted is not None:
         return _run_scripted(kind, text, snapshot, context, settings, json_output, trace, scripted)
     if not settings.model:
         raise typer.BadParameter(NO_MODEL_MESSAGE)
     return _evaluate(kind, text, snapshot, context, settings, json_output, trace)
+
+
+def _require_objects(snapshot: Path) -> None:
+    """Refuse a folder that is not a snapshot (empty, no YAML, nothing parses) with 64,
+    and warn on stderr about one that has problems (files skipped, an object captured
+    twice differently): the model is told in every tool output, the user should be too.
+
+    The engine would end the run with 3 anyway; on the command line the folder is
+    the user's typo, so it is a usage error. The parse is cached for the run.
+    """
+    from workers.core.toolsets.factory import snapshot_cache
+    from workers.core.toolsets.snapshot_backend import SnapshotError
+
+    try:
+        backend = snapshot_cache.get(snapshot, resolved=True)
+    except SnapshotError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--snapshot") from None
+    if backend.problems:
+        more = f" (and {len(backend.problems) - 1} more)" if len(backend.problems) > 1 else ""
+        print(
+            f"assay: warning: snapshot {snapshot} has {len(backend.problems)} problem(s), "
+            f"e.g. {backend.problems[0]}{more}; the rest is served",
+            file=sys.stderr,
+        )
 
 
 def _run_scripted(

@@ -23,6 +23,7 @@ import typer
 
 from assay.commands import fleet_batch, fleet_local
 from assay.commands.fleet_common import (
+    EXIT_INTERRUPTED,
     EXIT_UNAVAILABLE,
     CheckIdOpt,
     KubeconfigOpt,
@@ -58,6 +59,7 @@ from assay.commands.options import (
 )
 from assay.worker_group import child_commands, run_worker_group
 from scheduler.when import WhenError, parse_duration, resolve_not_before
+from schemas.fleet import RunProgress
 from schemas.request import EvaluationRequest
 from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN, VerdictKind
 
@@ -90,10 +92,19 @@ def submit(
     wait_timeout: Annotated[
         float | None,
         typer.Option(
-            "--wait-timeout", min=0.1, help="With --wait: give up after this many s (75)."
+            "--wait-timeout",
+            min=0.1,
+            help="With --wait: give up after this many seconds and exit 75 (default: no "
+            "limit, so set one in CI: a run no worker takes waits forever).",
         ),
     ] = None,
-    json_output: JsonOpt = False,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the receipt {run_id, check_id, ...} as JSON; with --wait, the verdict.",
+        ),
+    ] = False,
     model: FleetModelOpt = None,
     api_base: FleetApiBaseOpt = None,
     max_iterations: MaxIterationsOpt = None,
@@ -146,7 +157,10 @@ def submit(
 
     with fleet_client(settings) as client:
         require_model(client, request.model)
+        known = client.run_state(request.run_id) if run_id else None  # a chosen id may be taken
         receipt = client.submit_request(request)
+        if known is not None:
+            _note_known_run(request, known)
         if not wait:
             if json_output:
                 print(dump_json(receipt))
@@ -155,13 +169,37 @@ def submit(
                 if receipt.not_before is not None:
                     note(f"deferred until {iso_utc(receipt.not_before)}")
             return
-        print(f"run {receipt.run_id} queued; waiting for its verdict", file=sys.stderr)
+        if known is None:
+            print(f"run {receipt.run_id} queued; waiting for its verdict", file=sys.stderr)
         try:
             verdict = client.wait(receipt.run_id, timeout=wait_timeout)
         except WaitTimeout as exc:
             fail(f"{exc}; read it later with `assay verdict {receipt.run_id}`", EXIT_PENDING)
+        except KeyboardInterrupt:  # the run goes on: say where its verdict will be
+            fail(
+                f"stopped waiting; run {receipt.run_id} goes on in the fleet: read its "
+                f"verdict with `assay verdict {receipt.run_id}`",
+                EXIT_INTERRUPTED,
+            )
     _show_verdict(verdict, json_output)
     raise typer.Exit(verdict.exit_code)
+
+
+def _note_known_run(request: EvaluationRequest, known: RunProgress) -> None:
+    """Say that a chosen run id was taken, so nothing was queued, and by what.
+
+    Resubmitting a known run id answers that run (safe after a lost answer, and
+    documented); with another predicate or target, what is printed next, and with
+    --wait the exit code, are that other evaluation's, so that is said plainly.
+    """
+    if known.check_id == request.check_id and known.target == request.target.name:
+        note(f"run {known.run_id} was already submitted; nothing was queued again")
+        return
+    note(
+        f"warning: run id {known.run_id} already belongs to check {known.check_id} on "
+        f"{known.target}, not to this one: nothing was queued, and what follows is that "
+        "run's; pick a new --run-id for a new evaluation"
+    )
 
 
 def _show_verdict(verdict: Any, json_output: bool) -> None:
@@ -231,7 +269,10 @@ def run(
         str,
         typer.Argument(help="The run id `assay submit` printed.", callback=id_checker("run id")),
     ],
-    json_output: JsonOpt = False,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="Print the run as GET /v1/runs/RUN_ID returns it."),
+    ] = False,
 ) -> None:
     """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown).
 
@@ -294,7 +335,9 @@ def checks(
         typer.Option("--changed-since", help="Only checks whose verdict changed within, e.g. 1h."),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 1000,
-    json_output: JsonOpt = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the checks as a JSON list, as the API does.")
+    ] = False,
     wide: WideOpt = False,
 ) -> None:
     """List checks with their latest verdict, target and age."""
@@ -328,6 +371,28 @@ def checks(
 
 
 # --- worker ---------------------------------------------------------------------------------------
+
+
+CELERY_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL")
+
+
+def _check_worker_flags(pool: str, loglevel: str) -> None:
+    """Refuse what Celery would only refuse with a traceback (and exit 1) once starting:
+    a pool whose package is not installed (gevent and eventlet are not assay's
+    dependencies) and a log level it does not know."""
+    import importlib.util
+
+    if pool in ("gevent", "eventlet") and importlib.util.find_spec(pool) is None:
+        raise typer.BadParameter(
+            f"the {pool} pool needs the {pool} package, which is not installed; "
+            "use threads (the default), prefork or solo",
+            param_hint="--pool / ASSAY_WORKER_POOL",
+        )
+    if loglevel.upper() not in CELERY_LOG_LEVELS:
+        raise typer.BadParameter(
+            f"{loglevel!r} is not a log level: use one of {', '.join(CELERY_LOG_LEVELS)}",
+            param_hint="--loglevel",
+        )
 
 
 def worker(
@@ -392,6 +457,7 @@ def worker(
         worker_processes=processes,
         worker_cpu_affinity=cpu_affinity,
     )
+    _check_worker_flags(settings.worker_pool, loglevel)
     try:
         url = require_redis_url(settings)
     except FleetNotConfigured as exc:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from assay.commands.fleet_common import (
+    EXIT_INTERRUPTED,
     KubeconfigOpt,
     WideOpt,
     dump_json,
@@ -143,7 +144,12 @@ def batch(
     kubeconfig: KubeconfigOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Show progress, then the table.")] = False,
     wait_timeout: Annotated[
-        float | None, typer.Option("--wait-timeout", min=1, help="With --wait: give up (75).")
+        float | None,
+        typer.Option(
+            "--wait-timeout",
+            min=1,
+            help="With --wait: give up after this many seconds and exit 75 (default: no limit).",
+        ),
     ] = None,
     json_output: Annotated[
         bool,
@@ -184,6 +190,8 @@ def batch(
         )
     if (contexts is None) == (snapshots is None):
         raise typer.BadParameter("give exactly one of --contexts GLOB or --snapshots GLOB")
+    if not args[0].strip():  # before any fleet lookup or note about waiting runs
+        raise typer.BadParameter("the predicate text is empty: say what to evaluate")
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     check_profile(flags.profile)
     check_probe_mode(probe)
@@ -227,6 +235,12 @@ def batch(
             status = wait_with_progress(client, batch_id, wait_timeout)
         except WaitTimeout as exc:
             fail(f"{exc}; follow it with `assay batch status {batch_id}`", EXIT_PENDING)
+        except KeyboardInterrupt:  # the batch goes on: say where to find it
+            fail(
+                f"stopped waiting; batch {batch_id} goes on in the fleet: follow it with "
+                f"`assay batch status {batch_id}`",
+                EXIT_INTERRUPTED,
+            )
         show_batch(client, status, json_output, wide)
     raise typer.Exit(batch_exit_code(status))
 

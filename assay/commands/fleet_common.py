@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from schemas.settings import AssaySettings
 
 EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE: the fleet's Redis or broker is not reachable
+EXIT_INTERRUPTED = 130  # Ctrl-C, what a shell reports for SIGINT (never a verdict code)
 ERROR_PREFIX = "assay: error: "
 
 CheckIdOpt = Annotated[

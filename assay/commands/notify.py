@@ -190,24 +190,29 @@ def status(json: JsonOpt = False) -> None:
 
 
 def _print_status(rows: list[SinkStatus]) -> None:
-    from rich.table import Table
+    """One line per sink, no box drawing when piped (``assay.render.make_table``), and
+    within 80 columns, like the fleet's other tables (``sent``: delivered, ``dead``: dead
+    letters)."""
+    from rich.markup import escape
 
-    table = Table(
-        "sink",
-        "type",
-        "lag",
-        "pending",
-        "oldest",
-        "delivered",
-        "filtered",
-        "retries",
-        "dead letters",
+    from assay.render import make_table
+
+    console = stdout_console()
+    table = make_table(
+        console,
+        *("sink", "type", "lag", "pending", "oldest", "sent", "filtered", "retries", "dead"),
+        collapse_padding=True,  # narrow gaps and no edges: nine columns fit in 80
+        pad_edge=False,
+        show_edge=False,
     )
+    for column in table.columns:
+        column.no_wrap = True
+        column.overflow = "ellipsis"
     for row in rows:
         lag = "not started" if not row.started else "?" if row.lag is None else str(row.lag)
         oldest = "-" if row.oldest_pending_seconds is None else f"{row.oldest_pending_seconds:.0f}s"
         table.add_row(
-            row.sink,
+            escape(row.sink),
             row.type,
             lag,
             str(row.pending),
@@ -217,7 +222,7 @@ def _print_status(rows: list[SinkStatus]) -> None:
             str(row.retries),
             str(row.dead_letters),
         )
-    stdout_console().print(table)
+    console.print(table, soft_wrap=False)
 
 
 def register(app: typer.Typer) -> None:

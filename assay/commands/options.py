@@ -85,12 +85,23 @@ TimeoutOpt = Annotated[
         help="Seconds allowed (env ASSAY_TIMEOUT_SECONDS; for submit and batch, the workers').",
     ),
 ]
+
+
+def _positive_cost(value: float | None) -> float | None:
+    """A cost limit of 0 or less is refused: the budget needs more than 0, and a request's
+    0 used to be dropped as "no limit", the opposite of what was asked."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter("must be more than 0 (USD); leave it out for no cost limit")
+    return value
+
+
 MaxCostOpt = Annotated[
     float | None,
     typer.Option(
         "--max-cost",
-        min=0.0,
-        help="USD allowed (env ASSAY_MAX_COST_USD; for submit and batch, the workers').",
+        callback=_positive_cost,
+        help="USD allowed, more than 0 (env ASSAY_MAX_COST_USD; for submit and batch, "
+        "the workers').",
     ),
 ]
 ProfileOpt = Annotated[
@@ -168,22 +179,21 @@ class EngineFlags:
             max_iterations=self.max_iterations,
             max_tokens=self.max_tokens,
             timeout_seconds=self.timeout,
-            max_cost_usd=self.max_cost or None,
+            max_cost_usd=self.max_cost,
         )
 
 
 def settings_or_usage(**flags: Any) -> AssaySettings:
     """The settings with ``flags`` on top; an invalid configuration is a usage error (64)."""
-    from pydantic import ValidationError
-
-    from schemas.settings import load_settings
+    from schemas.settings import load_settings, settings_problem, unknown_settings
 
     try:
-        return load_settings(**flags)
-    except (ValidationError, ValueError) as exc:
-        first = str(exc).splitlines()
-        detail = " ".join(first[:3]) if first else repr(exc)
-        raise typer.BadParameter(f"the configuration is invalid: {detail}") from None
+        settings = load_settings(**flags)
+    except ValueError as exc:  # pydantic's ValidationError is one too
+        raise typer.BadParameter(f"the configuration is invalid: {settings_problem(exc)}") from None
+    for problem in unknown_settings():
+        typer.echo(f"assay: warning: {problem}", err=True)
+    return settings
 
 
 def check_profile(profile: str | None) -> None:
@@ -212,4 +222,7 @@ def require_one_target(snapshot: Path | None, context: str | None) -> None:
 
 def validation_detail(exc: ValidationError) -> str:
     """A pydantic error's messages on one line, for a usage error."""
-    return "; ".join(str(error["msg"]) for error in exc.errors())
+    return "; ".join(
+        str(error["msg"]).removeprefix("Value error, ")  # pydantic's prefix for our own checks
+        for error in exc.errors()
+    )

@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from assay.commands.fleet_common import ERROR_PREFIX, EXIT_UNAVAILABLE, require_reachable
+from assay.commands.fleet_common import (
+    ERROR_PREFIX,
+    EXIT_UNAVAILABLE,
+    WideOpt,
+    require_reachable,
+    stdout_console,
+)
 from assay.commands.options import PROBE_MODES, ProbeOpt
 from scheduler.when import WhenError, parse_duration
 from schemas.budget import Budget
@@ -79,12 +85,18 @@ def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 def _settings() -> AssaySettings:
-    from schemas.settings import load_settings
+    from schemas.settings import load_settings, settings_problem, unknown_settings
 
     try:
-        return load_settings()
+        settings = load_settings()
     except ValueError as exc:
-        _fail(f"the configuration is invalid ({exc}); fix ASSAY_* or the ASSAY_CONFIG file")
+        _fail(
+            f"the configuration is invalid ({settings_problem(exc)}); "
+            "fix ASSAY_* or the ASSAY_CONFIG file"
+        )
+    for problem in unknown_settings():
+        typer.echo(f"assay: warning: {problem}", err=True)
+    return settings
 
 
 def _redis(settings: AssaySettings) -> Any:
@@ -302,11 +314,8 @@ def update(
 
 
 @schedule_app.command("list")
-def list_schedules(json_out: JsonOpt = False) -> None:
+def list_schedules(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
     """All schedules with their next fire and the last verdict per target."""
-    from rich.console import Console
-    from rich.table import Table
-
     settings = _settings()
     store = _store(settings)
     verdicts = _verdicts(store, settings)
@@ -319,21 +328,56 @@ def list_schedules(json_out: JsonOpt = False) -> None:
             "no schedules yet; add one with `assay schedule add NAME PREDICATE --every 1h ...`"
         )
         return
-    table = Table(title="schedules")
-    for column in ("name", "id", "cadence", "targets", "state", "next fire", "last verdicts"):
-        table.add_column(column)
+    _print_schedules(store, schedules, verdicts, wide)
+
+
+def _print_schedules(
+    store: ScheduleStore, schedules: list[Schedule], verdicts: VerdictStore, wide: bool
+) -> None:
+    """One line per schedule, no box drawing when piped, like the fleet's other tables.
+
+    By default it fits 80 columns: the next fire as how long until it, the last
+    verdicts as a tally (`assay schedule show` has them per target); ``wide`` adds the
+    id and the targets and shows both in full. Cells are text, never rich markup (a
+    glob like ``snaps/[a-c]*`` is shown as written).
+    """
+    from collections import Counter
+
+    from rich.markup import escape
+
+    from assay.render import make_table
+
+    console = stdout_console()
+    headers = ["name", *(["id"] if wide else []), "cadence", *(["targets"] if wide else [])]
+    table = make_table(console, *headers, "state", "next fire", "last verdicts")
+    for column in table.columns:
+        column.no_wrap = not wide
+        column.overflow = "ellipsis"
+    if not wide:  # name and cadence give way; state and next fire stay whole
+        name, cadence, state, next_fire, _last = table.columns
+        name.max_width = cadence.max_width = 24
+        state.min_width, next_fire.min_width = 6, 9
     for schedule in schedules:
         last = _last_verdicts(schedule, verdicts)
-        table.add_row(
+        upcoming = store.next_fire_at(schedule) if schedule.enabled else None
+        if wide:
+            when = _when(upcoming, schedule.timezone)
+            outcome = ", ".join(f"{target}: {verdict}" for target, verdict in last.items())
+        else:
+            when = _until(upcoming)
+            tally = Counter(last.values())
+            outcome = " · ".join(f"{verdict} {count}" for verdict, count in tally.items())
+        cells = [
             schedule.name,
-            schedule.id,
+            *([schedule.id] if wide else []),
             schedule.cadence(),
-            schedule.targets.describe(),
+            *([schedule.targets.describe()] if wide else []),
             "paused" if schedule.paused else "active",
-            _when(store.next_fire_at(schedule), schedule.timezone) if schedule.enabled else "-",
-            ", ".join(f"{target}: {verdict}" for target, verdict in last.items()) or "-",
-        )
-    Console().print(table)
+            when,
+            outcome or "-",
+        ]
+        table.add_row(*(escape(cell) for cell in cells))
+    console.print(table, soft_wrap=False)
 
 
 @schedule_app.command("show")
@@ -512,6 +556,14 @@ def _when(moment: datetime | None, zone: str) -> str:
     if seconds >= 0:
         return f"{local} (in {_span(seconds)})"
     return f"{local} ({_span(-seconds)} ago)"
+
+
+def _until(moment: datetime | None) -> str:
+    """``in 15.0m`` / ``2.0h ago``: the next fire in a narrow table."""
+    if moment is None:
+        return "-"
+    seconds = (moment - datetime.now(UTC)).total_seconds()
+    return f"in {_span(seconds)}" if seconds >= 0 else f"{_span(-seconds)} ago"
 
 
 def _span(seconds: float) -> str:

@@ -31,11 +31,11 @@ def api(
 
     from assay.api import create_app
     from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail
+    from assay.commands.options import settings_or_usage
     from assay.local_mode import discover_redis_url
-    from schemas.settings import load_settings
     from workers.core.logs import configure_logging
 
-    settings = load_settings(api_host=host, api_port=port)
+    settings = settings_or_usage(api_host=host, api_port=port)  # invalid: one sentence, 64
     configure_logging(settings)
     url = discover_redis_url(settings)  # ASSAY_REDIS_URL, else a running `assay up`
     if url is None:
@@ -60,6 +60,9 @@ def api(
         )
     from workers.core.tracing import configure_tracing
 
+    _require_free(settings.api_host, settings.api_port, "--port / ASSAY_API_PORT")
+    if settings.metrics_port:
+        _require_free("0.0.0.0", settings.metrics_port, "ASSAY_METRICS_PORT")
     configure_tracing(settings)
     if settings.metrics_port:
         # Unauthenticated metrics on their own port (like workers and schedulers), for
@@ -73,16 +76,46 @@ def api(
         f"(redis {url}); Ctrl-C stops it",
         err=True,
     )
-    uvicorn.run(
-        app,
-        host=settings.api_host,
-        port=settings.api_port,
-        access_log=False,  # the app logs one structured line per request itself
-        log_config=None,
-        proxy_headers=True,
-        server_header=False,
-        timeout_graceful_shutdown=10,
-    )
+    try:
+        uvicorn.run(
+            app,
+            host=settings.api_host,
+            port=settings.api_port,
+            access_log=False,  # the app logs one structured line per request itself
+            log_config=None,
+            proxy_headers=True,
+            server_header=False,
+            timeout_graceful_shutdown=10,
+        )
+    except SystemExit as exc:
+        if exc.code == UVICORN_STARTUP_FAILURE:  # 3 is `cannot_determine` to a script
+            fail("the API did not start (the reason is logged above)", EXIT_SOFTWARE)
+        raise
+
+
+UVICORN_STARTUP_FAILURE = 3
+EXIT_SOFTWARE = 70
+
+
+def _require_free(host: str, port: int, setting: str) -> None:
+    """Refuse a port something else listens on, with one sentence and 64, before saying
+    "listening": uvicorn would log the bind error and exit 3, a verdict code here."""
+    import socket
+
+    from assay.commands.fleet_common import fail
+    from schemas.verdict import EXIT_USAGE
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            fail(
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}): another process "
+                f"has it, or the address is wrong; choose another with {setting}",
+                EXIT_USAGE,
+            )
 
 
 def register(app: typer.Typer) -> None:

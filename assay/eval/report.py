@@ -13,10 +13,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
-from rich.table import Table
 
 from assay.eval.scoring import arm_metrics
 from assay.eval.suite import Suite
+from assay.render import make_table
 from schemas.eval import ARM_TITLES, ArmMetrics, ArmReport, Attempt, EvalReport
 from schemas.verdict import Usage, VerdictKind
 
@@ -146,7 +146,7 @@ def _heading(report: EvalReport) -> str:
 
 
 def render_report(report: EvalReport, console: Console) -> None:
-    table = Table(title=_heading(report), title_justify="left", show_lines=False)
+    table = make_table(console, title=_heading(report), title_justify="left")  # plain if piped
     table.add_column("metric")
     for arm in report.arms:
         table.add_column(_ARM_COLUMNS.get(arm.arm, arm.arm), justify="right")
@@ -201,7 +201,7 @@ def render_comparison(first: EvalReport, second: EvalReport, console: Console) -
     for name in arms:
         a, b = first.arm(name), second.arm(name)
         assert a is not None and b is not None
-        table = Table(title=ARM_TITLES.get(name, name), title_justify="left")
+        table = make_table(console, title=ARM_TITLES.get(name, name), title_justify="left")
         table.add_column("metric")
         table.add_column("A", justify="right")
         table.add_column("B", justify="right")

@@ -188,6 +188,11 @@ class Caps:
         return None
 
 
+# Outcome.stopped when the user pressed Ctrl-C: the command still writes the partial
+# report, then exits 130 (an interruption is never reported as a finished run).
+INTERRUPTED = "interrupted (Ctrl-C)"
+
+
 @dataclass
 class Outcome:
     attempts: list[Attempt]
@@ -274,6 +279,6 @@ def run_tasks(
                     warmed.add(task.arm)
                     in_flight.wait_below(1)
         except KeyboardInterrupt:
-            outcome.stopped = "interrupted (Ctrl-C)"
+            outcome.stopped = INTERRUPTED
     outcome.skipped = len(tasks) - started
     return outcome

@@ -254,6 +254,24 @@ class SnapshotBackend:
         del self._secret_values  # only the scrubber's automaton keeps them
         self._index, self._objects = self._build_index(self._raw)
         del self._raw, self._sources
+        if not self._objects:
+            raise SnapshotError(self._no_objects(path))
+
+    def _no_objects(self, path: str | Path) -> str:
+        """Why a folder without a single object is refused, and what to pass instead.
+
+        Served, it would be an empty cluster, where "no pod runs as root" is vacuously
+        true: a wrong ``--snapshot`` folder must not become a confident verdict.
+        """
+        why = (
+            f"{len(self.problems)} file(s) could not be used, e.g. {self.problems[0]}"
+            if self.problems
+            else "no .yaml, .yml or .json file with an object in it"
+        )
+        return (
+            f"snapshot folder {str(path)!r} holds no Kubernetes objects ({why}); pass a "
+            "folder of `kubectl get -o yaml` output (see examples/snapshots/README.md)"
+        )
 
     # ------------------------------------------------------------------ loading
 
@@ -357,6 +375,7 @@ class SnapshotBackend:
         guessed: set[tuple[str, str]] = set()
 
         objects: dict[tuple[str, str], dict[ObjectKey, dict[str, Any]]] = {}
+        origins: dict[tuple[str, str, ObjectKey], str] = {}  # the file each object came from
         for obj, relative in zip(raw, self._sources, strict=True):
             group, version = split_api_version(str(obj.get("apiVersion", "")))
             kind = str(obj["kind"])
@@ -373,7 +392,12 @@ class SnapshotBackend:
             if not info.namespaced and (info.group, info.kind) not in guessed:
                 self._ignore_namespace(obj, info, relative)
             key = (str(metadata.get("namespace") or ""), str(metadata["name"]))
-            objects.setdefault((info.group, info.kind), {})[key] = obj
+            stored = objects.setdefault((info.group, info.kind), {})
+            earlier = stored.get(key)
+            if earlier is not None and earlier != obj:
+                self._note_conflict(kind, key, origins[(info.group, info.kind, key)], relative)
+            stored[key] = obj
+            origins[(info.group, info.kind, key)] = relative
 
         # Kinds known only from their objects are namespaced when their objects are.
         for position in range(len(BUILTIN_RESOURCES), len(known)):
@@ -385,6 +409,20 @@ class SnapshotBackend:
                 )
         sorted_objects = {key: dict(sorted(found.items())) for key, found in objects.items()}
         return ResourceIndex.builtin_with(known[len(BUILTIN_RESOURCES) :]), sorted_objects
+
+    def _note_conflict(self, kind: str, key: ObjectKey, earlier: str, relative: str) -> None:
+        """An object captured twice with different content: the later file's is served.
+
+        Overlapping captures (``kubectl get all`` and ``get pods``) repeat objects
+        identically and are not reported; different content usually means the
+        folder holds several clusters (``--snapshot`` one level too high).
+        """
+        namespace, name = key
+        shown = f"{namespace}/{name}" if namespace else name
+        self.problems.append(
+            f"{relative}: {kind} {shown} is also in {earlier} with different content; the "
+            f"one in {relative} is served (does this folder hold several clusters?)"
+        )
 
     def _ignore_namespace(self, obj: dict[str, Any], info: ResourceInfo, relative: str) -> None:
         """Serve a cluster-scoped object as the API server would: without a namespace.
