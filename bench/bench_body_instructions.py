@@ -1,0 +1,185 @@
+"""Instructions the worker's task body executes per 3-step evaluation, counted by callgrind.
+Prints figures only.
+
+    .venv/bin/python bench/bench_body_instructions.py [--evals 50] [--ablate store-scrub,...]
+
+Why this bench exists beside bench_fleet: rates and CPU seconds move with whatever else
+the host runs (on the same 2-core machine, bench_fleet's empty Celery task measured
+1,600-2,040 tasks/s one day and 800-1,200 another), so a change worth 5% of an
+evaluation's CPU disappears in the noise of its figures. ``valgrind --tool=callgrind``
+counts instructions instead: the same code, inputs and environment give the same count
+to about 0.3%, whatever else the machine is doing.
+
+What is counted: ``workers.fleet.tasks.handle_delivery`` (what a worker's thread runs for
+one message: request, delivery count, engine, tools, model calls, token counts, scrubs,
+the verdict's store write), on one thread, in this process, with callgrind's
+instrumentation switched on only around the evaluations; the scripted model and a
+private redis-server run in their own processes and are not counted. What is not: the
+kernel's side of system calls, waiting, Celery's consumer and pool (the same for any
+task), and cache misses: instructions are a proxy for CPU time, not CPU time.
+
+``--ablate``: switch a part off to see what it costs (store-scrub, engine-scrub, record,
+tokens, same-snapshot: every run on one snapshot folder, so the parse is cached).
+
+Needs valgrind (``apt-get install valgrind``); prints why and exits 0 without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+
+ABLATIONS = ("store-scrub", "engine-scrub", "record", "tokens", "same-snapshot")
+
+
+def _ablate(parts: list[str]) -> None:
+    import workers.core.engine as engine
+    import workers.core.llm as llm
+    import workers.fleet.store as store
+
+    for part in parts:
+        if part == "store-scrub":
+            store.scrubbed_report = lambda report: report
+        elif part == "engine-scrub":
+            engine.scrubbed_model = lambda report, **_: report
+        elif part == "record":
+            store.VerdictStore.record_verdict = lambda self, report: True  # type: ignore[method-assign]
+        elif part == "tokens":
+            llm.LiteLLMClient.count_tokens = lambda self, model, messages, tools: 100  # type: ignore[method-assign]
+
+
+def child(evals: int, control: Path, ablate: list[str]) -> None:
+    """Under callgrind: set up, warm up, then run ``evals`` deliveries between two signals."""
+    from assay.redis_process import RedisProcess
+    from bench.bench_fleet import start_model
+    from schemas.settings import load_settings
+    from tests.fleet_support import PREDICATE, make_snapshots, snapshot_request, three_step_script
+    from workers.core.logs import configure_logging
+    from workers.fleet.runtime import WorkerRuntime, tune_interpreter
+    from workers.fleet.tasks import handle_delivery
+
+    folder = Path(tempfile.mkdtemp(prefix="assay-bench-body-"))
+    server = RedisProcess(data_dir=folder / "redis").start()
+    model, model_url = start_model(three_step_script(), folder)
+    try:
+        settings = load_settings(
+            redis_url=server.url, model="openai/scripted", api_base=model_url,
+            api_key="scripted-no-key", snapshot_roots=[folder], log_level="WARNING",
+        )  # fmt: skip
+        configure_logging(settings)  # as the worker does: WARNING, so run logs are filtered out
+        runtime = WorkerRuntime.build(settings)
+        from workers.core.litellm_import import load_litellm
+
+        load_litellm()
+        tune_interpreter()
+        _ablate(ablate)
+
+        def payloads(label: str, count: int) -> list[dict[str, Any]]:
+            folders = make_snapshots(folder / label, count)
+            if "same-snapshot" in ablate:
+                folders = [folders[0]] * count
+            found = []
+            for path in folders:
+                request = snapshot_request(text=PREDICATE, path=str(path), probe="off")
+                runtime.store.register_run(request)
+                found.append(request.model_dump(mode="json"))
+            return found
+
+        for payload in payloads("warm", 30):
+            handle_delivery(payload, runtime)
+        measured = payloads("measured", evals)
+        (control / "ready").write_text(str(os.getpid()))
+        while not (control / "go").exists():
+            time.sleep(0.02)
+        for payload in measured:
+            handle_delivery(payload, runtime)
+        (control / "done").write_text("")
+        while not (control / "stop").exists():
+            time.sleep(0.02)
+    finally:
+        model.terminate()
+        server.stop()
+
+
+def count(evals: int, ablate: list[str]) -> float:
+    """Instructions per evaluation, one callgrind run."""
+    control = Path(tempfile.mkdtemp(prefix="assay-bench-body-ctl-"))
+    out = control / "callgrind.out"
+    argv = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+        sys.executable, __file__, "--child", str(control), "--evals", str(evals),
+        "--ablate", ",".join(ablate),
+    ]  # fmt: skip
+    with (control / "log").open("wb") as log:
+        process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_for(name: str, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not (control / name).exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise SystemExit(f"the callgrind run failed; its log: {control / 'log'}")
+            time.sleep(0.2)
+
+    try:
+        wait_for("ready", 900)
+        pid = (control / "ready").read_text()
+        subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+        (control / "go").write_text("")
+        wait_for("done", 900)
+        subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+        (control / "stop").write_text("")
+        process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    summary = subprocess.run(
+        ["callgrind_annotate", str(out)], check=True, capture_output=True, text=True
+    ).stdout
+    match = re.search(r"^\s*([\d,]+)\s.*PROGRAM TOTALS", summary, re.MULTILINE)
+    if match is None:
+        raise SystemExit(f"callgrind_annotate printed no total for {out}")
+    shutil.rmtree(control, ignore_errors=True)
+    return int(match.group(1).replace(",", "")) / evals
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--evals", type=int, default=50)
+    parser.add_argument("--ablate", default="", help=f"comma-separated: {', '.join(ABLATIONS)}")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    ablate = [part for part in args.ablate.split(",") if part]
+    unknown = set(ablate) - set(ABLATIONS)
+    if unknown:
+        parser.error(f"unknown --ablate part(s): {', '.join(sorted(unknown))}")
+    if args.child:
+        child(args.evals, Path(args.child), ablate)
+        return
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("bench_body_instructions: valgrind is not installed; nothing measured")
+        return
+    print(f"bench_body_instructions: {args.evals} evaluations (3 steps, scripted model, not an "
+          "LLM) through handle_delivery on one thread, under callgrind")  # fmt: skip
+    base = count(args.evals, [])
+    print(f"  task body:                {base / 1e6:6.2f} M instructions per evaluation")
+    for part in ablate:
+        without = count(args.evals, [part])
+        print(f"  of which {part + ':':17s}{(base - without) / 1e6:6.2f} M "
+              f"({(base - without) / base:.0%})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
