@@ -143,7 +143,7 @@ class FakeApiServer:
         self._stopping = threading.Event()
         self._openapi_cache: dict[tuple[str, str], bytes] = {}
         self._host = host
-        self._httpd = ThreadingHTTPServer((host, port), _Handler)
+        self._httpd = _Server((host, port), _Handler)
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False
         self._httpd.app = self  # type: ignore[attr-defined]
@@ -498,6 +498,15 @@ class FakeApiServer:
         return start
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-answer (a cap or a deadline on its side) is no error of
+        the server's; anything else is printed as socketserver does."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "assay-fake-apiserver"
@@ -527,8 +536,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if reply.endless or reply.drip:
             self._hostile_body(app, reply)
-        else:
+            return
+        try:
             self.wfile.write(reply.body)
+        except OSError:  # the client stopped reading (its cap or its deadline): not our error
+            self.close_connection = True
 
     def _hostile_body(self, app: FakeApiServer, reply: _Reply) -> None:
         """A body that never ends, or the real one a byte at a time; stops with the server."""
