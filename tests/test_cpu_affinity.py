@@ -170,28 +170,39 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(len(ALLOWED) < 2, reason="needs two CPUs this process may use")
 def test_a_two_process_worker_runs_each_process_on_its_own_cpu_and_still_decides(
-    redis_url: str, scripted_model: ScriptedModel, tmp_path: Path
+    redis_url: str, tmp_path: Path
+) -> None:
+
+    log = tmp_path / "worker.log"
+    # A model slow enough that runs overlap: each process's 4 slots fill, so both take runs
+    # and both start their pool's threads (a zero-latency model let one process take nearly
+    # all of them, one thread after another, and the thread count below was luck).
+    with ScriptedModel(three_step_script(delay=0.1)) as slow_model:
+        process = start_worker(
+            redis_url, slow_model.url, log, "--processes", "2", "--cpu-affinity", "auto"
+        )
+        try:
+            _decide_and_check_the_cpus(redis_url, process, log, tmp_path)
+        finally:
+            stop(process)
+
+
+def _decide_and_check_the_cpus(
+    redis_url: str, process: subprocess.Popen[bytes], log: Path, tmp_path: Path
 ) -> None:
     from assay.client import Client
 
-    log = tmp_path / "worker.log"
-    process = start_worker(
-        redis_url, scripted_model.url, log, "--processes", "2", "--cpu-affinity", "auto"
-    )
-    try:
-        make_snapshots(tmp_path / "targets", 8, bad_every=4)
-        with Client(load_settings(redis_url=redis_url)) as client:
-            batch_id = client.start_batch(PREDICATE, snapshots=str(tmp_path / "targets" / "*"))
-            status = client.wait_batch(batch_id, timeout=120, poll=0.2)
-        assert (status.total, status.true, status.false) == (8, 6, 2), worker_log_tail(log)
-        workers = children_of(process.pid)
-        assert len(workers) == 2
-        held = [set(thread_cpus(pid).values()) for pid in workers]
-        # every thread of a process (Celery's pool included) on one CPU, a different one each
-        assert sorted(held, key=sorted) == [{str(ALLOWED[0])}, {str(ALLOWED[1])}], held
-        assert all(len(thread_cpus(pid)) > 4 for pid in workers)  # the pool's threads counted
-    finally:
-        stop(process)
+    make_snapshots(tmp_path / "targets", 16, bad_every=4)
+    with Client(load_settings(redis_url=redis_url)) as client:
+        batch_id = client.start_batch(PREDICATE, snapshots=str(tmp_path / "targets" / "*"))
+        status = client.wait_batch(batch_id, timeout=120, poll=0.2)
+    assert (status.total, status.true, status.false) == (16, 12, 4), worker_log_tail(log)
+    workers = children_of(process.pid)
+    assert len(workers) == 2
+    held = [set(thread_cpus(pid).values()) for pid in workers]
+    # every thread of a process (Celery's pool included) on one CPU, a different one each
+    assert sorted(held, key=sorted) == [{str(ALLOWED[0])}, {str(ALLOWED[1])}], held
+    assert all(len(thread_cpus(pid)) > 4 for pid in workers)  # the pool's threads counted
 
 
 @linux_only

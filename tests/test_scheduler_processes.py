@@ -168,10 +168,12 @@ def test_two_replicas_one_killed_miss_nothing_and_double_nothing(
         time.sleep(2.0)  # both replicas up
         count, window = 150, 5.0
         start = datetime.now(UTC) + timedelta(seconds=1)
+        # A snapshot with an object in it: an empty folder is refused before any model is asked.
+        [cluster] = make_snapshots(tmp_path / "clusters", 1)
         requests = [
             EvaluationRequest(
                 text=f"deferred predicate number {i}",
-                target=SnapshotTarget(path=str(tmp_path)),
+                target=SnapshotTarget(path=str(cluster)),
                 run_id=f"kill-{i:03d}",
                 not_before=start + timedelta(seconds=window * i / count),
             )
