@@ -103,17 +103,30 @@ def small_suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _plain_environment() -> dict[str, str]:
+    """This process's environment without any ASSAY_* setting."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    return environment
+
+
+def _oracle_run(suite: Path, out: Path, *, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`assay eval --oracle --no-baseline` on ``suite``, its report written to ``out``."""
+    return subprocess.run(
+        [ASSAY, "eval", "--oracle", "--no-baseline", "--suite", str(suite), "--out", str(out)],
+        capture_output=True, text=True, env=_plain_environment(), cwd=cwd, timeout=300,
+    )  # fmt: skip
+
+
 def test_the_oracle_scores_100_percent_on_the_whole_shipped_suite(tmp_path: Path) -> None:
     """Every case through the real engine, from the console script: labels, evidence and
     engine agree."""
     out = tmp_path / "oracle.json"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
-    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     result = subprocess.run(
         [ASSAY, "eval", "--oracle", "--no-baseline", "--concurrency", "8", "--out", str(out)],
         capture_output=True,
         text=True,
-        env=environment,
+        env=_plain_environment(),
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -145,13 +158,7 @@ def test_the_oracle_scores_100_percent_from_any_working_directory(
     scored 0% on true/false cases, and the command still exited 0. With a real model the
     report would show a false-true rate of 0% for a model that was never asked."""
     out = tmp_path / "oracle.json"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
-    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    result = subprocess.run(
-        [ASSAY, "eval", "--oracle", "--no-baseline", "--suite", str(small_suite),
-         "--out", str(out)],
-        capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
+    result = _oracle_run(small_suite, out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     engine = arm(json.loads(out.read_text()), "engine")
     wrong = [(a["case_id"], a["reason"]) for a in engine["attempts"] if not a["correct"]]
@@ -356,11 +363,10 @@ def test_ctrl_c_writes_the_partial_report_and_exits_130(tmp_path: Path) -> None:
     import signal
 
     out = tmp_path / "partial.json"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
-    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     process = subprocess.Popen(
         [ASSAY, "eval", "--oracle", "--no-baseline", "--concurrency", "1", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_plain_environment(),
+        cwd=ROOT,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     assert process.stderr is not None
@@ -377,18 +383,12 @@ def test_ctrl_c_writes_the_partial_report_and_exits_130(tmp_path: Path) -> None:
 def test_the_report_table_piped_has_no_box_drawing(tmp_path: Path, small_suite: Path) -> None:
     """Before: rich's default box (┏━┳…) even when stdout was a file or a pipe."""
     out = tmp_path / "oracle.json"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
-    environment["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    result = subprocess.run(
-        [ASSAY, "eval", "--oracle", "--no-baseline", "--suite", str(small_suite),
-         "--out", str(out)],
-        capture_output=True, text=True, env=environment, cwd=ROOT, timeout=300,
-    )  # fmt: skip
+    result = _oracle_run(small_suite, out, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert not set("┏┃━┡│└┳╇") & set(result.stdout), result.stdout
     compared = subprocess.run(
         [ASSAY, "eval", "--compare", str(out), str(out)],
-        capture_output=True, text=True, env=environment, cwd=ROOT, timeout=120,
+        capture_output=True, text=True, env=_plain_environment(), cwd=ROOT, timeout=120,
     )  # fmt: skip
     assert compared.returncode == 0 and "metric" in compared.stdout, compared.stderr
     assert not set("┏┃━┡│└┳╇") & set(compared.stdout), compared.stdout
