@@ -1,7 +1,8 @@
-"""Instructions the worker's task body executes per 3-step evaluation, counted by callgrind.
-Prints figures only.
+"""Instructions per 3-step evaluation, counted by callgrind: the task body, and a whole worker
+against an empty Celery task. Prints figures only.
 
     .venv/bin/python bench/bench_body_instructions.py [--evals 50] [--ablate store-scrub,...]
+                                                      [--worker] [--worker-evals 200]
 
 Why this bench exists beside bench_fleet: rates and CPU seconds move with whatever else
 the host runs (on the same 2-core machine, bench_fleet's empty Celery task measured
@@ -20,6 +21,14 @@ task), and cache misses: instructions are a proxy for CPU time, not CPU time.
 
 ``--ablate``: switch a part off to see what it costs (store-scrub, engine-scrub, record,
 tokens, same-snapshot: every run on one snapshot folder, so the parse is cached).
+
+``--worker``: a real ``assay worker`` (threads, 64) and bench_fleet's empty-task worker,
+each under callgrind, counted over a wave (evaluations at zero model latency; empty
+tasks that only count themselves): instructions per evaluation and per empty task, and
+their ratio, which is bench_fleet (a)'s ratio with the time taken out. It leaves out the
+kernel (system calls, switches between threads), which costs an empty task relatively
+more than an evaluation: on the machine whose bench_fleet (a) measured 0.22-0.25 held to
+one CPU, this ratio was 0.172 for the same code (issue 15, stop 24).
 
 Needs valgrind (``apt-get install valgrind``); prints why and exits 0 without it.
 """
@@ -118,9 +127,8 @@ def count(evals: int, ablate: list[str]) -> float:
     control = Path(tempfile.mkdtemp(prefix="assay-bench-body-ctl-"))
     out = control / "callgrind.out"
     argv = [
-        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-        sys.executable, __file__, "--child", str(control), "--evals", str(evals),
-        "--ablate", ",".join(ablate),
+        *_callgrind(out), sys.executable, __file__, "--child", str(control),
+        "--evals", str(evals), "--ablate", ",".join(ablate),
     ]  # fmt: skip
     with (control / "log").open("wb") as log:
         process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -136,29 +144,114 @@ def count(evals: int, ablate: list[str]) -> float:
     try:
         wait_for("ready", 900)
         pid = (control / "ready").read_text()
-        subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+        _instrument(int(pid), True)
         (control / "go").write_text("")
         wait_for("done", 900)
-        subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+        _instrument(int(pid), False)
         (control / "stop").write_text("")
         process.wait(timeout=300)
     finally:
         if process.poll() is None:
             process.kill()
+    total = _total(out)
+    shutil.rmtree(control, ignore_errors=True)
+    return total / evals
+
+
+def _callgrind(out: Path) -> list[str]:
+    return ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+
+
+def _instrument(pid: int, on: bool) -> None:
+    subprocess.run(
+        ["callgrind_control", "-i", "on" if on else "off", str(pid)],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _total(out: Path) -> int:
     summary = subprocess.run(
         ["callgrind_annotate", str(out)], check=True, capture_output=True, text=True
     ).stdout
     match = re.search(r"^\s*([\d,]+)\s.*PROGRAM TOTALS", summary, re.MULTILINE)
     if match is None:
         raise SystemExit(f"callgrind_annotate printed no total for {out}")
-    shutil.rmtree(control, ignore_errors=True)
-    return int(match.group(1).replace(",", "")) / evals
+    return int(match.group(1).replace(",", ""))
+
+
+def worker_counts(evals: int, tasks: int) -> tuple[float, float]:
+    """(instructions per evaluation in a real worker, per empty task in the empty-task worker)."""
+    import signal
+
+    import redis
+
+    import bench.bench_fleet as fleet
+    from assay.client import Client
+    from assay.redis_process import RedisProcess
+    from schemas.settings import load_settings
+    from tests.fleet_support import make_snapshots, stop_process, three_step_script
+    from workers.fleet.broker import configured_app
+
+    folder = Path(tempfile.mkdtemp(prefix="assay-bench-worker-"))
+    server = RedisProcess(data_dir=folder / "redis").start()
+    try:
+        make_snapshots(folder / "warm", 20)
+        make_snapshots(folder / "targets", evals)
+        model, model_url = fleet.start_model(three_step_script(), folder)
+        out = folder / "evaluations.callgrind"
+        worker = fleet.eval_worker(
+            server.url, model_url, "threads", 64, 1, folder / "worker.log", _callgrind(out)
+        )
+        try:
+            settings = load_settings(redis_url=server.url, snapshot_roots=[folder])
+            with Client(settings) as client:
+                fleet.run_batch(client, str(folder / "warm" / "*"), timeout=1800)
+                _instrument(worker.pid, True)
+                fleet.run_batch(client, str(folder / "targets" / "*"), timeout=1800)
+                _instrument(worker.pid, False)
+        finally:
+            worker.send_signal(signal.SIGTERM)  # callgrind writes its file as the worker exits
+            worker.wait(timeout=600)
+            stop_process(model)
+        per_evaluation = _total(out) / evals
+
+        out = folder / "empty.callgrind"
+        env = fleet.worker_env(server.url, worker_cpu_affinity="off")
+        empty = fleet.spawn(
+            [*_callgrind(out), sys.executable, fleet.__file__, "--noop-worker", "64"],
+            env, folder / "empty.log",
+        )  # fmt: skip
+        counter = redis.Redis.from_url(server.url)
+        app = configured_app(load_settings(redis_url=server.url))
+
+        def wave(count: int) -> None:
+            counter.delete(fleet.NOOP_COUNTER)
+            for _ in range(count):
+                app.send_task(fleet.NOOP_TASK)
+            while int(counter.get(fleet.NOOP_COUNTER) or 0) < count:
+                time.sleep(0.05)
+
+        try:
+            wave(20)
+            _instrument(empty.pid, True)
+            wave(tasks)
+            _instrument(empty.pid, False)
+        finally:
+            app.close()
+            empty.send_signal(signal.SIGTERM)
+            empty.wait(timeout=600)
+        return per_evaluation, _total(out) / tasks
+    finally:
+        server.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--evals", type=int, default=50)
     parser.add_argument("--ablate", default="", help=f"comma-separated: {', '.join(ABLATIONS)}")
+    parser.add_argument("--worker", action="store_true", help="also a whole worker vs empty task")
+    parser.add_argument("--worker-evals", type=int, default=200)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     ablate = [part for part in args.ablate.split(",") if part]
@@ -179,6 +272,15 @@ def main() -> None:
         without = count(args.evals, [part])
         print(f"  of which {part + ':':17s}{(base - without) / 1e6:6.2f} M "
               f"({(base - without) / base:.0%})")  # fmt: skip
+    if args.worker:
+        tasks = 5 * args.worker_evals
+        evaluation, empty = worker_counts(args.worker_evals, tasks)
+        print(f"\nwhole worker (threads, 64), {args.worker_evals} evaluations and {tasks} empty "
+              "tasks at zero model latency, under callgrind")  # fmt: skip
+        print(f"  per evaluation:           {evaluation / 1e6:6.2f} M instructions")
+        print(f"  per empty Celery task:    {empty / 1e6:6.2f} M instructions")
+        print(f"  ratio:                    {empty / evaluation:6.3f} (bench_fleet (a)'s, in "
+              "instructions: the kernel's share left out)")  # fmt: skip
 
 
 if __name__ == "__main__":
