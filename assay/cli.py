@@ -17,7 +17,7 @@ import typer
 
 from assay.commands import eval as eval_command
 from assay.commands import evaluate, fleet, notify, probe, schedule, serve
-from assay.commands.fleet_common import ERROR_PREFIX
+from assay.commands.fleet_common import ERROR_PREFIX, EXIT_INTERRUPTED
 from schemas.verdict import EXIT_USAGE
 
 try:  # typer >= 0.22 vendors click under typer._click; older typer uses click itself
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(EXIT_USAGE) from None
     except typer.Abort:
         print(f"{ERROR_PREFIX}aborted", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(EXIT_INTERRUPTED) from None
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except click_exceptions.ClickException as exc:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from assay.commands.fleet_common import EXIT_INTERRUPTED
 from assay.commands.options import (
     ApiBaseOpt,
     EngineFlags,
@@ -37,8 +38,6 @@ from assay.commands.options import (
     settings_or_usage,
 )
 from assay.eval.chart import render_chart
-
-EXIT_INTERRUPTED = 130  # what a shell reports for SIGINT, as for every other command
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from assay.commands.fleet_batch import show_batch, wait_with_progress
-from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail
+from assay.commands.fleet_common import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, fail
 from assay.commands.options import settings_or_usage
 from assay.redis_process import RedisNotInstalled
 
@@ -302,7 +302,7 @@ def demo(
                 show_batch(client, status, json_output=False)
                 code = 0
     except KeyboardInterrupt:
-        code = 130
+        code = EXIT_INTERRUPTED
     finally:
         fleet.stop()
         model.stop()

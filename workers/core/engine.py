@@ -495,7 +495,8 @@ class _Run:
         return self.profile.confirm_true and self.request.kind == "check"
 
     def _done(self, index: int, action: Done, parsed: ParsedReply, base: dict[str, Any]) -> None:
-        self._within_budget(Step(kind="DONE", **base))
+        step = Step(kind="DONE", **base)
+        self._within_budget(step)
         needs_confirmation = action.verdict == VerdictKind.TRUE and self._strict_check
         check = check_evidence(
             action.evidence,
@@ -512,7 +513,7 @@ class _Run:
             self._repair_or_end(index, problems, parsed, what="evidence")
             return
         self.consecutive_repairs = 0
-        self._record(Step(kind="DONE", **base))
+        self._record(step)
         self.probe_outcome = self._judge_probe(action)
         # strict: a true needs the fresh-context confirmation, agreeing probe or not. The probe
         # is the planner's own expression, and one that agrees can be written for any true.

@@ -152,10 +152,10 @@ class ProbeStore:
         """
         own_key = self._key(check_id)
         batch_key = self._batch_key(batch_id) if batch_id else own_key
-        token = secrets.token_hex(8) if claim and self.compile_lock_seconds > 0 else ""
-        ttl_ms = max(1, int(self.compile_lock_seconds * 1000))
+        token = _claim_token() if claim and self.compile_lock_seconds > 0 else ""
         own, batch, state, claimed = self._lookup_script(
-            keys=[own_key, batch_key, self._compile_key(check_id, batch_id)], args=[token, ttl_ms]
+            keys=[own_key, batch_key, self._compile_key(check_id, batch_id)],
+            args=[token, self._claim_ttl_ms],
         )
         return ProbeLookup(
             ProbeRecord.model_validate_json(own) if own else None,
@@ -276,10 +276,15 @@ class ProbeStore:
         token, or None when another run holds it or finished it within the lock's lifetime."""
         if self.compile_lock_seconds <= 0:
             return None
-        token = secrets.token_hex(8)
-        ttl_ms = max(1, int(self.compile_lock_seconds * 1000))
-        claimed = self.client.set(self._compile_key(check_id, batch_id), token, nx=True, px=ttl_ms)
+        token = _claim_token()
+        key = self._compile_key(check_id, batch_id)
+        claimed = self.client.set(key, token, nx=True, px=self._claim_ttl_ms)
         return token if claimed else None
+
+    @property
+    def _claim_ttl_ms(self) -> int:
+        """How long a compile claim lasts, in milliseconds (at least 1)."""
+        return max(1, int(self.compile_lock_seconds * 1000))
 
     def finish_compile(self, check_id: str, batch_id: str | None, token: str) -> None:
         """The holder is done: ``done`` replaces its token (TTL kept) when it still owns it."""
@@ -293,6 +298,11 @@ class ProbeStore:
         """Forget the check's probe, its versions and its history; True when there was one."""
         keys = [self._key(check_id, *s) for s in ((), ("version",), ("versions",), ("agreement",))]
         return bool(self.client.delete(*keys))
+
+
+def _claim_token() -> str:
+    """An owner token for a compile claim: only its holder can mark it done."""
+    return secrets.token_hex(8)
 
 
 def _compile_state(raw: bytes | str | None) -> CompileState:
