@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import workers.core.llm as llm_module
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.engine_support import (
@@ -21,7 +22,9 @@ from tests.engine_support import (
     script,
     scripted,
 )
+from workers.core.budget_meter import MAX_COMPLETION_TOKENS, padded_prompt
 from workers.core.llm import LiteLLMClient, load_litellm
+from workers.core.token_ceiling import CeilingCheck
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -254,21 +257,31 @@ def test_the_token_budget_is_never_exceeded(snapshot: Path) -> None:
 
 
 class CountingClient(LiteLLMClient):
-    """The real adapter, noting how many messages each token count was asked for."""
+    """The real adapter, noting which messages the tokenizer was asked to count."""
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
-        self.messages_counted = 0
+        self.counted: list[int] = []  # id() of each message counted, once per count
+
+    @property
+    def messages_counted(self) -> int:
+        return len(self.counted)
 
     def count_tokens(
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> int:
-        self.messages_counted += len(messages)
+        self.counted += [id(message) for message in messages]
         return super().count_tokens(model, messages, tools)
 
 
-def test_each_message_of_a_run_is_counted_once_and_no_call_can_pass_the_token_budget(
-    snapshot: Path,
+@pytest.fixture
+def trusted_ceilings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The token ceiling as a warmed-up worker has it: checked, trusted alone."""
+    monkeypatch.setattr(llm_module, "CEILINGS", CeilingCheck(verified_messages=0))
+
+
+def test_each_message_of_a_run_is_counted_once_and_every_cap_is_the_exact_counts(
+    snapshot: Path, trusted_ceilings: None
 ) -> None:
     budget = 20000
     turns = [get_deployments(usage={"completion_tokens": 900})] * 12
@@ -278,15 +291,38 @@ def test_each_message_of_a_run_is_counted_once_and_no_call_can_pass_the_token_bu
         requests, reported = model.requests, model.usage_reported
     assert report.verdict is not None and report.verdict.budget_exhausted == "tokens"
     assert len(requests) >= 4
-    # Each step appends two messages (the reply, the lookup's result); the refused call
-    # counted the last two. Recounting the history every step would be quadratic.
-    assert counting.messages_counted == len(requests[-1]["messages"]) + 2
+    # Recounting the history every step would be quadratic: no message twice (the system
+    # prompt aside: its ceiling is its exact count, kept per process).
+    system = 1
+    assert len(counting.counted) - len(set(counting.counted)) <= system
+    assert counting.messages_counted <= len(requests[-1]["messages"]) + 2 + system
+    # The early calls were capped from the ceiling, the late ones from the count; each cap is
+    # the one the exact count gives, and no call could pass the budget.
     whole = LiteLLMClient(load_settings(model="openai/scripted"))
     spent = 0
     for body, usage in zip(requests, reported, strict=True):
         prompt = whole.count_tokens("openai/scripted", body["messages"], body.get("tools"))
+        assert body["max_tokens"] == min(
+            MAX_COMPLETION_TOKENS, budget - spent - padded_prompt(prompt)
+        )
         assert spent + prompt + body["max_tokens"] <= budget
         spent += usage["total_tokens"]
+
+
+def test_a_run_far_from_its_budget_asks_the_tokenizer_for_no_message(
+    snapshot: Path, trusted_ceilings: None
+) -> None:
+    turns = [get_deployments()] * 3 + [done("true", 0)]
+    with scripted(script(*turns)) as model:
+        counting = CountingClient(load_settings(model="openai/scripted", api_base=model.url))
+        report = run(model, request_for(snapshot), llm=counting)
+        requests = model.requests
+    assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
+    system = requests[0]["messages"][0]
+    assert system["role"] == "system"
+    # Only the system prompt, whose count is kept per process; eight other messages were sent.
+    assert counting.messages_counted <= len(requests) and len(requests[-1]["messages"]) >= 8
+    assert all(body["max_tokens"] == MAX_COMPLETION_TOKENS for body in requests)
 
 
 def test_the_deadline_ends_a_slow_run_in_time(snapshot: Path) -> None:

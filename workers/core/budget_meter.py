@@ -32,6 +32,11 @@ MIN_CALL_SECONDS = 0.2
 ABSURD_TOKENS_PER_CALL = 10_000_000
 
 
+def padded_prompt(prompt_tokens: int) -> int:
+    """A prompt count with room for a provider's tokenizer counting a little higher."""
+    return math.ceil(prompt_tokens * PROMPT_SAFETY_FACTOR) + PROMPT_SAFETY_TOKENS
+
+
 class BudgetExhausted(Exception):
     """A budget ran out; ``which`` is iterations, tokens, deadline or cost."""
 
@@ -124,7 +129,7 @@ class BudgetMeter:
                 "deadline",
                 f"the run's time budget of {self.budget.timeout_seconds:g}s is spent",
             )
-        prompt = math.ceil(prompt_tokens * PROMPT_SAFETY_FACTOR) + PROMPT_SAFETY_TOKENS
+        prompt = padded_prompt(prompt_tokens)
         completion = MAX_COMPLETION_TOKENS
         if self.budget.max_tokens is not None:
             left = self.budget.max_tokens - self.usage.total_tokens
@@ -151,6 +156,22 @@ class BudgetMeter:
             prompt_tokens_estimate=prompt,
             timeout_seconds=remaining,
         )
+
+    def ceiling_suffices(self, prompt_ceiling: int) -> bool:
+        """Whether every prompt of at most ``prompt_ceiling`` tokens gets the same allowance.
+
+        Then an upper bound on the prompt (workers/core/token_ceiling.py) sets the next
+        call's cap exactly as the tokenizer's count would: the full
+        ``MAX_COMPLETION_TOKENS``, with room to spare in the token budget and no cost cap
+        in play (a priced cap turns every prompt token into completion tokens it cannot
+        afford, so it always takes the exact count).
+        """
+        if self.budget.max_cost_usd is not None and self.price is not None:
+            return False
+        if self.budget.max_tokens is None:
+            return True
+        left = self.budget.max_tokens - self.usage.total_tokens
+        return left - padded_prompt(prompt_ceiling) >= MAX_COMPLETION_TOKENS
 
     # -- after a call ------------------------------------------------------------------
 
@@ -199,14 +220,15 @@ def sanitize_usage(
     prompt_tokens: float | None,
     completion_tokens: float | None,
     *,
-    prompt_estimate: int,
+    prompt_estimate: int | Callable[[], int],
     completion_estimate: int,
 ) -> tuple[int, int, str | None]:
     """The token figures to charge for one call, and what was wrong with the reported ones.
 
     A provider's usage is data, not truth: a missing, zero (litellm's stand-in for
     missing), negative or non-finite figure is replaced by the engine's own
-    estimate, which errs high; a fraction is rounded up; more than
+    estimate, which errs high (``prompt_estimate`` may be a function: worked out only
+    then); a fraction is rounded up; more than
     :data:`ABSURD_TOKENS_PER_CALL` is charged as that ceiling. So the spent count
     only ever grows, and never by less than the call plausibly cost.
     """
@@ -216,17 +238,15 @@ def sanitize_usage(
     return prompt, completion, "; ".join(notes) or None
 
 
-def _sane_count(name: str, value: float | None, estimate: int, notes: list[str]) -> int:
-    estimate = max(1, estimate)
-    if value is None or isinstance(value, bool) or not math.isfinite(value):
-        notes.append(f"{name} not reported ({value!r}); charged the estimate {estimate}")
+def _sane_count(
+    name: str, value: float | None, estimated: int | Callable[[], int], notes: list[str]
+) -> int:
+    missing = _why_missing(value)
+    if missing is not None:
+        estimate = max(1, estimated() if callable(estimated) else estimated)
+        notes.append(f"{name} {missing}; charged the estimate {estimate}")
         return estimate
-    if value < 0:
-        notes.append(f"{name} reported negative ({value:g}); charged the estimate {estimate}")
-        return estimate
-    if value == 0:
-        notes.append(f"{name} not reported (0); charged the estimate {estimate}")
-        return estimate
+    assert value is not None
     if value > ABSURD_TOKENS_PER_CALL:
         notes.append(
             f"{name} reported absurdly large ({value:g}); charged {ABSURD_TOKENS_PER_CALL}"
@@ -235,3 +255,14 @@ def _sane_count(name: str, value: float | None, estimate: int, notes: list[str])
     if value != int(value):
         notes.append(f"{name} reported as a fraction ({value:g}); rounded up")
     return math.ceil(value)
+
+
+def _why_missing(value: float | None) -> str | None:
+    """Why a reported figure cannot be charged as it is (then the estimate is), or None."""
+    if value is None or isinstance(value, bool) or not math.isfinite(value):
+        return f"not reported ({value!r})"
+    if value < 0:
+        return f"reported negative ({value:g})"
+    if value == 0:
+        return "not reported (0)"
+    return None

@@ -34,7 +34,7 @@ from schemas.report import STEP_OUTPUT_LIMIT, RunReport, RunState, Step, StepUsa
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
 from schemas.verdict import EXIT_CODES, Evidence, Usage, Verdict, VerdictKind
-from workers.core.budget_meter import BudgetExhausted, BudgetMeter, sanitize_usage
+from workers.core.budget_meter import BudgetExhausted, BudgetMeter, padded_prompt, sanitize_usage
 from workers.core.confirmation import (
     confirmation_messages,
     confirmation_outcome,
@@ -204,7 +204,9 @@ class _Run:
         self.registry: ToolRegistry | None = None
         self.tool_schemas: Tools | None = None
         self.response_format: dict[str, Any] | None = None
-        self._last_prompt_estimate = 0
+        # the padded prompt count of the last call, or a function that works it out when a
+        # reply reports no usage (the call was capped from a ceiling, not a count)
+        self._last_prompt_estimate: int | Callable[[], int] = 0
         self.probe_outcome: ProbeOutcome | None = None
         # The planner conversation's token count, kept per run (each message counted once).
         self.tally = PromptTally(self.llm, self.model)
@@ -338,12 +340,16 @@ class _Run:
         response_format: dict[str, Any] | None,
     ) -> LLMReply:
         """One model call within the budget; LLMError when it failed (deadline: BudgetExhausted)."""
-        if messages is self.messages:
-            prompt_tokens = self.tally.count(messages, tools)
-        else:  # the confirmation's fresh context: counted once, whole
-            prompt_tokens = self.llm.count_tokens(self.model, messages, tools)
-        if response_format is not None:
-            prompt_tokens += len(json.dumps(response_format)) // 3
+        extra = len(json.dumps(response_format)) // 3 if response_format is not None else 0
+        prompt_tokens = self._prompt_ceiling(messages, tools, extra)
+        if prompt_tokens is not None:  # far from the budget: the cap is the exact count's
+            sent = list(messages)  # as sent: the run appends to its list after the call
+            self._last_prompt_estimate = lambda: padded_prompt(
+                self.tally.count(sent, tools) + extra
+            )
+        else:
+            prompt_tokens = self._prompt_tokens(messages, tools, extra)
+            self._last_prompt_estimate = padded_prompt(prompt_tokens)
         allowance = self.meter.allow_call(prompt_tokens)
         if self.deps.rate_limiter is not None:
             tokens = allowance.prompt_tokens_estimate + allowance.max_completion_tokens
@@ -355,7 +361,6 @@ class _Run:
                     f"the fleet's model rate limit left no time before the deadline: {exc}",
                 ) from exc
             allowance = self.meter.allow_call(prompt_tokens)
-        self._last_prompt_estimate = allowance.prompt_tokens_estimate
         call = LLMCall(
             model=self.model,
             messages=messages,
@@ -383,6 +388,28 @@ class _Run:
                 f"({-self.meter.remaining_seconds():.1f}s late)",
             )
         return reply
+
+    def _prompt_tokens(
+        self, messages: list[dict[str, Any]], tools: Tools | None, extra: int
+    ) -> int:
+        """The tokenizer's count of a prompt (``extra``: the JSON mode's response format)."""
+        if messages is self.messages:
+            return self.tally.count(messages, tools) + extra
+        # the confirmation's fresh context: counted once, whole
+        return self.llm.count_tokens(self.model, messages, tools) + extra
+
+    def _prompt_ceiling(
+        self, messages: list[dict[str, Any]], tools: Tools | None, extra: int
+    ) -> int | None:
+        """An upper bound on the prompt when it alone settles the next call's allowance (the
+        meter says so), else None: count exactly. A rate limiter reserves the estimate itself,
+        so it always gets the exact count."""
+        if messages is not self.messages or self.deps.rate_limiter is not None:
+            return None
+        ceiling = self.tally.ceiling(messages, tools)
+        if ceiling is None or not self.meter.ceiling_suffices(ceiling + extra):
+            return None
+        return ceiling + extra
 
     def _charge(self, reply: LLMReply) -> StepUsage:
         """Charge a reply to the budget. Usage the provider reported is data too: a negative,

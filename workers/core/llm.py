@@ -45,6 +45,7 @@ from workers.core.openai_compat import (
     fast_path_model,
     request_body,
 )
+from workers.core.token_ceiling import CHECK as CEILINGS
 from workers.core.tool_schemas import Tools, tools_json, tools_list
 
 Transport = Literal["tools", "json"]
@@ -113,6 +114,8 @@ class LLMClient(Protocol):
     def count_tokens(
         self, model: str, messages: list[dict[str, Any]], tools: Tools | None
     ) -> int: ...
+
+    def token_ceiling(self, model: str, message: dict[str, Any]) -> int | None: ...
 
     def price(self, model: str) -> Price | None: ...
 
@@ -248,13 +251,9 @@ class LiteLLMClient:
             counter = _message_counter(model)
             counted = 0
             for message in messages:
-                content = message.get("content")
-                if (
-                    message.get("role") == "system"
-                    and len(message) == 2
-                    and isinstance(content, str)
-                ):
-                    counted += _count_system(model, content)  # the same few prompts every run
+                system = _plain_system(message)
+                if system is not None:
+                    counted += _count_system(model, system)  # the same few prompts every run
                 else:
                     counted += counter(message)
             if tools:
@@ -262,6 +261,17 @@ class LiteLLMClient:
             return counted
         except Exception:
             return estimate_tokens(messages, tools)
+
+    def token_ceiling(self, model: str, message: dict[str, Any]) -> int | None:
+        """At least ``count_tokens(model, [message], None)``, without the tokenizer; None when
+        this model's counts were once seen above it (count exactly: workers/core/token_ceiling.py).
+
+        A plain system prompt gets its exact count: the same few prompts every run, counted
+        once per process.
+        """
+        if _plain_system(message) is not None:
+            return self.count_tokens(model, [message], None)
+        return CEILINGS.ceiling(model, message, lambda one: self.count_tokens(model, [one], None))
 
     def price(self, model: str) -> Price | None:
         info = self._model_info(model)
@@ -435,6 +445,14 @@ def _new_sdk_client(api_base: str, api_key: str) -> Any:
 # message: errs high). Each run remembers its own counts (workers/core/prompt_tally.py), so a
 # conversation's messages are counted once per run, not through a process-wide cache.
 # Tool lists are the same for every run of a kind of target: one small cache serves them.
+def _plain_system(message: dict[str, Any]) -> str | None:
+    """The text of a system message that holds nothing but its text, else None."""
+    content = message.get("content")
+    if message.get("role") == "system" and len(message) == 2 and isinstance(content, str):
+        return content
+    return None
+
+
 @lru_cache(maxsize=64)
 def _count_system(model: str, content: str) -> int:
     return int(
