@@ -386,9 +386,10 @@ def scrubbed_report(report: RunReport) -> RunReport:
     Tool output was scrubbed with the run's known Secret values when it was
     made; this catches what a model wrote itself (a password it echoed in an
     explanation). The request stays verbatim: it is the user's own input,
-    kept so the run can be evaluated again.
+    kept so the run can be evaluated again. A report the patterns left unchanged is
+    stored as it is; a changed one is validated again (``scrubbed_model``).
     """
-    return scrubbed_model(report, keep=frozenset({"request"}))
+    return scrubbed_model(report, keep=frozenset({"request"}), revalidate=False)
 
 
 def _now() -> datetime:
