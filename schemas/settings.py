@@ -130,8 +130,9 @@ class AssaySettings(BaseSettings):
         ge=0,
         description="Single-flight probe compilation: while one run of a check (or of a "
         "batch) asks the model with no probe yet, the others wait up to this long for the "
-        "probe it compiles before asking the model themselves; also the lock's lifetime, so a "
-        "lost holder blocks no one longer. 0 turns the waiting off.",
+        "probe it compiles before asking the model themselves; also the longest a live "
+        "holder keeps the claim. A killed holder stops renewing the claim's short lease, so "
+        "its waiters go on within seconds (docs/probes.md). 0 turns the waiting off.",
     )
     run_ttl_seconds: int = Field(
         default=30 * 24 * 3600,

@@ -4,15 +4,21 @@ A batch's targets of one check start together on many worker threads; without si
 each asks the model before the first has compiled a probe. With it, one run asks the model
 and the others wait for its probe. Real redis-server, a real `celery worker` process with 8
 threads, the scripted model (slowed so the runs overlap); and, in-process, the lock's
-fail-safe paths: a holder that vanished, a holder that ended without a probe.
+fail-safe paths: a holder that vanished, a holder that ended without a probe; and the claim's
+lease: a killed holder (one that stops renewing, or a process SIGKILLed) frees its waiters
+within a lease, a live holder keeps its claim past the lease, a stale token renews nothing.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +39,7 @@ from tests.fleet_support import (
 from tests.probe_support import done_with_probe, fleet_script_with_probe, probe
 from workers.core.engine import EngineDeps
 from workers.fleet.probe_rerun import evaluate_check
-from workers.fleet.probe_store import ProbeStore
+from workers.fleet.probe_store import COMPILE_LEASE_SECONDS, ProbeStore
 from workers.fleet.redis_client import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -87,8 +93,10 @@ def test_a_batch_on_many_threads_asks_the_model_once(
 COMPILE_FALSE = script(get_deployments(), done_with_probe("false", 0, probe_spec=probe()))
 
 
-def _run(snapshot: Path, probes: ProbeStore, check_id: str) -> tuple[RunReport, int]:
-    with scripted_model(COMPILE_FALSE) as model:
+def _run(
+    snapshot: Path, probes: ProbeStore, check_id: str, turns: dict[str, Any] = COMPILE_FALSE
+) -> tuple[RunReport, int]:
+    with scripted_model(turns) as model:
         settings = load_settings(model="openai/scripted", api_base=model.url)
         request = request_for(snapshot).model_copy(update={"check_id": check_id})
         report = evaluate_check(request, EngineDeps(settings=settings), probes)
@@ -221,3 +229,196 @@ def test_a_check_whose_probe_was_retired_compiles_again(redis_url: str, snapshot
     assert probes.compile_state("chk-retired", None) == "done"  # it held the claim, released
     current = probes.current("chk-retired")
     assert current is not None and current.active and current.version == 2
+
+
+# --- the claim's lease: a killed holder frees its waiters within seconds -----------------------
+WAIT = 60.0  # the default probe_compile_wait_seconds: what a killed holder cost before the lease
+
+
+def _claim_key(prefix: str, check_id: str) -> str:
+    return f"{prefix}:probe:{check_id}:compiling"
+
+
+def _in_background(work: Any) -> tuple[threading.Thread, list[Any]]:
+    """``work()`` on a daemon thread (so a waiter stuck on the old 60 s claim cannot hold the
+    test run), its result and when it returned (monotonic) appended to the list."""
+    finished: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: finished.append((work(), time.monotonic())), daemon=True
+    )
+    thread.start()
+    return thread, finished
+
+
+@pytest.mark.timeout(60)
+def test_a_holder_that_stops_renewing_holds_its_waiters_up_for_a_lease_not_the_wait(
+    redis_url: str, snapshot: Path
+) -> None:
+    """A holder killed right after its claim never renews it nor marks it done: the claim
+    expires within one lease, and the waiter takes it over and asks the model. Before the
+    lease it waited the claim's whole TTL, the 60 s wait."""
+    probes = ProbeStore(connect(redis_url), prefix="sf8", compile_lock_seconds=WAIT)
+    assert probes.claim_compile("chk-killed", None) is not None  # then the holder is killed
+    started = time.monotonic()
+    waiter, finished = _in_background(lambda: _run(snapshot, probes, "chk-killed"))
+    waiter.join(timeout=15)
+    assert finished, "the waiter still waits for a dead holder's claim"
+    [((report, calls), ended)] = finished
+    assert ended - started < 10
+    assert calls == 2 and report.verdict is not None  # it asked the model itself
+    assert report.verdict.source == "model" and report.verdict.verdict == VerdictKind.FALSE
+    assert probes.current("chk-killed") is not None  # as the new holder: it compiled the probe
+    assert probes.compile_state("chk-killed", None) == "done"
+
+
+HOLDER = """
+import sys, time
+from workers.fleet.probe_store import ProbeStore
+from workers.fleet.redis_client import connect
+
+url, prefix, check_id, lease = sys.argv[1:5]
+probes = ProbeStore(connect(url), prefix=prefix, compile_lock_seconds=60,
+                    compile_lease_seconds=float(lease))
+lookup = probes.lookup(check_id, None, claim=True)
+assert lookup.token is not None
+probes.hold(check_id, None, lookup.token)
+print("held", flush=True)
+time.sleep(600)  # "asking the model" until killed
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_sigkilled_holder_process_frees_its_waiter_within_a_lease(
+    redis_url: str, snapshot: Path
+) -> None:
+    """A real holder process: while it lives its heartbeat keeps the claim past the lease
+    (the waiter waits); SIGKILLed, its claim expires and the waiter goes its own way."""
+    lease = 2.0
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, redis_url, "sf9", "chk-sigkill", str(lease)],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        probes = ProbeStore(connect(redis_url), prefix="sf9", compile_lock_seconds=WAIT)
+        waiter, finished = _in_background(lambda: _run(snapshot, probes, "chk-sigkill"))
+        time.sleep(lease * 1.5)
+        assert waiter.is_alive() and not finished  # the live holder's claim outlived a lease
+        assert probes.compile_state("chk-sigkill", None) == "compiling"
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        killed = time.monotonic()
+        waiter.join(timeout=15)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert finished, "the waiter still waits for a killed holder's claim"
+    [((report, calls), ended)] = finished
+    assert ended - killed < 10
+    assert calls == 2 and report.verdict is not None and report.verdict.source == "model"
+
+
+SLOW_COMPILE_FALSE = script(
+    get_deployments(), done_with_probe("false", 0, probe_spec=probe()), delay=1.25
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_live_holder_compiling_longer_than_its_lease_keeps_the_claim(
+    redis_url: str, snapshot: Path
+) -> None:
+    """The claim lives one short lease at a time (its TTL never exceeds the lease), yet a
+    holder whose model takes over two leases keeps it: the waiter waits, never asks the
+    model, and runs the holder's probe."""
+    lease = 1.0
+    probes = ProbeStore(
+        connect(redis_url), prefix="sf10", compile_lock_seconds=WAIT, compile_lease_seconds=lease
+    )
+    holder, held = _in_background(lambda: _run(snapshot, probes, "chk-live", SLOW_COMPILE_FALSE))
+    assert wait_until(lambda: probes.compile_state("chk-live", None) != "free", 10, 0.01)
+    claimed = time.monotonic()
+    waiter, waited = _in_background(lambda: _run(snapshot, probes, "chk-live"))
+    key = _claim_key("sf10", "chk-live")
+    samples: list[tuple[float, str | None, int]] = []  # (since the claim, value, PTTL ms)
+    while holder.is_alive():
+        value, pttl = probes.client.pipeline().get(key).pttl(key).execute()
+        samples.append((time.monotonic() - claimed, value, pttl))
+        time.sleep(0.05)
+    holder.join()
+    waiter.join(timeout=15)
+    holding = [(at, pttl) for at, value, pttl in samples if value not in (None, "done")]
+    assert holding and max(pttl for _, pttl in holding) <= lease * 1000  # a short lease
+    assert max(at for at, _ in holding) > 2 * lease  # renewed: it outlived two leases
+    assert all(value is not None for _, value, _ in samples)  # never gone meanwhile
+    [((holder_report, holder_calls), _)] = held
+    assert holder_calls == 2 and holder_report.verdict is not None
+    assert holder_report.verdict.source == "model"
+    [((report, calls), _)] = waited
+    assert calls == 0 and report.verdict is not None and report.verdict.source == "probe"
+    assert report.verdict.verdict == VerdictKind.FALSE and report.verdict.probe_version == 1
+    assert probes.compile_state("chk-live", None) == "done"
+
+
+def test_renewal_by_a_stale_token_extends_nothing(redis_url: str) -> None:
+    """Compare-and-extend: a holder whose claim expired and went to another run cannot renew
+    the other run's claim (its heartbeat stops at once), nor a claim marked done."""
+    lease = 1.0
+    probes = ProbeStore(
+        connect(redis_url), prefix="sf11", compile_lock_seconds=WAIT, compile_lease_seconds=lease
+    )
+    key = _claim_key("sf11", "chk-stale")
+    stale = probes.claim_compile("chk-stale", None)
+    assert stale is not None
+    assert wait_until(lambda: probes.compile_state("chk-stale", None) == "free", 3, 0.02)
+    current = probes.claim_compile("chk-stale", None)  # another run takes the expired claim
+    assert current is not None and current != stale
+    before = probes.client.pttl(key)
+    assert 0 < before <= lease * 1000
+    assert not probes.renew_compile("chk-stale", None, stale, 30_000)
+    assert 0 < probes.client.pttl(key) <= before and probes.client.get(key) == current
+
+    beat = probes.hold("chk-stale", None, stale)  # the stale holder's heartbeat
+    assert wait_until(lambda: not beat.renewing, 2, 0.02)  # stopped at its first renewal
+    # the current claim, never renewed by its own holder, expires on time: nothing extended it
+    assert wait_until(lambda: probes.compile_state("chk-stale", None) == "free", 2, 0.02)
+
+    done = probes.claim_compile("chk-stale", None)
+    assert done is not None
+    probes.finish_compile("chk-stale", None, done, 500)
+    assert not probes.renew_compile("chk-stale", None, done, 30_000)  # "done" is no token
+    assert 0 < probes.client.pttl(key) <= 500
+    assert probes.compile_state("chk-stale", None) == "done"
+
+
+def test_a_live_holders_claim_still_ends_after_the_wait(redis_url: str) -> None:
+    """The heartbeat renews a short lease, but never past ``compile_lock_seconds`` from the
+    claim: a live holder's claim ends when it did before there was a lease, and its release
+    after that marks nothing done (the next run may try once more)."""
+    probes = ProbeStore(
+        connect(redis_url), prefix="sf12", compile_lock_seconds=1.5, compile_lease_seconds=0.5
+    )
+    key = _claim_key("sf12", "chk-capped")
+    lookup = probes.lookup("chk-capped", None, claim=True)
+    assert lookup.token is not None
+    claimed = time.monotonic()
+    claim = probes.hold("chk-capped", None, lookup.token)
+    time.sleep(0.7)  # past one lease: renewed, and the TTL is the lease's, not the wait's
+    assert probes.compile_state("chk-capped", None) == "compiling"
+    assert 0 < probes.client.pttl(key) <= 500
+    assert wait_until(lambda: probes.compile_state("chk-capped", None) == "free", 3, 0.02)
+    assert time.monotonic() - claimed >= 1.4
+    assert wait_until(lambda: not claim.renewing, 1, 0.02)
+    claim.release()
+    assert probes.compile_state("chk-capped", None) == "free"
+
+
+def test_the_lease_is_short_and_never_longer_than_the_wait(redis_url: str) -> None:
+    """The default lease is seconds, not the wait; a wait shorter than the lease bounds it."""
+    assert 1 <= COMPILE_LEASE_SECONDS <= 10
+    client = connect(redis_url)
+    for wait, most in ((WAIT, COMPILE_LEASE_SECONDS), (2.0, 2.0)):
+        probes = ProbeStore(client, prefix="sf13", compile_lock_seconds=wait)
+        assert probes.lookup(f"chk-{int(wait)}", None, claim=True).token is not None
+        assert 0 < client.pttl(_claim_key("sf13", f"chk-{int(wait)}")) <= most * 1000

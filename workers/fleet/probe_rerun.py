@@ -23,12 +23,15 @@ After a model run, an accepted probe is stored as the check's next version (and,
 batch, as the batch's probe if it has none yet), so the next run can use it.
 
 Compilation is single-flight (``auto`` only): with no probe yet, one run claims the compile
-lock (workers/fleet/probe_store.py) and asks the model; runs of the same check, or of the same
-batch, arriving meanwhile wait up to ``probe_compile_wait_seconds`` for its probe and run that
-(0 tokens) instead of asking the model too. Waiting, not falling back at once, is the point:
-a batch's threads all start before the first model run ends, and each would otherwise pay
-for a model run and propose its own probe. A waiter whose holder ends without a probe, or
-vanishes (the lock expires), asks the model itself: waiting never decides anything.
+lock (workers/fleet/probe_store.py) and asks the model, renewing the claim's short lease from a
+heartbeat thread meanwhile; runs of the same check, or of the same batch, arriving meanwhile
+wait up to ``probe_compile_wait_seconds`` for its probe and run that (0 tokens) instead of
+asking the model too. Waiting, not falling back at once, is the point: a batch's threads all
+start before the first model run ends, and each would otherwise pay for a model run and
+propose its own probe. A waiter whose holder ends without a probe asks the model itself; one
+whose holder vanishes (killed: the lease is not renewed and expires within
+``COMPILE_LEASE_SECONDS``) takes the claim over at its next poll and asks the model as the new
+holder: waiting never decides anything.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from schemas.request import EvaluationRequest
 from schemas.verdict import EXIT_CODES, Evidence, Verdict, VerdictKind
 from workers.core.engine import EngineDeps, effective_budget, evaluate
 from workers.core.probes.runner import backend_of, run_probe
-from workers.fleet.probe_store import ProbeLookup, ProbeStore
+from workers.fleet.probe_store import CompileClaim, ProbeLookup, ProbeStore
 
 PROBE_MODEL = "(probe)"
 COMPILE_POLL_SECONDS = 0.2
@@ -79,7 +82,7 @@ class _Rerun:
         self.deps = deps
         self.probes = probes
         self.settings = deps.settings
-        self.compile_token: str | None = None  # set while this run holds the compile claim
+        self.compile_claim: CompileClaim | None = None  # while this run holds the claim
 
     def execute(self, state: RunState | None) -> RunReport:
         request = self.request
@@ -144,10 +147,14 @@ class _Rerun:
 
         The waiters poll at first every 10 ms, doubling to ``COMPILE_POLL_SECONDS``: a holder
         at a fast model ends within milliseconds, and a fixed 0.2 s poll left every thread of
-        a worker idle for that long at the start of each batch (issue 15)."""
+        a worker idle for that long at the start of each batch (issue 15).
+
+        Each poll claims when there is no claim: a holder that died stops renewing its lease,
+        the claim expires within a lease, and the first waiter to poll after that becomes the
+        holder (the others see its claim and go on waiting, within their own deadline)."""
         assert self.probes is not None
         check_id, batch_id = self.request.check_id, self.request.batch_id
-        deadline = time.monotonic() + self.probes.compile_lock_seconds  # one lock lifetime
+        deadline = time.monotonic() + self.probes.compile_lock_seconds  # the longest wait
         pause = FIRST_COMPILE_POLL_SECONDS
         while True:
             record = self._usable(lookup)
@@ -155,20 +162,25 @@ class _Rerun:
                 _log.info("probe_compile_waited", run_id=self.request.run_id)
                 return record
             if lookup.token is not None:
-                self.compile_token = lookup.token
+                self._hold(lookup.token)
                 return None  # this run is the holder: _model releases the claim when it ends
             if lookup.state == "done":
                 return None  # the holder ended without a probe: ask the model at once
             if lookup.state == "free":  # a retired probe, or the holder vanished: claim it
                 token = self.probes.claim_compile(check_id, batch_id)
                 if token is not None:
-                    self.compile_token = token
+                    self._hold(token)
                     return None
             if time.monotonic() + pause > deadline:
-                return None  # waited a whole lock lifetime: ask the model without the claim
+                return None  # waited the longest wait: ask the model without the claim
             time.sleep(pause)
             pause = min(pause * 2, COMPILE_POLL_SECONDS)
             lookup = self.probes.lookup(check_id, batch_id, claim=True)
+
+    def _hold(self, token: str) -> None:
+        """This run took the claim: keep its lease alive until :meth:`_finish_compile`."""
+        assert self.probes is not None
+        self.compile_claim = self.probes.hold(self.request.check_id, self.request.batch_id, token)
 
     def _own(self, record: ProbeRecord) -> bool:
         """Whether ``record`` is this check's own probe (not borrowed from the batch)."""
@@ -282,12 +294,13 @@ class _Rerun:
             self._finish_compile()
 
     def _finish_compile(self) -> None:
-        token, self.compile_token = self.compile_token, None
-        if token is None or self.probes is None:
+        """Stop the claim's heartbeat and mark it done, whether the model run ended or failed."""
+        claim, self.compile_claim = self.compile_claim, None
+        if claim is None:
             return
         try:
-            self.probes.finish_compile(self.request.check_id, self.request.batch_id, token)
-        except Exception as exc:  # the claim expires on its own
+            claim.release()
+        except Exception as exc:  # renewal has stopped: the claim expires within a lease
             _log.warning("probe_compile_not_released", run_id=self.request.run_id, error=repr(exc))
 
     def _store_compiled(self, report: RunReport, count_agreement: bool) -> None:

@@ -9,28 +9,42 @@ Key layout (``P`` = ``settings.key_prefix``; ids checked with schemas/ids.py)::
     P:probe:{check_id}:agreement    list    AgreementEntry JSON, newest last, capped
     P:batchprobe:{batch_id}         string  the ProbeRecord a batch compiled on its first
                                             target that reached a verdict       TTL run_ttl
-    P:probe:{check_id}:compiling    string  single-flight compile lock: an owner token while
-    P:batchprobe:{batch_id}:compiling       a run asks the model with no probe yet, "done"
-                                            once it finished       TTL compile_lock_seconds
+    P:probe:{check_id}:compiling    string  single-flight compile claim: an owner token while
+    P:batchprobe:{batch_id}:compiling       a run asks the model with no probe yet (TTL a
+                                            short lease, renewed by the holder), "done" once
+                                            it finished (TTL the rest of compile_lock_seconds)
 
 Version numbers come from INCR, so two runs compiling at once get different versions;
 the current record is last-writer-wins (the newer compile replaces the older).
 
 Single-flight compilation: the first run of a check (or of a batch) with no probe claims the
-``compiling`` key (SET NX EX) and asks the model; runs arriving meanwhile see ``compiling`` and
+``compiling`` key (SET NX PX) and asks the model; runs arriving meanwhile see ``compiling`` and
 wait for its probe instead of asking the model too (workers/fleet/probe_rerun.py). When the
-holder ends it writes ``done`` (keeping the TTL), so later runs that still find no probe (the
-model proposed none, or it did not reproduce the verdict) go straight to the model instead of
-queueing behind one another; after the TTL the next run may try once more. A holder that dies
-leaves the key to expire: no one waits longer than the TTL.
+holder ends it writes ``done``, so later runs that still find no probe (the model proposed
+none, or it did not reproduce the verdict) go straight to the model instead of queueing behind
+one another; once ``compile_lock_seconds`` have passed since the claim, the next run may try
+once more.
+
+The claim is a lease: it is taken for :data:`COMPILE_LEASE_SECONDS` (never longer than
+``compile_lock_seconds``) and the holder's :class:`CompileClaim` renews it from a daemon thread
+every fifth of that while the model runs, compare-and-extend in one Lua script (a holder whose
+claim expired and was taken by another run extends nothing). A holder that dies (SIGKILL, OOM)
+stops renewing, its claim expires within one lease, and the first waiter to poll after that
+takes it over; the others wait for that new holder. Before the lease, the claim lived for the
+whole ``compile_lock_seconds`` and a killed holder held its batch up that long. A live holder's
+claim still ends ``compile_lock_seconds`` after it was taken, as before: renewal stops there.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
+
+import structlog
 
 from schemas.budget import ProfileName
 from schemas.ids import check_id as valid_id
@@ -44,19 +58,37 @@ if TYPE_CHECKING:
     from workers.fleet.store import VerdictStore
 
 
+_log = structlog.get_logger("assay.probes")
 CompileState = Literal["compiling", "done", "free"]
-# Compare-and-set: only the holder's own token becomes "done"; an expired lock another run
-# claimed since is left alone. KEEPTTL: "done" lasts only as long as the claim would have.
+# How long a compile claim lives without a renewal. Short, so a killed holder holds its
+# waiters up for about this long rather than the whole compile wait; long enough that a
+# holder's process that stalls (a probe's CEL evaluation holds the GIL for up to seconds,
+# a Redis blip is retried) misses four renewals before it loses the claim, and losing it
+# only costs a duplicate compile.
+COMPILE_LEASE_SECONDS = 5.0
+# Renewals per lease: the holder renews every lease / 5 (1 s by default).
+COMPILE_RENEWALS_PER_LEASE = 5
+# Compare-and-set: only the holder's own token becomes "done"; an expired claim another run
+# took since is left alone. ARGV[2]: how long "done" lasts (the rest of the claim's lifetime).
 _FINISH = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('SET', KEYS[1], 'done', 'KEEPTTL')
+  return redis.call('SET', KEYS[1], 'done', 'PX', ARGV[2])
 end
 return nil
+"""
+# Compare-and-extend: the lease is renewed only while the key still holds this token; a
+# holder whose claim expired (and maybe went to another run) or was marked done extends
+# nothing. 1 when renewed, 0 when not.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
 """
 # Everything a run needs to know before it starts, in one round trip (issue 15: the separate
 # GETs and the claim were five of a batch run's eight Redis round trips, each a GIL hand-over
 # in a busy worker). KEYS: the check's probe, the batch's probe (the check's again when there
-# is no batch), the compile claim. ARGV: a claim token ('' = do not claim), its TTL in ms.
+# is no batch), the compile claim. ARGV: a claim token ('' = do not claim), its lease in ms.
 # It claims only when there is no probe at all and no claim: a retired probe (its JSON says
 # so, which this script does not parse) takes the long way, ProbeStore.claim_compile.
 _LOOKUP = """
@@ -96,13 +128,18 @@ class ProbeStore:
         history_limit: int = 200,
         batch_ttl_seconds: int = 30 * 24 * 3600,
         compile_lock_seconds: float = 60.0,
+        compile_lease_seconds: float = COMPILE_LEASE_SECONDS,
     ) -> None:
         self.client = client
         self.prefix = prefix
         self.history_limit = history_limit
         self.batch_ttl_seconds = batch_ttl_seconds
+        # How long a waiter waits at most, and how long a claim lives at most.
         self.compile_lock_seconds = compile_lock_seconds
+        # How long a claim lives without a renewal (tests shorten it).
+        self.compile_lease_seconds = compile_lease_seconds
         self._finish_script = client.register_script(_FINISH)
+        self._renew_script = client.register_script(_RENEW)
         self._lookup_script = client.register_script(_LOOKUP)
 
     @classmethod
@@ -148,7 +185,8 @@ class ProbeStore:
         round trip; with ``claim``, the claim is taken when there is no probe and no claim.
 
         Reads what :meth:`active`, :meth:`batch_probe` and :meth:`compile_state` read, and
-        claims as :meth:`claim_compile` does, but in one Lua script.
+        claims as :meth:`claim_compile` does, but in one Lua script. A claim taken here lasts
+        one lease: the caller keeps it with :meth:`hold` (no round trip before the model).
         """
         own_key = self._key(check_id)
         batch_key = self._batch_key(batch_id) if batch_id else own_key
@@ -273,7 +311,10 @@ class ProbeStore:
 
     def claim_compile(self, check_id: str, batch_id: str | None) -> str | None:
         """Become the one run that asks the model for this check's (batch's) probe: an owner
-        token, or None when another run holds it or finished it within the lock's lifetime."""
+        token, or None when another run holds it or finished it within the lock's lifetime.
+
+        The claim lasts one lease: the holder keeps it with :meth:`hold`; a claim no one
+        renews (its holder died) is gone within :attr:`compile_lease_seconds`."""
         if self.compile_lock_seconds <= 0:
             return None
         token = _claim_token()
@@ -283,12 +324,43 @@ class ProbeStore:
 
     @property
     def _claim_ttl_ms(self) -> int:
-        """How long a compile claim lasts, in milliseconds (at least 1)."""
-        return max(1, int(self.compile_lock_seconds * 1000))
+        """A compile claim's lease in milliseconds (at least 1): never longer than the wait,
+        so a claim taken and never renewed outlives no waiter's patience."""
+        return _ms(min(self.compile_lease_seconds, self.compile_lock_seconds))
 
-    def finish_compile(self, check_id: str, batch_id: str | None, token: str) -> None:
-        """The holder is done: ``done`` replaces its token (TTL kept) when it still owns it."""
-        self._finish_script(keys=[self._compile_key(check_id, batch_id)], args=[token])
+    def hold(self, check_id: str, batch_id: str | None, token: str) -> CompileClaim:
+        """Keep the claim ``token`` took alive while its holder asks the model: renewed every
+        lease / :data:`COMPILE_RENEWALS_PER_LEASE` until :meth:`CompileClaim.release`, and for
+        at most ``compile_lock_seconds`` from now (a live holder's claim ends when it always
+        did). Call it right after the claim was taken."""
+        claim = CompileClaim(
+            self,
+            check_id,
+            batch_id,
+            token,
+            lease_ms=self._claim_ttl_ms,
+            until=time.monotonic() + self.compile_lock_seconds,
+        )
+        claim.start()
+        return claim
+
+    def renew_compile(
+        self, check_id: str, batch_id: str | None, token: str, ttl_ms: int | None = None
+    ) -> bool:
+        """Extend the claim to ``ttl_ms`` from now (default: one lease) when ``token`` still
+        holds it; False when it does not (it expired, another run took it, or it is done)."""
+        ttl = self._claim_ttl_ms if ttl_ms is None else max(1, ttl_ms)
+        key = self._compile_key(check_id, batch_id)
+        return int(self._renew_script(keys=[key], args=[token, ttl])) == 1
+
+    def finish_compile(
+        self, check_id: str, batch_id: str | None, token: str, done_ms: int | None = None
+    ) -> None:
+        """The holder is done: ``done`` replaces its token when it still owns it, for
+        ``done_ms`` (default: ``compile_lock_seconds``; :class:`CompileClaim` passes the rest
+        of the claim's lifetime)."""
+        ttl = _ms(self.compile_lock_seconds) if done_ms is None else max(1, done_ms)
+        self._finish_script(keys=[self._compile_key(check_id, batch_id)], args=[token, ttl])
 
     def compile_state(self, check_id: str, batch_id: str | None) -> CompileState:
         """``compiling`` while a holder asks the model, ``done`` after, ``free`` otherwise."""
@@ -298,6 +370,86 @@ class ProbeStore:
         """Forget the check's probe, its versions and its history; True when there was one."""
         keys = [self._key(check_id, *s) for s in ((), ("version",), ("versions",), ("agreement",))]
         return bool(self.client.delete(*keys))
+
+
+class CompileClaim:
+    """A compile claim its holder keeps: a daemon thread renews the lease until :meth:`release`.
+
+    The thread is the heartbeat of a lease, as with Temporal's activity heartbeats or a renewed
+    Redis lock: the claim outlives one lease only while the holder's process is alive to renew
+    it, so a killed holder frees its waiters within a lease instead of the whole compile wait.
+    Renewal stops for good when the claim is released, when a renewal finds the token gone (the
+    lease ran out; the holder goes on, its probe is still stored, single-flight is lost) or
+    when the claim's lifetime (``compile_lock_seconds`` from when it was held) is over.
+    """
+
+    def __init__(
+        self,
+        store: ProbeStore,
+        check_id: str,
+        batch_id: str | None,
+        token: str,
+        *,
+        lease_ms: int,
+        until: float,
+    ) -> None:
+        self.store = store
+        self.check_id = check_id
+        self.batch_id = batch_id
+        self.token = token
+        self.lease_ms = lease_ms  # what each renewal extends the claim to
+        self.until = until  # time.monotonic() when the claim's lifetime ends
+        self.interval = lease_ms / 1000 / COMPILE_RENEWALS_PER_LEASE
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="assay-compile-lease", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _left_ms(self) -> int:
+        """Milliseconds left of the claim's lifetime (0 or less: over)."""
+        return int((self.until - time.monotonic()) * 1000)
+
+    def _beat(self) -> None:
+        """Renew every ``interval`` until stopped, lost, or at the end of the claim's life."""
+        while not self._stopped.wait(self.interval):
+            left = self._left_ms()
+            if left <= 0:
+                return  # as long as a claim ever lived: let it expire
+            if not self._renew(min(self.lease_ms, left)):
+                return
+
+    def _renew(self, ttl_ms: int) -> bool:
+        """One renewal; False when the claim is no longer this holder's (stop renewing)."""
+        try:
+            renewed = self.store.renew_compile(self.check_id, self.batch_id, self.token, ttl_ms)
+        except Exception as exc:  # the next beat tries again; the lease covers a few misses
+            _log.warning("probe_compile_renewal_failed", check_id=self.check_id, error=repr(exc))
+            return True
+        if not renewed and not self._stopped.is_set():
+            _log.warning("probe_compile_claim_lost", check_id=self.check_id)
+        return renewed
+
+    @property
+    def renewing(self) -> bool:
+        """Whether the heartbeat still runs (tests; a stale holder's stops at once)."""
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Stop renewing without marking the claim done (it expires within a lease)."""
+        self._stopped.set()
+
+    def release(self) -> None:
+        """The holder ended: stop renewing, then mark the claim ``done`` for the rest of its
+        lifetime if it still holds it. A renewal in flight meanwhile is harmless: it extends
+        only the token, never ``done``, and never past the lifetime."""
+        self.stop()
+        self.store.finish_compile(self.check_id, self.batch_id, self.token, self._left_ms())
+
+
+def _ms(seconds: float) -> int:
+    """``seconds`` in whole milliseconds, at least 1 (what PX and PEXPIRE accept)."""
+    return max(1, int(seconds * 1000))
 
 
 def _claim_token() -> str:
