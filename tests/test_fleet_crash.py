@@ -31,10 +31,9 @@ pytestmark = pytest.mark.integration
 
 VISIBILITY_SECONDS = "12"  # a killed worker's runs come back after this long
 # A batch's probe compilation is single-flight (workers/fleet/probe_rerun.py): a run killed
-# while it holds the batch's claim leaves its runs waiting for the claim's lifetime (60 s by
-# default) before they ask the model themselves. That stall is by design (waiting never
-# decides anything), but at 60 s it can outlast this test's wait for a restarted worker's
-# first model requests; a short lifetime keeps the test about verdicts under kills.
+# while it holds the batch's claim stops renewing its lease, so its waiters take over within
+# a lease (COMPILE_LEASE_SECONDS). A short wait also bounds how long a waiter stays behind a
+# live holder that this test then kills; the test is about verdicts under kills.
 COMPILE_WAIT_SECONDS = "5"
 RUN_TIMEOUT_SECONDS = 10.0  # shorter than the visibility timeout, as in production
 
