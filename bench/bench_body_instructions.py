@@ -62,7 +62,9 @@ def _ablate(parts: list[str]) -> None:
         if part == "store-scrub":
             store.scrubbed_report = lambda report: report
         elif part == "engine-scrub":
-            engine.scrubbed_model = lambda report, **_: report
+            from workers.core.toolsets.redaction import Scrubbed
+
+            engine.scrubbed = lambda report, **_: Scrubbed(report, {})
         elif part == "record":
             store.VerdictStore.record_verdict = lambda self, report: True  # type: ignore[method-assign]
         elif part == "tokens":

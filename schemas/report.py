@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from schemas.budget import Budget
 from schemas.probe import ProbeOutcome
@@ -113,3 +113,7 @@ class RunReport(BaseModel):
     checkpoint: RunState | None = Field(
         default=None, description="Set while status is waiting: pass it back to resume."
     )
+    # Not part of the report: the engine's scrubbed JSON dump of its fields, so the store's
+    # pattern pass searches only fields that changed since (workers/core/toolsets/redaction.py
+    # ``scrubbed_model``). A private attribute: never serialized, kept by model_copy.
+    _scrubbed_dump: dict[str, Any] | None = PrivateAttr(default=None)

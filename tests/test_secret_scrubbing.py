@@ -30,8 +30,10 @@ from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
 from assay.testing.scripted_model import ScriptedModel
 from schemas.budget import Budget
+from schemas.report import RunReport, Step
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget
 from schemas.settings import load_settings
+from tests.fleet_support import finished_report, snapshot_request
 from tests.secret_canaries import (
     NAMESPACE,
     CanaryCluster,
@@ -42,7 +44,8 @@ from workers.core.engine import EngineDeps, evaluate
 from workers.core.toolsets.backend import REDACTED
 from workers.core.toolsets.base import ToolRegistry
 from workers.core.toolsets.factory import build_registry
-from workers.core.toolsets.redaction import SecretScrubber
+from workers.core.toolsets.redaction import SecretScrubber, scrubbed
+from workers.fleet.store import scrubbed_report
 
 ASSAY = str(Path(sys.executable).parent / "assay")
 
@@ -537,3 +540,51 @@ def test_a_report_is_scrubbed_under_its_own_field_names_too() -> None:
         assert secret not in text
     assert scrubbed.steps[0].arguments is not None
     assert set(scrubbed.steps[0].arguments) == {"token", "prompt_tokens"}  # keys stay as keys
+
+
+# --- the store's pass over an engine's report: only what changed since is searched ---------
+
+
+def _engine_scrubbed(report: RunReport) -> RunReport:
+    """``report`` as the engine hands it over: scrubbed, with the dump it scrubbed kept."""
+    done = scrubbed(report, keep=frozenset({"request", "checkpoint"}), revalidate=False)
+    done.model._scrubbed_dump = done.dump
+    return done.model
+
+
+def _with_step(report: RunReport, output: str) -> RunReport:
+    step = Step(index=0, kind="COMMAND", tool="get", arguments={"kind": "Pod"}, ok=True,
+                output=output, started_at=report.request.submitted_at)  # fmt: skip
+    return report.model_copy(update={"steps": [step]})
+
+
+def test_the_store_still_finds_a_credential_written_into_a_step_after_the_engine() -> None:
+    """The engine's scrub is remembered so the store need not search the steps again; a step
+    changed in place afterwards (deep inside, same objects) is searched all the same."""
+    dsn = "postgres://app:Sup3rS3cretPw@db:5432/app"
+    report = _engine_scrubbed(_with_step(finished_report(snapshot_request(), "true"), "3 pods"))
+    report.steps[0].output = f"3 pods; connect with {dsn}"  # after the engine's scrub
+    stored = scrubbed_report(report)
+    assert stored.steps[0].output is not None and "Sup3rS3cretPw" not in stored.steps[0].output
+    assert "Sup3rS3cretPw" not in stored.model_dump_json()
+
+
+def test_the_store_finds_a_credential_in_what_was_added_after_the_engine() -> None:
+    """A field set after the engine (a probe's outcome, the verdict replaced) is searched."""
+    token = "Sup3rS3cretPw"
+    report = _engine_scrubbed(_with_step(finished_report(snapshot_request(), "true"), "3 pods"))
+    assert report.verdict is not None
+    report.verdict = report.verdict.model_copy(
+        update={"explanation": f"used postgres://app:{token}@db/app"}
+    )
+    report = report.model_copy(update={"attempts": 2})
+    stored = scrubbed_report(report)
+    assert token not in stored.model_dump_json()
+    assert stored.steps[0].output == "3 pods" and stored.attempts == 2
+
+
+def test_a_report_the_engine_never_scrubbed_is_searched_whole() -> None:
+    dsn = "postgres://app:Sup3rS3cretPw@db:5432/app"
+    report = _with_step(finished_report(snapshot_request(), "true"), f"see {dsn}")
+    assert report._scrubbed_dump is None
+    assert "Sup3rS3cretPw" not in scrubbed_report(report).model_dump_json()

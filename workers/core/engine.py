@@ -75,7 +75,7 @@ from workers.core.prompt_tally import PromptTally
 from workers.core.tool_schemas import Tools
 from workers.core.toolsets.base import ToolRegistry
 from workers.core.toolsets.factory import build_registry
-from workers.core.toolsets.redaction import scrubbed_model
+from workers.core.toolsets.redaction import scrubbed
 from workers.core.toolsets.structured import META_KEY as STRUCTURED_META_KEY
 from workers.core.tracing import model_call_span, tool_call_span
 
@@ -227,12 +227,14 @@ class _Run:
         if self.registry is not None:
             # Model text (thoughts, explanation, findings, excerpts) is not tool output, so no
             # tool scrubbed it: a model can repeat a Secret's value it was told or guessed.
-            report = scrubbed_model(
+            done = scrubbed(
                 report,
                 keep=_UNSCRUBBED_REPORT_FIELDS,
                 scrubber=self.registry.scrubber,
-                revalidate=False,  # the store's own pass validates what it writes
+                revalidate=False,  # what the scrub changed, it validates again
             )
+            report = done.model
+            report._scrubbed_dump = done.dump  # the store searches only what changes after
         self.log.info(
             "run_finished",
             status=report.status,

@@ -387,9 +387,13 @@ def scrubbed_report(report: RunReport) -> RunReport:
     made; this catches what a model wrote itself (a password it echoed in an
     explanation). The request stays verbatim: it is the user's own input,
     kept so the run can be evaluated again. A report the patterns left unchanged is
-    stored as it is; a changed one is validated again (``scrubbed_model``).
+    stored as it is; a changed one is validated again (``scrubbed_model``). Fields the
+    engine's own scrub left as they still are (``RunReport._scrubbed_dump``: the steps,
+    mostly) are not searched again.
     """
-    return scrubbed_model(report, keep=frozenset({"request"}), revalidate=False)
+    return scrubbed_model(
+        report, keep=frozenset({"request"}), revalidate=False, clean=report._scrubbed_dump
+    )
 
 
 def _now() -> datetime:

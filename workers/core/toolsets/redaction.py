@@ -61,9 +61,10 @@ import base64
 import binascii
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import ahocorasick_rs
 from pydantic import BaseModel
@@ -550,9 +551,31 @@ def scrubbed_model(
     keep: frozenset[str] = frozenset(),
     scrubber: SecretScrubber | None = None,
     revalidate: bool = True,
+    clean: Mapping[str, Any] | None = None,
 ) -> M:
     """A copy of a report-like model with every string field scrubbed by ``scrubber``
     (default :data:`PATTERNS`; the engine passes the run's own, which knows its Secrets).
+    :func:`scrubbed` says what each argument is for."""
+    return scrubbed(model, keep=keep, scrubber=scrubber, revalidate=revalidate, clean=clean).model
+
+
+@dataclass(frozen=True)
+class Scrubbed(Generic[M]):
+    """A scrubbed model and its scrubbed JSON dump (the fields searched or found clean)."""
+
+    model: M
+    dump: dict[str, Any]
+
+
+def scrubbed(
+    model: M,
+    *,
+    keep: frozenset[str] = frozenset(),
+    scrubber: SecretScrubber | None = None,
+    revalidate: bool = True,
+    clean: Mapping[str, Any] | None = None,
+) -> Scrubbed[M]:
+    """``model`` with every string field scrubbed, and the dump that was scrubbed.
 
     ``keep`` names top-level fields left as they are (a run's request is the
     user's own input, stored verbatim so the run can be evaluated again).
@@ -562,12 +585,31 @@ def scrubbed_model(
     holds; only a value the scrub changed needs checking again). The engine and the
     store's verdict write pass it: validating an unchanged 3-step report cost 3% of an
     evaluation's instructions, every time. Checkpoints keep the default.
+
+    ``clean``: top-level fields' JSON dumps that a scrubber at least as thorough as this
+    one already produced (the engine's, with the run's Secret values and these patterns,
+    ``RunReport._scrubbed_dump``). A field whose dump still equals its entry is not searched
+    again; one that changed since, even in place deep inside, is. The store's pattern pass
+    over an engine's report so searches only what was added after the engine (the attempt
+    count, a probe's outcome), not the steps again (about 6% of an evaluation's
+    instructions).
     """
     data = model.model_dump(mode="json", exclude=set(keep))
-    _, looked = (scrubber or PATTERNS)._scrubbed(data, _field_names(type(model)))
+    search = (
+        data
+        if clean is None
+        else {name: value for name, value in data.items() if clean.get(name, _ABSENT) != value}
+    )
+    _, looked = (scrubber or PATTERNS)._scrubbed(search, _field_names(type(model)))
+    if search is not data:
+        data.update(search)  # a top-level string the walk replaced
     if not looked and not revalidate:
-        return model
-    return type(model).model_validate({**data, **{name: getattr(model, name) for name in keep}})
+        return Scrubbed(model, data)
+    kept = {name: getattr(model, name) for name in keep}
+    return Scrubbed(type(model).model_validate({**data, **kept}), data)
+
+
+_ABSENT = object()
 
 
 @lru_cache(maxsize=64)
