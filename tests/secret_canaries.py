@@ -13,13 +13,14 @@ Two families:
   copied elsewhere: a pod env literal, a ConfigMap, an event message, the
   current and previous pod log, a custom resource; the base64 form of a
   ``stringData`` value; one line of a multi-line PEM value; a Secret's own
-  annotation and label. Only a scrubber that has read the Secrets can
-  recognise a plain copy, so with Secrets unreadable (the live backend under
-  the recommended RBAC) these are out of reach by design.
+  annotation and label; a ConfigMap data *key* that is a copy of a Secret
+  value. Only a scrubber that has read the Secrets can recognise a plain
+  copy, so with Secrets unreadable (the live backend under the recommended
+  RBAC) these are out of reach by design.
 * **Credential-shaped values** (``needs_secret_values=False``): in no Secret
-  at all, but shaped like a credential: a DSN password, a ``key=value``
-  token, a bearer token, a PEM private key block. Patterns must catch these
-  whatever the backend may read.
+  at all, but shaped like a credential: a DSN password (in a value, and in a
+  ConfigMap data key), a ``key=value`` token, a bearer token, a PEM private key
+  block. Patterns must catch these whatever the backend may read.
 
 The content is this project's own; nothing here is a real credential.
 """
@@ -104,8 +105,10 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
     previous_log_copy = Canary("previous-pod-log", _token("prevlog"), True)
     configmap_copy = Canary("configmap", _token("cm"), True)
     custom_resource_copy = Canary("custom-resource", _token("cr"), True)
+    key_copy = Canary("configmap-key", _token("cmkey"), True)
     dsn_in_secret = Canary("dsn-password-in-secret", _token("dsnsec"), False)
     dsn_free = Canary("dsn-password", _token("dsn"), False)
+    dsn_key = Canary("dsn-password-in-key", _token("dsnkey"), False)
     flag = Canary("cli-flag", _token("flag"), False)
     key_value = Canary("key-value-token", _token("kv"), False)
     bearer = Canary("bearer-token", _token("bearer"), False)
@@ -136,6 +139,7 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
                     previous_log_copy,
                     configmap_copy,
                     custom_resource_copy,
+                    key_copy,
                 )
             },
         },
@@ -215,6 +219,7 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
                 "notes": f"fallback seed {configmap_copy.value}",
                 "cached-token": _b64(string_data_token.value),
                 "signing-key-fragment": f"first part\n{pem_line.value}\nrest",
+                key_copy.value: "a Secret's value as a key",
             },
         },
         {
@@ -224,6 +229,7 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
             "data": {
                 "app.properties": f"mode=fast\ndb.password={key_value.value}\nretries=3\n",
                 "DATABASE_URL": f"mysql://root:{dsn_free.value}@mysql.shop:3306/shop",
+                f"postgres://report:{dsn_key.value}@replica.shop:5432/shop": "read replica",
                 "key.pem": _pem(
                     "EC PRIVATE KEY", [_pem_body_line(), unknown_pem_line.value, "AAAA"]
                 ),
@@ -296,8 +302,10 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
         previous_log_copy,
         configmap_copy,
         custom_resource_copy,
+        key_copy,
         dsn_in_secret,
         dsn_free,
+        dsn_key,
         flag,
         key_value,
         bearer,

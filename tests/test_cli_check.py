@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from assay.testing.scripted_model import ScriptedModel
 from tests.engine_support import PREDICATE, done, get_deployments, make_snapshot, script
 from tests.fleet_support import TEST_SNAPSHOT_ROOTS
 
@@ -138,6 +139,49 @@ def test_usage_errors_exit_64(args: list[str], env: dict[str, str], message: str
     assert result.returncode == 64, (result.stdout, result.stderr)
     assert message in result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "model", "endpoint", "said"),
+    [
+        ("check", "nonsense-model", False, "name it as provider/model"),
+        ("query", "nonsense-model", False, "openai/gpt-4o-mini"),
+        ("check", "nonsense-model", True, "--model openai/nonsense-model"),
+        ("check", "nonsense/foo", True, "--model openai/nonsense/foo"),
+    ],
+)
+@pytest.mark.parametrize("given_by", ["flag", "environment"])
+def test_a_model_litellm_cannot_route_is_a_usage_error_before_any_run(
+    snapshot: Path, command: str, model: str, endpoint: bool, said: str, given_by: str
+) -> None:
+    """Before: the run started, the model call failed ('LLM Provider NOT provided') and the
+    check ended cannot_determine, exit 3, which a CI job may tolerate or retry; the
+    configuration was simply wrong. Now: 64 and one sentence naming the model and the
+    form to use, and no request reaches the endpoint."""
+    with ScriptedModel(script(done("true"))) as server:
+        flags = ["--model", model] if given_by == "flag" else []
+        env = {"ASSAY_MODEL": model} if given_by == "environment" else {}
+        flags += ["--api-base", server.url] if endpoint else []
+        result = assay(command, "--snapshot", str(snapshot), *flags, PREDICATE, env=env)
+        requests = server.requests
+    assert result.returncode == 64, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("assay: error: "), result.stderr
+    assert f"the model {model!r}" in lines[0] and said in lines[0], lines[0]
+    assert result.stdout == "" and requests == []
+
+
+@pytest.mark.parametrize("model", ["openai/scripted", "gpt-4o-mini", "openai/some/served-model"])
+def test_models_that_work_with_an_endpoint_are_not_refused(
+    tmp_path: Path, snapshot: Path, model: str
+) -> None:
+    """The up-front check refuses only what litellm cannot route: the scripted test model,
+    a model litellm knows by its bare name, any openai/NAME at an OpenAI-compatible server."""
+    with ScriptedModel(script(get_deployments(), done("true", 0))) as server:
+        result = assay("check", "--snapshot", str(snapshot), "--model", model,
+                       "--api-base", server.url, "--json", PREDICATE)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["verdict"] == "true"
 
 
 def test_help_does_not_import_litellm() -> None:

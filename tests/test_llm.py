@@ -23,6 +23,7 @@ from workers.core.llm import (
     is_transient,
     load_litellm,
     retry_after_seconds,
+    unroutable_model,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,3 +250,68 @@ def test_a_reply_is_not_kept_once_the_run_is_done_with_it() -> None:
     del reply
     gc.collect()
     assert kept() is None
+
+
+ENDPOINT = "http://127.0.0.1:9/v1"
+
+
+@pytest.mark.parametrize(
+    ("model", "api_base"),
+    [
+        ("gpt-4o-mini", None),  # litellm knows the bare name
+        ("openai/gpt-4o-mini", None),
+        ("openai/scripted", ENDPOINT),  # what the tests and `--scripted` use
+        ("openai/scripted", None),
+        ("gpt-4o-mini", ENDPOINT),
+        ("openai/", ENDPOINT),  # some local servers ignore the name: not for assay to refuse
+        ("hosted_vllm/meta-llama/Llama-3.1-8B", ENDPOINT),
+        ("ollama/llama3", None),
+        ("anthropic/claude-x", None),
+        ("azure/my-deployment", None),
+    ],
+)
+def test_a_model_litellm_can_route_is_not_refused(model: str, api_base: str | None) -> None:
+    assert unroutable_model(model, api_base) is None
+
+
+@pytest.mark.parametrize(
+    ("model", "at_endpoint"),
+    [("nonsense-model", False), ("nonsense-model", True), ("nonsense/foo", True), ("", False)],
+)
+def test_what_is_refused_up_front_is_what_every_call_would_fail_on(
+    model: str, at_endpoint: bool
+) -> None:
+    """The CLI refuses a model only when litellm's own call would fail before sending
+    anything: the same name at a live endpoint gets a permanent error and no request."""
+    with ScriptedModel(script_ending_at_once()) as server:
+        endpoint = server.url if at_endpoint else None
+        problem = unroutable_model(model, endpoint)
+        assert problem is not None and f"the model {model!r}" in problem
+        assert ("openai/" + model if endpoint else "provider/model") in problem
+        with pytest.raises(LLMError) as failed:
+            LiteLLMClient(load_settings()).complete(
+                LLMCall(model=model, messages=MESSAGES, max_tokens=50,
+                        deadline=time.monotonic() + 10, user="r", api_base=endpoint)
+            )  # fmt: skip
+        assert failed.value.kind == "permanent"
+        assert server.requests == []
+
+
+def script_ending_at_once() -> dict[str, Any]:
+    return {"scenarios": [{"turns": [{"action": {"action": "ERROR", "message": "stop"}}]}]}
+
+
+def test_a_worker_run_with_a_model_litellm_cannot_route_ends_cannot_determine(
+    tmp_path: Path,
+) -> None:
+    """Only the CLI refuses such a model up front; a fleet run (the model came with the
+    request or from the worker's settings) still ends 3 with litellm's reason, never true."""
+    from tests.engine_support import make_snapshot, request_for
+    from workers.core.engine import EngineDeps, evaluate
+
+    request = request_for(make_snapshot(tmp_path / "prod-eu"), model="nonsense-model")
+    report = evaluate(request, EngineDeps(settings=load_settings()))
+    assert report.verdict is not None
+    assert report.verdict.verdict == "cannot_determine" and report.verdict.exit_code == 3
+    assert "LLM Provider NOT provided" in (report.verdict.reason or "")
+    assert "nonsense-model" in (report.verdict.reason or "")

@@ -588,3 +588,96 @@ def test_a_report_the_engine_never_scrubbed_is_searched_whole() -> None:
     report = _with_step(finished_report(snapshot_request(), "true"), f"see {dsn}")
     assert report._scrubbed_dump is None
     assert "Sup3rS3cretPw" not in scrubbed_report(report).model_dump_json()
+
+
+# --------------------------------------------------------------------------- dict keys
+
+_JWT_KEY = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJjaSJ9.c2lnbmF0dXJlLWhlcmU"
+
+
+def test_a_key_that_is_a_credential_is_rewritten_like_a_value() -> None:
+    """A key is shown wherever its object is (YAML, tables, the structured view, reports):
+    a DSN, a copied Secret value or a bearer token as a key must go as it would as a value."""
+    scrubber = SecretScrubber(["kNown-Secret-Value-42"])
+    scrubbed = scrubber.scrub_object(
+        {
+            "postgres://app:pw-Sup3r-s3cret@db/app": 1,
+            "kNown-Secret-Value-42": "copied",
+            f"Bearer {_JWT_KEY}": {"nested": ["list", {"authorization: Bearer tok-123456789": 2}]},
+            "app.kubernetes.io/name": "web",
+        }
+    )
+    assert list(scrubbed) == [
+        f"postgres://app:{REDACTED}@db/app",
+        REDACTED,
+        f"Bearer {REDACTED}",
+        "app.kubernetes.io/name",  # ordinary keys, and the order, stay
+    ]
+    assert scrubbed[f"Bearer {REDACTED}"] == {
+        "nested": ["list", {f"authorization: Bearer {REDACTED}": 2}]
+    }
+    assert scrubbed["app.kubernetes.io/name"] == "web" and scrubbed[REDACTED] == "copied"
+
+
+def test_keys_that_scrub_to_the_same_text_keep_their_entries_apart() -> None:
+    """Two DSNs differing only in their password must not merge into one entry (one value
+    lost), nor take the name of a key that was already there."""
+    already = f"postgres://app:{REDACTED}@db/app"
+    scrubbed = SecretScrubber().scrub_object(
+        {
+            "postgres://app:first-pw-1234@db/app": 1,
+            already: 0,
+            "postgres://app:2nd-pw-5678@db/app": 2,
+        }
+    )
+    assert scrubbed == {f"{already} (2)": 1, already: 0, f"{already} (3)": 2}
+    assert list(scrubbed.values()) == [1, 0, 2]
+
+
+def test_ordinary_keys_are_not_searched_one_by_one() -> None:
+    """Keys are searched once, with the rest of the object's strings; only a key that search
+    hit is looked at again. A clean object is never walked string by string at all."""
+    scrubber = SecretScrubber(["kNown-Secret-Value-42"])
+    searched: list[str] = []
+    text = scrubber.text
+
+    def recording(value: str) -> str:
+        searched.append(value)
+        return text(value)
+
+    scrubber.text = recording  # type: ignore[method-assign]
+    ordinary = {f"label-{n}": "v" for n in range(50)}
+    scrubber.scrub_object({"metadata": {"labels": dict(ordinary)}, "data": {"a": "b"}})
+    assert searched == []
+    scrubber.scrub_object(
+        {
+            "metadata": {"labels": dict(ordinary)},
+            "data": {"url": "mysql://root:pw-123456789@db/x", "kNown-Secret-Value-42": "x"},
+        }
+    )
+    assert not set(searched) & (set(ordinary) | {"metadata", "labels", "data", "url"})
+    assert "kNown-Secret-Value-42" in searched
+
+
+def test_a_configmap_key_with_a_password_never_reaches_the_model(tmp_path: Path) -> None:
+    """The key of a ConfigMap's data as a connection string: every lookup the model can make,
+    and the structured view a strict check's confirmation is built from, show it redacted."""
+    password = "cmkey-Pw-7c1e9a44"
+    (tmp_path / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: prod}\n"
+        f'data: {{"postgres://app:{password}@db.prod:5432/app": primary, mode: fast}}\n'
+    )
+    registry = build_registry(
+        EvaluationRequest(text="anything", target=SnapshotTarget(path=str(tmp_path))),
+        load_settings(),
+    )
+    target = {"kind": "ConfigMap", "namespace": "prod", "name": "app"}
+    results = [
+        registry.call(tool, arguments)
+        for tool, arguments in (("get", target), ("describe", target), ("get", {"kind": "cm"}))
+    ]
+    assert all(result.ok for result in results)
+    seen = "\n".join(r.output + json.dumps(_rendered(r.meta)) for r in results)
+    assert password not in seen
+    assert f"postgres://app:{REDACTED}@db.prod:5432/app: primary" in results[0].output
+    assert "mode: fast" in results[0].output

@@ -4,19 +4,29 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import textwrap
 import threading
 import tracemalloc
 from pathlib import Path
+from typing import Any
+from unittest.mock import patch
 
 import pytest
 
 from schemas.settings import load_settings
 from tests.conftest import EXAMPLES
+from workers.core.toolsets import snapshot_backend
 from workers.core.toolsets.backend import REDACTED, BackendError
 from workers.core.toolsets.base import ToolRegistry
 from workers.core.toolsets.kubernetes import kubernetes_tools
-from workers.core.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
+from workers.core.toolsets.snapshot_backend import (
+    FileTooLarge,
+    FolderListing,
+    SnapshotBackend,
+    SnapshotError,
+    read_text,
+)
 
 SNAPSHOTS = EXAMPLES / "snapshots"
 CANARY = "ASSAY-CANARY-7f3a9c"
@@ -852,3 +862,96 @@ def test_an_object_captured_twice_differently_is_named_in_the_problems(tmp_path:
     problem = backend.problems[0]
     assert "Pod prod/api" in problem and "eu/pods.yaml" in problem and "us/" in problem
     assert "several clusters" in problem
+
+
+# ------------------------------------------------------------------ oversized object files
+
+POD = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: prod}\n"
+
+
+def _sparse(path: Path, size: int, head: bytes = b"") -> None:
+    """A file of ``size`` bytes that costs no disk: ``head``, then a hole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(head)
+    os.truncate(path, size)
+
+
+def test_an_object_file_past_the_cap_is_skipped_unread_and_the_rest_still_loads(
+    tmp_path: Path,
+) -> None:
+    """A 5 GiB file in a snapshot folder was read whole into a worker's memory.
+
+    One byte past the cap is enough to be refused (and keeps this test cheap should the
+    check ever go); a sparse file costs no disk. ``os.open`` is watched so the test also
+    proves the file is refused from its listed size, without being opened at all.
+    """
+    write(tmp_path, "pods.yaml", POD)
+    huge = snapshot_backend.MAX_OBJECT_FILE_BYTES + 1
+    _sparse(tmp_path / "dump/huge.yaml", huge, b"apiVersion: v1\nkind: Pod\n")
+    opened: list[str] = []
+    real_open = os.open
+
+    def watching_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    with patch.object(snapshot_backend.os, "open", watching_open):
+        backend = SnapshotBackend(tmp_path)
+    assert backend.problems == ["dump/huge.yaml: larger than 64 MiB; it was skipped"]
+    assert not any(path.endswith("huge.yaml") for path in opened), opened
+    pods = backend.list_objects(backend.resolve("Pod"), namespace="prod")
+    assert [pod["metadata"]["name"] for pod in pods] == ["web"]
+
+
+def test_a_file_exactly_at_the_cap_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap refuses what is larger, not a file of exactly the cap."""
+    monkeypatch.setattr(snapshot_backend, "MAX_OBJECT_FILE_BYTES", len(POD))
+    write(tmp_path, "pods.yaml", POD)
+    backend = SnapshotBackend(tmp_path)
+    assert backend.problems == []
+
+
+def test_a_file_that_grows_past_the_cap_after_listing_is_read_no_further(
+    tmp_path: Path,
+) -> None:
+    """The listing's size is only a first check: a file that grew (or was swapped for a
+    larger one) between the folder walk and the read must not be read past the cap."""
+    write(tmp_path, "pods.yaml", POD)
+    grows = tmp_path / "grows.yaml"
+    grows.write_text(POD.replace("web", "api"))
+    listing = FolderListing.walk(tmp_path.resolve())
+    os.truncate(grows, snapshot_backend.MAX_OBJECT_FILE_BYTES + 4096)  # after the walk
+    tracemalloc.start()
+    try:
+        backend = SnapshotBackend(tmp_path, listing)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert backend.problems == ["grows.yaml: larger than 64 MiB; it was skipped"]
+    assert peak < 2 * snapshot_backend.MAX_OBJECT_FILE_BYTES + 2**20
+    pods = backend.list_objects(backend.resolve("Pod"), namespace="prod")
+    assert [pod["metadata"]["name"] for pod in pods] == ["web"]
+
+
+def test_read_text_stops_one_byte_past_its_limit(tmp_path: Path) -> None:
+    file = tmp_path / "objects.yaml"
+    file.write_bytes(b"a: 1\n" * 1000)  # 5000 bytes
+    assert read_text(file, 10, limit=5000) == file.read_text(encoding="utf-8")
+    with pytest.raises(FileTooLarge):
+        read_text(file, 10, limit=4999)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".yml", ".json"])
+def test_a_folder_of_only_oversized_files_is_refused_not_served_empty(
+    tmp_path: Path, suffix: str
+) -> None:
+    """Skipping every file must not leave an empty cluster, where "no pod runs as
+    root" is vacuously true: it is the folder-without-objects error, naming why."""
+    _sparse(tmp_path / f"all{suffix}", snapshot_backend.MAX_OBJECT_FILE_BYTES + 1)
+    _sparse(tmp_path / f"more/all{suffix}", snapshot_backend.MAX_OBJECT_FILE_BYTES + 2)
+    with pytest.raises(SnapshotError, match="holds no Kubernetes objects") as caught:
+        SnapshotBackend(tmp_path)
+    assert "2 file(s) could not be used" in str(caught.value)
+    assert f"all{suffix}: larger than 64 MiB; it was skipped" in str(caught.value)

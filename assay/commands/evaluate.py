@@ -2,7 +2,8 @@
 
 Both build an EvaluationRequest, run the engine in this process and exit with
 the verdict's code (0 true, 1 false, 2 poorly posed, 3 cannot determine; 64
-for a wrong command line). Every flag's default comes from ``ASSAY_*`` through
+for a wrong command line or configuration, a model name litellm cannot route
+included). Every flag's default comes from ``ASSAY_*`` through
 ``schemas.settings.load_settings``. Heavy modules (the engine, litellm) are
 imported inside the command so ``assay --help`` stays fast.
 """
@@ -133,7 +134,23 @@ def _run(
         return _run_scripted(kind, text, snapshot, context, settings, json_output, trace, scripted)
     if not settings.model:
         raise typer.BadParameter(NO_MODEL_MESSAGE)
+    _require_routable_model(settings.model, settings.api_base, flags.model is not None)
     return _evaluate(kind, text, snapshot, context, settings, json_output, trace)
+
+
+def _require_routable_model(model: str, api_base: str | None, from_flag: bool) -> None:
+    """Refuse (64) a model name litellm cannot route to any provider, before the run starts.
+
+    Run, it would end ``cannot_determine`` (3) after the model call failed: a CI job
+    reads that as "the cluster could not be judged", not "fix the --model". The
+    scripted model never comes here (its name and endpoint are assay's own).
+    """
+    from workers.core.llm import unroutable_model  # imports litellm: not for `--help`
+
+    problem = unroutable_model(model, api_base)
+    if problem is not None:
+        hint = "--model" if from_flag else "--model / ASSAY_MODEL"
+        raise typer.BadParameter(problem, param_hint=hint)
 
 
 def _require_objects(snapshot: Path) -> None:

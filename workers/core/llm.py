@@ -179,6 +179,37 @@ def is_transient(exc: BaseException) -> bool:
     return status in _TRANSIENT_STATUS or status >= 500
 
 
+def unroutable_model(model: str, api_base: str | None) -> str | None:
+    """Why litellm cannot send ``model`` anywhere, as one sentence for the user; None if it can.
+
+    Why ask up front: litellm's first step in every completion is this same
+    ``get_llm_provider`` (model and endpoint in, provider out), and it fails before any
+    request for a name that says no provider (``nonsense-model``, ``nonsense/x``). Left to
+    the run, that ends ``cannot_determine`` (3), which a CI job may retry or tolerate,
+    though the command line is simply wrong. Only what this lookup refuses is refused,
+    so every model litellm can route today (``gpt-4o-mini``, ``openai/NAME`` with an
+    endpoint, ``ollama/llama3``) passes. The CLI asks; a worker does not, and its run
+    still ends 3 with litellm's reason.
+    """
+    try:
+        load_litellm().get_llm_provider(model=model, api_base=api_base)
+    except Exception:  # litellm raises BadRequestError ("LLM Provider NOT provided")
+        pass
+    else:
+        return None
+    if api_base:
+        return (
+            f"litellm cannot tell which provider serves the model {model!r} at {api_base}: "
+            f"for an OpenAI-compatible server name it openai/MODEL (--model openai/{model}), "
+            "or give another provider's prefix as provider/model"
+        )
+    return (
+        f"litellm cannot tell which provider serves the model {model!r}: name it as "
+        "provider/model (e.g. --model openai/gpt-4o-mini), or for an OpenAI-compatible "
+        "server pass --model openai/MODEL with --api-base URL"
+    )
+
+
 class _DeadlineReached(Exception):
     pass
 

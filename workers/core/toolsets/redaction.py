@@ -36,6 +36,13 @@ Three layers, each catching what the one before cannot know about:
    the ``value`` of a ``{name: DB_PASSWORD, value: ...}`` pair, are redacted
    whatever their text.
 
+In an object, layers 2 and 3 apply to mapping **keys** too: a key is shown
+wherever its object is, and can be a DSN (a ConfigMap keyed by connection
+string), a copied Secret value or a bearer token. Keys are searched once, in
+the same pass as the object's other strings; only a key that pass hit is
+rewritten (see :func:`_rename_keys`; two keys that come out the same are kept
+apart with `` (2)``).
+
 **Minimum length.** A known value, or any form of it, shorter than
 :data:`MIN_SCRUB_LENGTH` (8) characters is never searched for elsewhere.
 Short strings ("true", "admin", "5432", "prod") occur all over ordinary
@@ -61,9 +68,11 @@ import base64
 import binascii
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any, Generic, TypeVar
 
 import ahocorasick_rs
@@ -423,33 +432,45 @@ class SecretScrubber:
         """
         strings: list[str] = []
         structured = _collect(value, strings, plain_keys)
-        search_each = bool(self._spans("\n".join(strings)))
-        if not (structured or search_each):
+        spans = self._spans("\n".join(strings))
+        if not (structured or spans):
             return value, False
-        return self._walk(value, search_each), True
+        # The one search above already says which strings hold a secret: a dict key is
+        # rewritten only if it is one of them, never searched again on its own.
+        secret_keys = _hit_strings(strings, spans) if spans else frozenset()
+        return self._walk(value, bool(spans), secret_keys), True
 
     def scrubbed_copy(self, value: Any) -> Any:
         """A scrubbed copy, for values the caller does not own (a log line's fields)."""
         return self.scrub_object(_copy_json(value))
 
-    def _walk(self, value: Any, search_each: bool) -> Any:
+    def _walk(
+        self, value: Any, search_each: bool, secret_keys: frozenset[str] = frozenset()
+    ) -> Any:
+        """Scrub ``value`` in place. ``secret_keys``: the strings the object-wide search
+        hit; a dict key among them is rewritten (a key can be a DSN, a token, a copied
+        Secret value, and a key is shown wherever its object is)."""
         if isinstance(value, str):
             return self.text(value) if search_each else value
         if isinstance(value, dict):
             hidden_value = _hides_value(value)
+            rename = False
             for key, item in value.items():
                 credential = _credential_field(key) or (hidden_value and key == "value")
                 if credential and isinstance(item, str) and _secret_text(item):
                     value[key] = REDACTED
                 else:
-                    value[key] = self._walk(item, search_each)
+                    value[key] = self._walk(item, search_each, secret_keys)
+                rename = rename or (bool(secret_keys) and key in secret_keys)
+            if rename:
+                _rename_keys(value, secret_keys, self.text)
         elif isinstance(value, list):
             hide_next = False
             for index, item in enumerate(value):
                 if hide_next and isinstance(item, str) and _secret_text(item):
                     value[index] = REDACTED
                 else:
-                    value[index] = self._walk(item, search_each)
+                    value[index] = self._walk(item, search_each, secret_keys)
                 hide_next = _credential_flag(item)
         return value
 
@@ -464,6 +485,51 @@ def _base64_run(text: str, start: int, end: int) -> Span:
     while end < len(text) and text[end] == "=":
         end += 1
     return start, end
+
+
+def _hit_strings(strings: list[str], spans: list[Span]) -> frozenset[str]:
+    """The strings of ``strings`` (joined by newlines, as searched) that ``spans`` touch.
+
+    Why map back rather than search each key: an object's keys are mostly field and
+    label names repeated across thousands of objects; the joined search has already
+    looked at every one of them once, and only the few it hit need a closer look.
+    """
+    starts = list(accumulate((len(string) + 1 for string in strings), initial=0))
+    hit: set[str] = set()
+    for begin, end in spans:
+        index = max(0, bisect_right(starts, begin) - 1)
+        while index < len(strings) and starts[index] < max(end, begin + 1):
+            hit.add(strings[index])
+            index += 1
+    return frozenset(hit)
+
+
+def _rename_keys(
+    mapping: dict[Any, Any], secret_keys: frozenset[str], scrub: Callable[[str], str]
+) -> None:
+    """Rewrite the keys of ``mapping`` that are in ``secret_keys`` with ``scrub``, in place.
+
+    The order of the entries is kept. Two keys that scrub to the same text (two DSNs
+    differing only in their password) must not merge, losing one entry: a later one
+    gets `` (2)``, `` (3)``... after it, never taking the name of a key left as it was.
+    """
+    renamed = {key: scrub(key) for key in mapping if isinstance(key, str) and key in secret_keys}
+    renamed = {key: new for key, new in renamed.items() if new != key}
+    if not renamed:
+        return
+    taken: set[Any] = {key for key in mapping if key not in renamed}
+    items = list(mapping.items())
+    mapping.clear()
+    for key, item in items:
+        new = renamed.get(key, key)
+        if key in renamed:
+            candidate, number = new, 1
+            while candidate in taken:
+                number += 1
+                candidate = f"{new} ({number})"
+            new = candidate
+            taken.add(new)
+        mapping[new] = item
 
 
 def _merged(spans: list[Span]) -> list[Span]:

@@ -8,7 +8,8 @@ previous container). See examples/snapshots/README.md for capturing one.
 
 Everything is parsed once, when the backend is built (the factory caches it
 per folder). Secrets are redacted during that parse, before any other code
-can see them. A file that does not parse is recorded in :attr:`problems`,
+can see them. A file that does not parse, or is larger than
+:data:`MAX_OBJECT_FILE_BYTES` (64 MiB), is recorded in :attr:`problems`,
 naming the file, and the rest of the snapshot is still served. So is an
 object that had to be adjusted: a cluster-scoped object (built-in, or of a
 CRD with ``scope: Cluster``) written with a namespace loses it, as on a real
@@ -59,12 +60,24 @@ ObjectKey = tuple[str, str]  # (namespace or "", name)
 MAX_LOG_FILE_BYTES = 16 * 1024 * 1024
 """A longer log file is read from its last 16 MiB (the tools show its newest lines)."""
 
+MAX_OBJECT_FILE_BYTES = 64 * 1024 * 1024
+"""A larger object file (.yaml/.yml/.json) is skipped, with a problem naming it.
+
+Why: every object file is read whole and parsed into memory, so one hostile or
+mistaken file (a 5 GB dump) would exhaust a worker shared by many runs. Real
+``kubectl get -o yaml`` output of a whole busy cluster stays well below this.
+"""
+
 MAX_ALIAS_EXPANSION = 1_000_000
 """Nodes a YAML document that uses aliases may expand to (values and entries counted)."""
 
 
 class SnapshotError(Exception):
     """The snapshot folder itself is unusable (missing, not a folder)."""
+
+
+class FileTooLarge(OSError):
+    """An object file holds more than :data:`MAX_OBJECT_FILE_BYTES` (or the reader's ``limit``)."""
 
 
 class _AliasProblem(ValueError):
@@ -180,7 +193,7 @@ class FolderListing:
         return tuple(sorted((rel, st.st_mtime_ns, st.st_size) for rel, _, st in self.entries if st))
 
 
-def read_text(file: Path, size: int) -> str:
+def read_text(file: Path, size: int, limit: int = MAX_OBJECT_FILE_BYTES) -> str:
     """``file.read_text(encoding="utf-8")``: the whole file, UTF-8, newlines made ``\\n``.
 
     Why not ``read_text`` itself: it makes nine system calls (two fstat, an isatty
@@ -188,19 +201,31 @@ def read_text(file: Path, size: int) -> str:
     worker each call hands the GIL to another run's thread (issue 15). ``size``
     (from the folder listing) only sizes the first read: it reads on to the end,
     so a file that grew since is read whole, never cut short.
+
+    Raises :class:`FileTooLarge` once more than ``limit`` bytes have been read, so
+    a file that grew (or was swapped) after its size was checked still costs at
+    most ``limit`` bytes of memory, and is refused rather than read in part.
     """
     # O_NONBLOCK: a file swapped for a FIFO after the listing must not hang the run
     descriptor = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        chunks = []
-        while chunk := os.read(descriptor, max(size + 1, 65536)):
+        chunks, left = [], limit + 1  # one byte past the limit tells "too large" from "full"
+        while left > 0 and (chunk := os.read(descriptor, min(max(size + 1, 65536), left))):
             chunks.append(chunk)
+            left -= len(chunk)
     finally:
         os.close(descriptor)
+    if left <= 0:
+        raise FileTooLarge(f"larger than {_mebibytes(limit)}")
     text = b"".join(chunks).decode("utf-8")
     if "\r" in text:  # universal newlines, as read_text applies them
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
+
+
+def _mebibytes(size: int) -> str:
+    """``64 MiB`` for a whole number of MiB, else the bytes (small limits in tests)."""
+    return f"{size >> 20} MiB" if size and size % (1 << 20) == 0 else f"{size:,} bytes"
 
 
 @cache
@@ -276,8 +301,15 @@ class SnapshotBackend:
     # ------------------------------------------------------------------ loading
 
     def _load_file(self, file: Path, relative: str, size: int) -> None:
+        too_large = f"{relative}: larger than {_mebibytes(MAX_OBJECT_FILE_BYTES)}; it was skipped"
+        if size > MAX_OBJECT_FILE_BYTES:  # the listing's size: not even opened
+            self.problems.append(too_large)
+            return
         try:
-            text = read_text(file, size)
+            text = read_text(file, size, MAX_OBJECT_FILE_BYTES)
+        except FileTooLarge:  # it grew past the cap after it was listed
+            self.problems.append(too_large)
+            return
         except (OSError, UnicodeDecodeError) as exc:
             self.problems.append(f"{relative}: could not be read ({exc}); it was skipped")
             return
