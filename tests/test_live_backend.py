@@ -458,6 +458,18 @@ def test_discovery_is_cached_per_target_with_a_ttl(clusters: Clusters) -> None:
     assert clusters.paths().count("/c/west/api") == 3
 
 
+def test_discovery_the_runs_deadline_cut_short_is_not_cached(clusters: Clusters) -> None:
+    """A group skipped because the run ran out of time is not a group that is down: the
+    discovery fails (out of time) and caches nothing, so the next run finds its kinds."""
+    slow = clusters.backend("east", kube_qps=1000)
+    slow.bind_deadline(time.monotonic() + 0.5)
+    clusters.server.add_fault(r"^/apis/apps/v1$", hang=30, times=1)
+    with pytest.raises(BackendError) as cut:
+        slow.resolve("deployments")
+    assert cut.value.out_of_time
+    assert clusters.backend("east", kube_qps=1000).resolve("deployments").kind == "Deployment"
+
+
 def test_qps_limit_is_shared_by_backends_of_one_target(clusters: Clusters) -> None:
     first = clusters.backend("east", kube_qps=4)
     second = clusters.backend("east", kube_qps=4)
