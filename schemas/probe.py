@@ -101,6 +101,11 @@ class ProbeRun(_Strict):
     value: bool | None = None
     verdict: VerdictKind | None = None
     error: str | None = None
+    budget_exhausted: Literal["deadline"] | None = Field(
+        default=None,
+        description="deadline: the run's time budget ran out before the probe finished, so it "
+        "gave no verdict (a re-run then ends cannot_determine; the model is not asked).",
+    )
     objects_read: int = 0
     objects: list[ObjectRef] = Field(
         default_factory=list, description="Objects the lookups returned (capped)."

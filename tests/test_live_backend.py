@@ -416,6 +416,26 @@ def test_503_is_retried_then_reported_as_unavailable(clusters: Clusters) -> None
     assert not down.ok and down.output.startswith("unavailable:") and "HTTP 503" in down.output
 
 
+@pytest.mark.parametrize(("bound", "out_of_time"), [(1.0, True), (None, False)])
+def test_a_lookup_the_runs_deadline_ended_says_so(
+    clusters: Clusters, bound: float | None, out_of_time: bool
+) -> None:
+    """A probe re-run tells "the run's time ran out" (cannot_determine, no model: no time
+    left) from "the cluster failed" (the model may look instead). The transport knows which
+    deadline stopped its retries, and may stop before it: the next backoff would pass it."""
+    retry_deadline = 1.0 if bound is None else 10.0  # the nearer deadline stops the retries
+    backend = clusters.backend(
+        kube_retry_deadline_seconds=retry_deadline, kube_request_timeout_seconds=0.5
+    )
+    deployments = backend.resolve("deploy")
+    if bound is not None:
+        backend.bind_deadline(time.monotonic() + bound)
+    clusters.server.add_fault(r"/deployments$", 503)
+    with pytest.raises(BackendError) as failed:
+        list(backend.list_objects(deployments, "prod"))
+    assert failed.value.code == "unavailable" and failed.value.out_of_time is out_of_time
+
+
 def test_an_unreachable_server_is_unavailable_not_a_crash(clusters: Clusters) -> None:
     backend = clusters.backend(kube_retry_deadline_seconds=1.0, kube_request_timeout_seconds=0.5)
     clusters.server.stop()
@@ -436,6 +456,18 @@ def test_discovery_is_cached_per_target_with_a_ttl(clusters: Clusters) -> None:
     clusters.backend("west", discovery_ttl_seconds=0, kube_qps=1000).resolve("pods")
     clusters.backend("west", discovery_ttl_seconds=0, kube_qps=1000).resolve("pods")
     assert clusters.paths().count("/c/west/api") == 3
+
+
+def test_discovery_the_runs_deadline_cut_short_is_not_cached(clusters: Clusters) -> None:
+    """A group skipped because the run ran out of time is not a group that is down: the
+    discovery fails (out of time) and caches nothing, so the next run finds its kinds."""
+    slow = clusters.backend("east", kube_qps=1000)
+    slow.bind_deadline(time.monotonic() + 0.5)
+    clusters.server.add_fault(r"^/apis/apps/v1$", hang=30, times=1)
+    with pytest.raises(BackendError) as cut:
+        slow.resolve("deployments")
+    assert cut.value.out_of_time
+    assert clusters.backend("east", kube_qps=1000).resolve("deployments").kind == "Deployment"
 
 
 def test_qps_limit_is_shared_by_backends_of_one_target(clusters: Clusters) -> None:

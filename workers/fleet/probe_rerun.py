@@ -13,6 +13,10 @@ Fail-safe rules, each tested:
 * a probe that cannot run (kind missing, lookup error, expression error, non-boolean,
   no objects) never gives a verdict: ``auto`` falls back to the model, ``only`` ends
   ``cannot_determine``;
+* a probe re-run has the run's time budget (``effective_budget(...).timeout_seconds``, the
+  one the model path would have had), over all its lookups together and bound to the
+  backend it reads; one that runs out of it ends ``cannot_determine`` with
+  ``budget_exhausted="deadline"`` in every mode: no time is left to ask the model;
 * a probe verdict that differs from the probe's last verdict (a flip) is not recorded
   until the model has confirmed it; if the model disagrees the probe is retired and the
   model's verdict stands;
@@ -83,6 +87,8 @@ class _Rerun:
         self.probes = probes
         self.settings = deps.settings
         self.compile_claim: CompileClaim | None = None  # while this run holds the claim
+        # The time budget the model path would have (request > settings > profile).
+        self.timeout_seconds = effective_budget(request, deps.settings).timeout_seconds
 
     def execute(self, state: RunState | None) -> RunReport:
         request = self.request
@@ -109,6 +115,8 @@ class _Rerun:
         run = self._run(record)
         if run.verdict is None:
             outcome = _outcome(record, run, "failed", f"the probe could not run: {run.error}")
+            if run.budget_exhausted == "deadline":
+                return self._out_of_time(run, outcome)
             if request.probe == "only":
                 return _cannot_determine(request, self.deps, outcome.reason, outcome)
             _log.info("probe_fallback", run_id=request.run_id, error=run.error)
@@ -187,15 +195,49 @@ class _Rerun:
         return record.check_id == self.request.check_id
 
     def _run(self, record: ProbeRecord) -> ProbeRun:
+        """Run the probe within the run's time budget, as the engine runs its tools.
+
+        The clock starts once the tools are built, as the engine's does, and the deadline is
+        bound to the registry's backend, so a live cluster's lookup in flight ends by it
+        (without it the kube client's own timeouts held the worker's thread for up to the
+        retry deadline per lookup, however short the run's budget)."""
         try:
             registry = self.deps.tools(self.request, self.settings)
         except Exception as exc:
             return ProbeRun(error=f"the cluster could not be opened: {exc}")
         try:
-            return run_probe(record.probe, backend_of(registry))
+            deadline = self._deadline()
+            if deadline is not None:
+                registry.bind_deadline(deadline)
+            return run_probe(record.probe, backend_of(registry), deadline=deadline)
         finally:
             with contextlib.suppress(Exception):
                 registry.close()
+
+    def _deadline(self) -> float | None:
+        """The ``time.monotonic()`` instant this run's time budget ends, from now."""
+        timeout = self.timeout_seconds
+        return time.monotonic() + timeout if timeout else None
+
+    def _out_of_time(self, run: ProbeRun, outcome: ProbeOutcome) -> RunReport:
+        """The probe used the run's whole time budget: ``cannot_determine``, whatever the mode.
+
+        Falling back to the model (``auto``) would start a model run after the run's
+        deadline: no time is left for it, and a fresh budget would let a slow cluster hold
+        the worker for twice the run's timeout. The probe's record is left as it is: running
+        out of time says nothing about the probe (a failure to run never does)."""
+        _log.info("probe_out_of_time", run_id=self.request.run_id, error=run.error)
+        return _cannot_determine(
+            self.request,
+            self.deps,
+            f"the run's time budget of {self.timeout_seconds or 0:g}s ran out in its probe "
+            f"re-run ({run.error}), leaving no time to ask the model",
+            outcome,
+            explanation="The check's probe did not finish within the run's time budget, so "
+            "nothing was concluded.",
+            budget_exhausted="deadline",
+            duration=run.duration_seconds,
+        )
 
     def _needs_model(self, record: ProbeRecord, run: ProbeRun) -> Why | None:
         if not self._own(record):
@@ -406,6 +448,7 @@ def _verdict(
     source: Literal["model", "probe"] = "probe",
     probe_version: int | None = None,
     duration: float = 0.0,
+    budget_exhausted: Literal["deadline"] | None = None,
 ) -> Verdict:
     now = datetime.now(UTC)
     return Verdict(
@@ -415,6 +458,7 @@ def _verdict(
         evidence=evidence or [],
         evidence_verified=evidence_verified,
         reason=reason,
+        budget_exhausted=budget_exhausted,
         source=source,
         probe_version=probe_version,
         duration_seconds=round(duration, 6),
@@ -452,13 +496,20 @@ def _cannot_determine(
     deps: EngineDeps,
     reason: str,
     outcome: ProbeOutcome | None = None,
+    *,
+    explanation: str = "The check was to be answered by its probe alone, which could not "
+    "answer it.",
+    budget_exhausted: Literal["deadline"] | None = None,
+    duration: float = 0.0,
 ) -> RunReport:
     verdict = _verdict(
         request,
         deps,
         VerdictKind.CANNOT_DETERMINE,
-        "The check was to be answered by its probe alone, which could not answer it.",
+        explanation,
         reason=reason,
         probe_version=outcome.version if outcome else None,
+        budget_exhausted=budget_exhausted,
+        duration=duration,
     )
     return _report(request, deps, verdict, outcome)

@@ -8,6 +8,16 @@ every object passes the backend's Secret scrubber first, as tool output does.
 serve, a failed lookup, an expression error or a non-boolean value gives a
 :class:`ProbeRun` with ``error`` set and no verdict, which callers treat as
 "the probe could not run" (never ``true``).
+
+With a ``deadline`` (a ``time.monotonic()`` instant: a re-run's time budget), the
+run gives a verdict only if it finished by then. The backend's own lookups end by
+it once it is bound to the backend (``ToolRegistry.bind_deadline``: the live
+backend's transport); the runner itself looks at the clock before each lookup,
+between the objects a listing streams (a snapshot answers from memory and takes no
+deadline; a live listing pages), before the expression, between the objects
+``each_object`` evaluates, and after it. A run that fails with no time left, for
+whatever reason, has ``budget_exhausted="deadline"``: its caller has no time to try
+anything else either.
 """
 
 from __future__ import annotations
@@ -33,6 +43,25 @@ class ProbeFailure(Exception):
     """Internal: why a probe could not run (becomes ``ProbeRun.error``)."""
 
 
+class ProbeOutOfTime(ProbeFailure):
+    """Internal: the run's deadline came before the probe finished."""
+
+
+class _Deadline:
+    """The instant a probe run must end by, shared by all its lookups (not one per lookup)."""
+
+    def __init__(self, at: float | None) -> None:
+        self.at = at
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    def check(self, doing: str) -> None:
+        """Raise :class:`ProbeOutOfTime` once the deadline has passed."""
+        if self.passed():
+            raise ProbeOutOfTime(f"out of time {doing}")
+
+
 def _namespace(value: str | None) -> str | None:
     if value is None or value.strip().lower() in _ALL_NAMESPACES:
         return None
@@ -52,15 +81,17 @@ def _ref(obj: Any, kind: str) -> ObjectRef:
 class _Reader:
     """Reads lookups into plain objects, counting what it read."""
 
-    def __init__(self, backend: ClusterBackend, max_objects: int) -> None:
+    def __init__(self, backend: ClusterBackend, max_objects: int, deadline: _Deadline) -> None:
         self.backend = backend
         self.max_objects = max_objects
+        self.deadline = deadline
         self.refs: list[ObjectRef] = []
         self.count = 0
 
     def _keep(self, objects: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
         kept: list[dict[str, Any]] = []
         for obj in objects:
+            self.deadline.check(f"after {self.count} object(s) had been read")
             self.count += 1
             if self.count > self.max_objects:
                 raise ProbeFailure(f"the lookups returned more than {self.max_objects} objects")
@@ -76,10 +107,16 @@ class _Reader:
         except ValidationError as exc:
             problems = "; ".join(e["msg"] for e in exc.errors()[:3])
             raise ProbeFailure(f"invalid arguments for {lookup.tool}: {problems}") from None
+        self.deadline.check(f"before the lookup {lookup.tool} {lookup.args}")
         try:
             value = self._read(lookup.tool, args)
         except BackendError as exc:
-            raise ProbeFailure(f"{lookup.tool} failed: {exc.code}: {exc.message}") from None
+            failure = f"{lookup.tool} failed: {exc.code}: {exc.message}"
+            # A lookup the deadline cut short may fail as anything (a discovery it cut says
+            # the kind is not served): past the deadline, the time budget is the reason.
+            if exc.out_of_time or self.deadline.passed():
+                raise ProbeOutOfTime(f"out of time: {failure}") from None
+            raise ProbeFailure(failure) from None
         scrubbed: Any = self.backend.scrubber.scrubbed_copy(value)
         return scrubbed
 
@@ -101,25 +138,41 @@ class _Reader:
 
 
 def run_probe(
-    probe: ProposedProbe, backend: ClusterBackend | None, *, max_objects: int = MAX_OBJECTS
+    probe: ProposedProbe,
+    backend: ClusterBackend | None,
+    *,
+    max_objects: int = MAX_OBJECTS,
+    deadline: float | None = None,
 ) -> ProbeRun:
-    """Run ``probe`` against ``backend``. Never raises; a verdict only from a clean boolean."""
+    """Run ``probe`` against ``backend``. Never raises; a verdict only from a clean boolean.
+
+    ``deadline``: the ``time.monotonic()`` instant the whole run (every lookup and the
+    expression) must end by; bind the same instant to the backend so a lookup in flight
+    ends by it too. None: no deadline (the lookups' own limits only).
+    """
     began = time.perf_counter()
     fields = field_paths(probe.expression)
     if backend is None:
         return ProbeRun(error="no cluster backend to run the lookups on", fields=fields)
-    reader = _Reader(backend, max_objects)
+    clock = _Deadline(deadline)
+    reader = _Reader(backend, max_objects, clock)
     try:
         program = BoolProgram(probe.expression)  # before any lookup: a bad one costs nothing
         _refuse_blind(probe)
         results = [reader.read(lookup) for lookup in probe.lookups]
         _refuse_incomplete(backend)
         _refuse_empty(probe, results)
-        value, deciding = _evaluate(probe, program, results)
+        clock.check("after the lookups, before the expression")
+        value, deciding = _evaluate(probe, program, results, clock)
+        # The expression cannot be interrupted (its cost is bounded, docs/probes.md): a value
+        # that came after the deadline is refused like a model's reply past the budget.
+        clock.check("while the expression was evaluated")
     except (ProbeFailure, CelError) as exc:
-        return _failed(str(exc), reader, fields, began)
+        out_of_time = isinstance(exc, ProbeOutOfTime) or clock.passed()
+        return _failed(str(exc), reader, fields, began, out_of_time=out_of_time)
     except Exception as exc:  # a bug or an unexpected backend fault: never a verdict
-        return _failed(f"internal error: {type(exc).__name__}: {exc}", reader, fields, began)
+        error = f"internal error: {type(exc).__name__}: {exc}"
+        return _failed(error, reader, fields, began, out_of_time=clock.passed())
     return ProbeRun(
         value=value,
         verdict=probe.verdict_for(value),
@@ -166,22 +219,26 @@ def _refuse_incomplete(backend: ClusterBackend) -> None:
 
 
 def _evaluate(
-    probe: ProposedProbe, program: BoolProgram, results: list[Any]
+    probe: ProposedProbe, program: BoolProgram, results: list[Any], clock: _Deadline
 ) -> tuple[bool, list[ObjectRef]]:
     if probe.scope == "results":
         return program({"results": results}), []
     objects = results[0]  # not empty: _refuse_empty
     failing: list[ObjectRef] = []
-    for obj in objects:
+    for number, obj in enumerate(objects):
+        clock.check(f"after the expression had been evaluated for {number} object(s)")
         if not program({"object": obj}):
             failing.append(_ref(obj, "?"))
             break  # the value is settled; the first counterexample is the evidence
     return not failing, failing
 
 
-def _failed(error: str, reader: _Reader, fields: list[str], began: float) -> ProbeRun:
+def _failed(
+    error: str, reader: _Reader, fields: list[str], began: float, *, out_of_time: bool = False
+) -> ProbeRun:
     return ProbeRun(
         error=error,
+        budget_exhausted="deadline" if out_of_time else None,
         objects_read=reader.count,
         objects=reader.refs,
         fields=fields,

@@ -43,12 +43,19 @@ class BackendError(Exception):
 
     ``code`` is one of: not_found, forbidden, gone, timeout, unavailable,
     bad_request, unsupported.
+
+    ``out_of_time``: the run's deadline (``bind_deadline``), not the lookup's own
+    limits, ended it: no time was left to finish or retry it. The model path reads
+    the message like any other; a probe re-run ends ``cannot_determine`` with
+    ``budget_exhausted="deadline"`` instead of falling back to the model, which would
+    have no time either (workers/fleet/probe_rerun.py).
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, out_of_time: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.out_of_time = out_of_time
 
 
 class ClusterBackend(Protocol):

@@ -165,6 +165,7 @@ class LiveBackend:
                     exc.code,
                     f"{exc.message} (assay reads the Secrets it may see before showing "
                     "anything, to scrub copies of their values; try the lookup again)",
+                    out_of_time=exc.out_of_time,
                 ) from None
             self.secrets_readable = False
             self._report_unreadable(exc)

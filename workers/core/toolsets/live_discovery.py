@@ -62,8 +62,11 @@ def _fetch(transport: GetOnlyTransport) -> list[ResourceInfo]:
                 f"/apis/{group_version}", action=f"read API discovery for {group_version}"
             )
         except BackendError as exc:
-            if exc.code in ("unavailable", "not_found", "timeout"):
-                continue  # an aggregated API that is down must not hide the rest (as kubectl)
+            # An aggregated API that is down must not hide the rest (as kubectl). One the run's
+            # deadline cut off is not down: skipping it would cache a list without its kinds,
+            # and every run of the target would read them as not served until re-discovery.
+            if exc.code in ("unavailable", "not_found", "timeout") and not exc.out_of_time:
+                continue
             raise
         name, version = group_version.split("/", 1)
         resources.extend(_resources_of(doc, name, version))

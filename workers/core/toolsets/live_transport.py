@@ -257,6 +257,9 @@ class GetOnlyTransport:
             stop=stop_before_delay(max(0.0, deadline - time.monotonic())),
             reraise=True,
         )
+        # Retries stop only for time, so a transient failure that gets out of them ran out of
+        # the run's time when the run's deadline was the nearer one.
+        out_of_time = self.deadline is not None and deadline == self.deadline
         try:
             return retrying(self._attempt, path, params, accept, action, deadline)
         except _Transient as exc:
@@ -265,11 +268,13 @@ class GetOnlyTransport:
                     "timeout",
                     f"{self.target_name} did not answer in time while assay tried to "
                     f"{action} ({exc.detail}); try again later or narrow the lookup",
+                    out_of_time=out_of_time,
                 ) from None
             raise BackendError(
                 "unavailable",
                 f"{self.target_name} kept failing while assay tried to {action} "
                 f"({exc.detail}); try again later",
+                out_of_time=out_of_time,
             ) from None
 
     def _attempt(

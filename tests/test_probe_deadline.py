@@ -1,0 +1,209 @@
+"""A probe re-run has the run's time budget, over all its lookups together.
+
+The model path binds the run's deadline to its tools, so a slow cluster ends the run at its
+``timeout_seconds`` as ``cannot_determine`` (``budget_exhausted="deadline"``). A probe
+re-run must too: before, its lookups had only the kube client's own timeouts (15 s a
+request, 30 s of retries per lookup), so a cluster answering slowly held the worker's
+thread far past the run's budget, and ``auto`` then asked the model with a fresh budget.
+
+Real redis-server, the test API server through the real kubernetes client (a live target),
+the scripted model over HTTP; ``evaluate_check`` is what the worker task calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assay.testing.fake_apiserver import FakeApiServer
+from assay.testing.fake_cluster import FakeCluster
+from schemas.budget import Budget
+from schemas.probe import ProposedProbe
+from schemas.report import RunReport
+from schemas.request import ContextTarget, EvaluationRequest, new_run_id
+from schemas.settings import load_settings
+from schemas.verdict import VerdictKind
+from tests.engine_support import PREDICATE, done, get_deployments, make_snapshot, script
+from tests.engine_support import scripted as scripted_model
+from tests.probe_support import done_with_probe, probe
+from workers.core.engine import EngineDeps
+from workers.core.llm import load_litellm
+from workers.core.probes.runner import run_probe
+from workers.core.toolsets.live_backend import LiveBackend
+from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.fleet.probe_rerun import evaluate_check
+from workers.fleet.probe_store import ProbeStore
+from workers.fleet.redis_client import connect
+
+pytestmark = pytest.mark.integration
+
+NO_MODEL = script(done("true", 0, excerpt="never used"))  # any call would find no lookup
+# A probe of four named lookups, each well within any one lookup's limits.
+FOUR_LOOKUPS = probe(
+    "results.all(d, has(d.status.readyReplicas) && d.status.readyReplicas >= 2)",
+    scope="results",
+    lookups=[
+        {"tool": tool, "args": {"kind": "Deployment", "namespace": "prod", "name": name}}
+        for tool in ("get", "describe")
+        for name in ("api", "web")
+    ],
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _litellm_loaded() -> None:
+    load_litellm().token_counter(model="openai/scripted", text="warm up")
+
+
+@dataclass
+class Live:
+    server: FakeApiServer
+    kubeconfig: Path
+    probes: ProbeStore
+
+    def check(
+        self, turns: dict[str, Any], *, timeout: float = 300, probe_mode: str = "auto"
+    ) -> tuple[RunReport, int, float]:
+        """One run of the check on the live target: the report, model calls, seconds taken."""
+        request = EvaluationRequest(
+            text=PREDICATE,
+            target=ContextTarget(context="east", kubeconfig=str(self.kubeconfig)),
+            budget=Budget(timeout_seconds=timeout),
+            check_id="chk-live",
+            run_id=new_run_id(),
+            probe=probe_mode,  # type: ignore[arg-type]
+        )
+        with scripted_model(turns) as model:
+            settings = load_settings(model="openai/scripted", api_base=model.url)
+            started = time.monotonic()
+            report = evaluate_check(request, EngineDeps(settings=settings), self.probes)
+            return report, len(model.requests), time.monotonic() - started
+
+    def compile(self, spec: dict[str, Any]) -> None:
+        """The model answers true and proposes ``spec``, which becomes the check's probe."""
+        turns = script(get_deployments(), done_with_probe("true", 0, probe_spec=spec))
+        report, _, _ = self.check(turns, probe_mode="off")
+        assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
+        assert report.probe is not None and report.probe.status == "accepted", report.probe
+
+
+@pytest.fixture
+def live(tmp_path: Path, redis_url: str) -> Iterator[Live]:
+    east = make_snapshot(tmp_path / "east")  # both Deployments in prod have 2+ ready
+    with FakeApiServer([FakeCluster.from_snapshot(east)]) as server:
+        probes = ProbeStore(connect(redis_url), prefix="tpd", history_limit=50)
+        yield Live(server, server.write_kubeconfig(tmp_path / "kubeconfig"), probes)
+
+
+def _out_of_time(report: RunReport) -> None:
+    """A run ended by its time budget: cannot_determine (exit 3), saying so, never true."""
+    verdict = report.verdict
+    assert verdict is not None
+    assert verdict.verdict == VerdictKind.CANNOT_DETERMINE and verdict.exit_code == 3
+    assert verdict.budget_exhausted == "deadline"
+    assert verdict.reason is not None and "time budget" in verdict.reason, verdict.reason
+    assert report.probe is not None and report.probe.status == "failed"
+    assert report.probe.run.verdict is None and report.probe.run.budget_exhausted == "deadline"
+
+
+@pytest.mark.parametrize("probe_mode", ["auto", "only"])
+def test_a_probe_rerun_on_a_hanging_cluster_ends_at_the_runs_deadline(
+    live: Live, probe_mode: str
+) -> None:
+    """Before: the listing waited for the kube client's 15 s request timeout, retried until
+    its 30 s retry deadline, and ``auto`` then asked the model with a fresh budget."""
+    live.compile(probe())
+    live.server.add_fault(r"/namespaces/prod/deployments$", hang=30)
+    report, calls, elapsed = live.check(NO_MODEL, timeout=2, probe_mode=probe_mode)
+    assert elapsed < 8.0, f"the probe re-run took {elapsed:.1f}s with a 2s time budget"
+    _out_of_time(report)
+    assert calls == 0  # no time was left to ask the model, in either mode
+    record = live.probes.current("chk-live")  # running out of time says nothing of the probe
+    assert record is not None and record.active and record.runs_since_validation == 0
+
+
+def test_the_deadline_covers_all_of_a_probes_lookups_together(live: Live) -> None:
+    """Four lookups of 1 s each: every one is far within one lookup's limits, but together
+    they pass the run's 2.5 s. Before, the probe took ~4 s and answered true regardless."""
+    live.compile(FOUR_LOOKUPS)
+    live.server.clear_requests()
+    live.server.add_fault(r"/namespaces/prod/deployments/", hang=1.0)
+    report, calls, elapsed = live.check(NO_MODEL, timeout=2.5)
+    assert elapsed < 6.0, f"the probe re-run took {elapsed:.1f}s with a 2.5s time budget"
+    _out_of_time(report)
+    assert calls == 0
+    sent = [r for r in live.server.requests if "/deployments/" in r.path]
+    assert len(sent) < 4  # the last lookup was never sent
+
+
+def test_a_probe_rerun_within_its_budget_answers_as_before_under_the_runs_deadline(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster a little slow (0.3 s a listing) within a 5 s budget: the probe answers for
+    0 model calls as before, and its lookups ran bound to the run's deadline."""
+    live.compile(probe())
+    bound: list[float] = []
+    original = LiveBackend.bind_deadline
+
+    def recording(self: LiveBackend, deadline: float) -> None:
+        bound.append(deadline)
+        original(self, deadline)
+
+    monkeypatch.setattr(LiveBackend, "bind_deadline", recording)
+    live.server.add_fault(r"/namespaces/prod/deployments$", hang=0.3)
+    started = time.monotonic()
+    report, calls, _ = live.check(NO_MODEL, timeout=5)
+    assert calls == 0
+    assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
+    assert report.verdict.source == "probe" and report.verdict.budget_exhausted is None
+    assert len(bound) == 1 and started + 5 <= bound[0] <= time.monotonic() + 5
+    assert report.probe is not None and report.probe.run.budget_exhausted is None
+
+
+# --- the runner, on a snapshot (which takes no deadline: the runner looks at the clock) ----
+
+
+class _EndlessListing:
+    """A snapshot whose listings never end: copies of its first object, ``pause`` apart."""
+
+    def __init__(self, snapshot: SnapshotBackend, pause: float) -> None:
+        self._snapshot = snapshot
+        self._pause = pause
+        self.name = snapshot.name
+        self.scrubber = snapshot.scrubber
+        self.resolve = snapshot.resolve
+
+    def list_objects(self, resource: Any, namespace: Any, *selectors: Any) -> Iterator[Any]:
+        first = next(iter(self._snapshot.list_objects(resource, namespace, *selectors)))
+        for _ in itertools.count():
+            time.sleep(self._pause)
+            yield first
+
+
+@pytest.mark.parametrize("pause", [0.0, 0.01], ids=["huge listing", "slow listing"])
+def test_a_listing_that_never_ends_is_cut_at_the_deadline(tmp_path: Path, pause: float) -> None:
+    """A huge cluster (or one streaming slowly) is bounded by the time budget, not only by
+    the object cap: here the cap is out of reach, and the deadline ends the run."""
+    backend = _EndlessListing(SnapshotBackend(make_snapshot(tmp_path / "snap")), pause)
+    spec = ProposedProbe.model_validate(probe())
+    began = time.monotonic()
+    run = run_probe(spec, backend, max_objects=10**12, deadline=began + 0.5)  # type: ignore[arg-type]
+    assert time.monotonic() - began < 3.0
+    assert run.verdict is None and run.budget_exhausted == "deadline"
+    assert run.error is not None and run.error.startswith("out of time"), run.error
+    assert run.objects_read > 0
+
+
+def test_a_probe_given_no_time_reads_nothing_and_decides_nothing(tmp_path: Path) -> None:
+    backend = SnapshotBackend(make_snapshot(tmp_path / "snap"))
+    spec = ProposedProbe.model_validate(probe())
+    assert run_probe(spec, backend).verdict == VerdictKind.TRUE  # in time: as before
+    run = run_probe(spec, backend, deadline=time.monotonic() - 1)
+    assert run.verdict is None and run.value is None and run.budget_exhausted == "deadline"
+    assert run.objects_read == 0
