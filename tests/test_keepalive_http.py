@@ -193,6 +193,27 @@ def test_a_server_that_does_not_answer_in_time_is_a_timeout() -> None:
     assert caught.value.timed_out and time.monotonic() - started < 2.5
 
 
+def test_each_call_on_a_kept_connection_keeps_to_its_own_timeout() -> None:
+    """The socket's timeout is set again only when a call's differs from the last: a
+    shorter one after a longer (a run near its deadline) still ends the call in time."""
+    answers = iter([0.0, 0.0, 3.0, 0.0])
+
+    def behave(handler: BaseHTTPRequestHandler, seen: Recorder) -> None:
+        time.sleep(next(answers))
+        answer(handler)
+
+    with server(behave) as (url, seen):
+        client = KeepAliveClient()
+        client.post_json(url, BODY, HEADERS, 30)
+        client.post_json(url, BODY, HEADERS, 30)
+        started = time.monotonic()
+        with pytest.raises(TransportFailure) as caught:
+            client.post_json(url, BODY, HEADERS, 0.5)
+        assert caught.value.timed_out and time.monotonic() - started < 2.5
+        assert client.post_json(url, BODY, HEADERS, 30).status_code == 200
+    assert seen.connections == 2  # one kept for the first three calls; the timeout dropped it
+
+
 def test_nothing_listening_is_a_connection_failure() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

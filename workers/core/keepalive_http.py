@@ -180,6 +180,10 @@ class _Wire:
     # When the answer being read must be in (time.monotonic()): the socket's timeout bounds
     # each read, and an answer dripped a byte at a time would pass any number of those.
     deadline: float = float("inf")
+    # The kernel timeout set on the socket now (None: not set). A call with the same timeout
+    # as the last (a run's calls mostly get llm_call_timeout_seconds) sets nothing: two
+    # system calls fewer per request; any other value, shorter or longer, is set.
+    timeout: float | None = None
 
     def send(self, data: bytes) -> None:
         """The whole request in one write: head and body leave together."""
@@ -291,8 +295,9 @@ class KeepAliveClient:
             wire = wires[route] = _Wire(self._open(route, timeout))
         if isinstance(wire.sock, ssl.SSLSocket):
             wire.sock.settimeout(timeout)  # see _open
-        else:
+        elif wire.timeout != timeout:
             kernel_timeout(wire.sock, timeout)
+            wire.timeout = timeout
         wire.deadline = time.monotonic() + timeout
         return wire
 
