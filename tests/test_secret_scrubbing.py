@@ -371,6 +371,24 @@ def test_ordinary_text_is_left_alone(text: str) -> None:
     assert SecretScrubber().text(text) == text
 
 
+@pytest.mark.parametrize(
+    ("text", "hidden"),
+    [
+        ("İstanbul: jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl", "eyJzdWIiOiIxIn0"),
+        ("İİİİ then postgres://app:hunter2hunter2@db/x", "hunter2hunter2"),
+    ],
+)
+def test_a_character_that_lowercases_to_two_does_not_shift_what_follows(
+    text: str, hidden: str
+) -> None:
+    """``İ`` lower-cases to two code points; the hints are found in lower-cased text and the
+    patterns tried at the same index of the original, so one ``İ`` earlier in a tool's output
+    (a Turkish log line) must not move every later credential out of reach."""
+    scrubbed = SecretScrubber().text(text)
+    assert hidden not in scrubbed and REDACTED in scrubbed
+    assert scrubbed.startswith(text[:4])
+
+
 def test_objects_hide_credential_keys_and_name_value_pairs() -> None:
     pod_spec = {
         "containers": [

@@ -242,7 +242,7 @@ def pattern_spans(text: str) -> list[Span]:
     """
     spans: list[Span] = []
     tried: set[tuple[str, int]] = set()
-    for index, hit, _ in _HINTS.find_matches_as_indexes(text.lower()):
+    for index, hit, _ in _HINTS.find_matches_as_indexes(_lowered(text)):
         hint = _HINTS_LIST[index]
         if hint == "://":
             start = _run_start(text, hit, _SCHEME_CHARS)
@@ -271,6 +271,21 @@ def pattern_spans(text: str) -> list[Span]:
 
 
 _HINTS_LIST = [*_KEY_HINTS, "://", "eyj", "private key"]
+
+
+def _lowered(text: str) -> str:
+    """``text`` lower-cased with every character at the index it had.
+
+    The hints are found in the lower-cased text and the regexes tried at the same index
+    of the original, so the two must line up. ``str.lower`` keeps the length except for
+    ``İ`` (U+0130), which becomes two code points: one of them anywhere in a tool's output
+    (a Turkish log line) would shift every later hit, and a JWT or a DSN after it would be
+    tried at the wrong place and missed. Such a character is left as it is (no hint holds it).
+    """
+    lowered = text.lower()
+    if len(lowered) == len(text):  # lower() never shortens: equal length, same positions
+        return lowered
+    return "".join(low if len(low := char.lower()) == 1 else char for char in text)
 
 
 # --------------------------------------------------------------------------- known values
