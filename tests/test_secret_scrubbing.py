@@ -16,6 +16,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -431,6 +432,21 @@ def test_a_known_value_never_survives_in_any_surrounding_text(
     }[form]
     scrubbed = SecretScrubber([value]).text(before + planted + after)
     assert planted not in scrubbed
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "unit",
+    ["key", "a-key", "password", "token:", "a.token=x", "x-api-key:", "sk-no-key-configured:"],
+)
+def test_a_long_run_of_credential_words_is_scrubbed_in_linear_time(unit: str) -> None:
+    """Anyone who can write a log line can fill 100 KB with credential words. Walking back
+    from every hint to its identifier's start, or reading every key's value to the end of
+    the run, took quadratic time: tens of seconds to minutes here, hours for a 1 MiB log."""
+    text = unit * (100_000 // len(unit))
+    started = time.perf_counter()
+    SecretScrubber().text(text)
+    assert time.perf_counter() - started < 2.0
 
 
 # --------------------------------------------------------------------------- stored and served

@@ -140,12 +140,14 @@ _PEM_ARMOUR = re.compile(r"^-----(BEGIN|END) [A-Z0-9 ]+-----$")
 # A token whose key ends in a credential word: ``password=x``, ``"apiKey": "x"``,
 # ``DB_PASSWORD: x``, ``--token x``, ``Authorization: Bearer x``. Tried only at the
 # start of an identifier holding a hint word; credential_key() confirms the key.
-_KEY_VALUE = re.compile(
+_KEY_AND_SEPARATOR = (
     r"(?P<key>[A-Za-z0-9_.\-]+)"
     r"(?P<sep>[\"']?[ \t]*[:=][ \t]*|[ \t]+)"
     r"(?:(?P<scheme>(?i:bearer|basic|token)[ \t]+)(?=[^\s\"']))?"
-    r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&}\]]+)"
 )
+_KEY_VALUE = re.compile(_KEY_AND_SEPARATOR + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&}\]]+)")
+# The same up to where a value could begin, without reading it: whether the key is worth it.
+_KEY_BEFORE_VALUE = re.compile(_KEY_AND_SEPARATOR + r"(?=[^\s,;&}\]])")
 _DSN_PASSWORD = re.compile(
     r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<password>[^\s/\"'<>]+)@(?=[^\s@/\"'<>])"
 )
@@ -211,26 +213,46 @@ def _secret_text(value: str) -> bool:
     )
 
 
-def _run_start(text: str, position: int, chars: frozenset[str]) -> int:
-    while position > 0 and text[position - 1] in chars:
+def _run_start(text: str, position: int, chars: frozenset[str], floor: int = 0) -> int:
+    """Where the run of ``chars`` ending at ``position`` starts (not before ``floor``)."""
+    while position > floor and text[position - 1] in chars:
         position -= 1
     return position
 
 
 def _key_value_span(text: str, start: int) -> Span | None:
-    """The value of a credential token whose key starts at ``start``, if there is one."""
+    """The value of a credential token whose key starts at ``start``, if there is one.
+
+    The key is judged before any value is read: most keys holding a hint word are no
+    credential (``token_count``), and reading each one's value, which may run on for the
+    rest of the text, would cost quadratic time over a long run of such keys.
+    """
+    head = _KEY_BEFORE_VALUE.match(text, start)
+    if head is None or not credential_key(head["key"].strip("-")):
+        return None
     match = _KEY_VALUE.match(text, start)
     if match is None:
         return None
-    key = match["key"]
-    if match["sep"].strip() == "" and not key.startswith("-"):
+    if match["sep"].strip() == "" and not match["key"].startswith("-"):
         return None  # "token expired": only a --flag takes its value after a space
-    if not credential_key(key.strip("-")) or not _secret_text(match["value"]):
+    if not _secret_text(match["value"]):
         return None
     begin, end = match.span("value")
     if match["value"][0] in "\"'":
         begin, end = begin + 1, end - 1
     return (begin, end) if end > begin else None
+
+
+def _value_within(text: str, start: int, end: int) -> bool:
+    """Whether the key at ``start`` has no value or one beginning before ``end``.
+
+    Called for a key inside an unquoted credential value already found, which ends at
+    ``end``: such a value holds no quote, so a value beginning inside it is unquoted too,
+    ends where it ends, and is redacted with it. Reading it again for every key in a
+    ``token:token:token:...`` run would take quadratic time.
+    """
+    head = _KEY_BEFORE_VALUE.match(text, start)
+    return head is None or head.end() < end
 
 
 def pattern_spans(text: str) -> list[Span]:
@@ -242,6 +264,7 @@ def pattern_spans(text: str) -> list[Span]:
     """
     spans: list[Span] = []
     tried: set[tuple[str, int]] = set()
+    last_key_hint, bare_value_end = -1, -1
     for index, hit, _ in _HINTS.find_matches_as_indexes(_lowered(text)):
         hint = _HINTS_LIST[index]
         if hint == "://":
@@ -262,11 +285,21 @@ def pattern_spans(text: str) -> list[Span]:
                 if pem and pem["body"].strip():
                     spans.append(pem.span("body"))
         else:
-            start = _run_start(text, hit, _IDENTIFIER_CHARS)
-            if ("key", start) not in tried:
-                tried.add(("key", start))
-                if value := _key_value_span(text, start):
-                    spans.append(value)
+            # Each step below reads a bounded stretch, so that a long run of keys (an
+            # attacker's log line) costs linear time, not one pass over the rest per key.
+            # Walk back no further than the previous credential hint: reaching it means the
+            # same identifier, whose key was tried then.
+            start = _run_start(text, hit, _IDENTIFIER_CHARS, max(last_key_hint, 0))
+            same_identifier = start == last_key_hint
+            last_key_hint = hit
+            if same_identifier or (
+                start < bare_value_end and _value_within(text, start, bare_value_end)
+            ):
+                continue
+            if value := _key_value_span(text, start):
+                spans.append(value)
+                if text[value[0] - 1] not in "\"'":
+                    bare_value_end = value[1]
     return spans
 
 
