@@ -31,10 +31,21 @@ Three layers, each catching what the one before cannot know about:
    / ``key: value`` / ``"key": "value"`` / ``--key value`` token whose key
    ends in a credential word (:func:`credential_key`: password, passwd,
    passphrase, secret, token, credentials, authorization, api/access/secret/
-   private/... key); the body of a PEM private key block; a JWT. In an object
-   (:meth:`SecretScrubber.scrub_object`) a string under a credential key, and
-   the ``value`` of a ``{name: DB_PASSWORD, value: ...}`` pair, are redacted
-   whatever their text.
+   private/... key); the body of a PEM private key block; a JWT; and a
+   well-known provider token standing alone, recognised by its own prefix,
+   alphabet and length with a word boundary before it (GitHub ``ghp_`` and
+   kin, GitLab ``glpat-``, Slack ``xoxb-``, AWS ``AKIA``/``ASIA`` key ids,
+   OpenAI/Anthropic ``sk-``, Stripe, Google ``AIza``, npm, PyPI, Hugging Face,
+   SendGrid, Docker Hub, Vault, age: workers/core/toolsets/provider_tokens.py
+   says which formats, why each length and alphabet, and which were left out).
+   In an object (:meth:`SecretScrubber.scrub_object`) a string under a
+   credential key, and the ``value`` of a ``{name: DB_PASSWORD, value: ...}``
+   pair, are redacted whatever their text.
+
+   All of it rests on one Aho-Corasick pass over the lower-cased text for
+   *hints* (credential words, ``://``, ``eyJ``, ``PRIVATE KEY``, each token
+   format's prefixes); a pattern is tried, anchored, only where its hint is,
+   so text without a hint costs one automaton scan.
 
 In an object, layers 2 and 3 apply to mapping **keys** too: a key is shown
 wherever its object is, and can be a DSN (a ConfigMap keyed by connection
@@ -79,6 +90,8 @@ import ahocorasick_rs
 from pydantic import BaseModel
 
 from workers.core.toolsets.backend import REDACTED
+from workers.core.toolsets.provider_tokens import HINTS as PROVIDER_HINTS
+from workers.core.toolsets.provider_tokens import TokenFormat
 
 MIN_SCRUB_LENGTH = 8
 """Known values (and each form of one) shorter than this are not searched for elsewhere."""
@@ -158,9 +171,18 @@ _PEM_PRIVATE_KEY = re.compile(
 )
 _JWT = re.compile(r"eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}")
 _KEY_HINTS = ("pass", "secret", "token", "credential", "key", "authorization", "pwd")
-_HINTS = ahocorasick_rs.AhoCorasick(
-    [*_KEY_HINTS, "://", "eyj", "private key"], matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
+# What a hint found in the lower-cased text calls for: a credential key's value, a DSN's
+# password, a JWT, a PEM key body, or a provider token of one format (provider_tokens.py).
+_KEY, _DSN, _JWT_START, _PEM = "key", "dsn", "jwt", "pem"
+_HINT_KINDS: tuple[str | TokenFormat, ...] = (
+    *[_KEY] * len(_KEY_HINTS),
+    _DSN,
+    _JWT_START,
+    _PEM,
+    *PROVIDER_HINTS.values(),
 )
+_HINTS_LIST = [*_KEY_HINTS, "://", "eyj", "private key", *PROVIDER_HINTS]
+_HINTS = ahocorasick_rs.AhoCorasick(_HINTS_LIST, matchkind=ahocorasick_rs.MatchKind.LeftmostLongest)
 _IDENTIFIER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
 _BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
@@ -259,32 +281,17 @@ def pattern_spans(text: str) -> list[Span]:
     """Where in ``text`` the credential-looking parts are (layer 3).
 
     One Aho-Corasick pass over the lower-cased text finds the few places
-    worth a closer look (a hint word, ``://``, ``eyJ``, ``PRIVATE KEY``);
-    each regex is then tried only there, anchored, never across the text.
+    worth a closer look (a hint word, ``://``, ``eyJ``, ``PRIVATE KEY``, a
+    provider token's prefix such as ``ghp_`` or ``akia``); each regex is then
+    tried only there, anchored, never across the text. Credential keys come
+    first: they are most of the hits in ordinary output.
     """
     spans: list[Span] = []
     tried: set[tuple[str, int]] = set()
     last_key_hint, bare_value_end = -1, -1
     for index, hit, _ in _HINTS.find_matches_as_indexes(_lowered(text)):
-        hint = _HINTS_LIST[index]
-        if hint == "://":
-            start = _run_start(text, hit, _SCHEME_CHARS)
-            if ("dsn", start) not in tried:
-                tried.add(("dsn", start))
-                if dsn := _DSN_PASSWORD.match(text, start):
-                    spans.append(dsn.span("password"))
-        elif hint == "eyj":
-            standalone = hit == 0 or text[hit - 1] not in _BASE64_CHARS
-            if standalone and (jwt := _JWT.match(text, hit)):
-                spans.append(jwt.span())
-        elif hint == "private key":
-            begin = text.rfind("-----BEGIN ", max(0, hit - 40), hit)
-            if begin >= 0 and ("pem", begin) not in tried:
-                tried.add(("pem", begin))
-                pem = _PEM_PRIVATE_KEY.match(text, begin)
-                if pem and pem["body"].strip():
-                    spans.append(pem.span("body"))
-        else:
+        kind = _HINT_KINDS[index]
+        if kind == _KEY:
             # Each step below reads a bounded stretch, so that a long run of keys (an
             # attacker's log line) costs linear time, not one pass over the rest per key.
             # Walk back no further than the previous credential hint: reaching it means the
@@ -300,10 +307,26 @@ def pattern_spans(text: str) -> list[Span]:
                 spans.append(value)
                 if text[value[0] - 1] not in "\"'":
                     bare_value_end = value[1]
+        elif kind == _DSN:
+            start = _run_start(text, hit, _SCHEME_CHARS)
+            if ("dsn", start) not in tried:
+                tried.add(("dsn", start))
+                if dsn := _DSN_PASSWORD.match(text, start):
+                    spans.append(dsn.span("password"))
+        elif kind == _JWT_START:
+            standalone = hit == 0 or text[hit - 1] not in _BASE64_CHARS
+            if standalone and (jwt := _JWT.match(text, hit)):
+                spans.append(jwt.span())
+        elif kind == _PEM:
+            begin = text.rfind("-----BEGIN ", max(0, hit - 40), hit)
+            if begin >= 0 and ("pem", begin) not in tried:
+                tried.add(("pem", begin))
+                pem = _PEM_PRIVATE_KEY.match(text, begin)
+                if pem and pem["body"].strip():
+                    spans.append(pem.span("body"))
+        elif isinstance(kind, TokenFormat) and (token := kind.span(text, hit)):
+            spans.append(token)
     return spans
-
-
-_HINTS_LIST = [*_KEY_HINTS, "://", "eyj", "private key"]
 
 
 def _lowered(text: str) -> str:
