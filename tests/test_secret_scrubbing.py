@@ -6,8 +6,8 @@ events, current and previous logs, a custom resource, a Secret's own
 annotation and label, the base64 form of a ``stringData`` value, one line of
 a PEM key) plus credential-shaped values in no Secret at all (DSN passwords,
 ``key=value`` tokens, a bearer token, a ``--password`` flag, a PEM private
-key block). Each test searches what a user, a model or a log reader would
-see for any form of any canary.
+key block, provider tokens standing alone in pod logs). Each test searches
+what a user, a model or a log reader would see for any form of any canary.
 """
 
 from __future__ import annotations
@@ -94,6 +94,10 @@ def test_the_snapshot_backend_shows_no_canary_in_any_tool_output(canaries: Canar
     assert canaries.leaks(everything) == []
     assert f"password: {REDACTED}" in everything  # the Secret's keys are still shown
     assert "logs of pod shop/checkout-0" in everything and "ready" in everything
+    # provider tokens standing alone in log lines: the lines are shown, the tokens are not
+    assert f"cloning https://{REDACTED}@github.com/shop/checkout" in everything
+    assert f"uploading receipts to s3 as {REDACTED}" in everything
+    assert f"export OPENAI_KEY {REDACTED}" in everything
 
 
 def test_the_live_backend_shows_no_canary_in_any_tool_output(
@@ -102,6 +106,7 @@ def test_the_live_backend_shows_no_canary_in_any_tool_output(
     server, kubeconfig = api_server
     everything = sweep(live_registry(kubeconfig))
     assert canaries.leaks(everything) == []
+    assert f"uploading receipts to s3 as {REDACTED}" in everything
     # the server did hand the values out: the withholding is assay's doing
     assert "/c/canary/api/v1/secrets" in [r.path for r in server.requests]
     assert server.methods() == {"GET"}
