@@ -289,7 +289,10 @@ def pattern_spans(text: str) -> list[Span]:
     spans: list[Span] = []
     tried: set[tuple[str, int]] = set()
     last_key_hint, bare_value_end = -1, -1
-    for index, hit, _ in _HINTS.find_matches_as_indexes(_lowered(text)):
+    lowered = text.lower()
+    if len(lowered) != len(text):  # lower() never shortens: equal length, same positions
+        lowered = _aligned_lower(text)
+    for index, hit, _ in _HINTS.find_matches_as_indexes(lowered):
         kind = _HINT_KINDS[index]
         if kind == _KEY:
             # Each step below reads a bounded stretch, so that a long run of keys (an
@@ -329,18 +332,16 @@ def pattern_spans(text: str) -> list[Span]:
     return spans
 
 
-def _lowered(text: str) -> str:
-    """``text`` lower-cased with every character at the index it had.
+def _aligned_lower(text: str) -> str:
+    """``text`` lower-cased with every character at the index it had (the rare slow path).
 
     The hints are found in the lower-cased text and the regexes tried at the same index
     of the original, so the two must line up. ``str.lower`` keeps the length except for
     ``İ`` (U+0130), which becomes two code points: one of them anywhere in a tool's output
     (a Turkish log line) would shift every later hit, and a JWT or a DSN after it would be
     tried at the wrong place and missed. Such a character is left as it is (no hint holds it).
+    pattern_spans() calls this only when ``text.lower()`` came out longer than ``text``.
     """
-    lowered = text.lower()
-    if len(lowered) == len(text):  # lower() never shortens: equal length, same positions
-        return lowered
     return "".join(low if len(low := char.lower()) == 1 else char for char in text)
 
 
