@@ -299,7 +299,9 @@ def pattern_spans(text: str) -> list[Span]:
             # attacker's log line) costs linear time, not one pass over the rest per key.
             # Walk back no further than the previous credential hint: reaching it means the
             # same identifier, whose key was tried then.
-            start = _run_start(text, hit, _IDENTIFIER_CHARS, max(last_key_hint, 0))
+            start = _run_start(
+                text, hit, _IDENTIFIER_CHARS, last_key_hint if last_key_hint > 0 else 0
+            )
             same_identifier = start == last_key_hint
             last_key_hint = hit
             if same_identifier or (
