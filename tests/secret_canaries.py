@@ -20,7 +20,10 @@ Two families:
 * **Credential-shaped values** (``needs_secret_values=False``): in no Secret
   at all, but shaped like a credential: a DSN password (in a value, and in a
   ConfigMap data key), a ``key=value`` token, a bearer token, a PEM private key
-  block. Patterns must catch these whatever the backend may read.
+  block, and well-known provider tokens standing alone in pod log lines (a
+  GitHub token in a clone URL, an AWS access key id, an OpenAI project key after
+  a variable name without ``=``). Patterns must catch these whatever the backend
+  may read.
 
 The content is this project's own; nothing here is a real credential.
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +82,33 @@ def _token(label: str) -> str:
     return f"cnry{label.replace('-', '')[:8]}{secrets.token_hex(10)}"
 
 
+_BASE62 = string.ascii_letters + string.digits
+
+
+def _random(alphabet: str, length: int) -> str:
+    return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+def _github_token() -> str:
+    """A made-up classic GitHub token: ``ghp_`` and 36 base62 (both cases, whatever the draw)."""
+    return "ghp_Cn" + _random(_BASE62, 34)
+
+
+def _aws_key_id() -> str:
+    """A made-up AWS access key id: ``AKIA`` and 16 upper-case letters and digits."""
+    return "AKIA" + _random(string.ascii_uppercase + string.digits, 16)
+
+
+def _openai_key() -> str:
+    """A made-up OpenAI project key (``sk-proj-``, long base64url, ``T3BlbkFJ`` inside)."""
+    urlsafe = _BASE62 + "_-"
+    return f"sk-proj-{_random(urlsafe, 60)}T3BlbkFJ{_random(urlsafe, 60)}"
+
+
+PROVIDER_TOKEN_LABELS = frozenset({"github-token", "aws-key-id", "openai-key"})
+"""Canaries that are provider tokens standing alone: only their own shape betrays them."""
+
+
 def _pem_body_line() -> str:
     """A 64-character line as in a PEM body (random base64), unique to this run."""
     return base64.b64encode(secrets.token_bytes(48)).decode()
@@ -113,6 +144,9 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
     key_value = Canary("key-value-token", _token("kv"), False)
     bearer = Canary("bearer-token", _token("bearer"), False)
     unknown_pem_line = Canary("pem-private-key-block", _pem_body_line(), False)
+    github_token = Canary("github-token", _github_token(), False)
+    aws_key_id = Canary("aws-key-id", _aws_key_id(), False)
+    openai_key = Canary("openai-key", _openai_key(), False)
 
     pem_lines = [_pem_body_line(), pem_line.value, _pem_body_line()]
     secret_objects: list[dict[str, Any]] = [
@@ -284,11 +318,14 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
     (logs / f"{CONTAINER}.log").write_text(
         f"2025-01-01T00:00:00Z starting with seed {log_copy.value}\n"
         f"2025-01-01T00:00:01Z POST /login Authorization: Bearer {bearer.value}\n"
+        f"2025-01-01T00:00:01Z cloning https://{github_token.value}@github.com/shop/checkout\n"
+        f"2025-01-01T00:00:01Z uploading receipts to s3 as {aws_key_id.value}\n"
         "2025-01-01T00:00:02Z ready\n",
         encoding="utf-8",
     )
     (logs / f"{CONTAINER}.previous.log").write_text(
-        f"loaded key line {pem_line.value}\nseed was {previous_log_copy.value}\npanic: boom\n",
+        f"loaded key line {pem_line.value}\nseed was {previous_log_copy.value}\n"
+        f"export OPENAI_KEY {openai_key.value}\npanic: boom\n",
         encoding="utf-8",
     )
     canaries = (
@@ -310,14 +347,18 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
         key_value,
         bearer,
         unknown_pem_line,
+        github_token,
+        aws_key_id,
+        openai_key,
     )
     return CanaryCluster(folder, canaries)
 
 
 def spoken(canary: Canary) -> str:
     """How a model repeats a canary: a Secret's value bare (a run's scrubber knows it); a
-    value held in no Secret in a credential shape, as it read it (only the shape betrays it)."""
-    if canary.needs_secret_values:
+    value held in no Secret in a credential shape, as it read it (only the shape betrays it);
+    a provider token bare (its own shape is all there is)."""
+    if canary.needs_secret_values or canary.label in PROVIDER_TOKEN_LABELS:
         return canary.value
     if canary.label == "pem-private-key-block":
         return f"-----BEGIN EC PRIVATE KEY-----\n{canary.value}\n-----END EC PRIVATE KEY-----"

@@ -6,8 +6,8 @@ events, current and previous logs, a custom resource, a Secret's own
 annotation and label, the base64 form of a ``stringData`` value, one line of
 a PEM key) plus credential-shaped values in no Secret at all (DSN passwords,
 ``key=value`` tokens, a bearer token, a ``--password`` flag, a PEM private
-key block). Each test searches what a user, a model or a log reader would
-see for any form of any canary.
+key block, provider tokens standing alone in pod logs). Each test searches
+what a user, a model or a log reader would see for any form of any canary.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,10 @@ def test_the_snapshot_backend_shows_no_canary_in_any_tool_output(canaries: Canar
     assert canaries.leaks(everything) == []
     assert f"password: {REDACTED}" in everything  # the Secret's keys are still shown
     assert "logs of pod shop/checkout-0" in everything and "ready" in everything
+    # provider tokens standing alone in log lines: the lines are shown, the tokens are not
+    assert f"cloning https://{REDACTED}@github.com/shop/checkout" in everything
+    assert f"uploading receipts to s3 as {REDACTED}" in everything
+    assert f"export OPENAI_KEY {REDACTED}" in everything
 
 
 def test_the_live_backend_shows_no_canary_in_any_tool_output(
@@ -101,6 +106,7 @@ def test_the_live_backend_shows_no_canary_in_any_tool_output(
     server, kubeconfig = api_server
     everything = sweep(live_registry(kubeconfig))
     assert canaries.leaks(everything) == []
+    assert f"uploading receipts to s3 as {REDACTED}" in everything
     # the server did hand the values out: the withholding is assay's doing
     assert "/c/canary/api/v1/secrets" in [r.path for r in server.requests]
     assert server.methods() == {"GET"}
@@ -371,6 +377,24 @@ def test_ordinary_text_is_left_alone(text: str) -> None:
     assert SecretScrubber().text(text) == text
 
 
+@pytest.mark.parametrize(
+    ("text", "hidden"),
+    [
+        ("İstanbul: jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl", "eyJzdWIiOiIxIn0"),
+        ("İİİİ then postgres://app:hunter2hunter2@db/x", "hunter2hunter2"),
+    ],
+)
+def test_a_character_that_lowercases_to_two_does_not_shift_what_follows(
+    text: str, hidden: str
+) -> None:
+    """``İ`` lower-cases to two code points; the hints are found in lower-cased text and the
+    patterns tried at the same index of the original, so one ``İ`` earlier in a tool's output
+    (a Turkish log line) must not move every later credential out of reach."""
+    scrubbed = SecretScrubber().text(text)
+    assert hidden not in scrubbed and REDACTED in scrubbed
+    assert scrubbed.startswith(text[:4])
+
+
 def test_objects_hide_credential_keys_and_name_value_pairs() -> None:
     pod_spec = {
         "containers": [
@@ -413,6 +437,21 @@ def test_a_known_value_never_survives_in_any_surrounding_text(
     }[form]
     scrubbed = SecretScrubber([value]).text(before + planted + after)
     assert planted not in scrubbed
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "unit",
+    ["key", "a-key", "password", "token:", "a.token=x", "x-api-key:", "sk-no-key-configured:"],
+)
+def test_a_long_run_of_credential_words_is_scrubbed_in_linear_time(unit: str) -> None:
+    """Anyone who can write a log line can fill 100 KB with credential words. Walking back
+    from every hint to its identifier's start, or reading every key's value to the end of
+    the run, took quadratic time: tens of seconds to minutes here, hours for a 1 MiB log."""
+    text = unit * (100_000 // len(unit))
+    started = time.perf_counter()
+    SecretScrubber().text(text)
+    assert time.perf_counter() - started < 2.0
 
 
 # --------------------------------------------------------------------------- stored and served

@@ -31,10 +31,21 @@ Three layers, each catching what the one before cannot know about:
    / ``key: value`` / ``"key": "value"`` / ``--key value`` token whose key
    ends in a credential word (:func:`credential_key`: password, passwd,
    passphrase, secret, token, credentials, authorization, api/access/secret/
-   private/... key); the body of a PEM private key block; a JWT. In an object
-   (:meth:`SecretScrubber.scrub_object`) a string under a credential key, and
-   the ``value`` of a ``{name: DB_PASSWORD, value: ...}`` pair, are redacted
-   whatever their text.
+   private/... key); the body of a PEM private key block; a JWT; and a
+   well-known provider token standing alone, recognised by its own prefix,
+   alphabet and length with a word boundary before it (GitHub ``ghp_`` and
+   kin, GitLab ``glpat-``, Slack ``xoxb-``, AWS ``AKIA``/``ASIA`` key ids,
+   OpenAI/Anthropic ``sk-``, Stripe, Google ``AIza``, npm, PyPI, Hugging Face,
+   SendGrid, Docker Hub, Vault, age: workers/core/toolsets/provider_tokens.py
+   says which formats, why each length and alphabet, and which were left out).
+   In an object (:meth:`SecretScrubber.scrub_object`) a string under a
+   credential key, and the ``value`` of a ``{name: DB_PASSWORD, value: ...}``
+   pair, are redacted whatever their text.
+
+   All of it rests on one Aho-Corasick pass over the lower-cased text for
+   *hints* (credential words, ``://``, ``eyJ``, ``PRIVATE KEY``, each token
+   format's prefixes); a pattern is tried, anchored, only where its hint is,
+   so text without a hint costs one automaton scan.
 
 In an object, layers 2 and 3 apply to mapping **keys** too: a key is shown
 wherever its object is, and can be a DSN (a ConfigMap keyed by connection
@@ -79,6 +90,8 @@ import ahocorasick_rs
 from pydantic import BaseModel
 
 from workers.core.toolsets.backend import REDACTED
+from workers.core.toolsets.provider_tokens import HINTS as PROVIDER_HINTS
+from workers.core.toolsets.provider_tokens import TokenFormat
 
 MIN_SCRUB_LENGTH = 8
 """Known values (and each form of one) shorter than this are not searched for elsewhere."""
@@ -140,12 +153,14 @@ _PEM_ARMOUR = re.compile(r"^-----(BEGIN|END) [A-Z0-9 ]+-----$")
 # A token whose key ends in a credential word: ``password=x``, ``"apiKey": "x"``,
 # ``DB_PASSWORD: x``, ``--token x``, ``Authorization: Bearer x``. Tried only at the
 # start of an identifier holding a hint word; credential_key() confirms the key.
-_KEY_VALUE = re.compile(
+_KEY_AND_SEPARATOR = (
     r"(?P<key>[A-Za-z0-9_.\-]+)"
     r"(?P<sep>[\"']?[ \t]*[:=][ \t]*|[ \t]+)"
     r"(?:(?P<scheme>(?i:bearer|basic|token)[ \t]+)(?=[^\s\"']))?"
-    r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&}\]]+)"
 )
+_KEY_VALUE = re.compile(_KEY_AND_SEPARATOR + r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&}\]]+)")
+# The same up to where a value could begin, without reading it: whether the key is worth it.
+_KEY_BEFORE_VALUE = re.compile(_KEY_AND_SEPARATOR + r"(?=[^\s,;&}\]])")
 _DSN_PASSWORD = re.compile(
     r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<password>[^\s/\"'<>]+)@(?=[^\s@/\"'<>])"
 )
@@ -156,9 +171,18 @@ _PEM_PRIVATE_KEY = re.compile(
 )
 _JWT = re.compile(r"eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}")
 _KEY_HINTS = ("pass", "secret", "token", "credential", "key", "authorization", "pwd")
-_HINTS = ahocorasick_rs.AhoCorasick(
-    [*_KEY_HINTS, "://", "eyj", "private key"], matchkind=ahocorasick_rs.MatchKind.LeftmostLongest
+# What a hint found in the lower-cased text calls for: a credential key's value, a DSN's
+# password, a JWT, a PEM key body, or a provider token of one format (provider_tokens.py).
+_KEY, _DSN, _JWT_START, _PEM = "key", "dsn", "jwt", "pem"
+_HINT_KINDS: tuple[str | TokenFormat, ...] = (
+    *[_KEY] * len(_KEY_HINTS),
+    _DSN,
+    _JWT_START,
+    _PEM,
+    *PROVIDER_HINTS.values(),
 )
+_HINTS_LIST = [*_KEY_HINTS, "://", "eyj", "private key", *PROVIDER_HINTS]
+_HINTS = ahocorasick_rs.AhoCorasick(_HINTS_LIST, matchkind=ahocorasick_rs.MatchKind.LeftmostLongest)
 _IDENTIFIER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
 _BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
@@ -211,21 +235,29 @@ def _secret_text(value: str) -> bool:
     )
 
 
-def _run_start(text: str, position: int, chars: frozenset[str]) -> int:
-    while position > 0 and text[position - 1] in chars:
+def _run_start(text: str, position: int, chars: frozenset[str], floor: int = 0) -> int:
+    """Where the run of ``chars`` ending at ``position`` starts (not before ``floor``)."""
+    while position > floor and text[position - 1] in chars:
         position -= 1
     return position
 
 
 def _key_value_span(text: str, start: int) -> Span | None:
-    """The value of a credential token whose key starts at ``start``, if there is one."""
+    """The value of a credential token whose key starts at ``start``, if there is one.
+
+    The key is judged before any value is read: most keys holding a hint word are no
+    credential (``token_count``), and reading each one's value, which may run on for the
+    rest of the text, would cost quadratic time over a long run of such keys.
+    """
+    head = _KEY_BEFORE_VALUE.match(text, start)
+    if head is None or not credential_key(head["key"].strip("-")):
+        return None
     match = _KEY_VALUE.match(text, start)
     if match is None:
         return None
-    key = match["key"]
-    if match["sep"].strip() == "" and not key.startswith("-"):
+    if match["sep"].strip() == "" and not match["key"].startswith("-"):
         return None  # "token expired": only a --flag takes its value after a space
-    if not credential_key(key.strip("-")) or not _secret_text(match["value"]):
+    if not _secret_text(match["value"]):
         return None
     begin, end = match.span("value")
     if match["value"][0] in "\"'":
@@ -233,44 +265,86 @@ def _key_value_span(text: str, start: int) -> Span | None:
     return (begin, end) if end > begin else None
 
 
+def _value_within(text: str, start: int, end: int) -> bool:
+    """Whether the key at ``start`` has no value or one beginning before ``end``.
+
+    Called for a key inside an unquoted credential value already found, which ends at
+    ``end``: such a value holds no quote, so a value beginning inside it is unquoted too,
+    ends where it ends, and is redacted with it. Reading it again for every key in a
+    ``token:token:token:...`` run would take quadratic time.
+    """
+    head = _KEY_BEFORE_VALUE.match(text, start)
+    return head is None or head.end() < end
+
+
 def pattern_spans(text: str) -> list[Span]:
     """Where in ``text`` the credential-looking parts are (layer 3).
 
     One Aho-Corasick pass over the lower-cased text finds the few places
-    worth a closer look (a hint word, ``://``, ``eyJ``, ``PRIVATE KEY``);
-    each regex is then tried only there, anchored, never across the text.
+    worth a closer look (a hint word, ``://``, ``eyJ``, ``PRIVATE KEY``, a
+    provider token's prefix such as ``ghp_`` or ``akia``); each regex is then
+    tried only there, anchored, never across the text. Credential keys come
+    first: they are most of the hits in ordinary output.
     """
     spans: list[Span] = []
     tried: set[tuple[str, int]] = set()
-    for index, hit, _ in _HINTS.find_matches_as_indexes(text.lower()):
-        hint = _HINTS_LIST[index]
-        if hint == "://":
+    last_key_hint, bare_value_end = -1, -1
+    lowered = text.lower()
+    if len(lowered) != len(text):  # lower() never shortens: equal length, same positions
+        lowered = _aligned_lower(text)
+    for index, hit, _ in _HINTS.find_matches_as_indexes(lowered):
+        kind = _HINT_KINDS[index]
+        if kind == _KEY:
+            # Each step below reads a bounded stretch, so that a long run of keys (an
+            # attacker's log line) costs linear time, not one pass over the rest per key.
+            # Walk back no further than the previous credential hint: reaching it means the
+            # same identifier, whose key was tried then.
+            start = _run_start(
+                text, hit, _IDENTIFIER_CHARS, last_key_hint if last_key_hint > 0 else 0
+            )
+            same_identifier = start == last_key_hint
+            last_key_hint = hit
+            if same_identifier or (
+                start < bare_value_end and _value_within(text, start, bare_value_end)
+            ):
+                continue
+            if value := _key_value_span(text, start):
+                spans.append(value)
+                if text[value[0] - 1] not in "\"'":
+                    bare_value_end = value[1]
+        elif kind == _DSN:
             start = _run_start(text, hit, _SCHEME_CHARS)
             if ("dsn", start) not in tried:
                 tried.add(("dsn", start))
                 if dsn := _DSN_PASSWORD.match(text, start):
                     spans.append(dsn.span("password"))
-        elif hint == "eyj":
+        elif kind == _JWT_START:
             standalone = hit == 0 or text[hit - 1] not in _BASE64_CHARS
             if standalone and (jwt := _JWT.match(text, hit)):
                 spans.append(jwt.span())
-        elif hint == "private key":
+        elif kind == _PEM:
             begin = text.rfind("-----BEGIN ", max(0, hit - 40), hit)
             if begin >= 0 and ("pem", begin) not in tried:
                 tried.add(("pem", begin))
                 pem = _PEM_PRIVATE_KEY.match(text, begin)
                 if pem and pem["body"].strip():
                     spans.append(pem.span("body"))
-        else:
-            start = _run_start(text, hit, _IDENTIFIER_CHARS)
-            if ("key", start) not in tried:
-                tried.add(("key", start))
-                if value := _key_value_span(text, start):
-                    spans.append(value)
+        elif isinstance(kind, TokenFormat) and (token := kind.span(text, hit)):
+            spans.append(token)
     return spans
 
 
-_HINTS_LIST = [*_KEY_HINTS, "://", "eyj", "private key"]
+def _aligned_lower(text: str) -> str:
+    """``text`` lower-cased with every character at the index it had (the rare slow path).
+
+    The hints are found in the lower-cased text and the regexes tried at the same index
+    of the original, so the two must line up. ``str.lower`` keeps the length except for
+    ``İ`` (U+0130), which becomes two code points: one of them anywhere in a tool's output
+    (a Turkish log line) would shift every later hit, and a JWT or a DSN after it would be
+    tried at the wrong place and missed. Such a character is left as it is (no hint holds it).
+    pattern_spans() calls this only when ``text.lower()`` came out longer than ``text``.
+    """
+    return "".join(low if len(low := char.lower()) == 1 else char for char in text)
 
 
 # --------------------------------------------------------------------------- known values
