@@ -115,5 +115,5 @@ class RunReport(BaseModel):
     )
     # Not part of the report: the engine's scrubbed JSON dump of its fields, so the store's
     # pattern pass searches only fields that changed since (workers/core/toolsets/redaction.py
-    # ``scrubbed_model``). A private attribute: never serialized, kept by model_copy.
+    # ``scrubbed``, its ``clean``). A private attribute: never serialized, kept by model_copy.
     _scrubbed_dump: dict[str, Any] | None = PrivateAttr(default=None)

@@ -558,7 +558,7 @@ def test_a_report_is_scrubbed_under_its_own_field_names_too() -> None:
     happens to be a field name, is still hidden."""
     from schemas.report import RunReport, Step
     from tests.fleet_support import finished_report, snapshot_request
-    from workers.core.toolsets.redaction import PATTERNS, scrubbed_model
+    from workers.core.toolsets.redaction import PATTERNS
 
     report = finished_report(
         snapshot_request(), "false", explanation="db at postgres://app:hunter2-pw@db/x"
@@ -572,13 +572,13 @@ def test_a_report_is_scrubbed_under_its_own_field_names_too() -> None:
         started_at=report.request.submitted_at,
     )
     report = report.model_copy(update={"steps": [step]})
-    scrubbed = scrubbed_model(report, scrubber=PATTERNS)
-    assert isinstance(scrubbed, RunReport)
-    text = scrubbed.model_dump_json()
+    stored = scrubbed(report, scrubber=PATTERNS).model
+    assert isinstance(stored, RunReport)
+    text = stored.model_dump_json()
     for secret in ("hunter2-pw", "tok-1234567890abcdef", "letmein-99", "sk-abcdef0123456789"):
         assert secret not in text
-    assert scrubbed.steps[0].arguments is not None
-    assert set(scrubbed.steps[0].arguments) == {"token", "prompt_tokens"}  # keys stay as keys
+    assert stored.steps[0].arguments is not None
+    assert set(stored.steps[0].arguments) == {"token", "prompt_tokens"}  # keys stay as keys
 
 
 # --- the store's pass over an engine's report: only what changed since is searched ---------

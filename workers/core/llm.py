@@ -472,10 +472,6 @@ def _new_sdk_client(api_base: str, api_key: str) -> Any:
     return openai.OpenAI(api_key=api_key, base_url=api_base, max_retries=0, http_client=http)
 
 
-# Messages are counted one by one (litellm's per-request priming is added once per
-# message: errs high). Each run remembers its own counts (workers/core/prompt_tally.py), so a
-# conversation's messages are counted once per run, not through a process-wide cache.
-# Tool lists are the same for every run of a kind of target: one small cache serves them.
 def _plain_system(message: dict[str, Any]) -> str | None:
     """The text of a system message that holds nothing but its text, else None."""
     content = message.get("content")
@@ -484,6 +480,10 @@ def _plain_system(message: dict[str, Any]) -> str | None:
     return None
 
 
+# Messages are counted one by one (litellm's per-request priming is added once per
+# message: errs high). Each run remembers its own counts (workers/core/prompt_tally.py), so a
+# conversation's messages are counted once per run, not through a process-wide cache.
+# Tool lists are the same for every run of a kind of target: one small cache serves them.
 @lru_cache(maxsize=64)
 def _count_system(model: str, content: str) -> int:
     return int(

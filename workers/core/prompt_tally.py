@@ -73,7 +73,6 @@ class PromptTally:
         self._ceilings = _RunningSum(self._ceiling_of_one)
         self._tools: Tools | None = None
         self._tools_tokens = 0
-        self.messages_counted = 0  # how many single-message counts were made (for tests/bench)
 
     def count(self, messages: list[dict[str, Any]], tools: Tools | None) -> int:
         """The prompt tokens of ``messages`` plus ``tools``, counting only what is new."""
@@ -88,7 +87,6 @@ class PromptTally:
             return None
 
     def _count_one(self, message: dict[str, Any]) -> int:
-        self.messages_counted += 1
         return self._counter.count_tokens(self._model, [message], None)
 
     def _ceiling_of_one(self, message: dict[str, Any]) -> int:

@@ -37,7 +37,7 @@ from pydantic import BaseModel
 
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
-from workers.core.toolsets.redaction import PATTERNS, scrubbed_model
+from workers.core.toolsets.redaction import PATTERNS, scrubbed
 from workers.fleet.timers import TimerEntry, TimerStore, continuation_timer_id, epoch
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def park(
     wake_at = report.wake_at.astimezone(UTC)
     # the conversation so far: tool output is already scrubbed; this catches the model's echoes
     state_json = (
-        scrubbed_model(state).model_dump_json()
+        scrubbed(state).model.model_dump_json()
         if isinstance(state, BaseModel)
         else _json(PATTERNS.scrubbed_copy(state))
     )

@@ -63,7 +63,7 @@ from schemas.ids import check_id as valid_id
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict, VerdictKind
-from workers.core.toolsets.redaction import scrubbed_model
+from workers.core.toolsets.redaction import scrubbed
 from workers.fleet.checkpoints import checkpoint_key
 from workers.fleet.redis_client import connect, stream_entries, text_fields, texts
 from workers.fleet.report_codec import decode_report, encode_report
@@ -387,13 +387,13 @@ def scrubbed_report(report: RunReport) -> RunReport:
     made; this catches what a model wrote itself (a password it echoed in an
     explanation). The request stays verbatim: it is the user's own input,
     kept so the run can be evaluated again. A report the patterns left unchanged is
-    stored as it is; a changed one is validated again (``scrubbed_model``). Fields the
+    stored as it is; a changed one is validated again (``scrubbed``). Fields the
     engine's own scrub left as they still are (``RunReport._scrubbed_dump``: the steps,
     mostly) are not searched again.
     """
-    return scrubbed_model(
+    return scrubbed(
         report, keep=frozenset({"request"}), revalidate=False, clean=report._scrubbed_dump
-    )
+    ).model
 
 
 def _now() -> datetime:

@@ -69,7 +69,7 @@ is searched for only if it is a base64-alphabet token (by its middle).
 The backends apply layers 1-3 to objects before anything renders them, and
 the tool registry applies the run's scrubber once more to every tool output
 (shell included). What is stored in Redis or logged passes the pattern layer
-again (:data:`PATTERNS`, :func:`scrubbed_model`): those writers do not know
+again (:data:`PATTERNS`, :func:`scrubbed`): those writers do not know
 a run's values, which never reach them unscrubbed.
 """
 
@@ -685,20 +685,6 @@ PATTERNS = SecretScrubber()
 """The pattern layer alone: for writers that never see a run's known values (store, logs)."""
 
 
-def scrubbed_model(
-    model: M,
-    *,
-    keep: frozenset[str] = frozenset(),
-    scrubber: SecretScrubber | None = None,
-    revalidate: bool = True,
-    clean: Mapping[str, Any] | None = None,
-) -> M:
-    """A copy of a report-like model with every string field scrubbed by ``scrubber``
-    (default :data:`PATTERNS`; the engine passes the run's own, which knows its Secrets).
-    :func:`scrubbed` says what each argument is for."""
-    return scrubbed(model, keep=keep, scrubber=scrubber, revalidate=revalidate, clean=clean).model
-
-
 @dataclass(frozen=True)
 class Scrubbed(Generic[M]):
     """A scrubbed model and its scrubbed JSON dump (the fields searched or found clean)."""
@@ -715,7 +701,9 @@ def scrubbed(
     revalidate: bool = True,
     clean: Mapping[str, Any] | None = None,
 ) -> Scrubbed[M]:
-    """``model`` with every string field scrubbed, and the dump that was scrubbed.
+    """``model`` with every string field scrubbed by ``scrubber`` (default :data:`PATTERNS`;
+    the engine passes the run's own, which knows its Secrets), and the dump that was
+    scrubbed; ``.model`` is a copy unless nothing needed changing (``revalidate``).
 
     ``keep`` names top-level fields left as they are (a run's request is the
     user's own input, stored verbatim so the run can be evaluated again).

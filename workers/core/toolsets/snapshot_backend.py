@@ -301,14 +301,13 @@ class SnapshotBackend:
     # ------------------------------------------------------------------ loading
 
     def _load_file(self, file: Path, relative: str, size: int) -> None:
-        too_large = f"{relative}: larger than {_mebibytes(MAX_OBJECT_FILE_BYTES)}; it was skipped"
         if size > MAX_OBJECT_FILE_BYTES:  # the listing's size: not even opened
-            self.problems.append(too_large)
+            self._skip_too_large(relative)
             return
         try:
             text = read_text(file, size, MAX_OBJECT_FILE_BYTES)
         except FileTooLarge:  # it grew past the cap after it was listed
-            self.problems.append(too_large)
+            self._skip_too_large(relative)
             return
         except (OSError, UnicodeDecodeError) as exc:
             self.problems.append(f"{relative}: could not be read ({exc}); it was skipped")
@@ -343,6 +342,11 @@ class SnapshotBackend:
         except yaml.YAMLError as exc:
             kept = f"; its first {number} document(s) were kept" if number else ""
             self.problems.append(f"{relative}: not valid YAML ({_yaml_problem(exc)}){kept}")
+
+    def _skip_too_large(self, relative: str) -> None:
+        self.problems.append(
+            f"{relative}: larger than {_mebibytes(MAX_OBJECT_FILE_BYTES)}; it was skipped"
+        )
 
     def _add_document(self, document: Any, relative: str, number: int) -> None:
         if document is None:
