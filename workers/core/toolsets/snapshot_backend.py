@@ -41,6 +41,7 @@ from workers.core.toolsets.kinds import (
 )
 from workers.core.toolsets.redaction import SecretScrubber, redact_in_place
 from workers.core.toolsets.selectors import field_matcher, label_matcher
+from workers.core.toolsets.yaml_documents import load_documents, may_alias
 
 OBJECT_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
 LOGS_FOLDER = "logs"
@@ -51,9 +52,6 @@ _DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _LOG_TIMESTAMP = re.compile(
     r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2}))\s"
 )
-
-# libyaml is several times faster on large snapshots; fall back when PyYAML lacks it.
-_YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 ObjectKey = tuple[str, str]  # (namespace or "", name)
 
@@ -325,9 +323,9 @@ class SnapshotBackend:
                 )
             return
         number = 0
-        aliases = "&" in text and "*" in text  # no anchor or no alias: nothing is shared
+        aliases = may_alias(text)
         try:
-            for number, document in enumerate(yaml.load_all(text, Loader=_YamlLoader), start=1):
+            for number, document in enumerate(load_documents(text), start=1):
                 if aliases:
                     try:
                         document = _unaliased(document, [MAX_ALIAS_EXPANSION], set())
