@@ -955,3 +955,44 @@ def test_a_folder_of_only_oversized_files_is_refused_not_served_empty(
         SnapshotBackend(tmp_path)
     assert "2 file(s) could not be used" in str(caught.value)
     assert f"all{suffix}: larger than 64 MiB; it was skipped" in str(caught.value)
+
+
+def test_what_a_tool_is_handed_is_its_own_copy(tmp_path: Path) -> None:
+    """A tool that changes an object it was handed (sorting, trimming, redacting a view)
+    must not change the snapshot every later call and every other run is served from."""
+    (tmp_path / "objects.yaml").write_text(
+        textwrap.dedent(
+            """\
+            apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: settings, namespace: a, labels: {app: web}}
+            data: {mode: strict}
+            extra: !!set {x, y}
+            ordered: !!omap [{first: {deep: [1, 2]}}]
+            ---
+            apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: other, namespace: a}
+            """
+        )
+    )
+    backend = SnapshotBackend(tmp_path)
+    configmaps = backend.resolve("configmaps")
+    before = backend.get(configmaps, "settings", "a")
+
+    handed = [
+        backend.get(configmaps, "settings", "a"),
+        next(iter(backend.list_objects(configmaps, "a", label_selector="app=web"))),
+    ]
+    for obj in handed:
+        obj["metadata"]["labels"]["app"] = "changed"
+        obj["data"].clear()
+        obj["extra"].add("z")
+        obj["ordered"][0][1]["deep"].append(3)
+
+    assert backend.get(configmaps, "settings", "a") == before
+    assert before["extra"] == {"x", "y"} and before["ordered"] == [("first", {"deep": [1, 2]})]
+    assert [o["metadata"]["name"] for o in backend.list_objects(configmaps, "a")] == [
+        "other",
+        "settings",
+    ]
