@@ -377,15 +377,22 @@ CELERY_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL")
 
 
 def _check_worker_flags(pool: str, loglevel: str) -> None:
-    """Refuse what Celery would only refuse with a traceback (and exit 1) once starting:
-    a pool whose package is not installed (gevent and eventlet are not assay's
-    dependencies) and a log level it does not know."""
-    import importlib.util
+    """Refuse what would fail only once the worker runs: a pool assay cannot run on, and a
+    log level Celery does not know (Celery's traceback and exit 1 otherwise).
 
-    if pool in ("gevent", "eventlet") and importlib.util.find_spec(pool) is None:
+    Why gevent and eventlet are refused, installed or not: their pools need every socket
+    patched before anything imports (the ``celery`` command does it; ``worker_main``, which
+    ``assay worker`` calls, does not), and unpatched a run's blocking call stops every other
+    run of the process: a wave of 400 runs left two pending for good (issue 15). Patched,
+    it is no better: assay's model and Redis connections time out by the kernel's socket
+    timeouts on blocking sockets (workers/core/kernel_timeouts.py), which a patched,
+    non-blocking socket never applies, so a stalled model would hold a run for ever.
+    """
+    if pool in ("gevent", "eventlet"):
         raise typer.BadParameter(
-            f"the {pool} pool needs the {pool} package, which is not installed; "
-            "use threads (the default), prefork or solo",
+            f"the {pool} pool is not supported: assay's runs time out on blocking sockets, "
+            f"which {pool} replaces, so a stalled model or Redis would hold a run for ever; "
+            "use threads (the default, many runs in one process), prefork or solo",
             param_hint="--pool / ASSAY_WORKER_POOL",
         )
     if loglevel.upper() not in CELERY_LOG_LEVELS:
