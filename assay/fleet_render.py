@@ -130,7 +130,19 @@ def render_checks(rows: list[CheckSummary], console: Console, wide: bool = False
 
 
 def batch_state(status: BatchStatus, now: datetime | None = None) -> str:
-    """``done``, ``enqueueing``, ``running``, or ``waiting until T`` for a deferred batch."""
+    """``done``, ``enqueueing``, ``running``, or ``waiting until T`` for a deferred batch;
+    a batch whose fan-out stopped part way says so after it (``done, incomplete: ...``)."""
+    state = _progress_state(status, now)
+    if not status.incomplete:
+        return state
+    why = f" ({status.stop_reason})" if status.stop_reason else ""
+    return (
+        f"{state}, incomplete: the fan-out stopped after {status.total} targets{why}; "
+        "the targets after them were not submitted"
+    )
+
+
+def _progress_state(status: BatchStatus, now: datetime | None) -> str:
     if status.done:
         return "done"
     if not status.sealed:

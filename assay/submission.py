@@ -26,6 +26,8 @@ registering every run before any of its tasks is sent.
 
 from __future__ import annotations
 
+import secrets
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,17 +35,22 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from scheduler.deferred import defer_evaluations
 from scheduler.when import deferral_for
 from schemas.fleet import RunProgress, SubmitReceipt
 from schemas.request import EvaluationRequest, Target
 from workers.fleet.dispatch import NOT_RESENT, RunsNotSent, resend_clause
 from workers.fleet.redis_client import probe
+from workers.fleet.store import BatchClosed, StoreConflict
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
     from workers.fleet.dispatch import Dispatcher
     from workers.fleet.store import VerdictStore
+
+_log = structlog.get_logger(__name__)
 
 
 def pending_check_key(key_prefix: str, check_id: str) -> str:
@@ -217,75 +224,225 @@ def submit_batch(
     target, tagged with the batch id. Targets are read from the iterator
     ``chunk_size`` at a time (a big glob is never listed whole), and each chunk
     is submitted in a few round trips rather than a few per target; then the
-    batch is sealed so the tally knows its total, and noted as the newest
-    batch. ``request_fields`` are the other ``EvaluationRequest`` fields every
-    run shares (kind, profile, budget, model, api_base, toolsets, probe). The
-    first chunk's requests are validated before the batch record exists, so a
-    bad field creates nothing.
+    batch is sealed so the tally knows its total. ``request_fields`` are the other
+    ``EvaluationRequest`` fields every run shares (kind, profile, budget, model,
+    api_base, toolsets, probe). The first chunk's requests are validated before
+    the batch record exists, so a bad field creates nothing.
+
+    A fan-out that stops part way never leaves its batch open: on any exception
+    (the broker, the target listing, Ctrl-C) the batch is sealed as incomplete
+    with the runs registered so far, and the exception carries a note saying so.
+    A submitter killed outright runs no code: it holds a lease on the batch
+    (:class:`FanoutLease`) and a reader that finds the lease lapsed closes the
+    batch as incomplete (``VerdictStore.batch``).
     """
     batch_id = batch_id or new_batch_id()
-    runs = 0
-    due_noted = False
+    fanout = _Fanout(store, redis, settings, batch_id, now)
     chunks = _chunks(targets, chunk_size)
-    for chunk in chunks:
-        requests = [
-            EvaluationRequest.model_validate(
-                {**request_fields, "text": text, "target": target, "batch_id": batch_id}
-            )
-            for target in chunk
-        ]
-        if runs == 0:
-            store.create_batch(batch_id, kind=requests[0].kind, text=text)
-        try:
-            receipts = submit_requests(
-                requests,
-                store=store,
-                redis=redis,
-                settings=settings,
-                dispatcher=dispatcher,
-                now=now,
-            )
-        except RunsNotSent as exc:
-            complete = next(chunks, None) is None
-            closed = complete and _close_batch(store, redis, settings, batch_id, now)
-            raise _batch_not_sent(exc, batch_id, runs + len(requests), closed, settings) from exc
-        due = next((r.not_before for r in receipts if r.not_before is not None), None)
-        if due is not None and not due_noted:
-            store.note_batch_due(batch_id, due)
-            due_noted = True
-        runs += len(requests)
-    if runs == 0:
+    try:
+        for chunk in chunks:
+            requests = [
+                EvaluationRequest.model_validate(
+                    {**request_fields, "text": text, "target": target, "batch_id": batch_id}
+                )
+                for target in chunk
+            ]
+            fanout.open(requests[0].kind, text)
+            try:
+                receipts = submit_requests(
+                    requests,
+                    store=store,
+                    redis=redis,
+                    settings=settings,
+                    dispatcher=dispatcher,
+                    now=now,
+                )
+            except RunsNotSent as exc:
+                registered = fanout.runs + len(requests)
+                if next(chunks, None) is None:
+                    closed, abandoned = fanout.seal_after_broker_failure(), False
+                else:
+                    closed, abandoned = False, fanout.stop("the broker failed")
+                raise _batch_not_sent(
+                    exc, batch_id, registered, settings, closed=closed, abandoned=abandoned
+                ) from exc
+            fanout.chunk_done(receipts)
+    except BaseException as exc:
+        fanout.stopped_by(exc)
+        raise
+    finally:
+        fanout.release()
+    if fanout.runs == 0:
         raise EmptyBatch("the target pattern matched nothing: check the glob and try again")
-    store.seal_batch(batch_id)
-    note_batch(redis, settings.key_prefix, batch_id, now)
-    return batch_id, runs
+    fanout.seal()
+    return batch_id, fanout.runs
 
 
-def _close_batch(
-    store: VerdictStore, redis: Any, settings: AssaySettings, batch_id: str, now: datetime | None
-) -> bool:
-    """Seal a batch whose every target is registered, though the broker failed: its runs
-    are sent late (lost-run sweeper) but counted, so the batch still finishes.
+class FanoutLease:
+    """A fan-out's lease on its batch: a daemon thread renews it until :meth:`stop`.
+
+    The thread is the heartbeat of the lease, as :class:`workers.fleet.probe_store.CompileClaim`
+    is for a compile claim: the lease outlives ``seconds`` only while the submitting process
+    is alive to renew it (every fifth of a lease), so a submitter killed mid fan-out
+    (SIGKILL, OOM) leaves a batch whose lease lapses, and the first reader after that closes
+    it as incomplete. Renewal stops for good when the lease is no longer this fan-out's
+    (the batch was sealed, or closed after the lease lapsed).
+    """
+
+    RENEWALS_PER_LEASE = 5
+
+    def __init__(self, store: VerdictStore, batch_id: str, seconds: float) -> None:
+        self.store = store
+        self.batch_id = batch_id
+        self.seconds = seconds
+        self.token = secrets.token_hex(8)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="assay-fanout-lease", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self.seconds / self.RENEWALS_PER_LEASE):
+            try:
+                if not self.store.renew_fanout(self.batch_id, self.token, self.seconds):
+                    return
+            except Exception as exc:  # the next beat tries again; a lease covers a few misses
+                _log.warning("batch_lease_renewal_failed", batch_id=self.batch_id, error=repr(exc))
+
+
+class _Fanout:
+    """One batch's fan-out: its record, its lease, its count, and how it ends."""
+
+    def __init__(
+        self,
+        store: VerdictStore,
+        redis: Any,
+        settings: AssaySettings,
+        batch_id: str,
+        now: datetime | None,
+    ) -> None:
+        self.store = store
+        self.redis = redis
+        self.settings = settings
+        self.batch_id = batch_id
+        self.now = now
+        self.runs = 0  # targets submitted (registered, and sent or held)
+        self.lease: FanoutLease | None = None
+        self.created = False
+        self.ended = False  # sealed, or closed as incomplete (or tried to)
+        self.due_noted = False
+
+    def open(self, kind: str, text: str) -> None:
+        """Create the batch record on the first chunk, with the fan-out's lease."""
+        if self.created:
+            return
+        lease = FanoutLease(self.store, self.batch_id, self.settings.batch_fanout_lease_seconds)
+        made = self.store.create_batch(
+            self.batch_id,
+            kind=kind,
+            text=text,
+            lease_token=lease.token,
+            lease_seconds=lease.seconds,
+        )
+        self.created = True
+        if made:  # a batch id given again: the batch exists and has no lease of ours
+            self.lease = lease
+            lease.start()
+        note_batch(self.redis, self.settings.key_prefix, self.batch_id, self.now)
+
+    def chunk_done(self, receipts: Sequence[SubmitReceipt]) -> None:
+        due = next((r.not_before for r in receipts if r.not_before is not None), None)
+        if due is not None and not self.due_noted:
+            self.store.note_batch_due(self.batch_id, due)
+            self.due_noted = True
+        self.runs += len(receipts)
+
+    def seal(self) -> None:
+        self.ended = True
+        self.store.seal_batch(self.batch_id)
+
+    def seal_after_broker_failure(self) -> bool:
+        """Seal a batch whose every target is registered, though the broker failed: its runs
+        are sent late (lost-run sweeper) but counted, so the batch still finishes."""
+        self.ended = True
+        return _store_write(self.settings, lambda: self.store.seal_batch(self.batch_id))
+
+    def stop(self, reason: str) -> bool:
+        """Close the batch as incomplete: the targets after the runs registered so far were
+        not submitted. False when the store could not be reached (then its lease lapses)."""
+        self.ended = True
+        return _store_write(self.settings, lambda: self.store.abandon_batch(self.batch_id, reason))
+
+    def stopped_by(self, exc: BaseException) -> None:
+        """The fan-out ends with ``exc``: close the batch as incomplete, and say so on ``exc``."""
+        if not self.created or self.ended or isinstance(exc, BatchClosed):
+            return
+        if isinstance(exc, KeyboardInterrupt):
+            reason = "its submitter was interrupted"
+        else:
+            reason = f"the fan-out failed: {type(exc).__name__}"
+        closed = self.stop(reason)
+        outcome = (
+            "it is closed as incomplete: it finishes once they have run, and never counts as "
+            "all true"
+            if closed
+            else "it shows as incomplete once its fan-out's lease lapses "
+            f"({self.settings.batch_fanout_lease_seconds:g} s)"
+        )
+        exc.add_note(
+            f"batch {self.batch_id} stopped mid fan-out: its first {self.runs} runs are "
+            f"submitted and the targets after them were not; {outcome}: start a new batch "
+            "for the rest"
+        )
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.stop()
+
+
+def _store_write(settings: AssaySettings, write: Callable[[], object]) -> bool:
+    """``write`` to the store after a failure, False when that cannot be done now.
 
     When the fleet's Redis is the broker, it is likely away too: one quick PING decides,
     rather than the store's half minute of retries before the same answer.
     """
     import redis as redis_lib
 
-    if settings.redis_url is None or probe(settings.redis_url) is not None:
+    if settings.redis_url is not None and probe(settings.redis_url) is not None:
         return False
     try:
-        store.seal_batch(batch_id)
-        note_batch(redis, settings.key_prefix, batch_id, now)
-    except redis_lib.exceptions.RedisError:
+        write()
+    except (redis_lib.exceptions.RedisError, StoreConflict) as exc:
+        _log.warning("batch_close_failed", error=repr(exc))
         return False
     return True
 
 
+def fanout_notes(exc: BaseException) -> str:
+    """What :func:`submit_batch` noted on ``exc`` about its batch ('' when nothing)."""
+    notes = [note for note in getattr(exc, "__notes__", ()) if "mid fan-out" in note]
+    return "; ".join(notes)
+
+
 def _batch_not_sent(
-    error: RunsNotSent, batch_id: str, registered: int, closed: bool, settings: AssaySettings
+    error: RunsNotSent,
+    batch_id: str,
+    registered: int,
+    settings: AssaySettings,
+    *,
+    closed: bool,
+    abandoned: bool,
 ) -> RunsNotSent:
-    """What becomes of a batch whose chunk the broker failed, in the words of its caller."""
+    """What becomes of a batch whose chunk the broker failed, in the words of its caller.
+
+    ``closed``: every target was registered and the batch is sealed; ``abandoned``: the
+    later targets were not submitted and the batch is closed as incomplete (neither: the
+    store is away too, and the batch shows as incomplete once its fan-out's lease lapses).
+    """
     resend = resend_clause(settings)
     again = "start the batch again once the broker is back"
     if closed:
@@ -299,7 +456,16 @@ def _batch_not_sent(
             )
     else:
         runs = f"its first {registered} runs are registered"
-        rest = "the targets after them were not submitted, and the batch stays open"
+        closing = (
+            "is closed as incomplete"
+            if abandoned
+            else "shows as incomplete once its fan-out's lease lapses "
+            f"({settings.batch_fanout_lease_seconds:g} s)"
+        )
+        rest = (
+            f"the targets after them were not submitted, so the batch {closing} (it finishes "
+            "with those runs, and never counts as all true)"
+        )
         if resend is None:
             outcome = f"{runs}, but {NOT_RESENT} and {rest}: {again}"
         else:

@@ -100,7 +100,13 @@ class VerdictChange(BaseModel):
 
 
 class BatchStatus(BaseModel):
-    """The live tally of one batch; ``done`` once every enqueued run has a verdict."""
+    """The live tally of one batch; ``done`` once every enqueued run has a verdict.
+
+    A batch whose fan-out stopped before every target was submitted (the broker failed,
+    the target listing raised, the submitter was interrupted or killed) is sealed
+    ``incomplete``: ``total`` counts the runs registered, it is ``done`` once they have
+    verdicts, and it never reads as all true.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -121,6 +127,15 @@ class BatchStatus(BaseModel):
         default=None,
         description="When the batch's runs are due (UTC), for a batch held until the instant "
         "its predicate opens with; null when its runs were queued to run now.",
+    )
+    incomplete: bool = Field(
+        default=False,
+        description="The fan-out stopped before every target was submitted: ``total`` counts "
+        "only the runs registered, the targets after them never ran. Such a batch finishes "
+        "with the runs it has, and never counts as all true.",
+    )
+    stop_reason: str | None = Field(
+        default=None, description="Why the fan-out of an incomplete batch stopped, in words."
     )
 
 

@@ -159,6 +159,13 @@ class AssaySettings(BaseSettings):
         "where those CPUs are the fleet's own (docs/fleet.md, CPU affinity).",
     )
     max_deliveries: int = Field(default=3, ge=1, description="Redelivery cap per run.")
+    batch_fanout_lease_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="A batch's fan-out holds a lease on it, renewed every fifth of this while "
+        "targets are submitted; a batch whose submitter stopped (killed) without sealing it is "
+        "closed as incomplete once the lease has lapsed, and finishes with the runs it has.",
+    )
     broker_visibility_timeout_seconds: float = Field(
         default=7200.0,
         ge=2,

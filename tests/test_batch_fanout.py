@@ -195,7 +195,7 @@ CHUNK = 8  # one chunk of a batch, as submit_batch hands it to Dispatcher.submit
 
 
 class BatchRoundTripFailure:
-    """The first kombu publish batch from now on loses its connection in its round trip.
+    """The first kombu publish batch from now on (after ``skip``) loses its connection.
 
     Its pipeline's first ``landed`` LPUSHes reach Redis and are executed; then the
     round trip fails as a dropped connection does (redis-py's ConnectionError, which
@@ -205,17 +205,24 @@ class BatchRoundTripFailure:
     """
 
     def __init__(
-        self, monkeypatch: pytest.MonkeyPatch, landed: int, then: Callable[[], None] = lambda: None
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        landed: int,
+        then: Callable[[], None] = lambda: None,
+        skip: int = 0,
     ) -> None:
         self.landed = landed
         self.then = then
         self.held: int | None = None  # commands in the failed round trip, once it failed
         self._armed = True
+        self._skip = skip  # publish batches to let through first (a batch's earlier chunks)
         original_init = kombu_redis.PublishBatch.__init__
 
         def init(batch: Any, channel: Any, max_size: int) -> None:
             original_init(batch, channel, max_size)
-            if self._armed:
+            if self._armed and self._skip:
+                self._skip -= 1
+            elif self._armed:
                 self._armed = False
                 self._break(batch.pipeline)
 
@@ -522,11 +529,70 @@ def test_a_broker_lost_mid_fan_out_says_which_targets_were_not_submitted(
         f"failed while queueing batch {batch_id[0]} (Error 111 connecting to "
         f"127.0.0.1:{separate_broker.port}. Connection refused.); its first {FANOUT_CHUNK} "
         f"runs are registered and will run: {RESEND}; but the targets after them were not "
-        "submitted, and the batch stays open: start the batch again once the broker is back"
+        "submitted, so the batch is closed as incomplete (it finishes with those runs, and "
+        "never counts as all true): start the batch again once the broker is back"
     )
     assert len(batch_run_ids(raw, settings, batch_id[0])) == FANOUT_CHUNK
     status = VerdictStore.from_settings(settings).batch(batch_id[0])
-    assert status is not None and not status.sealed and status.total == FANOUT_CHUNK
+    assert status is not None and status.total == FANOUT_CHUNK
+    assert status.sealed and status.incomplete and status.stop_reason == "the broker failed"
+
+
+def test_a_batch_whose_broker_fails_on_a_later_chunk_finishes_incomplete_and_never_exits_0(
+    assay_cli: Callable[..., tuple[int, str, str]],
+    redis_url: str,
+    separate_broker: RedisProcess,
+    raw: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three chunks; the broker fails on the second. The batch is not left "enqueueing"
+    for ever: it shows as incomplete at once, finishes once its registered runs have
+    verdicts, and even with every one of them true `batch status` exits 3, not 0: the
+    targets of the third chunk were never evaluated."""
+    from fastapi.testclient import TestClient
+
+    from assay.api import create_app
+    from tests.api_support import READ_TOKEN, TOKENS, auth
+
+    make_snapshots(tmp_path / "snaps", 2 * FANOUT_CHUNK + 50)
+    BatchRoundTripFailure(monkeypatch, landed=0, then=separate_broker.stop, skip=1)
+
+    code, _out, err = assay_cli("batch", PREDICATE, "--snapshots", str(tmp_path / "snaps" / "*"))
+
+    assert code == 69
+    registered = 2 * FANOUT_CHUNK
+    assert f"its first {registered} runs are registered" in one_line_error(err)
+    settings = load_settings(redis_url=redis_url)
+    batch_id = latest_batch_id(raw, settings.key_prefix)
+    assert batch_id is not None
+    state = (
+        f"incomplete: the fan-out stopped after {registered} targets (the broker failed); "
+        "the targets after them were not submitted"
+    )
+
+    code, out, _err = assay_cli("batch", "status", batch_id)
+    assert code == 75  # its registered runs have not run yet
+    assert f"batch {batch_id} · running, {state} · 0/{registered} done" in out
+
+    store = VerdictStore.from_settings(settings)
+    for run_id in batch_run_ids(raw, settings, batch_id):  # as the workers would record them
+        request = store.run_request(run_id)
+        assert request is not None and store.record_verdict(finished_report(request, "true"))
+
+    code, out, _err = assay_cli("batch", "status", batch_id)
+    assert code == 3, "every run true, but a third of the targets never ran: not exit 0"
+    assert f"batch {batch_id} · done, {state} · {registered}/{registered} done" in out
+    code, out, _err = assay_cli("batch", "status", batch_id, "--json")
+    shown = json.loads(out)
+    assert code == 3
+    assert (shown["done"], shown["sealed"], shown["incomplete"]) == (True, True, True)
+    assert (shown["total"], shown["true"], shown["pending"]) == (registered, registered, 0)
+    assert shown["stop_reason"] == "the broker failed" and shown["finished_at"] is not None
+    with TestClient(create_app(load_settings(redis_url=redis_url, api_tokens=TOKENS))) as api:
+        answer = api.get(f"/v1/batches/{batch_id}", headers=auth(READ_TOKEN))
+    assert answer.status_code == 200
+    assert answer.json() == shown
 
 
 def test_a_broker_lost_mid_submit_names_the_run_that_is_registered(

@@ -30,6 +30,7 @@ import typer
 
 from assay.commands.fleet_common import (
     EXIT_INTERRUPTED,
+    EXIT_UNAVAILABLE,
     KubeconfigOpt,
     WideOpt,
     dump_json,
@@ -68,14 +69,18 @@ Output = Literal["table", "json", "jsonl"]
 
 
 def batch_exit_code(status: BatchStatus) -> int:
-    """The code of "PREDICATE holds on every target": never 0 unless every one is true."""
+    """The code of "PREDICATE holds on every target": never 0 unless every one is true.
+
+    A batch whose fan-out stopped part way (``incomplete``) left targets without a run,
+    so it is 3 at best: nothing is known about those.
+    """
     if not status.done:
         return EXIT_PENDING
     if status.false:
         return 1
     if status.poorly_posed:
         return 2
-    if status.cannot_determine or status.true != status.total:
+    if status.cannot_determine or status.true != status.total or status.incomplete:
         return 3
     return 0
 
@@ -197,7 +202,8 @@ def batch(
     check_probe_mode(probe)
     from pydantic import ValidationError
 
-    from assay.submission import EmptyBatch
+    from assay.submission import EmptyBatch, fanout_notes
+    from workers.fleet.store import BatchClosed
     from workers.fleet.targets import TargetGlobError
 
     settings = settings_or_usage()
@@ -216,10 +222,15 @@ def batch(
                 probe=probe,
             )
         except (EmptyBatch, TargetGlobError, SnapshotOutsideRoots) as exc:
-            raise typer.BadParameter(str(exc)) from None
+            # a listing that failed after some targets went out says what became of them
+            raise typer.BadParameter(_with_fanout_notes(str(exc), exc)) from None
         except ValidationError as exc:
-            detail = validation_detail(exc)
-            raise typer.BadParameter(f"the batch cannot be started: {detail}") from None
+            detail = f"the batch cannot be started: {validation_detail(exc)}"
+            raise typer.BadParameter(_with_fanout_notes(detail, exc)) from None
+        except BatchClosed as exc:
+            fail(str(exc), EXIT_UNAVAILABLE)
+        except KeyboardInterrupt as exc:
+            fail(f"interrupted; {fanout_notes(exc) or 'no batch was started'}", EXIT_INTERRUPTED)
         status = client.batch_status(batch_id)
         if status is not None and status.not_before is not None:
             note(f"batch {batch_id} is deferred until {iso_utc(status.not_before)}")
@@ -243,6 +254,13 @@ def batch(
             )
         show_batch(client, status, json_output, wide)
     raise typer.Exit(batch_exit_code(status))
+
+
+def _with_fanout_notes(message: str, exc: BaseException) -> str:
+    from assay.submission import fanout_notes
+
+    stopped = fanout_notes(exc)
+    return f"{message}; {stopped}" if stopped else message
 
 
 def _existing(what: str, batch_id: str | None, output: Output, wide: bool = False) -> int:

@@ -31,7 +31,14 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
     P:batch:{batch_id}                 hash   kind, text, created_at, total, pending, true,
                                               false, poorly_posed, cannot_determine, sealed,
                                               finished_at, not_before (its runs are
-                                              deferred until then)                TTL run_ttl
+                                              deferred until then), fanout_lease ('1': its
+                                              fan-out holds the lease below), incomplete
+                                              ('1': sealed before every target was
+                                              submitted), stop_reason            TTL run_ttl
+    P:batch:{batch_id}:fanout          string the fan-out's lease: its owner token, TTL a
+                                              lease its submitter renews; gone from an
+                                              unsealed batch with fanout_lease = the
+                                              submitter stopped (closed as incomplete)
     P:batch:{batch_id}:runs            list   run ids in fan-out order          TTL run_ttl
     P:batch:{batch_id}:results         hash   run_id -> compact per-target result JSON
     P:batches                          zset   batch ids scored by creation time (ms)
@@ -112,6 +119,8 @@ end
 
 # KEYS: run, batch, batch runs list, unfinished zset
 # ARGV: run_id, check_id, target, batch_id or '', request JSON, now ISO, ttl, look-at epoch s
+# Returns 1 registered, 0 registered before, 2 refused: its batch was closed as incomplete
+# (its fan-out stopped), so the batch's total stays what it was when it was closed.
 _REGISTER_LUA = (
     _PRELUDE
     + """
@@ -124,6 +133,9 @@ if problem then return conflict(problem) end
 if redis.call('HEXISTS', KEYS[1], 'queued_at') == 1
     or redis.call('HEXISTS', KEYS[1], 'verdict') == 1 then
   return 0
+end
+if ARGV[4] ~= '' and redis.call('HGET', KEYS[2], 'incomplete') == '1' then
+  return 2
 end
 redis.call('HSET', KEYS[1], 'run_id', ARGV[1], 'check_id', ARGV[2], 'target', ARGV[3],
   'batch_id', ARGV[4], 'request', ARGV[5], 'queued_at', ARGV[6], 'updated_at', ARGV[6])
@@ -335,11 +347,14 @@ end
 return out
 """
 
-# KEYS: batch, batches zset.  ARGV: batch_id, kind, text, created ISO, created ms, ttl
+# KEYS: batch, batches zset, fan-out lease.
+# ARGV: batch_id, kind, text, created ISO, created ms, ttl, lease token ('' = no lease),
+#       lease ms. The batch and its fan-out's lease are made together, so there is never
+#       a batch marked as leased without its lease.
 _CREATE_BATCH_LUA = (
     _PRELUDE
     + """
-local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset'})
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'string'})
 if problem then return conflict(problem) end
 if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'created_at') == 1 then
   return 0
@@ -349,19 +364,27 @@ redis.call('HSET', KEYS[1], 'batch_id', ARGV[1], 'kind', ARGV[2], 'text', ARGV[3
 for _, field in ipairs({'total', 'pending', 'true', 'false', 'poorly_posed', 'cannot_determine'}) do
   redis.call('HSETNX', KEYS[1], field, 0)
 end
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[1], 'fanout_lease', '1')
+  redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[8])
+end
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
 return 1
 """
 )
 
-# KEYS: batch.  ARGV: now ISO
+# KEYS: batch, fan-out lease.  ARGV: now ISO
+# Every target is registered: the total is final. A batch closed as incomplete meanwhile
+# (its lease lapsed while the submitter stalled) is complete after all: the flag goes.
 _SEAL_BATCH_LUA = (
     _PRELUDE
     + """
 local problem = type_problem(KEYS[1], 'hash') or integer_problem(KEYS[1], 'pending')
 if problem then return conflict(problem) end
 redis.call('HSET', KEYS[1], 'sealed', '1')
+redis.call('HDEL', KEYS[1], 'incomplete', 'stop_reason')
+redis.call('DEL', KEYS[2])
 if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') <= 0 then
   redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
 end
@@ -369,7 +392,61 @@ return 1
 """
 )
 
+# KEYS: batch, fan-out lease.  ARGV: now ISO, stop reason, mode ('stopped': the submitter
+# says its fan-out stopped; 'lapsed': only if the batch's lease is gone, as a reader found)
+# Seals an unsealed batch as incomplete: its total is the runs registered so far, it
+# finishes once they have verdicts, and register refuses it any further run. 1 when this
+# call closed it, 0 when it was sealed already (or, 'lapsed', its lease is still held).
+_ABANDON_BATCH_LUA = (
+    _PRELUDE
+    + """
+local problem = type_problem(KEYS[1], 'hash') or integer_problem(KEYS[1], 'pending')
+if problem then return conflict(problem) end
+if redis.call('HEXISTS', KEYS[1], 'created_at') == 0
+    or redis.call('HGET', KEYS[1], 'sealed') == '1' then
+  return 0
+end
+if ARGV[3] == 'lapsed' and (redis.call('HGET', KEYS[1], 'fanout_lease') ~= '1'
+    or redis.call('EXISTS', KEYS[2]) == 1) then
+  return 0
+end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[1], 'sealed', '1', 'incomplete', '1', 'stop_reason', ARGV[2])
+if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') <= 0 then
+  redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
+end
+return 1
+"""
+)
+
+# KEYS: fan-out lease.  ARGV: owner token, lease ms.  Compare-and-extend: 1 when renewed,
+# 0 when the lease is no longer this owner's (it lapsed, or the batch was sealed).
+_RENEW_FANOUT_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# Why a batch was closed before every target was submitted (``stop_reason``, in words).
+STOP_LAPSED = "its submitter stopped renewing the fan-out's lease (killed, or cut off)"
+
 _CONFLICT_MARK = "ASSAY_CONFLICT "
+
+
+class BatchClosed(RuntimeError):
+    """A run was not registered: its batch had been closed as incomplete (its fan-out's
+    lease lapsed while the submitter stalled), so the batch takes no more targets."""
+
+    def __init__(self, batch_id: str) -> None:
+        self.batch_id = batch_id
+        super().__init__(
+            f"batch {batch_id} was closed as incomplete while its fan-out was still running "
+            "(the fan-out's lease lapsed: it stalled for longer than "
+            "ASSAY_BATCH_FANOUT_LEASE_SECONDS), so the targets from here on were not "
+            "submitted; the runs registered before that still run: start a new batch for "
+            "the rest"
+        )
 
 
 class StoreConflict(RuntimeError):
@@ -402,6 +479,10 @@ def _now() -> datetime:
 
 def _epoch_ms(instant: datetime) -> int:
     return int(instant.timestamp() * 1000)
+
+
+def _lease_ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -491,6 +572,8 @@ class VerdictStore:
         self._fence_script = client.register_script(_FENCE_LUA)
         self._create_batch_script = client.register_script(_CREATE_BATCH_LUA)
         self._seal_batch_script = client.register_script(_SEAL_BATCH_LUA)
+        self._abandon_batch_script = client.register_script(_ABANDON_BATCH_LUA)
+        self._renew_fanout_script = client.register_script(_RENEW_FANOUT_LUA)
         self._gauges_script = client.register_script(_GAUGES_LUA)
 
     @classmethod
@@ -569,7 +652,8 @@ class VerdictStore:
         (not a transaction: one run's conflict must not hide the others' state).
         Any failure raises after the pipeline has run, so a caller that sends
         tasks only after this returns never queues a task for a run that is
-        not registered. A run registered before answers False, as above.
+        not registered. A run registered before answers False, as above. A new
+        run of a batch closed as incomplete is refused: :class:`BatchClosed`.
         """
         if not requests:
             return []
@@ -580,7 +664,10 @@ class VerdictStore:
         for reply in replies:
             if isinstance(reply, Exception):
                 self._raise_script_error(reply)
-        return [bool(reply) for reply in replies]
+        closed = [r for r, reply in zip(requests, replies, strict=True) if reply == 2]
+        if closed:
+            raise BatchClosed(str(closed[0].batch_id))
+        return [reply == 1 for reply in replies]
 
     def _register_call(self, request: EvaluationRequest) -> tuple[list[str], list[Any]]:
         """(keys, args) of the register script for ``request``."""
@@ -915,12 +1002,28 @@ class VerdictStore:
         return rows
 
     # --- batches ------------------------------------------------------------------------------
-    def create_batch(self, batch_id: str, *, kind: str, text: str) -> bool:
+    def create_batch(
+        self,
+        batch_id: str,
+        *,
+        kind: str,
+        text: str,
+        lease_token: str | None = None,
+        lease_seconds: float = 0.0,
+    ) -> bool:
+        """Make the batch record; False when it existed already (nothing is changed then).
+
+        With ``lease_token``, the fan-out holds a lease on the new batch for
+        ``lease_seconds``, which it renews (:meth:`renew_fanout`) until it seals the
+        batch; a reader that finds the lease gone from the unsealed batch closes it as
+        incomplete (:meth:`batch`). Without one (as before leases), an unsealed batch
+        waits for its seal however long that takes.
+        """
         created = _now()
         return bool(
             self._call(
                 self._create_batch_script,
-                keys=[self._batch_key(batch_id), self.key("batches")],
+                keys=[self._batch_key(batch_id), self.key("batches"), self._fanout_key(batch_id)],
                 args=[
                     batch_id,
                     kind,
@@ -928,7 +1031,35 @@ class VerdictStore:
                     created.isoformat(),
                     _epoch_ms(created),
                     self.run_ttl_seconds,
+                    lease_token or "",
+                    _lease_ms(lease_seconds),
                 ],
+            )
+        )
+
+    def _fanout_key(self, batch_id: str) -> str:
+        return self._batch_key(batch_id, "fanout")
+
+    def renew_fanout(self, batch_id: str, token: str, lease_seconds: float) -> bool:
+        """Extend the fan-out's lease by ``lease_seconds`` from now while ``token`` holds it;
+        False when it does not (the lease lapsed and the batch was closed, or it is sealed)."""
+        reply = self._renew_fanout_script(
+            keys=[self._fanout_key(batch_id)], args=[token, _lease_ms(lease_seconds)]
+        )
+        return int(reply) == 1
+
+    def abandon_batch(self, batch_id: str, reason: str) -> bool:
+        """The fan-out stopped before every target was submitted: seal the batch as
+        incomplete with the runs registered so far (``reason`` says why, for its status).
+        False when it was sealed already."""
+        return self._close_incomplete(batch_id, reason, "stopped")
+
+    def _close_incomplete(self, batch_id: str, reason: str, mode: str) -> bool:
+        return bool(
+            self._call(
+                self._abandon_batch_script,
+                keys=[self._batch_key(batch_id), self._fanout_key(batch_id)],
+                args=[_now().isoformat(), reason, mode],
             )
         )
 
@@ -940,13 +1071,25 @@ class VerdictStore:
     def seal_batch(self, batch_id: str) -> None:
         """Fan-out is over: the total is final, and the batch is done once pending is 0."""
         self._call(
-            self._seal_batch_script, keys=[self._batch_key(batch_id)], args=[_now().isoformat()]
+            self._seal_batch_script,
+            keys=[self._batch_key(batch_id), self._fanout_key(batch_id)],
+            args=[_now().isoformat()],
         )
 
     def batch(self, batch_id: str) -> BatchStatus | None:
-        row = text_fields(self.client.hgetall(self._batch_key(batch_id)))
+        """The batch's tally. An unsealed batch whose fan-out lease is gone (its submitter
+        was killed or lost Redis for longer than a lease) is closed as incomplete first, so
+        every reader sees it as one that stopped and finishes with the runs it has."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(self._batch_key(batch_id))
+        pipe.exists(self._fanout_key(batch_id))
+        raw_row, leased = pipe.execute()
+        row = text_fields(raw_row)
         if not row or "created_at" not in row:
             return None
+        if row.get("sealed") != "1" and row.get("fanout_lease") == "1" and not leased:
+            self._close_incomplete(batch_id, STOP_LAPSED, "lapsed")
+            row = text_fields(self.client.hgetall(self._batch_key(batch_id)))
         sealed = row.get("sealed") == "1"
         pending = int(row.get("pending") or 0)
         return BatchStatus(
@@ -964,6 +1107,8 @@ class VerdictStore:
             done=sealed and pending <= 0,
             finished_at=_parse_time(row.get("finished_at")),
             not_before=_parse_time(row.get("not_before")),
+            incomplete=row.get("incomplete") == "1",
+            stop_reason=row.get("stop_reason") or None,
         )
 
     def batch_results(self, batch_id: str, offset: int = 0, count: int = 200) -> list[BatchResult]:
