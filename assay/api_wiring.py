@@ -139,9 +139,26 @@ class Services:
         fields = body.model_dump(exclude_none=True)
         fields["target"] = self.confined_target(body.target)
         try:
-            return EvaluationRequest.model_validate(fields)
+            request = EvaluationRequest.model_validate(fields)
         except ValidationError as exc:
             raise _validation_error(exc) from None
+        self.refuse_unroutable_model(request.model)
+        return request
+
+    def refuse_unroutable_model(self, model: str | None) -> None:
+        """422 for a model no worker could route (``assay.model_check``), before any write.
+
+        The first unusual name imports litellm in this process (once); the usual ones
+        (``openai/...``, ``gpt-4o-mini``) are answered without it.
+        """
+        from assay.model_check import API_REASON, fleet_model_problem
+
+        if fleet_model_problem(model, None, redis=self.redis, settings=self.settings) is None:
+            return
+        reason = API_REASON.format(model=model)
+        detail = {"loc": ["body", "model"], "msg": reason, "type": "unroutable_model"}
+        message = f"model: {reason}; fix the request and send it again."
+        raise ApiError(422, "validation_error", message, details=[detail])
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -180,6 +197,7 @@ class Services:
         """
         from pydantic import ValidationError
 
+        self.refuse_unroutable_model(body.model)
         targets = self._batch_targets(body)
         shared = body.model_dump(exclude={"text", "targets", "context_glob"}, exclude_none=True)
         try:
@@ -266,6 +284,7 @@ class Services:
         except ValidationError as exc:
             raise _validation_error(exc) from None
         self._refuse_short_interval(schedule)
+        self.refuse_unroutable_model(schedule.model)
         self._refuse_taken_name(schedule.name)
         try:
             created = self.schedules.create(schedule)
@@ -301,6 +320,8 @@ class Services:
         except ValidationError as exc:
             raise _validation_error(exc) from None
         self._refuse_short_interval(candidate)
+        if "model" in changes:
+            self.refuse_unroutable_model(candidate.model)
         if candidate.name != current.name:
             self._refuse_taken_name(candidate.name, own_id=current.id)
         try:

@@ -13,7 +13,11 @@ commands read those keys before they queue anything:
 
 Key (``P`` = settings.key_prefix)::
 
-    P:worker:{host}:{pid}   string  JSON {"model": str, "at": ISO}; TTL PRESENCE_TTL_SECONDS
+    P:worker:{host}:{pid}   string  JSON {"model": str, "api_base": str, "at": ISO};
+                            TTL PRESENCE_TTL_SECONDS
+
+``api_base`` ("" for none) is the endpoint a run without its own is sent to: whether
+litellm can route a model name may depend on it (``assay.model_check``).
 """
 
 from __future__ import annotations
@@ -37,41 +41,65 @@ def presence_key(key_prefix: str, worker: str) -> str:
 
 @dataclass(frozen=True)
 class FleetModels:
-    """What the live workers announced: how many there are, and their models."""
+    """What the live workers announced: how many there are, their models and endpoints.
+
+    ``endpoints`` holds each live worker's ``api_base`` (None: the worker has none);
+    ``endpoints_known`` is False when some live worker does not announce it (an older one).
+    """
 
     workers: int
     models: frozenset[str]
+    endpoints: frozenset[str | None] = frozenset()
+    endpoints_known: bool = True
 
 
 def read_fleet_models(redis: Any, key_prefix: str) -> FleetModels:
     """The live workers' announced models (workers without a model count, with none)."""
     keys = list(redis.scan_iter(match=presence_key(key_prefix, "*"), count=500))
     models: set[str] = set()
+    endpoints: set[str | None] = set()
+    endpoints_known = True
     bodies = redis.mget(keys) if keys else []
     for body in bodies:
         if not body:
             continue
         try:
-            model = json.loads(body).get("model") or ""
+            announced = json.loads(body)
+            model = announced.get("model") or ""
         except (ValueError, AttributeError):
+            endpoints_known = False
             continue
         if model:
             models.add(str(model))
-    return FleetModels(workers=sum(1 for body in bodies if body), models=frozenset(models))
+        if "api_base" in announced:
+            endpoints.add(str(announced["api_base"]) or None)
+        else:
+            endpoints_known = False
+    return FleetModels(
+        workers=sum(1 for body in bodies if body),
+        models=frozenset(models),
+        endpoints=frozenset(endpoints),
+        endpoints_known=endpoints_known,
+    )
 
 
 class Announcer:
     """Keeps this worker's presence key alive on a daemon thread until stopped."""
 
-    def __init__(self, redis: Any, key_prefix: str, model: str | None) -> None:
+    def __init__(
+        self, redis: Any, key_prefix: str, model: str | None, api_base: str | None = None
+    ) -> None:
         self.redis = redis
         self.key = presence_key(key_prefix, f"{socket.gethostname()}:{os.getpid()}")
         self.model = model or ""
+        self.api_base = api_base or ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="assay-presence", daemon=True)
 
     def announce(self) -> None:
-        body = json.dumps({"model": self.model, "at": datetime.now(UTC).isoformat()})
+        body = json.dumps(
+            {"model": self.model, "api_base": self.api_base, "at": datetime.now(UTC).isoformat()}
+        )
         self.redis.set(self.key, body, ex=PRESENCE_TTL_SECONDS)
 
     def _loop(self) -> None:

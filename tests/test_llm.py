@@ -315,3 +315,18 @@ def test_a_worker_run_with_a_model_litellm_cannot_route_ends_cannot_determine(
     assert report.verdict.verdict == "cannot_determine" and report.verdict.exit_code == 3
     assert "LLM Provider NOT provided" in (report.verdict.reason or "")
     assert "nonsense-model" in (report.verdict.reason or "")
+
+
+def test_every_name_told_without_litellm_is_one_litellm_routes() -> None:
+    """``workers.core.model_names`` says yes without importing litellm; each of its yeses
+    must be litellm's too, at any endpoint, or a front door would pass what a run fails."""
+    from workers.core.model_names import ROUTED_PREFIXES, _bare_names
+
+    litellm = load_litellm()
+    bare = _bare_names()
+    assert {"gpt-4o-mini", "gpt-4o"} <= bare
+    names = [f"{prefix}/{rest}" for prefix in ROUTED_PREFIXES for rest in ("x", "org/model-1")]
+    for name in [*names, *bare]:
+        for endpoint in (None, ENDPOINT, "https://api.groq.com/openai/v1"):
+            litellm.get_llm_provider(model=name, api_base=endpoint)  # raises if not routed
+            assert unroutable_model(name, endpoint) is None

@@ -149,6 +149,10 @@ def eval_command(
             "no model is configured: pass --model (e.g. --model openai/gpt-4o-mini) or set "
             "ASSAY_MODEL, or check the plumbing with --oracle"
         )
+    if not oracle and scripted is None:
+        from assay.commands.evaluate import require_routable_model
+
+        require_routable_model(settings.model or "", settings.api_base, model is not None)
     from assay.eval.runner import Caps
     from assay.eval.session import EvalPlan
 

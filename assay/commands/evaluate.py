@@ -134,16 +134,17 @@ def _run(
         return _run_scripted(kind, text, snapshot, context, settings, json_output, trace, scripted)
     if not settings.model:
         raise typer.BadParameter(NO_MODEL_MESSAGE)
-    _require_routable_model(settings.model, settings.api_base, flags.model is not None)
+    require_routable_model(settings.model, settings.api_base, flags.model is not None)
     return _evaluate(kind, text, snapshot, context, settings, json_output, trace)
 
 
-def _require_routable_model(model: str, api_base: str | None, from_flag: bool) -> None:
+def require_routable_model(model: str, api_base: str | None, from_flag: bool) -> None:
     """Refuse (64) a model name litellm cannot route to any provider, before the run starts.
 
     Run, it would end ``cannot_determine`` (3) after the model call failed: a CI job
     reads that as "the cluster could not be judged", not "fix the --model". The
-    scripted model never comes here (its name and endpoint are assay's own).
+    scripted model never comes here (its name and endpoint are assay's own). `assay
+    eval` asks too; the fleet commands ask ``assay.model_check``.
     """
     from workers.core.llm import unroutable_model  # imports litellm: not for `--help`
 

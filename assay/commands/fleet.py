@@ -34,6 +34,7 @@ from assay.commands.fleet_common import (
     iso_utc,
     note,
     require_model,
+    require_routable_model,
     stdout_console,
 )
 from assay.commands.options import (
@@ -157,6 +158,9 @@ def submit(
 
     with fleet_client(settings) as client:
         require_model(client, request.model)
+        require_routable_model(
+            client.store.client, client.settings, request.model, request.api_base
+        )
         known = client.run_state(request.run_id) if run_id else None  # a chosen id may be taken
         receipt = client.submit_request(request)
         if known is not None:
@@ -544,7 +548,8 @@ def _announce(settings: Any) -> Any:
             detail="this worker has no model (ASSAY_MODEL is unset): runs without --model end "
             "cannot_determine and are kept out of history; `assay submit` refuses them",
         )
-    return Announcer(connect(settings.redis_url), settings.key_prefix, settings.model).start()
+    redis = connect(settings.redis_url)
+    return Announcer(redis, settings.key_prefix, settings.model, settings.api_base).start()
 
 
 def register(app: typer.Typer) -> None:

@@ -39,6 +39,7 @@ from assay.commands.fleet_common import (
     iso_utc,
     note,
     require_model,
+    require_routable_model,
     stdout_console,
 )
 from assay.commands.options import (
@@ -209,6 +210,7 @@ def batch(
     settings = settings_or_usage()
     with fleet_client(settings) as client:
         require_model(client, flags.model)
+        require_routable_model(client.store.client, client.settings, flags.model, flags.api_base)
         try:
             batch_id = client.start_batch(
                 args[0],

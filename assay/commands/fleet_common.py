@@ -117,6 +117,21 @@ def require_model(client: Client, model: str | None) -> None:
     )
 
 
+def require_routable_model(
+    redis: Any, settings: AssaySettings, model: str | None, api_base: str | None = None
+) -> None:
+    """Refuse (64) a --model no worker could route, before anything is queued or stored.
+
+    The message is `assay check`'s (``workers.core.llm.unroutable_model``); which endpoint
+    the name is checked at is ``assay.model_check``'s to say.
+    """
+    from assay.model_check import fleet_model_problem
+
+    problem = fleet_model_problem(model, api_base, redis=redis, settings=settings)
+    if problem is not None:
+        raise typer.BadParameter(problem, param_hint="--model")
+
+
 @contextlib.contextmanager
 def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
     """A Client for the configured fleet; connection trouble exits 69 with what to do.

@@ -27,6 +27,7 @@ from assay.commands.fleet_common import (
     EXIT_UNAVAILABLE,
     WideOpt,
     require_reachable,
+    require_routable_model,
     stdout_console,
 )
 from assay.commands.options import PROBE_MODES, ProbeOpt
@@ -246,6 +247,7 @@ def add(
         _refuse_empty_glob(pattern, settings)
     store = _store(settings)
     _require_model(store, settings, model)
+    require_routable_model(store.redis, settings, model)
     try:
         created = store.create(schedule)
     except ScheduleConflict as exc:
@@ -301,6 +303,7 @@ def update(
         _fail("nothing to change; give at least one option, e.g. --every 30m")
     settings = _settings()
     store = _store(settings)
+    require_routable_model(store.redis, settings, changes.get("model"))
     try:
         changed = store.update(ref, **changes)
     except ScheduleNotFound as exc:

@@ -39,6 +39,7 @@ from schemas.actions import PlannerResponse
 from schemas.settings import AssaySettings
 from workers.core.budget_meter import MIN_CALL_SECONDS, Price
 from workers.core.litellm_import import load_litellm
+from workers.core.model_names import routes_for_certain
 from workers.core.openai_compat import (
     DirectClient,
     EndpointUnreachable,
@@ -190,7 +191,13 @@ def unroutable_model(model: str, api_base: str | None) -> str | None:
     so every model litellm can route today (``gpt-4o-mini``, ``openai/NAME`` with an
     endpoint, ``ollama/llama3``) passes. The CLI asks; a worker does not, and its run
     still ends 3 with litellm's reason.
+
+    Most names are answered without importing litellm (``workers.core.model_names``: a
+    known ``provider/`` prefix, a bare name from litellm's bundled price list); only the
+    rest pay the import, which is what lets `assay submit` and the API ask too.
     """
+    if routes_for_certain(model):
+        return None
     try:
         load_litellm().get_llm_provider(model=model, api_base=api_base)
     except Exception:  # litellm raises BadRequestError ("LLM Provider NOT provided")

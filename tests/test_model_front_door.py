@@ -1,0 +1,222 @@
+"""A model name litellm cannot route is refused at every door that queues or stores one.
+
+`assay check` / `query` already exit 64 for it (tests/test_cli_check.py). Before this
+file, `submit`, `batch`, `schedule add` / `update`, `eval --model` and the API's
+evaluations, batches and schedules took such a name, queued or stored it, and every run
+later ended cannot_determine (a schedule: every fire, forever). Now: 64 (CLI) or 422
+(API) with one sentence, and nothing is written to Redis. A routable model (the tests'
+scripted ``openai/scripted``) is still taken.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from assay.worker_presence import presence_key
+from schemas.settings import load_settings
+from tests.api_support import TOKENS, WRITE_TOKEN, auth
+from tests.test_front_door import ALL_SNAPSHOTS, PLAIN, PROD_EU, assay, one_error_line
+
+BAD = "nonsense-model"
+GOOD = "openai/scripted"
+ENDPOINT = "http://127.0.0.1:9/v1"
+GROQ = "https://api.groq.com/openai/v1"  # litellm routes any bare name at this endpoint
+
+
+@pytest.fixture
+def db(redis_url: str) -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield connection
+    connection.close()
+
+
+def keys(db: redis.Redis) -> list[str]:
+    return sorted(db.keys("*"))
+
+
+FLEET_COMMANDS = {
+    "submit": ["submit", "--snapshot", PROD_EU, PLAIN],
+    "batch": ["batch", PLAIN, "--snapshots", ALL_SNAPSHOTS],
+    "schedule add": ["schedule", "add", "nightly", PLAIN, "--every", "1h",
+                     "--snapshots", ALL_SNAPSHOTS],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(FLEET_COMMANDS))
+def test_fleet_commands_refuse_an_unroutable_model_and_write_nothing(
+    redis_url: str, db: redis.Redis, command: str
+) -> None:
+    """Before: exit 0, the run queued (or the schedule stored), every run ending 3."""
+    before = keys(db)
+    refused = assay(redis_url, *FLEET_COMMANDS[command], "--model", BAD)
+    assert refused.returncode == 64, (command, refused.stdout, refused.stderr)
+    line = one_error_line(refused)
+    assert f"the model {BAD!r}" in line and "name it as provider/model" in line, line
+    assert refused.stdout == ""
+    assert keys(db) == before  # no run, batch, schedule or task
+
+
+@pytest.mark.parametrize("command", ["submit", "batch"])
+def test_the_message_names_the_endpoint_the_run_would_use(
+    redis_url: str, db: redis.Redis, command: str
+) -> None:
+    refused = assay(redis_url, *FLEET_COMMANDS[command], "--model", BAD, "--api-base", ENDPOINT)
+    assert refused.returncode == 64, refused.stderr
+    assert f"--model openai/{BAD}" in one_error_line(refused)
+    assert keys(db) == []
+
+
+@pytest.mark.parametrize("command", sorted(FLEET_COMMANDS))
+def test_a_routable_model_is_still_taken(redis_url: str, db: redis.Redis, command: str) -> None:
+    taken = assay(redis_url, *FLEET_COMMANDS[command], "--model", GOOD, "--json")
+    assert taken.returncode == 0, (command, taken.stderr)
+    assert keys(db) != []
+
+
+def test_schedule_update_refuses_an_unroutable_model_and_keeps_the_schedule(
+    redis_url: str, db: redis.Redis
+) -> None:
+    added = assay(redis_url, *FLEET_COMMANDS["schedule add"], "--model", GOOD)
+    assert added.returncode == 0, added.stderr
+    stored = {key: db.dump(key) for key in keys(db)}
+    refused = assay(redis_url, "schedule", "update", "nightly", "--model", BAD)
+    assert refused.returncode == 64, refused.stderr
+    assert f"the model {BAD!r}" in one_error_line(refused)
+    assert {key: db.dump(key) for key in keys(db)} == stored
+    changed = assay(redis_url, "schedule", "update", "nightly", "--model", "ollama/llama3")
+    assert changed.returncode == 0, changed.stderr
+
+
+@pytest.mark.parametrize("given_by", ["flag", "environment"])
+def test_eval_refuses_an_unroutable_model_before_any_run(given_by: str, tmp_path: Path) -> None:
+    """Before: the whole suite ran, every attempt ending cannot_determine."""
+    flags = ["--model", BAD] if given_by == "flag" else []
+    env = {"ASSAY_MODEL": BAD} if given_by == "environment" else {}
+    out = tmp_path / "report.json"
+    arguments = ["eval", "--only", "injection", "--no-baseline", "--out", str(out), *flags]
+    refused = assay(None, *arguments, **env)
+    assert refused.returncode == 64, (refused.stdout, refused.stderr)
+    line = one_error_line(refused)
+    assert f"the model {BAD!r}" in line, line
+    assert ("ASSAY_MODEL" in line) == (given_by == "environment"), line
+    assert not out.exists()
+
+
+# --- the endpoint a fleet run uses is the worker's --------------------------------------------
+
+
+def announce(db: redis.Redis, worker: str, **body: str) -> None:
+    db.set(presence_key("assay", worker), json.dumps({"model": GOOD, **body}), ex=30)
+
+
+def test_the_name_is_checked_at_the_live_workers_endpoints(redis_url: str, db: redis.Redis) -> None:
+    """A run without its own api_base goes to its worker's: at Groq's URL litellm routes
+    a bare name, so a fleet whose workers use it must not have it refused."""
+    from assay.model_check import fleet_model_problem
+
+    settings = load_settings(redis_url=redis_url)
+
+    def problem() -> str | None:
+        return fleet_model_problem(BAD, None, redis=db, settings=settings)
+
+    assert problem() is not None  # no live worker: this process's (empty) ASSAY_API_BASE
+    announce(db, "a:1", api_base=ENDPOINT)
+    assert f"at {ENDPOINT}" in (problem() or "")
+    announce(db, "b:2", api_base=GROQ)
+    assert problem() is None  # one worker can route it
+    db.delete(presence_key("assay", "b:2"))
+    announce(db, "c:3")  # an older worker that does not say its endpoint: cannot tell
+    assert problem() is None
+    assert fleet_model_problem(BAD, ENDPOINT, redis=db, settings=settings) is not None
+    assert fleet_model_problem(GOOD, None, redis=db, settings=settings) is None
+
+
+# --- the HTTP API ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def api(redis_url: str) -> Iterator[TestClient]:
+    from assay.api import create_app
+
+    with TestClient(create_app(load_settings(redis_url=redis_url, api_tokens=TOKENS))) as client:
+        yield client
+
+
+TARGET = {"type": "snapshot", "path": PROD_EU}
+SCHEDULE = {"name": "nightly", "predicate": PLAIN, "interval_seconds": 3600,
+            "targets": {"snapshots": [PROD_EU]}}  # fmt: skip
+API_WRITES = {
+    "evaluations": ("/v1/evaluations", {"text": PLAIN, "target": TARGET}, 202),
+    "batches": ("/v1/batches", {"text": PLAIN, "targets": [TARGET]}, 202),
+    "schedules": ("/v1/schedules", SCHEDULE, 201),
+}
+
+
+def assert_unroutable_422(response: object) -> None:
+    assert getattr(response, "status_code", None) == 422, getattr(response, "text", "")
+    error = response.json()["error"]  # type: ignore[attr-defined]
+    assert error["code"] == "validation_error"
+    assert error["message"].startswith("model: ") and f"the model {BAD!r}" in error["message"]
+    assert "provider/model" in error["message"] and ENDPOINT not in error["message"]
+    assert error["details"][0]["loc"] == ["body", "model"]
+    assert error["details"][0]["type"] == "unroutable_model"
+
+
+@pytest.mark.parametrize("route", sorted(API_WRITES))
+def test_the_api_refuses_an_unroutable_model_with_422_and_writes_nothing(
+    api: TestClient, db: redis.Redis, route: str
+) -> None:
+    path, body, _ = API_WRITES[route]
+    before = keys(db)
+    refused = api.post(path, json={**body, "model": BAD}, headers=auth(WRITE_TOKEN))
+    assert_unroutable_422(refused)
+    assert keys(db) == before
+
+
+@pytest.mark.parametrize("route", sorted(API_WRITES))
+def test_the_api_still_takes_a_routable_model(api: TestClient, db: redis.Redis, route: str) -> None:
+    path, body, status = API_WRITES[route]
+    taken = api.post(path, json={**body, "model": GOOD}, headers=auth(WRITE_TOKEN))
+    assert taken.status_code == status, taken.text
+    assert keys(db) != []
+
+
+def test_the_api_refuses_a_schedule_change_to_an_unroutable_model(
+    api: TestClient, db: redis.Redis
+) -> None:
+    created = api.post("/v1/schedules", json=SCHEDULE, headers=auth(WRITE_TOKEN))
+    assert created.status_code == 201, created.text
+    path = f"/v1/schedules/{created.json()['id']}"
+    stored = {key: db.dump(key) for key in keys(db)}
+    assert_unroutable_422(api.patch(path, json={"model": BAD}, headers=auth(WRITE_TOKEN)))
+    assert {key: db.dump(key) for key in keys(db)} == stored
+    changed = api.patch(path, json={"model": "hosted_vllm/x"}, headers=auth(WRITE_TOKEN))
+    assert changed.status_code == 200 and changed.json()["model"] == "hosted_vllm/x"
+
+
+# --- the cost ----------------------------------------------------------------------------------
+
+
+def test_submit_help_and_a_usual_model_do_not_import_litellm() -> None:
+    """litellm takes seconds to import: `assay submit --help` must not, and the usual
+    names (a known provider/ prefix, a bare name from its price list) are told without it."""
+    code = (
+        "import sys\n"
+        "from assay.cli import main\n"
+        "try:\n    main(['submit', '--help'])\nexcept SystemExit as exit:\n    code = exit.code\n"
+        "from workers.core.llm import unroutable_model\n"
+        "names = ['openai/scripted', 'ollama/llama3', 'hosted_vllm/x', 'gpt-4o-mini']\n"
+        "assert all(unroutable_model(n, None) is None for n in names)\n"
+        "print(code, 'litellm' in sys.modules, file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert result.stderr.split() == ["0", "False"], result.stderr
