@@ -13,14 +13,18 @@ the scripted model over HTTP; ``evaluate_check`` is what the worker task calls.
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from assay.cli import main
+from assay.redis_process import RedisProcess
 from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
 from schemas.budget import Budget
@@ -29,7 +33,14 @@ from schemas.report import RunReport
 from schemas.request import ContextTarget, EvaluationRequest, new_run_id
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
-from tests.engine_support import PREDICATE, done, get_deployments, make_snapshot, script
+from tests.api_support import WRITE_TOKEN, ApiServer, auth
+from tests.engine_support import (
+    PREDICATE,
+    done,
+    get_deployments,
+    make_snapshot,
+    script,
+)
 from tests.engine_support import scripted as scripted_model
 from tests.probe_support import done_with_probe, probe
 from workers.core.engine import EngineDeps
@@ -207,3 +218,111 @@ def test_a_probe_given_no_time_reads_nothing_and_decides_nothing(tmp_path: Path)
     run = run_probe(spec, backend, deadline=time.monotonic() - 1)
     assert run.verdict is None and run.value is None and run.budget_exhausted == "deadline"
     assert run.objects_read == 0
+
+
+# --- `assay probe test` and POST /v1/checks/{id}/probe/test: an on-demand run's budget -----
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str, float]:
+    """``assay ARGV`` in this process: exit code, stdout, stderr, seconds taken."""
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    elapsed = time.monotonic() - started
+    captured = capsys.readouterr()
+    return int(exit_info.value.code or 0), captured.out, captured.err, elapsed
+
+
+@pytest.fixture
+def cli(live: Live, redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Live:
+    """The CLI reads the live fixture's probes (prefix ``tpd``) and its kubeconfig."""
+    monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
+    monkeypatch.setenv("ASSAY_KEY_PREFIX", "tpd")
+    monkeypatch.setenv("ASSAY_KUBECONFIG", str(live.kubeconfig))
+    monkeypatch.setenv("ASSAY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    live.compile(probe())
+    return live
+
+
+def test_probe_test_on_a_hanging_cluster_ends_at_its_timeout(
+    cli: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: no deadline at all. The listing hung 6 s, then the probe answered true (exit 0)
+    from a cluster that took six times what the caller allowed."""
+    cli.server.add_fault(r"/namespaces/prod/deployments$", hang=6)
+    code, out, err, elapsed = _cli(
+        capsys, "probe", "test", "chk-live", "--context", "east", "--timeout", "1"
+    )
+    assert code == 3, (out, err)
+    assert elapsed < 4.0, f"assay probe test took {elapsed:.1f}s with --timeout 1"
+    assert "verdict:  cannot_determine" in out and "time ran out" in out
+    assert "time ran out: the probe did not finish within 1s" in err
+
+
+def test_probe_test_defaults_to_the_checks_time_budget(
+    cli: Live, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASSAY_TIMEOUT_SECONDS", "1.5")
+    cli.server.add_fault(r"/namespaces/prod/deployments$", hang=6)
+    code, out, _, elapsed = _cli(capsys, "probe", "test", "chk-live", "--context", "east", "--json")
+    assert code == 3 and elapsed < 4.5, (code, elapsed)
+    run = json.loads(out)
+    assert run["verdict"] is None and run["budget_exhausted"] == "deadline"
+    assert run["error"].startswith("time ran out: the probe did not finish within 1.5s")
+    cli.server.clear_faults()  # in time: as before
+    code, out, _, _ = _cli(capsys, "probe", "test", "chk-live", "--context", "east")
+    assert code == 0 and "verdict:  true" in out
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "soon"])
+def test_probe_test_refuses_a_timeout_that_leaves_no_time(
+    cli: Live, capsys: pytest.CaptureFixture[str], timeout: str
+) -> None:
+    code, _, err, _ = _cli(
+        capsys, "probe", "test", "chk-live", "--context", "east", "--timeout", timeout
+    )
+    assert code == 64, err
+    assert "--timeout" in err
+
+
+@pytest.fixture
+def api(live: Live, redis_server: RedisProcess, tmp_path: Path) -> Iterator[ApiServer]:
+    """An `assay api` process reading the live fixture's probes and cluster, where a check's
+    time budget is 1.5 s (ASSAY_TIMEOUT_SECONDS)."""
+    settings: dict[str, str | None] = {
+        "ASSAY_KEY_PREFIX": "tpd",
+        "ASSAY_KUBECONFIG": str(live.kubeconfig),
+        "ASSAY_TIMEOUT_SECONDS": "1.5",
+    }
+    server = ApiServer(redis_server.url, tmp_path / "api.log", settings=settings).start()
+    live.compile(probe())
+    yield server
+    server.stop()
+
+
+def _post_test(api: ApiServer, body: dict[str, Any]) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    url = f"{api.url}/v1/checks/chk-live/probe/test"
+    response = httpx.post(url, headers=auth(WRITE_TOKEN), json=body, timeout=30)
+    return response, time.monotonic() - started
+
+
+def test_the_probe_test_endpoint_ends_at_the_checks_time_budget(live: Live, api: ApiServer) -> None:
+    """Before: the worker thread waited out the 6 s hang and the probe answered true."""
+    live.server.add_fault(r"/namespaces/prod/deployments$", hang=6)
+    target = {"type": "context", "context": "east"}
+    for body, seconds in (
+        ({"target": target}, 1.5),
+        ({"target": target, "timeout_seconds": 0.5}, 0.5),
+    ):
+        response, elapsed = _post_test(api, body)
+        assert response.status_code == 200, response.text
+        assert elapsed < seconds + 2.5, f"the endpoint took {elapsed:.1f}s with a {seconds}s budget"
+        run = response.json()
+        assert run["verdict"] is None and run["budget_exhausted"] == "deadline"
+        assert run["error"].startswith(
+            f"time ran out: the probe did not finish within {seconds:g}s"
+        )
+    longer, _ = _post_test(api, {"target": target, "timeout_seconds": 60})
+    assert longer.status_code == 422 and "at most 1.5" in longer.json()["error"]["message"]
