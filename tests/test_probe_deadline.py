@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from schemas.budget import Budget
 from schemas.probe import ProposedProbe
 from schemas.report import RunReport
 from schemas.request import ContextTarget, EvaluationRequest, new_run_id
-from schemas.settings import load_settings
+from schemas.settings import AssaySettings, load_settings
 from schemas.verdict import VerdictKind
 from tests.api_support import WRITE_TOKEN, ApiServer, auth
 from tests.engine_support import (
@@ -39,13 +39,17 @@ from tests.engine_support import (
     done,
     get_deployments,
     make_snapshot,
+    request_for,
     script,
 )
+from tests.engine_support import run as run_engine
 from tests.engine_support import scripted as scripted_model
 from tests.probe_support import done_with_probe, probe
 from workers.core.engine import EngineDeps
 from workers.core.llm import load_litellm
 from workers.core.probes.runner import run_probe
+from workers.core.toolsets.base import ToolRegistry
+from workers.core.toolsets.factory import build_registry
 from workers.core.toolsets.live_backend import LiveBackend
 from workers.core.toolsets.snapshot_backend import SnapshotBackend
 from workers.fleet.probe_rerun import evaluate_check
@@ -181,18 +185,21 @@ def test_a_probe_rerun_within_its_budget_answers_as_before_under_the_runs_deadli
 
 
 class _EndlessListing:
-    """A snapshot whose listings never end: copies of its first object, ``pause`` apart."""
+    """A snapshot whose listings never end (or end after ``count`` objects): copies of its
+    first object, ``pause`` apart."""
 
-    def __init__(self, snapshot: SnapshotBackend, pause: float) -> None:
+    def __init__(self, snapshot: SnapshotBackend, pause: float, count: int | None = None) -> None:
         self._snapshot = snapshot
         self._pause = pause
+        self._count = count
         self.name = snapshot.name
         self.scrubber = snapshot.scrubber
         self.resolve = snapshot.resolve
 
     def list_objects(self, resource: Any, namespace: Any, *selectors: Any) -> Iterator[Any]:
         first = next(iter(self._snapshot.list_objects(resource, namespace, *selectors)))
-        for _ in itertools.count():
+        numbers = itertools.count() if self._count is None else range(self._count)
+        for _ in numbers:
             time.sleep(self._pause)
             yield first
 
@@ -326,3 +333,51 @@ def test_the_probe_test_endpoint_ends_at_the_checks_time_budget(live: Live, api:
         )
     longer, _ = _post_test(api, {"target": target, "timeout_seconds": 60})
     assert longer.status_code == 422 and "at most 1.5" in longer.json()["error"]["message"]
+
+
+# --- the engine judges a proposed probe within the run's time budget ----------------------
+
+
+def _slow_probe_listing(pause: float, count: int) -> Callable[..., ToolRegistry]:
+    """The registry of a run whose probe (not the model's own lookups) reads a slow listing:
+    ``count`` Deployments ``pause`` apart, as a big snapshot or a slow cluster would give."""
+
+    def tools(request: EvaluationRequest, settings: AssaySettings) -> ToolRegistry:
+        registry = build_registry(request, settings)
+        registry.backend = _EndlessListing(registry.backend, pause, count)
+        return registry
+
+    return tools
+
+
+def test_judging_a_proposed_probe_ends_at_the_runs_deadline(tmp_path: Path) -> None:
+    """Before: judging read all 300 objects (~6 s) of a 2 s run and accepted the probe."""
+    turns = script(get_deployments(), done_with_probe("true", 0, probe_spec=probe()))
+    request = request_for(make_snapshot(tmp_path / "snap"), timeout_seconds=2)
+    with scripted_model(turns) as model:
+        started = time.monotonic()
+        report = run_engine(model, request, tools=_slow_probe_listing(0.02, 300))
+        elapsed = time.monotonic() - started
+    assert elapsed < 3.5, f"the run took {elapsed:.1f}s with a 2s time budget"
+    outcome = report.probe
+    assert outcome is not None and outcome.status == "failed"  # not judged, never accepted
+    assert outcome.run.verdict is None and outcome.run.budget_exhausted == "deadline"
+    assert "time budget ran out while the probe was judged" in outcome.reason
+    # fast: the model's true stands on its own checked evidence, as with any unjudged probe
+    assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
+
+
+def test_under_strict_a_judge_that_ran_out_leaves_no_unconfirmed_true(tmp_path: Path) -> None:
+    """Strict: the true still needs the confirmation, which the spent budget refuses."""
+    turns = script(get_deployments(), done_with_probe("true", 0, probe_spec=probe()))
+    turns["scenarios"].append({"role": "confirmer", "turns": [done("true")]})
+    request = request_for(make_snapshot(tmp_path / "snap"), profile="strict", timeout_seconds=2)
+    with scripted_model(turns) as model:
+        started = time.monotonic()
+        report = run_engine(model, request, tools=_slow_probe_listing(0.02, 300))
+        elapsed = time.monotonic() - started
+    assert elapsed < 3.5, f"the run took {elapsed:.1f}s with a 2s time budget"
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert verdict.budget_exhausted == "deadline" and verdict.confirmed is not True
+    assert report.probe is not None and report.probe.status == "failed"

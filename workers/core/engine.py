@@ -557,11 +557,19 @@ class _Run:
         )
 
     def _judge_probe(self, action: Done) -> ProbeOutcome | None:
-        """Run the probe the model proposed with a check's true/false (workers/core/probes)."""
+        """Run the probe the model proposed with a check's true/false (workers/core/probes).
+
+        Within the run's deadline (already bound to the registry's backend by ``_prepare``):
+        the runner also watches the clock, so an ``each_object`` probe over a big snapshot ends
+        by it. A probe that runs out is not judged (``failed``) and the verdict is handled as
+        with any unjudged probe: it stands on its evidence, and under strict a true still needs
+        the confirmation, which the spent budget then refuses (``cannot_determine``).
+        """
         decisive = action.verdict in (VerdictKind.TRUE, VerdictKind.FALSE)
         if action.probe is None or not decisive or self.request.kind != "check":
             return None
-        outcome = judge(action.probe, action.verdict, backend_of(self.registry))
+        deadline = self.meter.deadline if math.isfinite(self.meter.deadline) else None
+        outcome = judge(action.probe, action.verdict, backend_of(self.registry), deadline=deadline)
         self.log.info("probe_judged", status=outcome.status, reason=outcome.reason)
         return outcome
 
