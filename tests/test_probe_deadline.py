@@ -6,6 +6,12 @@ re-run must too: before, its lookups had only the kube client's own timeouts (15
 request, 30 s of retries per lookup), so a cluster answering slowly held the worker's
 thread far past the run's budget, and ``auto`` then asked the model with a fresh budget.
 
+The same holds wherever else a probe runs: ``assay probe test`` and ``POST
+/v1/checks/{id}/probe/test`` (the check's time budget, or a shorter one asked for), the
+engine judging a probe the model proposed (the run's own deadline), and the model an
+``auto`` re-run falls back to when its probe could not run (what is left of the run's
+budget, not a fresh one).
+
 Real redis-server, the test API server through the real kubernetes client (a live target),
 the scripted model over HTTP; ``evaluate_check`` is what the worker task calls.
 """
@@ -381,3 +387,42 @@ def test_under_strict_a_judge_that_ran_out_leaves_no_unconfirmed_true(tmp_path: 
     assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
     assert verdict.budget_exhausted == "deadline" and verdict.confirmed is not True
     assert report.probe is not None and report.probe.status == "failed"
+
+
+# --- auto: the model a failed probe falls back to has what is left of the run's budget ------
+
+
+def test_the_fallback_after_a_failed_probe_has_only_the_rest_of_the_runs_budget(
+    live: Live,
+) -> None:
+    """The probe's listing takes 2 s, then is forbidden: 1.5 s of the 3.5 s are left, and the
+    model (1.5 s a reply) cannot answer in them. Before: the model got a fresh 3.5 s, answered
+    true, and the run took ~5 s of its 3.5 s budget."""
+    live.compile(probe())
+    live.server.add_fault(r"/namespaces/prod/deployments$", status=403, hang=2.0, times=1)
+    slow_model = script(get_deployments(), done("true", 0), delay=1.5)
+    report, calls, elapsed = live.check(slow_model, timeout=3.5)
+    assert elapsed < 4.8, f"the run took {elapsed:.1f}s with a 3.5s time budget"
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert verdict.budget_exhausted == "deadline" and verdict.source == "model"
+    assert calls == 1  # the model was asked, within what was left
+    assert report.probe is not None and report.probe.status == "failed"
+    assert "forbidden" in report.probe.reason.lower(), report.probe.reason
+    # the request and its budget are the caller's, not rewritten to what was left
+    assert report.request.budget.timeout_seconds == 3.5 and report.budget.timeout_seconds == 3.5
+
+
+def test_a_failed_probe_that_left_almost_no_time_does_not_start_the_model(live: Live) -> None:
+    """2 s of a 2.5 s budget spent by a probe that then failed: the model is not asked.
+    Before: it was, with a fresh 2.5 s, and answered true."""
+    live.compile(probe())
+    live.server.add_fault(r"/namespaces/prod/deployments$", status=403, hang=2.0, times=1)
+    model_true = script(get_deployments(), done("true", 0))
+    report, calls, elapsed = live.check(model_true, timeout=2.5)
+    assert calls == 0 and elapsed < 3.5
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert verdict.exit_code == 3 and verdict.budget_exhausted == "deadline"
+    assert verdict.reason is not None and "the model was not asked" in verdict.reason
+    assert "forbidden" in verdict.reason.lower(), verdict.reason
