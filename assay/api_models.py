@@ -226,6 +226,16 @@ class ProbeView(_Body):
 
 
 class ProbeTest(_Body):
-    """Where to run a check's probe now (a snapshot under the server's roots, or a context)."""
+    """Where to run a check's probe now (a snapshot under the server's roots, or a context),
+    and for how long at most."""
 
     target: Target
+    timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="Seconds the probe may take; None: the check's time budget under the "
+        "server's settings (ASSAY_TIMEOUT_SECONDS, else the check's profile's), which is also "
+        "the most a caller may ask for. Past it the run has no verdict and "
+        "budget_exhausted is deadline.",
+    )

@@ -6,6 +6,12 @@ re-run must too: before, its lookups had only the kube client's own timeouts (15
 request, 30 s of retries per lookup), so a cluster answering slowly held the worker's
 thread far past the run's budget, and ``auto`` then asked the model with a fresh budget.
 
+The same holds wherever else a probe runs: ``assay probe test`` and ``POST
+/v1/checks/{id}/probe/test`` (the check's time budget, or a shorter one asked for), the
+engine judging a probe the model proposed (the run's own deadline), and the model an
+``auto`` re-run falls back to when its probe could not run (what is left of the run's
+budget, not a fresh one).
+
 Real redis-server, the test API server through the real kubernetes client (a live target),
 the scripted model over HTTP; ``evaluate_check`` is what the worker task calls.
 """
@@ -13,28 +19,43 @@ the scripted model over HTTP; ``evaluate_check`` is what the worker task calls.
 from __future__ import annotations
 
 import itertools
+import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from assay.cli import main
+from assay.redis_process import RedisProcess
 from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
 from schemas.budget import Budget
 from schemas.probe import ProposedProbe
 from schemas.report import RunReport
 from schemas.request import ContextTarget, EvaluationRequest, new_run_id
-from schemas.settings import load_settings
+from schemas.settings import AssaySettings, load_settings
 from schemas.verdict import VerdictKind
-from tests.engine_support import PREDICATE, done, get_deployments, make_snapshot, script
+from tests.api_support import WRITE_TOKEN, ApiServer, auth
+from tests.engine_support import (
+    PREDICATE,
+    done,
+    get_deployments,
+    make_snapshot,
+    request_for,
+    script,
+)
+from tests.engine_support import run as run_engine
 from tests.engine_support import scripted as scripted_model
 from tests.probe_support import done_with_probe, probe
 from workers.core.engine import EngineDeps
 from workers.core.llm import load_litellm
 from workers.core.probes.runner import run_probe
+from workers.core.toolsets.base import ToolRegistry
+from workers.core.toolsets.factory import build_registry
 from workers.core.toolsets.live_backend import LiveBackend
 from workers.core.toolsets.snapshot_backend import SnapshotBackend
 from workers.fleet.probe_rerun import evaluate_check
@@ -170,18 +191,21 @@ def test_a_probe_rerun_within_its_budget_answers_as_before_under_the_runs_deadli
 
 
 class _EndlessListing:
-    """A snapshot whose listings never end: copies of its first object, ``pause`` apart."""
+    """A snapshot whose listings never end (or end after ``count`` objects): copies of its
+    first object, ``pause`` apart."""
 
-    def __init__(self, snapshot: SnapshotBackend, pause: float) -> None:
+    def __init__(self, snapshot: SnapshotBackend, pause: float, count: int | None = None) -> None:
         self._snapshot = snapshot
         self._pause = pause
+        self._count = count
         self.name = snapshot.name
         self.scrubber = snapshot.scrubber
         self.resolve = snapshot.resolve
 
     def list_objects(self, resource: Any, namespace: Any, *selectors: Any) -> Iterator[Any]:
         first = next(iter(self._snapshot.list_objects(resource, namespace, *selectors)))
-        for _ in itertools.count():
+        numbers = itertools.count() if self._count is None else range(self._count)
+        for _ in numbers:
             time.sleep(self._pause)
             yield first
 
@@ -207,3 +231,198 @@ def test_a_probe_given_no_time_reads_nothing_and_decides_nothing(tmp_path: Path)
     run = run_probe(spec, backend, deadline=time.monotonic() - 1)
     assert run.verdict is None and run.value is None and run.budget_exhausted == "deadline"
     assert run.objects_read == 0
+
+
+# --- `assay probe test` and POST /v1/checks/{id}/probe/test: an on-demand run's budget -----
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str, float]:
+    """``assay ARGV`` in this process: exit code, stdout, stderr, seconds taken."""
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    elapsed = time.monotonic() - started
+    captured = capsys.readouterr()
+    return int(exit_info.value.code or 0), captured.out, captured.err, elapsed
+
+
+@pytest.fixture
+def cli(live: Live, redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Live:
+    """The CLI reads the live fixture's probes (prefix ``tpd``) and its kubeconfig."""
+    monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
+    monkeypatch.setenv("ASSAY_KEY_PREFIX", "tpd")
+    monkeypatch.setenv("ASSAY_KUBECONFIG", str(live.kubeconfig))
+    monkeypatch.setenv("ASSAY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    live.compile(probe())
+    return live
+
+
+def test_probe_test_on_a_hanging_cluster_ends_at_its_timeout(
+    cli: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: no deadline at all. The listing hung 6 s, then the probe answered true (exit 0)
+    from a cluster that took six times what the caller allowed."""
+    cli.server.add_fault(r"/namespaces/prod/deployments$", hang=6)
+    code, out, err, elapsed = _cli(
+        capsys, "probe", "test", "chk-live", "--context", "east", "--timeout", "1"
+    )
+    assert code == 3, (out, err)
+    assert elapsed < 4.0, f"assay probe test took {elapsed:.1f}s with --timeout 1"
+    assert "verdict:  cannot_determine" in out and "time ran out" in out
+    assert "time ran out: the probe did not finish within 1s" in err
+
+
+def test_probe_test_defaults_to_the_checks_time_budget(
+    cli: Live, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASSAY_TIMEOUT_SECONDS", "1.5")
+    cli.server.add_fault(r"/namespaces/prod/deployments$", hang=6)
+    code, out, _, elapsed = _cli(capsys, "probe", "test", "chk-live", "--context", "east", "--json")
+    assert code == 3 and elapsed < 4.5, (code, elapsed)
+    run = json.loads(out)
+    assert run["verdict"] is None and run["budget_exhausted"] == "deadline"
+    assert run["error"].startswith("time ran out: the probe did not finish within 1.5s")
+    cli.server.clear_faults()  # in time: as before
+    code, out, _, _ = _cli(capsys, "probe", "test", "chk-live", "--context", "east")
+    assert code == 0 and "verdict:  true" in out
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "soon"])
+def test_probe_test_refuses_a_timeout_that_leaves_no_time(
+    cli: Live, capsys: pytest.CaptureFixture[str], timeout: str
+) -> None:
+    code, _, err, _ = _cli(
+        capsys, "probe", "test", "chk-live", "--context", "east", "--timeout", timeout
+    )
+    assert code == 64, err
+    assert "--timeout" in err
+
+
+@pytest.fixture
+def api(live: Live, redis_server: RedisProcess, tmp_path: Path) -> Iterator[ApiServer]:
+    """An `assay api` process reading the live fixture's probes and cluster, where a check's
+    time budget is 1.5 s (ASSAY_TIMEOUT_SECONDS)."""
+    settings: dict[str, str | None] = {
+        "ASSAY_KEY_PREFIX": "tpd",
+        "ASSAY_KUBECONFIG": str(live.kubeconfig),
+        "ASSAY_TIMEOUT_SECONDS": "1.5",
+    }
+    server = ApiServer(redis_server.url, tmp_path / "api.log", settings=settings).start()
+    live.compile(probe())
+    yield server
+    server.stop()
+
+
+def _post_test(api: ApiServer, body: dict[str, Any]) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    url = f"{api.url}/v1/checks/chk-live/probe/test"
+    response = httpx.post(url, headers=auth(WRITE_TOKEN), json=body, timeout=30)
+    return response, time.monotonic() - started
+
+
+def test_the_probe_test_endpoint_ends_at_the_checks_time_budget(live: Live, api: ApiServer) -> None:
+    """Before: the worker thread waited out the 6 s hang and the probe answered true."""
+    live.server.add_fault(r"/namespaces/prod/deployments$", hang=6)
+    target = {"type": "context", "context": "east"}
+    for body, seconds in (
+        ({"target": target}, 1.5),
+        ({"target": target, "timeout_seconds": 0.5}, 0.5),
+    ):
+        response, elapsed = _post_test(api, body)
+        assert response.status_code == 200, response.text
+        assert elapsed < seconds + 2.5, f"the endpoint took {elapsed:.1f}s with a {seconds}s budget"
+        run = response.json()
+        assert run["verdict"] is None and run["budget_exhausted"] == "deadline"
+        assert run["error"].startswith(
+            f"time ran out: the probe did not finish within {seconds:g}s"
+        )
+    longer, _ = _post_test(api, {"target": target, "timeout_seconds": 60})
+    assert longer.status_code == 422 and "at most 1.5" in longer.json()["error"]["message"]
+
+
+# --- the engine judges a proposed probe within the run's time budget ----------------------
+
+
+def _slow_probe_listing(pause: float, count: int) -> Callable[..., ToolRegistry]:
+    """The registry of a run whose probe (not the model's own lookups) reads a slow listing:
+    ``count`` Deployments ``pause`` apart, as a big snapshot or a slow cluster would give."""
+
+    def tools(request: EvaluationRequest, settings: AssaySettings) -> ToolRegistry:
+        registry = build_registry(request, settings)
+        registry.backend = _EndlessListing(registry.backend, pause, count)
+        return registry
+
+    return tools
+
+
+def test_judging_a_proposed_probe_ends_at_the_runs_deadline(tmp_path: Path) -> None:
+    """Before: judging read all 300 objects (~6 s) of a 2 s run and accepted the probe."""
+    turns = script(get_deployments(), done_with_probe("true", 0, probe_spec=probe()))
+    request = request_for(make_snapshot(tmp_path / "snap"), timeout_seconds=2)
+    with scripted_model(turns) as model:
+        started = time.monotonic()
+        report = run_engine(model, request, tools=_slow_probe_listing(0.02, 300))
+        elapsed = time.monotonic() - started
+    assert elapsed < 3.5, f"the run took {elapsed:.1f}s with a 2s time budget"
+    outcome = report.probe
+    assert outcome is not None and outcome.status == "failed"  # not judged, never accepted
+    assert outcome.run.verdict is None and outcome.run.budget_exhausted == "deadline"
+    assert "time budget ran out while the probe was judged" in outcome.reason
+    # fast: the model's true stands on its own checked evidence, as with any unjudged probe
+    assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
+
+
+def test_under_strict_a_judge_that_ran_out_leaves_no_unconfirmed_true(tmp_path: Path) -> None:
+    """Strict: the true still needs the confirmation, which the spent budget refuses."""
+    turns = script(get_deployments(), done_with_probe("true", 0, probe_spec=probe()))
+    turns["scenarios"].append({"role": "confirmer", "turns": [done("true")]})
+    request = request_for(make_snapshot(tmp_path / "snap"), profile="strict", timeout_seconds=2)
+    with scripted_model(turns) as model:
+        started = time.monotonic()
+        report = run_engine(model, request, tools=_slow_probe_listing(0.02, 300))
+        elapsed = time.monotonic() - started
+    assert elapsed < 3.5, f"the run took {elapsed:.1f}s with a 2s time budget"
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert verdict.budget_exhausted == "deadline" and verdict.confirmed is not True
+    assert report.probe is not None and report.probe.status == "failed"
+
+
+# --- auto: the model a failed probe falls back to has what is left of the run's budget ------
+
+
+def test_the_fallback_after_a_failed_probe_has_only_the_rest_of_the_runs_budget(
+    live: Live,
+) -> None:
+    """The probe's listing takes 2 s, then is forbidden: 1.5 s of the 3.5 s are left, and the
+    model (1.5 s a reply) cannot answer in them. Before: the model got a fresh 3.5 s, answered
+    true, and the run took ~5 s of its 3.5 s budget."""
+    live.compile(probe())
+    live.server.add_fault(r"/namespaces/prod/deployments$", status=403, hang=2.0, times=1)
+    slow_model = script(get_deployments(), done("true", 0), delay=1.5)
+    report, calls, elapsed = live.check(slow_model, timeout=3.5)
+    assert elapsed < 4.8, f"the run took {elapsed:.1f}s with a 3.5s time budget"
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert verdict.budget_exhausted == "deadline" and verdict.source == "model"
+    assert calls == 1  # the model was asked, within what was left
+    assert report.probe is not None and report.probe.status == "failed"
+    assert "forbidden" in report.probe.reason.lower(), report.probe.reason
+    # the request and its budget are the caller's, not rewritten to what was left
+    assert report.request.budget.timeout_seconds == 3.5 and report.budget.timeout_seconds == 3.5
+
+
+def test_a_failed_probe_that_left_almost_no_time_does_not_start_the_model(live: Live) -> None:
+    """2 s of a 2.5 s budget spent by a probe that then failed: the model is not asked.
+    Before: it was, with a fresh 2.5 s, and answered true."""
+    live.compile(probe())
+    live.server.add_fault(r"/namespaces/prod/deployments$", status=403, hang=2.0, times=1)
+    model_true = script(get_deployments(), done("true", 0))
+    report, calls, elapsed = live.check(model_true, timeout=2.5)
+    assert calls == 0 and elapsed < 3.5
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert verdict.exit_code == 3 and verdict.budget_exhausted == "deadline"
+    assert verdict.reason is not None and "the model was not asked" in verdict.reason
+    assert "forbidden" in verdict.reason.lower(), verdict.reason

@@ -7,18 +7,20 @@
 * ``drop``: forget the probe, its versions and its history (the next run asks the model).
 
 Exit codes: ``show``/``export``/``drop`` 0, or 66 when the check has no probe (64 when the
-probe has no policy form); ``test`` exits with the verdict's code (3 when it cannot run).
+probe has no policy form); ``test`` exits with the verdict's code (3 when it cannot run,
+including when it runs out of its time budget: the check's, or ``--timeout``).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail
+from assay.commands.fleet_common import ERROR_PREFIX, EXIT_UNAVAILABLE, fail
 from assay.commands.options import confined_snapshot, settings_or_usage
 from schemas.verdict import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 
@@ -95,6 +97,24 @@ def show(check_id: CheckArg, json_output: JsonFlag = False) -> None:
               f"{probe_said:<5} model {entry.model_verdict.value:<5} {mark}")  # fmt: skip
 
 
+def _positive_seconds(value: float | None) -> float | None:
+    """``--timeout`` must leave the probe some time: 0 or less is a usage error (64)."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter("must be more than 0 seconds", param_hint="--timeout")
+    return value
+
+
+ProbeTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        callback=_positive_seconds,
+        help="Seconds the probe may take (default: the check's time budget, "
+        "ASSAY_TIMEOUT_SECONDS or its profile's); past it, cannot_determine (exit 3).",
+    ),
+]
+
+
 def _print_run(run: ProbeRun) -> None:
     verdict = run.verdict.value if run.verdict else "cannot_determine"
     print(f"verdict:  {verdict}")
@@ -121,11 +141,16 @@ def test(
     context: Annotated[
         str | None, typer.Option("--context", help="kubeconfig context to run the probe on.")
     ] = None,
+    timeout: ProbeTimeoutOpt = None,
     json_output: JsonFlag = False,
 ) -> None:
-    """Run the probe now against a snapshot or a context; print the verdict and what it read."""
+    """Run the probe now against a snapshot or a context; print the verdict and what it read.
+
+    It has a time budget, bound to the cluster it reads: a live cluster that hangs would
+    otherwise hold the command for as long as the kube client retries, per lookup.
+    """
     from schemas.request import ContextTarget, SnapshotTarget
-    from workers.core.probes.runner import run_probe
+    from workers.core.probes.runner import check_timeout_seconds, run_probe_for
     from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
 
     if (snapshot is None) == (context is None):
@@ -142,14 +167,18 @@ def test(
         backend = backend_for(target, settings)
     except ToolsetUnavailable as exc:
         fail(f"the target cannot be read: {exc}", EXIT_CODES[VerdictKind.CANNOT_DETERMINE])
+    seconds = timeout if timeout is not None else check_timeout_seconds(record.profile, settings)
     try:
-        run = run_probe(record.probe, backend)
+        run = run_probe_for(record.probe, backend, seconds)
     finally:
         backend.close()
     if json_output:
         print(run.model_dump_json(indent=2))
     else:
         _print_run(run)
+    if run.budget_exhausted == "deadline":
+        print(f"{ERROR_PREFIX}time ran out: the probe did not finish within {seconds:g}s "
+              "(--timeout sets how long it may take)", file=sys.stderr)  # fmt: skip
     raise typer.Exit(EXIT_CODES[run.verdict or VerdictKind.CANNOT_DETERMINE])
 
 

@@ -127,13 +127,23 @@ def effective_budget(request: EvaluationRequest, settings: AssaySettings) -> Bud
 
 
 def evaluate(
-    request: EvaluationRequest, deps: EngineDeps, state: RunState | None = None
+    request: EvaluationRequest,
+    deps: EngineDeps,
+    state: RunState | None = None,
+    *,
+    spent_seconds: float = 0.0,
 ) -> RunReport:
-    """Run (or resume) one evaluation to a report. Never raises."""
+    """Run (or resume) one evaluation to a report. Never raises.
+
+    ``spent_seconds``: time this run already spent before the model (a probe re-run that
+    could not answer, workers/fleet/probe_rerun.py), taken off its time budget as a resumed
+    run's earlier active time is; the request and its budget stay as given. Ignored on a
+    resume, whose ``state`` already counts what the run spent.
+    """
     started_at = state.started_at if state else datetime.now(UTC)
     run: _Run | None = None
     try:
-        run = _Run(request, deps, state, started_at)
+        run = _Run(request, deps, state, started_at, spent_seconds=spent_seconds)
         return run.execute()
     except Exception as exc:
         return _crash_report(request, deps, run, started_at, exc)
@@ -169,6 +179,8 @@ class _Run:
         deps: EngineDeps,
         state: RunState | None,
         started_at: datetime,
+        *,
+        spent_seconds: float = 0.0,
     ) -> None:
         self.request = request
         self.deps = deps
@@ -198,7 +210,7 @@ class _Run:
             self.budget,
             usage=state.usage if state else None,
             iterations=state.iterations if state else 0,
-            active_seconds=state.active_seconds if state else 0.0,
+            active_seconds=state.active_seconds if state else max(0.0, spent_seconds),
         )
         self.cost_unchecked = state.cost_unchecked if state else False
         self.registry: ToolRegistry | None = None
@@ -557,11 +569,19 @@ class _Run:
         )
 
     def _judge_probe(self, action: Done) -> ProbeOutcome | None:
-        """Run the probe the model proposed with a check's true/false (workers/core/probes)."""
+        """Run the probe the model proposed with a check's true/false (workers/core/probes).
+
+        Within the run's deadline (already bound to the registry's backend by ``_prepare``):
+        the runner also watches the clock, so an ``each_object`` probe over a big snapshot ends
+        by it. A probe that runs out is not judged (``failed``) and the verdict is handled as
+        with any unjudged probe: it stands on its evidence, and under strict a true still needs
+        the confirmation, which the spent budget then refuses (``cannot_determine``).
+        """
         decisive = action.verdict in (VerdictKind.TRUE, VerdictKind.FALSE)
         if action.probe is None or not decisive or self.request.kind != "check":
             return None
-        outcome = judge(action.probe, action.verdict, backend_of(self.registry))
+        deadline = self.meter.deadline if math.isfinite(self.meter.deadline) else None
+        outcome = judge(action.probe, action.verdict, backend_of(self.registry), deadline=deadline)
         self.log.info("probe_judged", status=outcome.status, reason=outcome.reason)
         return outcome
 

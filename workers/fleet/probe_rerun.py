@@ -11,8 +11,9 @@ With ``request.probe``:
 Fail-safe rules, each tested:
 
 * a probe that cannot run (kind missing, lookup error, expression error, non-boolean,
-  no objects) never gives a verdict: ``auto`` falls back to the model, ``only`` ends
-  ``cannot_determine``;
+  no objects) never gives a verdict: ``auto`` falls back to the model with what is left of
+  the run's time budget (``cannot_determine`` with ``budget_exhausted="deadline"`` when
+  less than ``MIN_FALLBACK_SECONDS`` is left), ``only`` ends ``cannot_determine``;
 * a probe re-run has the run's time budget (``effective_budget(...).timeout_seconds``, the
   one the model path would have had), over all its lookups together and bound to the
   backend it reads; one that runs out of it ends ``cannot_determine`` with
@@ -58,6 +59,9 @@ from workers.fleet.probe_store import CompileClaim, ProbeLookup, ProbeStore
 PROBE_MODEL = "(probe)"
 COMPILE_POLL_SECONDS = 0.2
 FIRST_COMPILE_POLL_SECONDS = 0.01
+# Less than this left of the run's time budget when its probe could not run: no model run is
+# started (it could not make a lookup and answer in time); the run ends cannot_determine.
+MIN_FALLBACK_SECONDS = 1.0
 _log = structlog.get_logger("assay.probes")
 Why = Literal["revalidate", "flip"]
 
@@ -89,6 +93,9 @@ class _Rerun:
         self.compile_claim: CompileClaim | None = None  # while this run holds the claim
         # The time budget the model path would have (request > settings > profile).
         self.timeout_seconds = effective_budget(request, deps.settings).timeout_seconds
+        # The monotonic instant the run's time budget ends, set when the probe starts: a
+        # fallback to the model gets only what is left of it (``_fallback``).
+        self.deadline: float | None = None
 
     def execute(self, state: RunState | None) -> RunReport:
         request = self.request
@@ -119,9 +126,7 @@ class _Rerun:
                 return self._out_of_time(run, outcome)
             if request.probe == "only":
                 return _cannot_determine(request, self.deps, outcome.reason, outcome)
-            _log.info("probe_fallback", run_id=request.run_id, error=run.error)
-            report = self._model(None)
-            return report if report.probe is not None else _with_probe(report, outcome)
+            return self._fallback(run, outcome)
         why = self._needs_model(record, run)
         if why is None:
             return self._probe_verdict(record, run)
@@ -206,7 +211,7 @@ class _Rerun:
         except Exception as exc:
             return ProbeRun(error=f"the cluster could not be opened: {exc}")
         try:
-            deadline = self._deadline()
+            self.deadline = deadline = self._deadline()
             if deadline is not None:
                 registry.bind_deadline(deadline)
             return run_probe(record.probe, backend_of(registry), deadline=deadline)
@@ -219,7 +224,47 @@ class _Rerun:
         timeout = self.timeout_seconds
         return time.monotonic() + timeout if timeout else None
 
-    def _out_of_time(self, run: ProbeRun, outcome: ProbeOutcome) -> RunReport:
+    def _fallback(self, run: ProbeRun, outcome: ProbeOutcome) -> RunReport:
+        """``auto``, the probe could not run (not for time): the model answers, with what is
+        left of the run's time budget (its clock started with the probe), not a fresh one.
+
+        Why: with a fresh budget a probe that failed late (a slow cluster, then an error) let
+        the run take the probe's time plus the whole timeout. With less than
+        ``MIN_FALLBACK_SECONDS`` left, a model run could not do a lookup and answer (a model
+        call takes seconds), so the run ends as :meth:`_out_of_time` does, without building
+        the tools or calling the model.
+        """
+        left = self._seconds_left()
+        if left is not None and left < MIN_FALLBACK_SECONDS:
+            return self._out_of_time(
+                run,
+                outcome,
+                reason=f"the run's time budget of {self.timeout_seconds or 0:g}s was nearly "
+                f"spent when its probe re-run failed ({run.error}): {max(left, 0.0):.1f}s was "
+                f"left, less than the {MIN_FALLBACK_SECONDS:g}s a model run needs, so the "
+                "model was not asked",
+                explanation="The check's probe could not run, and too little of the run's time "
+                "budget was left to ask the model, so nothing was concluded.",
+            )
+        _log.info("probe_fallback", run_id=self.request.run_id, error=run.error, seconds_left=left)
+        spent = 0.0 if left is None or self.timeout_seconds is None else self.timeout_seconds - left
+        report = self._model(None, spent_seconds=spent)
+        return report if report.probe is not None else _with_probe(report, outcome)
+
+    def _seconds_left(self) -> float | None:
+        """What is left of the run's time budget since the probe started; None: no deadline
+        (the probe never started: the tools could not be built) or no time budget."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def _out_of_time(
+        self,
+        run: ProbeRun,
+        outcome: ProbeOutcome,
+        *,
+        reason: str | None = None,
+        explanation: str = "The check's probe did not finish within the run's time budget, "
+        "so nothing was concluded.",
+    ) -> RunReport:
         """The probe used the run's whole time budget: ``cannot_determine``, whatever the mode.
 
         Falling back to the model (``auto``) would start a model run after the run's
@@ -230,11 +275,11 @@ class _Rerun:
         return _cannot_determine(
             self.request,
             self.deps,
-            f"the run's time budget of {self.timeout_seconds or 0:g}s ran out in its probe "
+            reason
+            or f"the run's time budget of {self.timeout_seconds or 0:g}s ran out in its probe "
             f"re-run ({run.error}), leaving no time to ask the model",
             outcome,
-            explanation="The check's probe did not finish within the run's time budget, so "
-            "nothing was concluded.",
+            explanation=explanation,
             budget_exhausted="deadline",
             duration=run.duration_seconds,
         )
@@ -326,9 +371,11 @@ class _Rerun:
         )
         return _with_probe(report, _outcome(record, run, status, reason))
 
-    def _model(self, state: RunState | None, *, count_agreement: bool = True) -> RunReport:
+    def _model(
+        self, state: RunState | None, *, count_agreement: bool = True, spent_seconds: float = 0.0
+    ) -> RunReport:
         try:
-            report = evaluate(self.request, self.deps, state=state)
+            report = evaluate(self.request, self.deps, state=state, spent_seconds=spent_seconds)
             if report.status == "done":
                 self._store_compiled(report, count_agreement)
             return report

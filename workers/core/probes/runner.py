@@ -18,20 +18,28 @@ deadline; a live listing pages), before the expression, between the objects
 ``each_object`` evaluates, and after it. A run that fails with no time left, for
 whatever reason, has ``budget_exhausted="deadline"``: its caller has no time to try
 anything else either.
+
+:func:`run_probe_for` is the on-demand run (``assay probe test``, ``POST
+/v1/checks/{id}/probe/test``): the same run with a time budget of its own, bound to the
+backend, so a hanging live cluster cannot hold a CLI or an API worker thread past it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from schemas.budget import Budget, ProfileName, resolve_budget
 from schemas.probe import ObjectRef, ProbeLookup, ProbeRun, ProposedProbe
 from workers.core.probes.cel import BoolProgram, CelError, field_paths, reads_variable
 from workers.core.toolsets.backend import BackendError, ClusterBackend
 from workers.core.toolsets.kubernetes import DescribeArgs, EventsArgs, GetArgs
+
+if TYPE_CHECKING:
+    from schemas.settings import AssaySettings
 
 MAX_OBJECTS = 50_000  # per probe run: a bound on memory and evaluation time
 OBJECTS_SHOWN = 50  # object references kept in a ProbeRun
@@ -250,3 +258,42 @@ def backend_of(registry: Any) -> ClusterBackend | None:
     """The cluster backend behind a tool registry, when it has one (see factory.build_registry)."""
     backend = getattr(registry, "backend", None)
     return backend if backend is not None else None
+
+
+def check_timeout_seconds(profile: ProfileName | None, settings: AssaySettings) -> float:
+    """The time budget a run of a check would have with no budget of its own in the request:
+    the settings' ``timeout_seconds``, else its profile's (as ``effective_budget`` resolves
+    it). ``profile``: the check's, from its probe record; None (an old record) takes the
+    settings' profile."""
+    budget = resolve_budget(
+        profile or settings.profile, Budget(timeout_seconds=settings.timeout_seconds)
+    )
+    assert budget.timeout_seconds is not None  # every profile has one
+    return budget.timeout_seconds
+
+
+def bind_deadline(backend: ClusterBackend, deadline: float) -> None:
+    """End the backend's later lookups by ``deadline``, as ``ToolRegistry.bind_deadline`` does
+    for a run's registry: only a backend bound to one run takes it (a live cluster's); a
+    snapshot, shared by runs, answers from memory and the runner watches the clock instead."""
+    bind = getattr(backend, "bind_deadline", None)
+    if callable(bind):
+        bind(deadline)
+
+
+def run_probe_for(
+    probe: ProposedProbe, backend: ClusterBackend, timeout_seconds: float
+) -> ProbeRun:
+    """Run ``probe`` now within ``timeout_seconds`` (a run of its own on ``backend``).
+
+    Why: without a deadline a live cluster that hangs held the caller (a CLI, an API worker
+    thread) for as long as the kube client kept retrying, per lookup. A run that runs out
+    gives no verdict (``budget_exhausted="deadline"``) and says so in ``error``.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    bind_deadline(backend, deadline)
+    run = run_probe(probe, backend, deadline=deadline)
+    if run.budget_exhausted == "deadline":
+        error = f"time ran out: the probe did not finish within {timeout_seconds:g}s ({run.error})"
+        run = run.model_copy(update={"error": error})
+    return run
