@@ -247,9 +247,12 @@ class _Rerun:
                 "budget was left to ask the model, so nothing was concluded.",
             )
         _log.info("probe_fallback", run_id=self.request.run_id, error=run.error, seconds_left=left)
-        spent = 0.0 if left is None or self.timeout_seconds is None else self.timeout_seconds - left
-        report = self._model(None, spent_seconds=spent)
+        report = self._model(None, spent_seconds=self._spent(left))
         return report if report.probe is not None else _with_probe(report, outcome)
+
+    def _spent(self, left: float | None) -> float:
+        """Seconds of the run's time budget the probe used (0 with no deadline)."""
+        return 0.0 if left is None or self.timeout_seconds is None else self.timeout_seconds - left
 
     def _seconds_left(self) -> float | None:
         """What is left of the run's time budget since the probe started; None: no deadline
@@ -327,9 +330,27 @@ class _Rerun:
         return _report(self.request, self.deps, verdict, outcome)
 
     def _validate(self, record: ProbeRecord, run: ProbeRun, why: Why) -> RunReport:
-        """Ask the model; record whether it agrees with the probe; its verdict is the run's."""
+        """Ask the model; record whether it agrees with the probe; its verdict is the run's.
+
+        The model has what is left of the run's time budget after the probe, as after a
+        failed probe (:meth:`_fallback`): a slow cluster must not stretch the run to the
+        probe's time plus a whole timeout. Too little left to ask the model ends the run
+        ``cannot_determine`` and leaves the probe as it was, unvalidated.
+        """
         assert self.probes is not None and run.verdict is not None
-        report = self._model(None, count_agreement=False)
+        left = self._seconds_left()
+        if left is not None and left < MIN_FALLBACK_SECONDS:
+            return self._out_of_time(
+                run,
+                _outcome(record, run, "failed", f"the model was needed ({why}) but had no time"),
+                reason=f"the run's time budget of {self.timeout_seconds or 0:g}s was nearly "
+                f"spent when its probe answered ({max(left, 0.0):.1f}s left, less than the "
+                f"{MIN_FALLBACK_SECONDS:g}s a model run needs), and the probe's verdict needs "
+                f"the model ({why}), so nothing was concluded",
+                explanation="The check's probe answered, but its answer needed the model's "
+                "confirmation and too little of the run's time budget was left to ask it.",
+            )
+        report = self._model(None, count_agreement=False, spent_seconds=self._spent(left))
         model_verdict = report.verdict.verdict if report.verdict else None
         if model_verdict not in (VerdictKind.TRUE, VerdictKind.FALSE):
             # Undecided: nothing to compare; the probe stays as it was, unvalidated.
