@@ -266,6 +266,18 @@ def test_a_worker_flag_celery_would_choke_on_is_a_usage_error(
     assert said in one_error_line(result)
 
 
+def test_a_worker_whose_own_model_cannot_be_routed_does_not_start(tmp_path: Path) -> None:
+    """Before: it started, and every run without a model of its own ended 3 with litellm's
+    reason, for as long as it ran."""
+    result = assay(
+        "worker", XDG_DATA_HOME=str(tmp_path), ASSAY_REDIS_URL="redis://127.0.0.1:1/0",
+        ASSAY_MODEL="nonsense-model",
+    )  # fmt: skip
+    assert result.returncode == 64, result.stderr[-2000:]
+    line = one_error_line(result)
+    assert "ASSAY_MODEL cannot be used" in line and "nonsense-model" in line, line
+
+
 # --- a bug in assay itself -----------------------------------------------------------------------
 
 

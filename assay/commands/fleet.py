@@ -456,7 +456,8 @@ def worker(
     """Start a Celery worker that evaluates queued runs (foreground; Ctrl-C stops it warmly).
 
     Its ASSAY_MODEL (or --scripted) is the model of every run that names none;
-    without one it logs a warning at start-up and clients refuse such runs (64).
+    without one it logs a warning at start-up and clients refuse such runs (64); one
+    litellm cannot route is refused at start (64).
     """
     from assay.local_mode import require_redis_url
     from workers.fleet.broker import FleetNotConfigured
@@ -469,6 +470,8 @@ def worker(
         worker_cpu_affinity=cpu_affinity,
     )
     _check_worker_flags(settings.worker_pool, loglevel)
+    if scripted is None:
+        _check_worker_model(settings)
     try:
         url = require_redis_url(settings)
     except FleetNotConfigured as exc:
@@ -531,6 +534,21 @@ def _with_scripted_model(settings: Any, script: Any) -> Any:
     return settings.model_copy(
         update={"model": SCRIPTED_MODEL_NAME, "api_base": server.url, "api_key": None}
     )
+
+
+def _check_worker_model(settings: Any) -> None:
+    """Refuse (64) to start on an ``ASSAY_MODEL`` litellm cannot route at ``ASSAY_API_BASE``.
+
+    Why: every run that names no model of its own would end ``cannot_determine`` with
+    litellm's reason, for as long as the worker runs; the front doors cannot catch it,
+    since they leave a run without a model to its worker. A worker imports litellm anyway,
+    so asking costs it nothing.
+    """
+    from schemas.verdict import EXIT_USAGE
+    from workers.core.llm import unroutable_model
+
+    if settings.model and (problem := unroutable_model(settings.model, settings.api_base)):
+        fail(f"this worker's ASSAY_MODEL cannot be used: {problem}", EXIT_USAGE)
 
 
 def _announce(settings: Any) -> Any:
