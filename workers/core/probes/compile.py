@@ -5,13 +5,20 @@ lookups itself, on the same cluster state, and evaluates the expression. The
 probe is accepted only when that gives exactly the model's ``true``/``false``.
 A probe that cannot run, or that disagrees, is rejected with the reason on record;
 the model's verdict then stands or falls on its own evidence as before.
+
+Agreeing is not enough: an expression that reads its input but whose value does not
+depend on it (``size(results) >= 0``) agrees with any ``true`` and would repeat it until the
+next re-validation whatever the cluster does. So an agreeing probe is accepted only when
+the engine finds a counterfactual, built from the objects it just read, under which the
+probe gives the other verdict (sensitivity.py); otherwise it is ``rejected``.
 """
 
 from __future__ import annotations
 
 from schemas.probe import ProbeOutcome, ProposedProbe
 from schemas.verdict import VerdictKind
-from workers.core.probes.runner import run_probe
+from workers.core.probes.runner import run_probe_with_results
+from workers.core.probes.sensitivity import check_sensitivity
 from workers.core.toolsets.backend import ClusterBackend
 
 
@@ -19,8 +26,8 @@ def judge(
     probe: ProposedProbe, model_verdict: VerdictKind, backend: ClusterBackend | None
 ) -> ProbeOutcome:
     """Run ``probe`` now and compare it with ``model_verdict``."""
-    run = run_probe(probe, backend)
-    if run.verdict is None:
+    run, results = run_probe_with_results(probe, backend)
+    if run.verdict is None or run.value is None or results is None:
         return ProbeOutcome(
             status="failed", reason=f"the probe could not run: {run.error}", probe=probe, run=run
         )
@@ -32,10 +39,15 @@ def judge(
             probe=probe,
             run=run,
         )
+    sensitivity = check_sensitivity(probe, results, run.value)
+    if not sensitivity.sensitive:
+        return ProbeOutcome(status="rejected", reason=sensitivity.reason(), probe=probe, run=run)
+    other = probe.verdict_for(not run.value).value
     return ProbeOutcome(
         status="accepted",
         reason=f"the probe reproduced {model_verdict.value} on the same state "
-        f"({run.objects_read} objects read)",
+        f"({run.objects_read} objects read), and gives {other} when {sensitivity.flip} "
+        f"({sensitivity.evaluations} counterfactual(s) tried)",
         probe=probe,
         run=run,
     )
