@@ -44,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import time
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
@@ -53,7 +53,8 @@ from schemas.report import RunReport, RunState
 from schemas.request import EvaluationRequest
 from schemas.verdict import EXIT_CODES, Evidence, Verdict, VerdictKind
 from workers.core.engine import EngineDeps, effective_budget, evaluate
-from workers.core.probes.runner import backend_of, run_probe
+from workers.core.probes.runner import backend_of, run_probe_with_results
+from workers.core.probes.sensitivity import check_sensitivity
 from workers.fleet.probe_store import CompileClaim, ProbeLookup, ProbeStore
 
 PROBE_MODEL = "(probe)"
@@ -91,6 +92,8 @@ class _Rerun:
         self.probes = probes
         self.settings = deps.settings
         self.compile_claim: CompileClaim | None = None  # while this run holds the claim
+        self.objects: list[Any] | None = None  # what the probe read, for the sensitivity check
+        self.insensitive: str | None = None  # why re-validation retired the probe
         # The time budget the model path would have (request > settings > profile).
         self.timeout_seconds = effective_budget(request, deps.settings).timeout_seconds
         # The monotonic instant the run's time budget ends, set when the probe starts: a
@@ -214,7 +217,10 @@ class _Rerun:
             self.deadline = deadline = self._deadline()
             if deadline is not None:
                 registry.bind_deadline(deadline)
-            return run_probe(record.probe, backend_of(registry), deadline=deadline)
+            run, self.objects = run_probe_with_results(
+                record.probe, backend_of(registry), deadline=deadline
+            )
+            return run
         finally:
             with contextlib.suppress(Exception):
                 registry.close()
@@ -374,7 +380,9 @@ class _Rerun:
         )
         current = self.probes.current(record.check_id)
         if current is not None and current.version == record.version:
-            self.probes.record_agreement(current, entry)
+            current = self.probes.record_agreement(current, entry)
+            if agreed and not self._still_sensitive(current, run):
+                agreed = False  # retired: the run's verdict is the model's alone
         else:  # the model compiled a newer version meanwhile: keep the comparison on record
             self.probes.push_entry(record.check_id, entry)
         if agreed:
@@ -386,11 +394,33 @@ class _Rerun:
         if report.probe is not None:
             return report
         status: Literal["accepted", "rejected"] = "accepted" if agreed else "rejected"
-        reason = (
+        reason = self.insensitive or (
             f"the model {'confirmed' if agreed else 'contradicted'} the probe's "
             f"{run.verdict.value} ({why})"
         )
         return _with_probe(report, _outcome(record, run, status, reason))
+
+    def _still_sensitive(self, record: ProbeRecord, run: ProbeRun) -> bool:
+        """Re-validation re-accepts the probe: like a compile (workers/core/probes/compile.py),
+        only if some counterfactual of the objects it just read flips it. One that no longer
+        depends on them (or never did: stored before this check existed) is retired."""
+        assert self.probes is not None
+        if self.objects is None or run.value is None:
+            return True  # nothing to search (cannot happen: the probe gave a verdict)
+        sensitivity = check_sensitivity(record.probe, self.objects, run.value)
+        if sensitivity.sensitive:
+            return True
+        _log.info("probe_insensitive", run_id=self.request.run_id, version=record.version)
+        self.insensitive = sensitivity.reason()
+        self.probes.put(
+            record.model_copy(
+                update={
+                    "active": False,
+                    "retired_reason": f"run {self.request.run_id}: {sensitivity.reason()}",
+                }
+            )
+        )
+        return False
 
     def _model(
         self, state: RunState | None, *, count_agreement: bool = True, spent_seconds: float = 0.0

@@ -158,10 +158,23 @@ def run_probe(
     expression) must end by; bind the same instant to the backend so a lookup in flight
     ends by it too. None: no deadline (the lookups' own limits only).
     """
+    return run_probe_with_results(probe, backend, max_objects=max_objects, deadline=deadline)[0]
+
+
+def run_probe_with_results(
+    probe: ProposedProbe,
+    backend: ClusterBackend | None,
+    *,
+    max_objects: int = MAX_OBJECTS,
+    deadline: float | None = None,
+) -> tuple[ProbeRun, list[Any] | None]:
+    """:func:`run_probe`, and the (scrubbed) objects its lookups returned when it gave a
+    verdict (None otherwise): what the sensitivity check (sensitivity.py) builds its
+    counterfactuals from."""
     began = time.perf_counter()
     fields = field_paths(probe.expression)
     if backend is None:
-        return ProbeRun(error="no cluster backend to run the lookups on", fields=fields)
+        return ProbeRun(error="no cluster backend to run the lookups on", fields=fields), None
     clock = _Deadline(deadline)
     reader = _Reader(backend, max_objects, clock)
     try:
@@ -177,11 +190,11 @@ def run_probe(
         clock.check("while the expression was evaluated")
     except (ProbeFailure, CelError) as exc:
         out_of_time = isinstance(exc, ProbeOutOfTime) or clock.passed()
-        return _failed(str(exc), reader, fields, began, out_of_time=out_of_time)
+        return _failed(str(exc), reader, fields, began, out_of_time=out_of_time), None
     except Exception as exc:  # a bug or an unexpected backend fault: never a verdict
         error = f"internal error: {type(exc).__name__}: {exc}"
-        return _failed(error, reader, fields, began, out_of_time=clock.passed())
-    return ProbeRun(
+        return _failed(error, reader, fields, began, out_of_time=clock.passed()), None
+    run = ProbeRun(
         value=value,
         verdict=probe.verdict_for(value),
         objects_read=reader.count,
@@ -190,6 +203,7 @@ def run_probe(
         deciding=deciding,
         duration_seconds=round(time.perf_counter() - began, 6),
     )
+    return run, results
 
 
 def _refuse_blind(probe: ProposedProbe) -> None:
