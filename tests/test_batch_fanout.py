@@ -61,6 +61,7 @@ from assay.testing.scripted_model import ScriptedModel
 from scheduler.deferred import deferred_request
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import AssaySettings, load_settings
+from tests.cli_support import run_cli
 from tests.fleet_support import (
     PREDICATE,
     finished_report,
@@ -414,7 +415,6 @@ def assay_cli(
 ) -> Iterator[Callable[..., tuple[int, str, str]]]:
     """``assay ARGV`` in this process (so a publish batch can be made to fail) against the
     store and a separate broker -> (exit code, stdout, stderr)."""
-    from assay.cli import main
     from workers.fleet import dispatch
 
     monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
@@ -430,10 +430,7 @@ def assay_cli(
     monkeypatch.setattr(dispatch, "configured_app", quick_app)
 
     def run(*argv: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exit_info:
-            main(list(argv))
-        captured = capsys.readouterr()
-        return int(exit_info.value.code or 0), captured.out, captured.err
+        return run_cli(capsys, *argv)
 
     yield run
     structlog.reset_defaults()  # the command configured logging on the captured stderr

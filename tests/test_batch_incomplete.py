@@ -36,6 +36,7 @@ from assay.client import Client
 from assay.submission import submit_batch
 from schemas.request import SnapshotTarget, Target
 from schemas.settings import load_settings
+from tests.cli_support import run_cli
 from tests.fleet_support import (
     PREDICATE,
     ROOT,
@@ -56,16 +57,12 @@ def assay_cli(
     redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Callable[..., tuple[int, str, str]]]:
     """``assay ARGV`` in this process -> (exit code, stdout, stderr)."""
-    from assay.cli import main
 
     monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
     monkeypatch.setenv("ASSAY_BATCH_FANOUT_LEASE_SECONDS", str(LEASE))
 
     def run(*argv: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exit_info:
-            main(list(argv))
-        captured = capsys.readouterr()
-        return int(exit_info.value.code or 0), captured.out, captured.err
+        return run_cli(capsys, *argv)
 
     yield run
     structlog.reset_defaults()  # the command configured logging on the captured stderr

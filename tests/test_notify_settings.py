@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from assay.cli import main
 from schemas.notify import AlertmanagerSink, SlackSink, WebhookSink, missing_secrets
 from schemas.settings import AssaySettings, load_settings
+from tests.cli_support import run_cli as run
 
 CONFIG = """\
 notify_run_link_base: https://assay.example.com
@@ -40,13 +40,6 @@ def config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path.write_text(CONFIG)
     monkeypatch.setenv("ASSAY_CONFIG", str(path))
     return path
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    captured = capsys.readouterr()
-    return int(exit_info.value.code or 0), captured.out, captured.err
 
 
 def test_secrets_from_their_own_variables_join_the_sinks_the_file_describes(

@@ -15,9 +15,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from assay.cli import main
 from schemas.probe import ProbeLookup, ProbeOutcome, ProbeRun, ProposedProbe
 from schemas.verdict import VerdictKind
+from tests.cli_support import run_cli as run
 from tests.engine_support import PREDICATE, make_snapshot
 from workers.core.probes.export import NotExportable, export_documents
 from workers.fleet.probe_store import ProbeStore
@@ -118,13 +118,6 @@ def _store_probe(store: ProbeStore, probe: ProposedProbe = READY) -> None:
     store.save_compiled(
         CHECK, "run-1", outcome, VerdictKind.TRUE, predicate=PREDICATE, profile="fast"
     )
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    captured = capsys.readouterr()
-    return int(exit_info.value.code or 0), captured.out, captured.err
 
 
 def test_show_prints_version_probe_and_agreement(

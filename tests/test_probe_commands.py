@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 
-from assay.cli import main
 from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
 from scheduler.schedules import ScheduleStore
 from schemas.probe import ProbeLookup, ProbeOutcome, ProbeRun, ProposedProbe
 from schemas.verdict import VerdictKind
+from tests.cli_support import run_cli as run
 from tests.engine_support import PREDICATE
 from tests.live_support import new_canary, write_cluster
 from workers.fleet.probe_store import ProbeStore
@@ -30,13 +30,6 @@ READY = ProposedProbe(
     expression="has(object.status.readyReplicas) && object.status.readyReplicas >= 2",
     scope="each_object",
 )
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    captured = capsys.readouterr()
-    return int(exit_info.value.code or 0), captured.out, captured.err
 
 
 @pytest.fixture

@@ -29,7 +29,6 @@ from typing import Any
 import httpx
 import pytest
 
-from assay.cli import main
 from assay.redis_process import RedisProcess
 from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
@@ -40,6 +39,7 @@ from schemas.request import ContextTarget, EvaluationRequest, new_run_id
 from schemas.settings import AssaySettings, load_settings
 from schemas.verdict import VerdictKind
 from tests.api_support import WRITE_TOKEN, ApiServer, auth
+from tests.cli_support import run_cli
 from tests.engine_support import (
     PREDICATE,
     done,
@@ -239,11 +239,8 @@ def test_a_probe_given_no_time_reads_nothing_and_decides_nothing(tmp_path: Path)
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str, float]:
     """``assay ARGV`` in this process: exit code, stdout, stderr, seconds taken."""
     started = time.monotonic()
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    elapsed = time.monotonic() - started
-    captured = capsys.readouterr()
-    return int(exit_info.value.code or 0), captured.out, captured.err, elapsed
+    code, out, err = run_cli(capsys, *argv)
+    return code, out, err, time.monotonic() - started
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from zoneinfo import ZoneInfo
 import pytest
 import redis as redis_lib
 
-from assay.cli import main
 from scheduler.schedules import ScheduleStore
 from scheduler.when import (
     WhenError,
@@ -19,15 +18,9 @@ from scheduler.when import (
     parse_duration,
     resolve_not_before,
 )
+from tests.cli_support import run_cli as run
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    captured = capsys.readouterr()
-    return int(exit_info.value.code or 0), captured.out, captured.err
 
 
 @pytest.fixture
