@@ -133,7 +133,8 @@ def _check_broker(settings: AssaySettings) -> str:
         with Connection(
             url,
             connect_timeout=READY_TIMEOUT_SECONDS,
-            transport_options=sentinel_options(settings),  # the master's name, on Sentinel
+            # on Sentinel: the master's name, and the sentinels' own password and timeouts
+            transport_options=sentinel_options(settings, READY_TIMEOUT_SECONDS),
         ) as conn:
             conn.ensure_connection(max_retries=1, timeout=READY_TIMEOUT_SECONDS)
     except Exception as exc:

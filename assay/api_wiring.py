@@ -30,7 +30,13 @@ from schemas.request import EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule
 from workers.core import metrics
 from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
-from workers.fleet.broker import broker_url, is_redis_broker, queue_name
+from workers.fleet.broker import (
+    broker_redis,
+    broker_url,
+    is_redis_broker,
+    is_sentinel_broker,
+    queue_name,
+)
 from workers.fleet.dispatch import Dispatcher
 from workers.fleet.queue_depth import QueueDepthCollector
 from workers.fleet.redis_client import connect
@@ -64,6 +70,22 @@ def api_redis(url: str, *, fail_fast: bool = False) -> redis.Redis:
         keepalive=False,
         fail_fast=fail_fast,
     )
+
+
+def api_broker_redis(settings: AssaySettings) -> redis.Redis | None:
+    """A client on the Redis holding the broker's queue, with the API's patience; None on a
+    broker that is not Redis. On a Sentinel broker it reaches the master the sentinels name
+    now, as the lost-run sweeper does (``broker_redis``), so it follows a failover."""
+    if is_redis_broker(settings):
+        return api_redis(broker_url(settings))
+    if is_sentinel_broker(settings):
+        return broker_redis(
+            settings,
+            retries=API_REDIS_RETRIES,
+            timeout_seconds=API_REDIS_TIMEOUT_SECONDS,
+            backoff_cap_seconds=API_REDIS_BACKOFF_CAP_SECONDS,
+        )
+    return None
 
 
 def _not_configured() -> ApiError:
@@ -385,8 +407,8 @@ def register_scrape_collectors(settings: AssaySettings) -> None:
     """Queue depth (broker lists), scheduler timers and per-check verdicts, read per scrape."""
     if settings.redis_url is None:
         return
-    if is_redis_broker(settings):
-        broker = api_redis(broker_url(settings))
+    broker = api_broker_redis(settings)
+    if broker is not None:
         metrics.register_collector(
             "queue_depth",
             QueueDepthCollector(lambda: broker, queues=[queue_name(settings)]),

@@ -108,6 +108,17 @@ class AssaySettings(BaseSettings):
         description="Redis Sentinel broker (broker_url sentinel://host:port;sentinel://...): "
         "the name of the master its sentinels monitor. Required with such a broker.",
     )
+    broker_sentinel_password: SecretStr | None = Field(
+        default=None,
+        description="Redis Sentinel broker: the password of the sentinels themselves (their "
+        "requirepass), not the master's (that one goes in broker_url). Unset: the sentinels "
+        "are asked without a password.",
+    )
+    broker_sentinel_username: str | None = Field(
+        default=None,
+        description="Redis Sentinel broker: the ACL user the sentinels know the password "
+        "under (broker_sentinel_password); unset = the default user.",
+    )
     key_prefix: str = Field(default="assay", pattern=r"^[A-Za-z0-9_.-]+$")
     history_limit: int = Field(default=500, ge=1, description="Verdicts kept per check.")
     # --- probes (docs/probes.md) ---------------------------------------------------------
@@ -301,6 +312,11 @@ class AssaySettings(BaseSettings):
             raise ValueError(
                 "a Redis Sentinel broker (sentinel://) needs the name of the master its "
                 "sentinels monitor: set ASSAY_BROKER_SENTINEL_MASTER"
+            )
+        if self.broker_sentinel_username and self.broker_sentinel_password is None:
+            raise ValueError(
+                "ASSAY_BROKER_SENTINEL_USERNAME is set without its password: set "
+                "ASSAY_BROKER_SENTINEL_PASSWORD too"
             )
         return self
 

@@ -27,14 +27,25 @@ class SentinelBroker:
     master: RedisProcess
     sentinel: subprocess.Popen[bytes]
     sentinel_port: int
+    password: str | None = None  # the sentinel's own requirepass
+    username: str | None = None  # an ACL user the sentinel knows ``password`` under
 
     @property
     def url(self) -> str:
         return f"sentinel://127.0.0.1:{self.sentinel_port}/0"
 
+    def ask(self) -> redis.Redis:
+        """A client on the sentinel itself, with its own credentials."""
+        return redis.Redis(
+            port=self.sentinel_port,
+            username=self.username,
+            password=self.password,
+            decode_responses=True,
+        )
+
     def named_master_port(self) -> int | None:
         """The port of the master the sentinel names now (None before it knows one)."""
-        ask = redis.Redis(port=self.sentinel_port, decode_responses=True)
+        ask = self.ask()
         try:
             address = ask.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME)
             return int(address[1]) if address else None
@@ -49,7 +60,7 @@ class SentinelBroker:
 
     def knows_replica(self, port: int) -> bool:
         """The sentinel has seen this replica up, so it can promote it."""
-        ask = redis.Redis(port=self.sentinel_port, decode_responses=True)
+        ask = self.ask()
         try:
             replicas = ask.sentinel_slaves(MASTER_NAME)
         finally:
@@ -57,8 +68,17 @@ class SentinelBroker:
         return any(int(replica["port"]) == port and not replica["is_sdown"] for replica in replicas)
 
 
-def start_sentinel(folder: Path, master: RedisProcess) -> SentinelBroker:
-    """``redis-server --sentinel`` with a config it may rewrite (it does, on every change)."""
+def start_sentinel(
+    folder: Path,
+    master: RedisProcess,
+    password: str | None = None,
+    username: str | None = None,
+) -> SentinelBroker:
+    """``redis-server --sentinel`` with a config it may rewrite (it does, on every change).
+
+    ``password``: the sentinel's own ``requirepass``, or with ``username`` an ACL user
+    that may do anything; clients must then authenticate to the sentinel itself.
+    """
     binary = shutil.which("redis-server")
     assert binary is not None, "redis-server is not installed"
     folder.mkdir(parents=True, exist_ok=True)
@@ -73,10 +93,18 @@ def start_sentinel(folder: Path, master: RedisProcess) -> SentinelBroker:
         f"sentinel down-after-milliseconds {MASTER_NAME} 1000\n"
         f"sentinel failover-timeout {MASTER_NAME} 10000\n"
     )
+    if password is not None and username is None:
+        config.write_text(config.read_text() + f"requirepass {password}\n")
+    elif password is not None:
+        config.write_text(
+            config.read_text()
+            + "user default off\n"
+            + f"user {username} on >{password} ~* &* +@all\n"
+        )
     process = subprocess.Popen(
         [binary, str(config), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    broker = SentinelBroker(master, process, port)
+    broker = SentinelBroker(master, process, port, password, username)
     if not wait_until(lambda: broker.named_master_port() == master.port, timeout=10):
         stop_process(process)
         log = folder / "sentinel.log"
@@ -85,6 +113,15 @@ def start_sentinel(folder: Path, master: RedisProcess) -> SentinelBroker:
 
 
 def sentinel_settings(redis_url: str, broker: SentinelBroker, **fields: object) -> AssaySettings:
+    """Settings for this broker, with the sentinel's own credentials unless ``fields`` say."""
+    own: dict[str, object] = {}
+    if broker.password is not None:
+        own["broker_sentinel_password"] = broker.password
+    if broker.username is not None:
+        own["broker_sentinel_username"] = broker.username
     return load_settings(
-        redis_url=redis_url, broker_url=broker.url, broker_sentinel_master=MASTER_NAME, **fields
+        redis_url=redis_url,
+        broker_url=broker.url,
+        broker_sentinel_master=MASTER_NAME,
+        **{**own, **fields},
     )

@@ -39,6 +39,7 @@ Why these Celery settings (see docs/fleet.md, "Crash safety"):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
@@ -48,6 +49,12 @@ from kombu.transport import get_transport_cls
 from kombu.utils.url import url_to_parts
 
 from schemas.settings import AssaySettings
+from workers.fleet.redis_client import (
+    BACKOFF_CAP_SECONDS,
+    PROBE_SECONDS,
+    RETRIES,
+    SOCKET_TIMEOUT_SECONDS,
+)
 
 if TYPE_CHECKING:
     import redis
@@ -64,6 +71,8 @@ KOMBU_UNACKED_KEY = "unacked"
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _SENTINEL_SCHEME = "sentinel://"
 _SENTINEL_PORT = 26379  # kombu's SentinelTransport.default_port, for a sentinel URL without one
+# One question to one sentinel (connect, or a reply): they answer at once when they are up.
+SENTINEL_TIMEOUT_SECONDS = 3.0
 # kombu's Redis transports with the restore-on-loss fix, by the transport name kombu reads
 # off the URL's scheme (imported when a connection is first used, so sending a task does
 # not pay for it before then).
@@ -119,20 +128,55 @@ def has_visibility_timeout(settings: AssaySettings) -> bool:
     return url.startswith((*_REDIS_SCHEMES, _SENTINEL_SCHEME))
 
 
-def broker_redis(settings: AssaySettings) -> redis.Redis:
-    """A redis-py client on the Redis that holds the broker's keys (the lost-run sweeper).
+def broker_redis(
+    settings: AssaySettings,
+    *,
+    retries: int = RETRIES,
+    timeout_seconds: float = SOCKET_TIMEOUT_SECONDS,
+    backoff_cap_seconds: float = BACKOFF_CAP_SECONDS,
+) -> redis.Redis:
+    """A redis-py client on the Redis that holds the broker's keys (the lost-run sweeper,
+    the queue-depth gauge); the defaults are a worker's patience, as for ``connect``.
 
     For a Sentinel broker that is the master the sentinels name now (asked again on
     every new connection, so a failover is followed), reached as kombu's Sentinel
     transport reaches it: the URL is read by kombu itself (``FleetConnection``: every
-    ``;``-separated sentinel, the password, the database, the ``ssl_*`` query), and
-    the master is ``broker_sentinel_master``.
+    ``;``-separated sentinel, the password, the database, the ``ssl_*`` query), the
+    master is ``broker_sentinel_master``, and the sentinels are asked with their own
+    credentials (``broker_sentinel_password``, ``broker_sentinel_username``).
     """
     from workers.fleet.redis_client import connect, connect_sentinel_master
 
+    patience: dict[str, Any] = {
+        "retries": retries,
+        "timeout_seconds": timeout_seconds,
+        "backoff_cap_seconds": backoff_cap_seconds,
+    }
     url = broker_url(settings)
     if not url.startswith(_SENTINEL_SCHEME):
-        return connect(url)
+        return connect(url, **patience)
+    broker = sentinel_broker(settings)
+    return connect_sentinel_master(
+        broker.sentinels,
+        broker.master_name,
+        sentinel_options=sentinel_connection_options(settings),
+        **broker.master_options,
+        **patience,
+    )
+
+
+@dataclass(frozen=True)
+class SentinelBroker:
+    """A ``sentinel://`` broker URL as kombu reads it, with the master's name."""
+
+    sentinels: list[tuple[str, int]]
+    master_name: str
+    master_options: dict[str, Any]  # username, password, db, ssl: for the master itself
+
+
+def sentinel_broker(settings: AssaySettings) -> SentinelBroker:
+    """The sentinels, the master's name and the master's credentials of a Sentinel broker."""
+    url = broker_url(settings)
     master = settings.broker_sentinel_master
     if not master:  # the settings refuse a Sentinel broker without one
         raise FleetNotConfigured("a Sentinel broker needs ASSAY_BROKER_SENTINEL_MASTER")
@@ -142,14 +186,134 @@ def broker_redis(settings: AssaySettings) -> redis.Redis:
         for parts in map(url_to_parts, parsed.alt or [url])
         if parts.scheme == "sentinel"
     ]
-    return connect_sentinel_master(
+    return SentinelBroker(
         sentinels,
         master,
-        username=parsed.userid,
-        password=parsed.password,
-        db=_database_number(parsed.virtual_host),
-        ssl=parsed.ssl if isinstance(parsed.ssl, dict) else None,
+        {
+            "username": parsed.userid,
+            "password": parsed.password,
+            "db": _database_number(parsed.virtual_host),
+            "ssl": parsed.ssl if isinstance(parsed.ssl, dict) else None,
+        },
     )
+
+
+def is_sentinel_broker(settings: AssaySettings) -> bool:
+    """The broker is reached through Redis Sentinel (``sentinel://``)."""
+    return (settings.broker_url or settings.redis_url or "").startswith(_SENTINEL_SCHEME)
+
+
+def require_broker_reachable(
+    settings: AssaySettings, timeout_seconds: float = PROBE_SECONDS
+) -> None:
+    """Raise ``RedisUnreachable`` within seconds when a Sentinel broker cannot take a message.
+
+    For callers a person waits on (``Dispatcher.from_settings(fail_fast=True)``), as
+    ``require_reachable`` is for a Redis URL: one question to each sentinel in turn (no
+    retries, ``timeout_seconds`` each) until one names the master, then one PING to that
+    master. Otherwise the first publish would sit out kombu's connection and publish
+    retries (half a minute against a closed port, minutes against a silent one). The
+    message says which sentinel or master said what, and which setting to fix; it never
+    repeats a password.
+    """
+    from workers.fleet.redis_client import RedisUnreachable
+
+    found = _sentinel_problem(settings, timeout_seconds)
+    if found is not None:
+        problem, remedy = found
+        raise RedisUnreachable(broker_url(settings), problem, ("the fleet's broker", remedy))
+
+
+_FIX_URL = "start it or fix ASSAY_BROKER_URL"
+
+
+def _sentinel_problem(settings: AssaySettings, timeout_seconds: float) -> tuple[str, str] | None:
+    """None when a sentinel names a master that answers PING; else (what, what to do)."""
+    import redis as redis_lib
+
+    broker = sentinel_broker(settings)
+    options = sentinel_connection_options(settings, timeout_seconds)
+    problems: list[str] = []
+    remedy = _FIX_URL
+    address: tuple[str, int] | None = None
+    for host, port in broker.sentinels:
+        where = f"sentinel {host}:{port}"
+        ask = redis_lib.Redis(host=host, port=port, **options)
+        try:
+            state = ask.sentinel_master(broker.master_name)
+        except redis_lib.exceptions.AuthenticationError as exc:
+            problems.append(_refused(where, exc, settings.broker_sentinel_password is not None))
+            remedy = (
+                "set ASSAY_BROKER_SENTINEL_PASSWORD (and ASSAY_BROKER_SENTINEL_USERNAME for an "
+                "ACL user) to what the sentinels require, not the master's password"
+            )
+            continue
+        except redis_lib.exceptions.ResponseError as exc:  # "No such master with that name"
+            problems.append(f"{where}: {_first_line(exc)}")
+            remedy = "fix ASSAY_BROKER_SENTINEL_MASTER to the name the sentinels monitor"
+            continue
+        except redis_lib.exceptions.RedisError as exc:
+            problems.append(f"{where}: {_first_line(exc)}")
+            continue
+        finally:
+            ask.close()
+        if not isinstance(state, dict):  # redis-py parses SENTINEL MASTER into a dict
+            problems.append(f"{where}: an unexpected reply to SENTINEL MASTER")
+            continue
+        named = f"master {broker.master_name!r} at {state['ip']}:{state['port']}"
+        if not state.get("is_master") or state.get("is_sdown") or state.get("is_odown"):
+            problems.append(f"{where} reports {named} down")
+            continue
+        address = (str(state["ip"]), int(state["port"]))
+        break
+    if address is None:
+        return "; ".join(problems) or "no sentinel in the URL", remedy
+    return _master_problem(broker, address, timeout_seconds)
+
+
+def _master_problem(
+    broker: SentinelBroker, address: tuple[str, int], timeout_seconds: float
+) -> tuple[str, str] | None:
+    import redis as redis_lib
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    options = dict(broker.master_options)
+    ssl = options.pop("ssl", None)
+    tls = {"ssl": True, **ssl} if ssl else {}
+    client = redis_lib.Redis(
+        host=address[0],
+        port=address[1],
+        socket_timeout=timeout_seconds,
+        socket_connect_timeout=timeout_seconds,
+        retry=Retry(NoBackoff(), 0),
+        **options,
+        **tls,
+    )
+    where = f"master {broker.master_name!r} at {address[0]}:{address[1]}, named by the sentinels,"
+    try:
+        client.ping()
+    except redis_lib.exceptions.AuthenticationError as exc:
+        return (
+            _refused(where, exc, broker.master_options.get("password") is not None),
+            "fix the master's password in ASSAY_BROKER_URL (sentinel://:PASSWORD@host:port)",
+        )
+    except redis_lib.exceptions.RedisError as exc:
+        return f"{where} did not answer: {_first_line(exc)}", _FIX_URL
+    finally:
+        client.close()
+    return None
+
+
+def _refused(where: str, exc: Exception, had_password: bool) -> str:
+    if had_password:  # WRONGPASS, or AUTH where no password is set: the server's words
+        return f"{where} refused the password ({_first_line(exc)})"
+    return f"{where} requires a password"  # NOAUTH, or redis-py's HELLO refused
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _database_number(virtual_host: str | None) -> int:
@@ -182,10 +346,46 @@ class FleetAMQP(AMQP):
     Connection = FleetConnection
 
 
-def sentinel_options(settings: AssaySettings) -> dict[str, Any]:
-    """The kombu transport options a ``sentinel://`` connection cannot do without."""
+def sentinel_connection_options(
+    settings: AssaySettings, timeout_seconds: float = SENTINEL_TIMEOUT_SECONDS
+) -> dict[str, Any]:
+    """redis-py options for connections to the sentinels themselves (not to the master).
+
+    Their own credentials (a sentinel's ``requirepass`` or ACL user is not the master's),
+    short timeouts, and no retries of their own: a sentinel answers one small question
+    at once or not at all, and whoever asked (kombu's connection retries, the sweeper's
+    client) asks again, so a dead or silent sentinel costs seconds, not minutes
+    (redis-py's default for these connections, without ``sentinel_kwargs``, is the
+    master's 30-second socket timeout, retried three times inside each of three retries).
+    """
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    options: dict[str, Any] = {
+        "socket_timeout": timeout_seconds,
+        "socket_connect_timeout": timeout_seconds,
+        "socket_keepalive": True,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if settings.broker_sentinel_password is not None:
+        options["password"] = settings.broker_sentinel_password.get_secret_value()
+        if settings.broker_sentinel_username:
+            options["username"] = settings.broker_sentinel_username
+    return options
+
+
+def sentinel_options(
+    settings: AssaySettings, timeout_seconds: float = SENTINEL_TIMEOUT_SECONDS
+) -> dict[str, Any]:
+    """The kombu transport options of a ``sentinel://`` connection: the master's name, and
+    how to talk to the sentinels (``sentinel_kwargs``: :func:`sentinel_connection_options`)."""
     master = settings.broker_sentinel_master
-    return {"master_name": master} if master else {}
+    if not master:
+        return {}
+    return {
+        "master_name": master,
+        "sentinel_kwargs": sentinel_connection_options(settings, timeout_seconds),
+    }
 
 
 def _transport_options(settings: AssaySettings) -> dict[str, Any]:

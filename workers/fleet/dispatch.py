@@ -14,6 +14,7 @@ copies of one fire run once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,9 @@ from workers.fleet.broker import (
     configured_app,
     has_visibility_timeout,
     is_redis_url,
+    is_sentinel_broker,
     queue_name,
+    require_broker_reachable,
 )
 from workers.fleet.redis_client import FLEET_BROKER, require_reachable, shown_url
 from workers.fleet.store import VerdictStore
@@ -101,6 +104,15 @@ def resend_clause(settings: AssaySettings) -> str | None:
 
 NOT_RESENT = "this broker's lost messages are not sent again"
 
+# redis-py names each sentinel that failed a master lookup by its client's repr: three
+# nested reprs and every connection option, some 900 characters a sentinel.
+_SENTINEL_REPR = re.compile(r"<redis\.client\.Redis\(.*?\bhost=([^,]+),port=(\d+),.*?\)>\)>\)>")
+
+
+def compact_problem(problem: str) -> str:
+    """A broker error for a person: a sentinel named ``sentinel HOST:PORT``, not its repr."""
+    return _SENTINEL_REPR.sub(r"sentinel \1:\2", problem)
+
 
 class Dispatcher:
     """Queues evaluation requests on the fleet's broker."""
@@ -118,11 +130,15 @@ class Dispatcher:
         """The fleet's dispatcher. ``fail_fast`` is for callers a person waits on (CLI,
         ``assay.Client``, the API), like ``connect(url, fail_fast=True)`` for the store: a
         separate Redis broker that does not answer raises ``RedisUnreachable`` at once,
-        instead of the first publish sitting out half a minute of retries."""
+        instead of the first publish sitting out half a minute of retries; so does a
+        Sentinel broker whose sentinels or master do not answer, or refuse the
+        credentials (``require_broker_reachable``). Both before any run is registered."""
         if fail_fast:
             broker = broker_url(settings)
             if broker != settings.redis_url and is_redis_url(broker):
                 require_reachable(broker, role=FLEET_BROKER)
+            elif is_sentinel_broker(settings):
+                require_broker_reachable(settings)
         return cls(configured_app(settings), store, settings)
 
     def submit(
@@ -186,7 +202,7 @@ class Dispatcher:
             subject,
             outcome,
             broker=shown_url(broker_url(self.settings)),
-            problem=str(error) or type(error).__name__,
+            problem=compact_problem(str(error)) or type(error).__name__,
         )
 
     def send(

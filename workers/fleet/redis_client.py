@@ -199,28 +199,38 @@ def connect_sentinel_master(
     sentinels: Sequence[tuple[str, int]],
     master_name: str,
     *,
+    sentinel_options: Mapping[str, Any] | None = None,
     username: str | None = None,
     password: str | None = None,
     db: int = 0,
     ssl: Mapping[str, Any] | None = None,
     retries: int = RETRIES,
     timeout_seconds: float = SOCKET_TIMEOUT_SECONDS,
+    backoff_cap_seconds: float = BACKOFF_CAP_SECONDS,
 ) -> redis.Redis:
     """A client like :func:`connect`'s to whichever server ``sentinels`` call ``master_name``.
 
     The address is asked of the sentinels each time a connection is opened, and a
     connection that failed is retried (reopened) like any other, so after a failover
-    the client's commands reach the new master. The sentinels themselves are asked
-    without password or TLS, and the master with them (``ssl``: the ``ssl_*`` options
-    of redis-py's connections), as kombu's Sentinel transport does.
+    the client's commands reach the new master. ``sentinel_options`` are the redis-py
+    options of the connections to the sentinels themselves (their own password, their
+    timeouts: ``workers.fleet.broker.sentinel_connection_options``), as kombu's
+    ``sentinel_kwargs``; without them the sentinels are asked without a password with
+    this client's timeouts. The sentinels are asked without TLS, the master with the
+    ``ssl_*`` options of redis-py's connections in ``ssl``, as kombu's Sentinel
+    transport does.
     """
     from redis.sentinel import Sentinel
 
-    options = _riding_out_blips(retries, timeout_seconds, BACKOFF_CAP_SECONDS, keepalive=True)
+    options = _riding_out_blips(retries, timeout_seconds, backoff_cap_seconds, keepalive=True)
     sentinel = Sentinel(
         list(sentinels),
-        socket_timeout=options["socket_timeout"],
-        socket_connect_timeout=options["socket_connect_timeout"],
+        sentinel_kwargs=dict(sentinel_options)
+        if sentinel_options is not None
+        else {
+            "socket_timeout": options["socket_timeout"],
+            "socket_connect_timeout": options["socket_connect_timeout"],
+        },
     )
     tls = {"ssl": True, **ssl} if ssl else {}
     return sentinel.master_for(
