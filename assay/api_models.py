@@ -46,6 +46,26 @@ class ErrorBody(_Body):
     error: ErrorDetail
 
 
+# The error answers each kind of endpoint documents (its OpenAPI ``responses``).
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Missing or invalid bearer token."},
+}
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    **AUTH_ERRORS,
+    422: {"model": ErrorBody, "description": "A parameter failed validation."},
+    503: {"model": ErrorBody, "description": "Redis is unreachable."},
+}
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **READ_ERRORS,
+    400: {"model": ErrorBody, "description": "The body is not valid JSON."},
+    403: {"model": ErrorBody, "description": "The token may only read."},
+    413: {"model": ErrorBody, "description": "The body is larger than the limit."},
+}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No such id."}
+}
+
+
 class EvaluationSubmission(_Body):
     """One evaluation to queue: a check (true/false) or a query (findings)."""
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
-from assay.api_models import ErrorBody, ProbeTest, ProbeView
+from assay.api_models import READ_ERRORS, WRITE_ERRORS, ErrorBody, ProbeTest, ProbeView
 from assay.api_wiring import Services
 from schemas import ids
 from schemas.probe import ProbeRecord, ProbeRun
@@ -23,12 +23,11 @@ from workers.fleet.probe_store import ProbeStore
 
 router = APIRouter(prefix="/v1")
 CheckId = Annotated[ids.CheckId, Path(description="A check id.")]
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody, "description": "Missing or invalid bearer token."},
+_NO_PROBE: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "The check has no probe."},
-    422: {"model": ErrorBody, "description": "A parameter failed validation."},
-    503: {"model": ErrorBody, "description": "Redis is unreachable."},
 }
+_READ = {**READ_ERRORS, **_NO_PROBE}
+_WRITE = {**WRITE_ERRORS, **_NO_PROBE}  # a body, and a token that may write
 
 
 def _probes(request: Request) -> tuple[Services, ProbeStore]:
@@ -48,7 +47,7 @@ def _record(store: ProbeStore, check_id: str) -> ProbeRecord:
 
 
 @router.get("/checks/{check_id}/probe", response_model=ProbeView, tags=["probes"],
-            responses=_ERRORS)  # fmt: skip
+            responses=_READ)  # fmt: skip
 def get_probe(check_id: CheckId, request: Request, scope: ReadAccess) -> ProbeView:
     """The check's current probe, its agreement history and its versions."""
     _, store = _probes(request)
@@ -57,7 +56,7 @@ def get_probe(check_id: CheckId, request: Request, scope: ReadAccess) -> ProbeVi
     return ProbeView(probe=record, agreement=store.agreement(check_id), versions=versions)
 
 
-@router.delete("/checks/{check_id}/probe", status_code=204, tags=["probes"], responses=_ERRORS)
+@router.delete("/checks/{check_id}/probe", status_code=204, tags=["probes"], responses=_WRITE)
 def drop_probe(check_id: CheckId, request: Request, scope: WriteAccess) -> Response:
     """Forget the check's probe, its versions and its history."""
     _, store = _probes(request)
@@ -69,7 +68,7 @@ def drop_probe(check_id: CheckId, request: Request, scope: WriteAccess) -> Respo
 @router.get(
     "/checks/{check_id}/probe/export",
     tags=["probes"],
-    responses={**_ERRORS, 200: {"content": {"application/yaml": {}}}},
+    responses={**_READ, 200: {"content": {"application/yaml": {}}}},
 )
 def export_probe(
     check_id: CheckId,
@@ -91,7 +90,7 @@ def export_probe(
 
 
 @router.post("/checks/{check_id}/probe/test", response_model=ProbeRun, tags=["probes"],
-             responses=_ERRORS)  # fmt: skip
+             responses=_WRITE)  # fmt: skip
 def test_probe(
     check_id: CheckId, body: ProbeTest, request: Request, scope: WriteAccess
 ) -> ProbeRun:

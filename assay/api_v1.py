@@ -19,6 +19,9 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
 from assay.api_models import (
+    NOT_FOUND,
+    READ_ERRORS,
+    WRITE_ERRORS,
     BatchResults,
     BatchSubmission,
     ChangeList,
@@ -38,24 +41,6 @@ from schemas.fleet import BatchStatus, SubmitReceipt
 from schemas.verdict import Verdict, VerdictKind
 
 _log = structlog.get_logger("assay.api")
-
-_AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody, "description": "Missing or invalid bearer token."},
-}
-_READ_ERRORS: dict[int | str, dict[str, Any]] = {
-    **_AUTH_ERRORS,
-    422: {"model": ErrorBody, "description": "A parameter failed validation."},
-    503: {"model": ErrorBody, "description": "Redis is unreachable."},
-}
-_WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
-    **_READ_ERRORS,
-    400: {"model": ErrorBody, "description": "The body is not valid JSON."},
-    403: {"model": ErrorBody, "description": "The token may only read."},
-    413: {"model": ErrorBody, "description": "The body is larger than the limit."},
-}
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "No such id."}
-}
 
 router = APIRouter(prefix="/v1")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -129,7 +114,7 @@ def _refuse_kubeconfig(target: Any) -> None:
     status_code=202,
     response_model=SubmitReceipt,
     tags=["evaluations"],
-    responses=_WRITE_ERRORS,
+    responses=WRITE_ERRORS,
 )
 def submit_evaluation(
     body: EvaluationSubmission, request: Request, scope: WriteAccess
@@ -147,7 +132,7 @@ def submit_evaluation(
     "/runs/{run_id}",
     response_model=RunView,
     tags=["evaluations"],
-    responses={**_READ_ERRORS, **_NOT_FOUND},
+    responses={**READ_ERRORS, **NOT_FOUND},
 )
 def get_run(run_id: RunId, request: Request, scope: ReadAccess) -> RunView:
     """A run's status, and its verdict and step-by-step report once they exist."""
@@ -164,7 +149,7 @@ def get_run(run_id: RunId, request: Request, scope: ReadAccess) -> RunView:
 # --- checks -------------------------------------------------------------------------------------
 
 
-@router.get("/checks", response_model=CheckList, tags=["checks"], responses=_READ_ERRORS)
+@router.get("/checks", response_model=CheckList, tags=["checks"], responses=READ_ERRORS)
 def list_checks(
     request: Request,
     scope: ReadAccess,
@@ -196,7 +181,7 @@ def list_checks(
     return CheckList(checks=rows)
 
 
-@router.get("/changes", response_model=ChangeList, tags=["checks"], responses=_READ_ERRORS)
+@router.get("/changes", response_model=ChangeList, tags=["checks"], responses=READ_ERRORS)
 def list_changes(
     request: Request,
     scope: ReadAccess,
@@ -219,7 +204,7 @@ def list_changes(
     "/checks/{check_id}",
     response_model=Verdict,
     tags=["checks"],
-    responses={**_READ_ERRORS, **_NOT_FOUND},
+    responses={**READ_ERRORS, **NOT_FOUND},
 )
 def get_check(check_id: CheckId, request: Request, scope: ReadAccess) -> Verdict:
     """The check's latest verdict."""
@@ -239,7 +224,7 @@ def get_check(check_id: CheckId, request: Request, scope: ReadAccess) -> Verdict
     "/checks/{check_id}/history",
     response_model=VerdictHistory,
     tags=["checks"],
-    responses={**_READ_ERRORS, **_NOT_FOUND},
+    responses={**READ_ERRORS, **NOT_FOUND},
 )
 def get_check_history(
     check_id: CheckId,
@@ -263,7 +248,7 @@ def get_check_history(
     status_code=202,
     response_model=BatchStatus,
     tags=["batches"],
-    responses=_WRITE_ERRORS,
+    responses=WRITE_ERRORS,
 )
 def start_batch(body: BatchSubmission, request: Request, scope: WriteAccess) -> BatchStatus:
     """Fan one predicate out over the listed targets; read the tally at ``/v1/batches/{id}``."""
@@ -279,7 +264,7 @@ def start_batch(body: BatchSubmission, request: Request, scope: WriteAccess) -> 
     "/batches/{batch_id}",
     response_model=BatchStatus,
     tags=["batches"],
-    responses={**_READ_ERRORS, **_NOT_FOUND},
+    responses={**READ_ERRORS, **NOT_FOUND},
 )
 def get_batch(batch_id: BatchId, request: Request, scope: ReadAccess) -> BatchStatus:
     """The batch's live tally (pending / true / false / poorly posed / cannot determine)."""
@@ -298,7 +283,7 @@ def get_batch(batch_id: BatchId, request: Request, scope: ReadAccess) -> BatchSt
     "/batches/{batch_id}/results",
     response_model=BatchResults,
     tags=["batches"],
-    responses={**_READ_ERRORS, **_NOT_FOUND},
+    responses={**READ_ERRORS, **NOT_FOUND},
 )
 def get_batch_results(
     batch_id: BatchId,
@@ -332,7 +317,7 @@ def _schedule_or_404(request: Request, schedule_id: str) -> ScheduleView:
     status_code=201,
     response_model=ScheduleView,
     tags=["schedules"],
-    responses={**_WRITE_ERRORS, 409: {"model": ErrorBody, "description": "The id is taken."}},
+    responses={**WRITE_ERRORS, 409: {"model": ErrorBody, "description": "The id is taken."}},
 )
 def create_schedule(body: ScheduleCreate, request: Request, scope: WriteAccess) -> ScheduleView:
     """Create a schedule; it fires from its next instant on, with no restart."""
@@ -342,7 +327,7 @@ def create_schedule(body: ScheduleCreate, request: Request, scope: WriteAccess) 
     return schedule
 
 
-@router.get("/schedules", response_model=ScheduleList, tags=["schedules"], responses=_READ_ERRORS)
+@router.get("/schedules", response_model=ScheduleList, tags=["schedules"], responses=READ_ERRORS)
 def list_schedules(request: Request, scope: ReadAccess) -> ScheduleList:
     """Every schedule, paused ones included."""
     return ScheduleList(schedules=_services(request).list_schedules())
@@ -352,7 +337,7 @@ def list_schedules(request: Request, scope: ReadAccess) -> ScheduleList:
     "/schedules/{schedule_id}",
     response_model=ScheduleView,
     tags=["schedules"],
-    responses={**_READ_ERRORS, **_NOT_FOUND},
+    responses={**READ_ERRORS, **NOT_FOUND},
 )
 def get_schedule(schedule_id: ScheduleId, request: Request, scope: ReadAccess) -> ScheduleView:
     """One schedule, with its last fire."""
@@ -364,7 +349,7 @@ def get_schedule(schedule_id: ScheduleId, request: Request, scope: ReadAccess) -
     "/schedules/{schedule_id}",
     response_model=ScheduleView,
     tags=["schedules"],
-    responses={**_WRITE_ERRORS, **_NOT_FOUND},
+    responses={**WRITE_ERRORS, **NOT_FOUND},
 )
 def update_schedule(
     schedule_id: ScheduleId, body: ScheduleUpdate, request: Request, scope: WriteAccess
@@ -381,7 +366,7 @@ def update_schedule(
     "/schedules/{schedule_id}/pause",
     response_model=ScheduleView,
     tags=["schedules"],
-    responses={**_WRITE_ERRORS, **_NOT_FOUND},
+    responses={**WRITE_ERRORS, **NOT_FOUND},
 )
 def pause_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAccess) -> ScheduleView:
     """Stop firing until resumed (pausing a paused schedule changes nothing)."""
@@ -394,7 +379,7 @@ def pause_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAccess
     "/schedules/{schedule_id}/resume",
     response_model=ScheduleView,
     tags=["schedules"],
-    responses={**_WRITE_ERRORS, **_NOT_FOUND},
+    responses={**WRITE_ERRORS, **NOT_FOUND},
 )
 def resume_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAccess) -> ScheduleView:
     """Fire again from the next instant (missed instants follow the misfire policy)."""
@@ -408,7 +393,7 @@ def resume_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAcces
     status_code=204,
     response_class=Response,
     tags=["schedules"],
-    responses={**_WRITE_ERRORS, **_NOT_FOUND},
+    responses={**WRITE_ERRORS, **NOT_FOUND},
 )
 def delete_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAccess) -> Response:
     """Remove a schedule; runs it already queued still finish."""

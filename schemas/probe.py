@@ -157,9 +157,16 @@ class ProbeRecord(_Strict):
         "fresh-context confirmation does not answer a strict run.",
     )
 
+    sensitivity_checked: bool = Field(
+        default=False,
+        description="Accepted after the engine found objects under which it gives the other "
+        "verdict (its value depends on what it reads). False: stored before that check "
+        "existed, so it answers none until the model compiles the check again.",
+    )
+
     def answers(self, text: str, profile: ProfileName) -> bool:
         """Whether this probe may answer ``text`` under ``profile`` in place of the model."""
-        if self.predicate is None or self.profile is None:
+        if self.predicate is None or self.profile is None or not self.sensitivity_checked:
             return False
         if self.predicate != normalised_predicate(text):
             return False

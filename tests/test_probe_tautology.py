@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from schemas.probe import ProbeOutcome, ProbeRun, ProposedProbe
+from schemas.probe import ProbeOutcome, ProbeRecord, ProbeRun, ProposedProbe
 from schemas.verdict import VerdictKind
 from tests.engine_support import get_deployments, make_snapshot, request_for, run, script
 from tests.engine_support import scripted as scripted_model
@@ -222,3 +222,32 @@ def test_revalidation_retires_a_stored_tautology(tmp_path: Path, probes: ProbeSt
 
 def test_the_listing_helpers_are_what_the_other_tests_use() -> None:
     assert probe()["lookups"] == [LIST_PROD]
+
+
+def test_a_probe_stored_before_the_sensitivity_check_answers_nothing(
+    tmp_path: Path, probes: ProbeStore
+) -> None:
+    """A tautology accepted by an older assay, validated a minute ago: it must not keep the
+    check true until its next re-validation (up to 96 runs or 24 h). It answers no run;
+    the model is asked (and compiles the check again)."""
+    snap = _snapshot(tmp_path / "snap")
+    tautology = ProposedProbe.model_validate(probe("size(results[0]) >= 0", scope="results"))
+    outcome = ProbeOutcome(
+        status="accepted",
+        reason="accepted before the sensitivity check",
+        probe=tautology,
+        run=ProbeRun(value=True, verdict=VerdictKind.TRUE),
+    )
+    request = request_for(snap)
+    record = probes.save_compiled(
+        "chk-ready", "run-legacy", outcome, VerdictKind.TRUE,
+        predicate=request.text, profile=request.profile,
+    )  # fmt: skip
+    legacy = record.model_dump(mode="json")
+    legacy.pop("sensitivity_checked", None)  # as an older assay stored it
+    probes.put(ProbeRecord.model_validate(legacy))
+    _changed_to_false(snap)
+    after, calls = _check(snap, probes, MODEL_FALSE, probe="auto")
+    assert calls == 2  # the model was asked
+    assert after.verdict is not None and after.verdict.verdict == VerdictKind.FALSE
+    assert after.verdict.source == "model"

@@ -230,6 +230,7 @@ class ProbeStore:
             agreements=1,
             predicate=normalised_predicate(predicate),
             profile=profile,
+            sensitivity_checked=True,  # judge() accepts only a probe that passed it
         )
         entry = AgreementEntry(
             run_id=run_id,
