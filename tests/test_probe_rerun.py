@@ -7,11 +7,13 @@ Real redis-server (tests/conftest.py), real snapshot backend, the scripted model
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from schemas.budget import Budget
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest, new_run_id
 from schemas.settings import AssaySettings, load_settings
@@ -21,6 +23,7 @@ from tests.engine_support import scripted as scripted_model
 from tests.probe_support import done_with_probe, probe
 from workers.core.engine import EngineDeps
 from workers.core.llm import load_litellm
+from workers.fleet import probe_rerun
 from workers.fleet.probe_rerun import evaluate_check
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
@@ -357,3 +360,23 @@ def test_a_probe_whose_verdict_did_not_stand_is_not_stored(
     again, calls = _check(snap, probes, MODEL_FALSE, profile="strict")
     assert calls == 2 and again.verdict is not None
     assert again.verdict.verdict == VerdictKind.FALSE and again.verdict.source == "model"
+
+
+def test_a_bug_in_the_probe_path_leaves_the_model_only_the_rest_of_the_budget(
+    snapshot: Path, probes: ProbeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe path spends 1.5 s of a 2.5 s budget, then fails on a bug: the model (1 s a
+    reply, two replies) cannot answer in what is left. Before: it got a fresh 2.5 s and the
+    run answered true after about 3.5 s of its 2.5 s budget."""
+
+    def broken(self: object, state: object) -> RunReport:
+        time.sleep(1.5)
+        raise RuntimeError("a bug in the probe path")
+
+    monkeypatch.setattr(probe_rerun._Rerun, "execute", broken)
+    slow_true = script(get_deployments(), done("true", 0), delay=1.0)
+    report, _ = _check(snapshot, probes, slow_true, budget=Budget(timeout_seconds=2.5))
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert verdict.budget_exhausted == "deadline"
+    assert report.request.budget.timeout_seconds == 2.5

@@ -73,14 +73,19 @@ def evaluate_check(
     probes: ProbeStore | None,
     state: RunState | None = None,
 ) -> RunReport:
-    """One run of ``request``: by probe when it can, by the model otherwise. Never raises."""
+    """One run of ``request``: by probe when it can, by the model otherwise. Never raises.
+
+    A bug in the probe path falls back to the model (``auto``) with what is left of the
+    run's time budget, as any other fallback does: the time the probe path took is spent.
+    """
+    began = time.monotonic()
     try:
         return _Rerun(request, deps, probes).execute(state)
     except Exception as exc:  # the probe path must not turn a bug into a verdict
         _log.error("probe_path_failed", run_id=request.run_id, error=repr(exc))
         if request.probe == "only":
             return _cannot_determine(request, deps, f"internal error in the probe path: {exc!r}")
-        return evaluate(request, deps, state=state)
+        return evaluate(request, deps, state=state, spent_seconds=time.monotonic() - began)
 
 
 class _Rerun:
