@@ -53,14 +53,7 @@ def redis_url(redis_server: RedisProcess) -> Iterator[str]:
 @pytest.fixture
 def sentinel_broker(tmp_path: Path) -> Iterator[SentinelBroker]:
     """A redis-server for the broker with a real sentinel watching it (``sentinel://``)."""
-    from tests.sentinel_support import start_sentinel
+    from tests.sentinel_support import watched_broker
 
-    master = RedisProcess(data_dir=tmp_path / "broker").start()
-    try:
-        broker = start_sentinel(tmp_path / "sentinel", master)
-        try:
-            yield broker
-        finally:
-            broker.stop()
-    finally:
-        master.stop()
+    with watched_broker(tmp_path) as broker:
+        yield broker

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +112,27 @@ def start_sentinel(
         log = folder / "sentinel.log"
         raise RuntimeError(f"the sentinel did not start: {log.read_text()[-2000:]}")
     return broker
+
+
+SENTINEL_PASSWORD = "sentinel-only-s3cret"
+SENTINEL_USER = "assay-ops"
+
+
+@contextmanager
+def watched_broker(folder: Path, kind: str = "open") -> Iterator[SentinelBroker]:
+    """The broker's redis-server (no password of its own) watched by a sentinel that
+    wants no password (``open``), its ``requirepass``, or an ACL user's password."""
+    password = None if kind == "open" else SENTINEL_PASSWORD
+    username = SENTINEL_USER if kind == "acl-user" else None
+    master = RedisProcess(data_dir=folder / "broker").start()
+    try:
+        broker = start_sentinel(folder / "sentinel", master, password, username)
+        try:
+            yield broker
+        finally:
+            broker.stop()
+    finally:
+        master.stop()
 
 
 def sentinel_settings(redis_url: str, broker: SentinelBroker, **fields: object) -> AssaySettings:

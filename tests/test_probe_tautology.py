@@ -188,22 +188,28 @@ def test_a_legit_probe_is_still_rerun_for_zero_tokens(tmp_path: Path, probes: Pr
     assert calls == 0 and again.verdict is not None and again.verdict.source == "probe"
 
 
-def test_revalidation_retires_a_stored_tautology(tmp_path: Path, probes: ProbeStore) -> None:
-    """A probe stored before the check existed (or whatever put it there): when re-validation
-    comes and the model agrees, the probe is re-accepted only if it depends on the objects."""
-    snap = _snapshot(tmp_path / "snap")
+def _stored_tautology(probes: ProbeStore, snap: Path) -> ProbeRecord:
+    """``size(results[0]) >= 0`` stored as the check's probe, as if accepted before the
+    sensitivity check (or put there by whatever else)."""
     tautology = ProposedProbe.model_validate(probe("size(results[0]) >= 0", scope="results"))
     outcome = ProbeOutcome(
         status="accepted",
-        reason="stored before the sensitivity check",
+        reason="accepted before the sensitivity check",
         probe=tautology,
         run=ProbeRun(value=True, verdict=VerdictKind.TRUE),
     )
     request = request_for(snap)
-    record = probes.save_compiled(
+    return probes.save_compiled(
         "chk-ready", "run-legacy", outcome, VerdictKind.TRUE,
         predicate=request.text, profile=request.profile,
     )  # fmt: skip
+
+
+def test_revalidation_retires_a_stored_tautology(tmp_path: Path, probes: ProbeStore) -> None:
+    """A probe stored before the check existed (or whatever put it there): when re-validation
+    comes and the model agrees, the probe is re-accepted only if it depends on the objects."""
+    snap = _snapshot(tmp_path / "snap")
+    record = _stored_tautology(probes, snap)
     probes.put(record.model_copy(update={"last_validated_at": datetime(2020, 1, 1, tzinfo=UTC)}))
     report, calls = _check(snap, probes, MODEL_TRUE)  # re-validation is due; the model agrees
     assert calls == 2 and report.verdict is not None
@@ -231,18 +237,7 @@ def test_a_probe_stored_before_the_sensitivity_check_answers_nothing(
     check true until its next re-validation (up to 96 runs or 24 h). It answers no run;
     the model is asked (and compiles the check again)."""
     snap = _snapshot(tmp_path / "snap")
-    tautology = ProposedProbe.model_validate(probe("size(results[0]) >= 0", scope="results"))
-    outcome = ProbeOutcome(
-        status="accepted",
-        reason="accepted before the sensitivity check",
-        probe=tautology,
-        run=ProbeRun(value=True, verdict=VerdictKind.TRUE),
-    )
-    request = request_for(snap)
-    record = probes.save_compiled(
-        "chk-ready", "run-legacy", outcome, VerdictKind.TRUE,
-        predicate=request.text, profile=request.profile,
-    )  # fmt: skip
+    record = _stored_tautology(probes, snap)
     legacy = record.model_dump(mode="json")
     legacy.pop("sensitivity_checked", None)  # as an older assay stored it
     probes.put(ProbeRecord.model_validate(legacy))

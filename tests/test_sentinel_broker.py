@@ -21,7 +21,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -45,7 +44,13 @@ from tests.fleet_support import (
     three_step_script,
     worker_log_tail,
 )
-from tests.sentinel_support import MASTER_NAME, SentinelBroker, sentinel_settings, start_sentinel
+from tests.sentinel_support import (
+    MASTER_NAME,
+    SENTINEL_PASSWORD,
+    SentinelBroker,
+    sentinel_settings,
+    watched_broker,
+)
 from workers.fleet.broker import broker_redis, configured_app, queue_name
 from workers.fleet.dispatch import Dispatcher, RunsNotSent
 from workers.fleet.redis_client import RedisUnreachable
@@ -53,26 +58,7 @@ from workers.fleet.store import VerdictStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-SENTINEL_PASSWORD = "sentinel-only-s3cret"
-SENTINEL_USER = "assay-ops"
 PROD_EU = str(ROOT / "examples" / "snapshots" / "prod-eu")
-
-
-@contextmanager
-def watched_broker(folder: Path, kind: str) -> Iterator[SentinelBroker]:
-    """The broker's redis-server (no password of its own) watched by a sentinel that
-    wants no password (``open``), its ``requirepass``, or an ACL user's password."""
-    password = None if kind == "open" else SENTINEL_PASSWORD
-    username = SENTINEL_USER if kind == "acl-user" else None
-    master = RedisProcess(data_dir=folder / "broker").start()
-    try:
-        broker = start_sentinel(folder / "sentinel", master, password, username)
-        try:
-            yield broker
-        finally:
-            broker.stop()
-    finally:
-        master.stop()
 
 
 @pytest.fixture(params=["requirepass", "acl-user"])
