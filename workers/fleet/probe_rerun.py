@@ -98,7 +98,6 @@ class _Rerun:
         self.settings = deps.settings
         self.compile_claim: CompileClaim | None = None  # while this run holds the claim
         self.objects: list[Any] | None = None  # what the probe read, for the sensitivity check
-        self.insensitive: str | None = None  # why re-validation retired the probe
         # The time budget the model path would have (request > settings > profile).
         self.timeout_seconds = effective_budget(request, deps.settings).timeout_seconds
         # The monotonic instant the run's time budget ends, set when the probe starts: a
@@ -384,10 +383,11 @@ class _Rerun:
             why=why,
         )
         current = self.probes.current(record.check_id)
+        insensitive: str | None = None  # why re-validation retired the probe
         if current is not None and current.version == record.version:
             current = self.probes.record_agreement(current, entry)
-            if agreed and not self._still_sensitive(current, run):
-                agreed = False  # retired: the run's verdict is the model's alone
+            insensitive = self._retired_as_insensitive(current, run) if agreed else None
+            agreed = agreed and insensitive is None  # retired: the verdict is the model's alone
         else:  # the model compiled a newer version meanwhile: keep the comparison on record
             self.probes.push_entry(record.check_id, entry)
         if agreed:
@@ -399,33 +399,31 @@ class _Rerun:
         if report.probe is not None:
             return report
         status: Literal["accepted", "rejected"] = "accepted" if agreed else "rejected"
-        reason = self.insensitive or (
+        reason = insensitive or (
             f"the model {'confirmed' if agreed else 'contradicted'} the probe's "
             f"{run.verdict.value} ({why})"
         )
         return _with_probe(report, _outcome(record, run, status, reason))
 
-    def _still_sensitive(self, record: ProbeRecord, run: ProbeRun) -> bool:
+    def _retired_as_insensitive(self, record: ProbeRecord, run: ProbeRun) -> str | None:
         """Re-validation re-accepts the probe: like a compile (workers/core/probes/compile.py),
         only if some counterfactual of the objects it just read flips it. One that no longer
-        depends on them (or never did: stored before this check existed) is retired."""
+        depends on them (or never did: stored before this check existed) is retired: the
+        reason it was, else None."""
         assert self.probes is not None
         if self.objects is None or run.value is None:
-            return True  # nothing to search (cannot happen: the probe gave a verdict)
+            return None  # nothing to search (cannot happen: the probe gave a verdict)
         sensitivity = check_sensitivity(record.probe, self.objects, run.value)
         if sensitivity.sensitive:
-            return True
+            return None
         _log.info("probe_insensitive", run_id=self.request.run_id, version=record.version)
-        self.insensitive = sensitivity.reason()
+        reason = sensitivity.reason()
         self.probes.put(
             record.model_copy(
-                update={
-                    "active": False,
-                    "retired_reason": f"run {self.request.run_id}: {sensitivity.reason()}",
-                }
+                update={"active": False, "retired_reason": f"run {self.request.run_id}: {reason}"}
             )
         )
-        return False
+        return reason
 
     def _model(
         self, state: RunState | None, *, count_agreement: bool = True, spent_seconds: float = 0.0
