@@ -22,6 +22,9 @@ task), and cache misses: instructions are a proxy for CPU time, not CPU time.
 ``--ablate``: switch a part off to see what it costs (store-scrub, engine-scrub, record,
 tokens, same-snapshot: every run on one snapshot folder, so the parse is cached).
 
+``--keep DIR``: copy the body's callgrind file into DIR, to read with
+``callgrind_annotate --inclusive=yes``.
+
 ``--worker``: a real ``assay worker`` (threads, 64) and bench_fleet's empty-task worker,
 each under callgrind, counted over a wave (evaluations at zero model latency; empty
 tasks that only count themselves): instructions per evaluation and per empty task, and
@@ -124,8 +127,8 @@ def child(evals: int, control: Path, ablate: list[str]) -> None:
         server.stop()
 
 
-def count(evals: int, ablate: list[str]) -> float:
-    """Instructions per evaluation, one callgrind run."""
+def count(evals: int, ablate: list[str], keep: Path | None = None) -> float:
+    """Instructions per evaluation, one callgrind run (its file copied into ``keep``)."""
     control = Path(tempfile.mkdtemp(prefix="assay-bench-body-ctl-"))
     out = control / "callgrind.out"
     argv = [
@@ -156,6 +159,9 @@ def count(evals: int, ablate: list[str]) -> float:
         if process.poll() is None:
             process.kill()
     total = _total(out)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(out, keep / f"body{'-without-' + '-'.join(ablate) if ablate else ''}.callgrind")
     shutil.rmtree(control, ignore_errors=True)
     return total / evals
 
@@ -254,6 +260,9 @@ def main() -> None:
     parser.add_argument("--ablate", default="", help=f"comma-separated: {', '.join(ABLATIONS)}")
     parser.add_argument("--worker", action="store_true", help="also a whole worker vs empty task")
     parser.add_argument("--worker-evals", type=int, default=200)
+    parser.add_argument(
+        "--keep", type=Path, help="copy the body's callgrind file here (for callgrind_annotate)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     ablate = [part for part in args.ablate.split(",") if part]
@@ -268,7 +277,7 @@ def main() -> None:
         return
     print(f"bench_body_instructions: {args.evals} evaluations (3 steps, scripted model, not an "
           "LLM) through handle_delivery on one thread, under callgrind")  # fmt: skip
-    base = count(args.evals, [])
+    base = count(args.evals, [], args.keep)
     print(f"  task body:                {base / 1e6:6.2f} M instructions per evaluation")
     for part in ablate:
         without = count(args.evals, [part])

@@ -366,3 +366,42 @@ def test_the_prompt_estimate_of_a_tool_list_follows_the_list_sent_each_time() ->
     tools_tokens = -(-len(json.dumps(TOOLS)) // 4)
     assert first == again == none + tools_tokens
     assert same_name == none + -(-len(json.dumps(longer)) // 4)  # same tool name, new schema
+
+
+def test_every_answer_leaves_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real model server answers in one write; two would cost each client call a second
+    receive, which bench_fleet would charge to the worker (issue 15)."""
+    import socket
+
+    writes: list[bytes] = []
+    send, sendall = socket.socket.send, socket.socket.sendall
+
+    def recorded_send(self: socket.socket, data: Any, *flags: int) -> int:
+        if bytes(data[:9]) == b"HTTP/1.1 ":
+            writes.append(bytes(data))
+        return send(self, data, *flags)
+
+    def recorded_sendall(self: socket.socket, data: Any, *flags: int) -> None:
+        if bytes(data[:9]) == b"HTTP/1.1 ":
+            writes.append(bytes(data))
+        sendall(self, data, *flags)
+
+    monkeypatch.setattr(socket.socket, "send", recorded_send)
+    monkeypatch.setattr(socket.socket, "sendall", recorded_sendall)
+    script = {"scenarios": [
+        {"match": "fail", "turns": [{"error": {"status": 429, "retry_after": 1}}]},
+        {"turns": [{"text": "fine"}]},
+    ]}  # fmt: skip
+    with ScriptedModel(script) as model:
+        answered = post(model, conversation())
+        limited = conversation()
+        limited["messages"][1]["content"] = "fail"
+        refused = post(model, limited)
+        listed = httpx.get(f"{model.url}/models", timeout=10)
+    assert (answered.status_code, refused.status_code, listed.status_code) == (200, 429, 200)
+    assert answered.json()["choices"][0]["message"]["content"] == "fine"
+    assert refused.headers["retry-after"] == "1"
+    assert len(writes) == 3
+    for write, response in zip(writes, (answered, refused, listed), strict=True):
+        _, _, body = write.partition(b"\r\n\r\n")
+        assert body == response.content

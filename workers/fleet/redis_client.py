@@ -143,7 +143,9 @@ def quiet_connection_class() -> type[redis.connection.Connection]:
     - ``can_read()`` with no wait is one ``recv(MSG_PEEK | MSG_DONTWAIT)``: the
       server's close is a ``ConnectionError`` and stray bytes read as data, as
       redis-py's own check reports them, so the pool does with either what it
-      does for redis-py's class (tests/test_redis_quiet_connection.py).
+      does for redis-py's class (tests/test_redis_quiet_connection.py);
+    - a command's bytes are packed in one pass (workers/fleet/resp_packer.py), the
+      same bytes redis-py's Python packer writes in one copy per argument.
 
     Anything else (a read with its own timeout, as pub/sub makes; a parser
     without redis-py's socket buffer) goes redis-py's own way. Built on first
@@ -151,12 +153,22 @@ def quiet_connection_class() -> type[redis.connection.Connection]:
     """
     import socket
 
-    from redis.connection import Connection
+    from redis.connection import Connection, PythonRespSerializer
     from redis.exceptions import ConnectionError, TimeoutError
 
     from workers.core.kernel_timeouts import kernel_timeout
+    from workers.fleet.resp_packer import RespPacker
 
     class QuietConnection(Connection):
+        def _construct_command_packer(self, packer: Any) -> Any:
+            built = super()._construct_command_packer(packer)
+            if packer is None and type(built) is PythonRespSerializer:
+                encoder = self.encoder
+                return RespPacker(
+                    self._buffer_cutoff, encoder.encode, encoder.encoding, encoder.encoding_errors
+                )
+            return built
+
         def _connect(self) -> socket.socket:
             sock = super()._connect()
             if self.socket_timeout:
