@@ -1,8 +1,10 @@
 """assay: the user's front door (CLI, Python client, HTTP API).
 
 ``assay.Client`` (and ``assay.RedisUnreachable``, what it raises within seconds
-when the fleet's Redis does not answer, and ``assay.RunsNotSent``, what it raises
-when the broker fails a submit whose runs are registered) is imported on first use,
+when the fleet's Redis does not answer, ``assay.RunsNotSent``, what it raises
+when the broker fails a submit whose runs are registered, and
+``assay.UnroutableModel``, what it raises for a model no worker could call) is
+imported on first use,
 so ``import assay`` (and the CLI's start-up) does not pay for Redis and Celery.
 """
 
@@ -11,9 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from assay.client import Client, RedisUnreachable, RunsNotSent
+    from assay.client import Client, RedisUnreachable, RunsNotSent, UnroutableModel
 
-__all__ = ["Client", "RedisUnreachable", "RunsNotSent"]
+__all__ = ["Client", "RedisUnreachable", "RunsNotSent", "UnroutableModel"]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,4 +31,8 @@ def __getattr__(name: str) -> Any:
         from workers.fleet.dispatch import RunsNotSent
 
         return RunsNotSent
+    if name == "UnroutableModel":
+        from assay.client import UnroutableModel
+
+        return UnroutableModel
     raise AttributeError(f"module 'assay' has no attribute {name!r}")

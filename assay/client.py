@@ -73,6 +73,14 @@ class WaitTimeout(TimeoutError):
     """The run or batch did not finish within the time the caller allowed."""
 
 
+class UnroutableModel(ValueError):
+    """No worker could send a call to the model named: nothing was queued or stored.
+
+    The same check as the CLI's and the API's (``assay.model_check``): unchecked, a
+    typo in ``model=`` queues runs that each end ``cannot_determine``.
+    """
+
+
 def _since(value: datetime | timedelta | str) -> datetime:
     """An instant from an instant, an age (timedelta) or an age text like ``"1h"``."""
     if isinstance(value, datetime):
@@ -170,7 +178,10 @@ class Client:
         **fields: Any,
     ) -> SubmitReceipt:
         """Queue one evaluation; ``fields`` are other ``EvaluationRequest`` fields
-        (kind, check_id, profile, budget, model, api_base, toolsets, run_id, not_before)."""
+        (kind, check_id, profile, budget, model, api_base, toolsets, run_id, not_before).
+
+        A ``model`` no worker could route raises :class:`UnroutableModel` before anything
+        is queued."""
         if target is None:
             target = make_target(snapshot=snapshot, context=context, kubeconfig=kubeconfig)
         clean = {k: v for k, v in fields.items() if v is not None}
@@ -185,6 +196,7 @@ class Client:
         A snapshot target must lie inside this client's snapshot roots
         (``SnapshotOutsideRoots`` otherwise) and is sent as its resolved path.
         """
+        self._require_routable(request.model, request.api_base)
         return submit_request(
             self._confined(request),
             store=self.store,
@@ -192,6 +204,15 @@ class Client:
             settings=self.settings,
             dispatcher=lambda: self.dispatcher,
         )
+
+    def _require_routable(self, model: str | None, api_base: str | None) -> None:
+        from assay.model_check import fleet_model_problem
+
+        problem = fleet_model_problem(
+            model, api_base, redis=self.store.client, settings=self.settings
+        )
+        if problem is not None:
+            raise UnroutableModel(problem)
 
     def _confined(self, request: EvaluationRequest) -> EvaluationRequest:
         if not isinstance(request.target, SnapshotTarget):
@@ -278,12 +299,14 @@ class Client:
         (``SnapshotOutsideRoots`` otherwise); matches leading out of them are skipped.
         Every run goes through the one submit path, so a predicate opening with a
         future instant waits for it (``batch_status(...).not_before`` says when).
+        A ``model`` no worker could route raises :class:`UnroutableModel` before the
+        batch exists.
         """
-
         if (snapshots is None) == (contexts is None):
             raise ValueError("name exactly one of: a snapshots glob or a contexts glob")
         if batch_id is not None:
             valid_id(batch_id, "batch_id")
+        self._require_routable(fields.get("model"), fields.get("api_base"))
         targets: Iterator[Target]
         if snapshots is not None:
             roots = SnapshotRoots.for_local(self.settings)
@@ -342,4 +365,11 @@ class Client:
             time.sleep(poll)
 
 
-__all__ = ["Client", "RedisUnreachable", "RunsNotSent", "WaitTimeout", "make_target"]
+__all__ = [
+    "Client",
+    "RedisUnreachable",
+    "RunsNotSent",
+    "UnroutableModel",
+    "WaitTimeout",
+    "make_target",
+]

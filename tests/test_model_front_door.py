@@ -1,10 +1,11 @@
 """A model name litellm cannot route is refused at every door that queues or stores one.
 
 `assay check` / `query` already exit 64 for it (tests/test_cli_check.py). Before this
-file, `submit`, `batch`, `schedule add` / `update`, `eval --model` and the API's
-evaluations, batches and schedules took such a name, queued or stored it, and every run
-later ended cannot_determine (a schedule: every fire, forever). Now: 64 (CLI) or 422
-(API) with one sentence, and nothing is written to Redis. A routable model (the tests'
+file, `submit`, `batch`, `schedule add` / `update`, `eval --model`, the API's
+evaluations, batches and schedules and ``assay.Client``'s submit and batch took such a
+name, queued or stored it, and every run later ended cannot_determine (a schedule: every
+fire, forever). Now: 64 (CLI), 422 (API) or ``UnroutableModel`` (Python) with one
+sentence, and nothing is written to Redis. A routable model (the tests'
 scripted ``openai/scripted``) is still taken.
 """
 
@@ -220,3 +221,22 @@ def test_submit_help_and_a_usual_model_do_not_import_litellm() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)  # fmt: skip
     assert result.stderr.split() == ["0", "False"], result.stderr
+
+
+def test_the_python_client_refuses_an_unroutable_model_and_writes_nothing(
+    redis_url: str, db: redis.Redis
+) -> None:
+    """Before: ``Client.submit(..., model=...)`` and ``start_batch`` queued the runs."""
+    from assay.client import Client, UnroutableModel
+
+    with Client(load_settings(redis_url=redis_url)) as fleet:
+        with pytest.raises(UnroutableModel, match=f"the model {BAD!r}") as refused:
+            fleet.submit(PLAIN, snapshot=PROD_EU, model=BAD)
+        assert isinstance(refused.value, ValueError)
+        with pytest.raises(UnroutableModel, match=f"--model openai/{BAD}"):
+            fleet.start_batch(PLAIN, snapshots=ALL_SNAPSHOTS, model=BAD, api_base=ENDPOINT)
+        assert keys(db) == []
+        receipt = fleet.submit(PLAIN, snapshot=PROD_EU, model=GOOD)
+        batch_id = fleet.start_batch(PLAIN, snapshots=ALL_SNAPSHOTS, model=GOOD)
+    assert db.exists(f"assay:run:{receipt.run_id}")
+    assert db.exists(f"assay:batch:{batch_id}")
