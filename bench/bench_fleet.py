@@ -259,8 +259,12 @@ def _timed_batch(client: Client, pattern: str, timeout: float) -> tuple[float, s
 
 
 def warm_up(client: Client, folder: Path) -> None:
-    """A few evaluations first, so start-up and imports are not in the timings."""
-    run_batch(client, str(folder / "*"), timeout=120)
+    """A few evaluations first, so start-up and imports are not in the timings.
+
+    The wait includes the worker's start-up: under py-spy's native sampling on a slow
+    two-core host that alone took most of two minutes, and a 120 s wait stopped (e).
+    """
+    run_batch(client, str(folder / "*"), timeout=600)
 
 
 # --- the measurements ----------------------------------------------------------------------------
