@@ -161,7 +161,7 @@ def count(evals: int, ablate: list[str], keep: Path | None = None) -> float:
     total = _total(out)
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
-        shutil.copy(out, keep / f"body{'-without-' + '-'.join(ablate) if ablate else ''}.callgrind")
+        shutil.copy(out, keep / "body.callgrind")
     shutil.rmtree(control, ignore_errors=True)
     return total / evals
 
