@@ -205,13 +205,19 @@ class RunView(_Body):
     batch_id: str | None = None
     verdict: Verdict | None = None
     report: RunReport | None = None
+    report_error: str | None = None  # why a stored report could not be read (it is kept)
 
     @classmethod
     def of(
-        cls, state: RunProgress, report: RunReport | None, verdict: Verdict | None = None
+        cls,
+        state: RunProgress,
+        report: RunReport | None,
+        verdict: Verdict | None = None,
+        report_error: str | None = None,
     ) -> RunView:
         """The one way a run is shown (API and `assay run --json` alike)."""
         return cls(
+            report_error=report_error,
             run_id=state.run_id,
             check_id=state.check_id,
             target=state.target,

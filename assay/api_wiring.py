@@ -40,6 +40,7 @@ from workers.fleet.broker import (
 from workers.fleet.dispatch import Dispatcher
 from workers.fleet.queue_depth import QueueDepthCollector
 from workers.fleet.redis_client import connect
+from workers.fleet.report_codec import UnreadableReport
 from workers.fleet.store import VerdictStore
 from workers.fleet.targets import TargetGlobError, context_targets
 from workers.fleet.timers import TimerStore
@@ -209,7 +210,11 @@ class Services:
         state = store.run_state(run_id)
         if state is None:
             return None
-        return RunView.of(state, store.run_report(run_id), store.run_verdict(run_id))
+        try:
+            report, problem = store.run_report(run_id), None
+        except UnreadableReport as exc:  # the verdict is kept apart from the report: show it
+            report, problem = None, str(exc)
+        return RunView.of(state, report, store.run_verdict(run_id), report_error=problem)
 
     def start_batch(self, body: BatchSubmission) -> BatchStatus:
         """Fan out over the body's targets (or the contexts its glob matches) and seal.

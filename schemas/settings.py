@@ -152,9 +152,12 @@ class AssaySettings(BaseSettings):
         "latest verdict and its history (history_limit entries) are kept regardless. Redis "
         "memory ~ bytes per evaluation x evaluations/s x this (docs/fleet.md, Sizing).",
     )
-    report_compression: bool = Field(
-        default=True,
-        description="Store full run reports zlib-compressed (read back either way).",
+    report_compression: Literal["dictionary", "zlib", "off"] = Field(
+        default="dictionary",
+        description="How full run reports are stored: 'dictionary' (zlib with a preset "
+        "dictionary of the report's schema, about 40% smaller; assay before it cannot read "
+        "it), 'zlib' (plain zlib), 'off' (plain JSON). Every form reads back whatever the "
+        "setting (docs/fleet.md, Retention and sizing). true/false mean dictionary/off.",
     )
     worker_concurrency: int = Field(default=64, ge=1)
     worker_processes: int = Field(
@@ -285,6 +288,18 @@ class AssaySettings(BaseSettings):
                 "not an http(s) address; write the endpoint in full, "
                 "e.g. http://localhost:11434/v1 (--api-base or ASSAY_API_BASE)"
             )
+        return value
+
+    @field_validator("report_compression", mode="before")
+    @classmethod
+    def _compression_flag(cls, value: Any) -> Any:
+        """Earlier versions took a boolean; it still means the default codec, or none."""
+        flags = {"true": "dictionary", "1": "dictionary", "yes": "dictionary", "on": "dictionary",
+                 "false": "off", "0": "off", "no": "off"}  # fmt: skip
+        if isinstance(value, bool):
+            return "dictionary" if value else "off"
+        if isinstance(value, str):
+            return flags.get(value.strip().lower(), value.strip().lower())
         return value
 
     @field_validator("snapshot_roots", mode="before")

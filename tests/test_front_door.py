@@ -225,6 +225,32 @@ def test_cli_json_and_api_json_are_the_same_objects(redis_url: str, client: Clie
     assert json.loads(cli_verdict.stdout)["finished_at"].endswith("Z")
 
 
+def test_a_run_whose_report_cannot_be_read_still_shows_its_verdict(
+    redis_url: str, client: Client
+) -> None:
+    """A report written by a newer assay (a codec this one does not know) or damaged in Redis:
+    the verdict is stored apart from it, so `assay run` and the API still give the verdict
+    and its exit code, and say why the report is missing, instead of failing."""
+    from assay.api import create_app
+
+    run_id = record(client, "replicas", "false")
+    client.store.client.hset(client.store._run_key(run_id), "report", "zd9:AAAA")
+    shown = assay(redis_url, "run", run_id)
+    assert shown.returncode == 1, shown.stderr  # the verdict's code: false
+    assert "FALSE" in shown.stdout.upper()
+    assert "cannot be read" in shown.stderr and "newer" in shown.stderr
+    as_json = assay(redis_url, "run", run_id, "--json")
+    assert as_json.returncode == 1, as_json.stderr
+    settings = load_settings(redis_url=redis_url, api_tokens=TOKENS)
+    with TestClient(create_app(settings)) as api:
+        api_run = api.get(f"/v1/runs/{run_id}", headers=auth(READ_TOKEN))
+    assert api_run.status_code == 200, api_run.text
+    body = api_run.json()
+    assert body["verdict"]["verdict"] == "false" and body["report"] is None
+    assert "newer" in body["report_error"]
+    assert json.loads(as_json.stdout) == body
+
+
 # --- tables, targets, pending --------------------------------------------------------------------
 
 

@@ -44,13 +44,11 @@ def test_recorded_verdict_is_readable_by_run_and_by_check(store: VerdictStore) -
     assert store.begin_delivery(request) is None, "a finished run must not be started again"
 
 
-@pytest.mark.parametrize("compress", [True, False])
-def test_full_reports_are_kept_compressed_and_read_back_whole(
-    redis_url: str, compress: bool
-) -> None:
+@pytest.mark.parametrize("codec", ["dictionary", "zlib", "off"])
+def test_full_reports_are_kept_compressed_and_read_back_whole(redis_url: str, codec: str) -> None:
     client = connect(redis_url)
     store = VerdictStore.from_settings(
-        AssaySettings(key_prefix=f"zr{compress:d}", report_compression=compress), client=client
+        AssaySettings(key_prefix=f"zr-{codec}", report_compression=codec), client=client
     )
     request = snapshot_request()
     store.register_run(request)
@@ -71,9 +69,9 @@ def test_full_reports_are_kept_compressed_and_read_back_whole(
     ]
     report = report.model_copy(update={"steps": steps})  # tool output: what a report holds
     assert store.record_verdict(report)
-    stored = client.hget(f"zr{compress:d}:run:{request.run_id}", "report")
+    stored = client.hget(f"zr-{codec}:run:{request.run_id}", "report")
     plain = report.model_dump_json()
-    assert (len(stored) < len(plain) / 2) is compress
+    assert (len(stored) < len(plain) / 2) is (codec != "off")
     read = store.run_report(request.run_id)
     assert read is not None and read.steps == report.steps and read.verdict == report.verdict
 
@@ -82,13 +80,13 @@ def test_a_report_stored_as_plain_json_before_still_reads(redis_url: str) -> Non
     client = connect(redis_url)
     request = snapshot_request()
     plain_store = VerdictStore.from_settings(
-        AssaySettings(key_prefix="zr-old", report_compression=False), client=client
+        AssaySettings(key_prefix="zr-old", report_compression="off"), client=client
     )
     plain_store.register_run(request)
     plain_store.begin_delivery(request)
     assert plain_store.record_verdict(finished_report(request, "false"))
     read = VerdictStore.from_settings(
-        AssaySettings(key_prefix="zr-old", report_compression=True), client=client
+        AssaySettings(key_prefix="zr-old", report_compression="dictionary"), client=client
     ).run_report(request.run_id)
     assert read is not None and read.verdict is not None
     assert read.verdict.verdict == VerdictKind.FALSE

@@ -283,10 +283,24 @@ def run(
     --json prints what GET /v1/runs/RUN_ID returns (state, verdict, report).
     """
     from assay.render import render_report
+    from workers.fleet.report_codec import UnreadableReport
 
     with fleet_client() as client:
         state = client.run_state(run_id)
-        report = client.run_report(run_id)
+        try:
+            report = client.run_report(run_id)
+        except UnreadableReport as exc:  # the verdict is kept apart from the report: show it
+            if state is None:
+                fail(f"run {run_id}'s report cannot be read: {exc}", EXIT_UNKNOWN)
+            note(f"run {run_id}'s full report cannot be read: {exc}; showing its verdict")
+            verdict = client.store.run_verdict(run_id)
+            if json_output:
+                from assay.api_models import RunView
+
+                print(dump_json(RunView.of(state, None, verdict, report_error=str(exc))))
+            elif verdict is not None:
+                _show_verdict(verdict, json_output=False)
+            raise typer.Exit(verdict.exit_code if verdict is not None else EXIT_UNKNOWN) from exc
         due = client.due_at(run_id) if state is not None and report is None else None
     if state is None and report is None:
         fail(f"no run has id {run_id!r}; check the id `assay submit` printed", EXIT_UNKNOWN)

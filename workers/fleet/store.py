@@ -73,7 +73,7 @@ from schemas.verdict import Verdict, VerdictKind
 from workers.core.toolsets.redaction import scrubbed
 from workers.fleet.checkpoints import checkpoint_key
 from workers.fleet.redis_client import connect, stream_entries, text_fields, texts
-from workers.fleet.report_codec import decode_report, encode_report
+from workers.fleet.report_codec import ReportCodec, decode_report, encode_report
 
 if TYPE_CHECKING:
     import redis
@@ -558,10 +558,10 @@ class VerdictStore:
         prefix: str = "assay",
         history_limit: int = 500,
         run_ttl_seconds: int = 30 * 24 * 3600,
-        compress_reports: bool = True,
+        report_codec: ReportCodec = "dictionary",
     ) -> None:
         self.client = client
-        self.compress_reports = compress_reports  # workers/fleet/report_codec.py
+        self.report_codec = report_codec  # how full reports are stored (report_codec.py)
         self.prefix = prefix
         self.history_limit = history_limit
         self.run_ttl_seconds = run_ttl_seconds
@@ -597,7 +597,7 @@ class VerdictStore:
             prefix=settings.key_prefix,
             history_limit=settings.history_limit,
             run_ttl_seconds=settings.run_ttl_seconds,
-            compress_reports=settings.report_compression,
+            report_codec=settings.report_compression,
         )
 
     # --- keys ---------------------------------------------------------------------------------
@@ -739,7 +739,7 @@ class VerdictStore:
             self._waiting_script,
             keys=[self._run_key(report.run_id), self.key("unfinished")],
             args=[
-                encode_report(report.model_dump_json(), self.compress_reports),
+                encode_report(report.model_dump_json(), self.report_codec),
                 wake_at.isoformat() if report.wake_at else "",
                 now.isoformat(),
                 self.run_ttl_seconds,
@@ -787,7 +787,7 @@ class VerdictStore:
                 verdict.verdict.value,
                 verdict.exit_code,
                 verdict.model_dump_json(),
-                encode_report(report.model_dump_json(), self.compress_reports),
+                encode_report(report.model_dump_json(), self.report_codec),
                 _epoch_ms(verdict.finished_at),
                 verdict.finished_at.isoformat(),
                 self.history_limit,
