@@ -943,6 +943,18 @@ def test_read_text_stops_one_byte_past_its_limit(tmp_path: Path) -> None:
         read_text(file, 10, limit=4999)
 
 
+@pytest.mark.parametrize("listed", [0, 1, 4999, 5000, 5001, 70_000, 200_000])
+@pytest.mark.parametrize("actual", [0, 5000, 200_000])
+def test_read_text_reads_the_whole_file_whatever_size_the_listing_gave(
+    tmp_path: Path, listed: int, actual: int
+) -> None:
+    """The listed size only sizes the reads: a file that grew or shrank since the walk is
+    still read whole, and one exactly as listed ends without a read past it."""
+    file = tmp_path / "objects.yaml"
+    file.write_bytes(b"a: 1\n" * (actual // 5))
+    assert read_text(file, listed) == file.read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("suffix", [".yaml", ".yml", ".json"])
 def test_a_folder_of_only_oversized_files_is_refused_not_served_empty(
     tmp_path: Path, suffix: str

@@ -131,6 +131,17 @@ def test_the_worker_parses_a_folder_inside_its_roots(tree: Path) -> None:
     assert result.ok and "web-ok" in result.output
 
 
+def test_a_symlink_loop_inside_the_roots_is_a_clear_refusal_not_a_crash(tree: Path) -> None:
+    """A loop (a -> b -> a) resolves to no folder: the worker says it cannot read it."""
+    (tree / "loop-a").symlink_to(tree / "loop-b")
+    (tree / "loop-b").symlink_to(tree / "loop-a")
+    request = EvaluationRequest(
+        text="every pod is ready", target=SnapshotTarget(path=str(tree / "loop-a"))
+    )
+    with pytest.raises(ToolsetUnavailable, match="does not exist or is not a folder"):
+        build_registry(request, load_settings(snapshot_roots=[tree]))
+
+
 # --- the Python client and schedule fires ---------------------------------------------------
 
 

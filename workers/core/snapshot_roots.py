@@ -81,8 +81,12 @@ class SnapshotRoots:
         text = str(path)
         expanded = text if self.over_http else os.path.expanduser(text)
         try:
-            resolved = Path(expanded).resolve()
-        except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte
+            # os.path.realpath, not Path.resolve: that adds a stat of the result to detect a
+            # symlink loop, one more system call (a GIL hand-over) in every evaluation. A
+            # loop resolves to a path that cannot be opened (ELOOP), so the run still fails,
+            # with that reason, when it reads the folder.
+            resolved = Path(os.path.realpath(expanded))
+        except (OSError, ValueError):  # a NUL byte
             raise self._refusal(text) from None
         if not self.contains(resolved):
             raise self._refusal(text)

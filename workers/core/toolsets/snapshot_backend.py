@@ -196,8 +196,10 @@ def read_text(file: Path, size: int, limit: int = MAX_OBJECT_FILE_BYTES) -> str:
     Why not ``read_text`` itself: it makes nine system calls (two fstat, an isatty
     ioctl, two seeks) where an open, reads to the end and a close do, and in a
     worker each call hands the GIL to another run's thread (issue 15). ``size``
-    (from the folder listing) only sizes the first read: it reads on to the end,
-    so a file that grew since is read whole, never cut short.
+    (from the folder listing) sizes the first read: it reads on to the end, so a
+    file that grew since is read whole, never cut short. A read that returns less
+    than asked, exactly at the listed size, is taken as the end (a regular file's
+    read is short only there), which saves the last read of nothing.
 
     Raises :class:`FileTooLarge` once more than ``limit`` bytes have been read, so
     a file that grew (or was swapped) after its size was checked still costs at
@@ -207,9 +209,15 @@ def read_text(file: Path, size: int, limit: int = MAX_OBJECT_FILE_BYTES) -> str:
     descriptor = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         chunks, left = [], limit + 1  # one byte past the limit tells "too large" from "full"
-        while left > 0 and (chunk := os.read(descriptor, min(max(size + 1, 65536), left))):
+        while left > 0:
+            wanted = min(max(size + 1, 65536), left)
+            chunk = os.read(descriptor, wanted)
+            if not chunk:
+                break
             chunks.append(chunk)
             left -= len(chunk)
+            if len(chunk) < wanted and limit + 1 - left == size:
+                break  # a short read ending at the listed size is the end: no read of b"" more
     finally:
         os.close(descriptor)
     if left <= 0:
