@@ -153,6 +153,31 @@ def tree_cpu_seconds(pid: int) -> float:
     return sum(cpu_seconds(p) for p in [pid, *descendants(pid)])
 
 
+def voluntary_switches(pid: int) -> int:
+    """Voluntary context switches of every thread of a process and its children so far.
+
+    Why the bench prints them: a thread switches voluntarily when it waits, and on a
+    busy threads-pool worker it mostly waits for the GIL, which another thread took
+    while this one was in a system call. That count per evaluation is what holding a
+    worker to one CPU changes (issue 15, stop 28).
+    """
+    total = 0
+    for process in [pid, *descendants(pid)]:
+        try:
+            threads = list(Path(f"/proc/{process}/task").iterdir())
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                status = (thread / "status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
 def worker_cpu_seconds(process: subprocess.Popen[bytes], recorded: bool) -> float:
     """CPU of the worker processes so far; under py-spy (``recorded``), py-spy's own left out."""
     total = tree_cpu_seconds(process.pid)
@@ -272,7 +297,8 @@ def warm_up(client: Client, folder: Path) -> None:
 
 def empty_task_rate(
     redis_url: str, folder: Path, tasks: int, concurrency: int, affinity: str = "off"
-) -> float:
+) -> tuple[float, float]:
+    """(empty tasks/s, the worker's voluntary context switches per task)."""
     import redis
 
     from schemas.settings import load_settings
@@ -290,12 +316,14 @@ def empty_task_rate(
         while int(raw.get(NOOP_COUNTER) or 0) < 1:
             time.sleep(0.05)
         raw.delete(NOOP_COUNTER)
+        switches = voluntary_switches(worker.pid)
         started = time.perf_counter()
         for _ in range(tasks):
             app.send_task(NOOP_TASK)
         while int(raw.get(NOOP_COUNTER) or 0) < tasks:
             time.sleep(0.01)
-        return tasks / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        return tasks / elapsed, (voluntary_switches(worker.pid) - switches) / tasks
     finally:
         app.close()
         stop_process(worker)
@@ -310,6 +338,7 @@ class Measured:
     redis_requests: float = 0.0  # per evaluation: requests clients sent (scripts count as one)
     first_start: float = 0.0  # seconds from submitting the batch to its first run's start
     last_start: float = 0.0  # ... to its last run's start
+    switches: float = 0.0  # voluntary context switches per evaluation, worker processes
 
 
 def redis_counts(redis_url: str) -> tuple[int, int]:
@@ -361,16 +390,18 @@ def evaluation_rate(
         with Client(load_settings(redis_url=redis_url, snapshot_roots=[folder])) as client:
             warm_up(client, warm)
             cpu_before = worker_cpu_seconds(worker, recorded)
+            switches_before = voluntary_switches(worker.pid)
             model_before = cpu_seconds(model.pid)
             commands_before, requests_before = redis_counts(redis_url)
             wave = run_wave(client, str(targets / "*"))
             cpu = worker_cpu_seconds(worker, recorded) - cpu_before
+            switches = voluntary_switches(worker.pid) - switches_before
             model_cpu = cpu_seconds(model.pid) - model_before
             commands, requests = redis_counts(redis_url)
         return Measured(
             evals / wave.elapsed, cpu / evals, model_cpu / evals,
             (commands - commands_before) / evals, (requests - requests_before) / evals,
-            wave.first_start, wave.last_start,
+            wave.first_start, wave.last_start, switches / evals,
         )  # fmt: skip
     finally:
         if recorded:
@@ -449,16 +480,18 @@ def zero_latency(
     by 2x within an hour (640-1,230 tasks/s, stop 25), so one pair could land anywhere
     in that swing; alternating puts each evaluation wave next to its own yardstick.
     """
-    pairs: list[tuple[float, Measured]] = []
+    pairs: list[tuple[float, float, Measured]] = []  # (empty tasks/s, its waits, evaluations)
     for repeat in range(repeats):
-        empty = empty_task_rate(redis_url, folder, noop_tasks, 64, affinity)
+        empty, waits = empty_task_rate(redis_url, folder, noop_tasks, 64, affinity)
         measured = evaluation_rate(
             redis_url, folder, evals=evals, delay=0.0, pool="threads", concurrency=64,
             label=f"a-{affinity}-{repeat}", affinity=affinity,
         )  # fmt: skip
-        pairs.append((empty, measured))
-    ratios = sorted(m.rate / e for e, m in pairs)
-    empty, measured = sorted(pairs, key=lambda pair: pair[1].rate / pair[0])[len(pairs) // 2]
+        pairs.append((empty, waits, measured))
+    ratios = sorted(m.rate / e for e, _, m in pairs)
+    empty, empty_waits, measured = sorted(pairs, key=lambda pair: pair[2].rate / pair[0])[
+        len(pairs) // 2
+    ]
     print(f"  cpu affinity {affinity}:")
     print(f"    empty Celery task:      {empty:8.1f} tasks/s")
     print(f"    3-step evaluation:      {measured.rate:8.1f} evaluations/s")
@@ -467,6 +500,9 @@ def zero_latency(
           f"the median pair{spread})")  # fmt: skip
     print(f"    worker CPU:             {measured.worker_cpu * 1000:8.1f} ms per evaluation")
     print(f"    scripted model CPU:     {measured.model_cpu * 1000:8.1f} ms per evaluation")
+    print(f"    waits (voluntary context switches): {measured.switches:5.1f} per evaluation, "
+          f"{empty_waits:5.1f} per empty task; a thread of a busy worker waits "
+          "mostly for the GIL")  # fmt: skip
     return empty, measured
 
 
