@@ -108,6 +108,22 @@ def test_a_truncated_or_corrupt_report_is_refused_by_name(codec: str) -> None:
             decode_report(value)
 
 
+@pytest.mark.parametrize("codec", ["dictionary", "zlib"])
+def test_a_value_that_inflates_past_the_cap_is_refused_without_inflating_it(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zlib bomb planted in Redis: refused by name, and never inflated whole."""
+    import workers.fleet.report_codec as codec_module
+
+    monkeypatch.setattr(codec_module, "MAX_REPORT_BYTES", 1024 * 1024)
+    bomb = encode_report("0" * (8 * 1024 * 1024), codec)  # type: ignore[arg-type]
+    assert len(bomb) < 64 * 1024
+    with pytest.raises(UnreadableReport, match="inflates to more than 1048576 bytes"):
+        decode_report(bomb)
+    at_the_cap = "0" * (1024 * 1024)
+    assert decode_report(encode_report(at_the_cap, codec)) == at_the_cap  # type: ignore[arg-type]
+
+
 def test_a_newer_codec_is_refused_as_such_not_read_as_json() -> None:
     with pytest.raises(UnreadableReport, match="newer"):
         decode_report("zd2:" + base64.b64encode(b"whatever a later version writes").decode())

@@ -46,6 +46,9 @@ _DICTIONARY_MARK = "zd1:"
 _BASE85_MARK = "z85:"  # written before; still read
 # a mark this version does not know (a newer assay's): refused by name, never read as JSON
 _ANY_MARK = re.compile(r"z[a-z0-9]{2}:")
+# Far above any report the engine writes (tool output is capped per step, steps per run);
+# a stored value that inflates past it is refused, not inflated.
+MAX_REPORT_BYTES = 64 * 1024 * 1024
 _LEVEL, _WINDOW_BITS, _MEMORY_LEVEL = 6, 13, 5
 _DICTIONARY_LEVEL = 3  # with the dictionary, level 6 saves 50 bytes more for 30% more work
 _PRIMED = zlib.compressobj(
@@ -93,9 +96,13 @@ def decode_report(stored: str | bytes) -> str:
 
 
 def _inflated(packed: bytes, dictionary: bytes | None = None) -> str:
-    """One whole zlib stream, nothing after it (``zlib.decompress`` ignores trailing bytes)."""
+    """One whole zlib stream, nothing after it (``zlib.decompress`` ignores trailing bytes),
+    inflating to at most :data:`MAX_REPORT_BYTES`: a value planted in Redis that inflates a
+    thousandfold must not take the API's memory with it."""
     inflater = zlib.decompressobj(zdict=dictionary) if dictionary else zlib.decompressobj()
-    raw = inflater.decompress(packed) + inflater.flush()
+    raw = inflater.decompress(packed, MAX_REPORT_BYTES + 1)
+    if len(raw) > MAX_REPORT_BYTES:
+        raise ValueError(f"it inflates to more than {MAX_REPORT_BYTES} bytes")
     if not inflater.eof or inflater.unused_data:
         raise ValueError("the stream is truncated or has bytes after its end")
     return raw.decode("utf-8")
