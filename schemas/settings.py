@@ -40,6 +40,13 @@ def _default_data_dir() -> Path:
     return Path(base) / "assay"
 
 
+ReportCodec = Literal["dictionary", "zlib", "off"]
+"""How full run reports are stored (workers/fleet/report_codec.py)."""
+# what earlier versions' boolean report_compression meant, as the environment spells it
+_COMPRESSION_FLAGS = {"true": "dictionary", "1": "dictionary", "yes": "dictionary",
+                      "on": "dictionary", "false": "off", "0": "off", "no": "off"}  # fmt: skip
+
+
 class AssaySettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ASSAY_", extra="ignore", validate_default=True, env_nested_delimiter="__"
@@ -152,7 +159,7 @@ class AssaySettings(BaseSettings):
         "latest verdict and its history (history_limit entries) are kept regardless. Redis "
         "memory ~ bytes per evaluation x evaluations/s x this (docs/fleet.md, Sizing).",
     )
-    report_compression: Literal["dictionary", "zlib", "off"] = Field(
+    report_compression: ReportCodec = Field(
         default="dictionary",
         description="How full run reports are stored: 'dictionary' (zlib with a preset "
         "dictionary of the report's schema, about 40% smaller; assay before it cannot read "
@@ -294,12 +301,11 @@ class AssaySettings(BaseSettings):
     @classmethod
     def _compression_flag(cls, value: Any) -> Any:
         """Earlier versions took a boolean; it still means the default codec, or none."""
-        flags = {"true": "dictionary", "1": "dictionary", "yes": "dictionary", "on": "dictionary",
-                 "false": "off", "0": "off", "no": "off"}  # fmt: skip
         if isinstance(value, bool):
             return "dictionary" if value else "off"
         if isinstance(value, str):
-            return flags.get(value.strip().lower(), value.strip().lower())
+            name = value.strip().lower()
+            return _COMPRESSION_FLAGS.get(name, name)
         return value
 
     @field_validator("snapshot_roots", mode="before")

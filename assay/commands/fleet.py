@@ -295,9 +295,7 @@ def run(
             note(f"run {run_id}'s full report cannot be read: {exc}; showing its verdict")
             verdict = client.store.run_verdict(run_id)
             if json_output:
-                from assay.api_models import RunView
-
-                print(dump_json(RunView.of(state, None, verdict, report_error=str(exc))))
+                print(dump_json(_run_view(state, None, verdict, report_error=str(exc))))
             elif verdict is not None:
                 _show_verdict(verdict, json_output=False)
             raise typer.Exit(verdict.exit_code if verdict is not None else EXIT_UNKNOWN) from exc
@@ -321,13 +319,13 @@ def run(
     raise typer.Exit(report.verdict.exit_code)
 
 
-def _run_view(state: Any, report: Any) -> Any:
+def _run_view(state: Any, report: Any, verdict: Any = None, report_error: str | None = None) -> Any:
     """The API's RunView of a run (its report alone when the run's state has expired)."""
     from assay.api_models import RunView
 
     if state is None:
         return report
-    return RunView.of(state, report)
+    return RunView.of(state, report, verdict, report_error=report_error)
 
 
 # --- checks ---------------------------------------------------------------------------------------

@@ -34,12 +34,12 @@ from __future__ import annotations
 import base64
 import re
 import zlib
-from typing import Literal
+from typing import get_args
 
+from schemas.settings import ReportCodec
 from workers.fleet.report_dictionary import REPORT_DICTIONARY_V1
 
-ReportCodec = Literal["dictionary", "zlib", "off"]
-CODECS: tuple[ReportCodec, ...] = ("dictionary", "zlib", "off")
+CODECS: tuple[ReportCodec, ...] = get_args(ReportCodec)
 
 _MARK = "z64:"
 _DICTIONARY_MARK = "zd1:"

@@ -73,12 +73,12 @@ from schemas.verdict import Verdict, VerdictKind
 from workers.core.toolsets.redaction import scrubbed
 from workers.fleet.checkpoints import checkpoint_key
 from workers.fleet.redis_client import connect, stream_entries, text_fields, texts
-from workers.fleet.report_codec import ReportCodec, decode_report, encode_report
+from workers.fleet.report_codec import decode_report, encode_report
 
 if TYPE_CHECKING:
     import redis
 
-    from schemas.settings import AssaySettings
+    from schemas.settings import AssaySettings, ReportCodec
 
 _log = structlog.get_logger(__name__)
 
