@@ -17,9 +17,10 @@ steady rate over thousands of tasks.
     process (threads, concurrency 64): evaluations/s, next to an empty Celery
     task's throughput on the same Redis in the same run, and their ratio. Also
     the worker's CPU per evaluation, which is what bounds (b) on a small machine.
-    Measured twice: as started by default, and with both workers held to one
-    CPU (``worker_cpu_affinity=auto``, workers/fleet/cpu_affinity.py), which
-    spares a busy process the GIL's hand-overs between cores. Each is
+    Measured twice: as started by default (``worker_cpu_affinity=adaptive``:
+    each worker held to the CPU others use least, workers/fleet/cpu_balance.py,
+    which spares a busy process the GIL's hand-overs between cores), and with
+    ``off`` (the kernel spreads the threads over every core). Each is
     ``--repeats`` (3) alternated pairs of empty tasks and evaluations; the pair
     with the median ratio is printed, with the ratios' range.
 (b) 500 ms per model call, 3 calls per evaluation, N concurrent evaluations
@@ -27,12 +28,12 @@ steady rate over thousands of tasks.
     ideal N / 1.5 s (target >= 0.7, with the CPU ceiling >= 0.85). Measured with
     one process (threads pool, concurrency N) and with `--processes P` (default:
     the core count; each process runs N / P threads), since one process runs Python
-    on one core at a time (the GIL); and P processes once more, each held to a CPU
-    of its own. Each line gives the worker's CPU per evaluation (all its
-    processes) and the scripted model server's, and the machine's CPU ceiling
-    they imply, and when the wave's runs started (a wave lasts about its last
-    start + 1.5 s); then the same at a small N where CPU is not the limit (so the
-    overlap of waits itself is measured).
+    on one core at a time (the GIL); and P processes once more with
+    ``worker_cpu_affinity=off``, spread by the kernel. Each line gives the
+    worker's CPU per evaluation (all its processes) and the scripted model
+    server's, and the machine's CPU ceiling they imply, and when the wave's runs
+    started (a wave lasts about its last start + 1.5 s); then the same at a small
+    N where CPU is not the limit (so the overlap of waits itself is measured).
 (c) The pool choice: (b) again with the prefork pool at 2x the core count,
     which is what a process-per-run pool affords on this machine.
 (d) Where the CPU goes: one model call through the engine's litellm adapter
@@ -220,7 +221,7 @@ def eval_worker(
     processes: int,
     log: Path,
     under: list[str] | None = None,
-    affinity: str = "off",
+    affinity: str = "adaptive",
 ) -> subprocess.Popen[bytes]:
     """`assay worker` as an operator starts it (``processes`` x ``concurrency`` runs at once).
 
@@ -296,7 +297,7 @@ def warm_up(client: Client, folder: Path) -> None:
 
 
 def empty_task_rate(
-    redis_url: str, folder: Path, tasks: int, concurrency: int, affinity: str = "off"
+    redis_url: str, folder: Path, tasks: int, concurrency: int, affinity: str = "adaptive"
 ) -> tuple[float, float]:
     """(empty tasks/s, the worker's voluntary context switches per task)."""
     import redis
@@ -366,7 +367,7 @@ def evaluation_rate(
     label: str,
     processes: int = 1,
     under: list[str] | None = None,
-    affinity: str = "off",
+    affinity: str = "adaptive",
 ) -> Measured:
     """Throughput and CPU per evaluation for one worker configuration (one wave of ``evals``).
 
@@ -666,11 +667,13 @@ def main() -> None:
           "(other processes on the machine take CPU from these figures)")  # fmt: skip
     try:
         print("\n(a) zero model latency, 3-step evaluations, one worker process (threads, 64)")
-        print("    once as started by default, once held to one CPU (worker_cpu_affinity=auto, "
-              "both workers)")  # fmt: skip
-        noop, a = zero_latency(server.url, folder, args.evals, args.noop_tasks, "off", args.repeats)
-        noop_pinned, pinned = zero_latency(
-            server.url, folder, args.evals, args.noop_tasks, "auto", args.repeats
+        print("    once as started by default (worker_cpu_affinity=adaptive: held to the CPU "
+              "others use least), once with off (spread by the kernel); both workers")  # fmt: skip
+        noop, a = zero_latency(
+            server.url, folder, args.evals, args.noop_tasks, "adaptive", args.repeats
+        )
+        noop_spread, spread = zero_latency(
+            server.url, folder, args.evals, args.noop_tasks, "off", args.repeats
         )
         print(f"  Redis, server side:       {a.redis_commands:8.1f} commands run "
               f"({a.redis_requests:.1f} client requests) per evaluation, Celery and the "
@@ -694,11 +697,11 @@ def main() -> None:
                 processes=processes, label="bp",
             )  # fmt: skip
             print_wave(f"{processes} processes x {per_process} threads:", multi, ideal)
-            held = evaluation_rate(
+            spread_wave = evaluation_rate(
                 server.url, folder, evals=n, delay=0.5, pool="threads", concurrency=per_process,
-                processes=processes, label="bp-auto", affinity="auto",
+                processes=processes, label="bp-off", affinity="off",
             )  # fmt: skip
-            print_wave("  the same, cpu affinity auto:", held, ideal)
+            print_wave("  the same, cpu affinity off:", spread_wave, ideal)
             best = max(single, multi, key=lambda m: m.rate)  # the target: default affinity
         machine = cores / (best.worker_cpu + best.model_cpu)
         print(
@@ -769,8 +772,8 @@ def main() -> None:
             f"  {n} concurrent at 500 ms/call:     {best.rate / ideal:5.3f} of ideal "
             f"(target >= 0.7), CPU ceiling {min(1.0, machine / ideal):5.3f} (target >= 0.85)"
         )
-        print(f"  zero latency vs empty task:       {pinned.rate / noop_pinned:5.3f} with cpu "
-              f"affinity auto, {a.rate / noop:5.3f} without (target >= 0.25)")  # fmt: skip
+        print(f"  zero latency vs empty task:       {a.rate / noop:5.3f} by default (adaptive), "
+              f"{spread.rate / noop_spread:5.3f} with affinity off (target >= 0.25)")  # fmt: skip
         kb = (foot.run_bytes + foot.other_bytes) / 1000
         print(
             f"  Redis per evaluation:             {kb:5.1f} KB, "

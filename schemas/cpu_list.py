@@ -1,4 +1,4 @@
-"""The ``worker_cpu_affinity`` setting's values: ``off``, ``auto``, or CPUs like ``0-3,8``.
+"""``worker_cpu_affinity``'s values: ``adaptive``, ``off``, ``auto``, or CPUs like ``0-3,8``.
 
 Here, with the settings, so a bad value is refused when the settings load (at
 start-up, naming the value), not when a worker first uses it. What the values
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 OFF = "off"
 AUTO = "auto"
+ADAPTIVE = "adaptive"
 MAX_CPU = 8191  # Linux's largest CPU count (CONFIG_NR_CPUS) is 8192
 
 
@@ -26,7 +27,7 @@ def parse_cpu_list(text: str) -> list[int]:
         if not first.isdigit() or (dash and not last.isdigit()):
             raise AffinityError(
                 f"worker_cpu_affinity {text!r}: {part!r} is not a CPU number or a range "
-                "like 0-3; use off, auto, or a list such as 0-3,8"
+                "like 0-3; use adaptive, off, auto, or a list such as 0-3,8"
             )
         low, high = int(first), int(last) if dash else int(first)
         if high < low:
@@ -41,9 +42,9 @@ def parse_cpu_list(text: str) -> list[int]:
 
 
 def normalized(value: str) -> str:
-    """The setting as stored: ``off``, ``auto``, or a list checked by :func:`parse_cpu_list`."""
+    """The setting as stored: a name, or a list checked by :func:`parse_cpu_list`."""
     text = value.strip().lower()
-    if text in (OFF, AUTO):
+    if text in (OFF, AUTO, ADAPTIVE):
         return text
     parse_cpu_list(text)
     return text

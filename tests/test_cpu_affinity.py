@@ -1,4 +1,5 @@
-"""``worker_cpu_affinity``: a threads-pool worker process held to one CPU, opt-in.
+"""``worker_cpu_affinity``: a threads-pool worker process held to one CPU (``adaptive``, the
+default, is in test_cpu_balance.py).
 
 The pinning itself runs in child processes (a pinned test runner would slow
 every later test): a small Python child for the function, real `assay worker`
@@ -73,18 +74,21 @@ def test_a_bad_value_is_refused_when_the_settings_load(value: str, said: str) ->
         load_settings(worker_cpu_affinity=value)
 
 
-def test_the_setting_comes_from_the_environment_and_defaults_to_off(
+def test_the_setting_comes_from_the_environment_and_defaults_to_adaptive(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert load_settings().worker_cpu_affinity == "off"
+    assert load_settings().worker_cpu_affinity == "adaptive"
     monkeypatch.setenv("ASSAY_WORKER_CPU_AFFINITY", " Auto ")
     assert load_settings().worker_cpu_affinity == "auto"
+    monkeypatch.setenv("ASSAY_WORKER_CPU_AFFINITY", "OFF")
+    assert load_settings().worker_cpu_affinity == "off"
 
 
 def test_each_process_of_a_group_gets_the_next_cpu_it_may_use() -> None:
     assert [cpu_for_process("auto", i, {5, 2}) for i in range(3)] == [2, 5, 2]
     assert [cpu_for_process("5,2", i, {2, 5, 7}) for i in range(3)] == [5, 2, 5]
     assert cpu_for_process("off", 3, {0}) is None
+    assert cpu_for_process("adaptive", 3, {0}) is None  # it looks at the machine instead
 
 
 def test_a_listed_cpu_the_process_may_not_use_is_an_error_naming_it() -> None:
@@ -132,7 +136,7 @@ def test_auto_holds_every_thread_old_and_new_to_one_cpu() -> None:
 
 @linux_only
 def test_off_and_the_prefork_pool_leave_the_process_where_it_was() -> None:
-    for setting, pool in (("off", "threads"), ("auto", "prefork")):
+    for setting, pool in (("off", "threads"), ("auto", "prefork"), ("adaptive", "prefork")):
         result = hold_in_child(setting, pool, 0)
         assert result == {"cpu": None, "masks": [ALLOWED]}, (setting, pool)
 

@@ -446,9 +446,9 @@ def worker(
         str | None,
         typer.Option(
             "--cpu-affinity",
-            help="Hold each process (threads pool) to one CPU: off, auto, or a list like 0-3; "
-            "only on CPUs the fleet has to itself, see docs/fleet.md "
-            "[env ASSAY_WORKER_CPU_AFFINITY].",
+            help="Hold each process (threads pool) to one CPU: adaptive (default: the least "
+            "crowded, moving when others crowd it), auto or a list like 0-3 (only on CPUs the "
+            "fleet has to itself), or off; see docs/fleet.md [env ASSAY_WORKER_CPU_AFFINITY].",
         ),
     ] = None,
     process_index: Annotated[

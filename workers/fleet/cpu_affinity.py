@@ -1,4 +1,4 @@
-"""Which CPU a threads-pool worker process runs on (``worker_cpu_affinity``), opt-in.
+"""Which CPU a threads-pool worker process runs on (``worker_cpu_affinity``).
 
 Why: a worker process runs Python on one core at a time (the GIL), but the
 kernel spreads its threads over every core. Each time a thread waits on a
@@ -8,19 +8,22 @@ that costs a busy worker at zero model latency: the task body on 8 threads took
 2.7 ms of CPU per evaluation spread over two cores against 1.5 ms on one, and a
 worker held to one core finished about 75% more evaluations per second (issue 15).
 
-Why opt-in, like nginx's ``worker_cpu_affinity``: a CPU is chosen from the set
-this process may use (``sched_getaffinity``), and only the operator knows
-whether that set is its own. On a machine or VM for the fleet, or a Kubernetes
-pod with dedicated cores (the static CPU manager gives a Guaranteed pod with
-whole CPUs a set of its own), ``auto`` puts each process of ``assay worker
---processes N`` on a different CPU of the set. On shared cores (most pods),
-every worker choosing "the first CPU" would pile onto the same one.
+Values:
+- ``adaptive`` (the default; cpu_balance.py): the CPU others use least, left
+  for an idler one when others crowd it. It needs nobody's word that the CPUs
+  are the fleet's own, so it is safe on shared cores.
+- ``auto``: process ``i`` of ``assay worker --processes N`` on the ``i``-th CPU
+  this process may use (``sched_getaffinity``), for good. Like nginx's
+  ``worker_cpu_affinity auto``, only where that set is the fleet's own (a
+  machine for the fleet, a Guaranteed pod under the static CPU manager); on
+  shared cores every worker would pile onto the same first CPU.
+- CPUs in Linux's list syntax (``0-3,8``), which process ``i`` uses in turn.
+- ``off``: the kernel spreads the threads.
 
-Values: ``off`` (the default); ``auto``; or CPUs in Linux's list syntax
-(``0-3,8``), which process ``i`` of the group uses in turn. Only the threads
-pool (and solo, gevent, eventlet: one thread of Python in any case) is held to
-one CPU: prefork's children would all inherit it, so prefork is left alone with
-a warning. Linux only (``os.sched_setaffinity``); elsewhere a warning.
+Only the threads pool (and solo, gevent, eventlet: one thread of Python in any
+case) is held to one CPU: prefork's children would all inherit it, so prefork
+is left alone (with a warning when the operator asked for a hold). Linux only
+(``os.sched_setaffinity``); elsewhere the same.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from pathlib import Path
 
 import structlog
 
-from schemas.cpu_list import AUTO, OFF, AffinityError, parse_cpu_list
+from schemas.cpu_list import ADAPTIVE, AUTO, OFF, AffinityError, parse_cpu_list
+from workers.fleet.cpu_balance import hold_adaptively, hold_threads
 
 _log = structlog.get_logger(__name__)
 
@@ -38,12 +42,13 @@ SINGLE_THREAD_OF_PYTHON_POOLS = frozenset({"threads", "solo", "gevent", "eventle
 
 
 def cpu_for_process(setting: str, index: int, allowed: set[int]) -> int | None:
-    """The CPU process ``index`` of a worker group runs on; None for ``off``.
+    """The CPU process ``index`` of a worker group runs on; None for ``off`` and ``adaptive``
+    (which chooses by looking at the machine, cpu_balance.py).
 
     ``allowed``: the CPUs this process may use. A listed CPU outside them is an
     error (the kernel would refuse it, or the operator meant another machine).
     """
-    if setting == OFF:
+    if setting in (OFF, ADAPTIVE):
         return None
     if setting == AUTO:
         choices = sorted(allowed)
@@ -64,29 +69,36 @@ def hold_worker_process(setting: str, pool: str, index: int = 0) -> int | None:
     """Hold this worker process (every thread it has, and those it starts) to its CPU.
 
     Returns the CPU, or None when nothing was done (``off``, a prefork pool, no
-    support on this platform). Called before Celery starts its threads; threads
-    already running (the model announcer, a scripted model) are moved too.
+    support on this platform, a process that may use one CPU only). Called
+    before Celery starts its threads; threads already running (the model
+    announcer, a scripted model) are moved too.
     """
     if setting == OFF:
         return None
+    asked = setting != ADAPTIVE  # the default says nothing where it does nothing
     if pool not in SINGLE_THREAD_OF_PYTHON_POOLS:
-        _log.warning(
-            "cpu_affinity_ignored",
-            pool=pool,
-            reason="prefork's child processes would all inherit one CPU; the kernel spreads "
-            "them better, so worker_cpu_affinity applies to the threads pool only",
-        )
+        if asked:
+            _log.warning(
+                "cpu_affinity_ignored",
+                pool=pool,
+                reason="prefork's child processes would all inherit one CPU; the kernel "
+                "spreads them better, so worker_cpu_affinity applies to the threads pool only",
+            )
         return None
     if not hasattr(os, "sched_setaffinity"):
-        _log.warning("cpu_affinity_unsupported", reason="this platform cannot set CPU affinity")
+        if asked:
+            _log.warning("cpu_affinity_unsupported", reason="this platform cannot set CPU affinity")
         return None
-    cpu = cpu_for_process(setting, index, os.sched_getaffinity(0))
-    assert cpu is not None
-    for thread in _thread_ids():
-        try:
-            os.sched_setaffinity(thread, {cpu})  # Linux: a thread id sets that thread only
-        except ProcessLookupError:
-            continue  # the thread ended meanwhile
+    allowed = os.sched_getaffinity(0)
+    if setting == ADAPTIVE:
+        if len(allowed) < 2:
+            return None  # held already, by whoever gave it one CPU
+        cpu, _ = hold_adaptively(index, allowed, _thread_ids)
+    else:
+        chosen = cpu_for_process(setting, index, allowed)
+        assert chosen is not None
+        cpu = chosen
+        hold_threads(cpu, _thread_ids)
     _log.info("cpu_affinity", cpu=cpu, process_index=index, setting=setting)
     return cpu
 
