@@ -82,7 +82,6 @@ def test_the_first_cpu_is_the_idlest_and_the_group_index_spreads_ties() -> None:
     assert [first_cpu(idle, {0, 1, 2, 3}, index) for index in range(4)] == [0, 1, 2, 0]
     crowded_first = {0: 0.8, 1: 0.3, 2: 0.75}
     assert [first_cpu(crowded_first, {0, 1, 2}, index) for index in range(3)] == [1, 1, 1]
-    assert first_cpu({}, {4}, 3) == 4  # a CPU /proc/stat did not list counts as idle
 
 
 def test_a_process_moves_only_for_a_quarter_core_less_crowding() -> None:
@@ -92,6 +91,26 @@ def test_a_process_moves_only_for_a_quarter_core_less_crowding() -> None:
     assert better_cpu({0: 0.1, 1: 0.0, 2: 0.0}, held=0, allowed=allowed) is None
     assert better_cpu({0: 1.0}, held=0, allowed={0}) is None  # nowhere else to go
     assert better_cpu({0: 1.0, 1: 0.0}, held=0, allowed={0}) is None  # 1 is not ours
+
+
+@pytest.mark.parametrize(
+    "proc_stat",
+    [None, "cpu  1 2 3\nintr 5\n", "cpu0 1 2 x 4\n"],
+    ids=["hidden", "no-cpu-lines", "garbled"],
+)
+def test_where_proc_stat_cannot_be_read_the_process_is_left_to_the_kernel(
+    monkeypatch: pytest.MonkeyPatch, proc_stat: str | None
+) -> None:
+    import workers.fleet.cpu_balance as balance
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        if proc_stat is None:
+            raise PermissionError("/proc/stat: hidden by the sandbox")
+        return proc_stat
+
+    monkeypatch.setattr(balance.Path, "read_text", read_text)
+    monkeypatch.setattr(balance, "hold_threads", lambda *a: pytest.fail("held blind"))
+    assert balance.hold_adaptively(0, {0, 1}, lambda: [0]) is None
 
 
 # --- real processes ------------------------------------------------------------------------------

@@ -93,7 +93,10 @@ def hold_worker_process(setting: str, pool: str, index: int = 0) -> int | None:
     if setting == ADAPTIVE:
         if len(allowed) < 2:
             return None  # held already, by whoever gave it one CPU
-        cpu, _ = hold_adaptively(index, allowed, _thread_ids)
+        held = hold_adaptively(index, allowed, _thread_ids)
+        if held is None:
+            return None
+        cpu = held[0]
     else:
         chosen = cpu_for_process(setting, index, allowed)
         assert chosen is not None

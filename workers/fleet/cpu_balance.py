@@ -161,7 +161,11 @@ class CpuBalancer:
                 # taskset, a cpuset that shrank: whoever moved it decides now, not this thread
                 _log.info("cpu_affinity_balance_stopped", cpu=self.cpu, reason="changed outside")
                 return
-            now = take_sample()
+            try:
+                now = take_sample()
+            except (OSError, ValueError, IndexError) as exc:
+                _log.warning("cpu_affinity_balance_stopped", cpu=self.cpu, error=str(exc))
+                return
             shares = crowding(baseline, now, self.cpu)
             baseline = now
             target = better_cpu(shares, self.cpu, self._allowed)
@@ -185,10 +189,23 @@ class CpuBalancer:
 
 def hold_adaptively(
     index: int, allowed: set[int], thread_ids: Callable[[], list[int]]
-) -> tuple[int, CpuBalancer]:
-    """Hold this process to the CPU others use least, and keep watching it."""
-    before = take_sample()
-    time.sleep(FIRST_LOOK_SECONDS)
-    cpu = first_cpu(crowding(before, take_sample(), None), allowed, index)
+) -> tuple[int, CpuBalancer] | None:
+    """Hold this process to the CPU others use least, and keep watching it.
+
+    None where ``/proc/stat`` cannot be read or makes no sense (some sandboxes
+    hide or fake it): a hold chosen blind could be the crowded CPU, and nothing
+    could tell, so the process is left to the kernel.
+    """
+    try:
+        before = take_sample()
+        time.sleep(FIRST_LOOK_SECONDS)
+        shares = crowding(before, take_sample(), None)
+    except (OSError, ValueError, IndexError) as exc:
+        _log.info("cpu_affinity_unheld", reason=f"/proc/stat is not readable here: {exc}")
+        return None
+    if not allowed <= shares.keys():
+        _log.info("cpu_affinity_unheld", reason="/proc/stat does not list this process's CPUs")
+        return None
+    cpu = first_cpu(shares, allowed, index)
     hold_threads(cpu, thread_ids)
     return cpu, CpuBalancer(cpu, allowed, thread_ids).start()
