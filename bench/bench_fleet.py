@@ -113,7 +113,6 @@ def noop_worker_main(concurrency: int) -> None:
     from schemas.settings import load_settings
     from workers.fleet.broker import configured_app
     from workers.fleet.cpu_affinity import hold_worker_process
-    from workers.fleet.pool_threads import start_pool_threads
     from workers.fleet.redis_client import connect
     from workers.fleet.runtime import tune_interpreter
 
@@ -127,9 +126,8 @@ def noop_worker_main(concurrency: int) -> None:
         counter.incr(NOOP_COUNTER)
 
     @signals.worker_ready.connect(weak=False)
-    def tune(sender: object = None, **_: object) -> None:
+    def tune(**_: object) -> None:
         tune_interpreter()  # as an assay worker does, so the ratio compares task bodies
-        start_pool_threads(getattr(sender, "pool", None))
 
     app.worker_main(["worker", "--pool=threads", f"--concurrency={concurrency}", "-l", "WARNING"])
 

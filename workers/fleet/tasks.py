@@ -50,7 +50,6 @@ from workers.core.metrics import observe_verdict
 from workers.core.tracing import evaluation_span
 from workers.fleet.broker import TASK_NAME
 from workers.fleet.checkpoints import load_for_resume, park
-from workers.fleet.pool_threads import start_pool_threads
 from workers.fleet.runtime import RuntimeHolder, WorkerRuntime, worker_started
 from workers.fleet.store import StoreConflict
 
@@ -235,8 +234,7 @@ def register_tasks(app: Celery, settings: AssaySettings) -> None:
             _log.warning("infrastructure_error_requeue", error=str(exc))
             raise Reject(str(exc), requeue=True) from exc
 
-    def on_ready(sender: Any = None, **_: Any) -> None:
+    def on_ready(**_: Any) -> None:
         worker_started(settings, holder.get(), app)
-        start_pool_threads(getattr(sender, "pool", None))  # sender: the worker's consumer
 
     signals.worker_ready.connect(on_ready, weak=False, dispatch_uid=f"assay-ready-{id(app)}")
