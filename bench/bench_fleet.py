@@ -577,10 +577,10 @@ def median_wave(repeats: int, **kwargs: Any) -> Waves:
     return Waves(ordered[len(ordered) // 2], [m.rate for m in ordered])
 
 
-def print_wave(label: str, waves: Waves | Measured, ideal: float) -> None:
-    measured = waves.median if isinstance(waves, Waves) else waves
+def print_wave(label: str, waves: Waves, ideal: float) -> None:
+    measured = waves.median
     spread = ""
-    if isinstance(waves, Waves) and len(waves.rates) > 1:
+    if len(waves.rates) > 1:
         spread = (
             f" (median of {len(waves.rates)} waves, "
             f"{waves.rates[0] / ideal:.3f}-{waves.rates[-1] / ideal:.3f})"

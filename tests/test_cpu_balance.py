@@ -110,7 +110,7 @@ def test_where_proc_stat_cannot_be_read_the_process_is_left_to_the_kernel(
 
     monkeypatch.setattr(balance.Path, "read_text", read_text)
     monkeypatch.setattr(balance, "hold_threads", lambda *a: pytest.fail("held blind"))
-    assert balance.hold_adaptively(0, {0, 1}, lambda: [0]) is None
+    assert balance.hold_adaptively(0, {0, 1}) is None
 
 
 # --- real processes ------------------------------------------------------------------------------
@@ -220,10 +220,10 @@ def test_a_worker_leaves_a_cpu_something_else_fills(
 
 @two_cpus
 def test_two_busy_workers_that_chose_the_same_cpu_part(children: list[Child]) -> None:
-    # Two separate `assay worker` commands on an idle machine: both are process 0 of
-    # their group and both take the same idlest CPU. Busy, each crowds the other.
-    # Started apart, the second sees the first busy (importing, at least) and takes
-    # another CPU; started at one instant on an idle machine, both take the first.
+    # Two separate `assay worker` commands, both process 0 of their group. Started
+    # apart, the second sees the first busy (importing, at least) and takes another
+    # CPU; started at one instant on an idle machine, both take the first, as here.
+    # Busy, each then crowds the other.
     first = Child(0, busy=True, start_on_first_cpu=True).held()
     second = Child(0, busy=True, start_on_first_cpu=True).held()
     children.extend([first, second])

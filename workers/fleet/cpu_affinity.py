@@ -29,7 +29,6 @@ is left alone (with a warning when the operator asked for a hold). Linux only
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import structlog
 
@@ -93,24 +92,15 @@ def hold_worker_process(setting: str, pool: str, index: int = 0) -> int | None:
     if setting == ADAPTIVE:
         if len(allowed) < 2:
             return None  # held already, by whoever gave it one CPU
-        held = hold_adaptively(index, allowed, _thread_ids)
-        if held is None:
+        cpu = hold_adaptively(index, allowed)
+        if cpu is None:
             return None
-        cpu = held[0]
     else:
-        chosen = cpu_for_process(setting, index, allowed)
-        assert chosen is not None
-        cpu = chosen
-        hold_threads(cpu, _thread_ids)
+        cpu = cpu_for_process(setting, index, allowed)
+        assert cpu is not None
+        hold_threads(cpu)
     _log.info("cpu_affinity", cpu=cpu, process_index=index, setting=setting)
     return cpu
-
-
-def _thread_ids() -> list[int]:
-    try:
-        return [int(entry.name) for entry in Path("/proc/self/task").iterdir()]
-    except OSError:  # no /proc: the calling thread, which every later thread inherits from
-        return [0]
 
 
 def _as_list(cpus: set[int]) -> str:

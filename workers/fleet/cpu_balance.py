@@ -30,7 +30,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,7 +113,15 @@ def better_cpu(shares: dict[int, float], held: int, allowed: Iterable[int]) -> i
     return best if here - shares.get(best, 0.0) >= MARGIN else None
 
 
-def hold_threads(cpu: int, thread_ids: Callable[[], list[int]]) -> None:
+def thread_ids() -> list[int]:
+    """This process's threads, as ``sched_setaffinity`` takes them."""
+    try:
+        return [int(entry.name) for entry in Path("/proc/self/task").iterdir()]
+    except OSError:  # no /proc: the calling thread, which every later thread inherits from
+        return [0]
+
+
+def hold_threads(cpu: int) -> None:
     """Every thread of this process onto ``cpu``, including threads started meanwhile.
 
     A thread inherits the CPUs of the thread that starts it, so one started by a
@@ -135,28 +143,18 @@ def hold_threads(cpu: int, thread_ids: Callable[[], list[int]]) -> None:
 class CpuBalancer:
     """The daemon thread that moves a held process off a CPU others crowd."""
 
-    def __init__(
-        self,
-        cpu: int,
-        allowed: set[int],
-        thread_ids: Callable[[], list[int]],
-    ) -> None:
+    def __init__(self, cpu: int, allowed: set[int]) -> None:
         self.cpu = cpu
         self._allowed = frozenset(allowed)
-        self._thread_ids = thread_ids
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="assay-cpu-balance", daemon=True)
 
-    def start(self) -> CpuBalancer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
+    def start(self) -> None:
+        """Watch for as long as the process lives (a daemon thread: it never holds up exit)."""
+        threading.Thread(target=self._run, name="assay-cpu-balance", daemon=True).start()
 
     def _run(self) -> None:
         baseline = take_sample()
-        while not self._stop.wait(CHECK_SECONDS * (1 + random.random() / 2)):
+        while True:
+            time.sleep(CHECK_SECONDS * (1 + random.random() / 2))
             if os.sched_getaffinity(0) != {self.cpu}:
                 # taskset, a cpuset that shrank: whoever moved it decides now, not this thread
                 _log.info("cpu_affinity_balance_stopped", cpu=self.cpu, reason="changed outside")
@@ -172,7 +170,7 @@ class CpuBalancer:
             if target is None:
                 continue
             try:
-                hold_threads(target, self._thread_ids)
+                hold_threads(target)
             except OSError as exc:  # the CPUs this process may use changed under it
                 _log.warning("cpu_affinity_balance_stopped", cpu=self.cpu, error=str(exc))
                 return
@@ -187,10 +185,8 @@ class CpuBalancer:
             baseline = take_sample()  # the window before the move mixed two CPUs
 
 
-def hold_adaptively(
-    index: int, allowed: set[int], thread_ids: Callable[[], list[int]]
-) -> tuple[int, CpuBalancer] | None:
-    """Hold this process to the CPU others use least, and keep watching it.
+def hold_adaptively(index: int, allowed: set[int]) -> int | None:
+    """Hold this process to the CPU others use least, and keep watching it; that CPU.
 
     None where ``/proc/stat`` cannot be read or makes no sense (some sandboxes
     hide or fake it): a hold chosen blind could be the crowded CPU, and nothing
@@ -207,5 +203,6 @@ def hold_adaptively(
         _log.info("cpu_affinity_unheld", reason="/proc/stat does not list this process's CPUs")
         return None
     cpu = first_cpu(shares, allowed, index)
-    hold_threads(cpu, thread_ids)
-    return cpu, CpuBalancer(cpu, allowed, thread_ids).start()
+    hold_threads(cpu)
+    CpuBalancer(cpu, allowed).start()
+    return cpu
