@@ -31,6 +31,7 @@ ZERO_COUNTS = {
     "strict_unproven_true": "strict true w/o structured field + confirmation",
     "verdict_past_budget": "verdict from a reply past the token budget",
     "hostile_id_accepted": "hostile id not refused as invalid",
+    "abuse_accepted": "abusive API request accepted (2xx)",
     "canary_hits": "secret canary hits",
     "non_get_requests": "non-GET at API server",
     "half_stored": "half-stored records",
