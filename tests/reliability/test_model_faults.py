@@ -10,7 +10,8 @@ without verified evidence; a ``strict`` true that does not rest on a structured
 field confirmed in a fresh context (the case citing only ConfigMap prose, with a
 confirmer that confirms anything, is stopped by the structured-field rule alone);
 and a verdict standing on a reply that took the run past its token budget (a
-provider that ignores ``max_tokens``, or reports an absurd figure).
+provider that ignores ``max_tokens``, or reports an absurd figure). A run whose provider
+reported negative usage must still be charged for the calls it made.
 """
 
 from __future__ import annotations
@@ -71,20 +72,26 @@ PROSE = "checked by the release team and is ready"  # ConfigMap data: free text,
 IGNORED_MAX_TOKENS = {"prompt_tokens": 3000, "completion_tokens": 1_000_000}  # > every budget
 ABSURD_USAGE = {"prompt_tokens": 10**15, "completion_tokens": 10**15}  # charged the ceiling
 EVERY_PROFILE = frozenset(PROFILES)
+MIN_PROMPT_TOKENS = 1000  # one planner call's prompt (system prompt and tools) is more
 
 
 @dataclass(frozen=True)
 class Fault:
-    """Planner turns, the exit codes each profile may end in, and whether the confirmer
-    (strict) confirms whatever it is shown, so the other gates alone must hold."""
+    """Planner turns, the exit codes each profile may end in, and whether the model cites
+    text its lookup really returned.
+
+    When it does, the confirmer (strict) confirms whatever it is shown, so the other gates
+    alone must hold. When it does not, the confirmer never confirms, and a true counts as one
+    without verified evidence whatever the verdict says of itself: the engine's own flags
+    would hide a broken evidence check."""
 
     turns: list[dict[str, Any]]
     allowed: dict[str, set[int]]
-    confirms: bool = False
+    cites_real_output: bool = False
 
 
-def fault(turns: list[dict[str, Any]], allowed: set[int], confirms: bool = False) -> Fault:
-    return Fault(turns, {profile: allowed for profile in EVERY_PROFILE}, confirms)
+def fault(turns: list[dict[str, Any]], allowed: set[int], cites_real_output: bool = False) -> Fault:
+    return Fault(turns, {profile: allowed for profile in EVERY_PROFILE}, cites_real_output)
 
 
 FAULTS: dict[str, Fault] = {
@@ -111,7 +118,7 @@ FAULTS: dict[str, Fault] = {
             done("true", 0, excerpt="web 2/2", usage={"prompt_tokens": "-7"}),
         ],
         {0, 3},
-        confirms=True,
+        cites_real_output=True,
     ),
     "done(true) without evidence": fault([get_deployments(), *[done("true")] * REPEAT], {3}),
     "done(true) citing text never shown": fault(
@@ -133,20 +140,20 @@ FAULTS: dict[str, Fault] = {
     "done(true) resting on ConfigMap prose only": Fault(
         [GET_NOTES, *[done("true", 0, excerpt=PROSE)] * REPEAT],
         {"smoke": {0}, "fast": {0}, "strict": {3}},  # verified text, but no structured field
-        confirms=True,
+        cites_real_output=True,
     ),
     "done(true) in a reply that ignored max_tokens": fault(
         [get_deployments(), done_ignoring_max_tokens(IGNORED_MAX_TOKENS, excerpt="web 2/2")],
         {3},
-        confirms=True,
+        cites_real_output=True,
     ),
     "done(true) in a reply reporting absurd usage": fault(
         [get_deployments(), done_ignoring_max_tokens(ABSURD_USAGE, excerpt="web 2/2")],
         {3},
-        confirms=True,
+        cites_real_output=True,
     ),
     "control: an honest true": fault(
-        [get_deployments(), done("true", 0, excerpt="web 2/2")], {0}, confirms=True
+        [get_deployments(), done("true", 0, excerpt="web 2/2")], {0}, cites_real_output=True
     ),
 }
 
@@ -165,7 +172,7 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def fault_script(case: Fault) -> dict[str, Any]:
-    confirmer = CONFIRM_TRUE if case.confirms else HONEST_CONFIRMER
+    confirmer = CONFIRM_TRUE if case.cites_real_output else HONEST_CONFIRMER
     return {
         "scenarios": [
             {"role": "confirmer", "turns": [confirmer] * REPEAT},
@@ -195,7 +202,13 @@ def test_a_model_fault_never_ends_in_an_unearned_true(
         "--profile", profile, "--timeout", "2.5", PREDICATE,
     )  # fmt: skip
     verdict = Verdict.model_validate(json.loads(result.stdout)) if result.stdout else None
-    unearned = int(verdict is not None and true_without_verified_evidence(verdict))
+    unearned = int(
+        verdict is not None
+        and (
+            true_without_verified_evidence(verdict)
+            or (result.code == 0 and not case.cites_real_output)
+        )
+    )
     unproven = int(verdict is not None and strict_true_unproven(verdict))
     overspent = int(verdict is not None and past_token_budget(verdict))
     ledger.case(
@@ -208,3 +221,6 @@ def test_a_model_fault_never_ends_in_an_unearned_true(
     assert result.code in case.allowed[profile], (name, profile, result.code, result.stderr[-1500:])
     assert verdict is not None and verdict.exit_code == result.code
     assert not unearned and not unproven and not overspent
+    if case.cites_real_output:  # it made model calls: a reported negative never charges nothing
+        assert verdict.usage.prompt_tokens >= MIN_PROMPT_TOKENS, verdict.usage
+        assert verdict.usage.completion_tokens > 0, verdict.usage
