@@ -77,17 +77,18 @@ MIN_PROMPT_TOKENS = 1000  # one planner call's prompt (system prompt and tools) 
 
 @dataclass(frozen=True)
 class Fault:
-    """Planner turns, the exit codes each profile may end in, and whether the model cites
-    text its lookup really returned.
+    """Planner turns, the exit codes each profile may end in, whether the model cites text
+    its lookup really returned, and which must-be-zero count an unexpected true goes to.
 
-    When it does, the confirmer (strict) confirms whatever it is shown, so the other gates
-    alone must hold. When it does not, the confirmer never confirms, and a true counts as one
-    without verified evidence whatever the verdict says of itself: the engine's own flags
-    would hide a broken evidence check."""
+    When the model cites real output, the confirmer (strict) confirms whatever it is shown,
+    so the other gates alone must hold; otherwise it never confirms. A true where the case
+    allows none is counted whatever the verdict says of itself: a broken check would also
+    set the verdict's own flags (``verified``, ``structured``) to agree with it."""
 
     turns: list[dict[str, Any]]
     allowed: dict[str, set[int]]
     cites_real_output: bool = False
+    true_counts_as: str = "unverified_true"
 
 
 def fault(turns: list[dict[str, Any]], allowed: set[int], cites_real_output: bool = False) -> Fault:
@@ -141,16 +142,19 @@ FAULTS: dict[str, Fault] = {
         [GET_NOTES, *[done("true", 0, excerpt=PROSE)] * REPEAT],
         {"smoke": {0}, "fast": {0}, "strict": {3}},  # verified text, but no structured field
         cites_real_output=True,
+        true_counts_as="strict_unproven_true",
     ),
-    "done(true) in a reply that ignored max_tokens": fault(
+    "done(true) in a reply that ignored max_tokens": Fault(
         [get_deployments(), done_ignoring_max_tokens(IGNORED_MAX_TOKENS, excerpt="web 2/2")],
-        {3},
+        {profile: {3} for profile in EVERY_PROFILE},
         cites_real_output=True,
+        true_counts_as="verdict_past_budget",
     ),
-    "done(true) in a reply reporting absurd usage": fault(
+    "done(true) in a reply reporting absurd usage": Fault(
         [get_deployments(), done_ignoring_max_tokens(ABSURD_USAGE, excerpt="web 2/2")],
-        {3},
+        {profile: {3} for profile in EVERY_PROFILE},
         cites_real_output=True,
+        true_counts_as="verdict_past_budget",
     ),
     "control: an honest true": fault(
         [get_deployments(), done("true", 0, excerpt="web 2/2")], {0}, cites_real_output=True
@@ -202,25 +206,17 @@ def test_a_model_fault_never_ends_in_an_unearned_true(
         "--profile", profile, "--timeout", "2.5", PREDICATE,
     )  # fmt: skip
     verdict = Verdict.model_validate(json.loads(result.stdout)) if result.stdout else None
-    unearned = int(
-        verdict is not None
-        and (
-            true_without_verified_evidence(verdict)
-            or (result.code == 0 and not case.cites_real_output)
-        )
-    )
-    unproven = int(verdict is not None and strict_true_unproven(verdict))
-    overspent = int(verdict is not None and past_token_budget(verdict))
-    ledger.case(
-        FAMILY,
-        outcome(result.code),
-        unverified_true=unearned,
-        strict_unproven_true=unproven,
-        verdict_past_budget=overspent,
-    )
+    counts = {
+        "unverified_true": verdict is not None and true_without_verified_evidence(verdict),
+        "strict_unproven_true": verdict is not None and strict_true_unproven(verdict),
+        "verdict_past_budget": verdict is not None and past_token_budget(verdict),
+    }
+    if result.code == 0 and 0 not in case.allowed[profile]:
+        counts[case.true_counts_as] = True
+    ledger.case(FAMILY, outcome(result.code), **{key: int(seen) for key, seen in counts.items()})
     assert result.code in case.allowed[profile], (name, profile, result.code, result.stderr[-1500:])
     assert verdict is not None and verdict.exit_code == result.code
-    assert not unearned and not unproven and not overspent
+    assert not any(counts.values()), counts
     if case.cites_real_output:  # it made model calls: a reported negative never charges nothing
         assert verdict.usage.prompt_tokens >= MIN_PROMPT_TOKENS, verdict.usage
         assert verdict.usage.completion_tokens > 0, verdict.usage
