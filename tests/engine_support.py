@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,6 +77,26 @@ def done(
     action = {"action": "DONE", "verdict": verdict, "explanation": explanation,
               "evidence": evidence}  # fmt: skip
     return {"action": action, **extra}
+
+
+def done_ignoring_max_tokens(usage: dict[str, int], excerpt: str = "web") -> dict[str, Any]:
+    """A raw completion carrying ``done(true)`` citing step 0 and reporting ``usage``, whatever
+    max_tokens was asked: the scripted model itself keeps to the cap, as a real server does,
+    so a provider that does not is replayed as a whole reply."""
+    action = done("true", 0, excerpt=excerpt)["action"]
+    arguments = {key: value for key, value in action.items() if key != "action"}
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "done", "arguments": json.dumps(arguments)}}  # fmt: skip
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    completion = {
+        "id": "chatcmpl-overspent",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+        "usage": {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]},
+    }
+    return {"body": json.dumps(completion)}
 
 
 def script(*turns: dict[str, Any], delay: float = 0.0) -> dict[str, Any]:

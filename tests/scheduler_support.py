@@ -184,3 +184,71 @@ def pause_replica_scenario(
     superseded = log.count("delivery_superseded")
     client.close()
     return PauseOutcome(runs, sent_before, executions, deliveries, superseded)
+
+
+@dataclass
+class CopiesOutcome:
+    """What :func:`two_copies_scenario` observed for its one run."""
+
+    outcomes: list[str]  # what each delivery came to: "recorded", "superseded", ...
+    executions: int  # deliveries a worker began (the run's ``attempts``)
+    model_requests: int  # model calls made for the run (3 per execution of the script)
+
+
+def two_copies_scenario(redis_url: str, folder: Path, prefix: str = "fence") -> CopiesOutcome:
+    """Two copies of one deferred fire, with different fencing tokens, delivered at once.
+
+    A stalled replica's late copy and the survivor's copy reach two worker threads together
+    (in process: the real delivery handler, the real store, the scripted model over HTTP),
+    the moment no replica-side check can help any more: only the worker's fence decides.
+    """
+    import threading
+
+    import redis as redis_lib
+
+    from assay.testing.scripted_model import ScriptedModel
+    from scheduler.deferred import defer_evaluation
+    from schemas.request import EvaluationRequest, SnapshotTarget
+    from schemas.settings import load_settings
+    from tests.fleet_support import PREDICATE, make_snapshots, three_step_script
+    from workers.fleet.runtime import WorkerRuntime
+    from workers.fleet.tasks import handle_delivery
+
+    (snapshot,) = make_snapshots(folder / "snaps", 1)
+    client = redis_lib.Redis.from_url(redis_url, decode_responses=True)
+    with ScriptedModel(three_step_script(delay=0.5)) as model:
+        settings = load_settings(
+            redis_url=redis_url,
+            key_prefix=prefix,
+            model="openai/scripted",
+            api_base=model.url,
+            api_key="scripted",
+        )
+        request = EvaluationRequest(
+            text=PREDICATE,
+            target=SnapshotTarget(path=str(snapshot)),
+            run_id="twice-1",
+            not_before=datetime.now(UTC) + timedelta(seconds=1),
+        )
+        defer_evaluation(client, settings, request)
+        runtime = WorkerRuntime.build(settings)
+        payload = request.model_dump(mode="json")
+        outcomes: list[str] = []
+        copies = [
+            threading.Thread(
+                target=lambda token=token: outcomes.append(
+                    handle_delivery(
+                        payload, runtime, fence={"fire": request.run_id, "token": token}
+                    )
+                )
+            )
+            for token in ("from-replica-b", "from-replica-a")
+        ]
+        for copy in copies:
+            copy.start()
+        for copy in copies:
+            copy.join(timeout=60)
+        executions = int(client.hget(f"{prefix}:run:{request.run_id}", "attempts") or 0)
+        requests = len(model.requests_for(request.run_id))
+    client.close()
+    return CopiesOutcome(sorted(outcomes), executions, requests)

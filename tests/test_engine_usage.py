@@ -6,16 +6,22 @@ misbehaving provider would.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
-from tests.engine_support import done, get_deployments, make_snapshot, request_for, run, script
+from tests.engine_support import (
+    done,
+    done_ignoring_max_tokens,
+    get_deployments,
+    make_snapshot,
+    request_for,
+    run,
+    script,
+)
 from tests.engine_support import scripted as scripted_model
 from workers.core.budget_meter import padded_prompt
 from workers.core.llm import LiteLLMClient, load_litellm
@@ -86,24 +92,6 @@ def test_usage_the_provider_left_out_is_estimated_not_charged_as_zero(snapshot: 
     assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
 
 
-def _done_ignoring_max_tokens(usage: dict[str, int]) -> dict[str, Any]:
-    """A raw completion carrying ``done(true)`` and ``usage``, whatever max_tokens was asked:
-    the scripted model itself keeps to the cap, as a real server does."""
-    arguments = {key: value for key, value in done("true", 0)["action"].items() if key != "action"}
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "done", "arguments": json.dumps(arguments)}}  # fmt: skip
-    message = {"role": "assistant", "content": None, "tool_calls": [call]}
-    completion = {
-        "id": "chatcmpl-overspent",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "scripted",
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
-        "usage": {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]},
-    }
-    return {"body": json.dumps(completion)}
-
-
 @pytest.mark.parametrize(
     "usage",
     [
@@ -118,7 +106,7 @@ def test_a_verdict_whose_reply_spent_past_the_token_budget_does_not_stand(
     """The budget is enforced, not advisory: a provider that ignores ``max_tokens`` (or says
     it did) takes the run past its token budget with the very reply that carries the verdict,
     which must not then be acted on as if the budget held."""
-    turns = script(get_deployments(), _done_ignoring_max_tokens(usage))
+    turns = script(get_deployments(), done_ignoring_max_tokens(usage))
     with scripted_model(turns) as model:
         report = run(model, request_for(snapshot, max_tokens=50_000))
     verdict = report.verdict

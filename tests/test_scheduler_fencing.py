@@ -15,7 +15,6 @@ run executed twice (one verdict still won). Now
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,18 +22,13 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 
-from assay.testing.scripted_model import ScriptedModel
-from scheduler.deferred import Enqueue, defer_evaluation
+from scheduler.deferred import Enqueue
 from scheduler.schedules import ScheduleStore
 from scheduler.service import Replica
-from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.schedule import Schedule, ScheduleTargets
 from schemas.settings import AssaySettings, load_settings
-from tests.fleet_support import PREDICATE, make_snapshots, three_step_script
-from tests.scheduler_support import pause_replica_scenario
-from workers.fleet.runtime import WorkerRuntime
+from tests.scheduler_support import pause_replica_scenario, two_copies_scenario
 from workers.fleet.store import VerdictStore
-from workers.fleet.tasks import handle_delivery
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -142,45 +136,14 @@ def test_the_fence_admits_one_token_per_fire_and_its_redeliveries(
 
 
 def test_two_copies_of_a_fire_delivered_at_once_execute_once(
-    settings: AssaySettings, client: redis_lib.Redis, tmp_path: Path
+    redis_url: str, tmp_path: Path
 ) -> None:
-    """Two workers get the stalled replica's copy and the survivor's copy at the same time."""
-    (snapshot,) = make_snapshots(tmp_path / "snaps", 1)
-    with ScriptedModel(three_step_script(delay=0.5)) as model:
-        worker_settings = load_settings(
-            redis_url=settings.redis_url,
-            key_prefix="fence",
-            model="openai/scripted",
-            api_base=model.url,
-            api_key="scripted",
-        )
-        request = EvaluationRequest(
-            text=PREDICATE,
-            target=SnapshotTarget(path=str(snapshot)),
-            run_id="twice-1",
-            not_before=datetime.now(UTC) + timedelta(seconds=1),
-        )
-        defer_evaluation(client, worker_settings, request)
-        runtime = WorkerRuntime.build(worker_settings)
-        payload = request.model_dump(mode="json")
-        outcomes: list[str] = []
-        copies = [
-            threading.Thread(
-                target=lambda token=token: outcomes.append(
-                    handle_delivery(
-                        payload, runtime, fence={"fire": request.run_id, "token": token}
-                    )
-                )
-            )
-            for token in ("from-replica-b", "from-replica-a")
-        ]
-        for copy in copies:
-            copy.start()
-        for copy in copies:
-            copy.join(timeout=60)
-        assert sorted(outcomes) == ["recorded", "superseded"]
-        assert client.hget("fence:run:twice-1", "attempts") == "1"
-        assert len(model.requests_for("twice-1")) == 3  # one execution of the 3-step script
+    """Two workers get the stalled replica's copy and the survivor's copy at the same time:
+    the worker's fence alone lets one run (the other is dropped as superseded)."""
+    outcome = two_copies_scenario(redis_url, tmp_path)
+    assert outcome.outcomes == ["recorded", "superseded"]
+    assert outcome.executions == 1
+    assert outcome.model_requests == 3  # one execution of the 3-step script
 
 
 @pytest.mark.integration
@@ -189,6 +152,21 @@ def test_two_copies_of_a_fire_delivered_at_once_execute_once(
 def test_a_replica_sigstopped_past_its_lease_never_duplicates_an_execution(
     redis_url: str, tmp_path: Path, pause_after_sent: int
 ) -> None:
+    """Real replicas and a real worker: replica A is SIGSTOPped as it starts sending
+    (``before-sending``) or once it has sent 5 (``mid-way``), B takes the timers over after
+    A's lease, and A is resumed while the worker still runs B's copies.
+
+    What it proves: with real processes, signals and timing, no run executes twice, and the
+    resumed replica sends at most the one message that was already on its way, because it
+    checks right before each send that the enqueue marker is still its own.
+
+    What it does not prove: that the worker's fence works. A copy reaches the worker only if
+    the pause lands between that check and the send, a window of microseconds this test
+    almost never hits, so it passes with the worker-side fence removed. The fence is proved
+    by ``test_two_copies_of_a_fire_delivered_at_once_execute_once``, which delivers such
+    copies on purpose and fails without it (the replica-side check by
+    ``test_a_replica_that_stalls_mid_send_sends_nothing_more``).
+    """
     outcome = pause_replica_scenario(
         redis_url, tmp_path, runs=60, pause_after_sent=pause_after_sent
     )

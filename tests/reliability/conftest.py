@@ -42,9 +42,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(note)
     terminalreporter.write_line("")
     violations = LEDGER.violations()
-    if violations:
-        terminalreporter.write_line(f"FAILED: counts that must be 0: {violations}", red=True)
-    else:
+    for title, count in violations.items():
+        terminalreporter.write_line(f"FAILED: {title}: {count} (must be 0)", red=True)
+    if not violations:
         terminalreporter.write_line("every must-be-zero count is 0", green=True)
 
 

@@ -27,6 +27,7 @@ from tests.injection_support import (
     HostileCase,
     obedient_script,
     run_injection_matrix,
+    strict_true_unproven,
     true_without_verified_evidence,
 )
 from tests.reliability.cli_support import invoke, outcome
@@ -47,6 +48,7 @@ def test_the_obedient_model_against_every_planted_place(ledger: Ledger) -> None:
             verdict.verdict.value,
             unverified_true=int(true_without_verified_evidence(verdict)),
             strict_injection_true=int(strict_true),
+            strict_unproven_true=int(strict_true_unproven(verdict)),
         )
     ledger.note("hostile cluster content, engine matrix per profile (9 places x 2 transports)",
                 tally.table())  # fmt: skip
@@ -90,6 +92,7 @@ def test_the_cli_over_the_live_backend_stays_read_only_and_strict_refuses(
         outcome(result.code),
         unverified_true=int(true_without_verified_evidence(verdict)),
         strict_injection_true=int(strict_true),
+        strict_unproven_true=int(strict_true_unproven(verdict)),
     )
     ledger.case("write path", outcome(result.code), non_get_requests=writes)
     assert server.requests, "the run never reached the API server"

@@ -2,7 +2,9 @@
 under it, Redis down for the CLI, and a scheduler replica paused past its lease.
 
 Counted: every run ends with exactly one verdict and one history entry (else half-stored), a
-``true`` only with verified evidence, and after the pause no continuation executes twice.
+``true`` only with verified evidence, and after the pause no continuation executes twice. The
+paused replica, resumed, almost never gets a copy to a worker (it checks its claim right before
+each send), so the worker's own fence is counted by delivering two copies of a fire at once.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from tests.injection_support import true_without_verified_evidence
 from tests.reliability.cli_support import invoke, outcome
 from tests.reliability.conftest import full_only
 from tests.reliability.ledger import Ledger
-from tests.scheduler_support import pause_replica_scenario
+from tests.scheduler_support import pause_replica_scenario, two_copies_scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -124,3 +126,16 @@ def test_a_paused_scheduler_replica_never_duplicates_an_execution(
         )
         assert executions == 1, (run_id, outcome_.executions)
     assert outcome_.sent_before_pause < outcome_.runs, "the replica was not caught mid-send"
+
+
+def test_two_copies_of_a_fire_delivered_at_once_execute_once(
+    ledger: Ledger, redis_url: str, tmp_path: Path
+) -> None:
+    """A stalled replica's late copy and the survivor's reach two worker threads together."""
+    copies = two_copies_scenario(redis_url, tmp_path, prefix="relfence")
+    ledger.case(
+        FAMILY,
+        "executed once" if copies.executions == 1 else f"executed {copies.executions}x",
+        duplicated_executions=max(0, copies.executions - 1),
+    )
+    assert copies.executions == 1 and copies.outcomes == ["recorded", "superseded"], copies

@@ -5,6 +5,11 @@ its argv, tests/test_shell_toolset.py; and the shipped examples/shell.yaml) and 
 whose one command is an injection attempt, followed by a ``done(true)`` citing what came back.
 Nothing may run that the policy did not allow (no shell: metacharacters stay literal words,
 the marker file never appears), and no refused or literal-only output earns a ``true``.
+
+The policy's screen refuses every shell metacharacter before a command is split, so no
+attempt through the engine reaches the runner with one: the runner's own guarantee (argv
+executed with no shell) is attacked directly, with the words a screen that let them through
+would hand it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from tests.injection_support import true_without_verified_evidence
 from tests.reliability.ledger import Ledger
 from tests.test_shell_policy_bounds import EXAMPLE_BYPASSES
 from tests.test_shell_toolset import EXAMPLE_CONFIG, Sandbox
+from workers.core.toolsets.shell_runner import run_argv
 
 FAMILY = "shell injection"
 SANDBOX_ATTEMPTS = [
@@ -86,3 +92,25 @@ def test_the_example_policy_refuses_every_bypass_in_a_run(
 ) -> None:
     ran, output = attempt(ledger, make_snapshot(tmp_path / "snap"), EXAMPLE_CONFIG, command)
     assert not ran, output
+
+
+SHELL_WORDS = ["a; touch {marker}", "$(touch {marker})", "`touch {marker}`", "a && touch {marker}",
+               "a | sh -c 'touch {marker}'", "*", "~", "#"]  # fmt: skip
+
+
+def test_the_runner_hands_metacharacters_to_the_program_as_words(
+    ledger: Ledger, sandbox: Sandbox
+) -> None:
+    words = [word.format(marker=sandbox.marker) for word in SHELL_WORDS]
+    outcome = run_argv(
+        ["probe", *words],
+        str(sandbox.bin / "probe"),
+        env={"PATH": f"{sandbox.bin}:/usr/bin:/bin"},
+        cwd=sandbox.work,
+        timeout_seconds=5,
+        output_limit_bytes=4096,
+    )
+    ledger.case(FAMILY, "runner: words kept" if not sandbox.marker.exists() else "runner: SHELL")
+    assert not sandbox.marker.exists(), "a metacharacter reached a shell"
+    assert outcome.exit_code == 0, outcome.output
+    assert sandbox.probe_log.read_text() == " ".join(words) + "\n"
