@@ -521,10 +521,9 @@ STREAMING_AND_WRITE_REQUESTS = [
     ("/apis/apps/v1/namespaces/prod/deployments/web/scale", None),
     ("/api/v1/namespaces/prod/pods/web-1/log/../exec", None),
 ]
-# Streaming reads the allow-list lets through today (a watch by path or by query, a followed
-# log): each would hold a connection open until the lookup's deadline. Listed so the gap shows
-# in every run, and so the marker must go when the transport refuses them.
-STREAMS_NOT_YET_REFUSED = [
+# Streaming reads (a watch by path or by query, a followed log): each would hold a connection
+# open until the lookup's deadline.
+STREAMING_READS = [
     ("/api/v1/watch/pods", None),
     ("/apis/apps/v1/watch/deployments", None),
     ("/api/v1/namespaces/prod/pods", {"watch": "true"}),
@@ -536,16 +535,7 @@ STREAMS_NOT_YET_REFUSED = [
     ("path", "query"),
     [
         *STREAMING_AND_WRITE_REQUESTS,
-        *(
-            pytest.param(
-                *request,
-                marks=pytest.mark.xfail(
-                    strict=True,
-                    reason="the transport's allow-list admits watch paths, ?watch and ?follow",
-                ),
-            )
-            for request in STREAMS_NOT_YET_REFUSED
-        ),
+        *STREAMING_READS,
     ],
 )
 def test_the_transport_never_sends_a_streaming_or_write_request(

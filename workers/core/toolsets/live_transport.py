@@ -119,6 +119,8 @@ _READ_PATHS = [
         rf"/api/v1/namespaces/{_SEGMENT}/pods/{_SEGMENT}/log",
     )
 ]
+# The deprecated watch prefix (``/api/v1/watch/pods``) has the shape of a listing but streams.
+_WATCH_PATH = re.compile(rf"/(api|apis/{_SEGMENT})/{_SEGMENT}/watch(/|$)")
 
 
 def check_read_path(path: str) -> None:
@@ -128,8 +130,23 @@ def check_read_path(path: str) -> None:
     ``log`` under pods, so ``exec``, ``attach``, ``portforward``, ``proxy``,
     ``scale``, ``eviction`` and every other subresource cannot be expressed.
     """
-    if not any(p.fullmatch(path) for p in _READ_PATHS):
+    if not any(p.fullmatch(path) for p in _READ_PATHS) or _WATCH_PATH.match(path):
         raise WriteRefused(f"refusing to request {path!r}: not a read-only path assay uses")
+
+
+# Query parameters that turn a read into a stream held open until the lookup's deadline
+# (a watch, a followed log); no lookup assay makes sends one.
+_STREAMING_QUERY = frozenset({"watch", "follow", "watchList"})
+
+
+def check_read_query(path: str, query: dict[str, Any] | None) -> None:
+    """Refuse a query that would make a read path stream (``?watch``, ``?follow``)."""
+    streaming = sorted(_STREAMING_QUERY.intersection(query or {}))
+    if streaming:
+        raise WriteRefused(
+            f"refusing to request {path!r} with {streaming[0]}: a stream, "
+            "not a read-only path assay uses"
+        )
 
 
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -249,6 +266,7 @@ class GetOnlyTransport:
 
     def _get(self, path: str, query: dict[str, Any] | None, accept: str, action: str) -> bytes:
         check_read_path(path)
+        check_read_query(path, query)
         params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
         deadline = self._lookup_deadline()
         retrying = Retrying(
