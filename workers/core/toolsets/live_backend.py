@@ -34,6 +34,7 @@ from schemas.request import ContextTarget, InClusterTarget
 from schemas.settings import AssaySettings
 from workers.core.toolsets import live_discovery, live_openapi
 from workers.core.toolsets.backend import BackendError, ResourceInfo
+from workers.core.toolsets.echo import compose, quoted
 from workers.core.toolsets.live_transport import (
     GetOnlyTransport,
     TransportLimits,
@@ -163,7 +164,7 @@ class LiveBackend:
             if exc.code not in ("forbidden", "not_found"):
                 raise BackendError(
                     exc.code,
-                    f"{exc.message} (assay reads the Secrets it may see before showing "
+                    exc.marked + " (assay reads the Secrets it may see before showing "
                     "anything, to scrub copies of their values; try the lookup again)",
                     out_of_time=exc.out_of_time,
                 ) from None
@@ -253,8 +254,10 @@ class LiveBackend:
         except BackendError as exc:
             if exc.code != "not_found":
                 raise
-            place = f" in namespace {namespace!r}" if namespace else ""
-            raise BackendError("not_found", f"{resource.kind} {name!r} not found{place}") from None
+            place = compose(" in namespace {}", quoted(namespace)) if namespace else ""
+            raise BackendError(
+                "not_found", compose("{} {} not found{}", resource.kind, quoted(name), place)
+            ) from None
         return self._sanitize(_with_type(obj, resource.api_version, resource.kind))
 
     def _find_in_any_namespace(self, resource: ResourceInfo, name: str) -> dict[str, Any]:
@@ -265,7 +268,10 @@ class LiveBackend:
             if len(matches) > 1:
                 break
         if not matches:
-            raise BackendError("not_found", f"{resource.kind} {name!r} not found in any namespace")
+            raise BackendError(
+                "not_found",
+                compose("{} {} not found in any namespace", resource.kind, quoted(name)),
+            )
         if len(matches) > 1:
             namespaces = ", ".join(str(m["metadata"].get("namespace", "")) for m in matches)
             raise BackendError(

@@ -474,14 +474,23 @@ class SecretScrubber:
                 spans.append(_base64_run(text, start, end) if widen[index] else (start, end))
         return spans
 
+    def redactions(self, text: str) -> list[Span]:
+        """Where :meth:`text` puts ``REDACTED`` in ``text``: sorted, not overlapping.
+
+        For a caller that must know where the text changed (the tool registry keeps
+        the spans of an output that repeat the model's arguments, workers/core/toolsets/echo.py).
+        """
+        spans = self._spans(text)
+        return _merged(spans) if spans else []
+
     def text(self, text: str) -> str:
         """``text`` with every secret part replaced by ``REDACTED``."""
-        spans = self._spans(text)
+        spans = self.redactions(text)
         if not spans:
             return text
         pieces: list[str] = []
         position = 0
-        for start, end in _merged(spans):
+        for start, end in spans:
             pieces += [text[position:start], REDACTED]
             position = end
         pieces.append(text[position:])

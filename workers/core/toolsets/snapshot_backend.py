@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from workers.core.toolsets.backend import BackendError, ResourceInfo
+from workers.core.toolsets.echo import compose, quoted
 from workers.core.toolsets.kinds import (
     BUILTIN_RESOURCES,
     ResourceIndex,
@@ -577,18 +578,29 @@ class SnapshotBackend:
         if not resource.namespaced:
             found = stored.get(("", name))
             if found is None:
-                raise BackendError("not_found", f"{resource.kind} {name!r} not found")
+                raise BackendError(
+                    "not_found", compose("{} {} not found", resource.kind, quoted(name))
+                )
             return private_copy(found)
         if namespace is not None:
             found = stored.get((namespace, name))
             if found is None:
                 raise BackendError(
-                    "not_found", f"{resource.kind} {name!r} not found in namespace {namespace!r}"
+                    "not_found",
+                    compose(
+                        "{} {} not found in namespace {}",
+                        resource.kind,
+                        quoted(name),
+                        quoted(namespace),
+                    ),
                 )
             return private_copy(found)
         matches = [obj for (_, obj_name), obj in stored.items() if obj_name == name]
         if not matches:
-            raise BackendError("not_found", f"{resource.kind} {name!r} not found in any namespace")
+            raise BackendError(
+                "not_found",
+                compose("{} {} not found in any namespace", resource.kind, quoted(name)),
+            )
         if len(matches) > 1:
             namespaces = ", ".join(m["metadata"].get("namespace", "") for m in matches)
             raise BackendError(
