@@ -150,9 +150,8 @@ def edited(text: Marked, edits: Iterable[tuple[int, int, str]]) -> Marked:
     pieces.append(text.text[position:])
     if not moved:
         return text
-    for a, b in old_echo:
+    for a, b in old_echo:  # a span's ends inside a replaced stretch take all of it
         spans.append((_moved(a, moved, start_of=True), _moved(b, moved, start_of=False)))
-        spans += [(ns, ne) for os, oe, ns, ne in moved if os < b and oe > a]
     return Marked("".join(pieces), tuple(spans))
 
 
