@@ -13,7 +13,8 @@ cluster never sits in memory.
 
 Secrets: before its first lookup returns anything, a backend (one run) reads
 every Secret it may (one paged list of ``/api/v1/secrets``, Helm release
-blobs left out) and teaches its :class:`SecretScrubber` their values; every
+Secrets included, as the snapshot backend reads them) and teaches its
+:class:`SecretScrubber` their values; every
 object, event, log text and explain schema then leaves this module with
 Secret values redacted and copies of them scrubbed. When RBAC forbids
 reading Secrets (the recommended role does), only the Secret-independent
@@ -55,8 +56,6 @@ REDISCOVER_AFTER_SECONDS = 10.0
 EVENT_RESOURCE = ResourceInfo(
     kind="Event", plural="events", group="", version="v1", namespaced=True
 )
-SECRETS_NOT_LEARNED = "type!=helm.sh/release.v1"
-"""Helm release Secrets hold a compressed release blob that is never copied as such."""
 
 _log = structlog.get_logger("assay.live")
 _unreadable_reported: set[str] = set()  # targets whose unreadable Secrets were logged
@@ -156,7 +155,7 @@ class LiveBackend:
         try:
             for item in self._items(
                 "/api/v1/secrets",
-                {"fieldSelector": SECRETS_NOT_LEARNED},
+                {},
                 "list secrets across the cluster (their values are scrubbed from all output)",
             ):
                 hidden.extend(redact_in_place(_with_type(item, "v1", "Secret")))

@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from workers.core.toolsets.backend import BackendError, ResourceInfo
-from workers.core.toolsets.echo import compose, quoted
+from workers.core.toolsets.backend import REDACTED, BackendError, ResourceInfo
+from workers.core.toolsets.echo import Marked, compose, quoted
 from workers.core.toolsets.kinds import (
     BUILTIN_RESOURCES,
     ResourceIndex,
@@ -578,15 +578,16 @@ class SnapshotBackend:
         if not resource.namespaced:
             found = stored.get(("", name))
             if found is None:
-                raise BackendError(
-                    "not_found", compose("{} {} not found", resource.kind, quoted(name))
+                raise self._not_found(
+                    name, None, compose("{} {} not found", resource.kind, quoted(name))
                 )
             return private_copy(found)
         if namespace is not None:
             found = stored.get((namespace, name))
             if found is None:
-                raise BackendError(
-                    "not_found",
+                raise self._not_found(
+                    name,
+                    namespace,
                     compose(
                         "{} {} not found in namespace {}",
                         resource.kind,
@@ -597,9 +598,8 @@ class SnapshotBackend:
             return private_copy(found)
         matches = [obj for (_, obj_name), obj in stored.items() if obj_name == name]
         if not matches:
-            raise BackendError(
-                "not_found",
-                compose("{} {} not found in any namespace", resource.kind, quoted(name)),
+            raise self._not_found(
+                name, None, compose("{} {} not found in any namespace", resource.kind, quoted(name))
             )
         if len(matches) > 1:
             namespaces = ", ".join(m["metadata"].get("namespace", "") for m in matches)
@@ -608,6 +608,25 @@ class SnapshotBackend:
                 f"{resource.kind} {name!r} exists in namespaces {namespaces}; name one",
             )
         return private_copy(matches[0])
+
+    def _not_found(self, name: str, namespace: str | None, message: Marked) -> BackendError:
+        """Not found; or, when the name asked for holds a Secret's value, why it cannot be.
+
+        Every object was scrubbed when the snapshot was read, its name and namespace
+        included, so an object named after a Secret's value is stored under the redacted
+        name and no lookup by the real one can reach it. Saying "not found" would read as
+        "absent"; the reason is given instead, without the value (or whether it exists).
+        """
+        asked = (name, namespace or "")
+        if any(self._scrubber.text(part) != part for part in asked if part):
+            return BackendError(
+                "not_found",
+                "the name or namespace asked for holds a Secret's value, which assay hides "
+                "wherever it appears, object names included, so no object can be looked up "
+                "by it here; list the kind instead, where such a name reads "
+                f"{REDACTED}",
+            )
+        return BackendError("not_found", message)
 
     def events(
         self,
