@@ -14,6 +14,12 @@ naming the file, and the rest of the snapshot is still served. So is an
 object that had to be adjusted: a cluster-scoped object (built-in, or of a
 CRD with ``scope: Cluster``) written with a namespace loses it, as on a real
 API server, and the file and object are named in :attr:`problems`.
+
+Objects are served as the API server would serve them once applied: a
+namespaced object written without ``metadata.namespace`` (a manifest kept in
+git) is in namespace ``default``, as ``kubectl apply`` puts it (the kind's scope
+comes from the resource index: built-in kinds and the snapshot's CRDs); an
+unquoted YAML timestamp is the API's text (yaml_documents.py).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ OBJECT_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
 LOGS_FOLDER = "logs"
 CRD_KEY = ("apiextensions.k8s.io", "CustomResourceDefinition")
 EVENT_KEYS = (("", "Event"), ("events.k8s.io", "Event"))
+DEFAULT_NAMESPACE = "default"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 _DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _LOG_TIMESTAMP = re.compile(
@@ -254,6 +261,17 @@ def _mebibytes(size: int) -> str:
     return f"{size >> 20} MiB" if size and size % (1 << 20) == 0 else f"{size:,} bytes"
 
 
+def _in_default_namespace(metadata: dict[str, Any]) -> None:
+    """Put ``metadata`` in namespace "default", right after its name (where the API has it)."""
+    entries = [(key, value) for key, value in metadata.items() if key != "namespace"]
+    metadata.clear()
+    for key, value in entries:
+        metadata[key] = value
+        if key == "name":
+            metadata["namespace"] = DEFAULT_NAMESPACE
+    metadata.setdefault("namespace", DEFAULT_NAMESPACE)
+
+
 @cache
 def _builtin_lookups() -> tuple[dict[tuple[str, str], ResourceInfo], dict[str, ResourceInfo]]:
     """The built-in kinds by (group, kind) and by kind (the first listed wins), built once.
@@ -451,8 +469,11 @@ class SnapshotBackend:
             if kind != "Secret":
                 self._scrubber.in_place(obj)
             metadata = obj["metadata"]
-            if not info.namespaced and (info.group, info.kind) not in guessed:
-                self._ignore_namespace(obj, info, relative)
+            if (info.group, info.kind) not in guessed:
+                if not info.namespaced:
+                    self._ignore_namespace(obj, info, relative)
+                elif not metadata.get("namespace"):
+                    _in_default_namespace(metadata)  # as kubectl apply puts it
             key = (str(metadata.get("namespace") or ""), str(metadata["name"]))
             stored = objects.setdefault((info.group, info.kind), {})
             earlier = stored.get(key)
@@ -461,7 +482,8 @@ class SnapshotBackend:
             stored[key] = obj
             origins[(info.group, info.kind, key)] = relative
 
-        # Kinds known only from their objects are namespaced when their objects are.
+        # Kinds known only from their objects are namespaced when their objects are; then
+        # their objects written without a namespace are in "default", as for any other.
         for position in range(len(BUILTIN_RESOURCES), len(known)):
             info = known[position]
             stored = objects.get((info.group, info.kind), {})
@@ -469,6 +491,12 @@ class SnapshotBackend:
                 known[position] = ResourceInfo(
                     info.kind, info.plural, info.group, info.version, True, info.short_names
                 )
+                for namespace, name in [key for key in stored if not key[0]]:
+                    obj = stored.pop((namespace, name))
+                    _in_default_namespace(obj["metadata"])
+                    if (DEFAULT_NAMESPACE, name) in stored:
+                        continue  # written twice, once with "default": that one is served
+                    stored[(DEFAULT_NAMESPACE, name)] = obj
         sorted_objects = {key: dict(sorted(found.items())) for key, found in objects.items()}
         return ResourceIndex.builtin_with(known[len(BUILTIN_RESOURCES) :]), sorted_objects
 
