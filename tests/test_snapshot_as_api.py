@@ -11,7 +11,6 @@ says so, so "pods mount the service-account token" cannot read as absent.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
