@@ -75,7 +75,15 @@ def describe_tool(policy: ShellPolicy) -> str:
         "Available commands (`*` stands for one argument without '/', '..' or a URL, `**` for "
         "any number of such arguments, `{*}` / `{**}` for any argument(s)):",
     ]
-    lines += [f"- `{entry.pattern}`: {entry.description}" for entry in policy.available_commands]
+    lines += [
+        f"- `{entry.pattern}`: {entry.description}"
+        + (
+            " (prints its arguments back: its output is never evidence)"
+            if entry.output_repeats_arguments
+            else ""
+        )
+        for entry in policy.available_commands
+    ]
     patterns = " ".join(entry.pattern for entry in policy.available_commands)
     if "{file}" in patterns:
         lines.append(
