@@ -11,8 +11,8 @@ which the model can reason about (and which never supports a ``true``).
 
 Every text a tool writes about the model's own arguments (a footer repeating the
 namespace and selectors, a log header naming the pod, an error quoting a name)
-is built as echo (echo.py), so it can never verify a citation: see
-:func:`_listing_scope` and the footers below.
+is built as echo (echo.py), so it can never verify a citation: see :func:`_scope`
+and the footers below.
 """
 
 from __future__ import annotations
