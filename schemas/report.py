@@ -87,6 +87,12 @@ class RunState(BaseModel):
         description="Per successful get/describe step of a strict check, that output with its "
         "free-text parts withheld: what a strict true must rest on, what the confirmation sees.",
     )
+    echo_spans: dict[int, list[tuple[int, int]]] | None = Field(
+        default=None,
+        description="Per COMMAND step, the [start, end) character spans of its seen output "
+        "that repeat the model's own arguments, which never verify a citation. None (a "
+        "checkpoint from before they were kept): every seen output counts as such as a whole.",
+    )
     pending_wait_step: int | None = Field(
         default=None, description="The WAIT step whose result is fed back on resume."
     )

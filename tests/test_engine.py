@@ -244,14 +244,14 @@ def test_the_token_budget_is_never_exceeded(snapshot: Path) -> None:
     # Each completion claims 5000 tokens; the server cuts it at the max_tokens the engine sent.
     greedy = get_deployments(usage={"completion_tokens": 5000})
     with scripted(script(*[greedy] * 10)) as model:
-        report = run(model, request_for(snapshot, max_tokens=12000))
+        report = run(model, request_for(snapshot, max_tokens=12500))
         reported = model.usage_reported
         caps = [body["max_tokens"] for body in model.requests]
     verdict = report.verdict
     assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
     assert verdict.budget_exhausted == "tokens"
-    assert len(reported) >= 2
-    assert sum(u["total_tokens"] for u in reported) <= 12000
+    assert len(reported) >= 2  # room for a second, capped call after the first full one
+    assert sum(u["total_tokens"] for u in reported) <= 12500
     assert verdict.usage.total_tokens == sum(u["total_tokens"] for u in reported)
     assert caps == sorted(caps, reverse=True) and caps[-1] < caps[0]
 

@@ -17,7 +17,7 @@ def test_render_schema_reads_like_kubectl_explain() -> None:
             "port": {"x-kubernetes-int-or-string": True},
         },
     }
-    text = render_schema("Thing", "example.com/v1", "spec", schema)
+    text = render_schema("Thing", "example.com/v1", "spec", schema).text
     assert text.splitlines()[:3] == [
         "KIND:     Thing",
         "VERSION:  example.com/v1",

@@ -2,7 +2,9 @@
 
 A snapshot is the cluster's word: a value read as another type (``"yes"`` as a bool,
 ``"0x1F"`` as a string) would change what a predicate sees. Every document here is
-loaded both ways and compared value by value with its type, errors included.
+loaded both ways and compared value by value with its type, errors included. One
+difference from PyYAML is on purpose, on both ways alike: an unquoted timestamp is the
+API server's text (``2023-06-26T15:04:05Z``), not a datetime.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def _outcome(documents: Iterator[Any]) -> list[Any]:
 
 
 def _reference(text: str) -> list[Any]:
-    return _outcome(yaml.load_all(text, Loader=yaml_documents.SafeLoader))
+    return _outcome(yaml.load_all(text, Loader=yaml_documents.ApiSafeLoader))
 
 
 def _same_as_pyyaml(text: str) -> None:
@@ -68,6 +70,24 @@ TRICKY_SCALARS = [
     "!!set {a, b}", "!!omap [a: 1, b: 2]", "!!pairs [a: 1, a: 2]", "{a: 1, a: 2}",
     "[1, [2, [3]]]", "&anchor value", "|\n    block\n    text", ">-\n    folded\n    text",
 ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("2023-06-26T15:04:05Z", "2023-06-26T15:04:05Z"),
+        ("2023-06-26 15:04:05", "2023-06-26T15:04:05Z"),  # no offset: UTC, as YAML says
+        ("2023-06-26T17:04:05+02:00", "2023-06-26T15:04:05Z"),  # as the API prints it: UTC
+        ("2023-06-26T15:04:05.5Z", "2023-06-26T15:04:05.5Z"),  # the digits written
+        ("2023-06-26T15:04:05.123456Z", "2023-06-26T15:04:05.123456Z"),
+        ("2002-12-14 21:59:43.10 -5", "2002-12-15T02:59:43.10Z"),
+        ("2023-06-26", "2023-06-26"),  # a date alone stays as written
+        ('"2023-06-26 15:04:05"', "2023-06-26 15:04:05"),  # a quoted string is a string
+    ],
+)
+def test_an_unquoted_timestamp_reads_as_the_api_server_s_text(written: str, read: str) -> None:
+    for text in (f"t: {written}\n", f"t: {written}\na: &x 1\nb: *x\n"):  # both ways
+        assert next(load_documents(text))["t"] == read
 
 
 @pytest.mark.parametrize("scalar", TRICKY_SCALARS)

@@ -20,6 +20,7 @@ from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import AssaySettings
 from schemas.verdict import Usage
 from workers.core.engine import EngineDeps, evaluate
+from workers.core.evidence import occurs_in
 from workers.core.llm import LiteLLMClient, LLMCall, LLMError
 from workers.core.logs import configure_logging
 from workers.core.toolsets.factory import build_registry
@@ -113,6 +114,11 @@ def price_known(settings: AssaySettings) -> bool:
 class LookupResult:
     ok: bool
     output: str
+    echo: tuple[tuple[int, int], ...] = ()  # where the output repeats the lookup's arguments
+
+    def cites(self, excerpt: str) -> bool:
+        """Whether the engine would find ``excerpt`` in this output (never in its echo)."""
+        return occurs_in(excerpt, self.output, self.echo)
 
 
 def lookup(
@@ -125,7 +131,7 @@ def lookup(
         if tool not in registry:
             return LookupResult(False, f"unknown tool {tool!r}; tools: {sorted(registry.names)}")
         result = registry.call(tool, arguments)
-        return LookupResult(result.ok, result.output)
+        return LookupResult(result.ok, result.output, result.echo)
     finally:
         registry.close()
 

@@ -171,11 +171,6 @@ def _check_unique(cases: list[SuiteCase]) -> None:
         seen_questions[question] = c
 
 
-def normalise(text: str) -> str:
-    """Whitespace-normalised text, the form evidence excerpts are compared in."""
-    return " ".join(text.split())
-
-
 def check_suite(suite: Suite, settings: AssaySettings) -> list[str]:
     """Problems that make a case's label unsupported by its data; empty when sound."""
 
@@ -189,6 +184,9 @@ def check_suite(suite: Suite, settings: AssaySettings) -> list[str]:
             where = f"case {c.id}, evidence {number} ({hint.tool} {json.dumps(hint.arguments)})"
             if not result.ok:
                 problems.append(f"{where}: the lookup failed: {result.output[:200]}")
-            elif normalise(hint.excerpt) not in normalise(result.output):
-                problems.append(f"{where}: the output does not contain {hint.excerpt!r}")
+            elif not result.cites(hint.excerpt):
+                problems.append(
+                    f"{where}: the output does not contain {hint.excerpt!r} outside the text "
+                    "that repeats the lookup's own arguments"
+                )
     return problems

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 FAMILIES = (
     "model faults",
     "hostile cluster content",
+    "echoed arguments",
     "secrets",
     "write path",
     "shell injection",

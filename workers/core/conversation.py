@@ -27,10 +27,11 @@ from schemas.actions import (
     action_from_tool_call,
 )
 from schemas.request import EvaluationRequest
-from workers.core.fencing import fenced, neutralise
+from workers.core.fencing import fenced, neutralise, neutralise_marked
 from workers.core.llm import LLMReply, Transport, planner_response_format
 from workers.core.tool_schemas import Tools, ToolSchemas
 from workers.core.toolsets.base import ToolRegistry, ToolResult
+from workers.core.toolsets.echo import Marked, clipped
 
 PlannerActionModel = Thought | Command | Wait | Done | Error
 
@@ -259,16 +260,20 @@ def feedback_message(text: str, tool_call_id: str | None) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
-def shown_output(result: ToolResult, limit: int, fence_token: str) -> str:
-    """A tool's output exactly as the model is shown it: cut at ``limit``, then neutralised.
+def shown_output(result: ToolResult, limit: int, fence_token: str) -> Marked:
+    """A tool's output exactly as the model is shown it: cut at ``limit``, then neutralised,
+    with the spans that repeat the model's own arguments (workers/core/toolsets/echo.py).
 
     This is the text cited excerpts are checked against (workers/core/evidence.py).
     """
-    output = result.output
+    output = result.marked
     if len(output) > limit:
-        kept = _whole_tokens(output, limit)
-        output = f"{kept}\n... truncated by the engine, {len(output) - len(kept)} more characters"
-    return neutralise(output, fence_token)
+        kept = _whole_tokens(output.text, limit)
+        omitted = len(output) - len(kept)
+        output = clipped(output, 0, len(kept)) + (
+            f"\n... truncated by the engine, {omitted} more characters"
+        )
+    return neutralise_marked(output, fence_token)
 
 
 def _whole_tokens(text: str, limit: int) -> str:

@@ -74,6 +74,7 @@ from workers.core.probes.runner import backend_of
 from workers.core.prompt_tally import PromptTally
 from workers.core.tool_schemas import Tools
 from workers.core.toolsets.base import ToolRegistry
+from workers.core.toolsets.echo import masked
 from workers.core.toolsets.factory import build_registry
 from workers.core.toolsets.redaction import scrubbed
 from workers.core.toolsets.structured import META_KEY as STRUCTURED_META_KEY
@@ -206,6 +207,8 @@ class _Run:
         self.fence = (state.fence if state else "") or new_fence_token()
         self.seen: dict[int, str] = dict(state.seen_outputs) if state else {}
         self.views: dict[int, str] = dict(state.structured_outputs) if state else {}
+        # per step, the spans of seen output repeating the model's arguments (never evidence)
+        self.echoes: dict[int, list[tuple[int, int]]] = _echoes_of(state)
         self.meter = BudgetMeter(
             self.budget,
             usage=state.usage if state else None,
@@ -463,12 +466,16 @@ class _Run:
         observe_tool_call(action.tool, ok=result.ok)
         tool_seconds = time.monotonic() - began
         limit = int(self.settings.tool_output_limit_chars * 1.5)
-        shown = shown_output(result, limit, self.fence)
+        marked = shown_output(result, limit, self.fence)
+        shown = marked.text
         self.seen[index] = shown
+        if marked.echo:
+            self.echoes[index] = list(marked.echo)
         render_structured = result.meta.get(STRUCTURED_META_KEY)
         if result.ok and callable(render_structured) and self._strict_check:
             structured = neutralise(str(render_structured()), self.fence)
-            self.views[index] = structured_view(shown, structured)
+            # The model's own arguments, repeated, are never a structured field.
+            self.views[index] = structured_view(masked(shown, marked.echo), structured)
         self._record(
             Step(
                 kind="COMMAND",
@@ -544,6 +551,7 @@ class _Run:
             self.steps,
             self.seen,
             self.views,
+            echoes=self.echoes,
             verdict=action.verdict.value,
             decisive=action.verdict in (VerdictKind.TRUE, VerdictKind.FALSE),
             needs_structure=needs_confirmation,
@@ -774,6 +782,7 @@ class _Run:
             fence=self.fence,
             seen_outputs=self.seen,
             structured_outputs=self.views,
+            echo_spans=self.echoes,
             pending_wait_step=index,
             wake_at=wake_at,
             started_at=self.started_at,
@@ -789,6 +798,22 @@ class _Run:
             wake_at=wake_at,
             checkpoint=state,
         )
+
+
+def _echoes_of(state: RunState | None) -> dict[int, list[tuple[int, int]]]:
+    """Per step, the spans of its seen output that repeat the model's arguments.
+
+    A checkpoint written before these spans were kept (``echo_spans`` absent) cannot say
+    where its outputs repeat the model's words: each counts as echo as a whole, so a run
+    resumed from it never verifies a citation of a lookup made before the upgrade.
+    """
+    if state is None:
+        return {}
+    if state.echo_spans is None:
+        return {index: [(0, len(text))] for index, text in state.seen_outputs.items()}
+    return {
+        index: [(start, end) for start, end in spans] for index, spans in state.echo_spans.items()
+    }
 
 
 def _crash_report(

@@ -6,7 +6,12 @@ A model's word is not evidence. When the planner ends with ``true`` or
 * each citation names a lookup (COMMAND step) of this run;
 * at least one cited lookup succeeded;
 * each excerpt occurs in the output that lookup returned to the model: the
-  whole text the model was shown, not the shortened copy in the run report.
+  whole text the model was shown, not the shortened copy in the run report,
+  outside every span where that output repeats the model's own arguments
+  (a footer naming the namespace and selectors asked for, an error quoting a
+  name: workers/core/toolsets/echo.py). Those spans are masked before the
+  search, so an excerpt lying wholly or partly in one is not found, whatever
+  its case, spacing or Unicode;
   Both sides are whitespace-normalised (runs of spaces, tabs and newlines count
   as one space, so ``api 3/3`` matches the table's ``api     3/3``); case is
   kept, because ``True`` and ``true`` are different values in Kubernetes;
@@ -42,6 +47,7 @@ from dataclasses import dataclass
 from schemas.actions import EvidenceRef
 from schemas.report import Step
 from schemas.verdict import Evidence
+from workers.core.toolsets.echo import ECHO_MASK, Span, masked
 from workers.core.toolsets.structured import FREE_TEXT
 
 _TOKEN = re.compile(r"\S+")
@@ -66,10 +72,13 @@ def meaningful(excerpt: str) -> bool:
     )
 
 
-def occurs_in(excerpt: str, output: str) -> bool:
-    """Whether ``excerpt`` (normalised, non-empty) occurs in ``output`` (normalised)."""
+def occurs_in(excerpt: str, output: str, echo: Sequence[Span] = ()) -> bool:
+    """Whether ``excerpt`` (normalised, non-empty) occurs in ``output`` (normalised) outside
+    the ``echo`` spans of ``output`` (text repeating the model's arguments, masked first)."""
     wanted = normalise(excerpt)
-    return bool(wanted) and wanted in normalise(output)
+    if not wanted or ECHO_MASK in wanted:
+        return False
+    return wanted in normalise(masked(output, echo))
 
 
 def structured_view(seen: str, structured: str) -> str:
@@ -226,6 +235,7 @@ def check_evidence(
     seen: Mapping[int, str],
     views: Mapping[int, str],
     *,
+    echoes: Mapping[int, Sequence[Span]] | None = None,
     verdict: str,
     decisive: bool,
     needs_structure: bool,
@@ -233,9 +243,10 @@ def check_evidence(
     """Check the citations of a DONE against the steps made before it.
 
     ``decisive``: a true or false, which must be earned. ``needs_structure``: the
-    strict rule for a check's true. The problems name citations by number and
-    step, never by their excerpt: an excerpt is model output, and echoing it back
-    would feed planted text to the model again.
+    strict rule for a check's true. ``echoes``: per step, the spans of its seen output
+    that repeat the model's own arguments (never evidence). The problems name citations
+    by number and step, never by their excerpt: an excerpt is model output, and echoing
+    it back would feed planted text to the model again.
     """
     evidence: list[Evidence] = []
     problems: list[str] = []
@@ -255,7 +266,7 @@ def check_evidence(
             arguments=cited.arguments,
             ok=bool(cited.ok),
             excerpt=ref.excerpt,
-            verified=enough and occurs_in(ref.excerpt, output),
+            verified=enough and occurs_in(ref.excerpt, output, (echoes or {}).get(ref.step, ())),
             structured=bool(enough and cited.ok and view and locate(view, ref.excerpt)),
         )
         evidence.append(item)
@@ -269,8 +280,9 @@ def check_evidence(
         elif decisive and not item.verified:
             problems.append(
                 f"evidence item {number} (step {ref.step}): its excerpt does not occur in the "
-                "output of that step; copy the excerpt exactly from the text between that "
-                "step's fence lines"
+                "output of that step, outside the parts that repeat your own arguments (the "
+                "namespace, names and selectors you asked for are not evidence); copy the "
+                "excerpt exactly from what the cluster returned between that step's fence lines"
             )
     if decisive and not problems and not any(item.ok for item in evidence):
         problems.append(

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 import secrets
 
+from workers.core.toolsets.echo import Marked, edited
+
 TOOL_OUTPUT = "TOOL OUTPUT"
 EVIDENCE = "EVIDENCE"
 _STEP_LABEL = re.compile(r"\[\s*step\s+(\d+)\s*\]", re.IGNORECASE)
@@ -41,10 +43,25 @@ def neutralise(text: str, token: str) -> str:
     ``[step 4]`` becomes ``[quoted step 4]``; ``<<<`` / ``>>>`` runs are broken up
     (``<< <``); the run's own token, should it ever appear, is replaced.
     """
-    if token and token in text:
-        text = text.replace(token, "[fence token]")
-    text = _ANGLE_RUN.sub(lambda match: " ".join(match.group(0)), text)
-    return _STEP_LABEL.sub(lambda match: f"[quoted step {match.group(1)}]", text)
+    return neutralise_marked(Marked(text), token).text
+
+
+def neutralise_marked(text: Marked, token: str) -> Marked:
+    """:func:`neutralise` for Marked text, the spans that repeat the model's arguments
+    carried along (workers/core/toolsets/echo.py)."""
+    if token and token in text.text:
+        found = re.finditer(re.escape(token), text.text)
+        text = edited(text, ((m.start(), m.end(), "[fence token]") for m in found))
+    text = edited(
+        text, ((m.start(), m.end(), " ".join(m.group(0))) for m in _ANGLE_RUN.finditer(text.text))
+    )
+    return edited(
+        text,
+        (
+            (m.start(), m.end(), f"[quoted step {m.group(1)}]")
+            for m in _STEP_LABEL.finditer(text.text)
+        ),
+    )
 
 
 def fenced(text: str, token: str, label: str = TOOL_OUTPUT) -> str:

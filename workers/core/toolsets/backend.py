@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from workers.core.toolsets.echo import Marked, echo
+
 if TYPE_CHECKING:
     from workers.core.toolsets.redaction import SecretScrubber
 
@@ -49,12 +51,21 @@ class BackendError(Exception):
     the message like any other; a probe re-run ends ``cannot_determine`` with
     ``budget_exhausted="deadline"`` instead of falling back to the model, which would
     have no time either (workers/fleet/probe_rerun.py).
+
+    ``message`` is about the model's request, so a plain string counts as echo as a
+    whole (workers/core/toolsets/echo.py): it may quote the names and selectors the
+    model chose, or repeat the API server's words about them, and must never verify a
+    citation. A message built as :class:`~workers.core.toolsets.echo.Marked` text says
+    precisely which parts repeat the model's arguments; the rest (``not found in
+    namespace``) may be cited.
     """
 
-    def __init__(self, code: str, message: str, *, out_of_time: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, code: str, message: str | Marked, *, out_of_time: bool = False) -> None:
+        text = message if isinstance(message, Marked) else echo(message)
+        super().__init__(text.text)
         self.code = code
-        self.message = message
+        self.message = text.text
+        self.marked = text
         self.out_of_time = out_of_time
 
 

@@ -7,6 +7,11 @@ model sends back (the HolmesGPT toolset idea).
 Every result leaves :meth:`ToolRegistry.call` through the run's
 ``SecretScrubber``, whatever the tool (Kubernetes on either backend, shell):
 no tool has to remember to scrub, and no tool can forget.
+
+A result says which parts of its output repeat the model's own arguments
+(``ToolResult.echo``, see echo.py); the registry's own messages (an unknown
+tool, invalid arguments, a crash) do the same, and the spans follow the text
+through the scrubbing.
 """
 
 from __future__ import annotations
@@ -20,17 +25,36 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from workers.core.toolsets.backend import REDACTED
+from workers.core.toolsets.echo import Marked, Span, compose, echo, edited, quoted
 from workers.core.toolsets.redaction import PATTERNS, SecretScrubber
 
 
 @dataclass(frozen=True)
 class ToolResult:
-    """What the model sees after a lookup. ``ok=False`` is still a normal result."""
+    """What the model sees after a lookup. ``ok=False`` is still a normal result.
+
+    ``echo``: the spans of ``output`` that repeat the model's own arguments, which
+    never count as evidence (echo.py).
+    """
 
     ok: bool
     output: str
     truncated: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    echo: tuple[Span, ...] = ()
+
+    @classmethod
+    def of(
+        cls, ok: bool, output: str | Marked, *, truncated: bool = False, **meta: Any
+    ) -> ToolResult:
+        """A result from Marked text (or plain text, which holds no echo)."""
+        text = output if isinstance(output, Marked) else Marked(output)
+        return cls(ok=ok, output=text.text, truncated=truncated, meta=meta, echo=text.echo)
+
+    @property
+    def marked(self) -> Marked:
+        return Marked(self.output, self.echo)
 
 
 class Tool(Protocol):
@@ -122,24 +146,31 @@ class ToolRegistry:
     def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """Validate and run; bad arguments and tool crashes become results, never exceptions.
 
-        The output (and any text in ``meta``) is scrubbed of Secret values.
+        The output (and any text in ``meta``) is scrubbed of Secret values; the echo
+        spans follow the scrubbed text.
         """
         result = self._call(name, arguments)
+        redactions = self.scrubber.redactions(result.output)
+        output = edited(result.marked, ((start, end, REDACTED) for start, end in redactions))
         return replace(
             result,
-            output=self.scrubber.text(result.output),
+            output=output.text,
+            echo=output.echo,
             meta=self.scrubber.scrubbed_copy(result.meta),
         )
 
     def _call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         tool = self._tools.get(name)
         if tool is None:
-            return ToolResult(ok=False, output=f"error: unknown tool {name!r}")
+            return ToolResult.of(False, compose("error: unknown tool {}", quoted(name)))
         try:
             args = tool.args_model.model_validate(arguments)
-        except ValidationError as exc:
-            return ToolResult(ok=False, output=f"error: invalid arguments for {name}: {exc}")
+        except ValidationError as exc:  # pydantic quotes the values it refused
+            return ToolResult.of(
+                False, compose("error: invalid arguments for {}: {}", name, echo(exc))
+            )
         try:
             return tool.run(args)
         except Exception as exc:  # a tool bug must not end the run; the model sees it
-            return ToolResult(ok=False, output=f"error: {name} failed: {type(exc).__name__}: {exc}")
+            failure = compose("error: {} failed: {}: {}", name, type(exc).__name__, echo(exc))
+            return ToolResult.of(False, failure)

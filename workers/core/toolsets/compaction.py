@@ -18,6 +18,9 @@ safe by construction:
   list item. A mapping or list is left out only when the rules emptied it.
 * Two rules abbreviate instead (a Node's image cache, a CRD's schema) and say
   so in place, so the model knows something is there that it does not see.
+* A rule may leave a note: the standard service-account token volume is left
+  out, and a comment line at the end of the object says so and names it, so
+  "the pod mounts the service-account token" never reads as absent.
 * A condition of the usual shape becomes one line (``Ready=True since ...``),
   which reads the same for a fraction of the tokens; one that would not
   survive that (an extra field, an odd value) stays a mapping.
@@ -79,7 +82,8 @@ class Rule:
     number of steps). The rule applies to objects of ``kinds`` (built-in kinds
     in their own API groups; empty means every object) and only when
     ``test(value, object, path)`` holds. ``abbreviate`` turns the rule into an
-    in-place note instead of a removal.
+    in-place note instead of a removal; ``note(value, path)`` keeps the removal and
+    says what was removed in a comment after the object (:func:`render_object`).
     """
 
     pattern: tuple[str, ...]
@@ -87,6 +91,7 @@ class Rule:
     test: Test
     kinds: frozenset[str] = frozenset()
     abbreviate: Callable[[Any], str] | None = None
+    note: Callable[[Any, Path], str] | None = None
 
     def applies_to(self, kind: Any, group: str | None) -> bool:
         if not self.kinds:
@@ -341,6 +346,21 @@ def _token_mount_in_status(value: Any, obj: Mapping[str, Any], path: Path) -> bo
     )
 
 
+_VOLUME_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _token_volume_note(volume: Any, path: Path) -> str:
+    """One comment line: a name that is not a plain volume name is not written into it."""
+    where = ".".join(str(step) for step in path[:-1])
+    name = _name(volume)
+    shown = name if _VOLUME_NAME.fullmatch(name) else "a kube-api-access-* volume"
+    return (
+        f"{where}: left out {shown}, the standard service-account token volume "
+        f"(token, kube-root-ca.crt, namespace), mounted read-only at {SERVICE_ACCOUNT_MOUNT}: "
+        "the pod mounts the service-account token"
+    )
+
+
 def _non_empty_list(value: Any, obj: Mapping[str, Any], path: Path) -> bool:
     return isinstance(value, list) and bool(value)
 
@@ -403,8 +423,9 @@ def _rule(
     test: Test = _always,
     kinds: Iterable[str] = (),
     abbreviate: Callable[[Any], str] | None = None,
+    note: Callable[[Any, Path], str] | None = None,
 ) -> Rule:
-    return Rule(pattern, why, test, frozenset(kinds), abbreviate)
+    return Rule(pattern, why, test, frozenset(kinds), abbreviate, note)
 
 
 def _cached_images(images: Any) -> str:
@@ -466,7 +487,13 @@ DROP_RULES: tuple[Rule, ...] = (
     ),
     # pods
     *(
-        _rule((*where, *pattern), why, test, kinds=[kind])
+        _rule(
+            (*where, *pattern),
+            why,
+            test,
+            kinds=[kind],
+            note=_token_volume_note if test is _token_volume else None,
+        )
         for kind, where in POD_SPEC_PATHS.items()
         for pattern, why, test in _POD_SPEC_RULES
     ),
@@ -633,25 +660,34 @@ def _index_for(kind: str | None, group: str | None) -> _RuleIndex:
 _EMPTIED = object()  # a mapping or list the rules emptied: left out
 
 
-def _walk(value: Any, path: Path, obj: Mapping[str, Any], index: _RuleIndex) -> Any:
+def _walk(
+    value: Any, path: Path, obj: Mapping[str, Any], index: _RuleIndex, notes: list[str]
+) -> Any:
     if isinstance(value, Mapping):
         kept: dict[Any, Any] = {}
         for key, child in value.items():
-            result = _child(child, (*path, key), obj, index)
+            result = _child(child, (*path, key), obj, index, notes)
             if result is not _EMPTIED:
                 kept[key] = result
         return _EMPTIED if value and not kept else kept
     if isinstance(value, list):
-        items = [_child(item, (*path, position), obj, index) for position, item in enumerate(value)]
+        items = [
+            _child(item, (*path, position), obj, index, notes)
+            for position, item in enumerate(value)
+        ]
         kept_items = [item for item in items if item is not _EMPTIED]
         return _EMPTIED if value and not kept_items else kept_items
     return value
 
 
-def _child(value: Any, path: Path, obj: Mapping[str, Any], index: _RuleIndex) -> Any:
+def _child(
+    value: Any, path: Path, obj: Mapping[str, Any], index: _RuleIndex, notes: list[str]
+) -> Any:
     rule = index.rule_for(value, obj, path)
     if rule is None:
-        return _walk(value, path, obj, index)
+        return _walk(value, path, obj, index, notes)
+    if rule.note is not None:
+        notes.append(rule.note(value, path))
     return _EMPTIED if rule.abbreviate is None else rule.abbreviate(value)
 
 
@@ -701,29 +737,36 @@ def condition_line(condition: Mapping[str, Any]) -> str:
 
 def compact_object(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A new copy of ``obj`` without what :data:`DROP_RULES` names; everything else as it was."""
+    return _compacted(obj)[0]
+
+
+def _compacted(obj: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The compact copy, and the notes of the rules that left something out."""
     kind = obj.get("kind")
     index = _index_for(kind if isinstance(kind, str) else None, api_group(obj))
-    result = _walk(obj, (), obj, index)
+    notes: list[str] = []
+    result = _walk(obj, (), obj, index, notes)
     if result is _EMPTIED:
-        return {}
+        return {}, notes
     status = result.get("status")
     if isinstance(status, dict) and isinstance(status.get("conditions"), list):
         status["conditions"] = [
             condition_line(c) if isinstance(c, dict) and _fits_one_line(c) else c
             for c in status["conditions"]
         ]
-    return dict(result)
+    return dict(result), notes
 
 
 def render_object(obj: Mapping[str, Any]) -> str:
-    """One object as compact YAML (``key: value`` lines), in the API's own key order."""
-    compact = compact_object(obj)
+    """One object as compact YAML (``key: value`` lines), in the API's own key order, then
+    a comment line for each rule note (what was left out that the model must not miss)."""
+    compact, notes = _compacted(obj)
     text = _dump(compact, _YamlDumper)
     if "\\U" in text and _YamlDumper is not _PythonDumper:
         # libyaml escapes characters beyond the BMP (emoji) as \UXXXXXXXX; the pure
         # Python dumper writes them as they are, so the model reads the real text.
         text = _dump(compact, _PythonDumper)
-    return text
+    return text + "".join(f"# {note}\n" for note in dict.fromkeys(notes))
 
 
 def _dump(data: Any, dumper: Any) -> str:

@@ -2,13 +2,16 @@
 
 Both backends hand ``explain`` a schema (the live one from the API server's
 OpenAPI documents or a CRD, the snapshot one from a CRD); this module only
-turns it into the few lines the model reads.
+turns it into the few lines the model reads. The field path is the model's own
+argument, so it is marked as echo (echo.py): it never verifies a citation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from workers.core.toolsets.echo import Marked, compose, echo
 
 _DESCRIPTION_WIDTH = 200
 
@@ -32,11 +35,11 @@ def _type_name(schema: Mapping[str, Any]) -> str:
 
 def render_schema(
     kind: str, api_version: str, field_path: str | None, schema: Mapping[str, Any]
-) -> str:
+) -> Marked:
     """The kind, the field's type and description, then its fields one line each."""
-    lines = [f"KIND:     {kind}", f"VERSION:  {api_version}"]
+    lines: list[str | Marked] = [f"KIND:     {kind}", f"VERSION:  {api_version}"]
     if field_path:
-        lines.append(f"FIELD:    {field_path} <{_type_name(schema)}>")
+        lines.append(compose("FIELD:    {} <{}>", echo(field_path), _type_name(schema)))
     if description := schema.get("description"):
         lines += ["", "DESCRIPTION:", f"  {' '.join(str(description).split())}"]
     if enum := schema.get("enum"):
@@ -59,4 +62,7 @@ def render_schema(
                     else text[: _DESCRIPTION_WIDTH - 1] + "…"
                 )
                 lines.append(f"    {cut}")
-    return "\n".join(lines)
+    rendered = Marked()
+    for number, line in enumerate(lines):
+        rendered += ("\n" if number else "") + line
+    return rendered

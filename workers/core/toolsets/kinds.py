@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from workers.core.toolsets.backend import BackendError, ResourceInfo
+from workers.core.toolsets.echo import compose, quoted
 
 
 def _r(
@@ -174,8 +175,11 @@ class ResourceIndex:
         if not matches:
             raise BackendError(
                 "not_found",
-                f"no resource type named {kind!r} here; "
-                "call api_resources to see the kinds this cluster has",
+                compose(
+                    "no resource type named {} here; "
+                    "call api_resources to see the kinds this cluster has",
+                    quoted(kind),
+                ),
             )
         return matches[0]
 

@@ -8,6 +8,11 @@ a live cluster; only the backend differs.
 A failed lookup is an answer, not a crash: ``BackendError`` becomes an
 ``ok=False`` result such as ``not found: Pod 'x' not found in namespace 'y'``,
 which the model can reason about (and which never supports a ``true``).
+
+Every text a tool writes about the model's own arguments (a footer repeating the
+namespace and selectors, a log header naming the pod, an error quoting a name)
+is built as echo (echo.py), so it can never verify a citation: see :func:`_scope`
+and the footers below.
 """
 
 from __future__ import annotations
@@ -22,11 +27,11 @@ from schemas.settings import AssaySettings
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 from workers.core.toolsets.base import Tool, ToolResult
 from workers.core.toolsets.compaction import render_object
+from workers.core.toolsets.echo import Marked, compose, echo, quoted
 from workers.core.toolsets.explain_text import render_schema
 from workers.core.toolsets.structured import (
     META_KEY,
     FirstObjects,
-    is_free_text,
     object_rendering,
     table_rendering,
 )
@@ -37,7 +42,7 @@ from workers.core.toolsets.tables import (
     printer_columns,
     render_table,
 )
-from workers.core.toolsets.truncation import cap_text
+from workers.core.toolsets.truncation import cap_marked, cap_text
 
 ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
 MAX_LOG_LINES = 2000
@@ -125,8 +130,9 @@ def _namespace(value: str | None) -> str | None:
 
 
 def _error_result(exc: BackendError) -> ToolResult:
-    return ToolResult(
-        ok=False, output=f"{exc.code.replace('_', ' ')}: {exc.message}", meta={"error": exc.code}
+    """``not found: ...``: the code is the engine's finding, the message about the request."""
+    return ToolResult.of(
+        False, compose("{}: {}", exc.code.replace("_", " "), exc.marked), error=exc.code
     )
 
 
@@ -169,8 +175,7 @@ class _KubernetesTool:
             return self._run(args)
         except BackendError as exc:
             result = _error_result(exc)
-            note = self._note()
-            return ToolResult(ok=False, output=result.output + note, meta=result.meta)
+            return ToolResult.of(False, result.marked + self._note(), **result.meta)
 
     def _note(self) -> str:
         return _problems_note(self.backend, self.limit)
@@ -180,7 +185,7 @@ class _KubernetesTool:
 
     def _finish(
         self,
-        text: str,
+        text: str | Marked,
         *,
         truncated: bool = False,
         structured: Callable[[], str] | None = None,
@@ -192,19 +197,24 @@ class _KubernetesTool:
             render, cap = structured, 4 * self.limit  # what the model is never shown: not lined up
             meta[META_KEY] = lambda: render()[:cap]
         note = self._note()
-        capped, cut = cap_text(text, self.limit - len(note))
-        return ToolResult(ok=True, output=capped + note, truncated=truncated or cut, meta=meta)
+        capped, cut = cap_marked(
+            Marked(text) if isinstance(text, str) else text, self.limit - len(note)
+        )
+        return ToolResult.of(True, capped + note, truncated=truncated or cut, **meta)
 
     def _resolve(self, kind: str) -> ResourceInfo:
         return self.backend.resolve(kind)
 
 
-def _scope(namespace: str | None) -> str:
-    return f" in namespace {namespace}" if namespace else " in all namespaces"
+def _scope(namespace: str | None) -> Marked:
+    """`` in namespace prod``: the namespace is the model's argument, so it is echo."""
+    return (
+        compose(" in namespace {}", echo(namespace)) if namespace else Marked(" in all namespaces")
+    )
 
 
-def _where(resource: ResourceInfo, namespace: str | None) -> str:
-    return _scope(namespace) if resource.namespaced else ""
+def _where(resource: ResourceInfo, namespace: str | None) -> Marked:
+    return _scope(namespace) if resource.namespaced else Marked()
 
 
 class GetTool(_KubernetesTool):
@@ -237,24 +247,27 @@ class GetTool(_KubernetesTool):
             ),
             keep=max(1, self.limit // 10),  # a shown row is longer than 10 characters
         )
-        filters = "".join(
-            f" matching {label} {value!r}"
-            for label, value in (
-                ("label_selector", args.label_selector),
-                ("field_selector", args.field_selector),
-            )
-            if value
-        )
+        filters = Marked()
+        for label, value in (
+            ("label_selector", args.label_selector),
+            ("field_selector", args.field_selector),
+        ):
+            if value:
+                filters += compose(" matching {} {}", label, quoted(value))
 
-        def footer(total: int) -> str:
+        def footer(total: int) -> Marked:
+            """The closing line: counts are the engine's, the scope and filters the model's."""
             where = _where(resource, namespace)
             if total == 0:
-                return f"No {resource.plural} found{where}{filters}."
-            counted = f"{total} {resource.kind if total == 1 else resource.plural}{where}{filters}."
+                return compose("No {} found{}{}.", resource.plural, where, filters)
+            plural = resource.kind if total == 1 else resource.plural
+            counted = compose("{} {}{}{}.", str(total), plural, where, filters)
             if resource.kind == "Event":  # event names are hashes; filter by object instead
-                return f"{counted} Narrow with events involved_kind=KIND involved_name=NAME"
-            ns_hint = f" namespace={namespace or 'NAMESPACE'}" if resource.namespaced else ""
-            return f"{counted} Details: get kind={resource.kind} name=NAME{ns_hint}"
+                return counted + " Narrow with events involved_kind=KIND involved_name=NAME"
+            ns_hint = Marked()
+            if resource.namespaced:
+                ns_hint = compose(" namespace={}", echo(namespace) if namespace else "NAMESPACE")
+            return compose("{} Details: get kind={} name=NAME{}", counted, resource.kind, ns_hint)
 
         columns = self._columns(resource)
         with_namespace = resource.namespaced and namespace is None
@@ -264,24 +277,22 @@ class GetTool(_KubernetesTool):
             limit_chars=self.limit - len(self._note()),
             with_namespace=with_namespace,
             columns=columns,
-            footer=footer,
         )
-        # The footer repeats the model's own arguments: structured only when they are tokens.
-        model_text = (namespace, args.label_selector, args.field_selector)
-        safe_footer = not any(value and is_free_text(value) for value in model_text)
         shown = objects.kept[: table.shown]
 
         def structured() -> str:
+            # The footer's echo is in the rendering too; the engine withholds it from the
+            # structured view by its spans, as from the output (workers/core/evidence.py).
             return table_rendering(
                 shown,
                 resource.kind,
                 with_namespace=with_namespace,
                 columns=columns,
-                footer=(lambda _: footer(table.total)) if safe_footer else None,
+                footer=lambda _: footer(table.total).text,
             )
 
         return self._finish(
-            table.text,
+            _with_footer(table.text, footer(table.total)),
             truncated=table.truncated,
             kind=resource.kind,
             rows=table.shown,
@@ -299,6 +310,11 @@ class GetTool(_KubernetesTool):
         except BackendError:
             return None
         return printer_columns(crd, resource.version) or None
+
+
+def _with_footer(table: str, footer: Marked) -> Marked:
+    """The table's lines, then its footer line (as ``render_table(footer=...)`` joins them)."""
+    return (table + "\n" + footer) if table else footer
 
 
 class DescribeTool(_KubernetesTool):
@@ -365,12 +381,14 @@ class LogsTool(_KubernetesTool):
             limit_bytes=LOG_READ_LIMIT_BYTES,
         )
         which = " (previous instance)" if args.previous else ""
-        container = f" container {args.container}" if args.container else ""
-        header = f"logs of pod {args.namespace}/{args.pod}{container}{which}:\n"
+        container = compose(" container {}", echo(args.container)) if args.container else ""
+        header = compose(  # names the pod the model asked for: echo
+            "logs of pod {}/{}{}{}:\n", echo(args.namespace), echo(args.pod), container, which
+        )
         body, truncated = cap_text(
             text or "(no log lines)\n", self.limit - len(header), keep="tail"
         )
-        return ToolResult(ok=True, output=header + body, truncated=truncated, meta={})
+        return ToolResult.of(True, header + body, truncated=truncated)
 
 
 class EventsTool(_KubernetesTool):
@@ -383,30 +401,37 @@ class EventsTool(_KubernetesTool):
 
     def _run(self, args: EventsArgs) -> ToolResult:
         involved_kind = args.involved_kind
+        # The kind as the engine resolved it is the cluster's word; as given, the model's.
+        kind_said: str | Marked = echo(involved_kind) if involved_kind else ""
         if involved_kind:
             # A kind the cluster does not serve may still appear in events: keep it as given.
             with contextlib.suppress(BackendError):
-                involved_kind = self._resolve(involved_kind).kind
+                involved_kind = kind_said = self._resolve(involved_kind).kind
         namespace = _namespace(args.namespace)
         events = self.backend.events(namespace, involved_kind, args.involved_name)
-        about = " ".join(filter(None, (involved_kind, args.involved_name)))
+        about = [part for part in (kind_said, echo(args.involved_name or "")) if part]
+        suffix = compose(" about {}", about[0]) if about else Marked()
+        if len(about) == 2:
+            suffix += compose(" {}", about[1])
         where = _scope(namespace)
-        suffix = f" about {about}" if about else ""
-
-        def footer(total: int) -> str:
-            if total == 0:
-                return f"No events found{where}{suffix}."
-            return f"{total} event{'s' if total != 1 else ''}{where}{suffix}."
-
         table = render_table(
             events,
             "Event",
             limit_chars=self.limit - len(self._note()),
             with_namespace=namespace is None,
-            footer=footer,
         )
+        total = table.total
+        if total == 0:
+            footer = compose("No events found{}{}.", where, suffix)
+        else:
+            footer = compose(
+                "{} event{}{}{}.", str(total), "s" if total != 1 else "", where, suffix
+            )
         return self._finish(
-            table.text, truncated=table.truncated, rows=table.shown, total=table.total
+            _with_footer(table.text, footer),
+            truncated=table.truncated,
+            rows=table.shown,
+            total=table.total,
         )
 
 

@@ -13,7 +13,8 @@ cluster never sits in memory.
 
 Secrets: before its first lookup returns anything, a backend (one run) reads
 every Secret it may (one paged list of ``/api/v1/secrets``, Helm release
-blobs left out) and teaches its :class:`SecretScrubber` their values; every
+Secrets included, as the snapshot backend reads them) and teaches its
+:class:`SecretScrubber` their values; every
 object, event, log text and explain schema then leaves this module with
 Secret values redacted and copies of them scrubbed. When RBAC forbids
 reading Secrets (the recommended role does), only the Secret-independent
@@ -34,6 +35,7 @@ from schemas.request import ContextTarget, InClusterTarget
 from schemas.settings import AssaySettings
 from workers.core.toolsets import live_discovery, live_openapi
 from workers.core.toolsets.backend import BackendError, ResourceInfo
+from workers.core.toolsets.echo import compose, quoted
 from workers.core.toolsets.live_transport import (
     GetOnlyTransport,
     TransportLimits,
@@ -54,8 +56,6 @@ REDISCOVER_AFTER_SECONDS = 10.0
 EVENT_RESOURCE = ResourceInfo(
     kind="Event", plural="events", group="", version="v1", namespaced=True
 )
-SECRETS_NOT_LEARNED = "type!=helm.sh/release.v1"
-"""Helm release Secrets hold a compressed release blob that is never copied as such."""
 
 _log = structlog.get_logger("assay.live")
 _unreadable_reported: set[str] = set()  # targets whose unreadable Secrets were logged
@@ -155,7 +155,7 @@ class LiveBackend:
         try:
             for item in self._items(
                 "/api/v1/secrets",
-                {"fieldSelector": SECRETS_NOT_LEARNED},
+                {},
                 "list secrets across the cluster (their values are scrubbed from all output)",
             ):
                 hidden.extend(redact_in_place(_with_type(item, "v1", "Secret")))
@@ -163,7 +163,7 @@ class LiveBackend:
             if exc.code not in ("forbidden", "not_found"):
                 raise BackendError(
                     exc.code,
-                    f"{exc.message} (assay reads the Secrets it may see before showing "
+                    exc.marked + " (assay reads the Secrets it may see before showing "
                     "anything, to scrub copies of their values; try the lookup again)",
                     out_of_time=exc.out_of_time,
                 ) from None
@@ -253,8 +253,10 @@ class LiveBackend:
         except BackendError as exc:
             if exc.code != "not_found":
                 raise
-            place = f" in namespace {namespace!r}" if namespace else ""
-            raise BackendError("not_found", f"{resource.kind} {name!r} not found{place}") from None
+            place = compose(" in namespace {}", quoted(namespace)) if namespace else ""
+            raise BackendError(
+                "not_found", compose("{} {} not found{}", resource.kind, quoted(name), place)
+            ) from None
         return self._sanitize(_with_type(obj, resource.api_version, resource.kind))
 
     def _find_in_any_namespace(self, resource: ResourceInfo, name: str) -> dict[str, Any]:
@@ -265,7 +267,10 @@ class LiveBackend:
             if len(matches) > 1:
                 break
         if not matches:
-            raise BackendError("not_found", f"{resource.kind} {name!r} not found in any namespace")
+            raise BackendError(
+                "not_found",
+                compose("{} {} not found in any namespace", resource.kind, quoted(name)),
+            )
         if len(matches) > 1:
             namespaces = ", ".join(str(m["metadata"].get("namespace", "")) for m in matches)
             raise BackendError(

@@ -14,7 +14,13 @@ Three layers, each catching what the one before cannot know about:
 2. **Known values** (:class:`SecretScrubber` after :meth:`~SecretScrubber.learn`):
    every value hidden in step 1 is searched for wherever else it appears,
    in the forms a copy takes: the whole value if it is one line, else each
-   line on its own (one line of a PEM key); its base64 and base64url forms,
+   line on its own (one line of a PEM key); each of those as a JSON string
+   holds it (``"`` and ``\\`` escaped, a multi-line value on one line with
+   ``\\n``, non-ASCII as ``\\uXXXX`` or not, ``/`` as ``\\/`` or not),
+   percent-encoded (``%20`` or ``+`` for a space, the escapes in upper or
+   lower case, as Python, Go and JavaScript encoders leave characters
+   unescaped) and the whole value hex-encoded (lower and upper case); its
+   base64 and base64url forms,
    padded or not, of the value with and without the trailing newline of
    ``echo $PW | base64``, at each of the three alignments it can have inside
    a longer base64 text (a ``user:password`` docker ``auth`` field); and the
@@ -77,6 +83,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 import threading
 from bisect import bisect_right
@@ -85,6 +92,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate
 from typing import Any, Generic, TypeVar
+from urllib.parse import quote_from_bytes
 
 import ahocorasick_rs
 from pydantic import BaseModel
@@ -400,6 +408,7 @@ def secret_forms(value: str | bytes) -> tuple[set[str], set[str]]:
     """
     raw = value.encode("utf-8") if isinstance(value, str) else value
     plain: set[str] = set()
+    lines: list[str] = []
     try:
         text: str | None = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -415,10 +424,62 @@ def secret_forms(value: str | bytes) -> tuple[set[str], set[str]]:
         )
         if len(text) <= MAX_WHOLE_VALUE_CHARS:
             plain.update(text[start:end] for start, end in pattern_spans(text))
+    if raw.strip():
+        # A long base64-alphabet line of a multi-line value (a PEM body line) is left to
+        # its anchor: a JSON copy keeps it as it is (the lines stand between \n escapes),
+        # and encoding each line of every key would triple the automaton
+        # (bench/bench_scrubber.py). A one-line token (an AWS secret key) is encoded.
+        # A multi-line form (a PEM body found by the key pattern) is found line by line.
+        body_lines = {line for line in plain if _long_base64(line)} if len(lines) > 1 else set()
+        one_line = {form for form in plain - body_lines if "\n" not in form}
+        plain |= {
+            form
+            for form in _encoded_forms(raw, one_line)
+            if len(form) <= MAX_WHOLE_VALUE_CHARS or _BASE64_CHARS.issuperset(form)
+        }
     variants = {raw, raw.strip(), raw.strip() + b"\n"} if raw.strip() else set()
     anchors = _base64_anchors(variants) if variants else set()
     keep = MIN_SCRUB_LENGTH
     return {f for f in plain if len(f) >= keep}, {a for a in anchors if len(a) >= keep} - plain
+
+
+# Characters each common percent-encoder leaves as they are, besides letters and digits:
+# RFC 3986's unreserved ones (Python's quote, Go's QueryEscape), and JavaScript's
+# encodeURIComponent, which also keeps ! ' ( ) *.
+_URL_SAFE = ("-._~", "-._~!'()*")
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-F]{2}")
+
+
+def _long_base64(form: str) -> bool:
+    return len(form) > BASE64_ANCHOR_CHARS and _BASE64_CHARS.issuperset(form)
+
+
+def _encoded_forms(raw: bytes, texts: set[str]) -> set[str]:
+    """How a Secret value looks after an encoder copied it: JSON string, percent, hex.
+
+    A value holding ``"`` or ``\\`` changes when it is written into a JSON document
+    (a ConfigMap holding ``config.json``); one holding ``@``, ``:`` or a space changes
+    in a URL (``postgres://app:p%40ss@db``, a query string); any value becomes hex in a
+    dump (``xxd -p``, ``.hex()``). ``texts``: the value's plain forms (the value or its
+    lines, the credential parts of a structured value), each encoded as the usual
+    encoders write it; hex of the whole raw value. A multi-line value copied into JSON
+    is one line, its lines between ``\\n`` escapes: each line's own form is found there.
+    Only forms that differ from what they encode are returned.
+    """
+    forms: set[str] = set()
+    for value in texts:
+        for ascii_only in (True, False):
+            escaped = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+            forms |= {escaped, escaped.replace("/", "\\/")}
+        encoded = value.encode("utf-8")
+        for safe in _URL_SAFE:
+            percent = quote_from_bytes(encoded, safe=safe)
+            for spaced in (percent, percent.replace("%20", "+")):
+                forms |= {spaced, _PERCENT_ESCAPE.sub(lambda m: m.group(0).lower(), spaced)}
+    for blob in {raw, raw.strip()}:
+        hexed = blob.hex()
+        forms |= {hexed, hexed.upper()}
+    return forms - texts
 
 
 class SecretScrubber:
@@ -474,14 +535,23 @@ class SecretScrubber:
                 spans.append(_base64_run(text, start, end) if widen[index] else (start, end))
         return spans
 
+    def redactions(self, text: str) -> list[Span]:
+        """Where :meth:`text` puts ``REDACTED`` in ``text``: sorted, not overlapping.
+
+        For a caller that must know where the text changed (the tool registry keeps
+        the spans of an output that repeat the model's arguments, workers/core/toolsets/echo.py).
+        """
+        spans = self._spans(text)
+        return _merged(spans) if spans else []
+
     def text(self, text: str) -> str:
         """``text`` with every secret part replaced by ``REDACTED``."""
-        spans = self._spans(text)
+        spans = self.redactions(text)
         if not spans:
             return text
         pieces: list[str] = []
         position = 0
-        for start, end in _merged(spans):
+        for start, end in spans:
             pieces += [text[position:start], REDACTED]
             position = end
         pieces.append(text[position:])

@@ -14,6 +14,11 @@ A command that ran to completion is ``ok=True`` whatever its exit code, since
 a non-zero exit is often the answer (``openssl x509 -checkend`` exits 1 for a
 certificate that will have expired); a refusal, a missing program, a timeout
 or an OS error is ``ok=False``.
+
+What repeats the model's own command is echo (workers/core/toolsets/echo.py) and
+never verifies a citation: the ``$ argv`` line, a refusal's reason, and the whole
+output of a catalogue entry marked ``output_repeats_arguments`` (``date -u +*``
+prints its format back; the engine cannot see which bytes came from argv).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.settings import AssaySettings
 from workers.core.toolsets.base import Tool, ToolResult
+from workers.core.toolsets.echo import Marked, compose, echo
 from workers.core.toolsets.shell_input import screen_command
 from workers.core.toolsets.shell_policy import (
     HARD_MAX_COMMAND_CHARS,
@@ -69,7 +75,15 @@ def describe_tool(policy: ShellPolicy) -> str:
         "Available commands (`*` stands for one argument without '/', '..' or a URL, `**` for "
         "any number of such arguments, `{*}` / `{**}` for any argument(s)):",
     ]
-    lines += [f"- `{entry.pattern}`: {entry.description}" for entry in policy.available_commands]
+    lines += [
+        f"- `{entry.pattern}`: {entry.description}"
+        + (
+            " (prints its arguments back: its output is never evidence)"
+            if entry.output_repeats_arguments
+            else ""
+        )
+        for entry in policy.available_commands
+    ]
     patterns = " ".join(entry.pattern for entry in policy.available_commands)
     if "{file}" in patterns:
         lines.append(
@@ -94,29 +108,36 @@ def describe_tool(policy: ShellPolicy) -> str:
 
 
 def _refused(command: str, reason: str) -> ToolResult:
+    """The reason quotes the model's command (a character, a program, a rule it matched)."""
     log.info("shell_command_refused", command=command[:200], reason=reason)
-    return ToolResult(
-        ok=False,
-        output=f"refused: {reason}. Nothing was run; choose one of the available commands.",
-        meta={"refused": True, "reason": reason},
+    output = compose(
+        "refused: {}. Nothing was run; choose one of the available commands.", echo(reason)
     )
+    return ToolResult.of(False, output, refused=True, reason=reason)
 
 
-def _render(argv: list[str], outcome: RunOutcome, timeout_seconds: float) -> str:
-    text = outcome.output.decode("utf-8", errors="replace").rstrip("\n")
+def _render(
+    argv: list[str], outcome: RunOutcome, timeout_seconds: float, *, repeats_arguments: bool
+) -> Marked:
+    output = outcome.output.decode("utf-8", errors="replace").rstrip("\n")
+    text = echo(output) if repeats_arguments else Marked(output)
     if outcome.timed_out:
         status = f"timed out after {timeout_seconds:g} s; the command and its children were killed"
     elif outcome.status_lost:
         status = "exit code unknown: the worker lost the command's exit status; do not rely on it"
     else:
         status = f"exit code: {outcome.exit_code}"
-    parts = [f"$ {shlex.join(argv)}", status, text]
+    parts: list[str | Marked] = [compose("$ {}", echo(shlex.join(argv))), status, text]
     if outcome.truncated:
         parts.append(
             f"[output truncated by assay: first {len(outcome.output)} of "
             f"{outcome.total_output_bytes} bytes shown]"
         )
-    return "\n".join(part for part in parts if part)
+    rendered = Marked()
+    for part in parts:
+        if part:
+            rendered += ("\n" if rendered else "") + part
+    return rendered
 
 
 class RunCommandTool:
@@ -153,11 +174,10 @@ class RunCommandTool:
             )
         except OSError as exc:
             log.warning("shell_command_failed_to_start", argv=argv, error=str(exc))
-            return ToolResult(
-                ok=False,
-                output=f"error: {argv[0]} could not be started ({exc.strerror or exc})",
-                meta={"argv": argv},
+            failure = compose(
+                "error: {} could not be started ({})", echo(argv[0]), echo(exc.strerror or exc)
             )
+            return ToolResult.of(False, failure, argv=argv)
         log.info(
             "shell_command_ran",
             argv=argv,
@@ -166,17 +186,21 @@ class RunCommandTool:
             output_bytes=outcome.total_output_bytes,
             duration_s=round(outcome.duration_seconds, 3),
         )
-        return ToolResult(
-            ok=not (outcome.timed_out or outcome.status_lost),
-            output=_render(argv, outcome, self.policy.timeout_seconds),
+        rendered = _render(
+            argv,
+            outcome,
+            self.policy.timeout_seconds,
+            repeats_arguments=self.policy.repeats_arguments(argv),
+        )
+        return ToolResult.of(
+            not (outcome.timed_out or outcome.status_lost),
+            rendered,
             truncated=outcome.truncated,
-            meta={
-                "argv": argv,
-                "exit_code": outcome.exit_code,
-                "timed_out": outcome.timed_out,
-                "status_lost": outcome.status_lost,
-                "output_bytes": outcome.total_output_bytes,
-            },
+            argv=argv,
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            status_lost=outcome.status_lost,
+            output_bytes=outcome.total_output_bytes,
         )
 
 

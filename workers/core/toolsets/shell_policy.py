@@ -197,6 +197,11 @@ class AvailableCommand(BaseModel):
 
     pattern: str = Field(min_length=1, description="e.g. 'openssl x509 -noout -enddate -in *'")
     description: str = Field(min_length=1, max_length=500, description="Shown to the model.")
+    output_repeats_arguments: bool = Field(
+        default=False,
+        description="The program prints (part of) its arguments back (date +FORMAT, echo): "
+        "its output is then the model's own words and never verifies a citation.",
+    )
 
     @field_validator("pattern")
     @classmethod
@@ -304,6 +309,17 @@ class ShellPolicy(BaseModel):
             files_dir=self.files_dir or self.working_dir,
             working_dir=self.working_dir,
             hosts=tuple(hosts),
+        )
+
+    def repeats_arguments(self, argv: list[str]) -> bool:
+        """Whether a catalogue entry ``argv`` matches says the program prints its arguments.
+
+        The engine cannot see which bytes of a program's output came from its argv, so
+        the operator says so per entry; any matching entry that says so counts.
+        """
+        return any(
+            command.output_repeats_arguments and argv_matches(tokens, argv, self.rules)
+            for command, tokens in zip(self.available_commands, self._available_tokens, strict=True)
         )
 
     def refusal_for(self, argv: list[str]) -> str | None:

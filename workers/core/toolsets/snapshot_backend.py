@@ -14,6 +14,12 @@ naming the file, and the rest of the snapshot is still served. So is an
 object that had to be adjusted: a cluster-scoped object (built-in, or of a
 CRD with ``scope: Cluster``) written with a namespace loses it, as on a real
 API server, and the file and object are named in :attr:`problems`.
+
+Objects are served as the API server would serve them once applied: a
+namespaced object written without ``metadata.namespace`` (a manifest kept in
+git) is in namespace ``default``, as ``kubectl apply`` puts it (the kind's scope
+comes from the resource index: built-in kinds and the snapshot's CRDs); an
+unquoted YAML timestamp is the API's text (yaml_documents.py).
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from typing import Any
 
 import yaml
 
-from workers.core.toolsets.backend import BackendError, ResourceInfo
+from workers.core.toolsets.backend import REDACTED, BackendError, ResourceInfo
+from workers.core.toolsets.echo import Marked, compose, quoted
 from workers.core.toolsets.kinds import (
     BUILTIN_RESOURCES,
     ResourceIndex,
@@ -46,6 +53,7 @@ OBJECT_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
 LOGS_FOLDER = "logs"
 CRD_KEY = ("apiextensions.k8s.io", "CustomResourceDefinition")
 EVENT_KEYS = (("", "Event"), ("events.k8s.io", "Event"))
+DEFAULT_NAMESPACE = "default"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 _DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _LOG_TIMESTAMP = re.compile(
@@ -253,6 +261,17 @@ def _mebibytes(size: int) -> str:
     return f"{size >> 20} MiB" if size and size % (1 << 20) == 0 else f"{size:,} bytes"
 
 
+def _in_default_namespace(metadata: dict[str, Any]) -> None:
+    """Put ``metadata`` in namespace "default", right after its name (where the API has it)."""
+    entries = [(key, value) for key, value in metadata.items() if key != "namespace"]
+    metadata.clear()
+    for key, value in entries:
+        metadata[key] = value
+        if key == "name":
+            metadata["namespace"] = DEFAULT_NAMESPACE
+    metadata.setdefault("namespace", DEFAULT_NAMESPACE)
+
+
 @cache
 def _builtin_lookups() -> tuple[dict[tuple[str, str], ResourceInfo], dict[str, ResourceInfo]]:
     """The built-in kinds by (group, kind) and by kind (the first listed wins), built once.
@@ -450,8 +469,11 @@ class SnapshotBackend:
             if kind != "Secret":
                 self._scrubber.in_place(obj)
             metadata = obj["metadata"]
-            if not info.namespaced and (info.group, info.kind) not in guessed:
-                self._ignore_namespace(obj, info, relative)
+            if (info.group, info.kind) not in guessed:
+                if not info.namespaced:
+                    self._ignore_namespace(obj, info, relative)
+                elif not metadata.get("namespace"):
+                    _in_default_namespace(metadata)  # as kubectl apply puts it
             key = (str(metadata.get("namespace") or ""), str(metadata["name"]))
             stored = objects.setdefault((info.group, info.kind), {})
             earlier = stored.get(key)
@@ -460,7 +482,8 @@ class SnapshotBackend:
             stored[key] = obj
             origins[(info.group, info.kind, key)] = relative
 
-        # Kinds known only from their objects are namespaced when their objects are.
+        # Kinds known only from their objects are namespaced when their objects are; then
+        # their objects written without a namespace are in "default", as for any other.
         for position in range(len(BUILTIN_RESOURCES), len(known)):
             info = known[position]
             stored = objects.get((info.group, info.kind), {})
@@ -468,6 +491,12 @@ class SnapshotBackend:
                 known[position] = ResourceInfo(
                     info.kind, info.plural, info.group, info.version, True, info.short_names
                 )
+                for namespace, name in [key for key in stored if not key[0]]:
+                    obj = stored.pop((namespace, name))
+                    _in_default_namespace(obj["metadata"])
+                    if (DEFAULT_NAMESPACE, name) in stored:
+                        continue  # written twice, once with "default": that one is served
+                    stored[(DEFAULT_NAMESPACE, name)] = obj
         sorted_objects = {key: dict(sorted(found.items())) for key, found in objects.items()}
         return ResourceIndex.builtin_with(known[len(BUILTIN_RESOURCES) :]), sorted_objects
 
@@ -577,18 +606,29 @@ class SnapshotBackend:
         if not resource.namespaced:
             found = stored.get(("", name))
             if found is None:
-                raise BackendError("not_found", f"{resource.kind} {name!r} not found")
+                raise self._not_found(
+                    name, None, compose("{} {} not found", resource.kind, quoted(name))
+                )
             return private_copy(found)
         if namespace is not None:
             found = stored.get((namespace, name))
             if found is None:
-                raise BackendError(
-                    "not_found", f"{resource.kind} {name!r} not found in namespace {namespace!r}"
+                raise self._not_found(
+                    name,
+                    namespace,
+                    compose(
+                        "{} {} not found in namespace {}",
+                        resource.kind,
+                        quoted(name),
+                        quoted(namespace),
+                    ),
                 )
             return private_copy(found)
         matches = [obj for (_, obj_name), obj in stored.items() if obj_name == name]
         if not matches:
-            raise BackendError("not_found", f"{resource.kind} {name!r} not found in any namespace")
+            raise self._not_found(
+                name, None, compose("{} {} not found in any namespace", resource.kind, quoted(name))
+            )
         if len(matches) > 1:
             namespaces = ", ".join(m["metadata"].get("namespace", "") for m in matches)
             raise BackendError(
@@ -596,6 +636,25 @@ class SnapshotBackend:
                 f"{resource.kind} {name!r} exists in namespaces {namespaces}; name one",
             )
         return private_copy(matches[0])
+
+    def _not_found(self, name: str, namespace: str | None, message: Marked) -> BackendError:
+        """Not found; or, when the name asked for holds a Secret's value, why it cannot be.
+
+        Every object was scrubbed when the snapshot was read, its name and namespace
+        included, so an object named after a Secret's value is stored under the redacted
+        name and no lookup by the real one can reach it. Saying "not found" would read as
+        "absent"; the reason is given instead, without the value (or whether it exists).
+        """
+        asked = (name, namespace or "")
+        if any(self._scrubber.text(part) != part for part in asked if part):
+            return BackendError(
+                "not_found",
+                "the name or namespace asked for holds a Secret's value, which assay hides "
+                "wherever it appears, object names included, so no object can be looked up "
+                "by it here; list the kind instead, where such a name reads "
+                f"{REDACTED}",
+            )
+        return BackendError("not_found", message)
 
     def events(
         self,

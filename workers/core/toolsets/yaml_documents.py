@@ -21,11 +21,23 @@ this construction copies it each time, so nine aliases of nine aliases ("billion
 laughs") would be expanded here, unbounded. Text that may hold one (an ``&`` and a
 ``*`` anywhere) is loaded by PyYAML's constructor, and the snapshot backend then
 copies its aliases within a budget.
+
+One tag is built as the API server would give it, on both paths: an unquoted
+timestamp (``creationTimestamp: 2023-06-26T15:04:05Z``, which YAML reads as a
+timestamp, not a string) becomes the API's text, ``2023-06-26T15:04:05Z``, not a
+Python datetime that prints as ``2023-06-26 15:04:05+00:00``: JSON has no
+timestamp type, and what ``kubectl get -o yaml`` prints, quoted, is this text. An
+offset is turned into UTC (``Z``), as the API prints its timestamps; fractional
+seconds keep the digits written (``.5Z``, ``.123456Z``); a date alone stays as
+written (``2023-06-26``). So get, describe, the structured view, probes and their
+sensitivity search all read the same strings a live cluster would return.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
@@ -37,18 +49,42 @@ SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _STR = "tag:yaml.org,2002:str"
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
-_SCALAR_TAGS = ("int", "float", "bool", "null", "timestamp", "binary")
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_FRACTION = re.compile(r"[0-9]:[0-9]{2}:[0-9]{2}\.([0-9]+)")
+
+
+def api_timestamp(loader: Any, node: ScalarNode) -> str:
+    """An unquoted YAML timestamp as the API server's text (``2023-06-26T15:04:05Z``)."""
+    value = yaml.SafeLoader.construct_yaml_timestamp(loader, node)
+    if not isinstance(value, datetime):
+        return str(node.value)  # a date alone, as written
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)  # a time without an offset is UTC already (YAML)
+    fraction = _FRACTION.search(node.value)
+    digits = f".{fraction.group(1)}" if fraction else ""
+    return f"{value:%Y-%m-%dT%H:%M:%S}{digits}Z"
+
+
+_SCALAR_TAGS = ("int", "float", "bool", "null", "binary")
 _SCALARS: dict[str, Callable[[Any, ScalarNode], Any]] = {
     f"tag:yaml.org,2002:{name}": yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{name}"]
     for name in _SCALAR_TAGS
 }
+_SCALARS[_TIMESTAMP] = api_timestamp
+
+
+class ApiSafeLoader(SafeLoader):
+    """PyYAML's safe loader (libyaml when present), with timestamps as the API's text."""
+
+
+ApiSafeLoader.add_constructor(_TIMESTAMP, api_timestamp)
 
 
 class _Unusual(Exception):
     """The document uses something only PyYAML's own constructor builds."""
 
 
-class _PlainLoader(SafeLoader):
+class _PlainLoader(ApiSafeLoader):
     """``SafeLoader`` whose documents of plain data are built without PyYAML's constructor."""
 
     def construct_document(self, node: Node) -> Any:
@@ -91,10 +127,11 @@ def may_alias(text: str) -> bool:
 
 
 def load_documents(text: str) -> Iterator[Any]:
-    """The documents of ``text``, as ``yaml.safe_load_all`` gives them (libyaml when present).
+    """The documents of ``text``, as ``yaml.safe_load_all`` gives them (libyaml when present),
+    timestamps as the API's text.
 
     Raises ``yaml.YAMLError`` where PyYAML does, after yielding the documents before it.
     """
-    loader = SafeLoader if may_alias(text) else _PlainLoader
+    loader = ApiSafeLoader if may_alias(text) else _PlainLoader
     documents: Iterator[Any] = yaml.load_all(text, Loader=loader)
     return documents
