@@ -87,7 +87,7 @@ def show(check_id: CheckArg, json_output: JsonFlag = False) -> None:
           f"false -> {record.probe.when_false})")  # fmt: skip
     for index, lookup in enumerate(record.probe.lookups):
         print(f"lookup {index}:     {lookup.tool} {json.dumps(lookup.args, sort_keys=True)}")
-    print(f"expression:   {record.probe.expression}")
+    print(f"expression:   {record.probe.summary()}")
     print(f"agreement:    {record.agreements} agreed, {record.disagreements} disagreed; "
           f"{record.runs_since_validation} probe runs since the model last agreed")  # fmt: skip
     for entry in history[-10:]:

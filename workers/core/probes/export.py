@@ -99,7 +99,7 @@ def _validation(record: ProbeRecord, predicate: str | None) -> dict[str, Any]:
     message = f"assay check {record.check_id} (probe v{record.version})"
     if predicate:
         message += f": {predicate}"
-    return {"expression": record.probe.expression, "message": message[:1000]}
+    return {"expression": record.probe.summary(), "message": message[:1000]}
 
 
 def export_documents(

@@ -172,13 +172,13 @@ def run_probe_with_results(
     verdict (None otherwise): what the sensitivity check (sensitivity.py) builds its
     counterfactuals from."""
     began = time.perf_counter()
-    fields = field_paths(probe.expression)
+    fields = field_paths(probe.summary())
     if backend is None:
         return ProbeRun(error="no cluster backend to run the lookups on", fields=fields), None
     clock = _Deadline(deadline)
     reader = _Reader(backend, max_objects, clock)
     try:
-        program = BoolProgram(probe.expression)  # before any lookup: a bad one costs nothing
+        program = BoolProgram(probe.summary())  # before any lookup: a bad one costs nothing
         _refuse_blind(probe)
         results = [reader.read(lookup) for lookup in probe.lookups]
         _refuse_incomplete(backend)
@@ -210,7 +210,7 @@ def _refuse_blind(probe: ProposedProbe) -> None:
     """An expression that does not read what the lookups return agrees with any verdict and
     never flips when the cluster changes, so re-runs would repeat it until re-validation."""
     variable = "results" if probe.scope == "results" else "object"
-    if not reads_variable(probe.expression, variable):
+    if not reads_variable(probe.summary(), variable):
         raise ProbeFailure(
             f"the expression does not read `{variable}` (the objects its lookups return), "
             "so its value cannot depend on the cluster"

@@ -367,7 +367,7 @@ class _Search:
     def __init__(self, probe: ProposedProbe, want: bool, budget: float, limit: int) -> None:
         self.probe = probe
         self.want = want
-        self.program = BoolProgram(probe.expression, max_steps=MAX_STEPS)
+        self.program = BoolProgram(probe.summary(), max_steps=MAX_STEPS)
         self.deadline = time.monotonic() + budget
         self.limit = limit
         self.evaluations = 0
@@ -437,7 +437,7 @@ def check_sensitivity(
     flip: str | None = None
     exhausted = False
     try:
-        found = mentioned(probe.expression)
+        found = mentioned(probe.summary())
         fixed = _Fixed(probe)
         worlds = (
             _object_worlds(results, found, fixed)
