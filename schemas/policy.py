@@ -27,7 +27,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from schemas.probe import ProbeCondition, ProbeFormat, ProbeValidation, ProbeVariable
+from schemas.probe import (
+    ProbeCondition,
+    ProbeFormat,
+    ProbeRun,
+    ProbeValidation,
+    ProbeVariable,
+    ProbeViolation,
+)
+from schemas.verdict import VerdictKind
 
 POLICY_PREFIX = "policy:"
 POLICY_SET_PREFIX = "policy-set:"
@@ -259,3 +267,68 @@ def valid_set_name(name: str) -> str:
             "and '.', starting and ending with a letter or digit"
         )
     return name
+
+
+MAX_POLICY_VIOLATIONS = 100  # violations kept in a PolicyResult (violations_total counts all)
+
+
+class PolicyViolation(ProbeViolation):
+    """An object a policy judged false: which rule, and the policy's message."""
+
+    rule: str
+
+
+class PolicyProbeResult(_Strict):
+    """One probe of a policy run: the rule, the kind and namespace it listed, its run."""
+
+    rule: str
+    kind: str
+    namespace: str | None = None
+    run: ProbeRun
+
+
+class PolicyResult(_Strict):
+    """An imported policy run on one target: its verdict and the objects that violate it.
+
+    ``true``: every probe ran and no judged object violates the policy (including: nothing
+    to judge). ``false``: at least one object violates it (each named, with the message).
+    ``cannot_determine``: a probe could not run (``reason``) and nothing was found violating.
+    """
+
+    policy: str
+    format: ProbeFormat
+    verdict: VerdictKind
+    reason: str | None = None
+    judged_total: int = 0
+    violations_total: int = 0
+    violations: list[PolicyViolation] = Field(default_factory=list)
+    objects_read: int = 0
+    kinds_not_served: list[str] = Field(
+        default_factory=list, description="Kinds it names that the target does not serve."
+    )
+    probes: list[PolicyProbeResult] = Field(default_factory=list)
+    duration_seconds: float = 0.0
+
+
+class PolicySetEntry(_Strict):
+    """One policy of a set run: its verdict, and the run that recorded it."""
+
+    policy: str
+    verdict: VerdictKind
+    violations_total: int = 0
+    run_id: str | None = None
+    check_id: str | None = None
+    reason: str | None = None
+
+
+class PolicySetResult(_Strict):
+    """A policy set run on one target (``policy-set:NAME``): one entry per policy, and what
+    the tick cost in listings."""
+
+    policy_set: str
+    policies: list[PolicySetEntry] = Field(default_factory=list)
+    missing: list[str] = Field(
+        default_factory=list, description="Members whose policy is no longer stored."
+    )
+    listings: int = Field(default=0, description="List requests the tick made (shared).")
+    duration_seconds: float = 0.0

@@ -20,8 +20,7 @@ ADMITTING_OPERATIONS = frozenset({"CREATE", "UPDATE", "*"})
 SERVED_REQUEST_FIELDS: frozenset[str] = frozenset()
 NAMESPACE_OBJECT_SERVED = False
 _KYVERNO_LIBRARIES = {
-    "resource": "Kyverno's resource library (it reads other objects from the cluster at "
-    "admission)",
+    "resource": "Kyverno's resource library (it reads other objects from the cluster at admission)",
     "http": "Kyverno's http library (it calls a service)",
     "globalContext": "Kyverno's global context (data cached from the cluster or a service)",
     "generator": "Kyverno's generator library (it creates objects)",
@@ -143,7 +142,9 @@ def vap_match_filter(constraints: Mapping[str, Any] | None, what: str) -> Resour
     return ResourceFilter(
         kinds=kinds,
         names=names,
-        namespace_selector=label_selector(data.get("namespaceSelector"), f"{what}.namespaceSelector"),
+        namespace_selector=label_selector(
+            data.get("namespaceSelector"), f"{what}.namespaceSelector"
+        ),
         object_selector=label_selector(data.get("objectSelector"), f"{what}.objectSelector"),
         scope=scope,  # type: ignore[arg-type]
     )
@@ -178,7 +179,9 @@ def conditions_of(value: Any, what: str) -> list[ProbeCondition]:
     return out
 
 
-def validations_of(value: Any, what: str, default_message: str | None = None) -> list[ProbeValidation]:
+def validations_of(
+    value: Any, what: str, default_message: str | None = None
+) -> list[ProbeValidation]:
     out = []
     for item in as_list(value, what):
         item = as_map(item, f"{what}[]")

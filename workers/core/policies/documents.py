@@ -47,7 +47,9 @@ def documents_from_text(text: str, source: str) -> list[SourcedDocument]:
     try:
         loaded = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
-        raise UnreadableFile(f"{source} is not YAML or JSON: {' '.join(str(exc).split())}") from None
+        raise UnreadableFile(
+            f"{source} is not YAML or JSON: {' '.join(str(exc).split())}"
+        ) from None
     out: list[SourcedDocument] = []
     for document in _unpacked(loaded):
         plain = json.loads(json.dumps(document, default=str))

@@ -91,16 +91,20 @@ def references(expression: str) -> list[Reference]:
 
 def _chain(toks: list[Token], index: int) -> tuple[tuple[str, ...], bool]:
     fields: list[str] = []
-    while index + 1 < len(toks) and toks[index].text in (".", ".?") and toks[index + 1].kind == (
-        "ident"
+    while (
+        index + 1 < len(toks)
+        and toks[index].text in (".", ".?")
+        and toks[index + 1].kind == ("ident")
     ):
         fields.append(toks[index + 1].text)
         index += 2
         if index < len(toks) and toks[index].text == "(":
             return tuple(fields), True
     # ``x['key']`` and ``x[?'key']`` select a field too
-    while index + 2 < len(toks) and toks[index].text in ("[", "[?") and toks[index + 1].kind == (
-        "string"
+    while (
+        index + 2 < len(toks)
+        and toks[index].text in ("[", "[?")
+        and toks[index + 1].kind == ("string")
     ):
         if toks[index + 2].text != "]":
             break
@@ -157,11 +161,7 @@ def rewrite_roots(
         if replacement is None:
             continue
         following = toks[index + 4] if index + 4 < len(toks) else None
-        if (
-            following is not None
-            and toks[index + 3].text in (".", ".?")
-            and following.text in keep
-        ):
+        if following is not None and toks[index + 3].text in (".", ".?") and following.text in keep:
             continue
         pieces.append(expression[last : field.start])
         pieces.append(replacement)

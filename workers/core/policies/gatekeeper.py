@@ -145,7 +145,9 @@ def _match(value: Any, what: str) -> ResourceFilter:
         excluded_namespaces=[
             str(n) for n in as_list(match.get("excludedNamespaces"), f"{what} excludedNamespaces")
         ],
-        namespace_selector=label_selector(match.get("namespaceSelector"), f"{what} namespaceSelector"),
+        namespace_selector=label_selector(
+            match.get("namespaceSelector"), f"{what} namespaceSelector"
+        ),
         object_selector=label_selector(match.get("labelSelector"), f"{what} labelSelector"),
         scope=scope,  # type: ignore[arg-type]
     )

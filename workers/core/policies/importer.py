@@ -82,9 +82,7 @@ def _refuse_leftovers(
 ) -> None:
     """Documents no policy used: say what they are, so nothing is dropped silently."""
     params_kinds = {
-        (d.get("apiVersion"), d.get("kind"))
-        for policy in policies
-        for d in policy.documents[1:]
+        (d.get("apiVersion"), d.get("kind")) for policy in policies for d in policy.documents[1:]
     }
     for doc in documents:
         if id(doc) in used or (doc.document.get("apiVersion"), doc.kind) in params_kinds:

@@ -46,9 +46,7 @@ def import_validating_policy(doc: SourcedDocument, now: datetime) -> ImportedPol
     spec = as_map(doc.document.get("spec"), "spec")
     evaluation = as_map(spec.get("evaluation"), "spec.evaluation")
     if evaluation.get("mode") not in (None, "", "Kubernetes"):
-        raise Unsupported(
-            f"it evaluates {evaluation.get('mode')} payloads, not Kubernetes objects"
-        )
+        raise Unsupported(f"it evaluates {evaluation.get('mode')} payloads, not Kubernetes objects")
     constraints = as_map(spec.get("matchConstraints"), "spec.matchConstraints")
     if not constraints.get("resourceRules"):
         raise Unsupported("its matchConstraints name no resourceRules, so no kind is judged")
@@ -103,7 +101,11 @@ def _validating_policy_controllers(
         if configured is None
         else [str(c) for c in as_list(configured, "controllers")]
     )
-    kinds = [autogen.VALIDATING_POLICY_CONTROLLERS[c] for c in wanted if c in autogen.VALIDATING_POLICY_CONTROLLERS]
+    kinds = [
+        autogen.VALIDATING_POLICY_CONTROLLERS[c]
+        for c in wanted
+        if c in autogen.VALIDATING_POLICY_CONTROLLERS
+    ]
     return autogen.controller_rules(
         rule, kinds, names=(f"{rule.name}-autogen-defaults", f"{rule.name}-autogen-cronjobs")
     )
@@ -176,7 +178,9 @@ def _cluster_policy_rule(
         name=name,
         match=match,
         exclude=exclude,
-        match_conditions=conditions_of(raw.get("celPreconditions"), f"rule {name} celPreconditions"),
+        match_conditions=conditions_of(
+            raw.get("celPreconditions"), f"rule {name} celPreconditions"
+        ),
         variables=variables_of(cel.get("variables"), f"rule {name} variables"),
         validations=validations_of(
             cel.get("expressions"), f"rule {name} expressions", validate.get("message")
@@ -246,7 +250,9 @@ def _description(resources: dict[str, Any], what: str) -> ResourceFilter:
         kinds=[k for k in kinds if k is not None] or None,
         names=names or None,
         namespaces=namespaces or None,
-        namespace_selector=label_selector(resources.get("namespaceSelector"), f"{what}.namespaceSelector"),
+        namespace_selector=label_selector(
+            resources.get("namespaceSelector"), f"{what}.namespaceSelector"
+        ),
         object_selector=label_selector(resources.get("selector"), f"{what}.selector"),
     )
 
@@ -295,7 +301,9 @@ def _cluster_policy_controllers(
     if annotation is None or str(annotation).strip().lower() == "all":
         controllers = list(ALL_CONTROLLERS)
     else:
-        controllers = [c.strip() for c in str(annotation).split(",") if c.strip() in ALL_CONTROLLERS]
+        controllers = [
+            c.strip() for c in str(annotation).split(",") if c.strip() in ALL_CONTROLLERS
+        ]
     out: list[PolicyRule] = []
     for rule in rules:
         if not any(

@@ -165,4 +165,3 @@ def _namespace(doc: SourcedDocument) -> str | None:
 def binding_policy(binding: SourcedDocument) -> str:
     """The policy a binding binds."""
     return str(as_map(binding.document.get("spec"), "binding spec").get("policyName") or "")
-

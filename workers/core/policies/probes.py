@@ -1,0 +1,46 @@
+"""An imported policy's probes: one per rule, kind and namespace listed on a target.
+
+Each is an ordinary ``each_object`` probe (schemas/probe.py): one ``get`` lookup of the kind
+(in the namespace the rule pins, else the whole cluster), the rule's variables, match
+conditions and validations, the policy's params, ``empty_result: pass`` (admission
+semantics: with nothing to judge, nothing is violated) and the policy as its ``origin``.
+The probe runner evaluates it like any probe; which listed objects the rule selects is the
+policy view's part (lookups.py, matching.py).
+"""
+
+from __future__ import annotations
+
+from schemas.policy import ImportedPolicy, PolicyRule
+from schemas.probe import ProbeLookup, ProbeOrigin, ProposedProbe
+from workers.core.toolsets.backend import ResourceInfo
+
+
+def lookup_kind(resource: ResourceInfo) -> str:
+    """How a lookup names a served resource unambiguously: ``deployments.v1.apps``, and
+    ``pods`` for the core group."""
+    if not resource.group:
+        return resource.plural
+    return f"{resource.plural}.{resource.version}.{resource.group}"
+
+
+def probe_for(
+    policy: ImportedPolicy, rule: PolicyRule, resource: ResourceInfo, namespace: str | None
+) -> ProposedProbe:
+    args: dict[str, str] = {"kind": lookup_kind(resource)}
+    if namespace is not None:
+        args["namespace"] = namespace
+    return ProposedProbe(
+        lookups=[ProbeLookup(tool="get", args=args)],
+        scope="each_object",
+        variables=rule.variables,
+        validations=rule.validations,
+        match_conditions=rule.match_conditions,
+        params=policy.params,
+        empty_result="pass",
+        origin=ProbeOrigin(
+            format=policy.format,
+            name=policy.name,
+            source=policy.source[:4096],
+            validation_actions=policy.validation_actions,
+        ),
+    )
