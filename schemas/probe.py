@@ -135,8 +135,7 @@ class ProposedProbe(_Strict):
     match_conditions: list[ProbeCondition] = Field(
         default_factory=list,
         max_length=MAX_MATCH_CONDITIONS,
-        description="scope each_object: only objects for which every condition is true are "
-        "judged.",
+        description="scope each_object: only objects for which every condition is true are judged.",
     )
     params: JsonValue = Field(
         default=None, description="Bound as `params` when not null (an imported policy's)."

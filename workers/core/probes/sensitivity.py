@@ -58,8 +58,9 @@ from typing import Any
 import structlog
 
 from schemas.probe import ProposedProbe
-from workers.core.probes.cel import BoolProgram, CelError
+from workers.core.probes.cel import CelError
 from workers.core.probes.cost import MAX_STEPS, Path, _path_after, _tokens, analyse
+from workers.core.probes.program import ProbeProgram
 
 MAX_EVALUATIONS = 400
 BUDGET_SECONDS = 0.5
@@ -367,7 +368,7 @@ class _Search:
     def __init__(self, probe: ProposedProbe, want: bool, budget: float, limit: int) -> None:
         self.probe = probe
         self.want = want
-        self.program = BoolProgram(probe.summary(), max_steps=MAX_STEPS)
+        self.program = ProbeProgram(probe, max_steps=MAX_STEPS)
         self.deadline = time.monotonic() + budget
         self.limit = limit
         self.evaluations = 0
@@ -382,9 +383,10 @@ class _Search:
             return False  # an empty listing gives no verdict
         self.evaluations += 1
         try:
-            return self.program(variables) is self.want
+            judgement = self.program.judge(variables)
         except CelError:
             return False
+        return judgement.judged and judgement.passed is self.want
 
 
 class _Fixed:
@@ -437,7 +439,7 @@ def check_sensitivity(
     flip: str | None = None
     exhausted = False
     try:
-        found = mentioned(probe.summary())
+        found = mentioned(" && ".join(probe.expressions()))
         fixed = _Fixed(probe)
         worlds = (
             _object_worlds(results, found, fixed)

@@ -1,0 +1,89 @@
+"""Kubernetes' CEL libraries that the CEL runtime lacks, as plain Python functions.
+
+One library per module, after the Kubernetes API server's own (``k8s.io/apiserver/pkg/cel/
+library``: lists, regex, url, ip/cidr, quantity, semver, format) and cel-go's extensions it
+enables (strings version 2, sets). None imports the CEL runtime: each lists its overloads as
+:class:`Overload` (kinds by name), and the adapter (``workers/core/probes/cel.py``) declares
+them. An implementation raises :class:`CelLibraryError` (or any ``ValueError``) for what
+Kubernetes reports as an evaluation error; the runtime turns it into an error value, never
+a result.
+
+Kubernetes' opaque types (``Quantity``, ``IP``, ``CIDR``, ``URL``, ``Semver``, ``Format``)
+travel as maps tagged with :data:`KIND_KEY` (the runtime's Python functions can return only
+CEL values): their functions check the tag, and two equal values compare equal with ``==``
+because each is stored in a canonical form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+KIND_KEY = "@kubernetes"
+# Kinds a parameter or result may have. "dyn" as a parameter is expanded by the adapter into
+# one overload per concrete kind (the runtime dispatches Python functions on concrete kinds).
+KINDS = frozenset(
+    {"int", "uint", "double", "string", "bool", "bytes", "null", "list", "map", "dyn",
+     "timestamp", "duration"}
+)  # fmt: skip
+
+
+class CelLibraryError(ValueError):
+    """An evaluation error of a library function (a bad argument, an index out of range)."""
+
+
+class NoSuchOverload(CelLibraryError):
+    """The argument is not of this overload's opaque kind: when two libraries share a
+    function and signature (``isGreaterThan`` on quantities and semvers), the next one is
+    tried."""
+
+
+@dataclass(frozen=True)
+class Overload:
+    """One overload of a library function: ``receiver.function(args)`` when ``member``."""
+
+    function: str
+    id: str
+    params: tuple[str, ...]
+    result: str
+    impl: Callable[..., Any]
+    member: bool = False
+
+
+def opaque(kind: str, **fields: Any) -> dict[str, Any]:
+    """A Kubernetes opaque value as the map it travels as."""
+    return {KIND_KEY: kind, **fields}
+
+
+def unwrap(value: Any, kind: str) -> dict[str, Any]:
+    """The fields of an opaque value of ``kind``; CelLibraryError for anything else."""
+    if not isinstance(value, dict) or value.get(KIND_KEY) != kind:
+        raise NoSuchOverload(f"no such overload: expected a {kind}")
+    return value
+
+
+def kind_of(value: Any) -> str | None:
+    return value.get(KIND_KEY) if isinstance(value, dict) else None
+
+
+def all_overloads() -> list[Overload]:
+    """Every library's overloads, in a stable order."""
+    from workers.core.probes.cel_lib import (
+        format as format_lib,
+    )
+    from workers.core.probes.cel_lib import (
+        ip,
+        lists,
+        quantity,
+        regex,
+        semver,
+        sets,
+        strings,
+        url,
+    )
+
+    out: list[Overload] = []
+    for module in (strings, lists, sets, regex, url, ip, quantity, semver, format_lib):
+        out.extend(module.OVERLOADS)
+    return out
