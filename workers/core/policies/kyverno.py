@@ -260,7 +260,9 @@ def _description(resources: dict[str, Any], what: str) -> ResourceFilter:
 def _kind(text: str, what: str) -> KindRef | None:
     """``Pod``, ``v1/Pod``, ``apps/v1/Deployment``; a subresource (``Pod/exec``) is None."""
     parts = text.split("/")
-    if any(ch in text for ch in "*?"):
+    if any(ch in parts[-1] for ch in "*?") or any(
+        ch in part and part != "*" for part in parts[:-1] for ch in "*?"
+    ):
         raise Unsupported(f"{what} names kinds by the pattern {text!r}; name the kinds")
     if len(parts) == 1:
         return KindRef(name=parts[0])

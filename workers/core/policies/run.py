@@ -70,6 +70,13 @@ def run_policies(
         began = time.perf_counter()
         if isinstance(plan, str):
             result = _failed(policy, plan)
+        elif not plan[0] and plan[1]:
+            result = _failed(
+                policy,
+                f"none of the kinds it judges is served by the target ({', '.join(plan[1])}), "
+                "so there is nothing it could have been checked against",
+            )
+            result.kinds_not_served = plan[1]
         else:
             try:
                 result = _run(policy, plan[0], plan[1], shared, deadline)
