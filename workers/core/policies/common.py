@@ -15,9 +15,10 @@ from schemas.probe import ProbeCondition, ProbeValidation, ProbeVariable
 from workers.core.policies.expressions import references
 
 ADMITTING_OPERATIONS = frozenset({"CREATE", "UPDATE", "*"})
-# Fields of ``request`` a stored object determines, when the probe runner binds them (it
-# does not yet: docs/probes.md). Until then every ``request`` reference is refused.
-SERVED_REQUEST_FIELDS: frozenset[str] = frozenset()
+# Fields of ``request`` a check of stored objects can answer: the operation is CREATE (each
+# object is judged as if it were created now; probes.py reads it so). Any other field of the
+# admission request (who asks, dry run, the old object) is refused.
+SERVED_REQUEST_FIELDS: frozenset[str] = frozenset({"operation"})
 NAMESPACE_OBJECT_SERVED = False
 _KYVERNO_LIBRARIES = {
     "resource": "Kyverno's resource library (it reads other objects from the cluster at admission)",

@@ -182,3 +182,38 @@ def _root_positions(toks: list[Token], root: str) -> Iterator[int]:
         if index + 2 < len(toks) and toks[index + 1].text in (".", ".?"):
             if toks[index + 2].kind == "ident":
                 yield index
+
+
+def substitute_field(expression: str, root: str, name: str, literal: str) -> str:
+    """``expression`` with the top-level ``ROOT.NAME`` read as the CEL literal ``literal``,
+    and ``has(ROOT.NAME)`` as ``true`` (the field is always there). Text in strings, a
+    field of that name elsewhere (``x.request.operation``) and a rebound name are left
+    alone."""
+    toks = tokens(expression)
+    if root in _comprehension_variables(toks):
+        return expression
+    pieces: list[str] = []
+    last = 0
+    index = 0
+    while index < len(toks):
+        token = toks[index]
+        window = [t.text for t in toks[index : index + 6]]
+        if window == ["has", "(", root, ".", name, ")"] and (
+            index == 0 or toks[index - 1].text not in (".", ".?")
+        ):
+            pieces += [expression[last : token.start], "true"]
+            last = toks[index + 5].end
+            index += 6
+            continue
+        if (
+            window[:3] == [root, ".", name]
+            and token.kind == "ident"
+            and (index == 0 or toks[index - 1].text not in (".", ".?"))
+        ):
+            pieces += [expression[last : token.start], literal]
+            last = toks[index + 2].end
+            index += 3
+            continue
+        index += 1
+    pieces.append(expression[last:])
+    return "".join(pieces)

@@ -38,6 +38,7 @@ from schemas.policy import ImportedPolicy, KindRef, LabelSelector, PolicyRule, R
 from schemas.probe import ProbeRecord
 from workers.core.policies.expressions import references
 from workers.core.policies.matching import kind_matches
+from workers.core.policies.probes import as_created
 from workers.core.probes.admission_schema import KYVERNO_API_VERSION, VAP_API_VERSION, problems
 from workers.core.probes.cel import CelError, Expression
 from workers.core.probes.kind_schemas import undefined_path
@@ -223,20 +224,56 @@ def _and(first: dict[str, Any] | None, second: dict[str, Any] | None) -> dict[st
 
 
 def _namespace_selector(term: ResourceFilter) -> dict[str, Any] | None:
-    """A term's namespace names and exclusions (exact names only) and its namespace selector."""
+    """A term's exact namespace names and exclusions, and its namespace selector, as one
+    namespace selector (patterns are left to :func:`_pattern_condition`)."""
     key = "kubernetes.io/metadata.name"
     expressions: list[dict[str, Any]] = []
     for names, operator in ((term.namespaces, "In"), (term.excluded_namespaces or None, "NotIn")):
-        if names is None:
+        if names is None or any(_is_pattern(name) for name in names):
             continue
-        if any(ch in name for name in names for ch in "*?["):
-            raise NotExportable(
-                f"it matches namespaces by the patterns {names}, which an admission policy's "
-                "namespace selector cannot express"
-            )
         expressions.append({"key": key, "operator": operator, "values": sorted(names)})
     named = {"matchExpressions": expressions} if expressions else None
     return _and(named, _selector(term.namespace_selector))
+
+
+def _is_pattern(name: str) -> bool:
+    return any(ch in name for ch in "*?[")
+
+
+def _glob(pattern: str) -> str:
+    """A name pattern (``*`` and ``?``) as an anchored RE2 expression."""
+    if "[" in pattern:
+        raise NotExportable(f"the name pattern {pattern!r} uses brackets, which it does not export")
+    body = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern)
+    return f"^{body}$"
+
+
+def _any_of(value: str, patterns: list[str]) -> str:
+    tests = [
+        f"{value} == {_cel_string(p)}" if not _is_pattern(p)
+        else f"{value}.matches({_cel_string(_glob(p))})"
+        for p in patterns
+    ]  # fmt: skip
+    return "(" + " || ".join(tests) + ")"
+
+
+def _cel_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _pattern_condition(term: ResourceFilter, resource_namespaced: bool) -> str | None:
+    """What a term matches by name patterns (Kyverno's and Gatekeeper's ``*`` / ``?``), as
+    a match condition: an admission policy's selectors match exact names only."""
+    parts: list[str] = []
+    namespace = "object.metadata.namespace"
+    if resource_namespaced and term.namespaces and any(_is_pattern(n) for n in term.namespaces):
+        parts.append(_any_of(namespace, term.namespaces))
+    excluded = [n for n in term.excluded_namespaces if _is_pattern(n)]
+    if resource_namespaced and excluded:
+        parts.append("!" + _any_of(namespace, excluded))
+    if term.names and any(_is_pattern(n) for n in term.names):
+        parts.append(_any_of("object.metadata.name", term.names))
+    return " && ".join(parts) if parts else None
 
 
 # -- drafts from a probe ----------------------------------------------------------------------
@@ -330,8 +367,14 @@ def _rule_draft(
     if primary is None or primary.kinds is None:
         raise NotExportable(f"rule {rule.name} names no kinds")
     resources = [kinds.of(ref) for ref in primary.kinds]
-    if primary.names and any(ch in n for n in primary.names for ch in "*?["):
-        raise NotExportable(f"rule {rule.name} matches names by patterns {primary.names}")
+    namespaced = all(r.namespaced for r in resources)
+    conditions = [
+        {"name": f"assay-match-{number}", "expression": text}
+        for number, text in enumerate(
+            filter(None, (_pattern_condition(t, namespaced) for t in group)), start=1
+        )
+    ]
+    names = None if primary.names and any(_is_pattern(n) for n in primary.names) else primary.names
     namespace_selector = _namespace_selector(primary)
     object_selector = _selector(primary.object_selector)
     extra: dict[str, Any] = {}
@@ -342,7 +385,7 @@ def _rule_draft(
             extra_resources = {kinds.of(ref).plural for ref in term.kinds}
             if not {r.plural for r in resources} <= extra_resources:
                 raise NotExportable(f"rule {rule.name} narrows its kinds in two places")
-        if term.names:
+        if term.names and not any(_is_pattern(n) for n in term.names):
             raise NotExportable(f"rule {rule.name} names objects in a second match term")
         if fmt == "vap" and policy.format == "vap":
             _merge_into(extra, "namespaceSelector", _namespace_selector(term))
@@ -371,12 +414,13 @@ def _rule_draft(
         name=name[:253],
         annotations={"assay.dev/policy": policy.predicate, "assay.dev/format": policy.format},
         resources=resources,
-        resource_rules=_rules_for(resources, primary.names, primary.scope),
+        resource_rules=_rules_for(resources, names, primary.scope),
         exclude_rules=exclude_rules,
         namespace_selector=namespace_selector,
         object_selector=object_selector,
         extra_match=extra or None,
-        match_conditions=[{"name": c.name, "expression": c.expression} for c in rule.match_conditions],
+        match_conditions=conditions
+        + [{"name": c.name, "expression": c.expression} for c in rule.match_conditions],
         variables=[{"name": v.name, "expression": v.expression} for v in rule.variables],
         validations=[
             _validation(v.expression, v.message, v.message_expression, v.reason)
@@ -574,8 +618,9 @@ def _compile_problems(draft: _Draft) -> list[str]:
             found.append(f"{what} reads params, and the policy takes none (no paramKind)")
         if "variables" in roots and not may_read_variables:
             found.append(f"{what} reads variables, which a match condition cannot")
-        try:
-            Expression(text, variables if may_read_variables else (), what=what)
+        try:  # the API server declares `request`; its operation compiles as a string
+            known = [(name, as_created(source)) for name, source in variables]
+            Expression(as_created(text), known if may_read_variables else (), what=what)
         except CelError as exc:
             found.append(str(exc))
     return found
