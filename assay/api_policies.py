@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
+
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
 from assay.api_models import READ_ERRORS, WRITE_ERRORS, ErrorBody, PolicyImport, PolicyList

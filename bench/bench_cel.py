@@ -53,8 +53,13 @@ def report(name: str, folder: Path, reasons: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--library", action="append", type=Path, default=[],
-                        help="a folder of Kyverno tests or Gatekeeper suites (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--library",
+        action="append",
+        type=Path,
+        default=[],
+        help="a folder of Kyverno tests or Gatekeeper suites (repeatable)",
+    )
     parser.add_argument("--reasons", action="store_true", help="why fixtures got no value")
     args = parser.parse_args(argv)
     folders = args.library or [CORPUS]

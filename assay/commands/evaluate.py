@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from schemas.policy import policy_reference
-
 from assay.commands.options import (
     ApiBaseOpt,
     ContextOpt,
@@ -39,6 +37,7 @@ from assay.commands.options import (
     settings_or_usage,
     validation_detail,
 )
+from schemas.policy import policy_reference
 from schemas.report import Step
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
 

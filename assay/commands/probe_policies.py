@@ -145,9 +145,8 @@ def show(ref: PolicyReference, json_output: bool) -> None:
         print(policy.model_dump_json(indent=2))
         return
     print(f"policy:       {policy.name} ({describe(policy)})")
-    print(
-        f"from:         {policy.source} ({policy.policy_name}), imported {policy.imported_at:%Y-%m-%d %H:%M:%SZ}"
-    )
+    imported = f"{policy.imported_at:%Y-%m-%d %H:%M:%SZ}"
+    print(f"from:         {policy.source} ({policy.policy_name}), imported {imported}")
     print(f"actions:      {', '.join(policy.validation_actions) or '(none given)'}")
     for rule in policy.rules:
         derived = (

@@ -110,10 +110,14 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
     for result in test.get("results") or []:
         label = str(result.get("result") or "").strip()
         if label not in ("pass", "fail", "skip"):
-            reading.skipped[f"a result of {label or 'no value'}"] += len(result.get("resources") or [])
+            reading.skipped[f"a result of {label or 'no value'}"] += len(
+                result.get("resources") or []
+            )
             continue
         for wanted in result.get("resources") or []:
-            obj = _find(objects, str(result.get("kind") or ""), str(wanted), result.get("namespace"))
+            obj = _find(
+                objects, str(result.get("kind") or ""), str(wanted), result.get("namespace")
+            )
             if obj is None:
                 reading.skipped["a result naming an object the test's resources lack"] += 1
                 continue
@@ -169,7 +173,9 @@ def _read_gatekeeper_suite(path: Path, reading: Reading) -> None:
             obj = objects[0]
             if obj.get("kind") == "AdmissionReview":
                 request = obj.get("request") or {}
-                if str(request.get("operation") or "CREATE") != "CREATE" or not request.get("object"):
+                if str(request.get("operation") or "CREATE") != "CREATE" or not request.get(
+                    "object"
+                ):
                     reading.skipped["a Gatekeeper case judging an update or deletion request"] += 1
                     continue
                 obj = request["object"]
@@ -300,7 +306,7 @@ def _exports(policy: ImportedPolicy, backend: SnapshotBackend) -> dict[str, str 
         if fmt == "kyverno" and policy.params is not None:
             continue  # a ValidatingPolicy takes no params: vap is its export
         try:
-            export_policy_documents(policy, fmt, backend=backend)  # type: ignore[arg-type]
+            export_policy_documents(policy, fmt, backend=backend)
             out[fmt] = None
         except NotExportable as exc:
             out[fmt] = str(exc)
@@ -349,7 +355,7 @@ def validates_with_cel(fixture: Fixture) -> bool:
             if kind in ("ClusterPolicy", "Policy"):
                 rules = (document.get("spec") or {}).get("rules") or []
                 return any(
-                    "cel" in ((r.get("validate") or {}))
+                    "cel" in (r.get("validate") or {})
                     for r in rules
                     if rule is None or r.get("name") == rule
                 )
@@ -383,4 +389,5 @@ def evaluate(fixtures: Iterable[Fixture], skipped: Counter[str] | None = None) -
 def iter_disagreements(figures: Figures) -> Iterator[str]:
     for j in figures.disagreements:
         label = "allowed" if j.fixture.allowed else "disallowed"
-        yield f"{j.fixture.source}: {j.fixture.policy} {j.fixture.name}: {label}, probe said {j.value}"
+        said = f"{label}, probe said {j.value}"
+        yield f"{j.fixture.source}: {j.fixture.policy} {j.fixture.name}: {said}"

@@ -15,7 +15,7 @@ the set mid-import sees the set before or after, never half of it.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -133,7 +133,8 @@ class PolicyStore:
         return out
 
     def names(self) -> list[str]:
-        return [_text(n) for n in self.client.zrange(self._key("policies"), 0, -1)]
+        names: Any = self.client.zrange(self._key("policies"), 0, -1)
+        return [_text(n) for n in names]
 
     def set_members(self, policy_set: str) -> list[str] | None:
         """The set's policy names, sorted; None when there is no such set."""

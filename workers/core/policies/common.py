@@ -147,7 +147,7 @@ def vap_match_filter(constraints: Mapping[str, Any] | None, what: str) -> Resour
             data.get("namespaceSelector"), f"{what}.namespaceSelector"
         ),
         object_selector=label_selector(data.get("objectSelector"), f"{what}.objectSelector"),
-        scope=scope,  # type: ignore[arg-type]
+        scope=scope,
     )
 
 

@@ -130,11 +130,15 @@ def _comprehension_variables(toks: list[Token]) -> set[str]:
         if index == 0 or toks[index - 1].text not in (".", ".?"):
             continue
         args = toks[index + 1 : index + 6]
-        if len(args) >= 3 and args[0].text == "(" and args[1].kind == "ident":
-            if args[2].text == ",":
-                names.add(args[1].text)
-                if len(args) >= 5 and args[3].kind == "ident" and args[4].text == ",":
-                    names.add(args[3].text)
+        if (
+            len(args) >= 3
+            and args[0].text == "("
+            and args[1].kind == "ident"
+            and args[2].text == ","
+        ):
+            names.add(args[1].text)
+            if len(args) >= 5 and args[3].kind == "ident" and args[4].text == ",":
+                names.add(args[3].text)
     return names
 
 
@@ -179,9 +183,12 @@ def _root_positions(toks: list[Token], root: str) -> Iterator[int]:
             continue
         if index and toks[index - 1].text in (".", ".?"):
             continue
-        if index + 2 < len(toks) and toks[index + 1].text in (".", ".?"):
-            if toks[index + 2].kind == "ident":
-                yield index
+        if (
+            index + 2 < len(toks)
+            and toks[index + 1].text in (".", ".?")
+            and toks[index + 2].kind == "ident"
+        ):
+            yield index
 
 
 def substitute_field(expression: str, root: str, name: str, literal: str) -> str:

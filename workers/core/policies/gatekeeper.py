@@ -149,5 +149,5 @@ def _match(value: Any, what: str) -> ResourceFilter:
             match.get("namespaceSelector"), f"{what} namespaceSelector"
         ),
         object_selector=label_selector(match.get("labelSelector"), f"{what} labelSelector"),
-        scope=scope,  # type: ignore[arg-type]
+        scope=scope,
     )

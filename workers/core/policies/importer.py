@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 from pydantic import ValidationError
 
@@ -53,13 +54,13 @@ def import_documents(
         if _is(doc, VAP_GROUP, "ValidatingAdmissionPolicy"):
             mine = [b for b in bindings if vap.binding_policy(b) == name_of(doc.document)]
             used.update(id(b) for b in mine)
-            attempt(doc, lambda doc=doc, mine=mine: vap.import_vap(doc, mine, documents, now))
+            attempt(doc, partial(vap.import_vap, doc, mine, documents, now))
         elif doc.api_group == KYVERNO_POLICIES_GROUP and doc.kind in (
             kyverno.VALIDATING_POLICY_KINDS
         ):
-            attempt(doc, lambda doc=doc: [kyverno.import_validating_policy(doc, now)])
+            attempt(doc, partial(_one, kyverno.import_validating_policy, doc, now))
         elif doc.api_group == KYVERNO_GROUP and doc.kind in kyverno.CLUSTER_POLICY_KINDS:
-            attempt(doc, lambda doc=doc: [kyverno.import_cluster_policy(doc, now)])
+            attempt(doc, partial(_one, kyverno.import_cluster_policy, doc, now))
         elif _is(doc, GATEKEEPER_TEMPLATES_GROUP, "ConstraintTemplate"):
             kind = gatekeeper.template_kind(doc)
             mine = [
@@ -68,7 +69,7 @@ def import_documents(
                 if d.api_group == gatekeeper.CONSTRAINTS_GROUP and d.kind == kind
             ]
             used.update(id(c) for c in mine)
-            attempt(doc, lambda doc=doc, mine=mine: gatekeeper.import_template(doc, mine, now))
+            attempt(doc, partial(gatekeeper.import_template, doc, mine, now))
     _refuse_leftovers(documents, policies, used, kinds_of_templates, refusals)
     return _unique(policies, refusals), refusals
 
@@ -122,6 +123,12 @@ def _unique(policies: list[ImportedPolicy], refusals: list[ImportRefusal]) -> li
             continue
         seen[policy.name] = policy
     return list(seen.values())
+
+
+def _one(
+    make: Callable[[SourcedDocument, datetime], ImportedPolicy], doc: SourcedDocument, now: datetime
+) -> list[ImportedPolicy]:
+    return [make(doc, now)]
 
 
 def _is(doc: SourcedDocument, group: str, kind: str) -> bool:

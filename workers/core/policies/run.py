@@ -100,7 +100,9 @@ def _plan(
         resources, absent = resources_of(rule, served)
         missing += [m for m in absent if m not in missing]
         for resource in resources:
-            for namespace in namespaces_to_list(rule, resource) or [None]:
+            pinned = namespaces_to_list(rule, resource)
+            namespaces: list[str | None] = list(pinned) if pinned else [None]
+            for namespace in namespaces:
                 planned.append(_Planned(index, resource, namespace))
     return planned, missing
 
@@ -117,7 +119,7 @@ def _run(
         rule = policy.rules[item.rule_index]
         probe = probe_for(policy, rule, item.resource, item.namespace)
         view = shared.view(ObjectFilter(rule, item.resource, shared.namespace_labels))
-        run = run_probe(probe, view, deadline=deadline)  # type: ignore[arg-type]
+        run = run_probe(probe, view, deadline=deadline)
         probes.append(
             PolicyProbeResult(
                 rule=rule.name, kind=item.resource.kind, namespace=item.namespace, run=run

@@ -60,7 +60,7 @@ def import_vap(
     if not validations:
         raise Unsupported("it has no validations (audit annotations only), so it judges nothing")
     name = name_of(policy.document)
-    plans = bindings or [None]
+    plans: list[SourcedDocument | None] = list(bindings) or [None]
     out = []
     for binding in plans:
         params, param_docs = _params(spec.get("paramKind"), binding, others)

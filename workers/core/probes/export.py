@@ -49,7 +49,9 @@ ExportFormat = Literal["vap", "kyverno"]
 Action = Literal["Audit", "Deny", "Warn"]
 _NAME_CHARS = re.compile(r"[^a-z0-9-]+")
 _SET_TERM = re.compile(r"^\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s+(in|notin)\s*\(([^()]*)\)\s*$")
-_EQUALITY_TERM = re.compile(r"^\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s*(==|=|!=)\s*([-A-Za-z0-9_.]*)\s*$")
+_EQUALITY_TERM = re.compile(
+    r"^\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s*(==|=|!=)\s*([-A-Za-z0-9_.]*)\s*$"
+)
 _EXISTS_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s*$")
 _GATEKEEPER_PARAMS_VERSION = "constraints.gatekeeper.sh/v1beta1"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "assay"}
@@ -95,7 +97,9 @@ class _Kinds:
             try:
                 self.index = ResourceIndex.builtin_with(backend.api_resources())
             except BackendError as exc:
-                raise NotExportable(f"the target's kinds could not be read: {exc.message}") from None
+                raise NotExportable(
+                    f"the target's kinds could not be read: {exc.message}"
+                ) from None
 
     def resolve(self, name: str) -> ResourceInfo:
         try:
@@ -121,7 +125,9 @@ class _Kinds:
         return self.resolve(ref.name if ref.group in ("*", "") else f"{ref.name}.{ref.group}")
 
 
-def _rules_for(resources: list[ResourceInfo], names: list[str] | None, scope: str) -> list[dict[str, Any]]:
+def _rules_for(
+    resources: list[ResourceInfo], names: list[str] | None, scope: str
+) -> list[dict[str, Any]]:
     grouped: dict[tuple[str, str], list[str]] = {}
     for resource in resources:
         plurals = grouped.setdefault((resource.group, resource.version), [])
@@ -169,7 +175,9 @@ def selector_from_text(selector: str | None) -> dict[str, Any] | None:
             operator = "DoesNotExist" if match.group(1) else "Exists"
             expressions.append({"key": match.group(2), "operator": operator})
         else:
-            raise NotExportable(f"the label selector {selector!r} has a term that is not a label term")
+            raise NotExportable(
+                f"the label selector {selector!r} has a term that is not a label term"
+            )
     out: dict[str, Any] = {}
     if labels:
         out["matchLabels"] = labels
@@ -297,7 +305,9 @@ def _probe_draft(record: ProbeRecord, predicate: str | None, kinds: _Kinds) -> _
     extra: dict[str, Any] = {}
     namespace = args.get("namespace")
     if namespace and str(namespace).strip().lower() not in {"all", "*", ""} and resource.namespaced:
-        extra["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": str(namespace)}}
+        extra["namespaceSelector"] = {
+            "matchLabels": {"kubernetes.io/metadata.name": str(namespace)}
+        }
     labels = selector_from_text(args.get("label_selector"))
     if labels:
         extra["objectSelector"] = labels
@@ -321,7 +331,9 @@ def _probe_draft(record: ProbeRecord, predicate: str | None, kinds: _Kinds) -> _
         resources=[resource],
         resource_rules=_rules_for([resource], None, "*"),
         extra_match=extra or None,
-        match_conditions=[{"name": c.name, "expression": c.expression} for c in probe.match_conditions],
+        match_conditions=[
+            {"name": c.name, "expression": c.expression} for c in probe.match_conditions
+        ],
         variables=[{"name": v.name, "expression": v.expression} for v in probe.variables],
         validations=validations,
         pod_controllers=[],
@@ -395,21 +407,21 @@ def _rule_draft(
             object_selector = _and(object_selector, _selector(term.object_selector))
     exclude_rules: list[dict[str, Any]] = []
     for excluded in rule.exclude:
-        term = excluded[0] if len(excluded) == 1 else None
-        if term is not None and _namespaces_only(term, primary):
+        only = excluded[0] if len(excluded) == 1 else None
+        if only is not None and _namespaces_only(only, primary):
             # excluded namespaces (for every kind it judges): a namespace selector's NotIn
-            assert term.namespaces is not None
+            assert only.namespaces is not None
             namespace_selector = _and(
                 namespace_selector,
-                _namespace_selector(ResourceFilter(excluded_namespaces=term.namespaces)),
+                _namespace_selector(ResourceFilter(excluded_namespaces=only.namespaces)),
             )
             continue
-        if term is None or not term.kinds or _narrows(term):
+        if only is None or not only.kinds or _narrows(only):
             raise NotExportable(
                 f"rule {rule.name} excludes objects by more than kind, name or namespace, "
                 "which a policy's excludeResourceRules cannot express"
             )
-        exclude_rules += _rules_for([kinds.of(ref) for ref in term.kinds], term.names, "*")
+        exclude_rules += _rules_for([kinds.of(ref) for ref in only.kinds], only.names, "*")
     draft = _Draft(
         name=name[:253],
         annotations={"assay.dev/policy": policy.predicate, "assay.dev/format": policy.format},
@@ -463,8 +475,14 @@ def _merge_into(target: dict[str, Any], key: str, selector: dict[str, Any] | Non
 
 def _controllers(policy: ImportedPolicy, rule: PolicyRule) -> list[str]:
     """The Kyverno autogen controllers that reproduce the rule's pod-controller forms."""
-    plural = {"DaemonSet": "daemonsets", "Deployment": "deployments", "Job": "jobs",
-              "StatefulSet": "statefulsets", "ReplicaSet": "replicasets", "CronJob": "cronjobs"}  # fmt: skip
+    plural = {
+        "DaemonSet": "daemonsets",
+        "Deployment": "deployments",
+        "Job": "jobs",
+        "StatefulSet": "statefulsets",
+        "ReplicaSet": "replicasets",
+        "CronJob": "cronjobs",
+    }
     out: list[str] = []
     for derived in policy.rules:
         if derived.pod_controllers != rule.name:
@@ -497,8 +515,9 @@ def _params(policy: ImportedPolicy, draft: _Draft) -> None:
         draft.param_ref["namespace"] = str(meta["namespace"])
     draft.params = params
     for document in policy.documents[1:2]:
-        if document.get("kind") == "ValidatingAdmissionPolicyBinding":
-            draft.binding_name = str((document.get("metadata") or {}).get("name") or "") or None
+        meta = document.get("metadata")
+        if document.get("kind") == "ValidatingAdmissionPolicyBinding" and isinstance(meta, dict):
+            draft.binding_name = str(meta.get("name") or "") or None
 
 
 # -- rendering --------------------------------------------------------------------------------
@@ -611,7 +630,9 @@ def _compile_problems(draft: _Draft) -> list[str]:
     for number, validation in enumerate(draft.validations):
         checks.append((f"validation {number}", validation["expression"], True))
         if validation.get("messageExpression"):
-            checks.append((f"the message of validation {number}", validation["messageExpression"], True))
+            checks.append(
+                (f"the message of validation {number}", validation["messageExpression"], True)
+            )
     for what, text, may_read_variables in checks:
         roots = {ref.root for ref in references(text)}
         if "params" in roots and draft.param_kind is None:
@@ -630,7 +651,9 @@ def _type_problems(draft: _Draft, backend: ClusterBackend | None) -> list[str]:
     """Field paths read from ``object`` (or a variable that is ``object``) that the kind's
     schema does not have."""
     aliases = {v["name"] for v in draft.variables if v["expression"].strip() == "object"}
-    texts = [v["expression"] for v in draft.variables] + [c["expression"] for c in draft.match_conditions]
+    texts = [v["expression"] for v in draft.variables] + [
+        c["expression"] for c in draft.match_conditions
+    ]
     for validation in draft.validations:
         texts.append(validation["expression"])
         if validation.get("messageExpression"):
@@ -713,7 +736,9 @@ def export_yaml(
     action: Action = "Audit",
     backend: ClusterBackend | None = None,
 ) -> str:
-    return to_yaml(export_documents(record, fmt, predicate=predicate, action=action, backend=backend))
+    return to_yaml(
+        export_documents(record, fmt, predicate=predicate, action=action, backend=backend)
+    )
 
 
 def export_policy_yaml(

@@ -101,8 +101,14 @@ BUILTIN_RESOURCES: tuple[ResourceInfo, ...] = (
         "v1",
         False,
     ),
-    _r("CertificateSigningRequest", "certificatesigningrequests", "certificates.k8s.io", "v1",
-       False, "csr"),  # fmt: skip
+    _r(
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        "certificates.k8s.io",
+        "v1",
+        False,
+        "csr",
+    ),
     _r("FlowSchema", "flowschemas", "flowcontrol.apiserver.k8s.io", "v1", False),
     _r(
         "PriorityLevelConfiguration",
