@@ -68,13 +68,14 @@ def _unescape(text: str) -> bytes:
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
-    return [(m.lastgroup, m.group()) for m in _TOKEN.finditer(text) if m.lastgroup]  # type: ignore[misc]
+    return [(m.lastgroup, m.group()) for m in _TOKEN.finditer(text) if m.lastgroup]
 
 
 def _message(tokens: list[tuple[str, str]], i: int, end: str) -> tuple[dict[str, list[Any]], int]:
     out: dict[str, list[Any]] = {}
+    value: Any
     while i < len(tokens) and tokens[i][1] != end:
-        kind, name = tokens[i]
+        name = tokens[i][1]
         if name == "[":  # an extension or Any type URL: [type.googleapis.com/x] { ... }
             j = i
             while tokens[j][1] != "]":
@@ -332,7 +333,8 @@ def conformance(checkout: Path, runner: Runner) -> tuple[int, int, dict[str, tup
 
 POD = {
     "apiVersion": "v1", "kind": "Pod",
-    "metadata": {"name": "web-7d9f", "namespace": "shop", "labels": {"app": "web", "tier": "frontend"}},
+    "metadata": {"name": "web-7d9f", "namespace": "shop",
+                 "labels": {"app": "web", "tier": "frontend"}},
     "spec": {
         "serviceAccountName": "web",
         "containers": [
@@ -346,7 +348,8 @@ POD = {
              "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
                                  "capabilities": {"drop": ["ALL"]}}},
         ],
-        "volumes": [{"name": "data", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "web"}}],
+        "volumes": [{"name": "data", "emptyDir": {}},
+                    {"name": "cfg", "configMap": {"name": "web"}}],
     },
     "status": {"phase": "Running"},
 }  # fmt: skip
