@@ -252,6 +252,11 @@ class Expression:
                 ) from None
             raise CelError(f"the expression failed: {text}") from None
         kind = result.type().name()
+        if kind == "ERROR" and "out of range for" in str(result.value()):
+            # an integer past int64 in the input, which the runtime refuses: decoded as a
+            # double, as the API server's JSON decoding does
+            result = self._program.eval(data=_int64_safe(dict(data)))
+            kind = result.type().name()
         if kind == "ERROR":
             raise CelError(f"the expression failed: {_short(result.value())}")
         if kind == "BOOL":
@@ -296,6 +301,19 @@ def _compiled_as(source: str, what: str) -> Any:
         return _compiled(source)
     except CelError as exc:
         raise CelError(str(exc).replace("the expression", what, 1)) from None
+
+
+def _int64_safe(value: Any) -> Any:
+    """``value`` with integers outside int64 as floats."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else float(value)
+    if isinstance(value, dict):
+        return {k: _int64_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_int64_safe(v) for v in value]
+    return value
 
 
 class _Opaque:

@@ -168,8 +168,64 @@ def _literal(kind: str, text: str) -> Any:
     return {"true": True, "false": False}.get(text)
 
 
+_OPTIONAL_STEP = re.compile(r"(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")|(?P<step>\.\?|\[\?)")
+
+
+def _plain_steps(expression: str) -> str:
+    """``expression`` with optional steps read as plain ones (``a.?b`` as ``a.b``, ``a[?0]`` as
+    ``a[0]``): the same field is read, so the same counterfactuals apply."""
+    plain = _OPTIONAL_STEP.sub(
+        lambda m: m.group("str") or m.group("step").replace("?", ""), expression
+    )
+    return _without_unwrapping(plain)
+
+
+def _without_unwrapping(expression: str) -> str:
+    """``expression`` without ``.orValue(...)`` and ``.value()``, so that the range of
+    ``a.?b.orValue([]).all(v, ...)`` is read as the path ``a.b`` (the default is a literal)."""
+    out: list[str] = []
+    i = 0
+    while i < len(expression):
+        if expression[i] in "'\"":
+            match = _STRING_AT.match(expression, i)
+            end = match.end() if match else len(expression)
+            out.append(expression[i:end])
+            i = end
+            continue
+        for call in (".orValue(", ".value()"):
+            if expression.startswith(call, i):
+                i = _after_call(expression, i + len(call) - 1)
+                break
+        else:
+            out.append(expression[i])
+            i += 1
+    return "".join(out)
+
+
+_STRING_AT = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _after_call(expression: str, open_at: int) -> int:
+    """The index just past the parenthesis closing the one at ``open_at``."""
+    depth = 0
+    i = open_at
+    while i < len(expression):
+        char = expression[i]
+        if char in "'\"":
+            match = _STRING_AT.match(expression, i)
+            i = match.end() if match else len(expression)
+            continue
+        depth += char == "("
+        depth -= char == ")"
+        i += 1
+        if depth == 0:
+            return i
+    return i
+
+
 def mentioned(expression: str) -> Mentioned:
     """The paths, keys and literals of ``expression`` (best effort, from its tokens)."""
+    expression = _plain_steps(expression)
     tokens = _tokens(expression)
     found = Mentioned()
     try:
@@ -652,6 +708,10 @@ def _candidates(present: list[Any], found: Mentioned, steps: tuple[Step, ...]) -
     for value in present:
         if isinstance(value, list):
             out += [[], value + value[:1], value[:1]] + [[*value, s] for s in strings[:3]]
+            # a size threshold (size(x) <= 4): as many elements as each small literal, and one
+            # more and one fewer
+            sizes = sorted({int(n) + d for n in numbers if 0 < n <= 1000 for d in (-1, 0, 1)})
+            out += [(value or [{}])[:1] * size for size in sizes if size > 0]
             break
     for value in present:
         if isinstance(value, dict):

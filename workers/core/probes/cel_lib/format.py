@@ -7,6 +7,6 @@ so the probe is dropped with that reason (docs/probes.md, known differences).
 
 from __future__ import annotations
 
-from workers.core.probes.cel_lib import Overload
+from workers.core.probes.cel_lib.base import Overload
 
 OVERLOADS: list[Overload] = []

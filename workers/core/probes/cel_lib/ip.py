@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from workers.core.probes.cel_lib import CelLibraryError, Overload, opaque, unwrap
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload, opaque, unwrap
 
 IP, CIDR = "ip", "cidr"
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from workers.core.probes.cel_lib import CelLibraryError, Overload
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload
 
 _ELEMENT_KINDS = ("int", "uint", "double", "string", "bool", "bytes", "null", "list", "map",
                   "timestamp", "duration")  # fmt: skip

@@ -15,7 +15,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from workers.core.probes.cel_lib import CelLibraryError, Overload, opaque, unwrap
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload, opaque, unwrap
 
 KIND = "quantity"
 INT64_MAX = 2**63 - 1

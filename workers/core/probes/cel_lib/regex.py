@@ -9,7 +9,7 @@ from typing import Any
 
 import re2
 
-from workers.core.probes.cel_lib import CelLibraryError, Overload
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload
 
 
 @lru_cache(maxsize=256)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from workers.core.probes.cel_lib import CelLibraryError, Overload, opaque, unwrap
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload, opaque, unwrap
 
 KIND = "semver"
 _STRICT = re.compile(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.core.probes.cel_lib import Overload
+from workers.core.probes.cel_lib.base import Overload
 
 
 def _member(value: Any, items: list[Any]) -> bool:

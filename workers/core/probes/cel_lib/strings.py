@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workers.core.probes.cel_lib import CelLibraryError, Overload
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload
 
 # Unicode White_Space, which Go's strings.TrimSpace (cel-go's trim) removes.
 _SPACE = (

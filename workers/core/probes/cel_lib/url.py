@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from workers.core.probes.cel_lib import CelLibraryError, Overload, opaque, unwrap
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload, opaque, unwrap
 
 KIND = "url"
 
