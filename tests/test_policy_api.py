@@ -74,7 +74,7 @@ def test_import_list_read_export_and_forget(api: ApiServer, store: PolicyStore) 
         timeout=10,
     )
     assert exported.status_code == 200
-    policy, binding, params = yaml.safe_load_all(exported.text)
+    _, binding, params = yaml.safe_load_all(exported.text)
     assert binding["spec"]["validationActions"] == ["Deny"] and params["kind"] == "ConfigMap"
     refused = httpx.get(
         f"{api.url}/v1/policies/trusted-registries/export",
