@@ -141,3 +141,39 @@ def test_fleet_commands_refuse_a_policy_that_is_not_imported(
     assert code == 66 and "no policy set is named 'nothing'" in err
     code, _, err = run(capsys, "check", "policy:nothing", "--snapshot", "snapshots/prod-eu")
     assert code == 64 and "assay probe test policy:nothing" in err
+
+
+def test_export_resolves_a_custom_kind_on_the_snapshot_given(
+    capsys: pytest.CaptureFixture[str], store: PolicyStore, tmp_path: Path
+) -> None:
+    policy = {
+        "apiVersion": "kyverno.io/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "short-certificates"},
+        "spec": {
+            "rules": [
+                {
+                    "name": "at-most-90-days",
+                    "match": {"any": [{"resources": {"kinds": ["Certificate"]}}]},
+                    "validate": {
+                        "cel": {"expressions": [{"expression": "has(object.spec.duration)"}]}
+                    },
+                }
+            ]
+        },
+    }
+    (tmp_path / "certificates.yaml").write_text(yaml.safe_dump(policy))
+    code, _, err = run(capsys, "probe", "import", str(tmp_path / "certificates.yaml"))
+    assert code == 0, err
+    code, _, err = run(capsys, "probe", "export", "policy:short-certificates", "--format", "vap")
+    assert code == 64 and "not a built-in kind" in err
+    code, out, err = run(
+        capsys, "probe", "export", "policy:short-certificates", "--snapshot", "snapshots/prod-eu"
+    )
+    assert code == 0, err
+    rule = next(yaml.safe_load_all(out))["spec"]["matchConstraints"]["resourceRules"][0]
+    assert (rule["apiGroups"], rule["apiVersions"], rule["resources"]) == (
+        ["cert-manager.io"],
+        ["v1"],
+        ["certificates"],
+    )
