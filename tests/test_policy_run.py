@@ -305,3 +305,43 @@ def test_a_set_shares_its_listings_on_a_live_cluster(live: tuple[FakeApiServer, 
     assert collections and max(collections.values()) == 1, collections
     assert shared.requests == len(collections) == 7
     assert json.dumps(sorted(collections)).count("/namespaces/") == 0  # each cluster-wide, once
+
+
+def test_a_policy_never_sees_a_secret_value_copied_into_another_object(tmp_path: Path) -> None:
+    """Listings are scrubbed once per tick (lookups.py), as the probe runner scrubs a
+    lookup: a Secret's value copied into a ConfigMap never reaches a message."""
+    canary = "ASSAY-CANARY-policy-7f3a91c2"
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "db", "namespace": "a"},
+        "stringData": {"password": canary},
+    }
+    leaked = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "env", "namespace": "a"},
+        "data": {"DB_URL": f"postgres://app:{canary}@db"},
+    }
+    policy = """
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: no-urls}
+spec:
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  validations:
+    - expression: "!object.data.exists(k, object.data[k].contains('://'))"
+      messageExpression: "'a URL in the data: ' + object.data.DB_URL"
+"""
+    _snapshot(tmp_path / "cluster", secret, leaked)
+    with FakeApiServer([FakeCluster.from_snapshot(tmp_path / "cluster", name="c")]) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        settings = load_settings(kubeconfig=str(kubeconfig), kube_qps=1000)
+        backend = LiveBackend.from_target(ContextTarget(context="c"), settings)
+        (result,), _ = run_policies(_policies(policy), backend)
+    assert result.verdict == VerdictKind.FALSE
+    (violation,) = result.violations
+    assert violation.message.startswith("a URL in the data: postgres://app:")
+    assert canary not in result.model_dump_json()
