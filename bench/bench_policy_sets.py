@@ -35,7 +35,7 @@ from assay.testing.fake_apiserver import FakeApiServer  # noqa: E402
 from assay.testing.fake_cluster import FakeCluster  # noqa: E402
 from schemas.policy import ImportedPolicy  # noqa: E402
 from schemas.request import ContextTarget, EvaluationRequest  # noqa: E402
-from schemas.settings import load_settings  # noqa: E402
+from schemas.settings import AssaySettings, load_settings  # noqa: E402
 from workers.core.engine import EngineDeps  # noqa: E402
 from workers.core.logs import configure_logging  # noqa: E402
 from workers.core.policies.documents import read_files  # noqa: E402
@@ -52,9 +52,10 @@ SNAPSHOTS = ["prod-eu", "staging-us", "dev-ap"]
 
 def policies(count: int) -> list[ImportedPolicy]:
     files = sorted((ROOT / "examples" / "policies").glob("*.yaml"))
-    files += sorted((ROOT / "tests" / "fixtures" / "cel_corpus").glob("*/policy.yaml"))
-    files += sorted((ROOT / "tests" / "fixtures" / "cel_corpus").glob("gatekeeper-*/*.yaml"))
-    files += sorted((ROOT / "tests" / "fixtures" / "cel_corpus").glob("gatekeeper-*/samples/constraint.yaml"))
+    corpus = ROOT / "tests" / "fixtures" / "cel_corpus"
+    files += sorted(corpus.glob("*/policy.yaml"))
+    files += sorted(corpus.glob("gatekeeper-*/template.yaml"))
+    files += sorted(corpus.glob("gatekeeper-*/samples/constraint.yaml"))
     base, _ = import_documents(read_files(files))
     return [
         base[n % len(base)].model_copy(update={"name": f"{base[n % len(base)].name}-{n}"})
@@ -99,9 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(load_settings(log_level="WARNING"))
     chosen = policies(args.policies)
-    kinds = sorted({k.name for p in chosen for r in p.rules for g in r.match for t in g for k in t.kinds or []})
-    print(f"{len(chosen)} policies ({len(kinds)} kinds named) over {args.targets} targets, "
-          f"{args.threads} worker threads")  # fmt: skip
+    kinds = {
+        kind.name
+        for policy in chosen
+        for rule in policy.rules
+        for group in rule.match
+        for term in group
+        for kind in term.kinds or []
+    }
+    print(
+        f"{len(chosen)} policies ({len(kinds)} kinds named) over {args.targets} targets, "
+        f"{args.threads} worker threads"
+    )
     clusters = [
         FakeCluster.from_snapshot(ROOT / "examples/snapshots" / SNAPSHOTS[n % 3], name=f"t{n:03d}")
         for n in range(args.targets)
@@ -110,70 +120,88 @@ def main(argv: list[str] | None = None) -> int:
         (Path(tmp) / "redis").mkdir()
         redis_server = RedisProcess(data_dir=Path(tmp) / "redis").start()
         try:
-            run_tick(args, chosen, clusters, server, redis_server, Path(tmp))
+            kubeconfig = server.write_kubeconfig(Path(tmp) / "kubeconfig")
+            settings = load_settings(
+                kubeconfig=str(kubeconfig),
+                redis_url=redis_server.url,
+                kube_qps=50,
+                log_level="WARNING",
+            )
+            shared_tick(settings, chosen, [c.name for c in clusters], server, args.threads)
+            one_by_one(settings, chosen, clusters[0].name, server, args.targets)
         finally:
             redis_server.stop()
     return 0
 
 
-def run_tick(
-    args: argparse.Namespace,
+def shared_tick(
+    settings: AssaySettings,
     chosen: list[ImportedPolicy],
-    clusters: list[FakeCluster],
+    targets: list[str],
     server: FakeApiServer,
-    redis_server: RedisProcess,
-    tmp: Path,
+    threads: int,
 ) -> None:
-    if True:
-        kubeconfig = server.write_kubeconfig(tmp / "kubeconfig")
-        settings = load_settings(kubeconfig=str(kubeconfig), redis_url=redis_server.url,
-                                 kube_qps=50, log_level="WARNING")  # fmt: skip
-        client = connect(redis_server.url)
-        store = VerdictStore.from_settings(settings, client=client)
-        policy_store = PolicyStore.from_settings(settings, client)
-        policy_store.save(chosen, "bench")
-        deps = EngineDeps(settings=settings)
+    """One tick of ``policy-set:bench`` on every target, as the worker runs it."""
+    client = connect(settings.redis_url or "")
+    store = VerdictStore.from_settings(settings, client=client)
+    policy_store = PolicyStore.from_settings(settings, client)
+    policy_store.save(chosen, "bench")
+    deps = EngineDeps(settings=settings)
 
-        def tick(name: str) -> tuple[float, int]:
-            request = EvaluationRequest(text="policy-set:bench", target=ContextTarget(context=name,
-                                        kubeconfig=str(kubeconfig)))  # fmt: skip
-            began = time.perf_counter()
-            outcome = evaluate_policy_request(request, deps, policy_store)
-            for child in outcome.children:
-                store.record_verdict(child)
-            store.record_verdict(outcome.report)
-            assert outcome.report.policy_set is not None, outcome.report.verdict
-            return time.perf_counter() - began, outcome.report.policy_set.listings
-
-        # the kubernetes client is imported on first use; not by eight threads at once
-        LiveBackend.from_target(ContextTarget(context=clusters[0].name), settings).close()
-        server.clear_requests()
+    def tick(name: str) -> float:
+        target = ContextTarget(context=name, kubeconfig=settings.kubeconfig)
+        request = EvaluationRequest(text="policy-set:bench", target=target)
         began = time.perf_counter()
-        with ThreadPoolExecutor(args.threads) as pool:
-            outcomes = list(pool.map(tick, [c.name for c in clusters]))
-        wall = time.perf_counter() - began
-        per_target = lists_by_target(server)
-        requests = [sum(c.values()) for c in per_target.values()]
-        worst = max((max(c.values()) for c in per_target.values()), default=0)
-        print("shared (a set, one task per target):")
-        print(f"  list requests: {sum(requests)} in all, per target median "
-              f"{statistics.median(requests):g} (max {max(requests)})")  # fmt: skip
-        print(f"  most lists of one (kind, namespace) on one target: {worst}")
-        print(f"  tick wall time: {wall:.2f} s; per target median "
-              f"{statistics.median(t for t, _ in outcomes) * 1000:.0f} ms, "
-              f"max {max(t for t, _ in outcomes) * 1000:.0f} ms")  # fmt: skip
-        print(f"  verdicts recorded: {len(chosen) * len(clusters)} policy runs + {len(clusters)} set runs")
+        outcome = evaluate_policy_request(request, deps, policy_store)
+        for child in outcome.children:
+            store.record_verdict(child)
+        store.record_verdict(outcome.report)
+        assert outcome.report.policy_set is not None, outcome.report.verdict
+        return time.perf_counter() - began
 
-        server.clear_requests()
-        one = LiveBackend.from_target(ContextTarget(context=clusters[0].name), settings)
-        began = time.perf_counter()
-        for policy in chosen:
-            run_policies([policy], one)
-        alone = time.perf_counter() - began
-        unshared = sum(sum(c.values()) for c in lists_by_target(server).values())
-        print("unshared (each policy on its own, one target):")
-        print(f"  list requests: {unshared} for one target "
-              f"(x{args.targets} targets: {unshared * args.targets}); {alone:.2f} s")  # fmt: skip
+    # the kubernetes client is imported on first use; not by eight threads at once
+    LiveBackend.from_target(ContextTarget(context=targets[0]), settings).close()
+    server.clear_requests()
+    began = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        seconds = list(pool.map(tick, targets))
+    wall = time.perf_counter() - began
+    per_target = lists_by_target(server)
+    requests = [sum(c.values()) for c in per_target.values()]
+    worst = max((max(c.values()) for c in per_target.values()), default=0)
+    print("shared (a set, one task per target):")
+    print(
+        f"  list requests: {sum(requests)} in all, per target median "
+        f"{statistics.median(requests):g} (max {max(requests)})"
+    )
+    print(f"  most lists of one (kind, namespace) on one target: {worst}")
+    print(
+        f"  tick wall time: {wall:.2f} s; per target median "
+        f"{statistics.median(seconds) * 1000:.0f} ms, max {max(seconds) * 1000:.0f} ms"
+    )
+    print(f"  verdicts recorded: {len(chosen) * len(targets)} policy runs, {len(targets)} set runs")
+
+
+def one_by_one(
+    settings: AssaySettings,
+    chosen: list[ImportedPolicy],
+    target: str,
+    server: FakeApiServer,
+    targets: int,
+) -> None:
+    """The same policies each on its own (no shared listings), on one target."""
+    server.clear_requests()
+    backend = LiveBackend.from_target(ContextTarget(context=target), settings)
+    began = time.perf_counter()
+    for policy in chosen:
+        run_policies([policy], backend)
+    alone = time.perf_counter() - began
+    unshared = sum(sum(c.values()) for c in lists_by_target(server).values())
+    print("unshared (each policy on its own, one target):")
+    print(
+        f"  list requests: {unshared} for one target "
+        f"(x{targets} targets: {unshared * targets}); {alone:.2f} s"
+    )
 
 
 if __name__ == "__main__":
