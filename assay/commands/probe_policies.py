@@ -207,7 +207,9 @@ def export(
     print(text, end="")
 
 
-def test(ref: PolicyReference, target_backend: object, seconds: float, json_output: bool) -> None:
+def test(
+    ref: PolicyReference, target_backend: ClusterBackend, seconds: float, json_output: bool
+) -> None:
     """Run the policy (or set) now on an open backend; exit with the verdict's code."""
     import time
 
@@ -224,8 +226,8 @@ def test(ref: PolicyReference, target_backend: object, seconds: float, json_outp
             fail(f"no policy set is named {ref.name!r}", EXIT_UNKNOWN)
         policies = [p for p in store.many(members).values() if p is not None]
     deadline = time.monotonic() + seconds
-    bind_deadline(target_backend, deadline)  # type: ignore[arg-type]
-    results, shared = run_policies(policies, target_backend, deadline=deadline)  # type: ignore[arg-type]
+    bind_deadline(target_backend, deadline)
+    results, shared = run_policies(policies, target_backend, deadline=deadline)
     if json_output:
         print(json.dumps({"results": [r.model_dump(mode="json") for r in results],
                           "listings": shared.requests}, indent=2))  # fmt: skip
