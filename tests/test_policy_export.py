@@ -297,3 +297,26 @@ def test_selector_text_becomes_a_label_selector() -> None:
     }
     with pytest.raises(NotExportable, match="two values"):
         selector_from_text("a=b,a=c")
+
+
+def test_a_live_clusters_discovery_and_openapi_resolve_and_type_check(tmp_path: Path) -> None:
+    from assay.testing.fake_apiserver import FakeApiServer
+    from assay.testing.fake_cluster import FakeCluster
+    from schemas.request import ContextTarget
+    from schemas.settings import load_settings
+    from workers.core.toolsets.live_backend import LiveBackend
+
+    cluster = FakeCluster.from_snapshot(ROOT / "examples/snapshots/prod-eu", name="eu")
+    with FakeApiServer([cluster]) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        settings = load_settings(kubeconfig=str(kubeconfig), kube_qps=1000)
+        backend = LiveBackend.from_target(ContextTarget(context="eu"), settings)
+        good = _probe("Certificate", "object.spec.dnsNames.all(n, n.endsWith('.example.com'))")
+        (policy,) = export_documents(_record(good), "kyverno", backend=backend)
+        rule = policy["spec"]["matchConstraints"]["resourceRules"][0]
+        assert (rule["apiGroups"], rule["resources"]) == (["cert-manager.io"], ["certificates"])
+        with pytest.raises(NotExportable, match=r"Deployment has no field spec\.replica\b"):
+            export_documents(
+                _record(_probe("Deployment", "object.spec.replica > 1")), "vap", backend=backend
+            )
+        assert any("/openapi/v3" in r.path for r in server.requests)
