@@ -182,4 +182,3 @@ class ObjectFilter:
             f"its namespace selector needs the labels of namespace {namespace!r}, and the "
             "target holds no such Namespace object"
         )
-
