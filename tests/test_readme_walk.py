@@ -112,6 +112,7 @@ def fresh_clone(tmp_path: Path) -> Path:
     folder.mkdir()
     shutil.copytree(ROOT / "examples" / "snapshots", folder / "examples" / "snapshots")
     shutil.copytree(ROOT / "examples" / "scripts", folder / "examples" / "scripts")
+    shutil.copytree(ROOT / "examples" / "policies", folder / "examples" / "policies")
     return folder
 
 
