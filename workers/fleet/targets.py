@@ -18,6 +18,7 @@ import structlog
 
 from schemas.request import ContextTarget, SnapshotTarget
 from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+from workers.core.toolsets.kube_import import ensure_imported
 
 _log = structlog.get_logger(__name__)
 
@@ -46,6 +47,7 @@ def snapshot_targets(pattern: str, roots: SnapshotRoots) -> Iterator[SnapshotTar
 
 def context_targets(pattern: str, kubeconfig: str | None = None) -> Iterator[ContextTarget]:
     """Contexts of the kubeconfig whose name matches ``pattern`` (shell-style glob)."""
+    ensure_imported()
     from kubernetes import config
 
     try:

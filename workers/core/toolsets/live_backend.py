@@ -36,6 +36,7 @@ from schemas.settings import AssaySettings
 from workers.core.toolsets import live_discovery, live_openapi
 from workers.core.toolsets.backend import BackendError, ResourceInfo
 from workers.core.toolsets.echo import compose, quoted
+from workers.core.toolsets.kube_import import ensure_imported
 from workers.core.toolsets.live_transport import (
     GetOnlyTransport,
     TransportLimits,
@@ -85,6 +86,7 @@ class LiveBackend:
         Raises ``BackendError("unavailable")`` when the kubeconfig or the
         service account cannot be loaded; no request is sent here.
         """
+        ensure_imported()
         from kubernetes.client import ApiClient, Configuration
         from kubernetes.config import ConfigException, load_incluster_config, load_kube_config
 

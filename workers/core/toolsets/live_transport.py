@@ -37,6 +37,7 @@ from tenacity import (
 )
 
 from workers.core.toolsets.backend import BackendError
+from workers.core.toolsets.kube_import import ensure_imported
 
 ALLOWED_METHOD = "GET"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -299,6 +300,8 @@ class GetOnlyTransport:
         self, path: str, params: list[tuple[str, str]], accept: str, action: str, deadline: float
     ) -> bytes:
         import urllib3
+
+        ensure_imported()
         from kubernetes.client.exceptions import ApiException
 
         if not self._bucket.acquire(deadline):
