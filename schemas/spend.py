@@ -128,6 +128,7 @@ class ScopeSpend(BaseModel):
         description="Reservations whose worker stopped mid-call, charged in full when their "
         "lease ran out.",
     )
+    expired_tokens: int = Field(default=0, description="The tokens those were charged.")
     skipped_fires: int = Field(default=0, description="Schedule fires skipped (schedules).")
     reserved_tokens: int = 0
     ceilings: list[CeilingState] = Field(default_factory=list)

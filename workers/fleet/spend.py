@@ -42,8 +42,9 @@ Keys (``P`` = settings.key_prefix); this module is the only code that touches th
                                                own (its own ceilings are set)   TTL run_ttl
     P:spend:inflight                    zset   reservation id -> lease end (Redis clock, ms)
     P:spend:res:{id}                    hash   keys (the period records it holds, space-
-                                               separated), tokens, cost, state (held |
-                                               expired | settled)   TTL lease + a day
+                                               separated), tokens, cost, run (its run id),
+                                               state (held | expired | settled)
+                                                                    TTL lease + a day
     P:spend:events                      stream a ceiling at 80% / 100%: scope, scope_id,
                                                period, resource, threshold, spent, limit, at;
                                                the notifier reads it through its consumer
@@ -52,7 +53,8 @@ Keys (``P`` = settings.key_prefix); this module is the only code that touches th
                                                period start (epoch s), for `assay spend`
 
 A period record: tokens, cost (micro-USD, each call rounded up), unpriced (calls
-whose price is unknown), calls, refused, expired, reserved_tokens, reserved_cost,
+whose price is unknown), calls, refused, expired and expired_tokens (reservations
+of stopped workers, charged in full), reserved_tokens, reserved_cost,
 limit_tokens, limit_cost (the ceilings in force at the last reservation; 0 = none),
 reached_at (epoch ms of the first refusal), alerted:{tokens|cost}:{80|100}, and
 scope, scope_id, period (what it is, for events and reports).
@@ -167,6 +169,7 @@ local function expire(prefix, inflight, id, events, maxlen, now_ms, keep_s)
       charge(key, tokens, nil, events, maxlen, now_ms)
     end
     redis.call('HINCRBY', key, 'expired', 1)
+    redis.call('HINCRBY', key, 'expired_tokens', tokens)
   end
   redis.call('HSET', rec, 'state', 'expired')
   redis.call('EXPIRE', rec, keep_s)
@@ -183,10 +186,10 @@ end
 # KEYS: 1 inflight, 2 limits, 3 events, 4 index, 5 reservation record
 # ARGV: 1 reservation id, 2 tokens, 3 cost micro (-1: price unknown), 4 lease ms, 5 prefix,
 #       6 record keep s, 7 events maxlen, 8 now ms ('' = Redis's clock), 9 sweep count,
-#       10 history s, 11 number of scopes, then 7 per scope: kind (fleet-hour | fleet-day |
-#       schedule | batch), scope id, day YYYYMMDD ('' = today), default tokens, default cost
-#       micro (0 = none), record TTL s, period start epoch s (0 = now's); the fleet's
-#       ceilings are its defaults.
+#       10 history s, 11 run id, 12 number of scopes, then 7 per scope: kind (fleet-hour |
+#       fleet-day | schedule | batch), scope id, day YYYYMMDD ('' = today), default tokens,
+#       default cost micro (0 = none), record TTL s, period start epoch s (0 = now's); the
+#       fleet's ceilings are its defaults.
 # Returns {'ok'} | {'wait', label, resource, spent, reserved, limit}
 #       | {'refused', label, resource, spent, limit}.
 _RESERVE_LUA = (
@@ -201,8 +204,8 @@ local now_s = math.floor(now_ms / 1000)
 local y, m, d, h = civil(now_s)
 local today = string.format('%04d%02d%02d', y, m, d)
 local scopes = {}
-for i = 0, tonumber(ARGV[11]) - 1 do
-  local a = 12 + i * 7
+for i = 0, tonumber(ARGV[12]) - 1 do
+  local a = 13 + i * 7
   local kind, sid, day = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local s = {kind = kind, sid = sid, lt = num(ARGV[a + 3]), lc = num(ARGV[a + 4]),
     ttl = tonumber(ARGV[a + 5]), start = num(ARGV[a + 6])}
@@ -278,7 +281,7 @@ for _, s in ipairs(scopes) do
 end
 redis.call('ZREMRANGEBYSCORE', index, '-inf', now_s - tonumber(ARGV[10]))
 redis.call('HSET', rec, 'keys', table.concat(keys, ' '), 'tokens', want_t, 'cost', want_c,
-  'state', 'held')
+  'run', ARGV[11], 'state', 'held')
 redis.call('EXPIRE', rec, math.ceil(lease_ms / 1000) + keep_s)
 redis.call('ZADD', inflight, now_ms + lease_ms, id)
 return {'ok'}
@@ -472,6 +475,7 @@ class SpendStore:
         lease_ms: int,
         scopes: Sequence[Scope],
         now_ms: int | None = None,
+        run_id: str = "",
     ) -> ReserveAnswer:
         """Hold ``tokens`` / ``cost_micro`` against every scope's ceiling, in one step."""
         args: list[Any] = [
@@ -485,6 +489,7 @@ class SpendStore:
             "" if now_ms is None else int(now_ms),
             SWEEP_PER_CALL,
             self.history_seconds,
+            run_id,
             len(scopes),
         ]
         for scope in scopes:
@@ -799,6 +804,7 @@ def _scope_spend(member: str, row: dict[str, Any]) -> ScopeSpend:
         calls=_int(row.get("calls")),
         refused=_int(row.get("refused")),
         expired=_int(row.get("expired")),
+        expired_tokens=_int(row.get("expired_tokens")),
         skipped_fires=_int(row.get("skipped")),
         reserved_tokens=res_t,
         ceilings=ceilings,
@@ -903,7 +909,9 @@ class FleetSpendGuard:
             left = deadline - self._clock()
             lease = min(max(left, 0.0), LONGEST_LEASE_SECONDS)
             lease_ms = int((lease + self.settings.spend_lease_margin_seconds) * 1000)
-            answer = self.store.reserve(reservation_id, tokens, cost, lease_ms, scopes)
+            answer = self.store.reserve(
+                reservation_id, tokens, cost, lease_ms, scopes, run_id=request.run_id
+            )
             if answer.status == "ok":
                 return Ticket(reservation_id, request.schedule_id, tokens)
             words = ceiling_words(answer.ceiling, answer.resource)
