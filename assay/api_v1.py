@@ -413,9 +413,7 @@ def delete_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAcces
 def get_spend(
     request: Request,
     scope: ReadAccess,
-    days: Annotated[
-        int, Query(ge=1, le=400, description="UTC days to show, today included.")
-    ] = 7,
+    days: Annotated[int, Query(ge=1, le=400, description="UTC days to show, today included.")] = 7,
     schedule: Annotated[
         str | None,
         Query(min_length=1, max_length=128, description="Only this schedule (id or name)."),

@@ -23,7 +23,13 @@ from assay.api_models import (
     ScheduleUpdate,
     ScheduleView,
 )
-from assay.spend_view import batch_with_spend, current_rows, schedule_today, spend_report
+from assay.spend_view import (
+    batch_with_spend,
+    current_rows,
+    schedule_today,
+    schedules_today,
+    spend_report,
+)
 from assay.submission import EmptyBatch, latest_batch_ids, submit_batch, submit_request
 from scheduler.schedules import ScheduleConflict, ScheduleNotFound, ScheduleStore
 from schemas.fleet import SubmitReceipt
@@ -52,7 +58,7 @@ if TYPE_CHECKING:
 
     from schemas.fleet import BatchStatus
     from schemas.settings import AssaySettings
-    from schemas.spend import SpendReport
+    from schemas.spend import ScopeSpend, SpendReport
 
 API_REDIS_TIMEOUT_SECONDS = 5.0
 API_REDIS_RETRIES = 3
@@ -304,12 +310,12 @@ class Services:
                 )
             return self._schedules
 
-    def _view(self, schedule: Schedule) -> ScheduleView:
+    def _view(self, schedule: Schedule, spend_today: ScopeSpend | None = None) -> ScheduleView:
         stored = schedule.model_dump(exclude={"next_fire_at", "spend_today"})
         return ScheduleView(
             **stored,
             next_fire_at=self.schedules.next_fire_at(schedule),
-            spend_today=schedule_today(schedule, self.spend, self.settings),
+            spend_today=spend_today or schedule_today(schedule, self.spend, self.settings),
         )
 
     def _refuse_short_interval(self, schedule: Schedule) -> None:
@@ -349,7 +355,9 @@ class Services:
         return self._view(created)
 
     def list_schedules(self) -> list[ScheduleView]:
-        return [self._view(schedule) for schedule in self.schedules.all()]
+        schedules = self.schedules.all()
+        days = schedules_today(schedules, self.spend, self.settings)
+        return [self._view(s, day) for s, day in zip(schedules, days, strict=True)]
 
     def get_schedule(self, schedule_id: str) -> ScheduleView | None:
         try:

@@ -224,12 +224,39 @@ def spend_summary(spend: ScopeSpend) -> str:
     if spend.ceilings:
         parts.append("ceiling " + ", ".join(_ceiling_text(c) for c in spend.ceilings))
     if spend.refused:
-        parts.append(f"{spend.refused} calls stopped")
+        parts.append(_count(spend.refused, "call") + " stopped")
     if spend.skipped_fires:
-        parts.append(f"{spend.skipped_fires:,} fires skipped")
+        parts.append(_count(spend.skipped_fires, "fire") + " skipped")
     if spend.expired:
-        parts.append(f"{spend.expired} reservations of stopped workers charged")
+        parts.append(
+            _count(spend.expired, "reservation") + f" of stopped workers charged "
+            f"({spend.expired_tokens:,} tokens)"
+        )
     return " · ".join(parts)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}" + ("" if n == 1 else "s")
+
+
+def _short(value: float) -> str:
+    """``155k``, ``1.2M``: a token count in a narrow cell."""
+    for size, unit in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if value >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.0f}"
+
+
+def _ceiling_cell(ceiling: CeilingState, wide: bool) -> str:
+    """One ceiling in a table cell: ``155k left`` / ``reached`` (``wide``: ``155k of 200k
+    left`` / ``reached (50k)``)."""
+    if ceiling.resource == "tokens":
+        left, limit = _short(ceiling.remaining), _short(ceiling.limit)
+    else:
+        left, limit = _money(ceiling.remaining), _money(ceiling.limit)
+    if not wide:
+        return "reached" if ceiling.reached else f"{left} left"
+    return f"reached ({limit})" if ceiling.reached else f"{left} of {limit} left"
 
 
 def _scope_cell(row: ScopeSpend, wide: bool) -> str:
@@ -242,26 +269,41 @@ def _scope_cell(row: ScopeSpend, wide: bool) -> str:
 
 
 def render_spend(report: SpendReport, console: Console, wide: bool = False) -> None:
-    """`assay spend`: the fleet's hour and day now, then spend by UTC day and scope."""
+    """`assay spend`: the fleet's hour and day now, then spend by UTC day and scope.
+
+    80 columns by default (the scope cut, the ceilings' cell last and cut); ``wide`` adds
+    the calls admitted, full ids and whole cells.
+    """
     for now in report.fleet_now:
         period = f"this hour ({now.period} UTC)" if "T" in now.period else f"today ({now.period})"
         console.print(f"fleet {period}: {safe_markup(spend_summary(now))}")
-    headers = ["day", "scope", "tokens", "cost", "calls", "stopped", "skipped", "ceiling"]
-    table = make_table(console, *headers)
-    for column in table.columns[2:7]:
-        column.justify = "right"
-    table.columns[-1].overflow = "ellipsis"
-    for row in report.rows:
-        table.add_row(
+    rows = [
+        [
             row.period,
             safe_markup(_scope_cell(row, wide)),
             f"{row.tokens:,}",
             _money(row.cost_usd),
-            str(row.calls),
+            *([str(row.calls)] if wide else []),
             str(row.refused),
             f"{row.skipped_fires:,}" if row.scope == "schedule" else "-",
-            ", ".join(_ceiling_text(c) for c in row.ceilings) or "-",
-        )
+            ", ".join(_ceiling_cell(c, wide) for c in row.ceilings) or "-",
+        ]
+        for row in report.rows
+    ]
+    headers = ["day", "scope", "tokens", "cost", *(["calls"] if wide else []), "stops",
+               "skips", "left"]  # fmt: skip
+    table = make_table(console, *headers)
+    numbers = range(2, len(headers) - 1)
+    for index in numbers:
+        table.columns[index].justify = "right"
+    if not wide:
+        widths = [max([len(headers[i]), *(len(r[i]) for r in rows)]) for i in range(len(headers))]
+        widths[1] = min(widths[1], 16)  # the scope gives way first, then the ceilings' cell
+        keep_whole(table, widths)
+        table.columns[1].overflow = table.columns[-1].overflow = "ellipsis"
+        table.columns[-1].no_wrap = True
+    for cells in rows:
+        table.add_row(*cells)
     console.print(table, soft_wrap=False)
     if not report.rows:
         console.print("no model calls recorded in this period")

@@ -29,7 +29,8 @@ def with_ceiling(spend: ScopeSpend, ceiling: SpendCeiling | None, *, prefer: boo
     schedule's own), else only when the record holds none (nothing was spent under it yet)."""
     if ceiling is None or (spend.ceilings and not prefer):
         return spend
-    reached = spend.reached_at is not None
+    # reached as recorded per resource (the ceiling stopped a call on it), else by the figures
+    recorded = {c.resource: c.reached for c in spend.ceilings}
     states = []
     if ceiling.tokens is not None:
         states.append(
@@ -39,7 +40,7 @@ def with_ceiling(spend: ScopeSpend, ceiling: SpendCeiling | None, *, prefer: boo
                 spent=spend.tokens,
                 reserved=spend.reserved_tokens,
                 remaining=max(0, ceiling.tokens - spend.tokens - spend.reserved_tokens),
-                reached=reached or spend.tokens >= ceiling.tokens,
+                reached=recorded.get("tokens", False) or spend.tokens >= ceiling.tokens,
             )
         )
     if ceiling.cost_usd is not None:
@@ -51,7 +52,7 @@ def with_ceiling(spend: ScopeSpend, ceiling: SpendCeiling | None, *, prefer: boo
                 spent=spend.cost_usd,
                 reserved=held,
                 remaining=max(0.0, ceiling.cost_usd - spend.cost_usd - held),
-                reached=reached or spend.cost_usd >= ceiling.cost_usd,
+                reached=recorded.get("cost_usd", False) or spend.cost_usd >= ceiling.cost_usd,
             )
         )
     return spend.model_copy(update={"ceilings": states})
@@ -62,7 +63,23 @@ def schedule_today(
 ) -> ScopeSpend:
     """What ``schedule`` spent on the current UTC day, its ceilings and skipped fires."""
     day = utc_day(now or datetime.now(UTC))
-    spend = store.schedule_day(schedule.id, day).model_copy(update={"name": schedule.name})
+    return _shown(schedule, store.schedule_day(schedule.id, day), settings)
+
+
+def schedules_today(
+    schedules: list[Schedule],
+    store: SpendStore,
+    settings: AssaySettings,
+    now: datetime | None = None,
+) -> list[ScopeSpend]:
+    """:func:`schedule_today` of many schedules, read in one round trip."""
+    days = store.schedule_days([s.id for s in schedules], utc_day(now or datetime.now(UTC)))
+    return [_shown(schedule, day, settings) for schedule, day in zip(schedules, days, strict=True)]
+
+
+def _shown(schedule: Schedule, spend: ScopeSpend, settings: AssaySettings) -> ScopeSpend:
+    """A schedule's day with its name and the ceiling in force."""
+    spend = spend.model_copy(update={"name": schedule.name})
     if schedule.spend is not None:
         return with_ceiling(spend, schedule.spend, prefer=True)
     return with_ceiling(spend, schedule_ceiling(None, settings), prefer=False)
@@ -132,14 +149,14 @@ def current_rows(
     """Every ceiling's current period, for the ``assay_spend_*`` gauges: the fleet's hour and
     day, each schedule's day, and the given batches' totals (those with a ceiling)."""
     rows = fleet_now(store, settings, now)
-    for schedule in schedules:
-        today = schedule_today(schedule, store, settings, now)
+    for today in schedules_today(list(schedules), store, settings, now):
         if today.ceilings or today.skipped_fires:
             rows.append(today)
-    for batch_id in batch_ids:
-        spend = store.batch_spend(batch_id)
+    batch_ids = list(batch_ids)
+    default = batch_ceiling(None, settings)
+    for spend in store.batch_spends(batch_ids):
         if spend is not None:
-            spend = with_ceiling(spend, batch_ceiling(None, settings), prefer=False)
+            spend = with_ceiling(spend, default, prefer=False)
             if spend.ceilings:
                 rows.append(spend)
     return rows

@@ -703,8 +703,28 @@ class SpendStore:
     # --- reading ----------------------------------------------------------------------------
     def schedule_day(self, schedule_id: str, day: str) -> ScopeSpend:
         """A schedule's spend on one UTC day (empty when nothing happened)."""
-        member = f"schedule:{schedule_id}:day:{day}"
-        return _scope_spend(member, text_fields(self.client.hgetall(self.key(member))))
+        (spend,) = self.schedule_days([schedule_id], day)
+        return spend
+
+    def schedule_days(self, schedule_ids: Sequence[str], day: str) -> list[ScopeSpend]:
+        """:meth:`schedule_day` of many schedules in one round trip (the gauges' scrape)."""
+        members = [f"schedule:{schedule_id}:day:{day}" for schedule_id in schedule_ids]
+        pipe = self.client.pipeline(transaction=False)
+        for member in members:
+            pipe.hgetall(self.key(member))
+        rows = pipe.execute()
+        return [_scope_spend(m, text_fields(r)) for m, r in zip(members, rows, strict=True)]
+
+    def batch_spends(self, batch_ids: Sequence[str]) -> list[ScopeSpend | None]:
+        """:meth:`batch_spend` of many batches in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for batch_id in batch_ids:
+            pipe.hgetall(self.key("batch", batch_id))
+        rows = [text_fields(row) for row in pipe.execute()]
+        return [
+            _scope_spend(f"batch:{batch_id}", row) if row else None
+            for batch_id, row in zip(batch_ids, rows, strict=True)
+        ]
 
     def batch_spend(self, batch_id: str) -> ScopeSpend | None:
         member = f"batch:{batch_id}"
