@@ -175,3 +175,31 @@ def test_the_api_sets_changes_and_shows_a_schedules_ceiling(
     assert spend.client.hget(spend.limits_key, f"schedule:{view['id']}") is None
     report = api.get("/v1/spend", headers=auth(READ_TOKEN))
     assert report.status_code == 200 and report.json()["rows"] == []
+
+
+def test_a_lost_stored_ceiling_is_put_back_by_the_replicas_reconcile(redis_url: str) -> None:
+    """The schedule record is the truth; the copy the workers read is repaired from it."""
+    from datetime import UTC, datetime
+
+    from schemas.schedule import Schedule, ScheduleTargets
+    from schemas.spend import SpendCeiling
+
+    store = schedules(redis_url)
+    schedule = store.create(
+        Schedule(
+            name="nightly",
+            predicate="pods are ready",
+            targets=ScheduleTargets(contexts=["prod"]),
+            interval_seconds=3600,
+            spend=SpendCeiling(tokens=70_000),
+        )
+    )
+    spend = SpendStore(connect(redis_url), "assay")
+    field = f"schedule:{schedule.id}"
+    assert spend.client.hget(spend.limits_key, field) == "70000 0"
+    spend.client.hdel(spend.limits_key, field)  # lost (a crash between the two writes)
+    spend.client.hset(spend.limits_key, "schedule:sch-gone", "1000 0")  # kept: not ours
+    store.reconcile(datetime.now(UTC))
+    assert spend.client.hget(spend.limits_key, field) == "70000 0"
+    store.remove("nightly")
+    assert spend.client.hget(spend.limits_key, field) is None
