@@ -55,8 +55,6 @@ class SpendGuard(Protocol):
         """
         ...
 
-    def settle(
-        self, reservation: Reservation, tokens: int, cost_usd: float | None
-    ) -> None:
+    def settle(self, reservation: Reservation, tokens: int, cost_usd: float | None) -> None:
         """Replace the call's reservation by what it used; never raises."""
         ...
