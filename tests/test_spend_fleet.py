@@ -136,7 +136,9 @@ def test_two_hundred_runs_against_a_small_fleet_ceiling_with_a_worker_killed_mid
         else:
             assert verdict.verdict == VerdictKind.TRUE, (verdict.verdict, verdict.reason)
             completed += 1
-    assert stopped > 0 and completed > 0 and stopped + completed == RUNS
+    # 200 runs in flight at once: their first calls alone could spend the ceiling twice, so
+    # most runs stop part way (how many complete depends on the timing)
+    assert stopped > 0 and stopped + completed == RUNS
     assert redelivered > 0, "the kill caught runs mid-way"
 
     records = _hour_records(spend)
@@ -147,6 +149,7 @@ def test_two_hundred_runs_against_a_small_fleet_ceiling_with_a_worker_killed_mid
         assert overshoot <= 0, "the scripted model keeps within each reservation: no overshoot"
         assert record.get("reserved_tokens") == "0", "nothing is left held"
     assert spend.in_flight() == 0
+    assert spent > CEILING - 10_000, "calls were stopped only once the ceiling was spent"
 
     # Nothing lost, nothing counted twice: every token the model reported is counted, except
     # that each killed call in flight is charged its whole reservation (once) instead.
