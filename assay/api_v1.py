@@ -38,6 +38,7 @@ from assay.api_models import (
 from assay.api_wiring import Services
 from schemas import ids
 from schemas.fleet import BatchStatus, SubmitReceipt
+from schemas.spend import SpendReport
 from schemas.verdict import Verdict, VerdictKind
 
 _log = structlog.get_logger("assay.api")
@@ -269,7 +270,7 @@ def start_batch(body: BatchSubmission, request: Request, scope: WriteAccess) -> 
 def get_batch(batch_id: BatchId, request: Request, scope: ReadAccess) -> BatchStatus:
     """The batch's live tally (pending / true / false / poorly posed / cannot determine)."""
     note_ids(request, batch_id=batch_id)
-    status = _services(request).store.batch(batch_id)
+    status = _services(request).batch_status(batch_id)
     if status is None:
         raise ApiError(
             404,
@@ -403,3 +404,24 @@ def delete_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAcces
             404, "schedule_not_found", f"No schedule {schedule_id!r}; list them at /v1/schedules."
         )
     return Response(status_code=204)
+
+
+# --- spend ----------------------------------------------------------------------------------------
+
+
+@router.get("/spend", response_model=SpendReport, tags=["spend"], responses=READ_ERRORS)
+def get_spend(
+    request: Request,
+    scope: ReadAccess,
+    days: Annotated[int, Query(ge=1, le=400, description="UTC days to show, today included.")] = 7,
+    schedule: Annotated[
+        str | None,
+        Query(min_length=1, max_length=128, description="Only this schedule (id or name)."),
+    ] = None,
+) -> SpendReport:
+    """What the fleet, each schedule (per UTC day) and each batch spent, with the ceilings in
+    force, what is left of them and the schedule fires they skipped; and the fleet's current
+    hour and day."""
+    if schedule is not None:
+        note_ids(request, schedule_id=schedule)
+    return _services(request).spend_report(days, schedule)

@@ -23,7 +23,14 @@ from assay.api_models import (
     ScheduleUpdate,
     ScheduleView,
 )
-from assay.submission import EmptyBatch, submit_batch, submit_request
+from assay.spend_view import (
+    batch_with_spend,
+    current_rows,
+    schedule_today,
+    schedules_today,
+    spend_report,
+)
+from assay.submission import EmptyBatch, latest_batch_ids, submit_batch, submit_request
 from scheduler.schedules import ScheduleConflict, ScheduleNotFound, ScheduleStore
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest, SnapshotTarget, Target
@@ -41,6 +48,7 @@ from workers.fleet.dispatch import Dispatcher
 from workers.fleet.queue_depth import QueueDepthCollector
 from workers.fleet.redis_client import connect
 from workers.fleet.report_codec import UnreadableReport
+from workers.fleet.spend import SpendStore
 from workers.fleet.store import VerdictStore
 from workers.fleet.targets import TargetGlobError, context_targets
 from workers.fleet.timers import TimerStore
@@ -50,6 +58,7 @@ if TYPE_CHECKING:
 
     from schemas.fleet import BatchStatus
     from schemas.settings import AssaySettings
+    from schemas.spend import ScopeSpend, SpendReport
 
 API_REDIS_TIMEOUT_SECONDS = 5.0
 API_REDIS_RETRIES = 3
@@ -106,6 +115,7 @@ class Services:
         self._redis: redis.Redis | None = None
         self._store: VerdictStore | None = None
         self._schedules: ScheduleStore | None = None
+        self._spend: SpendStore | None = None
         self._dispatcher: Dispatcher | None = None
 
     # --- connections ----------------------------------------------------------------------------
@@ -125,6 +135,14 @@ class Services:
             if self._store is None:
                 self._store = VerdictStore.from_settings(self.settings, client)
             return self._store
+
+    @property
+    def spend(self) -> SpendStore:
+        client = self.redis
+        with self._lock:
+            if self._spend is None:
+                self._spend = SpendStore.from_settings(self.settings, client)
+            return self._spend
 
     # --- snapshot roots -------------------------------------------------------------------
     def confined_target(self, target: Target) -> Target:
@@ -226,7 +244,9 @@ class Services:
 
         self.refuse_unroutable_model(body.model)
         targets = self._batch_targets(body)
-        shared = body.model_dump(exclude={"text", "targets", "context_glob"}, exclude_none=True)
+        shared = body.model_dump(
+            exclude={"text", "targets", "context_glob", "spend"}, exclude_none=True
+        )
         try:
             batch_id, _runs = submit_batch(
                 targets,
@@ -235,6 +255,7 @@ class Services:
                 redis=self.redis,
                 settings=self.settings,
                 dispatcher=lambda: self.dispatcher,
+                spend=body.spend,
                 **shared,
             )
         except ValidationError as exc:
@@ -243,10 +264,20 @@ class Services:
             raise ApiError(
                 422, "batch_empty", "The context glob matched no context; check the pattern."
             ) from None
-        status = self.store.batch(batch_id)
+        status = self.batch_status(batch_id)
         if status is None:  # only if Redis lost the record between two calls
             raise ApiError(503, "redis_unavailable", "The batch record vanished; try again.")
         return status
+
+    def batch_status(self, batch_id: str) -> BatchStatus | None:
+        """The batch's tally, with what its runs spent and its ceilings."""
+        status = self.store.batch(batch_id)
+        return None if status is None else batch_with_spend(status, self.spend, self.settings)
+
+    def spend_report(self, days: int, schedule: str | None = None) -> SpendReport:
+        return spend_report(
+            self.spend, self.settings, self.schedules.all(), days, schedule_ref=schedule
+        )
 
     def _batch_targets(self, body: BatchSubmission) -> list[Target]:
         limit = self.settings.api_max_batch_targets
@@ -279,9 +310,13 @@ class Services:
                 )
             return self._schedules
 
-    def _view(self, schedule: Schedule) -> ScheduleView:
-        stored = schedule.model_dump(exclude={"next_fire_at"})
-        return ScheduleView(**stored, next_fire_at=self.schedules.next_fire_at(schedule))
+    def _view(self, schedule: Schedule, spend_today: ScopeSpend | None = None) -> ScheduleView:
+        stored = schedule.model_dump(exclude={"next_fire_at", "spend_today"})
+        return ScheduleView(
+            **stored,
+            next_fire_at=self.schedules.next_fire_at(schedule),
+            spend_today=spend_today or schedule_today(schedule, self.spend, self.settings),
+        )
 
     def _refuse_short_interval(self, schedule: Schedule) -> None:
         try:
@@ -320,7 +355,9 @@ class Services:
         return self._view(created)
 
     def list_schedules(self) -> list[ScheduleView]:
-        return [self._view(schedule) for schedule in self.schedules.all()]
+        schedules = self.schedules.all()
+        days = schedules_today(schedules, self.spend, self.settings)
+        return [self._view(s, day) for s, day in zip(schedules, days, strict=True)]
 
     def get_schedule(self, schedule_id: str) -> ScheduleView | None:
         try:
@@ -341,7 +378,10 @@ class Services:
             changes["cron"] = None
         if not changes:
             return self._view(current)
-        merged = {**current.model_dump(exclude={"last_fire", "next_fire_at"}), **changes}
+        merged = {
+            **current.model_dump(exclude={"last_fire", "next_fire_at", "spend_today"}),
+            **changes,
+        }
         try:
             candidate = Schedule.model_validate(merged)
         except ValidationError as exc:
@@ -432,3 +472,13 @@ def register_scrape_collectors(settings: AssaySettings) -> None:
             lambda: checks_store.check_gauges(settings.metrics_max_checks)
         ),
     )
+    spend_store = SpendStore.from_settings(settings, timers_client)
+    schedule_store = ScheduleStore(
+        timers_client, settings.key_prefix, settings.min_interval_seconds
+    )
+
+    def read_spend_rows() -> list[Any]:
+        batch_ids = latest_batch_ids(timers_client, settings.key_prefix)
+        return current_rows(spend_store, settings, schedule_store.all(), batch_ids)
+
+    metrics.register_collector("spend", metrics.SpendCollector(read_spend_rows))

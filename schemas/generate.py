@@ -21,6 +21,7 @@ from schemas.probe import ProbeRecord
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.schedule import Schedule
+from schemas.spend import SpendEventData, SpendReport
 from schemas.verdict import Verdict
 
 JSON_DIR = Path(__file__).parent / "json"
@@ -41,6 +42,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "verdict_change": VerdictChange,
     "verdict_change_event": ChangeEventData,  # a webhook CloudEvent's `data`
     "probe_record": ProbeRecord,
+    "spend_report": SpendReport,  # `assay spend --json`, GET /v1/spend
+    "spend_event": SpendEventData,  # an assay.spend.threshold CloudEvent's `data`
 }
 
 

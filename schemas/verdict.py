@@ -105,7 +105,10 @@ class Verdict(BaseModel):
         description="Why the run ended without a model verdict (budget, deadline, error).",
     )
     budget_exhausted: str | None = Field(
-        default=None, description="Which budget ran out: iterations, tokens, deadline or cost."
+        default=None,
+        description="Which budget ran out: iterations, tokens, deadline or cost (the run's "
+        "own), or spend_ceiling (a ceiling over many runs stopped a model call: a schedule's "
+        "day, a batch, the fleet's hour or day; the reason names it).",
     )
     wake_at: datetime | None = Field(
         default=None, description="Instant a WAIT asked for, when the run could not wait inline."

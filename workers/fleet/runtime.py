@@ -1,4 +1,5 @@
-"""What a worker process holds for all its runs: settings, store, limiter, model client.
+"""What a worker process holds for all its runs: settings, store, limiter, spend guard, model
+client.
 
 Built once per process on first use (threads share it: the redis client's
 connection pool and the litellm client are thread-safe), plus the start-up
@@ -29,6 +30,7 @@ from workers.fleet.policy_store import PolicyStore
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.ratelimit import FleetRateLimiter
 from workers.fleet.recovery import start_sweeper
+from workers.fleet.spend_guard import FleetSpendGuard
 from workers.fleet.store import VerdictStore
 
 _log = structlog.get_logger(__name__)
@@ -40,6 +42,7 @@ class WorkerRuntime:
     redis: redis.Redis
     store: VerdictStore
     limiter: FleetRateLimiter | None
+    spend: FleetSpendGuard  # every model call is reserved and settled (docs/fleet.md)
     llm: Any
     probes: ProbeStore  # one per process: building it registers its Lua scripts (SHA-1 each)
     policies: PolicyStore  # imported policies and sets (policy:NAME / policy-set:NAME checks)
@@ -58,6 +61,7 @@ class WorkerRuntime:
             redis=client,
             store=store,
             limiter=FleetRateLimiter.from_settings(settings, client),
+            spend=FleetSpendGuard.from_settings(settings, client),
             llm=LiteLLMClient(settings),
             probes=ProbeStore.beside(store, settings),
             policies=PolicyStore.from_settings(settings, client),
@@ -68,6 +72,7 @@ class WorkerRuntime:
             settings=self.settings,
             llm=self.llm,
             rate_limiter=self.limiter,
+            spend_guard=self.spend,
             allow_defer=allow_defer,
         )
 
@@ -85,6 +90,10 @@ class RuntimeHolder:
             if self._runtime is None:
                 self._runtime = WorkerRuntime.build(self.settings)
             return self._runtime
+
+    def built(self) -> WorkerRuntime | None:
+        """The runtime if it was built (nothing is built for asking)."""
+        return self._runtime
 
 
 def worker_started(settings: AssaySettings, runtime: WorkerRuntime, app: Any) -> None:
