@@ -41,7 +41,8 @@ barrier = threading.Barrier(12)
 def build():
     barrier.wait()
     try:
-        LiveBackend.from_target(ContextTarget(context="east", kubeconfig=kubeconfig), AssaySettings())
+        target = ContextTarget(context="east", kubeconfig=kubeconfig)
+        LiveBackend.from_target(target, AssaySettings())
     except Exception as exc:
         failures.append(repr(exc))
 
