@@ -81,6 +81,8 @@ CHANGEABLE_FIELDS = frozenset(
         "misfire",
         "jitter_seconds",
         "probe",
+        "notify",
+        "labels",
     }
 )
 

@@ -97,6 +97,11 @@ class VerdictChange(BaseModel):
     from_verdict: VerdictKind
     to_verdict: VerdictKind
     at: datetime
+    notify: list[str] = Field(
+        default_factory=list,
+        description="Notify routes of the run that made the change: sinks that hear it "
+        "whatever their own check and target filters say.",
+    )
 
 
 class BatchStatus(BaseModel):

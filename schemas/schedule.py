@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from schemas.budget import PROFILES, Budget, ProfileName
 from schemas.ids import ScheduleId
+from schemas.notify import SinkName
 from schemas.probe import ProbeMode
 from schemas.request import MAX_CONTEXT_LENGTH, MAX_TEXT_LENGTH, EvaluationKind
 
@@ -122,6 +123,16 @@ class Schedule(BaseModel):
         "run_once = one fire for all missed instants, then continue.",
     )
     jitter_seconds: float = Field(default=0.0, ge=0, le=MAX_JITTER_SECONDS)
+    notify: list[SinkName] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Notify routes: sinks that hear the verdict changes of this schedule's "
+        "checks whatever their own check and target filters say.",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels; assay.dev/source names the source `assay apply` created it from.",
+    )
     created_at: datetime = Field(default_factory=_utcnow)
     updated_at: datetime = Field(default_factory=_utcnow)
     revision: int = Field(default=1, ge=1, description="Bumped on every change.")

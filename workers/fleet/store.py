@@ -24,7 +24,8 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
     P:idx:verdict:{verdict}            set    check ids whose latest verdict is verdict
     P:idx:tv:{verdict}:{target}        set    both at once ("all false in prod-eu")
     P:changes                          stream verdict changes: check_id, run_id, target,
-                                              from, to, at (first verdicts are not changes);
+                                              from, to, at, notify (the run's notify
+                                              routes); first verdicts are not changes;
                                               its consumer groups (notify:{sink}) and the
                                               P:notify:{sink}:* keys belong to
                                               workers/fleet/notify_feed.py, the notifier's view
@@ -201,7 +202,8 @@ return 1
 #       7 report JSON, 8 finished ms, 9 finished ISO, 10 history limit, 11 ttl, 12 prefix,
 #       13 kind, 14 text, 15 batch result JSON, 16 changes maxlen, 17 now ISO, 18 source,
 #       19 counts ('1'; '0' for a run that had no model: the run and its batch row are
-#          recorded, the check's latest verdict, history and change events are not)
+#          recorded, the check's latest verdict, history and change events are not),
+#       20 the request's notify routes, comma-separated ('' for none), kept on a change
 # Returns 1 when this call recorded the verdict, 0 when the run already had one.
 # Reads and checks everything first (the previous latest verdict, the index and
 # batch keys it implies), then writes.
@@ -287,7 +289,8 @@ if latest then
     if prev_kind ~= kind then
       redis.call('HSET', check, 'changed_at', ARGV[9], 'previous_verdict', prev_kind)
       redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[16], '*', 'check_id', check_id,
-        'run_id', ARGV[1], 'target', target, 'from', prev_kind, 'to', kind, 'at', ARGV[9])
+        'run_id', ARGV[1], 'target', target, 'from', prev_kind, 'to', kind, 'at', ARGV[9],
+        'notify', ARGV[20])
     end
   end
   redis.call('SADD', p .. ':idx:verdict:' .. kind, check_id)
@@ -516,6 +519,7 @@ def change_from_fields(fields: dict[str, str]) -> VerdictChange:
         from_verdict=VerdictKind(fields["from"]),
         to_verdict=VerdictKind(fields["to"]),
         at=datetime.fromisoformat(fields["at"]),
+        notify=[name for name in (fields.get("notify") or "").split(",") if name],
     )
 
 
@@ -800,6 +804,7 @@ class VerdictStore:
                 _now().isoformat(),
                 source,
                 "0" if ran_without_model(report) else "1",
+                ",".join(report.request.notify),
             ],
         )
         return bool(written)
