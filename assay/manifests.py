@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import TypeAdapter, ValidationError
@@ -127,9 +128,8 @@ def read_sources(paths: Iterable[str], stdin_text: str | None = None) -> list[tu
 
 def load(sources: list[tuple[str, str]]) -> list[Loaded]:
     """Every document of ``sources``, validated; :class:`ManifestErrors` lists every problem."""
-    loaded: list[Loaded] = []
+    found: list[Loaded | None] = []
     problems: list[ManifestProblem] = []
-    seen: dict[tuple[str, str], Loaded] = {}
     for name, text in sources:
         try:
             nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
@@ -140,37 +140,56 @@ def load(sources: list[tuple[str, str]]) -> list[Loaded]:
             problems.append(ManifestProblem(name, line, "", f"not valid YAML ({reason})"))
             continue
         for node in nodes:
-            if node is None:
-                continue
-            item = _one(name, node, problems)
-            if item is None:
-                continue
-            earlier = seen.get(item.key)
-            if earlier is not None:
-                problems.append(
-                    item.problem(
-                        ("metadata", "name"),
-                        f"{item.key[0]} {item.key[1]!r} is also defined at "
-                        f"{earlier.file}:{earlier.line}",
-                    )
+            if node is not None:
+                found.append(_from_node(name, node, problems))
+    return _unique(found, problems)
+
+
+def load_objects(items: list[Any], name: str = "documents") -> list[Loaded]:
+    """:func:`load` for documents already parsed (a JSON body): named ``documents[N]``."""
+    problems: list[ManifestProblem] = []
+    found = [_validated(f"{name}[{i}]", item, 0, {}, problems) for i, item in enumerate(items)]
+    return _unique(found, problems)
+
+
+def _unique(found: list[Loaded | None], problems: list[ManifestProblem]) -> list[Loaded]:
+    loaded: list[Loaded] = []
+    seen: dict[tuple[str, str], Loaded] = {}
+    for item in found:
+        if item is None:
+            continue
+        earlier = seen.get(item.key)
+        if earlier is not None:
+            where = f"{earlier.file}:{earlier.line}" if earlier.line else earlier.file
+            problems.append(
+                item.problem(
+                    ("metadata", "name"),
+                    f"{item.key[0]} {item.key[1]!r} is also defined at {where}",
                 )
-                continue
-            seen[item.key] = item
-            loaded.append(item)
+            )
+            continue
+        seen[item.key] = item
+        loaded.append(item)
     if problems:
         raise ManifestErrors(problems)
     return loaded
 
 
-def _one(name: str, node: yaml.Node, problems: list[ManifestProblem]) -> Loaded | None:
+def _from_node(name: str, node: yaml.Node, problems: list[ManifestProblem]) -> Loaded | None:
     line = node.start_mark.line + 1
     try:
-        data = yaml.SafeLoader(f"{name}").construct_document(node)
+        data = yaml.SafeLoader("").construct_document(node)
     except yaml.YAMLError as exc:
         problems.append(ManifestProblem(name, line, "", f"not valid YAML ({exc})"))
         return None
     lines: dict[Loc, int] = {}
     _index_lines(node, (), lines)
+    return _validated(name, data, line, lines, problems)
+
+
+def _validated(
+    name: str, data: Any, line: int, lines: dict[Loc, int], problems: list[ManifestProblem]
+) -> Loaded | None:
     if not isinstance(data, dict):
         problems.append(ManifestProblem(name, line, "", "a document must be a mapping"))
         return None
@@ -185,7 +204,9 @@ def _one(name: str, node: yaml.Node, problems: list[ManifestProblem]) -> Loaded 
         return None
     metadata = data.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("labels"), dict):
-        metadata["labels"].pop(SOURCE_LABEL, None)  # managed by apply: a file's value is ignored
+        labels = dict(metadata["labels"])
+        labels.pop(SOURCE_LABEL, None)  # managed by apply: a file's value is ignored
+        data = {**data, "metadata": {**metadata, "labels": labels}}
     try:
         document = _ADAPTER.validate_python(data)
     except ValidationError as exc:

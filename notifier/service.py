@@ -204,7 +204,7 @@ class SinkWorker:
 
     def _take(self, entries: list[FeedEntry]) -> None:
         for entry in entries:
-            if entry.change is not None and not matches(self.config, entry.change):
+            if entry.change is not None and not matches(self.config, entry.change, self.name):
                 self.feed.ack(entry, "filtered")
                 metrics.observe_notify(self.name, "filtered")
                 continue

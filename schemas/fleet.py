@@ -84,6 +84,11 @@ class CheckSummary(BaseModel):
         default=None, description="When the verdict last differed from the one before it."
     )
     previous_verdict: VerdictKind | None = None
+    notify: list[str] = Field(
+        default_factory=list,
+        description="Notify routes of the run behind the latest verdict (sinks that hear this "
+        "check's changes whatever their own filters say).",
+    )
 
 
 class VerdictChange(BaseModel):

@@ -10,10 +10,13 @@ import json
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, TypeAdapter
+from typing import Any
+
+from pydantic import TypeAdapter
 
 from schemas.actions import PlannerResponse
 from schemas.budget import Budget
+from schemas.declarative import Document
 from schemas.eval import EvalReport, SuiteFile
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
 from schemas.notify import ChangeEventData
@@ -25,7 +28,7 @@ from schemas.verdict import Verdict
 
 JSON_DIR = Path(__file__).parent / "json"
 
-MODELS: dict[str, type[BaseModel]] = {
+MODELS: dict[str, Any] = {
     "planner_response": PlannerResponse,
     "evaluation_request": EvaluationRequest,
     "budget": Budget,
@@ -41,6 +44,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "verdict_change": VerdictChange,
     "verdict_change_event": ChangeEventData,  # a webhook CloudEvent's `data`
     "probe_record": ProbeRecord,
+    # a Check or Schedule document of `assay apply` (point an editor's YAML support at it)
+    "apply_document": Document,
 }
 
 
@@ -48,6 +53,8 @@ def render() -> dict[str, str]:
     out: dict[str, str] = {}
     for name, model in MODELS.items():
         schema = TypeAdapter(model).json_schema(mode="validation")
+        if name == "apply_document":
+            schema["title"] = "assay apply document (Check or Schedule)"
         out[f"{name}.schema.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"
     return out
 

@@ -71,6 +71,15 @@ JitterOpt = Annotated[
     str | None, typer.Option("--jitter", help="Spread each fire by up to this much, e.g. 30s.")
 ]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="smoke, fast or strict.")]
+NotifyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--notify",
+        metavar="SINK",
+        help="A notify route (repeatable): this sink hears the schedule's verdict changes "
+        "whatever its own check and target filters say.",
+    ),
+]
 ModelOpt = Annotated[
     str | None,
     typer.Option(
@@ -201,6 +210,7 @@ def add(
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
     probe: ProbeOpt = None,
+    notify: NotifyOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Add a schedule: PREDICATE on the targets, by --cron [--tz] or --every."""
@@ -229,6 +239,7 @@ def add(
         "profile": profile or settings.profile,
         "model": model,
         "probe": _probe_mode(probe) if probe is not None else "auto",
+        "notify": notify or [],
     }
     try:
         fields["targets"] = ScheduleTargets(
@@ -274,6 +285,7 @@ def update(
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
     probe: ProbeOpt = None,
+    notify: NotifyOpt = None,
 ) -> None:
     """Change a schedule at runtime; running replicas pick it up on their next tick."""
     from scheduler.schedules import ScheduleConflict, ScheduleNotFound
@@ -299,6 +311,8 @@ def update(
         changes["jitter_seconds"] = _seconds("--jitter", jitter)
     if probe is not None:
         changes["probe"] = _probe_mode(probe)
+    if notify is not None:
+        changes["notify"] = notify
     if not changes:
         _fail("nothing to change; give at least one option, e.g. --every 30m")
     settings = _settings()
@@ -405,6 +419,7 @@ def show(ref: RefArg, json_out: JsonOpt = False) -> None:
         f"profile:     {schedule.profile}",
         f"probe:       {schedule.probe}",
         f"model:       {schedule.model or '(settings)'}",
+        f"notify:      {', '.join(schedule.notify) or '-'}",
         f"next fire:   {_when(store.next_fire_at(schedule), schedule.timezone)}",
     ]
     if schedule.last_fire is not None:

@@ -16,7 +16,8 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
     P:check:{check_id}                 hash   latest verdict (JSON), verdict_kind, exit_code,
                                               run_id, target, kind, text, finished_at,
                                               finished_ms, changed_at, previous_verdict,
-                                              source (probe|model; absent = model)
+                                              source (probe|model; absent = model), notify
+                                              (the latest run's notify routes)
     P:check:{check_id}:history         stream one entry per recorded run (run_id, verdict JSON),
                                               MAXLEN = settings.history_limit
     P:checks                           zset   check ids scored by latest finished_at (ms)
@@ -278,7 +279,8 @@ end
 if latest then
   redis.call('HSET', check, 'check_id', check_id, 'kind', ARGV[13], 'text', ARGV[14],
     'target', target, 'verdict_kind', kind, 'exit_code', ARGV[5], 'run_id', ARGV[1],
-    'verdict', ARGV[6], 'finished_ms', ARGV[8], 'finished_at', ARGV[9], 'source', ARGV[18])
+    'verdict', ARGV[6], 'finished_ms', ARGV[8], 'finished_at', ARGV[9], 'source', ARGV[18],
+    'notify', ARGV[20])
   redis.call('ZADD', KEYS[4], new_ms, check_id)
   if prev_kind then
     redis.call('SREM', p .. ':idx:verdict:' .. prev_kind, check_id)
@@ -904,6 +906,7 @@ class VerdictStore:
         "finished_at",
         "changed_at",
         "previous_verdict",
+        "notify",
     )
 
     def check_summaries(self, check_ids: list[str]) -> list[CheckSummary]:
@@ -936,6 +939,7 @@ class VerdictStore:
                         if row.get("previous_verdict")
                         else None
                     ),
+                    notify=[name for name in (row.get("notify") or "").split(",") if name],
                 )
             )
         return summaries
