@@ -333,6 +333,8 @@ def _plan_schedule(
     if current is not None and (owner := _owner_problem(item, current.labels, source)):
         return None, [owner]
     targets = _confined_targets(item, spec.targets, ctx, problems)
+    if problems:
+        return None, problems
     fields: dict[str, Any] = {
         "name": document.metadata.name,
         "predicate": spec.predicate,
@@ -414,6 +416,8 @@ def _plan_check(
     if current is not None and (owner := _owner_problem(item, current.labels, source)):
         return None, [owner]
     targets = _confined_targets(item, spec.targets, ctx, problems)
+    if problems:
+        return None, problems
     normalized = CheckSpec.model_validate(
         {
             **spec.model_dump(by_alias=True),

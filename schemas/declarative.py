@@ -50,7 +50,13 @@ from schemas.durations import DURATION_PATTERN, DurationError, parse_duration
 from schemas.notify import SinkName
 from schemas.probe import ProbeMode
 from schemas.request import MAX_TEXT_LENGTH, EvaluationKind
-from schemas.schedule import MAX_JITTER_SECONDS, MisfirePolicy, ScheduleTargets
+from schemas.schedule import (
+    MAX_JITTER_SECONDS,
+    MisfirePolicy,
+    ScheduleTargets,
+    known_zone,
+    valid_cron,
+)
 
 API_VERSION = "assay.dev/v1alpha1"
 SOURCE_LABEL = "assay.dev/source"
@@ -317,6 +323,16 @@ class ScheduleSpec(_EvaluationSpec):
                 "does not enforce yet; remove them"
             )
         return ceilings
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, zone: str) -> str:
+        return known_zone(zone)
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, expr: str | None) -> str | None:
+        return valid_cron(expr)
 
     @field_validator("every", "jitter")
     @classmethod

@@ -148,28 +148,12 @@ class Schedule(BaseModel):
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, zone: str) -> str:
-        try:
-            ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f"unknown time zone {zone!r}; use an IANA name such as Europe/Paris or UTC"
-            ) from None
-        return zone
+        return known_zone(zone)
 
     @field_validator("cron")
     @classmethod
     def _valid_cron(cls, expr: str | None) -> str | None:
-        if expr is None:
-            return None
-        expr = " ".join(expr.split())
-        if not expr.startswith("@") and len(expr.split(" ")) != 5:
-            raise ValueError(
-                f"cron expression {expr!r} must have five fields "
-                "(minute hour day-of-month month day-of-week)"
-            )
-        if not croniter.is_valid(expr):
-            raise ValueError(f"invalid cron expression {expr!r}")
-        return expr
+        return valid_cron(expr)
 
     @model_validator(mode="after")
     def _one_cadence(self) -> Schedule:
@@ -204,6 +188,32 @@ class Schedule(BaseModel):
                 f"interval {format_duration(self.interval_seconds)} is under the minimum of "
                 f"{format_duration(min_interval_seconds)}; use a longer interval"
             )
+
+
+def known_zone(zone: str) -> str:
+    """``zone`` if it names an IANA time zone, else a ``ValueError`` saying what to write."""
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"unknown time zone {zone!r}; use an IANA name such as Europe/Paris or UTC"
+        ) from None
+    return zone
+
+
+def valid_cron(expr: str | None) -> str | None:
+    """``expr`` with its whitespace folded, if it is a five-field cron expression or @alias."""
+    if expr is None:
+        return None
+    expr = " ".join(expr.split())
+    if not expr.startswith("@") and len(expr.split(" ")) != 5:
+        raise ValueError(
+            f"cron expression {expr!r} must have five fields "
+            "(minute hour day-of-month month day-of-week)"
+        )
+    if not croniter.is_valid(expr):
+        raise ValueError(f"invalid cron expression {expr!r}")
+    return expr
 
 
 def format_duration(seconds: float) -> str:
