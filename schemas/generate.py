@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-
 from typing import Any
 
 from pydantic import TypeAdapter
