@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from assay.commands import apply, evaluate, fleet, notify, probe, schedule, serve
+from assay.commands import apply, evaluate, fleet, notify, probe, report, schedule, serve
 from assay.commands import eval as eval_command
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_INTERRUPTED
 from schemas.verdict import EXIT_USAGE
@@ -65,7 +65,7 @@ def root(
     """Evaluate plain-language predicates about Kubernetes clusters."""
 
 
-for module in (evaluate, fleet, notify, schedule, serve, eval_command, probe, apply):
+for module in (evaluate, fleet, notify, schedule, serve, eval_command, probe, apply, report):
     module.register(app)
 
 
