@@ -23,6 +23,7 @@ from schemas.probe import AgreementEntry, ProbeMode, ProbeRecord
 from schemas.report import RunReport
 from schemas.request import MAX_TEXT_LENGTH, EvaluationKind, Target, ToolsetName
 from schemas.schedule import MisfirePolicy, Schedule, ScheduleTargets
+from schemas.spend import ScopeSpend, SpendCeiling
 from schemas.verdict import Verdict
 
 
@@ -119,6 +120,11 @@ class BatchSubmission(_Body):
         description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
         "off: always the model; only: the probe or cannot_determine.",
     )
+    spend: SpendCeiling | None = Field(
+        default=None,
+        description="Token and cost ceilings over all of the batch's runs; None = the "
+        "fleet's default (spend_batch_*). A run a ceiling stops ends cannot_determine.",
+    )
 
     @model_validator(mode="after")
     def _one_way_to_name_targets(self) -> BatchSubmission:
@@ -207,6 +213,11 @@ class ApplyOutcome(_Body):
 
 class DocumentList(_Body):
     documents: list[dict[str, Any]] = Field(description="What `apply` reads, by name.")
+    spend: SpendCeiling | None = Field(
+        default=None,
+        description="Token and cost ceilings per UTC day over the schedule's runs; None = "
+        "the fleet's default (spend_schedule_*).",
+    )
 
 
 class ScheduleUpdate(_Body):
@@ -229,13 +240,22 @@ class ScheduleUpdate(_Body):
     misfire: MisfirePolicy | None = None
     jitter_seconds: float | None = Field(default=None, ge=0, le=3600)
     notify: list[SinkName] | None = Field(default=None, max_length=20)
+    spend: SpendCeiling | None = Field(
+        default=None, description="New ceilings per UTC day; null: back to the fleet's default."
+    )
 
 
 class ScheduleView(Schedule):
-    """A schedule as the API shows it: the stored schedule plus when it fires next."""
+    """A schedule as the API shows it: the stored schedule plus when it fires next, and what
+    it spent today."""
 
     next_fire_at: datetime | None = Field(
         default=None, description="When its timer is due; None while paused."
+    )
+    spend_today: ScopeSpend | None = Field(
+        default=None,
+        description="Its spend on the current UTC day: tokens, cost, the ceilings in force and "
+        "what is left of them, and the fires skipped because a ceiling was reached.",
     )
 
 

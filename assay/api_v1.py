@@ -41,6 +41,7 @@ from assay.api_models import (
 from assay.api_wiring import Services
 from schemas import ids
 from schemas.fleet import BatchStatus, SubmitReceipt
+from schemas.spend import SpendReport
 from schemas.verdict import Verdict, VerdictKind
 
 _log = structlog.get_logger("assay.api")
@@ -272,7 +273,7 @@ def start_batch(body: BatchSubmission, request: Request, scope: WriteAccess) -> 
 def get_batch(batch_id: BatchId, request: Request, scope: ReadAccess) -> BatchStatus:
     """The batch's live tally (pending / true / false / poorly posed / cannot determine)."""
     note_ids(request, batch_id=batch_id)
-    status = _services(request).store.batch(batch_id)
+    status = _services(request).batch_status(batch_id)
     if status is None:
         raise ApiError(
             404,
@@ -448,3 +449,24 @@ def get_documents(
     """Stored checks or schedules as the documents `/v1/apply` takes (applying them back
     changes nothing)."""
     return DocumentList(documents=_services(request).documents(kind, source))
+
+
+# --- spend ----------------------------------------------------------------------------------------
+
+
+@router.get("/spend", response_model=SpendReport, tags=["spend"], responses=READ_ERRORS)
+def get_spend(
+    request: Request,
+    scope: ReadAccess,
+    days: Annotated[int, Query(ge=1, le=400, description="UTC days to show, today included.")] = 7,
+    schedule: Annotated[
+        str | None,
+        Query(min_length=1, max_length=128, description="Only this schedule (id or name)."),
+    ] = None,
+) -> SpendReport:
+    """What the fleet, each schedule (per UTC day) and each batch spent, with the ceilings in
+    force, what is left of them and the schedule fires they skipped; and the fleet's current
+    hour and day."""
+    if schedule is not None:
+        note_ids(request, schedule_id=schedule)
+    return _services(request).spend_report(days, schedule)

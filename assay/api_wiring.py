@@ -26,7 +26,8 @@ from assay.api_models import (
     ScheduleUpdate,
     ScheduleView,
 )
-from assay.submission import EmptyBatch, submit_batch, submit_request
+from assay.spend_view import batch_with_spend, current_rows, schedule_today, spend_report
+from assay.submission import EmptyBatch, latest_batch_ids, submit_batch, submit_request
 from scheduler.schedules import ScheduleConflict, ScheduleNotFound, ScheduleStore
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest, SnapshotTarget, Target
@@ -44,6 +45,7 @@ from workers.fleet.dispatch import Dispatcher
 from workers.fleet.queue_depth import QueueDepthCollector
 from workers.fleet.redis_client import connect
 from workers.fleet.report_codec import UnreadableReport
+from workers.fleet.spend import SpendStore
 from workers.fleet.store import VerdictStore
 from workers.fleet.targets import TargetGlobError, context_targets
 from workers.fleet.timers import TimerStore
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from assay.apply import ApplyContext
     from schemas.fleet import BatchStatus
     from schemas.settings import AssaySettings
+    from schemas.spend import SpendReport
 
 API_REDIS_TIMEOUT_SECONDS = 5.0
 API_REDIS_RETRIES = 3
@@ -110,6 +113,7 @@ class Services:
         self._redis: redis.Redis | None = None
         self._store: VerdictStore | None = None
         self._schedules: ScheduleStore | None = None
+        self._spend: SpendStore | None = None
         self._dispatcher: Dispatcher | None = None
 
     # --- connections ----------------------------------------------------------------------------
@@ -129,6 +133,14 @@ class Services:
             if self._store is None:
                 self._store = VerdictStore.from_settings(self.settings, client)
             return self._store
+
+    @property
+    def spend(self) -> SpendStore:
+        client = self.redis
+        with self._lock:
+            if self._spend is None:
+                self._spend = SpendStore.from_settings(self.settings, client)
+            return self._spend
 
     # --- snapshot roots -------------------------------------------------------------------
     def confined_target(self, target: Target) -> Target:
@@ -230,7 +242,9 @@ class Services:
 
         self.refuse_unroutable_model(body.model)
         targets = self._batch_targets(body)
-        shared = body.model_dump(exclude={"text", "targets", "context_glob"}, exclude_none=True)
+        shared = body.model_dump(
+            exclude={"text", "targets", "context_glob", "spend"}, exclude_none=True
+        )
         try:
             batch_id, _runs = submit_batch(
                 targets,
@@ -239,6 +253,7 @@ class Services:
                 redis=self.redis,
                 settings=self.settings,
                 dispatcher=lambda: self.dispatcher,
+                spend=body.spend,
                 **shared,
             )
         except ValidationError as exc:
@@ -247,10 +262,20 @@ class Services:
             raise ApiError(
                 422, "batch_empty", "The context glob matched no context; check the pattern."
             ) from None
-        status = self.store.batch(batch_id)
+        status = self.batch_status(batch_id)
         if status is None:  # only if Redis lost the record between two calls
             raise ApiError(503, "redis_unavailable", "The batch record vanished; try again.")
         return status
+
+    def batch_status(self, batch_id: str) -> BatchStatus | None:
+        """The batch's tally, with what its runs spent and its ceilings."""
+        status = self.store.batch(batch_id)
+        return None if status is None else batch_with_spend(status, self.spend, self.settings)
+
+    def spend_report(self, days: int, schedule: str | None = None) -> SpendReport:
+        return spend_report(
+            self.spend, self.settings, self.schedules.all(), days, schedule_ref=schedule
+        )
 
     def _batch_targets(self, body: BatchSubmission) -> list[Target]:
         limit = self.settings.api_max_batch_targets
@@ -284,8 +309,12 @@ class Services:
             return self._schedules
 
     def _view(self, schedule: Schedule) -> ScheduleView:
-        stored = schedule.model_dump(exclude={"next_fire_at"})
-        return ScheduleView(**stored, next_fire_at=self.schedules.next_fire_at(schedule))
+        stored = schedule.model_dump(exclude={"next_fire_at", "spend_today"})
+        return ScheduleView(
+            **stored,
+            next_fire_at=self.schedules.next_fire_at(schedule),
+            spend_today=schedule_today(schedule, self.spend, self.settings),
+        )
 
     def _refuse_short_interval(self, schedule: Schedule) -> None:
         try:
@@ -345,7 +374,10 @@ class Services:
             changes["cron"] = None
         if not changes:
             return self._view(current)
-        merged = {**current.model_dump(exclude={"last_fire", "next_fire_at"}), **changes}
+        merged = {
+            **current.model_dump(exclude={"last_fire", "next_fire_at", "spend_today"}),
+            **changes,
+        }
         try:
             candidate = Schedule.model_validate(merged)
         except ValidationError as exc:
@@ -536,3 +568,13 @@ def register_scrape_collectors(settings: AssaySettings) -> None:
             lambda: checks_store.check_gauges(settings.metrics_max_checks)
         ),
     )
+    spend_store = SpendStore.from_settings(settings, timers_client)
+    schedule_store = ScheduleStore(
+        timers_client, settings.key_prefix, settings.min_interval_seconds
+    )
+
+    def read_spend_rows() -> list[Any]:
+        batch_ids = latest_batch_ids(timers_client, settings.key_prefix)
+        return current_rows(spend_store, settings, schedule_store.all(), batch_ids)
+
+    metrics.register_collector("spend", metrics.SpendCollector(read_spend_rows))

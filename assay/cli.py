@@ -15,7 +15,17 @@ from typing import Annotated, Any
 
 import typer
 
-from assay.commands import apply, evaluate, fleet, notify, probe, report, schedule, serve
+from assay.commands import (
+    apply,
+    evaluate,
+    fleet,
+    notify,
+    probe,
+    report,
+    schedule,
+    serve,
+    spend,
+)
 from assay.commands import eval as eval_command
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_INTERRUPTED
 from schemas.verdict import EXIT_USAGE
@@ -65,7 +75,18 @@ def root(
     """Evaluate plain-language predicates about Kubernetes clusters."""
 
 
-for module in (evaluate, fleet, notify, schedule, serve, eval_command, probe, apply, report):
+for module in (
+    evaluate,
+    fleet,
+    notify,
+    schedule,
+    serve,
+    eval_command,
+    probe,
+    apply,
+    report,
+    spend,
+):
     module.register(app)
 
 

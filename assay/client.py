@@ -56,10 +56,12 @@ from schemas.request import (
     target_names,
 )
 from schemas.settings import load_settings
+from schemas.spend import ScopeSpend, SpendReport
 from schemas.verdict import Verdict
 from workers.core.snapshot_roots import SnapshotRoots
 from workers.fleet.dispatch import Dispatcher, RunsNotSent
 from workers.fleet.redis_client import RedisUnreachable, connect
+from workers.fleet.spend import SpendStore
 from workers.fleet.store import VerdictStore
 from workers.fleet.targets import context_targets, snapshot_targets
 
@@ -146,6 +148,28 @@ class Client:
             assert url is not None  # set in __init__
             self._store = VerdictStore.from_settings(self.settings, connect(url, fail_fast=True))
         return self._store
+
+    @property
+    def spend(self) -> SpendStore:
+        """The spend store (workers/fleet/spend.py), on the verdict store's connection."""
+        return SpendStore.from_settings(self.settings, self.store.client)
+
+    # --- spend ---------------------------------------------------------------------------------
+    def fleet_spend_now(self) -> list[ScopeSpend]:
+        """The fleet's current UTC hour and day, with its ceilings (ASSAY_SPEND_FLEET_*)."""
+        from assay.spend_view import fleet_now
+
+        return fleet_now(self.spend, self.settings)
+
+    def spend_report(self, days: int = 7, schedule: str | None = None) -> SpendReport:
+        """Spend by scope and UTC day, as `assay spend` prints it and `GET /v1/spend` answers."""
+        from assay.spend_view import spend_report
+        from scheduler.schedules import ScheduleStore
+
+        schedules = ScheduleStore(
+            self.store.client, self.settings.key_prefix, self.settings.min_interval_seconds
+        ).all()
+        return spend_report(self.spend, self.settings, schedules, days, schedule_ref=schedule)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -335,7 +359,11 @@ class Client:
         return latest_batch_id(self.store.client, self.settings.key_prefix)
 
     def batch_status(self, batch_id: str) -> BatchStatus | None:
-        return self.store.batch(valid_id(batch_id, "batch_id"))
+        """The batch's tally, with what its runs spent and its spend ceilings."""
+        from assay.spend_view import batch_with_spend
+
+        status = self.store.batch(valid_id(batch_id, "batch_id"))
+        return None if status is None else batch_with_spend(status, self.spend, self.settings)
 
     def batch_results(self, batch_id: str, page_size: int = 200) -> Iterator[BatchResult]:
         return self.store.iter_batch_results(valid_id(batch_id, "batch_id"), page_size)

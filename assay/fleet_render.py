@@ -20,6 +20,7 @@ from rich.table import Table
 
 from assay.render import VERDICT_STYLES, make_table, safe_markup
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary
+from schemas.spend import CeilingState, ScopeSpend, SpendReport
 from schemas.verdict import Verdict, VerdictKind
 
 TEXT_CELL_CHARS = 60
@@ -168,6 +169,8 @@ def render_batch_status(status: BatchStatus, console: Console) -> None:
         str(status.cannot_determine),
     )
     console.print(table, soft_wrap=False)
+    if status.spend is not None:
+        console.print(f"spend: {safe_markup(spend_summary(status.spend))}")
 
 
 def render_batch_results(
@@ -192,3 +195,73 @@ def render_batch_results(
         table.add_row(*cells, *([row.run_id] if wide else []))
     console.print(table, soft_wrap=False)
     return len(rows)
+
+
+# --- spend (assay spend, schedule show, batch status, checks) -------------------------------------
+
+
+def _money(value: float) -> str:
+    return f"${value:,.2f}" if value >= 1 or value == 0 else f"${value:,.4f}"
+
+
+def _ceiling_text(ceiling: CeilingState) -> str:
+    if ceiling.resource == "tokens":
+        text = f"{int(ceiling.limit):,} tokens"
+        left = f"{int(ceiling.remaining):,} left"
+    else:
+        text, left = _money(ceiling.limit), f"{_money(ceiling.remaining)} left"
+    return f"{text} ({'reached' if ceiling.reached else left})"
+
+
+def spend_summary(spend: ScopeSpend) -> str:
+    """One line: what was spent, each ceiling and what is left of it, the skipped fires.
+
+    ``12,345 tokens, $0.41 · ceiling 50,000 tokens (37,655 left) · 3 fires skipped``
+    """
+    parts = [f"{spend.tokens:,} tokens, {_money(spend.cost_usd)}"]
+    if spend.unpriced_calls:
+        parts[0] += f" (+{spend.unpriced_calls} calls at no known price)"
+    if spend.ceilings:
+        parts.append("ceiling " + ", ".join(_ceiling_text(c) for c in spend.ceilings))
+    if spend.refused:
+        parts.append(f"{spend.refused} calls stopped")
+    if spend.skipped_fires:
+        parts.append(f"{spend.skipped_fires:,} fires skipped")
+    if spend.expired:
+        parts.append(f"{spend.expired} reservations of stopped workers charged")
+    return " · ".join(parts)
+
+
+def _scope_cell(row: ScopeSpend, wide: bool) -> str:
+    if row.scope == "fleet":
+        return "fleet"
+    if row.scope == "schedule":
+        name = row.name or row.scope_id or ""
+        return f"schedule {name}" + (f" ({row.scope_id})" if wide and row.name else "")
+    return f"batch {short_id(row.scope_id or '', wide)}"
+
+
+def render_spend(report: SpendReport, console: Console, wide: bool = False) -> None:
+    """`assay spend`: the fleet's hour and day now, then spend by UTC day and scope."""
+    for now in report.fleet_now:
+        period = f"this hour ({now.period} UTC)" if "T" in now.period else f"today ({now.period})"
+        console.print(f"fleet {period}: {safe_markup(spend_summary(now))}")
+    headers = ["day", "scope", "tokens", "cost", "calls", "stopped", "skipped", "ceiling"]
+    table = make_table(console, *headers)
+    for column in table.columns[2:7]:
+        column.justify = "right"
+    table.columns[-1].overflow = "ellipsis"
+    for row in report.rows:
+        table.add_row(
+            row.period,
+            safe_markup(_scope_cell(row, wide)),
+            f"{row.tokens:,}",
+            _money(row.cost_usd),
+            str(row.calls),
+            str(row.refused),
+            f"{row.skipped_fires:,}" if row.scope == "schedule" else "-",
+            ", ".join(_ceiling_text(c) for c in row.ceilings) or "-",
+        )
+    console.print(table, soft_wrap=False)
+    if not report.rows:
+        console.print("no model calls recorded in this period")

@@ -41,8 +41,10 @@ from scheduler.deferred import defer_evaluations
 from scheduler.when import deferral_for
 from schemas.fleet import RunProgress, SubmitReceipt
 from schemas.request import EvaluationRequest, Target
+from schemas.spend import SpendCeiling
 from workers.fleet.dispatch import NOT_RESENT, RunsNotSent, resend_clause
 from workers.fleet.redis_client import probe
+from workers.fleet.spend import SpendStore
 from workers.fleet.store import BatchClosed, StoreConflict
 
 if TYPE_CHECKING:
@@ -216,6 +218,7 @@ def submit_batch(
     batch_id: str | None = None,
     now: datetime | None = None,
     chunk_size: int = FANOUT_CHUNK,
+    spend: SpendCeiling | None = None,
     **request_fields: Any,
 ) -> tuple[str, int]:
     """Fan ``text`` out: one run per target through :func:`submit_requests`; (batch id, runs).
@@ -227,7 +230,9 @@ def submit_batch(
     batch is sealed so the tally knows its total. ``request_fields`` are the other
     ``EvaluationRequest`` fields every run shares (kind, profile, budget, model,
     api_base, toolsets, probe). The first chunk's requests are validated before
-    the batch record exists, so a bad field creates nothing.
+    the batch record exists, so a bad field creates nothing. ``spend`` is the batch's own
+    ceiling over all its runs (workers/fleet/spend.py), stored with the batch record, before
+    any of its runs is sent; without one the fleet's default (``spend_batch_*``) applies.
 
     A fan-out that stops part way never leaves its batch open: on any exception
     (the broker, the target listing, Ctrl-C) the batch is sealed as incomplete
@@ -237,7 +242,7 @@ def submit_batch(
     batch as incomplete (``VerdictStore.batch``).
     """
     batch_id = batch_id or new_batch_id()
-    fanout = _Fanout(store, redis, settings, batch_id, now)
+    fanout = _Fanout(store, redis, settings, batch_id, now, spend)
     chunks = _chunks(targets, chunk_size)
     try:
         for chunk in chunks:
@@ -324,7 +329,9 @@ class _Fanout:
         settings: AssaySettings,
         batch_id: str,
         now: datetime | None,
+        spend: SpendCeiling | None = None,
     ) -> None:
+        self.spend = spend
         self.store = store
         self.redis = redis
         self.settings = settings
@@ -352,6 +359,10 @@ class _Fanout:
         if made:  # a batch id given again: the batch exists and has no lease of ours
             self.lease = lease
             lease.start()
+            if self.spend is not None:
+                SpendStore.from_settings(self.settings, self.redis).set_batch_ceiling(
+                    self.batch_id, self.spend
+                )
         note_batch(self.redis, self.settings.key_prefix, self.batch_id, self.now)
 
     def chunk_done(self, receipts: Sequence[SubmitReceipt]) -> None:
@@ -492,3 +503,8 @@ def note_batch(redis: Any, key_prefix: str, batch_id: str, now: datetime | None 
 def latest_batch_id(redis: Any, key_prefix: str) -> str | None:
     newest = redis.zrevrange(batches_key(key_prefix), 0, 0)
     return str(newest[0]) if newest else None
+
+
+def latest_batch_ids(redis: Any, key_prefix: str) -> list[str]:
+    """The newest batches started (at most 100), newest first."""
+    return [str(batch_id) for batch_id in redis.zrevrange(batches_key(key_prefix), 0, -1)]

@@ -3,6 +3,11 @@
 Everything here is a function of the change and what the store holds about its
 run, never of the moment of sending, so a redelivery after a crash carries the
 same bytes, the same CloudEvents ``id`` and the same idempotency key.
+
+A spend-ceiling event (a ceiling at 80% or 100%, workers/fleet/spend.py) travels the
+same way as a change: a :class:`Notification` whose ``data`` is a
+:class:`~schemas.spend.SpendEventData`, sent as CloudEvent type
+``assay.spend.threshold``, a Slack message, or an Alertmanager alert.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from schemas.fleet import CheckSummary, VerdictChange
-from schemas.notify import EVENT_TYPE, ChangeEventData
+from schemas.notify import EVENT_TYPE, AlertmanagerSink, ChangeEventData
+from schemas.spend import SPEND_EVENT_TYPE, SpendEventData
 from schemas.verdict import EXIT_CODES, VerdictKind
 from workers.fleet.store import verdict_source
 
@@ -39,7 +45,7 @@ class Notification:
 
     sink: str
     entry_id: str
-    data: ChangeEventData
+    data: ChangeEventData | SpendEventData
     idempotency_key: str
 
 
@@ -111,14 +117,19 @@ CLOUDEVENTS_CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
 
 
 def cloudevent(notification: Notification, source: str) -> dict[str, Any]:
-    data = notification.data.model_dump(mode="json")
+    event = notification.data
+    data = event.model_dump(mode="json")
+    if isinstance(event, SpendEventData):
+        kind, time, subject = SPEND_EVENT_TYPE, data["at"], event.ceiling_name()
+    else:
+        kind, time, subject = EVENT_TYPE, data["changed_at"], data["check_id"]
     return {
         "specversion": "1.0",
-        "type": EVENT_TYPE,
+        "type": kind,
         "source": source,
         "id": notification.entry_id,
-        "time": data["changed_at"],
-        "subject": data["check_id"],
+        "time": time,
+        "subject": subject,
         "datacontenttype": "application/json",
         "data": data,
     }
@@ -156,6 +167,8 @@ def _cut(text: str, limit: int) -> str:
 def slack_message(notification: Notification) -> dict[str, Any]:
     """A readable message: check, target, from -> to, the predicate, explanation, run link."""
     data = notification.data
+    if isinstance(data, SpendEventData):
+        return _spend_slack_message(data)
     emoji = _EMOJI[data.to_verdict]
     change = f"{data.from_verdict.value} → {data.to_verdict.value}"
     headline = f"{emoji} *{_slack_escape(data.check_id)}* on *{_slack_escape(data.target)}*: "
@@ -176,3 +189,84 @@ def slack_message(notification: Notification) -> dict[str, Any]:
             },
         ],
     }
+
+
+# --- spend ceilings ---------------------------------------------------------------------------
+SPEND_ALERTNAME = "AssaySpendCeiling"
+
+
+def spend_notification(
+    settings: AssaySettings, sink: str, entry_id: str, event: SpendEventData
+) -> Notification:
+    """A spend-ceiling event for ``sink``; its key is stable per event and sink."""
+    key = idempotency_key(settings.key_prefix, sink, f"spend/{entry_id}")
+    return Notification(sink, entry_id, event, key)
+
+
+def _amount(event: SpendEventData, value: float) -> str:
+    return f"${value:,.2f}" if event.resource == "cost_usd" else f"{value:,.0f} tokens"
+
+
+def spend_headline(event: SpendEventData) -> str:
+    """``fleet tokens per hour ceiling at 80%: 40,210 tokens of 50,000 (2026-01-01T10)``."""
+    what = "reached" if event.threshold == 100 else "at 80%"
+    return (
+        f"{event.ceiling_name()} ceiling {what}: {_amount(event, event.spent)} of "
+        f"{_amount(event, event.limit)} ({event.period})"
+    )
+
+
+def _spend_slack_message(event: SpendEventData) -> dict[str, Any]:
+    emoji = ":money_with_wings:" if event.threshold == 100 else ":warning:"
+    stopping = (
+        "Model calls under it are now stopped (their runs end cannot_determine) until the "
+        "period rolls over"
+        if event.threshold == 100
+        else "Model calls stop once it is reached"
+    )
+    if event.scope == "schedule" and event.threshold == 100:
+        stopping += "; the schedule's fires are skipped until the next UTC day"
+    headline = f"{emoji} *{_slack_escape(spend_headline(event))}*"
+    return {
+        "text": spend_headline(event),
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": headline}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": stopping + "."}]},
+        ],
+    }
+
+
+def spend_alert(config: AlertmanagerSink, event: SpendEventData) -> dict[str, Any]:
+    """An Alertmanager alert for a spend event: firing until its period ends (then the
+    ceiling starts afresh), or for a day for a batch's total."""
+    labels = {
+        **config.labels,
+        "alertname": SPEND_ALERTNAME,
+        "scope": event.scope,
+        "scope_id": event.scope_id or "",
+        "resource": event.resource,
+        "threshold": str(event.threshold),
+    }
+    return {
+        "labels": labels,
+        "annotations": {"summary": spend_headline(event), "period": event.period},
+        "startsAt": _iso(event.at),
+        "endsAt": _iso(period_end(event)),
+    }
+
+
+def period_end(event: SpendEventData) -> datetime:
+    """When the event's period rolls over (UTC); a batch's total: a day after the event."""
+    from datetime import timedelta
+
+    if event.scope == "batch" or event.period == "total":
+        return event.at + timedelta(days=1)
+    if "T" in event.period:
+        start = datetime.strptime(event.period, "%Y-%m-%dT%H").replace(tzinfo=UTC)
+        return start + timedelta(hours=1)
+    start = datetime.strptime(event.period, "%Y-%m-%d").replace(tzinfo=UTC)
+    return start + timedelta(days=1)
+
+
+def _iso(instant: datetime) -> str:
+    return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -21,6 +21,11 @@ A heartbeat thread keeps this replica's held changes fresh (their idle time in
 the group), so only a replica that really stopped has its changes taken over.
 SIGKILL between delivery and acknowledgement means the change is delivered
 again by whoever takes it over, with the same idempotency key and body.
+
+Spend-ceiling events (a schedule's, a batch's or the fleet's ceiling at 80% and at
+100%, once each per period: workers/fleet/spend.py adds each in the same Lua step
+that crosses the threshold) reach every sink the same way, through a second thread
+per sink (:class:`SpendSinkWorker`) on the spend guard's event stream.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from tenacity import (
 )
 
 from notifier.alertmanager import AlertState, AlertSync
-from notifier.events import notification_for
+from notifier.events import notification_for, spend_alert, spend_headline, spend_notification
 from notifier.policy import decide_message, due_at, matches
 from notifier.policy_report_sink import ReportSync
 from notifier.policy_report_writer import ReportWriter
@@ -65,7 +70,8 @@ from schemas.notify import (
     missing_secrets,
 )
 from workers.core import metrics
-from workers.fleet.notify_feed import FeedEntry, SinkFeed
+from workers.fleet.notify_feed import FeedEntry, SinkFeed, spend_feed
+from workers.fleet.spend import event_from_fields
 from workers.fleet.store import VerdictStore
 
 if TYPE_CHECKING:
@@ -440,6 +446,62 @@ class SinkWorker:
             self._log.debug("alerts resent", count=count)
 
 
+class SpendSinkWorker(SinkWorker):
+    """Delivers one sink's spend-ceiling events for this replica, with the same retries,
+    attempt counts and dead letters as its changes (its own keys: ``notify_feed.spend_feed``).
+
+    A webhook gets CloudEvent ``assay.spend.threshold``, Slack a message, Alertmanager
+    alert ``AssaySpendCeiling`` firing until the period rolls over; a sink with
+    ``spend: false`` acknowledges them as filtered.
+    """
+
+    def _take(self, entries: list[FeedEntry]) -> None:
+        for entry in entries:
+            if not self.config.spend:
+                self.feed.ack(entry, "filtered")
+                metrics.observe_notify(self.name, "filtered")
+                continue
+            with self._lock:
+                self.held[entry.entry_id] = Held(entry, 0.0)
+
+    def _resend(self) -> None:
+        """Verdict alerts are the change worker's to re-post; spend alerts end by themselves."""
+
+    def _handle(self, held: Held, stop: threading.Event) -> None:
+        entry = held.entry
+        if not self.feed.keep([entry.entry_id]):  # another replica took it over meanwhile
+            self._drop(entry)
+            return
+        try:
+            event = event_from_fields(entry.fields)
+        except (KeyError, ValueError):
+            self._dead(entry, 0, "the spend event is malformed")
+            self._drop(entry)
+            return
+        notification = spend_notification(self.settings, self.name, entry.entry_id, event)
+        sender, alerts = self.sender, self.alerts
+
+        def send() -> None:
+            if sender is not None:
+                sender.deliver(notification)
+            elif alerts is not None:
+                alerts.client.post_alerts([spend_alert(alerts.config, event)])
+
+        try:
+            if self._deliver(entry, send, stop):
+                self.feed.ack(entry, "delivered")
+                metrics.observe_notify(self.name, "delivered")
+                self._log.info(
+                    "spend event delivered", entry=entry.entry_id, event=spend_headline(event)
+                )
+        except (Stopping, RedisError):
+            raise  # kept: handed over, or tried again next round
+        except Exception as exc:  # an event that cannot become a delivery must not stall it
+            error = f"could not prepare the delivery ({type(exc).__name__})"
+            self._dead(entry, self.feed.attempts(entry.entry_id), error)
+        self._drop(entry)
+
+
 def build_worker(
     name: str,
     config: Sink,
@@ -449,16 +511,19 @@ def build_worker(
     http: httpx.Client,
     consumer: str,
     clock: Callable[[], float] = time.time,
+    spend: bool = False,
 ) -> SinkWorker:
-    feed = SinkFeed(store, name, consumer)
+    """The worker that delivers ``config``'s verdict changes (``spend``: its spend events)."""
+    feed = spend_feed(store, name, consumer) if spend else SinkFeed(store, name, consumer)
+    kind = SpendSinkWorker if spend else SinkWorker
     if isinstance(config, PolicyReportSink):
         reports = ReportSync(name, config, store, ReportWriter(config), feed)
-        return SinkWorker(
+        return kind(
             name, config, feed=feed, store=store, settings=settings, reports=reports, clock=clock
         )
     if isinstance(config, AlertmanagerSink):
         sync = AlertSync(name, config, store, AlertmanagerClient(name, config, http), settings)
-        return SinkWorker(
+        return kind(
             name, config, feed=feed, store=store, settings=settings, alerts=sync, clock=clock
         )
     sender: Sender
@@ -468,9 +533,7 @@ def build_worker(
         sender = SlackSender(name, config, http)
     else:  # pragma: no cover - the settings model admits no other type
         raise ValueError(f"sink {name} has an unknown type")
-    return SinkWorker(
-        name, config, feed=feed, store=store, settings=settings, sender=sender, clock=clock
-    )
+    return kind(name, config, feed=feed, store=store, settings=settings, sender=sender, clock=clock)
 
 
 def http_client(settings: AssaySettings) -> httpx.Client:
@@ -513,6 +576,19 @@ class Notifier:
             )
             for name, config in sorted(settings.notify_sinks.items())
         ]
+        self.spend_workers = [
+            build_worker(
+                name,
+                config,
+                store=store,
+                settings=settings,
+                http=http,
+                consumer=self.consumer,
+                spend=True,
+            )
+            for name, config in sorted(settings.notify_sinks.items())
+            if not isinstance(config, PolicyReportSink)  # a report holds verdicts, not spend
+        ]
 
     def statuses(self) -> list[Any]:
         return [w.feed.status(w.config.type) for w in self.workers]
@@ -527,6 +603,10 @@ class Notifier:
             threading.Thread(target=w.run, args=(stop,), name=f"sink-{w.name}", daemon=True)
             for w in self.workers
         ]
+        threads += [
+            threading.Thread(target=w.run, args=(stop,), name=f"spend-{w.name}", daemon=True)
+            for w in self.spend_workers
+        ]
         threads.append(
             threading.Thread(target=self._heartbeat, args=(stop,), name="heartbeat", daemon=True)
         )
@@ -540,7 +620,7 @@ class Notifier:
     def _heartbeat(self, stop: threading.Event) -> None:
         interval = max(0.25, self.settings.notify_claim_idle_seconds / 4)
         while not stop.wait(interval):
-            for worker in self.workers:
+            for worker in [*self.workers, *self.spend_workers]:
                 try:
                     worker.refresh()
                 except Exception as exc:  # Redis blip: the next beat tries again

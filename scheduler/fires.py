@@ -95,6 +95,7 @@ def build_requests(
             schedule_id=schedule.id,
             notify=schedule.notify,
             declared_by=f"schedule/{schedule.name}",
+            scheduled_at=scheduled_at.astimezone(UTC),
         )
         for target in targets
     ]

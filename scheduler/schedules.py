@@ -11,8 +11,9 @@ never overwrite a change a person made at the same moment.
 
 Every change also rewrites the schedule's one timer (``sched:{id}``) through
 :class:`~workers.fleet.timers.TimerStore`, so a running scheduler picks it up on
-its next tick with no restart; the replicas' periodic reconcile repairs the
-timer should anything ever leave it out of step.
+its next tick with no restart, and the schedule's spend ceiling where the workers
+read it (:class:`~workers.fleet.spend.SpendStore`); the replicas' periodic
+reconcile repairs both should anything ever leave them out of step.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pydantic import ValidationError
 
 from scheduler.cron import due_at, next_fire
 from schemas.schedule import Schedule, ScheduleFire
+from workers.fleet.spend import SpendStore, utc_day
 from workers.fleet.timers import (
     TimerEntry,
     TimerStore,
@@ -83,6 +85,7 @@ CHANGEABLE_FIELDS = frozenset(
         "probe",
         "notify",
         "labels",
+        "spend",
     }
 )
 
@@ -106,6 +109,7 @@ class ScheduleStore:
         self.redis = redis
         self.min_interval_seconds = min_interval_seconds
         self.timers = TimerStore(redis, key_prefix)
+        self.spend = SpendStore(redis, key_prefix)
         self.schedules_key = f"{key_prefix}:schedules"
         self.names_key = f"{key_prefix}:schedule-names"
         self.fires_key = f"{key_prefix}:schedule-fires"
@@ -169,6 +173,8 @@ class ScheduleStore:
                 f"a schedule named {schedule.name!r} already exists; pick another name "
                 "or change the existing one"
             )
+        if schedule.spend is not None:
+            self.spend.set_schedule_ceiling(schedule.id, schedule.spend)
         self.sync_timer(schedule, now)
         return schedule
 
@@ -195,6 +201,7 @@ class ScheduleStore:
         pipe.hdel(self.names_key, schedule.name)
         pipe.execute()
         self.timers.remove(schedule_timer_id(schedule.id))
+        self.spend.forget_schedule(schedule.id)
         return schedule
 
     def run_now(self, ref: str, now: datetime | None = None) -> TimerEntry:
@@ -244,7 +251,8 @@ class ScheduleStore:
 
         A timer already in step is left alone (its instant may be in the past
         on purpose, waiting for a replica to apply the misfire policy). Three
-        round trips read everything, however many schedules there are.
+        round trips read everything, however many schedules there are, and two
+        more put the schedules' spend ceilings in step.
         Returns how many timers were written or removed.
         """
         ids = self.ids()
@@ -255,10 +263,12 @@ class ScheduleStore:
         entries = self.redis.hmget(self.timers.entries_key, [schedule_timer_id(i) for i in ids])
         bodies = self.redis.hmget(self.schedules_key, ids)
         fixed = 0
+        ceilings: dict[str, Any] = {}
         for body, raw in zip(bodies, entries, strict=True):
             if body is None:  # removed meanwhile
                 continue
             schedule = Schedule.model_validate_json(body)
+            ceilings[schedule.id] = schedule.spend
             entry = TimerEntry.model_validate_json(raw) if raw else None
             if not schedule.enabled:
                 if entry is not None:
@@ -267,6 +277,7 @@ class ScheduleStore:
             elif entry is None or entry.revision != schedule.revision:
                 self.sync_timer(schedule, now)
                 fixed += 1
+        self.spend.sync_schedule_ceilings(ceilings)
         return fixed
 
     # --- internals -------------------------------------------------------------------
@@ -303,6 +314,8 @@ class ScheduleStore:
                     break
                 except _watch_error():
                     continue
+        if new.spend != old.spend:
+            self.spend.set_schedule_ceiling(new.id, new.spend, reopen_day=utc_day(now))
         self.sync_timer(new, now)
         return self._with_last_fire(new)
 

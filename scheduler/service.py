@@ -12,6 +12,12 @@ Each tick a replica
    (fencing token), and the message carries that token,
 5. acknowledges the timer, putting a schedule's next fire in its place.
 
+A schedule fire whose UTC day has reached the schedule's spend ceiling
+(workers/fleet/spend.py) sends nothing: its instants are counted as skipped
+(``assay spend``, ``assay schedule show``, the API, ``assay_schedule_fires_skipped_total``)
+and the schedule carries on with its next instant, which fires again once the
+day rolls over (or the ceiling is raised).
+
 Any number of replicas may run against one Redis with no leader: the claim
 script hands each due timer to exactly one of them, the lease returns it to
 the pool if that replica dies, and a replica that was paused past its hold
@@ -41,7 +47,7 @@ from typing import Any, Protocol
 import structlog
 
 from scheduler import deferred
-from scheduler.cron import next_fire, plan_fire
+from scheduler.cron import FireDecision, fires_between, next_fire, plan_fire
 from scheduler.deferred import Enqueue
 from scheduler.fires import TargetResolutionError, build_requests, resolve_targets
 from scheduler.schedules import ScheduleStore
@@ -50,11 +56,13 @@ from schemas.settings import AssaySettings
 from workers.core.metrics import (
     TimerCollector,
     observe_lateness,
+    observe_schedule_skips,
     register_collector,
     start_metrics_server,
 )
 from workers.fleet.dispatch import Dispatcher
 from workers.fleet.redis_client import connect
+from workers.fleet.spend import SpendStore, schedule_ceiling, utc_day
 from workers.fleet.store import VerdictStore
 from workers.fleet.timers import ClaimedTimer, EnqueueClaim, TimerEntry, TimerStore, from_epoch
 
@@ -93,6 +101,7 @@ class ReplicaStats:
     requeued: int = 0
     send_failures: int = 0
     superseded: int = 0  # timers another replica took over while this one held them
+    skipped_for_spend: int = 0  # schedule instants not fired: their day's ceiling is reached
     lateness: list[float] = field(default_factory=list)
 
 
@@ -121,6 +130,7 @@ class Replica:
         self.keep_lateness = keep_lateness
         self.timers = TimerStore(redis, settings.key_prefix)
         self.schedules = ScheduleStore(redis, settings.key_prefix, settings.min_interval_seconds)
+        self.spend = SpendStore.from_settings(settings, redis)
         self.stats = ReplicaStats()
         self.hold_seconds = max(1.0, settings.scheduler_lease_seconds / 2)
         self._next_reconcile = 0.0
@@ -233,8 +243,13 @@ class Replica:
             return None
         grace = self.settings.scheduler_misfire_grace_seconds
         decision = plan_fire(schedule, entry.scheduled_at, now, grace)
-        self.stats.missed_instants += decision.missed
         successor = self.schedules.timer_for(schedule, decision.next_at)
+        skipped = self._skipped_for_spend(schedule, entry.scheduled_at, decision)
+        if skipped:
+            self.stats.missed_instants += max(0, decision.missed + 1 - skipped)
+            self.timers.ack(entry, successor)
+            return None
+        self.stats.missed_instants += decision.missed
         if decision.missed:
             self._log.warning(
                 "schedule missed fires",
@@ -247,6 +262,39 @@ class Replica:
             self.timers.ack(entry, successor)
             return None
         return self._fire_plan(schedule, entry, decision.fire_at, decision.missed, successor)
+
+    def _skipped_for_spend(
+        self, schedule: Schedule, scheduled_at: datetime, decision: FireDecision
+    ) -> int:
+        """How many instants this fire skips because the schedule's spend ceiling for the
+        fire's UTC day is reached (0: it fires).
+
+        The instants it stands for on that day are skipped and counted (a fire claimed late
+        covers the ones before it); instants of earlier days stay missed.
+        """
+        ceiling = schedule_ceiling(schedule.spend, self.settings)
+        if decision.fire_at is None or ceiling is None:
+            return 0
+        day = utc_day(decision.fire_at)
+        covered = fires_between(schedule, scheduled_at, decision.fire_at)
+        instants = max(1, sum(1 for instant in covered if utc_day(instant) == day))
+        answer = self.spend.skip_if_reached(schedule.id, day, instants, ceiling)
+        if answer is None:
+            return 0
+        self.stats.skipped_for_spend += instants
+        observe_schedule_skips(schedule.id, instants)
+        first_today = answer.skipped_today == instants
+        (self._log.info if first_today else self._log.debug)(
+            "schedule fires skipped until the next UTC day"
+            if first_today
+            else "schedule fire skipped",
+            schedule=schedule.id,
+            scheduled_at=decision.fire_at.isoformat(),
+            skipped=instants,
+            skipped_today=answer.skipped_today,
+            reason=answer.reason,
+        )
+        return instants
 
     def _fire_plan(
         self,

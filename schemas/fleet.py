@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.report import RunStatus
 from schemas.request import EvaluationRequest
+from schemas.spend import ScopeSpend
 from schemas.verdict import VerdictKind
 
 BATCH_COUNTERS: tuple[str, ...] = (
@@ -146,6 +147,10 @@ class BatchStatus(BaseModel):
     )
     stop_reason: str | None = Field(
         default=None, description="Why the fan-out of an incomplete batch stopped, in words."
+    )
+    spend: ScopeSpend | None = Field(
+        default=None,
+        description="What the batch's runs spent so far, and its ceilings (when it has any).",
     )
 
 

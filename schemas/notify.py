@@ -66,6 +66,12 @@ class SinkFilter(BaseModel):
         description="Deliver a change only if the check is still in its new state this long "
         "after it (damps flapping; 0 = at once).",
     )
+    spend: bool = Field(
+        default=True,
+        description="Also deliver spend-ceiling events: a schedule's, a batch's or the "
+        "fleet's ceiling at 80% and at 100%, once each per period (docs/alerting.md). The "
+        "check, target and verdict filters do not apply to them.",
+    )
 
     @field_validator("from_verdicts", "to_verdicts", mode="before")
     @classmethod

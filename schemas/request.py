@@ -135,6 +135,11 @@ class EvaluationRequest(BaseModel):
     )
     batch_id: BatchId | None = None
     schedule_id: ScheduleId | None = None
+    scheduled_at: datetime | None = Field(
+        default=None,
+        description="The schedule instant this run fired for (schedule runs only): its UTC "
+        "day is the day the run's spend counts toward.",
+    )
     probe: ProbeMode = Field(
         default="auto",
         description="auto: re-run the check's accepted probe when it has one, else the model; "
@@ -173,4 +178,6 @@ class EvaluationRequest(BaseModel):
             self.check_id = default_check_id(self.kind, self.text, self.target.name)
         if self.not_before is not None and self.not_before.tzinfo is None:
             raise ValueError("not_before must carry a time zone, e.g. 2027-01-01T00:00:00Z")
+        if self.scheduled_at is not None and self.scheduled_at.tzinfo is None:
+            raise ValueError("scheduled_at must carry a time zone, e.g. 2027-01-01T00:00:00Z")
         return self

@@ -26,6 +26,7 @@ from schemas.ids import ScheduleId
 from schemas.notify import SinkName
 from schemas.probe import ProbeMode
 from schemas.request import MAX_CONTEXT_LENGTH, MAX_TEXT_LENGTH, EvaluationKind
+from schemas.spend import SpendCeiling
 
 MisfirePolicy = Literal["skip", "run_once"]
 MAX_JITTER_SECONDS = 3600.0
@@ -115,6 +116,12 @@ class Schedule(BaseModel):
         default="auto",
         description="auto: fires re-run the check's accepted probe (0 model tokens) when it has "
         "one; off: always the model; only: the probe or cannot_determine (docs/probes.md).",
+    )
+    spend: SpendCeiling | None = Field(
+        default=None,
+        description="Token and cost ceilings per UTC day over all of this schedule's runs; "
+        "None = the fleet's defaults (spend_schedule_*). A day whose ceiling is reached "
+        "skips the schedule's fires until the next UTC day.",
     )
     enabled: bool = Field(default=True, description="False while paused.")
     misfire: MisfirePolicy = Field(

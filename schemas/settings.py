@@ -33,6 +33,7 @@ from pydantic_settings import (
 from schemas.budget import ProfileName
 from schemas.cpu_list import normalized as normalized_affinity
 from schemas.notify import Sink, SinkName
+from schemas.spend import MAX_CEILING_COST_USD, MAX_CEILING_TOKENS, MIN_CEILING_TOKENS
 
 
 def _default_data_dir() -> Path:
@@ -204,6 +205,58 @@ class AssaySettings(BaseSettings):
         default=None, ge=1, description="Fleet-wide requests/min per model."
     )
     llm_tpm: int | None = Field(default=None, ge=1, description="Fleet-wide tokens/min per model.")
+
+    # --- spend guard: ceilings over many runs (docs/fleet.md, "Spend guard") -------------
+    spend_fleet_tokens_per_hour: int | None = Field(
+        default=None,
+        ge=MIN_CEILING_TOKENS,
+        le=MAX_CEILING_TOKENS,
+        description="Most tokens the whole fleet may spend per UTC hour; unset = no ceiling.",
+    )
+    spend_fleet_cost_usd_per_day: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CEILING_COST_USD,
+        allow_inf_nan=False,
+        description="Most US dollars the whole fleet may spend per UTC day (models with a "
+        "known price); unset = no ceiling.",
+    )
+    spend_schedule_tokens_per_day: int | None = Field(
+        default=None,
+        ge=MIN_CEILING_TOKENS,
+        le=MAX_CEILING_TOKENS,
+        description="Token ceiling per UTC day of a schedule that sets none of its own.",
+    )
+    spend_schedule_cost_usd_per_day: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CEILING_COST_USD,
+        allow_inf_nan=False,
+        description="Cost ceiling (USD) per UTC day of a schedule that sets none of its own.",
+    )
+    spend_batch_tokens: int | None = Field(
+        default=None,
+        ge=MIN_CEILING_TOKENS,
+        le=MAX_CEILING_TOKENS,
+        description="Token ceiling over all runs of a batch that sets none of its own.",
+    )
+    spend_batch_cost_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CEILING_COST_USD,
+        allow_inf_nan=False,
+        description="Cost ceiling (USD) over all runs of a batch that sets none of its own.",
+    )
+    spend_lease_margin_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="A model call's reservation lives until its run's deadline plus this; a "
+        "reservation whose worker died is charged in full once it has passed.",
+    )
+    spend_history_days: int = Field(
+        default=35, ge=1, le=400, description="Days of spend kept for `assay spend`."
+    )
 
     # --- scheduler -----------------------------------------------------------------------
     scheduler_tick_seconds: float = Field(default=0.2, gt=0)

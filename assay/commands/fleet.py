@@ -373,12 +373,18 @@ def checks(
         rows = client.checks(
             verdict=verdict_filter, target=target, changed_since=since, limit=limit
         )
+        fleet_spend = [] if json_output else client.fleet_spend_now()
     if json_output:
         print(dump_json(rows))
         return
-    from assay.fleet_render import render_checks
+    from assay.fleet_render import render_checks, spend_summary
 
-    render_checks(rows, stdout_console(), wide=wide)
+    console = stdout_console()
+    render_checks(rows, console, wide=wide)
+    for period in fleet_spend:  # only with a fleet ceiling set (ASSAY_SPEND_FLEET_*)
+        if period.ceilings:
+            when = f"hour {period.period}" if "T" in period.period else f"day {period.period}"
+            console.print(f"fleet spend, UTC {when}: {spend_summary(period)}", highlight=False)
     if not rows and target is not None:
         note(
             f"no check on target {target!r}: targets are named like a kubeconfig context "

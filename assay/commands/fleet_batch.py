@@ -56,6 +56,7 @@ from assay.commands.options import (
     check_profile,
     id_checker,
     settings_or_usage,
+    spend_ceiling,
     validation_detail,
 )
 from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN
@@ -185,6 +186,22 @@ def batch(
     max_cost: MaxCostOpt = None,
     profile: ProfileOpt = None,
     probe: ProbeOpt = None,
+    max_tokens_total: Annotated[
+        str | None,
+        typer.Option(
+            "--max-tokens-total",
+            help="Spend ceiling: tokens over all of the batch's runs; a run it stops ends "
+            "cannot_determine (default: the fleet's, ASSAY_SPEND_BATCH_TOKENS).",
+        ),
+    ] = None,
+    max_cost_total: Annotated[
+        str | None,
+        typer.Option(
+            "--max-cost-total",
+            help="Spend ceiling: US dollars over all of the batch's runs (models with a "
+            "known price).",
+        ),
+    ] = None,
 ) -> None:
     """Fan PREDICATE out over many targets; or show a batch's status or results."""
     from workers.core.snapshot_roots import SnapshotOutsideRoots
@@ -223,6 +240,10 @@ def batch(
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     check_profile(flags.profile)
     check_probe_mode(probe)
+    ceiling = spend_ceiling(
+        max_tokens_total, max_cost_total, tokens_flag="--max-tokens-total",
+        cost_flag="--max-cost-total",
+    )  # fmt: skip
     from pydantic import ValidationError
 
     from assay.submission import EmptyBatch, fanout_notes
@@ -244,6 +265,7 @@ def batch(
                 model=flags.model,
                 api_base=flags.api_base,
                 probe=probe,
+                spend=ceiling,
             )
         except (EmptyBatch, TargetGlobError, SnapshotOutsideRoots) as exc:
             # a listing that failed after some targets went out says what became of them

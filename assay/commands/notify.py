@@ -124,7 +124,13 @@ def test(
     from notifier.events import sample_notification
     from notifier.service import http_client
     from notifier.sinks import AlertmanagerClient, DeliveryError, SlackSender, WebhookSender
-    from schemas.notify import AlertmanagerSink, PolicyReportSink, SlackSink, WebhookSink
+    from schemas.notify import (
+        AlertmanagerSink,
+        ChangeEventData,
+        PolicyReportSink,
+        SlackSink,
+        WebhookSink,
+    )
 
     settings = settings_or_usage()
     config = _sink(settings, sink)
@@ -140,6 +146,7 @@ def test(
         try:
             if isinstance(config, AlertmanagerSink):
                 data = sample.data
+                assert isinstance(data, ChangeEventData)  # the sample is a verdict change
                 summary = CheckSummary(
                     check_id=data.check_id,
                     kind=data.kind,

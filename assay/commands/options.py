@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from schemas.budget import Budget
     from schemas.settings import AssaySettings
+    from schemas.spend import SpendCeiling
 
 SnapshotOpt = Annotated[
     Path | None,
@@ -245,3 +246,44 @@ def validation_detail(exc: ValidationError) -> str:
         str(error["msg"]).removeprefix("Value error, ")  # pydantic's prefix for our own checks
         for error in exc.errors()
     )
+
+
+def spend_ceiling(
+    tokens: str | None, cost: str | None, *, tokens_flag: str, cost_flag: str
+) -> SpendCeiling | None:
+    """A spend ceiling (schemas/spend.py) from its two flags; None when neither is given.
+
+    A value that is not a number, negative, zero, fractional tokens, or absurd (over a
+    trillion tokens or ten million dollars) is a usage error (64) naming the flag.
+    """
+    from pydantic import ValidationError
+
+    from schemas.spend import SpendCeiling
+
+    if tokens is None and cost is None:
+        return None
+    fields: dict[str, Any] = {}
+    if tokens is not None:
+        try:
+            fields["tokens"] = int(tokens.strip().replace(",", ""))
+        except ValueError:
+            raise typer.BadParameter(
+                f"{tokens_flag} takes a whole number of tokens, e.g. 200000; got {tokens!r}"
+            ) from None
+    if cost is not None:
+        try:
+            fields["cost_usd"] = float(cost.strip().removeprefix("$"))
+        except ValueError:
+            raise typer.BadParameter(
+                f"{cost_flag} takes an amount of US dollars, e.g. 5 or 2.50; got {cost!r}"
+            ) from None
+    try:
+        return SpendCeiling.model_validate(fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str((error.get("loc") or ("",))[0])
+        flag = {"tokens": tokens_flag, "cost_usd": cost_flag}.get(
+            field, f"{tokens_flag}/{cost_flag}"
+        )
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        raise typer.BadParameter(f"{flag}: {message}") from None

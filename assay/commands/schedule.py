@@ -30,7 +30,7 @@ from assay.commands.fleet_common import (
     require_routable_model,
     stdout_console,
 )
-from assay.commands.options import PROBE_MODES, ProbeOpt
+from assay.commands.options import PROBE_MODES, ProbeOpt, spend_ceiling
 from scheduler.when import WhenError, parse_duration
 from schemas.budget import Budget
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
@@ -85,6 +85,23 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         help="litellm model for this schedule's runs; overrides the workers' ASSAY_MODEL.",
+    ),
+]
+DayTokensOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-tokens-per-day",
+        help="Spend ceiling: tokens per UTC day over all of this schedule's runs; once "
+        "reached, its fires are skipped until the next UTC day (default: the fleet's, "
+        "ASSAY_SPEND_SCHEDULE_TOKENS_PER_DAY).",
+    ),
+]
+DayCostOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-cost-per-day",
+        help="Spend ceiling: US dollars per UTC day over all of this schedule's runs "
+        "(models with a known price).",
     ),
 ]
 
@@ -211,6 +228,8 @@ def add(
     jitter: JitterOpt = None,
     probe: ProbeOpt = None,
     notify: NotifyOpt = None,
+    max_tokens_per_day: DayTokensOpt = None,
+    max_cost_per_day: DayCostOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Add a schedule: PREDICATE on the targets, by --cron [--tz] or --every."""
@@ -240,6 +259,7 @@ def add(
         "model": model,
         "probe": _probe_mode(probe) if probe is not None else "auto",
         "notify": notify or [],
+        "spend": _day_ceiling(max_tokens_per_day, max_cost_per_day),
     }
     try:
         fields["targets"] = ScheduleTargets(
@@ -264,7 +284,7 @@ def add(
     except ScheduleConflict as exc:
         _fail(str(exc))
     if json_out:
-        _print_json(_as_dict(store, created))
+        _print_json(_as_dict(store, settings, created))
         return
     next_at = store.next_fire_at(created)
     typer.echo(
@@ -286,6 +306,15 @@ def update(
     jitter: JitterOpt = None,
     probe: ProbeOpt = None,
     notify: NotifyOpt = None,
+    max_tokens_per_day: DayTokensOpt = None,
+    max_cost_per_day: DayCostOpt = None,
+    default_spend_ceiling: Annotated[
+        bool,
+        typer.Option(
+            "--default-spend-ceiling",
+            help="Drop the schedule's own spend ceiling: the fleet's default applies again.",
+        ),
+    ] = False,
 ) -> None:
     """Change a schedule at runtime; running replicas pick it up on their next tick."""
     from scheduler.schedules import ScheduleConflict, ScheduleNotFound
@@ -313,6 +342,11 @@ def update(
         changes["probe"] = _probe_mode(probe)
     if notify is not None:
         changes["notify"] = notify
+    ceiling = _day_ceiling(max_tokens_per_day, max_cost_per_day)
+    if ceiling is not None and default_spend_ceiling:
+        _fail("give --max-tokens-per-day / --max-cost-per-day or --default-spend-ceiling, not both")
+    if ceiling is not None or default_spend_ceiling:
+        changes["spend"] = ceiling
     if not changes:
         _fail("nothing to change; give at least one option, e.g. --every 30m")
     settings = _settings()
@@ -338,7 +372,7 @@ def list_schedules(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
     verdicts = _verdicts(store, settings)
     schedules = store.all()
     if json_out:
-        _print_json([_as_dict(store, s, verdicts) for s in schedules])
+        _print_json([_as_dict(store, settings, s, verdicts) for s in schedules])
         return
     if not schedules:
         typer.echo(
@@ -403,7 +437,7 @@ def show(ref: RefArg, json_out: JsonOpt = False) -> None:
     settings = _settings()
     store = _store(settings)
     schedule = _get(store, ref)
-    data = _as_dict(store, schedule, _verdicts(store, settings))
+    data = _as_dict(store, settings, schedule, _verdicts(store, settings))
     if json_out:
         _print_json(data)
         return
@@ -421,6 +455,7 @@ def show(ref: RefArg, json_out: JsonOpt = False) -> None:
         f"model:       {schedule.model or '(settings)'}",
         f"notify:      {', '.join(schedule.notify) or '-'}",
         f"next fire:   {_when(store.next_fire_at(schedule), schedule.timezone)}",
+        *_spend_lines(schedule, data["spend_today"]),
     ]
     if schedule.last_fire is not None:
         lines.append(
@@ -552,16 +587,46 @@ def _last_verdicts(schedule: Schedule, verdicts: VerdictStore | None) -> dict[st
 
 
 def _as_dict(
-    store: ScheduleStore, schedule: Schedule, verdicts: VerdictStore | None = None
+    store: ScheduleStore,
+    settings: AssaySettings,
+    schedule: Schedule,
+    verdicts: VerdictStore | None = None,
 ) -> dict[str, Any]:
     """The API's ScheduleView (same fields, same timestamps), plus the last fire's verdicts."""
     from assay.api_models import ScheduleView
+    from assay.spend_view import schedule_today
 
-    stored = schedule.model_dump(exclude={"next_fire_at"})
-    view = ScheduleView(**stored, next_fire_at=store.next_fire_at(schedule))
+    stored = schedule.model_dump(exclude={"next_fire_at", "spend_today"})
+    view = ScheduleView(
+        **stored,
+        next_fire_at=store.next_fire_at(schedule),
+        spend_today=schedule_today(schedule, store.spend, settings),
+    )
     data: dict[str, Any] = view.model_dump(mode="json")
     data["last_verdicts"] = _last_verdicts(schedule, verdicts)
     return data
+
+
+def _day_ceiling(tokens: str | None, cost: str | None) -> Any:
+    """The --max-*-per-day flags as a spend ceiling (None when neither is given)."""
+    return spend_ceiling(
+        tokens, cost, tokens_flag="--max-tokens-per-day", cost_flag="--max-cost-per-day"
+    )
+
+
+def _spend_lines(schedule: Schedule, today: dict[str, Any]) -> list[str]:
+    """`schedule show`: the spend ceiling in force and what this UTC day spent of it."""
+    from assay.fleet_render import spend_summary
+    from schemas.spend import ScopeSpend
+
+    spend = ScopeSpend.model_validate(today)
+    if schedule.spend is not None:
+        ceiling = schedule.spend.describe("per UTC day")
+    elif spend.ceilings:
+        ceiling = "the fleet's default (ASSAY_SPEND_SCHEDULE_*)"
+    else:
+        ceiling = "none"
+    return [f"spend ceiling: {ceiling}", f"spent today: {spend.period}: {spend_summary(spend)}"]
 
 
 def _when(moment: datetime | None, zone: str) -> str:

@@ -72,6 +72,8 @@ from workers.core.metrics import (
 from workers.core.probes.compile import judge
 from workers.core.probes.runner import backend_of
 from workers.core.prompt_tally import PromptTally
+from workers.core.spend_guard import BUDGET_KIND as SPEND_CEILING
+from workers.core.spend_guard import Reservation, SpendGuard, SpendRefused
 from workers.core.tool_schemas import Tools
 from workers.core.toolsets.base import ToolRegistry
 from workers.core.toolsets.factory import build_registry
@@ -110,6 +112,7 @@ class EngineDeps:
     tools: ToolsFactory = build_registry
     on_step: StepCallback | None = None
     rate_limiter: RateLimiter | None = None
+    spend_guard: SpendGuard | None = None  # ceilings over many runs (workers/core/spend_guard.py)
     allow_defer: bool = False
     sleep: Callable[[float], None] = time.sleep
 
@@ -222,6 +225,7 @@ class _Run:
         self.probe_outcome: ProbeOutcome | None = None
         # The planner conversation's token count, kept per run (each message counted once).
         self.tally = PromptTally(self.llm, self.model)
+        self._reservation: Reservation | None = None  # the spend guard's, until settled
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -375,6 +379,7 @@ class _Run:
                     f"the fleet's model rate limit left no time before the deadline: {exc}",
                 ) from exc
             allowance = self.meter.allow_call(prompt_tokens)
+        self._reserve_spend(allowance.prompt_tokens_estimate, allowance.max_completion_tokens)
         call = LLMCall(
             model=self.model,
             messages=messages,
@@ -390,6 +395,7 @@ class _Run:
                 reply = self.llm.complete(call)
         except LLMError as exc:
             observe_model_call(self.model, ok=False)
+            self._settle_spend(0, 0)  # no reply: nothing to charge
             if exc.kind == "deadline":
                 raise BudgetExhausted("deadline", exc.message) from exc
             raise
@@ -436,6 +442,7 @@ class _Run:
             completion_estimate=estimate_completion_tokens(reply),
         )
         usage = self.meter.record(prompt, completion)
+        self._settle_spend(prompt + completion, usage.cost_usd)
         observe_model_reply(
             self.model, prompt_tokens=prompt, completion_tokens=completion, attempts=reply.attempts
         )
@@ -450,6 +457,25 @@ class _Run:
         return StepUsage(
             **usage.model_dump(), latency_seconds=reply.latency_seconds, anomaly=anomaly
         )
+
+    def _reserve_spend(self, prompt_tokens: int, max_completion: int) -> None:
+        """Hold the call's estimate against the ceilings shared with other runs, if any."""
+        guard = self.deps.spend_guard
+        if guard is None:
+            return
+        price = self.meter.price
+        cost = price.cost(prompt_tokens, max_completion) if price is not None else None
+        try:
+            self._reservation = guard.reserve(
+                self.request, prompt_tokens + max_completion, cost, self.meter.deadline
+            )
+        except SpendRefused as exc:
+            raise BudgetExhausted(SPEND_CEILING, exc.message) from exc
+
+    def _settle_spend(self, tokens: int, cost_usd: float | None) -> None:
+        reservation, self._reservation = self._reservation, None
+        if reservation is not None and self.deps.spend_guard is not None:
+            self.deps.spend_guard.settle(reservation, tokens, cost_usd)
 
     # -- actions -------------------------------------------------------------------------
 

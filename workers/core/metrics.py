@@ -86,6 +86,43 @@ MODEL_RETRIES = Counter(
     namespace=NAMESPACE,
 )
 
+# --- spend guard (workers/fleet/spend.py) ------------------------------------------------------
+SPEND_TOKENS = Counter(
+    "spend_tokens",
+    "Tokens model calls used, fleet-wide, as each call settled (a worker's own calls).",
+    namespace=NAMESPACE,
+)
+SPEND_COST = Counter(
+    "spend_cost_usd",
+    "US dollars model calls cost, fleet-wide, as each call settled (models with a known price).",
+    namespace=NAMESPACE,
+)
+SPEND_SCHEDULE_TOKENS = Counter(
+    "spend_schedule_tokens",
+    "Tokens the runs of each schedule used, as each call settled.",
+    ["schedule_id"],
+    namespace=NAMESPACE,
+)
+SPEND_SCHEDULE_COST = Counter(
+    "spend_schedule_cost_usd",
+    "US dollars the runs of each schedule cost, as each call settled.",
+    ["schedule_id"],
+    namespace=NAMESPACE,
+)
+SPEND_REFUSALS = Counter(
+    "spend_refusals",
+    "Model calls a spend ceiling stopped (their runs ended cannot_determine), by ceiling "
+    "(fleet-hour, fleet-day, schedule, batch) and resource (tokens, cost).",
+    ["ceiling", "resource"],
+    namespace=NAMESPACE,
+)
+SCHEDULE_FIRES_SKIPPED = Counter(
+    "schedule_fires_skipped",
+    "Schedule fires skipped because the schedule's spend ceiling for that UTC day is reached.",
+    ["schedule_id"],
+    namespace=NAMESPACE,
+)
+
 # --- tools --------------------------------------------------------------------------------------
 TOOL_CALLS = Counter(
     "tool_calls",
@@ -176,6 +213,29 @@ def observe_model_reply(
 def observe_usage_anomaly(model: str) -> None:
     """Count a reply whose usage figures could not be taken as reported."""
     _child(MODEL_USAGE_ANOMALIES, model).inc()
+
+
+def observe_spend(schedule_id: str | None, tokens: int, cost_usd: float | None) -> None:
+    """Count what one model call used, fleet-wide and for its schedule."""
+    tokens = max(0, tokens)
+    SPEND_TOKENS.inc(tokens)
+    if cost_usd is not None and cost_usd > 0:
+        SPEND_COST.inc(cost_usd)
+    if schedule_id:
+        _child(SPEND_SCHEDULE_TOKENS, schedule_id).inc(tokens)
+        if cost_usd is not None and cost_usd > 0:
+            _child(SPEND_SCHEDULE_COST, schedule_id).inc(cost_usd)
+
+
+def observe_spend_refusal(ceiling: str, resource: str) -> None:
+    """Count a model call a spend ceiling stopped."""
+    _child(SPEND_REFUSALS, ceiling, resource).inc()
+
+
+def observe_schedule_skips(schedule_id: str, fires: int) -> None:
+    """Count schedule fires skipped for a reached spend ceiling."""
+    if fires > 0:
+        _child(SCHEDULE_FIRES_SKIPPED, schedule_id).inc(fires)
 
 
 def observe_tool_call(tool: str, *, ok: bool) -> None:
@@ -358,6 +418,98 @@ class NotifyCollector(Collector):
             families["oldest"].add_metric([status.sink], status.oldest_pending_seconds or 0.0)
             families["dead"].add_metric([status.sink], status.dead_letters)
         yield from families.values()
+
+
+class CeilingRow(Protocol):
+    """One ceiling of a current period, as the spend store reads it (schemas.spend)."""
+
+    @property
+    def resource(self) -> str: ...
+    @property
+    def limit(self) -> float: ...
+    @property
+    def spent(self) -> float: ...
+    @property
+    def remaining(self) -> float: ...
+
+
+class SpendRow(Protocol):
+    """One scope's current period (schemas.spend.ScopeSpend)."""
+
+    @property
+    def scope(self) -> str: ...
+    @property
+    def scope_id(self) -> str | None: ...
+    @property
+    def period(self) -> str: ...
+    @property
+    def skipped_fires(self) -> int: ...
+    @property
+    def ceilings(self) -> Iterable[CeilingRow]: ...
+
+
+class SpendCollector(Collector):
+    """Spend ceilings now, read from Redis at scrape time (the API serves them).
+
+    - ``assay_spend_ceiling_remaining{scope, scope_id, resource}``: what is left of each
+      ceiling in its current period (limit - spent - held by calls in flight);
+    - ``assay_spend_ceiling_limit`` and ``assay_spend_ceiling_spent``, same labels;
+    - ``assay_spend_schedule_skipped_fires{schedule_id}``: fires skipped today (UTC).
+
+    ``scope`` is fleet_hour, fleet_day, schedule or batch. Redis down: no samples and
+    ``assay_spend_gauges_up 0``.
+    """
+
+    def __init__(self, read_rows: Callable[[], Iterable[SpendRow]]) -> None:
+        self._read_rows = read_rows
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily(
+            f"{NAMESPACE}_spend_gauges_up", "1 when the spend store answered the last scrape."
+        )
+        try:
+            rows = list(self._read_rows())
+        except Exception:  # a scrape must never fail because Redis is down
+            up.add_metric([], 0)
+            yield up
+            return
+        labels = ["scope", "scope_id", "resource"]
+        remaining = GaugeMetricFamily(
+            f"{NAMESPACE}_spend_ceiling_remaining",
+            "What is left of each spend ceiling in its current period (tokens, or US dollars "
+            "for resource cost_usd): limit minus spent minus what calls in flight hold.",
+            labels=labels,
+        )
+        limit = GaugeMetricFamily(
+            f"{NAMESPACE}_spend_ceiling_limit", "Each spend ceiling, per period.", labels=labels
+        )
+        spent = GaugeMetricFamily(
+            f"{NAMESPACE}_spend_ceiling_spent",
+            "What was spent against each ceiling in its current period.",
+            labels=labels,
+        )
+        skipped = GaugeMetricFamily(
+            f"{NAMESPACE}_spend_schedule_skipped_fires",
+            "Fires of each schedule skipped today (UTC) because its spend ceiling is reached.",
+            labels=["schedule_id"],
+        )
+        for row in rows:
+            scope = row.scope
+            if scope == "fleet":
+                scope = "fleet_hour" if "T" in row.period else "fleet_day"
+            for ceiling in row.ceilings:
+                values = [scope, row.scope_id or "", ceiling.resource]
+                remaining.add_metric(values, ceiling.remaining)
+                limit.add_metric(values, ceiling.limit)
+                spent.add_metric(values, ceiling.spent)
+            if row.scope == "schedule":
+                skipped.add_metric([row.scope_id or ""], row.skipped_fires)
+        up.add_metric([], 1)
+        yield remaining
+        yield limit
+        yield spent
+        yield skipped
+        yield up
 
 
 _registered: dict[str, Collector] = {}

@@ -14,6 +14,11 @@ notifier's own keys (``P`` = the key prefix, ``S`` = the sink name)::
     P:notify:S:reports         hash    target -> JSON list of the namespaces (null: the
                                        cluster report) a policyreport sink wrote there
 
+Spend-ceiling events (80% and 100% of a ceiling) reach the same sinks the same way:
+:func:`spend_feed` reads the spend guard's stream ``P:spend:events``
+(workers/fleet/spend.py) through the sink's group ``notify:S`` on it, with keys of
+their own: ``P:notify:S:spend:attempts``, ``:dead`` and ``:stats``.
+
 How delivery stays at least once per sink: one consumer group per sink, so every
 sink reads every change; a notifier reads new entries with ``XREADGROUP >``, which
 puts them in its pending list, and acknowledges an entry only after the sink took
@@ -36,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from schemas.notify import SinkStatus
 from schemas.verdict import VerdictKind
 from workers.fleet.redis_client import group_entries, stream_entries, text
+from workers.fleet.spend import events_key
 from workers.fleet.store import change_from_fields
 
 if TYPE_CHECKING:
@@ -164,17 +170,29 @@ def _entry(entry_id: str, fields: dict[str, str] | None) -> FeedEntry:
 class SinkFeed:
     """The change stream as one sink's consumer group sees it, for one consumer."""
 
-    def __init__(self, store: VerdictStore, sink: str, consumer: str) -> None:
+    def __init__(
+        self,
+        store: VerdictStore,
+        sink: str,
+        consumer: str,
+        *,
+        stream: str | None = None,
+        channel: str | None = None,
+    ) -> None:
+        """The verdict changes by default; ``stream`` and ``channel`` name another stream
+        and the part of the sink's keys that holds its attempts, dead letters and counters
+        (:func:`spend_feed`)."""
         self.client = store.client
         self.sink = sink
         self.consumer = consumer
-        self.stream = store.key("changes")
+        self.stream = stream or store.key("changes")
         self.group = f"notify:{sink}"
-        self._attempts = store.key("notify", sink, "attempts")
-        self._dead = store.key("notify", sink, "dead")
-        self._stats = store.key("notify", sink, "stats")
-        self._told = store.key("notify", sink, "told")
-        self._reports = store.key("notify", sink, "reports")
+        base = ("notify", sink) if channel is None else ("notify", sink, channel)
+        self._attempts = store.key(*base, "attempts")
+        self._dead = store.key(*base, "dead")
+        self._stats = store.key(*base, "stats")
+        self._told = store.key(*base, "told")
+        self._reports = store.key(*base, "reports")
         self._claim_cursor = "0-0"
         self._keep_script = self.client.register_script(_KEEP_LUA)
         self._ack_script = self.client.register_script(_ACK_LUA)
@@ -368,3 +386,8 @@ class SinkFeed:
             consumers=int(group.get("consumers") or 0),
             **counts,
         )
+
+
+def spend_feed(store: VerdictStore, sink: str, consumer: str) -> SinkFeed:
+    """One sink's view of the spend guard's threshold events (80% / 100% of a ceiling)."""
+    return SinkFeed(store, sink, consumer, stream=events_key(store.prefix), channel="spend")

@@ -55,6 +55,7 @@ from schemas.verdict import EXIT_CODES, Evidence, Verdict, VerdictKind
 from workers.core.engine import EngineDeps, effective_budget, evaluate
 from workers.core.probes.runner import backend_of, run_probe_with_results
 from workers.core.probes.sensitivity import check_sensitivity
+from workers.core.spend_guard import BUDGET_KIND as SPEND_CEILING
 from workers.fleet.probe_store import CompileClaim, ProbeLookup, ProbeStore
 
 PROBE_MODEL = "(probe)"
@@ -311,7 +312,9 @@ class _Rerun:
         return None
 
     # -- outcomes --------------------------------------------------------------------------
-    def _probe_verdict(self, record: ProbeRecord, run: ProbeRun) -> RunReport:
+    def _probe_verdict(
+        self, record: ProbeRecord, run: ProbeRun, note: str = "re-run by probe (0 model tokens)"
+    ) -> RunReport:
         assert run.verdict is not None
         if self.probes is not None and self._own(record):
             self.probes.put(
@@ -325,7 +328,7 @@ class _Rerun:
             )
             if self.request.batch_id:  # the batch's other targets may use it too
                 self.probes.save_batch_probe(self.request.batch_id, record)
-        outcome = _outcome(record, run, "accepted", "re-run by probe (0 model tokens)")
+        outcome = _outcome(record, run, "accepted", note)
         verdict = _verdict(
             self.request,
             self.deps,
@@ -361,6 +364,17 @@ class _Rerun:
                 "confirmation and too little of the run's time budget was left to ask it.",
             )
         report = self._model(None, count_agreement=False, spent_seconds=self._spent(left))
+        if why == "revalidate" and _stopped_by_spend_ceiling(report):
+            # A re-validation is routine, not doubt: a spend ceiling that stops it leaves the
+            # probe's verdict standing (0 tokens), and the probe due again at its next run.
+            # A flip is different: it is never recorded without the model (below).
+            assert report.verdict is not None
+            return self._probe_verdict(
+                record,
+                run,
+                f"re-run by probe (0 model tokens); its re-validation waits: "
+                f"{report.verdict.reason}",
+            )
         model_verdict = report.verdict.verdict if report.verdict else None
         if model_verdict not in (VerdictKind.TRUE, VerdictKind.FALSE):
             # Undecided: nothing to compare; the probe stays as it was, unvalidated.
@@ -614,3 +628,8 @@ def _cannot_determine(
         duration=duration,
     )
     return _report(request, deps, verdict, outcome)
+
+
+def _stopped_by_spend_ceiling(report: RunReport) -> bool:
+    """The model run ended because a spend ceiling over many runs stopped one of its calls."""
+    return report.verdict is not None and report.verdict.budget_exhausted == SPEND_CEILING

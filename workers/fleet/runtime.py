@@ -1,4 +1,5 @@
-"""What a worker process holds for all its runs: settings, store, limiter, model client.
+"""What a worker process holds for all its runs: settings, store, limiter, spend guard, model
+client.
 
 Built once per process on first use (threads share it: the redis client's
 connection pool and the litellm client are thread-safe), plus the start-up
@@ -28,6 +29,7 @@ from workers.fleet.dispatch import Dispatcher
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.ratelimit import FleetRateLimiter
 from workers.fleet.recovery import start_sweeper
+from workers.fleet.spend import FleetSpendGuard
 from workers.fleet.store import VerdictStore
 
 _log = structlog.get_logger(__name__)
@@ -39,6 +41,7 @@ class WorkerRuntime:
     redis: redis.Redis
     store: VerdictStore
     limiter: FleetRateLimiter | None
+    spend: FleetSpendGuard  # every model call is reserved and settled (docs/fleet.md)
     llm: Any
     probes: ProbeStore  # one per process: building it registers its Lua scripts (SHA-1 each)
 
@@ -56,6 +59,7 @@ class WorkerRuntime:
             redis=client,
             store=store,
             limiter=FleetRateLimiter.from_settings(settings, client),
+            spend=FleetSpendGuard.from_settings(settings, client),
             llm=LiteLLMClient(settings),
             probes=ProbeStore.beside(store, settings),
         )
@@ -65,6 +69,7 @@ class WorkerRuntime:
             settings=self.settings,
             llm=self.llm,
             rate_limiter=self.limiter,
+            spend_guard=self.spend,
             allow_defer=allow_defer,
         )
 
