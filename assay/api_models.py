@@ -160,6 +160,11 @@ class ScheduleCreate(_Body):
         description="Notify routes: sinks that hear this schedule's verdict changes whatever "
         "their own check and target filters say.",
     )
+    spend: SpendCeiling | None = Field(
+        default=None,
+        description="Token and cost ceilings per UTC day over the schedule's runs; None = "
+        "the fleet's default (spend_schedule_*).",
+    )
 
 
 class ApplyBody(_Body):
@@ -213,11 +218,6 @@ class ApplyOutcome(_Body):
 
 class DocumentList(_Body):
     documents: list[dict[str, Any]] = Field(description="What `apply` reads, by name.")
-    spend: SpendCeiling | None = Field(
-        default=None,
-        description="Token and cost ceilings per UTC day over the schedule's runs; None = "
-        "the fleet's default (spend_schedule_*).",
-    )
 
 
 class ScheduleUpdate(_Body):

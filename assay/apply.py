@@ -48,6 +48,7 @@ from schemas.declarative import (
     MAX_SOURCE_LENGTH,
     SOURCE_LABEL,
     BudgetSpec,
+    CeilingsSpec,
     CheckDefinition,
     CheckDocument,
     CheckSpec,
@@ -78,6 +79,7 @@ _SCHEDULE_LOCS: dict[str, tuple[str, ...]] = {
     "profile": ("spec", "profile"),
     "budget": ("spec", "budget"),
     "model": ("spec", "model"),
+    "spend": ("spec", "ceilings"),
 }
 
 
@@ -204,6 +206,8 @@ def schedule_document(schedule: Schedule) -> dict[str, Any]:
         spec["jitter"] = short_duration(schedule.jitter_seconds)
     if not schedule.enabled:
         spec["paused"] = True
+    if schedule.spend is not None:
+        spec["ceilings"] = _dump(CeilingsSpec.of(schedule.spend))
     return {
         "apiVersion": API_VERSION,
         "kind": "Schedule",
@@ -351,6 +355,7 @@ def _plan_schedule(
         "misfire": spec.misfire,
         "jitter_seconds": duration_seconds(spec.jitter) if spec.jitter is not None else 0.0,
         "notify": spec.notify,
+        "spend": spec.ceilings.as_spend() if spec.ceilings is not None else None,
         "labels": _labels(item, current.labels if current else None, source),
     }
     if current is not None:

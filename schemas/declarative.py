@@ -25,9 +25,9 @@ number). ``metadata.labels`` are the user's, except :data:`SOURCE_LABEL`, which
 `assay apply` manages: it records which source created an object, and ``--prune``
 deletes only objects carrying its own source (a label given in a file is ignored).
 
-Two fields are reserved for parts still being built and are refused with that reason
-until then: ``spec.policy`` (an imported admission policy instead of a predicate) and
-``spec.ceilings`` (a schedule's token and cost ceilings per day).
+A schedule's ``spec.ceilings`` are its spend ceilings per UTC day (``Schedule.spend``).
+One field is reserved for a part still being built and is refused with that reason
+until then: ``spec.policy`` (an imported admission policy instead of a predicate).
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ from schemas.schedule import (
     ScheduleTargets,
     known_zone,
     valid_cron,
+)
+from schemas.spend import (
+    MAX_CEILING_COST_USD,
+    MAX_CEILING_TOKENS,
+    MIN_CEILING_TOKENS,
+    SpendCeiling,
 )
 
 API_VERSION = "assay.dev/v1alpha1"
@@ -286,10 +292,34 @@ class CheckSpec(_EvaluationSpec):
 
 
 class CeilingsSpec(_Spec):
-    """Reserved: a schedule's spend ceilings per day."""
+    """A schedule's spend ceilings per UTC day over all its runs (docs/fleet.md, spend)."""
 
-    tokens_per_day: int | None = Field(default=None, ge=1)
-    cost_per_day_usd: float | None = Field(default=None, gt=0)
+    tokens_per_day: int | None = Field(
+        default=None,
+        ge=MIN_CEILING_TOKENS,
+        le=MAX_CEILING_TOKENS,
+        description="Most tokens (prompt + completion) per UTC day.",
+    )
+    cost_per_day_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CEILING_COST_USD,
+        description="Most US dollars per UTC day (models whose price litellm knows).",
+    )
+
+    @model_validator(mode="after")
+    def _as_ceiling(self) -> CeilingsSpec:
+        if self.tokens_per_day is None and self.cost_per_day_usd is None:
+            raise ValueError("give tokensPerDay, costPerDayUsd or both")
+        self.as_spend()  # the ceiling's own rules (a whole number, finite, one of the two)
+        return self
+
+    def as_spend(self) -> SpendCeiling:
+        return SpendCeiling(tokens=self.tokens_per_day, cost_usd=self.cost_per_day_usd)
+
+    @classmethod
+    def of(cls, ceiling: SpendCeiling) -> CeilingsSpec:
+        return cls(tokens_per_day=ceiling.tokens, cost_per_day_usd=ceiling.cost_usd)
 
 
 class ScheduleSpec(_EvaluationSpec):
@@ -311,18 +341,9 @@ class ScheduleSpec(_EvaluationSpec):
     paused: bool = Field(default=False, description="True: stored, but does not fire.")
     ceilings: CeilingsSpec | None = Field(
         default=None,
-        description="Reserved: tokens and cost per day. Refused until spend ceilings exist.",
+        description="Spend ceilings per UTC day; none = the fleet's defaults. A day whose "
+        "ceiling is reached skips the schedule's fires until the next UTC day.",
     )
-
-    @field_validator("ceilings")
-    @classmethod
-    def _ceilings_reserved(cls, ceilings: CeilingsSpec | None) -> CeilingsSpec | None:
-        if ceilings is not None:
-            raise ValueError(
-                "ceilings are reserved for spend ceilings per schedule, which this version "
-                "does not enforce yet; remove them"
-            )
-        return ceilings
 
     @field_validator("time_zone")
     @classmethod

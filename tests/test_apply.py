@@ -161,7 +161,8 @@ def test_get_yaml_round_trips_through_apply(
 ) -> None:
     extra = (
         "probe: only\n  jitter: 30s\n  misfire: run_once\n  paused: true\n  notify: [ops]\n"
-        "  evaluation: query\n  budget: {maxIterations: 5, maxCostUsd: 0.5, timeout: 90.5}"
+        "  evaluation: query\n  budget: {maxIterations: 5, maxCostUsd: 0.5, timeout: 90.5}\n"
+        "  ceilings: {tokensPerDay: 250000, costPerDayUsd: 2.5}"
     )
     spread = INTERVAL.replace("probe: only", extra)
     folder = write(tmp_path / "in", **{"all.yaml": "---\n".join([SCHEDULE, CHECK, spread])})
@@ -172,6 +173,9 @@ def test_get_yaml_round_trips_through_apply(
     assert code == 0
     assert "paused: true" in exported_schedules and "jitter: 30s" in exported_schedules
     assert "timeout: 90.5" in exported_schedules and "evaluation: query" in exported_schedules
+    assert "tokensPerDay: 250000" in exported_schedules
+    spend = schedules(cli_env).get("quarter-hourly").spend
+    assert spend is not None and (spend.tokens, spend.cost_usd) == (250000, 2.5)
     before = snapshot_of_store(cli_env)
     exported = write(tmp_path / "out", **{"s.yaml": exported_schedules, "c.yaml": exported_checks})
     code, out, err = run(capsys, "apply", "-f", str(exported), "--source", "rt")
@@ -355,10 +359,17 @@ BAD_FILES = [
     ),
     (
         "ceilings",
-        INTERVAL.replace("probe: only", "ceilings: {tokensPerDay: 1000}"),
+        INTERVAL.replace("probe: only", "ceilings: {tokensPerDay: 10}"),
+        9,
+        "spec.ceilings.tokensPerDay",
+        "greater than or equal to 1000",
+    ),
+    (
+        "no ceiling",
+        INTERVAL.replace("probe: only", "ceilings: {}"),
         9,
         "spec.ceilings",
-        "reserved",
+        "tokensPerDay, costPerDayUsd or both",
     ),
     (
         "sink",
