@@ -222,10 +222,12 @@ def create_app(settings: AssaySettings | None = None) -> FastAPI:
     install_error_handlers(app)
     _add_operational_routes(app)
 
+    from assay.api_policies import router as policies_router
     from assay.api_probes import router as probes_router
 
     app.include_router(v1_router)
     app.include_router(probes_router)
+    app.include_router(policies_router)
     app.add_middleware(BodySizeLimit, limit=settings.api_max_body_bytes)
     app.add_middleware(RequestLogAndMetrics)
     _register_collectors(settings)

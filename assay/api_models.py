@@ -19,6 +19,7 @@ from schemas.declarative import LABEL_VALUE_PATTERN, MAX_SOURCE_LENGTH
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
 from schemas.notify import SinkName
+from schemas.policy import SET_NAME_PATTERN, ImportedPolicy
 from schemas.probe import AgreementEntry, ProbeMode, ProbeRecord
 from schemas.report import RunReport
 from schemas.request import MAX_TEXT_LENGTH, EvaluationKind, Target, ToolsetName
@@ -347,3 +348,31 @@ class ProbeTest(_Body):
         "the most a caller may ask for. Past it the run has no verdict and "
         "budget_exhausted is deadline.",
     )
+
+
+MAX_IMPORT_CHARS = 4 * 1024 * 1024
+
+
+class PolicyImport(_Body):
+    """Policy documents to import, as the files hold them (several YAML documents, Lists)."""
+
+    documents: str = Field(
+        min_length=1,
+        max_length=MAX_IMPORT_CHARS,
+        description="YAML or JSON text: ValidatingAdmissionPolicy (+ binding, + params object), "
+        "Kyverno ValidatingPolicy or ClusterPolicy, Gatekeeper ConstraintTemplate + constraints.",
+    )
+    policy_set: str | None = Field(
+        default=None,
+        pattern=SET_NAME_PATTERN,
+        description="Make the imported policies exactly the set policy-set:NAME.",
+    )
+    source: str = Field(default="-", max_length=4096, description="Named in refusals.")
+    dry_run: bool = Field(default=False, description="Say what would be imported; store nothing.")
+
+
+class PolicyList(_Body):
+    """The imported policies, and each set with its policies' names."""
+
+    policies: list[ImportedPolicy]
+    sets: dict[str, list[str]]

@@ -33,7 +33,7 @@ from schemas.request import target_names
 from schemas.verdict import Verdict, VerdictKind
 
 if TYPE_CHECKING:
-    from schemas.probe import ProbeOutcome
+    from schemas.probe import ObjectRef, ProbeOutcome
     from schemas.report import RunReport
     from workers.fleet.store import VerdictStore
 
@@ -102,49 +102,57 @@ def policy_name(declared_by: str | None, check_id: str) -> str:
 def object_results(outcome: ProbeOutcome | None, verdict: Verdict) -> list[ObjectResult] | None:
     """Per-object results of an accepted probe over each object, when it gave this verdict.
 
-    A probe that stops at the first failing object (the engine's own, today) names the
-    objects it judged before it and the failing one; those after it were not judged
-    and are left out. A probe that records every object's violation (an imported
-    policy) gives every object it read, with the policy's message for each violation.
+    An imported policy's probe judges every object it reads: each violation is a failing
+    object with the policy's message, and when every object read was judged (no match
+    condition left one out) the others passed. A model's probe stops at the first failing
+    object: the objects read before it passed, it failed, the rest were not judged and are
+    left out.
     """
-    if outcome is None or outcome.status != "accepted" or outcome.probe.scope != "each_object":
+    if outcome is None or outcome.status != "accepted" or outcome.probe is None:
         return None
-    run = outcome.run
-    if run.verdict is None or run.verdict != verdict.verdict:
+    probe, run = outcome.probe, outcome.run
+    if probe.scope != "each_object" or run.verdict is None or run.verdict != verdict.verdict:
         return None
-    probe = outcome.probe
     passes = probe.verdict_for(True) == VerdictKind.TRUE
     fails = probe.verdict_for(False) == VerdictKind.TRUE
-    violations = getattr(run, "violations", None)
-    results: list[ObjectResult] = []
-    if isinstance(violations, list):
-        messages = {
-            (v.namespace or "", v.name): getattr(v, "message", None) or None for v in violations
+    failing: dict[tuple[str, str], ObjectRef] = {
+        (v.namespace or "", v.name): v for v in run.violations
+    }
+    failing.update(
+        {
+            (r.namespace or "", r.name): r
+            for r in run.deciding
+            if (r.namespace or "", r.name) not in failing
         }
-        for ref in run.objects:
-            key = (ref.namespace or "", ref.name)
-            failed = key in messages
+    )
+    kind = run.objects[0].kind if run.objects else "Object"
+    results: list[ObjectResult] = []
+    if probe.origin is not None:
+        for ref in failing.values():
+            message = getattr(ref, "message", "") or None
             results.append(
-                ObjectResult(
-                    ref.kind,
-                    ref.name,
-                    ref.namespace,
-                    fails if failed else passes,
-                    messages.get(key),
-                )
+                ObjectResult(_kind(ref.kind, kind), ref.name, ref.namespace, fails, message)
             )
+        if run.judged_total == run.objects_read:  # nothing left out: the others passed
+            for ref in run.objects:
+                if (ref.namespace or "", ref.name) not in failing:
+                    results.append(ObjectResult(ref.kind, ref.name, ref.namespace, passes))
         return results
-    failing = {(ref.namespace or "", ref.name) for ref in run.deciding}
     for ref in run.objects:
         key = (ref.namespace or "", ref.name)
         if key in failing:
-            results.append(ObjectResult(ref.kind, ref.name, ref.namespace, fails))
+            message = getattr(failing[key], "message", "") or None
+            results.append(ObjectResult(ref.kind, ref.name, ref.namespace, fails, message))
             return results  # objects after the first failure were not judged
         results.append(ObjectResult(ref.kind, ref.name, ref.namespace, passes))
-    kind = run.objects[0].kind if run.objects else "Object"
-    for ref in run.deciding:  # beyond the references kept: still the deciding object
-        results.append(ObjectResult(kind, ref.name, ref.namespace, fails))
+    for ref in failing.values():  # beyond the references kept: still the deciding object
+        message = getattr(ref, "message", "") or None
+        results.append(ObjectResult(kind, ref.name, ref.namespace, fails, message))
     return results
+
+
+def _kind(recorded: str, fallback: str) -> str:
+    return recorded if recorded and recorded != "?" else fallback
 
 
 def gather(

@@ -15,7 +15,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from schemas.probe import ProposedProbe
 from schemas.verdict import VerdictKind
@@ -98,6 +108,43 @@ class Done(_Action):
         "boolean CEL expression over the objects they return that reproduces this verdict "
         "(docs/probes.md). The engine runs it itself and keeps it only if it agrees.",
     )
+    _probe_dropped: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _drop_invalid_probe(cls, data: Any, handler: ModelWrapValidatorHandler[Done]) -> Done:
+        """A probe is optional: one that is no valid probe (too long, a wrong shape, an
+        ``origin`` a model may not set) is dropped with its reason, never the DONE it came
+        with. Asking the model again cost the verdict (issue 31): it stands on its evidence."""
+        proposal = data.get("probe") if isinstance(data, dict) else None
+        if proposal is None:
+            return handler(data)
+        problem = _probe_problem(proposal)
+        if problem is None:
+            return handler(data)
+        done = handler({**data, "probe": None})
+        done._probe_dropped = problem
+        return done
+
+    @property
+    def probe_dropped(self) -> str | None:
+        """Why the probe this DONE carried was dropped (None: it had none, or it was valid)."""
+        return self._probe_dropped
+
+
+def _probe_problem(proposal: Any) -> str | None:
+    """Why ``proposal`` is no probe a model may propose; None when it is one."""
+    if isinstance(proposal, dict) and proposal.get("origin") is not None:
+        return "origin is set by `assay probe import` only, never by a model"
+    try:
+        ProposedProbe.model_validate(proposal)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(part) for part in error['loc']) or 'probe'}: {error['msg']}"
+            for error in exc.errors()[:3]
+        ]
+        return "; ".join(problems)[:1000]
+    return None
 
 
 class Error(_Action):

@@ -18,6 +18,13 @@ What the expression sees (docs/probes.md):
   is true for every object (false on the first object where it is false). This
   is the shape a ValidatingAdmissionPolicy or a Kyverno policy can enforce, so
   only such probes are exportable.
+
+A probe may also carry what a ValidatingAdmissionPolicy has (issue 31): ``variables``
+(named sub-expressions, read as ``variables.NAME``, evaluated lazily), ``validations``
+(each with its message) in place of the one ``expression``, ``match_conditions`` (which
+objects are judged at all), ``params`` (bound as ``params``), and, for probes that came
+from ``assay probe import`` only (``origin`` set by the importer, never by a model),
+``empty_result: "pass"`` (admission semantics: nothing to violate).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from schemas.budget import PROFILES, ProfileName
 from schemas.verdict import VerdictKind
@@ -37,7 +44,15 @@ ProbeStatus = Literal["accepted", "rejected", "failed"]
 DecisiveVerdict = Literal["true", "false"]
 
 MAX_LOOKUPS = 8
-MAX_EXPRESSION_CHARS = 4000
+MAX_EXPRESSION_CHARS = 4000  # per expression (the main one, each variable, validation, ...)
+MAX_VARIABLES = 32
+MAX_VALIDATIONS = 64
+MAX_MATCH_CONDITIONS = 64  # as a ValidatingAdmissionPolicy's matchConditions
+MAX_PROBE_CHARS = 65_536  # every expression and message of one probe together
+MAX_VIOLATIONS = 100  # violations kept in a ProbeRun (violations_total counts them all)
+CEL_IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ProbeFormat = Literal["vap", "kyverno-validatingpolicy", "kyverno-clusterpolicy", "gatekeeper"]
+EmptyResult = Literal["no_verdict", "pass"]
 
 
 class _Strict(BaseModel):
@@ -51,15 +66,87 @@ class ProbeLookup(_Strict):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+class ProbeVariable(_Strict):
+    """A named sub-expression, read as ``variables.NAME`` (a ValidatingAdmissionPolicy's
+    ``variables``): evaluated only when read, at most once per evaluation; it may read the
+    variables listed before it."""
+
+    name: str = Field(pattern=CEL_IDENTIFIER, max_length=63)
+    expression: str = Field(min_length=1, max_length=MAX_EXPRESSION_CHARS)
+
+
+class ProbeValidation(_Strict):
+    """One validation of scope each_object: an object passes when every one is true."""
+
+    expression: str = Field(min_length=1, max_length=MAX_EXPRESSION_CHARS)
+    message: str | None = Field(default=None, max_length=1024)
+    message_expression: str | None = Field(
+        default=None,
+        max_length=MAX_EXPRESSION_CHARS,
+        description="A CEL expression giving the message (a string); when it fails or gives "
+        "no string, `message` is used, then `failed expression: EXPRESSION`.",
+    )
+    reason: str | None = Field(default=None, max_length=128)
+
+
+class ProbeCondition(_Strict):
+    """A match condition (scope each_object): an object is judged only when every one is
+    true. An error in one leaves the object undecided, so the probe gives no value."""
+
+    name: str = Field(min_length=1, max_length=63)
+    expression: str = Field(min_length=1, max_length=MAX_EXPRESSION_CHARS)
+
+
+class ProbeOrigin(_Strict):
+    """Where an imported probe came from (set by ``assay probe import``, never by a model)."""
+
+    format: ProbeFormat
+    name: str = Field(min_length=1, max_length=253)
+    source: str = Field(min_length=1, max_length=4096, description="A file path, or '-'.")
+    validation_actions: list[str] = Field(default_factory=list, max_length=8)
+
+
 class ProposedProbe(_Strict):
-    """What a model proposes with a true/false DONE: lookups, a CEL expression, the mapping."""
+    """What a model proposes with a true/false DONE: lookups, a CEL expression, the mapping.
+
+    An imported policy gives the same shape with ``validations`` (and perhaps variables,
+    match conditions and params) in place of the one expression, and its ``origin``.
+    """
 
     lookups: list[ProbeLookup] = Field(min_length=1, max_length=MAX_LOOKUPS)
-    expression: str = Field(
+    expression: str | None = Field(
+        default=None,
         min_length=1,
         max_length=MAX_EXPRESSION_CHARS,
         description="A boolean CEL expression over `results` (scope results) or `object` "
-        "(scope each_object). See docs/probes.md for the supported subset.",
+        "(scope each_object), in the Kubernetes CEL environment (docs/probes.md). Exactly one "
+        "of `expression` and `validations`.",
+    )
+    variables: list[ProbeVariable] = Field(
+        default_factory=list,
+        max_length=MAX_VARIABLES,
+        description="Named sub-expressions, read as `variables.NAME`; each may read earlier ones.",
+    )
+    validations: list[ProbeValidation] = Field(
+        default_factory=list,
+        max_length=MAX_VALIDATIONS,
+        description="scope each_object: an object passes when every validation is true.",
+    )
+    match_conditions: list[ProbeCondition] = Field(
+        default_factory=list,
+        max_length=MAX_MATCH_CONDITIONS,
+        description="scope each_object: only objects for which every condition is true are judged.",
+    )
+    params: JsonValue = Field(
+        default=None, description="Bound as `params` when not null (an imported policy's)."
+    )
+    empty_result: EmptyResult = Field(
+        default="no_verdict",
+        description="scope each_object: what the probe gives when no object is judged. `pass` "
+        "only for imported probes (origin set).",
+    )
+    origin: ProbeOrigin | None = Field(
+        default=None, description="Set by `assay probe import` only; a model may not set it."
     )
     scope: ProbeScope = "results"
     when_true: DecisiveVerdict = Field(
@@ -73,14 +160,52 @@ class ProposedProbe(_Strict):
     def _shape(self) -> ProposedProbe:
         if self.when_true == self.when_false:
             raise ValueError("when_true and when_false must differ")
+        if (self.expression is None) == (not self.validations):
+            raise ValueError("give exactly one of `expression` and `validations`")
         if self.scope == "each_object":
             only = self.lookups[0] if len(self.lookups) == 1 else None
             if only is None or only.tool != "get" or only.args.get("name"):
                 raise ValueError("scope each_object needs exactly one get lookup without a name")
+        elif self.validations or self.match_conditions or self.empty_result != "no_verdict":
+            raise ValueError(
+                "validations, match_conditions and empty_result need scope each_object"
+            )
+        if self.empty_result == "pass" and self.origin is None:
+            raise ValueError(
+                "empty_result pass is for imported policies only: an empty listing is no "
+                "evidence (a wrong namespace lists nothing)"
+            )
+        names = [variable.name for variable in self.variables]
+        if len(set(names)) != len(names):
+            raise ValueError("variable names must be unique")
+        if sum(len(text) for text in self.texts()) > MAX_PROBE_CHARS:
+            raise ValueError(f"the probe's expressions and messages exceed {MAX_PROBE_CHARS} chars")
         return self
 
     def verdict_for(self, value: bool) -> VerdictKind:
         return VerdictKind(self.when_true if value else self.when_false)
+
+    def expressions(self) -> list[str]:
+        """Every CEL expression of the probe: variables, conditions, the expression or the
+        validations and their message expressions."""
+        out = [variable.expression for variable in self.variables]
+        out += [condition.expression for condition in self.match_conditions]
+        out += [self.expression] if self.expression is not None else []
+        for validation in self.validations:
+            out.append(validation.expression)
+            if validation.message_expression is not None:
+                out.append(validation.message_expression)
+        return out
+
+    def texts(self) -> list[str]:
+        """Every expression and message: what the probe's size limit counts."""
+        return self.expressions() + [v.message or "" for v in self.validations]
+
+    def summary(self) -> str:
+        """The probe's expression, or its validations joined, for one line of text."""
+        if self.expression is not None:
+            return self.expression
+        return " && ".join(f"({validation.expression})" for validation in self.validations)
 
 
 class ObjectRef(_Strict):
@@ -89,6 +214,12 @@ class ObjectRef(_Strict):
     kind: str
     name: str
     namespace: str | None = None
+
+
+class ProbeViolation(ObjectRef):
+    """An object an each_object probe judged false, with why (a validation's message)."""
+
+    message: str = ""
 
 
 class ProbeRun(_Strict):
@@ -115,6 +246,16 @@ class ProbeRun(_Strict):
         default_factory=list,
         description="each_object: the objects for which the expression was false (capped).",
     )
+    violations: list[ProbeViolation] = Field(
+        default_factory=list,
+        description="each_object: objects judged false, each with its message (capped at "
+        f"{MAX_VIOLATIONS}). An imported probe judges every object; a model's stops at the "
+        "first false.",
+    )
+    violations_total: int = 0
+    judged_total: int = Field(
+        default=0, description="each_object: objects judged (those every match condition held)."
+    )
     duration_seconds: float = 0.0
 
 
@@ -123,8 +264,12 @@ class ProbeOutcome(_Strict):
 
     status: ProbeStatus
     reason: str
-    probe: ProposedProbe
-    run: ProbeRun
+    probe: ProposedProbe | None = Field(
+        default=None,
+        description="None: what the model proposed was no valid probe (the reason says why); "
+        "it was dropped and the verdict stands on its evidence.",
+    )
+    run: ProbeRun = Field(default_factory=lambda: ProbeRun())
     version: int | None = Field(default=None, description="Stored version, once stored.")
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from schemas.budget import Budget
+from schemas.policy import PolicyResult, PolicySetResult
 from schemas.probe import ProbeOutcome
 from schemas.request import EvaluationRequest
 from schemas.verdict import Usage, Verdict
@@ -108,6 +109,14 @@ class RunReport(BaseModel):
     attempts: int = Field(default=1, description="Deliveries of this run to a worker.")
     probe: ProbeOutcome | None = Field(
         default=None, description="What became of the probe this run proposed or re-ran."
+    )
+    policy: PolicyResult | None = Field(
+        default=None,
+        description="A `policy:NAME` check: the imported policy's probes and the objects that "
+        "violate it (docs/probes.md).",
+    )
+    policy_set: PolicySetResult | None = Field(
+        default=None, description="A `policy-set:NAME` check: each policy's verdict and run."
     )
     wake_at: datetime | None = None
     checkpoint: RunState | None = Field(

@@ -68,7 +68,7 @@ def test_disagreeing_probe_is_rejected_and_the_model_verdict_stands(tmp_path: Pa
         (probe(lookups=[{"tool": "get", "args": {"kind": "Deployment", "bogus": 1}}]), "invalid"),
         (probe("object.status.nothere == 1"), "failed"),
         (probe("object.status.readyReplicas", scope="each_object"), "not a boolean"),
-        (probe("object.metadata.name.lowerAscii() == 'x'"), "subset"),
+        (probe("object.metadata.name.reverse() == 'x'"), "does not compile"),
         (
             probe(lookups=[{"tool": "get", "args": {"kind": "Deployment", "namespace": "nope"}}]),
             "no objects",

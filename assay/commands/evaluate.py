@@ -39,6 +39,7 @@ from assay.commands.options import (
     settings_or_usage,
     validation_detail,
 )
+from schemas.policy import policy_reference
 from schemas.report import Step
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
 
@@ -126,6 +127,12 @@ def _run(
     check_profile(flags.profile)
     if not text.strip():
         raise typer.BadParameter(f"the {kind} text is empty: say what to evaluate")
+    if kind == "check" and policy_reference(text) is not None:
+        raise typer.BadParameter(
+            f"{text.strip()} names an imported policy, which runs by its probes, not a model: "
+            f"use `assay probe test {text.strip()} --snapshot PATH` here, or submit, batch or "
+            "schedule it on the fleet"
+        )
     settings = settings_or_usage(**flags.settings_overrides())
     if snapshot is not None:
         snapshot = confined_snapshot(snapshot, settings)

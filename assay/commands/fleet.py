@@ -157,7 +157,7 @@ def submit(
         raise typer.BadParameter(f"the predicate cannot be submitted: {detail}") from None
 
     with fleet_client(settings) as client:
-        require_model(client, request.model)
+        require_model(client, request.model, request.text if request.kind == "check" else None)
         require_routable_model(
             client.store.client, client.settings, request.model, request.api_base
         )

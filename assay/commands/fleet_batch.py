@@ -252,7 +252,7 @@ def batch(
 
     settings = settings_or_usage()
     with fleet_client(settings) as client:
-        require_model(client, flags.model)
+        require_model(client, flags.model, args[0])
         require_routable_model(client.store.client, client.settings, flags.model, flags.api_base)
         try:
             batch_id = client.start_batch(

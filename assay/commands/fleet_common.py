@@ -96,14 +96,18 @@ NO_MODEL = (
 )
 
 
-def require_model(client: Client, model: str | None) -> None:
+def require_model(client: Client, model: str | None, text: str | None = None) -> None:
     """Refuse (64) a run no live worker could evaluate: no --model and no worker has one.
 
-    With no live worker at all the run is queued and waits; a note says so.
+    With no live worker at all the run is queued and waits; a note says so. A predicate that
+    names an imported policy (``policy:NAME``, ``policy-set:NAME``) needs no model: it must
+    name a stored policy or set instead (66 otherwise).
     """
     from assay.worker_presence import read_fleet_models
     from schemas.verdict import EXIT_USAGE
 
+    if text is not None and require_policy(client.store.client, client.settings, text):
+        return
     if model:
         return
     fleet = read_fleet_models(client.store.client, client.settings.key_prefix)
@@ -115,6 +119,29 @@ def require_model(client: Client, model: str | None) -> None:
         "no worker is running yet: the run waits in the queue until one starts "
         "(`assay up`, or `assay worker` with ASSAY_MODEL set)"
     )
+
+
+def require_policy(redis: Any, settings: AssaySettings, text: str) -> bool:
+    """For a predicate naming an imported policy or set: exit 66 when it is not stored; True
+    when it is (such a check is answered by its probes, never by a model). False for any
+    other predicate."""
+    from schemas.policy import policy_reference
+    from schemas.verdict import EXIT_UNKNOWN
+    from workers.fleet.policy_store import PolicyStore
+
+    ref = policy_reference(text)
+    if ref is None:
+        return False
+    store = PolicyStore.from_settings(settings, redis)
+    found = store.get(ref.name) if ref.kind == "policy" else store.set_members(ref.name)
+    if found is None:
+        what = "imported policy" if ref.kind == "policy" else "policy set"
+        fail(
+            f"no {what} is named {ref.name!r}: import it first with `assay probe import FILE... "
+            "--set NAME` (`assay probe policies` lists them)",
+            EXIT_UNKNOWN,
+        )
+    return True
 
 
 def require_routable_model(

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from assay.commands import probe_policies
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_UNAVAILABLE, fail
 from assay.commands.options import confined_snapshot, settings_or_usage
+from schemas.policy import policy_reference
 from schemas.verdict import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 
 if TYPE_CHECKING:
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
     from workers.fleet.probe_store import ProbeStore
 
 probe_app = typer.Typer(
-    help="Show, test, export or drop a check's probe (its deterministic re-check).",
+    help="Show, test, export or drop a check's probe (its deterministic re-check); import "
+    "admission policies as checks.",
     no_args_is_help=True,
 )
 CheckArg = Annotated[str, typer.Argument(metavar="CHECK", help="The check id.")]
@@ -67,7 +70,10 @@ def _record(store: ProbeStore, check_id: str) -> ProbeRecord:
 
 @probe_app.command("show")
 def show(check_id: CheckArg, json_output: JsonFlag = False) -> None:
-    """The check's current probe, its agreement with the model and its versions."""
+    """The check's current probe, its agreement with the model and its versions; for
+    policy:NAME (policy-set:NAME) the imported policy (the set's policies)."""
+    if (ref := policy_reference(check_id)) is not None:
+        return probe_policies.show(ref, json_output)
     store = _store(settings_or_usage())
     record = _record(store, check_id)
     history = store.agreement(check_id)
@@ -87,7 +93,7 @@ def show(check_id: CheckArg, json_output: JsonFlag = False) -> None:
           f"false -> {record.probe.when_false})")  # fmt: skip
     for index, lookup in enumerate(record.probe.lookups):
         print(f"lookup {index}:     {lookup.tool} {json.dumps(lookup.args, sort_keys=True)}")
-    print(f"expression:   {record.probe.expression}")
+    print(f"expression:   {record.probe.summary()}")
     print(f"agreement:    {record.agreements} agreed, {record.disagreements} disagreed; "
           f"{record.runs_since_validation} probe runs since the model last agreed")  # fmt: skip
     for entry in history[-10:]:
@@ -156,7 +162,8 @@ def test(
     if (snapshot is None) == (context is None):
         raise typer.BadParameter("give exactly one of --snapshot PATH or --context NAME")
     settings = settings_or_usage()
-    record = _record(_store(settings), check_id)
+    ref = policy_reference(check_id)
+    record = _record(_store(settings), check_id) if ref is None else None
     target: SnapshotTarget | ContextTarget
     if snapshot is not None:
         target = SnapshotTarget(path=str(confined_snapshot(snapshot, settings)))
@@ -167,7 +174,14 @@ def test(
         backend = backend_for(target, settings)
     except ToolsetUnavailable as exc:
         fail(f"the target cannot be read: {exc}", EXIT_CODES[VerdictKind.CANNOT_DETERMINE])
-    seconds = timeout if timeout is not None else check_timeout_seconds(record.profile, settings)
+    profile = record.profile if record is not None else None
+    seconds = timeout if timeout is not None else check_timeout_seconds(profile, settings)
+    if ref is not None:  # an imported policy or set: its probes, over shared listings
+        try:
+            return probe_policies.test(ref, backend, seconds, json_output)
+        finally:
+            backend.close()
+    assert record is not None
     try:
         run = run_probe_for(record.probe, backend, seconds)
     finally:
@@ -187,16 +201,22 @@ def export(
     check_id: CheckArg,
     fmt: Annotated[str, typer.Option("--format", help="vap or kyverno.")] = "vap",
     action: Annotated[
-        str, typer.Option("--action", help="Audit (default), Warn or Deny.")
-    ] = "Audit",
+        str | None,
+        typer.Option(
+            "--action", help="Audit (default; an imported policy keeps its own), Warn or Deny."
+        ),
+    ] = None,
 ) -> None:
     """Print the probe as a ValidatingAdmissionPolicy + binding, or a Kyverno ValidatingPolicy."""
     from workers.core.probes.export import NotExportable, export_yaml
 
     if fmt not in ("vap", "kyverno"):
         raise typer.BadParameter("use vap or kyverno", param_hint="--format")
-    if action not in ("Audit", "Warn", "Deny"):
+    if action not in (None, "Audit", "Warn", "Deny"):
         raise typer.BadParameter("use Audit, Warn or Deny", param_hint="--action")
+    if (ref := policy_reference(check_id)) is not None:
+        return probe_policies.export(ref, fmt, action)
+    action = action or "Audit"
     record = _record(_store(settings_or_usage()), check_id)
     try:
         print(export_yaml(record, fmt, action=action), end="")  # type: ignore[arg-type]
@@ -206,9 +226,12 @@ def export(
 
 @probe_app.command("drop")
 def drop(check_id: CheckArg) -> None:
-    """Forget the check's probe, its versions and its history."""
+    """Forget the check's probe, its versions and its history (policy:NAME: the imported
+    policy; policy-set:NAME: the set, not its policies)."""
     from schemas.ids import InvalidId
 
+    if (ref := policy_reference(check_id)) is not None:
+        return probe_policies.drop(ref)
     store = _store(settings_or_usage())
     try:
         dropped = store.drop(check_id)
@@ -217,6 +240,41 @@ def drop(check_id: CheckArg) -> None:
     if not dropped:
         fail(f"check {check_id!r} has no probe", EXIT_UNKNOWN)
     print(f"dropped the probe of {check_id}")
+
+
+@probe_app.command("import")
+def import_policies(
+    files: Annotated[
+        list[str],
+        typer.Argument(metavar="FILE...", help="Policy files (YAML or JSON); - reads stdin."),
+    ],
+    policy_set: Annotated[
+        str | None,
+        typer.Option("--set", help="Make these policies the set NAME (policy-set:NAME)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be imported; store nothing.")
+    ] = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Import admission policies as checks: policy:NAME each, policy-set:NAME with --set.
+
+    Reads ValidatingAdmissionPolicy (+ binding, + its params object), Kyverno ValidatingPolicy
+    and ClusterPolicy (validate.cel), Gatekeeper ConstraintTemplate (K8sNativeValidation) +
+    its constraints. Exit 65 when some documents were refused (the rest are imported).
+    """
+    probe_policies.run_import(files, policy_set, dry_run, json_output)
+
+
+@probe_app.command("policies")
+def policies(
+    policy_set: Annotated[
+        str | None, typer.Option("--set", help="Only the policies of this set.")
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """The imported policies and policy sets."""
+    probe_policies.list_policies(policy_set, json_output)
 
 
 def register(app: typer.Typer) -> None:

@@ -277,7 +277,7 @@ def add(
     for pattern in schedule.targets.snapshots:
         _refuse_empty_glob(pattern, settings)
     store = _store(settings)
-    _require_model(store, settings, model)
+    _require_model(store, settings, model, schedule.predicate if schedule.kind == "check" else None)
     require_routable_model(store.redis, settings, model)
     try:
         created = store.create(schedule)
@@ -676,11 +676,16 @@ def _refuse_empty_glob(pattern: str, settings: AssaySettings) -> None:
         _fail(f"--snapshots {pattern!r} matches no snapshot folder; check the glob and try again")
 
 
-def _require_model(store: ScheduleStore, settings: AssaySettings, model: str | None) -> None:
-    """As for `assay submit`: refuse (64) when live workers exist and none has a model."""
-    from assay.commands.fleet_common import NO_MODEL
+def _require_model(
+    store: ScheduleStore, settings: AssaySettings, model: str | None, text: str | None = None
+) -> None:
+    """As for `assay submit`: refuse (64) when live workers exist and none has a model; a
+    `policy:NAME` / `policy-set:NAME` predicate needs none, but must name a stored one (66)."""
+    from assay.commands.fleet_common import NO_MODEL, require_policy
     from assay.worker_presence import read_fleet_models
 
+    if text is not None and require_policy(store.redis, settings, text):
+        return
     if model:
         return
     fleet = read_fleet_models(store.redis, settings.key_prefix)

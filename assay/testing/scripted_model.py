@@ -257,7 +257,9 @@ def _action_as_tool_call(action: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The same mapping the engine reads back; deliberately invalid actions map by hand."""
     try:
         parsed = PlannerResponse.model_validate({"action": action}).action
-    except ValidationError:
+        if getattr(parsed, "probe_dropped", None):  # an invalid probe goes out as written
+            raise ValueError("sent by hand")
+    except (ValidationError, ValueError):
         kind = str(action.get("action", ""))
         if kind == "COMMAND":
             args = dict(action.get("arguments") or {})

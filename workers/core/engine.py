@@ -604,8 +604,15 @@ class _Run:
         the confirmation, which the spent budget then refuses (``cannot_determine``).
         """
         decisive = action.verdict in (VerdictKind.TRUE, VerdictKind.FALSE)
-        if action.probe is None or not decisive or self.request.kind != "check":
+        if not decisive or self.request.kind != "check":
             return None
+        if action.probe is None:
+            if action.probe_dropped is None:
+                return None
+            # Not a valid probe: dropped with its reason; the verdict stands on its evidence.
+            reason = f"the proposed probe was dropped: {action.probe_dropped}"
+            self.log.info("probe_judged", status="failed", reason=reason)
+            return ProbeOutcome(status="failed", reason=reason)
         deadline = self.meter.deadline if math.isfinite(self.meter.deadline) else None
         outcome = judge(action.probe, action.verdict, backend_of(self.registry), deadline=deadline)
         self.log.info("probe_judged", status=outcome.status, reason=outcome.reason)

@@ -528,7 +528,7 @@ def _names(refs: list[ObjectRef], limit: int = 10) -> str:
 def _explanation(record: ProbeRecord, run: ProbeRun) -> str:
     base = (
         f"Probe v{record.version} (compiled by run {record.compiled_by_run}) evaluated "
-        f"{record.probe.expression!r} over {run.objects_read} object(s): {run.value}."
+        f"{record.probe.summary()!r} over {run.objects_read} object(s): {run.value}."
     )
     if run.deciding:
         base += f" It is false for {_names(run.deciding)}."

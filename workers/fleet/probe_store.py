@@ -215,6 +215,8 @@ class ProbeStore:
     ) -> ProbeRecord:
         """Store an accepted probe as the check's next version (its compile counts as agreement),
         with the predicate and profile it answers (``ProbeRecord.answers``)."""
+        if outcome.probe is None:
+            raise ValueError("only a judged probe can be stored")
         now = datetime.now(UTC)
         version = int(self.client.incr(self._key(check_id, "version")))
         record = ProbeRecord(

@@ -26,6 +26,7 @@ from workers.core.metrics import start_metrics_server
 from workers.core.tracing import configure_tracing
 from workers.fleet.broker import has_visibility_timeout
 from workers.fleet.dispatch import Dispatcher
+from workers.fleet.policy_store import PolicyStore
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.ratelimit import FleetRateLimiter
 from workers.fleet.recovery import start_sweeper
@@ -44,6 +45,7 @@ class WorkerRuntime:
     spend: FleetSpendGuard  # every model call is reserved and settled (docs/fleet.md)
     llm: Any
     probes: ProbeStore  # one per process: building it registers its Lua scripts (SHA-1 each)
+    policies: PolicyStore  # imported policies and sets (policy:NAME / policy-set:NAME checks)
 
     @classmethod
     def build(cls, settings: AssaySettings) -> WorkerRuntime:
@@ -62,6 +64,7 @@ class WorkerRuntime:
             spend=FleetSpendGuard.from_settings(settings, client),
             llm=LiteLLMClient(settings),
             probes=ProbeStore.beside(store, settings),
+            policies=PolicyStore.from_settings(settings, client),
         )
 
     def engine_deps(self, *, allow_defer: bool = True) -> EngineDeps:

@@ -174,18 +174,25 @@ def handle_delivery(
         log.error("run_given_up", deliveries=delivery)
         return _finish(runtime, give_up_report(request, settings, reason, delivery), log)
 
+    from workers.fleet.policy_rerun import evaluate_policy_request, is_policy_request
     from workers.fleet.probe_rerun import evaluate_check
 
     log.info("run_started", delivery=delivery, resumed=state is not None)
+    children: list[RunReport] = []
     try:
         with evaluation_span(request):
             deps = runtime.engine_deps(allow_defer=True)
-            # probe when it can (workers/core/probes)
-            report = evaluate_check(request, deps, runtime.probes, state=state)
+            if is_policy_request(request):  # an imported policy or set: probes only
+                outcome = evaluate_policy_request(request, deps, runtime.policies)
+                report, children = outcome.report, outcome.children
+            else:  # probe when it can (workers/core/probes)
+                report = evaluate_check(request, deps, runtime.probes, state=state)
     except Exception as exc:  # the engine never raises; a time limit or a bug still must not
         reason = f"the worker stopped the run: {type(exc).__name__}: {exc}"
         report = give_up_report(request, settings, reason, delivery)
     report = report.model_copy(update={"attempts": delivery})
+    for child in children:  # a set's policies first: each is a run of its own check
+        _finish(runtime, child, log.bind(run_id=child.run_id, check_id=child.check_id))
 
     if report.status == "waiting" and report.checkpoint is not None:
         parked = _retrying(park, runtime.redis, settings, store, report, report.checkpoint)

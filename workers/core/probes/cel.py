@@ -1,62 +1,151 @@
-"""The one adapter to the CEL library (``common-expression-language``, Rust-backed).
+"""The one adapter to the CEL runtime (``cel-expr-python``, the official bindings of cel-cpp).
 
-Nothing else imports the library, so swapping it (for the official ``cel-expr-python``
-once its iteration budget can be raised; docs/probes.md has the comparison) touches
-this file only.
+Nothing else imports the runtime. It is set up as the environment a Kubernetes
+ValidatingAdmissionPolicy is evaluated in (Kubernetes 1.33 and 1.34, docs/probes.md): the
+standard definitions, optional types (``?.``, ``[?]``, ``optional.*``), and Kubernetes'
+libraries the runtime lacks, written in Python in ``cel_lib/`` (strings version 2, lists,
+sets, regex, url, ip/cidr, quantity, semver), declared here. The runtime's own extensions that
+Kubernetes does not enable (math, encoders, strings past version 2) are not loaded, so a probe
+never depends on something an admission controller would not have. ``cel.bind`` is loaded for
+one internal use only: a probe's ``variables`` (``variables.NAME``) are bound around the
+expression that reads them, which the runtime initialises lazily (only when read, at most
+once per evaluation), as the API server evaluates a policy's variables.
 
-The contract is fail-safe: :func:`evaluate_bool` returns a ``bool`` or raises
-:class:`CelError` - a parse error, a missing field, a type mismatch, a division by
-zero, a value that is not a boolean, an expression over the cost bound (cost.py: the library
-has no limit of its own and cannot be interrupted). Callers treat every ``CelError`` as "the probe
-could not run", which never yields ``true``.
+The contract is fail-safe: :class:`BoolProgram` returns a ``bool`` or raises
+:class:`CelError` - a parse or type error, a missing field, a division by zero, a value that is
+not a boolean, an expression over the cost bound (cost.py). The runtime reports most errors
+as error *values*; they are turned into ``CelError`` here, never into a result. Callers treat
+every ``CelError`` as "the probe could not run", which never yields ``true``.
 
-Objects are passed as plain JSON-like values (dicts, lists, str, int, float, bool,
-None), the shapes the Kubernetes API returns.
+Objects are passed as plain JSON-like values (dicts, lists, str, int, float, bool, None),
+the shapes the Kubernetes API returns.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-import cel
+from cel_expr_python import cel as runtime
+from cel_expr_python.ext import ext_bindings, ext_optional
 
+from workers.core.probes.cel_lib import NoSuchOverload, Overload, all_overloads
 from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, analyse
 
+KUBERNETES_VERSIONS = ("1.33", "1.34")
 MAX_EXPRESSION_CHARS = 4000
-# The documented subset: words a probe expression may call or use as a macro.
+# The runtime stops any evaluation after this many comprehension iterations (fixed in the
+# bindings); an expression that reaches it cannot run (fail-safe), like one over the cost bound.
+RUNTIME_ITERATION_BUDGET = 10_000
+ROOTS = ("object", "results", "params")
+_VARIABLE_PREFIX = "assay_variable_"
+# Words of the standard definitions and macros, to tell a function call from a field in
+# field_paths (evidence).
 SUPPORTED_FUNCTIONS = frozenset(
-    {
-        "all",
-        "exists",
-        "exists_one",
-        "map",
-        "filter",
-        "has",
-        "size",
-        "startsWith",
-        "endsWith",
-        "contains",
-        "matches",
-        "int",
-        "uint",
-        "double",
-        "string",
-        "type",
-        "timestamp",
-        "duration",
-        "dyn",
-    }
-)
+    {"all", "exists", "exists_one", "map", "filter", "has", "size", "startsWith", "endsWith",
+     "contains", "matches", "int", "uint", "double", "string", "bytes", "bool", "type",
+     "timestamp", "duration", "dyn", "orValue", "hasValue", "value", "or", "optMap",
+     "optFlatMap"}
+    | {overload.function for overload in all_overloads()}
+)  # fmt: skip
+# Kubernetes' environment has no cel.bind: a probe may not call it (variables are the way).
+_REFUSED = re.compile(r"(?<![\w.])cel\s*\.\s*bind\s*\(|(?<![\w.])assay_\w*")
 _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
-_FIELD_PATH = re.compile(r"\b(?:object|results\[\d+\]|[a-z]\w*)((?:\.[A-Za-z_]\w*)+)")
+_STRING_OR_VARIABLE = re.compile(
+    r"(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
+    r"|(?<![\w.])variables\s*\.\s*(?P<name>[A-Za-z_]\w*)"
+)
+_FIELD_PATH = re.compile(r"\b(?:object|results\[\d+\]|[a-z]\w*)((?:\??\.[A-Za-z_]\w*)+)")
 _BOUND_VARIABLE = re.compile(r"\b(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_]\w*)\s*,")
+_CONCRETE = ("int", "uint", "double", "string", "bool", "bytes", "null", "list", "map",
+             "timestamp", "duration")  # fmt: skip
 
 
 class CelError(ValueError):
     """The expression could not be compiled or evaluated to a boolean."""
+
+
+def _type(kind: str) -> Any:
+    types = runtime.Type
+    return {
+        "int": types.INT, "uint": types.UINT, "double": types.DOUBLE, "string": types.STRING,
+        "bool": types.BOOL, "bytes": types.BYTES, "null": types.NULL, "dyn": types.DYN,
+        "timestamp": types.TIMESTAMP, "duration": types.DURATION,
+        "list": types.List(types.DYN), "map": types.Map(types.DYN, types.DYN),
+    }[kind]  # fmt: skip
+
+
+def _dispatcher(impls: list[Callable[..., Any]]) -> Callable[..., Any]:
+    """One implementation for overloads two libraries share (``isGreaterThan`` of quantities
+    and of semvers): the first whose opaque kind the argument has."""
+    if len(impls) == 1:
+        return impls[0]
+
+    def dispatch(*args: Any) -> Any:
+        for impl in impls[:-1]:
+            try:
+                return impl(*args)
+            except NoSuchOverload:
+                continue
+        return impls[-1](*args)
+
+    return dispatch
+
+
+def _declarations(overloads: Sequence[Overload]) -> list[Any]:
+    """The runtime's function declarations: one per function name (the runtime refuses a
+    name declared twice), a ``dyn`` parameter expanded into each concrete kind (the runtime
+    dispatches Python functions on concrete kinds only)."""
+    grouped: dict[str, dict[tuple[tuple[str, ...], bool], tuple[str, list[Any], str]]] = (
+        defaultdict(dict)
+    )
+    for overload in overloads:
+        expanded: list[tuple[str, ...]] = [()]
+        for param in overload.params:
+            kinds = _CONCRETE if param == "dyn" else (param,)
+            expanded = [(*prefix, kind) for prefix in expanded for kind in kinds]
+        for params in expanded:
+            key = (params, overload.member)
+            entry = grouped[overload.function].get(key)
+            if entry is None:
+                suffix = "_".join(params) if len(expanded) > 1 else ""
+                entry = (f"{overload.id}_{suffix}".rstrip("_"), [], overload.result)
+                grouped[overload.function][key] = entry
+            entry[1].append(overload.impl)
+    declarations = []
+    for function, entries in grouped.items():
+        runtime_overloads = [
+            runtime.Overload(
+                ident,
+                _type(result),
+                [_type(kind) for kind in params],
+                is_member=member,
+                impl=_dispatcher(impls),
+            )
+            for (params, member), (ident, impls, result) in entries.items()
+        ]
+        declarations.append(runtime.FunctionDecl(function, runtime_overloads))
+    return declarations
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    return runtime.NewEnv(
+        variables={root: runtime.Type.DYN for root in ROOTS},
+        extensions=[ext_optional.ExtOptional(), ext_bindings.ExtBindings()],
+        functions=_declarations(all_overloads()),
+    )
+
+
+@lru_cache(maxsize=512)
+def _compiled(source: str) -> Any:
+    try:
+        return _environment().compile(source)
+    except Exception as exc:
+        raise CelError(f"the expression does not compile: {_short(exc)}") from None
 
 
 def _without_strings(expression: str) -> str:
@@ -64,28 +153,40 @@ def _without_strings(expression: str) -> str:
 
 
 def unsupported_calls(expression: str) -> list[str]:
-    """Functions the expression calls that are outside the documented subset."""
-    names = {m.group(1) for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", _without_strings(expression))}
-    return sorted(names - SUPPORTED_FUNCTIONS)
+    """What the expression uses that Kubernetes' environment does not have (``cel.bind``)
+    or that is reserved for the adapter (``assay_*`` names)."""
+    return sorted({m.group(0).split("(")[0].strip() for m in _REFUSED.finditer(
+        _without_strings(expression))})  # fmt: skip
 
 
-@lru_cache(maxsize=256)
-def _compiled(expression: str) -> Any:
-    return cel.compile(expression)
-
-
-def compile_expression(expression: str) -> Any:
-    """A compiled program; CelError when it is too long, calls outside the subset, or fails."""
+def _check_text(expression: str, what: str) -> None:
     if len(expression) > MAX_EXPRESSION_CHARS:
-        raise CelError(f"the expression is longer than {MAX_EXPRESSION_CHARS} characters")
-    unknown = unsupported_calls(expression)
-    if unknown:
-        raise CelError(f"functions outside the supported subset: {', '.join(unknown)}")
-    cost_model(expression)
-    try:
-        return _compiled(expression)
-    except Exception as exc:
-        raise CelError(f"the expression does not compile: {_short(exc)}") from None
+        raise CelError(f"{what} is longer than {MAX_EXPRESSION_CHARS} characters")
+    refused = unsupported_calls(expression)
+    if refused:
+        raise CelError(
+            f"{what} uses what Kubernetes' CEL environment does not have: {', '.join(refused)}"
+        )
+
+
+def _rewrite(expression: str, known: Sequence[str], what: str) -> tuple[str, list[str]]:
+    """``expression`` with each ``variables.NAME`` read as the bound name, and the names."""
+    used: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name is None:
+            return match.group(0)
+        if name not in known:
+            raise CelError(
+                f"{what} reads variables.{name}, which is not defined before it (a variable "
+                "may read only the variables listed before it)"
+            )
+        if name not in used:
+            used.append(name)
+        return _VARIABLE_PREFIX + name
+
+    return _STRING_OR_VARIABLE.sub(replace, expression), used
 
 
 def cost_model(expression: str) -> CostModel:
@@ -96,39 +197,170 @@ def cost_model(expression: str) -> CostModel:
         raise CelError(f"the expression is too costly to run: {exc}") from None
 
 
+class Expression:
+    """One expression compiled with the variables it reads bound around it.
+
+    ``variables``: the probe's ``(name, expression)`` pairs in order; only those the
+    expression reads (and those read by them) are bound, each lazily.
+    """
+
+    def __init__(
+        self,
+        text: str,
+        variables: Sequence[tuple[str, str]] = (),
+        *,
+        what: str = "the expression",
+    ) -> None:
+        self.text = text
+        _check_text(text, what)
+        definitions: dict[str, tuple[str, list[str]]] = {}
+        names: list[str] = []
+        for name, source in variables:
+            label = f"variable {name}"
+            _check_text(source, label)
+            definitions[name] = _rewrite(source, names, label)
+            names.append(name)
+        body, used = _rewrite(text, names, what)
+        needed = _closure(used, definitions)
+        self.costs = [cost_model(text)] + [cost_model(source) for name, source in variables
+                                           if name in needed]  # fmt: skip
+        for name in needed:  # each variable it reads compiles on its own: an error names it
+            _compiled_as(_bound(definitions[name][0], definitions, names, name), f"variable {name}")
+        self.source = _bound(body, definitions, names, None, needed)
+        self._program = _compiled_as(self.source, what)
+
+    def reads(self, name: str) -> bool:
+        """Whether the expression (with its variables) reads the input ``name``."""
+        return reads_variable(self.source, name)
+
+    def estimate(self, data: Mapping[str, Any], limit: int) -> int:
+        try:
+            return sum(cost.estimate(data, limit) for cost in self.costs)
+        except CelCostError as exc:
+            raise CelError(f"the expression is too costly to run: {exc}") from None
+
+    def evaluate(self, data: Mapping[str, Any]) -> Any:
+        """The value; CelError for an error value or a runtime refusal."""
+        try:
+            result = self._program.eval(data=dict(data))
+        except Exception as exc:
+            text = _short(exc)
+            if "Iteration budget exceeded" in text:
+                raise CelError(
+                    "the expression is too costly to run: more than "
+                    f"{RUNTIME_ITERATION_BUDGET:,} comprehension iterations in one evaluation"
+                ) from None
+            raise CelError(f"the expression failed: {text}") from None
+        kind = result.type().name()
+        if kind == "ERROR" and "out of range for" in str(result.value()):
+            # an integer past int64 in the input, which the runtime refuses: decoded as a
+            # double, as the API server's JSON decoding does
+            result = self._program.eval(data=_int64_safe(dict(data)))
+            kind = result.type().name()
+        if kind == "ERROR":
+            raise CelError(f"the expression failed: {_short(result.value())}")
+        if kind == "BOOL":
+            return bool(result.value())
+        try:
+            return result.plain_value()
+        except Exception:
+            return _Opaque(kind)
+
+
+def _closure(used: Sequence[str], definitions: Mapping[str, tuple[str, list[str]]]) -> set[str]:
+    """The variables ``used`` and, transitively, those they read."""
+    needed: set[str] = set()
+    todo = list(used)
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo.extend(definitions[name][1])
+    return needed
+
+
+def _bound(
+    body: str,
+    definitions: Mapping[str, tuple[str, list[str]]],
+    order: Sequence[str],
+    own: str | None,
+    needed: set[str] | None = None,
+) -> str:
+    """``body`` inside ``cel.bind`` of each variable it needs (lazily initialised by the
+    runtime), outermost first in declaration order."""
+    if needed is None:
+        needed = _closure(definitions[own][1] if own else [], definitions)
+    source = body
+    for name in reversed([n for n in order if n in needed]):
+        source = f"cel.bind({_VARIABLE_PREFIX}{name}, ({definitions[name][0]}), {source})"
+    return source
+
+
+def _compiled_as(source: str, what: str) -> Any:
+    try:
+        return _compiled(source)
+    except CelError as exc:
+        raise CelError(str(exc).replace("the expression", what, 1)) from None
+
+
+def _int64_safe(value: Any) -> Any:
+    """``value`` with integers outside int64 as floats."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else float(value)
+    if isinstance(value, dict):
+        return {k: _int64_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_int64_safe(v) for v in value]
+    return value
+
+
+class _Opaque:
+    """A value the runtime cannot give to Python (an optional): never a boolean."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"<{self.kind}>"
+
+
+def compile_expression(expression: str, variables: Sequence[tuple[str, str]] = ()) -> Any:
+    """A compiled expression; CelError when it is too long, refused, or fails to compile."""
+    return Expression(expression, variables)
+
+
 class BoolProgram:
     """An expression checked and compiled once, evaluated many times (one call per object).
 
     Every evaluation is first costed over its input (cost.py); the steps add up over the
-    program's life (one probe run), and past ``max_steps`` evaluation is refused.
+    program's life (one probe run), and past ``max_steps`` evaluation is refused. ``meter``:
+    share one step count among the programs of one probe (variables, conditions,
+    validations).
     """
 
-    def __init__(self, expression: str, *, max_steps: int = MAX_STEPS) -> None:
+    def __init__(
+        self,
+        expression: str,
+        *,
+        variables: Sequence[tuple[str, str]] = (),
+        max_steps: int = MAX_STEPS,
+        meter: StepMeter | None = None,
+        what: str = "the expression",
+    ) -> None:
         self.expression = expression
-        self.max_steps = max_steps
-        self.steps = 0
-        self._cost = cost_model(expression)
-        self._program = compile_expression(expression)
+        self.meter = meter or StepMeter(max_steps)
+        self.compiled = Expression(expression, variables, what=what)
 
-    def _charge(self, variables: Mapping[str, Any]) -> None:
-        try:
-            self.steps += 1 + self._cost.estimate(variables, self.max_steps - self.steps)
-        except CelCostError as exc:
-            raise CelError(f"the expression is too costly to run: {exc}") from None
-        if self.steps > self.max_steps:
-            raise CelError(
-                f"the expression is too costly to run: more than {self.max_steps:,} "
-                "evaluation steps in this probe run"
-            )
+    @property
+    def steps(self) -> int:
+        return self.meter.steps
 
     def value(self, variables: Mapping[str, Any]) -> Any:
         """The expression's value; CelError on any failure, or when it would cost too much."""
-        self._charge(variables)
-        try:
-            return self._program.execute(dict(variables))
-        except Exception as exc:
-            kind = type(exc).__name__
-            raise CelError(f"the expression failed: {kind}: {_short(exc)}") from None
+        self.meter.charge(self.compiled, variables)
+        return self.compiled.evaluate(variables)
 
     def __call__(self, variables: Mapping[str, Any]) -> bool:
         """The expression's boolean value; CelError for anything that is not exactly a bool."""
@@ -137,6 +369,22 @@ class BoolProgram:
             kind = type(value).__name__
             raise CelError(f"the expression gave {kind} {value!r:.80}, not a boolean")
         return value
+
+
+class StepMeter:
+    """Cost steps charged over one probe run (cost.py), refused past ``max_steps``."""
+
+    def __init__(self, max_steps: int = MAX_STEPS) -> None:
+        self.max_steps = max_steps
+        self.steps = 0
+
+    def charge(self, compiled: Expression, data: Mapping[str, Any]) -> None:
+        self.steps += 1 + compiled.estimate(data, self.max_steps - self.steps)
+        if self.steps > self.max_steps:
+            raise CelError(
+                f"the expression is too costly to run: more than {self.max_steps:,} "
+                "evaluation steps in this probe run"
+            )
 
 
 def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
@@ -168,7 +416,7 @@ def field_paths(expression: str) -> list[str]:
     """Field paths the expression reads (``.spec.replicas`` ...), for evidence; best effort."""
     seen: dict[str, None] = {}
     for match in _FIELD_PATH.finditer(_without_strings(expression)):
-        path = match.group(1).lstrip(".")
+        path = match.group(1).replace("?.", ".").lstrip(".")
         for call in SUPPORTED_FUNCTIONS:
             if path.endswith("." + call):
                 path = path[: -len(call) - 1]
@@ -177,5 +425,5 @@ def field_paths(expression: str) -> list[str]:
     return list(seen)[:50]
 
 
-def _short(exc: Exception) -> str:
+def _short(exc: object) -> str:
     return " ".join(str(exc).split())[:300]

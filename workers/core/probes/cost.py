@@ -330,6 +330,8 @@ class _Estimate:
     def _values(self, path: Path, owner: int | None) -> tuple[list[Any] | None, int]:
         """The values ``path`` takes over the evaluation (None: unknown) and the longest."""
         if owner is None:
+            if path.root == "variables":  # a probe variable: costed as a computed range
+                return None, self.unknown()
             if path.root not in self.variables:
                 return [], 0
             value = _navigate(self.variables[path.root], path.steps)

@@ -33,8 +33,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from schemas.budget import Budget, ProfileName, resolve_budget
-from schemas.probe import ObjectRef, ProbeLookup, ProbeRun, ProposedProbe
-from workers.core.probes.cel import BoolProgram, CelError, field_paths, reads_variable
+from schemas.probe import (
+    MAX_VIOLATIONS,
+    ObjectRef,
+    ProbeLookup,
+    ProbeRun,
+    ProbeViolation,
+    ProposedProbe,
+)
+from workers.core.probes.cel import CelError
+from workers.core.probes.program import ProbeProgram
 from workers.core.toolsets.backend import BackendError, ClusterBackend
 from workers.core.toolsets.kubernetes import DescribeArgs, EventsArgs, GetArgs
 
@@ -43,6 +51,7 @@ if TYPE_CHECKING:
 
 MAX_OBJECTS = 50_000  # per probe run: a bound on memory and evaluation time
 OBJECTS_SHOWN = 50  # object references kept in a ProbeRun
+DECIDING_SHOWN = 10  # first failing objects kept in ProbeRun.deciding
 _ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
 _ARGS: dict[str, type[BaseModel]] = {"get": GetArgs, "describe": DescribeArgs, "events": EventsArgs}
 
@@ -172,19 +181,20 @@ def run_probe_with_results(
     verdict (None otherwise): what the sensitivity check (sensitivity.py) builds its
     counterfactuals from."""
     began = time.perf_counter()
-    fields = field_paths(probe.expression)
+    fields: list[str] = []
     if backend is None:
         return ProbeRun(error="no cluster backend to run the lookups on", fields=fields), None
     clock = _Deadline(deadline)
     reader = _Reader(backend, max_objects, clock)
     try:
-        program = BoolProgram(probe.expression)  # before any lookup: a bad one costs nothing
-        _refuse_blind(probe)
+        program = ProbeProgram(probe)  # before any lookup: a bad one costs nothing
+        fields = program.fields()
+        _refuse_blind(probe, program)
         results = [reader.read(lookup) for lookup in probe.lookups]
         _refuse_incomplete(backend)
         _refuse_empty(probe, results)
         clock.check("after the lookups, before the expression")
-        value, deciding = _evaluate(probe, program, results, clock)
+        value, tally = _evaluate(probe, program, results, clock)
         # The expression cannot be interrupted (its cost is bounded, docs/probes.md): a value
         # that came after the deadline is refused like a model's reply past the budget.
         clock.check("while the expression was evaluated")
@@ -200,17 +210,20 @@ def run_probe_with_results(
         objects_read=reader.count,
         objects=reader.refs,
         fields=fields,
-        deciding=deciding,
+        deciding=tally.deciding,
+        violations=tally.violations,
+        violations_total=tally.violations_total,
+        judged_total=tally.judged,
         duration_seconds=round(time.perf_counter() - began, 6),
     )
     return run, results
 
 
-def _refuse_blind(probe: ProposedProbe) -> None:
+def _refuse_blind(probe: ProposedProbe, program: ProbeProgram) -> None:
     """An expression that does not read what the lookups return agrees with any verdict and
     never flips when the cluster changes, so re-runs would repeat it until re-validation."""
     variable = "results" if probe.scope == "results" else "object"
-    if not reads_variable(probe.expression, variable):
+    if not program.reads(variable):
         raise ProbeFailure(
             f"the expression does not read `{variable}` (the objects its lookups return), "
             "so its value cannot depend on the cluster"
@@ -221,6 +234,8 @@ def _refuse_empty(probe: ProposedProbe, results: list[Any]) -> None:
     """Vacuous truth is not evidence, in either scope: an empty listing may be a wrong
     namespace or a snapshot that lacks the kind, and ``all`` (or ``!exists``) over it is true
     whatever the cluster holds. The probe cannot decide; the model looks instead."""
+    if probe.empty_result == "pass":
+        return  # an imported policy: an empty listing has nothing to violate
     for number, (lookup, value) in enumerate(zip(probe.lookups, results, strict=True)):
         if isinstance(value, list) and not value:
             raise ProbeFailure(
@@ -240,19 +255,50 @@ def _refuse_incomplete(backend: ClusterBackend) -> None:
         )
 
 
+class _Tally:
+    """each_object: what was judged and what failed, as the ProbeRun reports it."""
+
+    def __init__(self) -> None:
+        self.judged = 0
+        self.violations_total = 0
+        self.violations: list[ProbeViolation] = []
+        self.deciding: list[ObjectRef] = []
+
+    def failed(self, obj: Any, message: str) -> None:
+        self.violations_total += 1
+        ref = _ref(obj, "?")
+        if len(self.violations) < MAX_VIOLATIONS:
+            self.violations.append(ProbeViolation(**ref.model_dump(), message=message[:1024]))
+        if len(self.deciding) < DECIDING_SHOWN:
+            self.deciding.append(ref)
+
+
 def _evaluate(
-    probe: ProposedProbe, program: BoolProgram, results: list[Any], clock: _Deadline
-) -> tuple[bool, list[ObjectRef]]:
+    probe: ProposedProbe, program: ProbeProgram, results: list[Any], clock: _Deadline
+) -> tuple[bool, _Tally]:
+    tally = _Tally()
     if probe.scope == "results":
-        return program({"results": results}), []
-    objects = results[0]  # not empty: _refuse_empty
-    failing: list[ObjectRef] = []
-    for number, obj in enumerate(objects):
+        judgement = program.judge({"results": results})
+        return judgement.passed, tally
+    # A model's probe stops at the first false (the value is settled, and that object is the
+    # evidence); an imported policy judges every object, to name each offending one.
+    every = probe.origin is not None
+    for number, obj in enumerate(results[0]):
         clock.check(f"after the expression had been evaluated for {number} object(s)")
-        if not program({"object": obj}):
-            failing.append(_ref(obj, "?"))
-            break  # the value is settled; the first counterexample is the evidence
-    return not failing, failing
+        judgement = program.judge({"object": obj})
+        if not judgement.judged:
+            continue
+        tally.judged += 1
+        if not judgement.passed:
+            tally.failed(obj, judgement.message)
+            if not every:
+                break
+    if tally.judged == 0 and probe.empty_result != "pass":
+        raise ProbeFailure(
+            "no object was judged (the match conditions excluded every object), so the "
+            "expression could hold vacuously"
+        )
+    return tally.violations_total == 0, tally
 
 
 def _failed(

@@ -58,8 +58,9 @@ from typing import Any
 import structlog
 
 from schemas.probe import ProposedProbe
-from workers.core.probes.cel import BoolProgram, CelError
+from workers.core.probes.cel import CelError
 from workers.core.probes.cost import MAX_STEPS, Path, _path_after, _tokens, analyse
+from workers.core.probes.program import ProbeProgram
 
 MAX_EVALUATIONS = 400
 BUDGET_SECONDS = 0.5
@@ -167,8 +168,64 @@ def _literal(kind: str, text: str) -> Any:
     return {"true": True, "false": False}.get(text)
 
 
+_OPTIONAL_STEP = re.compile(r"(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")|(?P<step>\.\?|\[\?)")
+
+
+def _plain_steps(expression: str) -> str:
+    """``expression`` with optional steps read as plain ones (``a.?b`` as ``a.b``, ``a[?0]`` as
+    ``a[0]``): the same field is read, so the same counterfactuals apply."""
+    plain = _OPTIONAL_STEP.sub(
+        lambda m: m.group("str") or m.group("step").replace("?", ""), expression
+    )
+    return _without_unwrapping(plain)
+
+
+def _without_unwrapping(expression: str) -> str:
+    """``expression`` without ``.orValue(...)`` and ``.value()``, so that the range of
+    ``a.?b.orValue([]).all(v, ...)`` is read as the path ``a.b`` (the default is a literal)."""
+    out: list[str] = []
+    i = 0
+    while i < len(expression):
+        if expression[i] in "'\"":
+            match = _STRING_AT.match(expression, i)
+            end = match.end() if match else len(expression)
+            out.append(expression[i:end])
+            i = end
+            continue
+        for call in (".orValue(", ".value()"):
+            if expression.startswith(call, i):
+                i = _after_call(expression, i + len(call) - 1)
+                break
+        else:
+            out.append(expression[i])
+            i += 1
+    return "".join(out)
+
+
+_STRING_AT = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _after_call(expression: str, open_at: int) -> int:
+    """The index just past the parenthesis closing the one at ``open_at``."""
+    depth = 0
+    i = open_at
+    while i < len(expression):
+        char = expression[i]
+        if char in "'\"":
+            match = _STRING_AT.match(expression, i)
+            i = match.end() if match else len(expression)
+            continue
+        depth += char == "("
+        depth -= char == ")"
+        i += 1
+        if depth == 0:
+            return i
+    return i
+
+
 def mentioned(expression: str) -> Mentioned:
     """The paths, keys and literals of ``expression`` (best effort, from its tokens)."""
+    expression = _plain_steps(expression)
     tokens = _tokens(expression)
     found = Mentioned()
     try:
@@ -367,7 +424,7 @@ class _Search:
     def __init__(self, probe: ProposedProbe, want: bool, budget: float, limit: int) -> None:
         self.probe = probe
         self.want = want
-        self.program = BoolProgram(probe.expression, max_steps=MAX_STEPS)
+        self.program = ProbeProgram(probe, max_steps=MAX_STEPS)
         self.deadline = time.monotonic() + budget
         self.limit = limit
         self.evaluations = 0
@@ -382,9 +439,10 @@ class _Search:
             return False  # an empty listing gives no verdict
         self.evaluations += 1
         try:
-            return self.program(variables) is self.want
+            judgement = self.program.judge(variables)
         except CelError:
             return False
+        return judgement.judged and judgement.passed is self.want
 
 
 class _Fixed:
@@ -437,7 +495,7 @@ def check_sensitivity(
     flip: str | None = None
     exhausted = False
     try:
-        found = mentioned(probe.expression)
+        found = mentioned(" && ".join(probe.expressions()))
         fixed = _Fixed(probe)
         worlds = (
             _object_worlds(results, found, fixed)
@@ -650,6 +708,10 @@ def _candidates(present: list[Any], found: Mentioned, steps: tuple[Step, ...]) -
     for value in present:
         if isinstance(value, list):
             out += [[], value + value[:1], value[:1]] + [[*value, s] for s in strings[:3]]
+            # a size threshold (size(x) <= 4): as many elements as each small literal, and one
+            # more and one fewer
+            sizes = sorted({int(n) + d for n in numbers if 0 < n <= 1000 for d in (-1, 0, 1)})
+            out += [(value or [{}])[:1] * size for size in sizes if size > 0]
             break
     for value in present:
         if isinstance(value, dict):

@@ -83,6 +83,51 @@ BUILTIN_RESOURCES: tuple[ResourceInfo, ...] = (
         False,
     ),
     _r("APIService", "apiservices", "apiregistration.k8s.io", "v1", False),
+    # The other kinds a Kubernetes 1.33/1.34 API server stores and lists (GA or served by
+    # default), so an admission policy on any of them can be exported and imported offline.
+    _r("PodTemplate", "podtemplates", "", "v1", True),
+    _r("ComponentStatus", "componentstatuses", "", "v1", False, "cs"),
+    _r(
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        "admissionregistration.k8s.io",
+        "v1",
+        False,
+    ),
+    _r(
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        "admissionregistration.k8s.io",
+        "v1",
+        False,
+    ),
+    _r(
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        "certificates.k8s.io",
+        "v1",
+        False,
+        "csr",
+    ),
+    _r("FlowSchema", "flowschemas", "flowcontrol.apiserver.k8s.io", "v1", False),
+    _r(
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        False,
+    ),
+    _r("RuntimeClass", "runtimeclasses", "node.k8s.io", "v1", False),
+    _r("CSINode", "csinodes", "storage.k8s.io", "v1", False),
+    _r("CSIStorageCapacity", "csistoragecapacities", "storage.k8s.io", "v1", True),
+    _r("VolumeAttachment", "volumeattachments", "storage.k8s.io", "v1", False),
+    _r("IPAddress", "ipaddresses", "networking.k8s.io", "v1", False),
+    _r("ServiceCIDR", "servicecidrs", "networking.k8s.io", "v1", False),
+    _r("DeviceClass", "deviceclasses", "resource.k8s.io", "v1", False),
+    _r("ResourceClaim", "resourceclaims", "resource.k8s.io", "v1", True),
+    _r("ResourceClaimTemplate", "resourceclaimtemplates", "resource.k8s.io", "v1", True),
+    _r("ResourceSlice", "resourceslices", "resource.k8s.io", "v1", False),
+    _r("VolumeAttributesClass", "volumeattributesclasses", "storage.k8s.io", "v1", False),
 )
 
 

@@ -1,0 +1,393 @@
+"""Labelled policy fixtures, read from a policy library's own tests, and judged by import.
+
+Two layouts are read, the ones the public policy libraries use:
+
+* Kyverno's CLI tests (``apiVersion: cli.kyverno.io/...``, ``kind: Test``, usually in a
+  ``.kyverno-test/`` folder): ``policies`` (files), ``resources`` (files of objects) and
+  ``results`` naming, per policy (and rule), the resources that ``pass``, ``fail`` or are
+  ``skip``-ped. assay's own corpus (tests/fixtures/cel_corpus/) is written in this layout.
+* Gatekeeper's suites (``kind: Suite``, ``test.gatekeeper.sh``): per test a template and a
+  constraint, and cases of one object each with ``violations: yes|no|N``. A case whose
+  object is an AdmissionReview of anything but a CREATE (an update, a deletion) judges a
+  request, not a stored object, and is left out (counted).
+
+Every fixture is one object with a label: allowed (``pass``, ``skip``, no violations) or
+disallowed. :func:`judge` imports the fixture's policy as ``assay probe import`` does, runs
+it over a snapshot holding that one object as a check would, and compares. The bench
+(bench/bench_cel.py) and the corpus tests print and assert the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from schemas.policy import ImportedPolicy
+from schemas.verdict import VerdictKind
+from workers.core.policies.documents import SourcedDocument, documents_from_text
+from workers.core.policies.importer import import_documents
+from workers.core.policies.run import run_policies
+from workers.core.probes.export import NotExportable, export_policy_documents
+from workers.core.toolsets.backend import BackendError
+from workers.core.toolsets.kinds import builtin_index
+from workers.core.toolsets.snapshot_backend import SnapshotBackend
+
+TEST_KINDS = frozenset({"Test"})
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """One labelled object: which policy (and rule) judges it, and whether it is allowed."""
+
+    source: str  # the test file
+    policy_files: tuple[str, ...]
+    policy: str
+    rule: str | None
+    obj: dict[str, Any] = field(hash=False, compare=False)
+    allowed: bool
+    label: str  # pass, fail, skip; yes, no (Gatekeeper)
+
+    @property
+    def name(self) -> str:
+        meta = self.obj.get("metadata") or {}
+        where = f"{meta.get('namespace')}/" if meta.get("namespace") else ""
+        return f"{self.obj.get('kind')} {where}{meta.get('name')}"
+
+
+@dataclass
+class Reading:
+    """What a library holds: its fixtures, and what could not be read (counted, named)."""
+
+    fixtures: list[Fixture] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    try:
+        return [d.document for d in documents_from_text(text, str(path))]
+    except ValueError:
+        return []
+
+
+def read_library(root: Path) -> Reading:
+    """Every Kyverno test and Gatekeeper suite under ``root``."""
+    reading = Reading()
+    for path in sorted(root.rglob("*.yaml")):
+        if path.name.startswith(("artifacthub", "kustomization")):
+            continue
+        head = path.read_text(encoding="utf-8", errors="replace")[:4000]
+        if "kind: Test" in head and "cli.kyverno.io" in head:
+            _read_kyverno_test(path, reading)
+        elif "kind: Suite" in head and "test.gatekeeper.sh" in head:
+            _read_gatekeeper_suite(path, reading)
+    return reading
+
+
+def _read_kyverno_test(path: Path, reading: Reading) -> None:
+    try:
+        test = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        reading.skipped["a test file that is not YAML"] += 1
+        return
+    if not isinstance(test, dict) or test.get("kind") not in TEST_KINDS:
+        return
+    base = path.parent
+    policies = tuple(str((base / p).resolve()) for p in test.get("policies") or [])
+    objects = [o for file in test.get("resources") or [] for o in _load(base / file)]
+    for result in test.get("results") or []:
+        label = str(result.get("result") or "").strip()
+        if label not in ("pass", "fail", "skip"):
+            reading.skipped[f"a result of {label or 'no value'}"] += len(
+                result.get("resources") or []
+            )
+            continue
+        for wanted in result.get("resources") or []:
+            obj = _find(
+                objects, str(result.get("kind") or ""), str(wanted), result.get("namespace")
+            )
+            if obj is None:
+                reading.skipped["a result naming an object the test's resources lack"] += 1
+                continue
+            reading.fixtures.append(
+                Fixture(
+                    source=str(path),
+                    policy_files=policies,
+                    policy=str(result.get("policy") or ""),
+                    rule=result.get("rule"),
+                    obj=obj,
+                    allowed=label != "fail",
+                    label=label,
+                )
+            )
+
+
+def _find(
+    objects: list[dict[str, Any]], kind: str, wanted: str, namespace: Any
+) -> dict[str, Any] | None:
+    ns, _, name = wanted.rpartition("/")
+    ns = ns or (str(namespace) if namespace else "")
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") != kind or meta.get("name") != name:
+            continue
+        if ns and (meta.get("namespace") or "default") != ns:
+            continue
+        return obj
+    return None
+
+
+def _read_gatekeeper_suite(path: Path, reading: Reading) -> None:
+    try:
+        suite = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        return
+    base = path.parent
+    for test in (suite or {}).get("tests") or []:
+        template, constraint = test.get("template"), test.get("constraint")
+        if not template or not constraint:
+            continue
+        constraints = _load(base / constraint)
+        name = ((constraints[0].get("metadata") or {}).get("name")) if constraints else ""
+        files = (str((base / template).resolve()), str((base / constraint).resolve()))
+        for case in test.get("cases") or []:
+            if case.get("inventory"):
+                reading.skipped["a Gatekeeper case with inventory (other cluster objects)"] += 1
+                continue
+            objects = _load(base / str(case.get("object") or ""))
+            if len(objects) != 1:
+                reading.skipped["a Gatekeeper case without exactly one object"] += 1
+                continue
+            obj = objects[0]
+            if obj.get("kind") == "AdmissionReview":
+                request = obj.get("request") or {}
+                if str(request.get("operation") or "CREATE") != "CREATE" or not request.get(
+                    "object"
+                ):
+                    reading.skipped["a Gatekeeper case judging an update or deletion request"] += 1
+                    continue
+                obj = request["object"]
+            violations = [a.get("violations") for a in case.get("assertions") or []]
+            allowed = all(v in ("no", 0, False, "0") for v in violations)
+            reading.fixtures.append(
+                Fixture(
+                    source=str(path),
+                    policy_files=files,
+                    policy=str(name),
+                    rule=None,
+                    obj=obj,
+                    allowed=allowed,
+                    label="no" if allowed else "yes",
+                )
+            )
+
+
+@dataclass
+class Judgement:
+    fixture: Fixture
+    value: bool | None  # the policy's verdict (None: no value)
+    reason: str = ""
+    seconds: float = 0.0
+    judged: int = 0
+
+
+@dataclass
+class Figures:
+    """What bench_cel.py prints for a library."""
+
+    judgements: list[Judgement]
+    refused: Counter[str]
+    exports: dict[str, tuple[int, int]]  # format -> (valid, tried)
+    export_problems: Counter[str]
+    skipped: Counter[str]
+
+    @property
+    def valued(self) -> list[Judgement]:
+        return [j for j in self.judgements if j.value is not None]
+
+    @property
+    def disagreements(self) -> list[Judgement]:
+        return [j for j in self.valued if j.value != j.fixture.allowed]
+
+    def lines(self) -> list[str]:
+        total = len(self.judgements)
+        valued = len(self.valued)
+        agree = valued - len(self.disagreements)
+        times = sorted(j.seconds for j in self.valued) or [0.0]
+        out = [
+            f"fixtures: {total} (left out: {sum(self.skipped.values())})",
+            f"a probe value: {valued} of {total} ({100 * valued / max(total, 1):.1f}%)",
+            f"agree with their label: {agree} of {valued} ({100 * agree / max(valued, 1):.1f}%)",
+            f"median probe time: {1000 * statistics.median(times):.2f} ms "
+            f"(p90 {1000 * times[int(0.9 * (len(times) - 1))]:.2f} ms)",
+        ]
+        for fmt, (valid, tried) in self.exports.items():
+            out.append(f"exports to a valid {fmt}: {valid} of {tried} accepted policies")
+        return out
+
+
+class Judge:
+    """Imports each policy file set once, and judges fixtures with it."""
+
+    def __init__(self) -> None:
+        self._imports: dict[tuple[str, ...], tuple[list[ImportedPolicy], dict[str, str]]] = {}
+        # per policy that gave a value: each format's export problem (None: valid), tried
+        # with the first fixture's snapshot as the target (it serves the kind: a custom
+        # resource's group and version come from there, as `--snapshot` gives them)
+        self._valued: dict[tuple[tuple[str, ...], str], list[dict[str, Any]]] = {}
+
+    def exports(self) -> dict[tuple[tuple[str, ...], str], dict[str, str | None]]:
+        """Each policy that gave a value, exported in each format: the problem, or None.
+        The target is a snapshot of every object its fixtures hold, so a custom resource's
+        group and version come from there, as ``--snapshot`` gives them."""
+        out: dict[tuple[tuple[str, ...], str], dict[str, str | None]] = {}
+        for (files, name), objects in self._valued.items():
+            imported, _ = self.policies(files)
+            policy = next(p for p in imported if p.name == name)
+            with tempfile.TemporaryDirectory(prefix="assay-corpus-") as folder:
+                for number, obj in enumerate(objects):
+                    (Path(folder) / f"{number}.json").write_text(json.dumps(obj))
+                out[(files, name)] = _exports(policy, SnapshotBackend(folder))
+        return out
+
+    def policies(self, files: tuple[str, ...]) -> tuple[list[ImportedPolicy], dict[str, str]]:
+        cached = self._imports.get(files)
+        if cached is None:
+            documents: list[SourcedDocument] = []
+            for file in files:
+                documents += [SourcedDocument(file, d) for d in _load(Path(file))]
+            imported, refusals = import_documents(documents)
+            cached = (imported, {r.name: r.reason for r in refusals})
+            self._imports[files] = cached
+        return cached
+
+    def judge(self, fixture: Fixture) -> Judgement:
+        imported, refusals = self.policies(fixture.policy_files)
+        policy = next((p for p in imported if _names(p, fixture.policy)), None)
+        if policy is None:
+            reason = refusals.get(fixture.policy) or next(iter(refusals.values()), "not imported")
+            return Judgement(fixture, None, reason)
+        rules = None
+        if fixture.rule:  # the rule, and the pod-controller forms Kyverno reports under it
+            names = {r.name for r in policy.rules if fixture.rule in (r.name, r.pod_controllers)}
+            rules = {policy.name: names}
+        with tempfile.TemporaryDirectory(prefix="assay-corpus-") as folder:
+            obj = _with_namespace(fixture.obj)
+            (Path(folder) / "object.json").write_text(json.dumps(obj))
+            backend = SnapshotBackend(folder)
+            began = time.perf_counter()
+            results, _ = run_policies([policy], backend, rules=rules)
+            seconds = time.perf_counter() - began
+            if results[0].verdict != VerdictKind.CANNOT_DETERMINE:
+                self._valued.setdefault((fixture.policy_files, policy.name), []).append(obj)
+        result = results[0]
+        if result.verdict == VerdictKind.CANNOT_DETERMINE:
+            return Judgement(fixture, None, result.reason or "", seconds)
+        return Judgement(
+            fixture, result.verdict == VerdictKind.TRUE, "", seconds, result.judged_total
+        )
+
+
+def _exports(policy: ImportedPolicy, backend: SnapshotBackend) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for fmt in ("vap", "kyverno"):
+        if fmt == "kyverno" and policy.params is not None:
+            continue  # a ValidatingPolicy takes no params: vap is its export
+        try:
+            export_policy_documents(policy, fmt, backend=backend)
+            out[fmt] = None
+        except NotExportable as exc:
+            out[fmt] = str(exc)
+    return out
+
+
+def _names(policy: ImportedPolicy, name: str) -> bool:
+    return name in (policy.name, policy.policy_name)
+
+
+def _with_namespace(obj: dict[str, Any]) -> dict[str, Any]:
+    """A namespaced object a test leaves without a namespace is in ``default``, as the
+    library's CLI reads it."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or meta.get("namespace"):
+        return obj
+    try:
+        namespaced = builtin_index().resolve(str(obj.get("kind") or "")).namespaced
+    except BackendError:
+        namespaced = True
+    if not namespaced or obj.get("kind") == "Namespace":
+        return obj
+    return {**obj, "metadata": {**meta, "namespace": "default"}}
+
+
+def validates_with_cel(fixture: Fixture) -> bool:
+    """Whether the fixture's policy (its rule, for a Kyverno ClusterPolicy) validates with
+    CEL: a ValidatingAdmissionPolicy, a Kyverno ValidatingPolicy, a ClusterPolicy rule with
+    ``validate.cel``, a Gatekeeper template with K8sNativeValidation code. Fixtures of
+    pattern rules, mutating or generating policies test no CEL."""
+    rule = fixture.rule
+    for prefix in ("autogen-cronjob-", "autogen-"):
+        if rule and rule.startswith(prefix):
+            rule = rule[len(prefix) :]
+            break
+    for file in fixture.policy_files:
+        for document in _load(Path(file)):
+            kind = document.get("kind")
+            if kind == "ConstraintTemplate":
+                return "K8sNativeValidation" in json.dumps(document)
+            if (document.get("metadata") or {}).get("name") != fixture.policy:
+                continue
+            if kind in ("ValidatingAdmissionPolicy", "ValidatingPolicy",
+                        "NamespacedValidatingPolicy"):  # fmt: skip
+                return True
+            if kind in ("ClusterPolicy", "Policy"):
+                rules = (document.get("spec") or {}).get("rules") or []
+                return any(
+                    "cel" in (r.get("validate") or {})
+                    for r in rules
+                    if rule is None or r.get("name") == rule
+                )
+            return False
+    return False
+
+
+def evaluate(fixtures: Iterable[Fixture], skipped: Counter[str] | None = None) -> Figures:
+    """Judge every fixture whose policy validates with CEL; export every policy that gave a
+    value. The other fixtures are counted as left out."""
+    judge = Judge()
+    skipped = skipped if skipped is not None else Counter()
+    chosen = []
+    for fixture in fixtures:
+        if validates_with_cel(fixture):
+            chosen.append(fixture)
+        else:
+            skipped["a fixture of a policy that does not validate with CEL"] += 1
+    judgements = [judge.judge(f) for f in chosen]
+    refused = Counter(j.reason for j in judgements if j.value is None)
+    exports: dict[str, tuple[int, int]] = {}
+    problems: Counter[str] = Counter()
+    exported = judge.exports()
+    for fmt in ("vap", "kyverno"):
+        tried = [outcome[fmt] for outcome in exported.values() if fmt in outcome]
+        exports[fmt] = (sum(problem is None for problem in tried), len(tried))
+        problems.update(f"{fmt}: {p[:160]}" for p in tried if p is not None)
+    return Figures(judgements, refused, exports, problems, skipped)
+
+
+def iter_disagreements(figures: Figures) -> Iterator[str]:
+    for j in figures.disagreements:
+        label = "allowed" if j.fixture.allowed else "disallowed"
+        said = f"{label}, probe said {j.value}"
+        yield f"{j.fixture.source}: {j.fixture.policy} {j.fixture.name}: {said}"

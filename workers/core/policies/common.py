@@ -1,0 +1,245 @@
+"""Pieces every importer shares: reading admission-API shapes into the neutral policy model.
+
+Each importer (``vap.py``, ``kyverno.py``, ``gatekeeper.py``) raises :class:`Unsupported`
+with one sentence when a document asks for something a check of stored objects cannot
+honour; :func:`refusal_in` is the expression-level part of that (what a policy's CEL reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from schemas.policy import KindRef, LabelRequirement, LabelSelector, ResourceFilter
+from schemas.probe import ProbeCondition, ProbeValidation, ProbeVariable
+from workers.core.policies.expressions import references
+
+ADMITTING_OPERATIONS = frozenset({"CREATE", "UPDATE", "*"})
+# Fields of ``request`` a check of stored objects can answer: the operation is CREATE (each
+# object is judged as if it were created now; probes.py reads it so). Any other field of the
+# admission request (who asks, dry run, the old object) is refused.
+SERVED_REQUEST_FIELDS: frozenset[str] = frozenset({"operation"})
+NAMESPACE_OBJECT_SERVED = False
+_KYVERNO_LIBRARIES = {
+    "resource": "Kyverno's resource library (it reads other objects from the cluster at admission)",
+    "http": "Kyverno's http library (it calls a service)",
+    "globalContext": "Kyverno's global context (data cached from the cluster or a service)",
+    "generator": "Kyverno's generator library (it creates objects)",
+    "imagedata": "Kyverno's image data (it reads a registry)",
+}
+
+
+class Unsupported(Exception):
+    """The document cannot become a check; the message says why, in one sentence."""
+
+
+def as_list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Unsupported(f"{what} is not a list")
+    return value
+
+
+def as_map(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Unsupported(f"{what} is not a mapping")
+    return value
+
+
+def label_selector(value: Any, what: str) -> LabelSelector | None:
+    """A Kubernetes label selector; None for none given (match everything)."""
+    if value is None:
+        return None
+    data = as_map(value, what)
+    unknown = set(data) - {"matchLabels", "matchExpressions"}
+    if unknown:
+        raise Unsupported(f"{what} has fields a label selector does not: {sorted(unknown)}")
+    labels = as_map(data.get("matchLabels"), f"{what}.matchLabels")
+    terms = []
+    for term in as_list(data.get("matchExpressions"), f"{what}.matchExpressions"):
+        term = as_map(term, f"{what}.matchExpressions[]")
+        operator = term.get("operator")
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise Unsupported(f"{what} uses the operator {operator!r}, not a label selector's")
+        terms.append(
+            LabelRequirement(
+                key=str(term.get("key", "")),
+                operator=operator,
+                values=[str(v) for v in as_list(term.get("values"), f"{what} values")],
+            )
+        )
+    selector = LabelSelector(
+        match_labels={str(k): str(v) for k, v in labels.items()}, match_expressions=terms
+    )
+    return None if selector.empty else selector
+
+
+def resource_rule_kinds(rule: Mapping[str, Any], what: str) -> tuple[list[KindRef], list[str]]:
+    """The kinds of one ``resourceRules`` entry (a ValidatingAdmissionPolicy's), and its
+    ``resourceNames``. Refuses rules that judge no stored object: every resource (``*``),
+    only subresources, or only deletions and connections."""
+    operations = [str(op) for op in as_list(rule.get("operations"), f"{what}.operations")]
+    if operations and not ADMITTING_OPERATIONS & set(operations):
+        raise Unsupported(
+            f"{what} judges only {', '.join(operations)} requests, not objects as they are "
+            "created or updated"
+        )
+    groups = [str(g) for g in as_list(rule.get("apiGroups"), f"{what}.apiGroups")] or ["*"]
+    versions = [str(v) for v in as_list(rule.get("apiVersions"), f"{what}.apiVersions")] or ["*"]
+    resources = [str(r) for r in as_list(rule.get("resources"), f"{what}.resources")]
+    plain = [r for r in resources if "/" not in r]
+    if not plain:
+        raise Unsupported(
+            f"{what} names only subresources ({', '.join(resources) or 'none'}), which are "
+            "requests, not stored objects"
+        )
+    if "*" in plain:
+        raise Unsupported(f"{what} matches every resource ('*'); name the resources it judges")
+    kinds = [
+        KindRef(group=group, version=version, name=resource)
+        for resource in plain
+        for group in groups
+        for version in (versions if "*" not in versions else ["*"])
+    ]
+    names = [str(n) for n in as_list(rule.get("resourceNames"), f"{what}.resourceNames")]
+    return kinds, names
+
+
+def vap_match_filter(constraints: Mapping[str, Any] | None, what: str) -> ResourceFilter | None:
+    """A ``matchConstraints`` / binding ``matchResources`` block as one filter term (its
+    ``resourceRules`` become the kinds; ``scope`` and ``resourceNames`` must agree across
+    its rules). None for an absent or empty block."""
+    if not constraints:
+        return None
+    data = as_map(constraints, what)
+    unknown = set(data) - {
+        "resourceRules", "excludeResourceRules", "namespaceSelector", "objectSelector",
+        "matchPolicy",
+    }  # fmt: skip
+    if unknown:
+        raise Unsupported(f"{what} has fields this import does not know: {sorted(unknown)}")
+    kinds: list[KindRef] | None = None
+    names: list[str] | None = None
+    scopes: set[str] = set()
+    rules = as_list(data.get("resourceRules"), f"{what}.resourceRules")
+    for index, rule in enumerate(rules):
+        rule_kinds, rule_names = resource_rule_kinds(
+            as_map(rule, "rule"), f"{what}.resourceRules[{index}]"
+        )
+        kinds = (kinds or []) + rule_kinds
+        if rule_names:
+            names = (names or []) + rule_names
+        elif rules and len(rules) > 1 and names is not None:
+            raise Unsupported(f"{what} names objects in some resource rules and not in others")
+        scopes.add(str(as_map(rule, "rule").get("scope") or "*"))
+    if len(scopes) > 1:
+        raise Unsupported(f"{what} mixes resource rule scopes {sorted(scopes)}")
+    scope = scopes.pop() if scopes else "*"
+    if scope not in ("*", "Namespaced", "Cluster"):
+        raise Unsupported(f"{what} has the scope {scope!r}, not *, Namespaced or Cluster")
+    return ResourceFilter(
+        kinds=kinds,
+        names=names,
+        namespace_selector=label_selector(
+            data.get("namespaceSelector"), f"{what}.namespaceSelector"
+        ),
+        object_selector=label_selector(data.get("objectSelector"), f"{what}.objectSelector"),
+        scope=scope,
+    )
+
+
+def vap_exclusions(constraints: Mapping[str, Any] | None, what: str) -> list[list[ResourceFilter]]:
+    """``excludeResourceRules`` as exclusion groups (one per rule)."""
+    if not constraints:
+        return []
+    out: list[list[ResourceFilter]] = []
+    for index, rule in enumerate(as_list(constraints.get("excludeResourceRules"), what)):
+        kinds, names = resource_rule_kinds(
+            as_map(rule, "rule"), f"{what}.excludeResourceRules[{index}]"
+        )
+        out.append([ResourceFilter(kinds=kinds, names=names or None)])
+    return out
+
+
+def variables_of(value: Any, what: str) -> list[ProbeVariable]:
+    out = []
+    for item in as_list(value, what):
+        item = as_map(item, f"{what}[]")
+        out.append(ProbeVariable(name=str(item.get("name", "")), expression=_text(item, what)))
+    return out
+
+
+def conditions_of(value: Any, what: str) -> list[ProbeCondition]:
+    out = []
+    for item in as_list(value, what):
+        item = as_map(item, f"{what}[]")
+        out.append(ProbeCondition(name=str(item.get("name", "")), expression=_text(item, what)))
+    return out
+
+
+def validations_of(
+    value: Any, what: str, default_message: str | None = None
+) -> list[ProbeValidation]:
+    out = []
+    for item in as_list(value, what):
+        item = as_map(item, f"{what}[]")
+        message = item.get("message") or default_message
+        out.append(
+            ProbeValidation(
+                expression=_text(item, what),
+                message=" ".join(str(message).split()) if message else None,
+                message_expression=item.get("messageExpression") or None,
+                reason=item.get("reason") or None,
+            )
+        )
+    return out
+
+
+def _text(item: Mapping[str, Any], what: str) -> str:
+    expression = item.get("expression")
+    if not isinstance(expression, str) or not expression.strip():
+        raise Unsupported(f"{what} has an entry without an expression")
+    return expression.strip()
+
+
+def refusal_in(expressions: Iterable[str], *, params_given: bool) -> str | None:
+    """Why these expressions cannot judge a stored object, or None.
+
+    A stored object comes with no admission request: nothing says who asked
+    (``request.userInfo``), what the object was before (``oldObject``) or whether the asker
+    may do something else (``authorizer``). Kyverno's libraries that reach out of the policy
+    (other objects, services, registries) are refused too: a check reads its target through
+    its lookups only.
+    """
+    for expression in expressions:
+        for ref in references(expression):
+            if ref.root == "oldObject":
+                return (
+                    "it reads oldObject (the object before an update), which a stored object "
+                    "does not have"
+                )
+            if ref.root == "authorizer":
+                return (
+                    "it asks the authorizer what the requester may do, and a stored object "
+                    "has no requester"
+                )
+            if ref.root == "request":
+                field = ref.fields[0] if ref.fields else ""
+                if field not in SERVED_REQUEST_FIELDS:
+                    shown = f"request.{field}" if field else "request"
+                    return (
+                        f"it reads {shown}, part of an admission request, which a stored "
+                        "object comes without"
+                    )
+            if ref.root == "namespaceObject" and not NAMESPACE_OBJECT_SERVED:
+                return "it reads namespaceObject, which assay does not serve to probes yet"
+            if ref.root == "params" and not params_given:
+                return "it reads params, and no params object was given in the files"
+            if ref.root in _KYVERNO_LIBRARIES:
+                return f"it calls {_KYVERNO_LIBRARIES[ref.root]}"
+            if ref.root == "image" and ref.fields[:1] == ("GetMetadata",):
+                return "it calls Kyverno's image.GetMetadata (it reads a registry)"
+    return None

@@ -1,0 +1,152 @@
+"""``assay probe import``: policy documents in, imported policies and refusals out.
+
+The documents of all the files given are read together, so a policy and its binding, params
+object or constraint may sit in different files. Every policy document either becomes one
+or more :class:`ImportedPolicy` or is refused with one sentence saying why; documents that
+are no policy (a params object, a binding, a constraint, anything else) are used by the
+policy that names them, and reported when nothing does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+
+from pydantic import ValidationError
+
+from schemas.policy import POLICY_NAME_PATTERN, ImportedPolicy, ImportRefusal
+from workers.core.policies import gatekeeper, kyverno, vap
+from workers.core.policies.common import Unsupported
+from workers.core.policies.documents import SourcedDocument, name_of
+
+VAP_GROUP = "admissionregistration.k8s.io"
+KYVERNO_POLICIES_GROUP = "policies.kyverno.io"
+KYVERNO_GROUP = "kyverno.io"
+GATEKEEPER_TEMPLATES_GROUP = "templates.gatekeeper.sh"
+
+
+def import_documents(
+    documents: list[SourcedDocument], now: datetime | None = None
+) -> tuple[list[ImportedPolicy], list[ImportRefusal]]:
+    """Every policy the documents hold, and every refusal, in document order."""
+    now = now or datetime.now(UTC)
+    policies: list[ImportedPolicy] = []
+    refusals: list[ImportRefusal] = []
+    used: set[int] = set()
+
+    def attempt(doc: SourcedDocument, make: Callable[[], list[ImportedPolicy]]) -> None:
+        used.add(id(doc))
+        try:
+            made = make()
+        except Unsupported as exc:
+            refusals.append(_refusal(doc, str(exc)))
+            return
+        except ValueError as exc:  # a value the policy model refuses (a name, a limit)
+            refusals.append(_refusal(doc, _first_line(exc)))
+            return
+        policies.extend(made)
+
+    bindings = [d for d in documents if _is(d, VAP_GROUP, "ValidatingAdmissionPolicyBinding")]
+    templates = [d for d in documents if _is(d, GATEKEEPER_TEMPLATES_GROUP, "ConstraintTemplate")]
+    kinds_of_templates = {gatekeeper.template_kind(t) for t in templates}
+    for doc in documents:
+        if _is(doc, VAP_GROUP, "ValidatingAdmissionPolicy"):
+            mine = [b for b in bindings if vap.binding_policy(b) == name_of(doc.document)]
+            used.update(id(b) for b in mine)
+            attempt(doc, partial(vap.import_vap, doc, mine, documents, now))
+        elif doc.api_group == KYVERNO_POLICIES_GROUP and doc.kind in (
+            kyverno.VALIDATING_POLICY_KINDS
+        ):
+            attempt(doc, partial(_one, kyverno.import_validating_policy, doc, now))
+        elif doc.api_group == KYVERNO_GROUP and doc.kind in kyverno.CLUSTER_POLICY_KINDS:
+            attempt(doc, partial(_one, kyverno.import_cluster_policy, doc, now))
+        elif _is(doc, GATEKEEPER_TEMPLATES_GROUP, "ConstraintTemplate"):
+            kind = gatekeeper.template_kind(doc)
+            mine = [
+                d
+                for d in documents
+                if d.api_group == gatekeeper.CONSTRAINTS_GROUP and d.kind == kind
+            ]
+            used.update(id(c) for c in mine)
+            attempt(doc, partial(gatekeeper.import_template, doc, mine, now))
+    _refuse_leftovers(documents, policies, used, kinds_of_templates, refusals)
+    return _unique(policies, refusals), refusals
+
+
+def _refuse_leftovers(
+    documents: list[SourcedDocument],
+    policies: list[ImportedPolicy],
+    used: set[int],
+    template_kinds: set[str],
+    refusals: list[ImportRefusal],
+) -> None:
+    """Documents no policy used: say what they are, so nothing is dropped silently."""
+    params_kinds = {
+        (d.get("apiVersion"), d.get("kind")) for policy in policies for d in policy.documents[1:]
+    }
+    for doc in documents:
+        if id(doc) in used or (doc.document.get("apiVersion"), doc.kind) in params_kinds:
+            continue
+        if doc.kind == "ValidatingAdmissionPolicyBinding":
+            reason = f"it binds the policy {vap.binding_policy(doc)!r}, which is not in the files"
+        elif doc.api_group == gatekeeper.CONSTRAINTS_GROUP:
+            reason = f"its ConstraintTemplate ({doc.kind}) is not in the files"
+            if doc.kind in template_kinds:
+                continue
+        elif doc.api_group in (KYVERNO_GROUP, KYVERNO_POLICIES_GROUP):
+            reason = f"a Kyverno {doc.kind} is not a validating policy"
+        else:
+            reason = (
+                "it is not a policy this import reads (ValidatingAdmissionPolicy, Kyverno "
+                "ValidatingPolicy or ClusterPolicy, Gatekeeper ConstraintTemplate) and no "
+                "policy in the files names it as params"
+            )
+        refusals.append(_refusal(doc, reason))
+
+
+def _unique(policies: list[ImportedPolicy], refusals: list[ImportRefusal]) -> list[ImportedPolicy]:
+    """Two policies of the files with one name: the later is refused (names are ids)."""
+    seen: dict[str, ImportedPolicy] = {}
+    for policy in policies:
+        if policy.name in seen:
+            first = seen[policy.name]
+            refusals.append(
+                ImportRefusal(
+                    source=policy.source,
+                    kind=policy.format,
+                    name=policy.name,
+                    reason=f"another policy of the files ({first.format} from {first.source}) "
+                    "already has this name",
+                )
+            )
+            continue
+        seen[policy.name] = policy
+    return list(seen.values())
+
+
+def _one(
+    make: Callable[[SourcedDocument, datetime], ImportedPolicy], doc: SourcedDocument, now: datetime
+) -> list[ImportedPolicy]:
+    return [make(doc, now)]
+
+
+def _is(doc: SourcedDocument, group: str, kind: str) -> bool:
+    return doc.api_group == group and doc.kind == kind
+
+
+def _refusal(doc: SourcedDocument, reason: str) -> ImportRefusal:
+    name = name_of(doc.document) or "(no name)"
+    return ImportRefusal(source=doc.source, kind=doc.kind or "(no kind)", name=name, reason=reason)
+
+
+def _first_line(exc: ValueError) -> str:
+    """A model's refusal in one line: the first problem, where it is."""
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if where.startswith("name") or where == "name":
+            return f"its name is not a valid policy name ({POLICY_NAME_PATTERN}): {message}"
+        return f"{where}: {message}" if where else message
+    return " ".join(str(exc).split())[:300]

@@ -1,0 +1,346 @@
+"""Kyverno policies as imported policies: ValidatingPolicy (``policies.kyverno.io``) and
+ClusterPolicy / Policy (``kyverno.io``) rules that validate with CEL (``validate.cel``).
+
+A ValidatingPolicy is a ValidatingAdmissionPolicy with Kyverno's additions; a ClusterPolicy
+holds rules, each with its own match and exclude blocks (``any`` / ``all`` of resource
+descriptions), CEL preconditions and CEL expressions. Both get Kyverno's pod-controller
+rules (autogen.py) when Kyverno would derive them. What a check of stored objects cannot
+honour is refused: JMESPath preconditions, context entries (data from the cluster or a
+service), matching on who makes the request (subjects, roles), non-CEL validation.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from schemas.policy import ImportedPolicy, KindRef, PolicyRule, ResourceFilter
+from workers.core.policies import autogen
+from workers.core.policies.common import (
+    ADMITTING_OPERATIONS,
+    Unsupported,
+    as_list,
+    as_map,
+    conditions_of,
+    label_selector,
+    refusal_in,
+    validations_of,
+    vap_exclusions,
+    vap_match_filter,
+    variables_of,
+)
+from workers.core.policies.documents import SourcedDocument, name_of
+
+VALIDATING_POLICY_KINDS = frozenset({"ValidatingPolicy", "NamespacedValidatingPolicy"})
+CLUSTER_POLICY_KINDS = frozenset({"ClusterPolicy", "Policy"})
+AUTOGEN_ANNOTATION = "pod-policies.kyverno.io/autogen-controllers"
+ALL_CONTROLLERS = [
+    "DaemonSet", "Deployment", "Job", "StatefulSet", "ReplicaSet", "ReplicationController",
+    "CronJob",
+]  # fmt: skip
+_ACTIONS = {"enforce": "Deny", "audit": "Audit", "deny": "Deny", "warn": "Warn"}
+
+
+def import_validating_policy(doc: SourcedDocument, now: datetime) -> ImportedPolicy:
+    """A ValidatingPolicy (or NamespacedValidatingPolicy), with its pod-controller rules."""
+    spec = as_map(doc.document.get("spec"), "spec")
+    evaluation = as_map(spec.get("evaluation"), "spec.evaluation")
+    if evaluation.get("mode") not in (None, "", "Kubernetes"):
+        raise Unsupported(f"it evaluates {evaluation.get('mode')} payloads, not Kubernetes objects")
+    constraints = as_map(spec.get("matchConstraints"), "spec.matchConstraints")
+    if not constraints.get("resourceRules"):
+        raise Unsupported("its matchConstraints name no resourceRules, so no kind is judged")
+    term = vap_match_filter(constraints, "spec.matchConstraints")
+    assert term is not None
+    terms = [term, *_own_namespace(doc)]
+    name = name_of(doc.document)
+    rule = PolicyRule(
+        name=name,
+        match=[terms],
+        exclude=vap_exclusions(constraints, "spec.matchConstraints"),
+        match_conditions=conditions_of(spec.get("matchConditions"), "spec.matchConditions"),
+        variables=variables_of(spec.get("variables"), "spec.variables"),
+        validations=validations_of(spec.get("validations"), "spec.validations"),
+    )
+    _refuse_expressions([rule])
+    rules = [rule, *_validating_policy_controllers(rule, constraints, spec)]
+    actions = [str(a) for a in as_list(spec.get("validationActions"), "validationActions")]
+    return ImportedPolicy(
+        name=name,
+        format="kyverno-validatingpolicy",
+        policy_name=name,
+        source=doc.source,
+        imported_at=now,
+        rules=rules,
+        validation_actions=actions,
+        documents=[doc.document],
+    )
+
+
+def _validating_policy_controllers(
+    rule: PolicyRule, constraints: dict[str, Any], spec: dict[str, Any]
+) -> list[PolicyRule]:
+    """Kyverno's pod-controller forms of a ValidatingPolicy: only for a policy on Pods alone
+    (one resource rule, core v1 pods, no names, no object selector, no exclusions)."""
+    rules = as_list(constraints.get("resourceRules"), "resourceRules")
+    if len(rules) != 1 or constraints.get("excludeResourceRules"):
+        return []
+    only = as_map(rules[0], "resourceRules[0]")
+    if (
+        as_list(only.get("apiGroups"), "apiGroups") != [""]
+        or as_list(only.get("apiVersions"), "apiVersions") != ["v1"]
+        or as_list(only.get("resources"), "resources") != ["pods"]
+        or only.get("resourceNames")
+        or label_selector(constraints.get("objectSelector"), "objectSelector") is not None
+    ):
+        return []
+    pods = as_map(as_map(spec.get("autogen"), "spec.autogen").get("podControllers"), "autogen")
+    configured = pods.get("controllers")
+    wanted = (
+        list(autogen.VALIDATING_POLICY_CONTROLLERS)
+        if configured is None
+        else [str(c) for c in as_list(configured, "controllers")]
+    )
+    kinds = [
+        autogen.VALIDATING_POLICY_CONTROLLERS[c]
+        for c in wanted
+        if c in autogen.VALIDATING_POLICY_CONTROLLERS
+    ]
+    return autogen.controller_rules(
+        rule, kinds, names=(f"{rule.name}-autogen-defaults", f"{rule.name}-autogen-cronjobs")
+    )
+
+
+def import_cluster_policy(doc: SourcedDocument, now: datetime) -> ImportedPolicy:
+    """A ClusterPolicy (or namespaced Policy): its validate.cel rules, with their
+    pod-controller forms."""
+    spec = as_map(doc.document.get("spec"), "spec")
+    own = _own_namespace(doc)
+    rules: list[PolicyRule] = []
+    descriptions: list[list[dict[str, Any]]] = []
+    actions: set[str] = set()
+    for index, raw in enumerate(as_list(spec.get("rules"), "spec.rules")):
+        raw = as_map(raw, f"spec.rules[{index}]")
+        validate = raw.get("validate")
+        if validate is None:
+            continue  # a mutate, generate or verifyImages rule judges nothing
+        rule_name = str(raw.get("name") or f"rule-{index}")
+        validate = as_map(validate, f"rule {rule_name} validate")
+        if "cel" not in validate:
+            raise Unsupported(
+                f"rule {rule_name} validates with a pattern or deny conditions, not CEL, and "
+                "only CEL rules can be imported"
+            )
+        rule, described = _cluster_policy_rule(raw, rule_name, validate, own)
+        rules.append(rule)
+        descriptions.append(described)
+        action = validate.get("failureAction") or spec.get("validationFailureAction")
+        if action:
+            actions.add(_ACTIONS.get(str(action).lower(), str(action)))
+    if not rules:
+        raise Unsupported("it has no validate.cel rules")
+    _refuse_expressions(rules)
+    rules += _cluster_policy_controllers(doc, rules, descriptions)
+    name = name_of(doc.document)
+    return ImportedPolicy(
+        name=name,
+        format="kyverno-clusterpolicy",
+        policy_name=name,
+        source=doc.source,
+        imported_at=now,
+        rules=rules,
+        validation_actions=sorted(actions),
+        documents=[doc.document],
+    )
+
+
+def _cluster_policy_rule(
+    raw: dict[str, Any], name: str, validate: dict[str, Any], own: list[ResourceFilter]
+) -> tuple[PolicyRule, list[dict[str, Any]]]:
+    for field in ("context", "preconditions"):
+        if raw.get(field):
+            reason = {
+                "context": "context entries (data read from the cluster or a service)",
+                "preconditions": "JMESPath preconditions (write them as celPreconditions)",
+            }[field]
+            raise Unsupported(f"rule {name} uses {reason}")
+    cel = as_map(validate.get("cel"), f"rule {name} validate.cel")
+    if cel.get("paramKind") or cel.get("paramRef"):
+        raise Unsupported(
+            f"rule {name} takes params from a cluster object (paramKind/paramRef); a check "
+            "reads no params from the cluster"
+        )
+    match, described = _match_blocks(raw.get("match"), f"rule {name} match", own)
+    exclude, excluded = _match_blocks(raw.get("exclude"), f"rule {name} exclude", [])
+    if not match:
+        raise Unsupported(f"rule {name} matches nothing")
+    rule = PolicyRule(
+        name=name,
+        match=match,
+        exclude=exclude,
+        match_conditions=conditions_of(
+            raw.get("celPreconditions"), f"rule {name} celPreconditions"
+        ),
+        variables=variables_of(cel.get("variables"), f"rule {name} variables"),
+        validations=validations_of(
+            cel.get("expressions"), f"rule {name} expressions", validate.get("message")
+        ),
+    )
+    if not rule.validations:
+        raise Unsupported(f"rule {name} has no CEL expressions")
+    return rule, described + excluded
+
+
+def _match_blocks(
+    value: Any, what: str, own: list[ResourceFilter]
+) -> tuple[list[list[ResourceFilter]], list[dict[str, Any]]]:
+    """A Kyverno match/exclude block as any-of (all-of) terms, and its resource descriptions
+    (what autogen looks at)."""
+    block = as_map(value, what)
+    if not block:
+        return [], []
+    for field in ("subjects", "roles", "clusterRoles"):
+        if block.get(field):
+            raise Unsupported(f"{what} matches {field} (who makes the request)")
+    groups: list[list[ResourceFilter]] = []
+    described: list[dict[str, Any]] = []
+    if block.get("resources"):
+        resources = as_map(block.get("resources"), f"{what}.resources")
+        groups.append([_description(resources, f"{what}.resources"), *own])
+        described.append(resources)
+    for entry in as_list(block.get("any"), f"{what}.any"):
+        resources = _entry(entry, f"{what}.any[]")
+        groups.append([_description(resources, f"{what}.any[]"), *own])
+        described.append(resources)
+    all_entries = as_list(block.get("all"), f"{what}.all")
+    if all_entries:
+        terms = []
+        for entry in all_entries:
+            resources = _entry(entry, f"{what}.all[]")
+            terms.append(_description(resources, f"{what}.all[]"))
+            described.append(resources)
+        groups.append([*terms, *own])
+    return groups, described
+
+
+def _entry(entry: Any, what: str) -> dict[str, Any]:
+    entry = as_map(entry, what)
+    for field in ("subjects", "roles", "clusterRoles"):
+        if entry.get(field):
+            raise Unsupported(f"{what} matches {field} (who makes the request)")
+    return as_map(entry.get("resources"), f"{what}.resources")
+
+
+def _description(resources: dict[str, Any], what: str) -> ResourceFilter:
+    """One Kyverno resource description as a filter term."""
+    unknown = set(resources) - {
+        "kinds", "name", "names", "namespaces", "selector", "namespaceSelector", "operations",
+    }  # fmt: skip
+    if unknown:
+        raise Unsupported(f"{what} matches on {sorted(unknown)}, which this import does not")
+    operations = [str(op) for op in as_list(resources.get("operations"), f"{what}.operations")]
+    if operations and not ADMITTING_OPERATIONS & set(operations):
+        raise Unsupported(f"{what} judges only {', '.join(operations)} requests")
+    kinds = [_kind(str(kind), what) for kind in as_list(resources.get("kinds"), f"{what}.kinds")]
+    names = [str(n) for n in as_list(resources.get("names"), f"{what}.names")]
+    if resources.get("name"):
+        names.append(str(resources["name"]))
+    namespaces = [str(n) for n in as_list(resources.get("namespaces"), f"{what}.namespaces")]
+    return ResourceFilter(
+        kinds=[k for k in kinds if k is not None] or None,
+        names=names or None,
+        namespaces=namespaces or None,
+        namespace_selector=label_selector(
+            resources.get("namespaceSelector"), f"{what}.namespaceSelector"
+        ),
+        object_selector=label_selector(resources.get("selector"), f"{what}.selector"),
+    )
+
+
+def _kind(text: str, what: str) -> KindRef | None:
+    """``Pod``, ``v1/Pod``, ``apps/v1/Deployment``; a subresource (``Pod/exec``) is None."""
+    parts = text.split("/")
+    if any(ch in parts[-1] for ch in "*?") or any(
+        ch in part and part != "*" for part in parts[:-1] for ch in "*?"
+    ):
+        raise Unsupported(f"{what} names kinds by the pattern {text!r}; name the kinds")
+    if len(parts) == 1:
+        return KindRef(name=parts[0])
+    if len(parts) == 2:
+        if parts[1][:1].isupper():
+            return KindRef(group="", version=parts[0], name=parts[1])
+        return None  # Kind/subresource: a request on a subresource, not a stored object
+    if len(parts) == 3 and parts[2][:1].isupper():
+        return KindRef(group=parts[0], version=parts[1], name=parts[2])
+    if len(parts) == 4:
+        return None
+    raise Unsupported(f"{what} names the kind {text!r} in a form this import does not read")
+
+
+def _cluster_policy_controllers(
+    doc: SourcedDocument, rules: list[PolicyRule], descriptions: list[list[dict[str, Any]]]
+) -> list[PolicyRule]:
+    """Kyverno's pod-controller rules of a ClusterPolicy, when it derives them: every rule's
+    resource descriptions must be free of names, selectors and annotations and name Pod
+    alone (or no Pod at all), and the autogen annotation must not say ``none``."""
+    meta = doc.document.get("metadata") or {}
+    annotation = ((meta.get("annotations") or {}) if isinstance(meta, dict) else {}).get(
+        AUTOGEN_ANNOTATION
+    )
+    if annotation is not None and str(annotation).strip().lower() == "none":
+        return []
+    needed = False
+    for described in descriptions:
+        for resources in described:
+            kinds = [str(k) for k in (resources.get("kinds") or [])]
+            if resources.get("name") or resources.get("names") or resources.get("selector"):
+                return []
+            if len(kinds) > 1 and "Pod" in kinds:
+                return []
+            needed = needed or any(k in ("Pod", *ALL_CONTROLLERS) for k in kinds)
+    if not needed:
+        return []
+    if annotation is None or str(annotation).strip().lower() == "all":
+        controllers = list(ALL_CONTROLLERS)
+    else:
+        controllers = [
+            c.strip() for c in str(annotation).split(",") if c.strip() in ALL_CONTROLLERS
+        ]
+    out: list[PolicyRule] = []
+    for rule in rules:
+        if not any(
+            term.kinds and any(autogen.is_pod(k) for k in term.kinds)
+            for group in rule.match
+            for term in group
+        ):
+            continue
+        out += autogen.controller_rules(
+            rule,
+            controllers,
+            names=(f"autogen-{rule.name}", f"autogen-cronjob-{rule.name}"),
+        )
+    return out
+
+
+def _own_namespace(doc: SourcedDocument) -> list[ResourceFilter]:
+    """A namespaced policy (Policy, NamespacedValidatingPolicy) judges its namespace only."""
+    if doc.kind not in ("Policy", "NamespacedValidatingPolicy"):
+        return []
+    meta = doc.document.get("metadata") or {}
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    if not namespace:
+        raise Unsupported(f"a {doc.kind} is namespaced and this one names no namespace")
+    return [ResourceFilter(namespaces=[str(namespace)])]
+
+
+def _refuse_expressions(rules: list[PolicyRule]) -> None:
+    for rule in rules:
+        expressions = [v.expression for v in rule.variables]
+        expressions += [c.expression for c in rule.match_conditions]
+        for validation in rule.validations:
+            expressions.append(validation.expression)
+            if validation.message_expression:
+                expressions.append(validation.message_expression)
+        refusal = refusal_in(expressions, params_given=False)
+        if refusal:
+            raise Unsupported(f"rule {rule.name}: {refusal}" if len(rules) > 1 else refusal)

@@ -1,0 +1,171 @@
+"""One target's listings for one tick, shared by every probe of the policies run there.
+
+Two hundred imported policies over one cluster ask for the same few lists: every Pod,
+Deployment, Namespace... Each probe's lookup goes through :class:`SharedLookups`, which
+lists each (kind, namespace) once per tick, and a kind once for the whole cluster when
+any probe of the tick needs it cluster-wide (every namespace's listing is then served
+from that one). The backend's own client is used, so its per-target QPS limit, retries
+and deadline still apply to the requests made. A listing that fails fails every probe
+that needs it, without asking again.
+
+A probe reads through a :class:`PolicyView` of the shared listings: a backend that
+answers ``list_objects`` with the objects its rule selects (matching.py), and nothing else
+(a policy probe makes one listing).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from workers.core.policies.matching import ObjectFilter, Undecidable
+from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
+from workers.core.toolsets.redaction import SecretScrubber
+from workers.core.toolsets.selectors import field_matcher, label_matcher
+
+Key = tuple[str, str, str | None]  # group, kind, namespace (None: the whole cluster)
+
+
+class SharedLookups:
+    """Listings of one backend, each made at most once: (kind, namespace) per tick."""
+
+    def __init__(self, backend: ClusterBackend) -> None:
+        self.backend = backend
+        self.requests = 0  # listings made (one per (kind, namespace) at most)
+        self._lists: dict[Key, list[dict[str, Any]] | BackendError] = {}
+        self._whole: set[tuple[str, str]] = set()  # kinds planned cluster-wide
+        self._served: list[ResourceInfo] | BackendError | None = None
+        self._namespaces: dict[str, dict[str, str]] | BackendError | None = None
+        self._lock = threading.Lock()
+
+    # -- planning ----------------------------------------------------------------------------
+    def plan(self, needs: Iterable[tuple[ResourceInfo, str | None]]) -> None:
+        """Listings the tick will ask for: a kind any probe lists cluster-wide is listed
+        once, cluster-wide, and serves every namespace's listing of it."""
+        for resource, namespace in needs:
+            if namespace is None or not resource.namespaced:
+                self._whole.add((resource.group, resource.kind))
+
+    # -- reading -----------------------------------------------------------------------------
+    def served(self) -> list[ResourceInfo]:
+        """The target's resources (its discovery, or the snapshot's kinds), read once."""
+        with self._lock:
+            if self._served is None:
+                try:
+                    self._served = list(self.backend.api_resources())
+                except BackendError as exc:
+                    self._served = exc
+            if isinstance(self._served, BackendError):
+                raise self._served
+            return self._served
+
+    def listing(self, resource: ResourceInfo, namespace: str | None) -> list[dict[str, Any]]:
+        """The objects of ``resource`` in ``namespace`` (None: every namespace)."""
+        namespace = namespace if resource.namespaced else None
+        whole = (resource.group, resource.kind) in self._whole or namespace is None
+        key: Key = (resource.group, resource.kind, None if whole else namespace)
+        with self._lock:
+            cached = self._lists.get(key)
+            if cached is None:
+                self.requests += 1
+                try:
+                    cached = list(self.backend.list_objects(resource, key[2]))
+                except BackendError as exc:
+                    cached = exc
+                self._lists[key] = cached
+        if isinstance(cached, BackendError):
+            raise cached
+        if whole and namespace is not None:
+            return [o for o in cached if _namespace_of(o) == namespace]
+        return cached
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        """The labels of the target's Namespace ``name``; None when it holds no such object.
+        Every Namespace is listed once, the first time a rule needs one's labels."""
+        if self._namespaces is None:
+            try:
+                resource = self.backend.resolve("namespaces")
+                objects = self.listing(resource, None)
+                self._namespaces = {
+                    str((o.get("metadata") or {}).get("name")): dict(
+                        (o.get("metadata") or {}).get("labels") or {}
+                    )
+                    for o in objects
+                }
+            except BackendError as exc:
+                self._namespaces = exc
+        if isinstance(self._namespaces, BackendError):
+            raise Undecidable(
+                f"the target's namespaces could not be listed: {self._namespaces.message}"
+            )
+        return self._namespaces.get(name)
+
+    def view(self, keep: ObjectFilter) -> PolicyView:
+        return PolicyView(self, keep)
+
+
+def _namespace_of(obj: dict[str, Any]) -> str | None:
+    meta = obj.get("metadata")
+    return meta.get("namespace") if isinstance(meta, dict) else None
+
+
+class PolicyView:
+    """What one policy probe reads: the shared listings, narrowed to what its rule selects.
+
+    A backend to the probe runner (it resolves kinds and scrubs as the target does), with
+    listing only: every other tool is refused (a policy probe makes one listing)."""
+
+    def __init__(self, shared: SharedLookups, keep: Callable[[dict[str, Any]], bool]) -> None:
+        self._shared = shared
+        self._keep = keep
+        self.name = shared.backend.name
+
+    @property
+    def scrubber(self) -> SecretScrubber:
+        return self._shared.backend.scrubber
+
+    @property
+    def problems(self) -> list[str]:
+        return list(getattr(self._shared.backend, "problems", None) or ())
+
+    def api_resources(self) -> list[ResourceInfo]:
+        return self._shared.served()
+
+    def resolve(self, kind: str) -> ResourceInfo:
+        return self._shared.backend.resolve(kind)
+
+    def list_objects(
+        self,
+        resource: ResourceInfo,
+        namespace: str | None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        by_label, by_field = label_matcher(label_selector), field_matcher(field_selector)
+        objects = self._shared.listing(resource, namespace)
+        try:
+            kept = [o for o in objects if by_label(o) and by_field(o) and self._keep(o)]
+        except Undecidable as exc:
+            raise BackendError("unsupported", str(exc)) from None
+        return iter(kept)
+
+    def get(self, resource: ResourceInfo, name: str, namespace: str | None) -> dict[str, Any]:
+        raise BackendError("unsupported", "a policy probe only lists objects")
+
+    def events(
+        self,
+        namespace: str | None,
+        involved_kind: str | None = None,
+        involved_name: str | None = None,
+    ) -> list[dict[str, Any]]:
+        raise BackendError("unsupported", "a policy probe only lists objects")
+
+    def logs(self, namespace: str, pod: str, *args: Any, **kwargs: Any) -> str:
+        raise BackendError("unsupported", "a policy probe only lists objects")
+
+    def explain(self, resource: ResourceInfo, field_path: str | None = None) -> dict[str, Any]:
+        return self._shared.backend.explain(resource, field_path)
+
+    def close(self) -> None:
+        """The shared backend is closed by whoever opened it, once the tick ends."""

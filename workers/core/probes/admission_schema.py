@@ -1,0 +1,375 @@
+"""What the API server (and Kyverno) accept as an admission policy, checked before an export
+is written: the shapes and rules of ``ValidatingAdmissionPolicy``,
+``ValidatingAdmissionPolicyBinding`` (``admissionregistration.k8s.io/v1``) and Kyverno's
+``ValidatingPolicy`` (``policies.kyverno.io/v1``).
+
+Written from the APIs' field references and the API server's validation rules (required
+fields, enums, wildcard rules, unique names, CEL identifiers, label selector syntax,
+validation actions), not generated, so they are readable here. :func:`problems` lists every
+problem of a document in one sentence each (empty: valid). The CEL itself is compiled, and
+its paths type-checked, by export.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+VAP_API_VERSION = "admissionregistration.k8s.io/v1"
+KYVERNO_API_VERSION = "policies.kyverno.io/v1"
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_CEL_IDENTIFIER = re.compile(r"^[_A-Za-z][_A-Za-z0-9]*$")
+_CEL_RESERVED = frozenset(
+    {"true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
+     "function", "if", "import", "let", "loop", "package", "namespace", "return", "var",
+     "void", "while"}
+)  # fmt: skip
+OPERATIONS = frozenset({"*", "CREATE", "UPDATE", "DELETE", "CONNECT"})
+REASONS = frozenset({"Forbidden", "Invalid", "RequestEntityTooLarge"})
+ACTIONS = frozenset({"Deny", "Warn", "Audit"})
+
+
+def dns_subdomain(value: str, what: str) -> str:
+    if not value or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError(f"{what} {value!r} is not a DNS subdomain (lower case, at most 253)")
+    return value
+
+
+def qualified_name(value: str, what: str) -> str:
+    """A Kubernetes qualified name: an optional DNS-subdomain prefix, '/', a 63-char name."""
+    prefix, _, name = value.rpartition("/")
+    if prefix:
+        dns_subdomain(prefix, f"{what} prefix")
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
+        raise ValueError(f"{what} {value!r} is not a qualified name")
+    return value
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class LabelSelectorRequirement(_Shape):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rules(self) -> LabelSelectorRequirement:
+        qualified_name(self.key, "a label selector key")
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        for value in self.values:
+            if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+                raise ValueError(f"{value!r} is not a label value")
+        return self
+
+
+class LabelSelector(_Shape):
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+    @field_validator("match_labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            qualified_name(key, "a label key")
+            if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+                raise ValueError(f"{value!r} is not a label value")
+        return labels
+
+
+def _one_wildcard(values: list[str], what: str) -> None:
+    if len(values) > 1 and "*" in values:
+        raise ValueError(f"if '*' is present in {what}, nothing else may be")
+
+
+class RuleWithOperations(_Shape):
+    api_groups: list[str] = Field(min_length=1)
+    api_versions: list[str] = Field(min_length=1)
+    operations: list[str] = Field(min_length=1)
+    resources: list[str] = Field(min_length=1)
+    resource_names: list[str] = Field(default_factory=list)
+    scope: Literal["*", "Cluster", "Namespaced"] | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> RuleWithOperations:
+        _one_wildcard(self.api_groups, "apiGroups")
+        _one_wildcard(self.api_versions, "apiVersions")
+        _one_wildcard(self.operations, "operations")
+        if any(not version for version in self.api_versions):
+            raise ValueError("apiVersions must not hold an empty version")
+        unknown = set(self.operations) - OPERATIONS
+        if unknown:
+            raise ValueError(f"operations {sorted(unknown)} are not {sorted(OPERATIONS)}")
+        if any(not resource for resource in self.resources):
+            raise ValueError("resources must not hold an empty resource")
+        plain = [r for r in self.resources if "/" not in r]
+        if "*/*" in self.resources and len(self.resources) > 1:
+            raise ValueError("if '*/*' is present in resources, nothing else may be")
+        if "*" in plain and len(plain) > 1:
+            raise ValueError("if '*' is present in resources, no other resource may be")
+        if len(set(self.resource_names)) != len(self.resource_names):
+            raise ValueError("resourceNames must be unique")
+        for name in self.resource_names:
+            if not name or name in (".", "..") or "/" in name or "%" in name:
+                raise ValueError(f"{name!r} is not a resource name")
+        return self
+
+
+class MatchResources(_Shape):
+    namespace_selector: LabelSelector | None = None
+    object_selector: LabelSelector | None = None
+    resource_rules: list[RuleWithOperations] = Field(default_factory=list)
+    exclude_resource_rules: list[RuleWithOperations] = Field(default_factory=list)
+    match_policy: Literal["Exact", "Equivalent"] | None = None
+
+
+class Validation(_Shape):
+    expression: str
+    message: str | None = None
+    message_expression: str | None = None
+    reason: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> Validation:
+        if not self.expression.strip():
+            raise ValueError("a validation needs an expression")
+        if self.message is not None:
+            if not self.message.strip():
+                raise ValueError("a validation's message must not be blank")
+            if re.search(r"[\n\r]", self.message.strip()):
+                raise ValueError("a validation's message must not contain line breaks")
+        if self.message_expression is not None and not self.message_expression.strip():
+            raise ValueError("a validation's messageExpression must not be blank")
+        if self.reason is not None and self.reason not in REASONS:
+            raise ValueError(f"reason {self.reason!r} is not one of {sorted(REASONS)}")
+        return self
+
+
+class Variable(_Shape):
+    name: str
+    expression: str
+
+    @model_validator(mode="after")
+    def _rules(self) -> Variable:
+        if not _CEL_IDENTIFIER.fullmatch(self.name) or self.name in _CEL_RESERVED:
+            raise ValueError(f"variable name {self.name!r} is not a CEL identifier")
+        if not self.expression.strip():
+            raise ValueError(f"variable {self.name} needs an expression")
+        return self
+
+
+class MatchCondition(_Shape):
+    name: str
+    expression: str
+
+    @model_validator(mode="after")
+    def _rules(self) -> MatchCondition:
+        qualified_name(self.name, "a match condition's name")
+        if not self.expression.strip():
+            raise ValueError(f"match condition {self.name} needs an expression")
+        return self
+
+
+class AuditAnnotation(_Shape):
+    key: str = Field(max_length=63)
+    value_expression: str = Field(min_length=1, max_length=5 * 1024)
+
+
+class ParamKind(_Shape):
+    api_version: str
+    kind: str
+
+    @model_validator(mode="after")
+    def _rules(self) -> ParamKind:
+        group, _, version = self.api_version.rpartition("/")
+        if group:
+            dns_subdomain(group, "paramKind's group")
+        if not version or not _DNS_LABEL_1035.fullmatch(version):
+            raise ValueError(f"paramKind's version {version!r} is not a DNS label")
+        if not self.kind or not _DNS_LABEL_1035.fullmatch(self.kind.lower()):
+            raise ValueError(f"paramKind's kind {self.kind!r} is not a kind name")
+        return self
+
+
+class ObjectMeta(_Shape):
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+
+    name: str
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _rules(self) -> ObjectMeta:
+        dns_subdomain(self.name, "metadata.name")
+        for key, value in self.labels.items():
+            qualified_name(key, "a label key")
+            if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+                raise ValueError(f"label value {value!r} is not a label value")
+        for key in self.annotations:
+            qualified_name(key, "an annotation key")
+        return self
+
+
+def _unique(names: list[str], what: str) -> None:
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} names must be unique")
+
+
+class PolicySpec(_Shape):
+    """The ValidatingAdmissionPolicy spec (and the part Kyverno's ValidatingPolicy shares)."""
+
+    param_kind: ParamKind | None = None
+    match_constraints: MatchResources
+    validations: list[Validation] = Field(default_factory=list)
+    failure_policy: Literal["Ignore", "Fail"] | None = None
+    audit_annotations: list[AuditAnnotation] = Field(default_factory=list, max_length=20)
+    match_conditions: list[MatchCondition] = Field(default_factory=list, max_length=64)
+    variables: list[Variable] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rules(self) -> PolicySpec:
+        if not self.match_constraints.resource_rules:
+            raise ValueError(
+                "matchConstraints needs resourceRules (they give the expressions their types)"
+            )
+        if not self.validations and not self.audit_annotations:
+            raise ValueError("validations or auditAnnotations must hold at least one item")
+        _unique([c.name for c in self.match_conditions], "match condition")
+        _unique([v.name for v in self.variables], "variable")
+        _unique([a.key for a in self.audit_annotations], "audit annotation key")
+        return self
+
+
+class ValidatingAdmissionPolicy(_Shape):
+    api_version: Literal["admissionregistration.k8s.io/v1"]
+    kind: Literal["ValidatingAdmissionPolicy"]
+    metadata: ObjectMeta
+    spec: PolicySpec
+
+
+class ParamRef(_Shape):
+    name: str | None = None
+    namespace: str | None = None
+    selector: LabelSelector | None = None
+    parameter_not_found_action: Literal["Allow", "Deny"]
+
+    @model_validator(mode="after")
+    def _rules(self) -> ParamRef:
+        if (self.name is None) == (self.selector is None):
+            raise ValueError("paramRef needs exactly one of name and selector")
+        if self.name is not None and (not self.name or "/" in self.name or "%" in self.name):
+            raise ValueError(f"paramRef name {self.name!r} is not a name")
+        return self
+
+
+def _actions(actions: list[str]) -> list[str]:
+    if not actions:
+        raise ValueError("at least one validation action is required")
+    unknown = set(actions) - ACTIONS
+    if unknown:
+        raise ValueError(f"validationActions {sorted(unknown)} are not {sorted(ACTIONS)}")
+    _unique(actions, "validation action")
+    if {"Deny", "Warn"} <= set(actions):
+        raise ValueError("validationActions must not hold both Deny and Warn")
+    return actions
+
+
+class BindingSpec(_Shape):
+    policy_name: str
+    param_ref: ParamRef | None = None
+    match_resources: MatchResources | None = None
+    validation_actions: list[str]
+
+    @model_validator(mode="after")
+    def _rules(self) -> BindingSpec:
+        dns_subdomain(self.policy_name, "policyName")
+        _actions(self.validation_actions)
+        return self
+
+
+class ValidatingAdmissionPolicyBinding(_Shape):
+    api_version: Literal["admissionregistration.k8s.io/v1"]
+    kind: Literal["ValidatingAdmissionPolicyBinding"]
+    metadata: ObjectMeta
+    spec: BindingSpec
+
+
+class Evaluation(_Shape):
+    class _Enabled(_Shape):
+        enabled: bool | None = None
+
+    admission: _Enabled | None = None
+    background: _Enabled | None = None
+    mode: Literal["Kubernetes", "JSON"] | None = None
+
+
+class Autogen(_Shape):
+    class _Controllers(_Shape):
+        controllers: list[str] = Field(default_factory=list)
+
+    class _Vap(_Shape):
+        enabled: bool | None = None
+
+    pod_controllers: _Controllers | None = None
+    validating_admission_policy: _Vap | None = None
+
+
+class KyvernoSpec(PolicySpec):
+    """A Kyverno ValidatingPolicy's spec: the VAP's, without params, with Kyverno's fields."""
+
+    param_kind: None = None
+    validation_actions: list[str] = Field(default_factory=list)
+    evaluation: Evaluation | None = None
+    autogen: Autogen | None = None
+    webhook_configuration: dict[str, int] | None = None
+
+    @model_validator(mode="after")
+    def _kyverno_rules(self) -> KyvernoSpec:
+        if not self.validations:
+            raise ValueError("a ValidatingPolicy needs validations")
+        if self.validation_actions:
+            _actions(self.validation_actions)
+        return self
+
+
+class KyvernoValidatingPolicy(_Shape):
+    api_version: Literal["policies.kyverno.io/v1"]
+    kind: Literal["ValidatingPolicy"]
+    metadata: ObjectMeta
+    spec: KyvernoSpec
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "ValidatingAdmissionPolicy": ValidatingAdmissionPolicy,
+    "ValidatingAdmissionPolicyBinding": ValidatingAdmissionPolicyBinding,
+    "ValidatingPolicy": KyvernoValidatingPolicy,
+}
+
+
+def problems(document: dict[str, Any]) -> list[str]:
+    """Every problem the API server (or Kyverno) would find in ``document``; [] when valid.
+    A document of another kind (a params object) is not checked here."""
+    model = _MODELS.get(str(document.get("kind")))
+    if model is None:
+        return []
+    try:
+        model.model_validate(document)
+    except ValidationError as exc:
+        out = []
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"])
+            message = str(error["msg"]).removeprefix("Value error, ")
+            out.append(f"{document.get('kind')} {where}: {message}" if where else message)
+        return out
+    return []

@@ -1,0 +1,204 @@
+"""cel-go's strings extension at version 2, as Kubernetes 1.29+ enables it.
+
+Functions: ``charAt``, ``indexOf``, ``lastIndexOf``, ``lowerAscii``, ``upperAscii``,
+``replace``, ``split``, ``substring``, ``trim``, ``join``, ``format``, ``strings.quote``.
+Indexes count code points, as CEL's ``size()`` does. Not here: ``reverse`` (version 3; not
+in Kubernetes' environment).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload
+
+# Unicode White_Space, which Go's strings.TrimSpace (cel-go's trim) removes.
+_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def _check_index(text: str, index: int, what: str = "index") -> None:
+    if index < 0 or index > len(text):
+        raise CelLibraryError(f"{what} out of range: {index}")
+
+
+def char_at(text: str, index: int) -> str:
+    _check_index(text, index)
+    return text[index : index + 1]
+
+
+def index_of(text: str, sub: str, start: int = 0) -> int:
+    _check_index(text, start)
+    return text.find(sub, start)
+
+
+def last_index_of(text: str, sub: str, start: int | None = None) -> int:
+    if start is None:
+        return text.rfind(sub)
+    _check_index(text, start)
+    return text.rfind(sub, 0, start + len(sub))
+
+
+def lower_ascii(text: str) -> str:
+    return "".join(c.lower() if "A" <= c <= "Z" else c for c in text)
+
+
+def upper_ascii(text: str) -> str:
+    return "".join(c.upper() if "a" <= c <= "z" else c for c in text)
+
+
+def replace(text: str, old: str, new: str, limit: int = -1) -> str:
+    return text.replace(old, new, limit if limit >= 0 else -1)
+
+
+def split(text: str, separator: str, limit: int = -1) -> list[str]:
+    if limit == 0:
+        return []
+    if separator == "":
+        chars = list(text)
+        if 0 < limit < len(chars):
+            return [*chars[: limit - 1], "".join(chars[limit - 1 :])]
+        return chars
+    return text.split(separator, limit - 1 if limit > 0 else -1)
+
+
+def substring(text: str, start: int, end: int | None = None) -> str:
+    end = len(text) if end is None else end
+    _check_index(text, start, "start")
+    _check_index(text, end, "end")
+    if start > end:
+        raise CelLibraryError(f"invalid substring range. start: {start}, end: {end}")
+    return text[start:end]
+
+
+def trim(text: str) -> str:
+    return text.strip(_SPACE)
+
+
+def join(items: list[Any], separator: str = "") -> str:
+    if not all(isinstance(item, str) for item in items):
+        raise CelLibraryError("join: the list must hold strings only")
+    return separator.join(items)
+
+
+def quote(text: str) -> str:
+    escapes = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+               "\v": "\\v", "\\": "\\\\", '"': '\\"'}  # fmt: skip
+    return '"' + "".join(escapes.get(c, c) for c in text) + '"'
+
+
+def _as_string(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "+Inf" if value > 0 else "-Inf"
+        return repr(value).replace("e+", "e+") if value != int(value) else f"{value:g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_as_string(v) for v in value) + "]"
+    if isinstance(value, dict):
+        pairs = sorted((_as_string(k), _as_string(v)) for k, v in value.items())
+        return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _number(value: Any, verb: str) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise CelLibraryError(f"format: %{verb} needs a number, got {type(value).__name__}")
+    return value
+
+
+def format_string(template: str, args: list[Any]) -> str:
+    """``'%s and %d'.format([a, b])``: verbs %s %d %f %e %b %o %x %X and %%, with a
+    precision for %f and %e (``%.2f``; 6 by default)."""
+    out: list[str] = []
+    index, position = 0, 0
+    while position < len(template):
+        char = template[position]
+        if char != "%":
+            out.append(char)
+            position += 1
+            continue
+        position += 1
+        if position < len(template) and template[position] == "%":
+            out.append("%")
+            position += 1
+            continue
+        precision: int | None = None
+        if position < len(template) and template[position] == ".":
+            digits_end = position + 1
+            while digits_end < len(template) and template[digits_end].isdigit():
+                digits_end += 1
+            precision = int(template[position + 1 : digits_end] or 0)
+            position = digits_end
+        if position >= len(template):
+            raise CelLibraryError("format: unfinished formatting clause at the end")
+        verb = template[position]
+        position += 1
+        if index >= len(args):
+            raise CelLibraryError(f"format: index {index} out of range")
+        arg = args[index]
+        index += 1
+        out.append(_clause(verb, arg, precision))
+    return "".join(out)
+
+
+def _clause(verb: str, arg: Any, precision: int | None) -> str:
+    if verb == "s":
+        return _as_string(arg)
+    if verb == "d":
+        if isinstance(arg, float):
+            raise CelLibraryError("format: %d needs an integer")
+        return str(int(_number(arg, verb)))
+    if verb in "fe":
+        number = float(_number(arg, verb))
+        if math.isnan(number) or math.isinf(number):
+            return _as_string(number)
+        return f"{number:.{6 if precision is None else precision}{verb}}"
+    if verb in "boxX":
+        if isinstance(arg, str) and verb in "xX":
+            hexed = arg.encode().hex()
+            return hexed.upper() if verb == "X" else hexed
+        number = int(_number(arg, verb))
+        if isinstance(arg, float):
+            raise CelLibraryError(f"format: %{verb} needs an integer")
+        return format(number, verb)
+    raise CelLibraryError(f"format: unrecognized formatting clause %{verb}")
+
+
+OVERLOADS = [
+    Overload("charAt", "string_char_at_int", ("string", "int"), "string", char_at, True),
+    Overload("indexOf", "string_index_of_string", ("string", "string"), "int", index_of, True),
+    Overload("indexOf", "string_index_of_string_int", ("string", "string", "int"), "int",
+             index_of, True),
+    Overload("lastIndexOf", "string_last_index_of_string", ("string", "string"), "int",
+             last_index_of, True),
+    Overload("lastIndexOf", "string_last_index_of_string_int", ("string", "string", "int"),
+             "int", last_index_of, True),
+    Overload("lowerAscii", "string_lower_ascii", ("string",), "string", lower_ascii, True),
+    Overload("upperAscii", "string_upper_ascii", ("string",), "string", upper_ascii, True),
+    Overload("replace", "string_replace_string_string", ("string", "string", "string"),
+             "string", replace, True),
+    Overload("replace", "string_replace_string_string_int",
+             ("string", "string", "string", "int"), "string", replace, True),
+    Overload("split", "string_split_string", ("string", "string"), "list", split, True),
+    Overload("split", "string_split_string_int", ("string", "string", "int"), "list", split,
+             True),
+    Overload("substring", "string_substring_int", ("string", "int"), "string", substring, True),
+    Overload("substring", "string_substring_int_int", ("string", "int", "int"), "string",
+             substring, True),
+    Overload("trim", "string_trim", ("string",), "string", trim, True),
+    Overload("join", "list_join", ("list",), "string", join, True),
+    Overload("join", "list_join_string", ("list", "string"), "string", join, True),
+    Overload("format", "string_format_list", ("string", "list"), "string", format_string, True),
+    Overload("strings.quote", "strings_quote", ("string",), "string", quote),
+]  # fmt: skip

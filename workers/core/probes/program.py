@@ -1,0 +1,103 @@
+"""A probe compiled as a whole: its variables, match conditions, and its expression or its
+validations with their messages, sharing one cost meter (cost.py) over a probe run.
+
+The runner (runner.py) evaluates it over what the lookups returned, the sensitivity check
+(sensitivity.py) over counterfactuals. Semantics are a ValidatingAdmissionPolicy's:
+``variables.NAME`` is evaluated only when read; an object is judged only when every match
+condition is true; it passes when the expression (or every validation) is true, and a
+failing validation's message is its ``message_expression`` (when that gives a string), else
+its ``message``, else ``failed expression: EXPRESSION``. Any CEL error raises ``CelError``:
+the probe then gives no value (fail-safe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from schemas.probe import ProposedProbe
+from workers.core.probes.cel import MAX_STEPS, BoolProgram, CelError, StepMeter, field_paths
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One object's (or one results-scope evaluation's) outcome."""
+
+    judged: bool  # False: a match condition excluded it
+    passed: bool = True
+    message: str = ""
+
+
+class ProbeProgram:
+    """Every expression of ``probe`` compiled once; CelError when one does not compile, is
+    too long, or uses what Kubernetes' environment lacks (naming which)."""
+
+    def __init__(self, probe: ProposedProbe, *, max_steps: int = MAX_STEPS) -> None:
+        self.probe = probe
+        self.meter = StepMeter(max_steps)
+        variables = [(v.name, v.expression) for v in probe.variables]
+
+        def program(text: str, what: str) -> BoolProgram:
+            return BoolProgram(text, variables=variables, meter=self.meter, what=what)
+
+        self.conditions = [
+            (c.name, program(c.expression, f"match condition {c.name}"))
+            for c in probe.match_conditions
+        ]
+        self.main = program(probe.expression, "the expression") if probe.expression else None
+        self.validations = [
+            (
+                v,
+                program(v.expression, f"validation {number}"),
+                program(v.message_expression, f"the message expression of validation {number}")
+                if v.message_expression
+                else None,
+            )
+            for number, v in enumerate(probe.validations)
+        ]
+        self.base: dict[str, Any] = {} if probe.params is None else {"params": probe.params}
+
+    @property
+    def steps(self) -> int:
+        return self.meter.steps
+
+    def reads(self, name: str) -> bool:
+        """Whether the value (the expression or a validation, with the variables they read)
+        reads the input ``name``."""
+        deciding = [self.main] if self.main else [p for _, p, _ in self.validations]
+        return any(p.compiled.reads(name) for p in deciding if p is not None)
+
+    def fields(self) -> list[str]:
+        return field_paths(" && ".join(self.probe.expressions()))
+
+    def judge(self, bindings: Mapping[str, Any]) -> Judgement:
+        """The outcome over ``bindings`` (``{"object": ...}`` or ``{"results": [...]}``)."""
+        data = {**self.base, **bindings}
+        for _, condition in self.conditions:
+            if not condition(data):
+                return Judgement(judged=False)
+        if self.main is not None:
+            passed = self.main(data)
+            message = "" if passed else f"failed expression: {self.probe.expression}"
+            return Judgement(judged=True, passed=passed, message=message)
+        messages = [
+            self._message(validation, message_program, data)
+            for validation, check, message_program in self.validations
+            if not check(data)
+        ]
+        return Judgement(judged=True, passed=not messages, message="; ".join(messages))
+
+    def _message(
+        self, validation: Any, message_program: BoolProgram | None, data: Mapping[str, Any]
+    ) -> str:
+        if message_program is not None:
+            try:
+                value = message_program.value(data)
+            except CelError:
+                value = None
+            if isinstance(value, str) and value.strip():
+                return value
+        if validation.message:
+            return str(validation.message)
+        return f"failed expression: {validation.expression}"

@@ -1,0 +1,195 @@
+"""Imported policies and policy sets in Redis; the only code that touches ``policy`` keys.
+
+Key layout (``P`` = ``settings.key_prefix``)::
+
+    P:policy:{name}          string  an ImportedPolicy (JSON)
+    P:policies               zset    policy names, scored by import time (ms)
+    P:policyset:{set}        set     the names of the set's policies
+    P:policysets             set     set names
+
+An import replaces each policy it stores, and, with ``--set NAME``, makes the set exactly
+the policies of that import; both in one script (``_import_script``), so a fleet reading
+the set mid-import sees the set before or after, never half of it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from schemas.policy import POLICY_NAME_PATTERN, ImportedPolicy, ImportReport, valid_set_name
+from workers.core.policies.documents import SourcedDocument
+from workers.core.policies.importer import import_documents
+
+if TYPE_CHECKING:
+    import redis
+
+    from schemas.settings import AssaySettings
+
+_NAME = re.compile(POLICY_NAME_PATTERN)
+
+# KEYS: policies zset, policysets set, the set key ('' when none)
+# ARGV: prefix, score ms, set name ('' when none), then name, JSON pairs.
+# Returns the names that existed before.
+_IMPORT_LUA = """
+local replaced = {}
+local names = {}
+for i = 4, #ARGV, 2 do
+  local key = ARGV[1] .. ':policy:' .. ARGV[i]
+  if redis.call('EXISTS', key) == 1 then replaced[#replaced + 1] = ARGV[i] end
+  redis.call('SET', key, ARGV[i + 1])
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i])
+  names[#names + 1] = ARGV[i]
+end
+if KEYS[3] ~= '' then
+  redis.call('DEL', KEYS[3])
+  if #names > 0 then redis.call('SADD', KEYS[3], unpack(names)) end
+  redis.call('SADD', KEYS[2], ARGV[3])
+end
+return replaced
+"""
+
+# KEYS: policies zset, policysets set.  ARGV: prefix, name.  Returns 1 when it existed.
+_DROP_LUA = """
+local existed = redis.call('DEL', ARGV[1] .. ':policy:' .. ARGV[2])
+redis.call('ZREM', KEYS[1], ARGV[2])
+for _, set in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  redis.call('SREM', ARGV[1] .. ':policyset:' .. set, ARGV[2])
+end
+return existed
+"""
+
+# KEYS: policysets set, the set key.  ARGV: set name.  Returns 1 when the set existed.
+_DROP_SET_LUA = """
+local existed = redis.call('SREM', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2])
+return existed
+"""
+
+
+class UnreadablePolicy(ValueError):
+    """A stored policy that no longer validates (written by another version, or edited)."""
+
+
+class PolicyStore:
+    """Imported policies and sets under one key prefix."""
+
+    def __init__(self, client: redis.Redis, *, prefix: str = "assay") -> None:
+        self.client = client
+        self.prefix = prefix
+        self._import_script = client.register_script(_IMPORT_LUA)
+        self._drop_script = client.register_script(_DROP_LUA)
+        self._drop_set_script = client.register_script(_DROP_SET_LUA)
+
+    @classmethod
+    def from_settings(cls, settings: AssaySettings, client: redis.Redis) -> PolicyStore:
+        return cls(client, prefix=settings.key_prefix)
+
+    def _key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    @staticmethod
+    def _name(name: str) -> str:
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a policy name (a lower-case DNS name)")
+        return name
+
+    def save(self, policies: list[ImportedPolicy], policy_set: str | None = None) -> list[str]:
+        """Store ``policies`` (replacing any of the same name); with ``policy_set``, the set
+        becomes exactly these. Returns the names that existed before."""
+        set_name = valid_set_name(policy_set) if policy_set else ""
+        set_key = self._key("policyset", set_name) if set_name else ""
+        score = int(max((p.imported_at.timestamp() for p in policies), default=0) * 1000)
+        argv: list[str | int] = [self.prefix, score, set_name]
+        for policy in policies:
+            argv += [self._name(policy.name), policy.model_dump_json()]
+        replaced = self._import_script(
+            keys=[self._key("policies"), self._key("policysets"), set_key], args=argv
+        )
+        return [r.decode() if isinstance(r, bytes) else str(r) for r in replaced]
+
+    def get(self, name: str) -> ImportedPolicy | None:
+        raw = self.client.get(self._key("policy", self._name(name)))
+        if raw is None:
+            return None
+        try:
+            return ImportedPolicy.model_validate_json(raw)
+        except ValidationError as exc:
+            raise UnreadablePolicy(
+                f"the stored policy {name!r} no longer reads ({exc.errors()[0]['msg']}); "
+                "import it again"
+            ) from None
+
+    def many(self, names: list[str]) -> dict[str, ImportedPolicy | None]:
+        """Each named policy (None for one not stored), in one round trip."""
+        if not names:
+            return {}
+        raws = self.client.mget([self._key("policy", self._name(n)) for n in names])
+        out: dict[str, ImportedPolicy | None] = {}
+        for name, raw in zip(names, raws, strict=True):
+            out[name] = None if raw is None else ImportedPolicy.model_validate_json(raw)
+        return out
+
+    def names(self) -> list[str]:
+        names: Any = self.client.zrange(self._key("policies"), 0, -1)
+        return [_text(n) for n in names]
+
+    def set_members(self, policy_set: str) -> list[str] | None:
+        """The set's policy names, sorted; None when there is no such set."""
+        name = valid_set_name(policy_set)
+        if not self.client.sismember(self._key("policysets"), name):
+            return None
+        return sorted(_text(m) for m in self.client.smembers(self._key("policyset", name)))
+
+    def sets(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for raw in sorted(self.client.smembers(self._key("policysets"))):
+            name = _text(raw)
+            out[name] = sorted(_text(m) for m in self.client.smembers(self._key("policyset", name)))
+        return out
+
+    def drop(self, name: str) -> bool:
+        """Forget a policy (and its place in every set); False when there was none."""
+        existed = self._drop_script(
+            keys=[self._key("policies"), self._key("policysets")],
+            args=[self.prefix, self._name(name)],
+        )
+        return bool(existed)
+
+    def drop_set(self, policy_set: str) -> bool:
+        """Forget a set (its policies stay); False when there was none."""
+        name = valid_set_name(policy_set)
+        keys = [self._key("policysets"), self._key("policyset", name)]
+        return bool(self._drop_set_script(keys=keys, args=[name]))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def import_into(
+    store: PolicyStore | None,
+    documents: list[SourcedDocument],
+    *,
+    policy_set: str | None = None,
+    dry_run: bool = False,
+) -> tuple[ImportReport, list[ImportedPolicy]]:
+    """Import ``documents`` into ``store`` (nothing is stored on a dry run, or when nothing
+    could be imported: a set is never emptied by an import that refused everything)."""
+    if policy_set is not None:
+        valid_set_name(policy_set)
+    policies, refusals = import_documents(documents)
+    replaced: list[str] = []
+    if policies and not dry_run:
+        assert store is not None
+        replaced = store.save(policies, policy_set)
+    report = ImportReport(
+        imported=[p.name for p in policies],
+        replaced=replaced,
+        refused=refusals,
+        policy_set=policy_set if policies else None,
+        dry_run=dry_run,
+    )
+    return report, policies
