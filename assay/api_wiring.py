@@ -419,6 +419,7 @@ class Services:
         from assay.model_check import fleet_model_problem
         from assay.submission import submit_requests
         from workers.fleet.check_definitions import CheckDefinitionStore
+        from workers.fleet.policy_store import PolicyStore
         from workers.fleet.targets import snapshot_targets
 
         roots = SnapshotRoots.for_api(self.settings)
@@ -444,6 +445,8 @@ class Services:
                 settings=self.settings,
                 dispatcher=lambda: self.dispatcher,
             ),
+            policies=PolicyStore.from_settings(self.settings, self.redis),
+            read_policy_files=False,
         )
 
     def apply(self, body: ApplyBody) -> ApplyOutcome:

@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
@@ -52,18 +53,22 @@ from schemas.declarative import (
     CheckDefinition,
     CheckDocument,
     CheckSpec,
+    PolicySpec,
     ScheduleDocument,
     TargetsSpec,
     duration_seconds,
     short_duration,
 )
+from schemas.policy import POLICY_PREFIX, POLICY_SET_PREFIX
 from schemas.request import EvaluationRequest, Target
 from schemas.schedule import Schedule
 
 if TYPE_CHECKING:
     from scheduler.schedules import ScheduleStore
+    from schemas.policy import ImportedPolicy
     from schemas.settings import AssaySettings
     from workers.fleet.check_definitions import CheckDefinitionStore
+    from workers.fleet.policy_store import PolicyStore
 
 Action = Literal["created", "configured", "unchanged", "pruned"]
 
@@ -119,6 +124,9 @@ class ApplyContext:
     """A snapshot folder or glob made absolute inside the roots; ``ValueError`` says why not."""
     model_problem: Callable[[str | None], str | None]
     submit: Callable[[list[EvaluationRequest]], Any]
+    policies: PolicyStore
+    read_policy_files: bool = True
+    """False over HTTP: a document cannot make the server read a file."""
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
 
@@ -131,6 +139,8 @@ class Planned:
     after: Schedule | CheckDefinition | None
     diff: str = ""
     requests: list[EvaluationRequest] = field(default_factory=list)
+    policies: list[ImportedPolicy] = field(default_factory=list)
+    policy_set: str | None = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +198,7 @@ def _metadata(name: str, labels: dict[str, str]) -> dict[str, Any]:
 
 def schedule_document(schedule: Schedule) -> dict[str, Any]:
     """A stored schedule as the document that declares it (what apply reads back)."""
-    spec: dict[str, Any] = {"predicate": schedule.predicate}
+    spec = _what(schedule.predicate)
     if schedule.kind != "check":
         spec["evaluation"] = schedule.kind
     spec["targets"] = _dump(TargetsSpec.of(schedule.targets))
@@ -219,7 +229,7 @@ def schedule_document(schedule: Schedule) -> dict[str, Any]:
 def check_document(definition: CheckDefinition) -> dict[str, Any]:
     """A stored check as the document that declares it."""
     body = definition.spec
-    spec: dict[str, Any] = {"predicate": body.predicate}
+    spec = _what(body.predicate or "")
     if body.evaluation != "check":
         spec["evaluation"] = body.evaluation
     spec["targets"] = _dump(body.targets)
@@ -232,6 +242,15 @@ def check_document(definition: CheckDefinition) -> dict[str, Any]:
         "metadata": _metadata(definition.name, definition.labels),
         "spec": spec,
     }
+
+
+def _what(predicate: str) -> dict[str, Any]:
+    """``predicate``, or the imported policy (set) a ``policy:`` predicate names."""
+    if predicate.startswith(POLICY_SET_PREFIX):
+        return {"policy": {"set": predicate.removeprefix(POLICY_SET_PREFIX)}}
+    if predicate.startswith(POLICY_PREFIX):
+        return {"policy": {"name": predicate.removeprefix(POLICY_PREFIX)}}
+    return {"predicate": predicate}
 
 
 def _common(
@@ -327,6 +346,114 @@ def _confined_targets(
     return targets.model_copy(update={"snapshots": snapshots})
 
 
+@dataclass
+class _PolicyPlan:
+    """What a document's ``policy`` comes to: the predicate, and what to import for it."""
+
+    predicate: str
+    policies: list[ImportedPolicy] = field(default_factory=list)
+    policy_set: str | None = None
+    changed: list[str] = field(default_factory=list)
+
+    def mark(self, step: Planned) -> Planned:
+        """``step`` with the import it needs; a changed policy changes an unchanged object."""
+        if not self.changed:
+            return step
+        step.policies, step.policy_set = self.policies, self.policy_set
+        note = "".join(
+            f"# policy {name}: imported from the files (new or changed)\n" for name in self.changed
+        )
+        step.diff = note + step.diff
+        if step.action == "unchanged":
+            step.action = "configured"
+        return step
+
+
+def _same_policy(stored: ImportedPolicy | None, new: ImportedPolicy) -> bool:
+    """Equal but for when and from which path it was imported."""
+    skip = {"imported_at", "source"}
+    return stored is not None and stored.model_dump(exclude=skip) == new.model_dump(exclude=skip)
+
+
+def _plan_policy(
+    item: Loaded,
+    spec: PolicySpec | None,
+    predicate: str | None,
+    ctx: ApplyContext,
+    problems: list[ManifestProblem],
+) -> _PolicyPlan | None:
+    if spec is None:
+        return _PolicyPlan(predicate or "")
+    from workers.core.policies.documents import UnreadableFile, documents_from_text
+    from workers.core.policies.importer import import_documents
+
+    if spec.file is None:
+        if spec.name is not None and ctx.policies.get(spec.name) is None:
+            problems.append(
+                item.problem(
+                    ("spec", "policy", "name"),
+                    f"no imported policy is named {spec.name!r}; import it with `assay probe "
+                    "import` or give policy.file",
+                )
+            )
+            return None
+        if spec.set is not None and ctx.policies.set_members(spec.set) is None:
+            problems.append(
+                item.problem(
+                    ("spec", "policy", "set"),
+                    f"there is no policy set {spec.set!r}; import one with `assay probe import "
+                    "--set` or give policy.file",
+                )
+            )
+            return None
+        return _PolicyPlan(spec.predicate([]))
+    where = ("spec", "policy", "file")
+    if not ctx.read_policy_files:
+        problems.append(
+            item.problem(
+                where,
+                "a policy file cannot be read over HTTP; import it with `assay probe import` "
+                "and give policy.name or policy.set",
+            )
+        )
+        return None
+    path = Path(spec.file)
+    if not path.is_absolute() and Path(item.file).is_file():
+        path = Path(item.file).parent / path
+    try:
+        documents = documents_from_text(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, UnreadableFile) as exc:
+        problems.append(item.problem(where, f"cannot read {path} ({exc})"))
+        return None
+    policies, refusals = import_documents(documents, now=ctx.now())
+    for refusal in refusals:
+        problems.append(
+            item.problem(
+                where, f"{refusal.kind} {refusal.name!r} cannot be imported: {refusal.reason}"
+            )
+        )
+    if not policies and not refusals:
+        problems.append(item.problem(where, f"{path} holds no admission policy"))
+    if len(policies) > 1 and spec.set is None:
+        names = ", ".join(p.name for p in policies)
+        problems.append(
+            item.problem(
+                where,
+                f"{path} holds {len(policies)} policies ({names}); give policy.set "
+                "to evaluate them as one set",
+            )
+        )
+    if refusals or not policies or (len(policies) > 1 and spec.set is None):
+        return None
+    stored = ctx.policies.many([p.name for p in policies])
+    changed = [p.name for p in policies if not _same_policy(stored.get(p.name), p)]
+    if spec.set is not None and ctx.policies.set_members(spec.set) != sorted(
+        p.name for p in policies
+    ):
+        changed.append(f"set {spec.set}")
+    return _PolicyPlan(spec.predicate([p.name for p in policies]), policies, spec.set, changed)
+
+
 def _plan_schedule(
     item: Loaded, current: Schedule | None, ctx: ApplyContext, source: str
 ) -> tuple[Planned | None, list[ManifestProblem]]:
@@ -337,11 +464,12 @@ def _plan_schedule(
     if current is not None and (owner := _owner_problem(item, current.labels, source)):
         return None, [owner]
     targets = _confined_targets(item, spec.targets, ctx, problems)
-    if problems:
+    policy = _plan_policy(item, spec.policy, spec.predicate, ctx, problems)
+    if problems or policy is None:
         return None, problems
     fields: dict[str, Any] = {
         "name": document.metadata.name,
-        "predicate": spec.predicate,
+        "predicate": policy.predicate,
         "kind": spec.evaluation,
         "targets": targets.as_schedule_targets(),
         "cron": spec.cron,
@@ -376,7 +504,7 @@ def _plan_schedule(
     problems += _environment_problems(item, ctx, desired.model, desired.notify)
     if problems:
         return None, problems
-    return _compared("Schedule", document.metadata.name, current, desired), []
+    return policy.mark(_compared("Schedule", document.metadata.name, current, desired)), []
 
 
 def _compared(
@@ -421,11 +549,14 @@ def _plan_check(
     if current is not None and (owner := _owner_problem(item, current.labels, source)):
         return None, [owner]
     targets = _confined_targets(item, spec.targets, ctx, problems)
-    if problems:
+    policy = _plan_policy(item, spec.policy, spec.predicate, ctx, problems)
+    if problems or policy is None:
         return None, problems
     normalized = CheckSpec.model_validate(
         {
             **spec.model_dump(by_alias=True),
+            "predicate": policy.predicate,
+            "policy": None,
             "targets": targets.model_dump(by_alias=True),
             "profile": spec.profile or ctx.settings.profile,
         }
@@ -444,7 +575,7 @@ def _plan_check(
         check_ids=current.check_ids if current else {},
         runs=current.runs if current else {},
     )
-    planned = _compared("Check", desired.name, current, desired)
+    planned = policy.mark(_compared("Check", desired.name, current, desired))
     if planned.action == "unchanged":
         return planned, []
     try:
@@ -518,6 +649,8 @@ def plan(loaded: Sequence[Loaded], ctx: ApplyContext, *, source: str, prune: boo
 
 def _execute(step: Planned, ctx: ApplyContext) -> ObjectChange:
     runs: tuple[str, ...] = ()
+    if step.policies:  # the policy first: the object's runs evaluate it
+        ctx.policies.save(step.policies, step.policy_set)
     if step.action == "unchanged":
         pass
     elif step.kind == "Schedule":

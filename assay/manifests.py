@@ -35,6 +35,7 @@ class ManifestProblem:
     line: int
     field: str
     message: str
+    foreign: bool = False  # a document of another API (dropped if a policy.file names its file)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
@@ -142,7 +143,29 @@ def load(sources: list[tuple[str, str]]) -> list[Loaded]:
         for node in nodes:
             if node is not None:
                 found.append(_from_node(name, node, problems))
+    referenced = _policy_files(found)
+    problems = [p for p in problems if not (p.foreign and _resolved(p.file) in referenced)]
     return _unique(found, problems)
+
+
+def _resolved(path: str | Path) -> Path:
+    try:
+        return Path(path).resolve()
+    except OSError:
+        return Path(path)
+
+
+def _policy_files(found: list[Loaded | None]) -> set[Path]:
+    """Files a document imports as its policy: their documents are policies, not errors."""
+    files = set()
+    for item in found:
+        policy = item.document.spec.policy if item is not None else None
+        if policy is not None and policy.file is not None:
+            path = Path(policy.file)
+            if not path.is_absolute():
+                path = Path(item.file).parent / path  # type: ignore[union-attr]
+            files.add(_resolved(path))
+    return files
 
 
 def load_objects(items: list[Any], name: str = "documents") -> list[Loaded]:
@@ -196,9 +219,14 @@ def _validated(
     kind = data.get("kind")
     if kind not in KINDS:
         shown = f"{kind!r}" if kind is not None else "missing"
+        foreign = not str(data.get("apiVersion", "")).startswith("assay.dev/")
         problems.append(
             ManifestProblem(
-                name, lines.get(("kind",), line), "kind", f"must be Check or Schedule, not {shown}"
+                name,
+                lines.get(("kind",), line),
+                "kind",
+                f"must be Check or Schedule, not {shown}",
+                foreign,
             )
         )
         return None

@@ -25,15 +25,15 @@ number). ``metadata.labels`` are the user's, except :data:`SOURCE_LABEL`, which
 `assay apply` manages: it records which source created an object, and ``--prune``
 deletes only objects carrying its own source (a label given in a file is ignored).
 
-A schedule's ``spec.ceilings`` are its spend ceilings per UTC day (``Schedule.spend``).
-One field is reserved for a part still being built and is refused with that reason
-until then: ``spec.policy`` (an imported admission policy instead of a predicate).
+A schedule's ``spec.ceilings`` are its spend ceilings per UTC day (``Schedule.spend``);
+``spec.policy`` names (or imports) an admission policy to run instead of a predicate
+(the predicate ``policy:NAME`` / ``policy-set:NAME``, schemas/policy.py).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -48,6 +48,7 @@ from pydantic.alias_generators import to_camel
 from schemas.budget import Budget, ProfileName
 from schemas.durations import DURATION_PATTERN, DurationError, parse_duration
 from schemas.notify import SinkName
+from schemas.policy import POLICY_NAME_PATTERN, POLICY_PREFIX, POLICY_SET_PREFIX, SET_NAME_PATTERN
 from schemas.probe import ProbeMode
 from schemas.request import MAX_TEXT_LENGTH, EvaluationKind
 from schemas.schedule import (
@@ -219,6 +220,35 @@ def short_duration(seconds: float | None) -> str | float | None:
     return seconds
 
 
+class PolicySpec(_Spec):
+    """An imported admission policy as the check (no model: its probes answer it).
+
+    ``name``: one policy already imported (``assay probe import``), ``set``: every policy of
+    a set, ``file``: a file of policies (ValidatingAdmissionPolicy with its binding and
+    params, Kyverno ValidatingPolicy or ClusterPolicy, Gatekeeper ConstraintTemplate with
+    its constraint) imported when the document is applied, relative to the document's own
+    file; several policies in the file need a ``set`` to be evaluated as one.
+    """
+
+    name: str | None = Field(default=None, pattern=POLICY_NAME_PATTERN)
+    set: str | None = Field(default=None, pattern=SET_NAME_PATTERN)
+    file: str | None = Field(default=None, min_length=1, max_length=4096)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> PolicySpec:
+        if self.file is None and (self.name is None) == (self.set is None):
+            raise ValueError("give the policy's name, a set, or a file to import")
+        if self.file is not None and self.name is not None:
+            raise ValueError("give the policy's name or a file to import, not both")
+        return self
+
+    def predicate(self, imported: list[str]) -> str:
+        """What the fleet evaluates: ``policy:NAME`` or ``policy-set:SET``."""
+        if self.set is not None:
+            return POLICY_SET_PREFIX + self.set
+        return POLICY_PREFIX + (self.name or imported[0])
+
+
 class _EvaluationSpec(_Spec):
     """What a check and a schedule both hold: what to evaluate, where, under which limits."""
 
@@ -228,10 +258,10 @@ class _EvaluationSpec(_Spec):
         max_length=MAX_TEXT_LENGTH,
         description="The predicate (or, with evaluation: query, the question).",
     )
-    policy: dict[str, Any] | None = Field(
+    policy: PolicySpec | None = Field(
         default=None,
-        description="Reserved: an imported admission policy (ValidatingAdmissionPolicy, Kyverno, "
-        "Gatekeeper) instead of a predicate. Refused until policy import is available.",
+        description="An imported admission policy (ValidatingAdmissionPolicy, Kyverno, "
+        "Gatekeeper) instead of a predicate: answered by its probes, never by a model.",
     )
     evaluation: EvaluationKind = Field(
         default="check", description="check (true/false) or query (findings)."
@@ -270,20 +300,12 @@ class _EvaluationSpec(_Spec):
             raise ValueError("a sink is named twice in notify")
         return routes
 
-    @field_validator("policy")
-    @classmethod
-    def _policy_reserved(cls, policy: dict[str, Any] | None) -> dict[str, Any] | None:
-        if policy is not None:
-            raise ValueError(
-                "policy is reserved for imported admission policies, which this version "
-                "cannot read yet; write the predicate instead"
-            )
-        return policy
-
     @model_validator(mode="after")
     def _predicate_or_policy(self) -> _EvaluationSpec:
-        if self.predicate is None:
-            raise ValueError("give the predicate to evaluate")
+        if (self.predicate is None) == (self.policy is None):
+            raise ValueError("give exactly one of predicate and policy")
+        if self.policy is not None and self.evaluation != "check":
+            raise ValueError("a policy is a check; drop evaluation: query")
         return self
 
 

@@ -351,11 +351,32 @@ BAD_FILES = [
         "'auto', 'off' or 'only'",
     ),
     (
-        "policy",
-        CHECK.replace("profile: smoke", "policy: {file: vap.yaml}"),
-        9,
-        "spec.policy",
-        "reserved",
+        "policy name",
+        CHECK.replace(f"predicate: {PREDICATE}", "policy: {name: never-imported}"),
+        6,
+        "spec.policy.name",
+        "no imported policy is named 'never-imported'",
+    ),
+    (
+        "policy file",
+        CHECK.replace(f"predicate: {PREDICATE}", "policy: {file: no-such-policy.yaml}"),
+        6,
+        "spec.policy.file",
+        "cannot read",
+    ),
+    (
+        "policy refused",
+        CHECK.replace(f"predicate: {PREDICATE}", "policy: {file: 1-good.yaml}"),
+        6,
+        "spec.policy.file",
+        "cannot be imported",
+    ),
+    (
+        "both",
+        CHECK.replace("profile: smoke", "policy: {name: x}"),
+        5,
+        "spec",
+        "exactly one of predicate and policy",
     ),
     (
         "ceilings",
@@ -486,6 +507,81 @@ def test_the_documents_schema_is_what_the_files_are_checked_against() -> None:
         jsonschema.validate(yaml.safe_load(text), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(yaml.safe_load(INTERVAL.replace("every", "evry")), schema)
+
+
+# --- imported admission policies as checks ------------------------------------------------------
+
+POLICY_SCHEDULE = """\
+apiVersion: assay.dev/v1alpha1
+kind: Schedule
+metadata:
+  name: non-root
+spec:
+  policy: {file: policies/run-as-non-root.yaml}
+  targets: {contexts: [prod-eu]}
+  every: 1h
+"""
+POLICY_SET_CHECK = """\
+apiVersion: assay.dev/v1alpha1
+kind: Check
+metadata:
+  name: baseline
+spec:
+  policy: {file: policies/baseline.yaml, set: baseline}
+  targets: {snapshots: [examples/snapshots/prod-eu]}
+"""
+
+
+def test_a_policy_file_is_imported_and_its_check_round_trips(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    from workers.fleet.policy_store import PolicyStore
+
+    policies = ROOT / "examples" / "policies"
+    folder = write(tmp_path / "repo", **{"s.yaml": POLICY_SCHEDULE, "c.yaml": POLICY_SET_CHECK})
+    write(
+        folder / "policies",
+        **{
+            "run-as-non-root.yaml": (policies / "kyverno-run-as-non-root.yaml").read_text(),
+            "baseline.yaml": (policies / "vap-trusted-registries.yaml").read_text()
+            + "\n---\n"
+            + (policies / "gatekeeper-required-labels.yaml").read_text(),
+        },
+    )
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "pol")
+    assert code == 0, err
+    assert "schedule/non-root created" in out and "check/baseline created (1 run queued)" in out
+    store = PolicyStore(_client(cli_env), prefix="assay")
+    assert store.get("run-as-non-root") is not None
+    assert store.set_members("baseline") == ["prod-workloads-labelled", "trusted-registries"]
+    assert schedules(cli_env).get("non-root").predicate == "policy:run-as-non-root"
+    definition = checks(cli_env).get("baseline")
+    assert definition is not None
+    request = _verdict_store(cli_env).run_request(next(iter(definition.runs.values())))
+    assert request is not None and request.text == "policy-set:baseline"
+
+    before = snapshot_of_store(cli_env)
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "pol")
+    assert code == 0 and out.splitlines()[-1] == "no changes: 2 objects unchanged"
+    assert snapshot_of_store(cli_env) == before  # not even a re-import
+
+    code, exported, _ = run(capsys, "get", "schedules", "-o", "yaml")
+    assert "policy:\n    name: run-as-non-root" in exported and "predicate" not in exported
+    code, exported_checks, _ = run(capsys, "get", "checks", "-o", "yaml")
+    assert "policy:\n    set: baseline" in exported_checks
+    back = write(tmp_path / "back", **{"s.yaml": exported, "c.yaml": exported_checks})
+    code, out, _ = run(capsys, "apply", "-f", str(back), "--source", "pol")
+    assert code == 0 and out.splitlines()[-1] == "no changes: 2 objects unchanged"
+    assert snapshot_of_store(cli_env) == before
+
+    # the policy changes in git, the schedule document does not: apply re-imports it
+    text = (folder / "policies" / "run-as-non-root.yaml").read_text()
+    edited = text.replace("'runs as root (runAsUser 0): '", "'root: '", 1)
+    assert edited != text
+    (folder / "policies" / "run-as-non-root.yaml").write_text(edited)
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "pol", "--dry-run")
+    assert code == 0 and "schedule/non-root configured (dry run)" in out
+    assert "# policy run-as-non-root: imported from the files" in out
 
 
 # --- the same over HTTP --------------------------------------------------------------------------

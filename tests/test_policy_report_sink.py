@@ -23,6 +23,7 @@ from assay.testing.fake_cluster import FakeCluster
 from tests.alerting_support import notifier_running, settings_for
 from tests.live_support import write_cluster
 from tests.report_support import later, probe_outcome, record, validate_report
+from workers.core.logs import configure_logging
 from workers.fleet.store import VerdictStore
 
 REPLICAS = "every Deployment has at least 2 ready replicas"
@@ -120,6 +121,7 @@ def test_the_sink_keeps_each_clusters_reports_up_to_date(
         {"reports": {"type": "policyreport", "kubeconfig": str(writer), "resync_seconds": 3600}},
         kubeconfig=str(readers),  # the evaluations' credentials: the sink must not use them
     )
+    configure_logging(settings)  # to this test's stderr, not a closed one of an earlier test
     store = VerdictStore.from_settings(settings)
     deployments = [("Deployment", "api", "prod"), ("Deployment", "worker", "shop")]
     record(

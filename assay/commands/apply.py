@@ -133,6 +133,7 @@ def cli_context(client: Client) -> ApplyContext:
     from scheduler.schedules import ScheduleStore
     from workers.core.snapshot_roots import SnapshotRoots
     from workers.fleet.check_definitions import CheckDefinitionStore
+    from workers.fleet.policy_store import PolicyStore
     from workers.fleet.targets import snapshot_targets
 
     settings = client.settings
@@ -160,6 +161,7 @@ def cli_context(client: Client) -> ApplyContext:
             settings=settings,
             dispatcher=lambda: client.dispatcher,
         ),
+        policies=PolicyStore.from_settings(settings, redis),
     )
 
 
