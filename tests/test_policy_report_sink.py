@@ -194,3 +194,20 @@ def test_a_sink_given_the_readers_credentials_cannot_write(
     assert server.reports == {}
     with pytest.raises(DeliveryError, match="writes PolicyReport and ClusterPolicyReport only"):
         writer.apply("east", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})
+
+
+def test_which_cluster_each_target_is_written_to() -> None:
+    from notifier.policy_report_writer import ReportWriter
+    from schemas.notify import PolicyReportSink
+
+    in_cluster = ReportWriter(PolicyReportSink(type="policyreport"))
+    assert in_cluster.context_for("in-cluster") == "in-cluster"
+    assert in_cluster.context_for("prod-eu") is None  # no kubeconfig: nothing else
+    remote = ReportWriter(
+        PolicyReportSink(
+            type="policyreport", kubeconfig="/k", contexts={"snapshot:prod-eu": "prod-eu-w"}
+        )
+    )
+    assert remote.context_for("prod-eu") == "prod-eu"
+    assert remote.context_for("snapshot:staging-us") is None  # a folder, no cluster
+    assert remote.context_for("snapshot:prod-eu") == "prod-eu-w"
