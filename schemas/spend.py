@@ -98,12 +98,15 @@ class CeilingState(BaseModel):
 
     resource: Resource
     limit: float
-    spent: float = Field(description="Settled spend, plus the reservations of calls whose "
-                         "worker stopped (charged in full when their lease ran out).")  # fmt: skip
+    spent: float = Field(
+        description="Settled spend, plus the reservations of calls whose "
+        "worker stopped (charged in full when their lease ran out)."
+    )
     reserved: float = Field(description="Held by model calls in flight right now.")
     remaining: float = Field(description="limit - spent - reserved, never below 0.")
-    reached: bool = Field(description="The ceiling stopped a call in this period, or spent "
-                          "reached it.")  # fmt: skip
+    reached: bool = Field(
+        description="The ceiling stopped a call in this period, or spent reached it."
+    )
 
 
 class ScopeSpend(BaseModel):
@@ -168,8 +171,11 @@ class SpendEventData(BaseModel):
 
     def ceiling_name(self) -> str:
         """``fleet tokens per hour``, ``schedule sch-1 cost per day``: for people."""
-        per = {"fleet": "per hour" if self.resource == "tokens" else "per day",
-               "schedule": "per day", "batch": "in total"}[self.scope]  # fmt: skip
+        per = {
+            "fleet": "per hour" if self.resource == "tokens" else "per day",
+            "schedule": "per day",
+            "batch": "in total",
+        }[self.scope]
         what = "tokens" if self.resource == "tokens" else "cost"
         owner = self.scope if self.scope_id is None else f"{self.scope} {self.scope_id}"
         return f"{owner} {what} {per}"

@@ -21,7 +21,7 @@ from tests.engine_support import scripted as scripted_model
 from workers.core.llm import load_litellm
 from workers.core.spend_guard import SpendRefused
 from workers.fleet.redis_client import connect
-from workers.fleet.spend import FleetSpendGuard
+from workers.fleet.spend_guard import FleetSpendGuard
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -96,6 +96,7 @@ def test_every_model_call_is_reserved_first_and_settled_with_what_the_run_charge
     assert recording.settled == [step.usage.total_tokens for step in report.steps]
     for (_before, reserved), step in zip(recording.reserved, report.steps, strict=True):
         assert reserved >= step.usage.total_tokens, "the reservation bounds what the call used"
+    assert guard.flush()
     hour, day = guard.store.fleet_now()
     assert hour.tokens == day.tokens == verdict.usage.total_tokens
     assert hour.reserved_tokens == 0 and guard.store.in_flight() == 0
@@ -133,6 +134,7 @@ def test_a_call_that_failed_gives_its_reservation_back(snapshot: Path, redis_url
     with scripted_model(script({"error": {"status": 400, "body": "bad request"}})) as model:
         report = run(model, request_for(snapshot), spend_guard=guard)
     assert report.verdict is not None and report.verdict.exit_code == 3
+    assert guard.flush()
     hour, _day = guard.store.fleet_now()
     assert (hour.calls, hour.tokens, hour.reserved_tokens) == (1, 0, 0)
 

@@ -19,7 +19,8 @@ from schemas.spend import SpendCeiling
 from tests.fleet_support import snapshot_request
 from workers.core.spend_guard import SpendRefused
 from workers.fleet.redis_client import connect
-from workers.fleet.spend import FleetSpendGuard, Scope, SpendStore
+from workers.fleet.spend import Scope, SpendStore
+from workers.fleet.spend_guard import FleetSpendGuard
 
 pytestmark = pytest.mark.integration
 
@@ -231,6 +232,7 @@ def test_a_schedule_runs_spend_counts_toward_the_day_it_fired_for(redis_url: str
     )
     ticket = guard.reserve(request, 1_500, None, time.monotonic() + 30)
     guard.settle(ticket, 900, None)
+    assert guard.flush()
     assert guard.store.schedule_day("sch-3", "20300101").tokens == 900
 
 
@@ -257,6 +259,7 @@ def test_the_guard_waits_within_the_deadline_then_names_the_ceiling(redis_url: s
     assert "the fleet's token ceiling per UTC hour" in waited.value.message
     assert "no room before the run's deadline" in waited.value.message
     guard.settle(holder, 7_000, None)
+    assert guard.flush()
     with pytest.raises(SpendRefused) as refused:
         guard.reserve(request, 4_000, None, time.monotonic() + 30)
     assert "is reached: 7,000 tokens of 10,000 tokens spent" in refused.value.message

@@ -30,7 +30,7 @@ from workers.fleet.policy_store import PolicyStore
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.ratelimit import FleetRateLimiter
 from workers.fleet.recovery import start_sweeper
-from workers.fleet.spend import FleetSpendGuard
+from workers.fleet.spend_guard import FleetSpendGuard
 from workers.fleet.store import VerdictStore
 
 _log = structlog.get_logger(__name__)
@@ -90,6 +90,10 @@ class RuntimeHolder:
             if self._runtime is None:
                 self._runtime = WorkerRuntime.build(self.settings)
             return self._runtime
+
+    def built(self) -> WorkerRuntime | None:
+        """The runtime if it was built (nothing is built for asking)."""
+        return self._runtime
 
 
 def worker_started(settings: AssaySettings, runtime: WorkerRuntime, app: Any) -> None:

@@ -64,35 +64,24 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
 from schemas.spend import CeilingState, ScopeKind, ScopeSpend, SpendCeiling, SpendEventData
-from workers.core.metrics import observe_spend, observe_spend_refusal
-from workers.core.spend_guard import SpendRefused
 from workers.fleet.redis_client import stream_entries, text_fields
 
 if TYPE_CHECKING:
     import redis
 
-    from schemas.request import EvaluationRequest
     from schemas.settings import AssaySettings
-
-_log = structlog.get_logger(__name__)
 
 MICRO = 1_000_000  # cost is counted in millionths of a dollar
 EVENTS_MAXLEN = 10_000
 SWEEP_PER_CALL = 64  # expired reservations one reserve releases before it checks
 RECORD_KEEP_SECONDS = 24 * 3600  # a reservation's record outlives its lease by this much
 HOUR_RECORD_TTL_SECONDS = 2 * 24 * 3600
-LONGEST_LEASE_SECONDS = 6 * 3600.0  # a run without a deadline still gets a finite lease
-WAIT_POLL_SECONDS = 0.05
-WAIT_POLL_MAX_SECONDS = 0.5
 
 # Shared by every script: the UTC calendar from epoch seconds (Redis's Lua has no os.date),
 # the event a crossed threshold adds, and charging a period record.
@@ -122,22 +111,27 @@ end
 local function num(v)
   return tonumber(v or '0') or 0
 end
-local RESOURCES = {{'tokens', 'limit_tokens', 'tokens'}, {'cost', 'limit_cost', 'cost_usd'}}
--- Add an event for each threshold of `key` that spend has crossed, once per record.
+-- a period record's field, and its name in events
+local RESOURCES = {{'tokens', 'tokens'}, {'cost', 'cost_usd'}}
+-- Add an event for each threshold of `key` that spend has crossed, once per record. One read
+-- decides; an event costs a few more commands, once per threshold and period.
 local function thresholds(key, events, maxlen, now_ms, refused_resource)
-  local meta = redis.call('HMGET', key, 'scope', 'scope_id', 'period')
-  for _, r in ipairs(RESOURCES) do
-    local f = redis.call('HMGET', key, r[1], r[2])
-    local spent, limit = num(f[1]), num(f[2])
+  local f = redis.call('HMGET', key, 'tokens', 'cost', 'limit_tokens', 'limit_cost',
+    'alerted:tokens:80', 'alerted:tokens:100', 'alerted:cost:80', 'alerted:cost:100')
+  for i, r in ipairs(RESOURCES) do
+    local spent, limit = num(f[i]), num(f[i + 2])
     if limit > 0 then
       local marks = {}
-      if spent >= 0.8 * limit then marks[#marks + 1] = 80 end
-      if spent >= limit or refused_resource == r[1] then marks[#marks + 1] = 100 end
+      if spent >= 0.8 * limit and not f[3 + 2 * i] then marks[#marks + 1] = 80 end
+      if (spent >= limit or refused_resource == r[1]) and not f[4 + 2 * i] then
+        marks[#marks + 1] = 100
+      end
       for _, mark in ipairs(marks) do
         if redis.call('HSETNX', key, 'alerted:' .. r[1] .. ':' .. mark, now_ms) == 1 then
+          local meta = redis.call('HMGET', key, 'scope', 'scope_id', 'period')
           redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
             'scope', meta[1] or '', 'scope_id', meta[2] or '', 'period', meta[3] or '',
-            'resource', r[3], 'threshold', mark, 'spent', spent, 'limit', limit, 'at', now_ms)
+            'resource', r[2], 'threshold', mark, 'spent', spent, 'limit', limit, 'at', now_ms)
         end
       end
     end
@@ -186,10 +180,11 @@ end
 # KEYS: 1 inflight, 2 limits, 3 events, 4 index, 5 reservation record
 # ARGV: 1 reservation id, 2 tokens, 3 cost micro (-1: price unknown), 4 lease ms, 5 prefix,
 #       6 record keep s, 7 events maxlen, 8 now ms ('' = Redis's clock), 9 sweep count,
-#       10 history s, 11 run id, 12 number of scopes, then 7 per scope: kind (fleet-hour |
-#       fleet-day | schedule | batch), scope id, day YYYYMMDD ('' = today), default tokens,
-#       default cost micro (0 = none), record TTL s, period start epoch s (0 = now's); the
-#       fleet's ceilings are its defaults.
+#       10 history s, 11 run id, then one per scope, its 7 parts joined by '|': kind
+#       (fleet-hour | fleet-day | schedule | batch), scope id, day YYYYMMDD ('' = today),
+#       default tokens, default cost micro (0 = none), record TTL s, period start epoch s
+#       (0 = now's); the fleet's ceilings are its defaults. (One argument per scope: each
+#       argument costs the caller time to send.)
 # Returns {'ok'} | {'wait', label, resource, spent, reserved, limit}
 #       | {'refused', label, resource, spent, limit}.
 _RESERVE_LUA = (
@@ -204,11 +199,11 @@ local now_s = math.floor(now_ms / 1000)
 local y, m, d, h = civil(now_s)
 local today = string.format('%04d%02d%02d', y, m, d)
 local scopes = {}
-for i = 0, tonumber(ARGV[12]) - 1 do
-  local a = 13 + i * 7
-  local kind, sid, day = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local s = {kind = kind, sid = sid, lt = num(ARGV[a + 3]), lc = num(ARGV[a + 4]),
-    ttl = tonumber(ARGV[a + 5]), start = num(ARGV[a + 6])}
+for a = 12, #ARGV do
+  local kind, sid, day, lt, lc, ttl, start = string.match(ARGV[a],
+    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  local s = {kind = kind, sid = sid, lt = num(lt), lc = num(lc), ttl = tonumber(ttl),
+    start = num(start)}
   if s.start <= 0 then s.start = now_s - (now_s % 86400) end
   if day == '' then day = today end
   local dy, dm, dd = tonumber(string.sub(day, 1, 4)), tonumber(string.sub(day, 5, 6)),
@@ -240,8 +235,10 @@ for i = 0, tonumber(ARGV[12]) - 1 do
 end
 local wait = nil
 for _, s in ipairs(scopes) do
-  local f = redis.call('HMGET', s.key, 'tokens', 'cost', 'reserved_tokens', 'reserved_cost')
+  local f = redis.call('HMGET', s.key, 'tokens', 'cost', 'reserved_tokens', 'reserved_cost',
+    'limit_tokens', 'limit_cost', 'scope')
   local spent_t, spent_c, res_t, res_c = num(f[1]), num(f[2]), num(f[3]), num(f[4])
+  s.fresh = not f[7] or num(f[5]) ~= s.lt or num(f[6]) ~= s.lc
   local checks = {{'tokens', s.lt, spent_t, res_t, want_t}}
   if want_c >= 0 then checks[2] = {'cost', s.lc, spent_c, res_c, want_c} end
   for _, c in ipairs(checks) do
@@ -265,21 +262,28 @@ for _, s in ipairs(scopes) do
 end
 if wait then return wait end
 local keys = {}
+local created = false
 for _, s in ipairs(scopes) do
-  redis.call('HSET', s.key, 'scope', s.scope, 'scope_id', s.sid, 'period', s.period,
-    'limit_tokens', s.lt, 'limit_cost', s.lc)
   redis.call('HINCRBY', s.key, 'reserved_tokens', want_t)
   if want_c >= 0 then
     redis.call('HINCRBY', s.key, 'reserved_cost', want_c)
   else
     redis.call('HINCRBY', s.key, 'unpriced', 1)
   end
-  redis.call('HINCRBY', s.key, 'calls', 1)
-  redis.call('EXPIRE', s.key, s.ttl)
-  redis.call('ZADD', index, 'NX', s.start, s.member)
+  if redis.call('HINCRBY', s.key, 'calls', 1) == 1 then
+    created = true
+    redis.call('EXPIRE', s.key, s.ttl)
+    redis.call('ZADD', index, 'NX', s.start, s.member)
+  end
+  if s.fresh then  -- a new record, or new ceilings since its last call
+    redis.call('HSET', s.key, 'scope', s.scope, 'scope_id', s.sid, 'period', s.period,
+      'limit_tokens', s.lt, 'limit_cost', s.lc)
+  end
   keys[#keys + 1] = s.key
 end
-redis.call('ZREMRANGEBYSCORE', index, '-inf', now_s - tonumber(ARGV[10]))
+if created then
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', now_s - tonumber(ARGV[10]))
+end
 redis.call('HSET', rec, 'keys', table.concat(keys, ' '), 'tokens', want_t, 'cost', want_c,
   'run', ARGV[11], 'state', 'held')
 redis.call('EXPIRE', rec, math.ceil(lease_ms / 1000) + keep_s)
@@ -379,6 +383,13 @@ class Scope:
     default_cost_micro: int = 0
     ttl_seconds: int = 0
     start: int = 0  # the period's start (epoch s), 0 = worked out by the script
+
+    def encoded(self, default_ttl: int) -> str:
+        """The scope as the reserve script reads it (ids and days never hold ``|``)."""
+        return (
+            f"{self.kind}|{self.scope_id}|{self.day}|{self.default_tokens}|"
+            f"{self.default_cost_micro}|{self.ttl_seconds or default_ttl}|{self.start}"
+        )
 
 
 @dataclass(frozen=True)
@@ -490,18 +501,8 @@ class SpendStore:
             SWEEP_PER_CALL,
             self.history_seconds,
             run_id,
-            len(scopes),
+            *(scope.encoded(self.history_seconds) for scope in scopes),
         ]
-        for scope in scopes:
-            args += [
-                scope.kind,
-                scope.scope_id,
-                scope.day,
-                scope.default_tokens,
-                scope.default_cost_micro,
-                scope.ttl_seconds or self.history_seconds,
-                scope.start,
-            ]
         answer = self._reserve_script(
             keys=[
                 self.inflight_key,
@@ -517,9 +518,13 @@ class SpendStore:
             return ReserveAnswer("ok")
         if status == "wait":
             return ReserveAnswer(
-                "wait", str(answer[1]), str(answer[2]), _int(answer[3]), _int(answer[4]),
+                "wait",
+                str(answer[1]),
+                str(answer[2]),
+                _int(answer[3]),
+                _int(answer[4]),
                 _int(answer[5]),
-            )  # fmt: skip
+            )
         return ReserveAnswer(
             "refused", str(answer[1]), str(answer[2]), _int(answer[3]), 0, _int(answer[4])
         )
@@ -541,6 +546,25 @@ class SpendStore:
                 ],
             )
         )
+
+    def settle_many(self, settlements: Sequence[tuple[str, int, int]]) -> list[int]:
+        """:meth:`settle` for many calls (reservation id, tokens, cost micro) in one round
+        trip (the worker's background settler)."""
+        pipe = self.client.pipeline(transaction=False)
+        for reservation_id, tokens, cost_micro in settlements:
+            self._settle_script(
+                keys=[self.inflight_key, self.events_key, self.key("res", reservation_id)],
+                args=[
+                    reservation_id,
+                    max(0, int(tokens)),
+                    int(cost_micro),
+                    "",
+                    EVENTS_MAXLEN,
+                    RECORD_KEEP_SECONDS,
+                ],
+                client=pipe,
+            )
+        return [int(answer) for answer in pipe.execute()]
 
     def release_expired(self, now_ms: int | None = None, count: int = 1000) -> int:
         """Charge every reservation whose lease ran out (what each reserve also does first)."""
@@ -701,8 +725,11 @@ class SpendStore:
         """Every day record (fleet and schedules) and batch of the last ``days`` UTC days,
         newest first; the fleet's hours are left out (its day holds their sum)."""
         now = (now or datetime.now(UTC)).astimezone(UTC)
-        since = int((now - timedelta(days=max(1, days) - 1)).replace(
-            hour=0, minute=0, second=0, microsecond=0).timestamp())  # fmt: skip
+        since = int(
+            (now - timedelta(days=max(1, days) - 1))
+            .replace(hour=0, minute=0, second=0, microsecond=0)
+            .timestamp()
+        )
         members = [
             str(m)
             for m in self.client.zrangebyscore(self.index_key, since, "+inf")
@@ -765,8 +792,11 @@ def _scope_spend(member: str, row: dict[str, Any]) -> ScopeSpend:
     period = row.get("period") or ""
     if not period:
         raw = parts[-1]
-        period = "total" if scope == "batch" else day_label(raw[:8]) + (
-            f"T{raw[8:]}" if len(raw) == 10 else "")  # fmt: skip
+        period = (
+            "total"
+            if scope == "batch"
+            else day_label(raw[:8]) + (f"T{raw[8:]}" if len(raw) == 10 else "")
+        )
     tokens, cost = _int(row.get("tokens")), _int(row.get("cost"))
     res_t, res_c = _int(row.get("reserved_tokens")), _int(row.get("reserved_cost"))
     limit_t, limit_c = _int(row.get("limit_tokens")), _int(row.get("limit_cost"))
@@ -812,138 +842,7 @@ def _scope_spend(member: str, row: dict[str, Any]) -> ScopeSpend:
     )
 
 
-# --- the worker's guard ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Ticket:
-    """One reservation, for :meth:`FleetSpendGuard.settle`."""
-
-    reservation_id: str
-    schedule_id: str | None
-    tokens: int
-
-
-_WHAT = {"tokens": "token", "cost": "cost"}
-
-
-def ceiling_words(ceiling: str, resource: str) -> str:
-    """``the fleet's token ceiling per UTC hour``: a ceiling as a reason names it."""
-    kind, scope_id, period = [*ceiling.split(":", 2), "", ""][:3]
-    what = _WHAT.get(resource, resource)
-    if kind == "fleet-hour":
-        return f"the fleet's {what} ceiling per UTC hour ({period})"
-    if kind == "fleet-day":
-        return f"the fleet's {what} ceiling per UTC day ({period})"
-    if kind == "schedule":
-        return f"schedule {scope_id}'s {what} ceiling per UTC day ({period})"
-    return f"batch {scope_id}'s {what} ceiling"
-
-
-def _amount(resource: str, value: int) -> str:
-    return f"${value / MICRO:,.4f}" if resource == "cost" else f"{value:,} tokens"
-
-
-class FleetSpendGuard:
-    """The engine's :class:`~workers.core.spend_guard.SpendGuard` on the fleet's Redis.
-
-    Every call is charged to the fleet's hour and day, and to its run's schedule day
-    and batch when it has them; ceilings come from the settings (the fleet's, and the
-    defaults of schedules and batches that set none) and from the store (those that do).
-    """
-
-    def __init__(
-        self,
-        settings: AssaySettings,
-        store: SpendStore,
-        *,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self._sleep = sleep
-        self._clock = clock
-        fleet = settings.spend_fleet_tokens_per_hour or 0
-        self._fleet_hour = Scope("fleet-hour", default_tokens=fleet,
-                                 ttl_seconds=HOUR_RECORD_TTL_SECONDS)  # fmt: skip
-        self._fleet_day = Scope(
-            "fleet-day", default_cost_micro=_ceiling_cost(settings.spend_fleet_cost_usd_per_day)
-        )
-        self._schedule_defaults = (
-            settings.spend_schedule_tokens_per_day or 0,
-            _ceiling_cost(settings.spend_schedule_cost_usd_per_day),
-        )
-        self._batch_defaults = (
-            settings.spend_batch_tokens or 0,
-            _ceiling_cost(settings.spend_batch_cost_usd),
-        )
-
-    @classmethod
-    def from_settings(cls, settings: AssaySettings, client: redis.Redis) -> FleetSpendGuard:
-        return cls(settings, SpendStore.from_settings(settings, client))
-
-    def scopes(self, request: EvaluationRequest) -> list[Scope]:
-        scopes = [self._fleet_hour, self._fleet_day]
-        if request.schedule_id:
-            day, start = "", 0
-            if request.scheduled_at is not None:
-                day, start = utc_day(request.scheduled_at), day_start(request.scheduled_at)
-            tokens, cost = self._schedule_defaults
-            scopes.append(Scope("schedule", request.schedule_id, day, tokens, cost, start=start))
-        if request.batch_id:
-            tokens, cost = self._batch_defaults
-            scopes.append(
-                Scope("batch", request.batch_id, "", tokens, cost, self.settings.run_ttl_seconds)
-            )
-        return scopes
-
-    def reserve(
-        self, request: EvaluationRequest, tokens: int, cost_usd: float | None, deadline: float
-    ) -> Ticket:
-        reservation_id = uuid.uuid4().hex
-        cost = micro_usd(cost_usd)
-        scopes = self.scopes(request)
-        pause = WAIT_POLL_SECONDS
-        while True:
-            left = deadline - self._clock()
-            lease = min(max(left, 0.0), LONGEST_LEASE_SECONDS)
-            lease_ms = int((lease + self.settings.spend_lease_margin_seconds) * 1000)
-            answer = self.store.reserve(
-                reservation_id, tokens, cost, lease_ms, scopes, run_id=request.run_id
-            )
-            if answer.status == "ok":
-                return Ticket(reservation_id, request.schedule_id, tokens)
-            words = ceiling_words(answer.ceiling, answer.resource)
-            if answer.status == "refused":
-                observe_spend_refusal(answer.ceiling.split(":", 1)[0], answer.resource)
-                raise SpendRefused(
-                    f"{words} is reached: {_amount(answer.resource, answer.spent)} of "
-                    f"{_amount(answer.resource, answer.limit)} spent, and the next model call "
-                    f"needs up to {_amount(answer.resource, cost if answer.resource == 'cost' else tokens)}",  # noqa: E501
-                    answer.ceiling,
-                )
-            if self._clock() + pause >= deadline:
-                raise SpendRefused(
-                    f"{words} had no room before the run's deadline: "
-                    f"{_amount(answer.resource, answer.spent)} spent and "
-                    f"{_amount(answer.resource, answer.reserved)} held by calls in flight, of "
-                    f"{_amount(answer.resource, answer.limit)}",
-                    answer.ceiling,
-                )
-            self._sleep(pause)
-            pause = min(pause * 2, WAIT_POLL_MAX_SECONDS)
-
-    def settle(self, reservation: Any, tokens: int, cost_usd: float | None) -> None:
-        ticket: Ticket = reservation
-        observe_spend(ticket.schedule_id, tokens, cost_usd)
-        try:
-            self.store.settle(ticket.reservation_id, tokens, micro_usd(cost_usd))
-        except Exception as exc:  # its lease runs out and charges the estimate: errs high
-            _log.warning("spend_settle_failed", reservation=ticket.reservation_id, error=repr(exc))
-
-
-def _ceiling_cost(cost_usd: float | None) -> int:
+def ceiling_cost(cost_usd: float | None) -> int:
     return micro_usd(cost_usd) if cost_usd else 0
 
 

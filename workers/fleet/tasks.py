@@ -244,4 +244,12 @@ def register_tasks(app: Celery, settings: AssaySettings) -> None:
     def on_ready(**_: Any) -> None:
         worker_started(settings, holder.get(), app)
 
+    def on_shutdown(**_: Any) -> None:
+        runtime = holder.built()
+        if runtime is not None:  # settlements still queued go out before the process ends
+            runtime.spend.flush()
+
     signals.worker_ready.connect(on_ready, weak=False, dispatch_uid=f"assay-ready-{id(app)}")
+    signals.worker_shutdown.connect(
+        on_shutdown, weak=False, dispatch_uid=f"assay-shutdown-{id(app)}"
+    )
