@@ -29,6 +29,7 @@ from schemas.verdict import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 if TYPE_CHECKING:
     from schemas.probe import ProbeRecord, ProbeRun
     from schemas.settings import AssaySettings
+    from workers.core.toolsets.backend import ClusterBackend
     from workers.fleet.probe_store import ProbeStore
 
 probe_app = typer.Typer(
@@ -206,22 +207,60 @@ def export(
             "--action", help="Audit (default; an imported policy keeps its own), Warn or Deny."
         ),
     ] = None,
+    snapshot: Annotated[
+        Path | None,
+        typer.Option("--snapshot", help="Resolve custom kinds from this snapshot's CRDs."),
+    ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option("--context", help="Resolve custom kinds (and schemas) from this cluster."),
+    ] = None,
 ) -> None:
-    """Print the probe as a ValidatingAdmissionPolicy + binding, or a Kyverno ValidatingPolicy."""
+    """Print the probe as a ValidatingAdmissionPolicy + binding, or a Kyverno ValidatingPolicy
+    (checked as the API server would, refused with the reason otherwise)."""
     from workers.core.probes.export import NotExportable, export_yaml
 
     if fmt not in ("vap", "kyverno"):
         raise typer.BadParameter("use vap or kyverno", param_hint="--format")
     if action not in (None, "Audit", "Warn", "Deny"):
         raise typer.BadParameter("use Audit, Warn or Deny", param_hint="--action")
-    if (ref := policy_reference(check_id)) is not None:
-        return probe_policies.export(ref, fmt, action)
-    action = action or "Audit"
-    record = _record(_store(settings_or_usage()), check_id)
+    if snapshot is not None and context is not None:
+        raise typer.BadParameter("give at most one of --snapshot PATH or --context NAME")
+    settings = settings_or_usage()
+    backend = _export_target(snapshot, context, settings)
     try:
-        print(export_yaml(record, fmt, action=action), end="")  # type: ignore[arg-type]
-    except NotExportable as exc:
-        fail(f"probe v{record.version} of {check_id} cannot be exported: {exc}", EXIT_USAGE)
+        if (ref := policy_reference(check_id)) is not None:
+            return probe_policies.export(ref, fmt, action, backend)
+        record = _record(_store(settings), check_id)
+        try:
+            text = export_yaml(record, fmt, action=action or "Audit", backend=backend)  # type: ignore[arg-type]
+        except NotExportable as exc:
+            fail(f"probe v{record.version} of {check_id} cannot be exported: {exc}", EXIT_USAGE)
+        print(text, end="")
+    finally:
+        if backend is not None:
+            backend.close()
+
+
+def _export_target(
+    snapshot: Path | None, context: str | None, settings: AssaySettings
+) -> ClusterBackend | None:
+    """The target an export resolves custom kinds on, if one was given."""
+    if snapshot is None and context is None:
+        return None
+    from schemas.request import ContextTarget, SnapshotTarget
+    from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
+
+    target: SnapshotTarget | ContextTarget
+    if snapshot is not None:
+        target = SnapshotTarget(path=str(confined_snapshot(snapshot, settings)))
+    else:
+        assert context is not None
+        target = ContextTarget(context=context, kubeconfig=settings.kubeconfig)
+    try:
+        return backend_for(target, settings)
+    except ToolsetUnavailable as exc:
+        fail(f"the target cannot be read: {exc}", EXIT_USAGE)
 
 
 @probe_app.command("drop")

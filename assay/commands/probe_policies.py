@@ -28,6 +28,7 @@ from schemas.verdict import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 if TYPE_CHECKING:
     from schemas.policy import ImportedPolicy, PolicyReference, PolicyResult
     from schemas.settings import AssaySettings
+    from workers.core.toolsets.backend import ClusterBackend
     from workers.fleet.policy_store import PolicyStore
 
 EXIT_REFUSED = 65  # sysexits EX_DATAERR: some documents could not be imported
@@ -190,7 +191,9 @@ def drop(ref: PolicyReference) -> None:
     print(f"dropped {what} {ref.predicate}")
 
 
-def export(ref: PolicyReference, fmt: str, action: str | None) -> None:
+def export(
+    ref: PolicyReference, fmt: str, action: str | None, backend: ClusterBackend | None = None
+) -> None:
     from assay.commands.options import settings_or_usage
     from workers.core.probes.export import NotExportable, export_policy_yaml
 
@@ -198,9 +201,10 @@ def export(ref: PolicyReference, fmt: str, action: str | None) -> None:
         fail("export one policy at a time (policy:NAME), not a set", EXIT_USAGE)
     policy = _policy(policy_store(settings_or_usage()), ref.name)
     try:
-        print(export_policy_yaml(policy, fmt, action=action), end="")  # type: ignore[arg-type]
+        text = export_policy_yaml(policy, fmt, action=action, backend=backend)  # type: ignore[arg-type]
     except NotExportable as exc:
         fail(f"{ref.predicate} cannot be exported as {fmt}: {exc}", EXIT_USAGE)
+    print(text, end="")
 
 
 def test(ref: PolicyReference, target_backend: object, seconds: float, json_output: bool) -> None:

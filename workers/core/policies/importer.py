@@ -85,6 +85,12 @@ def _refuse_leftovers(
     params_kinds = {
         (d.get("apiVersion"), d.get("kind")) for policy in policies for d in policy.documents[1:]
     }
+    for doc in documents:  # a params object of a policy in the files, imported or refused
+        spec = doc.document.get("spec")
+        if _is(doc, VAP_GROUP, "ValidatingAdmissionPolicy") and isinstance(spec, dict):
+            kind = spec.get("paramKind")
+            if isinstance(kind, dict):
+                params_kinds.add((kind.get("apiVersion"), kind.get("kind")))
     for doc in documents:
         if id(doc) in used or (doc.document.get("apiVersion"), doc.kind) in params_kinds:
             continue

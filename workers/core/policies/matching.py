@@ -173,20 +173,13 @@ class ObjectFilter:
         labels = self.namespace_labels(namespace)
         if labels is not None:
             return {**labels, NAME_LABEL: namespace}
-        assert term.namespace_selector is not None
-        if term.namespace_selector.names_only() is not None:
+        selector = term.namespace_selector
+        assert selector is not None
+        keys = set(selector.match_labels) | {t.key for t in selector.match_expressions}
+        if keys <= {NAME_LABEL}:  # a selector on the name alone needs no Namespace object
             return {NAME_LABEL: namespace}
         raise Undecidable(
             f"its namespace selector needs the labels of namespace {namespace!r}, and the "
             "target holds no such Namespace object"
         )
 
-
-def needs_namespace_labels(rule: PolicyRule) -> bool:
-    """Whether matching the rule reads namespaces' labels (beyond their names)."""
-    return any(
-        term.namespace_selector is not None and term.namespace_selector.names_only() is None
-        for groups in (rule.match, rule.exclude)
-        for group in groups
-        for term in group
-    )

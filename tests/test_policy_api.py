@@ -1,0 +1,107 @@
+"""The /v1/policies routes through real HTTP against a real `assay api` process: import
+(a dry run stores nothing; refusals come back with their reasons), list, read, export as
+YAML (or 422 with the reason), and forget a policy or a set."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from assay.redis_process import RedisProcess
+from tests.api_support import READ_TOKEN, WRITE_TOKEN, ApiServer, auth
+from workers.fleet.policy_store import PolicyStore
+from workers.fleet.redis_client import connect
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "policyapi"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
+TEXT = "\n---\n".join(p.read_text() for p in sorted(EXAMPLES.glob("*.yaml")))
+
+
+@pytest.fixture(scope="module")
+def api(
+    redis_server: RedisProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
+    server = ApiServer(
+        redis_server.url,
+        tmp_path_factory.mktemp("api") / "api.log",
+        settings={"ASSAY_KEY_PREFIX": PREFIX},
+    ).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def store(redis_url: str) -> PolicyStore:
+    return PolicyStore(connect(redis_url), prefix=PREFIX)
+
+
+def _post(api: ApiServer, body: dict[str, object], token: str = WRITE_TOKEN) -> httpx.Response:
+    return httpx.post(f"{api.url}/v1/policies/import", json=body, headers=auth(token), timeout=30)
+
+
+def test_import_list_read_export_and_forget(api: ApiServer, store: PolicyStore) -> None:
+    assert _post(api, {"documents": TEXT}, READ_TOKEN).status_code == 403
+    dry = _post(api, {"documents": TEXT, "policy_set": "baseline", "dry_run": True})
+    assert dry.status_code == 200 and dry.json()["dry_run"] is True
+    assert store.names() == []  # a dry run stores nothing
+
+    done = _post(api, {"documents": TEXT, "policy_set": "baseline", "source": "examples"})
+    assert done.status_code == 200, done.text
+    assert sorted(done.json()["imported"]) == [
+        "prod-workloads-labelled",
+        "run-as-non-root",
+        "trusted-registries",
+    ]
+    assert done.json()["refused"] == [] and done.json()["policy_set"] == "baseline"
+
+    listed = httpx.get(f"{api.url}/v1/policies", headers=auth(READ_TOKEN), timeout=10).json()
+    assert listed["sets"] == {"baseline": sorted(done.json()["imported"])}
+    one = httpx.get(
+        f"{api.url}/v1/policies/trusted-registries", headers=auth(READ_TOKEN), timeout=10
+    )
+    assert one.status_code == 200 and one.json()["format"] == "vap"
+
+    exported = httpx.get(
+        f"{api.url}/v1/policies/trusted-registries/export",
+        params={"format": "vap", "action": "Deny"},
+        headers=auth(READ_TOKEN),
+        timeout=10,
+    )
+    assert exported.status_code == 200
+    _, binding, params = yaml.safe_load_all(exported.text)
+    assert binding["spec"]["validationActions"] == ["Deny"] and params["kind"] == "ConfigMap"
+    refused = httpx.get(
+        f"{api.url}/v1/policies/trusted-registries/export",
+        params={"format": "kyverno"},
+        headers=auth(READ_TOKEN),
+        timeout=10,
+    )
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "policy_not_exportable"
+
+    gone = httpx.delete(f"{api.url}/v1/policy-sets/baseline", headers=auth(WRITE_TOKEN), timeout=10)
+    assert gone.status_code == 204 and store.set_members("baseline") is None
+    gone = httpx.delete(
+        f"{api.url}/v1/policies/run-as-non-root", headers=auth(WRITE_TOKEN), timeout=10
+    )
+    assert gone.status_code == 204
+    missing = httpx.get(
+        f"{api.url}/v1/policies/run-as-non-root", headers=auth(READ_TOKEN), timeout=10
+    )
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "policy_not_found"
+
+
+def test_refusals_and_bad_text_are_answered(api: ApiServer, store: PolicyStore) -> None:
+    old = TEXT.replace("size(variables.root) == 0", "oldObject == null")
+    answer = _post(api, {"documents": old})
+    assert answer.status_code == 200
+    (refusal,) = answer.json()["refused"]
+    assert refusal["name"] == "run-as-non-root" and "oldObject" in refusal["reason"]
+    assert _post(api, {"documents": "kind: ["}).status_code == 422
+    assert _post(api, {"documents": TEXT, "policy_set": "Not A Set"}).status_code == 422

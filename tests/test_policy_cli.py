@@ -1,0 +1,179 @@
+"""`assay probe import|policies` and the policy:NAME / policy-set:NAME forms of
+`assay probe show|test|export|drop`, as a user types them, on a real redis-server; and the
+fleet commands refusing a policy that is not imported."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cli_support import run_cli as run
+from workers.fleet.policy_store import PolicyStore
+from workers.fleet.redis_client import connect
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "policies"
+
+
+@pytest.fixture
+def store(redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> PolicyStore:
+    monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
+    monkeypatch.setenv("ASSAY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(EXAMPLES, tmp_path / "policies")
+    shutil.copytree(ROOT / "examples" / "snapshots", tmp_path / "snapshots")
+    return PolicyStore(connect(redis_url), prefix="assay")
+
+
+def _import_examples(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+    files = sorted(str(p) for p in Path("policies").glob("*.yaml"))
+    return run(capsys, "probe", "import", *files, *extra)
+
+
+def test_import_stores_each_policy_and_the_set(
+    capsys: pytest.CaptureFixture[str], store: PolicyStore
+) -> None:
+    code, out, err = _import_examples(capsys, "--set", "baseline")
+    assert code == 0, err
+    assert "imported policy:trusted-registries: vap, 1 rule, judges deployments" in out
+    assert "imported policy:prod-workloads-labelled: gatekeeper" in out
+    assert "policy set baseline: 3 policies (run it as the check policy-set:baseline)" in out
+    assert store.set_members("baseline") == [
+        "prod-workloads-labelled",
+        "run-as-non-root",
+        "trusted-registries",
+    ]
+    code, out, _ = _import_examples(capsys)
+    assert code == 0 and out.count("(replaced)") == 3
+
+    code, out, _ = run(capsys, "probe", "policies")
+    assert code == 0
+    assert "policy:run-as-non-root  kyverno-validatingpolicy, 3 rules" in out
+    assert "policy-set:baseline  3 policies" in out
+    code, out, _ = run(capsys, "probe", "show", "policy:run-as-non-root")
+    assert (
+        code == 0 and "rule run-as-non-root-autogen-defaults (Kyverno's pod-controller form" in out
+    )
+    assert "match condition not-kube-system" in out
+
+
+def test_refusals_are_named_and_exit_65_while_the_rest_is_imported(
+    capsys: pytest.CaptureFixture[str], store: PolicyStore, tmp_path: Path
+) -> None:
+    bad = tmp_path / "old-object.yaml"
+    policy = yaml.safe_load((EXAMPLES / "kyverno-run-as-non-root.yaml").read_text())
+    policy["metadata"]["name"] = "compares-old"
+    policy["spec"]["validations"][0]["expression"] = "oldObject == null"
+    bad.write_text(yaml.safe_dump(policy))
+    code, out, _ = _import_examples(capsys, str(bad), "--json")
+    assert code == 65
+    assert '"imported": [' in out and '"compares-old"' in out and "it reads oldObject" in out
+    assert store.get("compares-old") is None and store.get("run-as-non-root") is not None
+
+    code, out, _ = run(capsys, "probe", "import", str(bad), "--dry-run")
+    assert code == 65 and "refused ValidatingPolicy compares-old" in out
+    unreadable = tmp_path / "broken.yaml"
+    unreadable.write_text("kind: [")
+    code, _, err = run(capsys, "probe", "import", str(unreadable), "--set", "x")
+    assert code == 64 and "broken.yaml is not YAML or JSON" in err and "nothing was imported" in err
+    code, _, err = run(capsys, "probe", "import", str(bad), "--set", "Bad_Name")
+    assert code == 64 and "cannot name a policy set" in err
+
+
+def test_test_runs_a_policy_or_a_set_on_a_snapshot(
+    capsys: pytest.CaptureFixture[str], store: PolicyStore
+) -> None:
+    _import_examples(capsys, "--set", "baseline")
+    code, out, _ = run(
+        capsys, "probe", "test", "policy:run-as-non-root", "--snapshot", "snapshots/dev-ap"
+    )
+    assert code == 1
+    assert "policy:run-as-non-root  false  (6 judged, 2 violate it)" in out
+    assert "Deployment dev/debug-tools: runs as root (runAsUser 0): shell" in out
+    code, out, _ = run(
+        capsys, "probe", "test", "policy-set:baseline", "--snapshot", "snapshots/prod-eu"
+    )
+    assert code == 0 and out.count("  true  ") == 3
+    assert "listings: 7 list request(s) for 3 policies" in out
+
+
+def test_export_and_drop(capsys: pytest.CaptureFixture[str], store: PolicyStore) -> None:
+    _import_examples(capsys, "--set", "baseline")
+    code, out, _ = run(capsys, "probe", "export", "policy:trusted-registries", "--format", "vap")
+    assert code == 0
+    kinds = [d["kind"] for d in yaml.safe_load_all(out)]
+    assert kinds == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap"]
+    code, _, err = run(
+        capsys, "probe", "export", "policy:trusted-registries", "--format", "kyverno"
+    )
+    assert code == 64 and "has no params: export it as vap" in err
+    code, _, _ = run(capsys, "probe", "drop", "policy-set:baseline")
+    assert code == 0 and store.set_members("baseline") is None
+    assert store.get("trusted-registries") is not None  # a set's policies stay
+    code, _, _ = run(capsys, "probe", "drop", "policy:trusted-registries")
+    assert code == 0 and store.get("trusted-registries") is None
+    for sub in ("show", "export", "drop"):
+        code, _, err = run(capsys, "probe", sub, "policy:trusted-registries")
+        assert code == 66, (sub, err)
+
+
+def test_fleet_commands_refuse_a_policy_that_is_not_imported(
+    capsys: pytest.CaptureFixture[str], store: PolicyStore
+) -> None:
+    code, _, err = run(capsys, "batch", "policy:nothing", "--snapshots", "snapshots/*")
+    assert code == 66 and "no imported policy is named 'nothing'" in err
+    code, _, err = run(
+        capsys,
+        "schedule",
+        "add",
+        "nightly",
+        "policy-set:nothing",
+        "--every",
+        "1h",
+        "--snapshots",
+        "snapshots/prod-eu",
+    )
+    assert code == 66 and "no policy set is named 'nothing'" in err
+    code, _, err = run(capsys, "check", "policy:nothing", "--snapshot", "snapshots/prod-eu")
+    assert code == 64 and "assay probe test policy:nothing" in err
+
+
+def test_export_resolves_a_custom_kind_on_the_snapshot_given(
+    capsys: pytest.CaptureFixture[str], store: PolicyStore, tmp_path: Path
+) -> None:
+    policy = {
+        "apiVersion": "kyverno.io/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "short-certificates"},
+        "spec": {
+            "rules": [
+                {
+                    "name": "at-most-90-days",
+                    "match": {"any": [{"resources": {"kinds": ["Certificate"]}}]},
+                    "validate": {
+                        "cel": {"expressions": [{"expression": "has(object.spec.duration)"}]}
+                    },
+                }
+            ]
+        },
+    }
+    (tmp_path / "certificates.yaml").write_text(yaml.safe_dump(policy))
+    code, _, err = run(capsys, "probe", "import", str(tmp_path / "certificates.yaml"))
+    assert code == 0, err
+    code, _, err = run(capsys, "probe", "export", "policy:short-certificates", "--format", "vap")
+    assert code == 64 and "not a built-in kind" in err
+    code, out, err = run(
+        capsys, "probe", "export", "policy:short-certificates", "--snapshot", "snapshots/prod-eu"
+    )
+    assert code == 0, err
+    rule = next(yaml.safe_load_all(out))["spec"]["matchConstraints"]["resourceRules"][0]
+    assert (rule["apiGroups"], rule["apiVersions"], rule["resources"]) == (
+        ["cert-manager.io"],
+        ["v1"],
+        ["certificates"],
+    )
