@@ -15,8 +15,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.budget import Budget, ProfileName
+from schemas.declarative import LABEL_VALUE_PATTERN, MAX_SOURCE_LENGTH
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
+from schemas.notify import SinkName
 from schemas.policy import SET_NAME_PATTERN, ImportedPolicy
 from schemas.probe import AgreementEntry, ProbeMode, ProbeRecord
 from schemas.report import RunReport
@@ -153,11 +155,70 @@ class ScheduleCreate(_Body):
         description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
         "off: always the model; only: the probe or cannot_determine.",
     )
+    notify: list[SinkName] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Notify routes: sinks that hear this schedule's verdict changes whatever "
+        "their own check and target filters say.",
+    )
     spend: SpendCeiling | None = Field(
         default=None,
         description="Token and cost ceilings per UTC day over the schedule's runs; None = "
         "the fleet's default (spend_schedule_*).",
     )
+
+
+class ApplyBody(_Body):
+    """Declarative checks and schedules to apply, as `assay apply -f` takes them: the
+    documents as parsed JSON, or as YAML text (exactly one of the two)."""
+
+    source: str = Field(
+        min_length=1,
+        max_length=MAX_SOURCE_LENGTH,
+        pattern=LABEL_VALUE_PATTERN,
+        description="Name of this set of documents, kept as label assay.dev/source on what "
+        "it creates; prune removes only objects of this source.",
+    )
+    documents: list[dict[str, Any]] | None = Field(
+        default=None, max_length=1000, description="Check and Schedule documents."
+    )
+    yaml: str | None = Field(
+        default=None,
+        max_length=4 * 1024 * 1024,
+        description="The documents as YAML text (problems then name their line).",
+    )
+    prune: bool = Field(
+        default=False,
+        description="Delete checks and schedules an earlier apply of this source created and "
+        "these documents no longer hold.",
+    )
+    dry_run: bool = Field(default=False, description="Answer what would change; apply nothing.")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ApplyBody:
+        if (self.documents is None) == (self.yaml is None):
+            raise ValueError("give exactly one of 'documents' or 'yaml'")
+        return self
+
+
+class AppliedObject(_Body):
+    kind: Literal["Check", "Schedule"]
+    name: str
+    action: Literal["created", "configured", "unchanged", "pruned"]
+    diff: str = Field(description="Unified diff of the object as stored and as declared.")
+    runs: list[str] = Field(description="Runs queued (a check created or changed).")
+
+
+class ApplyOutcome(_Body):
+    source: str
+    dry_run: bool
+    changed: bool = Field(description="False: applying changed nothing.")
+    summary: str
+    changes: list[AppliedObject]
+
+
+class DocumentList(_Body):
+    documents: list[dict[str, Any]] = Field(description="What `apply` reads, by name.")
 
 
 class ScheduleUpdate(_Body):
@@ -179,6 +240,7 @@ class ScheduleUpdate(_Body):
     probe: ProbeMode | None = None
     misfire: MisfirePolicy | None = None
     jitter_seconds: float | None = Field(default=None, ge=0, le=3600)
+    notify: list[SinkName] | None = Field(default=None, max_length=20)
     spend: SpendCeiling | None = Field(
         default=None, description="New ceilings per UTC day; null: back to the fleet's default."
     )

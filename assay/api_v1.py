@@ -11,7 +11,7 @@ blocking Redis calls never stall the event loop.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import structlog
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -22,10 +22,13 @@ from assay.api_models import (
     NOT_FOUND,
     READ_ERRORS,
     WRITE_ERRORS,
+    ApplyBody,
+    ApplyOutcome,
     BatchResults,
     BatchSubmission,
     ChangeList,
     CheckList,
+    DocumentList,
     ErrorBody,
     EvaluationSubmission,
     RunView,
@@ -404,6 +407,48 @@ def delete_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAcces
             404, "schedule_not_found", f"No schedule {schedule_id!r}; list them at /v1/schedules."
         )
     return Response(status_code=204)
+
+
+# --- declarative checks and schedules ----------------------------------------------------------
+
+
+@router.post(
+    "/apply",
+    response_model=ApplyOutcome,
+    tags=["apply"],
+    responses={**WRITE_ERRORS, 409: {"model": ErrorBody, "description": "A write raced another."}},
+)
+def apply_documents(body: ApplyBody, request: Request, scope: WriteAccess) -> ApplyOutcome:
+    """`assay apply`: create, change or (with prune) delete checks and schedules so they
+    match the documents. Invalid documents are refused whole (422, every problem with its
+    document, line and field) and nothing is applied; dry_run answers what would change."""
+    outcome = _services(request).apply(body)
+    _log.info(
+        "documents_applied",
+        source=outcome.source,
+        dry_run=outcome.dry_run,
+        changed=outcome.changed,
+    )
+    return outcome
+
+
+@router.get(
+    "/documents/{kind}",
+    response_model=DocumentList,
+    tags=["apply"],
+    responses=READ_ERRORS,
+)
+def get_documents(
+    kind: Annotated[Literal["checks", "schedules"], Path(description="checks or schedules")],
+    request: Request,
+    scope: ReadAccess,
+    source: Annotated[
+        str | None, Query(max_length=63, description="Only objects created from this source.")
+    ] = None,
+) -> DocumentList:
+    """Stored checks or schedules as the documents `/v1/apply` takes (applying them back
+    changes nothing)."""
+    return DocumentList(documents=_services(request).documents(kind, source))
 
 
 # --- spend ----------------------------------------------------------------------------------------

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from assay.api_errors import ApiError
 from assay.api_models import (
+    AppliedObject,
+    ApplyBody,
+    ApplyOutcome,
     BatchSubmission,
     EvaluationSubmission,
     RunView,
@@ -56,6 +59,7 @@ from workers.fleet.timers import TimerStore
 if TYPE_CHECKING:
     import redis
 
+    from assay.apply import ApplyContext
     from schemas.fleet import BatchStatus
     from schemas.settings import AssaySettings
     from schemas.spend import ScopeSpend, SpendReport
@@ -415,6 +419,109 @@ class Services:
         except ScheduleNotFound:
             return False
         return True
+
+    # --- declarative checks and schedules (assay apply) --------------------------------
+    def apply_context(self) -> ApplyContext:
+        """What applying needs, from the API's side: its snapshot roots, its Redis."""
+        from assay.apply import ApplyContext
+        from assay.model_check import fleet_model_problem
+        from assay.submission import submit_requests
+        from workers.fleet.check_definitions import CheckDefinitionStore
+        from workers.fleet.policy_store import PolicyStore
+        from workers.fleet.targets import snapshot_targets
+
+        roots = SnapshotRoots.for_api(self.settings)
+
+        def confine(pattern: str) -> str:
+            confined = roots.confine_pattern(pattern)
+            if next(iter(snapshot_targets(confined, roots)), None) is None:
+                raise ValueError(f"{pattern!r} matches no snapshot folder under the API's roots")
+            return confined
+
+        return ApplyContext(
+            settings=self.settings,
+            schedules=self.schedules,
+            checks=CheckDefinitionStore(self.redis, self.settings.key_prefix),
+            confine_snapshot=confine,
+            model_problem=lambda model: fleet_model_problem(
+                model, None, redis=self.redis, settings=self.settings
+            ),
+            submit=lambda requests: submit_requests(
+                requests,
+                store=self.store,
+                redis=self.redis,
+                settings=self.settings,
+                dispatcher=lambda: self.dispatcher,
+            ),
+            policies=PolicyStore.from_settings(self.settings, self.redis),
+            read_policy_files=False,
+        )
+
+    def apply(self, body: ApplyBody) -> ApplyOutcome:
+        """``assay apply`` over HTTP: 422 with every problem (file, line, field), nothing
+        applied, when the documents cannot be applied."""
+        from assay.apply import ApplyFailed, apply
+        from assay.manifests import ManifestErrors, load, load_objects
+
+        try:
+            if body.yaml is not None:
+                loaded = load([("yaml", body.yaml)])
+            else:
+                loaded = load_objects(body.documents or [])
+            for item in loaded:
+                if item.document.spec.targets.kubeconfig:
+                    raise ApiError(
+                        422,
+                        "kubeconfig_not_allowed",
+                        f"{item.file}: a kubeconfig path cannot be chosen over HTTP; name a "
+                        "context from the server's kubeconfig instead.",
+                    )
+            result = apply(
+                loaded,
+                self.apply_context(),
+                source=body.source,
+                prune=body.prune,
+                dry_run=body.dry_run,
+            )
+        except ManifestErrors as exc:
+            details = [
+                {"file": p.file, "line": p.line, "field": p.field, "msg": p.message}
+                for p in exc.problems
+            ]
+            first = exc.problems[0]
+            raise ApiError(
+                422,
+                "invalid_documents",
+                f"{first}; nothing was applied: fix the documents and send them again.",
+                details=details,
+            ) from None
+        except ApplyFailed as exc:
+            raise ApiError(409, "apply_conflict", f"{exc}.") from None
+        return ApplyOutcome(
+            source=result.source,
+            dry_run=result.dry_run,
+            changed=result.changed,
+            summary=result.summary(),
+            changes=[
+                AppliedObject(
+                    kind=c.kind,
+                    name=c.name,
+                    action=c.action,
+                    diff=c.diff,
+                    runs=list(c.runs),
+                )
+                for c in result.changes
+            ],
+        )
+
+    def documents(self, kind: str, source: str | None) -> list[dict[str, Any]]:
+        from assay.apply import stored_documents
+        from workers.fleet.check_definitions import CheckDefinitionStore
+
+        if kind == "schedules":
+            return stored_documents(self.schedules, None, source=source)
+        checks = CheckDefinitionStore(self.redis, self.settings.key_prefix)
+        return stored_documents(None, checks, source=source)
 
     def close(self) -> None:
         if self._dispatcher is not None:

@@ -15,8 +15,18 @@ from typing import Annotated, Any
 
 import typer
 
+from assay.commands import (
+    apply,
+    evaluate,
+    fleet,
+    notify,
+    probe,
+    report,
+    schedule,
+    serve,
+    spend,
+)
 from assay.commands import eval as eval_command
-from assay.commands import evaluate, fleet, notify, probe, schedule, serve, spend
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_INTERRUPTED
 from schemas.verdict import EXIT_USAGE
 
@@ -65,7 +75,18 @@ def root(
     """Evaluate plain-language predicates about Kubernetes clusters."""
 
 
-for module in (evaluate, fleet, notify, schedule, serve, eval_command, probe, spend):
+for module in (
+    evaluate,
+    fleet,
+    notify,
+    schedule,
+    serve,
+    eval_command,
+    probe,
+    apply,
+    report,
+    spend,
+):
     module.register(app)
 
 

@@ -58,11 +58,15 @@ def alert_state(summary: CheckSummary, fire_on_cannot_determine: bool) -> AlertS
     return None
 
 
-def check_matches(config: AlertmanagerSink, check_id: str, target: str) -> bool:
-    """The sink's check and target filter (from/to verdicts apply to changes only)."""
-    return (not config.checks or any(fnmatchcase(check_id, p) for p in config.checks)) and (
-        not config.targets or any(fnmatchcase(target, p) for p in config.targets)
-    )
+def check_matches(
+    config: AlertmanagerSink, check_id: str, target: str, routed: bool = False
+) -> bool:
+    """The sink's check and target filter (from/to verdicts apply to changes only); a check
+    routed to the sink by its notify routes passes it."""
+    if routed:
+        return True
+    checks_ok = not config.checks or any(fnmatchcase(check_id, p) for p in config.checks)
+    return checks_ok and (not config.targets or any(fnmatchcase(target, p) for p in config.targets))
 
 
 def _iso(instant: datetime) -> str:
@@ -168,7 +172,7 @@ class AlertSync:
         return [
             s
             for s in rows
-            if check_matches(self.config, s.check_id, s.target)
+            if check_matches(self.config, s.check_id, s.target, self.name in s.notify)
             and alert_state(s, self.config.cannot_determine) == "firing"
             and self.settled(s, now)
         ]

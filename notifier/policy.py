@@ -44,11 +44,17 @@ def _target_match(target: str, patterns: list[str]) -> bool:
     )
 
 
-def matches(sink: SinkFilter, change: VerdictChange) -> bool:
-    """The static filter: check ids / globs, targets / globs, from and to verdicts."""
+def matches(sink: SinkFilter, change: VerdictChange, name: str | None = None) -> bool:
+    """The static filter: check ids / globs, targets / globs, from and to verdicts.
+
+    A change whose run routes it to this sink by ``name`` (a check's or schedule's
+    ``notify`` routes) passes the check and target filters: the route chose the check.
+    The verdict filters still apply: they say what the sink wants to hear of any check.
+    """
+    routed = name is not None and name in change.notify
     return (
-        _any_match(change.check_id, sink.checks)
-        and _target_match(change.target, sink.targets)
+        (routed or _any_match(change.check_id, sink.checks))
+        and (routed or _target_match(change.target, sink.targets))
         and (not sink.from_verdicts or change.from_verdict in sink.from_verdicts)
         and (not sink.to_verdicts or change.to_verdict in sink.to_verdicts)
     )

@@ -53,6 +53,8 @@ from tenacity import (
 from notifier.alertmanager import AlertState, AlertSync
 from notifier.events import notification_for, spend_alert, spend_headline, spend_notification
 from notifier.policy import decide_message, due_at, matches
+from notifier.policy_report_sink import ReportSync
+from notifier.policy_report_writer import ReportWriter
 from notifier.sinks import (
     AlertmanagerClient,
     DeliveryError,
@@ -60,7 +62,13 @@ from notifier.sinks import (
     SlackSender,
     WebhookSender,
 )
-from schemas.notify import AlertmanagerSink, SlackSink, WebhookSink, missing_secrets
+from schemas.notify import (
+    AlertmanagerSink,
+    PolicyReportSink,
+    SlackSink,
+    WebhookSink,
+    missing_secrets,
+)
 from workers.core import metrics
 from workers.fleet.notify_feed import FeedEntry, SinkFeed, spend_feed
 from workers.fleet.spend import event_from_fields
@@ -115,10 +123,11 @@ class SinkWorker:
         settings: AssaySettings,
         sender: Sender | None = None,
         alerts: AlertSync | None = None,
+        reports: ReportSync | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if (sender is None) == (alerts is None):
-            raise ValueError("a sink worker needs either a sender or an alert sync")
+        if sum(part is not None for part in (sender, alerts, reports)) != 1:
+            raise ValueError("a sink worker needs one of a sender, an alert sync, a report sync")
         self.name = name
         self.config = config
         self.feed = feed
@@ -126,6 +135,7 @@ class SinkWorker:
         self.settings = settings
         self.sender = sender
         self.alerts = alerts
+        self.reports = reports
         self.clock = clock
         self.held: dict[str, Held] = {}
         self._lock = threading.Lock()
@@ -180,6 +190,9 @@ class SinkWorker:
         if self.alerts is not None and now >= self._next_resend:
             self._next_resend = now + self.alerts.config.resend_seconds
             self._resend()
+        if self.reports is not None and now >= self._next_resend:
+            self._next_resend = now + self.reports.config.resync_seconds
+            self._resync()
         due = self._due(now)
         room = self.settings.notify_batch_size - len(due)
         if room > 0 and len(self.held) < self.settings.notify_batch_size * MAX_HELD_BATCHES:
@@ -196,7 +209,7 @@ class SinkWorker:
     def _pause(self, now: float) -> float:
         """Seconds until something is due here: a held change, a claim round, a resend."""
         wake = [now + LONGEST_BLOCK_SECONDS, self._next_claim]
-        if self.alerts is not None:
+        if self.alerts is not None or self.reports is not None:
             wake.append(self._next_resend)
         with self._lock:
             wake += [held.due for held in self.held.values()]
@@ -210,7 +223,7 @@ class SinkWorker:
 
     def _take(self, entries: list[FeedEntry]) -> None:
         for entry in entries:
-            if entry.change is not None and not matches(self.config, entry.change):
+            if entry.change is not None and not matches(self.config, entry.change, self.name):
                 self.feed.ack(entry, "filtered")
                 metrics.observe_notify(self.name, "filtered")
                 continue
@@ -260,6 +273,8 @@ class SinkWorker:
         try:
             if self.alerts is not None:
                 self._handle_alert(entry, stop)
+            elif self.reports is not None:
+                self._handle_report(entry, stop)
             else:
                 self._handle_message(entry, stop)
         except (Stopping, RedisError):
@@ -323,6 +338,39 @@ class SinkWorker:
             self._log.info(
                 "alert synced", entry=entry.entry_id, check_id=change.check_id, state=posted[0]
             )
+
+    def _handle_report(self, entry: FeedEntry, stop: threading.Event) -> None:
+        change = entry.change
+        assert change is not None and self.reports is not None
+        reports = self.reports
+        written = [0]
+
+        def send() -> None:
+            written[0] = reports.sync_target(change.target)
+
+        if self._deliver(entry, send, stop):
+            outcome: Literal["delivered", "filtered"] = "delivered" if written[0] else "filtered"
+            self.feed.ack(entry, outcome)
+            metrics.observe_notify(self.name, outcome)
+            self._log.info(
+                "reports synced", entry=entry.entry_id, target=change.target, reports=written[0]
+            )
+
+    def _resync(self) -> None:
+        assert self.reports is not None
+        lease = max(1.0, self.reports.config.resync_seconds * 0.9)
+        if not self.store.try_lock(f"notify-resync:{self.name}", self.feed.consumer, lease):
+            return  # another replica rewrites the reports this interval
+        try:
+            count = self.reports.resync()
+        except DeliveryError as exc:
+            metrics.observe_notify_failure(self.name)
+            self._log.warning("report resync failed", error=str(exc))
+            return
+        except Exception as exc:  # never let a resync hold up the changes: next interval
+            self._log.warning("report resync failed", error=f"{type(exc).__name__}: {exc}"[:300])
+            return
+        self._log.info("reports resynced", reports=count)
 
     def _deliver(self, entry: FeedEntry, send: Callable[[], None], stop: threading.Event) -> bool:
         """Try ``send`` until it works or the attempts run out; False when dead-lettered."""
@@ -468,6 +516,11 @@ def build_worker(
     """The worker that delivers ``config``'s verdict changes (``spend``: its spend events)."""
     feed = spend_feed(store, name, consumer) if spend else SinkFeed(store, name, consumer)
     kind = SpendSinkWorker if spend else SinkWorker
+    if isinstance(config, PolicyReportSink):
+        reports = ReportSync(name, config, store, ReportWriter(config), feed)
+        return kind(
+            name, config, feed=feed, store=store, settings=settings, reports=reports, clock=clock
+        )
     if isinstance(config, AlertmanagerSink):
         sync = AlertSync(name, config, store, AlertmanagerClient(name, config, http), settings)
         return kind(
@@ -534,6 +587,7 @@ class Notifier:
                 spend=True,
             )
             for name, config in sorted(settings.notify_sinks.items())
+            if not isinstance(config, PolicyReportSink)  # a report holds verdicts, not spend
         ]
 
     def statuses(self) -> list[Any]:

@@ -93,6 +93,8 @@ def build_requests(
             probe=schedule.probe,
             run_id=fire_run_id(schedule.id, target, scheduled_at),
             schedule_id=schedule.id,
+            notify=schedule.notify,
+            declared_by=f"schedule/{schedule.name}",
             scheduled_at=scheduled_at.astimezone(UTC),
         )
         for target in targets

@@ -83,6 +83,8 @@ CHANGEABLE_FIELDS = frozenset(
         "misfire",
         "jitter_seconds",
         "probe",
+        "notify",
+        "labels",
         "spend",
     }
 )

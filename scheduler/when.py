@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|m|s|ms)", re.IGNORECASE)
-_DURATION_UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+from schemas import durations
+
 _LEADING_INSTANT = re.compile(
     r"^\s*(?:on|at|as\s+of|after)\s+"
     r"(?P<instant>\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
@@ -39,23 +39,10 @@ class WhenError(ValueError):
 
 def parse_duration(text: str) -> float:
     """Seconds in ``"90s"``, ``"15m"``, ``"2h"``, ``"1h30m"``, ``"1d"``, ``"1w"`` or ``"45"``."""
-    cleaned = text.strip().lower().replace(" ", "")
-    if not cleaned:
-        raise WhenError("empty duration; write it like 90s, 15m, 2h or 1d")
-    if re.fullmatch(r"\d+(?:\.\d+)?", cleaned):
-        seconds = float(cleaned)
-    else:
-        position, seconds = 0, 0.0
-        for match in _DURATION_PART.finditer(cleaned):
-            if match.start() != position:
-                break
-            seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
-            position = match.end()
-        if position != len(cleaned):
-            raise WhenError(f"cannot read duration {text!r}; write it like 90s, 15m, 2h or 1d")
-    if seconds <= 0:
-        raise WhenError(f"duration {text!r} must be longer than zero")
-    return seconds
+    try:
+        return durations.parse_duration(text)
+    except durations.DurationError as exc:
+        raise WhenError(str(exc)) from None
 
 
 def parse_instant(text: str) -> datetime:

@@ -85,6 +85,11 @@ class CheckSummary(BaseModel):
         default=None, description="When the verdict last differed from the one before it."
     )
     previous_verdict: VerdictKind | None = None
+    notify: list[str] = Field(
+        default_factory=list,
+        description="Notify routes of the run behind the latest verdict (sinks that hear this "
+        "check's changes whatever their own filters say).",
+    )
 
 
 class VerdictChange(BaseModel):
@@ -98,6 +103,11 @@ class VerdictChange(BaseModel):
     from_verdict: VerdictKind
     to_verdict: VerdictKind
     at: datetime
+    notify: list[str] = Field(
+        default_factory=list,
+        description="Notify routes of the run that made the change: sinks that hear it "
+        "whatever their own check and target filters say.",
+    )
 
 
 class BatchStatus(BaseModel):

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from schemas.actions import PlannerResponse
 from schemas.budget import Budget
+from schemas.declarative import Document
 from schemas.eval import EvalReport, SuiteFile
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
 from schemas.notify import ChangeEventData
@@ -26,7 +28,7 @@ from schemas.verdict import Verdict
 
 JSON_DIR = Path(__file__).parent / "json"
 
-MODELS: dict[str, type[BaseModel]] = {
+MODELS: dict[str, Any] = {
     "planner_response": PlannerResponse,
     "evaluation_request": EvaluationRequest,
     "budget": Budget,
@@ -44,6 +46,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "probe_record": ProbeRecord,
     "spend_report": SpendReport,  # `assay spend --json`, GET /v1/spend
     "spend_event": SpendEventData,  # an assay.spend.threshold CloudEvent's `data`
+    # a Check or Schedule document of `assay apply` (point an editor's YAML support at it)
+    "apply_document": Document,
 }
 
 
@@ -51,6 +55,8 @@ def render() -> dict[str, str]:
     out: dict[str, str] = {}
     for name, model in MODELS.items():
         schema = TypeAdapter(model).json_schema(mode="validation")
+        if name == "apply_document":
+            schema["title"] = "assay apply document (Check or Schedule)"
         out[f"{name}.schema.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"
     return out
 

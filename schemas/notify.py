@@ -129,10 +129,46 @@ class AlertmanagerSink(SinkFilter):
     )
 
 
-Sink = Annotated[WebhookSink | SlackSink | AlertmanagerSink, Field(discriminator="type")]
+class PolicyReportSink(SinkFilter):
+    """PolicyReports kept up to date in each target cluster (docs/alerting.md).
+
+    Writes with its own credentials, never the workers': ``kubeconfig`` names a file
+    whose contexts are named like the targets (or mapped by ``contexts``), bound in each
+    cluster to a role that may write the report kinds only; without one, the target
+    ``in-cluster`` is written with the notifier pod's own service account. Targets it
+    has no cluster for (snapshots, unless mapped) are left out.
+    """
+
+    type: Literal["policyreport"]
+    api: Literal["wgpolicyk8s", "openreports"] = Field(
+        default="wgpolicyk8s",
+        description="wgpolicyk8s: wgpolicyk8s.io/v1alpha2 PolicyReport / ClusterPolicyReport; "
+        "openreports: openreports.io/v1alpha1 Report / ClusterReport.",
+    )
+    kubeconfig: str | None = Field(
+        default=None,
+        description="The report writer's own kubeconfig (not ASSAY_KUBECONFIG, the readers').",
+    )
+    contexts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Target name -> context of that kubeconfig, where they differ.",
+    )
+    resync_seconds: float = Field(
+        default=300.0,
+        ge=10,
+        le=24 * 3600,
+        description="Every report is rewritten from the latest verdicts this often (first "
+        "verdicts are not changes; a changed verdict is written at once).",
+    )
 
 
-def missing_secrets(name: str, sink: WebhookSink | SlackSink | AlertmanagerSink) -> list[str]:
+Sink = Annotated[
+    WebhookSink | SlackSink | AlertmanagerSink | PolicyReportSink, Field(discriminator="type")
+]
+AnySink = WebhookSink | SlackSink | AlertmanagerSink | PolicyReportSink
+
+
+def missing_secrets(name: str, sink: AnySink) -> list[str]:
     """The variables that would supply this sink's absent secrets (empty: nothing missing)."""
     field = None
     if isinstance(sink, WebhookSink) and sink.hmac_key is None:

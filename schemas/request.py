@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from schemas.budget import PROFILES, Budget, ProfileName
 from schemas.ids import ID_PATTERN, BatchId, RunId, ScheduleId
 from schemas.ids import check_id as valid_id
+from schemas.notify import SinkName
 from schemas.probe import ProbeMode
 
 EvaluationKind = Literal["check", "query"]
@@ -146,6 +147,19 @@ class EvaluationRequest(BaseModel):
     )
     not_before: datetime | None = Field(
         default=None, description="Do not start before this instant (deferred evaluation)."
+    )
+    notify: list[SinkName] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Notify routes: sinks that hear this check's verdict changes (a change this "
+        "run makes) whatever their own check and target filters say.",
+    )
+    declared_by: str | None = Field(
+        default=None,
+        max_length=80,
+        pattern=r"^(check|schedule)/[A-Za-z0-9][A-Za-z0-9 ._:/-]*$",
+        description="The declared object this run evaluates, 'schedule/NAME' or 'check/NAME' "
+        "(PolicyReports and JUnit name it); None for a check submitted on its own.",
     )
     submitted_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from schemas.budget import PROFILES, Budget, ProfileName
 from schemas.ids import ScheduleId
+from schemas.notify import SinkName
 from schemas.probe import ProbeMode
 from schemas.request import MAX_CONTEXT_LENGTH, MAX_TEXT_LENGTH, EvaluationKind
 from schemas.spend import SpendCeiling
@@ -129,6 +130,16 @@ class Schedule(BaseModel):
         "run_once = one fire for all missed instants, then continue.",
     )
     jitter_seconds: float = Field(default=0.0, ge=0, le=MAX_JITTER_SECONDS)
+    notify: list[SinkName] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Notify routes: sinks that hear the verdict changes of this schedule's "
+        "checks whatever their own check and target filters say.",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels; assay.dev/source names the source `assay apply` created it from.",
+    )
     created_at: datetime = Field(default_factory=_utcnow)
     updated_at: datetime = Field(default_factory=_utcnow)
     revision: int = Field(default=1, ge=1, description="Bumped on every change.")
@@ -144,28 +155,12 @@ class Schedule(BaseModel):
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, zone: str) -> str:
-        try:
-            ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f"unknown time zone {zone!r}; use an IANA name such as Europe/Paris or UTC"
-            ) from None
-        return zone
+        return known_zone(zone)
 
     @field_validator("cron")
     @classmethod
     def _valid_cron(cls, expr: str | None) -> str | None:
-        if expr is None:
-            return None
-        expr = " ".join(expr.split())
-        if not expr.startswith("@") and len(expr.split(" ")) != 5:
-            raise ValueError(
-                f"cron expression {expr!r} must have five fields "
-                "(minute hour day-of-month month day-of-week)"
-            )
-        if not croniter.is_valid(expr):
-            raise ValueError(f"invalid cron expression {expr!r}")
-        return expr
+        return valid_cron(expr)
 
     @model_validator(mode="after")
     def _one_cadence(self) -> Schedule:
@@ -200,6 +195,32 @@ class Schedule(BaseModel):
                 f"interval {format_duration(self.interval_seconds)} is under the minimum of "
                 f"{format_duration(min_interval_seconds)}; use a longer interval"
             )
+
+
+def known_zone(zone: str) -> str:
+    """``zone`` if it names an IANA time zone, else a ``ValueError`` saying what to write."""
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"unknown time zone {zone!r}; use an IANA name such as Europe/Paris or UTC"
+        ) from None
+    return zone
+
+
+def valid_cron(expr: str | None) -> str | None:
+    """``expr`` with its whitespace folded, if it is a five-field cron expression or @alias."""
+    if expr is None:
+        return None
+    expr = " ".join(expr.split())
+    if not expr.startswith("@") and len(expr.split(" ")) != 5:
+        raise ValueError(
+            f"cron expression {expr!r} must have five fields "
+            "(minute hour day-of-month month day-of-week)"
+        )
+    if not croniter.is_valid(expr):
+        raise ValueError(f"invalid cron expression {expr!r}")
+    return expr
 
 
 def format_duration(seconds: float) -> str:

@@ -63,7 +63,20 @@ FORBIDDEN_RESOURCES = {
 WORKLOAD_KINDS = {"Deployment", "StatefulSet"}
 ASSAY_COMPONENTS = {"worker", "scheduler", "api"}
 OPTIONAL_COMPONENTS = {"notifier"}  # kustomize components of the same name add them
-COMMANDS = {"worker": "worker", "scheduler": "scheduler", "api": "api", "notifier": "notify"}
+# Kubernetes-only parts added by kustomize components (component folder -> assay process)
+KUSTOMIZE_ONLY = {"policy-reports": "report-writer"}
+COMMANDS = {
+    "worker": "worker",
+    "scheduler": "scheduler",
+    "api": "api",
+    "notifier": "notify",
+    "report-writer": "notify",
+}
+# The one role that may write: the policyreport sink's, to the report kinds only.
+REPORT_WRITER = "assay-report-writer"
+REPORT_RESOURCES = {("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports")}
+WRITE_VERBS = {"create", "patch", "delete"}
+GITOPS_CHECKS = KUSTOMIZE / "components" / "gitops" / "checks.yaml"
 ASSAY_IMAGE = "assay"
 
 
@@ -79,7 +92,9 @@ def render_components(build: str) -> list[str]:
 
 def assay_components(build: str) -> set[str]:
     """The assay processes a build runs: the base three and the optional ones it adds."""
-    return ASSAY_COMPONENTS | (OPTIONAL_COMPONENTS & set(render_components(build)))
+    components = set(render_components(build))
+    extra = {process for folder, process in KUSTOMIZE_ONLY.items() if folder in components}
+    return ASSAY_COMPONENTS | (OPTIONAL_COMPONENTS & components) | extra
 
 
 def objects(build: str, kind: str) -> list[Resource]:
@@ -93,8 +108,22 @@ def workloads(build: str) -> Iterator[tuple[Resource, dict[str, Any]]]:
             yield resource, resource["spec"]["template"]["spec"]
 
 
+def pod_specs(build: str) -> Iterator[tuple[Resource, dict[str, Any]]]:
+    """(object, pod spec) for every object that runs pods: the workloads and CronJobs."""
+    yield from workloads(build)
+    for resource in objects(build, "CronJob"):
+        yield resource, resource["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+
+
 def component(resource: Resource) -> str:
     return str(resource["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"])
+
+
+def pod_component(resource: Resource) -> str:
+    if resource["kind"] == "CronJob":
+        labels = resource["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+        return str(labels["app.kubernetes.io/component"])
+    return component(resource)
 
 
 def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -245,8 +274,75 @@ def test_roles_grant_only_get_list_watch_and_never_secrets(build: str) -> None:
     assert roles, "the worker needs a ClusterRole"
     for role in roles:
         assert "aggregationRule" not in role
+        if role["metadata"]["name"] == REPORT_WRITER:
+            continue  # write-only to the report kinds: its own test below
         for rule in role["rules"]:
             assert rbac_violations(rule) == [], (resource_id(role), rule)
+
+
+def report_writer_violations(role: Resource) -> list[str]:
+    """Why a report writer's role is more than writing the two report kinds."""
+    problems = []
+    if "aggregationRule" in role:
+        problems.append("an aggregation rule")
+    for rule in role["rules"]:
+        granted = {(g, r) for g in rule.get("apiGroups") or [] for r in rule.get("resources") or []}
+        if granted - REPORT_RESOURCES:
+            problems.append(f"resources {sorted(granted - REPORT_RESOURCES)}")
+        if set(rule.get("verbs") or []) - WRITE_VERBS:
+            problems.append(f"verbs {sorted(set(rule['verbs']) - WRITE_VERBS)}")
+        if rule.get("nonResourceURLs") or rule.get("resourceNames"):
+            problems.append("nonResourceURLs or resourceNames")
+    return problems
+
+
+@pytest.mark.parametrize("build", [b for b in BUILDS if "policy-reports" in render_components(b)])
+def test_the_report_writer_may_write_the_two_report_kinds_and_nothing_else(build: str) -> None:
+    roles = {r["metadata"]["name"]: r for r in objects(build, "ClusterRole")}
+    writer = roles[REPORT_WRITER]
+    assert report_writer_violations(writer) == []
+    granted = {
+        (group, resource, verb)
+        for rule in writer["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == {(g, r, v) for g, r in REPORT_RESOURCES for v in WRITE_VERBS}
+    bindings = [
+        b for b in objects(build, "ClusterRoleBinding") if b["roleRef"]["name"] == REPORT_WRITER
+    ]
+    assert [s["name"] for b in bindings for s in b["subjects"]] == [REPORT_WRITER]
+    # the evaluation path's identity never gets the writer's role, nor the writer the readers'
+    for binding in objects(build, "ClusterRoleBinding") + objects(build, "RoleBinding"):
+        subjects = {s["name"] for s in binding["subjects"]}
+        if binding["roleRef"]["name"] == REPORT_WRITER:
+            assert subjects == {REPORT_WRITER}
+        else:
+            assert REPORT_WRITER not in subjects
+    (deployment,) = [d for d in objects(build, "Deployment") if component(d) == "report-writer"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == REPORT_WRITER
+    env = {e["name"]: e.get("value") for e in pod["containers"][0].get("env", [])}
+    sinks = json.loads(env["ASSAY_NOTIFY_SINKS"])
+    assert {s["type"] for s in sinks.values()} == {"policyreport"}, "it runs that sink only"
+    assert not any(
+        v.get("secret", {}).get("secretName") == "assay-kubeconfig" for v in pod["volumes"]
+    ), "the readers' kubeconfig never reaches the writer"
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["get"]},
+        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["*"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]},
+        {"apiGroups": ["*"], "resources": ["policyreports"], "verbs": ["create"]},
+        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["*"]},
+    ],
+)
+def test_report_writer_check_flags_anything_beyond_writing_reports(rule: dict[str, Any]) -> None:
+    assert report_writer_violations({"rules": [rule]}) != []
 
 
 @pytest.mark.parametrize(
@@ -304,9 +400,9 @@ def test_only_workers_carry_a_service_account_token(build: str) -> None:
         for subject in binding["subjects"]:
             sa = service_accounts[subject["name"]]
             assert subject["namespace"] == sa["metadata"]["namespace"]
-    for resource, pod in workloads(build):
-        name = component(resource)
-        wants_token = name == "worker"
+    for resource, pod in pod_specs(build):
+        name = pod_component(resource)
+        wants_token = name in ("worker", "report-writer")
         assert pod["automountServiceAccountToken"] is wants_token, resource_id(resource)
         account = pod.get("serviceAccountName", "default")
         if wants_token:
@@ -322,7 +418,7 @@ def test_only_workers_carry_a_service_account_token(build: str) -> None:
 
 @pytest.mark.parametrize("build", BUILDS)
 def test_every_container_runs_non_root_on_a_read_only_root(build: str) -> None:
-    for resource, pod in workloads(build):
+    for resource, pod in pod_specs(build):
         where = resource_id(resource)
         pod_security = pod["securityContext"]
         assert pod_security["runAsNonRoot"] is True, where
@@ -369,9 +465,16 @@ def test_assay_processes_expose_the_ports_their_probes_and_settings_use(build: s
         "worker": ("metrics", 9808, "/metrics"),
         "scheduler": ("metrics", 9809, "/metrics"),
         "notifier": ("metrics", 9811, "/metrics"),
+        "report-writer": ("metrics", 9812, "/metrics"),
         "api": ("http", 8080, "/readyz"),
     }
-    metrics_ports = {"worker": 9808, "scheduler": 9809, "api": 9810, "notifier": 9811}
+    metrics_ports = {
+        "worker": 9808,
+        "scheduler": 9809,
+        "api": 9810,
+        "notifier": 9811,
+        "report-writer": 9812,
+    }
     seen = set()
     for resource, pod in workloads(build):
         name = component(resource)
@@ -455,14 +558,15 @@ def test_network_policies_open_only_the_api_port_to_clients(build: str) -> None:
             redis_sources = {as_source({"podSelector": assay_pods}), as_source(keda)}
             assert all(port == 6379 and src in redis_sources for port, src in allowed), allowed
         else:
-            assert allowed <= {(port, as_source(monitoring)) for port in (9808, 9809, 9811)}
+            ports = (9808, 9809, 9811, 9812)
+            assert allowed <= {(port, as_source(monitoring)) for port in ports}
 
 
 # --- Redis, settings and secrets ---------------------------------------------------------------
 
 
 def settings_from(build: str) -> dict[str, str]:
-    (config,) = objects(build, "ConfigMap")
+    (config,) = [c for c in objects(build, "ConfigMap") if c["metadata"]["name"] == "assay-config"]
     return dict(config["data"])
 
 
@@ -503,7 +607,7 @@ def assay_env_names() -> dict[str, str]:
     names: dict[str, str] = {}
     for build in BUILDS:
         names |= settings_from(build)
-        for _, pod in workloads(build):
+        for _, pod in pod_specs(build):
             for container in pod["containers"]:
                 names |= {e["name"]: e["value"] for e in container.get("env", [])}
     for template in SECRET_TEMPLATES:
@@ -526,9 +630,10 @@ def test_every_assay_variable_is_a_setting_with_a_valid_value(
         secret["metadata"]["name"]: secret["stringData"]
         for secret in (yaml.safe_load(t.read_text()) for t in SECRET_TEMPLATES)
     }
+    assay_processes = ASSAY_COMPONENTS | OPTIONAL_COMPONENTS | set(KUSTOMIZE_ONLY.values())
     for build in BUILDS:
-        for resource, pod in workloads(build):
-            if component(resource) not in ASSAY_COMPONENTS | OPTIONAL_COMPONENTS:
+        for resource, pod in pod_specs(build):
+            if pod_component(resource) not in assay_processes | {"apply"}:
                 continue
             container = pod["containers"][0]
             env = settings_from(build) | {e["name"]: e["value"] for e in container.get("env", [])}
@@ -538,7 +643,7 @@ def test_every_assay_variable_is_a_setting_with_a_valid_value(
             for key, value in env.items():
                 monkeypatch.setenv(key, value)
             settings = AssaySettings()  # raises when a manifest value does not parse
-            if component(resource) == "notifier":  # the only pods holding sink secrets
+            if pod_component(resource) == "notifier":  # the only pods holding sink secrets
                 for name, sink in settings.notify_sinks.items():
                     assert missing_secrets(name, sink) == [], "the Secret template lacks a key"
             for key in env:
@@ -549,7 +654,7 @@ def test_every_assay_variable_is_a_setting_with_a_valid_value(
 def test_secrets_are_templates_outside_every_build(build: str) -> None:
     assert not objects(build, "Secret"), "`kubectl apply -k` must never overwrite real secrets"
     referenced = set()
-    for _, pod in workloads(build):
+    for _, pod in pod_specs(build):
         for volume in pod.get("volumes", []):
             if "secret" in volume:
                 referenced.add(volume["secret"]["secretName"])
@@ -807,3 +912,41 @@ def test_compose_redis_persists_and_never_evicts() -> None:
     assert flags["--maxmemory-policy"] == "noeviction"
     volume = next(v for v in redis["volumes"] if v.endswith(f":{flags['--dir']}"))
     assert volume.split(":")[0] in compose()["volumes"]
+
+
+# --- checks as code: the apply CronJob and its ConfigMap ---------------------------------------
+
+
+@pytest.mark.parametrize("build", [b for b in BUILDS if "gitops" in render_components(b)])
+def test_the_apply_cronjob_applies_the_configmap_folder_with_prune(build: str) -> None:
+    (cronjob,) = objects(build, "CronJob")
+    assert cronjob["spec"]["concurrencyPolicy"] == "Forbid", "two applies must never race"
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[0] == "apply" and "--prune" in args
+    folder = args[args.index("-f") + 1]
+    source = args[args.index("--source") + 1]
+    from assay.apply import source_name
+
+    assert source_name(source) == source
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    config_map = volumes[mounts[folder]["name"]]["configMap"]["name"]
+    assert mounts[folder]["readOnly"] is True
+    assert config_map in {c["metadata"]["name"] for c in objects(build, "ConfigMap")}
+    assert pod["automountServiceAccountToken"] is False, "it needs Redis, not the Kubernetes API"
+
+
+def test_the_example_checks_are_valid_apply_documents() -> None:
+    from assay.manifests import load
+
+    config_map = yaml.safe_load(GITOPS_CHECKS.read_text())
+    files = sorted(config_map["data"].items())
+    assert files
+    loaded = load([(f"{GITOPS_CHECKS.name}:{name}", text) for name, text in files])
+    assert {item.document.kind for item in loaded} <= {"Check", "Schedule"}
+    schema = json.loads((ROOT / "schemas/json/apply_document.schema.json").read_text())
+    for _, text in files:
+        for document in yaml.safe_load_all(text):
+            jsonschema.validate(document, schema)

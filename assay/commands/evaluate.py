@@ -23,6 +23,7 @@ from assay.commands.options import (
     ApiBaseOpt,
     ContextOpt,
     EngineFlags,
+    FormatOpt,
     JsonOpt,
     MaxCostOpt,
     MaxIterationsOpt,
@@ -33,6 +34,7 @@ from assay.commands.options import (
     TimeoutOpt,
     check_profile,
     confined_snapshot,
+    output_format,
     require_one_target,
     settings_or_usage,
     validation_detail,
@@ -75,14 +77,14 @@ def check(
     max_cost: MaxCostOpt = None,
     profile: ProfileOpt = None,
     json_output: JsonOpt = False,
+    output_format_: FormatOpt = "text",
     trace: TraceOpt = False,
     scripted: ScriptedOpt = None,
 ) -> None:
     """Decide whether PREDICATE holds. Exit 0 true, 1 false, 2 poorly posed, 3 cannot determine."""
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
-    raise typer.Exit(
-        _run("check", predicate, snapshot, context, flags, json_output, trace, scripted)
-    )
+    output = output_format(output_format_, json_output)
+    raise typer.Exit(_run("check", predicate, snapshot, context, flags, output, trace, scripted))
 
 
 def query(
@@ -102,9 +104,8 @@ def query(
 ) -> None:
     """Answer QUESTION in text; --json prints {success, summary, findings, tools_used, ...}."""
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
-    raise typer.Exit(
-        _run("query", question, snapshot, context, flags, json_output, trace, scripted)
-    )
+    output = "json" if json_output else "text"
+    raise typer.Exit(_run("query", question, snapshot, context, flags, output, trace, scripted))
 
 
 def register(app: typer.Typer) -> None:
@@ -118,7 +119,7 @@ def _run(
     snapshot: Path | None,
     context: str | None,
     flags: EngineFlags,
-    json_output: bool,
+    output: str,
     trace: bool,
     scripted: Path | None,
 ) -> int:
@@ -138,11 +139,11 @@ def _run(
         _require_objects(snapshot)
     _configure_logging(settings)
     if scripted is not None:
-        return _run_scripted(kind, text, snapshot, context, settings, json_output, trace, scripted)
+        return _run_scripted(kind, text, snapshot, context, settings, output, trace, scripted)
     if not settings.model:
         raise typer.BadParameter(NO_MODEL_MESSAGE)
     require_routable_model(settings.model, settings.api_base, flags.model is not None)
-    return _evaluate(kind, text, snapshot, context, settings, json_output, trace)
+    return _evaluate(kind, text, snapshot, context, settings, output, trace)
 
 
 def require_routable_model(model: str, api_base: str | None, from_flag: bool) -> None:
@@ -191,7 +192,7 @@ def _run_scripted(
     snapshot: Path | None,
     context: str | None,
     settings: AssaySettings,
-    json_output: bool,
+    output: str,
     trace: bool,
     script: Path,
 ) -> int:
@@ -206,7 +207,7 @@ def _run_scripted(
         scripted_settings = settings.model_copy(
             update={"model": SCRIPTED_MODEL_NAME, "api_base": server.url, "api_key": None}
         )
-        return _evaluate(kind, text, snapshot, context, scripted_settings, json_output, trace)
+        return _evaluate(kind, text, snapshot, context, scripted_settings, output, trace)
 
 
 def _evaluate(
@@ -215,7 +216,7 @@ def _evaluate(
     snapshot: Path | None,
     context: str | None,
     settings: AssaySettings,
-    json_output: bool,
+    output: str,
     trace: bool,
 ) -> int:
     from pydantic import ValidationError
@@ -256,12 +257,13 @@ def _evaluate(
         settings=settings, tools=scrubbing.tools, on_step=show_step if trace else None
     )
     report = evaluate(request, deps)
-    _print_result(kind, scrubbing.model(report), json_output)
+    _print_result(kind, scrubbing.model(report), output)
     return report.verdict.exit_code if report.verdict else 3
 
 
-def _print_result(kind: str, report: RunReport, json_output: bool) -> None:
-    """stdout: the Verdict JSON (--json), the query answer JSON, or the rendered verdict.
+def _print_result(kind: str, report: RunReport, output: str) -> None:
+    """stdout: the Verdict JSON (--json), JUnit XML (--format junit), the query answer JSON,
+    or the rendered verdict.
 
     ``report`` is already scrubbed (see assay/output_scrubbing.py)."""
     import json
@@ -273,12 +275,16 @@ def _print_result(kind: str, report: RunReport, json_output: bool) -> None:
     verdict = report.verdict
     console = Console(highlight=False, soft_wrap=True)
     if kind == "query":
-        if json_output:  # the answer JSON: {success, summary, findings, tools_used, ...}
+        if output == "json":  # the answer JSON: {success, summary, findings, tools_used, ...}
             print(json.dumps(query_summary(report), indent=2))
         else:
             render_answer(report, console)
-    elif json_output and verdict is not None:
+    elif output == "json" and verdict is not None:
         print(verdict.model_dump_json(indent=2))
+    elif output == "junit" and verdict is not None:
+        from assay import junit
+
+        sys.stdout.write(junit.render([junit.case_of(verdict, report.request.text)], "assay check"))
     elif verdict is not None:
         render_verdict(verdict, console)
 

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from schemas.fleet import BatchStatus
 
 SUBCOMMANDS = ("status", "results")
-Output = Literal["table", "json", "jsonl"]
+Output = Literal["table", "json", "jsonl", "junit"]
 
 
 def batch_exit_code(status: BatchStatus) -> int:
@@ -169,6 +169,14 @@ def batch(
             help="With `results`: one JSON line per target, streamed page by page (huge batches).",
         ),
     ] = False,
+    output_format_: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table, json (as --json) or junit: JUnit XML with one test case per target "
+            "(with --wait, or of `batch results`).",
+        ),
+    ] = "table",
     wide: WideOpt = False,
     model: FleetModelOpt = None,
     api_base: FleetApiBaseOpt = None,
@@ -200,7 +208,17 @@ def batch(
 
     if jsonl_output and (args[:1] != ["results"] or json_output):
         raise typer.BadParameter("--jsonl goes with `batch results` only, and not with --json")
+    if output_format_ not in ("table", "json", "junit"):
+        raise typer.BadParameter(
+            f"must be table, json or junit, not {output_format_!r}", param_hint="--format"
+        )
+    json_output = json_output or output_format_ == "json"
+    junit_output = output_format_ == "junit"
+    if junit_output and (json_output or jsonl_output):
+        raise typer.BadParameter("--format junit goes without --json and --jsonl")
     output: Output = "jsonl" if jsonl_output else ("json" if json_output else "table")
+    if junit_output:
+        output = "junit"
     if len(args) == 2 and args[0] in SUBCOMMANDS:
         batch_id = id_checker("batch id")(args[1])
         assert batch_id is not None
@@ -213,6 +231,10 @@ def batch(
         )
     if (contexts is None) == (snapshots is None):
         raise typer.BadParameter("give exactly one of --contexts GLOB or --snapshots GLOB")
+    if junit_output and not wait:
+        raise typer.BadParameter(
+            "--format junit needs --wait (or, later, `assay batch results BATCH_ID --format junit`)"
+        )
     if not args[0].strip():  # before any fleet lookup or note about waiting runs
         raise typer.BadParameter("the predicate text is empty: say what to evaluate")
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
@@ -276,8 +298,22 @@ def batch(
                 f"`assay batch status {batch_id}`",
                 EXIT_INTERRUPTED,
             )
-        show_batch(client, status, json_output, wide)
+        if junit_output:
+            print_junit(client, status)
+        else:
+            show_batch(client, status, json_output, wide)
     raise typer.Exit(batch_exit_code(status))
+
+
+def print_junit(client: Client, status: BatchStatus) -> None:
+    """Every target's verdict as JUnit XML (assay/junit.py); a pending target is skipped."""
+    from assay import junit
+
+    cases = []
+    for row in client.batch_results(status.batch_id):
+        verdict = client.store.run_verdict(row.run_id) if row.verdict is not None else None
+        cases.append(junit.Case(row.check_id, row.target, status.text, verdict))
+    sys.stdout.write(junit.render(cases, f"assay batch {status.batch_id}"))
 
 
 def _with_fanout_notes(message: str, exc: BaseException) -> str:
@@ -293,7 +329,7 @@ def _existing(what: str, batch_id: str | None, output: Output, wide: bool = Fals
     Without an id: the newest batch started through the CLI, the client or the API.
     ``output`` is ``table``, ``json`` (the API's shape) or ``jsonl`` (results only).
     """
-    json_output = output != "table"
+    json_output = output in ("json", "jsonl")
     with fleet_client() as client:
         if batch_id is None:
             batch_id = client.latest_batch_id()
@@ -302,12 +338,14 @@ def _existing(what: str, batch_id: str | None, output: Output, wide: bool = Fals
                     "no batch has been started on this fleet yet; start one with `assay batch`",
                     EXIT_UNKNOWN,
                 )
-            if not json_output:
+            if output == "table":
                 print(f"latest batch: {batch_id}", file=sys.stderr)
         status = client.batch_status(batch_id)
         if status is None:
             fail(f"no batch has id {batch_id!r}; check the id `assay batch` printed", EXIT_UNKNOWN)
-        if what == "status":
+        if output == "junit":
+            print_junit(client, status)
+        elif what == "status":
             _print_status(status, json_output)
         elif output == "jsonl":  # one line per target, streamed page by page
             for row in client.batch_results(batch_id):

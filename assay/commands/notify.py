@@ -124,10 +124,22 @@ def test(
     from notifier.events import sample_notification
     from notifier.service import http_client
     from notifier.sinks import AlertmanagerClient, DeliveryError, SlackSender, WebhookSender
-    from schemas.notify import AlertmanagerSink, ChangeEventData, SlackSink
+    from schemas.notify import (
+        AlertmanagerSink,
+        ChangeEventData,
+        PolicyReportSink,
+        SlackSink,
+        WebhookSink,
+    )
 
     settings = settings_or_usage()
     config = _sink(settings, sink)
+    if isinstance(config, PolicyReportSink):
+        fail(
+            f"sink {sink} writes PolicyReports, which have no sample; `assay report --format "
+            "policyreport` prints what it writes",
+            EXIT_USAGE,
+        )
     _require_secrets(settings, only=sink)
     sample = sample_notification(settings, sink)
     with http_client(settings) as http:
@@ -151,7 +163,7 @@ def test(
                 AlertmanagerClient(sink, config, http).post_alerts([alert])
             elif isinstance(config, SlackSink):
                 SlackSender(sink, config, http).deliver(sample)
-            else:
+            elif isinstance(config, WebhookSink):
                 WebhookSender(sink, config, http).deliver(sample)
         except DeliveryError as exc:
             fail(f"the sample was not delivered: {exc}; check the sink's URL and key", 69)

@@ -110,6 +110,25 @@ ProfileOpt = Annotated[
     typer.Option("--profile", help="smoke, fast or strict (env ASSAY_PROFILE)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON on stdout.")]
+FORMATS = ("text", "json", "junit")
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="text, json (as --json) or junit (JUnit XML for CI: one test case per check and "
+        "target; false is a failure, cannot_determine and poorly_posed are errors).",
+    ),
+]
+
+
+def output_format(value: str, json_output: bool) -> str:
+    """The output a command prints: ``--json`` is ``--format json``; anything else is 64."""
+    if value not in FORMATS:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(FORMATS)}, not {value!r}", param_hint="--format"
+        )
+    return "json" if json_output else value
+
 
 ID_HELP = "1-128 of A-Z a-z 0-9 . _ - (no ':'), starting with a letter or digit"
 

@@ -71,6 +71,15 @@ JitterOpt = Annotated[
     str | None, typer.Option("--jitter", help="Spread each fire by up to this much, e.g. 30s.")
 ]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="smoke, fast or strict.")]
+NotifyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--notify",
+        metavar="SINK",
+        help="A notify route (repeatable): this sink hears the schedule's verdict changes "
+        "whatever its own check and target filters say.",
+    ),
+]
 ModelOpt = Annotated[
     str | None,
     typer.Option(
@@ -218,6 +227,7 @@ def add(
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
     probe: ProbeOpt = None,
+    notify: NotifyOpt = None,
     max_tokens_per_day: DayTokensOpt = None,
     max_cost_per_day: DayCostOpt = None,
     json_out: JsonOpt = False,
@@ -248,6 +258,7 @@ def add(
         "profile": profile or settings.profile,
         "model": model,
         "probe": _probe_mode(probe) if probe is not None else "auto",
+        "notify": notify or [],
         "spend": _day_ceiling(max_tokens_per_day, max_cost_per_day),
     }
     try:
@@ -294,6 +305,7 @@ def update(
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
     probe: ProbeOpt = None,
+    notify: NotifyOpt = None,
     max_tokens_per_day: DayTokensOpt = None,
     max_cost_per_day: DayCostOpt = None,
     default_spend_ceiling: Annotated[
@@ -328,6 +340,8 @@ def update(
         changes["jitter_seconds"] = _seconds("--jitter", jitter)
     if probe is not None:
         changes["probe"] = _probe_mode(probe)
+    if notify is not None:
+        changes["notify"] = notify
     ceiling = _day_ceiling(max_tokens_per_day, max_cost_per_day)
     if ceiling is not None and default_spend_ceiling:
         _fail("give --max-tokens-per-day / --max-cost-per-day or --default-spend-ceiling, not both")
@@ -439,6 +453,7 @@ def show(ref: RefArg, json_out: JsonOpt = False) -> None:
         f"profile:     {schedule.profile}",
         f"probe:       {schedule.probe}",
         f"model:       {schedule.model or '(settings)'}",
+        f"notify:      {', '.join(schedule.notify) or '-'}",
         f"next fire:   {_when(store.next_fire_at(schedule), schedule.timezone)}",
         *_spend_lines(schedule, data["spend_today"]),
     ]

@@ -17,6 +17,16 @@ and so does every subresource other than ``log`` (exec, attach, proxy ...),
 so tests can prove assay never tried them. Faults can be injected per path
 pattern: an HTTP status (403, 404, 429 with Retry-After, 503 ...) or a hang.
 
+One exception, off unless a test asks for it (``report_writes=True``): the
+policyreport sink's writes. Then server-side apply (PATCH with
+``application/apply-patch+yaml`` and a ``fieldManager``) and DELETE of the report
+kinds, and only those (``wgpolicyk8s.io/v1alpha2`` policyreports and
+clusterpolicyreports, ``openreports.io/v1alpha1`` reports and clusterreports), are
+accepted, and only with the *writer's* token (:meth:`FakeApiServer.write_kubeconfig`
+with ``writer=True``), which in turn may read nothing: the readers' token still
+cannot write, and every other write is still a 405. What was written is kept in
+:attr:`FakeApiServer.reports`.
+
 Each cluster lives under its own path prefix (``/c/NAME``), and
 :meth:`FakeApiServer.write_kubeconfig` writes one context per cluster.
 
@@ -53,6 +63,13 @@ from workers.core.toolsets.backend import BackendError, ResourceInfo
 from workers.core.toolsets.selectors import field_matcher, label_matcher
 
 CLUSTER_PREFIX = "/c/"
+# The report kinds a writer may write when report writes are on: (group, version) ->
+# {plural: namespaced}.
+REPORT_RESOURCES: dict[tuple[str, str], dict[str, bool]] = {
+    ("wgpolicyk8s.io", "v1alpha2"): {"policyreports": True, "clusterpolicyreports": False},
+    ("openreports.io", "v1alpha1"): {"reports": True, "clusterreports": False},
+}
+APPLY_PATCH = "application/apply-patch+yaml"
 FULL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 POD_SUBRESOURCES = [
     "attach",
@@ -73,6 +90,7 @@ class RecordedRequest:
     query: dict[str, list[str]]
     cluster: str | None
     authorized: bool
+    writer: bool = False  # made with the report writer's token
 
     @property
     def url(self) -> str:
@@ -130,6 +148,7 @@ class FakeApiServer:
         port: int = 0,
         openapi: str = "v3",
         continue_ttl_seconds: float | None = None,
+        report_writes: bool = False,
     ) -> None:
         self.clusters = {c.name: c for c in clusters}
         if not self.clusters:
@@ -138,6 +157,9 @@ class FakeApiServer:
         self.continue_ttl_seconds = continue_ttl_seconds
         self.requests: list[RecordedRequest] = []
         self.faults: list[Fault] = []
+        self.report_writes = report_writes
+        # (cluster, group, plural, namespace or "", name) -> the report as last applied
+        self.reports: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._generation = 0
         self._stopping = threading.Event()
@@ -222,18 +244,23 @@ class FakeApiServer:
         with self._lock:
             return {r.method for r in self.requests}
 
-    def write_kubeconfig(self, path: str | Path, current: str | None = None) -> Path:
-        """A kubeconfig with one context (and bearer token) per cluster."""
+    def write_kubeconfig(
+        self, path: str | Path, current: str | None = None, *, writer: bool = False
+    ) -> Path:
+        """A kubeconfig with one context (and bearer token) per cluster: the readers', or
+        with ``writer`` the report writer's (a token of its own)."""
         names = list(self.clusters)
+        role = "writer" if writer else "reader"
+        token = _writer_token if writer else _token
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "preferences": {},
             "current-context": current or names[0],
             "clusters": [{"name": n, "cluster": {"server": self.cluster_url(n)}} for n in names],
-            "users": [{"name": f"{n}-reader", "user": {"token": _token(n)}} for n in names],
+            "users": [{"name": f"{n}-{role}", "user": {"token": token(n)}} for n in names],
             "contexts": [
-                {"name": n, "context": {"cluster": n, "user": f"{n}-reader"}} for n in names
+                {"name": n, "context": {"cluster": n, "user": f"{n}-{role}"}} for n in names
             ],
         }
         target = Path(path)
@@ -242,24 +269,52 @@ class FakeApiServer:
 
     # --- request handling (called from handler threads) ------------------------------
 
-    def handle(self, method: str, raw_path: str, authorization: str | None) -> _Reply:
+    def handle(
+        self,
+        method: str,
+        raw_path: str,
+        authorization: str | None,
+        body: bytes = b"",
+        content_type: str | None = None,
+    ) -> _Reply:
         parts = urlsplit(raw_path)
         path = parts.path
         query = parse_qs(parts.query, keep_blank_values=True)
         cluster_name, inner = _split_cluster(path)
         cluster = self.clusters.get(cluster_name or "")
         authorized = cluster is not None and authorization == f"Bearer {_token(cluster.name)}"
+        writer = (
+            self.report_writes
+            and cluster is not None
+            and authorization == f"Bearer {_writer_token(cluster.name)}"
+        )
         with self._lock:
-            self.requests.append(RecordedRequest(method, path, query, cluster_name, authorized))
+            self.requests.append(
+                RecordedRequest(method, path, query, cluster_name, authorized, writer)
+            )
             fault = next((f for f in self.faults if f.applies(cluster_name, inner)), None)
             if fault is not None:
                 fault.hits += 1
-        if method != "GET":
+        report = _report_path(inner) if self.report_writes else None
+        if method != "GET" and (report is None or method not in ("PATCH", "DELETE")):
             return _status(
                 405, "MethodNotAllowed", f"{method} is not allowed: this server is read-only"
             )
         if cluster is None:
             return _status(404, "NotFound", f"no cluster at {path}; paths start with /c/NAME")
+        if method != "GET":
+            assert report is not None
+            if authorized:  # the readers' credentials: never a write
+                return _status(403, "Forbidden", "the reader may not write")
+            if not writer:
+                return _status(401, "Unauthorized", "Unauthorized")
+            if fault is not None:
+                reply = self._fault_reply(fault)
+                if reply is not None:
+                    return reply
+            return self._write_report(cluster.name, method, report, query, body, content_type)
+        if writer:  # the writer's credentials: may write the reports, read nothing
+            return _status(403, "Forbidden", "the report writer may not read")
         if not authorized:
             return _status(401, "Unauthorized", "Unauthorized")
         if fault is not None:
@@ -273,6 +328,46 @@ class FakeApiServer:
         if fault is not None:
             reply.drip, reply.endless = fault.drip, fault.endless
         return reply
+
+    def _write_report(
+        self,
+        cluster: str,
+        method: str,
+        report: tuple[str, str, str, str],
+        query: dict[str, list[str]],
+        body: bytes,
+        content_type: str | None,
+    ) -> _Reply:
+        """Server-side apply or delete of one report object (report writes on)."""
+        group, plural, namespace, name = report
+        key = (cluster, group, plural, namespace, name)
+        if method == "DELETE":
+            with self._lock:
+                found = self.reports.pop(key, None)
+            if found is None:
+                return _status(404, "NotFound", f'{plural} "{name}" not found')
+            return _json({"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        if (content_type or "").split(";")[0].strip() != APPLY_PATCH:
+            return _status(415, "UnsupportedMediaType", f"only {APPLY_PATCH} is served")
+        if not query.get("fieldManager"):
+            return _status(422, "Invalid", "fieldManager is required for apply patch")
+        try:
+            document = yaml.safe_load(body.decode("utf-8"))
+        except (UnicodeDecodeError, yaml.YAMLError) as exc:
+            return _status(400, "BadRequest", f"the body is not YAML or JSON: {exc}")
+        metadata = document.get("metadata") if isinstance(document, dict) else None
+        if not isinstance(metadata, dict) or metadata.get("name") != name:
+            return _status(400, "BadRequest", "metadata.name must match the path")
+        if (metadata.get("namespace") or "") != namespace:
+            return _status(400, "BadRequest", "metadata.namespace must match the path")
+        version = next(
+            v for (g, v), plurals in REPORT_RESOURCES.items() if g == group and plural in plurals
+        )
+        if document.get("apiVersion") != f"{group}/{version}":
+            return _status(400, "BadRequest", f"apiVersion must be {group}/{version}")
+        with self._lock:
+            self.reports[key] = document
+        return _json(document)
 
     def _fault_reply(self, fault: Fault) -> _Reply | None:
         if fault.hang:
@@ -519,10 +614,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)  # drain a write attempt's body; it is never used
+        body = self.rfile.read(length) if length else b""  # used only by report writes
         app: FakeApiServer = self.server.app  # type: ignore[attr-defined]
-        reply = app.handle(self.command, self.path, self.headers.get("Authorization"))
+        reply = app.handle(
+            self.command,
+            self.path,
+            self.headers.get("Authorization"),
+            body,
+            self.headers.get("Content-Type"),
+        )
         self.send_response(reply.status)
         self.send_header("Content-Type", reply.content_type)
         if reply.endless:
@@ -567,6 +667,27 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _token(cluster: str) -> str:
     return f"assay-test-token-{cluster}"
+
+
+def _writer_token(cluster: str) -> str:
+    return f"assay-test-report-writer-{cluster}"
+
+
+def _report_path(inner: str) -> tuple[str, str, str, str] | None:
+    """(group, plural, namespace or "", name) when ``inner`` names one report object."""
+    segments = [unquote(s) for s in inner.strip("/").split("/") if s]
+    if len(segments) < 5 or segments[0] != "apis":
+        return None
+    group, version, rest = segments[1], segments[2], segments[3:]
+    plurals = REPORT_RESOURCES.get((group, version))
+    if plurals is None:
+        return None
+    namespace = ""
+    if len(rest) == 4 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if len(rest) != 2 or rest[0] not in plurals or plurals[rest[0]] != bool(namespace):
+        return None
+    return group, rest[0], namespace, rest[1]
 
 
 def _split_cluster(path: str) -> tuple[str | None, str]:

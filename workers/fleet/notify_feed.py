@@ -11,6 +11,8 @@ notifier's own keys (``P`` = the key prefix, ``S`` = the sink name)::
     P:notify:S:stats           hash    counters: delivered, filtered, retries, dead_lettered
     P:notify:S:told            hash    check id -> "AT_MS VERDICT": the newest change this
                                        sink was told of (or knows it need not hear)
+    P:notify:S:reports         hash    target -> JSON list of the namespaces (null: the
+                                       cluster report) a policyreport sink wrote there
 
 Spend-ceiling events (80% and 100% of a ceiling) reach the same sinks the same way:
 :func:`spend_feed` reads the spend guard's stream ``P:spend:events``
@@ -190,6 +192,7 @@ class SinkFeed:
         self._dead = store.key(*base, "dead")
         self._stats = store.key(*base, "stats")
         self._told = store.key(*base, "told")
+        self._reports = store.key(*base, "reports")
         self._claim_cursor = "0-0"
         self._keep_script = self.client.register_script(_KEEP_LUA)
         self._ack_script = self.client.register_script(_ACK_LUA)
@@ -326,6 +329,22 @@ class SinkFeed:
     def told(self, check_id: str) -> Told | None:
         raw = self.client.hget(self._told, check_id)
         return Told.decode(text(raw)) if raw else None
+
+    # --- what a policyreport sink wrote, so it can delete what it no longer needs ---------------
+    def written_reports(self) -> dict[str, list[str | None]]:
+        """Target -> the namespaces holding a report this sink wrote (None: cluster report)."""
+        import json
+
+        raw = self.client.hgetall(self._reports)
+        return {text(target): json.loads(text(value)) for target, value in raw.items()}
+
+    def remember_reports(self, target: str, namespaces: list[str | None]) -> None:
+        import json
+
+        if namespaces:
+            self.client.hset(self._reports, target, json.dumps(namespaces))
+        else:
+            self.client.hdel(self._reports, target)
 
     # --- reading ---------------------------------------------------------------------------------
     def dead_letters(self, count: int = 20) -> list[dict[str, str]]:

@@ -16,7 +16,8 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
     P:check:{check_id}                 hash   latest verdict (JSON), verdict_kind, exit_code,
                                               run_id, target, kind, text, finished_at,
                                               finished_ms, changed_at, previous_verdict,
-                                              source (probe|model; absent = model)
+                                              source (probe|model; absent = model), notify
+                                              (the latest run's notify routes)
     P:check:{check_id}:history         stream one entry per recorded run (run_id, verdict JSON),
                                               MAXLEN = settings.history_limit
     P:checks                           zset   check ids scored by latest finished_at (ms)
@@ -24,7 +25,8 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
     P:idx:verdict:{verdict}            set    check ids whose latest verdict is verdict
     P:idx:tv:{verdict}:{target}        set    both at once ("all false in prod-eu")
     P:changes                          stream verdict changes: check_id, run_id, target,
-                                              from, to, at (first verdicts are not changes);
+                                              from, to, at, notify (the run's notify
+                                              routes); first verdicts are not changes;
                                               its consumer groups (notify:{sink}) and the
                                               P:notify:{sink}:* keys belong to
                                               workers/fleet/notify_feed.py, the notifier's view
@@ -201,7 +203,8 @@ return 1
 #       7 report JSON, 8 finished ms, 9 finished ISO, 10 history limit, 11 ttl, 12 prefix,
 #       13 kind, 14 text, 15 batch result JSON, 16 changes maxlen, 17 now ISO, 18 source,
 #       19 counts ('1'; '0' for a run that had no model: the run and its batch row are
-#          recorded, the check's latest verdict, history and change events are not)
+#          recorded, the check's latest verdict, history and change events are not),
+#       20 the request's notify routes, comma-separated ('' for none), kept on a change
 # Returns 1 when this call recorded the verdict, 0 when the run already had one.
 # Reads and checks everything first (the previous latest verdict, the index and
 # batch keys it implies), then writes.
@@ -276,7 +279,8 @@ end
 if latest then
   redis.call('HSET', check, 'check_id', check_id, 'kind', ARGV[13], 'text', ARGV[14],
     'target', target, 'verdict_kind', kind, 'exit_code', ARGV[5], 'run_id', ARGV[1],
-    'verdict', ARGV[6], 'finished_ms', ARGV[8], 'finished_at', ARGV[9], 'source', ARGV[18])
+    'verdict', ARGV[6], 'finished_ms', ARGV[8], 'finished_at', ARGV[9], 'source', ARGV[18],
+    'notify', ARGV[20])
   redis.call('ZADD', KEYS[4], new_ms, check_id)
   if prev_kind then
     redis.call('SREM', p .. ':idx:verdict:' .. prev_kind, check_id)
@@ -287,7 +291,8 @@ if latest then
     if prev_kind ~= kind then
       redis.call('HSET', check, 'changed_at', ARGV[9], 'previous_verdict', prev_kind)
       redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[16], '*', 'check_id', check_id,
-        'run_id', ARGV[1], 'target', target, 'from', prev_kind, 'to', kind, 'at', ARGV[9])
+        'run_id', ARGV[1], 'target', target, 'from', prev_kind, 'to', kind, 'at', ARGV[9],
+        'notify', ARGV[20])
     end
   end
   redis.call('SADD', p .. ':idx:verdict:' .. kind, check_id)
@@ -516,6 +521,7 @@ def change_from_fields(fields: dict[str, str]) -> VerdictChange:
         from_verdict=VerdictKind(fields["from"]),
         to_verdict=VerdictKind(fields["to"]),
         at=datetime.fromisoformat(fields["at"]),
+        notify=[name for name in (fields.get("notify") or "").split(",") if name],
     )
 
 
@@ -800,6 +806,7 @@ class VerdictStore:
                 _now().isoformat(),
                 source,
                 "0" if ran_without_model(report) else "1",
+                ",".join(report.request.notify),
             ],
         )
         return bool(written)
@@ -899,6 +906,7 @@ class VerdictStore:
         "finished_at",
         "changed_at",
         "previous_verdict",
+        "notify",
     )
 
     def check_summaries(self, check_ids: list[str]) -> list[CheckSummary]:
@@ -931,6 +939,7 @@ class VerdictStore:
                         if row.get("previous_verdict")
                         else None
                     ),
+                    notify=[name for name in (row.get("notify") or "").split(",") if name],
                 )
             )
         return summaries

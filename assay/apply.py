@@ -1,0 +1,750 @@
+"""`assay apply`: make the stored checks and schedules what a set of files declares.
+
+The CLI (`assay apply -f`) and the API (``POST /v1/apply``) both call :func:`apply`.
+It works in two steps, so a bad set of files changes nothing:
+
+1. **Plan.** Every document is turned into the object it declares (snapshot globs
+   confined to the snapshot roots and matching something, the interval floor, the
+   model, the notify routes, the check's targets resolved) and compared with what is
+   stored. Every problem is collected with its file, line and field; if there is one,
+   :class:`~assay.manifests.ManifestErrors` is raised and nothing is written.
+2. **Apply** (skipped by ``dry_run``): create, change or, with ``prune``, delete.
+
+Each object is ``created``, ``configured`` or ``unchanged`` (or ``pruned``), and the
+plan carries a unified diff of the object as stored and as declared, both rendered
+by the same functions `assay get -o yaml` uses (:func:`schedule_document`,
+:func:`check_document`): applying what `get` wrote changes nothing.
+
+Ownership: an object `assay apply` creates carries the label ``assay.dev/source``
+with the apply's source. ``prune`` deletes only objects with that label and that
+value which the files no longer hold. An object created by another source is
+refused (apply it from its own source); one made without apply (`assay schedule
+add`) may be changed by apply but never gets the label, so it is never pruned.
+
+A ``Check`` is evaluated once on each of its targets (resolved now: a glob is
+expanded when applied) each time applying it creates or changes it; its verdicts
+are kept under check id ``NAME`` (one target) or ``NAME.TARGET`` (several).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+from pydantic import ValidationError
+
+from assay.manifests import Loaded, ManifestErrors, ManifestProblem
+from scheduler.fires import TargetResolutionError, resolve_targets, target_key
+from scheduler.schedules import CHANGEABLE_FIELDS, ScheduleConflict
+from schemas.declarative import (
+    API_VERSION,
+    LABEL_VALUE_PATTERN,
+    MAX_SOURCE_LENGTH,
+    SOURCE_LABEL,
+    BudgetSpec,
+    CeilingsSpec,
+    CheckDefinition,
+    CheckDocument,
+    CheckSpec,
+    PolicySpec,
+    ScheduleDocument,
+    TargetsSpec,
+    duration_seconds,
+    short_duration,
+)
+from schemas.policy import POLICY_PREFIX, POLICY_SET_PREFIX
+from schemas.request import EvaluationRequest, Target
+from schemas.schedule import Schedule
+
+if TYPE_CHECKING:
+    from scheduler.schedules import ScheduleStore
+    from schemas.policy import ImportedPolicy
+    from schemas.settings import AssaySettings
+    from workers.fleet.check_definitions import CheckDefinitionStore
+    from workers.fleet.policy_store import PolicyStore
+
+Action = Literal["created", "configured", "unchanged", "pruned"]
+
+# Schedule fields as the spec names them, for problems found by the schedule's own rules.
+_SCHEDULE_LOCS: dict[str, tuple[str, ...]] = {
+    "name": ("metadata", "name"),
+    "predicate": ("spec", "predicate"),
+    "targets": ("spec", "targets"),
+    "cron": ("spec", "cron"),
+    "timezone": ("spec", "timeZone"),
+    "interval_seconds": ("spec", "every"),
+    "jitter_seconds": ("spec", "jitter"),
+    "profile": ("spec", "profile"),
+    "budget": ("spec", "budget"),
+    "model": ("spec", "model"),
+    "spend": ("spec", "ceilings"),
+}
+
+
+class SourceError(ValueError):
+    """A source name that cannot be a label value."""
+
+
+def source_name(text: str) -> str:
+    """``text`` if it can be the ``assay.dev/source`` label, else :class:`SourceError`."""
+    if len(text) > MAX_SOURCE_LENGTH or not re.fullmatch(LABEL_VALUE_PATTERN, text) or not text:
+        raise SourceError(
+            f"source {text!r} cannot be a label value: use 1 to {MAX_SOURCE_LENGTH} characters "
+            "from A-Z a-z 0-9 . _ -, starting and ending with a letter or digit"
+        )
+    return text
+
+
+def default_source(paths: Sequence[str]) -> str:
+    """The source of an apply that names none: its one path as a label value (``-``: stdin)."""
+    if len(paths) != 1:
+        raise SourceError("several -f paths need one --source NAME that names them together")
+    raw = paths[0]
+    if raw == "-":
+        return "stdin"
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip("-._")[-MAX_SOURCE_LENGTH:]
+    return source_name(slug.strip("-._") or "files")
+
+
+@dataclass
+class ApplyContext:
+    """What applying needs from where it runs (the CLI or the API)."""
+
+    settings: AssaySettings
+    schedules: ScheduleStore
+    checks: CheckDefinitionStore
+    confine_snapshot: Callable[[str], str]
+    """A snapshot folder or glob made absolute inside the roots; ``ValueError`` says why not."""
+    model_problem: Callable[[str | None], str | None]
+    submit: Callable[[list[EvaluationRequest]], Any]
+    policies: PolicyStore
+    read_policy_files: bool = True
+    """False over HTTP: a document cannot make the server read a file."""
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+@dataclass
+class Planned:
+    kind: str
+    name: str
+    action: Action
+    before: Schedule | CheckDefinition | None
+    after: Schedule | CheckDefinition | None
+    diff: str = ""
+    requests: list[EvaluationRequest] = field(default_factory=list)
+    policies: list[ImportedPolicy] = field(default_factory=list)
+    policy_set: str | None = None
+
+
+@dataclass(frozen=True)
+class ObjectChange:
+    """What applying did (or, in a dry run, would do) to one object."""
+
+    kind: str
+    name: str
+    action: Action
+    diff: str = ""
+    runs: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        text = f"{self.kind.lower()}/{self.name} {self.action}"
+        if self.runs:
+            text += f" ({len(self.runs)} run{'s' if len(self.runs) != 1 else ''} queued)"
+        return text
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    source: str
+    dry_run: bool
+    changes: tuple[ObjectChange, ...]
+
+    @property
+    def changed(self) -> bool:
+        return any(change.action != "unchanged" for change in self.changes)
+
+    def summary(self) -> str:
+        counts: dict[str, int] = {}
+        for change in self.changes:
+            counts[change.action] = counts.get(change.action, 0) + 1
+        if not self.changed:
+            total = len(self.changes)
+            return f"no changes: {total} object{'s' if total != 1 else ''} unchanged"
+        parts = [
+            f"{counts[a]} {a}"
+            for a in ("created", "configured", "pruned", "unchanged")
+            if a in counts
+        ]
+        prefix = "dry run, nothing applied: would be " if self.dry_run else ""
+        return prefix + ", ".join(parts)
+
+
+# --- documents as `assay get` writes them ------------------------------------------------------
+
+
+def _metadata(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if labels:
+        meta["labels"] = dict(sorted(labels.items()))
+    return meta
+
+
+def schedule_document(schedule: Schedule) -> dict[str, Any]:
+    """A stored schedule as the document that declares it (what apply reads back)."""
+    spec = _what(schedule.predicate)
+    if schedule.kind != "check":
+        spec["evaluation"] = schedule.kind
+    spec["targets"] = _dump(TargetsSpec.of(schedule.targets))
+    if schedule.cron is not None:
+        spec["cron"] = schedule.cron
+        if schedule.timezone != "UTC":
+            spec["timeZone"] = schedule.timezone
+    else:
+        spec["every"] = short_duration(schedule.interval_seconds)
+    spec["profile"] = schedule.profile
+    _common(spec, schedule.model, BudgetSpec.of(schedule.budget), schedule.probe, schedule.notify)
+    if schedule.misfire != "skip":
+        spec["misfire"] = schedule.misfire
+    if schedule.jitter_seconds:
+        spec["jitter"] = short_duration(schedule.jitter_seconds)
+    if not schedule.enabled:
+        spec["paused"] = True
+    if schedule.spend is not None:
+        spec["ceilings"] = _dump(CeilingsSpec.of(schedule.spend))
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Schedule",
+        "metadata": _metadata(schedule.name, schedule.labels),
+        "spec": spec,
+    }
+
+
+def check_document(definition: CheckDefinition) -> dict[str, Any]:
+    """A stored check as the document that declares it."""
+    body = definition.spec
+    spec = _what(body.predicate or "")
+    if body.evaluation != "check":
+        spec["evaluation"] = body.evaluation
+    spec["targets"] = _dump(body.targets)
+    if body.profile is not None:
+        spec["profile"] = body.profile
+    _common(spec, body.model, body.budget, body.probe, body.notify)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Check",
+        "metadata": _metadata(definition.name, definition.labels),
+        "spec": spec,
+    }
+
+
+def _what(predicate: str) -> dict[str, Any]:
+    """``predicate``, or the imported policy (set) a ``policy:`` predicate names."""
+    if predicate.startswith(POLICY_SET_PREFIX):
+        return {"policy": {"set": predicate.removeprefix(POLICY_SET_PREFIX)}}
+    if predicate.startswith(POLICY_PREFIX):
+        return {"policy": {"name": predicate.removeprefix(POLICY_PREFIX)}}
+    return {"predicate": predicate}
+
+
+def _common(
+    spec: dict[str, Any], model: str | None, budget: BudgetSpec, probe: str, notify: list[str]
+) -> None:
+    if model is not None:
+        spec["model"] = model
+    if not budget.is_empty():
+        spec["budget"] = _dump(budget)
+    if probe != "auto":
+        spec["probe"] = probe
+    if notify:
+        spec["notify"] = list(notify)
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    data: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    return data
+
+
+def document_of(obj: Schedule | CheckDefinition) -> dict[str, Any]:
+    return schedule_document(obj) if isinstance(obj, Schedule) else check_document(obj)
+
+
+def as_yaml(documents: Sequence[dict[str, Any]]) -> str:
+    """Documents as multi-document YAML, keys in the order they were written."""
+    return yaml.safe_dump_all(documents, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _diff(kind: str, name: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    old = as_yaml([before]).splitlines(keepends=True) if before else []
+    new = as_yaml([after]).splitlines(keepends=True) if after else []
+    label = f"{kind.lower()}/{name}"
+    return "".join(
+        difflib.unified_diff(old, new, fromfile=f"{label} (stored)", tofile=f"{label} (files)")
+    )
+
+
+# --- planning ----------------------------------------------------------------------------------
+
+
+def _owner_problem(item: Loaded, labels: dict[str, str], source: str) -> ManifestProblem | None:
+    owner = labels.get(SOURCE_LABEL)
+    if owner is None or owner == source:
+        return None
+    kind = item.document.kind.lower()
+    return item.problem(
+        ("metadata", "name"),
+        f"{kind} {item.document.metadata.name!r} was created from source {owner!r}; apply it "
+        f"with --source {owner}, or delete it there first",
+    )
+
+
+def _labels(item: Loaded, current_labels: dict[str, str] | None, source: str) -> dict[str, str]:
+    labels = dict(item.document.metadata.labels)
+    if current_labels is None:
+        labels[SOURCE_LABEL] = source
+    elif SOURCE_LABEL in current_labels:
+        labels[SOURCE_LABEL] = current_labels[SOURCE_LABEL]
+    return labels
+
+
+def _environment_problems(
+    item: Loaded, ctx: ApplyContext, model: str | None, notify: list[str]
+) -> list[ManifestProblem]:
+    problems = []
+    reason = ctx.model_problem(model)
+    if reason is not None:
+        problems.append(item.problem(("spec", "model"), reason))
+    known = ctx.settings.notify_sinks
+    if known:
+        for index, sink in enumerate(notify):
+            if sink not in known:
+                problems.append(
+                    item.problem(
+                        ("spec", "notify", index),
+                        f"no sink named {sink!r} is configured (notify_sinks has "
+                        f"{', '.join(sorted(known))})",
+                    )
+                )
+    return problems
+
+
+def _confined_targets(
+    item: Loaded, targets: TargetsSpec, ctx: ApplyContext, problems: list[ManifestProblem]
+) -> TargetsSpec:
+    snapshots = []
+    for index, pattern in enumerate(targets.snapshots):
+        try:
+            snapshots.append(ctx.confine_snapshot(pattern))
+        except ValueError as exc:
+            problems.append(item.problem(("spec", "targets", "snapshots", index), str(exc)))
+    return targets.model_copy(update={"snapshots": snapshots})
+
+
+@dataclass
+class _PolicyPlan:
+    """What a document's ``policy`` comes to: the predicate, and what to import for it."""
+
+    predicate: str
+    policies: list[ImportedPolicy] = field(default_factory=list)
+    policy_set: str | None = None
+    changed: list[str] = field(default_factory=list)
+
+    def mark(self, step: Planned) -> Planned:
+        """``step`` with the import it needs; a changed policy changes an unchanged object."""
+        if not self.changed:
+            return step
+        step.policies, step.policy_set = self.policies, self.policy_set
+        note = "".join(
+            f"# policy {name}: imported from the files (new or changed)\n" for name in self.changed
+        )
+        step.diff = note + step.diff
+        if step.action == "unchanged":
+            step.action = "configured"
+        return step
+
+
+def _same_policy(stored: ImportedPolicy | None, new: ImportedPolicy) -> bool:
+    """Equal but for when and from which path it was imported."""
+    skip = {"imported_at", "source"}
+    return stored is not None and stored.model_dump(exclude=skip) == new.model_dump(exclude=skip)
+
+
+def _plan_policy(
+    item: Loaded,
+    spec: PolicySpec | None,
+    predicate: str | None,
+    ctx: ApplyContext,
+    problems: list[ManifestProblem],
+) -> _PolicyPlan | None:
+    if spec is None:
+        return _PolicyPlan(predicate or "")
+    from workers.core.policies.documents import UnreadableFile, documents_from_text
+    from workers.core.policies.importer import import_documents
+
+    if spec.file is None:
+        if spec.name is not None and ctx.policies.get(spec.name) is None:
+            problems.append(
+                item.problem(
+                    ("spec", "policy", "name"),
+                    f"no imported policy is named {spec.name!r}; import it with `assay probe "
+                    "import` or give policy.file",
+                )
+            )
+            return None
+        if spec.set is not None and ctx.policies.set_members(spec.set) is None:
+            problems.append(
+                item.problem(
+                    ("spec", "policy", "set"),
+                    f"there is no policy set {spec.set!r}; import one with `assay probe import "
+                    "--set` or give policy.file",
+                )
+            )
+            return None
+        return _PolicyPlan(spec.predicate([]))
+    where = ("spec", "policy", "file")
+    if not ctx.read_policy_files:
+        problems.append(
+            item.problem(
+                where,
+                "a policy file cannot be read over HTTP; import it with `assay probe import` "
+                "and give policy.name or policy.set",
+            )
+        )
+        return None
+    path = Path(spec.file)
+    if not path.is_absolute() and Path(item.file).is_file():
+        path = Path(item.file).parent / path
+    try:
+        documents = documents_from_text(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, UnreadableFile) as exc:
+        problems.append(item.problem(where, f"cannot read {path} ({exc})"))
+        return None
+    policies, refusals = import_documents(documents, now=ctx.now())
+    for refusal in refusals:
+        problems.append(
+            item.problem(
+                where, f"{refusal.kind} {refusal.name!r} cannot be imported: {refusal.reason}"
+            )
+        )
+    if not policies and not refusals:
+        problems.append(item.problem(where, f"{path} holds no admission policy"))
+    if len(policies) > 1 and spec.set is None:
+        names = ", ".join(p.name for p in policies)
+        problems.append(
+            item.problem(
+                where,
+                f"{path} holds {len(policies)} policies ({names}); give policy.set "
+                "to evaluate them as one set",
+            )
+        )
+    if refusals or not policies or (len(policies) > 1 and spec.set is None):
+        return None
+    stored = ctx.policies.many([p.name for p in policies])
+    changed = [p.name for p in policies if not _same_policy(stored.get(p.name), p)]
+    if spec.set is not None and ctx.policies.set_members(spec.set) != sorted(
+        p.name for p in policies
+    ):
+        changed.append(f"set {spec.set}")
+    return _PolicyPlan(spec.predicate([p.name for p in policies]), policies, spec.set, changed)
+
+
+def _plan_schedule(
+    item: Loaded, current: Schedule | None, ctx: ApplyContext, source: str
+) -> tuple[Planned | None, list[ManifestProblem]]:
+    document = item.document
+    assert isinstance(document, ScheduleDocument)
+    spec = document.spec
+    problems: list[ManifestProblem] = []
+    if current is not None and (owner := _owner_problem(item, current.labels, source)):
+        return None, [owner]
+    targets = _confined_targets(item, spec.targets, ctx, problems)
+    policy = _plan_policy(item, spec.policy, spec.predicate, ctx, problems)
+    if problems or policy is None:
+        return None, problems
+    fields: dict[str, Any] = {
+        "name": document.metadata.name,
+        "predicate": policy.predicate,
+        "kind": spec.evaluation,
+        "targets": targets.as_schedule_targets(),
+        "cron": spec.cron,
+        "timezone": spec.time_zone,
+        "interval_seconds": duration_seconds(spec.every) if spec.every is not None else None,
+        "profile": spec.profile or ctx.settings.profile,
+        "budget": spec.budget.as_budget(),
+        "model": spec.model,
+        "probe": spec.probe,
+        "enabled": not spec.paused,
+        "misfire": spec.misfire,
+        "jitter_seconds": duration_seconds(spec.jitter) if spec.jitter is not None else 0.0,
+        "notify": spec.notify,
+        "spend": spec.ceilings.as_spend() if spec.ceilings is not None else None,
+        "labels": _labels(item, current.labels if current else None, source),
+    }
+    if current is not None:
+        fields["id"] = current.id
+    try:
+        desired = Schedule.model_validate(fields)
+    except ValidationError as exc:
+        for error in exc.errors():
+            loc = tuple(error.get("loc", ()))
+            where = _SCHEDULE_LOCS.get(str(loc[0]), ("spec",)) if loc else ("spec",)
+            message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+            problems.append(item.problem(where, message))
+        return None, problems
+    try:
+        desired.check_interval_floor(ctx.settings.min_interval_seconds)
+    except ValueError as exc:
+        problems.append(item.problem(("spec", "every"), str(exc)))
+    problems += _environment_problems(item, ctx, desired.model, desired.notify)
+    if problems:
+        return None, problems
+    return policy.mark(_compared("Schedule", document.metadata.name, current, desired)), []
+
+
+def _compared(
+    kind: str,
+    name: str,
+    current: Schedule | CheckDefinition | None,
+    desired: Schedule | CheckDefinition,
+) -> Planned:
+    after = document_of(desired)
+    before = document_of(current) if current is not None else None
+    if before == after:
+        return Planned(kind, name, "unchanged", current, desired)
+    action: Action = "created" if current is None else "configured"
+    return Planned(kind, name, action, current, desired, _diff(kind, name, before, after))
+
+
+def check_ids_for(name: str, targets: Sequence[Target]) -> dict[str, str]:
+    """The check id each target's verdicts are kept under: ``NAME`` for one target, else
+    ``NAME.TARGET`` (the target's name in the id alphabet, shortened with a hash if long)."""
+    if len(targets) == 1:
+        return {targets[0].name: name}
+    ids: dict[str, str] = {}
+    for target in targets:
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", target.name).strip("-.") or "target"
+        if len(slug) > 48:
+            digest = hashlib.sha256(target_key(target).encode()).hexdigest()[:8]
+            slug = f"{slug[:39]}-{digest}"
+        candidate = f"{name}.{slug}"
+        if candidate in ids.values():
+            candidate += "-" + hashlib.sha256(target_key(target).encode()).hexdigest()[:8]
+        ids[target.name] = candidate
+    return ids
+
+
+def _plan_check(
+    item: Loaded, current: CheckDefinition | None, ctx: ApplyContext, source: str
+) -> tuple[Planned | None, list[ManifestProblem]]:
+    document = item.document
+    assert isinstance(document, CheckDocument)
+    spec = document.spec
+    problems: list[ManifestProblem] = []
+    if current is not None and (owner := _owner_problem(item, current.labels, source)):
+        return None, [owner]
+    targets = _confined_targets(item, spec.targets, ctx, problems)
+    policy = _plan_policy(item, spec.policy, spec.predicate, ctx, problems)
+    if problems or policy is None:
+        return None, problems
+    normalized = CheckSpec.model_validate(
+        {
+            **spec.model_dump(by_alias=True),
+            "predicate": policy.predicate,
+            "policy": None,
+            "targets": targets.model_dump(by_alias=True),
+            "profile": spec.profile or ctx.settings.profile,
+        }
+    )
+    problems += _environment_problems(item, ctx, spec.model, spec.notify)
+    if problems:
+        return None, problems
+    now = ctx.now()
+    desired = CheckDefinition(
+        name=document.metadata.name,
+        labels=_labels(item, current.labels if current else None, source),
+        spec=normalized,
+        revision=current.revision + 1 if current else 1,
+        created_at=current.created_at if current else now,
+        updated_at=now,
+        check_ids=current.check_ids if current else {},
+        runs=current.runs if current else {},
+    )
+    planned = policy.mark(_compared("Check", desired.name, current, desired))
+    if planned.action == "unchanged":
+        return planned, []
+    try:
+        resolved = resolve_targets(normalized.targets.as_schedule_targets(), ctx.settings)
+    except TargetResolutionError as exc:
+        return None, [item.problem(("spec", "targets"), str(exc))]
+    if not resolved:
+        return None, [item.problem(("spec", "targets"), "the targets match nothing to evaluate")]
+    planned.requests = _check_requests(desired, resolved)
+    assert isinstance(planned.after, CheckDefinition)
+    planned.after.check_ids = {r.target.name: r.check_id for r in planned.requests}
+    planned.after.runs = {r.target.name: r.run_id for r in planned.requests}
+    return planned, []
+
+
+def _check_requests(definition: CheckDefinition, targets: list[Target]) -> list[EvaluationRequest]:
+    spec = definition.spec
+    ids = check_ids_for(definition.name, targets)
+    stamp = int(definition.updated_at.timestamp())
+    requests = []
+    for target in targets:
+        digest = hashlib.sha256(target_key(target).encode()).hexdigest()[:8]
+        requests.append(
+            EvaluationRequest(
+                kind=spec.evaluation,
+                text=spec.predicate or "",
+                target=target,
+                profile=spec.profile or "fast",
+                budget=spec.budget.as_budget(),
+                model=spec.model,
+                probe=spec.probe,
+                check_id=ids[target.name],
+                run_id=f"{definition.name}.r{definition.revision}.{stamp}.{digest}",
+                notify=spec.notify,
+                declared_by=f"check/{definition.name}",
+            )
+        )
+    return requests
+
+
+def plan(loaded: Sequence[Loaded], ctx: ApplyContext, *, source: str, prune: bool) -> list[Planned]:
+    """What applying ``loaded`` would do; :class:`ManifestErrors` when any of it cannot be done."""
+    schedules = {s.name: s for s in ctx.schedules.all()}
+    checks = {c.name: c for c in ctx.checks.all()}
+    planned: list[Planned] = []
+    problems: list[ManifestProblem] = []
+    for item in loaded:
+        name = item.document.metadata.name
+        if isinstance(item.document, ScheduleDocument):
+            step, found = _plan_schedule(item, schedules.get(name), ctx, source)
+        else:
+            step, found = _plan_check(item, checks.get(name), ctx, source)
+        problems += found
+        if step is not None:
+            planned.append(step)
+    if problems:
+        raise ManifestErrors(problems)
+    if prune:
+        declared = {item.key for item in loaded}
+        stored: list[Schedule | CheckDefinition] = [*schedules.values(), *checks.values()]
+        for obj in sorted(stored, key=lambda o: (type(o).__name__, o.name)):
+            kind = "Schedule" if isinstance(obj, Schedule) else "Check"
+            if obj.labels.get(SOURCE_LABEL) == source and (kind, obj.name) not in declared:
+                diff = _diff(kind, obj.name, document_of(obj), None)
+                planned.append(Planned(kind, obj.name, "pruned", obj, None, diff))
+    return planned
+
+
+# --- applying ----------------------------------------------------------------------------------
+
+
+def _execute(step: Planned, ctx: ApplyContext) -> ObjectChange:
+    runs: tuple[str, ...] = ()
+    if step.policies:  # the policy first: the object's runs evaluate it
+        ctx.policies.save(step.policies, step.policy_set)
+    if step.action == "unchanged":
+        pass
+    elif step.kind == "Schedule":
+        _execute_schedule(step, ctx)
+    else:
+        runs = _execute_check(step, ctx)
+    return ObjectChange(step.kind, step.name, step.action, step.diff, runs)
+
+
+def _execute_schedule(step: Planned, ctx: ApplyContext) -> None:
+    before, after = step.before, step.after
+    if step.action == "pruned":
+        assert isinstance(before, Schedule)
+        ctx.schedules.remove(before.id)
+        return
+    assert isinstance(after, Schedule)
+    if before is None:
+        try:
+            ctx.schedules.create(after)
+        except ScheduleConflict as exc:
+            raise ApplyFailed(str(exc)) from None
+        return
+    assert isinstance(before, Schedule)
+    changes = {
+        name: getattr(after, name)
+        for name in CHANGEABLE_FIELDS
+        if getattr(after, name) != getattr(before, name)
+    }
+    if changes:
+        try:
+            ctx.schedules.update(before.id, **changes)
+        except ScheduleConflict as exc:
+            raise ApplyFailed(str(exc)) from None
+    if after.enabled != before.enabled:
+        (ctx.schedules.resume if after.enabled else ctx.schedules.pause)(before.id)
+
+
+def _execute_check(step: Planned, ctx: ApplyContext) -> tuple[str, ...]:
+    from workers.fleet.check_definitions import DefinitionConflict
+
+    before, after = step.before, step.after
+    try:
+        if step.action == "pruned":
+            assert isinstance(before, CheckDefinition)
+            ctx.checks.delete(before)
+            return ()
+        assert isinstance(after, CheckDefinition)
+        ctx.checks.put(after, before.revision if isinstance(before, CheckDefinition) else 0)
+    except DefinitionConflict as exc:
+        raise ApplyFailed(str(exc)) from None
+    ctx.submit(step.requests)
+    return tuple(request.run_id for request in step.requests)
+
+
+class ApplyFailed(RuntimeError):
+    """A write failed after the plan passed (a race with another writer); what was applied
+    before it stays, and applying again finishes the job."""
+
+
+def apply(
+    loaded: Sequence[Loaded],
+    ctx: ApplyContext,
+    *,
+    source: str,
+    prune: bool = False,
+    dry_run: bool = False,
+) -> ApplyResult:
+    """Plan, then (unless ``dry_run``) apply; see the module's docstring."""
+    source = source_name(source)
+    steps = plan(loaded, ctx, source=source, prune=prune)
+    if dry_run:
+        changes = [ObjectChange(s.kind, s.name, s.action, s.diff) for s in steps]
+    else:
+        changes = [_execute(step, ctx) for step in steps]
+    return ApplyResult(source, dry_run, tuple(changes))
+
+
+def stored_documents(
+    ctx_schedules: ScheduleStore | None,
+    ctx_checks: CheckDefinitionStore | None,
+    *,
+    source: str | None = None,
+    names: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """The documents of the stored schedules or checks (whichever store is given), by name."""
+    objects: list[Schedule | CheckDefinition] = []
+    if ctx_schedules is not None:
+        objects += ctx_schedules.all()
+    if ctx_checks is not None:
+        objects += ctx_checks.all()
+    chosen = [
+        obj
+        for obj in sorted(objects, key=lambda o: o.name)
+        if (source is None or obj.labels.get(SOURCE_LABEL) == source)
+        and (not names or obj.name in names)
+    ]
+    return [document_of(obj) for obj in chosen]

@@ -1,0 +1,270 @@
+"""Reading `assay apply` files: YAML documents with the line each field stands on.
+
+A file, a folder (its ``*.yaml``, ``*.yml`` and ``*.json`` files, sub-folders included,
+in name order; entries starting with ``.`` are skipped, which is also how a ConfigMap
+mounted as a folder shows each file once) or standard input. Every document is read
+with PyYAML's safe loader and checked against the contract (``schemas.declarative``);
+a problem is a :class:`ManifestProblem` naming the file, the line and the field, in
+the spelling the file uses. :func:`load` reads everything and raises
+:class:`ManifestErrors` with every problem found, so a bad set of files is refused
+whole before anything is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from schemas.declarative import KINDS, SOURCE_LABEL, CheckDocument, Document, ScheduleDocument
+
+SUFFIXES = (".yaml", ".yml", ".json")
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_PROBLEMS_SHOWN = 20
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class ManifestProblem:
+    file: str
+    line: int
+    field: str
+    message: str
+    foreign: bool = False  # a document of another API (dropped if a policy.file names its file)
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return (
+            f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        )
+
+
+class ManifestErrors(ValueError):
+    """The files cannot be applied; ``problems`` says where and why, one per line."""
+
+    def __init__(self, problems: list[ManifestProblem]) -> None:
+        self.problems = problems
+        shown = problems[:MAX_PROBLEMS_SHOWN]
+        more = len(problems) - len(shown)
+        text = "; ".join(str(p) for p in shown) + (f"; and {more} more" if more else "")
+        super().__init__(text)
+
+
+@dataclass
+class Loaded:
+    """One document, validated, with where it came from."""
+
+    document: CheckDocument | ScheduleDocument
+    file: str
+    line: int
+    lines: dict[Loc, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.document.kind, self.document.metadata.name)
+
+    def problem(self, loc: Loc, message: str) -> ManifestProblem:
+        return located(self.file, self.line, self.lines, loc, message)
+
+
+def located(
+    file: str, first: int, lines: dict[Loc, int], loc: Loc, message: str
+) -> ManifestProblem:
+    """A problem at the deepest part of ``loc`` the document has a line for (its first line
+    when it has none of it: a missing field)."""
+    line = first
+    for cut in range(len(loc), 0, -1):
+        found = lines.get(tuple(loc[:cut]))
+        if found is not None:
+            line = found
+            break
+    return ManifestProblem(file, line, _dotted(loc), message)
+
+
+_ADAPTER: TypeAdapter[CheckDocument | ScheduleDocument] = TypeAdapter(Document)
+
+
+def read_sources(paths: Iterable[str], stdin_text: str | None = None) -> list[tuple[str, str]]:
+    """(name shown in errors, text) of every file the paths name; ``-`` is standard input."""
+    found: list[tuple[str, str]] = []
+    problems: list[ManifestProblem] = []
+    for raw in paths:
+        if raw == "-":
+            found.append(("<stdin>", stdin_text or ""))
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            files = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file()
+                and p.suffix in SUFFIXES
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+            if not files:
+                problems.append(
+                    ManifestProblem(raw, 0, "", "no .yaml, .yml or .json file in this folder")
+                )
+        elif path.is_file():
+            files = [path]
+        else:
+            problems.append(ManifestProblem(raw, 0, "", "no such file or folder"))
+            continue
+        for file in files:
+            try:
+                if file.stat().st_size > MAX_FILE_BYTES:
+                    raise ValueError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+                found.append((str(file), file.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                problems.append(ManifestProblem(str(file), 0, "", f"cannot be read ({exc})"))
+    if problems:
+        raise ManifestErrors(problems)
+    return found
+
+
+def load(sources: list[tuple[str, str]]) -> list[Loaded]:
+    """Every document of ``sources``, validated; :class:`ManifestErrors` lists every problem."""
+    found: list[Loaded | None] = []
+    problems: list[ManifestProblem] = []
+    for name, text in sources:
+        try:
+            nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = mark.line + 1 if mark is not None else 0
+            reason = getattr(exc, "problem", None) or str(exc)
+            problems.append(ManifestProblem(name, line, "", f"not valid YAML ({reason})"))
+            continue
+        for node in nodes:
+            if node is not None:
+                found.append(_from_node(name, node, problems))
+    referenced = _policy_files(found)
+    problems = [p for p in problems if not (p.foreign and _resolved(p.file) in referenced)]
+    return _unique(found, problems)
+
+
+def _resolved(path: str | Path) -> Path:
+    try:
+        return Path(path).resolve()
+    except OSError:
+        return Path(path)
+
+
+def _policy_files(found: list[Loaded | None]) -> set[Path]:
+    """Files a document imports as its policy: their documents are policies, not errors."""
+    files = set()
+    for item in found:
+        policy = item.document.spec.policy if item is not None else None
+        if policy is not None and policy.file is not None:
+            path = Path(policy.file)
+            if not path.is_absolute():
+                path = Path(item.file).parent / path  # type: ignore[union-attr]
+            files.add(_resolved(path))
+    return files
+
+
+def load_objects(items: list[Any], name: str = "documents") -> list[Loaded]:
+    """:func:`load` for documents already parsed (a JSON body): named ``documents[N]``."""
+    problems: list[ManifestProblem] = []
+    found = [_validated(f"{name}[{i}]", item, 0, {}, problems) for i, item in enumerate(items)]
+    return _unique(found, problems)
+
+
+def _unique(found: list[Loaded | None], problems: list[ManifestProblem]) -> list[Loaded]:
+    loaded: list[Loaded] = []
+    seen: dict[tuple[str, str], Loaded] = {}
+    for item in found:
+        if item is None:
+            continue
+        earlier = seen.get(item.key)
+        if earlier is not None:
+            where = f"{earlier.file}:{earlier.line}" if earlier.line else earlier.file
+            problems.append(
+                item.problem(
+                    ("metadata", "name"),
+                    f"{item.key[0]} {item.key[1]!r} is also defined at {where}",
+                )
+            )
+            continue
+        seen[item.key] = item
+        loaded.append(item)
+    if problems:
+        raise ManifestErrors(problems)
+    return loaded
+
+
+def _from_node(name: str, node: yaml.Node, problems: list[ManifestProblem]) -> Loaded | None:
+    line = node.start_mark.line + 1
+    try:
+        data = yaml.SafeLoader("").construct_document(node)
+    except yaml.YAMLError as exc:
+        problems.append(ManifestProblem(name, line, "", f"not valid YAML ({exc})"))
+        return None
+    lines: dict[Loc, int] = {}
+    _index_lines(node, (), lines)
+    return _validated(name, data, line, lines, problems)
+
+
+def _validated(
+    name: str, data: Any, line: int, lines: dict[Loc, int], problems: list[ManifestProblem]
+) -> Loaded | None:
+    if not isinstance(data, dict):
+        problems.append(ManifestProblem(name, line, "", "a document must be a mapping"))
+        return None
+    kind = data.get("kind")
+    if kind not in KINDS:
+        shown = f"{kind!r}" if kind is not None else "missing"
+        foreign = not str(data.get("apiVersion", "")).startswith("assay.dev/")
+        problems.append(
+            ManifestProblem(
+                name,
+                lines.get(("kind",), line),
+                "kind",
+                f"must be Check or Schedule, not {shown}",
+                foreign,
+            )
+        )
+        return None
+    metadata = data.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("labels"), dict):
+        labels = dict(metadata["labels"])
+        labels.pop(SOURCE_LABEL, None)  # managed by apply: a file's value is ignored
+        data = {**data, "metadata": {**metadata, "labels": labels}}
+    try:
+        document = _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        for error in exc.errors():
+            loc = tuple(error.get("loc", ()))
+            if loc and loc[0] == kind:  # the union's tag
+                loc = loc[1:]
+            message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+            problems.append(located(name, line, lines, loc, message))
+        return None
+    return Loaded(document, name, line, lines)
+
+
+def _index_lines(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
+    """Line of every key (and list item) under ``node``, by its path."""
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                path = (*loc, key.value)
+                lines[path] = key.start_mark.line + 1
+                _index_lines(value, path, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            path = (*loc, index)
+            lines[path] = item.start_mark.line + 1
+            _index_lines(item, path, lines)
+
+
+def _dotted(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

@@ -1,0 +1,437 @@
+"""Checks and schedules as files: the documents `assay apply` reads and `assay get` writes.
+
+One YAML document per object, shaped like a Kubernetes object so the tools a team
+already has (editors with JSON Schema, linters, review in git) work on them::
+
+    apiVersion: assay.dev/v1alpha1
+    kind: Schedule                      # or Check
+    metadata:
+      name: nightly-replicas
+      labels: {team: platform}
+    spec:
+      predicate: every Deployment in namespace prod has at least 2 ready replicas
+      targets: {contexts: [prod-eu, prod-us]}
+      cron: "0 2 * * *"
+      timeZone: Europe/Berlin
+      notify: [pager]
+
+A ``Schedule`` is a stored schedule (what `assay schedule add` makes); a ``Check`` is
+a named check evaluated once on each of its targets whenever applying it creates or
+changes it. The spec holds what the CLI and the API accept for them, in camelCase;
+``schemas/json/apply_document.schema.json`` is this module's JSON Schema, for editors.
+
+Durations are written as on the command line (``15m``, ``1h30m``, or seconds as a
+number). ``metadata.labels`` are the user's, except :data:`SOURCE_LABEL`, which
+`assay apply` manages: it records which source created an object, and ``--prune``
+deletes only objects carrying its own source (a label given in a file is ignored).
+
+A schedule's ``spec.ceilings`` are its spend ceilings per UTC day (``Schedule.spend``);
+``spec.policy`` names (or imports) an admission policy to run instead of a predicate
+(the predicate ``policy:NAME`` / ``policy-set:NAME``, schemas/policy.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from schemas.budget import Budget, ProfileName
+from schemas.durations import DURATION_PATTERN, DurationError, parse_duration
+from schemas.notify import SinkName
+from schemas.policy import POLICY_NAME_PATTERN, POLICY_PREFIX, POLICY_SET_PREFIX, SET_NAME_PATTERN
+from schemas.probe import ProbeMode
+from schemas.request import MAX_TEXT_LENGTH, EvaluationKind
+from schemas.schedule import (
+    MAX_JITTER_SECONDS,
+    MisfirePolicy,
+    ScheduleTargets,
+    known_zone,
+    valid_cron,
+)
+from schemas.spend import (
+    MAX_CEILING_COST_USD,
+    MAX_CEILING_TOKENS,
+    MIN_CEILING_TOKENS,
+    SpendCeiling,
+)
+
+API_VERSION = "assay.dev/v1alpha1"
+SOURCE_LABEL = "assay.dev/source"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+# Kubernetes' label rules: an optional DNS prefix, then a name of at most 63 characters.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+MAX_SOURCE_LENGTH = 63
+
+ObjectName = Annotated[
+    str,
+    StringConstraints(pattern=NAME_PATTERN),
+    Field(
+        description="1 to 63 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit."
+    ),
+]
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN, max_length=253)]
+LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN)]
+Duration = Annotated[
+    str | float,
+    Field(
+        description="A duration like 90s, 15m, 1h30m or 1d, or seconds as a number.",
+        json_schema_extra={"pattern": DURATION_PATTERN},
+    ),
+]
+
+
+def duration_seconds(value: str | float) -> float:
+    """Seconds of a spec duration (``ValueError`` with a readable message)."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is text like 15m or a number of seconds, not true/false")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise ValueError(f"duration {value} must be longer than zero")
+        return float(value)
+    try:
+        return parse_duration(value)
+    except DurationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        serialize_by_alias=True,
+    )
+
+
+class Metadata(_Spec):
+    name: ObjectName
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        description=f"Your labels. {SOURCE_LABEL} is set by `assay apply` (which source "
+        "created the object) and ignored when given in a file.",
+    )
+
+
+class TargetsSpec(_Spec):
+    """Where the predicate is evaluated: exactly one of the three kinds of target."""
+
+    contexts: list[str] = Field(
+        default_factory=list, max_length=1000, description="kubeconfig context names."
+    )
+    context_glob: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A context glob such as 'prod-*' (a schedule resolves it at each fire, a "
+        "check when it is applied).",
+    )
+    snapshots: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="Snapshot folders or globs, under the snapshot roots.",
+    )
+    kubeconfig: str | None = Field(
+        default=None, description="kubeconfig for contexts; none = the settings' kubeconfig."
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TargetsSpec:
+        given = [bool(self.contexts), self.context_glob is not None, bool(self.snapshots)]
+        if sum(given) != 1:
+            raise ValueError("give exactly one kind of target: contexts, contextGlob or snapshots")
+        self.as_schedule_targets()  # the schedule's own rules, so both say the same
+        return self
+
+    def as_schedule_targets(self) -> ScheduleTargets:
+        return ScheduleTargets(
+            contexts=self.contexts,
+            context_glob=self.context_glob,
+            snapshots=self.snapshots,
+            kubeconfig=self.kubeconfig,
+        )
+
+    @classmethod
+    def of(cls, targets: ScheduleTargets) -> TargetsSpec:
+        return cls(
+            contexts=targets.contexts,
+            context_glob=targets.context_glob,
+            snapshots=targets.snapshots,
+            kubeconfig=targets.kubeconfig,
+        )
+
+
+class BudgetSpec(_Spec):
+    """Per-run limits; what is left out comes from the profile (or the ASSAY_* settings)."""
+
+    max_iterations: int | None = Field(default=None, ge=1, le=200)
+    max_tokens: int | None = Field(default=None, ge=100, le=10_000_000)
+    timeout: Duration | None = Field(default=None, description="Wall-clock time per run.")
+    max_cost_usd: float | None = Field(default=None, gt=0)
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: str | float | None) -> str | float | None:
+        if value is not None:
+            duration_seconds(value)
+        return value
+
+    def as_budget(self) -> Budget:
+        return Budget(
+            max_iterations=self.max_iterations,
+            max_tokens=self.max_tokens,
+            timeout_seconds=duration_seconds(self.timeout) if self.timeout is not None else None,
+            max_cost_usd=self.max_cost_usd,
+        )
+
+    @classmethod
+    def of(cls, budget: Budget) -> BudgetSpec:
+        return cls(
+            max_iterations=budget.max_iterations,
+            max_tokens=budget.max_tokens,
+            timeout=short_duration(budget.timeout_seconds),
+            max_cost_usd=budget.max_cost_usd,
+        )
+
+    def is_empty(self) -> bool:
+        return all(value is None for value in self.model_dump().values())
+
+
+def short_duration(seconds: float | None) -> str | float | None:
+    """``seconds`` as the spec writes it back: ``15m`` when whole seconds, else a number."""
+    if seconds is None:
+        return None
+    if float(seconds).is_integer():
+        from schemas.schedule import format_duration
+
+        return format_duration(seconds)
+    return seconds
+
+
+class PolicySpec(_Spec):
+    """An imported admission policy as the check (no model: its probes answer it).
+
+    ``name``: one policy already imported (``assay probe import``), ``set``: every policy of
+    a set, ``file``: a file of policies (ValidatingAdmissionPolicy with its binding and
+    params, Kyverno ValidatingPolicy or ClusterPolicy, Gatekeeper ConstraintTemplate with
+    its constraint) imported when the document is applied, relative to the document's own
+    file; several policies in the file need a ``set`` to be evaluated as one.
+    """
+
+    name: str | None = Field(default=None, pattern=POLICY_NAME_PATTERN)
+    set: str | None = Field(default=None, pattern=SET_NAME_PATTERN)
+    file: str | None = Field(default=None, min_length=1, max_length=4096)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> PolicySpec:
+        if self.file is None and (self.name is None) == (self.set is None):
+            raise ValueError("give the policy's name, a set, or a file to import")
+        if self.file is not None and self.name is not None:
+            raise ValueError("give the policy's name or a file to import, not both")
+        return self
+
+    def predicate(self, imported: list[str]) -> str:
+        """What the fleet evaluates: ``policy:NAME`` or ``policy-set:SET``."""
+        if self.set is not None:
+            return POLICY_SET_PREFIX + self.set
+        return POLICY_PREFIX + (self.name or imported[0])
+
+
+class _EvaluationSpec(_Spec):
+    """What a check and a schedule both hold: what to evaluate, where, under which limits."""
+
+    predicate: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TEXT_LENGTH,
+        description="The predicate (or, with evaluation: query, the question).",
+    )
+    policy: PolicySpec | None = Field(
+        default=None,
+        description="An imported admission policy (ValidatingAdmissionPolicy, Kyverno, "
+        "Gatekeeper) instead of a predicate: answered by its probes, never by a model.",
+    )
+    evaluation: EvaluationKind = Field(
+        default="check", description="check (true/false) or query (findings)."
+    )
+    targets: TargetsSpec
+    profile: ProfileName | None = Field(
+        default=None, description="smoke, fast or strict; none = the settings' profile."
+    )
+    model: str | None = Field(
+        default=None, max_length=200, description="litellm model; none = the workers' model."
+    )
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    probe: ProbeMode = Field(
+        default="auto",
+        description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
+        "off: always the model; only: the probe or cannot_determine.",
+    )
+    notify: list[SinkName] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Notify routes: sinks (names from notify_sinks) that hear this object's "
+        "verdict changes whatever their own check and target filters say.",
+    )
+
+    @field_validator("predicate")
+    @classmethod
+    def _predicate_not_blank(cls, text: str | None) -> str | None:
+        if text is not None and not text.strip():
+            raise ValueError("the predicate text is empty")
+        return text
+
+    @field_validator("notify")
+    @classmethod
+    def _unique_routes(cls, routes: list[str]) -> list[str]:
+        if len(set(routes)) != len(routes):
+            raise ValueError("a sink is named twice in notify")
+        return routes
+
+    @model_validator(mode="after")
+    def _predicate_or_policy(self) -> _EvaluationSpec:
+        if (self.predicate is None) == (self.policy is None):
+            raise ValueError("give exactly one of predicate and policy")
+        if self.policy is not None and self.evaluation != "check":
+            raise ValueError("a policy is a check; drop evaluation: query")
+        return self
+
+
+class CheckSpec(_EvaluationSpec):
+    """A check evaluated once per target each time applying it creates or changes it."""
+
+
+class CeilingsSpec(_Spec):
+    """A schedule's spend ceilings per UTC day over all its runs (docs/fleet.md, spend)."""
+
+    tokens_per_day: int | None = Field(
+        default=None,
+        ge=MIN_CEILING_TOKENS,
+        le=MAX_CEILING_TOKENS,
+        description="Most tokens (prompt + completion) per UTC day.",
+    )
+    cost_per_day_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_CEILING_COST_USD,
+        description="Most US dollars per UTC day (models whose price litellm knows).",
+    )
+
+    @model_validator(mode="after")
+    def _as_ceiling(self) -> CeilingsSpec:
+        if self.tokens_per_day is None and self.cost_per_day_usd is None:
+            raise ValueError("give tokensPerDay, costPerDayUsd or both")
+        self.as_spend()  # the ceiling's own rules (a whole number, finite, one of the two)
+        return self
+
+    def as_spend(self) -> SpendCeiling:
+        return SpendCeiling(tokens=self.tokens_per_day, cost_usd=self.cost_per_day_usd)
+
+    @classmethod
+    def of(cls, ceiling: SpendCeiling) -> CeilingsSpec:
+        return cls(tokens_per_day=ceiling.tokens, cost_per_day_usd=ceiling.cost_usd)
+
+
+class ScheduleSpec(_EvaluationSpec):
+    """A periodic evaluation: exactly one of ``cron`` and ``every``."""
+
+    cron: str | None = Field(
+        default=None, description="Five-field cron expression or @alias, read in timeZone."
+    )
+    every: Duration | None = Field(default=None, description="Fire at this interval instead.")
+    time_zone: str = Field(default="UTC", description="IANA zone the cron expression is read in.")
+    misfire: MisfirePolicy = Field(
+        default="skip",
+        description="After scheduler downtime: skip (only the next future fire) or run_once.",
+    )
+    jitter: Duration | None = Field(
+        default=None,
+        description=f"Spread each fire by up to this (at most {MAX_JITTER_SECONDS:g}s).",
+    )
+    paused: bool = Field(default=False, description="True: stored, but does not fire.")
+    ceilings: CeilingsSpec | None = Field(
+        default=None,
+        description="Spend ceilings per UTC day; none = the fleet's defaults. A day whose "
+        "ceiling is reached skips the schedule's fires until the next UTC day.",
+    )
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, zone: str) -> str:
+        return known_zone(zone)
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, expr: str | None) -> str | None:
+        return valid_cron(expr)
+
+    @field_validator("every", "jitter")
+    @classmethod
+    def _readable(cls, value: str | float | None) -> str | float | None:
+        if value is not None:
+            duration_seconds(value)
+        return value
+
+    @model_validator(mode="after")
+    def _cadence(self) -> ScheduleSpec:
+        if (self.cron is None) == (self.every is None):
+            raise ValueError("a schedule needs exactly one of cron or every")
+        if self.time_zone != "UTC" and self.cron is None:
+            raise ValueError("timeZone applies to cron only; intervals run in real time")
+        return self
+
+
+class _Document(_Spec):
+    api_version: Literal["assay.dev/v1alpha1"] = Field(
+        alias="apiVersion", description="assay.dev/v1alpha1"
+    )
+    metadata: Metadata
+
+
+class CheckDocument(_Document):
+    kind: Literal["Check"]
+    spec: CheckSpec
+
+
+class ScheduleDocument(_Document):
+    kind: Literal["Schedule"]
+    spec: ScheduleSpec
+
+
+Document = Annotated[CheckDocument | ScheduleDocument, Field(discriminator="kind")]
+KINDS: dict[str, type[CheckDocument] | type[ScheduleDocument]] = {
+    "Check": CheckDocument,
+    "Schedule": ScheduleDocument,
+}
+
+
+class CheckDefinition(BaseModel):
+    """A declared check as stored: its spec, labels, and what its last evaluation queued.
+
+    ``check_ids`` / ``runs`` map each target the check was evaluated on (the target's
+    name) to the check id its verdicts are kept under and the run id queued for it the
+    last time applying the check created or changed it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: ObjectName
+    labels: dict[str, str] = Field(default_factory=dict)
+    spec: CheckSpec
+    revision: int = Field(default=1, ge=1, description="Bumped on every change.")
+    created_at: datetime
+    updated_at: datetime
+    check_ids: dict[str, str] = Field(default_factory=dict)
+    runs: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,639 @@
+"""`assay apply` / `assay get` end to end: the CLI in-process against a real redis-server.
+
+What a user relies on: applying files makes the stored checks and schedules what
+they declare; applying them again changes nothing and says so; `get -o yaml` writes
+what apply reads (round trip); `--dry-run` prints a diff and writes nothing;
+`--prune` removes only what this source created; and a bad file is refused whole
+(file, line, field), with nothing applied. The same operation over HTTP is at the end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis as redis_lib
+
+from scheduler.schedules import ScheduleStore
+from schemas.declarative import SOURCE_LABEL
+from tests.cli_support import run_cli as run
+from workers.fleet.check_definitions import CheckDefinitionStore
+from workers.fleet.store import VerdictStore
+
+ROOT = Path(__file__).resolve().parent.parent
+PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
+
+SCHEDULE = f"""\
+apiVersion: assay.dev/v1alpha1
+kind: Schedule
+metadata:
+  name: nightly-replicas
+  labels: {{team: platform}}
+spec:
+  predicate: {PREDICATE}
+  targets:
+    snapshots: ['examples/snapshots/*']
+  cron: "0 2 * * *"
+  timeZone: Europe/Berlin
+  budget: {{timeout: 5m, maxTokens: 50000}}
+"""
+CHECK = f"""\
+apiVersion: assay.dev/v1alpha1
+kind: Check
+metadata:
+  name: prod-replicas
+spec:
+  predicate: {PREDICATE}
+  targets:
+    snapshots: [examples/snapshots/prod-eu, examples/snapshots/dev-ap]
+  profile: smoke
+"""
+INTERVAL = """\
+apiVersion: assay.dev/v1alpha1
+kind: Schedule
+metadata:
+  name: quarter-hourly
+spec:
+  predicate: no pod in namespace prod runs as root
+  targets: {contexts: [prod-eu]}
+  every: 15m
+  probe: only
+"""
+
+
+@pytest.fixture
+def cli_env(redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
+    monkeypatch.setenv("ASSAY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("ASSAY_MODEL", "openai/gpt-4o-mini")
+    monkeypatch.chdir(ROOT)  # the documents name snapshots relative to the checkout
+    return redis_url
+
+
+def _client(url: str) -> redis_lib.Redis:
+    return redis_lib.Redis.from_url(url, decode_responses=True)
+
+
+def schedules(url: str) -> ScheduleStore:
+    return ScheduleStore(_client(url), "assay", 60)
+
+
+def checks(url: str) -> CheckDefinitionStore:
+    return CheckDefinitionStore(_client(url), "assay")
+
+
+def snapshot_of_store(url: str) -> dict[str, str]:
+    """Every key of the store with its value, to prove an apply wrote nothing."""
+    client = _client(url)
+    out = {}
+    for key in sorted(client.keys("*")):
+        kind = client.type(key)
+        if kind == "hash":
+            out[key] = json.dumps(client.hgetall(key), sort_keys=True)
+        elif kind == "zset":
+            out[key] = json.dumps(client.zrange(key, 0, -1, withscores=True))
+        elif kind == "string":
+            out[key] = str(client.get(key))
+        elif kind == "list":
+            out[key] = json.dumps(client.lrange(key, 0, -1))
+        else:
+            out[key] = kind
+    return out
+
+
+def write(folder: Path, **files: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_apply_creates_then_says_nothing_changed(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    folder = write(tmp_path / "checks", **{"a.yaml": SCHEDULE + "---\n" + CHECK, "b.yml": INTERVAL})
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "team-a")
+    assert code == 0, err
+    assert "schedule/nightly-replicas created" in out
+    assert "schedule/quarter-hourly created" in out
+    assert "check/prod-replicas created (2 runs queued)" in out
+
+    nightly = schedules(cli_env).get("nightly-replicas")
+    assert nightly.cron == "0 2 * * *" and nightly.timezone == "Europe/Berlin"
+    assert nightly.budget.timeout_seconds == 300 and nightly.budget.max_tokens == 50000
+    assert nightly.targets.snapshots == [str(ROOT / "examples/snapshots/*")]
+    assert nightly.labels == {"team": "platform", SOURCE_LABEL: "team-a"}
+    assert schedules(cli_env).get("quarter-hourly").interval_seconds == 900
+    definition = checks(cli_env).get("prod-replicas")
+    assert definition is not None and definition.spec.profile == "smoke"
+    # the check was evaluated once per target, under check ids NAME.TARGET
+    assert sorted(definition.check_ids.values()) == [
+        "prod-replicas.snapshot-dev-ap",
+        "prod-replicas.snapshot-prod-eu",
+    ]
+    verdicts = _verdict_store(cli_env)
+    for target, run_id in definition.runs.items():
+        state = verdicts.run_state(run_id)
+        assert state is not None and state.status == "queued", target
+        request = verdicts.run_request(run_id)
+        assert request is not None and request.declared_by == "check/prod-replicas"
+        assert request.profile == "smoke"
+
+    before = snapshot_of_store(cli_env)
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "team-a")
+    assert code == 0
+    assert out.splitlines()[-1] == "no changes: 3 objects unchanged"
+    assert snapshot_of_store(cli_env) == before  # no revision bumped, no run queued
+
+
+def _verdict_store(url: str) -> VerdictStore:
+    from schemas.settings import load_settings
+
+    return VerdictStore.from_settings(load_settings(redis_url=url), _client(url))
+
+
+def test_get_yaml_round_trips_through_apply(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    extra = (
+        "probe: only\n  jitter: 30s\n  misfire: run_once\n  paused: true\n  notify: [ops]\n"
+        "  evaluation: query\n  budget: {maxIterations: 5, maxCostUsd: 0.5, timeout: 90.5}\n"
+        "  ceilings: {tokensPerDay: 250000, costPerDayUsd: 2.5}"
+    )
+    spread = INTERVAL.replace("probe: only", extra)
+    folder = write(tmp_path / "in", **{"all.yaml": "---\n".join([SCHEDULE, CHECK, spread])})
+    assert run(capsys, "apply", "-f", str(folder), "--source", "rt")[0] == 0
+    code, exported_schedules, _ = run(capsys, "get", "schedules", "-o", "yaml")
+    assert code == 0
+    code, exported_checks, _ = run(capsys, "get", "checks", "-o", "yaml")
+    assert code == 0
+    assert "paused: true" in exported_schedules and "jitter: 30s" in exported_schedules
+    assert "timeout: 90.5" in exported_schedules and "evaluation: query" in exported_schedules
+    assert "tokensPerDay: 250000" in exported_schedules
+    spend = schedules(cli_env).get("quarter-hourly").spend
+    assert spend is not None and (spend.tokens, spend.cost_usd) == (250000, 2.5)
+    before = snapshot_of_store(cli_env)
+    exported = write(tmp_path / "out", **{"s.yaml": exported_schedules, "c.yaml": exported_checks})
+    code, out, err = run(capsys, "apply", "-f", str(exported), "--source", "rt")
+    assert code == 0, err
+    assert out.splitlines()[-1] == "no changes: 3 objects unchanged"
+    assert snapshot_of_store(cli_env) == before
+    # and through standard input, as a pipe would give it
+    monkeypatch.setattr("sys.stdin", _Stdin(exported_schedules + "---\n" + exported_checks))
+    code, out, _ = run(capsys, "apply", "-f", "-", "--source", "rt")
+    assert code == 0 and out.splitlines()[-1] == "no changes: 3 objects unchanged"
+    assert snapshot_of_store(cli_env) == before
+
+
+class _Stdin:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def read(self) -> str:
+        return self.text
+
+
+def test_dry_run_prints_a_diff_and_writes_nothing(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    folder = write(tmp_path / "c", **{"s.yaml": SCHEDULE})
+    before = snapshot_of_store(cli_env)
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--dry-run", "--source", "d")
+    assert code == 0
+    assert "schedule/nightly-replicas created (dry run)" in out
+    assert "+++ schedule/nightly-replicas (files)" in out and "+  cron: 0 2 * * *" in out
+    assert "nothing applied" in out
+    assert snapshot_of_store(cli_env) == before
+
+    assert run(capsys, "apply", "-f", str(folder), "--source", "d")[0] == 0
+    write(folder, **{"s.yaml": SCHEDULE.replace('"0 2 * * *"', '"30 3 * * *"')})
+    applied = snapshot_of_store(cli_env)
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--dry-run", "--source", "d")
+    assert code == 0
+    assert "schedule/nightly-replicas configured (dry run)" in out
+    assert "-  cron: 0 2 * * *\n+  cron: 30 3 * * *" in out
+    assert snapshot_of_store(cli_env) == applied
+    assert schedules(cli_env).get("nightly-replicas").cron == "0 2 * * *"
+
+
+def test_a_changed_check_is_evaluated_again_and_a_changed_schedule_retimed(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    folder = write(tmp_path / "c", **{"x.yaml": CHECK + "---\n" + SCHEDULE})
+    assert run(capsys, "apply", "-f", str(folder), "--source", "c")[0] == 0
+    first = checks(cli_env).get("prod-replicas")
+    assert first is not None
+    revision = schedules(cli_env).get("nightly-replicas").revision
+    changed = CHECK.replace("profile: smoke", "profile: fast\n  notify: [ops]")
+    write(folder, **{"x.yaml": changed + "---\n" + SCHEDULE.replace("5m", "10m")})
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "c")
+    assert code == 0
+    assert "check/prod-replicas configured (2 runs queued)" in out
+    assert "schedule/nightly-replicas configured" in out
+    second = checks(cli_env).get("prod-replicas")
+    assert second is not None and second.revision == first.revision + 1
+    assert set(second.runs.values()).isdisjoint(first.runs.values())
+    request = _verdict_store(cli_env).run_request(next(iter(second.runs.values())))
+    assert request is not None and request.notify == ["ops"] and request.profile == "fast"
+    nightly = schedules(cli_env).get("nightly-replicas")
+    assert nightly.budget.timeout_seconds == 600 and nightly.revision == revision + 1
+
+
+def test_prune_deletes_only_what_this_source_created(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    ours = write(tmp_path / "ours", **{"a.yaml": SCHEDULE + "---\n" + CHECK})
+    theirs = write(tmp_path / "theirs", **{"b.yaml": INTERVAL})
+    assert run(capsys, "apply", "-f", str(ours), "--source", "ours")[0] == 0
+    assert run(capsys, "apply", "-f", str(theirs), "--source", "theirs")[0] == 0
+    code, _, err = run(
+        capsys, "schedule", "add", "by-hand", PREDICATE, "--every", "1h", "--context", "prod-eu"
+    )
+    assert code == 0, err
+
+    write(ours, **{"a.yaml": CHECK})  # the schedule left the files
+    code, out, _ = run(capsys, "apply", "-f", str(ours), "--source", "ours")
+    assert code == 0 and "pruned" not in out  # without --prune nothing is deleted
+    assert schedules(cli_env).get("nightly-replicas")
+
+    code, out, _ = run(capsys, "apply", "-f", str(ours), "--source", "ours", "--prune", "--dry-run")
+    assert code == 0 and "schedule/nightly-replicas pruned (dry run)" in out
+    assert schedules(cli_env).get("nightly-replicas")
+
+    code, out, _ = run(capsys, "apply", "-f", str(ours), "--source", "ours", "--prune")
+    assert code == 0
+    assert "schedule/nightly-replicas pruned" in out
+    assert "check/prod-replicas unchanged" in out
+    names = {s.name for s in schedules(cli_env).all()}
+    assert names == {"quarter-hourly", "by-hand"}  # another source's and the hand-made one
+    assert checks(cli_env).get("prod-replicas") is not None
+
+    write(ours, **{"a.yaml": "# everything moved elsewhere\n"})
+    code, out, _ = run(capsys, "apply", "-f", str(ours), "--source", "ours", "--prune")
+    assert code == 0 and "check/prod-replicas pruned" in out
+    assert checks(cli_env).all() == []
+    assert {s.name for s in schedules(cli_env).all()} == {"quarter-hourly", "by-hand"}
+
+
+def test_a_hand_made_schedule_is_changed_by_apply_but_never_pruned(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    code, _, _ = run(
+        capsys, "schedule", "add", "quarter-hourly", "x", "--every", "1h", "--context", "prod-eu"
+    )
+    assert code == 0
+    folder = write(tmp_path / "f", **{"i.yaml": INTERVAL})
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "f")
+    assert code == 0 and "schedule/quarter-hourly configured" in out
+    adopted = schedules(cli_env).get("quarter-hourly")
+    assert adopted.interval_seconds == 900 and SOURCE_LABEL not in adopted.labels
+    write(folder, **{"i.yaml": "# empty\n"})
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "f", "--prune")
+    assert code == 0 and "pruned" not in out
+    assert schedules(cli_env).get("quarter-hourly")
+
+
+GOOD = CHECK.replace("name: prod-replicas", "name: good-check")
+BAD_FILES = [
+    # (case, the bad document's text, the line reported, the field, words of the reason)
+    ("yaml", "kind: Schedule\nspec: [unclosed\n", 3, "", "not valid YAML"),
+    ("kind", INTERVAL.replace("kind: Schedule", "kind: CronJob"), 2, "kind", "Check or Schedule"),
+    (
+        "version",
+        INTERVAL.replace("assay.dev/v1alpha1", "assay.dev/v2"),
+        1,
+        "apiVersion",
+        "v1alpha1",
+    ),
+    ("field", INTERVAL.replace("every: 15m", "every: 15m\n  evry: 1h"), 9, "spec.evry", "Extra"),
+    ("name", INTERVAL.replace("quarter-hourly", "quarter hourly"), 4, "metadata.name", "pattern"),
+    ("cron", SCHEDULE.replace("0 2 * * *", "61 * * * *"), 10, "spec.cron", "invalid cron"),
+    ("zone", SCHEDULE.replace("Europe/Berlin", "Mars/Base"), 11, "spec.timeZone", "unknown time"),
+    (
+        "cadence",
+        INTERVAL.replace("every: 15m", 'every: 15m\n  cron: "@daily"'),
+        5,
+        "spec",
+        "exactly one of cron or every",
+    ),
+    ("floor", INTERVAL.replace("15m", "10s"), 8, "spec.every", "under the minimum"),
+    ("duration", INTERVAL.replace("15m", "soon"), 8, "spec.every", "cannot read duration"),
+    (
+        "targets",
+        INTERVAL.replace("{contexts: [prod-eu]}", "{contexts: [a], snapshots: [b]}"),
+        7,
+        "spec.targets",
+        "exactly one kind",
+    ),
+    (
+        "outside",
+        CHECK.replace("[examples/snapshots/prod-eu, examples/snapshots/dev-ap]", "[/etc]"),
+        8,
+        "spec.targets.snapshots[0]",
+        "outside",
+    ),
+    (
+        "no match",
+        SCHEDULE.replace("examples/snapshots/*", "examples/snapshot/*"),
+        9,
+        "spec.targets.snapshots[0]",
+        "matches no snapshot",
+    ),
+    (
+        "probe",
+        INTERVAL.replace("probe: only", "probe: sometimes"),
+        9,
+        "spec.probe",
+        "'auto', 'off' or 'only'",
+    ),
+    (
+        "policy name",
+        CHECK.replace(f"predicate: {PREDICATE}", "policy: {name: never-imported}"),
+        6,
+        "spec.policy.name",
+        "no imported policy is named 'never-imported'",
+    ),
+    (
+        "policy file",
+        CHECK.replace(f"predicate: {PREDICATE}", "policy: {file: no-such-policy.yaml}"),
+        6,
+        "spec.policy.file",
+        "cannot read",
+    ),
+    (
+        "policy refused",
+        CHECK.replace(f"predicate: {PREDICATE}", "policy: {file: 1-good.yaml}"),
+        6,
+        "spec.policy.file",
+        "cannot be imported",
+    ),
+    (
+        "both",
+        CHECK.replace("profile: smoke", "policy: {name: x}"),
+        5,
+        "spec",
+        "exactly one of predicate and policy",
+    ),
+    (
+        "ceilings",
+        INTERVAL.replace("probe: only", "ceilings: {tokensPerDay: 10}"),
+        9,
+        "spec.ceilings.tokensPerDay",
+        "greater than or equal to 1000",
+    ),
+    (
+        "no ceiling",
+        INTERVAL.replace("probe: only", "ceilings: {}"),
+        9,
+        "spec.ceilings",
+        "tokensPerDay, costPerDayUsd or both",
+    ),
+    (
+        "sink",
+        INTERVAL.replace("probe: only", "notify: [pagr]"),
+        9,
+        "spec.notify[0]",
+        "no sink named 'pagr'",
+    ),
+    ("model", INTERVAL.replace("probe: only", "model: nonsense-model"), 9, "spec.model", "litellm"),
+    (
+        "label",
+        INTERVAL.replace("name: quarter-hourly", "name: quarter-hourly\n  labels: {team: a b}"),
+        5,
+        "metadata.labels.team",
+        "pattern",
+    ),
+    ("duplicate", GOOD, 4, "metadata.name", "also defined"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "bad", "line", "field", "reason"), BAD_FILES, ids=[c[0] for c in BAD_FILES]
+)
+def test_a_bad_file_is_refused_whole_with_file_line_and_field(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    bad: str,
+    line: int,
+    field: str,
+    reason: str,
+) -> None:
+    monkeypatch.setenv(
+        "ASSAY_NOTIFY_SINKS", json.dumps({"ops": {"type": "webhook", "url": "http://127.0.0.1:9/"}})
+    )
+    good = write(tmp_path / "files", **{"1-good.yaml": GOOD})
+    bad_file = good / "2-bad.yaml"
+    bad_file.write_text(bad)
+    before = snapshot_of_store(cli_env)
+    code, out, err = run(capsys, "apply", "-f", str(good), "--source", "s")
+    assert code == 64, (out, err)
+    first = err.splitlines()[0]
+    where = f"{bad_file}:{line}: "
+    assert first.startswith(f"assay: error: {where}{field + ': ' if field else ''}"), first
+    assert reason in first, first
+    assert "nothing applied" in err
+    assert out == ""
+    assert snapshot_of_store(cli_env) == before  # not even the good documents
+
+
+def test_every_problem_of_every_file_is_listed(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    folder = write(
+        tmp_path / "f",
+        **{
+            "a.yaml": INTERVAL.replace("15m", "soon"),
+            "b.yaml": SCHEDULE.replace("Europe/Berlin", "Mars/Base"),
+        },
+    )
+    code, _, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 64
+    assert f"{folder / 'a.yaml'}:8: spec.every" in err
+    assert f"{folder / 'b.yaml'}:11: spec.timeZone" in err
+    assert "fix the 2 problems above" in err
+
+
+def test_another_sources_object_is_refused(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    folder = write(tmp_path / "f", **{"a.yaml": INTERVAL})
+    assert run(capsys, "apply", "-f", str(folder), "--source", "one")[0] == 0
+    before = snapshot_of_store(cli_env)
+    code, _, err = run(capsys, "apply", "-f", str(folder), "--source", "two")
+    assert code == 64
+    assert "created from source 'one'" in err and ":4: metadata.name:" in err
+    assert snapshot_of_store(cli_env) == before
+
+
+def test_source_and_paths_are_checked_before_anything(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "apply", "-f", str(tmp_path / "missing.yaml"))
+    assert code == 64 and "no such file or folder" in err
+    code, _, err = run(capsys, "apply", "-f", str(tmp_path), "--source", "has/slash")
+    assert code == 64 and "cannot be a label value" in err
+    write(tmp_path / "a", **{"x.yaml": INTERVAL})
+    write(tmp_path / "b", **{"y.yaml": CHECK})
+    code, _, err = run(capsys, "apply", "-f", str(tmp_path / "a"), "-f", str(tmp_path / "b"))
+    assert code == 64 and "--source" in err
+
+
+def test_a_configmap_folder_is_read_once(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    # a ConfigMap volume: the files are links into a hidden ..data folder
+    mount = tmp_path / "mount"
+    data = write(mount / "..2026_01_01_00_00_00.000", **{"checks.yaml": INTERVAL})
+    (mount / "..data").symlink_to(data.name)
+    (mount / "checks.yaml").symlink_to("..data/checks.yaml")
+    code, out, err = run(capsys, "apply", "-f", str(mount), "--source", "cm")
+    assert code == 0, err
+    assert out.splitlines()[0] == "schedule/quarter-hourly created"
+
+
+def test_the_documents_schema_is_what_the_files_are_checked_against() -> None:
+    import jsonschema
+    import yaml
+
+    schema = json.loads((ROOT / "schemas/json/apply_document.schema.json").read_text())
+    for text in (SCHEDULE, CHECK, INTERVAL):
+        jsonschema.validate(yaml.safe_load(text), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(yaml.safe_load(INTERVAL.replace("every", "evry")), schema)
+
+
+# --- imported admission policies as checks ------------------------------------------------------
+
+POLICY_SCHEDULE = """\
+apiVersion: assay.dev/v1alpha1
+kind: Schedule
+metadata:
+  name: non-root
+spec:
+  policy: {file: policies/run-as-non-root.yaml}
+  targets: {contexts: [prod-eu]}
+  every: 1h
+"""
+POLICY_SET_CHECK = """\
+apiVersion: assay.dev/v1alpha1
+kind: Check
+metadata:
+  name: baseline
+spec:
+  policy: {file: policies/baseline.yaml, set: baseline}
+  targets: {snapshots: [examples/snapshots/prod-eu]}
+"""
+
+
+def test_a_policy_file_is_imported_and_its_check_round_trips(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    from workers.fleet.policy_store import PolicyStore
+
+    policies = ROOT / "examples" / "policies"
+    folder = write(tmp_path / "repo", **{"s.yaml": POLICY_SCHEDULE, "c.yaml": POLICY_SET_CHECK})
+    write(
+        folder / "policies",
+        **{
+            "run-as-non-root.yaml": (policies / "kyverno-run-as-non-root.yaml").read_text(),
+            "baseline.yaml": (policies / "vap-trusted-registries.yaml").read_text()
+            + "\n---\n"
+            + (policies / "gatekeeper-required-labels.yaml").read_text(),
+        },
+    )
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "pol")
+    assert code == 0, err
+    assert "schedule/non-root created" in out and "check/baseline created (1 run queued)" in out
+    store = PolicyStore(_client(cli_env), prefix="assay")
+    assert store.get("run-as-non-root") is not None
+    assert store.set_members("baseline") == ["prod-workloads-labelled", "trusted-registries"]
+    assert schedules(cli_env).get("non-root").predicate == "policy:run-as-non-root"
+    definition = checks(cli_env).get("baseline")
+    assert definition is not None
+    request = _verdict_store(cli_env).run_request(next(iter(definition.runs.values())))
+    assert request is not None and request.text == "policy-set:baseline"
+
+    before = snapshot_of_store(cli_env)
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "pol")
+    assert code == 0 and out.splitlines()[-1] == "no changes: 2 objects unchanged"
+    assert snapshot_of_store(cli_env) == before  # not even a re-import
+
+    code, exported, _ = run(capsys, "get", "schedules", "-o", "yaml")
+    assert "policy:\n    name: run-as-non-root" in exported and "predicate" not in exported
+    code, exported_checks, _ = run(capsys, "get", "checks", "-o", "yaml")
+    assert "policy:\n    set: baseline" in exported_checks
+    back = write(tmp_path / "back", **{"s.yaml": exported, "c.yaml": exported_checks})
+    code, out, _ = run(capsys, "apply", "-f", str(back), "--source", "pol")
+    assert code == 0 and out.splitlines()[-1] == "no changes: 2 objects unchanged"
+    assert snapshot_of_store(cli_env) == before
+
+    # the policy changes in git, the schedule document does not: apply re-imports it
+    text = (folder / "policies" / "run-as-non-root.yaml").read_text()
+    edited = text.replace("'runs as root (runAsUser 0): '", "'root: '", 1)
+    assert edited != text
+    (folder / "policies" / "run-as-non-root.yaml").write_text(edited)
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "pol", "--dry-run")
+    assert code == 0 and "schedule/non-root configured (dry run)" in out
+    assert "# policy run-as-non-root: imported from the files" in out
+
+
+# --- the same over HTTP --------------------------------------------------------------------------
+
+
+def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from assay.api import create_app
+    from schemas.settings import load_settings
+    from workers.core.logs import configure_logging
+
+    token = "apply-test-token-0123456789"
+    settings = load_settings(
+        redis_url=redis_url,
+        api_tokens={token: "write"},
+        model="openai/gpt-4o-mini",
+        snapshot_roots=[str(ROOT)],
+    )
+    configure_logging(settings)  # the API logs to this test's stderr, not an earlier one's
+    headers = {"Authorization": f"Bearer {token}"}
+    text = SCHEDULE.replace("examples/snapshots/*", str(ROOT / "examples/snapshots/*"))
+    with TestClient(create_app(settings)) as api:
+        bad = api.post(
+            "/v1/apply",
+            json={"source": "api", "yaml": text + "---\n" + INTERVAL.replace("15m", "soon")},
+            headers=headers,
+        )
+        assert bad.status_code == 422, bad.text
+        body = bad.json()["error"]
+        assert body["code"] == "invalid_documents"
+        assert body["details"] == [
+            {"file": "yaml", "line": 21, "field": "spec.every", "msg": body["details"][0]["msg"]}
+        ]
+        assert api.get("/v1/documents/schedules", headers=headers).json() == {"documents": []}
+
+        dry = api.post(
+            "/v1/apply", json={"source": "api", "yaml": text, "dry_run": True}, headers=headers
+        ).json()
+        assert dry["changes"][0]["action"] == "created" and dry["changes"][0]["diff"]
+        assert api.get("/v1/documents/schedules", headers=headers).json() == {"documents": []}
+
+        done = api.post("/v1/apply", json={"source": "api", "yaml": text}, headers=headers).json()
+        assert done["changed"] is True
+        documents = api.get("/v1/documents/schedules", headers=headers).json()["documents"]
+        assert [d["metadata"]["name"] for d in documents] == ["nightly-replicas"]
+        again = api.post(
+            "/v1/apply", json={"source": "api", "documents": documents}, headers=headers
+        ).json()
+        assert again["changed"] is False and again["summary"] == "no changes: 1 object unchanged"
+
+        kubeconfig = INTERVAL.replace("{contexts: [prod-eu]}", "{contexts: [a], kubeconfig: /x}")
+        refused = api.post("/v1/apply", json={"source": "api", "yaml": kubeconfig}, headers=headers)
+        assert refused.status_code == 422
+        assert refused.json()["error"]["code"] == "kubeconfig_not_allowed"

@@ -1,0 +1,213 @@
+"""The policyreport sink writes reports into each target cluster with credentials of its own.
+
+The cluster is the project's test API server with report writes turned on: it takes
+server-side apply and DELETE of the report kinds only, and only with the writer's
+token, which may read nothing; the readers' token still cannot write. The notifier
+runs in-process on a real redis-server; verdicts are recorded through the store.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assay.testing.fake_apiserver import FakeApiServer
+from assay.testing.fake_cluster import FakeCluster
+from tests.alerting_support import notifier_running, settings_for
+from tests.live_support import write_cluster
+from tests.report_support import later, probe_outcome, record, validate_report
+from workers.core.logs import configure_logging
+from workers.fleet.store import VerdictStore
+
+REPLICAS = "every Deployment has at least 2 ready replicas"
+WG = "/apis/wgpolicyk8s.io/v1alpha2"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[FakeApiServer]:
+    east = write_cluster(tmp_path, "east", ready=3)
+    west = write_cluster(tmp_path, "west", ready=0)
+    clusters = [FakeCluster.from_snapshot(east), FakeCluster.from_snapshot(west)]
+    with FakeApiServer(clusters, report_writes=True) as running:
+        yield running
+
+
+def call(
+    server: FakeApiServer,
+    path: str,
+    *,
+    method: str,
+    token: str,
+    body: Any = None,
+    apply: bool = True,
+) -> int:
+    request = urllib.request.Request(server.cluster_url("east") + path, method=method)
+    request.add_header("Authorization", f"Bearer {token}")
+    if body is not None:
+        request.data = json.dumps(body).encode()
+        kind = "application/apply-patch+yaml" if apply else "application/merge-patch+json"
+        request.add_header("Content-Type", kind)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+READER, WRITER = "assay-test-token-east", "assay-test-report-writer-east"
+REPORT = {
+    "apiVersion": "wgpolicyk8s.io/v1alpha2",
+    "kind": "PolicyReport",
+    "metadata": {"name": "assay-checks", "namespace": "prod"},
+}
+REPORT_PATH = f"{WG}/namespaces/prod/policyreports/assay-checks?fieldManager=assay"
+
+
+def test_the_test_server_takes_report_writes_from_the_writer_only(server: FakeApiServer) -> None:
+    assert call(server, REPORT_PATH, method="PATCH", token=READER, body=REPORT) == 403
+    assert call(server, "/api/v1/namespaces/prod/pods", method="GET", token=WRITER) == 403
+    assert call(server, f"{WG}/clusterpolicyreports/x", method="GET", token=WRITER) == 403
+    deployment = "/apis/apps/v1/namespaces/prod/deployments/web?fieldManager=assay"
+    assert call(server, deployment, method="PATCH", token=WRITER, body=REPORT) == 405
+    assert call(server, REPORT_PATH, method="PUT", token=WRITER, body=REPORT) == 405
+    assert call(server, REPORT_PATH, method="PATCH", token=WRITER, body=REPORT, apply=False) == 415
+    assert server.reports == {}
+    assert call(server, REPORT_PATH, method="PATCH", token=WRITER, body=REPORT) == 200
+    assert server.reports[("east", "wgpolicyk8s.io", "policyreports", "prod", "assay-checks")]
+    assert call(server, REPORT_PATH, method="DELETE", token=WRITER) == 200
+    assert call(server, REPORT_PATH, method="DELETE", token=WRITER) == 404
+    assert server.reports == {}
+
+
+def test_without_report_writes_every_write_is_still_refused(tmp_path: Path) -> None:
+    cluster = FakeCluster.from_snapshot(write_cluster(tmp_path, "east", ready=3))
+    with FakeApiServer([cluster]) as plain:
+        assert call(plain, REPORT_PATH, method="PATCH", token=WRITER, body=REPORT) == 405
+        assert call(plain, REPORT_PATH, method="PATCH", token=READER, body=REPORT) == 405
+        assert plain.reports == {}
+
+
+def reports_of(server: FakeApiServer, cluster: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (plural, namespace): body
+        for (name, _group, plural, namespace, _n), body in dict(server.reports).items()
+        if name == cluster
+    }
+
+
+def wait_for(condition: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_sink_keeps_each_clusters_reports_up_to_date(
+    server: FakeApiServer, redis_url: str, tmp_path: Path
+) -> None:
+    readers = server.write_kubeconfig(tmp_path / "readers.yaml")
+    writer = server.write_kubeconfig(tmp_path / "writer.yaml", writer=True)
+    settings = settings_for(
+        redis_url,
+        {"reports": {"type": "policyreport", "kubeconfig": str(writer), "resync_seconds": 3600}},
+        kubeconfig=str(readers),  # the evaluations' credentials: the sink must not use them
+    )
+    configure_logging(settings)  # to this test's stderr, not a closed one of an earlier test
+    store = VerdictStore.from_settings(settings)
+    deployments = [("Deployment", "api", "prod"), ("Deployment", "worker", "shop")]
+    record(
+        store,
+        REPLICAS,
+        "false",
+        context="east",
+        check_id="replicas.east",
+        outcome=probe_outcome(deployments, [("Deployment", "worker", "shop")]),
+    )
+    record(store, "every Node is Ready", "true", context="west", check_id="nodes.west")
+    record(store, "no pod runs as root", "true", context="snapshot:offline")  # no cluster
+    server.clear_requests()
+
+    with notifier_running(settings):
+        # first verdicts are not changes: the start-up resync writes them
+        wait_for(lambda: len(server.reports) == 3, "the first reports")
+        east = reports_of(server, "east")
+        assert set(east) == {("policyreports", "prod"), ("policyreports", "shop")}
+        shop = east[("policyreports", "shop")]
+        assert [r["result"] for r in shop["results"]] == ["fail"]
+        assert set(reports_of(server, "west")) == {("clusterpolicyreports", "")}
+        for body in server.reports.values():
+            validate_report(body)
+
+        # the check turns true and its objects are all in prod now: prod is rewritten,
+        # shop's report (no results left) is deleted
+        record(
+            store,
+            REPLICAS,
+            "true",
+            context="east",
+            check_id="replicas.east",
+            outcome=probe_outcome(
+                [("Deployment", "api", "prod"), ("Deployment", "web", "prod")], []
+            ),
+            at=later(5),
+        )
+        wait_for(
+            lambda: ("policyreports", "shop") not in reports_of(server, "east"),
+            "shop's report to go",
+        )
+        prod = reports_of(server, "east")[("policyreports", "prod")]
+        assert sorted(r["result"] for r in prod["results"]) == ["pass", "pass"]
+        assert prod["summary"]["pass"] == 2 and prod["summary"]["fail"] == 0
+        validate_report(prod)
+
+    # every request the sink made carried the writer's token and was a write; the
+    # readers' token was never used, and the writer never read
+    made = list(server.requests)
+    assert made, "the sink wrote nothing"
+    assert all(r.writer and not r.authorized for r in made), [r.url for r in made if not r.writer]
+    assert {r.method for r in made} == {"PATCH", "DELETE"}
+    assert all(r.path.split("/apis/")[1].split("/")[0] == "wgpolicyk8s.io" for r in made)
+
+
+def test_a_sink_given_the_readers_credentials_cannot_write(
+    server: FakeApiServer, redis_url: str, tmp_path: Path
+) -> None:
+    from notifier.policy_report_writer import ReportWriter
+    from notifier.sinks import DeliveryError
+    from schemas.notify import PolicyReportSink
+
+    readers = server.write_kubeconfig(tmp_path / "readers.yaml")
+    writer = ReportWriter(PolicyReportSink(type="policyreport", kubeconfig=str(readers)))
+    document = {**REPORT, "summary": {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}}
+    with pytest.raises(DeliveryError) as refused:
+        writer.apply("east", document)
+    assert refused.value.status == 403 and not refused.value.retryable
+    assert server.reports == {}
+    with pytest.raises(DeliveryError, match="writes PolicyReport and ClusterPolicyReport only"):
+        writer.apply("east", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})
+
+
+def test_which_cluster_each_target_is_written_to() -> None:
+    from notifier.policy_report_writer import ReportWriter
+    from schemas.notify import PolicyReportSink
+
+    in_cluster = ReportWriter(PolicyReportSink(type="policyreport"))
+    assert in_cluster.context_for("in-cluster") == "in-cluster"
+    assert in_cluster.context_for("prod-eu") is None  # no kubeconfig: nothing else
+    remote = ReportWriter(
+        PolicyReportSink(
+            type="policyreport", kubeconfig="/k", contexts={"snapshot:prod-eu": "prod-eu-w"}
+        )
+    )
+    assert remote.context_for("prod-eu") == "prod-eu"
+    assert remote.context_for("snapshot:staging-us") is None  # a folder, no cluster
+    assert remote.context_for("snapshot:prod-eu") == "prod-eu-w"

@@ -1,0 +1,308 @@
+"""`assay report --format policyreport|junit` and `--format junit` of check and batch.
+
+Reports are built from verdicts recorded through the store's own path (a real
+redis-server), printed by the real CLI, and every document is validated against the
+schema the tests hold for its API (tests/fixtures/report-schemas), every JUnit
+document against tests/fixtures/junit.xsd.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from schemas.settings import load_settings
+from schemas.verdict import VerdictKind
+from tests.cli_support import run_cli as run
+from tests.report_support import (
+    AT,
+    probe_outcome,
+    record,
+    validate_junit,
+    validate_report,
+)
+from workers.fleet.store import VerdictStore
+
+REPLICAS = "every Deployment in namespace prod has at least 2 ready replicas"
+NODES = "every Node is Ready"
+ROOT_PODS = "no pod runs as root"
+VAGUE = "the cluster is fine"
+QUESTION = "which pods restart most?"
+
+
+@pytest.fixture
+def store(redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> VerdictStore:
+    monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
+    monkeypatch.setenv("ASSAY_DATA_DIR", str(tmp_path / "data"))
+    return VerdictStore.from_settings(load_settings(redis_url=redis_url))
+
+
+def fleet_of_verdicts(store: VerdictStore) -> None:
+    """Two targets: a probe over objects in two namespaces, a cluster-scoped probe, a model
+    verdict, a cannot_determine, a poorly_posed, and a query (which reports leave out)."""
+    deployments = [
+        ("Deployment", "api", "prod"),
+        ("Deployment", "web", "prod"),
+        ("Deployment", "worker", "shop"),
+    ]
+    record(
+        store,
+        REPLICAS,
+        "false",
+        check_id="replicas.prod-eu",
+        declared_by="schedule/replicas",
+        outcome=probe_outcome(deployments, [("Deployment", "web", "prod")]),
+        explanation="Deployment prod/web has 1 of 2 replicas ready.",
+    )
+    record(
+        store,
+        NODES,
+        "true",
+        check_id="nodes",
+        declared_by="check/nodes",
+        outcome=probe_outcome([("Node", "n1", None), ("Node", "n2", None)], []),
+    )
+    record(store, ROOT_PODS, "true", explanation="no container runs as uid 0")
+    record(store, "the cert is Ready", "cannot_determine", reason="deadline: 300 s passed")
+    record(store, VAGUE, "poorly_posed", explanation="'fine' is not cluster state")
+    record(store, QUESTION, "true", kind="query")
+    record(store, REPLICAS, "true", context="staging-us", check_id="replicas.staging-us")
+
+
+def by_kind(documents: list[dict[str, Any]]) -> dict[tuple[str, str | None], dict[str, Any]]:
+    return {(d["kind"], d["metadata"].get("namespace")): d for d in documents}
+
+
+def test_policy_reports_per_target_and_namespace_validate_and_say_what_happened(
+    capsys: pytest.CaptureFixture[str], store: VerdictStore
+) -> None:
+    fleet_of_verdicts(store)
+    code, out, err = run(capsys, "report", "--target", "prod-eu")
+    assert code == 0, err
+    documents = list(yaml.safe_load_all(out))
+    for document in documents:
+        validate_report(document)
+    reports = by_kind(documents)
+    # shop's only Deployment comes after the first failure: not judged, so no shop report
+    assert set(reports) == {("ClusterPolicyReport", None), ("PolicyReport", "prod")}
+    assert all(d["apiVersion"] == "wgpolicyk8s.io/v1alpha2" for d in documents)
+    assert all(d["metadata"]["annotations"]["assay.dev/target"] == "prod-eu" for d in documents)
+
+    # one result per object the probe judged: api passed, web failed, worker (after the
+    # first failure) was not judged and is left out
+    prod = reports[("PolicyReport", "prod")]
+    judged = {r["resources"][0]["name"]: r["result"] for r in prod["results"]}
+    assert judged == {"api": "pass", "web": "fail"}
+    web = next(r for r in prod["results"] if r["resources"][0]["name"] == "web")
+    assert web["policy"] == "replicas" and web["rule"] == "replicas.prod-eu"
+    assert web["message"] == "Deployment prod/web has 1 of 2 replicas ready."
+    assert web["resources"] == [{"kind": "Deployment", "name": "web", "namespace": "prod"}]
+    assert web["timestamp"] == {"seconds": int(AT.timestamp()), "nanos": 250_000_000}
+    assert web["properties"]["predicate"] == REPLICAS
+    assert web["properties"]["source"] == "probe"
+    assert web["properties"]["evidence.0"] == "step 0 get kind=Deployment namespace=prod: api   1/2"
+    assert prod["summary"] == {"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0}
+
+    cluster = reports[("ClusterPolicyReport", None)]
+    results = {
+        (r["policy"], r.get("resources", [{}])[0].get("name")): r for r in cluster["results"]
+    }
+    assert results[("nodes", "n1")]["result"] == "pass"
+    assert results[("nodes", "n2")]["result"] == "pass"
+    model_only = {
+        r["properties"]["predicate"]: r for r in cluster["results"] if "resources" not in r
+    }
+    assert model_only[ROOT_PODS]["result"] == "pass"
+    assert model_only["the cert is Ready"]["result"] == "error"
+    assert model_only["the cert is Ready"]["properties"]["reason"] == "deadline: 300 s passed"
+    assert model_only[VAGUE]["result"] == "skip"
+    assert QUESTION not in model_only  # a query has no pass or fail
+    assert model_only[ROOT_PODS]["policy"].startswith("chk-")  # undeclared: its check id
+
+
+def test_every_target_and_the_openreports_api(
+    capsys: pytest.CaptureFixture[str], store: VerdictStore
+) -> None:
+    fleet_of_verdicts(store)
+    code, out, _ = run(capsys, "report", "--format", "policyreport", "--openreports")
+    assert code == 0
+    documents = list(yaml.safe_load_all(out))
+    for document in documents:
+        validate_report(document, "openreports")
+        assert document["source"] == "assay"
+    targets = {d["metadata"]["annotations"]["assay.dev/target"] for d in documents}
+    assert targets == {"prod-eu", "staging-us"}
+    kinds = {d["kind"] for d in documents}
+    assert kinds == {"Report", "ClusterReport"}
+
+
+def test_the_report_schema_catches_what_a_cluster_would_refuse(store: VerdictStore) -> None:
+    import jsonschema
+
+    from notifier.policy_reports import documents, gather
+
+    fleet_of_verdicts(store)
+    (cluster, *_rest) = documents(gather(store, "prod-eu"), "prod-eu")
+    validate_report(cluster)
+    for broken in (
+        {**cluster, "results": [{**cluster["results"][0], "result": "true"}]},
+        {**cluster, "results": [{**cluster["results"][0], "timestamp": "2026-01-01"}]},
+        {**cluster, "results": [{**cluster["results"][0], "properties": {"n": 1}}]},
+        {**cluster, "results": [{k: v for k, v in cluster["results"][0].items() if k != "policy"}]},
+        {**cluster, "metadata": {**cluster["metadata"], "namespace": "prod"}},
+        {**cluster, "summary": {**cluster["summary"], "passed": 1}},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            validate_report(broken)
+
+
+def test_report_for_an_unknown_target_and_bad_flags(
+    capsys: pytest.CaptureFixture[str], store: VerdictStore
+) -> None:
+    fleet_of_verdicts(store)
+    code, _, err = run(capsys, "report", "--target", "nowhere")
+    assert code == 66 and "no check has a verdict on target 'nowhere'" in err
+    code, _, err = run(capsys, "report", "--format", "sarif")
+    assert code == 64 and "policyreport or junit" in err
+    code, _, err = run(capsys, "report", "--format", "junit", "--openreports")
+    assert code == 64
+
+
+# --- JUnit --------------------------------------------------------------------------------------
+
+
+def test_report_as_junit_one_case_per_check_and_target(
+    capsys: pytest.CaptureFixture[str], store: VerdictStore
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    fleet_of_verdicts(store)
+    code, out, err = run(capsys, "report", "--format", "junit")
+    assert code == 0, err
+    validate_junit(out)
+    root = ET.fromstring(out)
+    (suite,) = root.findall("testsuite")
+    cases = {
+        (c.get("classname"), c.get("name", "").split(": ", 1)[1]): c
+        for c in suite.findall("testcase")
+    }
+    assert len(cases) == 6  # the query is not a test case
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "1", "2")
+    failed = cases[("assay.prod-eu", REPLICAS)]
+    failure = failed.find("failure")
+    assert failure is not None and failure.get("type") == "false"
+    assert failure.get("message") == "Deployment prod/web has 1 of 2 replicas ready."
+    out_text = failed.findtext("system-out") or ""
+    assert "evidence:" in out_text and "step 0 get kind=Deployment namespace=prod" in out_text
+    assert "api   1/2" in out_text
+    cert = cases[("assay.prod-eu", "the cert is Ready")].find("error")
+    assert cert is not None and cert.get("type") == "cannot_determine"
+    assert cert.get("message") == "deadline: 300 s passed"
+    vague = cases[("assay.prod-eu", VAGUE)].find("error")
+    assert vague is not None and vague.get("type") == "poorly_posed"
+    passed = cases[("assay.staging-us", REPLICAS)]
+    assert passed.find("failure") is None and passed.find("error") is None
+    assert failed.get("name", "").startswith("replicas: ")  # the declared name
+
+
+def test_junit_text_is_clean_xml_whatever_the_model_wrote(store: VerdictStore) -> None:
+    from assay import junit
+
+    fleet_of_verdicts(store)
+    verdict = store.latest_verdict("nodes")
+    assert verdict is not None
+    hostile = verdict.model_copy(
+        update={
+            "explanation": "ok\x00\x1b[31m <b>&amp; ]]> \ud800",
+            "verdict": VerdictKind.FALSE,
+            "exit_code": 1,
+        }
+    )
+    text = junit.render([junit.case_of(hostile, "p\x07")])
+    validate_junit(text)
+    assert "\x00" not in text and "\x1b" not in text
+
+
+def test_the_xsd_refuses_what_ci_would_not_read() -> None:
+    import xmlschema
+
+    good = (
+        '<testsuites><testsuite name="s" tests="1"><testcase name="c">'
+        '<failure message="m" type="false">t</failure></testcase></testsuite></testsuites>'
+    )
+    validate_junit(good)
+    for bad in (
+        good.replace('tests="1"', 'tests="one"'),
+        good.replace('<testcase name="c">', "<testcase>"),
+        good.replace("</failure>", "</failure><error/>"),
+        good.replace("testsuites>", "suites>"),
+    ):
+        with pytest.raises(xmlschema.XMLSchemaValidationError):
+            validate_junit(bad)
+
+
+def test_check_prints_junit_and_keeps_its_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    import xml.etree.ElementTree as ET
+
+    code, out, err = run(
+        capsys,
+        "check",
+        "--scripted",
+        "examples/scripts/demo.yaml",
+        "--snapshot",
+        "examples/snapshots/staging-us",
+        REPLICAS,
+        "--format",
+        "junit",
+    )
+    assert code == 1, err
+    validate_junit(out)
+    case = ET.fromstring(out).find("testsuite/testcase")
+    assert case is not None and case.get("classname") == "assay.snapshot:staging-us"
+    assert case.find("failure") is not None
+    code, _, err = run(
+        capsys, "check", "--snapshot", "examples/snapshots/prod-eu", REPLICAS, "--format", "xml"
+    )
+    assert code == 64 and "--format" in err
+
+
+def test_batch_results_as_junit(capsys: pytest.CaptureFixture[str], store: VerdictStore) -> None:
+    import xml.etree.ElementTree as ET
+
+    from tests.fleet_support import finished_report
+
+    code, out, err = run(capsys, "batch", REPLICAS, "--snapshots", "examples/snapshots/*")
+    assert code == 0, err
+    batch_id = out.strip()
+    outcomes = {"prod-eu": "true", "staging-us": "false"}  # dev-ap stays pending
+    for result in store.batch_results(batch_id):
+        request = store.run_request(result.run_id)
+        assert request is not None
+        name = request.target.name.removeprefix("snapshot:")
+        if name in outcomes:  # as a worker would record it
+            store.begin_delivery(request)
+            assert store.record_verdict(finished_report(request, outcomes[name]))
+    code, out, err = run(capsys, "batch", "results", batch_id, "--format", "junit")
+    assert code == 75, err  # still running: one target has no verdict yet
+    validate_junit(out)
+    suite = ET.fromstring(out).find("testsuite")
+    assert suite is not None
+
+    def outcome(case: ET.Element) -> str:
+        for kind in ("failure", "error", "skipped"):
+            if case.find(kind) is not None:
+                return kind
+        return "passed"
+
+    assert {c.get("classname"): outcome(c) for c in suite.findall("testcase")} == {
+        "assay.snapshot:prod-eu": "passed",
+        "assay.snapshot:staging-us": "failure",
+        "assay.snapshot:dev-ap": "skipped",
+    }
+    code, _, err = run(
+        capsys, "batch", REPLICAS, "--snapshots", "examples/snapshots/*", "--format", "junit"
+    )
+    assert code == 64 and "--wait" in err
