@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from schemas.budget import Budget, ProfileName
+from schemas.budget import UNATTENDED_PROFILE, Budget, ProfileName
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
 from schemas.probe import AgreementEntry, ProbeMode, ProbeRecord
@@ -296,7 +296,9 @@ class BatchSubmission(_Request):
         json_schema_extra=CONTEXT_GLOB_FORMAT,
     )
     toolsets: list[ToolsetName] = Field(default_factory=_default_toolsets, min_length=1)
-    profile: ProfileName = "fast"
+    profile: ProfileName = Field(
+        default=UNATTENDED_PROFILE, description="strict unless the batch names another."
+    )
     budget: ApiBudget = Field(default_factory=ApiBudget)
     model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     probe: ProbeMode = Field(
@@ -352,7 +354,9 @@ class ScheduleCreate(_Request):
         description=_INTERVAL_HELP,
         json_schema_extra=_INTERVAL_FLOOR,
     )
-    profile: ProfileName = "fast"
+    profile: ProfileName = Field(
+        default=UNATTENDED_PROFILE, description="strict unless the schedule names another."
+    )
     budget: ApiBudget = Field(default_factory=ApiBudget)
     model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     enabled: bool = True

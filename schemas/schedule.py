@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.budget import PROFILES, Budget, ProfileName
+from schemas.budget import PROFILES, UNATTENDED_PROFILE, Budget, ProfileName
 from schemas.ids import ScheduleId
 from schemas.probe import ProbeMode
 from schemas.request import (
@@ -133,7 +133,9 @@ class Schedule(BaseModel):
         json_schema_extra=TIME_ZONE_FORMAT,
     )
     interval_seconds: float | None = Field(default=None, gt=0, le=366 * 24 * 3600)
-    profile: ProfileName = "fast"
+    profile: ProfileName = Field(
+        default=UNATTENDED_PROFILE, description="strict unless the schedule names another."
+    )
     budget: Budget = Field(default_factory=Budget)
     model: str | None = Field(
         default=None,

@@ -30,7 +30,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from schemas.budget import ProfileName
+from schemas.budget import UNATTENDED_PROFILE, ProfileName
 from schemas.cpu_list import normalized as normalized_affinity
 from schemas.notify import Sink, SinkName
 
@@ -72,7 +72,12 @@ class AssaySettings(BaseSettings):
     )
 
     # --- budgets and profile (request values win; these fill the gaps) --------------
-    profile: ProfileName = "fast"
+    profile: ProfileName = Field(
+        default="fast",
+        description="The profile of check, query and submit when no --profile is given; "
+        "batches and schedules that name none run strict unless this is set "
+        "(unattended_profile).",
+    )
     max_iterations: int | None = Field(default=None, ge=1)
     max_tokens: int | None = Field(default=None, ge=100)
     timeout_seconds: float | None = Field(default=None, gt=0)
@@ -325,6 +330,12 @@ class AssaySettings(BaseSettings):
     @classmethod
     def _cpu_list(cls, value: str) -> str:
         return normalized_affinity(value)
+
+    def unattended_profile(self) -> ProfileName:
+        """The profile of a batch or a schedule that names none: ``ASSAY_PROFILE`` when it
+        is set, else ``strict`` (``schemas.budget.UNATTENDED_PROFILE`` says why). A one-off
+        check or submit keeps ``profile``'s own default, ``fast``."""
+        return self.profile if "profile" in self.model_fields_set else UNATTENDED_PROFILE
 
     @model_validator(mode="after")
     def _sentinel_needs_master(self) -> AssaySettings:

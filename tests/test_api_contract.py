@@ -151,3 +151,14 @@ def test_a_kubeconfig_over_http_keeps_its_own_error_code(api: TestClient) -> Non
     refused = api.post("/v1/evaluations", headers=AUTH, json={"text": PREDICATE, "target": target})
     assert refused.status_code == 422
     assert refused.json()["error"]["code"] == "kubeconfig_not_allowed"
+
+
+def test_a_schedule_and_a_batch_over_http_run_strict_unless_they_say(api: TestClient) -> None:
+    created = api.post("/v1/schedules", headers=AUTH, json=SCHEDULE)
+    assert created.status_code == 201 and created.json()["profile"] == "strict"
+    chosen = api.post("/v1/schedules", headers=AUTH,
+                      json={**SCHEDULE, "name": "chosen", "profile": "fast"})  # fmt: skip
+    assert chosen.status_code == 201 and chosen.json()["profile"] == "fast"
+    for name in ("BatchSubmission", "ScheduleCreate"):
+        assert _schema(name)["properties"]["profile"]["default"] == "strict"  # type: ignore[index]
+    assert _schema("EvaluationSubmission")["properties"]["profile"]["default"] == "fast"  # type: ignore[index]

@@ -50,7 +50,7 @@ from assay.commands.options import (
     MaxIterationsOpt,
     MaxTokensOpt,
     ProbeOpt,
-    ProfileOpt,
+    UnattendedProfileOpt,
     TimeoutOpt,
     check_probe_mode,
     check_profile,
@@ -175,7 +175,7 @@ def batch(
     max_tokens: MaxTokensOpt = None,
     timeout: TimeoutOpt = None,
     max_cost: MaxCostOpt = None,
-    profile: ProfileOpt = None,
+    profile: UnattendedProfileOpt = None,
     probe: ProbeOpt = None,
 ) -> None:
     """Fan PREDICATE out over many targets; or show a batch's status or results."""

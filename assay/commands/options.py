@@ -108,6 +108,13 @@ ProfileOpt = Annotated[
     str | None,
     typer.Option("--profile", help="smoke, fast or strict (env ASSAY_PROFILE)."),
 ]
+UNATTENDED_PROFILE_HELP = (
+    "smoke, fast or strict (default strict, or ASSAY_PROFILE when set: unattended runs "
+    "feed alerts and gates)."
+)
+UnattendedProfileOpt = Annotated[
+    str | None, typer.Option("--profile", help=UNATTENDED_PROFILE_HELP)
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON on stdout.")]
 
 ID_HELP = "1-128 of A-Z a-z 0-9 . _ - (no ':'), starting with a letter or digit"

@@ -30,7 +30,7 @@ from assay.commands.fleet_common import (
     require_routable_model,
     stdout_console,
 )
-from assay.commands.options import PROBE_MODES, ProbeOpt
+from assay.commands.options import PROBE_MODES, UNATTENDED_PROFILE_HELP, ProbeOpt
 from scheduler.when import WhenError, parse_duration
 from schemas.budget import Budget
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
@@ -71,6 +71,7 @@ JitterOpt = Annotated[
     str | None, typer.Option("--jitter", help="Spread each fire by up to this much, e.g. 30s.")
 ]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="smoke, fast or strict.")]
+NewProfileOpt = Annotated[str | None, typer.Option("--profile", help=UNATTENDED_PROFILE_HELP)]
 ModelOpt = Annotated[
     str | None,
     typer.Option(
@@ -187,7 +188,7 @@ def add(
     query: Annotated[
         bool, typer.Option("--query", help="Ask a question (query) instead of checking.")
     ] = False,
-    profile: ProfileOpt = None,
+    profile: NewProfileOpt = None,
     model: ModelOpt = None,
     max_iterations: Annotated[
         int | None, typer.Option("--max-iterations", min=1, help="Model steps allowed per run.")
@@ -226,7 +227,7 @@ def add(
         "interval_seconds": _seconds("--every", every),
         "misfire": _misfire(misfire) or "skip",
         "jitter_seconds": _seconds("--jitter", jitter) or 0.0,
-        "profile": profile or settings.profile,
+        "profile": profile or settings.unattended_profile(),
         "model": model,
         "probe": _probe_mode(probe) if probe is not None else "auto",
     }
