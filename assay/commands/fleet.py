@@ -578,8 +578,12 @@ def _announce(settings: Any) -> Any:
             detail="this worker has no model (ASSAY_MODEL is unset): runs without --model end "
             "cannot_determine and are kept out of history; `assay submit` refuses them",
         )
+    from celery import signals
+
     redis = connect(settings.redis_url)
-    return Announcer(redis, settings.key_prefix, settings.model, settings.api_base).start()
+    announcer = Announcer(redis, settings.key_prefix, settings.model, settings.api_base)
+    signals.worker_ready.connect(announcer.mark_ready, weak=False)
+    return announcer.start()
 
 
 def register(app: typer.Typer) -> None:

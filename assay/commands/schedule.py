@@ -34,7 +34,7 @@ from assay.commands.options import PROBE_MODES, UNATTENDED_PROFILE_HELP, ProbeOp
 from scheduler.when import WhenError, parse_duration
 from schemas.budget import Budget
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
-from workers.fleet.redis_client import connect
+from workers.fleet.redis_client import connect, shown_url
 
 if TYPE_CHECKING:
     from scheduler.schedules import ScheduleStore
@@ -109,7 +109,7 @@ def _redis(settings: AssaySettings) -> Any:
         client.ping()
     except Exception as exc:
         _fail(
-            f"cannot reach Redis at {url} ({exc}); start it or fix ASSAY_REDIS_URL",
+            f"cannot reach Redis at {shown_url(url)} ({exc}); start it or fix ASSAY_REDIS_URL",
             EXIT_UNAVAILABLE,
         )
     return client

@@ -46,6 +46,7 @@ from workers.core.openai_compat import (
     fast_path_model,
     request_body,
 )
+from workers.core.shown_urls import shown_url
 from workers.core.token_ceiling import CHECK as CEILINGS
 from workers.core.tool_schemas import Tools, tools_json, tools_list
 
@@ -206,7 +207,8 @@ def unroutable_model(model: str, api_base: str | None) -> str | None:
         return None
     if api_base:
         return (
-            f"litellm cannot tell which provider serves the model {model!r} at {api_base}: "
+            f"litellm cannot tell which provider serves the model {model!r} at "
+            f"{shown_url(api_base)}: "
             f"for an OpenAI-compatible server name it openai/MODEL (--model openai/{model}), "
             "or give another provider's prefix as provider/model"
         )
