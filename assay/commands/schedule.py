@@ -24,6 +24,7 @@ import typer
 
 from assay.commands.fleet_common import (
     ERROR_PREFIX,
+    EXIT_INTERRUPTED,
     EXIT_UNAVAILABLE,
     WideOpt,
     require_reachable,
@@ -470,8 +471,9 @@ def scheduler_command(
     """Run a scheduler replica (several may run at once); SIGTERM stops it cleanly."""
     import threading
 
-    from scheduler.service import run_replica, stop_on_signals
+    from scheduler.service import ReplicaStats, run_replica, stop_on_signals
     from workers.core.logs import configure_logging
+    from workers.fleet.redis_client import RedisUnreachable
 
     settings = _settings()
     settings = settings.model_copy(
@@ -482,11 +484,22 @@ def scheduler_command(
     )
     configure_logging(settings)
     stop = threading.Event()
-    stop_on_signals(stop)
+    stats = ReplicaStats()
+    stop_on_signals(stop, stats)
     try:
-        run_replica(settings, stop)
-    except ValueError as exc:
+        run_replica(settings, stop, fail_fast=True, stats=stats)
+    except (ValueError, RedisUnreachable) as exc:  # nothing to schedule from: 69 at once
         _fail(str(exc), EXIT_UNAVAILABLE)
+    except KeyboardInterrupt:
+        if stats.failing is None:
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    if stats.failing is not None:  # it stopped while it could not work: say so, not 0
+        _fail(
+            f"the scheduler stopped while the fleet's Redis at "
+            f"{shown_url(settings.redis_url or '')} did not answer ({stats.failing}); "
+            "start it or fix ASSAY_REDIS_URL",
+            EXIT_UNAVAILABLE,
+        )
 
 
 def register(app: typer.Typer) -> None:
