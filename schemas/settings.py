@@ -511,3 +511,10 @@ def _config_keys(path: Path) -> list[str]:
 def load_settings(**overrides: Any) -> AssaySettings:
     """Settings with ``overrides`` (CLI flags) on top; ``None`` overrides are ignored."""
     return AssaySettings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def environment_has(name: str) -> bool:
+    """Whether variable ``name`` is set and not empty. For the provider keys litellm reads by
+    itself (``OPENAI_API_KEY``, ...), which are no assay setting: this module is the one
+    that reads the environment (``workers.core.provider_keys``)."""
+    return bool(os.environ.get(name, "").strip())

@@ -45,15 +45,16 @@ from assay.commands.fleet_common import (
 from assay.commands.options import (
     EngineFlags,
     FleetApiBaseOpt,
+    FleetMaxCostOpt,
+    FleetMaxIterationsOpt,
+    FleetMaxTokensOpt,
     FleetModelOpt,
-    MaxCostOpt,
-    MaxIterationsOpt,
-    MaxTokensOpt,
+    FleetTimeoutOpt,
     ProbeOpt,
-    TimeoutOpt,
     UnattendedProfileOpt,
     check_probe_mode,
     check_profile,
+    check_text,
     id_checker,
     settings_or_usage,
     validation_detail,
@@ -171,10 +172,10 @@ def batch(
     wide: WideOpt = False,
     model: FleetModelOpt = None,
     api_base: FleetApiBaseOpt = None,
-    max_iterations: MaxIterationsOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    timeout: TimeoutOpt = None,
-    max_cost: MaxCostOpt = None,
+    max_iterations: FleetMaxIterationsOpt = None,
+    max_tokens: FleetMaxTokensOpt = None,
+    timeout: FleetTimeoutOpt = None,
+    max_cost: FleetMaxCostOpt = None,
     profile: UnattendedProfileOpt = None,
     probe: ProbeOpt = None,
 ) -> None:
@@ -196,8 +197,7 @@ def batch(
         )
     if (contexts is None) == (snapshots is None):
         raise typer.BadParameter("give exactly one of --contexts GLOB or --snapshots GLOB")
-    if not args[0].strip():  # before any fleet lookup or note about waiting runs
-        raise typer.BadParameter("the predicate text is empty: say what to evaluate")
+    check_text(args[0])  # before any fleet lookup or note about waiting runs
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     check_profile(flags.profile)
     check_probe_mode(probe)

@@ -27,6 +27,7 @@ from assay.commands.fleet_common import (
     EXIT_INTERRUPTED,
     EXIT_UNAVAILABLE,
     WideOpt,
+    iso_utc,
     require_reachable,
     require_routable_model,
     stdout_console,
@@ -458,7 +459,7 @@ def run_now(ref: RefArg) -> None:
         _fail(str(exc), EXIT_UNKNOWN)
     schedule = store.get(ref)
     typer.echo(
-        f"queued a fire of {schedule.name} at {entry.due_at.isoformat()}; "
+        f"queued a fire of {schedule.name} at {iso_utc(entry.due_at)}; "
         "a running scheduler (`assay scheduler` or `assay up`) enqueues it"
     )
 
