@@ -75,6 +75,46 @@ def test_an_invalid_setting_names_its_variable_in_one_sentence() -> None:
         line = one_error_line(result)
         assert "ASSAY_MAX_TOKENS" in line and "'abc'" in line, line
         assert "[type=" not in line and "errors.pydantic.dev" not in line, line
+        assert "--help" not in line, line  # before: "(see `assay checks --help`)"
+
+
+@pytest.mark.parametrize("command", ["check", "query"])
+def test_a_predicate_about_a_future_instant_is_refused_now_and_sent_to_submit(
+    command: str,
+) -> None:
+    """Before: `assay check "on 2030-01-01, ..."` answered about today (exit 0), while the
+    README says a predicate opening with a future instant waits for it."""
+    dated = f"on 2030-01-01, {PREDICATE}"
+    result = assay(command, "--snapshot", PROD_EU, "--scripted", DEMO, dated)
+    assert result.returncode == 64, result.stderr
+    line = one_error_line(result)
+    assert "2030-01-01T00:00:00Z" in line and "assay submit" in line, line
+
+
+def test_a_missing_provider_key_is_named_before_the_run() -> None:
+    """Before: 23 s of retries, then exit 3 with litellm's "InternalServerError 500 ... set
+    OPENAI_API_KEY", while assay's own setting is ASSAY_API_KEY."""
+    result = assay("check", "--snapshot", PROD_EU, "--model", "gpt-4o-mini", PREDICATE,
+                   OPENAI_API_KEY="")  # fmt: skip
+    assert result.returncode == 64, result.stderr
+    line = one_error_line(result)
+    assert "ASSAY_API_KEY" in line and "OPENAI_API_KEY" in line and "--help" not in line, line
+
+
+def test_an_over_long_predicate_is_one_sentence_before_any_banner() -> None:
+    """Before: the SCRIPTED banner, then pydantic's "String should have at most 4000
+    characters" for a 52 KB predicate."""
+    result = assay("check", "--snapshot", PROD_EU, "--scripted", DEMO, "x" * 52_000)
+    assert result.returncode == 64, result.stderr
+    line = one_error_line(result)  # one line: no banner before it
+    assert "52,000 characters" in line and "4,000" in line and "String should" not in line
+
+
+def test_an_option_short_of_values_points_at_its_own_command() -> None:
+    """Before: `assay eval --compare a.json` pointed at `assay --help`."""
+    result = assay("eval", "--compare", "a.json")
+    assert result.returncode == 64
+    assert "(see `assay eval --help`)" in one_error_line(result)
 
 
 def test_the_api_with_an_invalid_setting_is_a_usage_error_not_a_traceback() -> None:

@@ -286,9 +286,13 @@ def test_a_deferred_check_is_pending_with_its_due_time(redis_url: str) -> None:
     run_id = json.loads(submitted.stdout)["run_id"]
     pending = assay(redis_url, "verdict", "cert")
     assert pending.returncode == 75
-    assert "due at 2030-01-01T00:00:00Z" in one_error_line(pending)
+    # Pending is an answer to come, not an error. Before: `assay: error: run ... is queued`.
+    [line] = pending.stderr.splitlines()
+    assert line.startswith("assay: ") and "error" not in line, line
+    assert "due at 2030-01-01T00:00:00Z" in line
     shown = assay(redis_url, "run", run_id)
     assert shown.returncode == 75 and "wake_at 2030-01-01T00:00:00Z" in shown.stdout
+    assert "error" not in shown.stderr and "+00:00" not in shown.stdout + shown.stderr
 
 
 def test_a_schedule_whose_glob_matches_nothing_is_refused(redis_url: str) -> None:
