@@ -453,3 +453,34 @@ def test_ctrl_c_while_waiting_exits_130_and_says_where_the_answer_will_be(
     assert process.returncode == 130, "".join(seen) + rest
     errors = [line for line in rest.splitlines() if line.startswith("assay: error:")]
     assert len(errors) == 1 and said in errors[0] and "goes on" in errors[0], rest
+
+
+def test_a_waiting_run_shows_its_wake_up_time_in_utc_with_z() -> None:
+    """Before: `assay run` printed `+00:00` where every other command prints `Z`."""
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from assay.render import render_report
+    from schemas.budget import Budget
+    from schemas.report import RunReport
+    from tests.fleet_support import snapshot_request
+
+    request = snapshot_request()
+    report = RunReport(
+        run_id=request.run_id, check_id=request.check_id, status="waiting", request=request,
+        budget=Budget(), model="openai/scripted", wake_at=datetime(2030, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+    console = Console(record=True, width=120)
+    render_report(report, console)
+    shown = console.export_text()
+    assert "waiting until 2030-01-01T00:00:00Z" in shown and "+00:00" not in shown
+
+
+def test_check_help_speaks_of_check_and_submit_help_of_the_workers() -> None:
+    """Before: `check --help` said the budget flags were "for submit and batch, the
+    workers'"."""
+    local = " ".join(assay("check", "--help").stdout.split())
+    fleet = " ".join(assay("submit", "--help").stdout.split())
+    assert "submit and batch" not in local and "workers'" not in local
+    assert "ASSAY_MAX_TOKENS" in local and "the workers' ASSAY_MAX_TOKENS" in fleet
