@@ -255,7 +255,7 @@ def verdict(
         if json_output:
             print(dump_json(past))
         else:
-            render_history(past, stdout_console(), wide=wide)
+            render_history(past, stdout_console(wide), wide=wide)
     elif latest is not None:
         _show_verdict(latest, json_output)
     elif json_output and state is not None:
@@ -380,7 +380,7 @@ def checks(
         return
     from assay.fleet_render import render_checks
 
-    render_checks(rows, stdout_console(), wide=wide)
+    render_checks(rows, stdout_console(wide), wide=wide, changes=changed_since is not None)
     if not rows and target is not None:
         note(
             f"no check on target {target!r}: targets are named like a kubeconfig context "

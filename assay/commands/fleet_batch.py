@@ -123,7 +123,7 @@ def show_batch(client: Client, status: BatchStatus, json_output: bool, wide: boo
     if json_output:
         print(dump_json(status))
         return
-    console = stdout_console()
+    console = stdout_console(wide)
     render_batch_results(client.batch_results(status.batch_id), console, wide=wide)
     render_batch_status(status, console)
 

@@ -177,7 +177,12 @@ def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
             client.close()
 
 
-def stdout_console() -> Any:
+WIDE_COLUMNS = 10_000  # a --wide table is as wide as its cells, on a terminal or piped
+
+
+def stdout_console(wide: bool = False) -> Any:
+    """The console tables print to: the terminal's width (80 piped), or, with ``--wide``,
+    as wide as the cells need, so no id, path or name is ever cut."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=WIDE_COLUMNS if wide else None)

@@ -353,7 +353,7 @@ def _print_schedules(
 
     from assay.render import make_table
 
-    console = stdout_console()
+    console = stdout_console(wide)
     headers = ["name", *(["id"] if wide else []), "cadence", *(["targets"] if wide else [])]
     table = make_table(console, *headers, "state", "next fire", "last verdicts")
     for column in table.columns:
