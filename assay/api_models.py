@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
 from schemas.budget import UNATTENDED_PROFILE, Budget, ProfileName
@@ -324,7 +325,7 @@ def _cron_or_interval(schema: dict[str, Any]) -> None:
 
 # The interval floor is a server setting (ASSAY_MIN_INTERVAL_SECONDS); the schema publishes
 # its default, and a server set otherwise answers 422 ``interval_too_short`` below its own.
-_INTERVAL_FLOOR = {"minimum": AssaySettings.model_fields["min_interval_seconds"].default}
+_INTERVAL_FLOOR: JsonDict = {"minimum": AssaySettings.model_fields["min_interval_seconds"].default}
 _CRON_HELP = "Five-field cron expression or @alias."
 _INTERVAL_HELP = (
     "Seconds between fires: at least the server's ASSAY_MIN_INTERVAL_SECONDS (60 by default)."
@@ -370,11 +371,18 @@ class ScheduleCreate(_Request):
 
 
 def _kept_when_left_out(schema: dict[str, Any]) -> None:
-    """No ``default: null`` on fields that take no null (leaving one out keeps its value),
-    and never both ``cron`` and ``interval_seconds``."""
+    """Publish the fields that take no null as such (no ``null`` branch, no ``default:
+    null``: leaving one out keeps its value), and never both ``cron`` and
+    ``interval_seconds``. In Python they are optional, None meaning "not sent"."""
     for name, field in schema.get("properties", {}).items():
-        if name not in _NULLABLE_CHANGES and field.get("default", "") is None:
-            del field["default"]
+        if name in _NULLABLE_CHANGES:
+            continue
+        field.pop("default", None)
+        branches = [b for b in field.pop("anyOf", []) if b != {"type": "null"}]
+        if len(branches) == 1:
+            field.update({**branches[0], **field})
+        elif branches:
+            field["anyOf"] = branches
     schema["not"] = {"required": ["cron", "interval_seconds"]}
 
 
@@ -388,34 +396,34 @@ class ScheduleUpdate(_Request):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_kept_when_left_out)
 
-    # Each field but ``model`` defaults to None only to mean "not sent": null is refused.
-    name: str = Field(
+    # None means "not sent"; an explicit null is refused for every field but ``model``.
+    name: str | None = Field(
         default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$"
     )
-    predicate: str = Field(
+    predicate: str | None = Field(
         default=None, min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT
     )
-    kind: EvaluationKind = Field(default=None)
-    targets: ServerScheduleTargets = Field(default=None)
-    cron: str = Field(default=None, description=_CRON_HELP, json_schema_extra=CRON_FORMAT)
-    timezone: str = Field(
+    kind: EvaluationKind | None = None
+    targets: ServerScheduleTargets | None = None
+    cron: str | None = Field(default=None, description=_CRON_HELP, json_schema_extra=CRON_FORMAT)
+    timezone: str | None = Field(
         default=None,
         description="IANA zone the cron expression is read in.",
         json_schema_extra=TIME_ZONE_FORMAT,
     )
-    interval_seconds: float = Field(
+    interval_seconds: float | None = Field(
         default=None,
         gt=0,
         le=366 * 24 * 3600,
         description=_INTERVAL_HELP,
         json_schema_extra=_INTERVAL_FLOOR,
     )
-    profile: ProfileName = Field(default=None)
-    budget: ApiBudget = Field(default=None)
+    profile: ProfileName | None = None
+    budget: ApiBudget | None = None
     model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
-    probe: ProbeMode = Field(default=None)
-    misfire: MisfirePolicy = Field(default=None)
-    jitter_seconds: float = Field(default=None, ge=0, le=3600)
+    probe: ProbeMode | None = None
+    misfire: MisfirePolicy | None = None
+    jitter_seconds: float | None = Field(default=None, ge=0, le=3600)
 
     @field_validator("*", mode="before")
     @classmethod

@@ -334,7 +334,7 @@ class Services:
         from pydantic import ValidationError
 
         changes = body.model_dump(exclude_unset=True)
-        if "targets" in changes:
+        if body.targets is not None:  # a null is refused: sent means not None
             changes["targets"]["snapshots"] = self.confined_snapshots(body.targets.snapshots)
         if changes.get("cron") is not None and "interval_seconds" not in changes:
             changes["interval_seconds"] = None

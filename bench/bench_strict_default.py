@@ -100,7 +100,7 @@ def _request(path: Path, profile: str, mode: ProbeMode, **fields: Any) -> Evalua
     return EvaluationRequest(
         text=PREDICATE,
         target=SnapshotTarget(path=str(path)),
-        profile=profile,  # type: ignore[arg-type]
+        profile=profile,
         probe=mode,
         **fields,
     )

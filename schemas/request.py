@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from pydantic.json_schema import JsonDict
+
 from schemas.budget import PROFILES, Budget, ProfileName
 from schemas.ids import ID_PATTERN, BatchId, RunId, ScheduleId
 from schemas.ids import check_id as valid_id
@@ -43,10 +45,10 @@ MAX_CONTEXT_LENGTH = 256
 # them): a validator that does not know a format accepts any string, and a fuzzer can be
 # taught what each means. ``VISIBLE_TEXT`` is the one the predicate texts check (the same
 # whitespace as ``str.strip``).
-SNAPSHOT_PATH_FORMAT = {"format": "snapshot-path"}  # a folder (or glob) under the snapshot roots
-CONTEXT_GLOB_FORMAT = {"format": "kubeconfig-context-glob"}  # contexts of the server's kubeconfig
-MODEL_NAME_FORMAT = {"format": "litellm-model"}  # a name litellm routes: provider/model
-VISIBLE_TEXT = {"pattern": r"\S"}
+SNAPSHOT_PATH_FORMAT: JsonDict = {"format": "snapshot-path"}  # a folder (or glob) in the roots
+CONTEXT_GLOB_FORMAT: JsonDict = {"format": "kubeconfig-context-glob"}  # the server's contexts
+MODEL_NAME_FORMAT: JsonDict = {"format": "litellm-model"}  # a name litellm routes: provider/model
+VISIBLE_TEXT: JsonDict = {"pattern": r"\S"}
 
 # Characters a target name may not hold: it ends up in keys, logs and tables, where C0/C1
 # controls, line and paragraph separators and invisible or bidirectional format

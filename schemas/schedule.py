@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
 from schemas.budget import PROFILES, UNATTENDED_PROFILE, Budget, ProfileName
 from schemas.ids import ScheduleId
@@ -36,8 +37,8 @@ from schemas.request import (
 )
 
 MisfirePolicy = Literal["skip", "run_once"]
-CRON_FORMAT = {"format": "cron"}  # croniter's five fields or an @alias, one that fires
-TIME_ZONE_FORMAT = {"format": "iana-time-zone"}  # a zone of the IANA database, e.g. Europe/Paris
+CRON_FORMAT: JsonDict = {"format": "cron"}  # croniter's five fields or an @alias, that fires
+TIME_ZONE_FORMAT: JsonDict = {"format": "iana-time-zone"}  # an IANA zone, e.g. Europe/Paris
 MAX_JITTER_SECONDS = 3600.0
 
 

@@ -127,7 +127,7 @@ def up(
         raise typer.Exit(EXIT_UNAVAILABLE)
     fleet.write_state(state_file)  # other shells, `assay api` and `assay down` find it
     print(
-        f"redis     {shown_url(fleet.redis_url)}"
+        f"redis     {shown_url(fleet.redis_url or '')}"
         + (f"  (data in {fleet.redis.data_dir})" if fleet.redis else "")
     )
     if model is not None:
@@ -295,7 +295,7 @@ def demo(
     try:
         _start(fleet)
         print(
-            f"local fleet: redis {shown_url(fleet.redis_url)}, "
+            f"local fleet: redis {shown_url(fleet.redis_url or '')}, "
             f"worker pid {fleet.children['worker'].pid}",
             file=sys.stderr,
         )
