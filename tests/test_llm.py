@@ -366,7 +366,7 @@ def test_every_name_refused_without_litellm_is_refused_by_litellm(name: str) -> 
 
     if not refused_for_certain(name, None):
         return
-    with pytest.raises(Exception, match="LLM Provider NOT provided"):
+    with pytest.raises(Exception):  # noqa: B017 - any refusal is one (unroutable_model's rule)
         load_litellm().get_llm_provider(model=name)
 
 
