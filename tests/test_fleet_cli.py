@@ -15,6 +15,7 @@ import pytest
 from assay.redis_process import free_port
 from assay.testing.scripted_model import ScriptedModel
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     ROOT,
     TEST_SNAPSHOT_ROOTS,
@@ -135,7 +136,8 @@ def test_batch_wait_then_status(
 ) -> None:
     make_snapshots(tmp_path / "fleet", 6, bad_every=3)  # clusters 0 and 3 are bad
     pattern = str(tmp_path / "fleet" / "*")
-    done = assay("batch", PREDICATE, "--snapshots", pattern, "--wait", env=cli_env)
+    done = assay("batch", PREDICATE, "--snapshots", pattern, "--wait",
+                 "--profile", NO_CONFIRMER_PROFILE, env=cli_env)  # fmt: skip
     assert done.returncode == 1, done.stderr  # some target is false
     for index in range(6):
         assert f"snapshot:cluster-{index:03d}" in done.stdout
