@@ -20,7 +20,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
 from pydantic.json_schema import JsonDict
 
 from schemas.budget import PROFILES, Budget, ProfileName
