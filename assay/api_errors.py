@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _log = structlog.get_logger("assay.api")
@@ -103,24 +104,53 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
             "The request body is not valid JSON; send a JSON object.",
             details=details,
         )
-    first = details[0] if details else {"loc": [], "msg": "invalid input"}
+    first = details[0] if details else {"loc": [], "msg": "invalid input", "type": ""}
     where = ".".join(part for part in first["loc"] if part != "body") or "request"
+    code = first["type"] if first["type"] in _CODES_FROM_VALIDATION else "validation_error"
     return error_response(
-        422,
-        "validation_error",
-        f"{where}: {first['msg']}; fix the request and send it again.",
-        details=details,
+        422, code, f"{where}: {first['msg']}; fix the request and send it again.", details=details
     )
+
+
+# Validation problems with a code of their own (the body models raise them by that name).
+_CODES_FROM_VALIDATION = frozenset({"kubeconfig_not_allowed"})
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this request's path.
+
+    Starlette answers 405 from the first route whose path matched, so its ``Allow``
+    names that route's method alone; FastAPI makes one route per method, so
+    ``GET`` and ``POST /v1/schedules`` are two routes and each would hide the other.
+    Routers included without a prefix of their own (ours carry theirs) are searched too.
+    """
+    methods: set[str] = set()
+    routes: list[object] = list(request.app.router.routes)
+    while routes:
+        route = routes.pop()
+        included = getattr(route, "original_router", None)  # FastAPI's lazily included router
+        if included is not None:
+            routes.extend(included.routes)
+        elif isinstance(route, BaseRoute) and route.matches(request.scope)[0] != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _STATUS_CODES.get(exc.status_code, "http_error")
-    message = {
-        404: f"No endpoint at {request.url.path}; see /docs or docs/api.md for the routes.",
-        405: f"{request.method} is not allowed on {request.url.path}.",
-    }.get(exc.status_code, str(exc.detail))
-    return error_response(exc.status_code, code, message, headers=getattr(exc, "headers", None))
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405:
+        allowed = allowed_methods(request)
+        headers["Allow"] = ", ".join(allowed)
+        message = (
+            f"{request.method} is not allowed on {request.url.path}; use {' or '.join(allowed)}."
+        )
+    else:
+        message = {
+            404: f"No endpoint at {request.url.path}; see /docs or docs/api.md for the routes.",
+        }.get(exc.status_code, str(exc.detail))
+    return error_response(exc.status_code, code, message, headers=headers or None)
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:

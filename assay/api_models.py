@@ -9,12 +9,23 @@ plugins). Responses reuse ``schemas`` models wherever one exists.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonDict
+from pydantic_core import PydanticCustomError
 
-from schemas.budget import Budget, ProfileName
+from schemas.budget import UNATTENDED_PROFILE, Budget, ProfileName
 from schemas.declarative import LABEL_VALUE_PATTERN, MAX_SOURCE_LENGTH
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
@@ -22,8 +33,28 @@ from schemas.notify import SinkName
 from schemas.policy import SET_NAME_PATTERN, ImportedPolicy
 from schemas.probe import AgreementEntry, ProbeMode, ProbeRecord
 from schemas.report import RunReport
-from schemas.request import MAX_TEXT_LENGTH, EvaluationKind, Target, ToolsetName
-from schemas.schedule import MisfirePolicy, Schedule, ScheduleTargets
+from schemas.request import (
+    CONTEXT_GLOB_FORMAT,
+    MAX_TEXT_LENGTH,
+    MODEL_NAME_FORMAT,
+    SHOWN_NAME_PATTERN,
+    SNAPSHOT_PATH_FORMAT,
+    VISIBLE_TEXT,
+    ContextTarget,
+    EvaluationKind,
+    InClusterTarget,
+    SnapshotTarget,
+    Target,
+    ToolsetName,
+)
+from schemas.schedule import (
+    CRON_FORMAT,
+    TIME_ZONE_FORMAT,
+    MisfirePolicy,
+    Schedule,
+    ScheduleTargets,
+)
+from schemas.settings import AssaySettings
 from schemas.spend import ScopeSpend, SpendCeiling
 from schemas.verdict import Verdict
 
@@ -34,6 +65,27 @@ def _default_toolsets() -> list[ToolsetName]:
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _Request(_Body):
+    """A request body, read as its JSON Schema says: no number from a string or a boolean,
+    no boolean from a number (pydantic's lax mode would take them, the schema does not)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class ApiBudget(Budget):
+    """The contract's budget, read strictly (see ``_Request``)."""
+
+    model_config = ConfigDict(strict=True)
+
+    @field_validator("max_iterations", "max_tokens", mode="before")
+    @classmethod
+    def _integral_number(cls, value: object) -> object:
+        """JSON Schema's ``integer`` is any number without a fraction: 100.0 is one."""
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
 
 
 class ErrorDetail(_Body):
@@ -70,17 +122,139 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 }
 
 
-class EvaluationSubmission(_Body):
+def links_to(parameter: str, pointer: str, *operation_ids: str) -> dict[str, Any]:
+    """OpenAPI ``links`` of an answer: which operations take the id at ``pointer`` in its body
+    as their ``parameter`` (a client, or a fuzzer's stateful phase, follows them)."""
+    value = f"$response.body#{pointer}"
+    return {
+        "links": {op: {"operationId": op, "parameters": {parameter: value}} for op in operation_ids}
+    }
+
+
+RUN_OPERATIONS = ("get_run_v1_runs__run_id__get",)
+CHECK_OPERATIONS = (
+    "get_check_v1_checks__check_id__get",
+    "get_check_history_v1_checks__check_id__history_get",
+    "get_probe_v1_checks__check_id__probe_get",
+    "export_probe_v1_checks__check_id__probe_export_get",
+    "test_probe_v1_checks__check_id__probe_test_post",
+    "drop_probe_v1_checks__check_id__probe_delete",
+)
+BATCH_OPERATIONS = (
+    "get_batch_v1_batches__batch_id__get",
+    "get_batch_results_v1_batches__batch_id__results_get",
+)
+SCHEDULE_OPERATIONS = (
+    "get_schedule_v1_schedules__schedule_id__get",
+    "update_schedule_v1_schedules__schedule_id__patch",
+    "pause_schedule_v1_schedules__schedule_id__pause_post",
+    "resume_schedule_v1_schedules__schedule_id__resume_post",
+    "delete_schedule_v1_schedules__schedule_id__delete",
+)
+
+
+# An instant as JSON Schema's ``date-time`` format means it (RFC 3339: a date, ``T``, a time
+# and ``Z`` or an offset); pydantic alone would also take a number as a Unix time.
+RFC3339 = re.compile(
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$",
+    re.IGNORECASE,
+)
+
+
+def _rfc3339_instant(value: object) -> object:
+    if isinstance(value, str) and RFC3339.fullmatch(value):
+        return datetime.fromisoformat(value.upper())  # a day out of range: ValueError, a 422
+    raise ValueError("give an RFC 3339 instant with a zone, e.g. 2027-01-01T00:00:00Z")
+
+
+Rfc3339Instant = Annotated[datetime, BeforeValidator(_rfc3339_instant)]
+
+
+# --- targets a remote caller may name ------------------------------------------------------------
+
+
+def _no_kubeconfig(value: object) -> None:
+    """Refuse a kubeconfig over HTTP; the error type is the API's stable error code."""
+    if value is not None:
+        raise PydanticCustomError(
+            "kubeconfig_not_allowed",
+            "a kubeconfig path cannot be chosen over HTTP; name a context from the server's "
+            "kubeconfig instead",
+        )
+
+
+_SERVER_KUBECONFIG = "Always null over HTTP: contexts come from the server's kubeconfig."
+
+
+class ServerContextTarget(ContextTarget):
+    """A context of the server's kubeconfig (a kubeconfig can run programs through exec
+    credential plugins, so a caller cannot name one)."""
+
+    kubeconfig: None = Field(default=None, description=_SERVER_KUBECONFIG)
+
+    @field_validator("kubeconfig", mode="before")
+    @classmethod
+    def _refuse_kubeconfig(cls, value: object) -> None:
+        _no_kubeconfig(value)
+
+
+MAX_API_PATH_LENGTH = 1024
+
+
+class ServerSnapshotTarget(SnapshotTarget):
+    """A snapshot folder under the server's snapshot roots (a relative path is read from the
+    server's working directory). At most 1024 characters, so that the resolved path the run
+    is queued with still fits the contract's 4096."""
+
+    path: str = Field(
+        min_length=1,
+        max_length=MAX_API_PATH_LENGTH,
+        json_schema_extra={"pattern": SHOWN_NAME_PATTERN, **SNAPSHOT_PATH_FORMAT},
+    )
+
+
+ApiTarget = Annotated[
+    ServerSnapshotTarget | ServerContextTarget | InClusterTarget, Field(discriminator="type")
+]
+
+
+def contract_target(target: SnapshotTarget | ContextTarget | InClusterTarget) -> Target:
+    """``target`` as the contract's own model (a ``ServerContextTarget`` as a plain one)."""
+    if isinstance(target, ContextTarget):
+        return ContextTarget(context=target.context)
+    return target
+
+
+class ServerScheduleTargets(ScheduleTargets):
+    """A schedule's targets as a remote caller may name them: no kubeconfig of its own."""
+
+    kubeconfig: None = Field(default=None, description=_SERVER_KUBECONFIG)
+
+    @field_validator("kubeconfig", mode="before")
+    @classmethod
+    def _refuse_kubeconfig(cls, value: object) -> None:
+        _no_kubeconfig(value)
+
+
+class EvaluationSubmission(_Request):
     """One evaluation to queue: a check (true/false) or a query (findings)."""
 
     kind: EvaluationKind = "check"
-    text: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, description="The predicate.")
-    target: Target
+    text: str = Field(
+        min_length=1,
+        max_length=MAX_TEXT_LENGTH,
+        description="The predicate.",
+        json_schema_extra=VISIBLE_TEXT,
+    )
+    target: ApiTarget
     toolsets: list[ToolsetName] = Field(default_factory=_default_toolsets, min_length=1)
     profile: ProfileName = "fast"
-    budget: Budget = Field(default_factory=Budget)
+    budget: ApiBudget = Field(default_factory=ApiBudget)
     model: str | None = Field(
-        default=None, max_length=200, description="litellm model name; None = server default."
+        default=None,
+        max_length=200,
+        description="litellm model name; None = server default.",
+        json_schema_extra=MODEL_NAME_FORMAT,
     )
     check_id: CheckId | None = Field(
         default=None,
@@ -92,7 +266,7 @@ class EvaluationSubmission(_Body):
         description="Idempotency key (1-128 of A-Z a-z 0-9 . _ -, no ':'): resubmitting the "
         "same run id queues nothing new.",
     )
-    not_before: datetime | None = Field(
+    not_before: Rfc3339Instant | None = Field(
         default=None, description="Do not start before this instant (with a time zone)."
     )
     probe: ProbeMode = Field(
@@ -102,20 +276,36 @@ class EvaluationSubmission(_Body):
     )
 
 
-class BatchSubmission(_Body):
+def _targets_or_context_glob(schema: dict[str, Any]) -> None:
+    """Publish "exactly one of ``targets`` and ``context_glob``" as a ``oneOf``."""
+    schema["oneOf"] = [
+        {"required": ["targets"], "properties": {"targets": {"type": "array"}}},
+        {"required": ["context_glob"], "properties": {"context_glob": {"type": "string"}}},
+    ]
+
+
+class BatchSubmission(_Request):
     """One predicate over many targets: listed, or the server kubeconfig's contexts matching
     a glob (exactly one of the two). The server caps how many (``api_max_batch_targets``)."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_targets_or_context_glob)
+
     kind: EvaluationKind = "check"
-    text: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
-    targets: list[Target] | None = Field(default=None, min_length=1)
+    text: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
+    targets: list[ApiTarget] | None = Field(default=None, min_length=1)
     context_glob: str | None = Field(
-        default=None, min_length=1, max_length=300, description="e.g. 'prod-*'."
+        default=None,
+        min_length=1,
+        max_length=300,
+        description="e.g. 'prod-*'; it must match a context of the server's kubeconfig.",
+        json_schema_extra=CONTEXT_GLOB_FORMAT,
     )
     toolsets: list[ToolsetName] = Field(default_factory=_default_toolsets, min_length=1)
-    profile: ProfileName = "fast"
-    budget: Budget = Field(default_factory=Budget)
-    model: str | None = Field(default=None, max_length=200)
+    profile: ProfileName = Field(
+        default=UNATTENDED_PROFILE, description="strict unless the batch names another."
+    )
+    budget: ApiBudget = Field(default_factory=ApiBudget)
+    model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     probe: ProbeMode = Field(
         default="auto",
         description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
@@ -134,19 +324,51 @@ class BatchSubmission(_Body):
         return self
 
 
-class ScheduleCreate(_Body):
-    """A new schedule; the server picks its id and sets timestamps and the revision."""
+def _cron_or_interval(schema: dict[str, Any]) -> None:
+    """Publish "exactly one of ``cron`` and ``interval_seconds``" as a ``oneOf``."""
+    schema["oneOf"] = [
+        {"required": ["cron"], "properties": {"cron": {"type": "string"}}},
+        {"required": ["interval_seconds"], "properties": {"interval_seconds": {"type": "number"}}},
+    ]
+
+
+# The interval floor is a server setting (ASSAY_MIN_INTERVAL_SECONDS); the schema publishes
+# its default, and a server set otherwise answers 422 ``interval_too_short`` below its own.
+_INTERVAL_FLOOR: JsonDict = {"minimum": AssaySettings.model_fields["min_interval_seconds"].default}
+_CRON_HELP = "Five-field cron expression or @alias."
+_INTERVAL_HELP = (
+    "Seconds between fires: at least the server's ASSAY_MIN_INTERVAL_SECONDS (60 by default)."
+)
+
+
+class ScheduleCreate(_Request):
+    """A new schedule; the server picks its id and sets timestamps and the revision.
+    Exactly one of ``cron`` and ``interval_seconds``."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_cron_or_interval)
 
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$")
-    predicate: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
+    predicate: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
     kind: EvaluationKind = "check"
-    targets: ScheduleTargets
-    cron: str | None = None
-    timezone: str = "UTC"
-    interval_seconds: float | None = Field(default=None, gt=0, le=366 * 24 * 3600)
-    profile: ProfileName = "fast"
-    budget: Budget = Field(default_factory=Budget)
-    model: str | None = Field(default=None, max_length=200)
+    targets: ServerScheduleTargets
+    cron: str | None = Field(default=None, description=_CRON_HELP, json_schema_extra=CRON_FORMAT)
+    timezone: str = Field(
+        default="UTC",
+        description="IANA zone the cron expression is read in.",
+        json_schema_extra=TIME_ZONE_FORMAT,
+    )
+    interval_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=366 * 24 * 3600,
+        description=_INTERVAL_HELP,
+        json_schema_extra=_INTERVAL_FLOOR,
+    )
+    profile: ProfileName = Field(
+        default=UNATTENDED_PROFILE, description="strict unless the schedule names another."
+    )
+    budget: ApiBudget = Field(default_factory=ApiBudget)
+    model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     enabled: bool = True
     misfire: MisfirePolicy = "skip"
     jitter_seconds: float = Field(default=0.0, ge=0, le=3600)
@@ -221,22 +443,57 @@ class DocumentList(_Body):
     documents: list[dict[str, Any]] = Field(description="What `apply` reads, by name.")
 
 
-class ScheduleUpdate(_Body):
-    """Fields to change; the ones left out keep their value. Setting ``cron`` clears the
-    interval and the other way round; pause and resume have their own endpoints."""
+def _kept_when_left_out(schema: dict[str, Any]) -> None:
+    """Publish the fields that take no null as such (no ``null`` branch, no ``default:
+    null``: leaving one out keeps its value), and never both ``cron`` and
+    ``interval_seconds``. In Python they are optional, None meaning "not sent"."""
+    for name, field in schema.get("properties", {}).items():
+        if name in _NULLABLE_CHANGES:
+            continue
+        field.pop("default", None)
+        branches = [b for b in field.pop("anyOf", []) if b != {"type": "null"}]
+        if len(branches) == 1:
+            field.update({**branches[0], **field})
+        elif branches:
+            field["anyOf"] = branches
+    schema["not"] = {"required": ["cron", "interval_seconds"]}
 
+
+_NULLABLE_CHANGES = frozenset({"model"})  # null: back to the workers' model
+
+
+class ScheduleUpdate(_Request):
+    """Fields to change; the ones left out keep their value. Only ``model`` takes null (the
+    workers' model again); setting ``cron`` clears the interval and the other way round, so
+    neither is ever sent as null. Pause and resume have their own endpoints."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_kept_when_left_out)
+
+    # None means "not sent"; an explicit null is refused for every field but ``model``.
     name: str | None = Field(
         default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$"
     )
-    predicate: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_LENGTH)
+    predicate: str | None = Field(
+        default=None, min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT
+    )
     kind: EvaluationKind | None = None
-    targets: ScheduleTargets | None = None
-    cron: str | None = None
-    timezone: str | None = None
-    interval_seconds: float | None = Field(default=None, gt=0, le=366 * 24 * 3600)
+    targets: ServerScheduleTargets | None = None
+    cron: str | None = Field(default=None, description=_CRON_HELP, json_schema_extra=CRON_FORMAT)
+    timezone: str | None = Field(
+        default=None,
+        description="IANA zone the cron expression is read in.",
+        json_schema_extra=TIME_ZONE_FORMAT,
+    )
+    interval_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=366 * 24 * 3600,
+        description=_INTERVAL_HELP,
+        json_schema_extra=_INTERVAL_FLOOR,
+    )
     profile: ProfileName | None = None
-    budget: Budget | None = None
-    model: str | None = Field(default=None, max_length=200)
+    budget: ApiBudget | None = None
+    model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     probe: ProbeMode | None = None
     misfire: MisfirePolicy | None = None
     jitter_seconds: float | None = Field(default=None, ge=0, le=3600)
@@ -244,6 +501,24 @@ class ScheduleUpdate(_Body):
     spend: SpendCeiling | None = Field(
         default=None, description="New ceilings per UTC day; null: back to the fleet's default."
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _null_only_for_model(cls, value: object, info: ValidationInfo) -> object:
+        if value is None and info.field_name not in _NULLABLE_CHANGES:
+            raise ValueError(
+                "null is not a value here: leave the field out to keep it (setting cron "
+                "clears the interval and the other way round)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_cadence(self) -> ScheduleUpdate:
+        if {"cron", "interval_seconds"} <= self.model_fields_set:
+            raise ValueError(
+                "give cron or interval_seconds, not both: setting one clears the other"
+            )
+        return self
 
 
 class ScheduleView(Schedule):
@@ -334,19 +609,18 @@ class ProbeView(_Body):
     versions: list[int]
 
 
-class ProbeTest(_Body):
+class ProbeTest(_Request):
     """Where to run a check's probe now (a snapshot under the server's roots, or a context),
     and for how long at most."""
 
-    target: Target
+    target: ApiTarget
     timeout_seconds: float | None = Field(
         default=None,
         gt=0,
         le=7 * 24 * 3600,
-        description="Seconds the probe may take; None: the check's time budget under the "
-        "server's settings (ASSAY_TIMEOUT_SECONDS, else the check's profile's), which is also "
-        "the most a caller may ask for. Past it the run has no verdict and "
-        "budget_exhausted is deadline.",
+        description="Seconds the probe may take at most; None: the check's time budget under "
+        "the server's settings (ASSAY_TIMEOUT_SECONDS, else the check's profile's), which also "
+        "caps a longer value. Past it the run has no verdict and budget_exhausted is deadline.",
     )
 
 

@@ -98,9 +98,9 @@ def test_probe(
 
     The run has a time budget bound to the cluster it reads (the check's, or the body's
     shorter ``timeout_seconds``): a live cluster that hangs would otherwise hold this API
-    worker thread for as long as the kube client retries, per lookup. A caller may not ask
-    for more than the check's budget: the server's settings bound how long a request holds
-    a thread, not the caller.
+    worker thread for as long as the kube client retries, per lookup. A longer
+    ``timeout_seconds`` is capped to the check's budget: the server's settings bound how long
+    a request holds a thread, not the caller, and "at most N seconds" still holds.
     """
     from workers.core.probes.runner import check_timeout_seconds, run_probe_for
     from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
@@ -108,19 +108,15 @@ def test_probe(
     services, store = _probes(request)
     record = _record(store, check_id)
     limit = check_timeout_seconds(record.profile, services.settings)
-    if body.timeout_seconds is not None and body.timeout_seconds > limit:
-        raise ApiError(
-            422,
-            "validation_error",
-            f"timeout_seconds: at most {limit:g} (the check's time budget on this server); "
-            "ask for less or leave it out.",
-        )
+    seconds = min(body.timeout_seconds or limit, limit)
     target = services.confined_target(body.target)
     try:
         backend = backend_for(target, services.settings)
     except ToolsetUnavailable as exc:
         return ProbeRun(error=f"the target cannot be read: {exc}")
+    except OSError as exc:  # e.g. a path name longer than the file system takes
+        return ProbeRun(error=f"the target cannot be read: {exc.strerror or exc}")
     try:
-        return run_probe_for(record.probe, backend, body.timeout_seconds or limit)
+        return run_probe_for(record.probe, backend, seconds)
     finally:
         backend.close()

@@ -10,6 +10,7 @@ blocking Redis calls never stall the event loop.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -19,8 +20,13 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
 from assay.api_models import (
+    BATCH_OPERATIONS,
+    CHECK_OPERATIONS,
     NOT_FOUND,
     READ_ERRORS,
+    RFC3339,
+    RUN_OPERATIONS,
+    SCHEDULE_OPERATIONS,
     WRITE_ERRORS,
     ApplyBody,
     ApplyOutcome,
@@ -37,6 +43,7 @@ from assay.api_models import (
     ScheduleUpdate,
     ScheduleView,
     VerdictHistory,
+    links_to,
 )
 from assay.api_wiring import Services
 from schemas import ids
@@ -68,46 +75,45 @@ def note_ids(request: Request, **ids: str | None) -> None:
     log_ids.update(present)
 
 
-def _instant(value: datetime, name: str) -> datetime:
-    """A query instant with a time zone; instants before 1970 mean "from the beginning"."""
-    if value.tzinfo is None:
-        raise ApiError(
-            422,
-            "validation_error",
-            f"{name} needs a time zone, e.g. 2026-01-01T00:00:00Z; add one and ask again.",
-        )
-    return max(value, _EPOCH)
+# An instant or an age, as the CLI's --changed-since takes them, published exactly as the
+# server reads them: an RFC 3339 date-time (what JSON Schema's ``date-time`` means), or an age
+# of one or more NUMBER UNIT parts (w d h m s, either case) or bare seconds, back from now.
+AGE_PATTERN = r"^(([0-9]+(\.[0-9]+)?[wdhmsWDHMS])+|[0-9]+(\.[0-9]+)?)$"
+_AGE_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([wdhms]?)")
+_AGE_UNIT_SECONDS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
+INSTANT_OR_AGE_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "pattern": AGE_PATTERN, "maxLength": 64},
+    ]
+}
 
 
 def _instant_or_age(text: str, name: str) -> datetime:
-    """An instant from ISO-8601 text or an age like ``1h`` (``scheduler.when``, as the CLI)."""
-    from scheduler.when import WhenError, parse_duration
-
-    try:
-        seconds = parse_duration(text)
-    except WhenError:
-        pass
-    else:
-        return datetime.now(UTC) - timedelta(seconds=seconds)
-    try:
-        value = datetime.fromisoformat(text.strip().replace("z", "Z"))
-    except ValueError:
-        raise ApiError(
-            422,
-            "validation_error",
-            f"{name} must be an instant like 2026-01-01T00:00:00Z or an age like 1h, not {text!r}.",
-        ) from None
-    return _instant(value, name)
-
-
-def _refuse_kubeconfig(target: Any) -> None:
-    if getattr(target, "kubeconfig", None):
-        raise ApiError(
-            422,
-            "kubeconfig_not_allowed",
-            "A kubeconfig path cannot be chosen over HTTP; name a context from the server's "
-            "kubeconfig instead.",
+    """The instant ``text`` names (``INSTANT_OR_AGE_SCHEMA``), at the earliest 1970 and in UTC."""
+    now = datetime.now(UTC)
+    if len(text) <= 64 and re.fullmatch(AGE_PATTERN, text):
+        seconds = sum(
+            float(number) * _AGE_UNIT_SECONDS[unit]
+            for number, unit in _AGE_PART.findall(text.lower())
         )
+        return max(now - timedelta(seconds=min(seconds, (now - _EPOCH).total_seconds())), _EPOCH)
+    if RFC3339.fullmatch(text):
+        try:
+            moment = datetime.fromisoformat(text.upper())
+        except ValueError:
+            pass  # a day or an hour out of range: refused below
+        else:
+            try:
+                return max(moment.astimezone(UTC), _EPOCH)
+            except OverflowError:  # past year 9999 in UTC: after every change
+                return datetime.max.replace(tzinfo=UTC)
+    raise ApiError(
+        422,
+        "validation_error",
+        f"{name} must be an instant with a time zone like 2026-01-01T00:00:00Z, or an age "
+        f"like 1h or 1h30m, not {text[:64]!r}; fix it and ask again.",
+    )
 
 
 # --- evaluations and runs -------------------------------------------------------------------------
@@ -118,13 +124,20 @@ def _refuse_kubeconfig(target: Any) -> None:
     status_code=202,
     response_model=SubmitReceipt,
     tags=["evaluations"],
-    responses=WRITE_ERRORS,
+    responses={
+        **WRITE_ERRORS,
+        202: {
+            "links": {
+                **links_to("run_id", "/run_id", *RUN_OPERATIONS)["links"],
+                **links_to("check_id", "/check_id", *CHECK_OPERATIONS[:2])["links"],
+            }
+        },
+    },
 )
 def submit_evaluation(
     body: EvaluationSubmission, request: Request, scope: WriteAccess
 ) -> SubmitReceipt:
     """Queue one evaluation; its verdict appears at /v1/runs/{run_id} and /v1/checks/{check_id}."""
-    _refuse_kubeconfig(body.target)
     evaluation = _services(request).build_request(body)
     receipt = _services(request).submit(evaluation)
     note_ids(request, run_id=receipt.run_id, check_id=receipt.check_id)
@@ -153,7 +166,12 @@ def get_run(run_id: RunId, request: Request, scope: ReadAccess) -> RunView:
 # --- checks -------------------------------------------------------------------------------------
 
 
-@router.get("/checks", response_model=CheckList, tags=["checks"], responses=READ_ERRORS)
+@router.get(
+    "/checks",
+    response_model=CheckList,
+    tags=["checks"],
+    responses={**READ_ERRORS, 200: links_to("check_id", "/checks/0/check_id", *CHECK_OPERATIONS)},
+)
 def list_checks(
     request: Request,
     scope: ReadAccess,
@@ -165,14 +183,15 @@ def list_checks(
         str | None,
         Query(
             description="Only checks whose verdict changed at or after this instant "
-            "(ISO-8601 with a zone) or within this age (1h, 30m, 2d), as on the CLI.",
-            max_length=64,
+            "(RFC 3339, e.g. 2026-01-01T00:00:00Z) or within this age (1h, 30m, 2d, 1h30m), "
+            "as on the CLI.",
+            json_schema_extra=INSTANT_OR_AGE_SCHEMA,
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> CheckList:
     """Checks with their latest verdict, newest first, filtered by verdict, target or change."""
-    since = _instant_or_age(changed_since, "changed_since") if changed_since else None
+    since = None if changed_since is None else _instant_or_age(changed_since, "changed_since")
     from assay.client import checks_on_target
 
     rows = checks_on_target(
@@ -192,9 +211,9 @@ def list_changes(
     since: Annotated[
         str,
         Query(
-            description="Changes at or after this instant (ISO-8601 with a zone) or within "
-            "this age (1h, 30m, 2d), as on the CLI.",
-            max_length=64,
+            description="Changes at or after this instant (RFC 3339, e.g. "
+            "2026-01-01T00:00:00Z) or within this age (1h, 30m, 2d, 1h30m), as on the CLI.",
+            json_schema_extra=INSTANT_OR_AGE_SCHEMA,
         ),
     ],
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
@@ -252,12 +271,10 @@ def get_check_history(
     status_code=202,
     response_model=BatchStatus,
     tags=["batches"],
-    responses=WRITE_ERRORS,
+    responses={**WRITE_ERRORS, 202: links_to("batch_id", "/batch_id", *BATCH_OPERATIONS)},
 )
 def start_batch(body: BatchSubmission, request: Request, scope: WriteAccess) -> BatchStatus:
     """Fan one predicate out over the listed targets; read the tally at ``/v1/batches/{id}``."""
-    for target in body.targets or []:
-        _refuse_kubeconfig(target)
     status = _services(request).start_batch(body)
     note_ids(request, batch_id=status.batch_id)
     _log.info("batch_started", batch_id=status.batch_id, total=status.total)
@@ -321,17 +338,28 @@ def _schedule_or_404(request: Request, schedule_id: str) -> ScheduleView:
     status_code=201,
     response_model=ScheduleView,
     tags=["schedules"],
-    responses={**WRITE_ERRORS, 409: {"model": ErrorBody, "description": "The id is taken."}},
+    responses={
+        **WRITE_ERRORS,
+        201: links_to("schedule_id", "/id", *SCHEDULE_OPERATIONS),
+        409: {"model": ErrorBody, "description": "The name is taken."},
+    },
 )
 def create_schedule(body: ScheduleCreate, request: Request, scope: WriteAccess) -> ScheduleView:
     """Create a schedule; it fires from its next instant on, with no restart."""
-    _refuse_kubeconfig(body.targets)
     schedule = _services(request).create_schedule(body)
     note_ids(request, schedule_id=schedule.id)
     return schedule
 
 
-@router.get("/schedules", response_model=ScheduleList, tags=["schedules"], responses=READ_ERRORS)
+@router.get(
+    "/schedules",
+    response_model=ScheduleList,
+    tags=["schedules"],
+    responses={
+        **READ_ERRORS,
+        200: links_to("schedule_id", "/schedules/0/id", *SCHEDULE_OPERATIONS),
+    },
+)
 def list_schedules(request: Request, scope: ReadAccess) -> ScheduleList:
     """Every schedule, paused ones included."""
     return ScheduleList(schedules=_services(request).list_schedules())
@@ -353,15 +381,17 @@ def get_schedule(schedule_id: ScheduleId, request: Request, scope: ReadAccess) -
     "/schedules/{schedule_id}",
     response_model=ScheduleView,
     tags=["schedules"],
-    responses={**WRITE_ERRORS, **NOT_FOUND},
+    responses={
+        **WRITE_ERRORS,
+        **NOT_FOUND,
+        409: {"model": ErrorBody, "description": "The new name is taken, or a concurrent change."},
+    },
 )
 def update_schedule(
     schedule_id: ScheduleId, body: ScheduleUpdate, request: Request, scope: WriteAccess
 ) -> ScheduleView:
     """Change some fields of a schedule; the rest keep their value."""
     note_ids(request, schedule_id=schedule_id)
-    if body.targets is not None:
-        _refuse_kubeconfig(body.targets)
     current = _schedule_or_404(request, schedule_id)
     return _services(request).update_schedule(current, body)
 

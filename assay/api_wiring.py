@@ -25,6 +25,7 @@ from assay.api_models import (
     ScheduleCreate,
     ScheduleUpdate,
     ScheduleView,
+    contract_target,
 )
 from assay.spend_view import (
     batch_with_spend,
@@ -152,11 +153,11 @@ class Services:
     def confined_target(self, target: Target) -> Target:
         """A snapshot target resolved inside the API's snapshot roots (422 otherwise).
 
-        Other targets pass unchanged. The resolved path is what is queued, so the
-        worker reads the folder that was checked.
+        Other targets pass as the contract's models. The resolved path is what is
+        queued, so the worker reads the folder that was checked.
         """
         if not isinstance(target, SnapshotTarget):
-            return target
+            return contract_target(target)
         from pydantic import ValidationError
 
         try:
@@ -374,7 +375,7 @@ class Services:
         from pydantic import ValidationError
 
         changes = body.model_dump(exclude_unset=True)
-        if body.targets is not None:
+        if body.targets is not None:  # a null is refused: sent means not None
             changes["targets"]["snapshots"] = self.confined_snapshots(body.targets.snapshots)
         if changes.get("cron") is not None and "interval_seconds" not in changes:
             changes["interval_seconds"] = None

@@ -28,6 +28,7 @@ from assay.commands import (
 )
 from assay.commands import eval as eval_command
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_INTERRUPTED
+from assay.commands.options import SetupProblem
 from schemas.verdict import EXIT_USAGE
 
 try:  # typer >= 0.22 vendors click under typer._click; older typer uses click itself
@@ -98,29 +99,47 @@ def version() -> None:
     typer.echo(dist_version("assay"))
 
 
-def _command_name(exc: Any) -> str:
-    """``assay schedule add``: the command a usage error is about."""
+def _command_name(exc: Any, argv: list[str]) -> str:
+    """``assay schedule add``: the command a usage error is about.
+
+    Some errors carry no context (an option given too few values), so the command is
+    then read from the words of ``argv`` that name commands.
+    """
     names: list[str] = []
     context = exc.ctx
+    if context is None:
+        return _command_in(argv)
     while context is not None and context.parent is not None:  # the root's name varies
         names.append(context.info_name or "")
         context = context.parent
     return " ".join(["assay", *reversed(names)])
 
 
-def _usage_error(exc: Any) -> None:
+def _command_in(argv: list[str]) -> str:
+    command: Any = typer.main.get_command(app)
+    names = ["assay"]
+    for word in argv:
+        commands = getattr(command, "commands", None)
+        if not commands or word not in commands:
+            break
+        names.append(word)
+        command = commands[word]
+    return " ".join(names)
+
+
+def _usage_error(exc: Any, argv: list[str]) -> None:
     """One line, with the prefix every user-facing error has, and where to read more.
 
     A group run without a command (``assay``, ``assay schedule``) gets its help as
     help, line by line, and then that one line: squashed into the error, the help
     was unreadable.
     """
-    command = _command_name(exc)
+    command = _command_name(exc, argv)
     if _NO_ARGS_IS_HELP is not None and isinstance(exc, _NO_ARGS_IS_HELP):
         print(exc.format_message(), file=sys.stderr)
         print(f"{ERROR_PREFIX}missing a command: pick one of those above", file=sys.stderr)
         return
-    message = " ".join(exc.format_message().split())
+    message = " ".join(exc.format_message().split()).removeprefix("Invalid value: ")
     print(f"{ERROR_PREFIX}{message} (see `{command} --help`)", file=sys.stderr)
 
 
@@ -172,7 +191,10 @@ def main(argv: list[str] | None = None) -> None:
         _quiet_stdout()
         raise SystemExit(EXIT_BROKEN_PIPE) from None
     except click_exceptions.UsageError as exc:
-        _usage_error(exc)
+        _usage_error(exc, sys.argv[1:] if argv is None else argv)
+        raise SystemExit(EXIT_USAGE) from None
+    except SetupProblem as exc:
+        print(f"{ERROR_PREFIX}{exc}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
     except typer.Abort:
         print(f"{ERROR_PREFIX}aborted", file=sys.stderr)

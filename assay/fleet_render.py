@@ -6,7 +6,8 @@ Single verdicts and run reports are drawn by ``assay.render`` (shared with
 Every table fits 80 columns by default: one line per row (long text is cut
 with an ellipsis), run ids shortened to their first 8 characters, and rows
 sorted failures first (false, poorly posed, cannot determine, pending, true).
-``wide=True`` (the commands' ``--wide``) adds full ids and the longer columns.
+``wide=True`` (the commands' ``--wide``) adds full ids and the longer columns, on
+a console as wide as the cells (``fleet_common.stdout_console``), piped or not.
 Piped output has no box drawing (``assay.render.make_table``).
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 
 from assay.render import VERDICT_STYLES, make_table, safe_markup
@@ -42,12 +44,37 @@ def failures_first(rank: VerdictKind | None) -> int:
 VERDICT_WIDTH = max(len(label) for label, _style in VERDICT_STYLES.values())
 
 
-def keep_whole(table: Table, widths: list[int]) -> None:
-    """Give every column but the last its full width; the last one takes what is left
-    (cut with an ellipsis), so a row stays one line at 80 columns."""
+def keep_whole(
+    table: Table, widths: list[int], console: Console, *, wide: bool = False, last_min: int = 12
+) -> int | None:
+    """Give every column but the last its width (never less than its header's), and the
+    last one exactly what is left of the console's width, at least ``last_min``: a row
+    stays one line at 80 columns. Returns the last column's width, to cut its text to;
+    None with ``wide``, where the last column is as wide as its longest cell.
+
+    Fixed widths, not rich's own fitting: a table wider than the console makes rich
+    shrink every column, down to dropping narrow ones (a check id, an age) entirely.
+    """
     for column, width in zip(table.columns[:-1], widths, strict=False):
         column.no_wrap = True
-        column.min_width = width
+        column.width = max(width, len(str(column.header)))
+    last = table.columns[-1]
+    last.no_wrap = True
+    last.overflow = "ellipsis"
+    if wide:
+        return None
+    used = sum(column.width or 0 for column in table.columns[:-1]) + _overhead(table)
+    last.width = max(last_min, len(str(last.header)), console.width - used)
+    return last.width
+
+
+def _overhead(table: Table) -> int:
+    """The characters a table adds to its cells' widths: padding, edges, separators."""
+    count = len(table.columns)
+    _top, right, _bottom, left = Padding.unpack(table.padding)
+    edges = 2 if table.box and table.show_edge else 0
+    separators = count - 1 if table.box else 0
+    return edges + separators + count * (left + right)
 
 
 def short_id(value: str, wide: bool) -> str:
@@ -72,62 +99,97 @@ def age(instant: datetime | None, now: datetime | None = None) -> str:
     return f"{int(seconds)}s"
 
 
-def _cut(text: str, limit: int = TEXT_CELL_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _cut(text: str, limit: int | None = TEXT_CELL_CHARS) -> str:
+    """``text`` cut with an ellipsis to ``limit`` characters (None: whole)."""
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def render_history(verdicts: list[Verdict], console: Console, wide: bool = False) -> None:
     table = make_table(console, "finished", "verdict", "run", "steps", "explanation")
     run_width = max((len(short_id(v.run_id, wide)) for v in verdicts), default=3)
-    keep_whole(table, [19, VERDICT_WIDTH, run_width, 5])
-    table.columns[4].no_wrap = not wide
-    table.columns[4].overflow = "ellipsis"
+    room = keep_whole(table, [19, VERDICT_WIDTH, run_width, 5], console, wide=wide)
     for verdict in verdicts:
         table.add_row(
             verdict.finished_at.strftime("%Y-%m-%d %H:%M:%S"),
             verdict_cell(verdict.verdict),
             short_id(verdict.run_id, wide),
             str(verdict.iterations),
-            safe_markup(
-                _cut(verdict.reason or verdict.explanation, 200 if wide else TEXT_CELL_CHARS)
-            ),
+            safe_markup(_cut(verdict.reason or verdict.explanation, room)),
         )
     console.print(table, soft_wrap=False)
 
 
-def render_checks(rows: list[CheckSummary], console: Console, wide: bool = False) -> None:
-    """One line per check, failures first; ``wide`` adds the last change and full text."""
-    headers = ["check", "verdict", "target", "age", *(["changed"] if wide else []), "predicate"]
-    table = make_table(console, *headers)
-    ids = [row.check_id if wide else _cut(row.check_id, 24) for row in rows]
-    keep_whole(
-        table,
-        [
-            max((len(i) for i in ids), default=5),
-            VERDICT_WIDTH,
-            max((len(row.target) for row in rows), default=6),
-            4,
-            *([40] if wide else []),
-        ],
-    )
-    table.columns[-1].no_wrap = not wide
-    table.columns[-1].overflow = "ellipsis"
-    for row in sorted(rows, key=lambda r: failures_first(r.verdict)):
-        changed = "-"
-        if row.changed_at is not None and row.previous_verdict is not None:
-            changed = (
-                f"{row.previous_verdict.value} → {row.verdict.value}, {age(row.changed_at)} ago"
-            )
+PREDICATE_MIN_CHARS = 24  # what the predicate keeps at 80 columns; ids and targets give way
+NAME_MIN_CHARS = 10  # the least a check id or a target is cut to
+
+
+def render_checks(
+    rows: list[CheckSummary], console: Console, wide: bool = False, changes: bool = False
+) -> None:
+    """One line per check, failures first: its id, verdict, target, age and predicate.
+
+    ``changes`` (``--changed-since``: the rows are verdict changes) shows what each row's
+    verdict was before, and when it changed, in place of the age; ``wide`` shows both,
+    and every id, target and predicate in full. At 80 columns the predicate keeps at
+    least :data:`PREDICATE_MIN_CHARS`: check ids and targets are cut to make room.
+    """
+    changed = [_change(row, wide) for row in rows]
+    headers = ["check", "verdict", "target"]
+    headers += ["age", "changed"] if wide else ["changed"] if changes else ["age"]
+    table = make_table(console, *headers, "predicate")
+    labels = [_verdict_label(row.verdict) for row in rows]
+    fixed = [max(map(len, ["verdict", *labels]))]
+    if wide or not changes:
+        fixed.append(4)
+    if wide or changes:
+        fixed.append(max(map(len, ["changed", *changed])))
+    check_width = max([len("check"), *(len(row.check_id) for row in rows)])
+    target_width = max([len("target"), *(len(row.target) for row in rows)])
+    if not wide:
+        free = console.width - _overhead(table) - sum(fixed)
+        check_width, target_width = _share(free - PREDICATE_MIN_CHARS, check_width, target_width)
+    room = keep_whole(table, [check_width, fixed[0], target_width, *fixed[1:]], console, wide=wide)
+    ranked = sorted(zip(rows, changed, strict=True), key=lambda rc: failures_first(rc[0].verdict))
+    for row, change in ranked:
+        when = [age(row.finished_at)] if wide or not changes else []
         table.add_row(
-            safe_markup(row.check_id if wide else _cut(row.check_id, 24)),
+            safe_markup(row.check_id if wide else _cut(row.check_id, check_width)),
             verdict_cell(row.verdict),
-            safe_markup(row.target),
-            age(row.finished_at),
-            *([safe_markup(changed)] if wide else []),
-            safe_markup(row.text if wide else _cut(row.text)),
+            safe_markup(row.target if wide else _cut(row.target, target_width)),
+            *when,
+            *([safe_markup(change)] if wide or changes else []),
+            safe_markup(_cut(row.text, room)),
         )
     console.print(table, soft_wrap=False)
     console.print(f"[dim]{len(rows)} check(s)[/]")
+
+
+def _verdict_label(kind: VerdictKind | None) -> str:
+    return "pending" if kind is None else VERDICT_STYLES[kind][0]
+
+
+def _change(row: CheckSummary, wide: bool) -> str:
+    """``true → false, 3m ago`` (``wide``) or ``was true 3m``; ``-`` for no change."""
+    if row.changed_at is None or row.previous_verdict is None:
+        return "-"
+    before = row.previous_verdict.value
+    if wide:
+        return f"{before} → {row.verdict.value}, {age(row.changed_at)} ago"
+    return f"was {before} {age(row.changed_at)}"
+
+
+def _share(room: int, first: int, second: int) -> tuple[int, int]:
+    """Widths for two cut-able columns wanting ``first`` and ``second`` within ``room``
+    (each at least :data:`NAME_MIN_CHARS`, or its whole width when that is less)."""
+    if first + second <= room:
+        return first, second
+    floor_first, floor_second = min(first, NAME_MIN_CHARS), min(second, NAME_MIN_CHARS)
+    half = max(room // 2, NAME_MIN_CHARS)
+    if first <= half:
+        return first, max(floor_second, room - first)
+    if second <= half:
+        return max(floor_first, room - second), second
+    return max(floor_first, half), max(floor_second, room - half)
 
 
 def batch_state(status: BatchStatus, now: datetime | None = None) -> str:
@@ -182,17 +244,18 @@ def render_batch_results(
     always has them.
     """
     rows = sorted(results, key=lambda r: failures_first(r.verdict))
-    table = make_table(console, "target", "verdict", "explanation", *(["run"] if wide else []))
-    keep_whole(table, [max((len(row.target) for row in rows), default=6), VERDICT_WIDTH])
-    table.columns[2].no_wrap = not wide
-    table.columns[2].overflow = "ellipsis"
+    table = make_table(console, "target", "verdict", *(["run"] if wide else []), "explanation")
+    widths = [max((len(row.target) for row in rows), default=6), VERDICT_WIDTH]
+    if wide:
+        widths.append(max((len(row.run_id) for row in rows), default=3))
+    room = keep_whole(table, widths, console, wide=wide)
     for row in rows:
-        cells = [
+        table.add_row(
             safe_markup(row.target),
             verdict_cell(row.verdict),
-            safe_markup(_cut(row.explanation or "", 200)),
-        ]
-        table.add_row(*cells, *([row.run_id] if wide else []))
+            *([row.run_id] if wide else []),
+            safe_markup(_cut(row.explanation or "", room)),
+        )
     console.print(table, soft_wrap=False)
     return len(rows)
 
@@ -299,9 +362,8 @@ def render_spend(report: SpendReport, console: Console, wide: bool = False) -> N
     if not wide:
         widths = [max([len(headers[i]), *(len(r[i]) for r in rows)]) for i in range(len(headers))]
         widths[1] = min(widths[1], 16)  # the scope gives way first, then the ceilings' cell
-        keep_whole(table, widths)
-        table.columns[1].overflow = table.columns[-1].overflow = "ellipsis"
-        table.columns[-1].no_wrap = True
+        keep_whole(table, widths, console)
+        table.columns[1].overflow = "ellipsis"
     for cells in rows:
         table.add_row(*cells)
     console.print(table, soft_wrap=False)

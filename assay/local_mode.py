@@ -111,6 +111,27 @@ class LocalFleet:
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
 
+    def wait_until_ready(self, key_prefix: str, timeout: float) -> str | None:
+        """Wait until the worker says it consumes the queue (``assay.worker_presence``);
+        None then, else why not: a child that stopped, or the time that ran out."""
+        from assay.worker_presence import read_fleet_models
+        from workers.fleet.redis_client import connect
+
+        assert self.redis_url is not None, "start() the fleet first"
+        redis = connect(self.redis_url, retries=2)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if stopped := self.exited():
+                    name, code = next(iter(stopped.items()))
+                    return f"the {name} stopped with exit code {code}"
+                if read_fleet_models(redis, key_prefix).ready:
+                    return None
+                time.sleep(0.2)
+        finally:
+            redis.close()
+        return f"the worker was not ready within {timeout:g}s"
+
     def log_path(self, name: str) -> Path:
         return (self.log_dir or self.data_dir / "logs") / f"{name}.log"
 

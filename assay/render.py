@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from assay.commands.fleet_common import iso_utc
 from schemas.report import RunReport, Step
 from schemas.verdict import Verdict, VerdictKind
 
@@ -88,7 +89,7 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
     if verdict.reason:
         console.print(f"[dim]reason:[/] {safe_markup(verdict.reason)}")
     if verdict.wake_at:
-        console.print(f"[dim]wake at:[/] {verdict.wake_at.isoformat()}")
+        console.print(f"[dim]wake at:[/] {iso_utc(verdict.wake_at)}")
     if verdict.findings:
         for finding in verdict.findings:
             console.print(f"  • {safe_markup(finding)}")
@@ -140,7 +141,7 @@ def render_report(report: RunReport, console: Console) -> None:
     if report.verdict is not None:
         render_verdict(report.verdict, console)
     elif report.wake_at is not None:
-        console.print(f"waiting until {report.wake_at.isoformat()}")
+        console.print(f"waiting until {iso_utc(report.wake_at)}")
 
 
 def render_answer(report: RunReport, console: Console) -> None:

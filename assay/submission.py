@@ -242,6 +242,7 @@ def submit_batch(
     batch as incomplete (``VerdictStore.batch``).
     """
     batch_id = batch_id or new_batch_id()
+    request_fields.setdefault("profile", settings.unattended_profile())
     fanout = _Fanout(store, redis, settings, batch_id, now, spend)
     chunks = _chunks(targets, chunk_size)
     try:

@@ -13,11 +13,13 @@ commands read those keys before they queue anything:
 
 Key (``P`` = settings.key_prefix)::
 
-    P:worker:{host}:{pid}   string  JSON {"model": str, "api_base": str, "at": ISO};
-                            TTL PRESENCE_TTL_SECONDS
+    P:worker:{host}:{pid}   string  JSON {"model": str, "api_base": str, "ready": bool,
+                            "at": ISO}; TTL PRESENCE_TTL_SECONDS
 
 ``api_base`` ("" for none) is the endpoint a run without its own is sent to: whether
-litellm can route a model name may depend on it (``assay.model_check``).
+litellm can route a model name may depend on it (``assay.model_check``). ``ready`` turns
+true once Celery says the worker consumes the queue (its ``worker_ready`` signal): what
+``assay up`` waits for before it says the fleet is up.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class FleetModels:
     models: frozenset[str]
     endpoints: frozenset[str | None] = frozenset()
     endpoints_known: bool = True
+    ready: int = 0  # live workers consuming the queue
 
 
 def read_fleet_models(redis: Any, key_prefix: str) -> FleetModels:
@@ -59,6 +62,7 @@ def read_fleet_models(redis: Any, key_prefix: str) -> FleetModels:
     models: set[str] = set()
     endpoints: set[str | None] = set()
     endpoints_known = True
+    ready = 0
     bodies = redis.mget(keys) if keys else []
     for body in bodies:
         if not body:
@@ -69,6 +73,7 @@ def read_fleet_models(redis: Any, key_prefix: str) -> FleetModels:
         except (ValueError, AttributeError):
             endpoints_known = False
             continue
+        ready += announced.get("ready") is True
         if model:
             models.add(str(model))
         if "api_base" in announced:
@@ -80,6 +85,7 @@ def read_fleet_models(redis: Any, key_prefix: str) -> FleetModels:
         models=frozenset(models),
         endpoints=frozenset(endpoints),
         endpoints_known=endpoints_known,
+        ready=ready,
     )
 
 
@@ -93,14 +99,26 @@ class Announcer:
         self.key = presence_key(key_prefix, f"{socket.gethostname()}:{os.getpid()}")
         self.model = model or ""
         self.api_base = api_base or ""
+        self.ready = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="assay-presence", daemon=True)
 
     def announce(self) -> None:
         body = json.dumps(
-            {"model": self.model, "api_base": self.api_base, "at": datetime.now(UTC).isoformat()}
+            {
+                "model": self.model,
+                "api_base": self.api_base,
+                "ready": self.ready,
+                "at": datetime.now(UTC).isoformat(),
+            }
         )
         self.redis.set(self.key, body, ex=PRESENCE_TTL_SECONDS)
+
+    def mark_ready(self, **_: Any) -> None:
+        """Celery's ``worker_ready``: this worker consumes the queue now; say so at once."""
+        self.ready = True
+        with contextlib.suppress(Exception):  # Redis away: the next refresh says it
+            self.announce()
 
     def _loop(self) -> None:
         while True:

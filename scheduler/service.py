@@ -103,6 +103,7 @@ class ReplicaStats:
     superseded: int = 0  # timers another replica took over while this one held them
     skipped_for_spend: int = 0  # schedule instants not fired: their day's ceiling is reached
     lateness: list[float] = field(default_factory=list)
+    failing: str | None = None  # why the last round failed (Redis away); None once one works
 
 
 class Replica:
@@ -118,6 +119,7 @@ class Replica:
         replica_id: str | None = None,
         claim_batch: int = CLAIM_BATCH,
         keep_lateness: bool = False,
+        stats: ReplicaStats | None = None,
     ) -> None:
         self.settings = settings
         self.redis = redis
@@ -131,7 +133,7 @@ class Replica:
         self.timers = TimerStore(redis, settings.key_prefix)
         self.schedules = ScheduleStore(redis, settings.key_prefix, settings.min_interval_seconds)
         self.spend = SpendStore.from_settings(settings, redis)
-        self.stats = ReplicaStats()
+        self.stats = stats or ReplicaStats()
         self.hold_seconds = max(1.0, settings.scheduler_lease_seconds / 2)
         self._next_reconcile = 0.0
         self._log = _log.bind(replica=self.replica_id)
@@ -139,13 +141,17 @@ class Replica:
     # --- the loop -----------------------------------------------------------------------
     def run(self, stop_event: threading.Event) -> None:
         """Tick until ``stop_event`` is set; a tick in progress always completes."""
-        self._log.info("scheduler replica started", tick=self.settings.scheduler_tick_seconds)
+        if not stop_event.is_set():  # stopped while starting: it never ran
+            self._log.info("scheduler replica started", tick=self.settings.scheduler_tick_seconds)
         while not stop_event.is_set():
             try:
                 handled = self.tick()
             except Exception as exc:  # Redis blip: log, back off one tick, carry on
                 self._log.warning("scheduler tick failed", error=str(exc))
+                self.stats.failing = str(exc) or type(exc).__name__
                 handled = 0
+            else:
+                self.stats.failing = None
             if handled >= self.claim_batch:
                 continue  # a backlog: claim again at once
             stop_event.wait(self._sleep_seconds())
@@ -410,9 +416,9 @@ class FleetSender:
     the workers' received / started / succeeded events.
     """
 
-    def __init__(self, settings: AssaySettings) -> None:
+    def __init__(self, settings: AssaySettings, *, fail_fast: bool = False) -> None:
         self.store = VerdictStore.from_settings(settings)
-        self.dispatcher = Dispatcher.from_settings(settings, self.store)
+        self.dispatcher = Dispatcher.from_settings(settings, self.store, fail_fast=fail_fast)
         self.dispatcher.app.conf.task_send_sent_event = False
 
     def send(self, message: Enqueue) -> None:
@@ -436,17 +442,23 @@ def run_replica(
     *,
     sender: Sender | None = None,
     clock: Callable[[], float] = time.time,
+    fail_fast: bool = False,
+    stats: ReplicaStats | None = None,
 ) -> ReplicaStats:
-    """Run one replica until ``stop_event`` is set (``assay scheduler``, ``assay up``)."""
+    """Run one replica until ``stop_event`` is set (``assay scheduler``, ``assay up``).
+
+    ``fail_fast`` (the command): a Redis or broker that does not answer at start raises
+    ``RedisUnreachable`` within seconds, before the replica says it started. ``stats`` is
+    the replica's to fill, for a caller that watches it (``stop_on_signals``)."""
 
     if not settings.redis_url:
         raise ValueError(
             "no Redis is configured: set ASSAY_REDIS_URL or start local mode with `assay up`"
         )
-    redis = connect(settings.redis_url)
+    redis = connect(settings.redis_url, fail_fast=fail_fast)
     own_sender = sender is None
-    active_sender: Sender = sender or FleetSender(settings)
-    replica = Replica(settings, redis, active_sender, clock=clock)
+    active_sender: Sender = sender or FleetSender(settings, fail_fast=fail_fast)
+    replica = Replica(settings, redis, active_sender, clock=clock, stats=stats)
     register_collector("timers", TimerCollector(replica.timers.counts))
     if settings.metrics_port:
         start_metrics_server(settings.metrics_port)
@@ -459,11 +471,25 @@ def run_replica(
     return replica.stats
 
 
-def stop_on_signals(stop_event: threading.Event) -> None:
-    """SIGTERM / SIGINT finish the current tick and stop the replica cleanly."""
+def stop_on_signals(stop_event: threading.Event, stats: ReplicaStats | None = None) -> None:
+    """SIGTERM / SIGINT finish the current tick and stop the replica cleanly.
+
+    A second signal, or one while the replica's last round failed (Redis away: a round
+    in progress sits in Redis retries and holds nothing a lease does not return), stops
+    it at once with ``KeyboardInterrupt``.
+    """
 
     def _stop(signum: int, _frame: Any) -> None:
-        _log.info("scheduler stopping", signal=signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if stop_event.is_set() or (stats is not None and stats.failing is not None):
+            _log.info("scheduler stopping now", signal=name)
+            stop_event.set()
+            raise KeyboardInterrupt
+        _log.info(
+            "scheduler stopping",
+            signal=name,
+            detail="the round in progress finishes; a second signal stops at once",
+        )
         stop_event.set()
 
     signal.signal(signal.SIGTERM, _stop)

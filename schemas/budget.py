@@ -11,6 +11,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 ProfileName = Literal["smoke", "fast", "strict"]
+UNATTENDED_PROFILE: ProfileName = "strict"
+"""The profile of a schedule or a batch that names none. They run unattended and feed alerts
+and gates, so a `true` there rests on a structured field and a fresh-context confirmation:
+against planted cluster text an obeying model ends 14 of 18 runs `true` under `fast` and 0
+under `strict`, and with probes only the run that compiles (or re-validates) one pays the
+confirmation call (bench/bench_strict_default.py)."""
 
 
 class Budget(BaseModel):

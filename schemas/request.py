@@ -7,11 +7,20 @@ over HTTP as JSON, so one worker can serve many clusters and models.
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonDict
 
 from schemas.budget import PROFILES, Budget, ProfileName
 from schemas.ids import ID_PATTERN, BatchId, RunId, ScheduleId
@@ -32,25 +41,72 @@ MAX_PATH_LENGTH = 4096
 MAX_CONTEXT_LENGTH = 256
 
 
-def _printable(value: str, what: str) -> str:
-    """Refuse control characters: a target name ends up in keys, logs and tables."""
-    if not value.isprintable():
-        raise ValueError(f"the {what} contains a control character; remove it")
+# Rules only the server can judge, published as JSON Schema ``format``s (docs/api.md lists
+# them): a validator that does not know a format accepts any string, and a fuzzer can be
+# taught what each means. ``VISIBLE_TEXT`` is the one the predicate texts check (the same
+# whitespace as ``str.strip``).
+SNAPSHOT_PATH_FORMAT: JsonDict = {"format": "snapshot-path"}  # a folder (or glob) in the roots
+CONTEXT_GLOB_FORMAT: JsonDict = {"format": "kubeconfig-context-glob"}  # the server's contexts
+MODEL_NAME_FORMAT: JsonDict = {"format": "litellm-model"}  # a name litellm routes: provider/model
+VISIBLE_TEXT: JsonDict = {"pattern": r"\S"}
+
+# Characters a target name may not hold: it ends up in keys, logs and tables, where C0/C1
+# controls, line and paragraph separators and invisible or bidirectional format
+# marks would hide or disguise what is shown. One pattern is both what the published JSON
+# Schema says and what the validators below check, so the two cannot disagree.
+_HIDDEN = (
+    r"\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069"
+    r"\ufeff"
+)
+SHOWN_NAME_PATTERN = rf"^[^{_HIDDEN}]*[^\s{_HIDDEN}][^{_HIDDEN}]*$"
+_SHOWN_NAME = re.compile(SHOWN_NAME_PATTERN)
+
+
+def shown_name(value: str, what: str) -> str:
+    """``value`` if it has a visible character and no hidden one (:data:`SHOWN_NAME_PATTERN`)."""
+    if not _SHOWN_NAME.fullmatch(value):
+        if not value.strip():
+            raise ValueError(f"the {what} is empty; give a name")
+        raise ValueError(f"the {what} contains a control or invisible character; remove it")
     return value
+
+
+def _shown_target_name(value: str) -> str:
+    return shown_name(value, "target name or pattern")
+
+
+_SHOWN_NAME_RULES = (
+    AfterValidator(_shown_target_name),
+    Field(json_schema_extra={"pattern": SHOWN_NAME_PATTERN}),
+)
+ShownName = Annotated[str, *_SHOWN_NAME_RULES]
+"""A schedule's context glob, or snapshot path or glob (see ``shown_name``)."""
+ShownContextName = Annotated[str, Field(max_length=MAX_CONTEXT_LENGTH), *_SHOWN_NAME_RULES]
+"""A schedule's kubeconfig context name (see ``shown_name``)."""
+
+
+def _type_is_required(schema: dict[str, Any]) -> None:
+    """Publish ``type`` as required: the API tells targets apart by it (a discriminated
+    union), while Python callers may leave it to its one possible value."""
+    schema["required"] = ["type", *[name for name in schema.get("required", []) if name != "type"]]
 
 
 class SnapshotTarget(BaseModel):
     """A folder of captured Kubernetes objects (see examples/snapshots)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_type_is_required)
 
     type: Literal["snapshot"] = "snapshot"
-    path: str = Field(min_length=1, max_length=MAX_PATH_LENGTH)
+    path: str = Field(
+        min_length=1,
+        max_length=MAX_PATH_LENGTH,
+        json_schema_extra={"pattern": SHOWN_NAME_PATTERN, **SNAPSHOT_PATH_FORMAT},
+    )
 
     @field_validator("path")
     @classmethod
     def _plain_path(cls, path: str) -> str:
-        return _printable(path, "snapshot path")
+        return shown_name(path, "snapshot path")
 
     @property
     def name(self) -> str:
@@ -73,16 +129,20 @@ def target_names(target: str) -> list[str]:
 class ContextTarget(BaseModel):
     """A kubeconfig context; ``kubeconfig`` None means the settings' / default kubeconfig."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_type_is_required)
 
     type: Literal["context"] = "context"
-    context: str = Field(min_length=1, max_length=MAX_CONTEXT_LENGTH)
+    context: str = Field(
+        min_length=1,
+        max_length=MAX_CONTEXT_LENGTH,
+        json_schema_extra={"pattern": SHOWN_NAME_PATTERN},
+    )
     kubeconfig: str | None = None
 
     @field_validator("context")
     @classmethod
     def _plain_context(cls, context: str) -> str:
-        return _printable(context, "context name")
+        return shown_name(context, "context name")
 
     @property
     def name(self) -> str:
@@ -92,7 +152,7 @@ class ContextTarget(BaseModel):
 class InClusterTarget(BaseModel):
     """The cluster this process runs in, through its service account."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_type_is_required)
 
     type: Literal["in_cluster"] = "in_cluster"
 
@@ -118,12 +178,16 @@ class EvaluationRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: EvaluationKind = "check"
-    text: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
+    text: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
     target: Target
     toolsets: list[ToolsetName] = Field(default_factory=_default_toolsets, min_length=1)
     profile: ProfileName = "fast"
     budget: Budget = Field(default_factory=Budget)
-    model: str | None = Field(default=None, description="litellm model name; None = settings.")
+    model: str | None = Field(
+        default=None,
+        description="litellm model name; None = settings.",
+        json_schema_extra=MODEL_NAME_FORMAT,
+    )
     api_base: str | None = Field(default=None, description="Model endpoint; None = settings.")
     run_id: RunId = Field(default_factory=new_run_id)
     check_id: str = Field(

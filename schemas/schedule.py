@@ -15,20 +15,32 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
-from schemas.budget import PROFILES, Budget, ProfileName
+from schemas.budget import PROFILES, UNATTENDED_PROFILE, Budget, ProfileName
 from schemas.ids import ScheduleId
 from schemas.notify import SinkName
 from schemas.probe import ProbeMode
-from schemas.request import MAX_CONTEXT_LENGTH, MAX_TEXT_LENGTH, EvaluationKind
+from schemas.request import (
+    CONTEXT_GLOB_FORMAT,
+    MAX_TEXT_LENGTH,
+    MODEL_NAME_FORMAT,
+    SNAPSHOT_PATH_FORMAT,
+    VISIBLE_TEXT,
+    EvaluationKind,
+    ShownContextName,
+    ShownName,
+)
 from schemas.spend import SpendCeiling
 
 MisfirePolicy = Literal["skip", "run_once"]
+CRON_FORMAT: JsonDict = {"format": "cron"}  # croniter's five fields or an @alias, that fires
+TIME_ZONE_FORMAT: JsonDict = {"format": "iana-time-zone"}  # an IANA zone, e.g. Europe/Paris
 MAX_JITTER_SECONDS = 3600.0
 
 
@@ -40,6 +52,16 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _one_kind_of_target(schema: dict[str, Any]) -> None:
+    """Publish "exactly one kind of target" as a ``oneOf``: non-empty ``contexts``, a
+    ``context_glob`` string, or non-empty ``snapshots`` (what ``_exactly_one_kind`` checks)."""
+    schema["oneOf"] = [
+        {"required": ["contexts"], "properties": {"contexts": {"minItems": 1}}},
+        {"required": ["context_glob"], "properties": {"context_glob": {"type": "string"}}},
+        {"required": ["snapshots"], "properties": {"snapshots": {"minItems": 1}}},
+    ]
+
+
 class ScheduleTargets(BaseModel):
     """Where a schedule's predicate is evaluated: exactly one kind of target.
 
@@ -47,11 +69,15 @@ class ScheduleTargets(BaseModel):
     entries of ``snapshots`` may hold glob patterns and are expanded per fire.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_kind_of_target)
 
-    contexts: list[str] = Field(default_factory=list, max_length=1000)
-    context_glob: str | None = Field(default=None, min_length=1)
-    snapshots: list[str] = Field(default_factory=list, max_length=1000)
+    contexts: list[ShownContextName] = Field(default_factory=list, max_length=1000)
+    context_glob: Annotated[ShownName, Field(json_schema_extra=CONTEXT_GLOB_FORMAT)] | None = Field(
+        default=None, min_length=1
+    )
+    snapshots: list[Annotated[ShownName, Field(json_schema_extra=SNAPSHOT_PATH_FORMAT)]] = Field(
+        default_factory=list, max_length=1000
+    )
     kubeconfig: str | None = Field(
         default=None, description="kubeconfig for contexts; None = the settings' kubeconfig."
     )
@@ -63,13 +89,6 @@ class ScheduleTargets(BaseModel):
             raise ValueError(
                 "a schedule needs exactly one kind of target: contexts, a context glob or snapshots"
             )
-        if any(not name.strip() for name in [*self.contexts, *self.snapshots]):
-            raise ValueError("target names must not be empty")
-        if any(len(name) > MAX_CONTEXT_LENGTH for name in self.contexts):
-            raise ValueError(f"a context name may have at most {MAX_CONTEXT_LENGTH} characters")
-        names = [*self.contexts, *self.snapshots, self.context_glob or ""]
-        if any(not ch.isprintable() for name in names for ch in name):
-            raise ValueError("a target name or pattern contains a control character; remove it")
         return self
 
     def describe(self) -> str:
@@ -103,15 +122,29 @@ class Schedule(BaseModel):
 
     id: ScheduleId = Field(default_factory=new_schedule_id)
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$")
-    predicate: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH)
+    predicate: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
     kind: EvaluationKind = "check"
     targets: ScheduleTargets
-    cron: str | None = Field(default=None, description="Five-field cron expression or @alias.")
-    timezone: str = Field(default="UTC", description="IANA zone the cron expression is read in.")
+    cron: str | None = Field(
+        default=None,
+        description="Five-field cron expression or @alias.",
+        json_schema_extra=CRON_FORMAT,
+    )
+    timezone: str = Field(
+        default="UTC",
+        description="IANA zone the cron expression is read in.",
+        json_schema_extra=TIME_ZONE_FORMAT,
+    )
     interval_seconds: float | None = Field(default=None, gt=0, le=366 * 24 * 3600)
-    profile: ProfileName = "fast"
+    profile: ProfileName = Field(
+        default=UNATTENDED_PROFILE, description="strict unless the schedule names another."
+    )
     budget: Budget = Field(default_factory=Budget)
-    model: str | None = Field(default=None, description="litellm model name; None = settings.")
+    model: str | None = Field(
+        default=None,
+        description="litellm model name; None = settings.",
+        json_schema_extra=MODEL_NAME_FORMAT,
+    )
     probe: ProbeMode = Field(
         default="auto",
         description="auto: fires re-run the check's accepted probe (0 model tokens) when it has "

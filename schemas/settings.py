@@ -30,7 +30,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from schemas.budget import ProfileName
+from schemas.budget import UNATTENDED_PROFILE, ProfileName
 from schemas.cpu_list import normalized as normalized_affinity
 from schemas.notify import Sink, SinkName
 from schemas.spend import MAX_CEILING_COST_USD, MAX_CEILING_TOKENS, MIN_CEILING_TOKENS
@@ -73,7 +73,12 @@ class AssaySettings(BaseSettings):
     )
 
     # --- budgets and profile (request values win; these fill the gaps) --------------
-    profile: ProfileName = "fast"
+    profile: ProfileName = Field(
+        default="fast",
+        description="The profile of check, query and submit when no --profile is given; "
+        "batches and schedules that name none run strict unless this is set "
+        "(unattended_profile).",
+    )
     max_iterations: int | None = Field(default=None, ge=1)
     max_tokens: int | None = Field(default=None, ge=100)
     timeout_seconds: float | None = Field(default=None, gt=0)
@@ -379,6 +384,12 @@ class AssaySettings(BaseSettings):
     def _cpu_list(cls, value: str) -> str:
         return normalized_affinity(value)
 
+    def unattended_profile(self) -> ProfileName:
+        """The profile of a batch or a schedule that names none: ``ASSAY_PROFILE`` when it
+        is set, else ``strict`` (``schemas.budget.UNATTENDED_PROFILE`` says why). A one-off
+        check or submit keeps ``profile``'s own default, ``fast``."""
+        return self.profile if "profile" in self.model_fields_set else UNATTENDED_PROFILE
+
     @model_validator(mode="after")
     def _sentinel_needs_master(self) -> AssaySettings:
         """A Sentinel broker is unusable without the master's name: say so at start-up,
@@ -553,3 +564,10 @@ def _config_keys(path: Path) -> list[str]:
 def load_settings(**overrides: Any) -> AssaySettings:
     """Settings with ``overrides`` (CLI flags) on top; ``None`` overrides are ignored."""
     return AssaySettings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def environment_has(name: str) -> bool:
+    """Whether variable ``name`` is set and not empty. For the provider keys litellm reads by
+    itself (``OPENAI_API_KEY``, ...), which are no assay setting: this module is the one
+    that reads the environment (``workers.core.provider_keys``)."""
+    return bool(os.environ.get(name, "").strip())

@@ -29,6 +29,7 @@ if [ "$extra" = "test" ] && ! command -v prometheus-alertmanager >/dev/null 2>&1
   fi
 fi
 
+echo "install: creating .venv" >&2
 python3 -m venv .venv
 log=.venv/install.log
 spec="."
@@ -36,10 +37,30 @@ spec="."
 # The test set-up also gets the bench extra (py-spy), so bench/ runs from the same venv.
 [ "$extra" = "test" ] && spec=".[test,bench]"
 # pip's and setuptools' chatter goes to the log; it is shown only when the install fails.
+# A first install takes a minute or more: say so, then every few seconds what pip is at
+# (the last package it collected or what it installs), so a silent terminal never looks hung.
 # constraints.txt: the versions the tests last passed on, so a fresh clone installs those.
-if ! { .venv/bin/python -m pip install -q --upgrade pip \
-       && .venv/bin/python -m pip install -q -c constraints.txt -e "$spec"; } >"$log" 2>&1; then
+echo "install: installing assay${extra:+ with its $extra extras} and its dependencies into" \
+  ".venv (about a minute the first time; pip's log: $log)" >&2
+{ .venv/bin/python -m pip install -q --upgrade pip \
+    && .venv/bin/python -m pip install --progress-bar off -c constraints.txt -e "$spec"; } \
+  >"$log" 2>&1 &
+pip_pid=$!
+every="${INSTALL_PROGRESS_EVERY:-10}"
+started=$SECONDS
+shown=$SECONDS
+while kill -0 "$pip_pid" 2>/dev/null; do
+  sleep 1
+  if kill -0 "$pip_pid" 2>/dev/null && [ $((SECONDS - shown)) -ge "$every" ]; then
+    shown=$SECONDS
+    at=$(grep -E '^(Collecting|Installing|Building|Downloading|Successfully)' "$log" \
+      | tail -n 1 | cut -c1-70 || true)
+    echo "install: $((SECONDS - started))s${at:+, pip: $at}" >&2
+  fi
+done
+if ! wait "$pip_pid"; then
   cat "$log" >&2
   echo "installing assay failed (log above, also in $log)" >&2
   exit 1
 fi
+echo "install: done in $((SECONDS - started))s" >&2

@@ -119,10 +119,10 @@ def request_for(
     **budget: Any,
 ) -> EvaluationRequest:
     return EvaluationRequest(
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         text=text,
         target=SnapshotTarget(path=str(snapshot)),
-        profile=profile,  # type: ignore[arg-type]
+        profile=profile,
         budget=Budget(**budget),
         model=model,
     )

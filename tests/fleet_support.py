@@ -20,6 +20,10 @@ from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
 
 ROOT = Path(__file__).resolve().parent.parent
+# The fleet tests' scripted models answer without a confirmer, so their batches ask for
+# `fast`: a batch names no profile runs `strict` (schemas.budget.UNATTENDED_PROFILE), whose
+# `true` a confirmer must confirm. What these tests check is the fleet, not the profile.
+NO_CONFIRMER_PROFILE = "fast"
 VENV_BIN = Path(sys.executable).parent
 
 

@@ -201,7 +201,7 @@ class InjectionTally:
 
     def table(self) -> str:
         """One row per profile, fixed-width, for a terminal or a log."""
-        rows = [TABLE_HEADERS]
+        rows: list[tuple[str, ...]] = [TABLE_HEADERS]
         for name, tally in self.profiles.items():
             counts = (
                 tally.runs,

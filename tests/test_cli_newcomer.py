@@ -75,6 +75,46 @@ def test_an_invalid_setting_names_its_variable_in_one_sentence() -> None:
         line = one_error_line(result)
         assert "ASSAY_MAX_TOKENS" in line and "'abc'" in line, line
         assert "[type=" not in line and "errors.pydantic.dev" not in line, line
+        assert "--help" not in line, line  # before: "(see `assay checks --help`)"
+
+
+@pytest.mark.parametrize("command", ["check", "query"])
+def test_a_predicate_about_a_future_instant_is_refused_now_and_sent_to_submit(
+    command: str,
+) -> None:
+    """Before: `assay check "on 2030-01-01, ..."` answered about today (exit 0), while the
+    README says a predicate opening with a future instant waits for it."""
+    dated = f"on 2030-01-01, {PREDICATE}"
+    result = assay(command, "--snapshot", PROD_EU, "--scripted", DEMO, dated)
+    assert result.returncode == 64, result.stderr
+    line = one_error_line(result)
+    assert "2030-01-01T00:00:00Z" in line and "assay submit" in line, line
+
+
+def test_a_missing_provider_key_is_named_before_the_run() -> None:
+    """Before: 23 s of retries, then exit 3 with litellm's "InternalServerError 500 ... set
+    OPENAI_API_KEY", while assay's own setting is ASSAY_API_KEY."""
+    result = assay("check", "--snapshot", PROD_EU, "--model", "gpt-4o-mini", PREDICATE,
+                   OPENAI_API_KEY="")  # fmt: skip
+    assert result.returncode == 64, result.stderr
+    line = one_error_line(result)
+    assert "ASSAY_API_KEY" in line and "OPENAI_API_KEY" in line and "--help" not in line, line
+
+
+def test_an_over_long_predicate_is_one_sentence_before_any_banner() -> None:
+    """Before: the SCRIPTED banner, then pydantic's "String should have at most 4000
+    characters" for a 52 KB predicate."""
+    result = assay("check", "--snapshot", PROD_EU, "--scripted", DEMO, "x" * 52_000)
+    assert result.returncode == 64, result.stderr
+    line = one_error_line(result)  # one line: no banner before it
+    assert "52,000 characters" in line and "4,000" in line and "String should" not in line
+
+
+def test_an_option_short_of_values_points_at_its_own_command() -> None:
+    """Before: `assay eval --compare a.json` pointed at `assay --help`."""
+    result = assay("eval", "--compare", "a.json")
+    assert result.returncode == 64
+    assert "(see `assay eval --help`)" in one_error_line(result)
 
 
 def test_the_api_with_an_invalid_setting_is_a_usage_error_not_a_traceback() -> None:
@@ -413,3 +453,34 @@ def test_ctrl_c_while_waiting_exits_130_and_says_where_the_answer_will_be(
     assert process.returncode == 130, "".join(seen) + rest
     errors = [line for line in rest.splitlines() if line.startswith("assay: error:")]
     assert len(errors) == 1 and said in errors[0] and "goes on" in errors[0], rest
+
+
+def test_a_waiting_run_shows_its_wake_up_time_in_utc_with_z() -> None:
+    """Before: `assay run` printed `+00:00` where every other command prints `Z`."""
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from assay.render import render_report
+    from schemas.budget import Budget
+    from schemas.report import RunReport
+    from tests.fleet_support import snapshot_request
+
+    request = snapshot_request()
+    report = RunReport(
+        run_id=request.run_id, check_id=request.check_id, status="waiting", request=request,
+        budget=Budget(), model="openai/scripted", wake_at=datetime(2030, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+    console = Console(record=True, width=120)
+    render_report(report, console)
+    shown = console.export_text()
+    assert "waiting until 2030-01-01T00:00:00Z" in shown and "+00:00" not in shown
+
+
+def test_check_help_speaks_of_check_and_submit_help_of_the_workers() -> None:
+    """Before: `check --help` said the budget flags were "for submit and batch, the
+    workers'"."""
+    local = " ".join(assay("check", "--help").stdout.split())
+    fleet = " ".join(assay("submit", "--help").stdout.split())
+    assert "submit and batch" not in local and "workers'" not in local
+    assert "ASSAY_MAX_TOKENS" in local and "the workers' ASSAY_MAX_TOKENS" in fleet

@@ -23,6 +23,7 @@ from assay.testing.scripted_model import ScriptedModel
 from schemas.cpu_list import AffinityError, parse_cpu_list
 from schemas.settings import load_settings
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     ROOT,
     children_of,
@@ -198,7 +199,9 @@ def _decide_and_check_the_cpus(
 
     make_snapshots(tmp_path / "targets", 16, bad_every=4)
     with Client(load_settings(redis_url=redis_url)) as client:
-        batch_id = client.start_batch(PREDICATE, snapshots=str(tmp_path / "targets" / "*"))
+        batch_id = client.start_batch(
+            PREDICATE, snapshots=str(tmp_path / "targets" / "*"), profile=NO_CONFIRMER_PROFILE
+        )
         status = client.wait_batch(batch_id, timeout=120, poll=0.2)
     assert (status.total, status.true, status.false) == (16, 12, 4), worker_log_tail(log)
     workers = children_of(process.pid)

@@ -21,6 +21,7 @@ import pytest
 
 from assay.testing.scripted_model import ScriptedModel
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     ROOT,
     make_snapshots,
@@ -270,7 +271,11 @@ def test_assay_worker_is_held_to_one_cpu_by_default_and_still_decides(
         worker = start_worker(redis_url, model.url, log)  # no --cpu-affinity, no env
         try:
             with Client(load_settings(redis_url=redis_url)) as client:
-                batch_id = client.start_batch(PREDICATE, snapshots=str(tmp_path / "targets" / "*"))
+                batch_id = client.start_batch(
+                    PREDICATE,
+                    snapshots=str(tmp_path / "targets" / "*"),
+                    profile=NO_CONFIRMER_PROFILE,
+                )
                 status = client.wait_batch(batch_id, timeout=120, poll=0.2)
             assert (status.total, status.true, status.false) == (8, 6, 2), worker_log_tail(log)
             threads = thread_cpus(worker.pid)

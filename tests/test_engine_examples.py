@@ -56,6 +56,15 @@ def test_the_demo_script_holds_under_the_strict_profile(
         assert all(item.verified and item.structured for item in verdict.evidence)
 
 
+@pytest.mark.parametrize("cluster", ["prod-eu", "staging-us"])
+def test_the_demo_script_proposes_a_probe_the_engine_accepts(cluster: str) -> None:
+    """So `assay probe show|test|export` have something to show on what ships. Before: the
+    demo never proposed one and `assay probe show` exited 66 on every shipped check."""
+    with ScriptedModel(DEMO) as model:
+        report = run(model, request_for(SNAPSHOTS / cluster, text=PREDICATE))
+    assert report.probe is not None and report.probe.status == "accepted", report.probe
+
+
 def test_the_demo_script_never_says_true_about_another_predicate() -> None:
     with ScriptedModel(DEMO) as model:
         report = run(model, request_for(SNAPSHOTS / "prod-eu", text="no pod runs as root"))

@@ -287,6 +287,23 @@ def test_compare_shows_two_runs_side_by_side(
     )
 
 
+def test_comparing_reports_of_different_suites_warns_on_stderr(
+    eval_cli: EvalCli, tmp_path: Path, small_suite: Path
+) -> None:
+    """Before: the warning went to stdout, among the tables, without `assay:`."""
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    code, _, stderr = eval_cli("--oracle", "--suite", str(small_suite), "--out", str(first))
+    assert code == 0, stderr[-2000:]
+    other = json.loads(first.read_text())
+    other["suite"]["digest"] = "0" * len(other["suite"]["digest"])  # another suite's run
+    second.write_text(json.dumps(other))
+    code, stdout, stderr = eval_cli("--compare", str(first), str(second))
+    assert code == 0, stderr[-2000:]
+    assert "different cases" not in stdout
+    [warning] = [line for line in stderr.splitlines() if "different cases" in line]
+    assert warning.startswith("assay: warning: the two reports ran different cases")
+
+
 def test_check_suite_exits_1_when_an_excerpt_is_not_in_the_data(
     eval_cli: EvalCli, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     make_snapshots,
     scripted_worker,
@@ -107,7 +108,9 @@ def test_batch_of_fifty_snapshots_has_the_right_tally_and_results(
     client: Client, worker: subprocess.Popen[bytes], tmp_path: Path
 ) -> None:
     make_snapshots(tmp_path / "fleet", 50, bad_every=5)  # clusters 0, 5, 10 ... are bad
-    batch_id = client.start_batch(PREDICATE, snapshots=str(tmp_path / "fleet" / "*"))
+    batch_id = client.start_batch(
+        PREDICATE, snapshots=str(tmp_path / "fleet" / "*"), profile=NO_CONFIRMER_PROFILE
+    )
     seen: list[int] = []
     status = client.wait_batch(batch_id, timeout=180, on_progress=lambda s: seen.append(s.pending))
 

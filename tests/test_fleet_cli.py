@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from assay.redis_process import free_port
 from assay.testing.scripted_model import ScriptedModel
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     ROOT,
     TEST_SNAPSHOT_ROOTS,
@@ -134,7 +136,8 @@ def test_batch_wait_then_status(
 ) -> None:
     make_snapshots(tmp_path / "fleet", 6, bad_every=3)  # clusters 0 and 3 are bad
     pattern = str(tmp_path / "fleet" / "*")
-    done = assay("batch", PREDICATE, "--snapshots", pattern, "--wait", env=cli_env)
+    done = assay("batch", PREDICATE, "--snapshots", pattern, "--wait",
+                 "--profile", NO_CONFIRMER_PROFILE, env=cli_env)  # fmt: skip
     assert done.returncode == 1, done.stderr  # some target is false
     for index in range(6):
         assert f"snapshot:cluster-{index:03d}" in done.stdout
@@ -179,7 +182,7 @@ def test_up_serves_other_shells_and_stops_cleanly(model: ScriptedModel, tmp_path
         assert waited.returncode == 0, waited.stderr
         assert "TRUE" in waited.stdout
         again = subprocess.run([*ASSAY, "up"], env=env, cwd=ROOT, capture_output=True, text=True)
-        assert again.returncode == 70 and "already running" in again.stderr
+        assert again.returncode == 0 and "already running" in again.stdout, again.stderr
     finally:
         up.send_signal(signal.SIGINT)
         out, err = up.communicate(timeout=60)
@@ -187,6 +190,72 @@ def test_up_serves_other_shells_and_stops_cleanly(model: ScriptedModel, tmp_path
     assert b"redis" in out and b"worker" in out
     assert not state.exists(), "the state file goes away with the fleet"
     assert (tmp_path / "data" / "redis" / "appendonlydir").is_dir(), "Redis data is kept"
+
+
+@pytest.fixture
+def password_redis(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A redis-server of this test's own that wants a password: (URL with it, password)."""
+    import redis as redis_lib
+
+    from assay.redis_process import RedisProcess
+
+    server = RedisProcess(data_dir=tmp_path / "redis").start()
+    password = "secretpw-7c1d"
+    redis_lib.Redis.from_url(server.url).config_set("requirepass", password)
+    yield server.url.replace("redis://", f"redis://:{password}@"), password
+    server.stop()
+
+
+def test_up_detach_returns_with_a_ready_worker_and_never_shows_the_redis_password(
+    password_redis: tuple[str, str], tmp_path: Path
+) -> None:
+    """Before: `up --detach` returned before the worker consumed the queue (a `batch --wait`
+    right after said "no worker is running yet"), `assay api` printed ASSAY_REDIS_URL's
+    password on its "listening" line, and a second `assay up` exited 70 ("assay failed")."""
+    from tests.api_support import TOKENS
+
+    url, password = password_redis
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
+    env.update(
+        ASSAY_DATA_DIR=str(tmp_path / "data"),
+        ASSAY_REDIS_URL=url,
+        ASSAY_SNAPSHOT_ROOTS=str(ROOT),
+        ASSAY_API_TOKENS=json.dumps(TOKENS),
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        PYTHONPATH=str(ROOT),
+    )
+    demo = str(ROOT / "examples" / "scripts" / "demo.yaml")
+    shown: list[str] = []
+    try:
+        up = assay("up", "--detach", "--scripted", demo, env=env, timeout=150)
+        shown += [up.stdout, up.stderr]
+        assert up.returncode == 0, up.stderr
+        batch = assay("batch", PREDICATE, "--snapshots", "examples/snapshots/*", "--wait",
+                      env=env)  # fmt: skip
+        shown += [batch.stdout, batch.stderr]
+        assert batch.returncode == 1, batch.stderr  # false on staging-us
+        assert "no worker is running" not in batch.stderr
+        again = assay("up", "--detach", env=env)
+        shown += [again.stdout, again.stderr]
+        assert again.returncode == 0 and "already running" in again.stdout, again.stderr
+        api = subprocess.Popen(
+            [*ASSAY, "api", "--port", str(free_port())], env=env, cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert api.stderr is not None
+            listening = next(line for line in api.stderr if "listening" in line)
+        finally:
+            api.terminate()
+            rest, errors = api.communicate(timeout=30)
+        shown += [listening, rest, errors]
+        assert "redis://:***@" in listening, listening
+    finally:
+        down = assay("down", env=env)
+        shown += [down.stdout, down.stderr]
+    logs = [p.read_text(errors="replace") for p in (tmp_path / "data").rglob("*.log")]
+    leaked = [text for text in shown + logs if password in text]
+    assert leaked == [], leaked[0][-2000:]
 
 
 def test_demo_runs_the_example_fleet_and_exits_zero() -> None:

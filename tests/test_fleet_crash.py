@@ -17,6 +17,7 @@ from schemas.budget import Budget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     make_snapshots,
     scripted_worker_env,
@@ -62,6 +63,7 @@ def test_twenty_sigkills_across_two_hundred_runs_leave_one_verdict_each(
         batch_id = client.start_batch(
             PREDICATE,
             snapshots=str(tmp_path / "fleet" / "*"),
+            profile=NO_CONFIRMER_PROFILE,
             budget=Budget(timeout_seconds=RUN_TIMEOUT_SECONDS),
         )
         kills_mid_run = 0

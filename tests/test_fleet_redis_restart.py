@@ -24,6 +24,7 @@ from assay.redis_process import RedisProcess
 from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     make_snapshots,
     scripted_worker_env,
@@ -50,7 +51,11 @@ def test_a_worker_survives_redis_restarts_and_the_batch_completes(tmp_path: Path
             env = scripted_worker_env(server.url, model.url, broker_visibility_timeout_seconds="10")
             worker = start_worker(env, log, concurrency=8)
             with Client(load_settings(redis_url=server.url)) as client:
-                batch_id = client.start_batch(PREDICATE, snapshots=str(tmp_path / "fleet" / "*"))
+                batch_id = client.start_batch(
+                    PREDICATE,
+                    snapshots=str(tmp_path / "fleet" / "*"),
+                    profile=NO_CONFIRMER_PROFILE,
+                )
 
                 def finished_at_least(runs: int) -> Callable[[], bool]:
                     def check() -> bool:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
@@ -324,9 +326,81 @@ def test_every_name_told_without_litellm_is_one_litellm_routes() -> None:
 
     litellm = load_litellm()
     bare = _bare_names()
-    assert {"gpt-4o-mini", "gpt-4o"} <= bare
+    assert {"gpt-4o-mini", "gpt-4o"} <= set(bare)
     names = [f"{prefix}/{rest}" for prefix in ROUTED_PREFIXES for rest in ("x", "org/model-1")]
     for name in [*names, *bare]:
         for endpoint in (None, ENDPOINT, "https://api.groq.com/openai/v1"):
             litellm.get_llm_provider(model=name, api_base=endpoint)  # raises if not routed
             assert unroutable_model(name, endpoint) is None
+
+
+# --- a typo's refusal, told without litellm ----------------------------------------------------
+
+
+def test_the_bare_names_litellm_lists_outside_its_price_list_are_the_ones_kept() -> None:
+    """``UNPRICED_BARE_NAMES`` is exactly what the installed litellm lists beyond its price
+    list; a litellm that adds one fails here rather than have it refused."""
+    from workers.core.model_names import UNPRICED_BARE_NAMES, _all_priced_names
+
+    litellm = load_litellm()
+    unpriced = {
+        name
+        for name in litellm.model_list_set
+        if "/" not in name and ":" not in name and name not in _all_priced_names()
+    }
+    assert unpriced == UNPRICED_BARE_NAMES
+
+
+def test_no_name_litellm_knows_is_refused_without_asking_it() -> None:
+    from workers.core.model_names import refused_for_certain
+
+    litellm = load_litellm()
+    known = [*litellm.model_list_set, "claude-instant-1", "gpt-image-1", "amazon_nova_x"]
+    assert [name for name in known if refused_for_certain(name, None)] == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-._ ", min_size=1, max_size=24))
+def test_every_name_refused_without_litellm_is_refused_by_litellm(name: str) -> None:
+    from workers.core.model_names import refused_for_certain
+
+    if not refused_for_certain(name, None):
+        return
+    with pytest.raises(Exception):  # noqa: B017 - any refusal is one (unroutable_model's rule)
+        load_litellm().get_llm_provider(model=name)
+
+
+def test_a_typo_is_refused_without_importing_litellm() -> None:
+    """Before: `assay check --model nonsense-model` imported litellm to refuse it (13.8 s on
+    a busy host; the API 5.2 s). The same sentence now comes from the names alone."""
+    code = (
+        "import sys; from workers.core.llm import unroutable_model; "
+        "print(unroutable_model('nonsense-model', None)); print('litellm' in sys.modules)"
+    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env.pop("USE_LITELLM_PROXY", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout.splitlines()
+    assert out[0].startswith("litellm cannot tell which provider serves the model")
+    assert out[1] == "False"
+
+
+# --- a missing provider key, told before the run --------------------------------------------------
+
+
+def test_each_provider_key_is_the_one_litellm_asks_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.core.provider_keys import KEY_VARIABLES
+
+    litellm = load_litellm()
+    for variables in KEY_VARIABLES.values():
+        for name in variables:
+            monkeypatch.delenv(name, raising=False)
+    for provider, variables in KEY_VARIABLES.items():
+        asked = litellm.validate_environment(model=f"{provider}/some-model")
+        assert set(asked["missing_keys"]) == set(variables), provider
+        monkeypatch.setenv(variables[0], "set")
+        assert litellm.validate_environment(model=f"{provider}/some-model")[
+            "keys_in_environment"
+        ], provider
+        monkeypatch.delenv(variables[0])

@@ -174,3 +174,13 @@ def _times(path: Path, commands: list[str]) -> str:
         first = commands[int(index)].splitlines()[0]
         rows.append(f"{float(end) - float(start):7.2f}s  {first[:90]}")
     return "\n".join(rows)
+
+
+def test_the_reliability_commands_install_the_test_tools_first() -> None:
+    """Before: after the demo (whose install has no test extras) the README's reliability
+    command failed with "No module named pytest"."""
+    text = README.read_text()
+    [block] = [m.group(2) for m in FENCE.finditer(text) if "tests/reliability" in m.group(2)]
+    commands = shell_commands(block)
+    assert commands[0].split(" #")[0].strip() == "bash scripts/install.sh test", commands
+    assert all("pytest" in command for command in commands[1:])

@@ -116,6 +116,19 @@ def test_schedule_lifecycle(capsys: pytest.CaptureFixture[str], cli_env: str) ->
     assert run(capsys, "schedule", "pause", "nightly")[0] == 66
 
 
+def test_a_schedule_without_a_profile_runs_strict_unless_assay_profile_is_set(
+    capsys: pytest.CaptureFixture[str], cli_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schedules feed alerts: with no --profile they run strict (README, "Profiles"); an
+    ASSAY_PROFILE the user set still wins. Before: fast, as a one-off check."""
+    add = ("schedule", "add")
+    assert run(capsys, *add, "plain", "pods are ready", "--every", "1h", "--context", "a")[0] == 0
+    assert schedules(cli_env).get("plain").profile == "strict"
+    monkeypatch.setenv("ASSAY_PROFILE", "fast")
+    assert run(capsys, *add, "chosen", "pods are ready", "--every", "1h", "--context", "a")[0] == 0
+    assert schedules(cli_env).get("chosen").profile == "fast"
+
+
 def test_snapshot_targets_are_stored_absolute(
     capsys: pytest.CaptureFixture[str],
     cli_env: str,

@@ -207,3 +207,79 @@ def test_sigterm_stops_a_replica_cleanly(
     replicas[0].send_signal(signal.SIGTERM)
     assert replicas[0].wait(timeout=10) == 0
     assert "scheduler replica stopped" in log.read_text()
+
+
+def _events(log: Path) -> list[str]:
+    """The ``event`` of each JSON log line, in order (other lines are skipped)."""
+    import json
+
+    events = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            events.append(str(json.loads(line).get("event")))
+        except (ValueError, AttributeError):
+            continue
+    return events
+
+
+def test_a_replica_with_no_redis_says_so_and_exits_69(tmp_path: Path) -> None:
+    """Before: nothing said Redis was down, Ctrl-C took about 20 s (Redis retries), the
+    replica logged "started" after "stopping", and the command exited 0."""
+    from assay.redis_process import free_port
+
+    env = worker_env(f"redis://:not-shown-pw@127.0.0.1:{free_port()}/0", **FAST_SCHEDULER)
+    log = tmp_path / "scheduler.log"
+    replica = start_scheduler(env, log)
+    assert replica.wait(timeout=60) == 69
+    text = log.read_text()
+    assert "assay: error: cannot reach the fleet's Redis at redis://:***@127.0.0.1:" in text
+    assert "not-shown-pw" not in text
+    assert "scheduler replica started" not in _events(log)
+
+
+def test_ctrl_c_twice_stops_a_replica_stuck_on_a_dead_redis_at_once(
+    tmp_path: Path,
+) -> None:
+    """The first Ctrl-C lets the round in progress finish, and says a second one stops at
+    once; the second does, while the round still waits on Redis' retries (exit 130)."""
+    from assay.redis_process import RedisProcess
+
+    server = RedisProcess(data_dir=tmp_path / "redis").start()
+    log = tmp_path / "scheduler.log"
+    replica = start_scheduler(worker_env(server.url, **FAST_SCHEDULER), log)
+    try:
+        assert wait_until(lambda: "scheduler replica started" in _events(log), timeout=60)
+        server.stop(kill=True)
+        time.sleep(1.0)  # a round is now waiting on Redis' retries (about 30 s of them)
+        replica.send_signal(signal.SIGINT)
+        assert wait_until(lambda: "scheduler stopping" in _events(log), timeout=10)
+        assert replica.poll() is None, "the first Ctrl-C waits for the round in progress"
+        replica.send_signal(signal.SIGINT)
+        assert replica.wait(timeout=10) == 130
+    finally:
+        stop_process(replica)
+        server.stop()
+    events = _events(log)
+    assert events.index("scheduler stopping") < events.index("scheduler stopping now")
+    assert "a second signal stops at once" in log.read_text()
+
+
+def test_a_signal_while_rounds_fail_stops_the_replica_at_once() -> None:
+    """While Redis is away the round in progress holds nothing a lease does not return:
+    one Ctrl-C stops at once (the command then exits 69, saying Redis did not answer)."""
+    import os
+    import threading
+
+    from scheduler.service import ReplicaStats, stop_on_signals
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop, stats = threading.Event(), ReplicaStats(failing="Connection refused")
+    try:
+        stop_on_signals(stop, stats)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)  # the handler runs here
+        assert stop.is_set()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -246,3 +246,37 @@ def test_batch_results_json_is_what_the_api_answers(
     streamed = assay(redis_url, "batch", "results", batch_id, "--jsonl")
     assert streamed.returncode == 75, streamed.stderr
     assert [json.loads(line) for line in streamed.stdout.splitlines()] == from_api["results"]
+
+
+def queued_profiles(redis_url: str) -> list[str]:
+    from tests.scheduler_support import queued_messages as messages
+
+    connection = redis.Redis.from_url(redis_url)
+    try:
+        return sorted(m["request"]["profile"] for m in messages(connection, "assay.evaluations"))
+    finally:
+        connection.close()
+
+
+def test_a_one_off_check_runs_fast_and_a_batch_strict_from_every_door(
+    door: Door, redis_url: str
+) -> None:
+    """Batches feed gates and alerts: with no --profile they run strict (the README's table
+    of defaults); one check submitted keeps fast. Before: every door defaulted to fast."""
+    door.submit(PLAIN)
+    assert queued_profiles(redis_url) == ["fast"]
+    door.start_batch(PLAIN)
+    assert queued_profiles(redis_url) == ["fast", "strict"]
+
+
+def test_assay_profile_still_chooses_the_profile_of_a_batch(redis_url: str) -> None:
+    env = {**cli_env(redis_url), "ASSAY_PROFILE": "smoke"}
+    result = subprocess.run(
+        [sys.executable, "-m", "assay.cli", "batch", PLAIN, "--snapshots", PROD_EU, "--json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert queued_profiles(redis_url) == ["smoke"]
+    flag = assay(redis_url, "batch", PLAIN, "--snapshots", PROD_EU, "--profile", "fast", "--json")
+    assert flag.returncode == 0, flag.stderr
+    assert queued_profiles(redis_url) == ["fast", "smoke"]

@@ -19,6 +19,7 @@ from assay.testing.scripted_model import ScriptedModel
 from assay.worker_group import child_commands, node_name
 from schemas.settings import load_settings
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     ROOT,
     children_of,
@@ -103,7 +104,9 @@ def test_two_processes_share_a_batch_and_stop_together_on_sigterm(
         names = sorted(name.split("@")[0] for reply in replies for name in reply)
         assert names == ["assay-0", "assay-1"]
 
-        batch_id = client.start_batch(PREDICATE, snapshots=str(tmp_path / "targets" / "*"))
+        batch_id = client.start_batch(
+            PREDICATE, snapshots=str(tmp_path / "targets" / "*"), profile=NO_CONFIRMER_PROFILE
+        )
         status = client.wait_batch(batch_id, timeout=120, poll=0.2)
         assert (status.total, status.true, status.false) == (12, 9, 3), worker_log_tail(log)
     control.close()

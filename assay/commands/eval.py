@@ -150,9 +150,10 @@ def eval_command(
             "ASSAY_MODEL, or check the plumbing with --oracle"
         )
     if not oracle and scripted is None:
-        from assay.commands.evaluate import require_routable_model
+        from assay.commands.evaluate import require_model_key, require_routable_model
 
         require_routable_model(settings.model or "", settings.api_base, model is not None)
+        require_model_key(settings)
     from assay.eval.runner import Caps
     from assay.eval.session import EvalPlan
 
@@ -290,12 +291,19 @@ def _write(report: EvalReport, path: Path, chart: Path | None) -> None:
 
 
 def _compare(paths: tuple[Path, Path], chart: Path | None, console: Console) -> int:
-    from assay.eval.report import ReportError, load_report, render_comparison
+    from assay.eval.report import (
+        ReportError,
+        comparison_warning,
+        load_report,
+        render_comparison,
+    )
 
     try:
         first, second = (load_report(path) for path in paths)
     except ReportError as exc:
         raise typer.BadParameter(str(exc), param_hint="--compare") from None
+    if (warning := comparison_warning(first, second)) is not None:
+        print(f"assay: warning: {warning}", file=sys.stderr)
     render_comparison(first, second, console)
     if chart is not None:
         chart.write_text(render_chart([("A: ", first), ("B: ", second)]), encoding="utf-8")

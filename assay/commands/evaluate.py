@@ -30,9 +30,11 @@ from assay.commands.options import (
     MaxTokensOpt,
     ModelOpt,
     ProfileOpt,
+    SetupProblem,
     SnapshotOpt,
     TimeoutOpt,
     check_profile,
+    check_text,
     confined_snapshot,
     output_format,
     require_one_target,
@@ -125,14 +127,14 @@ def _run(
 ) -> int:
     require_one_target(snapshot, context)
     check_profile(flags.profile)
-    if not text.strip():
-        raise typer.BadParameter(f"the {kind} text is empty: say what to evaluate")
+    check_text(text, "QUESTION" if kind == "query" else "PREDICATE")
     if kind == "check" and policy_reference(text) is not None:
         raise typer.BadParameter(
             f"{text.strip()} names an imported policy, which runs by its probes, not a model: "
             f"use `assay probe test {text.strip()} --snapshot PATH` here, or submit, batch or "
             "schedule it on the fleet"
         )
+    refuse_a_future_instant(kind, text)
     settings = settings_or_usage(**flags.settings_overrides())
     if snapshot is not None:
         snapshot = confined_snapshot(snapshot, settings)
@@ -143,7 +145,27 @@ def _run(
     if not settings.model:
         raise typer.BadParameter(NO_MODEL_MESSAGE)
     require_routable_model(settings.model, settings.api_base, flags.model is not None)
+    require_model_key(settings)
     return _evaluate(kind, text, snapshot, context, settings, output, trace)
+
+
+def refuse_a_future_instant(kind: str, text: str) -> None:
+    """Refuse (64) a text that opens with an instant still to come ("on 2030-01-01, ...").
+
+    Every front door that queues holds such a predicate until its instant; `check` and
+    `query` answer now, and sleeping in the foreground until 2030 helps no one, while
+    answering now would answer another question. So they say where it can wait.
+    """
+    from assay.commands.fleet_common import iso_utc
+    from scheduler.when import deferral_for
+
+    due = deferral_for(text)
+    if due is not None:
+        raise typer.BadParameter(
+            f"this {kind} is about {iso_utc(due)}, which is still to come, and `assay {kind}` "
+            f"answers now: queue it with `assay submit` (the fleet evaluates it then), or drop "
+            "the date to ask about the cluster as it is"
+        )
 
 
 def require_routable_model(model: str, api_base: str | None, from_flag: bool) -> None:
@@ -160,6 +182,17 @@ def require_routable_model(model: str, api_base: str | None, from_flag: bool) ->
     if problem is not None:
         hint = "--model" if from_flag else "--model / ASSAY_MODEL"
         raise typer.BadParameter(problem, param_hint=hint)
+
+
+def require_model_key(settings: AssaySettings) -> None:
+    """Refuse (64), before the run, a model whose provider wants an API key none set
+    (``workers.core.provider_keys``): run, it would end 3 after retrying the provider's
+    "missing credentials" as a server error, and name a variable assay does not use."""
+    from workers.core.provider_keys import missing_key
+
+    problem = missing_key(settings.model or "", settings)
+    if problem is not None:
+        raise SetupProblem(problem)
 
 
 def _require_objects(snapshot: Path) -> None:

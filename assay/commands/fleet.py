@@ -36,22 +36,24 @@ from assay.commands.fleet_common import (
     require_model,
     require_routable_model,
     stdout_console,
+    still_pending,
 )
 from assay.commands.options import (
     ContextOpt,
     EngineFlags,
     FleetApiBaseOpt,
+    FleetMaxCostOpt,
+    FleetMaxIterationsOpt,
+    FleetMaxTokensOpt,
     FleetModelOpt,
+    FleetTimeoutOpt,
     JsonOpt,
-    MaxCostOpt,
-    MaxIterationsOpt,
-    MaxTokensOpt,
     ProbeOpt,
     ProfileOpt,
     SnapshotOpt,
-    TimeoutOpt,
     check_probe_mode,
     check_profile,
+    check_text,
     confined_snapshot,
     id_checker,
     require_one_target,
@@ -108,10 +110,10 @@ def submit(
     ] = False,
     model: FleetModelOpt = None,
     api_base: FleetApiBaseOpt = None,
-    max_iterations: MaxIterationsOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    timeout: TimeoutOpt = None,
-    max_cost: MaxCostOpt = None,
+    max_iterations: FleetMaxIterationsOpt = None,
+    max_tokens: FleetMaxTokensOpt = None,
+    timeout: FleetTimeoutOpt = None,
+    max_cost: FleetMaxCostOpt = None,
     profile: ProfileOpt = None,
     probe: ProbeOpt = None,
 ) -> None:
@@ -122,6 +124,7 @@ def submit(
     from scheduler.when import WhenError
 
     require_one_target(snapshot, context)
+    check_text(predicate)
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     check_profile(flags.profile)
     check_probe_mode(probe)
@@ -178,7 +181,7 @@ def submit(
         try:
             verdict = client.wait(receipt.run_id, timeout=wait_timeout)
         except WaitTimeout as exc:
-            fail(f"{exc}; read it later with `assay verdict {receipt.run_id}`", EXIT_PENDING)
+            still_pending(f"{exc}; read it later with `assay verdict {receipt.run_id}`")
         except KeyboardInterrupt:  # the run goes on: say where its verdict will be
             fail(
                 f"stopped waiting; run {receipt.run_id} goes on in the fleet: read its "
@@ -252,7 +255,7 @@ def verdict(
         if json_output:
             print(dump_json(past))
         else:
-            render_history(past, stdout_console(), wide=wide)
+            render_history(past, stdout_console(wide), wide=wide)
     elif latest is not None:
         _show_verdict(latest, json_output)
     elif json_output and state is not None:
@@ -260,10 +263,9 @@ def verdict(
     if latest is None:
         assert state is not None
         when = f", due at {iso_utc(due)}" if due is not None else ""
-        fail(
+        still_pending(
             f"run {state.run_id} of check {state.check_id} is {state.status}{when} and has no "
-            "verdict yet; ask again later",
-            EXIT_PENDING,
+            "verdict yet; ask again later"
         )
     raise typer.Exit(latest.exit_code)
 
@@ -313,7 +315,7 @@ def run(
             print(f"wake_at {iso_utc(state.wake_at or due)}")  # type: ignore[arg-type]
     if report is None:
         assert state is not None
-        fail(f"run {run_id} has no report yet ({state.status}); ask again later", EXIT_PENDING)
+        still_pending(f"run {run_id} has no report yet ({state.status}); ask again later")
     if report.verdict is None:
         raise typer.Exit(EXIT_PENDING)
     raise typer.Exit(report.verdict.exit_code)
@@ -379,8 +381,8 @@ def checks(
         return
     from assay.fleet_render import render_checks, spend_summary
 
-    console = stdout_console()
-    render_checks(rows, console, wide=wide)
+    console = stdout_console(wide)
+    render_checks(rows, console, wide=wide, changes=changed_since is not None)
     for period in fleet_spend:  # only with a fleet ceiling set (ASSAY_SPEND_FLEET_*)
         if period.ceilings:
             when = f"hour {period.period}" if "T" in period.period else f"day {period.period}"
@@ -564,8 +566,11 @@ def _check_worker_model(settings: Any) -> None:
     """
     from schemas.verdict import EXIT_USAGE
     from workers.core.llm import unroutable_model
+    from workers.core.provider_keys import missing_key
 
     if settings.model and (problem := unroutable_model(settings.model, settings.api_base)):
+        fail(f"this worker's ASSAY_MODEL cannot be used: {problem}", EXIT_USAGE)
+    if settings.model and (problem := missing_key(settings.model, settings)):
         fail(f"this worker's ASSAY_MODEL cannot be used: {problem}", EXIT_USAGE)
 
 
@@ -584,8 +589,12 @@ def _announce(settings: Any) -> Any:
             detail="this worker has no model (ASSAY_MODEL is unset): runs without --model end "
             "cannot_determine and are kept out of history; `assay submit` refuses them",
         )
+    from celery import signals
+
     redis = connect(settings.redis_url)
-    return Announcer(redis, settings.key_prefix, settings.model, settings.api_base).start()
+    announcer = Announcer(redis, settings.key_prefix, settings.model, settings.api_base)
+    signals.worker_ready.connect(announcer.mark_ready, weak=False)
+    return announcer.start()
 
 
 def register(app: typer.Typer) -> None:

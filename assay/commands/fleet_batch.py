@@ -45,15 +45,16 @@ from assay.commands.fleet_common import (
 from assay.commands.options import (
     EngineFlags,
     FleetApiBaseOpt,
+    FleetMaxCostOpt,
+    FleetMaxIterationsOpt,
+    FleetMaxTokensOpt,
     FleetModelOpt,
-    MaxCostOpt,
-    MaxIterationsOpt,
-    MaxTokensOpt,
+    FleetTimeoutOpt,
     ProbeOpt,
-    ProfileOpt,
-    TimeoutOpt,
+    UnattendedProfileOpt,
     check_probe_mode,
     check_profile,
+    check_text,
     id_checker,
     settings_or_usage,
     spend_ceiling,
@@ -123,7 +124,7 @@ def show_batch(client: Client, status: BatchStatus, json_output: bool, wide: boo
     if json_output:
         print(dump_json(status))
         return
-    console = stdout_console()
+    console = stdout_console(wide)
     render_batch_results(client.batch_results(status.batch_id), console, wide=wide)
     render_batch_status(status, console)
 
@@ -180,11 +181,11 @@ def batch(
     wide: WideOpt = False,
     model: FleetModelOpt = None,
     api_base: FleetApiBaseOpt = None,
-    max_iterations: MaxIterationsOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    timeout: TimeoutOpt = None,
-    max_cost: MaxCostOpt = None,
-    profile: ProfileOpt = None,
+    max_iterations: FleetMaxIterationsOpt = None,
+    max_tokens: FleetMaxTokensOpt = None,
+    timeout: FleetTimeoutOpt = None,
+    max_cost: FleetMaxCostOpt = None,
+    profile: UnattendedProfileOpt = None,
     probe: ProbeOpt = None,
     max_tokens_total: Annotated[
         str | None,
@@ -235,8 +236,7 @@ def batch(
         raise typer.BadParameter(
             "--format junit needs --wait (or, later, `assay batch results BATCH_ID --format junit`)"
         )
-    if not args[0].strip():  # before any fleet lookup or note about waiting runs
-        raise typer.BadParameter("the predicate text is empty: say what to evaluate")
+    check_text(args[0])  # before any fleet lookup or note about waiting runs
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     check_profile(flags.profile)
     check_probe_mode(probe)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from assay.commands.options import ID_HELP, id_checker, settings_or_usage
+from schemas.verdict import EXIT_PENDING
 
 if TYPE_CHECKING:
     from assay.client import Client
@@ -72,6 +73,12 @@ def dump_json(value: Any) -> str:
 def note(message: str) -> None:
     """A remark on stderr that is not an error (stdout stays for results)."""
     print(f"assay: {message}", file=sys.stderr)
+
+
+def still_pending(message: str) -> NoReturn:
+    """Say on stderr what is still pending and exit 75: an answer to come, not an error."""
+    note(message)
+    raise typer.Exit(EXIT_PENDING)
 
 
 def require_reachable(url: str) -> None:
@@ -197,7 +204,12 @@ def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
             client.close()
 
 
-def stdout_console() -> Any:
+WIDE_COLUMNS = 10_000  # a --wide table is as wide as its cells, on a terminal or piped
+
+
+def stdout_console(wide: bool = False) -> Any:
+    """The console tables print to: the terminal's width (80 piped), or, with ``--wide``,
+    as wide as the cells need, so no id, path or name is ever cut."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=WIDE_COLUMNS if wide else None)

@@ -1,8 +1,10 @@
 """`assay up` (embedded local mode) and `assay demo` (the README's main command).
 
 `assay up` runs a private redis-server under the data dir (or uses
-ASSAY_REDIS_URL), a worker and, when installed, a scheduler replica, prints
-where they are and stays in the foreground until Ctrl-C, then stops them all.
+ASSAY_REDIS_URL), a worker and, when installed, a scheduler replica, waits until
+the worker consumes the queue, prints where they are and stays in the foreground
+until Ctrl-C, then stops them all. A second `assay up` while one runs says so and
+exits 0: the fleet asked for is up.
 
 `assay demo` does the same in a temporary folder with the bundled SCRIPTED
 model (a replay of examples/scripts/demo.yaml, not an LLM), fans the demo
@@ -28,6 +30,7 @@ from assay.commands.fleet_batch import show_batch, wait_with_progress
 from assay.commands.fleet_common import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, fail
 from assay.commands.options import settings_or_usage
 from assay.redis_process import RedisNotInstalled
+from workers.core.shown_urls import shown_url
 
 if TYPE_CHECKING:
     from assay.local_mode import LocalFleet
@@ -80,12 +83,13 @@ def up(
 
     settings = settings_or_usage()
     state_file = state_path(settings)
-    if settings.redis_url is None and discover_redis_url(settings) is not None:
-        fail(
-            f"a local fleet is already running (see {state_file}); use it, or stop it first "
-            "with `assay down`",
-            EXIT_SOFTWARE,
+    own_fleet = settings.model_copy(update={"redis_url": None})  # this data dir's `assay up`
+    if (running := discover_redis_url(own_fleet)) is not None:
+        print(
+            f"a local fleet is already running here (redis {shown_url(running)}, see "
+            f"{state_file}); it is used as it is: `assay down` stops it"
         )
+        raise typer.Exit(0)
     if detach:
         raise typer.Exit(_detach(state_file, scripted, concurrency))
     extra_env: dict[str, str] = {}
@@ -108,13 +112,22 @@ def up(
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         _start(fleet)
+        problem = fleet.wait_until_ready(settings.key_prefix, WORKER_READY_SECONDS)
     except BaseException:
+        fleet.stop()
         if model is not None:
             model.stop()
         raise
+    if problem is not None:
+        print(f"assay: error: the local fleet did not start: {problem}", file=sys.stderr)
+        print(_tail(fleet.log_path("worker")), file=sys.stderr)
+        fleet.stop()
+        if model is not None:
+            model.stop()
+        raise typer.Exit(EXIT_UNAVAILABLE)
     fleet.write_state(state_file)  # other shells, `assay api` and `assay down` find it
     print(
-        f"redis     {fleet.redis_url}"
+        f"redis     {shown_url(fleet.redis_url or '')}"
         + (f"  (data in {fleet.redis.data_dir})" if fleet.redis else "")
     )
     if model is not None:
@@ -141,7 +154,8 @@ def up(
 
 
 SCRIPTED_MODEL = "openai/scripted"
-DETACH_START_SECONDS = 60.0
+WORKER_READY_SECONDS = 90.0  # a worker's start-up is a few seconds; a loaded host, more
+DETACH_START_SECONDS = WORKER_READY_SECONDS + 30.0
 
 
 def _scripted_model(script: Path) -> Any:
@@ -154,7 +168,8 @@ def _scripted_model(script: Path) -> Any:
 
 
 def _detach(state_file: Path, scripted: Path | None, concurrency: int | None) -> int:
-    """Start `assay up` in its own session, wait until its state file names it, print where."""
+    """Start `assay up` in its own session and wait until its state file names it, which it
+    writes once its worker consumes the queue; print where."""
     import subprocess
 
     log = state_file.parent / "up.log"
@@ -179,8 +194,8 @@ def _detach(state_file: Path, scripted: Path | None, concurrency: int | None) ->
         url = _started_by(state_file, child.pid)
         if url is not None:
             print(
-                f"local fleet up (pid {child.pid}, redis {url}); log {log}; stop it with "
-                "`assay down`"
+                f"local fleet up (pid {child.pid}, redis {shown_url(url)}); log {log}; "
+                "stop it with `assay down`"
             )
             return 0
         time.sleep(0.2)
@@ -280,7 +295,8 @@ def demo(
     try:
         _start(fleet)
         print(
-            f"local fleet: redis {fleet.redis_url}, worker pid {fleet.children['worker'].pid}",
+            f"local fleet: redis {shown_url(fleet.redis_url or '')}, "
+            f"worker pid {fleet.children['worker'].pid}",
             file=sys.stderr,
         )
         demo_settings = settings.model_copy(

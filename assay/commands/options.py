@@ -20,6 +20,7 @@ import typer
 
 from schemas.budget import PROFILES, Budget
 from schemas.ids import InvalidId, check_id
+from schemas.request import MAX_TEXT_LENGTH
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -62,30 +63,20 @@ ApiBaseOpt = Annotated[
     str | None,
     typer.Option("--api-base", help="OpenAI-compatible endpoint URL (env ASSAY_API_BASE)."),
 ]
-MaxIterationsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-iterations",
-        min=1,
-        help="Model steps allowed (env ASSAY_MAX_ITERATIONS; for submit and batch, the workers').",
-    ),
-]
-MaxTokensOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-tokens",
-        min=100,
-        help="Total tokens allowed (env ASSAY_MAX_TOKENS; for submit and batch, the workers').",
-    ),
-]
-TimeoutOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--timeout",
-        min=0.1,
-        help="Seconds allowed (env ASSAY_TIMEOUT_SECONDS; for submit and batch, the workers').",
-    ),
-]
+
+
+def _budget_flag(
+    name: str, what: str, variable: str, rule: str = "", **limits: Any
+) -> tuple[Any, Any]:
+    """The option of one budget limit, as the local run reads it (check, query, eval) and as
+    a fleet run does (submit, batch: unset, the workers' own setting fills it in)."""
+    local = typer.Option(name, help=f"{what}{rule} (env {variable}).", **limits)
+    fleet = typer.Option(
+        name,
+        help=f"{what} per run{rule} (default: the workers' {variable}, else the profile's).",
+        **limits,
+    )
+    return local, fleet
 
 
 def _positive_cost(value: float | None) -> float | None:
@@ -96,18 +87,30 @@ def _positive_cost(value: float | None) -> float | None:
     return value
 
 
-MaxCostOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--max-cost",
-        callback=_positive_cost,
-        help="USD allowed, more than 0 (env ASSAY_MAX_COST_USD; for submit and batch, "
-        "the workers').",
-    ),
-]
+_ITERATIONS = _budget_flag("--max-iterations", "Model steps allowed", "ASSAY_MAX_ITERATIONS", min=1)
+_TOKENS = _budget_flag("--max-tokens", "Total tokens allowed", "ASSAY_MAX_TOKENS", min=100)
+_TIMEOUT = _budget_flag("--timeout", "Seconds allowed", "ASSAY_TIMEOUT_SECONDS", min=0.1)
+_COST = _budget_flag(
+    "--max-cost", "USD allowed", "ASSAY_MAX_COST_USD", ", more than 0", callback=_positive_cost
+)
+MaxIterationsOpt = Annotated[int | None, _ITERATIONS[0]]
+MaxTokensOpt = Annotated[int | None, _TOKENS[0]]
+TimeoutOpt = Annotated[float | None, _TIMEOUT[0]]
+MaxCostOpt = Annotated[float | None, _COST[0]]
+FleetMaxIterationsOpt = Annotated[int | None, _ITERATIONS[1]]
+FleetMaxTokensOpt = Annotated[int | None, _TOKENS[1]]
+FleetTimeoutOpt = Annotated[float | None, _TIMEOUT[1]]
+FleetMaxCostOpt = Annotated[float | None, _COST[1]]
 ProfileOpt = Annotated[
     str | None,
     typer.Option("--profile", help="smoke, fast or strict (env ASSAY_PROFILE)."),
+]
+UNATTENDED_PROFILE_HELP = (
+    "smoke, fast or strict (default strict, or ASSAY_PROFILE when set: unattended runs "
+    "feed alerts and gates)."
+)
+UnattendedProfileOpt = Annotated[
+    str | None, typer.Option("--profile", help=UNATTENDED_PROFILE_HELP)
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON on stdout.")]
 FORMATS = ("text", "json", "junit")
@@ -203,6 +206,12 @@ class EngineFlags:
         )
 
 
+class SetupProblem(Exception):
+    """A usage error (64) in the environment, not on the command line: the settings, a
+    missing key. ``assay.cli.main`` prints it as one sentence after ``assay: error:``,
+    with no pointer to a command's ``--help``, which says nothing of ``ASSAY_*``."""
+
+
 def settings_or_usage(**flags: Any) -> AssaySettings:
     """The settings with ``flags`` on top; an invalid configuration is a usage error (64)."""
     from schemas.settings import load_settings, settings_problem, unknown_settings
@@ -210,10 +219,23 @@ def settings_or_usage(**flags: Any) -> AssaySettings:
     try:
         settings = load_settings(**flags)
     except ValueError as exc:  # pydantic's ValidationError is one too
-        raise typer.BadParameter(f"the configuration is invalid: {settings_problem(exc)}") from None
+        raise SetupProblem(f"the configuration is invalid: {settings_problem(exc)}") from None
     for problem in unknown_settings():
         typer.echo(f"assay: warning: {problem}", err=True)
     return settings
+
+
+def check_text(text: str, argument: str = "PREDICATE") -> None:
+    """Refuse an empty or over-long predicate (or question) before anything runs, prints a
+    banner or is queued: one sentence in our words, not pydantic's."""
+    what = argument.lower()
+    if not text.strip():
+        raise typer.BadParameter(f"the {what} text is empty: say what to evaluate")
+    if len(text) > MAX_TEXT_LENGTH:
+        raise typer.BadParameter(
+            f"the {what} is {len(text):,} characters long and at most {MAX_TEXT_LENGTH:,} are "
+            "taken: shorten it"
+        )
 
 
 def check_profile(profile: str | None) -> None:

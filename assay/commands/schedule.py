@@ -24,17 +24,19 @@ import typer
 
 from assay.commands.fleet_common import (
     ERROR_PREFIX,
+    EXIT_INTERRUPTED,
     EXIT_UNAVAILABLE,
     WideOpt,
+    iso_utc,
     require_reachable,
     require_routable_model,
     stdout_console,
 )
-from assay.commands.options import PROBE_MODES, ProbeOpt, spend_ceiling
+from assay.commands.options import PROBE_MODES, UNATTENDED_PROFILE_HELP, ProbeOpt, spend_ceiling
 from scheduler.when import WhenError, parse_duration
 from schemas.budget import Budget
 from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
-from workers.fleet.redis_client import connect
+from workers.fleet.redis_client import connect, shown_url
 
 if TYPE_CHECKING:
     from scheduler.schedules import ScheduleStore
@@ -80,6 +82,7 @@ NotifyOpt = Annotated[
         "whatever its own check and target filters say.",
     ),
 ]
+NewProfileOpt = Annotated[str | None, typer.Option("--profile", help=UNATTENDED_PROFILE_HELP)]
 ModelOpt = Annotated[
     str | None,
     typer.Option(
@@ -134,7 +137,7 @@ def _redis(settings: AssaySettings) -> Any:
         client.ping()
     except Exception as exc:
         _fail(
-            f"cannot reach Redis at {url} ({exc}); start it or fix ASSAY_REDIS_URL",
+            f"cannot reach Redis at {shown_url(url)} ({exc}); start it or fix ASSAY_REDIS_URL",
             EXIT_UNAVAILABLE,
         )
     return client
@@ -213,7 +216,7 @@ def add(
     query: Annotated[
         bool, typer.Option("--query", help="Ask a question (query) instead of checking.")
     ] = False,
-    profile: ProfileOpt = None,
+    profile: NewProfileOpt = None,
     model: ModelOpt = None,
     max_iterations: Annotated[
         int | None, typer.Option("--max-iterations", min=1, help="Model steps allowed per run.")
@@ -255,7 +258,7 @@ def add(
         "interval_seconds": _seconds("--every", every),
         "misfire": _misfire(misfire) or "skip",
         "jitter_seconds": _seconds("--jitter", jitter) or 0.0,
-        "profile": profile or settings.profile,
+        "profile": profile or settings.unattended_profile(),
         "model": model,
         "probe": _probe_mode(probe) if probe is not None else "auto",
         "notify": notify or [],
@@ -398,7 +401,7 @@ def _print_schedules(
 
     from assay.render import make_table
 
-    console = stdout_console()
+    console = stdout_console(wide)
     headers = ["name", *(["id"] if wide else []), "cadence", *(["targets"] if wide else [])]
     table = make_table(console, *headers, "state", "next fire", "last verdicts")
     for column in table.columns:
@@ -506,7 +509,7 @@ def run_now(ref: RefArg) -> None:
         _fail(str(exc), EXIT_UNKNOWN)
     schedule = store.get(ref)
     typer.echo(
-        f"queued a fire of {schedule.name} at {entry.due_at.isoformat()}; "
+        f"queued a fire of {schedule.name} at {iso_utc(entry.due_at)}; "
         "a running scheduler (`assay scheduler` or `assay up`) enqueues it"
     )
 
@@ -519,8 +522,9 @@ def scheduler_command(
     """Run a scheduler replica (several may run at once); SIGTERM stops it cleanly."""
     import threading
 
-    from scheduler.service import run_replica, stop_on_signals
+    from scheduler.service import ReplicaStats, run_replica, stop_on_signals
     from workers.core.logs import configure_logging
+    from workers.fleet.redis_client import RedisUnreachable
 
     settings = _settings()
     settings = settings.model_copy(
@@ -531,11 +535,22 @@ def scheduler_command(
     )
     configure_logging(settings)
     stop = threading.Event()
-    stop_on_signals(stop)
+    stats = ReplicaStats()
+    stop_on_signals(stop, stats)
     try:
-        run_replica(settings, stop)
-    except ValueError as exc:
+        run_replica(settings, stop, fail_fast=True, stats=stats)
+    except (ValueError, RedisUnreachable) as exc:  # nothing to schedule from: 69 at once
         _fail(str(exc), EXIT_UNAVAILABLE)
+    except KeyboardInterrupt:
+        if stats.failing is None:
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    if stats.failing is not None:  # it stopped while it could not work: say so, not 0
+        _fail(
+            f"the scheduler stopped while the fleet's Redis at "
+            f"{shown_url(settings.redis_url or '')} did not answer ({stats.failing}); "
+            "start it or fix ASSAY_REDIS_URL",
+            EXIT_UNAVAILABLE,
+        )
 
 
 def register(app: typer.Typer) -> None:

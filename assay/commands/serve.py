@@ -73,7 +73,7 @@ def api(
     app = create_app(settings)
     typer.echo(
         f"assay api listening on http://{settings.api_host}:{settings.api_port} "
-        f"(redis {url}); Ctrl-C stops it",
+        f"(redis {shown_url(url)}); Ctrl-C stops it",
         err=True,
     )
     try:

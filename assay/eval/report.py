@@ -183,17 +183,20 @@ def _print_misses(arm: ArmReport, console: Console) -> None:
     console.print(f"false trues ({arm.arm}): {shown}{more}", markup=False)
 
 
+def comparison_warning(first: EvalReport, second: EvalReport) -> str | None:
+    """Why two reports' figures are not directly comparable, or None (for stderr)."""
+    if first.suite.digest == second.suite.digest:
+        return None
+    return (
+        "the two reports ran different cases "
+        f"({first.suite.name} {first.suite.digest[:12]}, {first.suite.cases} cases vs "
+        f"{second.suite.name} {second.suite.digest[:12]}, {second.suite.cases} cases); "
+        "figures are not directly comparable"
+    )
+
+
 def render_comparison(first: EvalReport, second: EvalReport, console: Console) -> None:
     """Two runs side by side, arm by arm, with the change from the first to the second."""
-    if first.suite.digest != second.suite.digest:
-        console.print(
-            "warning: the two reports ran different cases "
-            f"({first.suite.name} {first.suite.digest[:12]}, {first.suite.cases} cases vs "
-            f"{second.suite.name} {second.suite.digest[:12]}, {second.suite.cases} cases); "
-            "figures are not directly comparable",
-            markup=False,
-            style="yellow",
-        )
     arms = [a.arm for a in first.arms if second.arm(a.arm) is not None]
     if not arms:
         console.print("the two reports have no arm in common", markup=False)

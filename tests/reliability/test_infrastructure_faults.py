@@ -20,6 +20,7 @@ from assay.testing.scripted_model import ScriptedModel
 from schemas.budget import Budget
 from schemas.settings import load_settings
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     make_snapshots,
     scripted_worker_env,
@@ -58,6 +59,7 @@ def test_a_sigkilled_worker_and_a_redis_restart_lose_and_double_nothing(
                     PREDICATE,
                     snapshots=str(tmp_path / "fleet" / "*"),
                     budget=Budget(timeout_seconds=20),
+                    profile=NO_CONFIRMER_PROFILE,
                 )
                 worker = start_worker(env, log, concurrency=4)
                 assert wait_until(lambda: len(model.requests) > 4, timeout=60), worker_log_tail(log)

@@ -39,13 +39,14 @@ from schemas.actions import PlannerResponse
 from schemas.settings import AssaySettings
 from workers.core.budget_meter import MIN_CALL_SECONDS, Price
 from workers.core.litellm_import import load_litellm
-from workers.core.model_names import routes_for_certain
+from workers.core.model_names import refused_for_certain, routes_for_certain
 from workers.core.openai_compat import (
     DirectClient,
     EndpointUnreachable,
     fast_path_model,
     request_body,
 )
+from workers.core.shown_urls import shown_url
 from workers.core.token_ceiling import CHECK as CEILINGS
 from workers.core.tool_schemas import Tools, tools_json, tools_list
 
@@ -193,20 +194,23 @@ def unroutable_model(model: str, api_base: str | None) -> str | None:
     still ends 3 with litellm's reason.
 
     Most names are answered without importing litellm (``workers.core.model_names``: a
-    known ``provider/`` prefix, a bare name from litellm's bundled price list); only the
-    rest pay the import, which is what lets `assay submit` and the API ask too.
+    known ``provider/`` prefix, a bare name from litellm's bundled price list, and the
+    typo's shape it refuses for certain); only the rest pay the import, which is what
+    lets `assay submit` and the API ask too, and a typo be refused in well under a second.
     """
     if routes_for_certain(model):
         return None
-    try:
-        load_litellm().get_llm_provider(model=model, api_base=api_base)
-    except Exception:  # litellm raises BadRequestError ("LLM Provider NOT provided")
-        pass
-    else:
-        return None
+    if not refused_for_certain(model, api_base):
+        try:
+            load_litellm().get_llm_provider(model=model, api_base=api_base)
+        except Exception:  # litellm raises BadRequestError ("LLM Provider NOT provided")
+            pass
+        else:
+            return None
     if api_base:
         return (
-            f"litellm cannot tell which provider serves the model {model!r} at {api_base}: "
+            f"litellm cannot tell which provider serves the model {model!r} at "
+            f"{shown_url(api_base)}: "
             f"for an OpenAI-compatible server name it openai/MODEL (--model openai/{model}), "
             "or give another provider's prefix as provider/model"
         )

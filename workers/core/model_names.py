@@ -11,19 +11,25 @@ whether a model name routes before they queue or store it. Most names answer fro
   (``gpt-4o-mini``): ``get_llm_provider`` looks those up in the same list
   (``LITELLM_LOCAL_MODEL_COST_MAP`` makes every assay process read the bundled copy).
 
-This only ever says yes. Any other name goes to litellm itself
-(``workers.core.llm.unroutable_model``), so a name is refused only when litellm refuses
-it; an entry here that litellm stopped routing would let a typo through (as before the
-check), never refuse a working model. tests/test_llm.py checks every entry against the
-installed litellm.
+:func:`routes_for_certain` only ever says yes. :func:`refused_for_certain` says no for
+one narrow shape of name, the typo a person makes (``nonsense-model``, ``gpt4o-mini``
+without a ``provider/``), so the refusal comes in well under a second: a bare name (no
+``/``, no ``:``) asked with no endpoint, which neither the price list nor litellm's own
+short list of other bare names (:data:`UNPRICED_BARE_NAMES`) holds and which none of the
+name patterns litellm's ``get_llm_provider`` matches by substring contains. Any other name
+goes to litellm itself (``workers.core.llm.unroutable_model``). tests/test_llm.py checks
+both against the installed litellm: every yes is litellm's yes, every name litellm knows
+is not refused here, and generated names refused here are refused by litellm too.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 
 ROUTED_PREFIXES = frozenset(
     {
@@ -69,6 +75,14 @@ BARE_NAME_PROVIDERS = frozenset({"openai", "anthropic"})
 
 PRICE_LIST = "model_prices_and_context_window_backup.json"
 
+UNPRICED_BARE_NAMES = frozenset({"31dxrj3", "llama2", "maritalk", "q841o8w", "qvv0xeq"})
+"""Bare names litellm lists (``litellm.model_list_set``) that its price list does not hold."""
+
+MATCHED_BY_PATTERN = ("claude", "gpt-image", "amazon_nova")
+"""Parts of a name ``get_llm_provider`` routes by substring or prefix; such names go to it."""
+
+PROXY_VARIABLE = "USE_LITELLM_PROXY"  # set, litellm routes every name to its proxy
+
 
 def routes_for_certain(model: str) -> bool:
     """True when litellm routes ``model`` at any endpoint; False means "ask litellm"."""
@@ -78,9 +92,35 @@ def routes_for_certain(model: str) -> bool:
     return model in _bare_names()
 
 
+def refused_for_certain(model: str, api_base: str | None) -> bool:
+    """True when litellm cannot route ``model`` (the shape above); False means "ask litellm"."""
+    from schemas.settings import environment_has
+
+    name = model.strip()
+    if api_base or not name or "/" in name or ":" in name or name == "*":
+        return False
+    if any(part in name.lower() for part in MATCHED_BY_PATTERN):
+        return False
+    if name in UNPRICED_BARE_NAMES or name in _all_priced_names():
+        return False
+    return not environment_has(PROXY_VARIABLE)
+
+
 @lru_cache(maxsize=1)
-def _bare_names() -> frozenset[str]:
-    """The bundled price list's OpenAI and Anthropic names, read as a file (about 50 ms)."""
+def _all_priced_names() -> frozenset[str]:
+    """Every name of the bundled price list, any provider."""
+    entries = _price_list()
+    return frozenset(entries) if entries else frozenset()
+
+
+def bare_name_provider(model: str) -> str | None:
+    """The provider (``openai``, ``anthropic``) of a bare name litellm knows by name."""
+    return _bare_names().get(model)
+
+
+@lru_cache(maxsize=1)
+def _price_list() -> dict[str, object] | None:
+    """litellm's bundled price list, read as a file (about 50 ms); None when not found."""
     spec = importlib.util.find_spec("litellm")  # finds the package, does not import it
     folders = (spec.submodule_search_locations or []) if spec else []
     for folder in folders:
@@ -89,14 +129,23 @@ def _bare_names() -> frozenset[str]:
         except (OSError, ValueError):
             continue
         if isinstance(entries, dict):
-            return frozenset(
-                name
-                for name, entry in entries.items()
-                if isinstance(entry, dict)
-                and entry.get("litellm_provider") in BARE_NAME_PROVIDERS
-                and not _openai_price_only(name)
-            )
-    return frozenset()
+            return entries
+    return None
+
+
+@lru_cache(maxsize=1)
+def _bare_names() -> Mapping[str, str]:
+    """The bundled price list's OpenAI and Anthropic names, each with its provider."""
+    entries = _price_list() or {}
+    return MappingProxyType(
+        {
+            name: str(entry["litellm_provider"])
+            for name, entry in entries.items()
+            if isinstance(entry, dict)
+            and entry.get("litellm_provider") in BARE_NAME_PROVIDERS
+            and not _openai_price_only(name)
+        }
+    )
 
 
 def _openai_price_only(name: str) -> bool:

@@ -20,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from workers.core.shown_urls import shown_url
 
 if TYPE_CHECKING:
     import socket
@@ -52,16 +54,6 @@ class RedisUnreachable(ConnectionError):
         self.problem = problem
         what, remedy = role
         super().__init__(f"cannot reach {what} at {shown_url(url)} ({problem}); {remedy}")
-
-
-def shown_url(url: str) -> str:
-    """``url`` with any password masked, fit for an error message or a log line."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def probe(url: str, timeout: float = PROBE_SECONDS) -> str | None:

@@ -1,0 +1,63 @@
+"""What the API's own JSON Schema formats mean, taught to schemathesis (its hooks module).
+
+The published schema marks values only the server can judge with a ``format`` (docs/api.md):
+a snapshot folder under the server's snapshot roots, a glob over the contexts of its
+kubeconfig, a model name litellm routes, a cron expression, an IANA time zone. A fuzzer
+that does not know a format draws any string there, and the server rightly refuses most of
+them, so "every request the schema calls valid is accepted" could not be checked. These
+strategies draw values that do mean what the format says, for the server the fuzz test
+starts (its snapshot roots hold the checkout, its kubeconfig the contexts below); every
+other part of each request is still drawn from the schema alone.
+
+Loaded by schemathesis through ``SCHEMATHESIS_HOOKS=tests.api_fuzz_formats``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import schemathesis
+import yaml
+from hypothesis import strategies as st
+from schemathesis.core.media_types import YAML_MEDIA_TYPES
+
+CONTEXTS = ("east", "west")
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+  - name: fuzz
+    cluster: {server: "https://127.0.0.1:9"}
+users:
+  - name: fuzz
+    user: {token: not-a-real-token}
+contexts:
+  - name: east
+    context: {cluster: fuzz, user: fuzz}
+  - name: west
+    context: {cluster: fuzz, user: fuzz}
+current-context: east
+"""
+
+schemathesis.openapi.format(
+    "snapshot-path",
+    st.sampled_from(
+        ["examples/snapshots/prod-eu", "examples/snapshots/staging-us", "examples/snapshots/*"]
+    ),
+)
+schemathesis.openapi.format("kubeconfig-context-glob", st.sampled_from(["*", "east", "w*"]))
+schemathesis.openapi.format(
+    "litellm-model", st.sampled_from(["openai/gpt-4o-mini", "gpt-4o-mini", "openai/local"])
+)
+schemathesis.openapi.format(
+    "cron", st.sampled_from(["*/5 * * * *", "0 2 * * *", "30 1 * * 1-5", "@hourly"])
+)
+schemathesis.openapi.format(
+    "iana-time-zone", st.sampled_from(["UTC", "Europe/Berlin", "America/New_York"])
+)
+
+
+@schemathesis.deserializer(*YAML_MEDIA_TYPES)
+def _yaml_stream(ctx: schemathesis.DeserializationContext, response: Any) -> object:
+    """A probe's export is a YAML stream (a policy and its binding); schemathesis' own
+    reader takes one document and fails on a second, so read every document."""
+    return list(yaml.safe_load_all(response.content))

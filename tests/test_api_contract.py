@@ -1,0 +1,164 @@
+"""The published OpenAPI document and the server agree, rule by rule (in process, fast).
+
+tests/test_api_openapi.py fuzzes the whole API with schemathesis; these name the rules a
+client reads in the document one at a time: the target ``type`` is required, a schedule
+change takes null only for ``model``, ``since`` / ``changed_since`` are an RFC 3339
+instant or an age, exactly one kind of target, and a 405 lists every method of its path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from assay.api import OPENAPI_PATH, create_app
+from schemas.settings import AssaySettings
+from tests.conftest import ROOT
+
+TOKEN = "contract-write-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+DOCUMENT = json.loads(OPENAPI_PATH.read_text())
+PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
+SCHEDULE = {
+    "name": "contract",
+    "predicate": PREDICATE,
+    "targets": {"snapshots": ["examples/snapshots/prod-eu"]},
+    "interval_seconds": 3600,
+}
+
+
+@pytest.fixture
+def api(redis_url: str) -> Iterator[TestClient]:
+    settings = AssaySettings(
+        redis_url=redis_url,
+        api_tokens={TOKEN: "write"},
+        key_prefix="contract",
+        snapshot_roots=[str(ROOT)],
+    )
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def _schema(name: str) -> dict[str, object]:
+    schema: dict[str, object] = DOCUMENT["components"]["schemas"][name]
+    return schema
+
+
+def test_a_405_lists_every_method_its_path_serves(api: TestClient) -> None:
+    """Before: Starlette named the first route's method only (OPTIONS /v1/schedules gave
+    `Allow: POST`, without GET)."""
+    for path, operations in DOCUMENT["paths"].items():
+        documented = {method.upper() for method in operations}
+        concrete = path.replace("{", "").replace("}", "")  # /v1/runs/run_id: any id will do
+        refused = api.request("PUT", concrete, headers=AUTH)
+        assert refused.status_code == 405, (path, refused.text)
+        assert set(refused.headers["allow"].split(", ")) == documented, path
+        assert refused.json()["error"]["code"] == "method_not_allowed"
+    options = api.options("/v1/schedules", headers=AUTH)
+    assert options.headers["allow"] == "GET, POST"
+
+
+def test_a_target_must_name_its_type_in_the_document_and_at_the_server(api: TestClient) -> None:
+    """Before: `type` was optional in the document (it has a default) but the server could
+    not tell the targets apart without it."""
+    for name in ("ServerSnapshotTarget", "ServerContextTarget", "InClusterTarget"):
+        assert "type" in _schema(name)["required"], name  # type: ignore[operator]
+    untyped = api.post(
+        "/v1/evaluations",
+        headers=AUTH,
+        json={"text": PREDICATE, "target": {"path": "examples/snapshots/prod-eu"}},
+    )
+    assert untyped.status_code == 422
+    assert untyped.json()["error"]["details"][0]["type"] == "union_tag_not_found"
+
+
+def test_a_schedule_change_takes_null_only_for_the_model(api: TestClient) -> None:
+    """Before: the document let every field of a change be null, and the server refused a
+    null for any field the merged schedule needs (422 for a request the document allows)."""
+    schema = _schema("ScheduleUpdate")
+    properties: dict[str, dict[str, object]] = schema["properties"]  # type: ignore[assignment]
+    nullable = {name for name, field in properties.items() if "null" in json.dumps(field)}
+    assert nullable == {"model"}
+    created = api.post("/v1/schedules", headers=AUTH, json=SCHEDULE)
+    assert created.status_code == 201, created.text
+    url = f"/v1/schedules/{created.json()['id']}"
+    for field in sorted(set(properties) - {"model"}):
+        refused = api.patch(url, headers=AUTH, json={field: None})
+        assert refused.status_code == 422, field
+        assert "null is not a value here" in refused.json()["error"]["message"], field
+    assert api.patch(url, headers=AUTH, json={"model": None}).status_code == 200
+    both = api.patch(url, headers=AUTH, json={"cron": "0 2 * * *", "interval_seconds": 600})
+    assert both.status_code == 422 and "not both" in both.json()["error"]["message"]
+    assert schema["not"] == {"required": ["cron", "interval_seconds"]}
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("1h", True),
+        ("1h30m", True),
+        ("2D", True),
+        ("90", True),
+        ("2026-01-01T00:00:00Z", True),
+        ("2026-01-01t00:00:00.5+02:00", True),
+        ("9999-12-31T23:59:59-23:59", True),  # past year 9999 in UTC: no 500
+        ("", False),
+        ("yesterday", False),
+        ("2026-01-01", False),  # no time, no zone: not RFC 3339
+        ("2026-01-01T00:00:00", False),  # no zone
+        ("2026-02-30T00:00:00Z", False),
+        ("1700000000.5x", False),
+    ],
+)
+def test_since_and_changed_since_are_an_rfc3339_instant_or_an_age(
+    api: TestClient, value: str, accepted: bool
+) -> None:
+    """Before: the document said "a string", and the server refused most strings (422)."""
+    for path, name in (("/v1/changes", "since"), ("/v1/checks", "changed_since")):
+        answer = api.get(path, headers=AUTH, params={name: value})
+        assert (answer.status_code == 200) is accepted, (path, value, answer.text)
+        if not accepted:
+            assert answer.status_code == 422 and name in answer.json()["error"]["message"]
+    for operation, name in (
+        (("/v1/changes", "get"), "since"),
+        (("/v1/checks", "get"), "changed_since"),
+    ):
+        (parameter,) = [
+            p for p in DOCUMENT["paths"][operation[0]][operation[1]]["parameters"]
+            if p["name"] == name
+        ]  # fmt: skip
+        formats = [option.get("format") for option in parameter["schema"]["anyOf"]]
+        assert "date-time" in formats
+
+
+def test_exactly_one_kind_of_target_is_in_the_document(api: TestClient) -> None:
+    """Before: "exactly one of contexts, a context glob or snapshots" (and of a batch's
+    targets or context glob) was a server rule the document did not state."""
+    assert len(_schema("ServerScheduleTargets")["oneOf"]) == 3  # type: ignore[arg-type]
+    assert len(_schema("BatchSubmission")["oneOf"]) == 2  # type: ignore[arg-type]
+    two_kinds = {**SCHEDULE, "targets": {"snapshots": ["examples/snapshots/prod-eu"],
+                                         "contexts": ["east"]}}  # fmt: skip
+    refused = api.post("/v1/schedules", headers=AUTH, json=two_kinds)
+    assert refused.status_code == 422
+    assert "exactly one kind of target" in refused.json()["error"]["message"]
+
+
+def test_a_kubeconfig_over_http_keeps_its_own_error_code(api: TestClient) -> None:
+    target = {"type": "context", "context": "east", "kubeconfig": "/tmp/k"}
+    refused = api.post("/v1/evaluations", headers=AUTH, json={"text": PREDICATE, "target": target})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "kubeconfig_not_allowed"
+
+
+def test_a_schedule_and_a_batch_over_http_run_strict_unless_they_say(api: TestClient) -> None:
+    created = api.post("/v1/schedules", headers=AUTH, json=SCHEDULE)
+    assert created.status_code == 201 and created.json()["profile"] == "strict"
+    chosen = api.post("/v1/schedules", headers=AUTH,
+                      json={**SCHEDULE, "name": "chosen", "profile": "fast"})  # fmt: skip
+    assert chosen.status_code == 201 and chosen.json()["profile"] == "fast"
+    for name in ("BatchSubmission", "ScheduleCreate"):
+        assert _schema(name)["properties"]["profile"]["default"] == "strict"  # type: ignore[index]
+    assert _schema("EvaluationSubmission")["properties"]["profile"]["default"] == "fast"  # type: ignore[index]
