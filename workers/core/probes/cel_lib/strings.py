@@ -4,6 +4,12 @@ Functions: ``charAt``, ``indexOf``, ``lastIndexOf``, ``lowerAscii``, ``upperAsci
 ``replace``, ``split``, ``substring``, ``trim``, ``join``, ``format``, ``strings.quote``.
 Indexes count code points, as CEL's ``size()`` does. Not here: ``reverse`` (version 3; not
 in Kubernetes' environment).
+
+Written here rather than taken from the runtime's own strings extension (which has the
+same functions) because that one differs from cel-go where a probe would notice:
+``'abc'.substring(1, 3)`` (an end at the string's end after a start past 0) is an error
+there, and ``indexOf``/``lastIndexOf`` with a start at or past the end are errors there
+where cel-go gives -1 (docs/probes.md).
 """
 
 from __future__ import annotations
@@ -31,15 +37,32 @@ def char_at(text: str, index: int) -> str:
 
 
 def index_of(text: str, sub: str, start: int = 0) -> int:
-    _check_index(text, start)
+    """cel-go's: an empty ``sub`` is found where the search starts; a start at or past the
+    end finds nothing (-1); a negative start is an error."""
+    if sub == "":
+        return start
+    if start < 0:
+        raise CelLibraryError(f"index out of range: {start}")
+    if start >= len(text):
+        return -1
     return text.find(sub, start)
 
 
 def last_index_of(text: str, sub: str, start: int | None = None) -> int:
+    """cel-go's: the last match starting at or before ``start`` (the end by default); an
+    empty ``sub`` is found at ``start``; a start past the end finds nothing (-1)."""
     if start is None:
-        return text.rfind(sub)
-    _check_index(text, start)
-    return text.rfind(sub, 0, start + len(sub))
+        if sub == "":
+            return len(text)
+        start = len(text) - 1
+    if sub == "":
+        return start
+    if start < 0:
+        raise CelLibraryError(f"index out of range: {start}")
+    if start >= len(text):
+        return -1
+    start = min(start, len(text) - len(sub))
+    return text.rfind(sub, 0, start + len(sub)) if start >= 0 else -1
 
 
 def lower_ascii(text: str) -> str:
