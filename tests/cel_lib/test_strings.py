@@ -44,6 +44,12 @@ TRUE = [
     "'%X'.format([26]) == '1A' && '30 in octal: %o'.format([30]) == '30 in octal: 36'",
     "'true bool: %s - false bool: %s'.format([true, false]) == 'true bool: true - false bool: "
     "false'",
+    "'a map inside a list: %s'.format([[1, 2, 3, {'a': 'x', 'b': 'y', 'c': 'z'}]]) == "
+    '\'a map inside a list: [1, 2, 3, {"a":"x", "b":"y", "c":"z"}]\'',
+    "'timestamp: %s'.format([timestamp('2023-02-03T23:31:20+00:00')]) == "
+    "'timestamp: 2023-02-03T23:31:20Z'",
+    "'duration: %s'.format([duration('1h45m47s')]) == 'duration: 6347s'",
+    "'%s'.format([['abc', 3.14, null]]) == '[\"abc\", 3.140000, null]'",
     # code points, as size() counts them
     "'ÆØÅx'.charAt(1) == 'Ø' && 'ÆØÅx'.indexOf('x') == 3 && 'ÆØÅx'.substring(1, 3) == 'ØÅ'",
 ]

@@ -14,6 +14,8 @@ where cel-go gives -1 (docs/probes.md).
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
 from typing import Any
 
@@ -113,7 +115,18 @@ def quote(text: str) -> str:
     return '"' + "".join(escapes.get(c, c) for c in text) + '"'
 
 
+def _timestamp(value: datetime.datetime) -> str:
+    text = value.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
+    return text
+
+
+def _duration(value: datetime.timedelta) -> str:
+    seconds = value.total_seconds()
+    return f"{seconds:g}s" if seconds != int(seconds) else f"{int(seconds)}s"
+
+
 def _as_string(value: Any) -> str:
+    """``%s`` of a value, as cel-go writes it."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -123,15 +136,37 @@ def _as_string(value: Any) -> str:
             return "NaN"
         if math.isinf(value):
             return "+Inf" if value > 0 else "-Inf"
-        return repr(value).replace("e+", "e+") if value != int(value) else f"{value:g}"
+        return repr(value) if value != int(value) else f"{value:g}"
     if isinstance(value, list):
-        return "[" + ", ".join(_as_string(v) for v in value) + "]"
+        return "[" + ", ".join(_member(v) for v in value) + "]"
     if isinstance(value, dict):
-        pairs = sorted((_as_string(k), _as_string(v)) for k, v in value.items())
-        return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
+        pairs = sorted((_member(k), _member(v)) for k, v in value.items())
+        return "{" + ", ".join(f"{k}:{v}" for k, v in pairs) + "}"
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, datetime.datetime):
+        return _timestamp(value)
+    if isinstance(value, datetime.timedelta):
+        return _duration(value)
     return str(value)
+
+
+def _member(value: Any) -> str:
+    """A list's element or a map's key or value inside ``%s``: written as a CEL literal
+    (strings quoted, doubles with six decimals, timestamps and durations as calls)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bytes | bytearray):
+        return "b" + json.dumps(bytes(value).decode("utf-8", errors="replace"), ensure_ascii=False)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return json.dumps(_as_string(value))
+        return f"{value:.6f}"
+    if isinstance(value, datetime.datetime):
+        return f'timestamp("{_timestamp(value)}")'
+    if isinstance(value, datetime.timedelta):
+        return f'duration("{_duration(value)}")'
+    return _as_string(value)
 
 
 def _number(value: Any, verb: str) -> float | int:
