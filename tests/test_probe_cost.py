@@ -39,6 +39,10 @@ HOSTILE = {
     "quadratic map": "results[0].map(d, d.metadata.name).size() > 0",
     "quadratic filter": "results[0].filter(d, has(d.spec)).size() >= 0",
     "whole-list comparison per element": "results[0].all(a, results[0] == results[0])",
+    "two-variable self join": "results[0].all(i, a, results[0].exists(j, b, i != j && "
+    "a.metadata.name == b.metadata.name))",
+    "quadratic transformList": "results[0].transformList(i, d, d.metadata.name).size() > 0",
+    "quadratic transformMap": "size(results[0].transformMap(i, d, d.metadata.name)) > 0",
     # the library compiles the pattern on every call (~1 ms for 2,500 characters)
     "long pattern per element": "results[0].all(d, !d.metadata.name.matches('^("
     + "|".join(f"name{i}[a-z]+x{i}" for i in range(230))
@@ -128,6 +132,16 @@ def test_the_estimate_bounds_the_real_iterations() -> None:
     assert 10 + 40 + 120 <= model.estimate({"pods": pods}) < 10 * 4 * 3 * 10
     assert analyse("pods.all(a, pods.all(b, true))").estimate({"pods": pods}) >= 10 * 10
     assert analyse("pods.size() > 0").estimate({"pods": pods}) == 0
+
+
+def test_two_variable_comprehensions_are_costed() -> None:
+    """The second variable is a list's element or a map's value: ranges read from it are
+    measured on those values."""
+    data = {"m": {f"k{i}": [1, 2, 3] for i in range(10)}}
+    model = analyse("m.all(k, v, v.all(e, e > 0))")
+    assert 10 + 30 <= model.estimate(data) < 10 * 3 * 10
+    pods = {"pods": [{"c": [1, 2, 3, 4]} for _ in range(10)]}
+    assert analyse("pods.all(i, p, p.c.all(j, c, c > i))").estimate(pods) >= 10 + 40
 
 
 def test_steps_add_up_over_a_probe_run() -> None:

@@ -289,8 +289,16 @@ def _changed_to_false(snap: Path) -> None:
         probe("1 == 1", scope="results"),
         probe("size([]) == 0", scope="results"),
         probe("[1].all(results, results == 1)", scope="results"),
+        probe("[1].all(i, results, results == 1)", scope="results"),
     ],
-    ids=["empty listing", "true", "1 == 1", "size([]) == 0", "shadowed results"],
+    ids=[
+        "empty listing",
+        "true",
+        "1 == 1",
+        "size([]) == 0",
+        "shadowed results",
+        "shadowed by a second variable",
+    ],
 )
 def test_a_probe_blind_to_the_cluster_does_not_keep_a_check_true(
     tmp_path: Path, probes: ProbeStore, spec: dict[str, Any]

@@ -10,7 +10,7 @@ import pytest
 
 from schemas.probe import ProposedProbe
 from workers.core.probes.program import ProbeProgram
-from workers.core.probes.sensitivity import check_sensitivity
+from workers.core.probes.sensitivity import check_sensitivity, mentioned
 
 PODS = [
     {"apiVersion": "v1", "kind": "Pod",
@@ -25,6 +25,15 @@ ROLES = [
      "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}
 ]  # fmt: skip
 
+LABELLED = [
+    {"apiVersion": "v1", "kind": "Pod",
+     "metadata": {"name": f"api-{i}", "namespace": "shop", "uid": f"l{i}",
+                  "labels": {"app": "api", "team": "shop"}},
+     "spec": {"containers": [{"name": "api", "image": "registry.shop.example/api:2"},
+                             {"name": "log", "image": "registry.shop.example/log:1"}]}}
+    for i in range(2)
+]  # fmt: skip
+
 ACCEPTED = [
     ("size threshold", PODS, "size(object.spec.containers) <= 4"),
     ("RBAC verbs", ROLES, "object.rules.all(r, !('*' in r.verbs))"),
@@ -37,12 +46,31 @@ ACCEPTED = [
     ("optional list size", PODS, "size(object.spec.?initContainers.orValue([])) == 0"),
     ("optional field presence", PODS,
      "object.spec.volumes.all(v, v.?hostPath.hasValue() == false)"),
+    # two-variable comprehensions: the value of a map, the element of a list
+    ("map values", LABELLED, "object.metadata.labels.all(k, v, v != 'forbidden')"),
+    ("map keys and values", LABELLED,
+     "object.metadata.labels.exists(k, v, k == 'team' && v == 'shop')"),
+    ("list elements with their index", LABELLED,
+     "object.spec.containers.all(i, c, c.image.startsWith('registry.shop.example/'))"),
+    ("first element by index", LABELLED,
+     "object.spec.containers.exists(i, c, i == 0 && c.name == 'api')"),
+    ("exactly one", LABELLED, "object.spec.containers.existsOne(i, c, c.name == 'log')"),
+    ("exactly one, cel-go's other name", LABELLED,
+     "object.spec.containers.exists_one(i, c, c.name == 'log')"),
+    ("transformed list", LABELLED,
+     "object.spec.containers.transformList(i, c, c.image)"
+     ".all(m, m.startsWith('registry.shop.example/'))"),
+    ("transformed map", LABELLED,
+     "object.metadata.labels.transformMap(k, v, size(v)).all(k, k != 'owner')"),
 ]  # fmt: skip
 CONSTANTS = [
     ("size tautology", PODS, "size(object.spec.containers) >= 0"),
     ("self comparison", PODS, "object.metadata.name == object.metadata.name"),
     ("or true", PODS, "has(object.metadata) || true"),
     ("optional or true", PODS, "object.?spec.?nodeName.hasValue() || true"),
+    ("two variables, always true", LABELLED, "object.spec.containers.all(i, c, true)"),
+    ("two variables, self comparison", LABELLED, "object.metadata.labels.all(k, v, v == v)"),
+    ("two variables, index only", LABELLED, "object.spec.containers.all(i, c, i >= 0)"),
 ]
 
 
@@ -70,3 +98,14 @@ def test_constants_are_still_refused(
     name: str, objects: list[dict[str, Any]], expression: str
 ) -> None:
     assert not _check(objects, expression)
+
+
+def test_paths_resolve_through_two_variable_comprehensions() -> None:
+    found = mentioned(
+        "object.spec.containers.all(i, c, c.image.startsWith('r/') && i < 3)"
+        " && object.metadata.labels.all(k, v, v != '')"
+    )
+    tested = {target.text(): test for target, test in found.tests.items()}
+    assert tested["object.spec.containers[*value].image"] == ("startsWith", "r/")
+    assert tested["object.metadata.labels[*value]"] == ("!=", "")
+    assert not any(t.text().endswith(".i") or t.text() == "i" for t in found.targets)

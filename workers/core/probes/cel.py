@@ -1,15 +1,17 @@
 """The one adapter to the CEL runtime (``cel-expr-python``, the official bindings of cel-cpp).
 
 Nothing else imports the runtime. It is set up as the environment a Kubernetes
-ValidatingAdmissionPolicy is evaluated in (Kubernetes 1.33 and 1.34, docs/probes.md): the
-standard definitions, optional types (``?.``, ``[?]``, ``optional.*``), and Kubernetes'
-libraries the runtime lacks, written in Python in ``cel_lib/`` (strings version 2, lists,
-sets, regex, url, ip/cidr, quantity, semver), declared here. The runtime's own extensions that
-Kubernetes does not enable (math, encoders, strings past version 2) are not loaded, so a probe
-never depends on something an admission controller would not have. ``cel.bind`` is loaded for
-one internal use only: a probe's ``variables`` (``variables.NAME``) are bound around the
-expression that reads them, which the runtime initialises lazily (only when read, at most
-once per evaluation), as the API server evaluates a policy's variables.
+ValidatingAdmissionPolicy is evaluated in (cel_env.py: Kubernetes 1.33 and 1.34,
+docs/probes.md), library by library: the runtime's own extensions where they behave as
+Kubernetes' (optional types, cel-go's strings version 2, sets, two-variable
+comprehensions), Kubernetes' libraries the runtime lacks written in Python in ``cel_lib/``
+(lists, regex, url, ip/cidr, quantity, semver, format), and Kubernetes' cross-type numeric
+comparisons (``1 < 1.5``). The runtime's extensions Kubernetes does not enable (math,
+encoders, protos, regex, strings past version 2) are not loaded, so a probe never depends on
+something an admission controller would not have. ``cel.bind`` is loaded for one internal
+use only: a probe's ``variables`` (``variables.NAME``) are bound around the expression that
+reads them, which the runtime initialises lazily (only when read, at most once per
+evaluation), as the API server evaluates a policy's variables.
 
 The contract is fail-safe: :class:`BoolProgram` returns a ``bool`` or raises
 :class:`CelError` - a parse or type error, a missing field, a division by zero, a value that is
@@ -30,37 +32,51 @@ from functools import lru_cache
 from typing import Any
 
 from cel_expr_python import cel as runtime
-from cel_expr_python.ext import ext_bindings, ext_optional
 
-from workers.core.probes.cel_lib import NoSuchOverload, Overload, all_overloads
+from workers.core.probes import cel_env
+from workers.core.probes.cel_env import KUBERNETES_VERSIONS, PROBE_VERSION
+from workers.core.probes.cel_lib import Call, NoSuchOverload, Overload, rewrite_calls
+from workers.core.probes.cel_lib import overloads as library_overloads
+from workers.core.probes.cel_lib import rewrites as library_rewrites
 from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, analyse
 
-KUBERNETES_VERSIONS = ("1.33", "1.34")
+__all__ = ["KUBERNETES_VERSIONS", "PROBE_VERSION", "BoolProgram", "CelError", "Expression",
+           "StepMeter", "compile_expression", "evaluate", "evaluate_bool", "field_paths",
+           "reads_variable", "unsupported_calls"]  # fmt: skip
 MAX_EXPRESSION_CHARS = 4000
 # The runtime stops any evaluation after this many comprehension iterations (fixed in the
 # bindings); an expression that reaches it cannot run (fail-safe), like one over the cost bound.
 RUNTIME_ITERATION_BUDGET = 10_000
 ROOTS = ("object", "results", "params")
 _VARIABLE_PREFIX = "assay_variable_"
-# Words of the standard definitions and macros, to tell a function call from a field in
-# field_paths (evidence).
+_MODULES = tuple(p.module for p in cel_env.parts(max(KUBERNETES_VERSIONS)) if p.module)
+# Words of the standard definitions, macros and the runtime's extensions, to tell a function
+# call from a field in field_paths (evidence).
 SUPPORTED_FUNCTIONS = frozenset(
-    {"all", "exists", "exists_one", "map", "filter", "has", "size", "startsWith", "endsWith",
-     "contains", "matches", "int", "uint", "double", "string", "bytes", "bool", "type",
-     "timestamp", "duration", "dyn", "orValue", "hasValue", "value", "or", "optMap",
-     "optFlatMap"}
-    | {overload.function for overload in all_overloads()}
+    {"all", "exists", "exists_one", "existsOne", "map", "filter", "has", "size", "startsWith",
+     "endsWith", "contains", "matches", "int", "uint", "double", "string", "bytes", "bool",
+     "type", "timestamp", "duration", "dyn", "orValue", "hasValue", "value", "or", "optMap",
+     "optFlatMap", "first", "last", "transformList", "transformMap", "transformMapEntry",
+     "charAt", "indexOf", "lastIndexOf", "lowerAscii", "upperAscii", "replace", "split",
+     "substring", "trim", "join", "format", "distinct", "flatten", "reverse", "slice", "sort",
+     "sortBy"}
+    | {overload.function for overload in library_overloads(_MODULES)}
 )  # fmt: skip
-# Kubernetes' environment has no cel.bind: a probe may not call it (variables are the way).
-_REFUSED = re.compile(r"(?<![\w.])cel\s*\.\s*bind\s*\(|(?<![\w.])assay_\w*")
+# Kubernetes' environment has no cel.bind: a probe may not call it (variables are the way);
+# assay_* names are the adapter's own (variables, rewritten calls).
+_REFUSED = re.compile(r"(?<![\w.])cel\s*\.\s*bind\s*\(|(?<!\w)assay_\w*")
 _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _STRING_OR_VARIABLE = re.compile(
     r"(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
     r"|(?<![\w.])variables\s*\.\s*(?P<name>[A-Za-z_]\w*)"
 )
 _FIELD_PATH = re.compile(r"\b(?:object|results\[\d+\]|[a-z]\w*)((?:\??\.[A-Za-z_]\w*)+)")
-_BOUND_VARIABLE = re.compile(r"\b(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_]\w*)\s*,")
-_CONCRETE = ("int", "uint", "double", "string", "bool", "bytes", "null", "list", "map",
+_BOUND_VARIABLE = re.compile(
+    r"\b(?:all|exists|exists_one|existsOne|map|filter|transformList|transformMap"
+    r"|transformMapEntry|optMap|optFlatMap|sortBy)\s*\(\s*([A-Za-z_]\w*)\s*,"
+    r"(?:\s*([A-Za-z_]\w*)\s*,)?"
+)
+_CONCRETE = ("int", "uint", "double", "string", "bool", "bytes", "list", "map",
              "timestamp", "duration")  # fmt: skip
 
 
@@ -131,19 +147,138 @@ def _declarations(overloads: Sequence[Overload]) -> list[Any]:
     return declarations
 
 
-@lru_cache(maxsize=1)
-def _environment() -> Any:
+# Kubernetes' cross-type numeric comparisons (cel-go's CrossTypeNumericComparisons, 1.28+):
+# `1 < 1.5` type-checks. The runtime evaluates such comparisons already; its checker declares
+# them only when asked, which its Python bindings cannot, so the four operators are taken out
+# of the standard declarations and declared again with the cross-type overloads added (the
+# runtime's own implementations run them).
+_ORDERED = ("int", "uint", "double", "bool", "string", "bytes", "duration", "timestamp")
+_CROSS = (("int", "uint"), ("int", "double"), ("uint", "int"), ("uint", "double"),
+          ("double", "int"), ("double", "uint"))  # fmt: skip
+_OVERLOAD_KIND = {"int": "int64", "uint": "uint64"}
+_OPERATORS = {"_<_": "less", "_<=_": "less_equals", "_>_": "greater", "_>=_": "greater_equals"}
+
+
+def _comparison_yaml() -> list[str]:
+    lines: list[str] = []
+    for operator, prefix in _OPERATORS.items():
+        lines += [f'  - name: "{operator}"', "    overloads:"]
+        pairs = [(kind, kind) for kind in _ORDERED] + list(_CROSS)
+        for left, right in pairs:
+            suffix = _OVERLOAD_KIND.get(left, left)
+            if left != right:
+                suffix += "_" + _OVERLOAD_KIND.get(right, right)
+            lines += [
+                f"      - id: {prefix}_{suffix}",
+                f"        args: [{{type_name: {left}}}, {{type_name: {right}}}]",
+                "        return: {type_name: bool}",
+            ]
+    return lines
+
+
+# Standard functions a library adds overloads to (ip and cidr to `string`): taken out of the
+# standard declarations and declared again with the standard overloads (run by the runtime)
+# and the library's (run by its Python implementation).
+_STANDARD_OVERLOADS = {
+    "string": (("int", "int64_to_string"), ("uint", "uint64_to_string"),
+               ("double", "double_to_string"), ("bool", "bool_to_string"),
+               ("bytes", "bytes_to_string"), ("string", "string_to_string"),
+               ("timestamp", "timestamp_to_string"), ("duration", "duration_to_string")),
+}  # fmt: skip
+_YAML_TYPE = {"list": "{type_name: list, params: [{type_name: dyn}]}",
+              "map": "{type_name: map, params: [{type_name: dyn}, {type_name: dyn}]}"}  # fmt: skip
+
+
+def _yaml_type(kind: str) -> str:
+    return _YAML_TYPE.get(kind, f"{{type_name: {kind}}}")
+
+
+def _standard_yaml(added: Sequence[Overload]) -> tuple[list[str], list[str]]:
+    """Declarations (YAML) of the standard functions ``added`` overloads, and their names."""
+    names = sorted({overload.function for overload in added})
+    lines: list[str] = []
+    for name in names:
+        lines += [f'  - name: "{name}"', "    overloads:"]
+        for kind, ident in _STANDARD_OVERLOADS[name]:
+            lines += [f"      - id: {ident}", f"        args: [{_yaml_type(kind)}]",
+                      f"        return: {_yaml_type('string')}"]  # fmt: skip
+        for (function, params), same in _by_signature(added).items():
+            if function == name:
+                args = ", ".join(_yaml_type(kind) for kind in params)
+                lines += [f"      - id: {same[0].id}", f"        args: [{args}]",
+                          f"        return: {_yaml_type(same[0].result)}"]  # fmt: skip
+    return lines, names
+
+
+def _by_signature(added: Sequence[Overload]) -> dict[tuple[str, tuple[str, ...]], list[Overload]]:
+    """Overloads by function and parameters: one declaration each (the runtime refuses two
+    of one signature), ``string`` of an IP and of a CIDR sharing one."""
+    grouped: dict[tuple[str, tuple[str, ...]], list[Overload]] = defaultdict(list)
+    for overload in added:
+        grouped[(overload.function, overload.params)].append(overload)
+    return grouped
+
+
+def _split(overloads: Sequence[Overload]) -> tuple[list[Overload], list[Overload]]:
+    """Library overloads of new functions, and those added to standard functions."""
+    added = [o for o in overloads if o.function in _STANDARD_OVERLOADS]
+    return [o for o in overloads if o.function not in _STANDARD_OVERLOADS], added
+
+
+def environment_config(version: str = PROBE_VERSION) -> str:
+    """The runtime's environment configuration (YAML) for Kubernetes ``version``: its own
+    extensions that Kubernetes enables, the options it has at that version, and the
+    standard functions its libraries add overloads to."""
+    parts = cel_env.parts(version)
+    lines = [f"name: kubernetes-{version}", "extensions:", "  - name: cel.lib.ext.bindings"]
+    for part in parts:
+        if part.native:
+            lines += [f"  - name: {part.native}", f"    version: {part.native_version}"]
+    excluded: list[str] = []
+    functions: list[str] = []
+    if any(part.option == "cross_type_numeric_comparisons" for part in parts):
+        excluded += list(_OPERATORS)
+        functions += _comparison_yaml()
+    _, added = _split(library_overloads([p.module for p in parts if p.module]))
+    standard, names = _standard_yaml(added)
+    excluded += names
+    functions += standard
+    if excluded:
+        lines += ["stdlib:", "  exclude_functions:"]
+        lines += [f'    - name: "{name}"' for name in excluded]
+        lines += ["functions:", *functions]
+    return "\n".join(lines) + "\n"
+
+
+@lru_cache(maxsize=len(KUBERNETES_VERSIONS))
+def _environment(version: str) -> Any:
+    modules = [part.module for part in cel_env.parts(version) if part.module]
+    new, added = _split(library_overloads(modules))
     return runtime.NewEnv(
+        config=runtime.NewEnvConfigFromYaml(environment_config(version)),
         variables={root: runtime.Type.DYN for root in ROOTS},
-        extensions=[ext_optional.ExtOptional(), ext_bindings.ExtBindings()],
-        functions=_declarations(all_overloads()),
+        # one extension, merged with the runtime's own (lists' indexOf with strings' indexOf)
+        extensions=[runtime.CelExtension("kubernetes", _declarations(new))],
+        function_impls=_implementations(added),
     )
 
 
+def _implementations(added: Sequence[Overload]) -> dict[str, Callable[..., Any]]:
+    """The Python implementation of each overload added to a standard function, by id; one
+    signature shared by two libraries (``string`` of an IP and of a CIDR) dispatches."""
+    return {same[0].id: _dispatcher([o.impl for o in same])
+            for same in _by_signature(added).values()}  # fmt: skip
+
+
+@lru_cache(maxsize=len(KUBERNETES_VERSIONS))
+def _rewrites(version: str) -> tuple[Call, ...]:
+    return tuple(library_rewrites([p.module for p in cel_env.parts(version) if p.module]))
+
+
 @lru_cache(maxsize=512)
-def _compiled(source: str) -> Any:
+def _compiled(source: str, version: str = PROBE_VERSION) -> Any:
     try:
-        return _environment().compile(source)
+        return _environment(version).compile(rewrite_calls(source, _rewrites(version)))
     except Exception as exc:
         raise CelError(f"the expression does not compile: {_short(exc)}") from None
 
@@ -210,8 +345,10 @@ class Expression:
         variables: Sequence[tuple[str, str]] = (),
         *,
         what: str = "the expression",
+        version: str = PROBE_VERSION,
     ) -> None:
         self.text = text
+        self.version = version
         _check_text(text, what)
         definitions: dict[str, tuple[str, list[str]]] = {}
         names: list[str] = []
@@ -225,9 +362,10 @@ class Expression:
         self.costs = [cost_model(text)] + [cost_model(source) for name, source in variables
                                            if name in needed]  # fmt: skip
         for name in needed:  # each variable it reads compiles on its own: an error names it
-            _compiled_as(_bound(definitions[name][0], definitions, names, name), f"variable {name}")
+            own = _bound(definitions[name][0], definitions, names, name)
+            _compiled_as(own, f"variable {name}", version)
         self.source = _bound(body, definitions, names, None, needed)
-        self._program = _compiled_as(self.source, what)
+        self._program = _compiled_as(self.source, what, version)
 
     def reads(self, name: str) -> bool:
         """Whether the expression (with its variables) reads the input ``name``."""
@@ -251,20 +389,43 @@ class Expression:
                     f"{RUNTIME_ITERATION_BUDGET:,} comprehension iterations in one evaluation"
                 ) from None
             raise CelError(f"the expression failed: {text}") from None
-        kind = result.type().name()
-        if kind == "ERROR" and "out of range for" in str(result.value()):
+        kind = _kind(result)
+        if kind == "ERROR" and "out of range for" in _error_text(result):
             # an integer past int64 in the input, which the runtime refuses: decoded as a
             # double, as the API server's JSON decoding does
             result = self._program.eval(data=_int64_safe(dict(data)))
-            kind = result.type().name()
+            kind = _kind(result)
         if kind == "ERROR":
-            raise CelError(f"the expression failed: {_short(result.value())}")
+            text = _error_text(result)
+            if text == _OPTIONAL:
+                return _Opaque("OPTIONAL")
+            raise CelError(f"the expression failed: {_short(text)}")
         if kind == "BOOL":
             return bool(result.value())
         try:
             return result.plain_value()
         except Exception:
             return _Opaque(kind)
+
+
+_OPTIONAL = "<optional>"
+
+
+def _kind(result: Any) -> str:
+    """The runtime's name for the value's type; OPAQUE for one the bindings cannot name."""
+    try:
+        return str(result.type().name())
+    except Exception:
+        return "OPAQUE"
+
+
+def _error_text(result: Any) -> str:
+    """An error value's message. The bindings report an optional value as of type ERROR
+    but cannot give it to Python: that is no error, and never a boolean."""
+    try:
+        return str(result.value())
+    except Exception:
+        return _OPTIONAL
 
 
 def _closure(used: Sequence[str], definitions: Mapping[str, tuple[str, list[str]]]) -> set[str]:
@@ -296,9 +457,9 @@ def _bound(
     return source
 
 
-def _compiled_as(source: str, what: str) -> Any:
+def _compiled_as(source: str, what: str, version: str = PROBE_VERSION) -> Any:
     try:
-        return _compiled(source)
+        return _compiled(source, version)
     except CelError as exc:
         raise CelError(str(exc).replace("the expression", what, 1)) from None
 
@@ -407,7 +568,7 @@ def reads_variable(expression: str, name: str) -> bool:
     (``size(results) >= 0``) still reads it.
     """
     code = _without_strings(expression)
-    if any(match.group(1) == name for match in _BOUND_VARIABLE.finditer(code)):
+    if any(name in match.groups() for match in _BOUND_VARIABLE.finditer(code)):
         return False
     return re.search(rf"(?<![\w.]){re.escape(name)}\b", code) is not None
 

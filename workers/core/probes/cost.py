@@ -44,8 +44,12 @@ MAX_STEPS = 2_000_000
 PATTERN_CHARS_PER_STEP = 4
 # A step is ~5 us of evaluation; copying 16 KB of string takes about as long.
 STRING_CHARS_PER_STEP = 16_384
-COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "map", "filter"})
-_COPYING = frozenset({"map", "filter"})
+COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter",
+                            "transformList", "transformMap", "transformMapEntry"})  # fmt: skip
+# Two-variable comprehensions (index and element of a list, key and value of a map).
+TWO_VARIABLE = frozenset({"all", "exists", "exists_one", "existsOne", "transformList",
+                          "transformMap", "transformMapEntry"})  # fmt: skip
+_COPYING = frozenset({"map", "filter", "transformList", "transformMap", "transformMapEntry"})
 _TOKEN = re.compile(
     r"\s+|(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")|(?P<num>\d+(?:\.\d+)?[uU]?)"
     r"|(?P<id>[A-Za-z_]\w*)|(?P<op>&&|\|\||[=!<>]=|.)",
@@ -72,11 +76,13 @@ class Path:
 @dataclass
 class Comprehension:
     macro: str
-    variable: str
+    variable: str  # bound to each element (a list's element, a map's key; with two
+    # variables, a list's element or a map's value)
     receiver: Path | None  # None: a computed range (a call, a literal, a parenthesis)
     parent: int | None  # index of the enclosing comprehension
     refs: list[Path] = field(default_factory=list)  # plain paths read in the body itself
     extra: int = 0  # steps per iteration beyond one (regex patterns compiled in the body)
+    index_variable: str | None = None  # with two variables: the index or key
 
 
 @dataclass
@@ -179,12 +185,20 @@ def analyse(expression: str) -> CostModel:
                 raise CostExceeded(
                     f"the {tokens[i + 1][1]}() comprehension needs a variable name first"
                 )
+            two = (
+                tokens[i + 1][1] in TWO_VARIABLE
+                and i + 6 < len(tokens)
+                and tokens[i + 4][1] == ","
+                and tokens[i + 5][0] == "id"
+                and tokens[i + 6][1] == ","
+            )
             found.append(
                 Comprehension(
                     macro=tokens[i + 1][1],
-                    variable=tokens[i + 3][1],
+                    variable=tokens[i + 5][1] if two else tokens[i + 3][1],
                     receiver=_path_before(tokens, i),
                     parent=enclosing[-1] if enclosing else None,
+                    index_variable=tokens[i + 3][1] if two else None,
                 )
             )
             index = len(found) - 1
@@ -194,7 +208,7 @@ def analyse(expression: str) -> CostModel:
                 raise CostExceeded(
                     f"comprehensions are nested more than {MAX_COMPREHENSION_DEPTH} deep"
                 )
-            i += 4  # past the variable's name: binding it reads nothing
+            i += 6 if two else 4  # past the variables' names: binding them reads nothing
             continue
         if text == "matches" and i + 1 < len(tokens) and tokens[i + 1][1] == "(":
             steps = _pattern_steps(tokens, i)
@@ -253,11 +267,13 @@ def _navigate(value: Any, steps: tuple[str | int, ...]) -> Any:
     return value
 
 
-def _members(value: Any) -> list[Any]:
+def _members(value: Any, values: bool = False) -> list[Any]:
+    """What a comprehension's variable takes over ``value``: a list's elements; a map's
+    keys, or with two variables (``values``) its values."""
     if isinstance(value, list):
         return value
     if isinstance(value, Mapping):
-        return list(value)  # a map comprehension ranges over its keys
+        return list(value.values()) if values else list(value)
     return []
 
 
@@ -322,9 +338,10 @@ class _Estimate:
         """The enclosing comprehension (of ``index`` or above) whose variable is ``name``."""
         current: int | None = index
         while current is not None:
-            if self.model.comprehensions[current].variable == name:
+            comp = self.model.comprehensions[current]
+            if name in (comp.variable, comp.index_variable):
                 return current
-            current = self.model.comprehensions[current].parent
+            current = comp.parent
         return None
 
     def _values(self, path: Path, owner: int | None) -> tuple[list[Any] | None, int]:
@@ -337,8 +354,8 @@ class _Estimate:
             value = _navigate(self.variables[path.root], path.steps)
             return [value], len(_members(value))
         bases = self.elements[owner]
-        if bases is None:
-            return None, self.unknown()
+        if bases is None or path.root == self.model.comprehensions[owner].index_variable:
+            return None, self.unknown()  # computed, or an index or key (not an element)
         values = [_navigate(base, path.steps) for base in bases]
         return values, max((len(_members(v)) for v in values), default=0)
 
@@ -359,7 +376,8 @@ class _Estimate:
             if values is None:
                 elements, iterations = None, outer * longest
             else:
-                elements = [m for v in values for m in _members(v)]
+                two = comp.index_variable is not None
+                elements = [m for v in values for m in _members(v, two)]
                 if owner is not None and owner == comp.parent:
                     # one entry per element of the owner: the ranges add up, they do not
                     # multiply (each container of each pod is visited once per owner pass)

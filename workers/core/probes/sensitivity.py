@@ -104,7 +104,16 @@ class _Wild:
         return "[*]"
 
 
+class _Values(_Wild):
+    """A path step: every element of a list or every value of a map (the second variable
+    of a two-variable comprehension)."""
+
+    def __repr__(self) -> str:
+        return "[*value]"
+
+
 WILD = _Wild()
+VALUES = _Values()
 _DELETE = object()  # a candidate "value": remove the field
 Step = str | int | _Wild
 
@@ -232,23 +241,32 @@ def mentioned(expression: str) -> Mentioned:
         skeleton = analyse(expression).comprehensions
     except Exception:  # over the static bound: the runner refused it before this
         skeleton = []
-    bound: dict[str, list[Path | None]] = {}
+    # each comprehension variable: the ranges it is bound to, and the step from a range to
+    # it (a list's element, or with two variables a list's element or a map's value); an
+    # index or key names no field
+    bound: dict[str, list[tuple[Path | None, _Wild]]] = {}
+    indexes: set[str] = set()
     for comp in skeleton:
-        bound.setdefault(comp.variable, []).append(comp.receiver)
+        step = VALUES if comp.index_variable is not None else WILD
+        bound.setdefault(comp.variable, []).append((comp.receiver, step))
+        if comp.index_variable is not None:
+            indexes.add(comp.index_variable)
 
     def resolve(path: Path, depth: int = 0) -> list[Target]:
         if path.root in ("results", "object"):
             return [Target(path.root, path.steps)]
         receivers = bound.get(path.root)
+        if not receivers and path.root in indexes:
+            return []
         if not receivers or depth > 4:
             return [Target("", path.steps)]
         out: list[Target] = []
-        for receiver in receivers:
+        for receiver, step in receivers:
             if receiver is None:
                 out.append(Target("", path.steps))
                 continue
             for base in resolve(receiver, depth + 1):
-                out.append(Target(base.root, (*base.steps, WILD, *path.steps)))
+                out.append(Target(base.root, (*base.steps, step, *path.steps)))
         return out
 
     for index, (kind, text) in enumerate(tokens):
@@ -359,6 +377,14 @@ def _updated(node: Any, steps: tuple[Step, ...], value: Any, first_only: bool) -
     """``node`` with ``steps`` set to ``value`` (or removed: ``_DELETE``); the parts on the
     path are copied, the rest shared. Returns ``node`` itself when nothing applied."""
     step, rest = steps[0], steps[1:]
+    if isinstance(step, _Values) and isinstance(node, dict):
+        keys = list(node)[: min(1, len(node))] if first_only else list(node)
+        changed_map = dict(node)
+        for key in keys:
+            new = _updated(node[key], rest, value, first_only) if rest else _set(node[key], value)
+            if new is not node[key]:
+                changed_map[key] = new
+        return changed_map if any(changed_map[k] is not node[k] for k in keys) else node
     if isinstance(step, _Wild):
         if not isinstance(node, list):
             return node
@@ -407,8 +433,11 @@ def _values_at(node: Any, steps: tuple[Step, ...]) -> Iterator[Any]:
         return
     step, rest = steps[0], steps[1:]
     if isinstance(step, _Wild):
-        if isinstance(node, list):
-            for item in node:
+        items = (
+            list(node.values()) if isinstance(step, _Values) and isinstance(node, dict) else node
+        )
+        if isinstance(items, list):
+            for item in items:
                 yield from _values_at(item, rest)
     elif isinstance(step, int):
         if isinstance(node, list) and -len(node) <= step < len(node):
@@ -649,7 +678,8 @@ def _single_paths(
         for steps in _rooted(target, root):
             present = [v for v in _values_at(base, steps) if v is not None]
             for candidate in _candidates(present, found, steps):
-                for first_only in (False, True) if WILD in steps else (False,):
+                wild = any(isinstance(step, _Wild) for step in steps)
+                for first_only in (False, True) if wild else (False,):
                     world = _updated(base, steps, candidate, first_only)
                     if world is not base:
                         where = "first" if first_only else "every"

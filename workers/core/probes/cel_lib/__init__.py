@@ -1,12 +1,15 @@
 """Kubernetes' CEL libraries that the CEL runtime lacks, as plain Python functions.
 
 One library per module, after the Kubernetes API server's own (``k8s.io/apiserver/pkg/cel/
-library``: lists, regex, url, ip/cidr, quantity, semver, format) and cel-go's extensions it
-enables (strings version 2, sets). None imports the CEL runtime: each lists its overloads as
-:class:`Overload` (kinds by name), and the adapter (``workers/core/probes/cel.py``) declares
-them. An implementation raises :class:`CelLibraryError` (or any ``ValueError``) for what
-Kubernetes reports as an evaluation error; the runtime turns it into an error value, never
-a result.
+library``: lists, regex, url, ip/cidr, quantity, semver, format), plus what the runtime's
+two-variable comprehensions need (comprehensions). Where the runtime has a library of its
+own that behaves as Kubernetes' does (cel-go's strings, sets, optional types, two-variable
+comprehensions), the adapter loads that one instead (cel_env.py says which). None imports
+the CEL runtime: each lists its overloads as :class:`Overload` (kinds by name) and, where a
+call must be rewritten before compiling, its :class:`Call` rewrites; the adapter
+(``workers/core/probes/cel.py``) declares them. An implementation raises
+:class:`CelLibraryError` (or any ``ValueError``) for what Kubernetes reports as an
+evaluation error; the runtime turns it into an error value, never a result.
 
 Kubernetes' opaque types (``Quantity``, ``IP``, ``CIDR``, ``URL``, ``Semver``, ``Format``)
 travel as maps tagged with :data:`KIND_KEY` (the runtime's Python functions can return only
@@ -16,6 +19,9 @@ because each is stored in a canonical form.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from importlib import import_module
+
 from workers.core.probes.cel_lib.base import (
     KIND_KEY,
     CelLibraryError,
@@ -24,28 +30,23 @@ from workers.core.probes.cel_lib.base import (
     opaque,
     unwrap,
 )
+from workers.core.probes.cel_lib.rewrite import Call, rewrite_calls
 
-__all__ = ["KIND_KEY", "CelLibraryError", "NoSuchOverload", "Overload", "all_overloads",
-           "opaque", "unwrap"]  # fmt: skip
+__all__ = ["KIND_KEY", "Call", "CelLibraryError", "NoSuchOverload", "Overload", "opaque",
+           "overloads", "rewrite_calls", "rewrites", "unwrap"]  # fmt: skip
 
 
-def all_overloads() -> list[Overload]:
-    """Every library's overloads, in a stable order."""
-    from workers.core.probes.cel_lib import (
-        format as format_lib,
-    )
-    from workers.core.probes.cel_lib import (
-        ip,
-        lists,
-        quantity,
-        regex,
-        semver,
-        sets,
-        strings,
-        url,
-    )
-
+def overloads(modules: Sequence[str]) -> list[Overload]:
+    """The overloads of the named library modules, in order."""
     out: list[Overload] = []
-    for module in (strings, lists, sets, regex, url, ip, quantity, semver, format_lib):
-        out.extend(module.OVERLOADS)
+    for name in modules:
+        out.extend(import_module(f"{__name__}.{name}").OVERLOADS)
+    return out
+
+
+def rewrites(modules: Sequence[str]) -> list[Call]:
+    """The call rewrites of the named library modules (most have none)."""
+    out: list[Call] = []
+    for name in modules:
+        out.extend(getattr(import_module(f"{__name__}.{name}"), "REWRITES", []))
     return out

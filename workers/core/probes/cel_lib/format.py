@@ -1,12 +1,213 @@
-"""Kubernetes' format library (1.31+) is not provided.
+"""Kubernetes' format library (1.31+): named string formats and their validation.
 
-Its ``format.<name>().validate(s)`` returns an ``optional<list<string>>``, and the runtime's
-Python functions cannot return optional values; an expression that uses it does not compile,
-so the probe is dropped with that reason (docs/probes.md, known differences).
+``format.dns1123Label()`` (and the other named formats below) gives a Format;
+``format.named(name)`` gives an optional Format (none for an unknown name);
+``<Format>.validate(s)`` gives ``optional.none()`` when ``s`` is valid, else an optional
+holding the list of what is wrong with it. Named formats: ``dns1123Label``,
+``dns1123Subdomain``, ``dns1035Label``, ``qualifiedName``, ``dns1123LabelPrefix``,
+``dns1123SubdomainPrefix``, ``dns1035LabelPrefix``, ``labelValue``, ``uri``, ``uuid``,
+``byte``, ``date``, ``datetime``.
+
+The runtime's Python functions cannot return optional values, so the two optional-valued
+calls are rewritten (the adapter applies :data:`REWRITES` before compiling) to functions
+returning a list of at most one element, read with CEL's optional index ``[?0]``, which
+gives ``optional.none()`` on an empty list and ``optional.of(e)`` on ``[e]``:
+
+* ``f.validate(s)`` is ``f.assay_format_validate(s)[?0]``: ``[]`` when valid, ``[errors]``
+  otherwise; exactly ``validate``'s none / of(errors). ``validate`` is a function of this
+  library only, so every member call of that name is one.
+* ``format.named(n)`` is ``assay_format_named(n)[?0]``: ``[]`` for an unknown name, else
+  ``[the format]``.
+
+Each validation reports the same conditions as the API server's (a name too long and one
+of the wrong characters are two errors), in this library's own words.
 """
 
 from __future__ import annotations
 
-from workers.core.probes.cel_lib.base import Overload
+import base64
+import binascii
+import datetime
+import re
+from collections.abc import Callable
+from typing import Any
 
-OVERLOADS: list[Overload] = []
+from workers.core.probes.cel_lib import url
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload, opaque, unwrap
+from workers.core.probes.cel_lib.rewrite import Call
+
+KIND = "format"
+VALIDATE = "assay_format_validate"
+NAMED = "assay_format_named"
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_LABEL = re.compile(rf"^{_LABEL}$")
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_UUID = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$", re.I)
+_DATETIME = re.compile(
+    r"^(\d{4}-\d{2}-\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def _too_long(value: str, limit: int) -> list[str]:
+    return [f"must be no more than {limit} characters"] if len(value) > limit else []
+
+
+def _pattern(value: str, pattern: re.Pattern[str], what: str) -> list[str]:
+    return [] if pattern.match(value) else [f"must be {what}"]
+
+
+def dns1123_label(value: str) -> list[str]:
+    return _too_long(value, 63) + _pattern(
+        value, _DNS1123_LABEL, "a DNS-1123 label: lower-case letters, digits and '-', "
+        "starting and ending with a letter or digit"
+    )  # fmt: skip
+
+
+def dns1123_subdomain(value: str) -> list[str]:
+    return _too_long(value, 253) + _pattern(
+        value, _DNS1123_SUBDOMAIN, "a DNS-1123 subdomain: DNS-1123 labels joined by '.'"
+    )
+
+
+def dns1035_label(value: str) -> list[str]:
+    return _too_long(value, 63) + _pattern(
+        value, _DNS1035_LABEL, "a DNS-1035 label: lower-case letters, digits and '-', "
+        "starting with a letter and ending with a letter or digit"
+    )  # fmt: skip
+
+
+def _prefix(check: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+    """A name prefix (``generateName``): a trailing '-' is allowed, as the API server
+    allows it by masking the end of the name before checking it."""
+
+    def prefixed(value: str) -> list[str]:
+        if len(value) > 1 and value.endswith("-"):
+            value = value[:-2] + "a"
+        return check(value)
+
+    return prefixed
+
+
+def qualified_name(value: str) -> list[str]:
+    parts = value.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+        errors: list[str] = []
+    elif len(parts) == 2:
+        prefix, name = parts
+        errors = (
+            ["prefix part must be non-empty"]
+            if not prefix
+            else [f"prefix part {e}" for e in dns1123_subdomain(prefix)]
+        )
+    else:
+        return ["must be a name, optionally with a DNS subdomain prefix and '/'"]
+    if not name:
+        return [*errors, "name part must be non-empty"]
+    if len(name) > 63:
+        errors.append("name part must be no more than 63 characters")
+    if not _QUALIFIED_NAME.match(name):
+        errors.append(
+            "name part must be letters, digits, '-', '_' or '.', starting and ending with a "
+            "letter or digit"
+        )
+    return errors
+
+
+def label_value(value: str) -> list[str]:
+    return _too_long(value, 63) + _pattern(
+        value, _LABEL_VALUE, "empty or letters, digits, '-', '_' or '.', starting and ending "
+        "with a letter or digit"
+    )  # fmt: skip
+
+
+def uri(value: str) -> list[str]:
+    return [] if url.is_url(value) else ["must be an absolute URI or an absolute path"]
+
+
+def uuid(value: str) -> list[str]:
+    return [] if _UUID.match(value) else ["does not match the UUID format"]
+
+
+def byte(value: str) -> list[str]:
+    try:
+        base64.b64decode(value.replace("\r", "").replace("\n", ""), validate=True)
+    except (binascii.Error, ValueError):
+        return ["invalid base64"]
+    return []
+
+
+def _is_date(value: str) -> bool:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        return False
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def date(value: str) -> list[str]:
+    return [] if _is_date(value) else ["invalid date"]
+
+
+def date_time(value: str) -> list[str]:
+    match = _DATETIME.match(value)
+    valid = (
+        match is not None
+        and _is_date(match.group(1))
+        and int(match.group(2)) < 24
+        and int(match.group(3)) < 60
+        and int(match.group(4)) < 60
+    )
+    return [] if valid else ["invalid datetime"]
+
+
+FORMATS: dict[str, Callable[[str], list[str]]] = {
+    "dns1123Label": dns1123_label,
+    "dns1123Subdomain": dns1123_subdomain,
+    "dns1035Label": dns1035_label,
+    "qualifiedName": qualified_name,
+    "dns1123LabelPrefix": _prefix(dns1123_label),
+    "dns1123SubdomainPrefix": _prefix(dns1123_subdomain),
+    "dns1035LabelPrefix": _prefix(dns1035_label),
+    "labelValue": label_value,
+    "uri": uri,
+    "uuid": uuid,
+    "byte": byte,
+    "date": date,
+    "datetime": date_time,
+}
+
+
+def _format(name: str) -> Callable[[], dict[str, Any]]:
+    return lambda: opaque(KIND, name=name)
+
+
+def named(name: str) -> list[dict[str, Any]]:
+    """``format.named(name)`` as a list of at most one format (read with ``[?0]``)."""
+    return [opaque(KIND, name=name)] if name in FORMATS else []
+
+
+def validate(value: Any, text: str) -> list[list[str]]:
+    """``<Format>.validate(text)`` as ``[]`` (valid) or ``[errors]`` (read with ``[?0]``)."""
+    check = FORMATS.get(str(unwrap(value, KIND)["name"]))
+    if check is None:
+        raise CelLibraryError("no such format")
+    errors = check(text)
+    return [errors] if errors else []
+
+
+REWRITES = [
+    Call("validate", member=True, rewrite=lambda args: f"{VALIDATE}({', '.join(args)})[?0]"),
+    Call("format.named", member=False, rewrite=lambda args: f"{NAMED}({', '.join(args)})[?0]"),
+]
+OVERLOADS = [
+    Overload(f"format.{name}", f"format_{name}", (), "map", _format(name)) for name in FORMATS
+] + [
+    Overload(NAMED, "assay_format_named_string", ("string",), "list", named),
+    Overload(VALIDATE, "assay_format_validate_string", ("map", "string"), "list", validate, True),
+]

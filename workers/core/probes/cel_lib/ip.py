@@ -3,9 +3,10 @@
 ``ip(s)``, ``isIP(s)``, ``ip.isCanonical(s)``; on an IP ``family()`` (4 or 6),
 ``isUnspecified()``, ``isLoopback()``, ``isLinkLocalMulticast()``, ``isLinkLocalUnicast()``,
 ``isGlobalUnicast()``. ``cidr(s)``, ``isCIDR(s)``; on a CIDR ``containsIP(ip or string)``,
-``containsCIDR(cidr or string)``, ``ip()``, ``masked()``, ``prefixLength()``. As in the API
-server, IPv4-mapped IPv6 addresses and zones are refused. Not here: ``string(ip)`` (the
-runtime's ``string`` cannot take another overload).
+``containsCIDR(cidr or string)``, ``ip()``, ``masked()``, ``prefixLength()``; ``string(ip)``
+and ``string(cidr)``. As in the API server, IPv4-mapped IPv6 addresses and zones are
+refused, and a CIDR may have bits set after its prefix (``cidr('192.168.0.1/24')``: its
+``ip()`` is that address, ``masked()`` clears them).
 """
 
 from __future__ import annotations
@@ -89,10 +90,11 @@ def is_loopback(value: Any) -> bool:
 
 
 def is_link_local_multicast(value: Any) -> bool:
+    """224.0.0.0/24, or an IPv6 multicast address of link-local scope (ffX2::, any flags)."""
     address = _ip_of(value)
     if address.version == 4:
         return address in ipaddress.ip_network("224.0.0.0/24")
-    return address in ipaddress.ip_network("ff02::/16")
+    return (int(address) >> 112) & 0xFF0F == 0xFF02
 
 
 def is_link_local_unicast(value: Any) -> bool:
@@ -155,6 +157,16 @@ def prefix_length(value: Any) -> int:
     return _cidr_of(value)[1].prefixlen
 
 
+def ip_to_string(value: Any) -> str:
+    return str(_ip_of(value))
+
+
+def cidr_to_string(value: Any) -> str:
+    """The address as written (not masked) and the prefix length."""
+    fields = unwrap(value, CIDR)
+    return f"{fields['address']}/{fields['prefix']}"
+
+
 OVERLOADS = [
     Overload("ip", "string_to_ip", ("string",), "map", to_ip),
     Overload("ip", "cidr_ip", ("map",), "map", cidr_ip, True),
@@ -177,4 +189,6 @@ OVERLOADS = [
     Overload("containsCIDR", "cidr_contains_cidr", ("map", "map"), "bool", contains_cidr, True),
     Overload("masked", "cidr_masked", ("map",), "map", masked, True),
     Overload("prefixLength", "cidr_prefix_length", ("map",), "int", prefix_length, True),
+    Overload("string", "ip_to_string", ("map",), "string", ip_to_string),
+    Overload("string", "cidr_to_string", ("map",), "string", cidr_to_string),
 ]  # fmt: skip

@@ -3,6 +3,12 @@
 ``isSorted()``, ``sum()``, ``min()``, ``max()``, ``indexOf(x)``, ``lastIndexOf(x)`` on a list
 of comparable values (numbers, strings, booleans, timestamps, durations). ``min``/``max`` of
 an empty list is an error; ``sum`` of an empty list is 0.
+
+Two differences, both errors here (never another value): a list whose elements cannot be
+compared with each other (``[1, 'a']``; Kubernetes refuses such a literal list when the
+policy is created, and over mixed data skips the failed comparisons), and ``sum``, ``min``
+and ``max`` giving a duration or a timestamp (the runtime cannot take a duration back from
+a function whose result type depends on its input).
 """
 
 from __future__ import annotations
@@ -30,11 +36,18 @@ def is_sorted(items: list[Any]) -> bool:
     return all(items[i] <= items[i + 1] for i in range(len(items) - 1))
 
 
+def _no_time(value: Any) -> Any:
+    if isinstance(value, datetime.timedelta | datetime.datetime):
+        raise CelLibraryError(
+            "sum, min and max of durations or timestamps are not supported in probes"
+        )
+    return value
+
+
 def sum_of(items: list[Any]) -> Any:
     if not items:
         return 0
-    if all(isinstance(i, datetime.timedelta) for i in items):
-        return sum(items, datetime.timedelta())
+    _no_time(items[0])
     if not all(isinstance(i, int | float) and not isinstance(i, bool) for i in items):
         raise CelLibraryError("no such overload: sum() needs numbers or durations")
     if len({type(i) for i in items}) > 1:
@@ -45,13 +58,13 @@ def sum_of(items: list[Any]) -> Any:
 def min_of(items: list[Any]) -> Any:
     if not items:
         raise CelLibraryError("min called on empty list")
-    return min(_comparable(items))
+    return _no_time(min(_comparable(items)))
 
 
 def max_of(items: list[Any]) -> Any:
     if not items:
         raise CelLibraryError("max called on empty list")
-    return max(_comparable(items))
+    return _no_time(max(_comparable(items)))
 
 
 def _equal(a: Any, b: Any) -> bool:

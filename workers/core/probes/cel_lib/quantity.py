@@ -1,8 +1,8 @@
-"""Kubernetes' quantity library (1.28+): ``quantity(s)``, ``isQuantity(s)``, and on a
-quantity ``isInteger()``, ``asInteger()`` (an error when it is no integer or overflows
-int64), ``asApproximateFloat()``, ``sign()``, ``add(q or int)``, ``sub(q or int)``,
+"""Kubernetes' quantity library (1.28+): ``quantity(s)``, ``isQuantity(s)``, ``sign(q)``, and
+on a quantity ``isInteger()``, ``asInteger()`` (an error when it is no integer or overflows
+int64), ``asApproximateFloat()``, ``add(q or int)``, ``sub(q or int)``,
 ``isGreaterThan(q)``, ``isLessThan(q)``, ``compareTo(q)``; ``==`` compares values
-(``quantity('1') == quantity('1000m')``).
+(``quantity('1') == quantity('1000m')``). Not in 1.33/1.34: ``mul``, ``div``, ``divInt``.
 
 The grammar is the API server's: a signed decimal number then a binary suffix (Ki Mi Gi Ti
 Pi Ei), a decimal suffix (n u m k M G T P E) or a decimal exponent (``1e3``, ``1E-3``).
@@ -11,6 +11,7 @@ Values are exact fractions.
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 from typing import Any
@@ -68,7 +69,12 @@ def as_integer(value: Any) -> int:
 
 
 def as_approximate_float(value: Any) -> float:
-    return float(_number(value))
+    """The value as a double; +/-Inf past a double's range, as the API server gives."""
+    number = _number(value)
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf if number > 0 else -math.inf
 
 
 def sign(value: Any) -> int:
@@ -108,7 +114,9 @@ OVERLOADS = [
     Overload("asInteger", "quantity_as_integer", ("map",), "int", as_integer, True),
     Overload("asApproximateFloat", "quantity_as_float", ("map",), "double",
              as_approximate_float, True),
-    Overload("sign", "quantity_sign", ("map",), "int", sign, True),
+    # a global function in Kubernetes (``sign(quantity('-1'))``), though its reference page
+    # lists it with the member functions: ``quantity('-1').sign()`` does not compile there
+    Overload("sign", "quantity_sign", ("map",), "int", sign),
     Overload("add", "quantity_add", ("map", "map"), "map", add, True),
     Overload("add", "quantity_add_int", ("map", "int"), "map", add, True),
     Overload("sub", "quantity_sub", ("map", "map"), "map", sub, True),

@@ -20,12 +20,19 @@ _STRICT = re.compile(
 
 
 def _normalized(text: str) -> str:
-    text = text[1:] if text.startswith("v") else text
-    match = re.match(r"^(\d+(?:\.\d+){0,2})(.*)$", text)
-    if not match:
-        raise CelLibraryError(f"invalid semver: {text!r}")
-    parts = [str(int(part)) for part in match.group(1).split(".")]
-    return ".".join(parts + ["0"] * (3 - len(parts))) + match.group(2)
+    """``text`` normalised as the API server does before parsing: a leading ``v`` dropped,
+    leading zeros dropped from each dot-separated part, missing minor and patch added as
+    ``0``; a short version with a pre-release or build part is refused."""
+    parts = (text[1:] if text.startswith("v") else text).split(".", 2)
+    for index, part in enumerate(parts):
+        if len(part) > 1:
+            stripped = part.lstrip("0")
+            parts[index] = stripped if stripped[:1].isdigit() else "0" + stripped
+    if len(parts) < 3:
+        if any(c in parts[-1] for c in "+-"):
+            raise CelLibraryError(f"invalid semver: {text!r}: a short version has no pre-release")
+        parts += ["0"] * (3 - len(parts))
+    return ".".join(parts)
 
 
 def parse(text: str, normalize: bool = False) -> tuple[int, int, int, str]:

@@ -4,10 +4,18 @@ Functions: ``charAt``, ``indexOf``, ``lastIndexOf``, ``lowerAscii``, ``upperAsci
 ``replace``, ``split``, ``substring``, ``trim``, ``join``, ``format``, ``strings.quote``.
 Indexes count code points, as CEL's ``size()`` does. Not here: ``reverse`` (version 3; not
 in Kubernetes' environment).
+
+Written here rather than taken from the runtime's own strings extension (which has the
+same functions) because that one differs from cel-go where a probe would notice:
+``'abc'.substring(1, 3)`` (an end at the string's end after a start past 0) is an error
+there, and ``indexOf``/``lastIndexOf`` with a start at or past the end are errors there
+where cel-go gives -1 (docs/probes.md).
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
 from typing import Any
 
@@ -31,15 +39,32 @@ def char_at(text: str, index: int) -> str:
 
 
 def index_of(text: str, sub: str, start: int = 0) -> int:
-    _check_index(text, start)
+    """cel-go's: an empty ``sub`` is found where the search starts; a start at or past the
+    end finds nothing (-1); a negative start is an error."""
+    if sub == "":
+        return start
+    if start < 0:
+        raise CelLibraryError(f"index out of range: {start}")
+    if start >= len(text):
+        return -1
     return text.find(sub, start)
 
 
 def last_index_of(text: str, sub: str, start: int | None = None) -> int:
+    """cel-go's: the last match starting at or before ``start`` (the end by default); an
+    empty ``sub`` is found at ``start``; a start past the end finds nothing (-1)."""
     if start is None:
-        return text.rfind(sub)
-    _check_index(text, start)
-    return text.rfind(sub, 0, start + len(sub))
+        if sub == "":
+            return len(text)
+        start = len(text) - 1
+    if sub == "":
+        return start
+    if start < 0:
+        raise CelLibraryError(f"index out of range: {start}")
+    if start >= len(text):
+        return -1
+    start = min(start, len(text) - len(sub))
+    return text.rfind(sub, 0, start + len(sub)) if start >= 0 else -1
 
 
 def lower_ascii(text: str) -> str:
@@ -90,7 +115,18 @@ def quote(text: str) -> str:
     return '"' + "".join(escapes.get(c, c) for c in text) + '"'
 
 
+def _timestamp(value: datetime.datetime) -> str:
+    text = value.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
+    return text
+
+
+def _duration(value: datetime.timedelta) -> str:
+    seconds = value.total_seconds()
+    return f"{seconds:g}s" if seconds != int(seconds) else f"{int(seconds)}s"
+
+
 def _as_string(value: Any) -> str:
+    """``%s`` of a value, as cel-go writes it."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -100,15 +136,37 @@ def _as_string(value: Any) -> str:
             return "NaN"
         if math.isinf(value):
             return "+Inf" if value > 0 else "-Inf"
-        return repr(value).replace("e+", "e+") if value != int(value) else f"{value:g}"
+        return repr(value) if value != int(value) else f"{value:g}"
     if isinstance(value, list):
-        return "[" + ", ".join(_as_string(v) for v in value) + "]"
+        return "[" + ", ".join(_member(v) for v in value) + "]"
     if isinstance(value, dict):
-        pairs = sorted((_as_string(k), _as_string(v)) for k, v in value.items())
-        return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
+        pairs = sorted((_member(k), _member(v)) for k, v in value.items())
+        return "{" + ", ".join(f"{k}:{v}" for k, v in pairs) + "}"
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, datetime.datetime):
+        return _timestamp(value)
+    if isinstance(value, datetime.timedelta):
+        return _duration(value)
     return str(value)
+
+
+def _member(value: Any) -> str:
+    """A list's element or a map's key or value inside ``%s``: written as a CEL literal
+    (strings quoted, doubles with six decimals, timestamps and durations as calls)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bytes | bytearray):
+        return "b" + json.dumps(bytes(value).decode("utf-8", errors="replace"), ensure_ascii=False)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return json.dumps(_as_string(value))
+        return f"{value:.6f}"
+    if isinstance(value, datetime.datetime):
+        return f'timestamp("{_timestamp(value)}")'
+    if isinstance(value, datetime.timedelta):
+        return f'duration("{_duration(value)}")'
+    return _as_string(value)
 
 
 def _number(value: Any, verb: str) -> float | int:

@@ -1,54 +1,103 @@
 """Kubernetes' URL library: ``url(s)`` (an absolute URI, or an absolute path), ``isURL(s)``,
 and on a URL ``getScheme()``, ``getHost()`` (with the port; an IPv6 host in brackets),
 ``getHostname()`` (without port or brackets), ``getPort()`` (a string, ``''`` when none),
-``getEscapedPath()`` and ``getQuery()`` (a map from each key to its list of values)."""
+``getEscapedPath()`` (the path escaped for a URL: ``/a b`` is ``/a%20b``) and ``getQuery()``
+(a map from each unescaped key to its list of unescaped values).
+
+What is a URL follows the API server's parser (Go's ``net/url``, request form): a scheme
+(a letter, then letters, digits, ``+ - .``) followed by ``:``, or else a path starting with
+``/``; no control characters; an authority's host without spaces and with a numeric port;
+``%`` only as an escape of two hex digits. Spaces are allowed in the path and the query.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qsl, quote
 
 from workers.core.probes.cel_lib.base import CelLibraryError, Overload, opaque, unwrap
 
 KIND = "url"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
+_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_PORT = re.compile(r"^:\d*$")
+# Characters a Go URL path keeps as they are (unreserved, and the reserved ones but '?').
+_PATH_SAFE = "-_.~$&+,/:;=@"
+# Characters Go accepts unescaped in a path as given (validEncoded).
+_PATH_VALID = set(_PATH_SAFE) | set("!'()*[]%")
+_HOST_VALID = set("!$&'()*+,;=:[]<>\"-_.~%")
 
 
-def _parse(text: str) -> dict[str, Any]:
-    if not text or any(c.isspace() for c in text):
-        raise CelLibraryError(f"URL parse error during conversion from string: {text!r}")
-    parts = urlsplit(text)
-    if not parts.scheme and not text.startswith("/"):
-        raise CelLibraryError(f"URL is not an absolute URI or an absolute path: {text!r}")
-    try:
-        parts.port  # noqa: B018 - a port that is no number is a parse error
-    except ValueError:
-        raise CelLibraryError(f"URL parse error during conversion from string: {text!r}") from None
-    return opaque(KIND, url=text)
+def _error(text: str, why: str) -> CelLibraryError:
+    return CelLibraryError(f"URL parse error during conversion from string: {text!r}: {why}")
+
+
+def _split(text: str) -> dict[str, str]:
+    """The URL's parts (scheme, authority, path, query, fragment); CelLibraryError when it is
+    not an absolute URI or an absolute path."""
+    if not text:
+        raise _error(text, "empty url")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        raise _error(text, "invalid control character in URL")
+    rest, _, fragment = text.partition("#")
+    if rest.startswith(":"):
+        raise _error(text, "missing protocol scheme")
+    match = _SCHEME.match(rest)
+    scheme = match.group(1) if match else ""
+    rest = rest[match.end() :] if match else rest
+    rest, _, query = rest.partition("?")
+    if not scheme and not rest.startswith("/"):
+        raise _error(text, "invalid URI for request")
+    authority = ""
+    if rest.startswith("//") and (scheme or not rest.startswith("///")):
+        authority, slash, path = rest[2:].partition("/")
+        rest = slash + path
+        _check_authority(text, authority)
+    if _ESCAPE.search(rest):
+        raise _error(text, "invalid URL escape")
+    return {"scheme": scheme, "authority": authority, "path": rest, "query": query,
+            "fragment": fragment}  # fmt: skip
+
+
+def _check_authority(text: str, authority: str) -> None:
+    host = authority.rpartition("@")[2]
+    if host.startswith("["):
+        end = host.find("]")
+        if end < 0:
+            raise _error(text, "missing ']' in host")
+        port = host[end + 1 :]
+    else:
+        port = host[host.rfind(":") :] if ":" in host else ""
+    if port and not _PORT.match(port):
+        raise _error(text, f"invalid port {port!r} after host")
+    if any(not (c.isalnum() or c in _HOST_VALID or ord(c) > 0x7F) for c in host):
+        raise _error(text, "invalid character in host name")
 
 
 def to_url(text: str) -> dict[str, Any]:
-    return _parse(text)
+    _split(text)
+    return opaque(KIND, url=text)
 
 
 def is_url(text: str) -> bool:
     try:
-        _parse(text)
+        _split(text)
     except CelLibraryError:
         return False
     return True
 
 
-def _split(value: Any) -> Any:
-    return urlsplit(str(unwrap(value, KIND)["url"]))
+def _parts(value: Any) -> dict[str, str]:
+    return _split(str(unwrap(value, KIND)["url"]))
 
 
 def get_scheme(value: Any) -> str:
-    return str(_split(value).scheme)
+    return _parts(value)["scheme"]
 
 
 def get_host(value: Any) -> str:
-    netloc = str(_split(value).netloc)
-    return netloc.rpartition("@")[2]
+    return _parts(value)["authority"].rpartition("@")[2]
 
 
 def get_hostname(value: Any) -> str:
@@ -67,13 +116,24 @@ def get_port(value: Any) -> str:
 
 
 def get_escaped_path(value: Any) -> str:
-    return str(_split(value).path)
+    """The path as written when it is validly escaped already, else escaped."""
+    path = _parts(value)["path"]
+    if all(c.isascii() and (c.isalnum() or c in _PATH_VALID) for c in path):
+        return path
+    return quote(_unescape(path), safe=_PATH_SAFE)
+
+
+def _unescape(text: str) -> str:
+    return re.sub(
+        rb"%([0-9A-Fa-f]{2})", lambda m: bytes([int(m.group(1), 16)]), text.encode()
+    ).decode("utf-8", errors="replace")
 
 
 def get_query(value: Any) -> dict[str, list[str]]:
-    return {
-        k: list(v) for k, v in parse_qs(str(_split(value).query), keep_blank_values=True).items()
-    }
+    out: dict[str, list[str]] = {}
+    for key, item in parse_qsl(_parts(value)["query"], keep_blank_values=True):
+        out.setdefault(key, []).append(item)
+    return out
 
 
 OVERLOADS = [

@@ -1,0 +1,46 @@
+"""CEL optional types (1.28+, the runtime's own library), against their documented
+behaviour."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cel_lib.support import fails, holds
+
+POD = {
+    "metadata": {"name": "web", "labels": {"app": "web"}},
+    "spec": {"containers": [{"name": "a"}]},
+}
+TRUE = [
+    "object.?spec.?nodeName.orValue('none') == 'none'",
+    "object.?metadata.?labels.?app.orValue('') == 'web'",
+    "object.metadata.labels[?'tier'].orValue('none') == 'none'",
+    "!object.spec.containers[?3].hasValue() && object.spec.containers[?0].value().name == 'a'",
+    "optional.of(10).value() == 10 && !optional.none().hasValue()",
+    "!optional.ofNonZeroValue('').hasValue() && !optional.ofNonZeroValue([]).hasValue()",
+    "!optional.ofNonZeroValue(0).hasValue() && optional.ofNonZeroValue([1, 2, 3]).hasValue()",
+    "optional.of(b'hello').hasValue() && !optional.ofNonZeroValue({}).hasValue()",
+    "optional.none().or(optional.of(2)).value() == 2",
+    "object.?spec.?containers.optMap(c, size(c)).orValue(0) == 1",
+    "object.?spec.?containers.optFlatMap(c, c[?0]).value().name == 'a'",
+    # version 2: first and last of a list
+    "[1, 2, 3].first().value() == 1 && [1, 2, 3].last().value() == 3 && ![].first().hasValue()",
+    # optional entries of list and map literals
+    "[?optional.none(), 1] == [1] && {?'a': optional.none(), 'b': 1} == {'b': 1}",
+]
+ERRORS = [
+    ("optional.ofNonZeroValue({}).value()", "optional.none"),
+    ("object.spec.nodeName == 'n1'", "no such key|Key not found"),  # a plain absent field
+    # not in the runtime's optional library: cel-go's optional.unwrap / unwrapOpt
+    ("optional.unwrap([optional.of(42), optional.none()]) == [42]", "does not compile"),
+]
+
+
+@pytest.mark.parametrize("expression", TRUE)
+def test_documented_behaviour(expression: str) -> None:
+    holds(expression, {"object": POD})
+
+
+@pytest.mark.parametrize(("expression", "reason"), ERRORS)
+def test_documented_errors(expression: str, reason: str) -> None:
+    fails(expression, {"object": POD}, match=reason)

@@ -1,0 +1,31 @@
+"""Kubernetes' regex library, against its documented behaviour (RE2 patterns)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cel_lib.support import fails, holds
+
+TRUE = [
+    "'abc 123'.find('[0-9]+') == '123' && 'abc 123'.find('xyz') == ''",
+    # an empty match is a match: '[0-9]*' finds '' at the start of 'abc 123'
+    "'abc 123'.find('[0-9]*') == ''",
+    "'123 abc 456'.findAll('[0-9]+') == ['123', '456']",
+    "'123 abc 456'.findAll('[0-9]+', 1) == ['123'] && '123 abc 456'.findAll('[0-9]+', 0) == []",
+    "'123 abc 456'.findAll('[0-9]+', -1) == ['123', '456'] && '123 abc 456'.findAll('xyz') == []",
+    "'1, 2, 3, 4'.findAll('[0-9]+').map(x, int(x)).sum() < 100",
+]
+ERRORS = [
+    ("'a'.find('(')", "invalid regular expression"),
+    ("'a'.findAll('a(?=b)')", "invalid regular expression"),  # lookahead is not RE2
+]
+
+
+@pytest.mark.parametrize("expression", TRUE)
+def test_documented_behaviour(expression: str) -> None:
+    holds(expression)
+
+
+@pytest.mark.parametrize(("expression", "reason"), ERRORS)
+def test_documented_errors(expression: str, reason: str) -> None:
+    fails(expression, match=reason)

@@ -1,0 +1,41 @@
+"""A probe's variables (``variables.NAME``), as a ValidatingAdmissionPolicy's: lazily
+evaluated, at most once, each able to read the ones before it."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.core.probes.cel import BoolProgram, CelError
+
+POD = {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "web", "image": "reg/web:1"}]}}
+VARIABLES = [
+    ("names", "object.spec.containers.map(c, c.name)"),
+    ("first", "variables.names[0]"),
+    ("broken", "object.spec.nodeName"),  # an error, but never read
+]
+
+
+def test_variables_are_lazy_and_read_earlier_ones() -> None:
+    program = BoolProgram("variables.first == 'web' && size(variables.names) == 1",
+                          variables=VARIABLES)  # fmt: skip
+    assert program({"object": POD}) is True
+
+
+def test_a_broken_variable_counts_only_where_read() -> None:
+    reads_broken = BoolProgram("variables.broken == 'n1' || true", variables=VARIABLES)
+    assert reads_broken({"object": POD}) is True  # CEL's || absorbs the error
+    with pytest.raises(CelError, match="failed"):
+        BoolProgram("variables.broken == 'n1'", variables=VARIABLES)({"object": POD})
+
+
+def test_a_variable_may_read_only_earlier_ones() -> None:
+    with pytest.raises(CelError, match="not defined before"):
+        BoolProgram("variables.later == 1", variables=[("x", "variables.later"), ("later", "1")])
+
+
+def test_variables_use_every_library() -> None:
+    variables = [("images", "object.spec.containers.transformList(i, c, c.image)"),
+                 ("invalid", "format.dns1123Label().validate(object.metadata.name)")]  # fmt: skip
+    expression = "!variables.invalid.hasValue() && variables.images[0].find('[0-9]+') == '1'"
+    program = BoolProgram(expression, variables=variables)
+    assert program({"object": POD}) is True
