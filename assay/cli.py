@@ -18,7 +18,7 @@ import typer
 from assay.commands import eval as eval_command
 from assay.commands import evaluate, fleet, notify, probe, schedule, serve
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_INTERRUPTED
-from schemas.verdict import EXIT_USAGE
+from schemas.exit_codes import EXIT_USAGE
 
 try:  # typer >= 0.22 vendors click under typer._click; older typer uses click itself
     from typer._click import exceptions as click_exceptions  # type: ignore[import-not-found,unused-ignore]

@@ -37,11 +37,10 @@ from assay.commands.options import (
     settings_or_usage,
     validation_detail,
 )
-from schemas.report import Step
-from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
 
 if TYPE_CHECKING:
-    from schemas.report import RunReport
+    from schemas.report import RunReport, Step
+    from schemas.request import Target
     from schemas.settings import AssaySettings
 
 NO_MODEL_MESSAGE = (
@@ -216,6 +215,7 @@ def _evaluate(
 
     from assay.output_scrubbing import RunScrubber
     from assay.render import step_line, visible
+    from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget
     from workers.core.engine import EngineDeps, evaluate
 
     target: Target

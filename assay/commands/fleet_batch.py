@@ -58,7 +58,7 @@ from assay.commands.options import (
     settings_or_usage,
     validation_detail,
 )
-from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN
+from schemas.exit_codes import EXIT_PENDING, EXIT_UNKNOWN
 
 if TYPE_CHECKING:
     from assay.api_models import BatchResults

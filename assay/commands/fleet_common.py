@@ -102,7 +102,7 @@ def require_model(client: Client, model: str | None) -> None:
     With no live worker at all the run is queued and waits; a note says so.
     """
     from assay.worker_presence import read_fleet_models
-    from schemas.verdict import EXIT_USAGE
+    from schemas.exit_codes import EXIT_USAGE
 
     if model:
         return

@@ -18,9 +18,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from schemas.budget import PROFILES, Budget
-from schemas.ids import InvalidId, check_id
-
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
@@ -134,6 +131,8 @@ def id_checker(what: str) -> Callable[[str | None], str | None]:
     """A typer callback refusing an id outside the alphabet of ``schemas.ids`` (exit 64)."""
 
     def check(value: str | None) -> str | None:
+        from schemas.ids import InvalidId, check_id
+
         if value is None:
             return None
         try:
@@ -174,6 +173,7 @@ class EngineFlags:
 
     def budget(self) -> Budget:
         """The flags as a request's own budget (an unset limit keeps the profile's)."""
+        from schemas.budget import Budget
 
         return Budget(
             max_iterations=self.max_iterations,
@@ -197,6 +197,8 @@ def settings_or_usage(**flags: Any) -> AssaySettings:
 
 
 def check_profile(profile: str | None) -> None:
+    from schemas.budget import PROFILES
+
     if profile is not None and profile not in PROFILES:
         raise typer.BadParameter(
             f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}", param_hint="--profile"

@@ -22,7 +22,7 @@ import typer
 
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_UNAVAILABLE, fail
 from assay.commands.options import confined_snapshot, settings_or_usage
-from schemas.verdict import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
+from schemas.exit_codes import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 
 if TYPE_CHECKING:
     from schemas.probe import ProbeRecord, ProbeRun

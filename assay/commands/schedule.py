@@ -32,8 +32,7 @@ from assay.commands.fleet_common import (
 )
 from assay.commands.options import PROBE_MODES, ProbeOpt
 from scheduler.when import WhenError, parse_duration
-from schemas.budget import Budget
-from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
+from schemas.exit_codes import EXIT_UNKNOWN, EXIT_USAGE
 from workers.fleet.redis_client import connect
 
 if TYPE_CHECKING:
@@ -207,6 +206,7 @@ def add(
     from pydantic import ValidationError
 
     from scheduler.schedules import ScheduleConflict
+    from schemas.budget import Budget
     from schemas.schedule import Schedule, ScheduleTargets
 
     if (cron is None) == (every is None):

@@ -1,11 +1,12 @@
 """Budget enforcement for one run: iterations, total tokens, wall-clock deadline, cost.
 
 Budgets are enforced before each model call, not reported after it: the meter
-counts the prompt, subtracts it from what is left, and caps the completion's
-``max_tokens`` (and, when the price is known, the cost) so the provider's own
-usage figures can never add up past the budget. When too little is left for a
-useful answer the call is refused with :class:`BudgetExhausted`, naming which
-budget ran out, and the run ends as cannot_determine.
+takes an upper bound on the prompt (workers/core/prompt_tally.py), subtracts it from
+what is left, and caps the completion's ``max_tokens`` (and, when the price is known,
+the cost) so the provider's own usage figures can never add up past the budget. When
+too little is left for a useful answer the call is refused with
+:class:`BudgetExhausted`, naming which budget ran out, and the run ends as
+cannot_determine.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from schemas.verdict import Usage
 MIN_USEFUL_COMPLETION_TOKENS = 64
 # Upper bound on one completion; a planner step never needs more.
 MAX_COMPLETION_TOKENS = 4096
-# The provider's tokenizer may count the prompt a little higher than ours.
+# Room above the prompt estimate for what a chat template adds around a request (the
+# preamble it writes before the tool definitions).
 PROMPT_SAFETY_FACTOR = 1.10
 PROMPT_SAFETY_TOKENS = 16
 # A model call with less time than this left cannot finish; do not start it.
@@ -156,22 +158,6 @@ class BudgetMeter:
             prompt_tokens_estimate=prompt,
             timeout_seconds=remaining,
         )
-
-    def ceiling_suffices(self, prompt_ceiling: int) -> bool:
-        """Whether every prompt of at most ``prompt_ceiling`` tokens gets the same allowance.
-
-        Then an upper bound on the prompt (workers/core/token_ceiling.py) sets the next
-        call's cap exactly as the tokenizer's count would: the full
-        ``MAX_COMPLETION_TOKENS``, with room to spare in the token budget and no cost cap
-        in play (a priced cap turns every prompt token into completion tokens it cannot
-        afford, so it always takes the exact count).
-        """
-        if self.budget.max_cost_usd is not None and self.price is not None:
-            return False
-        if self.budget.max_tokens is None:
-            return True
-        left = self.budget.max_tokens - self.usage.total_tokens
-        return left - padded_prompt(prompt_ceiling) >= MAX_COMPLETION_TOKENS
 
     # -- after a call ------------------------------------------------------------------
 
