@@ -473,8 +473,8 @@ def worker(
     litellm cannot route is refused at start (64).
     """
     from assay.local_mode import require_redis_url
-    from workers.fleet.broker import FleetNotConfigured
     from workers.fleet.celery_app import create_app
+    from workers.fleet.redis_client import FleetNotConfigured
 
     settings = settings_or_usage(
         worker_concurrency=concurrency,
@@ -516,6 +516,9 @@ def worker(
         f"--pool={settings.worker_pool}",
         f"--concurrency={settings.worker_concurrency}",
         f"--loglevel={loglevel}",
+        # Mingle asks the other workers for their revoked task ids and waits a second for
+        # answers at every start; assay revokes nothing (a run's state is in the store).
+        "--without-mingle",
     ]
     try:
         app.worker_main(argv + ([f"--hostname={hostname}"] if hostname else []))

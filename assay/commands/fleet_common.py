@@ -145,9 +145,8 @@ def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
 
     from assay.client import Client
     from workers.core.logs import configure_logging
-    from workers.fleet.broker import FleetNotConfigured
     from workers.fleet.dispatch import RunsNotSent
-    from workers.fleet.redis_client import RedisUnreachable
+    from workers.fleet.redis_client import FleetNotConfigured, RedisUnreachable
 
     settings = settings or settings_or_usage()
     configure_logging(settings)  # a warning (a publish batch retried) must not reach stdout

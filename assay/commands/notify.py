@@ -36,7 +36,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 
 def _fleet_settings() -> AssaySettings:
     from assay.local_mode import require_redis_url
-    from workers.fleet.broker import FleetNotConfigured
+    from workers.fleet.redis_client import FleetNotConfigured
 
     settings = settings_or_usage()
     try:

@@ -39,9 +39,8 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 def _store(settings: AssaySettings) -> ProbeStore:
     from assay.local_mode import require_redis_url
-    from workers.fleet.broker import FleetNotConfigured
     from workers.fleet.probe_store import ProbeStore
-    from workers.fleet.redis_client import RedisUnreachable, connect
+    from workers.fleet.redis_client import FleetNotConfigured, RedisUnreachable, connect
 
     try:
         client = connect(require_redis_url(settings), fail_fast=True)

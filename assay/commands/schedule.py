@@ -496,7 +496,7 @@ def register(app: typer.Typer) -> None:
 # --- helpers ---------------------------------------------------------------------------------
 def _redis_url(settings: AssaySettings) -> str:
     from assay.local_mode import require_redis_url
-    from workers.fleet.broker import FleetNotConfigured
+    from workers.fleet.redis_client import FleetNotConfigured
 
     try:
         return require_redis_url(settings)

@@ -79,6 +79,7 @@ class BudgetMeter:
         usage: Usage | None = None,
         iterations: int = 0,
         active_seconds: float = 0.0,
+        not_after: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.budget = budget
@@ -87,17 +88,21 @@ class BudgetMeter:
         self.iterations = iterations
         self._clock = clock
         self._active_before = active_seconds
+        self._not_after = math.inf if not_after is None else not_after
         self.start()
 
     def start(self) -> None:
         """(Re)start the clock: the deadline is the time budget left from now.
 
-        The engine calls this once the run is set up (tools built, litellm
-        imported), so a cold process start does not eat the run's time budget.
+        The meter starts when it is made, as the run starts: setting the run up (its
+        tools, a live cluster's client) is part of its time. A caller whose own time
+        counts too passes it as ``active_seconds`` (the CLI: its start-up); ``not_after``
+        (a ``clock`` instant) ends the run sooner still (the CLI keeps time to print it).
         """
         self._started = self._clock()
         timeout = self.budget.timeout_seconds or math.inf
-        self.deadline = self._started + max(0.0, timeout - self._active_before)
+        budgeted = self._started + max(0.0, timeout - self._active_before)
+        self.deadline = min(budgeted, self._not_after)
 
     # -- time --------------------------------------------------------------------------
 

@@ -110,6 +110,8 @@ class EngineDeps:
     rate_limiter: RateLimiter | None = None
     allow_defer: bool = False
     sleep: Callable[[float], None] = time.sleep
+    # a time.monotonic() instant the run ends by at the latest, whatever its budget says
+    not_after: float | None = None
 
 
 def effective_budget(request: EvaluationRequest, settings: AssaySettings) -> Budget:
@@ -209,6 +211,7 @@ class _Run:
             usage=state.usage if state else None,
             iterations=state.iterations if state else 0,
             active_seconds=state.active_seconds if state else max(0.0, spent_seconds),
+            not_after=deps.not_after,
         )
         self.cost_unchecked = state.cost_unchecked if state else False
         self.registry: ToolRegistry | None = None
@@ -291,7 +294,6 @@ class _Run:
             self._feed_wait_result(self.state.pending_wait_step, self.state.wake_at)
         self.tool_schemas = tools_for(self.transport, registry)
         self.response_format = planner_response_format_for(self.transport)
-        self.meter.start()
         if math.isfinite(self.meter.deadline):  # lookups, too, end with the run's time budget
             registry.bind_deadline(self.meter.deadline)
         self.log.info("run_started", model=self.model, transport=self.transport)

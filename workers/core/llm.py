@@ -354,20 +354,23 @@ class LiteLLMClient:
         return retrying(replayed)
 
     def _attempt(self, call: LLMCall) -> Any:
+        wire_model = None
+        if call.api_base and self.settings.llm_fast_path:
+            wire_model = fast_path_model(call.model, call.api_base)
+        if wire_model is None:
+            load_litellm()  # before the clock is read: importing it is part of this attempt
         remaining = call.deadline - self._clock()
         if remaining < MIN_CALL_SECONDS:
             raise _DeadlineReached("the run's deadline passed before the model answered")
         timeout = min(self.settings.llm_call_timeout_seconds, remaining)
         api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
-        if call.api_base and self.settings.llm_fast_path:
-            wire_model = fast_path_model(call.model, call.api_base)
-            if wire_model is not None:  # workers/core/openai_compat.py: same body, one POST
-                body = request_body(
-                    wire_model, call.messages, call.max_tokens, call.user, call.tools,
-                    call.response_format,
-                )  # fmt: skip
-                key = api_key or PLACEHOLDER_API_KEY
-                return self._direct.complete(call.api_base, key, body, timeout)
+        if call.api_base and wire_model is not None:  # openai_compat.py: same body, one POST
+            body = request_body(
+                wire_model, call.messages, call.max_tokens, call.user, call.tools,
+                call.response_format,
+            )  # fmt: skip
+            key = api_key or PLACEHOLDER_API_KEY
+            return self._direct.complete(call.api_base, key, body, timeout)
         kwargs: dict[str, Any] = {
             "model": call.model,
             "messages": call.messages,

@@ -39,6 +39,10 @@ FLEET_REDIS = ("the fleet's Redis", "start a fleet with `assay up` or fix ASSAY_
 FLEET_BROKER = ("the fleet's broker", "start it or fix ASSAY_BROKER_URL")
 
 
+class FleetNotConfigured(RuntimeError):
+    """No broker or Redis URL: the fleet cannot start (exported by workers.fleet.broker too)."""
+
+
 class RedisUnreachable(ConnectionError):
     """Redis did not answer one quick PING: the one-sentence reason says where and what to do.
 
