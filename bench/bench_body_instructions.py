@@ -71,7 +71,7 @@ def _ablate(parts: list[str]) -> None:
         elif part == "record":
             store.VerdictStore.record_verdict = lambda self, report: True  # type: ignore[method-assign]
         elif part == "tokens":
-            prompt_tally.PromptTally.estimate = lambda *_: 100  # type: ignore[method-assign,assignment]
+            prompt_tally.PromptTally.estimate = lambda *_: 100  # type: ignore[method-assign]
 
 
 def child(evals: int, control: Path, ablate: list[str]) -> None:
