@@ -426,7 +426,7 @@ def litellm_call_cpu(folder: Path, calls: int = 200, fast: bool = True) -> tuple
     The request is the engine's first one for these runs (system prompt,
     predicate, the snapshot tools and the action tools); the answer is a tool
     call from the scripted model in its own process, so the figure is the
-    client side only: litellm, the OpenAI SDK, httpx, and our adapter.
+    client side only: our adapter and urllib3, or litellm, the OpenAI SDK and httpx.
     """
     from schemas.settings import load_settings
     from tests.fleet_support import snapshot_request
@@ -904,7 +904,7 @@ def main() -> None:
             print("\n(d) one model call through the adapter, direct path and litellm")
             for fast in (True, False):
                 per_call, messages, tools = litellm_call_cpu(folder, fast=fast)
-                what = "direct POST + httpx" if fast else "litellm + OpenAI SDK + httpx"
+                what = "direct POST + urllib3" if fast else "litellm + OpenAI SDK + httpx"
                 print(f"  client CPU per call:    {per_call * 1000:8.2f} ms ({what}; "
                       f"{messages} messages, {tools} tools); at (b)'s ideal rate "
                       f"{ideal * 3 * per_call:.2f} core(s)")  # fmt: skip

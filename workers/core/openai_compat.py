@@ -19,10 +19,10 @@ The HTTP client is urllib3 (what requests is built on): one connection pool per
 process (:func:`shared_client`), kept-alive connections, redirects followed (an
 ``Authorization`` header is not sent to another host), compressed answers decoded.
 Why urllib3 and not httpx (which the OpenAI SDK and litellm use): with 64 threads
-posting at once through one shared client, httpx cost about 2.8 ms of CPU per call on
-the development machine against urllib3's 0.3 ms (httpx's pool looks at every
-connection it holds for each request); alone, 0.6 against 0.3 ms; and it takes three
-times as long to import (``bench/bench_http.py`` prints the figures).
+posting at once through one shared client, httpx cost several times urllib3's CPU per
+call on the development machine (1.0-2.8 ms against 0.4 ms; httpx's pool looks at every
+connection it holds for each request), twice as much from one thread, and it takes
+three times as long to import (``bench/bench_http.py`` prints the figures).
 
 What stays the same as litellm's path (tests/test_llm_fast_path.py runs both):
 - the body: the same JSON object litellm sends (model without its provider prefix,
@@ -38,11 +38,13 @@ What stays the same as litellm's path (tests/test_llm_fast_path.py runs both):
   to litellm;
 - TLS verified against the system's certificates (which honour ``SSL_CERT_FILE`` and
   ``SSL_CERT_DIR``) and certifi's bundle. litellm's own ``SSL_VERIFY=false`` is not
-  read here: the direct path always verifies.
+  read here: the direct path always verifies (``ASSAY_LLM_FAST_PATH=false`` sends every
+  call through litellm, which reads it).
 
 Bounded: each attempt's timeout is the time left before the run's deadline, for the
-connection and each read, and for the whole body (an answer dripped byte by byte is cut
-when that time is up); a body over :data:`MAX_BODY_BYTES` (announced or decoded) is a
+connection and each read, and for the whole body (a body dripped byte by byte is cut
+when that time is up; the status line and headers are read with the per-read timeout,
+as httpx reads them); a body over :data:`MAX_BODY_BYTES` (announced or decoded) is a
 failure, never held in memory.
 """
 
