@@ -20,7 +20,7 @@ process (:func:`shared_client`), kept-alive connections, redirects followed (an
 ``Authorization`` header is not sent to another host), compressed answers decoded.
 Why urllib3 and not httpx (which the OpenAI SDK and litellm use): with 64 threads
 posting at once through one shared client, httpx cost several times urllib3's CPU per
-call on the development machine (1.0-2.8 ms against 0.4 ms; httpx's pool looks at every
+call on the development machine (0.9-2.8 ms against 0.3-0.4 ms; httpx's pool looks at every
 connection it holds for each request), twice as much from one thread, and it takes
 three times as long to import (``bench/bench_http.py`` prints the figures).
 
