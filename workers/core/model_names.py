@@ -22,10 +22,10 @@ the model has no price and the default transport (``openai/scripted``, most self
 names).
 
 Both only ever spare litellm a question it would answer the same way. Any other name goes
-to litellm itself
-(``workers.core.llm.unroutable_model``), so a name is refused only when litellm refuses
-it; an entry here that litellm stopped routing would let a typo through (as before the
-check), never refuse a working model. tests/test_llm.py checks both against the installed litellm.
+to litellm itself (``workers.core.llm.unroutable_model``, ``LiteLLMClient._model_info``),
+so a name is refused only when litellm refuses it; an entry here that litellm stopped
+routing would let a typo through (as before the check), never refuse a working model.
+tests/test_llm.py checks both against the installed litellm.
 """
 
 from __future__ import annotations
