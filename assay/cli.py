@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from assay import command_clock
 from assay.commands import (
     apply,
     evaluate,
@@ -29,7 +30,7 @@ from assay.commands import (
 from assay.commands import eval as eval_command
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_INTERRUPTED
 from assay.commands.options import SetupProblem
-from schemas.verdict import EXIT_USAGE
+from schemas.exit_codes import EXIT_USAGE
 
 try:  # typer >= 0.22 vendors click under typer._click; older typer uses click itself
     from typer._click import exceptions as click_exceptions  # type: ignore[import-not-found,unused-ignore]
@@ -179,6 +180,7 @@ def _quiet_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps click's usage errors to exit 64, a closed stdout to 141."""
+    command_clock.begin(owns_process=argv is None)  # the `assay` script passes no argv
     try:
         result = app(args=argv, standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not at exit as exit code 120

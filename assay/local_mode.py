@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from assay.redis_process import RedisProcess
-from workers.fleet.broker import FleetNotConfigured
+from workers.fleet.redis_client import FleetNotConfigured
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings

@@ -12,7 +12,7 @@ counts instructions instead: the same code, inputs and environment give the same
 to about 0.3%, whatever else the machine is doing.
 
 What is counted: ``workers.fleet.tasks.handle_delivery`` (what a worker's thread runs for
-one message: request, delivery count, engine, tools, model calls, token counts, scrubs,
+one message: request, delivery count, engine, tools, model calls, token estimates, scrubs,
 the verdict's store write), on one thread, in this process, with callgrind's
 instrumentation switched on only around the evaluations; the scripted model and a
 private redis-server run in their own processes and are not counted. What is not: the
@@ -58,7 +58,7 @@ ABLATIONS = ("store-scrub", "engine-scrub", "record", "tokens", "same-snapshot")
 
 def _ablate(parts: list[str]) -> None:
     import workers.core.engine as engine
-    import workers.core.llm as llm
+    import workers.core.prompt_tally as prompt_tally
     import workers.fleet.store as store
 
     for part in parts:
@@ -71,7 +71,7 @@ def _ablate(parts: list[str]) -> None:
         elif part == "record":
             store.VerdictStore.record_verdict = lambda self, report: True  # type: ignore[method-assign]
         elif part == "tokens":
-            llm.LiteLLMClient.count_tokens = lambda self, model, messages, tools: 100  # type: ignore[method-assign]
+            prompt_tally.PromptTally.estimate = lambda *_: 100  # type: ignore[method-assign]
 
 
 def child(evals: int, control: Path, ablate: list[str]) -> None:
@@ -94,9 +94,6 @@ def child(evals: int, control: Path, ablate: list[str]) -> None:
         )  # fmt: skip
         configure_logging(settings)  # as the worker does: WARNING, so run logs are filtered out
         runtime = WorkerRuntime.build(settings)
-        from workers.core.litellm_import import load_litellm
-
-        load_litellm()
         tune_interpreter()
         _ablate(ablate)
 

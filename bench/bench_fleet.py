@@ -1,7 +1,7 @@
 """Fleet throughput with real `assay worker` processes on a private Redis. Prints figures only.
 
     .venv/bin/python bench/bench_fleet.py [--quick] [--evals 1000] [--concurrent 200]
-                                          [--processes P] [--skip-pools]
+                                          [--processes P] [--skip-pools] [--hosted-only]
 
 ``--quick`` (a few minutes): fewer evaluations in (a), no (c) and (d), the
 profile on fewer runs; (b) keeps its 200 concurrent runs, the figure asked for.
@@ -17,10 +17,10 @@ steady rate over thousands of tasks.
     process (threads, concurrency 64): evaluations/s, next to an empty Celery
     task's throughput on the same Redis in the same run, and their ratio. Also
     the worker's CPU per evaluation, which is what bounds (b) on a small machine.
-    Measured twice: as started by default (``worker_cpu_affinity=adaptive``:
-    each worker held to the CPU others use least, workers/fleet/cpu_balance.py,
-    which spares a busy process the GIL's hand-overs between cores), and with
-    ``off`` (the kernel spreads the threads over every core). Each is
+    Measured twice: as started by default (``worker_cpu_affinity=off``: the kernel
+    spreads the threads over every core), and with ``adaptive`` (each worker held
+    to the CPU others use least, workers/fleet/cpu_balance.py, which spares a busy
+    process the GIL's hand-overs between cores). Each is
     ``--repeats`` (3) alternated pairs of empty tasks and evaluations; the pair
     with the median ratio is printed, with the ratios' range.
 (b) 500 ms per model call, 3 calls per evaluation, N concurrent evaluations
@@ -30,7 +30,7 @@ steady rate over thousands of tasks.
     one process (threads pool, concurrency N) and with `--processes P` (default:
     the core count; each process runs N / P threads), since one process runs Python
     on one core at a time (the GIL); and P processes once more with
-    ``worker_cpu_affinity=off``, spread by the kernel. Each line gives the
+    ``worker_cpu_affinity=adaptive``, each held to a CPU. Each line gives the
     worker's CPU per evaluation (all its processes) and the scripted model
     server's, and the machine's CPU ceiling they imply, and when the wave's runs
     started (a wave lasts about its last start + 1.5 s); then the same at a small
@@ -49,7 +49,15 @@ steady rate over thousands of tasks.
 (f) Footprint: Redis bytes per evaluation (MEMORY USAGE of the store's keys)
     and the steady-state memory at a given rate and retention.
 
-The last block ("summary") repeats the figures issue 15 asks for, with targets.
+(g) A hosted model's latency: each call waits a log-normal draw, median 1.5 s, 99th
+    percentile 8 s (mean 1.94 s, so a 3-call evaluation averages 5.8 s), with N = 200
+    and N = 1,000 evaluations in flight (``--hosted`` to choose). A batch of 5 N
+    evaluations goes to workers that run N at once; the rate is taken while the queue
+    still holds work (from N verdicts to 4 N), where a worker that keeps N runs in
+    flight and adds no time of its own reaches the ideal N / 5.8 s (Little's law). Printed
+    per worker process, for one process of N threads and for P processes of N / P.
+
+The last block ("summary") repeats the figures issues 15 and 32 ask for, with targets.
 
 The scripted model (not an LLM) runs in its own process, so it does not take
 the worker's GIL; its CPU is reported so it is visibly not the limit. Every
@@ -222,7 +230,7 @@ def eval_worker(
     processes: int,
     log: Path,
     under: list[str] | None = None,
-    affinity: str = "adaptive",
+    affinity: str = "off",
 ) -> subprocess.Popen[bytes]:
     """`assay worker` as an operator starts it (``processes`` x ``concurrency`` runs at once).
 
@@ -300,7 +308,7 @@ def warm_up(client: Client, folder: Path) -> None:
 
 
 def empty_task_rate(
-    redis_url: str, folder: Path, tasks: int, concurrency: int, affinity: str = "adaptive"
+    redis_url: str, folder: Path, tasks: int, concurrency: int, affinity: str = "off"
 ) -> tuple[float, float]:
     """(empty tasks/s, the worker's voluntary context switches per task)."""
     import redis
@@ -370,7 +378,7 @@ def evaluation_rate(
     label: str,
     processes: int = 1,
     under: list[str] | None = None,
-    affinity: str = "adaptive",
+    affinity: str = "off",
 ) -> Measured:
     """Throughput and CPU per evaluation for one worker configuration (one wave of ``evals``).
 
@@ -420,7 +428,7 @@ def litellm_call_cpu(folder: Path, calls: int = 200, fast: bool = True) -> tuple
     The request is the engine's first one for these runs (system prompt,
     predicate, the snapshot tools and the action tools); the answer is a tool
     call from the scripted model in its own process, so the figure is the
-    client side only: litellm, the OpenAI SDK, httpx, and our adapter.
+    client side only: our adapter and urllib3, or litellm, the OpenAI SDK and httpx.
     """
     from schemas.settings import load_settings
     from tests.fleet_support import snapshot_request
@@ -658,6 +666,100 @@ def print_cpu_breakdown(redis_url: str, folder: Path, evals: int, worker_cpu: fl
     return prof
 
 
+HOSTED_MEDIAN_SECONDS = 1.5
+HOSTED_P99_SECONDS = 8.0
+HOSTED_BATCHES = 5  # evaluations per slot: a batch of 5 N for N in flight
+
+
+@dataclass
+class Hosted:
+    concurrent: int  # evaluations in flight
+    processes: int
+    rate: float  # evaluations/s, all processes
+    ideal: float  # evaluations/s with N in flight and no time added: N / mean evaluation
+    worker_cpu: float  # seconds per evaluation, all worker processes
+
+
+def hosted_script() -> dict[str, object]:
+    """The 3-step planner with a hosted model's latency on every call (log-normal)."""
+    script = three_step_script()
+    script["latency"] = {"median": HOSTED_MEDIAN_SECONDS, "p99": HOSTED_P99_SECONDS, "seed": 15}
+    return script
+
+
+def hosted_rate(
+    redis_url: str, folder: Path, concurrent: int, processes: int, label: str
+) -> Hosted:
+    """(g) for one configuration: the steady rate of a batch of 5 N with N in flight."""
+    from assay.client import Client
+    from assay.testing.scripted_model import LogNormalLatency
+    from schemas.settings import load_settings
+
+    latency = LogNormalLatency(median=HOSTED_MEDIAN_SECONDS, p99=HOSTED_P99_SECONDS)
+    ideal = concurrent / (3 * latency.mean)
+    total = HOSTED_BATCHES * concurrent
+    targets = folder / f"{label}-targets"
+    make_snapshots(targets, total)
+    warm = folder / f"{label}-warm"
+    make_snapshots(warm, 2 * processes)
+    model, model_url = start_model(hosted_script(), folder)
+    per_process = -(-concurrent // processes)
+    worker = eval_worker(
+        redis_url, model_url, "threads", per_process, processes, folder / f"{label}.log"
+    )
+    done_at: list[tuple[float, int]] = []
+    try:
+        with Client(load_settings(redis_url=redis_url, snapshot_roots=[folder])) as client:
+            warm_up(client, warm)
+            cpu_before = worker_cpu_seconds(worker, False)
+            batch_id = client.start_batch(PREDICATE, snapshots=str(targets / "*"), probe="off")
+            client.wait_batch(
+                batch_id, timeout=1800, poll=0.2,
+                on_progress=lambda s: done_at.append((time.perf_counter(), s.total - s.pending)),
+            )  # fmt: skip
+            cpu = worker_cpu_seconds(worker, False) - cpu_before
+    finally:
+        stop_tree(worker)
+        stop_process(model)
+    # the window while the queue still held work, after the first N (all started at once,
+    # so the fast ones finish first): N in flight throughout, if the worker keeps up
+    start_at, start_done = next((t, d) for t, d in done_at if d >= concurrent)
+    end_at, end_done = next((t, d) for t, d in done_at if d >= total - concurrent)
+    rate = (end_done - start_done) / (end_at - start_at)
+    return Hosted(concurrent, processes, rate, ideal, cpu / total)
+
+
+def hosted_profile(redis_url: str, folder: Path, sizes: list[int], processes: int) -> list[Hosted]:
+    """(g): every size on one process, and on ``processes`` processes."""
+    print(
+        f"\n(g) a hosted model's latency: log-normal per call, median {HOSTED_MEDIAN_SECONDS:g} s, "
+        f"p99 {HOSTED_P99_SECONDS:g} s; 3 calls per evaluation; a batch of {HOSTED_BATCHES} N "
+        "with N in flight, the rate while work was queued"
+    )
+    found = []
+    for n in sizes:
+        for count in sorted({1, processes}):
+            measured = hosted_rate(redis_url, folder, n, count, f"g-{n}-{count}")
+            found.append(measured)
+            threads = -(-n // count)
+            print(
+                f"  {n:5d} in flight, {count} process(es) x {threads:4d} threads: "
+                f"{measured.rate / count:7.1f} evaluations/s per process, ideal "
+                f"{measured.ideal / count:6.1f} = {measured.rate / measured.ideal:5.3f} of ideal "
+                f"| worker CPU {measured.worker_cpu * 1000:5.1f} ms per evaluation"
+            )
+    return found
+
+
+def print_hosted_summary(hosted: list[Hosted]) -> None:
+    for measured in hosted:
+        goal = " (target >= 0.9)" if measured.concurrent == 200 and measured.processes == 1 else ""
+        print(
+            f"  hosted latency, {measured.concurrent} in flight, {measured.processes} process(es): "
+            f"{measured.rate / measured.ideal:5.3f} of ideal{goal}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--evals", type=int, default=1000, help="evaluations in (a)")
@@ -683,6 +785,11 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--profile-evals", type=int, default=300, help="evaluations in (e)")
     parser.add_argument("--rate", type=float, default=100.0, help="evaluations/s for (f)")
+    parser.add_argument(
+        "--hosted", type=lambda text: [int(n) for n in text.split(",")], default=[200, 1000],
+        help="(g)'s evaluations in flight, comma-separated (default 200,1000)",
+    )  # fmt: skip
+    parser.add_argument("--hosted-only", action="store_true", help="run (g) alone")
     parser.add_argument("--noop-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.noop_worker:
@@ -701,14 +808,16 @@ def main() -> None:
     print(f"  load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
           "(other processes on the machine take CPU from these figures)")  # fmt: skip
     try:
+        if args.hosted_only:
+            hosted = hosted_profile(server.url, folder, args.hosted, processes)
+            print_hosted_summary(hosted)
+            return
         print("\n(a) zero model latency, 3-step evaluations, one worker process (threads, 64)")
-        print("    once as started by default (worker_cpu_affinity=adaptive: held to the CPU "
-              "others use least), once with off (spread by the kernel); both workers")  # fmt: skip
-        noop, a = zero_latency(
+        print("    once as started by default (worker_cpu_affinity=off: spread by the kernel), "
+              "once with adaptive (held to the CPU others use least); both workers")  # fmt: skip
+        noop, a = zero_latency(server.url, folder, args.evals, args.noop_tasks, "off", args.repeats)
+        noop_held, held = zero_latency(
             server.url, folder, args.evals, args.noop_tasks, "adaptive", args.repeats
-        )
-        noop_spread, spread = zero_latency(
-            server.url, folder, args.evals, args.noop_tasks, "off", args.repeats
         )
         print(f"  Redis, server side:       {a.redis_commands:8.1f} commands run "
               f"({a.redis_requests:.1f} client requests) per evaluation, Celery and the "
@@ -733,12 +842,12 @@ def main() -> None:
                 pool="threads", concurrency=per_process, processes=processes, label="bp",
             )  # fmt: skip
             print_wave(f"{processes} processes x {per_process} threads:", multi, ideal)
-            spread_wave = median_wave(
+            held_wave = median_wave(
                 args.wave_repeats, redis_url=server.url, folder=folder, evals=n, delay=0.5,
-                pool="threads", concurrency=per_process, processes=processes, label="bp-off",
-                affinity="off",
+                pool="threads", concurrency=per_process, processes=processes, label="bp-held",
+                affinity="adaptive",
             )  # fmt: skip
-            print_wave("  the same, cpu affinity off:", spread_wave, ideal)
+            print_wave("  the same, cpu affinity adaptive:", held_wave, ideal)
             best = max(single, multi.median, key=lambda m: m.rate)  # the default affinity
         machine = cores / (best.worker_cpu + best.model_cpu)
         print(
@@ -797,26 +906,29 @@ def main() -> None:
             print("\n(d) one model call through the adapter, direct path and litellm")
             for fast in (True, False):
                 per_call, messages, tools = litellm_call_cpu(folder, fast=fast)
-                what = "direct POST + httpx" if fast else "litellm + OpenAI SDK + httpx"
+                what = "direct POST + urllib3" if fast else "litellm + OpenAI SDK + httpx"
                 print(f"  client CPU per call:    {per_call * 1000:8.2f} ms ({what}; "
                       f"{messages} messages, {tools} tools); at (b)'s ideal rate "
                       f"{ideal * 3 * per_call:.2f} core(s)")  # fmt: skip
 
-        print("\nsummary (issue 15; before: 36-42 ms, 0.17-0.31 of ideal, 12.5 KB/eval)")
+        hosted = hosted_profile(server.url, folder, args.hosted, processes)
+
+        print("\nsummary (issues 15 and 32)")
         print(f"  worker CPU per 3-step evaluation: {a.worker_cpu * 1000:5.1f} ms at 64 threads, "
               f"{single.worker_cpu * 1000:5.1f} ms at {n} threads (target <= 10)")  # fmt: skip
         print(
             f"  {n} concurrent at 500 ms/call:     {best.rate / ideal:5.3f} of ideal "
             f"(target >= 0.7), CPU ceiling {min(1.0, machine / ideal):5.3f} (target >= 0.85)"
         )
-        print(f"  zero latency vs empty task:       {a.rate / noop:5.3f} by default (adaptive), "
-              f"{spread.rate / noop_spread:5.3f} with affinity off (target >= 0.25)")  # fmt: skip
+        print(f"  zero latency vs empty task:       {a.rate / noop:5.3f} by default "
+              f"(affinity off), {held.rate / noop_held:5.3f} with adaptive")  # fmt: skip
         kb = (foot.run_bytes + foot.other_bytes) / 1000
         print(
             f"  Redis per evaluation:             {kb:5.1f} KB, "
             f"{prof.commands_per_eval:.0f} commands / {prof.round_trips_per_eval:.0f} "
             "round trips from the worker's store"
         )
+        print_hosted_summary(hosted)
     finally:
         server.stop()
         import shutil

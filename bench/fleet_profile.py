@@ -42,15 +42,18 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     ("model call: litellm", ("site-packages/litellm/",)),
     ("model call: OpenAI SDK", ("site-packages/openai/",)),
     (
-        "model call: HTTP (keepalive_http, httpx for litellm, ssl, socket)",
+        "model call: HTTP (urllib3, httpx for litellm, ssl, socket)",
         (
-            "workers/core/keepalive_http.py", "/http/client.py", "/email/", "site-packages/httpx/",
+            "site-packages/urllib3/", "/http/client.py", "/email/", "site-packages/httpx/",
             "site-packages/httpcore/", "site-packages/h11/", "/ssl.py", "/socket.py",
             "/selectors.py", "site-packages/anyio/",
         ),
     ),
     ("model call: assay adapter", ("workers/core/llm.py", "workers/core/openai_compat.py")),
-    ("token counting (tiktoken, tally)", ("site-packages/tiktoken", "workers/core/prompt_tally.py")),  # noqa: E501
+    (
+        "token estimates (size bound, tally; tiktoken on litellm's path)",
+        ("site-packages/tiktoken", "workers/core/prompt_tally.py", "workers/core/token_ceiling.py"),
+    ),
     (
         "Redis client + store",
         (
@@ -200,11 +203,9 @@ def profile_worker(
 
     configure_logging(settings)  # as the worker does: WARNING, so run logs are filtered out
     runtime = WorkerRuntime.build(settings)
-    from workers.core.litellm_import import load_litellm
     from workers.fleet.runtime import tune_interpreter
 
-    load_litellm()
-    tune_interpreter()  # as worker_started does
+    tune_interpreter()  # as worker_started does (a scripted model's worker needs no litellm)
 
     def payloads(label: str, count: int) -> list[dict[str, Any]]:
         found = []

@@ -180,12 +180,12 @@ class AssaySettings(BaseSettings):
     )
     worker_pool: Literal["threads", "prefork", "solo", "gevent", "eventlet"] = "threads"
     worker_cpu_affinity: str = Field(
-        default="adaptive",
-        description="Hold each threads-pool worker process to one CPU (its threads then hand "
-        "the GIL over on one core): adaptive (the CPU others use least, left when others crowd "
-        "it; safe on shared cores), auto (process i of `assay worker --processes N` on the i-th "
-        "CPU it may use, for good: only where those CPUs are the fleet's own), a list like "
-        "0-3,8, or off (docs/fleet.md, CPU affinity).",
+        default="off",
+        description="off (default: the kernel places the threads), or hold each threads-pool "
+        "worker process to one CPU so its threads hand the GIL over on one core: adaptive "
+        "(the CPU others use least, left when others crowd it), auto (process i of `assay "
+        "worker --processes N` on the i-th CPU it may use, for good: only where those CPUs are "
+        "the fleet's own), or a list like 0-3,8. When a hold helps: docs/fleet.md, CPU affinity.",
     )
     max_deliveries: int = Field(default=3, ge=1, description="Redelivery cap per run.")
     batch_fanout_lease_seconds: float = Field(

@@ -3,30 +3,28 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schemas.exit_codes import (
+    EXIT_CODES,
+    EXIT_PENDING,
+    EXIT_UNKNOWN,
+    EXIT_USAGE,
+    VerdictKind,
+)
 
-class VerdictKind(StrEnum):
-    TRUE = "true"
-    FALSE = "false"
-    POORLY_POSED = "poorly_posed"
-    CANNOT_DETERMINE = "cannot_determine"
-
-
-EXIT_CODES: dict[VerdictKind, int] = {
-    VerdictKind.TRUE: 0,
-    VerdictKind.FALSE: 1,
-    VerdictKind.POORLY_POSED: 2,
-    VerdictKind.CANNOT_DETERMINE: 3,
-}
-# Outside 0-3 on purpose: a script that only knows the verdict codes must never
-# mistake "still running" or "no such id" for an answer.
-EXIT_USAGE = 64  # the command line itself was wrong (sysexits EX_USAGE)
-EXIT_UNKNOWN = 66  # no run or check with that id (sysexits EX_NOINPUT)
-EXIT_PENDING = 75  # the run exists but has no verdict yet (sysexits EX_TEMPFAIL)
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_PENDING",
+    "EXIT_UNKNOWN",
+    "EXIT_USAGE",
+    "Evidence",
+    "Usage",
+    "Verdict",
+    "VerdictKind",
+]
 
 
 class Usage(BaseModel):

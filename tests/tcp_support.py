@@ -1,8 +1,7 @@
 """A local TCP server whose connections a test serves by hand.
 
 For clients that must be tried against exactly the bytes a gateway, an old
-proxy or a hostile peer would send (tests/test_keepalive_http_framing.py,
-tests/test_redis_quiet_connection.py).
+proxy or a hostile peer would send (tests/test_llm_fast_path.py, tests/test_direct_http.py).
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -184,19 +186,53 @@ def test_models_that_work_with_an_endpoint_are_not_refused(
     assert json.loads(result.stdout)["verdict"] == "true"
 
 
-def test_help_does_not_import_litellm() -> None:
+def test_help_does_not_import_litellm_the_engine_or_any_contract_model() -> None:
+    """`assay --help` is start-up alone: no model library, no engine, no pydantic model built
+    (building the contract's validators is most of a command's start-up)."""
     code = (
         "import sys\n"
         "from assay.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit as exit:\n    code = exit.code\n"
         "print(code, 'litellm' in sys.modules, 'workers.core.engine' in sys.modules,\n"
+        "      'schemas.verdict' in sys.modules, 'schemas.budget' in sys.modules,\n"
         "      file=sys.stderr)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
     )
-    assert result.stderr.split() == ["0", "False", "False"], result.stderr
+    assert result.stderr.split() == ["0", "False", "False", "False", "False"], result.stderr
     assert "check" in result.stdout and "query" in result.stdout
+
+
+def test_the_timeout_covers_the_whole_command_start_up_included(
+    tmp_path: Path, snapshot: Path
+) -> None:
+    """`--timeout N` ends the command within N s of its start, as timeout(1) would: the
+    start-up (imports, settings, the snapshot) is charged to the run, and --trace says how
+    long it took. Before, the clock started after it: a loaded host ran 5 s past N."""
+    hang = tmp_path / "hang.yaml"
+    hang.write_text(yaml.safe_dump({"scenarios": [{"turns": [{"hang": 60}]}]}))
+    began = time.monotonic()
+    result = assay("check", "--snapshot", str(snapshot), "--scripted", str(hang),
+                   "--timeout", "4", "--trace", "--json", PREDICATE)  # fmt: skip
+    took = time.monotonic() - began
+    assert result.returncode == 3, result.stderr
+    startup = re.search(r"^start-up\s+([\d.]+)s .*charged to the run's 4s", result.stderr, re.M)
+    assert startup is not None, result.stderr
+    assert took < 4 + 0.75, (took, result.stderr)  # process creation and exit, on a busy host
+    if result.stdout:  # the report, unless the budget ran out while it was being written
+        verdict = json.loads(result.stdout)
+        assert verdict["budget_exhausted"] == "deadline"
+        assert verdict["duration_seconds"] >= float(startup.group(1))
+
+
+def test_a_budget_spent_in_start_up_ends_the_command_with_3_at_once(snapshot: Path) -> None:
+    demo = str(Path(__file__).resolve().parent.parent / "examples" / "scripts" / "demo.yaml")
+    result = assay("check", "--snapshot", str(snapshot), "--scripted", demo,
+                   "--timeout", "0.1", PREDICATE)  # fmt: skip
+    assert result.returncode == 3
+    assert "assay: error: the run's time budget ran out" in result.stderr
+    assert "TRUE" not in result.stdout
 
 
 SCREEN_REWRITE = "\x1b[1A\x1b[2K\x1b]0;all green\x07TRUE (exit 0)"

@@ -1,5 +1,5 @@
-"""``worker_cpu_affinity``: a threads-pool worker process held to one CPU (``adaptive``, the
-default, is in test_cpu_balance.py).
+"""``worker_cpu_affinity``: a threads-pool worker process held to one CPU, or not (``off``, the
+default; ``adaptive`` is in test_cpu_balance.py).
 
 The pinning itself runs in child processes (a pinned test runner would slow
 every later test): a small Python child for the function, real `assay worker`
@@ -75,10 +75,10 @@ def test_a_bad_value_is_refused_when_the_settings_load(value: str, said: str) ->
         load_settings(worker_cpu_affinity=value)
 
 
-def test_the_setting_comes_from_the_environment_and_defaults_to_adaptive(
+def test_the_setting_comes_from_the_environment_and_defaults_to_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert load_settings().worker_cpu_affinity == "adaptive"
+    assert load_settings().worker_cpu_affinity == "off"
     monkeypatch.setenv("ASSAY_WORKER_CPU_AFFINITY", " Auto ")
     assert load_settings().worker_cpu_affinity == "auto"
     monkeypatch.setenv("ASSAY_WORKER_CPU_AFFINITY", "OFF")

@@ -1,5 +1,5 @@
-"""``worker_cpu_affinity=adaptive`` (the default): held to the least crowded CPU, and moved off one
-that others crowd.
+"""``worker_cpu_affinity=adaptive`` (an option; the default is ``off``): held to the least
+crowded CPU, and moved off one that others crowd.
 
 The arithmetic is tested on made-up ``/proc/stat`` figures; the behaviour in child
 processes (a pinned test runner would slow every later test) against real
@@ -200,7 +200,7 @@ def within(seconds: float, condition: Callable[[], bool]) -> bool:
 
 
 @two_cpus
-def test_the_default_holds_every_thread_old_and_new_to_one_cpu(children: list[Child]) -> None:
+def test_adaptive_holds_every_thread_old_and_new_to_one_cpu(children: list[Child]) -> None:
     child = Child(0, busy=False).held()
     children.append(child)
     assert child.cpu in ALLOWED
@@ -253,13 +253,13 @@ def test_a_process_whose_cpus_someone_else_changed_is_left_to_them(
     assert child.cpus() == set(thread_cpus(os.getpid()).values())  # this runner's whole set
 
 
-# --- `assay worker` as started by default --------------------------------------------------------
+# --- `assay worker --cpu-affinity adaptive` ------------------------------------------------
 
 
 @two_cpus
 @pytest.mark.integration
 @pytest.mark.timeout(240)
-def test_assay_worker_is_held_to_one_cpu_by_default_and_still_decides(
+def test_assay_worker_asked_to_adapt_is_held_to_one_cpu_and_still_decides(
     redis_url: str, tmp_path: Path
 ) -> None:
     from assay.client import Client
@@ -268,7 +268,7 @@ def test_assay_worker_is_held_to_one_cpu_by_default_and_still_decides(
     log = tmp_path / "worker.log"
     make_snapshots(tmp_path / "targets", 8, bad_every=4)
     with ScriptedModel(three_step_script(delay=0.05)) as model:
-        worker = start_worker(redis_url, model.url, log)  # no --cpu-affinity, no env
+        worker = start_worker(redis_url, model.url, log, "--cpu-affinity", "adaptive")
         try:
             with Client(load_settings(redis_url=redis_url)) as client:
                 batch_id = client.start_batch(

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.engine_support import (
     done,
@@ -24,7 +23,8 @@ from tests.engine_support import (
 )
 from tests.engine_support import scripted as scripted_model
 from workers.core.budget_meter import padded_prompt
-from workers.core.llm import LiteLLMClient, load_litellm
+from workers.core.llm import load_litellm
+from workers.core.token_ceiling import request_ceiling
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -83,11 +83,9 @@ def test_usage_the_provider_left_out_is_estimated_not_charged_as_zero(snapshot: 
         sent = model.requests[0]
     first = report.steps[0].usage
     assert first.prompt_tokens > 0 and first.completion_tokens > 0
-    # The call was capped from the token ceiling; the charge is still the tokenizer's count
-    # (padded), not the looser ceiling.
-    counter = LiteLLMClient(load_settings(model="openai/scripted"))
-    counted = counter.count_tokens("openai/scripted", sent["messages"], sent.get("tools"))
-    assert first.prompt_tokens == padded_prompt(counted)
+    # charged the upper bound the call was capped by: never less than it could have cost
+    bound = request_ceiling(sent["messages"], sent.get("tools"), None)
+    assert first.prompt_tokens == padded_prompt(bound)
     assert first.anomaly is not None and "not reported" in first.anomaly
     assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
 

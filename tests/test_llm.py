@@ -1,8 +1,7 @@
-"""The litellm adapter: transports, offline token counting, retry policy, deadlines."""
+"""The litellm adapter: transports, prices, what needs litellm, retry policy, deadlines."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -52,100 +51,29 @@ def call(model: ScriptedModel, *, seconds: float = 10.0, **extra: Any) -> LLMCal
     )
 
 
-def test_token_counting_works_offline_for_an_unknown_model(tmp_path: Path) -> None:
-    """litellm's bundled tokenizer must serve `openai/scripted` with every socket refused."""
+def test_a_direct_path_run_imports_no_litellm_openai_or_tokenizer(tmp_path: Path) -> None:
+    """The direct path, its price and transport questions and the token estimate need none of
+    them: a fresh process that evaluates a check against the scripted model loads none."""
     code = """
-import socket
-def refuse(*args, **kwargs):
-    raise OSError("network access attempted")
-socket.socket.connect = refuse
-socket.create_connection = refuse
-socket.getaddrinfo = refuse
-from workers.core.llm import load_litellm, LiteLLMClient
+import sys
+from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
-litellm = load_litellm()
-direct = litellm.token_counter(model="openai/scripted", text="hello world " * 50)
-client = LiteLLMClient(load_settings())
-counted = client.count_tokens("openai/scripted", [{"role": "user", "content": "hello"}], None)
-print(direct, counted)
+from tests.engine_support import done, get_deployments, make_snapshot, request_for, script
+from workers.core.engine import EngineDeps, evaluate
+snapshot = make_snapshot(__import__("pathlib").Path(sys.argv[1]))
+with ScriptedModel(script(get_deployments(), done("true", 0))) as model:
+    settings = load_settings(model="openai/scripted", api_base=model.url, snapshot_roots=["/"])
+    report = evaluate(request_for(snapshot), EngineDeps(settings=settings))
+loaded = sorted(m for m in ("litellm", "openai", "tiktoken") if m in sys.modules)
+print(report.verdict.verdict, loaded)
 """
-    env = {k: v for k, v in os.environ.items() if "TIKTOKEN" not in k}
-    env.update(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
-    )
+        [sys.executable, "-c", code, str(tmp_path / "snap")],
+        capture_output=True, text=True, env=env, timeout=120, cwd=ROOT,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    direct, counted = (int(n) for n in done.stdout.split())
-    assert 95 <= direct <= 105  # a real BPE count ("hello world " is 2 tokens), not an estimate
-    assert 1 <= counted < 20
-
-
-def test_tool_definitions_are_counted_as_their_json_text() -> None:
-    client = LiteLLMClient(load_settings())
-    bare = client.count_tokens("openai/scripted", MESSAGES, None)
-    with_tools = client.count_tokens("openai/scripted", MESSAGES, [DONE_TOOL])
-    tool_text = load_litellm().token_counter(model="openai/scripted", text=json.dumps([DONE_TOOL]))
-    assert with_tools == bare + tool_text
-
-
-CONVERSATION: list[dict[str, Any]] = [
-    {"role": "user", "content": "Predicate: every Deployment in shop runs 3 replicas"},
-    {
-        "role": "assistant",
-        "content": "Looking at the Deployments first.",
-        "tool_calls": [
-            {
-                "id": "call_9",
-                "type": "function",
-                "function": {"name": "list", "arguments": '{"kind": "Deployment", "ns": "shop"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call_9", "content": "NAME  READY\nweb   3/3\n" * 40},
-    {"role": "user", "content": "Überprüfe die Replikate — 日本語のテキストも数える"},
-]
-
-
-@pytest.mark.parametrize("model", ["openai/scripted", "gpt-4o-mini", "claude-3-5-haiku-20241022"])
-def test_each_message_is_counted_exactly_as_litellm_counts_it(model: str) -> None:
-    """The per-model shortcut must give litellm's own count, message by message."""
-    litellm = load_litellm()
-    client = LiteLLMClient(load_settings())
-    for message in CONVERSATION:
-        expected = int(litellm.token_counter(model=model, messages=[message]))
-        assert client.count_tokens(model, [message], None) == expected, message["role"]
-    total = sum(int(litellm.token_counter(model=model, messages=[m])) for m in CONVERSATION)
-    assert client.count_tokens(model, CONVERSATION, None) == total
-
-
-@pytest.mark.parametrize("change", ["moved", "disagrees"])
-def test_counting_falls_back_to_litellm_when_its_internals_change(
-    monkeypatch: pytest.MonkeyPatch, change: str
-) -> None:
-    """A litellm whose internals moved, or count differently, still counts its public way."""
-    import types
-
-    import litellm.litellm_core_utils as core_utils
-    from litellm.litellm_core_utils import token_counter as real
-
-    from workers.core import llm
-
-    fake = types.SimpleNamespace()
-    if change == "disagrees":
-        fake = types.SimpleNamespace(
-            _MessageCountParams=real._MessageCountParams,
-            _count_extra=real._count_extra,
-            _count_messages=lambda *args: 1,  # an undercount the probe check must catch
-        )
-    monkeypatch.setattr(core_utils, "token_counter", fake)
-    llm._message_counter.cache_clear()
-    try:
-        client = LiteLLMClient(load_settings())
-        for message in CONVERSATION:
-            expected = int(load_litellm().token_counter(model="gpt-4o-mini", messages=[message]))
-            assert client.count_tokens("gpt-4o-mini", [message], None) == expected
-    finally:
-        llm._message_counter.cache_clear()
+    assert done.stdout.split("\n")[-2] == "true []", done.stdout
 
 
 def test_transport_is_tool_calling_unless_asked_or_known_unsupported() -> None:
@@ -162,6 +90,35 @@ def test_prices_come_from_litellm_and_are_none_when_unknown() -> None:
     assert client.price("openai/scripted") is None
     price = client.price("gpt-4o-mini")
     assert price is not None and price.input_per_token > 0 and price.output_per_token > 0
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "openai/scripted",
+        "hosted_vllm/meta-llama/Llama-3.1-8B",
+        "openai/qwen2.5-32b-instruct",
+        "gpt-4o-mini",
+        "openai/GPT-4o-mini",  # litellm looks names up in any case
+        "ollama/llama3",
+        "openai/claude-sonnet-9-9",  # no entry, but a rule of litellm's gives it capabilities
+        "openai/gemini-3-pro",
+        "deepseek/deepseek-reasoner",
+    ],
+)
+def test_a_model_said_to_be_unknown_without_litellm_is_unknown_to_litellm(model: str) -> None:
+    """``catalogue_may_know`` spares litellm's import only for names its catalogue has
+    nothing on: for those, litellm itself must find no model info (no price, no transport)."""
+    from workers.core.model_names import catalogue_may_know
+
+    litellm = load_litellm()
+    try:
+        known = bool(litellm.get_model_info(model))
+    except Exception:  # ModelNotMappedError
+        known = False
+    assert catalogue_may_know(model) or not known, model
+    if model in ("openai/scripted", "hosted_vllm/meta-llama/Llama-3.1-8B"):
+        assert not catalogue_may_know(model)  # the names the direct path serves most
 
 
 def test_retry_after_is_read_in_seconds_milliseconds_and_dates() -> None:

@@ -161,6 +161,26 @@ def test_a_delay_on_a_turn_with_options_applies_to_whichever_option_answers() ->
     assert reply["choices"][0]["message"]["content"] == "prompt"
 
 
+def test_a_latency_profile_draws_each_answers_wait_like_a_hosted_model() -> None:
+    """``latency``: every answer without a delay of its own waits a log-normal draw with the
+    median and 99th percentile asked for (bench_fleet's hosted-model profile), seeded."""
+    from assay.testing.scripted_model import Replayer
+
+    script = load_script({"latency": {"median": 1.5, "p99": 8.0, "seed": 3},
+                          "scenarios": [{"turns": [{"text": "a"}]}]})  # fmt: skip
+    replayer = Replayer(script)
+    waits = sorted(replayer.reply(conversation()).delay for _ in range(20_000))
+    assert waits[10_000] == pytest.approx(1.5, rel=0.04)
+    assert waits[19_800] == pytest.approx(8.0, rel=0.15)
+    again = Replayer(script).reply(conversation()).delay
+    assert again == Replayer(script).reply(conversation()).delay  # the seed decides
+    own = load_script({"latency": {"median": 1.5, "p99": 8.0},
+                       "scenarios": [{"turns": [{"text": "a", "delay": 0}]}]})  # fmt: skip
+    assert Replayer(own).reply(conversation()).delay == 0
+    with pytest.raises(ScriptError, match="p99 must be at least the median"):
+        load_script({"latency": {"median": 2, "p99": 1}, "scenarios": [{"turns": [{"text": "a"}]}]})
+
+
 def test_usage_defaults_to_a_size_estimate_and_is_capped_by_max_tokens() -> None:
     script = {"scenarios": [{"turns": [
         {"text": "x" * 400},

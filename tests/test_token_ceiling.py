@@ -1,35 +1,31 @@
-"""The token ceiling: never below litellm's count, and distrusted for good once it was.
+"""The prompt estimate a call's cap rests on: never below a real tokenizer's count, and exact
+where the provider has already counted (workers/core/token_ceiling.py, prompt_tally.py).
 
-A run far from its budget caps each call from this ceiling instead of the tokenizer's
-count (workers/core/token_ceiling.py); the budget guarantee rests on the ceiling never
-being lower than the count, for any text a cluster or a model can put in a message.
+The budget guarantee rests on the estimate never being lower than what the provider
+will count, for any text a cluster or a model can put in a message.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
-from schemas.settings import load_settings
-from workers.core.llm import LiteLLMClient, load_litellm
+from workers.core.llm import load_litellm
 from workers.core.prompt_tally import PromptTally
-from workers.core.token_ceiling import CeilingCheck, message_ceiling
+from workers.core.token_ceiling import message_ceiling, request_ceiling, tools_ceiling
 
 # the default tokenizer (what an OpenAI-compatible endpoint's model gets) and GPT-4o's
 MODELS = ("openai/scripted", "gpt-4o")
 
 
 @pytest.fixture(scope="module")
-def client() -> LiteLLMClient:
-    load_litellm()
-    return LiteLLMClient(load_settings(model="openai/scripted"))
-
-
-def exact(client: LiteLLMClient, model: str, message: dict[str, Any]) -> int:
-    return client.count_tokens(model, [message], None)
+def litellm() -> Any:
+    return load_litellm()
 
 
 texts = st.one_of(
@@ -55,50 +51,82 @@ messages = st.one_of(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(message=messages, model=st.sampled_from(MODELS))
-def test_the_ceiling_is_never_below_litellms_count(
-    client: LiteLLMClient, message: dict[str, Any], model: str
+def test_the_bound_is_never_below_a_real_tokenizers_count(
+    litellm: Any, message: dict[str, Any], model: str
 ) -> None:
-    assert message_ceiling(message) >= exact(client, model, message)
+    assert message_ceiling(message) >= litellm.token_counter(model=model, messages=[message])
 
 
-def test_a_conversations_ceiling_bounds_its_count_and_is_worth_having(
-    client: LiteLLMClient,
-) -> None:
-    """A real conversation's ceiling is above its count, but not so far that it never serves."""
-    table = "NAME  READY  UP-TO-DATE  AVAILABLE\n" + "web-%03d  3/3  3  3\n" * 40
-    conversation = [
-        {"role": "system", "content": "You are assay's planner. " * 40},
-        {"role": "user", "content": "every Deployment in namespace prod has 2 ready replicas"},
-        tool_call_message('{"kind": "Deployment", "namespace": "prod"}', "get"),
-        {"role": "tool", "tool_call_id": "call_1", "content": table},
-    ]
-    tally = PromptTally(client, "openai/scripted")
-    ceiling, count = tally.ceiling(conversation, None), tally.count(conversation, None)
-    assert ceiling is not None and count <= ceiling <= 4 * count
+TABLE = "NAME  READY  UP-TO-DATE  AVAILABLE\n" + "web-%03d  3/3  3  3\n" * 40
+CONVERSATION = [
+    {"role": "system", "content": "You are assay's planner. " * 40},
+    {"role": "user", "content": "every Deployment in namespace prod has 2 ready replicas"},
+    tool_call_message('{"kind": "Deployment", "namespace": "prod"}', "get"),
+    {"role": "tool", "tool_call_id": "call_1", "content": TABLE},
+]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get",
+            "description": "List or read Kubernetes objects of a kind.",
+            "parameters": {
+                "type": "object",
+                "properties": {"kind": {"type": "string"}, "namespace": {"type": "string"}},
+                "required": ["kind"],
+            },
+        },
+    }
+]
 
 
-def test_a_model_whose_count_breaks_the_ceiling_is_counted_exactly_from_then_on() -> None:
-    check = CeilingCheck(verified_messages=3)
-    small = {"role": "user", "content": "hi"}
-    assert check.ceiling("fits", small, lambda message: 1) == message_ceiling(small)
-    # a tokenizer that counts above the ceiling (say, a new one litellm picked up)
-    assert check.ceiling("odd", small, lambda message: 10_000) is None
-    # never trusted again in this process, even for a message its count would fit
-    assert check.ceiling("odd", small, lambda message: 1) is None
-    # a model that held for its checked messages is trusted without counting
-    for _ in range(3):
-        check.ceiling("fits", small, lambda message: 1)
-
-    def never(message: dict[str, Any]) -> int:
-        raise AssertionError("a checked model's ceiling needs no count")
-
-    assert check.ceiling("fits", small, never) == message_ceiling(small)
+def test_a_requests_bound_covers_its_count_and_is_worth_having(litellm: Any) -> None:
+    """A real conversation's bound is above its count, but not so far that it never serves."""
+    count = litellm.token_counter(model="openai/scripted", messages=CONVERSATION)
+    count += litellm.token_counter(model="openai/scripted", text=json.dumps(TOOLS, indent=4))
+    bound = request_ceiling(CONVERSATION, TOOLS, None)
+    assert count <= bound <= 5 * count
+    # the tools as a template renders them, indented: the bound still covers them
+    assert tools_ceiling(TOOLS) >= litellm.token_counter(
+        model="openai/scripted", text=json.dumps(TOOLS, indent=4)
+    )
 
 
-def test_without_a_trusted_ceiling_the_tally_says_so(client: LiteLLMClient) -> None:
-    class Untrusted(LiteLLMClient):
-        def token_ceiling(self, model: str, message: dict[str, Any]) -> int | None:
-            return None
+def test_before_the_provider_counts_the_whole_request_is_bounded_by_its_size() -> None:
+    tally = PromptTally()
+    assert tally.estimate(CONVERSATION, TOOLS, None) == request_ceiling(CONVERSATION, TOOLS, None)
 
-    tally = PromptTally(Untrusted(load_settings(model="openai/scripted")), "openai/scripted")
-    assert tally.ceiling([{"role": "user", "content": "hi"}], None) is None
+
+def test_after_the_provider_counts_only_the_new_messages_are_bounded() -> None:
+    tally, sent = PromptTally(), list(CONVERSATION[:2])
+    first = tally.estimate(sent, TOOLS, None)
+    tally.counted(sent, TOOLS, None, estimate=first, reported=900)
+    sent += CONVERSATION[2:]  # the model's call and the tool's answer, appended
+    expected = 900 + message_ceiling(CONVERSATION[2]) + message_ceiling(CONVERSATION[3])
+    assert tally.estimate(sent, TOOLS, None) == expected < request_ceiling(sent, TOOLS, None)
+
+
+def test_a_replaced_message_or_other_tools_go_back_to_the_size_bound() -> None:
+    tally, sent = PromptTally(), list(CONVERSATION)
+    tally.counted(sent, TOOLS, None, estimate=tally.estimate(sent, TOOLS, None), reported=900)
+    assert tally.estimate(sent, TOOLS, None) == 900
+    other_tools = [dict(TOOLS[0])]
+    assert tally.estimate(sent, other_tools, None) == request_ceiling(sent, other_tools, None)
+    resumed = [dict(message) for message in sent]  # equal, but not what was counted
+    assert tally.estimate(resumed, TOOLS, None) == request_ceiling(resumed, TOOLS, None)
+
+
+@pytest.mark.parametrize("reported", [None, 0, -5, 12.5, True, "900", 10**12])
+def test_a_count_the_provider_got_wrong_is_not_used(reported: object) -> None:
+    tally, sent = PromptTally(), list(CONVERSATION)
+    bound = tally.estimate(sent, TOOLS, None)
+    tally.counted(sent, TOOLS, None, estimate=bound, reported=reported)
+    assert tally.estimate(sent, TOOLS, None) == bound
+
+
+def test_a_provider_counting_above_the_estimate_is_logged() -> None:
+    tally, sent = PromptTally(), list(CONVERSATION)
+    bound = tally.estimate(sent, TOOLS, None)
+    with capture_logs() as logs:
+        tally.counted(sent, TOOLS, None, estimate=bound, reported=bound + 1)
+    assert [entry["event"] for entry in logs] == ["prompt_estimate_exceeded"]

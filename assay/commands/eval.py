@@ -37,7 +37,6 @@ from assay.commands.options import (
     check_profile,
     settings_or_usage,
 )
-from assay.eval.chart import render_chart
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -272,6 +271,7 @@ def _write(report: EvalReport, path: Path, chart: Path | None) -> None:
     """Write the report (and chart); if that fails after all, keep the report in a temp file."""
     import tempfile
 
+    from assay.eval.chart import render_chart
     from assay.eval.report import save_report
 
     try:
@@ -291,6 +291,7 @@ def _write(report: EvalReport, path: Path, chart: Path | None) -> None:
 
 
 def _compare(paths: tuple[Path, Path], chart: Path | None, console: Console) -> int:
+    from assay.eval.chart import render_chart
     from assay.eval.report import (
         ReportError,
         comparison_warning,

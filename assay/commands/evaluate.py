@@ -6,6 +6,12 @@ for a wrong command line or configuration, a model name litellm cannot route
 included). Every flag's default comes from ``ASSAY_*`` through
 ``schemas.settings.load_settings``. Heavy modules (the engine, litellm) are
 imported inside the command so ``assay --help`` stays fast.
+
+The run's time budget (``--timeout``, else the profile's) covers the whole command, as
+``timeout(1)`` would: the process's start-up (imports, settings, reading the snapshot) is
+charged to the run before its first step (``--trace`` prints it on a line of its own), the
+run ends :data:`WRAP_UP_SECONDS` before the budget so its report is printed in time, and a
+watchdog ends the command with 3 (cannot determine) when the budget runs out regardless.
 """
 
 from __future__ import annotations
@@ -13,12 +19,16 @@ from __future__ import annotations
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
 # `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from assay import command_clock
 from assay.commands.options import (
     ApiBaseOpt,
     ContextOpt,
@@ -41,12 +51,10 @@ from assay.commands.options import (
     settings_or_usage,
     validation_detail,
 )
-from schemas.policy import policy_reference
-from schemas.report import Step
-from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
 
 if TYPE_CHECKING:
-    from schemas.report import RunReport
+    from schemas.report import RunReport, Step
+    from schemas.request import Target
     from schemas.settings import AssaySettings
 
 NO_MODEL_MESSAGE = (
@@ -128,6 +136,8 @@ def _run(
     require_one_target(snapshot, context)
     check_profile(flags.profile)
     check_text(text, "QUESTION" if kind == "query" else "PREDICATE")
+    from schemas.policy import policy_reference  # pydantic models: not for `assay --help`
+
     if kind == "check" and policy_reference(text) is not None:
         raise typer.BadParameter(
             f"{text.strip()} names an imported policy, which runs by its probes, not a model: "
@@ -136,6 +146,9 @@ def _run(
         )
     refuse_a_future_instant(kind, text)
     settings = settings_or_usage(**flags.settings_overrides())
+    budget = _time_budget(settings)
+    if budget is not None and command_clock.owns_process():  # watched from here, start-up in
+        _end_at(command_clock.started() + budget)
     if snapshot is not None:
         snapshot = confined_snapshot(snapshot, settings)
         _require_objects(snapshot)
@@ -257,7 +270,8 @@ def _evaluate(
 
     from assay.output_scrubbing import RunScrubber
     from assay.render import step_line, visible
-    from workers.core.engine import EngineDeps, evaluate
+    from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget
+    from workers.core.engine import EngineDeps, effective_budget, evaluate
 
     target: Target
     if snapshot is not None:
@@ -289,9 +303,50 @@ def _evaluate(
     deps = EngineDeps(
         settings=settings, tools=scrubbing.tools, on_step=show_step if trace else None
     )
-    report = evaluate(request, deps)
+    started = command_clock.elapsed()
+    budget = effective_budget(request, settings).timeout_seconds
+    if budget is not None:
+        deps.not_after = command_clock.started() + budget - WRAP_UP_SECONDS
+    if trace:
+        errors.print(
+            f"start-up  {started:.2f}s (imports, settings, the snapshot), charged to the run's "
+            f"{budget:g}s time budget",
+            markup=False,
+        )
+    report = evaluate(request, deps, spent_seconds=started)
     _print_result(kind, scrubbing.model(report), output)
     return report.verdict.exit_code if report.verdict else 3
+
+
+WRAP_UP_SECONDS = 0.5
+"""What writing a run's report and exiting may take: the run ends this much before its budget."""
+
+
+def _time_budget(settings: AssaySettings) -> float | None:
+    """The run's time budget in seconds: ``--timeout``/``ASSAY_TIMEOUT_SECONDS``, else the
+    profile's (what the engine will enforce: workers.core.engine.effective_budget)."""
+    from schemas.budget import PROFILES
+
+    profile = PROFILES.get(settings.profile)
+    return settings.timeout_seconds or (profile.budget.timeout_seconds if profile else None)
+
+
+def _end_at(instant: float) -> None:
+    """At ``instant`` (``time.monotonic()``), end the process with 3 if it is still running:
+    a run that overran its deadline (a slow host, a reply arriving just then) must not hold a
+    CI job past ``--timeout``, and running out of time is "cannot determine", never a verdict."""
+
+    def out_of_time() -> None:
+        sys.stderr.write(
+            "assay: error: the run's time budget ran out before its report was written; "
+            "exit 3 (cannot determine): raise --timeout\n"
+        )
+        sys.stderr.flush()
+        os._exit(3)
+
+    timer = threading.Timer(max(0.0, instant - time.monotonic()), out_of_time)
+    timer.daemon = True
+    timer.start()
 
 
 def _print_result(kind: str, report: RunReport, output: str) -> None:

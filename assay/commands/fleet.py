@@ -17,7 +17,7 @@ from __future__ import annotations
 # `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -62,9 +62,11 @@ from assay.commands.options import (
 )
 from assay.worker_group import child_commands, run_worker_group
 from scheduler.when import WhenError, parse_duration, resolve_not_before
-from schemas.fleet import RunProgress
-from schemas.request import EvaluationRequest
-from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN, VerdictKind
+from schemas.exit_codes import EXIT_PENDING, EXIT_UNKNOWN, VerdictKind
+
+if TYPE_CHECKING:
+    from schemas.fleet import RunProgress
+    from schemas.request import EvaluationRequest
 
 # --- submit ------------------------------------------------------------------------------------
 
@@ -122,6 +124,7 @@ def submit(
 
     from assay.client import WaitTimeout, make_target
     from scheduler.when import WhenError
+    from schemas.request import EvaluationRequest
 
     require_one_target(snapshot, context)
     check_text(predicate)
@@ -407,16 +410,14 @@ def _check_worker_flags(pool: str, loglevel: str) -> None:
     Why gevent and eventlet are refused, installed or not: their pools need every socket
     patched before anything imports (the ``celery`` command does it; ``worker_main``, which
     ``assay worker`` calls, does not), and unpatched a run's blocking call stops every other
-    run of the process: a wave of 400 runs left two pending for good (issue 15). Patched,
-    it is no better: assay's model and Redis connections time out by the kernel's socket
-    timeouts on blocking sockets (workers/core/kernel_timeouts.py), which a patched,
-    non-blocking socket never applies, so a stalled model would hold a run for ever.
+    run of the process: a wave of 400 runs left two pending for good (issue 15).
     """
     if pool in ("gevent", "eventlet"):
         raise typer.BadParameter(
-            f"the {pool} pool is not supported: assay's runs time out on blocking sockets, "
-            f"which {pool} replaces, so a stalled model or Redis would hold a run for ever; "
-            "use threads (the default, many runs in one process), prefork or solo",
+            f"the {pool} pool is not supported: it needs every socket patched before assay "
+            "imports anything, which `assay worker` does not do, so one run's blocking call "
+            "would stop every other; use threads (the default, many runs in one process), "
+            "prefork or solo",
             param_hint="--pool / ASSAY_WORKER_POOL",
         )
     if loglevel.upper() not in CELERY_LOG_LEVELS:
@@ -454,9 +455,9 @@ def worker(
         str | None,
         typer.Option(
             "--cpu-affinity",
-            help="Hold each process (threads pool) to one CPU: adaptive (default: the least "
-            "crowded, moving when others crowd it), auto or a list like 0-3 (only on CPUs the "
-            "fleet has to itself), or off; see docs/fleet.md [env ASSAY_WORKER_CPU_AFFINITY].",
+            help="off (default), or hold each process (threads pool) to one CPU: adaptive (the "
+            "least crowded, moving when others crowd it), auto or a list like 0-3 (only on CPUs "
+            "the fleet has to itself); see docs/fleet.md [env ASSAY_WORKER_CPU_AFFINITY].",
         ),
     ] = None,
     process_index: Annotated[
@@ -480,8 +481,8 @@ def worker(
     litellm cannot route is refused at start (64).
     """
     from assay.local_mode import require_redis_url
-    from workers.fleet.broker import FleetNotConfigured
     from workers.fleet.celery_app import create_app
+    from workers.fleet.redis_client import FleetNotConfigured
 
     settings = settings_or_usage(
         worker_concurrency=concurrency,
@@ -523,6 +524,9 @@ def worker(
         f"--pool={settings.worker_pool}",
         f"--concurrency={settings.worker_concurrency}",
         f"--loglevel={loglevel}",
+        # Mingle asks the other workers for their revoked task ids and waits a second for
+        # answers at every start; assay revokes nothing (a run's state is in the store).
+        "--without-mingle",
     ]
     try:
         app.worker_main(argv + ([f"--hostname={hostname}"] if hostname else []))
@@ -533,7 +537,7 @@ def worker(
 def _hold_to_cpu(settings: Any, process_index: int) -> None:
     """``worker_cpu_affinity``, before Celery starts its threads; a CPU it may not use is 64."""
     from schemas.cpu_list import AffinityError
-    from schemas.verdict import EXIT_USAGE
+    from schemas.exit_codes import EXIT_USAGE
     from workers.fleet.cpu_affinity import hold_worker_process
 
     try:
@@ -561,10 +565,11 @@ def _check_worker_model(settings: Any) -> None:
 
     Why: every run that names no model of its own would end ``cannot_determine`` with
     litellm's reason, for as long as the worker runs; the front doors cannot catch it,
-    since they leave a run without a model to its worker. A worker imports litellm anyway,
-    so asking costs it nothing.
+    since they leave a run without a model to its worker. Most names are told without
+    importing litellm (workers/core/model_names.py); a worker that must ask imports it
+    at start-up anyway.
     """
-    from schemas.verdict import EXIT_USAGE
+    from schemas.exit_codes import EXIT_USAGE
     from workers.core.llm import unroutable_model
     from workers.core.provider_keys import missing_key
 

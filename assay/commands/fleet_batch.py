@@ -60,7 +60,7 @@ from assay.commands.options import (
     spend_ceiling,
     validation_detail,
 )
-from schemas.verdict import EXIT_PENDING, EXIT_UNKNOWN
+from schemas.exit_codes import EXIT_PENDING, EXIT_UNKNOWN
 
 if TYPE_CHECKING:
     from assay.api_models import BatchResults

@@ -111,7 +111,7 @@ def require_model(client: Client, model: str | None, text: str | None = None) ->
     name a stored policy or set instead (66 otherwise).
     """
     from assay.worker_presence import read_fleet_models
-    from schemas.verdict import EXIT_USAGE
+    from schemas.exit_codes import EXIT_USAGE
 
     if text is not None and require_policy(client.store.client, client.settings, text):
         return
@@ -179,9 +179,8 @@ def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
 
     from assay.client import Client
     from workers.core.logs import configure_logging
-    from workers.fleet.broker import FleetNotConfigured
     from workers.fleet.dispatch import RunsNotSent
-    from workers.fleet.redis_client import RedisUnreachable
+    from workers.fleet.redis_client import FleetNotConfigured, RedisUnreachable
 
     settings = settings or settings_or_usage()
     configure_logging(settings)  # a warning (a publish batch retried) must not reach stdout

@@ -17,8 +17,7 @@ import typer
 
 from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail, stdout_console
 from assay.commands.options import settings_or_usage
-from schemas.fleet import CheckSummary
-from schemas.verdict import EXIT_USAGE
+from schemas.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
     from schemas.notify import Sink, SinkStatus
@@ -37,7 +36,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 
 def _fleet_settings() -> AssaySettings:
     from assay.local_mode import require_redis_url
-    from workers.fleet.broker import FleetNotConfigured
+    from workers.fleet.redis_client import FleetNotConfigured
 
     settings = settings_or_usage()
     try:
@@ -124,6 +123,7 @@ def test(
     from notifier.events import sample_notification
     from notifier.service import http_client
     from notifier.sinks import AlertmanagerClient, DeliveryError, SlackSender, WebhookSender
+    from schemas.fleet import CheckSummary
     from schemas.notify import (
         AlertmanagerSink,
         ChangeEventData,

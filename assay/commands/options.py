@@ -18,10 +18,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from schemas.budget import PROFILES, Budget
-from schemas.ids import InvalidId, check_id
-from schemas.request import MAX_TEXT_LENGTH
-
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
@@ -157,6 +153,8 @@ def id_checker(what: str) -> Callable[[str | None], str | None]:
     """A typer callback refusing an id outside the alphabet of ``schemas.ids`` (exit 64)."""
 
     def check(value: str | None) -> str | None:
+        from schemas.ids import InvalidId, check_id
+
         if value is None:
             return None
         try:
@@ -197,6 +195,7 @@ class EngineFlags:
 
     def budget(self) -> Budget:
         """The flags as a request's own budget (an unset limit keeps the profile's)."""
+        from schemas.budget import Budget
 
         return Budget(
             max_iterations=self.max_iterations,
@@ -228,6 +227,8 @@ def settings_or_usage(**flags: Any) -> AssaySettings:
 def check_text(text: str, argument: str = "PREDICATE") -> None:
     """Refuse an empty or over-long predicate (or question) before anything runs, prints a
     banner or is queued: one sentence in our words, not pydantic's."""
+    from schemas.request import MAX_TEXT_LENGTH
+
     what = argument.lower()
     if not text.strip():
         raise typer.BadParameter(f"the {what} text is empty: say what to evaluate")
@@ -239,6 +240,8 @@ def check_text(text: str, argument: str = "PREDICATE") -> None:
 
 
 def check_profile(profile: str | None) -> None:
+    from schemas.budget import PROFILES
+
     if profile is not None and profile not in PROFILES:
         raise typer.BadParameter(
             f"unknown profile {profile!r}: use one of {', '.join(PROFILES)}", param_hint="--profile"

@@ -23,10 +23,10 @@ import typer
 from assay.commands import probe_policies
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_UNAVAILABLE, fail
 from assay.commands.options import confined_snapshot, settings_or_usage
-from schemas.policy import policy_reference
-from schemas.verdict import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
+from schemas.exit_codes import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 
 if TYPE_CHECKING:
+    from schemas.policy import PolicyReference
     from schemas.probe import ProbeRecord, ProbeRun
     from schemas.settings import AssaySettings
     from workers.core.toolsets.backend import ClusterBackend
@@ -41,11 +41,18 @@ CheckArg = Annotated[str, typer.Argument(metavar="CHECK", help="The check id.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
+def policy_reference(text: str) -> PolicyReference | None:
+    """The policy or set ``text`` names (schemas.policy, imported when a command runs: its
+    models are not for ``assay --help``)."""
+    from schemas.policy import policy_reference as reference
+
+    return reference(text)
+
+
 def _store(settings: AssaySettings) -> ProbeStore:
     from assay.local_mode import require_redis_url
-    from workers.fleet.broker import FleetNotConfigured
     from workers.fleet.probe_store import ProbeStore
-    from workers.fleet.redis_client import RedisUnreachable, connect
+    from workers.fleet.redis_client import FleetNotConfigured, RedisUnreachable, connect
 
     try:
         client = connect(require_redis_url(settings), fail_fast=True)

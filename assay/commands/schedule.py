@@ -34,8 +34,7 @@ from assay.commands.fleet_common import (
 )
 from assay.commands.options import PROBE_MODES, UNATTENDED_PROFILE_HELP, ProbeOpt, spend_ceiling
 from scheduler.when import WhenError, parse_duration
-from schemas.budget import Budget
-from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
+from schemas.exit_codes import EXIT_UNKNOWN, EXIT_USAGE
 from workers.fleet.redis_client import connect, shown_url
 
 if TYPE_CHECKING:
@@ -239,6 +238,7 @@ def add(
     from pydantic import ValidationError
 
     from scheduler.schedules import ScheduleConflict
+    from schemas.budget import Budget
     from schemas.schedule import Schedule, ScheduleTargets
 
     if (cron is None) == (every is None):
@@ -561,7 +561,7 @@ def register(app: typer.Typer) -> None:
 # --- helpers ---------------------------------------------------------------------------------
 def _redis_url(settings: AssaySettings) -> str:
     from assay.local_mode import require_redis_url
-    from workers.fleet.broker import FleetNotConfigured
+    from workers.fleet.redis_client import FleetNotConfigured
 
     try:
         return require_redis_url(settings)

@@ -103,7 +103,7 @@ def _require_free(host: str, port: int, setting: str) -> None:
     import socket
 
     from assay.commands.fleet_common import fail
-    from schemas.verdict import EXIT_USAGE
+    from schemas.exit_codes import EXIT_USAGE
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:

@@ -21,6 +21,7 @@ import argparse
 import io
 import json
 import math
+import random
 import re
 import signal
 import sys
@@ -135,9 +136,44 @@ class Scenario(_Strict):
         return self
 
 
+class LogNormalLatency(_Strict):
+    """Latency like a hosted model's: log-normal, most answers near ``median``, a long tail.
+
+    ``p99`` sets the spread (the 99th percentile: ``median * exp(2.326 * sigma)``). Draws come
+    from a generator seeded with ``seed``, so a bench's waves see the same latencies.
+    """
+
+    median: float = Field(gt=0, description="Seconds half the answers take at most.")
+    p99: float = Field(gt=0, description="Seconds 99 of 100 answers take at most.")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _tail_above_median(self) -> LogNormalLatency:
+        if self.p99 < self.median:
+            raise ValueError("p99 must be at least the median")
+        return self
+
+    @property
+    def sigma(self) -> float:
+        return math.log(self.p99 / self.median) / _Z_99
+
+    @property
+    def mean(self) -> float:
+        """The expected latency: ``median * exp(sigma**2 / 2)``."""
+        return self.median * math.exp(self.sigma**2 / 2)
+
+
+_Z_99 = 2.3263478740408408  # the standard normal's 99th percentile
+
+
 class Script(_Strict):
     scenarios: list[Scenario] = Field(min_length=1)
     delay: float = Field(default=0.0, ge=0, description="Default delay before every answer.")
+    latency: LogNormalLatency | None = Field(
+        default=None,
+        description="Instead of ``delay``: each answer without a delay of its own waits a "
+        "draw from this distribution (bench/bench_fleet.py's hosted-model profile).",
+    )
     obey_injections: bool = Field(
         default=False,
         description="Act like a gullible LLM: follow instructions planted in the newest tool "
@@ -279,6 +315,15 @@ class Replayer:
         self._attempts: dict[tuple[str, int, int], int] = {}
         self._lock = threading.Lock()
         self.obeyed: list[dict[str, Any]] = []
+        latency = script.latency
+        self._draws = random.Random(latency.seed) if latency is not None else None
+
+    def _default_delay(self) -> float:
+        latency = self.script.latency
+        if latency is None or self._draws is None:
+            return self.script.delay
+        with self._lock:
+            return self._draws.lognormvariate(math.log(latency.median), latency.sigma)
 
     def reply(self, body: dict[str, Any]) -> _Reply:
         messages = body.get("messages")
@@ -340,7 +385,7 @@ class Replayer:
 
     def _render(self, entry: Entry, body: dict[str, Any], delay: float | None = None) -> _Reply:
         if delay is None:
-            delay = entry.delay if entry.delay is not None else self.script.delay
+            delay = entry.delay if entry.delay is not None else self._default_delay()
         if entry.hang is not None:
             delay += entry.hang
         if entry.error is not None:
@@ -442,6 +487,9 @@ def _cut_message(message: dict[str, Any], max_chars: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- HTTP server
 
 
+SHUTDOWN_POLL_SECONDS = 0.02
+
+
 class _Server(ThreadingHTTPServer):
     """A threading HTTP server with a listen backlog like a real model server's.
 
@@ -520,7 +568,12 @@ class ScriptedModel:
         self._server = _Server((self._host, self._port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="scripted-model", daemon=True
+            target=self._server.serve_forever,
+            # stop() waits for the loop's next look: socketserver's default half second
+            # was most of the wall time `assay check --scripted` spent after its verdict
+            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
+            name="scripted-model",
+            daemon=True,
         )
         self._thread.start()
         return self

@@ -1,11 +1,12 @@
 """Budget enforcement for one run: iterations, total tokens, wall-clock deadline, cost.
 
 Budgets are enforced before each model call, not reported after it: the meter
-counts the prompt, subtracts it from what is left, and caps the completion's
-``max_tokens`` (and, when the price is known, the cost) so the provider's own
-usage figures can never add up past the budget. When too little is left for a
-useful answer the call is refused with :class:`BudgetExhausted`, naming which
-budget ran out, and the run ends as cannot_determine.
+takes an upper bound on the prompt (workers/core/prompt_tally.py), subtracts it from
+what is left, and caps the completion's ``max_tokens`` (and, when the price is known,
+the cost) so the provider's own usage figures can never add up past the budget. When
+too little is left for a useful answer the call is refused with
+:class:`BudgetExhausted`, naming which budget ran out, and the run ends as
+cannot_determine.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from schemas.verdict import Usage
 MIN_USEFUL_COMPLETION_TOKENS = 64
 # Upper bound on one completion; a planner step never needs more.
 MAX_COMPLETION_TOKENS = 4096
-# The provider's tokenizer may count the prompt a little higher than ours.
+# Room above the prompt estimate for what a chat template adds around a request (the
+# preamble it writes before the tool definitions).
 PROMPT_SAFETY_FACTOR = 1.10
 PROMPT_SAFETY_TOKENS = 16
 # A model call with less time than this left cannot finish; do not start it.
@@ -77,6 +79,7 @@ class BudgetMeter:
         usage: Usage | None = None,
         iterations: int = 0,
         active_seconds: float = 0.0,
+        not_after: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.budget = budget
@@ -85,17 +88,21 @@ class BudgetMeter:
         self.iterations = iterations
         self._clock = clock
         self._active_before = active_seconds
+        self._not_after = math.inf if not_after is None else not_after
         self.start()
 
     def start(self) -> None:
         """(Re)start the clock: the deadline is the time budget left from now.
 
-        The engine calls this once the run is set up (tools built, litellm
-        imported), so a cold process start does not eat the run's time budget.
+        The meter starts when it is made, as the run starts: setting the run up (its
+        tools, a live cluster's client) is part of its time. A caller whose own time
+        counts too passes it as ``active_seconds`` (the CLI: its start-up); ``not_after``
+        (a ``clock`` instant) ends the run sooner still (the CLI keeps time to print it).
         """
         self._started = self._clock()
         timeout = self.budget.timeout_seconds or math.inf
-        self.deadline = self._started + max(0.0, timeout - self._active_before)
+        budgeted = self._started + max(0.0, timeout - self._active_before)
+        self.deadline = min(budgeted, self._not_after)
 
     # -- time --------------------------------------------------------------------------
 
@@ -156,22 +163,6 @@ class BudgetMeter:
             prompt_tokens_estimate=prompt,
             timeout_seconds=remaining,
         )
-
-    def ceiling_suffices(self, prompt_ceiling: int) -> bool:
-        """Whether every prompt of at most ``prompt_ceiling`` tokens gets the same allowance.
-
-        Then an upper bound on the prompt (workers/core/token_ceiling.py) sets the next
-        call's cap exactly as the tokenizer's count would: the full
-        ``MAX_COMPLETION_TOKENS``, with room to spare in the token budget and no cost cap
-        in play (a priced cap turns every prompt token into completion tokens it cannot
-        afford, so it always takes the exact count).
-        """
-        if self.budget.max_cost_usd is not None and self.price is not None:
-            return False
-        if self.budget.max_tokens is None:
-            return True
-        left = self.budget.max_tokens - self.usage.total_tokens
-        return left - padded_prompt(prompt_ceiling) >= MAX_COMPLETION_TOKENS
 
     # -- after a call ------------------------------------------------------------------
 

@@ -16,7 +16,6 @@ Celery, Redis or the CLI.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
 import traceback
@@ -69,11 +68,10 @@ from workers.core.metrics import (
     observe_tool_call,
     observe_usage_anomaly,
 )
-from workers.core.probes.compile import judge
-from workers.core.probes.runner import backend_of
 from workers.core.prompt_tally import PromptTally
 from workers.core.spend_guard import BUDGET_KIND as SPEND_CEILING
 from workers.core.spend_guard import Reservation, SpendGuard, SpendRefused
+from workers.core.token_ceiling import request_ceiling
 from workers.core.tool_schemas import Tools
 from workers.core.toolsets.base import ToolRegistry
 from workers.core.toolsets.echo import masked
@@ -116,6 +114,8 @@ class EngineDeps:
     spend_guard: SpendGuard | None = None  # ceilings over many runs (workers/core/spend_guard.py)
     allow_defer: bool = False
     sleep: Callable[[float], None] = time.sleep
+    # a time.monotonic() instant the run ends by at the latest, whatever its budget says
+    not_after: float | None = None
 
 
 def effective_budget(request: EvaluationRequest, settings: AssaySettings) -> Budget:
@@ -217,17 +217,17 @@ class _Run:
             usage=state.usage if state else None,
             iterations=state.iterations if state else 0,
             active_seconds=state.active_seconds if state else max(0.0, spent_seconds),
+            not_after=deps.not_after,
         )
         self.cost_unchecked = state.cost_unchecked if state else False
         self.registry: ToolRegistry | None = None
         self.tool_schemas: Tools | None = None
         self.response_format: dict[str, Any] | None = None
-        # the padded prompt count of the last call, or a function that works it out when a
-        # reply reports no usage (the call was capped from a ceiling, not a count)
-        self._last_prompt_estimate: int | Callable[[], int] = 0
+        # the last call's padded prompt estimate: what a reply reporting no usage is charged
+        self._last_prompt_estimate = 0
         self.probe_outcome: ProbeOutcome | None = None
-        # The planner conversation's token count, kept per run (each message counted once).
-        self.tally = PromptTally(self.llm, self.model)
+        # The planner conversation's prompt estimate, kept per run (each message bounded once).
+        self.tally = PromptTally()
         self._reservation: Reservation | None = None  # the spend guard's, until settled
 
     # -- the loop ----------------------------------------------------------------------
@@ -301,7 +301,6 @@ class _Run:
             self._feed_wait_result(self.state.pending_wait_step, self.state.wake_at)
         self.tool_schemas = tools_for(self.transport, registry)
         self.response_format = planner_response_format_for(self.transport)
-        self.meter.start()
         if math.isfinite(self.meter.deadline):  # lookups, too, end with the run's time budget
             registry.bind_deadline(self.meter.deadline)
         self.log.info("run_started", model=self.model, transport=self.transport)
@@ -361,16 +360,8 @@ class _Run:
         response_format: dict[str, Any] | None,
     ) -> LLMReply:
         """One model call within the budget; LLMError when it failed (deadline: BudgetExhausted)."""
-        extra = len(json.dumps(response_format)) // 3 if response_format is not None else 0
-        prompt_tokens = self._prompt_ceiling(messages, tools, extra)
-        if prompt_tokens is not None:  # far from the budget: the cap is the exact count's
-            sent = list(messages)  # as sent: the run appends to its list after the call
-            self._last_prompt_estimate = lambda: padded_prompt(
-                self.tally.count(sent, tools) + extra
-            )
-        else:
-            prompt_tokens = self._prompt_tokens(messages, tools, extra)
-            self._last_prompt_estimate = padded_prompt(prompt_tokens)
+        prompt_tokens = self._prompt_estimate(messages, tools, response_format)
+        self._last_prompt_estimate = padded_prompt(prompt_tokens)
         allowance = self.meter.allow_call(prompt_tokens)
         if self.deps.rate_limiter is not None:
             tokens = allowance.prompt_tokens_estimate + allowance.max_completion_tokens
@@ -402,6 +393,11 @@ class _Run:
             if exc.kind == "deadline":
                 raise BudgetExhausted("deadline", exc.message) from exc
             raise
+        if messages is self.messages:  # the provider's count bounds the next request
+            self.tally.counted(
+                messages, tools, response_format,
+                estimate=prompt_tokens, reported=reply.prompt_tokens,
+            )  # fmt: skip
         if self.meter.remaining_seconds() < 0:
             # A reply trickled in past every per-read timeout: spent, but not acted on.
             self._charge(reply)
@@ -412,27 +408,17 @@ class _Run:
             )
         return reply
 
-    def _prompt_tokens(
-        self, messages: list[dict[str, Any]], tools: Tools | None, extra: int
+    def _prompt_estimate(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Tools | None,
+        response_format: dict[str, Any] | None,
     ) -> int:
-        """The tokenizer's count of a prompt (``extra``: the JSON mode's response format)."""
+        """At least the prompt tokens of a request (workers/core/prompt_tally.py)."""
         if messages is self.messages:
-            return self.tally.count(messages, tools) + extra
-        # the confirmation's fresh context: counted once, whole
-        return self.llm.count_tokens(self.model, messages, tools) + extra
-
-    def _prompt_ceiling(
-        self, messages: list[dict[str, Any]], tools: Tools | None, extra: int
-    ) -> int | None:
-        """An upper bound on the prompt when it alone settles the next call's allowance (the
-        meter says so), else None: count exactly. A rate limiter reserves the estimate itself,
-        so it always gets the exact count."""
-        if messages is not self.messages or self.deps.rate_limiter is not None:
-            return None
-        ceiling = self.tally.ceiling(messages, tools)
-        if ceiling is None or not self.meter.ceiling_suffices(ceiling + extra):
-            return None
-        return ceiling + extra
+            return self.tally.estimate(messages, tools, response_format)
+        # the confirmation's fresh context: bounded whole from its size
+        return request_ceiling(messages, tools, response_format)
 
     def _charge(self, reply: LLMReply) -> StepUsage:
         """Charge a reply to the budget. Usage the provider reported is data too: a negative,
@@ -621,6 +607,11 @@ class _Run:
             reason = f"the proposed probe was dropped: {action.probe_dropped}"
             self.log.info("probe_judged", status="failed", reason=reason)
             return ProbeOutcome(status="failed", reason=reason)
+        # Here, not at the top: the probes bring the CEL library, which a run that proposes
+        # no probe (and `assay check` starting up) need not import.
+        from workers.core.probes.compile import judge
+        from workers.core.probes.runner import backend_of
+
         deadline = self.meter.deadline if math.isfinite(self.meter.deadline) else None
         outcome = judge(action.probe, action.verdict, backend_of(self.registry), deadline=deadline)
         self.log.info("probe_judged", status=outcome.status, reason=outcome.reason)

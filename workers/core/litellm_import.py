@@ -2,7 +2,9 @@
 
 Its own module so both model paths (workers/core/llm.py and the direct path in
 workers/core/openai_compat.py) can load it without importing each other. Lazy
-because importing litellm costs about a second, which `assay --help` must not pay.
+because importing litellm (and the OpenAI SDK it brings) costs seconds, which `assay
+--help`, a run on the direct path and a probe must not pay: only a call litellm serves,
+or a question only it can answer, imports it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ import os
 from typing import Any
 
 _loaded: Any = None
+
+
+def loaded_litellm() -> Any:
+    """litellm if this process has imported it already, else None (nothing is imported)."""
+    return _loaded
 
 
 def load_litellm() -> Any:

@@ -16,14 +16,16 @@ module adds the policy:
   ``llm_call_timeout_seconds``).
 
 litellm is imported lazily, with ``LITELLM_LOCAL_MODEL_COST_MAP`` set first so
-it never downloads its price list; its token counter uses the tokenizer files
-bundled with litellm (no network), and falls back to a size estimate.
+it never downloads its price list, and only when a call or a question needs it: the
+direct path to OpenAI-compatible endpoints (workers/core/openai_compat.py) needs none,
+and a model litellm's catalogue holds nothing on (workers/core/model_names.py) has no
+price and calls tools without asking it. Prompt tokens are bounded before a call from
+the provider's own counts (workers/core/prompt_tally.py), not by a tokenizer.
 """
 
 from __future__ import annotations
 
 import email.utils
-import json
 import math
 import threading
 import time
@@ -38,17 +40,17 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponent
 from schemas.actions import PlannerResponse
 from schemas.settings import AssaySettings
 from workers.core.budget_meter import MIN_CALL_SECONDS, Price
-from workers.core.litellm_import import load_litellm
-from workers.core.model_names import refused_for_certain, routes_for_certain
+from workers.core.litellm_import import load_litellm, loaded_litellm
+from workers.core.model_names import catalogue_may_know, refused_for_certain, routes_for_certain
 from workers.core.openai_compat import (
-    DirectClient,
+    EndpointError,
     EndpointUnreachable,
     fast_path_model,
     request_body,
+    shared_client,
 )
 from workers.core.shown_urls import shown_url
-from workers.core.token_ceiling import CHECK as CEILINGS
-from workers.core.tool_schemas import Tools, tools_json, tools_list
+from workers.core.tool_schemas import Tools, tools_list
 
 Transport = Literal["tools", "json"]
 ErrorKind = Literal["permanent", "transient", "deadline"]
@@ -113,12 +115,6 @@ class LLMClient(Protocol):
 
     def transport_for(self, model: str) -> Transport: ...
 
-    def count_tokens(
-        self, model: str, messages: list[dict[str, Any]], tools: Tools | None
-    ) -> int: ...
-
-    def token_ceiling(self, model: str, message: dict[str, Any]) -> int | None: ...
-
     def price(self, model: str) -> Price | None: ...
 
     def complete(self, call: LLMCall) -> LLMReply: ...
@@ -134,12 +130,6 @@ def planner_response_format() -> dict[str, Any]:
             "strict": False,
         },
     }
-
-
-def estimate_tokens(messages: list[dict[str, Any]], tools: Tools | None) -> int:
-    """Fallback count when the tokenizer is unavailable: size / 3, rounded up (over-counts)."""
-    size = len(json.dumps(messages)) + (len(tools_json(tools)) if tools else 0)
-    return math.ceil(size / _CHARS_PER_TOKEN_ESTIMATE)
 
 
 def retry_after_seconds(exc: BaseException) -> float | None:
@@ -170,11 +160,14 @@ def is_transient(exc: BaseException) -> bool:
     """Rate limits, 5xx, timeouts and dropped connections are worth another attempt."""
     if isinstance(exc, _DeadlineReached):
         return False
-    litellm = load_litellm()
-    if "Missing credentials" in str(exc):  # litellm reports a missing key as a 500
-        return False
-    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError | EndpointUnreachable):
+    if isinstance(exc, EndpointUnreachable):
         return True
+    if not isinstance(exc, EndpointError):  # litellm raised it, so it is loaded
+        if "Missing credentials" in str(exc):  # litellm reports a missing key as a 500
+            return False
+        litellm = loaded_litellm()
+        if litellm is not None and isinstance(exc, litellm.Timeout | litellm.APIConnectionError):
+            return True
     status = getattr(exc, "status_code", None)
     if not isinstance(status, int):
         return False
@@ -221,6 +214,17 @@ def unroutable_model(model: str, api_base: str | None) -> str | None:
     )
 
 
+def needs_litellm(model: str, api_base: str | None, fast_path: bool) -> bool:
+    """Whether runs of ``model`` at ``api_base`` ask litellm anything: their calls (off the
+    direct path) or its catalogue (a model it may hold a price or capabilities for).
+
+    A worker imports litellm at start-up when they do, so that no run pays the import
+    inside its deadline, and not otherwise (a worker ready in a second instead of four).
+    """
+    direct = fast_path and api_base is not None and fast_path_model(model, api_base) is not None
+    return not direct or catalogue_may_know(model)
+
+
 class _DeadlineReached(Exception):
     pass
 
@@ -263,11 +267,13 @@ class LiteLLMClient:
         self._sleep = sleep
         self._clock = clock
         self._sdk_clients = threading.local()
-        self._direct = DirectClient()
+        self._direct = shared_client(settings.worker_concurrency)
 
     # -- capabilities ------------------------------------------------------------------
 
     def _model_info(self, model: str) -> dict[str, Any] | None:
+        if loaded_litellm() is None and not catalogue_may_know(model):
+            return None  # litellm would raise ModelNotMappedError: no need to import it
         litellm = load_litellm()
         # Per process: the lookup is costly and only changes when a model is registered
         # (litellm.register_model grows model_cost, which makes a new cache key).
@@ -281,39 +287,6 @@ class LiteLLMClient:
         if info is not None and info.get("supports_function_calling") is False:
             return "json"
         return "tools"  # unknown OpenAI-compatible endpoints mostly support it
-
-    def count_tokens(self, model: str, messages: list[dict[str, Any]], tools: Tools | None) -> int:
-        """Prompt tokens, erring high: tools count as their JSON text.
-
-        litellm's own tool count follows OpenAI's compact rendering; most
-        OpenAI-compatible servers (vLLM, Ollama) paste the JSON schemas into the
-        prompt instead, which costs two to three times as much.
-        """
-        try:
-            counter = _message_counter(model)
-            counted = 0
-            for message in messages:
-                system = _plain_system(message)
-                if system is not None:
-                    counted += _count_system(model, system)  # the same few prompts every run
-                else:
-                    counted += counter(message)
-            if tools:
-                counted += _count_text(model, tools_json(tools))
-            return counted
-        except Exception:
-            return estimate_tokens(messages, tools)
-
-    def token_ceiling(self, model: str, message: dict[str, Any]) -> int | None:
-        """At least ``count_tokens(model, [message], None)``, without the tokenizer; None when
-        this model's counts were once seen above it (count exactly: workers/core/token_ceiling.py).
-
-        A plain system prompt gets its exact count: the same few prompts every run, counted
-        once per process.
-        """
-        if _plain_system(message) is not None:
-            return self.count_tokens(model, [message], None)
-        return CEILINGS.ceiling(model, message, lambda one: self.count_tokens(model, [one], None))
 
     def price(self, model: str) -> Price | None:
         info = self._model_info(model)
@@ -385,20 +358,23 @@ class LiteLLMClient:
         return retrying(replayed)
 
     def _attempt(self, call: LLMCall) -> Any:
+        wire_model = None
+        if call.api_base and self.settings.llm_fast_path:
+            wire_model = fast_path_model(call.model, call.api_base)
+        if wire_model is None:
+            load_litellm()  # before the clock is read: importing it is part of this attempt
         remaining = call.deadline - self._clock()
         if remaining < MIN_CALL_SECONDS:
             raise _DeadlineReached("the run's deadline passed before the model answered")
         timeout = min(self.settings.llm_call_timeout_seconds, remaining)
         api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
-        if call.api_base and self.settings.llm_fast_path:
-            wire_model = fast_path_model(call.model, call.api_base)
-            if wire_model is not None:  # workers/core/openai_compat.py: same body, one POST
-                body = request_body(
-                    wire_model, call.messages, call.max_tokens, call.user, call.tools,
-                    call.response_format,
-                )  # fmt: skip
-                key = api_key or PLACEHOLDER_API_KEY
-                return self._direct.complete(call.api_base, key, body, timeout)
+        if call.api_base and wire_model is not None:  # openai_compat.py: same body, one POST
+            body = request_body(
+                wire_model, call.messages, call.max_tokens, call.user, call.tools,
+                call.response_format,
+            )  # fmt: skip
+            key = api_key or PLACEHOLDER_API_KEY
+            return self._direct.complete(call.api_base, key, body, timeout)
         kwargs: dict[str, Any] = {
             "model": call.model,
             "messages": call.messages,
@@ -481,100 +457,6 @@ def _new_sdk_client(api_base: str, api_key: str) -> Any:
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=2),
     )
     return openai.OpenAI(api_key=api_key, base_url=api_base, max_retries=0, http_client=http)
-
-
-def _plain_system(message: dict[str, Any]) -> str | None:
-    """The text of a system message that holds nothing but its text, else None."""
-    content = message.get("content")
-    if message.get("role") == "system" and len(message) == 2 and isinstance(content, str):
-        return content
-    return None
-
-
-# Messages are counted one by one (litellm's per-request priming is added once per
-# message: errs high). Each run remembers its own counts (workers/core/prompt_tally.py), so a
-# conversation's messages are counted once per run, not through a process-wide cache.
-# Tool lists are the same for every run of a kind of target: one small cache serves them.
-@lru_cache(maxsize=64)
-def _count_system(model: str, content: str) -> int:
-    return int(
-        load_litellm().token_counter(model=model, messages=[{"role": "system", "content": content}])
-    )
-
-
-@lru_cache(maxsize=256)
-def _count_text(model: str, text: str) -> int:
-    return int(load_litellm().token_counter(model=model, text=text))
-
-
-# Two messages litellm's own count must agree on before the shortcut below is used.
-_AGREEMENT_PROBES: tuple[dict[str, Any], ...] = (
-    {"role": "user", "content": "Is every Deployment in namespace shop running 3 replicas?"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "get", "arguments": '{"kind": "Deployment", "name": "web"}'},
-            }
-        ],
-    },
-)
-
-
-@lru_cache(maxsize=32)
-def _message_counter(model: str) -> Callable[[dict[str, Any]], int]:
-    """litellm's count of one message, with what it works out per model worked out once.
-
-    Why: ``litellm.token_counter`` resolves the model's message accounting and
-    tokenizer on every call (name fix-ups, catalog lookups, tokenizer choice);
-    for the one-message counts a run makes, that was over half of the counting
-    CPU (issue 15). This keeps litellm's own arithmetic (its ``_count_messages``
-    and per-request ``_count_extra`` over the parameters it builds) and only
-    reuses the parameters. They are internal to litellm, so the shortcut is
-    used only if it gives litellm's public answer on two probe messages;
-    otherwise, or if litellm changes shape, every count takes the public path.
-    """
-    litellm = load_litellm()
-
-    def public(message: dict[str, Any]) -> int:
-        return int(litellm.token_counter(model=model, messages=[message]))
-
-    try:
-        from litellm.litellm_core_utils import token_counter as internals
-
-        params = internals._MessageCountParams(model, None)
-        params.count_function = _short_texts_kept(params.count_function)
-        extra = int(internals._count_extra(params.count_function, None, None, False))
-
-        def reused(message: dict[str, Any]) -> int:
-            if message.get("role") == "system":  # _count_extra differs with a system message
-                return public(message)
-            counted = internals._count_messages(params, [message], False, None)  # type: ignore[list-item]
-            return int(counted) + extra
-
-        if all(reused(probe) == public(probe) for probe in _AGREEMENT_PROBES):
-            return reused
-    except Exception:  # any change in litellm's internals: the public path
-        pass
-    return public
-
-
-SHORT_TEXT_CHARS = 16
-
-
-def _short_texts_kept(count: Callable[[str], int]) -> Callable[[str], int]:
-    """``count``, remembering the counts of short texts: a message's role and a tool call's
-    function name (``assistant``, ``tool``, ``get``) are counted in every message, a tokenizer
-    call each; ids and content are longer and counted as they come."""
-    kept = lru_cache(maxsize=256)(count)
-
-    def counted(text: str) -> int:
-        return kept(text) if len(text) <= SHORT_TEXT_CHARS else count(text)
-
-    return counted
 
 
 def _log_retry(state: RetryCallState) -> None:

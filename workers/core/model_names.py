@@ -1,8 +1,11 @@
-"""Model names litellm routes for certain, told without importing litellm.
+"""What litellm would say of a model name, told without importing litellm where that is certain.
 
 Importing litellm costs about three seconds on a busy two-core host (more than `assay
-submit` itself), and the front doors (`submit`, `batch`, `schedule add`, the API) ask
-whether a model name routes before they queue or store it. Most names answer from here:
+submit` itself). The front doors (`submit`, `batch`, `schedule add`, the API) ask
+whether a model name routes before they queue or store it, and every run asks litellm's
+catalogue for the model's price and whether it calls tools. Most names answer from here.
+
+Routes for certain (:func:`routes_for_certain`):
 
 * ``provider/NAME`` with a provider in :data:`ROUTED_PREFIXES` (``openai/``,
   ``ollama/``, ``hosted_vllm/``, ...): litellm's ``get_llm_provider`` takes such a name
@@ -10,6 +13,19 @@ whether a model name routes before they queue or store it. Most names answer fro
 * a bare name litellm's bundled price list files under OpenAI or Anthropic
   (``gpt-4o-mini``): ``get_llm_provider`` looks those up in the same list
   (``LITELLM_LOCAL_MODEL_COST_MAP`` makes every assay process read the bundled copy).
+
+Has nothing in litellm's catalogue (:func:`catalogue_may_know` False): no name litellm's
+``get_model_info`` looks up (the name, the name after its provider prefix, its last part)
+is a key of the bundled price list, in any case, and no rule of the list's
+``fallback_generalizations`` matches one; litellm then raises ``ModelNotMappedError``, so
+the model has no price and the default transport (``openai/scripted``, most self-hosted
+names).
+
+Both only ever spare litellm a question it would answer the same way. Any other name goes
+to litellm itself (``workers.core.llm.unroutable_model``, ``LiteLLMClient._model_info``),
+so a name is refused only when litellm refuses it; an entry here that litellm stopped
+routing would let a typo through (as before the check), never refuse a working model.
+tests/test_llm.py checks both against the installed litellm.
 
 :func:`routes_for_certain` only ever says yes. :func:`refused_for_certain` says no for
 one narrow shape of name, the typo a person makes (``nonsense-model``, ``gpt4o-mini``
@@ -26,6 +42,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -120,16 +137,67 @@ def bare_name_provider(model: str) -> str | None:
 
 @lru_cache(maxsize=1)
 def _price_list() -> dict[str, object] | None:
-    """litellm's bundled price list, read as a file (about 50 ms); None when not found."""
-    spec = importlib.util.find_spec("litellm")  # finds the package, does not import it
-    folders = (spec.submodule_search_locations or []) if spec else []
-    for folder in folders:
+    """litellm's bundled price list, parsed (about 50 ms); None when not found."""
+    text = _price_list_text()
+    if text is None:
+        return None
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        return None
+    return entries if isinstance(entries, dict) else None
+
+
+@lru_cache(maxsize=256)
+def catalogue_may_know(model: str) -> bool:
+    """False when litellm's bundled price list certainly holds nothing on ``model`` (a search
+    of its 3 MB, about 10 ms: once per model and process)."""
+    catalogue = _catalogue()
+    if catalogue is None:
+        return True
+    text, rules = catalogue
+    candidates = {model, model.partition("/")[2], model.rpartition("/")[2]} - {""}
+    if any(not _PLAIN_NAME.fullmatch(name) for name in candidates):
+        return True  # a name JSON would escape: let litellm look
+    for name in candidates:
+        if f'"{name.lower()}"' in text or any(rule.search(name) for rule in rules):
+            return True
+    return False
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._:@+/ -]+")
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> tuple[str, tuple[re.Pattern[str], ...]] | None:
+    """The price list's text in lower case (its keys are looked up in any case) and its
+    capability rules' patterns; None when it cannot be read (then litellm is asked)."""
+    text = _price_list_text()
+    if text is None:
+        return None
+    rules: list[re.Pattern[str]] = []
+    start = text.find('"fallback_generalizations"')
+    if start >= 0:
         try:
-            entries = json.loads((Path(folder) / PRICE_LIST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            block, _ = json.JSONDecoder().raw_decode(text, text.index("{", start))
+            for rule in block.get("rules", []):
+                info = rule.get("model_info") or {}
+                if set(info) - {"litellm_provider"}:  # a routing-only rule gives no model info
+                    rules.append(re.compile(rule["pattern"], re.IGNORECASE))
+        except (ValueError, KeyError, TypeError, AttributeError, re.error):
+            return None
+    return text.lower(), tuple(rules)
+
+
+def _price_list_text() -> str | None:
+    """The bundled price list, read as a file (litellm is not imported; about 3 MB, kept by
+    the two readers above only as what they need)."""
+    spec = importlib.util.find_spec("litellm")  # finds the package, does not import it
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            return (Path(folder) / PRICE_LIST).read_text(encoding="utf-8")
+        except OSError:
             continue
-        if isinstance(entries, dict):
-            return entries
     return None
 
 

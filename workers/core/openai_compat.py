@@ -1,46 +1,77 @@
-"""The direct path to OpenAI-compatible endpoints: one HTTP POST, no litellm per call.
+"""The direct path to OpenAI-compatible endpoints: one HTTP POST through urllib3, no litellm.
 
-Why: a fleet worker spends most of its CPU in litellm's per-call machinery
-(request set-up, model-info lookups, response objects, a logging object, cost
-calculated twice, a background success handler) and in the OpenAI SDK, about
-three quarters of the CPU of an evaluation (issue 15; ``bench/bench_fleet.py``
-prints the breakdown). For the endpoints fleets run at volume (vLLM, Ollama,
-gateways) litellm adds nothing to the request: it sends the messages, tools
-and limits as given. So for those, and only those, the call is one POST.
+Why: litellm's per-call machinery and the OpenAI SDK were about three quarters of a
+fleet worker's CPU per evaluation, and importing them costs a command line seconds
+(issue 15, issue 32). For the endpoints fleets run at volume (vLLM, Ollama, gateways)
+litellm adds nothing to the request: it sends the messages, tools and limits as given.
+So for those, and only those, the call is one POST, and nothing of litellm, the OpenAI
+SDK or tiktoken is imported for it.
 
-When it applies (``fast_path_model``): ``api_base`` is set, litellm routes the
-model through its OpenAI-compatible client (``openai/...``, a bare name with
-``api_base``, or ``hosted_vllm/...``), and litellm does not rewrite the request
-for that model (OpenAI's o-series and GPT-5 get ``max_completion_tokens``
-instead of ``max_tokens``, so they keep going through litellm).
-``ASSAY_LLM_FAST_PATH=false`` turns it off.
+When it applies (``fast_path_model``): ``api_base`` is set, litellm would route the
+model through its OpenAI-compatible client (``openai/...``, ``hosted_vllm/...``, a bare
+name with ``api_base``), and litellm does not rewrite the request for that model
+(OpenAI's o-series and GPT-5 get ``max_completion_tokens`` instead of ``max_tokens``, so
+they keep going through litellm). A ``provider/NAME`` with one of those two prefixes is
+told without importing litellm; anything else asks litellm. ``ASSAY_LLM_FAST_PATH=false``
+turns the path off.
 
-What stays the same (tests/test_llm_fast_path.py compares both paths):
-- the body: the same JSON object litellm sends (model without its provider
-  prefix, messages, max_tokens, user, tools, response_format);
-- one retry policy and one error mapping: the caller (workers/core/llm.py) wraps
-  this in the same tenacity loop; errors raised here carry ``status_code`` and
-  the response headers (Retry-After) that ``is_transient`` and
-  ``retry_after_seconds`` read, timeouts and dropped connections are
-  :class:`EndpointUnreachable` (transient), a 200 whose body is not a chat
-  completion is a 500 (transient), as litellm reports it;
-- the per-attempt timeout is the time left before the run's deadline;
-- pricing, token counting and every other provider stay with litellm.
+The HTTP client is urllib3 (what requests is built on): one connection pool per
+process (:func:`shared_client`), kept-alive connections, redirects followed (an
+``Authorization`` header is not sent to another host), compressed answers decoded.
+Why urllib3 and not httpx (which the OpenAI SDK and litellm use): with 64 threads
+posting at once through one shared client, httpx cost several times urllib3's CPU per
+call on the development machine (0.9-2.8 ms against 0.3-0.4 ms; httpx's pool looks at every
+connection it holds for each request), twice as much from one thread, and it takes
+three times as long to import (``bench/bench_http.py`` prints the figures).
+
+What stays the same as litellm's path (tests/test_llm_fast_path.py runs both):
+- the body: the same JSON object litellm sends (model without its provider prefix,
+  messages, max_tokens, user, tools, response_format);
+- one retry policy and one error mapping: the caller (workers/core/llm.py) wraps this
+  in the same tenacity loop; errors raised here carry ``status_code`` and the response
+  headers (Retry-After) that ``is_transient`` and ``retry_after_seconds`` read;
+  timeouts and dropped connections are :class:`EndpointUnreachable` (transient), a 200
+  whose body is not a chat completion is a 500 (transient), as litellm reports it;
+- proxies from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``,
+  ``NO_PROXY``, read by the standard library's ``urllib.request.getproxies`` and
+  ``proxy_bypass``), HTTPS through a proxy by CONNECT; a SOCKS proxy leaves the call
+  to litellm;
+- TLS verified against the system's certificates (which honour ``SSL_CERT_FILE`` and
+  ``SSL_CERT_DIR``) and certifi's bundle. litellm's own ``SSL_VERIFY=false`` is not
+  read here: the direct path always verifies (``ASSAY_LLM_FAST_PATH=false`` sends every
+  call through litellm, which reads it).
+
+Bounded: each attempt's timeout is the time left before the run's deadline, for the
+connection and each read, and for the whole body (a body dripped byte by byte is cut
+when that time is up; the status line and headers are read with the per-read timeout,
+as httpx reads them); a body over :data:`MAX_BODY_BYTES` (announced or decoded) is a
+failure, never held in memory.
 """
 
 from __future__ import annotations
 
 import json
 import ssl
+import threading
+import time
+import urllib.request
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
-from workers.core.keepalive_http import Answer, KeepAliveClient, TransportFailure, unsupported_proxy
 from workers.core.litellm_import import load_litellm
 from workers.core.tool_schemas import Tools, encode_body
 
+if TYPE_CHECKING:
+    import urllib3
+
 FAST_PATH_PROVIDERS = frozenset({"openai", "hosted_vllm"})
+# A chat completion is kilobytes; an endpoint that sends more than this is refused rather
+# than allowed to fill the worker's memory (the whole answer is kept).
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_REDIRECTS = 5
+_READ_SIZE = 64 * 1024
 
 
 class EndpointError(Exception):
@@ -57,6 +88,22 @@ class EndpointUnreachable(Exception):
 
 
 @dataclass(frozen=True)
+class Answer:
+    """An HTTP answer, read whole; ``headers`` look up case-insensitively (Retry-After)."""
+
+    status_code: int
+    headers: Any
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+@dataclass(frozen=True)
 class WireCompletion:
     """The parts of a chat completion the engine reads (see workers/core/llm.py ``_reply_from``)."""
 
@@ -67,14 +114,41 @@ class WireCompletion:
 @lru_cache(maxsize=256)
 def fast_path_model(model: str, api_base: str) -> str | None:
     """The model name to send when ``model`` at ``api_base`` can take the direct path, or None."""
+    wire_model = _known_compatible(model)
+    if wire_model is None:
+        wire_model = _compatible_by_litellm(model, api_base)
+    if wire_model is None or not _proxy_spoken(api_base):
+        return None
+    return wire_model
+
+
+def _known_compatible(model: str) -> str | None:
+    """``NAME`` of ``openai/NAME`` or ``hosted_vllm/NAME`` when litellm would send NAME as
+    given, told without importing litellm; None means "ask litellm".
+
+    litellm takes such a name by its prefix, whatever the endpoint. It rewrites the request
+    only for OpenAI's reasoning models (a name ending in ``o`` + digit..., or holding
+    ``gpt-5``/``gpt-6``); any name that might be one is left to litellm's own test.
+    tests/test_llm_fast_path.py checks this against litellm.
+    """
+    provider, slash, name = model.partition("/")
+    if not slash or provider not in FAST_PATH_PROVIDERS or not name.strip():
+        return None
+    last = name.split("/")[-1].lower()
+    if (len(last) > 1 and last[0] == "o" and last[1].isdigit()) or any(
+        marker in name.lower() for marker in ("gpt-5", "gpt-6")
+    ):
+        return None
+    return name
+
+
+def _compatible_by_litellm(model: str, api_base: str) -> str | None:
     litellm = load_litellm()
     try:
         wire_model, provider, _, _ = litellm.get_llm_provider(model=model, api_base=api_base)
     except Exception:  # litellm cannot route it: let completion() report that
         return None
     if provider not in FAST_PATH_PROVIDERS or _litellm_maps_parameters(str(wire_model)):
-        return None
-    if unsupported_proxy(api_base) is not None:  # an https:// or SOCKS proxy: litellm's httpx
         return None
     return str(wire_model)
 
@@ -98,6 +172,22 @@ def _litellm_maps_parameters(wire_model: str) -> bool:
     )
 
 
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``NO_PROXY`` applied), or None."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme.lower()) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy
+
+
+def _proxy_spoken(url: str) -> bool:
+    """False for a proxy urllib3 cannot use without extra packages (SOCKS): litellm's path."""
+    proxy = proxy_for(url)
+    return proxy is None or urlsplit(proxy).scheme.lower() in ("http", "https")
+
+
 def request_body(
     wire_model: str,
     messages: list[dict[str, Any]],
@@ -117,59 +207,142 @@ def request_body(
 
 
 class DirectClient:
-    """Posts chat completions over kept-alive connections (workers/core/keepalive_http.py)."""
+    """Posts chat completions through urllib3 pools: one for direct connections, one per proxy.
 
-    def __init__(self) -> None:
-        self._http: KeepAliveClient | None = None
+    Thread-safe; a worker's threads share one (:func:`shared_client`). ``pool_size`` is how
+    many idle connections per endpoint it keeps: at least the threads that post at once,
+    or connections are closed after use and opened again. The proxy for an endpoint is read
+    from the environment once per client, as httpx reads it once per client.
+    """
 
-    def _client(self) -> KeepAliveClient:
-        if self._http is None:  # a race makes two; both work, one is kept
-            self._http = KeepAliveClient(_ssl_context())
-        return self._http
+    def __init__(self, pool_size: int = 64) -> None:
+        self._pool_size = pool_size
+        self._managers: dict[str | None, urllib3.PoolManager] = {}
+        self._proxies: dict[str, str | None] = {}
+        self._lock = threading.Lock()
 
     def complete(
         self, api_base: str, api_key: str, body: dict[str, Any], timeout: float
     ) -> WireCompletion:
         """One attempt: the completion, or EndpointError / EndpointUnreachable."""
+        import urllib3
+
         url = api_base.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        ends = time.monotonic() + timeout
         try:
-            response = self._client().post_json(url, encode_body(body), headers, timeout)
-        except TransportFailure as exc:
-            raise EndpointUnreachable(str(exc)) from exc
-        if response.status_code >= 400:
+            response = self._manager(self._proxy(url)).request(
+                "POST",
+                url,
+                body=encode_body(body),
+                headers=headers,
+                timeout=urllib3.Timeout(connect=timeout, read=timeout),
+                retries=_redirects_only(),
+                preload_content=False,
+            )
+            try:
+                answer = Answer(response.status, response.headers, _read_body(response, ends))
+            finally:
+                response.release_conn()
+        except urllib3.exceptions.HTTPError as exc:
+            raise EndpointUnreachable(f"{type(exc).__name__}: {exc}") from exc
+        if answer.status_code >= 400:
             raise EndpointError(
-                response.status_code,
-                f"the endpoint answered {response.status_code}: {_error_text(response)}",
-                response,
+                answer.status_code,
+                f"the endpoint answered {answer.status_code}: {_error_text(answer)}",
+                answer,
             )
         try:
-            payload = response.json()
+            payload = answer.json()
         except ValueError as exc:
             raise EndpointError(
-                500, f"the endpoint's answer is not JSON: {response.text[:200]!r}", response
+                500, f"the endpoint's answer is not JSON: {answer.text[:200]!r}", answer
             ) from exc
-        return parse_completion(payload, response)
+        return parse_completion(payload, answer)
+
+    def _proxy(self, url: str) -> str | None:
+        try:
+            return self._proxies[url]
+        except KeyError:
+            proxy = self._proxies[url] = proxy_for(url)
+            return proxy
+
+    def _manager(self, proxy: str | None) -> urllib3.PoolManager:
+        manager = self._managers.get(proxy)
+        if manager is None:
+            with self._lock:
+                manager = self._managers.get(proxy)
+                if manager is None:
+                    manager = self._managers[proxy] = _new_manager(proxy, self._pool_size)
+        return manager
 
 
-def _ssl_context() -> ssl.SSLContext:
-    """TLS as litellm would verify it (SSL_VERIFY, SSL_CERT_FILE, certifi)."""
-    load_litellm()
-    from litellm.llms.custom_httpx.http_handler import get_ssl_configuration
+@lru_cache(maxsize=1)
+def _redirects_only() -> urllib3.Retry:
+    """urllib3 follows redirects and retries nothing: tenacity in llm.py is the one retry layer."""
+    import urllib3
 
-    configured = get_ssl_configuration()
-    if isinstance(configured, ssl.SSLContext):
-        return configured
-    if configured is False:
-        unverified = ssl.create_default_context()
-        unverified.check_hostname = False
-        unverified.verify_mode = ssl.CERT_NONE
-        return unverified
-    if isinstance(configured, str):
-        return ssl.create_default_context(cafile=configured)
-    import certifi
+    return urllib3.Retry(
+        total=None, connect=0, read=0, status=0, other=0, redirect=MAX_REDIRECTS,
+        raise_on_redirect=False, raise_on_status=False,
+    )  # fmt: skip
 
-    return ssl.create_default_context(cafile=certifi.where())
+
+def _new_manager(proxy: str | None, pool_size: int) -> urllib3.PoolManager:
+    import urllib3
+
+    options: dict[str, Any] = {"maxsize": pool_size, "block": False, "ssl_context": _tls()}
+    if proxy is None:
+        return urllib3.PoolManager(**options)
+    parts = urlsplit(proxy)
+    proxy_headers = None
+    if parts.username is not None:
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        proxy_headers = urllib3.make_headers(proxy_basic_auth=credentials)
+    return urllib3.ProxyManager(proxy, proxy_headers=proxy_headers, **options)
+
+
+@lru_cache(maxsize=1)
+def _tls() -> ssl.SSLContext:
+    """The system's certificates (OpenSSL reads SSL_CERT_FILE / SSL_CERT_DIR) and certifi's."""
+    context = ssl.create_default_context()
+    try:
+        import certifi
+    except ImportError:  # pragma: no cover - certifi comes with urllib3's users here
+        return context
+    context.load_verify_locations(cafile=certifi.where())
+    return context
+
+
+def _read_body(response: Any, ends: float) -> bytes:
+    """The decoded body, or EndpointUnreachable when it is over the bound or past ``ends``."""
+    announced = response.headers.get("content-length")
+    if announced and announced.isdigit() and int(announced) > MAX_BODY_BYTES:
+        raise EndpointUnreachable(f"the answer announces {announced} bytes, over the bound")
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := response.read1(_READ_SIZE, decode_content=True):  # what has arrived
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise EndpointUnreachable(f"the answer is over {MAX_BODY_BYTES} bytes")
+        if time.monotonic() > ends:
+            raise EndpointUnreachable("the answer did not arrive within the attempt's timeout")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+_shared: DirectClient | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_client(pool_size: int) -> DirectClient:
+    """The process's client, made on first use with ``pool_size`` (a worker's concurrency)."""
+    global _shared
+    if _shared is None:
+        with _shared_lock:
+            if _shared is None:
+                _shared = DirectClient(pool_size)
+    return _shared
 
 
 def parse_completion(payload: Any, response: Answer | None = None) -> WireCompletion:

@@ -1,104 +1,120 @@
-"""One run's prompt token count, kept up to date as the conversation grows.
+"""One run's prompt estimate: the provider's count of what it was sent, plus a bound on the rest.
 
-Why per run: a run re-sends its whole history on every step. A process-wide
-cache of per-message counts (what there was before) is shared by every run in
-the worker; with 200 runs of 12-25 steps in flight it thrashes, and each step
-recounts the whole conversation. The engine only appends to a run's messages,
-so the run itself can remember what each message it already sent costs and
-count only the new ones.
+Why: a run re-sends its whole conversation on every step, and the engine only appends
+to it. The provider's reply to step N says how many prompt tokens step N's request
+was (``usage.prompt_tokens``); step N+1's request is that same request plus the
+messages added since (the model's reply, a tool result). So its prompt is at most the
+provider's count plus an upper bound on the new messages
+(workers/core/token_ceiling.py): exact where it can be, generous only on what is new.
+The first request of a run (and any request after a reply without usable usage) is
+bounded whole from its size.
 
-Two figures, each kept that way: :meth:`PromptTally.count`, the tokenizer's, and
-:meth:`PromptTally.ceiling`, an upper bound on it from the messages' sizes
-(workers/core/token_ceiling.py). Far from its budget a run needs only the second;
-the engine asks for the first when the budget meter says the ceiling is too close
-to the budget to decide the next call's cap.
-
-Safety of the budget guarantee: a message is reused only if it is the very
-same object at the same position as when it was counted; anything else
-(a resumed run's fresh list, a replaced message) is counted again from that
-position. Counting message by message adds the tokenizer's per-request priming
-once per message, so the total errs high, like the whole-list count it replaces.
+Safety of the budget guarantee: the provider's count is reused only while the messages
+it counted are the very same objects at the same positions, with the same tools and
+response format; anything else (a resumed run's fresh list, a replaced message) is
+bounded from its size again. A reported count that is missing, zero, negative, not a
+whole number or absurd is not used (the budget meter charges such replies its own
+estimate, workers/core/budget_meter.py). A provider that counts a request higher than
+this estimate is logged (``prompt_estimate_exceeded``); the budget meter still refuses
+to act on a reply that took the run past its budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
+import structlog
+
+from workers.core.budget_meter import ABSURD_TOKENS_PER_CALL
+from workers.core.token_ceiling import format_ceiling, message_ceiling, tools_ceiling
 from workers.core.tool_schemas import Tools
 
-
-class _Counter(Protocol):
-    def count_tokens(
-        self, model: str, messages: list[dict[str, Any]], tools: Tools | None
-    ) -> int: ...
-
-    def token_ceiling(self, model: str, message: dict[str, Any]) -> int | None: ...
+log = structlog.get_logger("assay.llm")
 
 
-class _NoCeiling(Exception):
-    """The model has no trusted ceiling: only the exact count will do."""
+@dataclass(frozen=True)
+class _Counted:
+    """What the provider counted: the first ``messages`` of the conversation, with these tools
+    and format, came to ``tokens``."""
 
-
-class _RunningSum:
-    """A figure per message summed over a list that only grows, each message's worked out once."""
-
-    def __init__(self, figure: Callable[[dict[str, Any]], int]) -> None:
-        self._figure = figure
-        self._kept: list[tuple[dict[str, Any], int]] = []
-        self._total = 0
-
-    def total(self, messages: list[dict[str, Any]]) -> int:
-        same = 0
-        limit = min(len(self._kept), len(messages))
-        while same < limit and self._kept[same][0] is messages[same]:
-            same += 1
-        if same < len(self._kept):  # something was replaced or dropped: work out from there
-            del self._kept[same:]
-            self._total = sum(figure for _, figure in self._kept)
-        for message in messages[same:]:
-            figure = self._figure(message)
-            self._kept.append((message, figure))
-            self._total += figure
-        return self._total
+    messages: int
+    tools: Tools | None
+    response_format: dict[str, Any] | None
+    tokens: int
+    estimate: int
 
 
 class PromptTally:
-    """Prompt tokens of one run's requests; each message and the tool list counted once."""
+    """Prompt token estimates for one run's conversation (a list the engine only appends to)."""
 
-    def __init__(self, counter: _Counter, model: str) -> None:
-        self._counter = counter
-        self._model = model
-        self._exact = _RunningSum(self._count_one)
-        self._ceilings = _RunningSum(self._ceiling_of_one)
-        self._tools: Tools | None = None
-        self._tools_tokens = 0
+    def __init__(self) -> None:
+        # per message sent so far: (the message, the bound of the messages up to it)
+        self._bounds: list[tuple[dict[str, Any], int]] = []
+        self._counted: _Counted | None = None
 
-    def count(self, messages: list[dict[str, Any]], tools: Tools | None) -> int:
-        """The prompt tokens of ``messages`` plus ``tools``, counting only what is new."""
-        return self._exact.total(messages) + self._count_tools(tools)
+    def estimate(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Tools | None,
+        response_format: dict[str, Any] | None,
+    ) -> int:
+        """At least the prompt tokens of a request with these parts (see the module docstring)."""
+        bound = self._bound_through(messages)
+        counted = self._counted
+        if (
+            counted is not None
+            and counted.messages <= len(messages)
+            and counted.tools is tools
+            and counted.response_format is response_format
+        ):
+            before = self._bounds[counted.messages - 1][1] if counted.messages else 0
+            return counted.tokens + bound - before
+        return bound + tools_ceiling(tools) + format_ceiling(response_format)
 
-    def ceiling(self, messages: list[dict[str, Any]], tools: Tools | None) -> int | None:
-        """At least :meth:`count`'s figure, mostly without the tokenizer; None when this
-        model's counts may not stay under it (count exactly)."""
-        try:
-            return self._ceilings.total(messages) + self._count_tools(tools)
-        except _NoCeiling:
-            return None
+    def counted(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Tools | None,
+        response_format: dict[str, Any] | None,
+        *,
+        estimate: int,
+        reported: object,
+    ) -> None:
+        """The provider's count of the request just sent (``messages`` as they were then), and
+        what :meth:`estimate` said of it."""
+        if (
+            isinstance(reported, bool)
+            or not isinstance(reported, int)
+            or not 0 < reported <= ABSURD_TOKENS_PER_CALL
+        ):
+            self._counted = None
+            return
+        if reported > estimate:
+            log.warning(
+                "prompt_estimate_exceeded",
+                reported=reported,
+                estimate=estimate,
+                consequence="the provider counts more than the size bound allows; a reply "
+                "past the token budget is still not acted on",
+            )
+        self._bound_through(messages)
+        self._counted = _Counted(len(messages), tools, response_format, reported, estimate)
 
-    def _count_one(self, message: dict[str, Any]) -> int:
-        return self._counter.count_tokens(self._model, [message], None)
-
-    def _ceiling_of_one(self, message: dict[str, Any]) -> int:
-        ceiling = self._counter.token_ceiling(self._model, message)
-        if ceiling is None:
-            raise _NoCeiling
-        return ceiling
-
-    def _count_tools(self, tools: Tools | None) -> int:
-        if not tools:
-            return 0
-        if tools is not self._tools:
-            self._tools_tokens = self._counter.count_tokens(self._model, [], tools)
-            self._tools = tools
-        return self._tools_tokens
+    def _bound_through(self, messages: list[dict[str, Any]]) -> int:
+        """The bound of ``messages``, each message worked out once; drops what no longer
+        matches (and the provider's count with it)."""
+        kept = self._bounds
+        same = 0
+        limit = min(len(kept), len(messages))
+        while same < limit and kept[same][0] is messages[same]:
+            same += 1
+        if same < len(kept):
+            del kept[same:]
+            if self._counted is not None and self._counted.messages > same:
+                self._counted = None
+        total = kept[-1][1] if kept else 0
+        for message in messages[same:]:
+            total += message_ceiling(message)
+            kept.append((message, total))
+        return total

@@ -1,108 +1,92 @@
-"""An upper bound on a message's token count, worked out from its size without a tokenizer.
+"""An upper bound on a request's prompt tokens, worked out from its size, without a tokenizer.
 
-Why (issue 15): a run counts every message it sends so the budget meter can cap the
-next completion. Far from the budget that count decides nothing: the completion gets
-its full ``MAX_COMPLETION_TOKENS`` whatever the exact figure, and the tokenizer was
-a tenth of a 3-step evaluation's CPU. The engine asks for this ceiling first and
-counts exactly only when the ceiling is close enough to the budget to matter
-(``BudgetMeter.ceiling_suffices``), so every cap it sets is the one the exact count
-would have set.
+Why: the budget meter caps each call's completion to what the token budget has left
+after the prompt, so it needs the prompt's count before the call. A tokenizer gives
+it only for the models it knows (tiktoken's counts are OpenAI's, not a vLLM model's),
+and loading one costs a command line seconds (issue 32). The provider's own count
+arrives with every reply (``usage.prompt_tokens``); this module bounds what is not
+counted yet (workers/core/prompt_tally.py keeps the two together).
 
-Why it bounds litellm's count (``token_counter``): litellm adds a few tokens per
-message and counts each text in it (content, name, a tool call's arguments). Every
-tokenizer litellm uses is byte-level (tiktoken's BPE; the Hugging Face ones fall back
-to bytes), so a text never counts more tokens than its UTF-8 bytes, plus the few
-markers a Hugging Face tokenizer adds per call. For text longer than
-``TOKEN_COUNTER_MAX_EXACT_CHARS`` litellm extrapolates from samples by characters,
-which the samples' bytes per character bound: one for ASCII, at most four otherwise.
-Here every string in the message counts (keys too), ASCII by its length, anything
-else at four per character, plus ``PIECE_MARKERS`` each, plus ``MESSAGE_OVERHEAD``.
-
-Trust, but verify: the first ``VERIFIED_MESSAGES`` messages of each model in a process
-are counted both ways; a model whose exact count ever exceeds its ceiling is never
-given one again in this process (logged once), and its runs count exactly, as before.
+Why it is an upper bound: every tokenizer in use is byte-level (tiktoken's BPE and
+the Hugging Face ones, which fall back to bytes), so a text never takes more tokens
+than its UTF-8 bytes. Here every string of a message counts (keys too): ASCII by its
+length, anything else at four per character, plus :data:`PIECE_MARKERS` each, plus
+:data:`MESSAGE_OVERHEAD` per message for the chat template's framing. Real text takes
+three to four times fewer tokens than this; the estimate is generous on purpose, and
+only what the provider has not counted yet is estimated this way.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+import json
+from functools import lru_cache
 from typing import Any
 
-import structlog
+from workers.core.tool_schemas import Tools, ToolSchemas
 
 MESSAGE_OVERHEAD = 8
-"""litellm adds 3 per message and 1 per ``name``; the rest is room for its next release."""
+"""A chat template's framing of one message (role markers, separators; 3 to 6 tokens)."""
 
 PIECE_MARKERS = 4
-"""Per string: a Hugging Face tokenizer's begin/end markers, and rounding of an extrapolation."""
+"""Per string: a Hugging Face tokenizer's begin/end markers, and the template's punctuation or
+indentation around a value it renders (a tool's JSON schema, a call's arguments)."""
 
 NON_ASCII_TOKENS_PER_CHAR = 4
 """A character is at most four UTF-8 bytes, and a byte-level tokenizer gives at most one
 token per byte."""
 
-VERIFIED_MESSAGES = 64
-"""Messages per model and process counted both ways before the ceiling is trusted alone."""
 
-log = structlog.get_logger("assay.llm")
+def message_ceiling(message: Any) -> int:
+    """At least the tokens any byte-level tokenizer gives ``message`` in a chat request."""
+    return MESSAGE_OVERHEAD + _value_ceiling(message)
 
 
-def message_ceiling(message: dict[str, Any]) -> int:
-    """At least litellm's token count of ``message`` alone (see the module's docstring)."""
-    total = MESSAGE_OVERHEAD
-    pending: list[Any] = [message]
+def _value_ceiling(value: Any) -> int:
+    total = 0
+    pending: list[Any] = [value]
     while pending:
-        value = pending.pop()
-        if isinstance(value, str):
-            size = len(value) if value.isascii() else NON_ASCII_TOKENS_PER_CHAR * len(value)
+        item = pending.pop()
+        if isinstance(item, str):
+            size = len(item) if item.isascii() else NON_ASCII_TOKENS_PER_CHAR * len(item)
             total += size + PIECE_MARKERS
-        elif isinstance(value, dict):
-            pending.extend(value.keys())
-            pending.extend(value.values())
-        elif isinstance(value, list | tuple):
-            pending.extend(value)
-        elif value is not None:  # a number or a flag, counted as its text
-            pending.append(str(value))
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+        elif item is not None:  # a number or a flag, counted as its text
+            pending.append(str(item))
     return total
 
 
-class CeilingCheck:
-    """Which models' ceilings held against their exact counts; thread-safe, one per process."""
-
-    def __init__(self, verified_messages: int = VERIFIED_MESSAGES) -> None:
-        self._verified_messages = verified_messages
-        self._checked: dict[str, int] = {}
-        self._broken: set[str] = set()
-        self._lock = threading.Lock()
-
-    def ceiling(
-        self, model: str, message: dict[str, Any], exact: Callable[[dict[str, Any]], int]
-    ) -> int | None:
-        """``message``'s ceiling, or None when ``model`` broke it once (count exactly).
-
-        While the model is still being checked, ``exact`` counts the message too.
-        """
-        if model in self._broken:
-            return None
-        ceiling = message_ceiling(message)
-        if self._checked.get(model, 0) >= self._verified_messages:
-            return ceiling
-        counted = exact(message)
-        with self._lock:
-            if counted > ceiling:
-                if model not in self._broken:
-                    self._broken.add(model)
-                    log.warning(
-                        "token_ceiling_broken",
-                        model=model,
-                        exact=counted,
-                        ceiling=ceiling,
-                        consequence="this model's prompts are counted exactly from now on",
-                    )
-                return None
-            self._checked[model] = self._checked.get(model, 0) + 1
-        return ceiling
+def tools_ceiling(tools: Tools | None) -> int:
+    """At least the tokens of the tool definitions as a template renders them into the prompt."""
+    if not tools:
+        return 0
+    text = tools.json_text if isinstance(tools, ToolSchemas) else json.dumps(tools)
+    return _json_ceiling(text)
 
 
-CHECK = CeilingCheck()
-"""The process's record (the tokenizer of a model does not change while it runs)."""
+def format_ceiling(response_format: dict[str, Any] | None) -> int:
+    """At least the tokens of a JSON mode's ``response_format`` (a schema), should the provider
+    put it into the prompt."""
+    return _json_ceiling(json.dumps(response_format)) if response_format else 0
+
+
+@lru_cache(maxsize=64)
+def _json_ceiling(text: str) -> int:
+    """The same few tool lists and schemas in every run: worked out once per process."""
+    return MESSAGE_OVERHEAD + _value_ceiling(json.loads(text))
+
+
+def request_ceiling(
+    messages: list[dict[str, Any]],
+    tools: Tools | None,
+    response_format: dict[str, Any] | None,
+) -> int:
+    """At least the prompt tokens of a whole request, none of it counted by the provider yet."""
+    return (
+        sum(message_ceiling(message) for message in messages)
+        + tools_ceiling(tools)
+        + format_ceiling(response_format)
+    )

@@ -54,6 +54,7 @@ from workers.fleet.redis_client import (
     PROBE_SECONDS,
     RETRIES,
     SOCKET_TIMEOUT_SECONDS,
+    FleetNotConfigured,
 )
 
 if TYPE_CHECKING:
@@ -81,10 +82,6 @@ _FLEET_TRANSPORTS = {
     "rediss": "workers.fleet.redis_transport:Transport",
     "sentinel": "workers.fleet.redis_transport:SentinelTransport",
 }
-
-
-class FleetNotConfigured(RuntimeError):
-    """No broker or Redis URL: the fleet cannot start."""
 
 
 def queue_name(settings: AssaySettings) -> str:

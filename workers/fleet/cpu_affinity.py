@@ -1,24 +1,24 @@
-"""Which CPU a threads-pool worker process runs on (``worker_cpu_affinity``).
+"""Which CPU a threads-pool worker process runs on (``worker_cpu_affinity``); by default, any.
 
-Why: a worker process runs Python on one core at a time (the GIL), but the
-kernel spreads its threads over every core. Each time a thread waits on a
-socket it releases the GIL, and a thread on another core takes it: a wake-up
-across cores, the GIL's cache lines moving with it. bench_fleet measured what
-that costs a busy worker at zero model latency: the task body on 8 threads took
-2.7 ms of CPU per evaluation spread over two cores against 1.5 ms on one, and a
-worker held to one core finished about 75% more evaluations per second (issue 15).
+Why a hold can help: a worker process runs Python on one core at a time (the GIL),
+but the kernel spreads its threads over every core. Each time a thread waits on a
+socket it releases the GIL, and a thread on another core takes it: a wake-up across
+cores, the GIL's cache lines moving with it. That costs a worker that is busy with
+CPU work (many runs at near-zero model latency); a worker waiting on a hosted model
+spends little CPU either way, and on a shared host a held process cannot flee a
+busy CPU as fast as the kernel would move it. So the default is ``off``, and
+docs/fleet.md ("CPU affinity") has the measurements that say when a hold helps.
 
 Values:
-- ``adaptive`` (the default; cpu_balance.py): the CPU others use least, left
-  for an idler one when others crowd it. It needs nobody's word that the CPUs
-  are the fleet's own, so it is safe on shared cores.
+- ``off`` (the default): the kernel spreads the threads.
+- ``adaptive`` (cpu_balance.py): the CPU others use least, left for an idler one
+  when others crowd it. It needs nobody's word that the CPUs are the fleet's own.
 - ``auto``: process ``i`` of ``assay worker --processes N`` on the ``i``-th CPU
   this process may use (``sched_getaffinity``), for good. Like nginx's
   ``worker_cpu_affinity auto``, only where that set is the fleet's own (a
   machine for the fleet, a Guaranteed pod under the static CPU manager); on
   shared cores every worker would pile onto the same first CPU.
 - CPUs in Linux's list syntax (``0-3,8``), which process ``i`` uses in turn.
-- ``off``: the kernel spreads the threads.
 
 Only the threads pool (and solo, gevent, eventlet: one thread of Python in any
 case) is held to one CPU: prefork's children would all inherit it, so prefork
@@ -74,19 +74,16 @@ def hold_worker_process(setting: str, pool: str, index: int = 0) -> int | None:
     """
     if setting == OFF:
         return None
-    asked = setting != ADAPTIVE  # the default says nothing where it does nothing
     if pool not in SINGLE_THREAD_OF_PYTHON_POOLS:
-        if asked:
-            _log.warning(
-                "cpu_affinity_ignored",
-                pool=pool,
-                reason="prefork's child processes would all inherit one CPU; the kernel "
-                "spreads them better, so worker_cpu_affinity applies to the threads pool only",
-            )
+        _log.warning(
+            "cpu_affinity_ignored",
+            pool=pool,
+            reason="prefork's child processes would all inherit one CPU; the kernel "
+            "spreads them better, so worker_cpu_affinity applies to the threads pool only",
+        )
         return None
     if not hasattr(os, "sched_setaffinity"):
-        if asked:
-            _log.warning("cpu_affinity_unsupported", reason="this platform cannot set CPU affinity")
+        _log.warning("cpu_affinity_unsupported", reason="this platform cannot set CPU affinity")
         return None
     allowed = os.sched_getaffinity(0)
     if setting == ADAPTIVE:

@@ -1,8 +1,9 @@
-"""The default ``worker_cpu_affinity``, ``adaptive``: one CPU per worker process, the least crowded.
+"""``worker_cpu_affinity=adaptive``: one CPU per worker process, the least crowded.
 
-Why a process is held to one CPU at all is in cpu_affinity.py: a threads-pool
-worker runs Python on one core at a time, and spread over several it pays for
-every GIL hand-over twice. Why this is safe as a default where ``auto`` is not:
+Why a process may be held to one CPU at all, and when it helps, is in
+cpu_affinity.py: a threads-pool worker runs Python on one core at a time, and
+spread over several it pays for every GIL hand-over twice. Why this one suits
+shared cores where ``auto`` does not:
 ``auto`` takes the operator's word that the CPUs are the fleet's own and never
 looks again, so on shared cores every worker would queue on "the first CPU".
 ``adaptive`` looks. At start it takes the CPU the rest of the machine uses least

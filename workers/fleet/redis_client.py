@@ -13,22 +13,20 @@ half minute before saying so. Those callers ask for ``connect(url, fail_fast=Tru
 one quick PING (:func:`require_reachable`, about two seconds at most) first, and
 :class:`RedisUnreachable`, naming the URL and what to do, when it gets no answer.
 Once Redis has answered, the client they get rides out blips like every other.
+
+The connections are redis-py's own; with ``hiredis`` installed (a dependency) redis-py
+packs commands and parses replies in C.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cache
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from workers.core.shown_urls import shown_url
 
 if TYPE_CHECKING:
-    import socket
-
     import redis
-    import redis.connection
 
 # Backoff 0.05 s doubling to 2 s with jitter: 20 retries cover ~30 s of outage.
 RETRIES = 20
@@ -40,6 +38,10 @@ SOCKET_TIMEOUT_SECONDS = 10.0
 PROBE_SECONDS = 2.0
 FLEET_REDIS = ("the fleet's Redis", "start a fleet with `assay up` or fix ASSAY_REDIS_URL")
 FLEET_BROKER = ("the fleet's broker", "start it or fix ASSAY_BROKER_URL")
+
+
+class FleetNotConfigured(RuntimeError):
+    """No broker or Redis URL: the fleet cannot start (exported by workers.fleet.broker too)."""
 
 
 class RedisUnreachable(ConnectionError):
@@ -111,92 +113,7 @@ def connect(
     import redis as redis_lib
 
     options = _riding_out_blips(retries, timeout_seconds, backoff_cap_seconds, keepalive)
-    if urlsplit(url).scheme == "redis":  # rediss:// and unix:// keep redis-py's own classes
-        options["connection_class"] = quiet_connection_class()
     return redis_lib.Redis.from_url(url, **options)
-
-
-@cache
-def quiet_connection_class() -> type[redis.connection.Connection]:
-    """redis-py's TCP connection, making one GIL hand-over per socket call instead of three.
-
-    Why (issue 15): on a worker with many threads, every system call that waits
-    releases the GIL, and taking it back from the others costs a context switch.
-    redis-py gives each connection a Python-level timeout, so CPython makes each
-    send and receive a ``poll`` plus the call; and before every command the pool
-    asks ``can_read()``, which switches the socket to non-blocking and back
-    (two ``ioctl`` calls) around a ``recv`` that finds nothing. Here:
-
-    - the timeout is the kernel's (workers/core/kernel_timeouts.py, the same
-      number of seconds) on a socket Python sees as blocking, so a send or a
-      receive is one call; a receive that times out is still redis-py's
-      ``TimeoutError``, a send that does is its ``ConnectionError``, both retried
-      as before;
-    - ``can_read()`` with no wait is one ``recv(MSG_PEEK | MSG_DONTWAIT)``: the
-      server's close is a ``ConnectionError`` and stray bytes read as data, as
-      redis-py's own check reports them, so the pool does with either what it
-      does for redis-py's class (tests/test_redis_quiet_connection.py);
-    - a command's bytes are packed in one pass (workers/fleet/resp_packer.py), the
-      same bytes redis-py's Python packer writes in one copy per argument.
-
-    Anything else (a read with its own timeout, as pub/sub makes; a parser
-    without redis-py's socket buffer) goes redis-py's own way. Built on first
-    use, so importing this module does not import redis.
-    """
-    import socket
-
-    from redis.connection import Connection, PythonRespSerializer
-    from redis.exceptions import ConnectionError, TimeoutError
-
-    from workers.core.kernel_timeouts import kernel_timeout
-    from workers.fleet.resp_packer import RespPacker
-
-    class QuietConnection(Connection):
-        def _construct_command_packer(self, packer: Any) -> Any:
-            built = super()._construct_command_packer(packer)
-            if packer is None and type(built) is PythonRespSerializer:
-                encoder = self.encoder
-                return RespPacker(
-                    self._buffer_cutoff, encoder.encode, encoder.encoding, encoder.encoding_errors
-                )
-            return built
-
-        def _connect(self) -> socket.socket:
-            sock = super()._connect()
-            if self.socket_timeout:
-                kernel_timeout(sock, float(self.socket_timeout))
-                sock.settimeout(None)
-            return sock
-
-        def can_read(self, timeout: float = 0) -> bool:
-            sock = self._sock
-            unread = getattr(getattr(self._parser, "_buffer", None), "unread_bytes", None)
-            if timeout or sock is None or sock.gettimeout() is not None or unread is None:
-                return bool(super().can_read(timeout))
-            if unread():
-                return True
-            try:
-                peeked = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                return False
-            except OSError as exc:
-                self.disconnect()
-                where = self._host_error()
-                raise ConnectionError(f"Error while reading from {where}: {exc}") from exc
-            if not peeked:
-                self.disconnect()
-                raise ConnectionError(f"{self._host_error()} closed the connection")
-            return True
-
-        def read_response(self, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return super().read_response(*args, **kwargs)
-            except ConnectionError as exc:
-                if isinstance(exc.__context__, BlockingIOError):  # the kernel's timeout
-                    raise TimeoutError(f"Timeout reading from {self._host_error()}") from exc
-                raise
-
-    return QuietConnection
 
 
 def connect_sentinel_master(

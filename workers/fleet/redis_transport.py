@@ -1,5 +1,14 @@
 """kombu's Redis transport, minus the two AttributeErrors that stop a worker on a Redis restart.
 
+Upstream: celery/kombu#582 ("AttributeError: 'NoneType' object has no attribute
+'hostname'" from ``Channel._connparams``, reached through ``conn_or_acquire`` on a
+channel whose transport was already detached from its connection). It was closed without
+a change to that path: ``_connparams`` still reads ``self.connection.client`` unguarded
+in kombu 5.7.0, the newest release (and on kombu's main branch), so this module stays
+until a kombu release guards it. tests/test_redis_transport.py
+(``test_closing_after_a_lost_connection_keeps_the_message_reserved``) fails with kombu's
+own classes in its place: delete this module when it passes without them.
+
 What goes wrong (kombu 5.7 / celery 5.7, read from their source): when the
 broker connection drops, Celery's consumer
 (``Consumer.on_connection_error_after_connected``) first calls

@@ -20,7 +20,7 @@ import structlog
 from schemas.budget import PROFILES
 from schemas.settings import AssaySettings
 from workers.core.engine import EngineDeps
-from workers.core.llm import LiteLLMClient, load_litellm
+from workers.core.llm import LiteLLMClient, load_litellm, needs_litellm
 from workers.core.logs import configure_logging
 from workers.core.metrics import start_metrics_server
 from workers.core.tracing import configure_tracing
@@ -116,7 +116,8 @@ def worker_started(settings: AssaySettings, runtime: WorkerRuntime, app: Any) ->
         start_metrics_server(settings.metrics_port)
     configure_tracing(settings)
     start_sweeper(settings, runtime.store, Dispatcher(app, runtime.store, settings))
-    load_litellm()  # import it now, not inside the first run's deadline
+    if settings.model and needs_litellm(settings.model, settings.api_base, settings.llm_fast_path):
+        load_litellm()  # import it now, not inside the first run's deadline
     tune_interpreter()
 
 
@@ -145,12 +146,12 @@ def freeze_startup_heap() -> None:
 
     Why: py-spy on a busy worker (issue 15) found about a third of its GIL time in
     CPython's cyclic garbage collector. Each older-generation collection walks
-    every tracked object in the process, and importing litellm alone leaves
-    hundreds of thousands (price tables, pydantic models) that live as long as
-    the process. ``gc.freeze()`` moves everything alive now into a permanent
-    generation that collections skip (what CPython's documentation suggests for
-    long-lived servers); garbage the runs make is still collected, reference
-    cycles included, only in larger batches.
+    every tracked object in the process, and the imports alone leave hundreds of
+    thousands (pydantic models; litellm's price tables, when the worker's model
+    needs litellm) that live as long as the process. ``gc.freeze()`` moves
+    everything alive now into a permanent generation that collections skip (what
+    CPython's documentation suggests for long-lived servers); garbage the runs make
+    is still collected, reference cycles included, only in larger batches.
     """
     gc.collect()
     gc.freeze()
