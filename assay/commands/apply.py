@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from assay.commands.fleet_common import ERROR_PREFIX, dump_json, fail, fleet_client
-from schemas.verdict import EXIT_USAGE
+from schemas.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
     from assay.apply import ApplyContext

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from assay.commands.options import ID_HELP, id_checker, settings_or_usage
-from schemas.verdict import EXIT_PENDING
+from schemas.exit_codes import EXIT_PENDING
 
 if TYPE_CHECKING:
     from assay.client import Client
@@ -133,7 +133,7 @@ def require_policy(redis: Any, settings: AssaySettings, text: str) -> bool:
     when it is (such a check is answered by its probes, never by a model). False for any
     other predicate."""
     from schemas.policy import policy_reference
-    from schemas.verdict import EXIT_UNKNOWN
+    from schemas.exit_codes import EXIT_UNKNOWN
     from workers.fleet.policy_store import PolicyStore
 
     ref = policy_reference(text)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from assay.commands.fleet_common import fail
-from schemas.verdict import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
+from schemas.exit_codes import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 
 if TYPE_CHECKING:
     from schemas.policy import ImportedPolicy, PolicyReference, PolicyResult

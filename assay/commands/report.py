@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from assay.commands.fleet_common import fail, fleet_client
-from schemas.verdict import EXIT_UNKNOWN, EXIT_USAGE
+from schemas.exit_codes import EXIT_UNKNOWN, EXIT_USAGE
 
 
 def report(
