@@ -132,8 +132,8 @@ def require_policy(redis: Any, settings: AssaySettings, text: str) -> bool:
     """For a predicate naming an imported policy or set: exit 66 when it is not stored; True
     when it is (such a check is answered by its probes, never by a model). False for any
     other predicate."""
-    from schemas.policy import policy_reference
     from schemas.exit_codes import EXIT_UNKNOWN
+    from schemas.policy import policy_reference
     from workers.fleet.policy_store import PolicyStore
 
     ref = policy_reference(text)
