@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -44,9 +44,21 @@ def configure_logging(settings: AssaySettings) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=False,
     )
+
+
+class _CurrentStderr:
+    """The process's stderr as it is at each write, not when logging was configured: the CLI
+    run in-process (tests, ``assay.cli.main`` from another program) swaps ``sys.stderr`` for
+    a while, and a logger holding the swapped-out file would write to it after it closed."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def scrub_secrets(logger: Any, method: str, event_dict: Any) -> Any:
