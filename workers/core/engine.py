@@ -613,7 +613,8 @@ class _Run:
         from workers.core.probes.runner import backend_of
 
         deadline = self.meter.deadline if math.isfinite(self.meter.deadline) else None
-        outcome = judge(action.probe, action.verdict, backend_of(self.registry), deadline=deadline)
+        probe = action.probe.as_probe()
+        outcome = judge(probe, action.verdict, backend_of(self.registry), deadline=deadline)
         self.log.info("probe_judged", status=outcome.status, reason=outcome.reason)
         return outcome
 
