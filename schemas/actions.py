@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from schemas.probe import ProposedProbe
+from schemas.probe import MODEL_PROBE_FIELDS, ModelProbe
 from schemas.verdict import VerdictKind
 
 # Tool names under which the non-COMMAND actions travel in tool-calling mode.
@@ -102,20 +102,21 @@ class Done(_Action):
     explanation: str = Field(min_length=1, max_length=8000)
     evidence: list[EvidenceRef] = Field(default_factory=list, max_length=50)
     findings: list[str] = Field(default_factory=list, max_length=200)
-    probe: ProposedProbe | None = Field(
+    probe: ModelProbe | None = Field(
         default=None,
         description="Optional, with a true or false check verdict: read-only lookups and a "
-        "boolean CEL expression over the objects they return that reproduces this verdict "
-        "(docs/probes.md). The engine runs it itself and keeps it only if it agrees.",
+        "boolean CEL expression over the objects they return that reproduces this verdict. "
+        "The engine runs it itself and keeps it only if it agrees.",
     )
     _probe_dropped: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="wrap")
     @classmethod
     def _drop_invalid_probe(cls, data: Any, handler: ModelWrapValidatorHandler[Done]) -> Done:
-        """A probe is optional: one that is no valid probe (too long, a wrong shape, an
-        ``origin`` a model may not set) is dropped with its reason, never the DONE it came
-        with. Asking the model again cost the verdict (issue 31): it stands on its evidence."""
+        """A probe is optional: one that is no valid probe of a model's (too long, a wrong
+        shape, a field of imported policies such as ``origin``) is dropped with its reason,
+        never the DONE it came with. Asking the model again cost the verdict (issue 31): it
+        stands on its evidence."""
         proposal = data.get("probe") if isinstance(data, dict) else None
         if proposal is None:
             return handler(data)
@@ -133,11 +134,19 @@ class Done(_Action):
 
 
 def _probe_problem(proposal: Any) -> str | None:
-    """Why ``proposal`` is no probe a model may propose; None when it is one."""
-    if isinstance(proposal, dict) and proposal.get("origin") is not None:
-        return "origin is set by `assay probe import` only, never by a model"
+    """Why ``proposal`` is no probe a model may propose (a :class:`ModelProbe`); None when it
+    is one."""
+    if isinstance(proposal, dict):
+        if proposal.get("origin") is not None:
+            return "origin is set by `assay probe import` only, never by a model"
+        imported = sorted(set(proposal) - MODEL_PROBE_FIELDS)
+        if imported:
+            return (
+                f"{', '.join(imported)}: not part of a model's probe (lookups, scope, "
+                "expression, when_true, when_false)"
+            )
     try:
-        ProposedProbe.model_validate(proposal)
+        ModelProbe.model_validate(proposal)
     except ValidationError as exc:
         problems = [
             f"{'.'.join(str(part) for part in error['loc']) or 'probe'}: {error['msg']}"

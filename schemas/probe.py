@@ -25,6 +25,11 @@ A probe may also carry what a ValidatingAdmissionPolicy has (issue 31): ``variab
 objects are judged at all), ``params`` (bound as ``params``), and, for probes that came
 from ``assay probe import`` only (``origin`` set by the importer, never by a model),
 ``empty_result: "pass"`` (admission semantics: nothing to violate).
+
+A model proposes a :class:`ModelProbe`: lookups, scope, one expression and the mapping,
+nothing of the imported policies' shape. It is all a model is shown of probes (the
+``done`` tool's schema and JSON mode's response format are generated from it) and all
+the engine accepts from one; :meth:`ModelProbe.as_probe` makes it a :class:`ProposedProbe`.
 """
 
 from __future__ import annotations
@@ -107,10 +112,11 @@ class ProbeOrigin(_Strict):
 
 
 class ProposedProbe(_Strict):
-    """What a model proposes with a true/false DONE: lookups, a CEL expression, the mapping.
+    """Every probe that is judged and stored: lookups, a CEL expression, the mapping.
 
-    An imported policy gives the same shape with ``validations`` (and perhaps variables,
-    match conditions and params) in place of the one expression, and its ``origin``.
+    A model's comes from a :class:`ModelProbe` (only those fields); an imported policy gives
+    the same shape with ``validations`` (and perhaps variables, match conditions and params)
+    in place of the one expression, and its ``origin``.
     """
 
     lookups: list[ProbeLookup] = Field(min_length=1, max_length=MAX_LOOKUPS)
@@ -158,15 +164,12 @@ class ProposedProbe(_Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> ProposedProbe:
-        if self.when_true == self.when_false:
-            raise ValueError("when_true and when_false must differ")
+        _check_mapping_and_scope(self.when_true, self.when_false, self.scope, self.lookups)
         if (self.expression is None) == (not self.validations):
             raise ValueError("give exactly one of `expression` and `validations`")
-        if self.scope == "each_object":
-            only = self.lookups[0] if len(self.lookups) == 1 else None
-            if only is None or only.tool != "get" or only.args.get("name"):
-                raise ValueError("scope each_object needs exactly one get lookup without a name")
-        elif self.validations or self.match_conditions or self.empty_result != "no_verdict":
+        if self.scope != "each_object" and (
+            self.validations or self.match_conditions or self.empty_result != "no_verdict"
+        ):
             raise ValueError(
                 "validations, match_conditions and empty_result need scope each_object"
             )
@@ -206,6 +209,68 @@ class ProposedProbe(_Strict):
         if self.expression is not None:
             return self.expression
         return " && ".join(f"({validation.expression})" for validation in self.validations)
+
+
+def _check_mapping_and_scope(
+    when_true: str, when_false: str, scope: ProbeScope, lookups: list[ProbeLookup]
+) -> None:
+    """The rules every probe keeps, a model's or an imported one (ValueError when broken)."""
+    if when_true == when_false:
+        raise ValueError("when_true and when_false must differ")
+    if scope == "each_object":
+        only = lookups[0] if len(lookups) == 1 else None
+        if only is None or only.tool != "get" or only.args.get("name"):
+            raise ValueError("scope each_object needs exactly one get lookup without a name")
+
+
+# The probe a model may propose, and all it is shown of probes. Why a shape of its own: what a
+# model is shown costs tokens on every call of every run, and the fields of imported policies
+# are no use to it (``origin`` and ``empty_result: pass`` are refused from a model;
+# ``validations``, ``match_conditions`` and ``params`` exist to carry an admission policy in).
+# The ``done`` tool's schema is generated from this model and a model's probe is validated
+# against it, so the model sees exactly what the engine accepts; anything else is dropped with
+# its reason, never the DONE (schemas/actions.py). One expression says all ``variables`` would,
+# so they are left out. The docstring and descriptions are the model's text: keep them short.
+class ModelProbe(_Strict):
+    """A re-check the engine runs itself: read-only lookups and one CEL expression over the
+    objects they return."""
+
+    lookups: list[ProbeLookup] = Field(min_length=1, max_length=MAX_LOOKUPS)
+    scope: ProbeScope = Field(
+        default="results",
+        description="results: the expression reads `results`, one entry per lookup. "
+        "each_object: it reads `object`, and must hold for every object of one get listing.",
+    )
+    expression: str = Field(
+        min_length=1,
+        max_length=MAX_EXPRESSION_CHARS,
+        description="A boolean CEL expression (Kubernetes' CEL) over the raw API objects.",
+    )
+    when_true: DecisiveVerdict = Field(
+        default="true", description="The verdict when the expression is true."
+    )
+    when_false: DecisiveVerdict = Field(
+        default="false", description="The verdict when the expression is false."
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> ModelProbe:
+        _check_mapping_and_scope(self.when_true, self.when_false, self.scope, self.lookups)
+        return self
+
+    def as_probe(self) -> ProposedProbe:
+        """The same probe in the contract every probe has (what is judged and stored)."""
+        return ProposedProbe(
+            lookups=self.lookups,
+            expression=self.expression,
+            scope=self.scope,
+            when_true=self.when_true,
+            when_false=self.when_false,
+        )
+
+
+MODEL_PROBE_FIELDS = frozenset(ModelProbe.model_fields)
+"""The probe fields a model may give; the rest of ProposedProbe's are the importer's."""
 
 
 class ObjectRef(_Strict):

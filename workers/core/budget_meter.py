@@ -7,6 +7,10 @@ the cost) so the provider's own usage figures can never add up past the budget. 
 too little is left for a useful answer the call is refused with
 :class:`BudgetExhausted`, naming which budget ran out, and the run ends as
 cannot_determine.
+
+The cheap bound needs no tokenizer but runs high; near the budget, where it would cap
+the completion short or refuse the call, the meter asks for the model's tokenizer count
+(workers/core/tokenizer_count.py) and uses the smaller of the two.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from schemas.verdict import Usage
 MIN_USEFUL_COMPLETION_TOKENS = 64
 # Upper bound on one completion; a planner step never needs more.
 MAX_COMPLETION_TOKENS = 4096
-# Room above the prompt estimate for what a chat template adds around a request (the
-# preamble it writes before the tool definitions).
+# Room above the prompt estimate for a provider's tokenizer counting a little higher than the
+# one counted with, and for what a chat template adds around a request (the preamble it writes
+# before the tool definitions).
 PROMPT_SAFETY_FACTOR = 1.10
 PROMPT_SAFETY_TOKENS = 16
 # A model call with less time than this left cannot finish; do not start it.
@@ -123,8 +128,17 @@ class BudgetMeter:
 
     # -- before a call -----------------------------------------------------------------
 
-    def allow_call(self, prompt_tokens: int) -> CallAllowance:
-        """What the next call may spend, or BudgetExhausted naming the budget that is out."""
+    def allow_call(
+        self, prompt_tokens: int, *, tighter: Callable[[], int | None] | None = None
+    ) -> CallAllowance:
+        """What the next call may spend, or BudgetExhausted naming the budget that is out.
+
+        ``prompt_tokens`` bounds the prompt from above. ``tighter`` gives another count of it
+        (the model's tokenizer's; None when it has none), asked for only when the bound would
+        cost the call something: a completion capped below ``MAX_COMPLETION_TOKENS``, or the
+        call refused for tokens or cost. The smaller of the two then decides. Far from the
+        budget it is never asked, so nothing is imported or counted there.
+        """
         max_iterations = self.budget.max_iterations
         if max_iterations is not None and self.iterations >= max_iterations:
             raise BudgetExhausted(
@@ -136,6 +150,24 @@ class BudgetMeter:
                 "deadline",
                 f"the run's time budget of {self.budget.timeout_seconds:g}s is spent",
             )
+        try:
+            allowance = self._allowance(prompt_tokens, remaining)
+        except BudgetExhausted as refused:
+            if tighter is None or refused.which not in ("tokens", "cost"):
+                raise
+            counted = tighter()
+            if counted is None or counted >= prompt_tokens:
+                raise
+            return self._allowance(counted, remaining)
+        if tighter is None or allowance.max_completion_tokens >= MAX_COMPLETION_TOKENS:
+            return allowance
+        counted = tighter()
+        if counted is None or counted >= prompt_tokens:
+            return allowance
+        return self._allowance(counted, remaining)
+
+    def _allowance(self, prompt_tokens: int, remaining: float) -> CallAllowance:
+        """The call's caps for a prompt of at most ``prompt_tokens`` (before the margin)."""
         prompt = padded_prompt(prompt_tokens)
         completion = MAX_COMPLETION_TOKENS
         if self.budget.max_tokens is not None:

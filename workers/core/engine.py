@@ -33,7 +33,7 @@ from schemas.report import STEP_OUTPUT_LIMIT, RunReport, RunState, Step, StepUsa
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
 from schemas.verdict import EXIT_CODES, Evidence, Usage, Verdict, VerdictKind
-from workers.core.budget_meter import BudgetExhausted, BudgetMeter, padded_prompt, sanitize_usage
+from workers.core.budget_meter import BudgetExhausted, BudgetMeter, sanitize_usage
 from workers.core.confirmation import (
     confirmation_messages,
     confirmation_outcome,
@@ -72,6 +72,7 @@ from workers.core.prompt_tally import PromptTally
 from workers.core.spend_guard import BUDGET_KIND as SPEND_CEILING
 from workers.core.spend_guard import Reservation, SpendGuard, SpendRefused
 from workers.core.token_ceiling import request_ceiling
+from workers.core.tokenizer_count import tokenizer_count
 from workers.core.tool_schemas import Tools
 from workers.core.toolsets.base import ToolRegistry
 from workers.core.toolsets.echo import masked
@@ -360,9 +361,9 @@ class _Run:
         response_format: dict[str, Any] | None,
     ) -> LLMReply:
         """One model call within the budget; LLMError when it failed (deadline: BudgetExhausted)."""
-        prompt_tokens = self._prompt_estimate(messages, tools, response_format)
-        self._last_prompt_estimate = padded_prompt(prompt_tokens)
-        allowance = self.meter.allow_call(prompt_tokens)
+        bound = self._prompt_estimate(messages, tools, response_format)
+        tighter = self._tokenizer_count(messages, tools, response_format)
+        allowance = self.meter.allow_call(bound, tighter=tighter)
         if self.deps.rate_limiter is not None:
             tokens = allowance.prompt_tokens_estimate + allowance.max_completion_tokens
             try:
@@ -372,7 +373,9 @@ class _Run:
                     "deadline",
                     f"the fleet's model rate limit left no time before the deadline: {exc}",
                 ) from exc
-            allowance = self.meter.allow_call(prompt_tokens)
+            allowance = self.meter.allow_call(bound, tighter=tighter)
+        # what the call was capped by: charged for a reply that reports no usage
+        self._last_prompt_estimate = allowance.prompt_tokens_estimate
         self._reserve_spend(allowance.prompt_tokens_estimate, allowance.max_completion_tokens)
         call = LLMCall(
             model=self.model,
@@ -396,7 +399,7 @@ class _Run:
         if messages is self.messages:  # the provider's count bounds the next request
             self.tally.counted(
                 messages, tools, response_format,
-                estimate=prompt_tokens, reported=reply.prompt_tokens,
+                estimate=allowance.prompt_tokens_estimate, reported=reply.prompt_tokens,
             )  # fmt: skip
         if self.meter.remaining_seconds() < 0:
             # A reply trickled in past every per-read timeout: spent, but not acted on.
@@ -414,11 +417,30 @@ class _Run:
         tools: Tools | None,
         response_format: dict[str, Any] | None,
     ) -> int:
-        """At least the prompt tokens of a request (workers/core/prompt_tally.py)."""
+        """At least the prompt tokens of a request, without a tokenizer
+        (workers/core/prompt_tally.py)."""
         if messages is self.messages:
             return self.tally.estimate(messages, tools, response_format)
         # the confirmation's fresh context: bounded whole from its size
         return request_ceiling(messages, tools, response_format)
+
+    def _tokenizer_count(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Tools | None,
+        response_format: dict[str, Any] | None,
+    ) -> Callable[[], int | None]:
+        """The request's count by the model's tokenizer, worked out when first asked for and
+        kept for the call: the meter asks only near the budget (workers/core/tokenizer_count.py)."""
+        counted: list[int | None] = []
+
+        def count() -> int | None:
+            if not counted:  # imports litellm: only a call near the budget gets here
+                counted.append(tokenizer_count(self.model, messages, tools, response_format))
+                self.log.debug("prompt_counted", tokens=counted[0])
+            return counted[0]
+
+        return count
 
     def _charge(self, reply: LLMReply) -> StepUsage:
         """Charge a reply to the budget. Usage the provider reported is data too: a negative,
@@ -613,7 +635,8 @@ class _Run:
         from workers.core.probes.runner import backend_of
 
         deadline = self.meter.deadline if math.isfinite(self.meter.deadline) else None
-        outcome = judge(action.probe, action.verdict, backend_of(self.registry), deadline=deadline)
+        probe = action.probe.as_probe()
+        outcome = judge(probe, action.verdict, backend_of(self.registry), deadline=deadline)
         self.log.info("probe_judged", status=outcome.status, reason=outcome.reason)
         return outcome
 

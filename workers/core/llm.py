@@ -20,7 +20,9 @@ it never downloads its price list, and only when a call or a question needs it: 
 direct path to OpenAI-compatible endpoints (workers/core/openai_compat.py) needs none,
 and a model litellm's catalogue holds nothing on (workers/core/model_names.py) has no
 price and calls tools without asking it. Prompt tokens are bounded before a call from
-the provider's own counts (workers/core/prompt_tally.py), not by a tokenizer.
+the provider's own counts and the messages' sizes (workers/core/prompt_tally.py); only a
+call near the run's token budget is counted with the model's tokenizer
+(workers/core/tokenizer_count.py), which imports litellm then.
 """
 
 from __future__ import annotations

@@ -15,8 +15,11 @@ response format; anything else (a resumed run's fresh list, a replaced message) 
 bounded from its size again. A reported count that is missing, zero, negative, not a
 whole number or absurd is not used (the budget meter charges such replies its own
 estimate, workers/core/budget_meter.py). A provider that counts a request higher than
-this estimate is logged (``prompt_estimate_exceeded``); the budget meter still refuses
-to act on a reply that took the run past its budget.
+the estimate the call was capped by is logged (``prompt_estimate_exceeded``); the budget
+meter still refuses to act on a reply that took the run past its budget.
+
+Near the budget, where this bound would cost a call its completion, the meter takes the
+model's tokenizer count instead when it is smaller (workers/core/tokenizer_count.py).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ class PromptTally:
         reported: object,
     ) -> None:
         """The provider's count of the request just sent (``messages`` as they were then), and
-        what :meth:`estimate` said of it."""
+        the estimate the call was capped by."""
         if (
             isinstance(reported, bool)
             or not isinstance(reported, int)
@@ -95,7 +98,7 @@ class PromptTally:
                 "prompt_estimate_exceeded",
                 reported=reported,
                 estimate=estimate,
-                consequence="the provider counts more than the size bound allows; a reply "
+                consequence="the provider counts more than the call was capped by; a reply "
                 "past the token budget is still not acted on",
             )
         self._bound_through(messages)

@@ -13,7 +13,9 @@ than its UTF-8 bytes. Here every string of a message counts (keys too): ASCII by
 length, anything else at four per character, plus :data:`PIECE_MARKERS` each, plus
 :data:`MESSAGE_OVERHEAD` per message for the chat template's framing. Real text takes
 three to four times fewer tokens than this; the estimate is generous on purpose, and
-only what the provider has not counted yet is estimated this way.
+only what the provider has not counted yet is estimated this way. Where it would cost a
+call its completion (near the token budget), the budget meter takes the model's
+tokenizer count instead when it is smaller (workers/core/tokenizer_count.py).
 """
 
 from __future__ import annotations
