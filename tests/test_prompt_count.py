@@ -189,3 +189,25 @@ def test_a_run_out_of_steps_is_refused_without_counting() -> None:
     with pytest.raises(BudgetExhausted) as refused:
         spent.allow_call(6_000, tighter=count)
     assert refused.value.which == "iterations" and count.asked == 0
+
+
+def test_counting_a_prompt_never_reaches_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """litellm fetches a Hugging Face tokenizer for some names (llama, ...) unless told not
+    to: near the budget, a run on an offline host would wait on that, and tests must never
+    reach the internet. tiktoken's bundled encoding counts such names instead."""
+    import socket
+
+    from workers.core.tokenizer_count import tokenizer_count
+
+    attempts: list[object] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        attempts.append(args)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    messages = [{"role": "user", "content": "every Deployment has 2 ready replicas " * 20}]
+    counted = tokenizer_count("hosted_vllm/meta-llama/llama-3-8b-instruct", messages, None, None)
+    assert attempts == []
+    assert counted is not None and counted > 100

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 _loaded: Any = None
+_lock = threading.Lock()  # a worker's threads may all ask for it at once: one imports it
 
 
 def loaded_litellm() -> Any:
@@ -31,12 +33,22 @@ def load_litellm() -> Any:
     global _loaded
     if _loaded is not None:
         return _loaded
+    with _lock:
+        if _loaded is None:
+            _loaded = _import()
+    return _loaded
+
+
+def _import() -> Any:
     # Without this litellm downloads its price list at import (slow failure offline).
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     import litellm  # lazy on purpose: see the module docstring
 
     litellm.suppress_debug_info = True
     litellm.num_retries = 0
+    # Counting a prompt near the budget (workers/core/tokenizer_count.py) must not fetch a
+    # Hugging Face tokenizer over the network (llama, some Cohere and Anthropic names):
+    # tiktoken's bundled encoding counts them, and the count's margin covers the difference.
+    litellm.disable_hf_tokenizer_download = True
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
-    _loaded = litellm
     return litellm
