@@ -79,6 +79,12 @@ TRUE = [
     ("quantity misc", "quantity('-1').sign() == -1 && quantity('50.703k').asApproximateFloat() "
                       "== 50703.0 && quantity('1').compareTo(quantity('2')) == -1"),
     ("isQuantity", "isQuantity('500m') && !isQuantity('five')"),
+    # the API server caps a quantity at the largest int64 and rounds one below 1n up to 1n
+    ("quantity capped", "quantity('1e30') == quantity('9223372036854775807') && "
+                        "quantity('-8Ei') == quantity('-9223372036854775807')"),
+    ("quantity rounded up", "quantity('1e-12') == quantity('1n') && "
+                            "quantity('-0.5n') == quantity('-1n') && quantity('0e-99') == "
+                            "quantity('0')"),
     # semver
     ("semver compare", "semver('1.2.3').isLessThan(semver('1.10.0')) && "
                        "semver('1.0.0-rc.1').isLessThan(semver('1.0.0'))"),
@@ -112,6 +118,19 @@ def test_documented_behaviour(name: str, expression: str) -> None:
 def test_documented_errors_raise(name: str, expression: str) -> None:
     with pytest.raises(CelError):
         evaluate_bool(expression, {"object": POD})
+
+
+@pytest.mark.timeout(20)
+def test_a_hostile_quantity_costs_no_more_than_its_text() -> None:
+    """A cluster's text such as ``1e999999999`` once made the library compute 10**999999999
+    (hours, gigabytes, uninterruptible); the API server caps it, and so does the library."""
+    huge = {"q": "1e999999999", "neg": "-1e999999999", "tiny": "1e-999999999"}
+    expression = (
+        "isQuantity(object.q) && quantity(object.q) == quantity('9223372036854775807') && "
+        "quantity(object.neg).sign() == -1 && quantity(object.tiny) == quantity('1n') && "
+        "!isQuantity('1e99999999999999999999')"
+    )
+    assert evaluate_bool(expression, {"object": huge}) is True
 
 
 def test_variables_are_lazy_and_read_earlier_ones() -> None:

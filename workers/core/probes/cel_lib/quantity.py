@@ -6,11 +6,15 @@ int64), ``asApproximateFloat()``, ``sign()``, ``add(q or int)``, ``sub(q or int)
 
 The grammar is the API server's: a signed decimal number then a binary suffix (Ki Mi Gi Ti
 Pi Ei), a decimal suffix (n u m k M G T P E) or a decimal exponent (``1e3``, ``1E-3``).
-Values are exact fractions.
+Values are exact fractions, bounded as the API server bounds a parsed quantity: a magnitude
+past the largest int64 is capped there, and a non-zero one below 1n is rounded up to 1n
+(away from zero). So the text a cluster holds (``1e999999999``) costs no more to parse than
+its length: the exponent is never raised to before it is known to matter.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 from typing import Any
@@ -19,6 +23,9 @@ from workers.core.probes.cel_lib.base import CelLibraryError, Overload, opaque, 
 
 KIND = "quantity"
 INT64_MAX = 2**63 - 1
+NANO = Fraction(1, 10**9)
+_EXPONENT_DIGITS = 18  # the API server reads an exponent as an int64: more digits do not parse
+_VALUE = re.compile(r"^(-?[0-9]+)/([0-9]+)$")
 _GRAMMAR = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
@@ -29,11 +36,34 @@ def parse(text: str) -> Fraction:
     if not match:
         raise CelLibraryError(f"not a quantity (a number and a suffix, as 500m or 1Gi): {text!r}")
     number, suffix = Fraction(match.group(1)), match.group(2) or ""
+    if number == 0:
+        return Fraction(0)
     if suffix in _BINARY:
-        return number * 1024 ** _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return number * Fraction(10) ** _DECIMAL[suffix]
-    return number * Fraction(10) ** int(suffix[1:])
+        magnitude = abs(number) * 1024 ** _BINARY[suffix]
+    else:
+        exponent = _DECIMAL[suffix] if suffix in _DECIMAL else _exponent(text, suffix[1:])
+        magnitude = _scaled(abs(number), exponent)
+    magnitude = min(Fraction(math.ceil(magnitude / NANO)) * NANO, Fraction(INT64_MAX))
+    return magnitude if number > 0 else -magnitude
+
+
+def _exponent(text: str, digits: str) -> int:
+    sign = -1 if digits.startswith("-") else 1
+    digits = digits.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > _EXPONENT_DIGITS:
+        raise CelLibraryError(f"not a quantity (its exponent is out of range): {text!r}")
+    return sign * int(digits)
+
+
+def _scaled(magnitude: Fraction, exponent: int) -> Fraction:
+    """``magnitude * 10**exponent``, computed only when it lies between 1n and the cap: the
+    numerator and denominator have fewer digits than the text, so an exponent far past them
+    settles the result (the cap, or 1n) without raising 10 to it."""
+    if exponent - len(str(magnitude.denominator)) > 19:
+        return Fraction(INT64_MAX)  # at least 10**19: capped
+    if exponent + len(str(magnitude.numerator)) < -9:
+        return NANO  # below 1n: rounded up to it
+    return magnitude * Fraction(10) ** exponent
 
 
 def _value(number: Fraction) -> dict[str, Any]:
@@ -41,7 +71,13 @@ def _value(number: Fraction) -> dict[str, Any]:
 
 
 def _number(value: Any) -> Fraction:
-    return Fraction(str(unwrap(value, KIND)["value"]))
+    """A quantity's value, from the ``n/d`` text it travels as (never ``Fraction``'s own
+    parsing of any text: a map in an object that merely looks like a quantity could hold
+    ``1e999999999``)."""
+    match = _VALUE.match(str(unwrap(value, KIND)["value"]))
+    if not match:
+        raise CelLibraryError("no such overload: not a quantity")
+    return Fraction(int(match.group(1)), int(match.group(2)) or 1)
 
 
 def to_quantity(text: str) -> dict[str, Any]:
