@@ -157,6 +157,56 @@ def test_concatenating_a_large_string_costs_its_length() -> None:
             program(big)
 
 
+# Kubernetes' libraries are Python functions the runtime calls: each call is costed over its
+# actual arguments as it is made (the static shape check cannot see a function's work).
+_WIDE = [f"a{i}" for i in range(8000)]
+LIBRARY_HOSTILE = {
+    # every pair compared: 6.4e7 comparisons, ~15 s of held GIL per call
+    "sets.intersects of two long lists": (
+        "!sets.intersects(object.a, object.b)",
+        {"a": _WIDE, "b": [f"b{i}" for i in range(8000)]},
+    ),
+    # a 4,000-character string with each 'a' replaced by itself: 16 million characters
+    "replace growing a string by its square": (
+        "object.s.replace('a', object.s).size() > 0",
+        {"s": "a" * 4000},
+    ),
+    "format of a list into a long string": (
+        "'%s%s%s%s%s%s%s%s'.format([object.s, object.s, object.s, object.s, object.s, "
+        "object.s, object.s, object.s]).size() > 0",
+        {"s": "x" * 1_500_000},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("expression", "data"), list(LIBRARY_HOSTILE.values()), ids=list(LIBRARY_HOSTILE)
+)
+def test_library_calls_over_hostile_input_are_refused(expression: str, data: Any) -> None:
+    with pytest.raises(CelError, match="too costly"):
+        BoolProgram(expression)({"object": data})
+
+
+def test_a_costly_library_call_cannot_hide_behind_an_or() -> None:
+    """CEL's ``||`` absorbs an error where the other side is true: a call refused for its cost
+    still leaves the evaluation with no value (as the API server's cost limit aborts it)."""
+    data = {"object": {"s": "a" * 4000}}
+    with pytest.raises(CelError, match="too costly"):
+        BoolProgram("object.s.replace('a', object.s) == '' || true")(data)
+    assert BoolProgram("object.s.replace('a', 'bb').size() == 8000 || true")(data) is True
+
+
+def test_library_calls_add_up_over_a_probe_run() -> None:
+    """Each call's cost is charged to the run's steps, as the comprehensions' are."""
+    data = {"object": {"a": list(range(500)), "b": list(range(500, 1000))}}
+    program = BoolProgram("!sets.intersects(object.a, object.b)", max_steps=50_000)
+    for _ in range(4):  # 250,000 comparisons each: 10,000 steps
+        assert program(data) is True
+    assert program.steps >= 40_000
+    with pytest.raises(CelError, match="too costly"):
+        program(data)
+
+
 def test_a_too_costly_probe_falls_back_to_the_model(redis_url: str, large: Path) -> None:
     """Stored probe over the bound: auto asks the model (which decides), only ends
     cannot_determine, the reason is on the run's report."""

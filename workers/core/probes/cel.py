@@ -33,6 +33,7 @@ from cel_expr_python import cel as runtime
 from cel_expr_python.ext import ext_bindings, ext_optional
 
 from workers.core.probes.cel_lib import NoSuchOverload, Overload, all_overloads
+from workers.core.probes.cel_lib.base import charge, metered
 from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, analyse
 
 KUBERNETES_VERSIONS = ("1.33", "1.34")
@@ -78,6 +79,18 @@ def _type(kind: str) -> Any:
     }[kind]  # fmt: skip
 
 
+def _costed(overload: Overload) -> Callable[..., Any]:
+    """``overload``'s implementation, charging its cost over the actual arguments first (to
+    the meter :meth:`Expression.evaluate` binds): a call over the bound never runs."""
+    impl, cost, what = overload.impl, overload.cost, f"{overload.function}()"
+
+    def call(*args: Any) -> Any:
+        charge(cost(*args), what)
+        return impl(*args)
+
+    return call
+
+
 def _dispatcher(impls: list[Callable[..., Any]]) -> Callable[..., Any]:
     """One implementation for overloads two libraries share (``isGreaterThan`` of quantities
     and of semvers): the first whose opaque kind the argument has."""
@@ -114,7 +127,7 @@ def _declarations(overloads: Sequence[Overload]) -> list[Any]:
                 suffix = "_".join(params) if len(expanded) > 1 else ""
                 entry = (f"{overload.id}_{suffix}".rstrip("_"), [], overload.result)
                 grouped[overload.function][key] = entry
-            entry[1].append(overload.impl)
+            entry[1].append(_costed(overload))
     declarations = []
     for function, entries in grouped.items():
         runtime_overloads = [
@@ -239,8 +252,27 @@ class Expression:
         except CelCostError as exc:
             raise CelError(f"the expression is too costly to run: {exc}") from None
 
-    def evaluate(self, data: Mapping[str, Any]) -> Any:
-        """The value; CelError for an error value or a runtime refusal."""
+    def evaluate(self, data: Mapping[str, Any], meter: StepMeter | None = None) -> Any:
+        """The value; CelError for an error value or a runtime refusal.
+
+        The Kubernetes library calls the evaluation makes are charged to ``meter`` (a fresh
+        one of :data:`MAX_STEPS` when None). A call refused for its cost refuses the whole
+        evaluation, whatever value it came to: CEL's ``||`` absorbs an error when its other
+        side is true, and the API server's cost limit would have stopped it anyway."""
+        meter = meter or StepMeter()
+        with metered(max(meter.max_steps - meter.steps, 0)) as calls:
+            try:
+                value = self._evaluate(data)
+            except CelError:
+                if calls.refused is None:
+                    raise
+            finally:
+                meter.steps += calls.spent
+        if calls.refused is not None:
+            raise CelError(f"the expression is too costly to run: {calls.refused}")
+        return value
+
+    def _evaluate(self, data: Mapping[str, Any]) -> Any:
         try:
             result = self._program.eval(data=dict(data))
         except Exception as exc:
@@ -360,7 +392,7 @@ class BoolProgram:
     def value(self, variables: Mapping[str, Any]) -> Any:
         """The expression's value; CelError on any failure, or when it would cost too much."""
         self.meter.charge(self.compiled, variables)
-        return self.compiled.evaluate(variables)
+        return self.compiled.evaluate(variables, self.meter)
 
     def __call__(self, variables: Mapping[str, Any]) -> bool:
         """The expression's boolean value; CelError for anything that is not exactly a bool."""

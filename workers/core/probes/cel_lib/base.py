@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from workers.core.probes.cost import STRING_CHARS_PER_STEP
 
 KIND_KEY = "@kubernetes"
 # Kinds a parameter or result may have. "dyn" as a parameter is expanded by the adapter into
@@ -19,15 +23,55 @@ class CelLibraryError(ValueError):
     """An evaluation error of a library function (a bad argument, an index out of range)."""
 
 
+class TooCostly(CelLibraryError):
+    """A call would take more than the evaluation's steps, or build a result past
+    :data:`MAX_RESULT_CHARS`: the evaluation is refused whatever its value (cel.py)."""
+
+
 class NoSuchOverload(CelLibraryError):
     """The argument is not of this overload's opaque kind: when two libraries share a
     function and signature (``isGreaterThan`` on quantities and semvers), the next one is
     tried."""
 
 
+# What a call costs, in the steps of workers/core/probes/cost.py (about 5 us each). The
+# runtime calls these functions while it holds the GIL and cannot be interrupted, and the
+# static cost check cannot see their work: each call is costed over its actual arguments
+# before it runs (and a loop over its input charges as it goes), against the same steps as
+# the expression's comprehensions (cel.py binds the meter around each evaluation).
+LOOPED_CHARS_PER_STEP = 128  # characters a Python loop handles in a step (lowerAscii, split)
+ELEMENTS_PER_STEP = 25  # list elements a Python loop compares in a step (~0.2 us each)
+MAX_RESULT_CHARS = 10_000_000  # the longest string (or total of a list's) a call may build
+
+
+def _sizes(args: tuple[Any, ...]) -> tuple[int, int]:
+    """Characters of the string arguments and elements of the list and map arguments."""
+    chars = sum(len(a) for a in args if isinstance(a, str | bytes))
+    items = sum(len(a) for a in args if isinstance(a, list | dict))
+    return chars, items
+
+
+def reads(*args: Any) -> int:
+    """A call that reads each argument once, at C speed (``indexOf``, ``trim``, parsing)."""
+    chars, items = _sizes(args)
+    return 1 + chars // STRING_CHARS_PER_STEP + items // ELEMENTS_PER_STEP
+
+
+def loops(*args: Any) -> int:
+    """A call that loops over each character (or element) in Python (``lowerAscii``)."""
+    chars, items = _sizes(args)
+    return 1 + chars // LOOPED_CHARS_PER_STEP + items // ELEMENTS_PER_STEP
+
+
+def pairs(first: Any, second: Any, *rest: Any) -> int:
+    """A call that compares every element of one list with every element of another."""
+    return 1 + len(first) * len(second) // ELEMENTS_PER_STEP
+
+
 @dataclass(frozen=True)
 class Overload:
-    """One overload of a library function: ``receiver.function(args)`` when ``member``."""
+    """One overload of a library function: ``receiver.function(args)`` when ``member``.
+    ``cost``: its steps for these arguments (:func:`reads` unless said)."""
 
     function: str
     id: str
@@ -35,6 +79,59 @@ class Overload:
     result: str
     impl: Callable[..., Any]
     member: bool = False
+    cost: Callable[..., int] = reads
+
+
+class CallMeter:
+    """The steps library calls may take in one evaluation, and why one was refused."""
+
+    def __init__(self, allowed: int) -> None:
+        self.allowed = allowed
+        self.spent = 0
+        self.refused: str | None = None
+
+    def charge(self, steps: int, what: str) -> None:
+        self.spent += steps
+        if self.spent > self.allowed:
+            self.refuse(f"{what} would take more than the {self.allowed:,} steps left")
+
+    def refuse(self, why: str) -> None:
+        if self.refused is None:
+            self.refused = why
+        raise TooCostly(f"too costly: {why}")
+
+
+_current = threading.local()
+
+
+def charge(steps: int, what: str) -> None:
+    """Charge ``steps`` to the evaluation under way (none outside one: a direct call)."""
+    meter: CallMeter | None = getattr(_current, "meter", None)
+    if meter is not None:
+        meter.charge(steps, what)
+
+
+def check_result(chars: int, what: str) -> None:
+    """Refuse a call whose result would hold more than :data:`MAX_RESULT_CHARS`."""
+    if chars > MAX_RESULT_CHARS:
+        why = f"{what} would build {chars:,} characters (at most {MAX_RESULT_CHARS:,})"
+        meter: CallMeter | None = getattr(_current, "meter", None)
+        if meter is None:
+            raise TooCostly(f"too costly: {why}")
+        meter.refuse(why)
+
+
+@contextmanager
+def metered(allowed: int) -> Iterator[CallMeter]:
+    """Library calls made in this thread within the block charge a new meter of ``allowed``
+    steps (the runtime calls them back on the thread that evaluates)."""
+    previous = getattr(_current, "meter", None)
+    meter = CallMeter(allowed)
+    _current.meter = meter
+    try:
+        yield meter
+    finally:
+        _current.meter = previous
 
 
 def opaque(kind: str, **fields: Any) -> dict[str, Any]:

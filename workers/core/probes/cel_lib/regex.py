@@ -9,7 +9,9 @@ from typing import Any
 
 import re2
 
-from workers.core.probes.cel_lib.base import CelLibraryError, Overload
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload, charge
+
+MATCH_STEPS = 3
 
 
 @lru_cache(maxsize=256)
@@ -30,6 +32,7 @@ def find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
         return []
     out: list[str] = []
     for match in _compiled(pattern).finditer(text):
+        charge(MATCH_STEPS, "findAll()")  # ~15 us a match: a string of 'a's matches per character
         out.append(str(match.group(0)))
         if 0 < limit <= len(out):
             break

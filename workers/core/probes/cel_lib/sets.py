@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.core.probes.cel_lib.base import Overload
+from workers.core.probes.cel_lib.base import Overload, pairs
 
 
 def _member(value: Any, items: list[Any]) -> bool:
@@ -31,9 +31,10 @@ def intersects(a: list[Any], b: list[Any]) -> bool:
 
 
 OVERLOADS = [
-    Overload("sets.contains", "list_sets_contains_list", ("list", "list"), "bool", contains),
+    Overload("sets.contains", "list_sets_contains_list", ("list", "list"), "bool", contains,
+             cost=pairs),
     Overload("sets.equivalent", "list_sets_equivalent_list", ("list", "list"), "bool",
-             equivalent),
+             equivalent, cost=lambda a, b: 2 * pairs(a, b)),
     Overload("sets.intersects", "list_sets_intersects_list", ("list", "list"), "bool",
-             intersects),
+             intersects, cost=pairs),
 ]  # fmt: skip

@@ -9,15 +9,27 @@ in Kubernetes' environment).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
-from workers.core.probes.cel_lib.base import CelLibraryError, Overload
+from workers.core.probes.cel_lib.base import (
+    LOOPED_CHARS_PER_STEP,
+    CelLibraryError,
+    Overload,
+    check_result,
+    loops,
+    reads,
+)
+from workers.core.probes.cost import STRING_CHARS_PER_STEP
 
 # Unicode White_Space, which Go's strings.TrimSpace (cel-go's trim) removes.
 _SPACE = (
     "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
     "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
+
+
+_PRECISION = re.compile(r"%\.([0-9]+)")
 
 
 def _check_index(text: str, index: int, what: str = "index") -> None:
@@ -54,6 +66,21 @@ def replace(text: str, old: str, new: str, limit: int = -1) -> str:
     return text.replace(old, new, limit if limit >= 0 else -1)
 
 
+def _replaced_chars(text: str, old: str, new: str, limit: int = -1) -> int:
+    """How long ``replace`` makes the string (counting is cheap; building may not be)."""
+    count = text.count(old)
+    if limit >= 0:
+        count = min(count, limit)
+    return len(text) + count * (len(new) - len(old))
+
+
+def replace_cost(text: str, old: str, new: str, limit: int = -1) -> int:
+    """Reading the string, and building the result (refused past its bound)."""
+    chars = _replaced_chars(text, old, new, limit)
+    check_result(chars, "replace()")
+    return reads(text, old) + chars // STRING_CHARS_PER_STEP
+
+
 def split(text: str, separator: str, limit: int = -1) -> list[str]:
     if limit == 0:
         return []
@@ -82,6 +109,14 @@ def join(items: list[Any], separator: str = "") -> str:
     if not all(isinstance(item, str) for item in items):
         raise CelLibraryError("join: the list must hold strings only")
     return separator.join(items)
+
+
+def join_cost(items: list[Any], separator: str = "") -> int:
+    """A pass over the items, and the result they make (refused past its bound)."""
+    chars = sum(len(item) for item in items if isinstance(item, str))
+    chars += len(separator) * max(len(items) - 1, 0)
+    check_result(chars, "join()")
+    return loops(items) + chars // STRING_CHARS_PER_STEP
 
 
 def quote(text: str) -> str:
@@ -115,6 +150,34 @@ def _number(value: Any, verb: str) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise CelLibraryError(f"format: %{verb} needs a number, got {type(value).__name__}")
     return value
+
+
+def _shown_chars(value: Any) -> int:
+    """An upper bound on the characters ``%s`` (or any verb) prints ``value`` as."""
+    total, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str | bytes):
+            total += len(item) * (2 if isinstance(item, bytes) else 1) + 2
+        elif isinstance(item, dict):
+            total += 2 + 4 * len(item)
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            total += 2 + 2 * len(item)
+            todo.extend(item)
+        else:
+            total += 32  # a number, a bool, null, a timestamp, a duration
+    return total
+
+
+def format_cost(template: str, args: list[Any]) -> int:
+    """The template's loop, and the result: the template, each argument as printed and each
+    precision asked for (``%.1000000000f`` is a gigabyte); refused past the bound."""
+    precisions = sum(int(p) for p in _PRECISION.findall(template))
+    chars = len(template) + _shown_chars(args) + precisions
+    check_result(chars, "format()")
+    return loops(template, args) + chars // LOOPED_CHARS_PER_STEP
 
 
 def format_string(template: str, args: list[Any]) -> str:
@@ -184,21 +247,25 @@ OVERLOADS = [
              last_index_of, True),
     Overload("lastIndexOf", "string_last_index_of_string_int", ("string", "string", "int"),
              "int", last_index_of, True),
-    Overload("lowerAscii", "string_lower_ascii", ("string",), "string", lower_ascii, True),
-    Overload("upperAscii", "string_upper_ascii", ("string",), "string", upper_ascii, True),
+    Overload("lowerAscii", "string_lower_ascii", ("string",), "string", lower_ascii, True,
+             loops),
+    Overload("upperAscii", "string_upper_ascii", ("string",), "string", upper_ascii, True,
+             loops),
     Overload("replace", "string_replace_string_string", ("string", "string", "string"),
-             "string", replace, True),
+             "string", replace, True, replace_cost),
     Overload("replace", "string_replace_string_string_int",
-             ("string", "string", "string", "int"), "string", replace, True),
-    Overload("split", "string_split_string", ("string", "string"), "list", split, True),
+             ("string", "string", "string", "int"), "string", replace, True, replace_cost),
+    Overload("split", "string_split_string", ("string", "string"), "list", split, True,
+             loops),
     Overload("split", "string_split_string_int", ("string", "string", "int"), "list", split,
-             True),
+             True, loops),
     Overload("substring", "string_substring_int", ("string", "int"), "string", substring, True),
     Overload("substring", "string_substring_int_int", ("string", "int", "int"), "string",
              substring, True),
     Overload("trim", "string_trim", ("string",), "string", trim, True),
-    Overload("join", "list_join", ("list",), "string", join, True),
-    Overload("join", "list_join_string", ("list", "string"), "string", join, True),
-    Overload("format", "string_format_list", ("string", "list"), "string", format_string, True),
-    Overload("strings.quote", "strings_quote", ("string",), "string", quote),
+    Overload("join", "list_join", ("list",), "string", join, True, join_cost),
+    Overload("join", "list_join_string", ("list", "string"), "string", join, True, join_cost),
+    Overload("format", "string_format_list", ("string", "list"), "string", format_string, True,
+             format_cost),
+    Overload("strings.quote", "strings_quote", ("string",), "string", quote, False, loops),
 ]  # fmt: skip
