@@ -443,6 +443,25 @@ def test_a_bad_file_is_refused_whole_with_file_line_and_field(
     assert snapshot_of_store(cli_env) == before  # not even the good documents
 
 
+def test_aliases_that_expand_without_bound_are_refused_whole(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    """A YAML alias bomb (10 KB that stands for 2,000,000 values) is a problem in its file,
+    found before anything walks the expansion, and nothing is applied."""
+    bomb = INTERVAL.replace(
+        "metadata:\n",
+        "metadata:\n  annotations:\n"
+        f"    a: &a [{', '.join(['x'] * 1000)}]\n"
+        f"    b: [{', '.join(['*a'] * 2000)}]\n",
+    )
+    folder = write(tmp_path / "f", **{"a.yaml": GOOD, "b.yaml": bomb})
+    before = snapshot_of_store(cli_env)
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 64, (out, err)
+    assert f"{folder / 'b.yaml'}:1: not valid YAML (its aliases expand past 1,000,000 values" in err
+    assert snapshot_of_store(cli_env) == before
+
+
 def test_every_problem_of_every_file_is_listed(
     capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
 ) -> None:
