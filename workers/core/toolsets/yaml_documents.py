@@ -194,6 +194,8 @@ def load_checked(text: str, loader: Any = None) -> Iterator[Any]:
     try:
         while reader.check_node():
             node = reader.get_node()
+            if node is None:
+                continue
             check_expansion(node)
             yield reader.construct_document(node)
     finally:
