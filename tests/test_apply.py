@@ -279,6 +279,28 @@ def test_prune_deletes_only_what_this_source_created(
     assert {s.name for s in schedules(cli_env).all()} == {"quarter-hourly", "by-hand"}
 
 
+def test_prune_refuses_an_empty_standard_input(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kustomize build | assay apply -f - --prune` where the command before the pipe failed:
+    nothing came in, which is no declaration that every object of the source should go."""
+    ours = write(tmp_path / "ours", **{"a.yaml": SCHEDULE + "---\n" + CHECK})
+    assert run(capsys, "apply", "-f", str(ours), "--source", "ours")[0] == 0
+    before = snapshot_of_store(cli_env)
+    for empty in ("", "\n  \n"):
+        monkeypatch.setattr("sys.stdin", _Stdin(empty))
+        code, out, err = run(capsys, "apply", "-f", "-", "--source", "ours", "--prune")
+        assert code == 64, (out, err)
+        assert "standard input is empty" in err and "nothing applied" in err
+        assert snapshot_of_store(cli_env) == before
+    monkeypatch.setattr("sys.stdin", _Stdin("# everything moved elsewhere\n"))
+    code, out, _ = run(capsys, "apply", "-f", "-", "--source", "ours", "--prune", "--dry-run")
+    assert code == 0 and "check/prod-replicas pruned (dry run)" in out  # said, not silent
+
+
 def test_a_hand_made_schedule_is_changed_by_apply_but_never_pruned(
     capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
 ) -> None:
@@ -651,6 +673,13 @@ def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> 
             "/v1/apply", json={"source": "api", "documents": documents}, headers=headers
         ).json()
         assert again["changed"] is False and again["summary"] == "no changes: 1 object unchanged"
+
+        empty = api.post(
+            "/v1/apply", json={"source": "api", "yaml": " \n", "prune": True}, headers=headers
+        )
+        assert empty.status_code == 422 and "is empty" in empty.json()["error"]["message"]
+        documents = api.get("/v1/documents/schedules", headers=headers).json()["documents"]
+        assert [d["metadata"]["name"] for d in documents] == ["nightly-replicas"]
 
         kubeconfig = INTERVAL.replace("{contexts: [prod-eu]}", "{contexts: [a], kubeconfig: /x}")
         refused = api.post("/v1/apply", json={"source": "api", "yaml": kubeconfig}, headers=headers)
