@@ -307,6 +307,32 @@ def test_a_set_shares_its_listings_on_a_live_cluster(live: tuple[FakeApiServer, 
     assert json.dumps(sorted(collections)).count("/namespaces/") == 0  # each cluster-wide, once
 
 
+@pytest.mark.parametrize(
+    "answer",
+    ["status", "no-items", "items-not-a-list"],
+)
+def test_a_listing_answered_with_no_list_is_never_an_empty_pass(
+    live: tuple[FakeApiServer, Path], answer: str
+) -> None:
+    """An API server (an aggregated API, a proxy in front) that answers a list with 200 and a
+    Status, or an object without its items, has listed nothing: under admission semantics an
+    empty listing passes, so it must be a failed lookup, not an empty one."""
+    server, kubeconfig = live
+    lists = r"/(pods|deployments|daemonsets|statefulsets|replicasets|jobs|cronjobs)$"
+    if answer == "status":
+        server.add_fault(lists, 200, message="a proxy's error page, as a 200")
+    else:
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}}
+        if answer == "items-not-a-list":
+            body["items"] = {"a": 1}
+        server.add_fault(lists, 200, body=body)
+    settings = load_settings(kubeconfig=str(kubeconfig), kube_qps=1000)
+    backend = LiveBackend.from_target(ContextTarget(context="dev-ap"), settings)
+    results, _ = run_policies(list(_example_policies().values()), backend)
+    assert {r.verdict for r in results} == {VerdictKind.CANNOT_DETERMINE}, results
+    assert all("no list of objects" in (r.reason or "") for r in results)
+
+
 def test_a_policy_never_sees_a_secret_value_copied_into_another_object(tmp_path: Path) -> None:
     """Listings are scrubbed once per tick (lookups.py), as the probe runner scrubs a
     lookup: a Secret's value copied into a ConfigMap never reaches a message."""
