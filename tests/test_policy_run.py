@@ -333,6 +333,46 @@ def test_a_listing_answered_with_no_list_is_never_an_empty_pass(
     assert all("no list of objects" in (r.reason or "") for r in results)
 
 
+def test_a_kind_in_an_api_group_whose_discovery_failed_is_not_read_as_absent(
+    live: tuple[FakeApiServer, Path],
+) -> None:
+    """cert-manager's API answers 503 to discovery (its webhook or an aggregated API down):
+    its Certificates are unknown, not absent, and the policy judging them gives no verdict
+    (it was false on the Certificates, and would have read true on the Pods alone)."""
+    server, kubeconfig = live
+    policy = """
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: no-dns-names}
+spec:
+  autogen: {podControllers: {controllers: []}}
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+      - apiGroups: [cert-manager.io]
+        apiVersions: [v1]
+        operations: [CREATE]
+        resources: [certificates]
+  validations: [{expression: "!has(object.spec.dnsNames)"}]
+"""
+    settings = load_settings(
+        kubeconfig=str(kubeconfig),
+        kube_qps=1000,
+        discovery_ttl_seconds=0,
+        kube_retry_deadline_seconds=0.5,
+    )
+    (result,), _ = run_policies(
+        _policies(policy), LiveBackend.from_target(ContextTarget(context="prod-eu"), settings)
+    )
+    assert result.verdict == VerdictKind.FALSE  # the Certificates name DNS names
+    server.add_fault(r"^/apis/cert-manager\.io/v1$", 503)
+    (result,), _ = run_policies(
+        _policies(policy), LiveBackend.from_target(ContextTarget(context="prod-eu"), settings)
+    )
+    assert result.verdict == VerdictKind.CANNOT_DETERMINE, result
+    assert "cert-manager.io" in (result.reason or "") and "discovery" in (result.reason or "")
+
+
 def test_a_policy_never_sees_a_secret_value_copied_into_another_object(tmp_path: Path) -> None:
     """Listings are scrubbed once per tick (lookups.py), as the probe runner scrubs a
     lookup: a Secret's value copied into a ConfigMap never reaches a message."""

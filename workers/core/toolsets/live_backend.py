@@ -200,6 +200,12 @@ class LiveBackend:
     def api_resources(self) -> list[ResourceInfo]:
         return list(live_discovery.discover(self._transport, self._settings.discovery_ttl_seconds))
 
+    def unavailable_groups(self) -> tuple[str, ...]:
+        """API groups the target lists whose discovery failed (see live_discovery)."""
+        return live_discovery.unavailable_groups(
+            self._transport, self._settings.discovery_ttl_seconds
+        )
+
     def resolve(self, kind: str) -> ResourceInfo:
         """Resolve through cached discovery; on a miss, look again if the cache is not fresh.
 
