@@ -301,6 +301,26 @@ def test_prune_refuses_an_empty_standard_input(
     assert code == 0 and "check/prod-replicas pruned (dry run)" in out  # said, not silent
 
 
+def test_prune_needs_a_source_named_on_the_command_line(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A source taken from the path is shared by whoever applies the same path (`-f -` is
+    always 'stdin', `-f checks` from two repositories 'checks'): a prune under it deletes
+    the other's objects. --prune is refused without --source; applying without is fine."""
+    monkeypatch.setattr("sys.stdin", _Stdin(INTERVAL))  # team A, through a pipe
+    assert run(capsys, "apply", "-f", "-")[0] == 0
+    before = snapshot_of_store(cli_env)
+    monkeypatch.setattr("sys.stdin", _Stdin(CHECK))  # team B, through another pipe
+    code, out, err = run(capsys, "apply", "-f", "-", "--prune")
+    assert code == 64, (out, err)
+    assert "--prune needs --source" in err
+    assert snapshot_of_store(cli_env) == before
+    assert schedules(cli_env).get("quarter-hourly")
+
+
 def test_a_hand_made_schedule_is_changed_by_apply_but_never_pruned(
     capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
 ) -> None:

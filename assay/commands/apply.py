@@ -50,7 +50,7 @@ SourceOpt = Annotated[
     typer.Option(
         "--source",
         help="Name of this set of files, kept as label assay.dev/source on what it creates; "
-        "--prune removes only objects of this source. Default: the one -f path.",
+        "--prune removes only objects of this source (and needs it). Default: the one -f path.",
     ),
 ]
 
@@ -75,6 +75,13 @@ def apply_command(
     from assay.apply import ApplyFailed, SourceError, apply, default_source, source_name
     from assay.manifests import ManifestErrors, load, read_sources
 
+    if prune and source is None:
+        fail(
+            "--prune needs --source NAME: it deletes the objects of that source the files no "
+            "longer hold, and a source taken from the path (-f - is always 'stdin') may be "
+            "another team's",
+            EXIT_USAGE,
+        )
     try:
         chosen = source_name(source) if source is not None else default_source(filename)
         stdin = sys.stdin.read() if "-" in filename else None
