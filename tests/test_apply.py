@@ -279,6 +279,32 @@ def test_prune_deletes_only_what_this_source_created(
     assert {s.name for s in schedules(cli_env).all()} == {"quarter-hourly", "by-hand"}
 
 
+def test_an_apply_interrupted_before_its_runs_were_queued_queues_them_next_time(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C (or a broker failure) while a new or changed Check's runs are being queued:
+    applying again must evaluate it, not find it stored and say 'unchanged' (its verdicts
+    would stay those of what it said before, or none)."""
+    import assay.submission
+
+    queue = assay.submission.submit_requests
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    folder = write(tmp_path / "f", **{"c.yaml": CHECK})
+    monkeypatch.setattr(assay.submission, "submit_requests", interrupted)
+    code, _, _ = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 130
+    monkeypatch.setattr(assay.submission, "submit_requests", queue)
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 0, err
+    assert "check/prod-replicas created (2 runs queued)" in out, out
+
+
 def test_prune_refuses_an_empty_standard_input(
     capsys: pytest.CaptureFixture[str],
     cli_env: str,
