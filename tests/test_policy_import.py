@@ -352,6 +352,24 @@ def test_a_pattern_rule_or_no_cel_at_all_is_refused() -> None:
         (("resources: [deployments]", "resources: ['*']"), "matches every resource"),
         (("resources: [deployments]", "resources: [pods/exec]"), "names only subresources"),
         (("operations: [CREATE, UPDATE]", "operations: [CONNECT]"), "judges only CONNECT"),
+        (  # names in a later rule narrowed the earlier rule's kinds to them: its objects unseen
+            (
+                "        resources: [deployments]\n",
+                "        resources: [deployments]\n"
+                "      - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], "
+                "resources: [configmaps], resourceNames: [special]}\n",
+            ),
+            "names objects in some resource rules and not in others",
+        ),
+        (
+            (
+                "        resources: [deployments]\n",
+                "        resources: [deployments]\n        resourceNames: [web]\n"
+                "      - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], "
+                "resources: [configmaps], resourceNames: [special]}\n",
+            ),
+            "names objects in some resource rules and not in others",
+        ),
         (
             (
                 '    - expression: "object.spec.replicas >= variables.wanted"\n'
