@@ -239,6 +239,34 @@ spec:
     assert [(v.name, v.message) for v in result.violations] == [("d", "fewer than 2 replicas")]
 
 
+def test_an_object_that_makes_a_policy_too_costly_never_lets_it_pass(tmp_path: Path) -> None:
+    """A hostile object sized to push a validation over the cost bound: the probe cannot run,
+    and the policy gives no verdict (never the pass of an object that was not judged)."""
+    policy = """
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: disjoint-lists}
+spec:
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  validations:
+    - expression: "!sets.intersects(object.data.a.split(','), object.data.b.split(','))"
+"""
+    hostile = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "wide", "namespace": "a"},
+        "data": {
+            "a": ",".join(f"a{i}" for i in range(10_000)),
+            "b": ",".join(f"b{i}" for i in range(10_000)),
+        },
+    }
+    (result,), _ = run_policies(_policies(policy), _snapshot(tmp_path, hostile))
+    assert result.verdict == VerdictKind.CANNOT_DETERMINE, result
+    assert "too costly" in (result.reason or "")
+
+
 def test_request_operation_reads_create_so_update_exemptions_do_not_hide_objects(
     tmp_path: Path,
 ) -> None:
