@@ -28,8 +28,13 @@ def _litellm_loaded() -> None:
         (probe(OVER_LONG), "at most 4000 characters"),
         (probe("object.status.readyReplicas >= "), "does not compile"),
         (probe(READY_TWO) | {"origin": {"format": "vap", "name": "x", "source": "-"}}, "origin"),
+        (
+            probe("object.status.readyReplicas >= 2")
+            | {"scope": "each_object", "empty_result": "pass"},
+            "empty_result pass is for imported policies only",
+        ),
     ],
-    ids=["over-long", "uncompilable", "origin-from-a-model"],
+    ids=["over-long", "uncompilable", "origin-from-a-model", "empty-pass-from-a-model"],
 )
 def test_a_dropped_probe_leaves_the_verdict_standing(tmp_path: Path, spec: dict, why: str) -> None:  # type: ignore[type-arg]
     snapshot = make_snapshot(tmp_path / "snap")  # web has 2 ready: the predicate holds
