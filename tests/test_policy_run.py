@@ -258,8 +258,9 @@ spec:
         "kind": "ConfigMap",
         "metadata": {"name": "wide", "namespace": "a"},
         "data": {
-            "a": ",".join(f"a{i}" for i in range(10_000)),
-            "b": ",".join(f"b{i}" for i in range(10_000)),
+            # 20,000 x 20,000 pairs: seconds the runtime could not be interrupted in
+            "a": ",".join(f"a{i}" for i in range(20_000)),
+            "b": ",".join(f"b{i}" for i in range(20_000)),
         },
     }
     (result,), _ = run_policies(_policies(policy), _snapshot(tmp_path, hostile))
