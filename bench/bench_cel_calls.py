@@ -61,17 +61,29 @@ def cases(size: int) -> list[tuple[str, str, dict[str, Any]]]:
         ("url getEscapedPath", "url(object.u).getEscapedPath() != ''", {"u": url_text}),
         ("isURL", "isURL(object.u)", {"u": url_text}),
         ("quantity", "isQuantity(object.s) || true", {"s": "1" * 900 + "." + "0" * size}),
-        ("format.dns1123Subdomain", "format.dns1123Subdomain().validate(object.s).hasValue()",
-         {"s": "a." * (size // 2)}),  # fmt: skip
+        (
+            "format.dns1123Subdomain",
+            "format.dns1123Subdomain().validate(object.s).hasValue()",
+            {"s": "a." * (size // 2)},
+        ),
         ("isCIDR", "isCIDR(object.s) || true", {"s": "1" * size}),
         ("semver", "isSemver(object.s) || true", {"s": "1.2.3-" + "a" * size}),
         # the runtime's own, costed before evaluation
-        ("sets.intersects (disjoint)", "sets.intersects(object.a, object.b) || true",
-         {"a": words, "b": others}),  # fmt: skip
-        ("sets.contains (all found)", "sets.contains(object.a, object.b)",
-         {"a": words, "b": list(reversed(words))}),  # fmt: skip
-        ("sets.equivalent", "sets.equivalent(object.a, object.b)",
-         {"a": words, "b": list(reversed(words))}),  # fmt: skip
+        (
+            "sets.intersects (disjoint)",
+            "sets.intersects(object.a, object.b) || true",
+            {"a": words, "b": others},
+        ),
+        (
+            "sets.contains (all found)",
+            "sets.contains(object.a, object.b)",
+            {"a": words, "b": list(reversed(words))},
+        ),
+        (
+            "sets.equivalent",
+            "sets.equivalent(object.a, object.b)",
+            {"a": words, "b": list(reversed(words))},
+        ),
         ("size(s) x 1000", "object.i.all(i, size(object.s) > 0)", {"s": big, "i": loop}),
         ("s.contains x 1000", "object.i.all(i, !object.s.contains('zz'))", {"s": big, "i": loop}),
         ("s + 'a' x 1000", "object.i.all(i, object.s + 'a' != '')", {"s": big, "i": loop}),

@@ -74,8 +74,9 @@ def test_a_hostile_quantity_costs_no_more_than_its_text() -> None:
     power (hours, gigabytes, uninterruptible): a value too large to hold is an error here
     (the API server holds it exactly), one too small rounds up to 1n as there, and a map
     in the object that merely looks like a quantity is never parsed as text."""
+    fake = {"@kubernetes": "quantity", "value": "1e999999999"}
     huge = {"q": "1e999999999", "neg": "-1e999999999", "tiny": "-1e-999999999",
-            "digits": "9" * 100_000, "fake": {"@kubernetes": "quantity", "value": "1e999999999"}}  # fmt: skip
+            "digits": "9" * 100_000, "fake": fake}  # fmt: skip
     holds("isQuantity(object.q) && isQuantity(object.neg) && isQuantity(object.digits) && "
           "quantity(object.tiny) == quantity('-1n') && !isQuantity('1e99999999999999999999')",
           {"object": huge})  # fmt: skip
