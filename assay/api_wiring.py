@@ -464,6 +464,14 @@ class Services:
         from assay.apply import ApplyFailed, apply
         from assay.manifests import ManifestErrors, load, load_objects
 
+        if body.prune and body.yaml is not None and not body.yaml.strip():
+            raise ApiError(
+                422,
+                "validation_error",
+                "yaml: the text is empty, and with prune that would delete every object of "
+                f"source {body.source!r}; nothing was applied (to remove them all, send a "
+                "comment).",
+            )
         try:
             if body.yaml is not None:
                 loaded = load([("yaml", body.yaml)])

@@ -698,10 +698,14 @@ def _execute_check(step: Planned, ctx: ApplyContext) -> tuple[str, ...]:
             ctx.checks.delete(before)
             return ()
         assert isinstance(after, CheckDefinition)
+        # Its runs first, then the definition: an apply stopped in between (Ctrl-C, a broker
+        # fault) leaves the old definition stored, so the next apply finds the change again
+        # and queues its runs. Stored first, the next apply found it 'unchanged' and the
+        # check kept the verdicts of what it said before. (Queued twice at worst.)
+        ctx.submit(step.requests)
         ctx.checks.put(after, before.revision if isinstance(before, CheckDefinition) else 0)
     except DefinitionConflict as exc:
         raise ApplyFailed(str(exc)) from None
-    ctx.submit(step.requests)
     return tuple(request.run_id for request in step.requests)
 
 

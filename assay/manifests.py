@@ -21,6 +21,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.declarative import KINDS, SOURCE_LABEL, CheckDocument, Document, ScheduleDocument
+from workers.core.toolsets.yaml_documents import check_expansion
 
 SUFFIXES = (".yaml", ".yml", ".json")
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -201,6 +202,7 @@ def _unique(found: list[Loaded | None], problems: list[ManifestProblem]) -> list
 def _from_node(name: str, node: yaml.Node, problems: list[ManifestProblem]) -> Loaded | None:
     line = node.start_mark.line + 1
     try:
+        check_expansion(node)  # before anything walks it: an alias bomb is a problem
         data = yaml.SafeLoader("").construct_document(node)
     except yaml.YAMLError as exc:
         problems.append(ManifestProblem(name, line, "", f"not valid YAML ({exc})"))

@@ -279,6 +279,74 @@ def test_prune_deletes_only_what_this_source_created(
     assert {s.name for s in schedules(cli_env).all()} == {"quarter-hourly", "by-hand"}
 
 
+def test_an_apply_interrupted_before_its_runs_were_queued_queues_them_next_time(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C (or a broker failure) while a new or changed Check's runs are being queued:
+    applying again must evaluate it, not find it stored and say 'unchanged' (its verdicts
+    would stay those of what it said before, or none)."""
+    import assay.submission
+
+    queue = assay.submission.submit_requests
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    folder = write(tmp_path / "f", **{"c.yaml": CHECK})
+    monkeypatch.setattr(assay.submission, "submit_requests", interrupted)
+    code, _, _ = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 130
+    monkeypatch.setattr(assay.submission, "submit_requests", queue)
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 0, err
+    assert "check/prod-replicas created (2 runs queued)" in out, out
+
+
+def test_prune_refuses_an_empty_standard_input(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kustomize build | assay apply -f - --prune` where the command before the pipe failed:
+    nothing came in, which is no declaration that every object of the source should go."""
+    ours = write(tmp_path / "ours", **{"a.yaml": SCHEDULE + "---\n" + CHECK})
+    assert run(capsys, "apply", "-f", str(ours), "--source", "ours")[0] == 0
+    before = snapshot_of_store(cli_env)
+    for empty in ("", "\n  \n"):
+        monkeypatch.setattr("sys.stdin", _Stdin(empty))
+        code, out, err = run(capsys, "apply", "-f", "-", "--source", "ours", "--prune")
+        assert code == 64, (out, err)
+        assert "standard input is empty" in err and "nothing applied" in err
+        assert snapshot_of_store(cli_env) == before
+    monkeypatch.setattr("sys.stdin", _Stdin("# everything moved elsewhere\n"))
+    code, out, _ = run(capsys, "apply", "-f", "-", "--source", "ours", "--prune", "--dry-run")
+    assert code == 0 and "check/prod-replicas pruned (dry run)" in out  # said, not silent
+
+
+def test_prune_needs_a_source_named_on_the_command_line(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A source taken from the path is shared by whoever applies the same path (`-f -` is
+    always 'stdin', `-f checks` from two repositories 'checks'): a prune under it deletes
+    the other's objects. --prune is refused without --source; applying without is fine."""
+    monkeypatch.setattr("sys.stdin", _Stdin(INTERVAL))  # team A, through a pipe
+    assert run(capsys, "apply", "-f", "-")[0] == 0
+    before = snapshot_of_store(cli_env)
+    monkeypatch.setattr("sys.stdin", _Stdin(CHECK))  # team B, through another pipe
+    code, out, err = run(capsys, "apply", "-f", "-", "--prune")
+    assert code == 64, (out, err)
+    assert "--prune needs --source" in err
+    assert snapshot_of_store(cli_env) == before
+    assert schedules(cli_env).get("quarter-hourly")
+
+
 def test_a_hand_made_schedule_is_changed_by_apply_but_never_pruned(
     capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
 ) -> None:
@@ -441,6 +509,25 @@ def test_a_bad_file_is_refused_whole_with_file_line_and_field(
     assert "nothing applied" in err
     assert out == ""
     assert snapshot_of_store(cli_env) == before  # not even the good documents
+
+
+def test_aliases_that_expand_without_bound_are_refused_whole(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    """A YAML alias bomb (10 KB that stands for 2,000,000 values) is a problem in its file,
+    found before anything walks the expansion, and nothing is applied."""
+    bomb = INTERVAL.replace(
+        "metadata:\n",
+        "metadata:\n  annotations:\n"
+        f"    a: &a [{', '.join(['x'] * 1000)}]\n"
+        f"    b: [{', '.join(['*a'] * 2000)}]\n",
+    )
+    folder = write(tmp_path / "f", **{"a.yaml": GOOD, "b.yaml": bomb})
+    before = snapshot_of_store(cli_env)
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 64, (out, err)
+    assert f"{folder / 'b.yaml'}:1: not valid YAML (its aliases expand past 1,000,000 values" in err
+    assert snapshot_of_store(cli_env) == before
 
 
 def test_every_problem_of_every_file_is_listed(
@@ -632,6 +719,13 @@ def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> 
             "/v1/apply", json={"source": "api", "documents": documents}, headers=headers
         ).json()
         assert again["changed"] is False and again["summary"] == "no changes: 1 object unchanged"
+
+        empty = api.post(
+            "/v1/apply", json={"source": "api", "yaml": " \n", "prune": True}, headers=headers
+        )
+        assert empty.status_code == 422 and "is empty" in empty.json()["error"]["message"]
+        documents = api.get("/v1/documents/schedules", headers=headers).json()["documents"]
+        assert [d["metadata"]["name"] for d in documents] == ["nightly-replicas"]
 
         kubeconfig = INTERVAL.replace("{contexts: [prod-eu]}", "{contexts: [a], kubeconfig: /x}")
         refused = api.post("/v1/apply", json={"source": "api", "yaml": kubeconfig}, headers=headers)

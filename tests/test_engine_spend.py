@@ -139,6 +139,123 @@ def test_a_call_that_failed_gives_its_reservation_back(snapshot: Path, redis_url
     assert (hour.calls, hour.tokens, hour.reserved_tokens) == (1, 0, 0)
 
 
+class ChargeableAttempts(Recording):
+    """A recording guard that also refuses from its ``refuse_at``-th reservation (1-based)."""
+
+    def __init__(self, inner: Any, model: Any, refuse_at: int = 0) -> None:
+        super().__init__(inner, model)
+        self.refuse_at = refuse_at
+
+    def reserve(
+        self, request: EvaluationRequest, tokens: int, cost_usd: float | None, deadline: float
+    ) -> Any:
+        if self.refuse_at and len(self.reserved) + 1 >= self.refuse_at:
+            raise SpendRefused("the batch's token ceiling is reached", "batch::b1")
+        return super().reserve(request, tokens, cost_usd, deadline)
+
+
+def _fleet_guard(redis_url: str, prefix: str) -> FleetSpendGuard:
+    return FleetSpendGuard.from_settings(
+        load_settings(redis_url=redis_url, key_prefix=prefix), connect(redis_url)
+    )
+
+
+def _run_retrying(model: Any, request: EvaluationRequest, guard: Any) -> Any:
+    """A run whose model client retries at once (no backoff) and gives each attempt 1 s."""
+    from workers.core.llm import LiteLLMClient
+
+    settings = {"llm_call_timeout_seconds": 1.0, "llm_max_retries": 4}
+    client = LiteLLMClient(
+        load_settings(model="openai/scripted", api_base=model.url, **settings), sleep=lambda _: None
+    )
+    return run(model, request, spend_guard=guard, llm=client, settings=settings)
+
+
+def test_every_attempt_is_reserved_before_it_is_sent_and_charged_when_it_may_be_billed(
+    snapshot: Path, redis_url: str
+) -> None:
+    """A provider bills the work it did on a request whose answer never came: a timed-out
+    attempt and a 5xx cost their estimate, a 429 (refused before any work) nothing; the
+    client's retries each hold their own reservation, so spend plus what is held never
+    passes a ceiling."""
+    guard = _fleet_guard(redis_url, "es5")
+    first_turn = {"attempts": [
+        {"hang": 3},                                   # times out after the request left
+        {"error": {"status": 503}},                    # the provider failed while working
+        {"error": {"status": 429, "retry_after": 0}},  # a rate limit: refused, not billed
+        {"error": {"status": 500}},
+        get_deployments(),
+    ]}  # fmt: skip
+    with scripted_model(script(first_turn, done("true", 0))) as model:
+        recording = Recording(guard, model)
+        report = _run_retrying(model, request_for(snapshot), recording)
+    assert report.verdict is not None and report.verdict.verdict == VerdictKind.TRUE
+    assert [before for before, _ in recording.reserved] == [0, 1, 2, 3, 4, 5]
+    estimate = recording.reserved[0][1]
+    used = [step.usage.total_tokens for step in report.steps]
+    assert recording.settled == [estimate, estimate, 0, estimate, *used]
+    assert guard.flush()
+    hour, _day = guard.store.fleet_now()
+    assert hour.tokens == 3 * estimate + sum(used)
+    assert (hour.calls, hour.reserved_tokens, guard.store.in_flight()) == (6, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "attempts"),
+    [
+        ({"error": {"status": 401}}, 1),
+        ({"error": {"status": 404}}, 1),
+        ({"error": {"status": 422}}, 1),
+        ({"error": {"status": 429, "retry_after": 0}}, 5),
+        (None, 5),
+    ],
+    ids=["401", "404", "422", "429", "connection refused"],
+)
+def test_an_attempt_the_provider_refused_costs_nothing(
+    snapshot: Path, redis_url: str, answer: dict[str, Any] | None, attempts: int
+) -> None:
+    guard = _fleet_guard(redis_url, f"es6{attempts}{answer and answer['error']['status']}")
+    with scripted_model(script(answer or get_deployments())) as model:
+        request = request_for(snapshot)
+        if answer is None:  # nothing listens there: the request never leaves
+            request = request.model_copy(update={"api_base": _closed_port_url()})
+        recording = Recording(guard, model)
+        report = _run_retrying(model, request, recording)
+    assert report.verdict is not None and report.verdict.exit_code == 3
+    assert recording.settled == [0] * attempts
+    assert guard.flush()
+    hour, _day = guard.store.fleet_now()
+    assert (hour.calls, hour.tokens, hour.reserved_tokens) == (attempts, 0, 0)
+
+
+def _closed_port_url() -> str:
+    import socket
+
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        port = probe_socket.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_a_retry_a_ceiling_stops_is_never_sent(snapshot: Path, redis_url: str) -> None:
+    """The first attempt failed with a 5xx (its estimate spent); the ceiling has no room for
+    a second: it is not sent, and the run ends as for any call a ceiling stops."""
+    guard = _fleet_guard(redis_url, "es7")
+    first_turn = {"attempts": [{"error": {"status": 502}}, get_deployments()]}
+    with scripted_model(script(first_turn, done("true", 0))) as model:
+        limited = ChargeableAttempts(guard, model, refuse_at=2)
+        report = _run_retrying(model, request_for(snapshot), limited)
+        assert len(model.requests) == 1, "the refused retry is never sent"
+    verdict = report.verdict
+    assert verdict is not None and verdict.verdict == VerdictKind.CANNOT_DETERMINE
+    assert verdict.budget_exhausted == "spend_ceiling"
+    assert "the batch's token ceiling is reached" in (verdict.reason or "")
+    assert limited.settled == [limited.reserved[0][1]]
+    assert guard.flush()
+    hour, _day = guard.store.fleet_now()
+    assert (hour.tokens, hour.reserved_tokens) == (limited.reserved[0][1], 0)
+
+
 def test_a_run_waits_for_room_others_hold_then_goes_on(snapshot: Path, redis_url: str) -> None:
     """Another worker's call holds most of the ceiling: this run's first call waits for it
     to settle instead of failing, then the run ends with its verdict."""

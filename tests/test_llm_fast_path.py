@@ -187,6 +187,64 @@ def test_no_request_is_sent_after_the_deadline(fast: bool) -> None:
     assert failure.value.kind == "deadline"
 
 
+class Attempts:
+    """An AttemptObserver that records what it is told."""
+
+    def __init__(self) -> None:
+        self.retries: list[int] = []
+        self.billed: list[bool] = []
+
+    def before_retry(self, attempt: int) -> None:
+        self.retries.append(attempt)
+
+    def attempt_failed(self, billed: bool) -> None:
+        self.billed.append(billed)
+
+
+@PATHS
+def test_each_failed_attempt_is_told_billed_or_not(fast: bool) -> None:
+    """A timeout and a 5xx came after the request left (the provider may bill them), a 429
+    was refused before any work: the caller is told before each retry and after each
+    failure, on either path."""
+    rate_limited = {"error": {"status": 429, "retry_after": 0}}
+    turn = {"attempts": [{"hang": 3}, {"error": {"status": 503}}, rate_limited, {"text": "done"}]}
+    seen = Attempts()
+    with ScriptedModel({"scenarios": [{"turns": [turn]}]}) as model:
+        quick = client(fast, lambda _: None, llm_call_timeout_seconds=0.5)
+        reply = quick.complete(call(model, observer=seen))
+    assert reply.content == "done" and reply.attempts == 4
+    assert seen.retries == [2, 3, 4] and seen.billed == [True, True, False]
+
+
+@PATHS
+def test_a_request_never_sent_or_dropped_after_it_left_is_told_apart(fast: bool) -> None:
+    """A refused connection is no request; a connection the endpoint drops after reading the
+    request may have been billed."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{unused.getsockname()[1]}/v1"
+    refused = Attempts()
+    with pytest.raises(LLMError):
+        client(fast, lambda _: None, llm_max_retries=1).complete(
+            LLMCall(model="openai/scripted", messages=MESSAGES, max_tokens=300,
+                    deadline=time.monotonic() + 10, user="run-fast", api_base=closed,
+                    observer=refused)
+        )  # fmt: skip
+    assert refused.billed == [False, False]
+
+    def drop(conn: socket.socket, stop: threading.Event, tally: Callable[[], int]) -> None:
+        read_request(conn)  # the request arrived whole; no answer comes
+
+    dropped = Attempts()
+    with tcp_server(drop) as (port, _), pytest.raises(LLMError):
+        client(fast, lambda _: None, llm_max_retries=1).complete(
+            LLMCall(model="openai/scripted", messages=MESSAGES, max_tokens=300,
+                    deadline=time.monotonic() + 10, user="run-fast",
+                    api_base=f"http://127.0.0.1:{port}/v1", observer=dropped)
+        )  # fmt: skip
+    assert dropped.billed == [True, True]
+
+
 @PATHS
 def test_the_token_budget_holds_and_cost_is_reported_on_either_path(
     fast: bool, tmp_path: Path

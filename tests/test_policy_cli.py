@@ -85,6 +85,38 @@ def test_refusals_are_named_and_exit_65_while_the_rest_is_imported(
     assert code == 64 and "cannot name a policy set" in err
 
 
+DEV_AP = "snapshots/dev-ap"
+
+
+def test_a_set_is_imported_whole_or_left_as_it_was(
+    capsys: pytest.CaptureFixture[str], store: PolicyStore
+) -> None:
+    """One policy of a set changed in git into something the import refuses: the set must
+    not quietly lose it (the set's check would no longer judge what that policy judges:
+    dev-ap's pods that run as root). Nothing of the set is stored; exit 65 names the
+    refusal, and the set stays as it was."""
+    assert _import_examples(capsys, "--set", "baseline")[0] == 0
+    code, _, _ = run(capsys, "probe", "test", "policy-set:baseline", "--snapshot", DEV_AP)
+    assert code == 1  # run-as-non-root fails there
+    edited = Path("policies") / "kyverno-run-as-non-root.yaml"
+    policy = yaml.safe_load(edited.read_text())
+    policy["spec"]["validations"][0]["expression"] = "oldObject == null"
+    edited.write_text(yaml.safe_dump(policy))
+    before = store.get("trusted-registries")
+    code, out, _ = _import_examples(capsys, "--set", "baseline")
+    assert code == 65, out
+    assert "refused ValidatingPolicy run-as-non-root" in out
+    assert "policy set baseline unchanged" in out
+    assert store.set_members("baseline") == [
+        "prod-workloads-labelled",
+        "run-as-non-root",
+        "trusted-registries",
+    ]
+    assert store.get("trusted-registries") == before  # not even the others
+    code, _, _ = run(capsys, "probe", "test", "policy-set:baseline", "--snapshot", DEV_AP)
+    assert code == 1
+
+
 def test_test_runs_a_policy_or_a_set_on_a_snapshot(
     capsys: pytest.CaptureFixture[str], store: PolicyStore
 ) -> None:

@@ -352,6 +352,24 @@ def test_a_pattern_rule_or_no_cel_at_all_is_refused() -> None:
         (("resources: [deployments]", "resources: ['*']"), "matches every resource"),
         (("resources: [deployments]", "resources: [pods/exec]"), "names only subresources"),
         (("operations: [CREATE, UPDATE]", "operations: [CONNECT]"), "judges only CONNECT"),
+        (  # names in a later rule narrowed the earlier rule's kinds to them: its objects unseen
+            (
+                "        resources: [deployments]\n",
+                "        resources: [deployments]\n"
+                "      - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], "
+                "resources: [configmaps], resourceNames: [special]}\n",
+            ),
+            "names objects in some resource rules and not in others",
+        ),
+        (
+            (
+                "        resources: [deployments]\n",
+                "        resources: [deployments]\n        resourceNames: [web]\n"
+                "      - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], "
+                "resources: [configmaps], resourceNames: [special]}\n",
+            ),
+            "names objects in some resource rules and not in others",
+        ),
         (
             (
                 '    - expression: "object.spec.replicas >= variables.wanted"\n'
@@ -403,6 +421,29 @@ def test_files_are_read_together_and_unreadable_ones_named(tmp_path: Path) -> No
         read_files([tmp_path / "bad.yaml"])
     with pytest.raises(UnreadableFile, match="cannot be read"):
         read_files([tmp_path / "missing.yaml"])
+
+
+# Two anchors: a thousand values, then two thousand aliases of them (2,000,000 values from
+# 10 KB of text); nine levels of ten ("billion laughs") hang the reader for hours.
+ALIAS_BOMB = (
+    "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\n"
+    "metadata:\n  name: bomb\n  annotations:\n"
+    f"    a: &a [{', '.join(['x'] * 1000)}]\n"
+    f"    b: [{', '.join(['*a'] * 2000)}]\n"
+    "spec: {validations: [{expression: 'true'}]}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [(ALIAS_BOMB, "aliases expand past 1,000,000 values"), ("a: &a [*a]\n", "refers to itself")],
+    ids=["expansion", "self-reference"],
+)
+def test_aliases_that_expand_without_bound_are_refused(text: str, why: str) -> None:
+    with pytest.raises(UnreadableFile, match=f"bomb.yaml is not YAML or JSON.*{why}"):
+        documents_from_text(text, "bomb.yaml")
+    kept = "a: &a {x: 1}\nb: [*a, *a]\n"  # an alias as people use one still reads
+    assert documents_from_text(kept, "ok.yaml")[0].document == {"a": {"x": 1}, "b": [{"x": 1}] * 2}
 
 
 @pytest.mark.parametrize(

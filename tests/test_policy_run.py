@@ -239,6 +239,35 @@ spec:
     assert [(v.name, v.message) for v in result.violations] == [("d", "fewer than 2 replicas")]
 
 
+def test_an_object_that_makes_a_policy_too_costly_never_lets_it_pass(tmp_path: Path) -> None:
+    """A hostile object sized to push a validation over the cost bound: the probe cannot run,
+    and the policy gives no verdict (never the pass of an object that was not judged)."""
+    policy = """
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: disjoint-lists}
+spec:
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  validations:
+    - expression: "!sets.intersects(object.data.a.split(','), object.data.b.split(','))"
+"""
+    hostile = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "wide", "namespace": "a"},
+        "data": {
+            # 20,000 x 20,000 pairs: seconds the runtime could not be interrupted in
+            "a": ",".join(f"a{i}" for i in range(20_000)),
+            "b": ",".join(f"b{i}" for i in range(20_000)),
+        },
+    }
+    (result,), _ = run_policies(_policies(policy), _snapshot(tmp_path, hostile))
+    assert result.verdict == VerdictKind.CANNOT_DETERMINE, result
+    assert "too costly" in (result.reason or "")
+
+
 def test_request_operation_reads_create_so_update_exemptions_do_not_hide_objects(
     tmp_path: Path,
 ) -> None:
@@ -305,6 +334,72 @@ def test_a_set_shares_its_listings_on_a_live_cluster(live: tuple[FakeApiServer, 
     assert collections and max(collections.values()) == 1, collections
     assert shared.requests == len(collections) == 7
     assert json.dumps(sorted(collections)).count("/namespaces/") == 0  # each cluster-wide, once
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["status", "no-items", "items-not-a-list"],
+)
+def test_a_listing_answered_with_no_list_is_never_an_empty_pass(
+    live: tuple[FakeApiServer, Path], answer: str
+) -> None:
+    """An API server (an aggregated API, a proxy in front) that answers a list with 200 and a
+    Status, or an object without its items, has listed nothing: under admission semantics an
+    empty listing passes, so it must be a failed lookup, not an empty one."""
+    server, kubeconfig = live
+    lists = r"/(pods|deployments|daemonsets|statefulsets|replicasets|jobs|cronjobs)$"
+    if answer == "status":
+        server.add_fault(lists, 200, message="a proxy's error page, as a 200")
+    else:
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}}
+        if answer == "items-not-a-list":
+            body["items"] = {"a": 1}
+        server.add_fault(lists, 200, body=body)
+    settings = load_settings(kubeconfig=str(kubeconfig), kube_qps=1000)
+    backend = LiveBackend.from_target(ContextTarget(context="dev-ap"), settings)
+    results, _ = run_policies(list(_example_policies().values()), backend)
+    assert {r.verdict for r in results} == {VerdictKind.CANNOT_DETERMINE}, results
+    assert all("no list of objects" in (r.reason or "") for r in results)
+
+
+def test_a_kind_in_an_api_group_whose_discovery_failed_is_not_read_as_absent(
+    live: tuple[FakeApiServer, Path],
+) -> None:
+    """cert-manager's API answers 503 to discovery (its webhook or an aggregated API down):
+    its Certificates are unknown, not absent, and the policy judging them gives no verdict
+    (it was false on the Certificates, and would have read true on the Pods alone)."""
+    server, kubeconfig = live
+    policy = """
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: no-dns-names}
+spec:
+  autogen: {podControllers: {controllers: []}}
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+      - apiGroups: [cert-manager.io]
+        apiVersions: [v1]
+        operations: [CREATE]
+        resources: [certificates]
+  validations: [{expression: "!has(object.spec.dnsNames)"}]
+"""
+    settings = load_settings(
+        kubeconfig=str(kubeconfig),
+        kube_qps=1000,
+        discovery_ttl_seconds=0,
+        kube_retry_deadline_seconds=0.5,
+    )
+    (result,), _ = run_policies(
+        _policies(policy), LiveBackend.from_target(ContextTarget(context="prod-eu"), settings)
+    )
+    assert result.verdict == VerdictKind.FALSE  # the Certificates name DNS names
+    server.add_fault(r"^/apis/cert-manager\.io/v1$", 503)
+    (result,), _ = run_policies(
+        _policies(policy), LiveBackend.from_target(ContextTarget(context="prod-eu"), settings)
+    )
+    assert result.verdict == VerdictKind.CANNOT_DETERMINE, result
+    assert "cert-manager.io" in (result.reason or "") and "discovery" in (result.reason or "")
 
 
 def test_a_policy_never_sees_a_secret_value_copied_into_another_object(tmp_path: Path) -> None:

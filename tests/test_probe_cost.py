@@ -171,6 +171,153 @@ def test_concatenating_a_large_string_costs_its_length() -> None:
             program(big)
 
 
+# Kubernetes' libraries are Python functions the runtime calls: each call is costed over its
+# actual arguments as it is made (the static shape check cannot see a function's work).
+LIBRARY_HOSTILE = {
+    # a 4,000-character string with each 'a' replaced by itself: 16 million characters
+    "replace growing a string by its square": (
+        "object.s.replace('a', object.s).size() > 0",
+        {"s": "a" * 4000},
+    ),
+    "format of a list into a long string": (
+        "'%s%s%s%s%s%s%s%s'.format([object.s, object.s, object.s, object.s, object.s, "
+        "object.s, object.s, object.s]).size() > 0",
+        {"s": "x" * 1_500_000},
+    ),
+    "a precision of a gigabyte": ("'%.1000000000f'.format([1.0]).size() > 0", {}),
+}
+
+
+@pytest.mark.parametrize(
+    ("expression", "data"), list(LIBRARY_HOSTILE.values()), ids=list(LIBRARY_HOSTILE)
+)
+def test_library_calls_over_hostile_input_are_refused(expression: str, data: Any) -> None:
+    with pytest.raises(CelError, match="too costly"):
+        BoolProgram(expression)({"object": data})
+
+
+def test_a_costly_library_call_cannot_hide_behind_an_or() -> None:
+    """CEL's ``||`` absorbs an error where the other side is true: a call refused for its cost
+    still leaves the evaluation with no value (as the API server's cost limit aborts it)."""
+    data = {"object": {"s": "a" * 4000}}
+    with pytest.raises(CelError, match="too costly"):
+        BoolProgram("object.s.replace('a', object.s) == '' || true")(data)
+    assert BoolProgram("object.s.replace('a', 'bb').size() == 8000 || true")(data) is True
+
+
+def test_library_calls_add_up_over_a_probe_run() -> None:
+    """Each call's cost is charged to the run's steps, as the comprehensions' are."""
+    data = {"object": {"s": "a" * 256_000}}
+    one = BoolProgram("object.s.indexOf('b') == -1")
+    assert one(data) is True
+    assert one.steps >= 1000  # the call: reading 256,000 characters
+    program = BoolProgram("object.s.indexOf('b') == -1", max_steps=4 * one.steps + one.steps // 2)
+    for _ in range(4):
+        assert program(data) is True
+    with pytest.raises(CelError, match="too costly"):
+        program(data)
+
+
+def test_a_library_call_is_charged_the_python_it_runs() -> None:
+    """A URL is parsed in Python character by character on every call (~0.4 us each): 100
+    calls over a 100 KB URL are costed as ~40 ms each, not as a fast read of 100 KB, and the
+    URL is sized inside the opaque value that carries it."""
+    data = {"object": {"u": "https://example.com/" + "a" * 100_000, "items": list(range(100))}}
+    expression = "object.items.all(i, url(object.u).getHost() == 'example.com')"
+    with pytest.raises(CelError, match="too costly"):
+        BoolProgram(expression, max_steps=100_000)(data)
+    once = BoolProgram("url(object.u).getHost() == 'example.com'", max_steps=100_000)
+    assert once(data) is True  # two calls fit
+
+
+# The runtime's own functions are not charged as they run: their cost is estimated over the
+# input before evaluation.
+_LONG = [f"a{i}" for i in range(20_000)]
+NATIVE_HOSTILE = {
+    # every pair compared: 4e8 comparisons, 7-9 s of held GIL per call
+    "sets.intersects of two long lists": (
+        "!sets.intersects(object.a, object.b)",
+        {"a": _LONG, "b": [f"b{i}" for i in range(20_000)]},
+        (),
+    ),
+    "sets.contains, every element found": (
+        "sets.contains(object.a, object.b)",
+        {"a": _LONG, "b": _LONG[::-1]},
+        (),
+    ),
+    "sets.equivalent": (
+        "sets.equivalent(object.a, object.b)",
+        {"a": _LONG, "b": _LONG[::-1]},
+        (),
+    ),
+    "sets over lists of lists, each pair compared deeply": (
+        "!sets.intersects(object.a, object.b)",
+        {
+            "a": [[*range(1000), i] for i in range(700)],
+            "b": [[*range(1000), -i] for i in range(700)],
+        },
+        (),
+    ),
+    "sets over strings split at run time": (
+        "!sets.intersects(object.s.split(','), object.t.split(','))",
+        {"s": ",".join(_LONG), "t": ",".join(x.upper() for x in _LONG)},
+        (),
+    ),
+    "sets over variables split at run time": (
+        "!sets.intersects(variables.mine, variables.theirs)",
+        {"s": ",".join(_LONG), "t": ",".join(x.upper() for x in _LONG)},
+        (("mine", "object.s.split(',')"), ("theirs", "object.t.split(',')")),
+    ),
+    "sets in a loop": (
+        "object.items.all(i, !sets.intersects(i.tags, object.b))",
+        {"items": [{"tags": _LONG[:2000]}] * 100, "b": [f"b{i}" for i in range(2000)]},
+        (),
+    ),
+    # counting the code points of a 2 MB string 10,000 times: ~40 s
+    "a whole string sized in a loop": (
+        "object.items.all(i, size(object.s) > i)",
+        {"s": "x" * 2_000_000, "items": list(range(10_000))},
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("expression", "data", "variables"), list(NATIVE_HOSTILE.values()), ids=list(NATIVE_HOSTILE)
+)
+def test_native_calls_over_hostile_input_are_refused_before_evaluation(
+    expression: str, data: Any, variables: tuple[tuple[str, str], ...]
+) -> None:
+    program = BoolProgram(expression, variables=variables)
+    with pytest.raises(CelError, match=r"too costly.*evaluation steps over this input"):
+        program.meter.charge(program.compiled, {"object": data})  # the estimate alone refuses
+    with pytest.raises(CelError, match="too costly"):
+        program({"object": data})
+
+
+def test_set_calls_of_real_policies_still_run(large: Path) -> None:
+    """Sets over a container's lists and a short literal, per object over 3,000 objects."""
+    expression = (
+        "object.spec.template.spec.containers.all(c, "
+        "!sets.intersects([c.name], ['sidecar', 'debug'])) && "
+        "sets.contains(['app', 'proxy', 'init'], "
+        "object.spec.template.spec.containers.map(c, c.name))"
+    )
+    run = _run(expression, large, scope="each_object")
+    assert run.error is None and run.verdict == VerdictKind.TRUE
+    policy = BoolProgram(
+        "variables.containers.all(c, sets.contains(variables.allowed, c.caps))",
+        variables=[
+            ("allowed", "object.allowed.split(',')"),
+            ("containers", "object.spec.containers + object.spec.init"),
+        ],
+    )
+    pod = {"allowed": "CHOWN,NET_BIND_SERVICE", "note": "x" * 100_000,
+           "spec": {"containers": [{"caps": ["CHOWN"]}] * 3, "init": []}}  # fmt: skip
+    for _ in range(1000):
+        assert policy({"object": pod}) is True
+
+
 def test_a_too_costly_probe_falls_back_to_the_model(redis_url: str, large: Path) -> None:
     """Stored probe over the bound: auto asks the model (which decides), only ends
     cannot_determine, the reason is on the run's report."""

@@ -44,8 +44,14 @@ def _litellm_loaded() -> None:
             probe(READY_TWO) | {"variables": [{"name": "ready", "expression": READY_TWO}]},
             "variables: not part of a model's probe",
         ),
+        (
+            probe("object.status.readyReplicas >= 2")
+            | {"scope": "each_object", "empty_result": "pass"},
+            "empty_result: not part of a model's probe",
+        ),
     ],
-    ids=["over-long", "uncompilable", "origin-from-a-model", "validations", "params", "variables"],
+    ids=["over-long", "uncompilable", "origin-from-a-model", "validations", "params", "variables",
+         "empty-pass-from-a-model"],  # fmt: skip
 )
 def test_a_dropped_probe_leaves_the_verdict_standing(tmp_path: Path, spec: dict, why: str) -> None:  # type: ignore[type-arg]
     snapshot = make_snapshot(tmp_path / "snap")  # web has 2 ready: the predicate holds

@@ -26,6 +26,14 @@ if TYPE_CHECKING:
     from assay.client import Client
 
 EXIT_WRITE_FAILED = 70
+# A pipe whose first command failed (`kustomize build ... | assay apply -f - --prune`) gives an
+# empty standard input: no declaration that every object of the source should be deleted.
+# A file, or input holding only a comment, still prunes all (that is written on purpose).
+EMPTY_STDIN = (
+    "standard input is empty, and with --prune that would delete every object of source "
+    "{source!r}: nothing applied (did the command before the pipe fail? to remove them all, "
+    "apply a file holding only a comment)"
+)
 
 FileOpt = Annotated[
     list[str],
@@ -42,7 +50,7 @@ SourceOpt = Annotated[
     typer.Option(
         "--source",
         help="Name of this set of files, kept as label assay.dev/source on what it creates; "
-        "--prune removes only objects of this source. Default: the one -f path.",
+        "--prune removes only objects of this source (and needs it). Default: the one -f path.",
     ),
 ]
 
@@ -67,9 +75,18 @@ def apply_command(
     from assay.apply import ApplyFailed, SourceError, apply, default_source, source_name
     from assay.manifests import ManifestErrors, load, read_sources
 
+    if prune and source is None:
+        fail(
+            "--prune needs --source NAME: it deletes the objects of that source the files no "
+            "longer hold, and a source taken from the path (-f - is always 'stdin') may be "
+            "another team's",
+            EXIT_USAGE,
+        )
     try:
         chosen = source_name(source) if source is not None else default_source(filename)
         stdin = sys.stdin.read() if "-" in filename else None
+        if prune and stdin is not None and not stdin.strip():
+            fail(EMPTY_STDIN.format(source=chosen), EXIT_USAGE)
         loaded = load(read_sources(filename, stdin))
     except SourceError as exc:
         fail(str(exc), EXIT_USAGE)

@@ -80,6 +80,9 @@ def run_import(files: list[str], policy_set: str | None, dry_run: bool, json_out
             print(f"{verb} {policy.predicate}{again}: {describe(policy)}")
         for refusal in report.refused:
             print(f"refused {refusal.kind} {refusal.name} ({refusal.source}): {refusal.reason}")
+        if policy_set is not None and report.refused:
+            print(f"policy set {policy_set} unchanged: a set is imported whole, and "
+                  f"{len(report.refused)} of its documents were refused")  # fmt: skip
         if report.policy_set and not dry_run:
             print(f"policy set {report.policy_set}: {len(policies)} policies "
                   f"(run it as the check policy-set:{report.policy_set})")  # fmt: skip

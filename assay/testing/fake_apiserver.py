@@ -118,6 +118,7 @@ class Fault:
     message: str | None = None
     drip: float | None = None  # send the real answer one byte every ``drip`` seconds
     endless: bool = False  # answer 200 with a chunked body that never ends
+    body: Any = None  # answer this JSON document (with ``status``, 200 when None) instead
     hits: int = 0
 
     def applies(self, cluster: str | None, path: str) -> bool:
@@ -217,11 +218,22 @@ class FakeApiServer:
         message: str | None = None,
         drip: float | None = None,
         endless: bool = False,
+        body: Any = None,
     ) -> Fault:
-        """``drip`` and ``endless`` play a hostile server: the real answer sent one byte
-        every ``drip`` seconds, or a 200 whose chunked body never ends."""
+        """``drip``, ``endless`` and ``body`` play a hostile server: the real answer sent one
+        byte every ``drip`` seconds, a 200 whose chunked body never ends, or ``body`` (a JSON
+        document: a list without its items, say) as the answer."""
         fault = Fault(
-            re.compile(pattern), status, retry_after, hang, times, cluster, message, drip, endless
+            re.compile(pattern),
+            status,
+            retry_after,
+            hang,
+            times,
+            cluster,
+            message,
+            drip,
+            endless,
+            body,
         )
         with self._lock:
             self.faults.append(fault)
@@ -372,6 +384,8 @@ class FakeApiServer:
     def _fault_reply(self, fault: Fault) -> _Reply | None:
         if fault.hang:
             self._stopping.wait(fault.hang)
+        if fault.body is not None:
+            return _json(fault.body, fault.status or 200)
         if fault.status is None or fault.drip or fault.endless:
             return None
         reasons = {403: "Forbidden", 404: "NotFound", 410: "Expired", 429: "TooManyRequests"}

@@ -58,6 +58,7 @@ from workers.core.llm import (
     LLMClient,
     LLMError,
     LLMReply,
+    RetryRefused,
     Transport,
     estimate_completion_tokens,
 )
@@ -117,6 +118,25 @@ class EngineDeps:
     sleep: Callable[[float], None] = time.sleep
     # a time.monotonic() instant the run ends by at the latest, whatever its budget says
     not_after: float | None = None
+
+
+class _SpendPerAttempt:
+    """Each attempt of a model call is held against the spend ceilings before it is sent: the
+    engine reserves the first, this the retries the LLM client makes (a retry a ceiling
+    stops is not sent, and the run ends as for any call a ceiling stops), and settles a
+    failed attempt at its estimate when the provider may have billed it."""
+
+    def __init__(self, run: _Run, prompt_tokens: int, max_completion: int) -> None:
+        self.run, self.prompt_tokens, self.max_completion = run, prompt_tokens, max_completion
+
+    def before_retry(self, attempt: int) -> None:
+        try:
+            self.run._reserve_spend(self.prompt_tokens, self.max_completion)
+        except BudgetExhausted as exc:
+            raise RetryRefused(exc.message) from exc
+
+    def attempt_failed(self, billed: bool) -> None:
+        self.run._settle_failed_attempt(billed)
 
 
 def effective_budget(request: EvaluationRequest, settings: AssaySettings) -> Budget:
@@ -230,6 +250,7 @@ class _Run:
         # The planner conversation's prompt estimate, kept per run (each message bounded once).
         self.tally = PromptTally()
         self._reservation: Reservation | None = None  # the spend guard's, until settled
+        self._reserved: tuple[int, float | None] = (0, None)  # its tokens and cost
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -386,13 +407,19 @@ class _Run:
             tools=tools,
             response_format=response_format,
             api_base=self.request.api_base or self.settings.api_base,
-        )
+            observer=_SpendPerAttempt(self, allowance.prompt_tokens_estimate,
+                                      allowance.max_completion_tokens)
+            if self.deps.spend_guard is not None else None,
+        )  # fmt: skip
         try:
             with model_call_span(self.model, iteration=self.meter.iterations):
                 reply = self.llm.complete(call)
+        except RetryRefused as exc:  # a ceiling stopped a retry before it was sent
+            observe_model_call(self.model, ok=False)
+            raise BudgetExhausted(SPEND_CEILING, exc.message) from exc
         except LLMError as exc:
             observe_model_call(self.model, ok=False)
-            self._settle_spend(0, 0)  # no reply: nothing to charge
+            self._settle_spend(0, 0)  # no attempt left unsettled, unless no attempt was sent
             if exc.kind == "deadline":
                 raise BudgetExhausted("deadline", exc.message) from exc
             raise
@@ -482,11 +509,19 @@ class _Run:
             )
         except SpendRefused as exc:
             raise BudgetExhausted(SPEND_CEILING, exc.message) from exc
+        self._reserved = (prompt_tokens + max_completion, cost)
 
     def _settle_spend(self, tokens: int, cost_usd: float | None) -> None:
         reservation, self._reservation = self._reservation, None
         if reservation is not None and self.deps.spend_guard is not None:
             self.deps.spend_guard.settle(reservation, tokens, cost_usd)
+
+    def _settle_failed_attempt(self, billed: bool) -> None:
+        """An attempt failed: its estimate is spent when the provider may have billed it
+        (a timeout, a dropped connection, a 5xx), nothing when it refused it (a 4xx, a
+        connection never opened)."""
+        tokens, cost = self._reserved if billed else (0, 0.0)
+        self._settle_spend(tokens, cost)
 
     # -- actions -------------------------------------------------------------------------
 

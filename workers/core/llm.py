@@ -13,7 +13,10 @@ module adds the policy:
   and never past the run's deadline; permanent ones (auth, bad request, context
   window, not found) are not retried;
 - each attempt's timeout is the time left before the deadline (capped by
-  ``llm_call_timeout_seconds``).
+  ``llm_call_timeout_seconds``);
+- the caller may watch the attempts (:class:`AttemptObserver`): before each retry is
+  sent (the spend guard reserves it, or stops the retries), and after each attempt that
+  failed, with whether the provider may have billed it (:func:`may_have_been_billed`).
 
 litellm is imported lazily, with ``LITELLM_LOCAL_MODEL_COST_MAP`` set first so
 it never downloads its price list, and only when a call or a question needs it: the
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -78,6 +82,27 @@ class ToolCall:
     arguments: str
 
 
+class RetryRefused(Exception):
+    """Raised by :meth:`AttemptObserver.before_retry` to send no further attempt; the call
+    raises it as it is (``message`` says why: a spend ceiling)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class AttemptObserver(Protocol):
+    """What a caller learns of a call's attempts (the engine's spend guard)."""
+
+    def before_retry(self, attempt: int) -> None:
+        """Attempt ``attempt`` (2 or more) is about to be sent; RetryRefused stops it."""
+        ...
+
+    def attempt_failed(self, billed: bool) -> None:
+        """The attempt just sent failed; ``billed``: the provider may have charged it."""
+        ...
+
+
 @dataclass(frozen=True)
 class LLMCall:
     """One planner request; ``deadline`` is a ``time.monotonic()`` instant."""
@@ -90,6 +115,7 @@ class LLMCall:
     tools: Tools | None = None
     response_format: dict[str, Any] | None = None
     api_base: str | None = None
+    observer: AttemptObserver | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +200,57 @@ def is_transient(exc: BaseException) -> bool:
     if not isinstance(status, int):
         return False
     return status in _TRANSIENT_STATUS or status >= 500
+
+
+def may_have_been_billed(exc: BaseException) -> bool:
+    """Whether a failed attempt may have been billed by the provider: it was sent and not
+    refused. Not billed: an attempt never sent (the deadline had passed, litellm could not
+    be imported or found no key, the connection could not be opened: refused, no such
+    host, a connect timeout, a TLS handshake that failed) and a 4xx answer (401, 404, 422,
+    a 429 rate limit: refused before any work). Anything else may have been: a timeout or a
+    connection dropped after the request left, a 5xx, a 200 that is no completion, an error
+    of unknown kind (the guard errs high)."""
+    if isinstance(exc, _DeadlineReached | ModuleNotFoundError):
+        return False
+    if not isinstance(exc, EndpointError) and "Missing credentials" in str(exc):
+        return False
+    if _connect_failed(exc):
+        return False
+    litellm = None if isinstance(exc, EndpointError) else loaded_litellm()
+    if litellm is not None and isinstance(exc, litellm.Timeout):
+        return True  # litellm gives its own timeouts the status 408
+    status = getattr(exc, "status_code", None)
+    return not (isinstance(status, int) and 400 <= status < 500)
+
+
+def _connect_failed(exc: BaseException) -> bool:
+    """Whether the error, or one it was raised from, is a connection that was never made."""
+    import ssl
+
+    kinds: tuple[type[BaseException], ...] = (ConnectionRefusedError, ssl.SSLError)
+    try:
+        import urllib3.exceptions as urllib3_errors
+
+        kinds += (urllib3_errors.ConnectTimeoutError, urllib3_errors.SSLError)
+    except ImportError:  # pragma: no cover - urllib3 is a dependency
+        pass
+    httpx = sys.modules.get("httpx")  # only litellm's path raises its errors
+    if httpx is not None:
+        kinds += (httpx.ConnectError, httpx.ConnectTimeout)
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, kinds):
+            return True
+        reason = getattr(item, "reason", None)  # urllib3's MaxRetryError wraps its cause
+        todo += [item.__cause__, item.__context__]
+        if isinstance(reason, BaseException):
+            todo.append(reason)
+    return False
 
 
 def unroutable_model(model: str, api_base: str | None) -> str | None:
@@ -306,14 +383,24 @@ class LiteLLMClient:
         started = self._clock()
         policy = _RetryPolicy(self.settings.llm_max_retries, call.deadline, self._clock)
         attempts = 0
+        observer = call.observer
 
         def attempt() -> Any:
             nonlocal attempts
             attempts += 1
-            return self._attempt(call)
+            if attempts > 1 and observer is not None:
+                observer.before_retry(attempts)
+            try:
+                return self._attempt(call)
+            except Exception as exc:
+                if observer is not None:
+                    observer.attempt_failed(may_have_been_billed(exc))
+                raise
 
         try:
             response = self._with_retries(attempt, policy)
+        except RetryRefused:
+            raise
         except _DeadlineReached as exc:
             raise LLMError("deadline", str(exc)) from exc
         except ModuleNotFoundError as exc:

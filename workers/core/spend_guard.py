@@ -12,9 +12,13 @@ injected through ``EngineDeps.spend_guard``, and stays free of Redis:
    other calls' reservations hold the room, or raises :class:`SpendRefused`
    naming the ceiling that stops it; the run then ends ``cannot_determine`` with
    ``budget_exhausted="spend_ceiling"``;
-2. after the call the engine calls :meth:`SpendGuard.settle` with what the call
-   really used (the figures it charged its own budget, sanitized), or zero when
-   the call produced no reply.
+2. each retry the model client makes of a call reserves the same estimate before it is
+   sent (workers/core/llm.py ``AttemptObserver``): a retry a ceiling stops is not sent;
+3. after each attempt the engine calls :meth:`SpendGuard.settle` with what the call
+   really used (the figures it charged its own budget, sanitized); for an attempt that
+   failed, with its whole estimate when the provider may have billed it (a timeout, a
+   connection dropped after the request left, a 5xx), zero when it refused it unbilled
+   (a connection never opened, a 4xx, a 429).
 
 A run that never settles (its worker was killed mid-call) is the guard's to
 clean up: its reservation has a lease.

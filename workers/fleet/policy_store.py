@@ -177,10 +177,17 @@ def import_into(
     dry_run: bool = False,
 ) -> tuple[ImportReport, list[ImportedPolicy]]:
     """Import ``documents`` into ``store`` (nothing is stored on a dry run, or when nothing
-    could be imported: a set is never emptied by an import that refused everything)."""
+    could be imported: a set is never emptied by an import that refused everything).
+
+    A set is imported whole or not at all: with ``policy_set`` and any refusal, nothing is
+    stored and no policy is returned (the report keeps the refusals). The set becomes
+    exactly what an import stores, so a partial one would drop the refused policy from it
+    (its old version still stored, no longer judged by the set's check)."""
     if policy_set is not None:
         valid_set_name(policy_set)
     policies, refusals = import_documents(documents)
+    if policy_set is not None and refusals:
+        policies = []
     replaced: list[str] = []
     if policies and not dry_run:
         assert store is not None

@@ -122,7 +122,7 @@ def vap_match_filter(constraints: Mapping[str, Any] | None, what: str) -> Resour
     if unknown:
         raise Unsupported(f"{what} has fields this import does not know: {sorted(unknown)}")
     kinds: list[KindRef] | None = None
-    names: list[str] | None = None
+    named: set[tuple[str, ...]] = set()
     scopes: set[str] = set()
     rules = as_list(data.get("resourceRules"), f"{what}.resourceRules")
     for index, rule in enumerate(rules):
@@ -130,11 +130,14 @@ def vap_match_filter(constraints: Mapping[str, Any] | None, what: str) -> Resour
             as_map(rule, "rule"), f"{what}.resourceRules[{index}]"
         )
         kinds = (kinds or []) + rule_kinds
-        if rule_names:
-            names = (names or []) + rule_names
-        elif rules and len(rules) > 1 and names is not None:
-            raise Unsupported(f"{what} names objects in some resource rules and not in others")
+        named.add(tuple(sorted(rule_names)))
         scopes.add(str(as_map(rule, "rule").get("scope") or "*"))
+    # One term holds the kinds of every rule and one list of names: rules that name objects
+    # differently (in whatever order) would narrow each other's kinds to the other's names,
+    # and a kind whose objects are all left out passes unseen.
+    if len(named) > 1:
+        raise Unsupported(f"{what} names objects in some resource rules and not in others")
+    names = (list(named.pop()) or None) if named else None
     if len(scopes) > 1:
         raise Unsupported(f"{what} mixes resource rule scopes {sorted(scopes)}")
     scope = scopes.pop() if scopes else "*"

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from workers.core.toolsets.yaml_documents import load_checked
+
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
 
@@ -45,7 +47,7 @@ def name_of(document: dict[str, Any] | None) -> str:
 def documents_from_text(text: str, source: str) -> list[SourcedDocument]:
     """Every object document of ``text`` (YAML or JSON), ``List`` items unpacked."""
     try:
-        loaded = list(yaml.safe_load_all(text))
+        loaded = list(load_checked(text))  # aliases checked: no "billion laughs"
     except yaml.YAMLError as exc:
         raise UnreadableFile(
             f"{source} is not YAML or JSON: {' '.join(str(exc).split())}"

@@ -65,6 +65,13 @@ class SharedLookups:
                 raise self._served
             return self._served
 
+    def unavailable(self) -> tuple[str, ...]:
+        """API groups the target lists but could not describe (a live cluster's aggregated
+        API that is down; a snapshot has none), read with the served resources."""
+        self.served()
+        groups = getattr(self.backend, "unavailable_groups", None)
+        return tuple(groups()) if callable(groups) else ()
+
     def listing(self, resource: ResourceInfo, namespace: str | None) -> list[dict[str, Any]]:
         """The objects of ``resource`` in ``namespace`` (None: every namespace)."""
         namespace = namespace if resource.namespaced else None

@@ -16,7 +16,7 @@ match it at admission:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +41,26 @@ def kind_matches(ref: KindRef, resource: ResourceInfo) -> bool:
 
 
 def resources_of(
-    rule: PolicyRule, served: Iterable[ResourceInfo]
+    rule: PolicyRule, served: Iterable[ResourceInfo], unavailable: Collection[str] = ()
 ) -> tuple[list[ResourceInfo], list[str]]:
     """The served resources the rule's kinds name, and the kinds it names that the target
-    does not serve (nothing of them to judge there)."""
+    does not serve (nothing of them to judge there).
+
+    ``unavailable``: API groups the target lists but could not say what they serve (an
+    aggregated API that is down). A kind found nowhere else that such a group may serve is
+    :class:`Undecidable`, never "not served": read as absent, the objects it holds (perhaps
+    the violating ones) would pass unseen."""
     served = list(served)
     found: dict[tuple[str, str], ResourceInfo] = {}
     missing: list[str] = []
     for ref in _kind_refs(rule):
         matches = [r for r in served if kind_matches(ref, r)]
+        if not matches and unavailable and (ref.group == "*" or ref.group in unavailable):
+            groups = sorted(unavailable) if ref.group == "*" else [ref.group]
+            raise Undecidable(
+                f"{ref.describe()} may be served by API group {', '.join(groups)}, whose "
+                "discovery failed (an aggregated API that is down?), so its objects are unknown"
+            )
         if not matches:
             missing.append(ref.describe())
         for resource in _preferred(matches, ref):

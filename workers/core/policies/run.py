@@ -28,7 +28,12 @@ from schemas.policy import (
 from schemas.probe import ProbeRun, ProbeViolation
 from schemas.verdict import VerdictKind
 from workers.core.policies.lookups import SharedLookups
-from workers.core.policies.matching import ObjectFilter, namespaces_to_list, resources_of
+from workers.core.policies.matching import (
+    ObjectFilter,
+    Undecidable,
+    namespaces_to_list,
+    resources_of,
+)
 from workers.core.policies.probes import probe_for
 from workers.core.probes.runner import run_probe
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
@@ -58,6 +63,8 @@ def run_policies(
             plans[policy.name] = _plan(policy, shared, (rules or {}).get(policy.name))
         except BackendError as exc:
             plans[policy.name] = f"the target's kinds could not be read: {exc.message}"
+        except Undecidable as exc:
+            plans[policy.name] = f"the target's kinds could not be read: {exc}"
     shared.plan(
         (planned.resource, planned.namespace)
         for plan in plans.values()
@@ -91,13 +98,13 @@ def run_policies(
 def _plan(
     policy: ImportedPolicy, shared: SharedLookups, only: set[str] | None
 ) -> tuple[list[_Planned], list[str]]:
-    served = shared.served()
+    served, unavailable = shared.served(), shared.unavailable()
     planned: list[_Planned] = []
     missing: list[str] = []
     for index, rule in enumerate(policy.rules):
         if only is not None and rule.name not in only:
             continue
-        resources, absent = resources_of(rule, served)
+        resources, absent = resources_of(rule, served, unavailable)
         missing += [m for m in absent if m not in missing]
         for resource in resources:
             pinned = namespaces_to_list(rule, resource)

@@ -38,6 +38,7 @@ from workers.core.probes.cel_env import KUBERNETES_VERSIONS, PROBE_VERSION
 from workers.core.probes.cel_lib import Call, NoSuchOverload, Overload, rewrite_calls
 from workers.core.probes.cel_lib import overloads as library_overloads
 from workers.core.probes.cel_lib import rewrites as library_rewrites
+from workers.core.probes.cel_lib.base import charge, metered
 from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, analyse
 
 __all__ = ["KUBERNETES_VERSIONS", "PROBE_VERSION", "BoolProgram", "CelError", "Expression",
@@ -94,6 +95,18 @@ def _type(kind: str) -> Any:
     }[kind]  # fmt: skip
 
 
+def _costed(overload: Overload) -> Callable[..., Any]:
+    """``overload``'s implementation, charging its cost over the actual arguments first (to
+    the meter :meth:`Expression.evaluate` binds): a call over the bound never runs."""
+    impl, cost, what = overload.impl, overload.cost, f"{overload.function}()"
+
+    def call(*args: Any) -> Any:
+        charge(cost(*args), what)
+        return impl(*args)
+
+    return call
+
+
 def _dispatcher(impls: list[Callable[..., Any]]) -> Callable[..., Any]:
     """One implementation for overloads two libraries share (``isGreaterThan`` of quantities
     and of semvers): the first whose opaque kind the argument has."""
@@ -130,7 +143,7 @@ def _declarations(overloads: Sequence[Overload]) -> list[Any]:
                 suffix = "_".join(params) if len(expanded) > 1 else ""
                 entry = (f"{overload.id}_{suffix}".rstrip("_"), [], overload.result)
                 grouped[overload.function][key] = entry
-            entry[1].append(overload.impl)
+            entry[1].append(_costed(overload))
     declarations = []
     for function, entries in grouped.items():
         runtime_overloads = [
@@ -266,7 +279,7 @@ def _environment(version: str) -> Any:
 def _implementations(added: Sequence[Overload]) -> dict[str, Callable[..., Any]]:
     """The Python implementation of each overload added to a standard function, by id; one
     signature shared by two libraries (``string`` of an IP and of a CIDR) dispatches."""
-    return {same[0].id: _dispatcher([o.impl for o in same])
+    return {same[0].id: _dispatcher([_costed(o) for o in same])
             for same in _by_signature(added).values()}  # fmt: skip
 
 
@@ -324,10 +337,11 @@ def _rewrite(expression: str, known: Sequence[str], what: str) -> tuple[str, lis
     return _STRING_OR_VARIABLE.sub(replace, expression), used
 
 
-def cost_model(expression: str) -> CostModel:
-    """The expression's loop skeleton; CelError when its shape is over the static cost bounds."""
+def cost_model(expression: str, variables: Sequence[tuple[str, str]] = ()) -> CostModel:
+    """The expression's loop skeleton; CelError when its shape is over the static cost bounds.
+    ``variables``: the probe's, to bound a ``sets`` argument read from one."""
     try:
-        return analyse(expression)
+        return analyse(expression, dict(variables))
     except CelCostError as exc:
         raise CelError(f"the expression is too costly to run: {exc}") from None
 
@@ -359,8 +373,9 @@ class Expression:
             names.append(name)
         body, used = _rewrite(text, names, what)
         needed = _closure(used, definitions)
-        self.costs = [cost_model(text)] + [cost_model(source) for name, source in variables
-                                           if name in needed]  # fmt: skip
+        self.costs = [cost_model(text, variables)] + [
+            cost_model(source, variables) for name, source in variables if name in needed
+        ]
         for name in needed:  # each variable it reads compiles on its own: an error names it
             own = _bound(definitions[name][0], definitions, names, name)
             _compiled_as(own, f"variable {name}", version)
@@ -377,8 +392,27 @@ class Expression:
         except CelCostError as exc:
             raise CelError(f"the expression is too costly to run: {exc}") from None
 
-    def evaluate(self, data: Mapping[str, Any]) -> Any:
-        """The value; CelError for an error value or a runtime refusal."""
+    def evaluate(self, data: Mapping[str, Any], meter: StepMeter | None = None) -> Any:
+        """The value; CelError for an error value or a runtime refusal.
+
+        The Kubernetes library calls the evaluation makes are charged to ``meter`` (a fresh
+        one of :data:`MAX_STEPS` when None). A call refused for its cost refuses the whole
+        evaluation, whatever value it came to: CEL's ``||`` absorbs an error when its other
+        side is true, and the API server's cost limit would have stopped it anyway."""
+        meter = meter or StepMeter()
+        with metered(max(meter.max_steps - meter.steps, 0)) as calls:
+            try:
+                value = self._evaluate(data)
+            except CelError:
+                if calls.refused is None:
+                    raise
+            finally:
+                meter.steps += calls.spent
+        if calls.refused is not None:
+            raise CelError(f"the expression is too costly to run: {calls.refused}")
+        return value
+
+    def _evaluate(self, data: Mapping[str, Any]) -> Any:
         try:
             result = self._program.eval(data=dict(data))
         except Exception as exc:
@@ -521,7 +555,7 @@ class BoolProgram:
     def value(self, variables: Mapping[str, Any]) -> Any:
         """The expression's value; CelError on any failure, or when it would cost too much."""
         self.meter.charge(self.compiled, variables)
-        return self.compiled.evaluate(variables)
+        return self.compiled.evaluate(variables, self.meter)
 
     def __call__(self, variables: Mapping[str, Any]) -> bool:
         """The expression's boolean value; CelError for anything that is not exactly a bool."""

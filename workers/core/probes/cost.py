@@ -18,9 +18,15 @@ So the bound is enforced before evaluation, in two steps:
   over the actual input: each comprehension's range is measured on the input (a plain
   path such as ``results[0]`` or ``p.spec.containers`` is navigated in Python; a computed
   range counts as the largest list in the input times the concatenations), nested ranges
-  multiply, ``map``/``filter`` count their quadratic copying, and a reference to a whole
+  multiply, ``map``/``filter`` count their quadratic copying, a reference to a whole
   input list inside a comprehension body (``x in results[1]``, ``results[0] == ...``)
-  counts its length per iteration. Over :data:`MAX_STEPS` the expression is refused.
+  counts its length per iteration, and a whole input string its characters. The runtime's
+  own ``sets`` functions compare every pair of their lists' elements: each call counts
+  those pairs, its lists' lengths bounded over the input (:class:`ListArgument`). Over
+  :data:`MAX_STEPS` the expression is refused.
+
+The Kubernetes libraries written in Python (``cel_lib/``) are charged to the same steps as
+each call is made, over its actual arguments (``cel_lib/base.py``).
 
 A refusal is a :class:`CostExceeded` (a ``CelError``): the probe "cannot run", never ``true``.
 """
@@ -44,6 +50,18 @@ MAX_STEPS = 2_000_000
 PATTERN_CHARS_PER_STEP = 4
 # A step is ~5 us of evaluation; copying 16 KB of string takes about as long.
 STRING_CHARS_PER_STEP = 16_384
+# Reading a whole string of the input inside a comprehension body (``size(object.s)`` counts
+# its code points, ``object.s + 'a'`` copies it) takes up to ~2-4 ns a character on a loaded
+# host (bench/bench_cel_calls.py): each iteration costs its length / this many steps.
+STRING_SCAN_CHARS_PER_STEP = 1_024
+# cel-go's sets (the runtime's own, which cannot be charged as it runs) compare every element
+# of one list with every element of the other: ~10-20 ns a pair of scalars (20,000 x 20,000
+# disjoint strings: sets.intersects 7-9 s, uninterruptible), counted as 50 ns.
+SET_PAIRS_PER_STEP = 100
+# Each function's passes over the pairs: equivalent is contains both ways.
+SET_FUNCTIONS = {"contains": 1, "intersects": 1, "equivalent": 2}
+# Calls whose list may be longer than any list in the input: a string's characters or parts.
+_STRING_TO_LIST = frozenset({"split", "findAll"})
 COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter",
                             "transformList", "transformMap", "transformMapEntry"})  # fmt: skip
 # Two-variable comprehensions (index and element of a list, key and value of a map).
@@ -85,6 +103,34 @@ class Comprehension:
     index_variable: str | None = None  # with two variables: the index or key
 
 
+@dataclass(frozen=True)
+class ListArgument:
+    """What a list argument of a ``sets`` call is, to bound its length before evaluation.
+
+    ``form``: ``literal`` (``length`` elements), ``path`` (a plain path, measured), ``mapped``
+    (a comprehension over a plain path: no longer than its list), ``split`` (a plain path's
+    string split, at a literal ``separator`` or any), or ``computed``: no longer than the
+    longest list of the input (or the longest string, ``from_strings``, when it splits or
+    finds in one or reads a variable) plus ``length`` literal elements, times one more than
+    its ``plus`` operators."""
+
+    form: str
+    path: Path | None = None
+    length: int = 0
+    separator: str | None = None
+    from_strings: bool = False
+    plus: int = 0
+
+
+@dataclass(frozen=True)
+class SetCall:
+    """A ``sets.contains/equivalent/intersects(a, b)`` call and where it is."""
+
+    passes: int
+    arguments: tuple[ListArgument, ListArgument]
+    comprehension: int | None  # the innermost comprehension whose body makes the call
+
+
 @dataclass
 class CostModel:
     """The loop skeleton of an expression, for estimating its cost over an input."""
@@ -92,6 +138,7 @@ class CostModel:
     comprehensions: list[Comprehension]
     concatenations: int
     base: int = 0  # steps per evaluation outside any comprehension (regex patterns)
+    set_calls: list[SetCall] = field(default_factory=list)
 
     def estimate(self, variables: Mapping[str, Any], limit: int = MAX_STEPS) -> int:
         """Upper estimate of the steps evaluating over ``variables`` costs; CostExceeded
@@ -164,10 +211,12 @@ def _path_after(tokens: list[tuple[str, str]], start: int) -> tuple[Path | None,
     return Path(root, tuple(steps)), i
 
 
-def analyse(expression: str) -> CostModel:
-    """The expression's loop skeleton; CostExceeded when its shape is over the static bounds."""
+def analyse(expression: str, variables: Mapping[str, str] | None = None) -> CostModel:
+    """The expression's loop skeleton; CostExceeded when its shape is over the static bounds.
+    ``variables``: the probe's variables by name, to bound a ``sets`` argument read from one."""
     tokens = _tokens(expression)
     found: list[Comprehension] = []
+    set_calls: list[SetCall] = []
     base = 0
     stack: list[int | None] = []  # per open bracket: the comprehension it is the body of
     enclosing: list[int] = []
@@ -210,6 +259,9 @@ def analyse(expression: str) -> CostModel:
                 )
             i += 6 if two else 4  # past the variables' names: binding them reads nothing
             continue
+        set_call = _set_call(tokens, i, enclosing[-1] if enclosing else None, variables or {})
+        if set_call is not None:
+            set_calls.append(set_call)
         if text == "matches" and i + 1 < len(tokens) and tokens[i + 1][1] == "(":
             steps = _pattern_steps(tokens, i)
             if enclosing:
@@ -237,7 +289,100 @@ def analyse(expression: str) -> CostModel:
     concatenations = sum(1 for _, text in tokens if text == "+")
     if concatenations > MAX_CONCATENATIONS:
         raise CostExceeded(f"the expression has more than {MAX_CONCATENATIONS} '+' operators")
-    return CostModel(found, concatenations, base)
+    return CostModel(found, concatenations, base, set_calls)
+
+
+def _closing(tokens: list[tuple[str, str]], open_at: int) -> int | None:
+    """The index of the bracket closing ``tokens[open_at]``; None when none does."""
+    depth = 0
+    for i in range(open_at, len(tokens)):
+        text = tokens[i][1]
+        if tokens[i][0] == "op" and text in "([{":
+            depth += 1
+        elif tokens[i][0] == "op" and text in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def _arguments(tokens: list[tuple[str, str]], open_at: int) -> list[tuple[int, int]] | None:
+    """The token ranges of the arguments of the call whose ``(`` is ``tokens[open_at]``."""
+    close = _closing(tokens, open_at)
+    if close is None:
+        return None
+    ranges, start, depth = [], open_at + 1, 0
+    for i in range(open_at + 1, close):
+        text = tokens[i][1] if tokens[i][0] == "op" else ""
+        if text and text in "([{":
+            depth += 1
+        elif text and text in ")]}":
+            depth -= 1
+        elif text == "," and depth == 0:
+            ranges.append((start, i))
+            start = i + 1
+    if start < close:
+        ranges.append((start, close))
+    return ranges
+
+
+def _list_argument(
+    tokens: list[tuple[str, str]], start: int, end: int, variables: Mapping[str, str], depth: int
+) -> ListArgument:
+    """What the argument ``tokens[start:end]`` is (:class:`ListArgument`); a probe variable's
+    (``variables.NAME``) is its definition's."""
+    if start < end and tokens[start][1] == "[" and _closing(tokens, start) == end - 1:
+        return ListArgument("literal", length=len(_arguments(tokens, start) or []))
+    path, after = _path_after(tokens, start)
+    if path is not None and after == end:
+        source = variables.get(str(path.steps[0])) if len(path.steps) == 1 else None
+        if path.root == "variables" and source is not None and depth < len(variables):
+            inner = _tokens(source)
+            return _list_argument(inner, 0, len(inner), variables, depth + 1)
+        if path.root != "variables":
+            return ListArgument("path", path)
+    elif path is not None and after + 2 < end and tokens[after][1] == ".":
+        method, opens = tokens[after + 1][1], after + 2
+        whole_call = tokens[opens][1] == "(" and _closing(tokens, opens) == end - 1
+        if whole_call and method in _COPYING:
+            return ListArgument("mapped", path)
+        if whole_call and method == "split":
+            ranges = _arguments(tokens, opens) or []
+            first = tokens[ranges[0][0]] if ranges else ("", "")
+            literal = len(ranges) == 1 and ranges[0][1] == ranges[0][0] + 1 and first[0] == "str"
+            return ListArgument("split", path, separator=first[1][1:-1] if literal else None)
+    texts = [text for _, text in tokens[start:end]]
+    reads_variables = "variables" in texts
+    plus = texts.count("+")
+    if reads_variables:  # the variables it reads may concatenate too
+        plus += sum(_tokens(source).count(("op", "+")) for source in variables.values())
+    return ListArgument(
+        "computed",
+        length=texts.count(",") + 1,
+        from_strings=reads_variables or any(text in _STRING_TO_LIST for text in texts),
+        plus=plus,
+    )
+
+
+def _set_call(
+    tokens: list[tuple[str, str]], at: int, enclosing: int | None, variables: Mapping[str, str]
+) -> SetCall | None:
+    """The ``sets.f(a, b)`` call starting at ``tokens[at]``, if one does."""
+    is_call = (
+        tokens[at] == ("id", "sets")
+        and (at == 0 or tokens[at - 1][1] != ".")
+        and at + 3 < len(tokens)
+        and tokens[at + 1][1] == "."
+        and tokens[at + 2][1] in SET_FUNCTIONS
+        and tokens[at + 3][1] == "("
+    )
+    if not is_call:
+        return None
+    ranges = _arguments(tokens, at + 3)
+    if ranges is None or len(ranges) != 2:
+        return None  # the compiler refuses it
+    first, second = (_list_argument(tokens, *bounds, variables, 0) for bounds in ranges)
+    return SetCall(SET_FUNCTIONS[tokens[at + 2][1]], (first, second), enclosing)
 
 
 def _pattern_steps(tokens: list[tuple[str, str]], at: int) -> int:
@@ -359,6 +504,42 @@ class _Estimate:
         values = [_navigate(base, path.steps) for base in bases]
         return values, max((len(_members(v)) for v in values), default=0)
 
+    def _list_size(self, argument: ListArgument, comprehension: int | None) -> tuple[int, int]:
+        """The most elements a list argument has in one call, and the most weight (what
+        comparing its elements touches: a nested list or map counts its contents, a string 1
+        a KB) where it is measured; any other list's elements count 1 each."""
+        if argument.form == "literal":
+            return argument.length, argument.length
+        if argument.path is None:
+            longest_list, longest_string = self._measure()
+            if argument.from_strings:
+                longest_list = max(longest_list, longest_string + 1)
+            length = (longest_list + argument.length) * (1 + argument.plus)
+            return length, length
+        owner = None if comprehension is None else self._owner(comprehension, argument.path.root)
+        values, longest = self._values(argument.path, owner)
+        if values is None:  # an element of a computed range, or an index or key
+            unknown = self.unknown()
+            return unknown, unknown
+        if argument.form == "split":
+            texts = [v for v in values if isinstance(v, str)]
+            sep = argument.separator
+            longest = max(((t.count(sep) if sep else len(t)) + 1 for t in texts), default=0)
+            return longest, longest
+        if argument.form == "mapped":
+            return longest, longest
+        weight = max((_weight(v) - 1 for v in values if isinstance(v, list)), default=0)
+        return longest, weight
+
+    def set_call_steps(self, call: SetCall) -> int:
+        """Steps a ``sets`` call may take: every pair of elements compared, per call."""
+        (first, first_weight), (second, second_weight) = (
+            self._list_size(argument, call.comprehension) for argument in call.arguments
+        )
+        pairs = min(first * second_weight, first_weight * second)
+        calls = self.iterations[call.comprehension] if call.comprehension is not None else 1
+        return calls * (1 + call.passes * pairs // SET_PAIRS_PER_STEP)
+
     def total(self) -> int:
         concatenation = self.concatenation_steps()
         self._add(self.model.base + concatenation)
@@ -395,6 +576,8 @@ class _Estimate:
                 weight = self._weight(index, ref)
                 if weight:
                     self._add(iterations * weight)
+        for call in self.model.set_calls:
+            self._add(self.set_call_steps(call))
         return self.steps
 
     def _weight(self, index: int, ref: Path) -> int:
@@ -403,5 +586,24 @@ class _Estimate:
         bounded by one object's size, not the listing's, and is part of the body's step."""
         if self._owner(index, ref.root) is not None:
             return 0
-        _, longest = self._values(ref, None)
+        values, longest = self._values(ref, None)
+        if values and isinstance(values[0], str):  # a whole string read: sized, scanned
+            return len(values[0]) // STRING_SCAN_CHARS_PER_STEP
         return longest
+
+
+def _weight(value: Any) -> int:
+    """Comparing ``value`` with an equal one touches about this many things: 1, the contents
+    of a list or map, a string's kilobytes."""
+    total, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        total += 1
+        if isinstance(item, Mapping):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, str):
+            total += len(item) // 1024
+    return total

@@ -200,6 +200,12 @@ class LiveBackend:
     def api_resources(self) -> list[ResourceInfo]:
         return list(live_discovery.discover(self._transport, self._settings.discovery_ttl_seconds))
 
+    def unavailable_groups(self) -> tuple[str, ...]:
+        """API groups the target lists whose discovery failed (see live_discovery)."""
+        return live_discovery.unavailable_groups(
+            self._transport, self._settings.discovery_ttl_seconds
+        )
+
     def resolve(self, kind: str) -> ResourceInfo:
         """Resolve through cached discovery; on a miss, look again if the cache is not fresh.
 
@@ -373,8 +379,9 @@ class LiveBackend:
                     restarted, token = True, None
                     continue
                 raise
+            items = _page_items(page, self._transport.target_name, action)
             item_kind = str(page.get("kind", "")).removesuffix("List")
-            for item in page.get("items") or []:
+            for item in items:
                 key = _identity(item)
                 if restarted and key in seen:
                     continue
@@ -383,6 +390,30 @@ class LiveBackend:
             token = (page.get("metadata") or {}).get("continue") or None
             if not token:
                 return
+
+
+def _page_items(page: dict[str, Any], target: str, action: str) -> list[dict[str, Any]]:
+    """The objects of one page of a list; BackendError when the answer is no list at all.
+
+    Why: an answer of 200 that is a Status (an aggregated API or a proxy in front reporting
+    its own failure), or an object without ``items``, lists nothing; read as an empty list
+    it would be the "nothing to judge" that passes an imported policy and reads as "none
+    found" to the model. A list kind holds ``items`` (``null`` for none, as Go encodes an
+    empty slice), and each item is an object."""
+    items = page.get("items", ...)
+    kind = str(page.get("kind", ""))
+    if (
+        kind == "Status"
+        or items is ...
+        or not (items is None or isinstance(items, list))
+        or not all(isinstance(item, dict) for item in items or [])
+    ):
+        raise BackendError(
+            "unavailable",
+            f"the API server of {target} answered with no list of objects (kind "
+            f"{kind or 'missing'!r}) when assay tried to {action}; the lookup failed",
+        )
+    return list(items or [])
 
 
 def _with_type(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:

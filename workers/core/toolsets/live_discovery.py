@@ -24,25 +24,40 @@ from workers.core.toolsets.live_transport import GetOnlyTransport
 # turn a list into another path (a node's proxy).
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
-_cache: dict[str, tuple[float, list[ResourceInfo]]] = {}  # key -> (fetched at, resources)
+# key -> (fetched at, resources, groups listed whose discovery failed)
+_cache: dict[str, tuple[float, list[ResourceInfo], tuple[str, ...]]] = {}
 _cache_lock = threading.Lock()
 
 
 def discover(transport: GetOnlyTransport, ttl_seconds: float) -> list[ResourceInfo]:
     """The readable resources of the transport's target, at most ``ttl_seconds`` old."""
+    return _discovered(transport, ttl_seconds)[1]
+
+
+def unavailable_groups(transport: GetOnlyTransport, ttl_seconds: float) -> tuple[str, ...]:
+    """The API groups the target lists but whose discovery failed when its resources were
+    last read (an aggregated API that is down): their kinds are unknown, not absent."""
+    return _discovered(transport, ttl_seconds)[2]
+
+
+def _discovered(
+    transport: GetOnlyTransport, ttl_seconds: float
+) -> tuple[float, list[ResourceInfo], tuple[str, ...]]:
     now = time.monotonic()
     with _cache_lock:
         cached = _cache.get(transport.target_key)
     if cached is not None and now - cached[0] < ttl_seconds:
-        return cached[1]
-    resources = _fetch(transport)
+        return cached
+    resources, unavailable = _fetch(transport)
+    entry = (now, resources, tuple(unavailable))
     with _cache_lock:
-        _cache[transport.target_key] = (now, resources)
-    return resources
+        _cache[transport.target_key] = entry
+    return entry
 
 
-def _fetch(transport: GetOnlyTransport) -> list[ResourceInfo]:
+def _fetch(transport: GetOnlyTransport) -> tuple[list[ResourceInfo], list[str]]:
     resources: list[ResourceInfo] = []
+    unavailable: list[str] = []
     core = transport.get_json("/api", action="read the API versions (/api)")
     for version in core.get("versions") or ["v1"]:
         if not _NAME.match(str(version)):
@@ -66,11 +81,12 @@ def _fetch(transport: GetOnlyTransport) -> list[ResourceInfo]:
             # deadline cut off is not down: skipping it would cache a list without its kinds,
             # and every run of the target would read them as not served until re-discovery.
             if exc.code in ("unavailable", "not_found", "timeout") and not exc.out_of_time:
+                unavailable.append(str(group_version).split("/", 1)[0])
                 continue
             raise
         name, version = group_version.split("/", 1)
         resources.extend(_resources_of(doc, name, version))
-    return resources
+    return resources, unavailable
 
 
 def _resources_of(doc: dict[str, Any], group: str, version: str) -> list[ResourceInfo]:

@@ -135,3 +135,68 @@ def load_documents(text: str) -> Iterator[Any]:
     loader = ApiSafeLoader if may_alias(text) else _PlainLoader
     documents: Iterator[Any] = yaml.load_all(text, Loader=loader)
     return documents
+
+
+MAX_EXPANDED_VALUES = 1_000_000
+"""Values (scalars, mappings, sequences, keys) one document read from a user's text may
+stand for once its aliases are expanded: a policy file, an apply document."""
+
+
+class AliasBomb(yaml.YAMLError):
+    """A document whose aliases refer to themselves or expand past the limit."""
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
+
+
+def check_expansion(node: Node, limit: int = MAX_EXPANDED_VALUES) -> int:
+    """How many values ``node`` stands for with every alias expanded; :class:`AliasBomb`
+    past ``limit`` or for an alias inside its own anchor.
+
+    Why: an alias is its anchor's node met again, so nine aliases of nine aliases ("billion
+    laughs", a few hundred bytes) parse at once but every walk over the document (checking
+    it, indexing its lines, turning it into JSON) takes 10^9 steps, or forever for an alias
+    inside itself. Each node is sized once here (shared nodes are memoised), so the check
+    costs the text's length, not the expansion's.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(node, False)]
+    while stack:
+        current, children_done = stack.pop()
+        key = id(current)
+        if children_done:
+            active.discard(key)
+            size = 1 + sum(sizes[id(child)] for child in _children(current))
+            if size > limit:
+                raise AliasBomb(f"its aliases expand past {limit:,} values")
+            sizes[key] = size
+            continue
+        if key in sizes:
+            continue
+        if key in active:
+            raise AliasBomb("an alias refers to itself (it sits inside its own anchor)")
+        active.add(key)
+        stack.append((current, True))
+        stack.extend((child, False) for child in _children(current) if id(child) not in sizes)
+    return sizes[id(node)]
+
+
+def load_checked(text: str, loader: Any = None) -> Iterator[Any]:
+    """The documents of ``text`` as ``yaml.safe_load_all`` gives them (``loader``: PyYAML's
+    safe loader unless given), each checked by :func:`check_expansion` before it is built."""
+    reader = (loader or yaml.SafeLoader)(text)
+    try:
+        while reader.check_node():
+            node = reader.get_node()
+            if node is None:
+                continue
+            check_expansion(node)
+            yield reader.construct_document(node)
+    finally:
+        reader.dispose()

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workers.core.probes.cel_lib import url
-from workers.core.probes.cel_lib.base import CelLibraryError, Overload, opaque, unwrap
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload, loops, opaque, unwrap
 from workers.core.probes.cel_lib.rewrite import Call
 
 KIND = "format"
@@ -209,5 +209,8 @@ OVERLOADS = [
     Overload(f"format.{name}", f"format_{name}", (), "map", _format(name)) for name in FORMATS
 ] + [
     Overload(NAMED, "assay_format_named_string", ("string",), "list", named),
-    Overload(VALIDATE, "assay_format_validate_string", ("map", "string"), "list", validate, True),
+    # each format's checks are Python over the text (a regular expression, a URL's parse)
+    Overload(
+        VALIDATE, "assay_format_validate_string", ("map", "string"), "list", validate, True, loops
+    ),
 ]

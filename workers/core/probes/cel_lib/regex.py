@@ -9,7 +9,10 @@ from typing import Any
 
 import re2
 
-from workers.core.probes.cel_lib.base import CelLibraryError, Overload
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload, charge, reads
+from workers.core.probes.cost import PATTERN_CHARS_PER_STEP
+
+MATCH_STEPS = 5  # ~12 us a match found and converted: a string of 'a's matches per character
 
 
 @lru_cache(maxsize=256)
@@ -30,15 +33,24 @@ def find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
         return []
     out: list[str] = []
     for match in _compiled(pattern).finditer(text):
+        charge(MATCH_STEPS, "findAll()")
         out.append(str(match.group(0)))
         if 0 < limit <= len(out):
             break
     return out
 
 
+def search_cost(text: str, pattern: str, limit: int = -1) -> int:
+    """Reading the text, and compiling the pattern (a pattern from the input may be long);
+    each match ``findAll`` gives is charged as it is found."""
+    return reads(text) + len(pattern) // PATTERN_CHARS_PER_STEP
+
+
 OVERLOADS = [
-    Overload("find", "string_find_string", ("string", "string"), "string", find, True),
-    Overload("findAll", "string_find_all_string", ("string", "string"), "list", find_all, True),
+    Overload("find", "string_find_string", ("string", "string"), "string", find, True,
+             search_cost),
+    Overload("findAll", "string_find_all_string", ("string", "string"), "list", find_all, True,
+             search_cost),
     Overload("findAll", "string_find_all_string_int", ("string", "string", "int"), "list",
-             find_all, True),
+             find_all, True, search_cost),
 ]  # fmt: skip

@@ -17,15 +17,28 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import re
 from typing import Any
 
-from workers.core.probes.cel_lib.base import CelLibraryError, Overload
+from workers.core.probes.cel_lib.base import (
+    ELEMENTS_PER_STEP,
+    LOOPED_CHARS_PER_STEP,
+    MAX_RESULT_CHARS,
+    READ_CHARS_PER_STEP,
+    CelLibraryError,
+    Overload,
+    check_result,
+    reads,
+)
 
 # Unicode White_Space, which Go's strings.TrimSpace (cel-go's trim) removes.
 _SPACE = (
     "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
     "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
+
+
+_PRECISION = re.compile(r"%\.([0-9]+)")
 
 
 def _check_index(text: str, index: int, what: str = "index") -> None:
@@ -67,16 +80,36 @@ def last_index_of(text: str, sub: str, start: int | None = None) -> int:
     return text.rfind(sub, 0, start + len(sub)) if start >= 0 else -1
 
 
+_UPPER, _LOWER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"
+_TO_LOWER, _TO_UPPER = str.maketrans(_UPPER, _LOWER), str.maketrans(_LOWER, _UPPER)
+
+
 def lower_ascii(text: str) -> str:
-    return "".join(c.lower() if "A" <= c <= "Z" else c for c in text)
+    """Only ASCII letters change (translated at C speed)."""
+    return text.translate(_TO_LOWER)
 
 
 def upper_ascii(text: str) -> str:
-    return "".join(c.upper() if "a" <= c <= "z" else c for c in text)
+    return text.translate(_TO_UPPER)
 
 
 def replace(text: str, old: str, new: str, limit: int = -1) -> str:
     return text.replace(old, new, limit if limit >= 0 else -1)
+
+
+def _replaced_chars(text: str, old: str, new: str, limit: int = -1) -> int:
+    """How long ``replace`` makes the string (counting is cheap; building may not be)."""
+    count = text.count(old)
+    if limit >= 0:
+        count = min(count, limit)
+    return len(text) + count * (len(new) - len(old))
+
+
+def replace_cost(text: str, old: str, new: str, limit: int = -1) -> int:
+    """Reading the string, and building the result (refused past its bound)."""
+    chars = _replaced_chars(text, old, new, limit)
+    check_result(chars, "replace()")
+    return reads(text, old) + chars // READ_CHARS_PER_STEP
 
 
 def split(text: str, separator: str, limit: int = -1) -> list[str]:
@@ -88,6 +121,14 @@ def split(text: str, separator: str, limit: int = -1) -> list[str]:
             return [*chars[: limit - 1], "".join(chars[limit - 1 :])]
         return chars
     return text.split(separator, limit - 1 if limit > 0 else -1)
+
+
+def split_cost(text: str, separator: str, limit: int = -1) -> int:
+    """Reading the string, and the parts it gives (each converted back as a list element)."""
+    parts = len(text) if separator == "" else text.count(separator) + 1
+    if limit >= 0:
+        parts = min(parts, limit)
+    return reads(text, separator) + parts // ELEMENTS_PER_STEP
 
 
 def substring(text: str, start: int, end: int | None = None) -> str:
@@ -109,10 +150,26 @@ def join(items: list[Any], separator: str = "") -> str:
     return separator.join(items)
 
 
+def join_cost(items: list[Any], separator: str = "") -> int:
+    """A pass over the items, and the result they make (refused past its bound)."""
+    chars = sum(len(item) for item in items if isinstance(item, str))
+    chars += len(separator) * max(len(items) - 1, 0)
+    check_result(chars, "join()")
+    return reads(items, separator) + chars // READ_CHARS_PER_STEP
+
+
+_ESCAPES = str.maketrans({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+                          "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"'})  # fmt: skip
+
+
 def quote(text: str) -> str:
-    escapes = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-               "\v": "\\v", "\\": "\\\\", '"': '\\"'}  # fmt: skip
-    return '"' + "".join(escapes.get(c, c) for c in text) + '"'
+    return '"' + text.translate(_ESCAPES) + '"'
+
+
+def quote_cost(text: str) -> int:
+    """Reading the string, and the result (each character escaped at most: twice as long)."""
+    check_result(2 * len(text) + 2, "strings.quote()")
+    return reads(text) + 2 * len(text) // READ_CHARS_PER_STEP
 
 
 def _timestamp(value: datetime.datetime) -> str:
@@ -173,6 +230,36 @@ def _number(value: Any, verb: str) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise CelLibraryError(f"format: %{verb} needs a number, got {type(value).__name__}")
     return value
+
+
+def _shown_chars(args: list[Any]) -> int:
+    """An upper bound on the characters ``format`` prints its arguments as: a string as it is,
+    one inside a list or map as a JSON literal (a control character takes 6)."""
+    total, todo = 0, [(arg, False) for arg in args]
+    while todo:
+        item, nested = todo.pop()
+        if isinstance(item, str | bytes):
+            total += len(item) * (6 if nested else 2 if isinstance(item, bytes) else 1) + 3
+        elif isinstance(item, dict):
+            total += 2 + 4 * len(item)
+            todo.extend((part, True) for pair in item.items() for part in pair)
+        elif isinstance(item, list):
+            total += 2 + 2 * len(item)
+            todo.extend((element, True) for element in item)
+        else:
+            total += 32  # a number, a bool, null, a timestamp, a duration
+    return total
+
+
+def format_cost(template: str, args: list[Any]) -> int:
+    """The template's loop, and the result: the template, each argument as printed and each
+    precision asked for (``%.1000000000f`` is a gigabyte); refused past the bound."""
+    precisions = sum(
+        int(p) if len(p) <= 9 else MAX_RESULT_CHARS for p in _PRECISION.findall(template)
+    )
+    chars = len(template) + _shown_chars(args) + precisions
+    check_result(chars, "format()")
+    return reads(args) + len(template) // LOOPED_CHARS_PER_STEP + chars // READ_CHARS_PER_STEP
 
 
 def format_string(template: str, args: list[Any]) -> str:
@@ -245,18 +332,20 @@ OVERLOADS = [
     Overload("lowerAscii", "string_lower_ascii", ("string",), "string", lower_ascii, True),
     Overload("upperAscii", "string_upper_ascii", ("string",), "string", upper_ascii, True),
     Overload("replace", "string_replace_string_string", ("string", "string", "string"),
-             "string", replace, True),
+             "string", replace, True, replace_cost),
     Overload("replace", "string_replace_string_string_int",
-             ("string", "string", "string", "int"), "string", replace, True),
-    Overload("split", "string_split_string", ("string", "string"), "list", split, True),
+             ("string", "string", "string", "int"), "string", replace, True, replace_cost),
+    Overload("split", "string_split_string", ("string", "string"), "list", split, True,
+             split_cost),
     Overload("split", "string_split_string_int", ("string", "string", "int"), "list", split,
-             True),
+             True, split_cost),
     Overload("substring", "string_substring_int", ("string", "int"), "string", substring, True),
     Overload("substring", "string_substring_int_int", ("string", "int", "int"), "string",
              substring, True),
     Overload("trim", "string_trim", ("string",), "string", trim, True),
-    Overload("join", "list_join", ("list",), "string", join, True),
-    Overload("join", "list_join_string", ("list", "string"), "string", join, True),
-    Overload("format", "string_format_list", ("string", "list"), "string", format_string, True),
-    Overload("strings.quote", "strings_quote", ("string",), "string", quote),
+    Overload("join", "list_join", ("list",), "string", join, True, join_cost),
+    Overload("join", "list_join_string", ("list", "string"), "string", join, True, join_cost),
+    Overload("format", "string_format_list", ("string", "list"), "string", format_string, True,
+             format_cost),
+    Overload("strings.quote", "strings_quote", ("string",), "string", quote, False, quote_cost),
 ]  # fmt: skip

@@ -16,7 +16,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
-from workers.core.probes.cel_lib.base import CelLibraryError, Overload, opaque, unwrap
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload, loops, opaque, unwrap
 
 KIND = "url"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
@@ -136,13 +136,15 @@ def get_query(value: Any) -> dict[str, list[str]]:
     return out
 
 
+# Each call parses the URL in Python, character by character: costed as a Python loop.
 OVERLOADS = [
-    Overload("url", "string_to_url", ("string",), "map", to_url),
-    Overload("isURL", "is_url_string", ("string",), "bool", is_url),
-    Overload("getScheme", "url_get_scheme", ("map",), "string", get_scheme, True),
-    Overload("getHost", "url_get_host", ("map",), "string", get_host, True),
-    Overload("getHostname", "url_get_hostname", ("map",), "string", get_hostname, True),
-    Overload("getPort", "url_get_port", ("map",), "string", get_port, True),
-    Overload("getEscapedPath", "url_get_escaped_path", ("map",), "string", get_escaped_path, True),
-    Overload("getQuery", "url_get_query", ("map",), "map", get_query, True),
-]
+    Overload("url", "string_to_url", ("string",), "map", to_url, cost=loops),
+    Overload("isURL", "is_url_string", ("string",), "bool", is_url, cost=loops),
+    Overload("getScheme", "url_get_scheme", ("map",), "string", get_scheme, True, loops),
+    Overload("getHost", "url_get_host", ("map",), "string", get_host, True, loops),
+    Overload("getHostname", "url_get_hostname", ("map",), "string", get_hostname, True, loops),
+    Overload("getPort", "url_get_port", ("map",), "string", get_port, True, loops),
+    Overload("getEscapedPath", "url_get_escaped_path", ("map",), "string", get_escaped_path,
+             True, loops),
+    Overload("getQuery", "url_get_query", ("map",), "map", get_query, True, loops),
+]  # fmt: skip
