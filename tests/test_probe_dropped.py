@@ -50,8 +50,15 @@ def _litellm_loaded() -> None:
             "empty_result: not part of a model's probe",
         ),
     ],
-    ids=["over-long", "uncompilable", "origin-from-a-model", "validations", "params", "variables",
-         "empty-pass-from-a-model"],  # fmt: skip
+    ids=[
+        "over-long",
+        "uncompilable",
+        "origin-from-a-model",
+        "validations",
+        "params",
+        "variables",
+        "empty-pass-from-a-model",
+    ],
 )
 def test_a_dropped_probe_leaves_the_verdict_standing(tmp_path: Path, spec: dict, why: str) -> None:  # type: ignore[type-arg]
     snapshot = make_snapshot(tmp_path / "snap")  # web has 2 ready: the predicate holds
