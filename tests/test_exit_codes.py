@@ -67,7 +67,11 @@ def _done(kind: str, marker: str) -> dict[str, Any]:
 
 
 def verdict_by_target_script() -> dict[str, Any]:
-    """List the Deployments, then answer with the verdict the one found names."""
+    """List the Deployments, then answer with the verdict the one found names.
+
+    A batch that names no profile runs `strict`, whose `true` a confirmer must confirm in a
+    fresh context: the confirmer here answers by the same marker, from the evidence it is shown.
+    """
     lookup = {
         "action": {
             "action": "COMMAND",
@@ -76,7 +80,12 @@ def verdict_by_target_script() -> dict[str, Any]:
         }
     }
     answers = [_done(kind, marker) for kind, (_folder, marker) in TARGETS.items()]
-    return {"scenarios": [{"turns": [lookup, {"when": answers}]}]}
+    return {
+        "scenarios": [
+            {"turns": [lookup, {"when": answers}]},
+            {"role": "confirmer", "turns": [{"when": answers}]},
+        ]
+    }
 
 
 @dataclass(frozen=True)

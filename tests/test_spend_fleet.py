@@ -27,6 +27,7 @@ from schemas.budget import Budget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     make_snapshots,
     scripted_worker_env,
@@ -98,6 +99,7 @@ def test_two_hundred_runs_against_a_small_fleet_ceiling_with_a_worker_killed_mid
                 snapshots=str(tmp_path / "fleet" / "*"),
                 budget=Budget(timeout_seconds=RUN_TIMEOUT_SECONDS),
                 probe="off",
+                profile=NO_CONFIRMER_PROFILE,
             )
 
             def killed_worker_mid_call() -> bool:  # some calls settled, a few of A's held now

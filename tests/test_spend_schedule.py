@@ -29,6 +29,7 @@ from schemas.verdict import VerdictKind
 from tests.api_support import READ_TOKEN, TOKENS, auth
 from tests.cli_support import run_cli
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     make_snapshots,
     scripted_worker_env,
@@ -89,6 +90,7 @@ def test_a_schedule_firing_every_second_keeps_to_its_daily_ceiling_over_a_simula
             targets=ScheduleTargets(snapshots=[str(folder)]),
             interval_seconds=1,
             probe="off",
+            profile=NO_CONFIRMER_PROFILE,
             budget=Budget(timeout_seconds=60),
             spend=SpendCeiling(tokens=CEILING),
         ),
