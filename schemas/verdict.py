@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from schemas.request import EvaluationRequest
 
 from schemas.exit_codes import (
     EXIT_CODES,
@@ -132,6 +135,34 @@ class Verdict(BaseModel):
     target: str
     started_at: datetime
     finished_at: datetime
+
+    @classmethod
+    def of_request(
+        cls,
+        request: EvaluationRequest,
+        verdict: VerdictKind,
+        explanation: str,
+        *,
+        model: str,
+        started_at: datetime,
+        finished_at: datetime,
+        **fields: Any,
+    ) -> Verdict:
+        """A verdict on ``request``, naming its run, check, target, profile and kind the one
+        way, whichever path (model, probe, policy, a give-up) reached it."""
+        return cls(
+            verdict=verdict,
+            explanation=explanation,
+            model=model,
+            profile=request.profile,
+            kind=request.kind,
+            run_id=request.run_id,
+            check_id=request.check_id,
+            target=request.target.name,
+            started_at=started_at,
+            finished_at=finished_at,
+            **fields,
+        )
 
     @model_validator(mode="before")
     @classmethod

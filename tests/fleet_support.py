@@ -17,7 +17,7 @@ from pathlib import Path
 from schemas.budget import Budget, resolve_budget
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest, SnapshotTarget
-from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
+from schemas.verdict import Verdict, VerdictKind
 
 ROOT = Path(__file__).resolve().parent.parent
 # The fleet tests' scripted models answer without a confirmer, so their batches ask for
@@ -54,16 +54,11 @@ def finished_report(
         request=request,
         budget=resolve_budget(request.profile, request.budget or Budget()),
         model="openai/scripted",
-        verdict=Verdict(
-            verdict=verdict_kind,
-            exit_code=EXIT_CODES[verdict_kind],
-            explanation=explanation,
+        verdict=Verdict.of_request(
+            request,
+            verdict_kind,
+            explanation,
             model="openai/scripted",
-            profile=request.profile,
-            kind=request.kind,
-            run_id=request.run_id,
-            check_id=request.check_id,
-            target=request.target.name,
             started_at=finished - timedelta(seconds=1),
             finished_at=finished,
             duration_seconds=1.0,

@@ -916,20 +916,15 @@ def _crash_report(
     )
     model = (run.model if run else None) or request.model or deps.settings.model or "(none)"
     usage = run.meter.usage if run else Usage()
-    verdict = Verdict(
-        verdict=VerdictKind.CANNOT_DETERMINE,
-        exit_code=EXIT_CODES[VerdictKind.CANNOT_DETERMINE],
-        explanation="The evaluation failed with an internal error, so nothing was concluded.",
+    verdict = Verdict.of_request(
+        request,
+        VerdictKind.CANNOT_DETERMINE,
+        "The evaluation failed with an internal error, so nothing was concluded.",
         reason=f"internal error: {error}",
         iterations=run.meter.iterations if run else 0,
         usage=usage,
         duration_seconds=round(run.meter.active_seconds(), 4) if run else 0.0,
         model=model,
-        profile=request.profile,
-        kind=request.kind,
-        run_id=request.run_id,
-        check_id=request.check_id,
-        target=request.target.name,
         started_at=started_at,
         finished_at=datetime.now(UTC),
     )

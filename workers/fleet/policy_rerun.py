@@ -35,7 +35,7 @@ from schemas.policy import (
 )
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest, default_check_id
-from schemas.verdict import EXIT_CODES, Evidence, Verdict, VerdictKind
+from schemas.verdict import Evidence, Verdict, VerdictKind
 from workers.core.engine import EngineDeps, effective_budget
 from workers.core.policies.run import run_policies
 from workers.core.probes.runner import backend_of
@@ -307,21 +307,16 @@ def _verdict(
 ) -> Verdict:
     now = datetime.now(UTC)
     decided = kind in (VerdictKind.TRUE, VerdictKind.FALSE)
-    return Verdict(
-        verdict=kind,
-        exit_code=EXIT_CODES[kind],
-        explanation=text,
+    return Verdict.of_request(
+        request,
+        kind,
+        text,
         evidence=evidence or [],
         evidence_verified=decided,
         reason=reason,
         source="probe",
         duration_seconds=round(duration, 6),
         model=POLICY_MODEL,
-        profile=request.profile,
-        kind=request.kind,
-        run_id=request.run_id,
-        check_id=request.check_id,
-        target=request.target.name,
         started_at=now,
         finished_at=now,
     )

@@ -51,7 +51,7 @@ import structlog
 from schemas.probe import AgreementEntry, ObjectRef, ProbeOutcome, ProbeRecord, ProbeRun
 from schemas.report import RunReport, RunState
 from schemas.request import EvaluationRequest
-from schemas.verdict import EXIT_CODES, Evidence, Verdict, VerdictKind
+from schemas.verdict import Evidence, Verdict, VerdictKind
 from workers.core.engine import EngineDeps, effective_budget, evaluate
 from workers.core.probes.runner import backend_of, run_probe_with_results
 from workers.core.probes.sensitivity import check_sensitivity
@@ -566,10 +566,10 @@ def _verdict(
     budget_exhausted: Literal["deadline"] | None = None,
 ) -> Verdict:
     now = datetime.now(UTC)
-    return Verdict(
-        verdict=kind,
-        exit_code=EXIT_CODES[kind],
-        explanation=explanation,
+    return Verdict.of_request(
+        request,
+        kind,
+        explanation,
         evidence=evidence or [],
         evidence_verified=evidence_verified,
         reason=reason,
@@ -578,11 +578,6 @@ def _verdict(
         probe_version=probe_version,
         duration_seconds=round(duration, 6),
         model=PROBE_MODEL,
-        profile=request.profile,
-        kind=request.kind,
-        run_id=request.run_id,
-        check_id=request.check_id,
-        target=request.target.name,
         started_at=now,
         finished_at=now,
     )

@@ -44,7 +44,7 @@ from schemas.budget import resolve_budget
 from schemas.report import RunReport, RunState
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
-from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
+from schemas.verdict import Verdict, VerdictKind
 from workers.core.logs import bind_run
 from workers.core.metrics import observe_verdict
 from workers.core.tracing import evaluation_span
@@ -87,17 +87,12 @@ def give_up_report(
     """A ``cannot_determine`` report for a run the fleet stopped trying to evaluate."""
     now = datetime.now(UTC)
     model = request.model or settings.model or "(none)"
-    verdict = Verdict(
-        verdict=VerdictKind.CANNOT_DETERMINE,
-        exit_code=EXIT_CODES[VerdictKind.CANNOT_DETERMINE],
-        explanation="The fleet gave up on this run, so nothing was concluded.",
+    verdict = Verdict.of_request(
+        request,
+        VerdictKind.CANNOT_DETERMINE,
+        "The fleet gave up on this run, so nothing was concluded.",
         reason=reason,
         model=model,
-        profile=request.profile,
-        kind=request.kind,
-        run_id=request.run_id,
-        check_id=request.check_id,
-        target=request.target.name,
         started_at=request.submitted_at,
         finished_at=now,
     )
