@@ -163,25 +163,16 @@ def test(
     It has a time budget, bound to the cluster it reads: a live cluster that hangs would
     otherwise hold the command for as long as the kube client retries, per lookup.
     """
-    from schemas.request import ContextTarget, SnapshotTarget
     from workers.core.probes.runner import check_timeout_seconds, run_probe_for
-    from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
 
     if (snapshot is None) == (context is None):
         raise typer.BadParameter("give exactly one of --snapshot PATH or --context NAME")
     settings = settings_or_usage()
     ref = policy_reference(check_id)
     record = _record(_store(settings), check_id) if ref is None else None
-    target: SnapshotTarget | ContextTarget
-    if snapshot is not None:
-        target = SnapshotTarget(path=str(confined_snapshot(snapshot, settings)))
-    else:
-        assert context is not None
-        target = ContextTarget(context=context, kubeconfig=settings.kubeconfig)
-    try:
-        backend = backend_for(target, settings)
-    except ToolsetUnavailable as exc:
-        fail(f"the target cannot be read: {exc}", EXIT_CODES[VerdictKind.CANNOT_DETERMINE])
+    backend = _target_backend(
+        snapshot, context, settings, unreadable=EXIT_CODES[VerdictKind.CANNOT_DETERMINE]
+    )
     profile = record.profile if record is not None else None
     seconds = timeout if timeout is not None else check_timeout_seconds(profile, settings)
     if ref is not None:  # an imported policy or set: its probes, over shared listings
@@ -255,6 +246,14 @@ def _export_target(
     """The target an export resolves custom kinds on, if one was given."""
     if snapshot is None and context is None:
         return None
+    return _target_backend(snapshot, context, settings, unreadable=EXIT_USAGE)
+
+
+def _target_backend(
+    snapshot: Path | None, context: str | None, settings: AssaySettings, *, unreadable: int
+) -> ClusterBackend:
+    """The snapshot (inside the snapshot roots) or kubeconfig context named; one that cannot
+    be read ends the command with ``unreadable``."""
     from schemas.request import ContextTarget, SnapshotTarget
     from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
 
@@ -267,7 +266,7 @@ def _export_target(
     try:
         return backend_for(target, settings)
     except ToolsetUnavailable as exc:
-        fail(f"the target cannot be read: {exc}", EXIT_USAGE)
+        fail(f"the target cannot be read: {exc}", unreadable)
 
 
 @probe_app.command("drop")
