@@ -55,6 +55,7 @@ from schemas.declarative import (
     CheckSpec,
     PolicySpec,
     ScheduleDocument,
+    ScheduleSpec,
     TargetsSpec,
     duration_seconds,
     short_duration,
@@ -454,17 +455,32 @@ def _plan_policy(
     return _PolicyPlan(spec.predicate([p.name for p in policies]), policies, spec.set, changed)
 
 
+def _plan_targets_and_policy(
+    item: Loaded,
+    spec: CheckSpec | ScheduleSpec,
+    owned: dict[str, str] | None,
+    ctx: ApplyContext,
+    source: str,
+) -> tuple[TargetsSpec, _PolicyPlan | None, list[ManifestProblem]]:
+    """What a check and a schedule document both plan first: that this source owns the
+    stored object (``owned``: its labels, if one is stored), its targets confined to the
+    snapshot roots, and its predicate or policy import."""
+    problems: list[ManifestProblem] = []
+    if owned is not None and (owner := _owner_problem(item, owned, source)):
+        return spec.targets, None, [owner]
+    targets = _confined_targets(item, spec.targets, ctx, problems)
+    policy = _plan_policy(item, spec.policy, spec.predicate, ctx, problems)
+    return targets, policy, problems
+
+
 def _plan_schedule(
     item: Loaded, current: Schedule | None, ctx: ApplyContext, source: str
 ) -> tuple[Planned | None, list[ManifestProblem]]:
     document = item.document
     assert isinstance(document, ScheduleDocument)
     spec = document.spec
-    problems: list[ManifestProblem] = []
-    if current is not None and (owner := _owner_problem(item, current.labels, source)):
-        return None, [owner]
-    targets = _confined_targets(item, spec.targets, ctx, problems)
-    policy = _plan_policy(item, spec.policy, spec.predicate, ctx, problems)
+    owned = None if current is None else current.labels
+    targets, policy, problems = _plan_targets_and_policy(item, spec, owned, ctx, source)
     if problems or policy is None:
         return None, problems
     fields: dict[str, Any] = {
@@ -545,11 +561,8 @@ def _plan_check(
     document = item.document
     assert isinstance(document, CheckDocument)
     spec = document.spec
-    problems: list[ManifestProblem] = []
-    if current is not None and (owner := _owner_problem(item, current.labels, source)):
-        return None, [owner]
-    targets = _confined_targets(item, spec.targets, ctx, problems)
-    policy = _plan_policy(item, spec.policy, spec.predicate, ctx, problems)
+    owned = None if current is None else current.labels
+    targets, policy, problems = _plan_targets_and_policy(item, spec, owned, ctx, source)
     if problems or policy is None:
         return None, problems
     normalized = CheckSpec.model_validate(
