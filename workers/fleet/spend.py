@@ -534,18 +534,23 @@ class SpendStore:
     ) -> int:
         """Charge what the call used instead of its reservation; repeating it changes nothing."""
         return int(
-            self._settle_script(
-                keys=[self.inflight_key, self.events_key, self.key("res", reservation_id)],
-                args=[
-                    reservation_id,
-                    max(0, int(tokens)),
-                    int(cost_micro),
-                    "" if now_ms is None else int(now_ms),
-                    EVENTS_MAXLEN,
-                    RECORD_KEEP_SECONDS,
-                ],
-            )
+            self._settle_script(*self._settlement(reservation_id, tokens, cost_micro, now_ms))
         )
+
+    def _settlement(
+        self, reservation_id: str, tokens: int, cost_micro: int, now_ms: int | None
+    ) -> tuple[list[str], list[Any]]:
+        """The settle script's keys and arguments for one call."""
+        keys = [self.inflight_key, self.events_key, self.key("res", reservation_id)]
+        args = [
+            reservation_id,
+            max(0, int(tokens)),
+            int(cost_micro),
+            "" if now_ms is None else int(now_ms),
+            EVENTS_MAXLEN,
+            RECORD_KEEP_SECONDS,
+        ]
+        return keys, args
 
     def settle_many(self, settlements: Sequence[tuple[str, int, int]]) -> list[int]:
         """:meth:`settle` for many calls (reservation id, tokens, cost micro) in one round
@@ -553,16 +558,7 @@ class SpendStore:
         pipe = self.client.pipeline(transaction=False)
         for reservation_id, tokens, cost_micro in settlements:
             self._settle_script(
-                keys=[self.inflight_key, self.events_key, self.key("res", reservation_id)],
-                args=[
-                    reservation_id,
-                    max(0, int(tokens)),
-                    int(cost_micro),
-                    "",
-                    EVENTS_MAXLEN,
-                    RECORD_KEEP_SECONDS,
-                ],
-                client=pipe,
+                *self._settlement(reservation_id, tokens, cost_micro, None), client=pipe
             )
         return [int(answer) for answer in pipe.execute()]
 
