@@ -35,6 +35,7 @@ from workers.fleet.cpu_balance import (
     crowding,
     first_cpu,
     read_proc_stat,
+    take_sample,
 )
 
 two_cpus = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs two CPUs this process may use")
@@ -190,6 +191,20 @@ def hogs() -> Iterator[list[subprocess.Popen[bytes]]]:
         hog.wait()
 
 
+def moves_within(seconds: float, held: int, condition: Callable[[], bool]) -> bool:
+    """``condition`` comes true within ``seconds``; if it does not because the machine's other
+    CPUs were crowded by work outside this test (a loaded CI host), there is nowhere better
+    to move, and staying is right: the test is skipped, saying so."""
+    before = take_sample()
+    if within(seconds, condition):
+        return True
+    shares = crowding(before, take_sample(), None)
+    elsewhere = {cpu: share for cpu, share in shares.items() if cpu in ALLOWED and cpu != held}
+    if elsewhere and min(elsewhere.values()) >= 0.5:
+        pytest.skip(f"no CPU to move to: the others were busy outside this test ({elsewhere})")
+    return False
+
+
 def within(seconds: float, condition: Callable[[], bool]) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -214,9 +229,10 @@ def test_a_worker_leaves_a_cpu_something_else_fills(
     child = Child(0, busy=False).held()
     children.append(child)
     hogs.append(subprocess.Popen([sys.executable, "-c", HOG, str(child.cpu)]))
-    assert within(15, lambda: child.cpus() not in ({str(child.cpu)}, set())), child.cpus()
-    (moved,) = child.cpus()  # still held, every thread together, just elsewhere
-    assert int(moved) in ALLOWED
+    moved = moves_within(15, child.cpu, lambda: child.cpus() not in ({str(child.cpu)}, set()))
+    assert moved, child.cpus()
+    (now,) = child.cpus()  # still held, every thread together, just elsewhere
+    assert int(now) in ALLOWED
 
 
 @two_cpus
@@ -229,7 +245,7 @@ def test_two_busy_workers_that_chose_the_same_cpu_part(children: list[Child]) ->
     second = Child(0, busy=True, start_on_first_cpu=True).held()
     children.extend([first, second])
     assert first.cpu == second.cpu
-    assert within(20, lambda: len(first.cpus() | second.cpus()) == 2), (
+    assert moves_within(20, first.cpu, lambda: len(first.cpus() | second.cpus()) == 2), (
         first.cpus(),
         second.cpus(),
     )
