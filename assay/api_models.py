@@ -390,9 +390,23 @@ class ScheduleCreate(_Request):
     )
 
 
-class ApplyBody(_Body):
+# YAML text of Check and Schedule documents (docs/apply.md): only the server can judge it.
+APPLY_DOCUMENTS_FORMAT: JsonDict = {"format": "apply-documents"}
+
+
+def _documents_or_yaml(schema: dict[str, Any]) -> None:
+    """Publish "exactly one of ``documents`` and ``yaml``" as a ``oneOf``."""
+    schema["oneOf"] = [
+        {"required": ["documents"], "properties": {"documents": {"type": "array"}}},
+        {"required": ["yaml"], "properties": {"yaml": {"type": "string"}}},
+    ]
+
+
+class ApplyBody(_Request):
     """Declarative checks and schedules to apply, as `assay apply -f` takes them: the
     documents as parsed JSON, or as YAML text (exactly one of the two)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_documents_or_yaml)
 
     source: str = Field(
         min_length=1,
@@ -408,6 +422,7 @@ class ApplyBody(_Body):
         default=None,
         max_length=4 * 1024 * 1024,
         description="The documents as YAML text (problems then name their line).",
+        json_schema_extra=APPLY_DOCUMENTS_FORMAT,
     )
     prune: bool = Field(
         default=False,
@@ -459,17 +474,21 @@ def _kept_when_left_out(schema: dict[str, Any]) -> None:
     schema["not"] = {"required": ["cron", "interval_seconds"]}
 
 
-_NULLABLE_CHANGES = frozenset({"model"})  # null: back to the workers' model
+# null: back to the workers' model / to the fleet's default spend ceiling (what
+# `assay schedule update --default-spend-ceiling` does).
+_NULLABLE_CHANGES = frozenset({"model", "spend"})
 
 
 class ScheduleUpdate(_Request):
-    """Fields to change; the ones left out keep their value. Only ``model`` takes null (the
-    workers' model again); setting ``cron`` clears the interval and the other way round, so
-    neither is ever sent as null. Pause and resume have their own endpoints."""
+    """Fields to change; the ones left out keep their value. Only ``model`` (the workers'
+    model again) and ``spend`` (the fleet's default ceiling again) take null; setting
+    ``cron`` clears the interval and the other way round, so neither is ever sent as null.
+    Pause and resume have their own endpoints."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_kept_when_left_out)
 
-    # None means "not sent"; an explicit null is refused for every field but ``model``.
+    # None means "not sent"; an explicit null is refused for every field but ``model`` and
+    # ``spend`` (``model_fields_set`` tells a sent null from a field left out).
     name: str | None = Field(
         default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$"
     )
@@ -504,7 +523,7 @@ class ScheduleUpdate(_Request):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _null_only_for_model(cls, value: object, info: ValidationInfo) -> object:
+    def _null_only_for_model_and_spend(cls, value: object, info: ValidationInfo) -> object:
         if value is None and info.field_name not in _NULLABLE_CHANGES:
             raise ValueError(
                 "null is not a value here: leave the field out to keep it (setting cron "
@@ -627,14 +646,21 @@ class ProbeTest(_Request):
 MAX_IMPORT_CHARS = 4 * 1024 * 1024
 
 
-class PolicyImport(_Body):
+# YAML or JSON text holding at least one document: only the server's reader can judge it.
+POLICY_DOCUMENTS_FORMAT: JsonDict = {"format": "policy-documents"}
+
+
+class PolicyImport(_Request):
     """Policy documents to import, as the files hold them (several YAML documents, Lists)."""
 
     documents: str = Field(
         min_length=1,
         max_length=MAX_IMPORT_CHARS,
         description="YAML or JSON text: ValidatingAdmissionPolicy (+ binding, + params object), "
-        "Kyverno ValidatingPolicy or ClusterPolicy, Gatekeeper ConstraintTemplate + constraints.",
+        "Kyverno ValidatingPolicy or ClusterPolicy, Gatekeeper ConstraintTemplate + constraints. "
+        "Text that is not YAML or holds no document is refused (422); a document that is not "
+        "an importable policy is answered in `refused`.",
+        json_schema_extra=POLICY_DOCUMENTS_FORMAT,
     )
     policy_set: str | None = Field(
         default=None,

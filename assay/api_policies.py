@@ -1,8 +1,12 @@
 """The ``/v1/policies`` routes: import admission policies as checks, as ``assay probe import``.
 
-``POST /v1/policies/import`` takes the files' text (YAML or JSON documents) and an optional
-set name, and answers what was imported and what was refused, with the reason (a dry run
-stores nothing). ``GET /v1/policies`` lists the imported policies and the sets;
+``POST /v1/policies`` takes the files' text (YAML or JSON documents) and an optional set
+name, and answers what was imported and what was refused, with the reason (a dry run stores
+nothing): 201 when it stored a policy that did not exist before, 200 otherwise (a dry run,
+only replacements, or every policy refused). The import is a POST on the collection, not a
+``/v1/policies/import`` path, so no policy name can be taken for an action (or the other
+way round) and a path's 405 lists only its own methods. ``GET /v1/policies`` lists the
+imported policies and the sets;
 ``GET /v1/policies/{name}`` one policy; ``GET .../export?format=vap|kyverno`` its admission
 policy as YAML; ``DELETE`` forgets it (``DELETE /v1/policy-sets/{name}`` a set). An imported
 policy runs as the check ``policy:NAME`` (a set as ``policy-set:NAME``) through the usual
@@ -17,16 +21,49 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
-from assay.api_models import READ_ERRORS, WRITE_ERRORS, ErrorBody, PolicyImport, PolicyList
+from assay.api_models import (
+    READ_ERRORS,
+    WRITE_ERRORS,
+    ErrorBody,
+    PolicyImport,
+    PolicyList,
+    links_to,
+)
 from assay.api_wiring import Services
 from schemas.policy import POLICY_NAME_PATTERN, SET_NAME_PATTERN, ImportedPolicy, ImportReport
 from workers.fleet.policy_store import PolicyStore, UnreadablePolicy
 
 router = APIRouter(prefix="/v1")
-PolicyName = Annotated[str, Path(pattern=POLICY_NAME_PATTERN, description="A policy's name.")]
+PolicyName = Annotated[
+    str,
+    Path(pattern=POLICY_NAME_PATTERN, description="A policy's name.", examples=["run-as-non-root"]),
+]
 SetName = Annotated[str, Path(pattern=SET_NAME_PATTERN, description="A policy set's name.")]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such policy or set."},
+}
+POLICY_OPERATIONS = (
+    "get_policy_v1_policies__name__get",
+    "export_policy_v1_policies__name__export_get",
+    "drop_policy_v1_policies__name__delete",
+)
+SET_OPERATIONS = ("drop_policy_set_v1_policy_sets__name__delete",)
+
+
+# A 201 leads to the first policy it stored and to the set it made; a 200 to the first
+# policy it replaced (stored too), never to `imported`, which on a dry run names policies
+# that were not stored (a dry run's `replaced` is empty), nor to its refusals' names.
+_IMPORTED: dict[str, Any] = {
+    "description": "At least one policy that did not exist before was stored.",
+    "model": ImportReport,
+    "links": {
+        **links_to("name", "/imported/0", *POLICY_OPERATIONS)["links"],
+        **links_to("name", "/policy_set", *SET_OPERATIONS)["links"],
+    },
+}
+_NOTHING_NEW: dict[str, Any] = {
+    "description": "Nothing new stored: a dry run, replacements only, or all refused.",
+    **links_to("name", "/replaced/0", *POLICY_OPERATIONS),
 }
 
 
@@ -35,10 +72,21 @@ def _store(request: Request) -> PolicyStore:
     return PolicyStore.from_settings(services.settings, services.redis)
 
 
-@router.post("/policies/import", response_model=ImportReport, tags=["policies"],
-             responses=WRITE_ERRORS)  # fmt: skip
-def import_policies(body: PolicyImport, request: Request, scope: WriteAccess) -> ImportReport:
-    """Import policies as checks; what was imported and what was refused (with the reason)."""
+@router.post(
+    "/policies",
+    response_model=ImportReport,
+    tags=["policies"],
+    responses={
+        **WRITE_ERRORS,
+        200: _NOTHING_NEW,
+        201: _IMPORTED,
+    },
+)
+def import_policies(
+    body: PolicyImport, request: Request, response: Response, scope: WriteAccess
+) -> ImportReport:
+    """Import policies as checks; what was imported and what was refused (with the reason).
+    201 when a policy that did not exist before was stored, 200 otherwise."""
     from workers.core.policies.documents import UnreadableFile, documents_from_text
     from workers.fleet.policy_store import import_into
 
@@ -54,10 +102,17 @@ def import_policies(body: PolicyImport, request: Request, scope: WriteAccess) ->
         policy_set=body.policy_set,
         dry_run=body.dry_run,
     )
+    created = not report.dry_run and set(report.imported) - set(report.replaced)
+    response.status_code = 201 if created else 200
     return report
 
 
-@router.get("/policies", response_model=PolicyList, tags=["policies"], responses=READ_ERRORS)
+@router.get(
+    "/policies",
+    response_model=PolicyList,
+    tags=["policies"],
+    responses={**READ_ERRORS, 200: links_to("name", "/policies/0/name", *POLICY_OPERATIONS)},
+)
 def list_policies(request: Request, scope: ReadAccess) -> PolicyList:
     """Every imported policy and every set."""
     store = _store(request)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -35,13 +35,24 @@ Threshold = Literal[80, 100]
 SPEND_EVENT_TYPE = "assay.spend.threshold"
 
 
+def _one_ceiling_set(schema: dict[str, Any]) -> None:
+    """Publish "tokens, cost_usd or both" (``_something_set``): ``{}`` or only nulls is no
+    ceiling, and the server refuses it (a null is accepted beside a value: it sets nothing)."""
+    schema["minProperties"] = 1
+    schema["anyOf"] = [
+        {"required": ["tokens"], "properties": {"tokens": {"type": "integer"}}},
+        {"required": ["cost_usd"], "properties": {"cost_usd": {"type": "number"}}},
+    ]
+
+
 class SpendCeiling(BaseModel):
     """Ceilings on tokens and on cost for one scope; a field left out sets no ceiling on it.
 
-    For a schedule both are per UTC day; for a batch, in total over all its runs.
+    For a schedule both are per UTC day; for a batch, in total over all its runs. At least
+    one of the two is set.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_ceiling_set)
 
     tokens: int | None = Field(
         default=None,

@@ -2,7 +2,8 @@
 
 The published schema marks values only the server can judge with a ``format`` (docs/api.md):
 a snapshot folder under the server's snapshot roots, a glob over the contexts of its
-kubeconfig, a model name litellm routes, a cron expression, an IANA time zone. A fuzzer
+kubeconfig, a model name litellm routes, a cron expression, an IANA time zone, the text
+of admission policies to import, the YAML of Check and Schedule documents to apply. A fuzzer
 that does not know a format draws any string there, and the server rightly refuses most of
 them, so "every request the schema calls valid is accepted" could not be checked. These
 strategies draw values that do mean what the format says, for the server the fuzz test
@@ -14,6 +15,7 @@ Loaded by schemathesis through ``SCHEMATHESIS_HOOKS=tests.api_fuzz_formats``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import schemathesis
@@ -38,6 +40,9 @@ contexts:
 current-context: east
 """
 
+POLICIES = Path(__file__).resolve().parent.parent / "examples" / "policies"
+_POLICY_TEXTS = [p.read_text() for p in sorted(POLICIES.glob("*.yaml"))]
+
 schemathesis.openapi.format(
     "snapshot-path",
     st.sampled_from(
@@ -53,6 +58,40 @@ schemathesis.openapi.format(
 )
 schemathesis.openapi.format(
     "iana-time-zone", st.sampled_from(["UTC", "Europe/Berlin", "America/New_York"])
+)
+# Each example policy alone, all of them as one stream, and a stream with a document that
+# is no policy (answered in `refused`): imports that store policies the stateful phase's
+# links then read, export and delete.
+schemathesis.openapi.format(
+    "policy-documents",
+    st.sampled_from(
+        [
+            *_POLICY_TEXTS,
+            "\n---\n".join(_POLICY_TEXTS),
+            _POLICY_TEXTS[0] + "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+        ]
+    ),
+)
+
+# A Check and a Schedule over the example snapshots, together and alone (docs/apply.md).
+_CHECK = """apiVersion: assay.dev/v1alpha1
+kind: Check
+metadata: {name: fuzz-applied-check}
+spec:
+  predicate: every Deployment in namespace prod has at least 2 ready replicas
+  targets: {snapshots: [examples/snapshots/prod-eu]}
+"""
+_SCHEDULE = """apiVersion: assay.dev/v1alpha1
+kind: Schedule
+metadata: {name: fuzz-applied-schedule, labels: {team: fuzz}}
+spec:
+  predicate: no pod in namespace prod runs as root
+  targets: {snapshots: ["examples/snapshots/*"]}
+  every: 1h
+  ceilings: {tokensPerDay: 50000}
+"""
+schemathesis.openapi.format(
+    "apply-documents", st.sampled_from([_CHECK, _SCHEDULE, f"{_CHECK}---\n{_SCHEDULE}"])
 )
 
 

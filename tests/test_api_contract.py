@@ -2,7 +2,7 @@
 
 tests/test_api_openapi.py fuzzes the whole API with schemathesis; these name the rules a
 client reads in the document one at a time: the target ``type`` is required, a schedule
-change takes null only for ``model``, ``since`` / ``changed_since`` are an RFC 3339
+change takes null only for ``model`` and ``spend``, ``since`` / ``changed_since`` are an RFC 3339
 instant or an age, exactly one kind of target, and a 405 lists every method of its path.
 """
 
@@ -75,24 +75,71 @@ def test_a_target_must_name_its_type_in_the_document_and_at_the_server(api: Test
     assert untyped.json()["error"]["details"][0]["type"] == "union_tag_not_found"
 
 
-def test_a_schedule_change_takes_null_only_for_the_model(api: TestClient) -> None:
+# The fields a schedule change may set to null, and what null means: the workers' model
+# again; the fleet's default spend ceiling again (`schedule update --default-spend-ceiling`).
+NULLABLE_CHANGES = {"model", "spend"}
+
+
+def test_a_schedule_change_takes_null_only_for_the_model_and_the_spend(api: TestClient) -> None:
     """Before: the document let every field of a change be null, and the server refused a
-    null for any field the merged schedule needs (422 for a request the document allows)."""
+    null for any field the merged schedule needs (422 for a request the document allows).
+    Then: the document let `spend` be null (back to the fleet's default, as docs/api.md
+    says) and the server refused it."""
     schema = _schema("ScheduleUpdate")
     properties: dict[str, dict[str, object]] = schema["properties"]  # type: ignore[assignment]
-    nullable = {name for name, field in properties.items() if "null" in json.dumps(field)}
-    assert nullable == {"model"}
-    created = api.post("/v1/schedules", headers=AUTH, json=SCHEDULE)
+    # A null branch anywhere in the field, not the word in a description.
+    nullable = {n for n, field in properties.items() if '"type": "null"' in json.dumps(field)}
+    assert nullable == NULLABLE_CHANGES
+    created = api.post(
+        "/v1/schedules", headers=AUTH, json={**SCHEDULE, "spend": {"tokens": 50_000}}
+    )
     assert created.status_code == 201, created.text
     url = f"/v1/schedules/{created.json()['id']}"
-    for field in sorted(set(properties) - {"model"}):
+    for field in sorted(set(properties) - NULLABLE_CHANGES):
         refused = api.patch(url, headers=AUTH, json={field: None})
         assert refused.status_code == 422, field
         assert "null is not a value here" in refused.json()["error"]["message"], field
     assert api.patch(url, headers=AUTH, json={"model": None}).status_code == 200
+    assert api.get(url, headers=AUTH).json()["spend"] == {"tokens": 50_000, "cost_usd": None}
+    default = api.patch(url, headers=AUTH, json={"spend": None})
+    assert default.status_code == 200 and default.json()["spend"] is None
     both = api.patch(url, headers=AUTH, json={"cron": "0 2 * * *", "interval_seconds": 600})
     assert both.status_code == 422 and "not both" in both.json()["error"]["message"]
     assert schema["not"] == {"required": ["cron", "interval_seconds"]}
+
+
+@pytest.mark.parametrize("spend", [{}, {"tokens": None}, {"tokens": None, "cost_usd": None}])
+def test_a_spend_ceiling_sets_something_in_the_document_and_at_the_server(
+    api: TestClient, spend: dict[str, object]
+) -> None:
+    """Before: the document took `spend: {}` (no ceiling at all), the server refused it."""
+    ceiling = _schema("SpendCeiling")
+    assert ceiling["minProperties"] == 1
+    branches: list[dict[str, object]] = ceiling["anyOf"]  # type: ignore[assignment]
+    assert [branch["required"] for branch in branches] == [["tokens"], ["cost_usd"]]
+    created = api.post("/v1/schedules", headers=AUTH, json=SCHEDULE)
+    assert created.status_code == 201, created.text
+    url = f"/v1/schedules/{created.json()['id']}"
+    for answer in (
+        api.patch(url, headers=AUTH, json={"spend": spend}),
+        api.post("/v1/schedules", headers=AUTH, json={**SCHEDULE, "name": "s2", "spend": spend}),
+    ):
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["details"][0]["loc"][:2] == ["body", "spend"]
+    kept = api.patch(url, headers=AUTH, json={"spend": {"tokens": None, "cost_usd": 2}})
+    assert kept.status_code == 200 and kept.json()["spend"] == {"tokens": None, "cost_usd": 2.0}
+
+
+def test_an_apply_names_its_documents_one_way_in_the_document_and_at_the_server(
+    api: TestClient,
+) -> None:
+    """Before: `documents` and `yaml` were both optional and nullable in the document, so
+    both or neither was a valid request the server refused."""
+    assert len(_schema("ApplyBody")["oneOf"]) == 2  # type: ignore[arg-type]
+    for body in ({}, {"documents": None, "yaml": None}, {"documents": [], "yaml": ""}):
+        refused = api.post("/v1/apply", headers=AUTH, json={"source": "contract", **body})
+        assert refused.status_code == 422, body
+        assert "exactly one of 'documents' or 'yaml'" in refused.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The /v1/policies routes through real HTTP against a real `assay api` process: import
-(a dry run stores nothing; refusals come back with their reasons), list, read, export as
-YAML (or 422 with the reason), and forget a policy or a set."""
+(a POST on the collection: 201 when it stored a new policy, 200 otherwise; a dry run stores
+nothing; refusals come back with their reasons), list, read, export as YAML (or 422 with
+the reason), and forget a policy or a set."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def store(redis_url: str) -> PolicyStore:
 
 
 def _post(api: ApiServer, body: dict[str, object], token: str = WRITE_TOKEN) -> httpx.Response:
-    return httpx.post(f"{api.url}/v1/policies/import", json=body, headers=auth(token), timeout=30)
+    return httpx.post(f"{api.url}/v1/policies", json=body, headers=auth(token), timeout=30)
 
 
 def test_import_list_read_export_and_forget(api: ApiServer, store: PolicyStore) -> None:
@@ -52,13 +53,16 @@ def test_import_list_read_export_and_forget(api: ApiServer, store: PolicyStore) 
     assert store.names() == []  # a dry run stores nothing
 
     done = _post(api, {"documents": TEXT, "policy_set": "baseline", "source": "examples"})
-    assert done.status_code == 200, done.text
+    assert done.status_code == 201, done.text
     assert sorted(done.json()["imported"]) == [
         "prod-workloads-labelled",
         "run-as-non-root",
         "trusted-registries",
     ]
     assert done.json()["refused"] == [] and done.json()["policy_set"] == "baseline"
+    again = _post(api, {"documents": TEXT, "policy_set": "baseline", "source": "examples"})
+    assert again.status_code == 200, again.text  # nothing new: every policy replaced
+    assert sorted(again.json()["replaced"]) == sorted(done.json()["imported"])
 
     listed = httpx.get(f"{api.url}/v1/policies", headers=auth(READ_TOKEN), timeout=10).json()
     assert listed["sets"] == {"baseline": sorted(done.json()["imported"])}
@@ -97,11 +101,31 @@ def test_import_list_read_export_and_forget(api: ApiServer, store: PolicyStore) 
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "policy_not_found"
 
 
+def test_import_is_a_name_like_any_other(api: ApiServer, store: PolicyStore) -> None:
+    """There is no /v1/policies/import action: "import" is a policy name, and its path
+    serves what every policy's path serves (a 405 says GET and DELETE, not POST)."""
+    missing = httpx.get(f"{api.url}/v1/policies/import", headers=auth(READ_TOKEN), timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "policy_not_found"
+    posted = _post(api, {"documents": TEXT})
+    assert posted.status_code == 201
+    refused = httpx.post(
+        f"{api.url}/v1/policies/import",
+        json={"documents": TEXT},
+        headers=auth(WRITE_TOKEN),
+        timeout=10,
+    )
+    assert refused.status_code == 405
+    assert set(refused.headers["allow"].split(", ")) == {"GET", "DELETE"}
+
+
 def test_refusals_and_bad_text_are_answered(api: ApiServer, store: PolicyStore) -> None:
     old = TEXT.replace("size(variables.root) == 0", "oldObject == null")
     answer = _post(api, {"documents": old})
-    assert answer.status_code == 200
+    assert answer.status_code == 201  # the two others are new (each test's Redis is empty)
     (refusal,) = answer.json()["refused"]
     assert refusal["name"] == "run-as-non-root" and "oldObject" in refusal["reason"]
     assert _post(api, {"documents": "kind: ["}).status_code == 422
     assert _post(api, {"documents": TEXT, "policy_set": "Not A Set"}).status_code == 422
+    assert _post(api, {"documents": "0"}).status_code == 422  # YAML, but no document
+    everything_refused = _post(api, {"documents": "apiVersion: v1\nkind: ConfigMap\n"})
+    assert everything_refused.status_code == 200 and everything_refused.json()["imported"] == []
