@@ -146,3 +146,18 @@ def test_metrics_server_serves_the_registry_on_its_port(monkeypatch: pytest.Monk
     assert 'assay_tool_calls_total{outcome="ok",tool="describe"}' in body
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://127.0.0.1:{port + 1}/metrics", timeout=1)
+
+
+def test_a_collector_registered_again_under_its_name_replaces_the_first() -> None:
+    """An API app built later in the same process scrapes its own store, not the first app's
+    (before: the first app's collector was kept, and a second app's gauges never showed)."""
+    registry = CollectorRegistry()
+    first = metrics.TimerCollector(lambda: (1, 1))
+    second = metrics.TimerCollector(lambda: (7, 7))
+    try:
+        metrics.register_collector("test-timers", first, registry)
+        metrics.register_collector("test-timers", second, registry)
+        text = generate_latest(registry).decode()
+    finally:
+        registry.unregister(metrics._registered.pop("test-timers"))
+    assert "assay_timers_due 7.0" in text and "assay_timers_due 1.0" not in text

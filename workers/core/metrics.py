@@ -518,9 +518,12 @@ _registered: dict[str, Collector] = {}
 def register_collector(
     name: str, collector: Collector, registry: CollectorRegistry = REGISTRY
 ) -> None:
-    """Register a scrape-time collector once per process; a name seen before is ignored."""
-    if name in _registered:
-        return
+    """Register a scrape-time collector under ``name``, replacing the one registered before
+    under it: an app built later in the same process (an embedding, a test) reads its own
+    store, not the first app's."""
+    earlier = _registered.pop(name, None)
+    if earlier is not None:
+        registry.unregister(earlier)
     registry.register(collector)
     _registered[name] = collector
 
