@@ -31,7 +31,7 @@ from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
 from schemas.notify import SinkName
 from schemas.policy import SET_NAME_PATTERN, ImportedPolicy
-from schemas.probe import AgreementEntry, ProbeMode, ProbeRecord
+from schemas.probe import PROBE_MODE_HELP, AgreementEntry, ProbeMode, ProbeRecord
 from schemas.report import RunReport
 from schemas.request import (
     CONTEXT_GLOB_FORMAT,
@@ -271,8 +271,7 @@ class EvaluationSubmission(_Request):
     )
     probe: ProbeMode = Field(
         default="auto",
-        description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
-        "off: always the model; only: the probe or cannot_determine.",
+        description=PROBE_MODE_HELP,
     )
 
 
@@ -308,8 +307,7 @@ class BatchSubmission(_Request):
     model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     probe: ProbeMode = Field(
         default="auto",
-        description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
-        "off: always the model; only: the probe or cannot_determine.",
+        description=PROBE_MODE_HELP,
     )
     spend: SpendCeiling | None = Field(
         default=None,
@@ -374,8 +372,7 @@ class ScheduleCreate(_Request):
     jitter_seconds: float = Field(default=0.0, ge=0, le=3600)
     probe: ProbeMode = Field(
         default="auto",
-        description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
-        "off: always the model; only: the probe or cannot_determine.",
+        description=PROBE_MODE_HELP,
     )
     notify: list[SinkName] = Field(
         default_factory=list,

@@ -49,7 +49,7 @@ from schemas.budget import Budget, ProfileName
 from schemas.durations import DURATION_PATTERN, DurationError, parse_duration
 from schemas.notify import SinkName
 from schemas.policy import POLICY_NAME_PATTERN, POLICY_PREFIX, POLICY_SET_PREFIX, SET_NAME_PATTERN
-from schemas.probe import ProbeMode
+from schemas.probe import PROBE_MODE_HELP, ProbeMode
 from schemas.request import MAX_TEXT_LENGTH, EvaluationKind
 from schemas.schedule import (
     MAX_JITTER_SECONDS,
@@ -276,8 +276,7 @@ class _EvaluationSpec(_Spec):
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     probe: ProbeMode = Field(
         default="auto",
-        description="auto: re-run the check's accepted probe (0 model tokens) when it has one; "
-        "off: always the model; only: the probe or cannot_determine.",
+        description=PROBE_MODE_HELP,
     )
     notify: list[SinkName] = Field(
         default_factory=list,

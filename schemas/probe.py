@@ -45,6 +45,10 @@ from schemas.verdict import VerdictKind
 ProbeTool = Literal["get", "describe", "events"]
 ProbeScope = Literal["results", "each_object"]
 ProbeMode = Literal["auto", "off", "only"]
+PROBE_MODE_HELP = (
+    "auto: re-run the check's accepted probe (0 model tokens) when it has one, else the "
+    "model; off: always the model; only: the probe or cannot_determine, never the model."
+)
 ProbeStatus = Literal["accepted", "rejected", "failed"]
 DecisiveVerdict = Literal["true", "false"]
 

@@ -26,7 +26,7 @@ from schemas.budget import PROFILES, Budget, ProfileName
 from schemas.ids import ID_PATTERN, BatchId, RunId, ScheduleId
 from schemas.ids import check_id as valid_id
 from schemas.notify import SinkName
-from schemas.probe import ProbeMode
+from schemas.probe import PROBE_MODE_HELP, ProbeMode
 
 EvaluationKind = Literal["check", "query"]
 ToolsetName = Literal["kubernetes", "shell"]
@@ -206,8 +206,7 @@ class EvaluationRequest(BaseModel):
     )
     probe: ProbeMode = Field(
         default="auto",
-        description="auto: re-run the check's accepted probe when it has one, else the model; "
-        "off: always the model; only: the probe or cannot_determine, never the model.",
+        description=PROBE_MODE_HELP,
     )
     not_before: datetime | None = Field(
         default=None, description="Do not start before this instant (deferred evaluation)."
