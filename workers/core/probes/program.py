@@ -7,7 +7,8 @@ The runner (runner.py) evaluates it over what the lookups returned, the sensitiv
 condition is true; it passes when the expression (or every validation) is true, and a
 failing validation's message is its ``message_expression`` (when that gives a string), else
 its ``message``, else ``failed expression: EXPRESSION``. Any CEL error raises ``CelError``:
-the probe then gives no value (fail-safe).
+the probe then gives no value (fail-safe). A null field of an object is absent, as the API
+server reads it (:func:`without_nulls`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ class ProbeProgram:
             )
             for number, v in enumerate(probe.validations)
         ]
-        self.base: dict[str, Any] = {} if probe.params is None else {"params": probe.params}
+        self.base: dict[str, Any] = (
+            {} if probe.params is None else {"params": without_nulls(probe.params)}
+        )
 
     @property
     def steps(self) -> int:
@@ -73,7 +76,7 @@ class ProbeProgram:
 
     def judge(self, bindings: Mapping[str, Any]) -> Judgement:
         """The outcome over ``bindings`` (``{"object": ...}`` or ``{"results": [...]}``)."""
-        data = {**self.base, **bindings}
+        data = {**self.base, **{name: without_nulls(value) for name, value in bindings.items()}}
         for _, condition in self.conditions:
             if not condition(data):
                 return Judgement(judged=False)
@@ -101,3 +104,28 @@ class ProbeProgram:
         if validation.message:
             return str(validation.message)
         return f"failed expression: {validation.expression}"
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` with every null-valued field of an object removed (``value`` itself when it
+    has none). The API server reads an object through its structural schema, where a field
+    that is null is absent (k8s.io/apiserver/pkg/cel/common/values.go: "null valued nullable
+    fields are treated the same as absent optional fields"): ``has()`` is false on it,
+    ``?.`` gives none. A stored or listed object may still carry one (``securityContext:
+    null``), on which the runtime would err ("Applying SELECT to non-message type",
+    ``_?._(null_type, string)``). List elements are kept as they are."""
+    if isinstance(value, dict):
+        changed = False
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if item is None:
+                changed = True
+                continue
+            kept = without_nulls(item)
+            changed = changed or kept is not item
+            out[key] = kept
+        return out if changed else value
+    if isinstance(value, list):
+        items = [without_nulls(item) for item in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    return value
