@@ -9,7 +9,7 @@ from tests.cel_lib.support import fails, holds
 
 POD = {
     "metadata": {"name": "web", "labels": {"app": "web"}},
-    "spec": {"containers": [{"name": "a"}]},
+    "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]},
 }
 TRUE = [
     "object.?spec.?nodeName.orValue('none') == 'none'",
@@ -27,12 +27,21 @@ TRUE = [
     "[1, 2, 3].first().value() == 1 && [1, 2, 3].last().value() == 3 && ![].first().hasValue()",
     # optional entries of list and map literals
     "[?optional.none(), 1] == [1] && {?'a': optional.none(), 'b': 1} == {'b': 1}",
+    # cel-go: `or` and `orValue` give a receiver that is not an optional as it is
+    "object.metadata.labels.orValue({}).app == 'web'",
+    "object.metadata.?labels.orValue({}).app == 'web' && object.?status.orValue({}) == {}",
+    "object.spec.containers.orValue([]).size() == 1 && object.metadata.name.orValue('') == 'web'",
+    "object.metadata.labels.or(optional.of({})).app == 'web'",
+    "object.?spec.?containers[?0].?name.orValue('none') == 'a'",
+    "object.spec.containers.all(c, c.resources.requests.orValue({}).cpu == '1')",
 ]
 ERRORS = [
     ("optional.ofNonZeroValue({}).value()", "optional.none"),
     ("object.spec.nodeName == 'n1'", "no such key|Key not found"),  # a plain absent field
     # not in the runtime's optional library: cel-go's optional.unwrap / unwrapOpt
     ("optional.unwrap([optional.of(42), optional.none()]) == [42]", "does not compile"),
+    # the receiver of a fallback is still evaluated: its error is the call's
+    ("object.spec.nodeName.orValue('none') == 'none'", "no such key|Key not found"),
 ]
 
 

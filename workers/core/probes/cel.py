@@ -39,6 +39,7 @@ from workers.core.probes.cel_lib import Call, NoSuchOverload, Overload, rewrite_
 from workers.core.probes.cel_lib import overloads as library_overloads
 from workers.core.probes.cel_lib import rewrites as library_rewrites
 from workers.core.probes.cel_lib.base import charge, metered
+from workers.core.probes.cel_lib.rewrite import optional_fallbacks
 from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, analyse
 
 __all__ = ["KUBERNETES_VERSIONS", "PROBE_VERSION", "BoolProgram", "CelError", "Expression",
@@ -291,7 +292,8 @@ def _rewrites(version: str) -> tuple[Call, ...]:
 @lru_cache(maxsize=512)
 def _compiled(source: str, version: str = PROBE_VERSION) -> Any:
     try:
-        return _environment(version).compile(rewrite_calls(source, _rewrites(version)))
+        rewritten = optional_fallbacks(rewrite_calls(source, _rewrites(version)))
+        return _environment(version).compile(rewritten)
     except Exception as exc:
         raise CelError(f"the expression does not compile: {_short(exc)}") from None
 
