@@ -319,9 +319,46 @@ def _check_text(expression: str, what: str) -> None:
         )
 
 
+# `has(variables.NAME)`: the API server's `variables` is a map of the declared variables
+# (k8s.io/apiserver/pkg/cel/lazy): present when declared, the variable evaluated (its error
+# is the test's). `has(e.f)` with `e` computed (a variable, params): cel-go's presence test
+# is false on a value that is neither a map nor a list (null, a string: refQualify), where
+# the runtime errs ("Applying SELECT to non-message type"); Gatekeeper's `variables.params`
+# is null for a constraint without parameters, and its templates test
+# `has(variables.params.exemptImages)`.
+_HAS_VARIABLE = re.compile(r"^variables\s*\.\s*([A-Za-z_]\w*)$")
+_HAS_COMPUTED = re.compile(
+    r"^(?P<operand>(?:variables\s*\.\s*[A-Za-z_]\w*|params)\b.*?)\s*\.\s*(?P<field>[A-Za-z_]\w*)$",
+    re.DOTALL,
+)
+_PRESENCE = "assay_present"
+
+
+def _has(args: list[str]) -> str:
+    operand = args[0].strip()
+    if _HAS_VARIABLE.match(operand):
+        return f"(size([{operand}]) == 1)"
+    computed = _HAS_COMPUTED.match(operand)
+    if computed is None:
+        return f"has({operand})"
+    field = computed.group("field")
+    return (
+        f"cel.bind({_PRESENCE}, {computed.group('operand')}, "
+        f"type({_PRESENCE}) == map || type({_PRESENCE}) == list "
+        f"? has({_PRESENCE}.{field}) : false)"
+    )
+
+
+_HAS_CALLS = (Call("has", member=False, rewrite=_has, arities=(1,)),)
+
+
 def _rewrite(expression: str, known: Sequence[str], what: str) -> tuple[str, list[str]]:
-    """``expression`` with each ``variables.NAME`` read as the bound name, and the names."""
+    """``expression`` with each ``variables.NAME`` read as the bound name, and the names
+    (``has()`` of a variable, or of a field of a computed value, as the API server tests
+    it: above)."""
     used: list[str] = []
+    if "has" in expression:
+        expression = rewrite_calls(expression, _HAS_CALLS)
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
