@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from cel_expr_python import cel as runtime
@@ -50,6 +50,8 @@ MAX_EXPRESSION_CHARS = 4000
 # bindings); an expression that reaches it cannot run (fail-safe), like one over the cost bound.
 RUNTIME_ITERATION_BUDGET = 10_000
 ROOTS = ("object", "results", "params")
+# Where the values of a probe's constant variables are bound (Expression's ``constants``).
+CONSTANTS = "assay_constants"
 _VARIABLE_PREFIX = "assay_variable_"
 _MODULES = tuple(p.module for p in cel_env.parts(max(KUBERNETES_VERSIONS)) if p.module)
 # Words of the standard definitions, macros and the runtime's extensions, to tell a function
@@ -270,7 +272,7 @@ def _environment(version: str) -> Any:
     new, added = _split(library_overloads(modules))
     return runtime.NewEnv(
         config=runtime.NewEnvConfigFromYaml(environment_config(version)),
-        variables={root: runtime.Type.DYN for root in ROOTS},
+        variables={root: runtime.Type.DYN for root in (*ROOTS, CONSTANTS)},
         # one extension, merged with the runtime's own (lists' indexOf with strings' indexOf)
         extensions=[runtime.CelExtension("kubernetes", _declarations(new))],
         function_impls=_implementations(added),
@@ -331,15 +333,19 @@ _HAS_COMPUTED = re.compile(
     r"^(?P<operand>(?:variables\s*\.\s*[A-Za-z_]\w*|params)\b.*?)\s*\.\s*(?P<field>[A-Za-z_]\w*)$",
     re.DOTALL,
 )
+_HAS_ROOT = re.compile(r"^variables\s*\.\s*([A-Za-z_]\w*)")
 _PRESENCE = "assay_present"
 
 
-def _has(args: list[str]) -> str:
+def _has(args: list[str], inputs: frozenset[str] = frozenset()) -> str:
+    """``has(e.f)`` as the API server tests it; ``inputs``: variables that are an input
+    (``anyObject`` is ``object``), tested as that input is."""
     operand = args[0].strip()
     if _HAS_VARIABLE.match(operand):
         return f"(size([{operand}]) == 1)"
     computed = _HAS_COMPUTED.match(operand)
-    if computed is None:
+    variable = _HAS_ROOT.match(operand)
+    if computed is None or (variable is not None and variable.group(1) in inputs):
         return f"has({operand})"
     field = computed.group("field")
     return (
@@ -349,16 +355,21 @@ def _has(args: list[str]) -> str:
     )
 
 
-_HAS_CALLS = (Call("has", member=False, rewrite=_has, arities=(1,)),)
 
 
-def _rewrite(expression: str, known: Sequence[str], what: str) -> tuple[str, list[str]]:
+def _rewrite(
+    expression: str, known: Sequence[str], what: str, direct: Mapping[str, str] | None = None
+) -> tuple[str, list[str]]:
     """``expression`` with each ``variables.NAME`` read as the bound name, and the names
     (``has()`` of a variable, or of a field of a computed value, as the API server tests
-    it: above)."""
+    it: above). ``direct``: variables read as another text (a constant's entry, an input
+    the variable is an alias of), bound nowhere."""
     used: list[str] = []
+    direct = direct or {}
     if "has" in expression:
-        expression = rewrite_calls(expression, _HAS_CALLS)
+        inputs = frozenset(name for name, text in direct.items() if text in ROOTS)
+        calls = [Call("has", member=False, rewrite=partial(_has, inputs=inputs), arities=(1,))]
+        expression = rewrite_calls(expression, calls)
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
@@ -369,6 +380,8 @@ def _rewrite(expression: str, known: Sequence[str], what: str) -> tuple[str, lis
                 f"{what} reads variables.{name}, which is not defined before it (a variable "
                 "may read only the variables listed before it)"
             )
+        if name in direct:
+            return direct[name]
         if name not in used:
             used.append(name)
         return _VARIABLE_PREFIX + name
@@ -399,18 +412,25 @@ class Expression:
         *,
         what: str = "the expression",
         version: str = PROBE_VERSION,
+        constants: Mapping[str, Any] | None = None,
     ) -> None:
         self.text = text
         self.version = version
+        self.constants = dict(constants or {})
         _check_text(text, what)
         definitions: dict[str, tuple[str, list[str]]] = {}
         names: list[str] = []
+        direct: dict[str, str] = {}
         for name, source in variables:
             label = f"variable {name}"
             _check_text(source, label)
-            definitions[name] = _rewrite(source, names, label)
+            if name in self.constants:
+                direct[name] = f"{CONSTANTS}.{name}"
+            elif source.strip() in ROOTS:
+                direct[name] = source.strip()
+            definitions[name] = _rewrite(source, names, label, direct)
             names.append(name)
-        body, used = _rewrite(text, names, what)
+        body, used = _rewrite(text, names, what, direct)
         needed = _closure(used, definitions)
         self.costs = [cost_model(text, variables)] + [
             cost_model(source, variables) for name, source in variables if name in needed
@@ -452,6 +472,8 @@ class Expression:
         return value
 
     def _evaluate(self, data: Mapping[str, Any]) -> Any:
+        if self.constants:
+            data = {**data, CONSTANTS: self.constants}
         try:
             result = self._program.eval(data=dict(data))
         except Exception as exc:
@@ -582,10 +604,11 @@ class BoolProgram:
         max_steps: int = MAX_STEPS,
         meter: StepMeter | None = None,
         what: str = "the expression",
+        constants: Mapping[str, Any] | None = None,
     ) -> None:
         self.expression = expression
         self.meter = meter or StepMeter(max_steps)
-        self.compiled = Expression(expression, variables, what=what)
+        self.compiled = Expression(expression, variables, what=what, constants=constants)
 
     @property
     def steps(self) -> int:
@@ -629,6 +652,62 @@ def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
 def evaluate_bool(expression: str, variables: Mapping[str, Any]) -> bool:
     """The expression's boolean value; CelError for anything that is not exactly a bool."""
     return BoolProgram(expression)(variables)
+
+
+def variables_read(expression: str) -> set[str]:
+    """The names of the probe variables ``expression`` reads (``variables.NAME``)."""
+    return {m.group("name") for m in _STRING_OR_VARIABLE.finditer(expression) if m.group("name")}
+
+
+# What a variable may read and still be a constant of the probe run: nothing of the objects.
+_OBJECT_INPUTS = ("object", "results", "oldObject", "request", "namespaceObject", "authorizer")
+# A constant crosses into Python and back: a value that would come back as another type
+# (a uint as an int, a type) is not taken.
+_UINT = re.compile(r"\buint\b|\b\d+[uU]\b")
+
+
+def constant_variables(
+    variables: Sequence[tuple[str, str]], data: Mapping[str, Any], meter: StepMeter
+) -> dict[str, Any]:
+    """The variables whose value is the same for every object of a probe run, evaluated
+    once over ``data`` (``params``, when bound): those that read no object, only the inputs
+    in ``data`` and constants before them. A variable is a deterministic function of what it
+    reads, so its value read lazily per object would be this one; one that errs, gives an
+    optional, or might change type on the way back stays lazy (bound, evaluated where read).
+
+    Why: Gatekeeper's templates define a dozen variables from ``params``; bound around
+    every expression, they exceeded the runtime's parser nesting of 32, and they were
+    evaluated again for every object."""
+    constants: dict[str, Any] = {}
+    earlier: list[tuple[str, str]] = []
+    for name, source in variables:
+        text = _without_strings(source)
+        lazy = (
+            any(reads_variable(text, root) for root in _OBJECT_INPUTS)
+            or not variables_read(source) <= set(constants)
+            or _UINT.search(text) is not None
+        )
+        if not lazy:
+            try:
+                value = BoolProgram(source, variables=earlier, meter=meter,
+                                    what=f"variable {name}", constants=constants).value(data)  # fmt: skip
+            except CelError:
+                value = _Opaque("ERROR")
+            if _plain(value):
+                constants[name] = value
+        earlier.append((name, source))
+    return constants
+
+
+def _plain(value: Any) -> bool:
+    """A value that comes back from Python as the CEL value it was."""
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return True
+    if isinstance(value, list):
+        return all(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    return False
 
 
 def reads_variable(expression: str, name: str) -> bool:

@@ -641,7 +641,15 @@ def _compile_problems(draft: _Draft) -> list[str]:
             found.append(f"{what} reads variables, which a match condition cannot")
         try:  # the API server declares `request`; its operation compiles as a string
             known = [(name, as_created(source)) for name, source in variables]
-            Expression(as_created(text), known if may_read_variables else (), what=what)
+            # each variable is checked on its own (above): one read here is a declared
+            # name, as the API server compiles it, not its definition bound around the text
+            declared = {name: None for name, _ in known} if may_read_variables else {}
+            Expression(
+                as_created(text),
+                known if may_read_variables else (),
+                what=what,
+                constants=declared,
+            )
         except CelError as exc:
             found.append(str(exc))
     return found

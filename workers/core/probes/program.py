@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.probe import ProposedProbe
-from workers.core.probes.cel import MAX_STEPS, BoolProgram, CelError, StepMeter, field_paths
+from workers.core.probes.cel import (
+    MAX_STEPS,
+    BoolProgram,
+    CelError,
+    StepMeter,
+    constant_variables,
+    field_paths,
+)
 
 
 @dataclass(frozen=True)
@@ -38,9 +45,15 @@ class ProbeProgram:
         self.probe = probe
         self.meter = StepMeter(max_steps)
         variables = [(v.name, v.expression) for v in probe.variables]
+        self.base: dict[str, Any] = (
+            {} if probe.params is None else {"params": without_nulls(probe.params)}
+        )
+        constants = constant_variables(variables, self.base, self.meter)
 
         def program(text: str, what: str) -> BoolProgram:
-            return BoolProgram(text, variables=variables, meter=self.meter, what=what)
+            return BoolProgram(
+                text, variables=variables, meter=self.meter, what=what, constants=constants
+            )
 
         self.conditions = [
             (c.name, program(c.expression, f"match condition {c.name}"))
@@ -57,9 +70,6 @@ class ProbeProgram:
             )
             for number, v in enumerate(probe.validations)
         ]
-        self.base: dict[str, Any] = (
-            {} if probe.params is None else {"params": without_nulls(probe.params)}
-        )
 
     @property
     def steps(self) -> int:
