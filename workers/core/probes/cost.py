@@ -10,7 +10,8 @@ copy their accumulator per element, so even one level is quadratic (10,000 eleme
 So the bound is enforced before evaluation, in two steps:
 
 * **at compile time** (:func:`analyse`), a static shape check: at most
-  :data:`MAX_COMPREHENSION_DEPTH` nested comprehensions, :data:`MAX_COMPREHENSIONS` in all,
+  :data:`MAX_COMPREHENSIONS` comprehensions (nested as deep as the API server allows: their
+  nesting is costed over the input, below, as its cost limit does),
   :data:`MAX_CONCATENATIONS` ``+`` operators (the only way to grow a string or a list
   without a comprehension), comprehension variables that are plain names, and ``matches``
   with a literal pattern only (the library compiles it per call; its length is costed);
@@ -38,7 +39,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_COMPREHENSION_DEPTH = 3
 MAX_COMPREHENSIONS = 16
 MAX_CONCATENATIONS = 32
 # Steps one probe run may cost (about one comprehension body evaluation or one element
@@ -139,6 +139,7 @@ class CostModel:
     concatenations: int
     base: int = 0  # steps per evaluation outside any comprehension (regex patterns)
     set_calls: list[SetCall] = field(default_factory=list)
+    literal_list: int = 0  # the most elements of a list written in the expression
 
     def estimate(self, variables: Mapping[str, Any], limit: int = MAX_STEPS) -> int:
         """Upper estimate of the steps evaluating over ``variables`` costs; CostExceeded
@@ -253,10 +254,6 @@ def analyse(expression: str, variables: Mapping[str, str] | None = None) -> Cost
             index = len(found) - 1
             stack.append(index)
             enclosing.append(index)
-            if len(enclosing) > MAX_COMPREHENSION_DEPTH:
-                raise CostExceeded(
-                    f"comprehensions are nested more than {MAX_COMPREHENSION_DEPTH} deep"
-                )
             i += 6 if two else 4  # past the variables' names: binding them reads nothing
             continue
         set_call = _set_call(tokens, i, enclosing[-1] if enclosing else None, variables or {})
@@ -289,7 +286,17 @@ def analyse(expression: str, variables: Mapping[str, str] | None = None) -> Cost
     concatenations = sum(1 for _, text in tokens if text == "+")
     if concatenations > MAX_CONCATENATIONS:
         raise CostExceeded(f"the expression has more than {MAX_CONCATENATIONS} '+' operators")
-    return CostModel(found, concatenations, base, set_calls)
+    return CostModel(found, concatenations, base, set_calls, _longest_literal(tokens))
+
+
+def _longest_literal(tokens: list[tuple[str, str]]) -> int:
+    """The most elements a bracketed list in the expression has (a literal list may be a
+    comprehension's range, longer than any list of the input)."""
+    longest = 0
+    for i, (kind, text) in enumerate(tokens):
+        if kind == "op" and text == "[":
+            longest = max(longest, len(_arguments(tokens, i) or []))
+    return longest
 
 
 def _closing(tokens: list[tuple[str, str]], open_at: int) -> int | None:
@@ -458,8 +465,10 @@ class _Estimate:
         return self._extent
 
     def unknown(self) -> int:
-        """A computed range's bound: the largest list in the input, times the concatenations."""
-        return self._measure()[0] * (1 + self.model.concatenations)
+        """A computed range's bound: the largest list in the input or written in the
+        expression, times the concatenations."""
+        longest = max(self._measure()[0], self.model.literal_list)
+        return longest * (1 + self.model.concatenations)
 
     def concatenation_steps(self) -> int:
         """Steps the ``+`` operators may cost in one pass: a chain of k copies the growing
