@@ -13,8 +13,9 @@ So the bound is enforced before evaluation, in two steps:
   :data:`MAX_COMPREHENSIONS` comprehensions (nested as deep as the API server allows: their
   nesting is costed over the input, below, as its cost limit does),
   :data:`MAX_CONCATENATIONS` ``+`` operators (the only way to grow a string or a list
-  without a comprehension), comprehension variables that are plain names, and ``matches``
-  with a literal pattern only (the library compiles it per call; its length is costed);
+  without a comprehension), comprehension variables that are plain names, and a literal
+  ``matches`` pattern's length (the runtime compiles it per call; a computed pattern is
+  matched and costed by the regex library, cel_lib/regex.py);
 * **at run time** (:meth:`CostModel.estimate`), an upper estimate of the evaluation's steps
   over the actual input: each comprehension's range is measured on the input (a plain
   path such as ``results[0]`` or ``p.spec.containers`` is navigated in Python; a computed
@@ -393,18 +394,14 @@ def _set_call(
 
 
 def _pattern_steps(tokens: list[tuple[str, str]], at: int) -> int:
-    """A ``.matches('literal')`` call's steps; CostExceeded for any other form, whose pattern
-    (built from the input, perhaps megabytes) could not be costed."""
-    literal = (
-        at > 0
-        and tokens[at - 1][1] == "."
-        and at + 3 < len(tokens)
-        and tokens[at + 2][0] == "str"
-        and tokens[at + 3][1] == ")"
-    )
-    if not literal:
-        raise CostExceeded("matches() takes a string literal pattern, as in x.matches('^a.*$')")
-    return 1 + len(tokens[at + 2][1]) // PATTERN_CHARS_PER_STEP
+    """A ``matches`` call's steps where its pattern (the last argument) is one string literal,
+    which the runtime compiles on every call: its length. Any other pattern (from params or
+    the object) is matched by the regex library, which charges each call over the pattern's
+    actual length as it is made (cel_lib/regex.py), so it costs nothing here."""
+    ranges = _arguments(tokens, at + 1) or []
+    if not ranges or ranges[-1][1] != ranges[-1][0] + 1 or tokens[ranges[-1][0]][0] != "str":
+        return 0
+    return 1 + len(tokens[ranges[-1][0]][1]) // PATTERN_CHARS_PER_STEP
 
 
 def _navigate(value: Any, steps: tuple[str | int, ...]) -> Any:
