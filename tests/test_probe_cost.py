@@ -150,6 +150,19 @@ def test_a_computed_pattern_is_costed_by_its_length_per_call() -> None:
         program(per_element)
 
 
+def test_a_variables_range_is_bounded_by_its_own_concatenations() -> None:
+    """A range read from a probe variable is at most the input's longest list times one
+    more than the `+` of its definition (not of every message concatenation around it);
+    a constant variable is measured as it is."""
+    variables = {"both": "object.a + object.b", "few": "['x']"}
+    message = " + ".join(["'m'"] * 12)
+    expression = f"variables.both.all(x, variables.both.all(y, x != y || {message} != ''))"
+    data = {"object": {"a": [1, 2], "b": [3]}}
+    assert analyse(expression, variables).estimate(data) < 100  # each range at most 2 x 2
+    constant = "variables.few.all(x, variables.few.all(y, x == y))"
+    assert analyse(constant, variables).estimate({**data, "variables": {"few": ["x"]}}) <= 4
+
+
 def test_a_literal_range_counts_its_elements() -> None:
     """A list written in the expression may be longer than any list of the input."""
     literal = "[" + ", ".join(str(i) for i in range(300)) + "]"

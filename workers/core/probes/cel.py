@@ -345,7 +345,8 @@ def _has(args: list[str], inputs: frozenset[str] = frozenset()) -> str:
         return f"(size([{operand}]) == 1)"
     computed = _HAS_COMPUTED.match(operand)
     variable = _HAS_ROOT.match(operand)
-    if computed is None or (variable is not None and variable.group(1) in inputs):
+    bare = computed is not None and computed.group("operand") == "params"  # always a map
+    if computed is None or bare or (variable is not None and variable.group(1) in inputs):
         return f"has({operand})"
     field = computed.group("field")
     return (
@@ -355,6 +356,13 @@ def _has(args: list[str], inputs: frozenset[str] = frozenset()) -> str:
     )
 
 
+
+
+@lru_cache(maxsize=2048)
+def _presence_tests(expression: str, inputs: frozenset[str]) -> str:
+    """``expression`` with its ``has()`` calls rewritten (:func:`_has`)."""
+    calls = [Call("has", member=False, rewrite=partial(_has, inputs=inputs), arities=(1,))]
+    return rewrite_calls(expression, calls)
 
 
 def _rewrite(
@@ -368,8 +376,7 @@ def _rewrite(
     direct = direct or {}
     if "has" in expression:
         inputs = frozenset(name for name, text in direct.items() if text in ROOTS)
-        calls = [Call("has", member=False, rewrite=partial(_has, inputs=inputs), arities=(1,))]
-        expression = rewrite_calls(expression, calls)
+        expression = _presence_tests(expression, inputs)
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
@@ -391,7 +398,14 @@ def _rewrite(
 
 def cost_model(expression: str, variables: Sequence[tuple[str, str]] = ()) -> CostModel:
     """The expression's loop skeleton; CelError when its shape is over the static cost bounds.
-    ``variables``: the probe's, to bound a ``sets`` argument read from one."""
+    ``variables``: the probe's, to bound a ``sets`` argument or a range read from one."""
+    return _cost_model(expression, tuple(variables))
+
+
+@lru_cache(maxsize=1024)
+def _cost_model(expression: str, variables: tuple[tuple[str, str], ...]) -> CostModel:
+    """Cached: a probe's expressions are costed with the same variables every time it is
+    compiled (the model is only read by its estimates)."""
     try:
         return analyse(expression, dict(variables))
     except CelCostError as exc:
@@ -446,6 +460,8 @@ class Expression:
         return reads_variable(self.source, name)
 
     def estimate(self, data: Mapping[str, Any], limit: int) -> int:
+        if self.constants:  # measured as they are, as the input is
+            data = {**data, "variables": self.constants}
         try:
             return sum(cost.estimate(data, limit) for cost in self.costs)
         except CelCostError as exc:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 MAX_COMPREHENSIONS = 16
@@ -141,6 +142,9 @@ class CostModel:
     base: int = 0  # steps per evaluation outside any comprehension (regex patterns)
     set_calls: list[SetCall] = field(default_factory=list)
     literal_list: int = 0  # the most elements of a list written in the expression
+    # per probe variable: the `+` operators of its definition and of those it reads (a list
+    # it holds is at most the input's longest times one more than that)
+    variable_plus: dict[str, int] = field(default_factory=dict)
 
     def estimate(self, variables: Mapping[str, Any], limit: int = MAX_STEPS) -> int:
         """Upper estimate of the steps evaluating over ``variables`` costs; CostExceeded
@@ -287,7 +291,44 @@ def analyse(expression: str, variables: Mapping[str, str] | None = None) -> Cost
     concatenations = sum(1 for _, text in tokens if text == "+")
     if concatenations > MAX_CONCATENATIONS:
         raise CostExceeded(f"the expression has more than {MAX_CONCATENATIONS} '+' operators")
-    return CostModel(found, concatenations, base, set_calls, _longest_literal(tokens))
+    plus, literal = _variable_shapes(tuple((variables or {}).items()))
+    literal = max(literal, _longest_literal(tokens))
+    return CostModel(found, concatenations, base, set_calls, literal, dict(plus))
+
+
+@lru_cache(maxsize=256)
+def _variable_shapes(
+    variables: tuple[tuple[str, str], ...],
+) -> tuple[tuple[tuple[str, int], ...], int]:
+    """Per variable its concatenations (:func:`_variable_plus`), and the longest list
+    written in any of them."""
+    literal = max((_longest_literal(_tokens(source)) for _, source in variables), default=0)
+    return tuple(_variable_plus(dict(variables)).items()), literal
+
+
+def _variable_plus(variables: Mapping[str, str]) -> dict[str, int]:
+    """Per variable, the `+` operators of its definition and, transitively, of the variables
+    it reads (each counted once)."""
+    reads: dict[str, set[str]] = {}
+    own: dict[str, int] = {}
+    for name, source in variables.items():
+        tokens = _tokens(source)
+        own[name] = sum(1 for _, text in tokens if text == "+")
+        reads[name] = {
+            tokens[i + 2][1]
+            for i in range(len(tokens) - 2)
+            if tokens[i] == ("id", "variables") and tokens[i + 1][1] == "."
+            and (i == 0 or tokens[i - 1][1] != ".")
+        } & set(variables)
+    out: dict[str, int] = {}
+    for name in variables:
+        seen, todo = {name}, [name]
+        while todo:
+            for other in reads[todo.pop()] - seen:
+                seen.add(other)
+                todo.append(other)
+        out[name] = sum(own[n] for n in seen)
+    return out
 
 
 def _longest_literal(tokens: list[tuple[str, str]]) -> int:
@@ -455,17 +496,30 @@ class _Estimate:
         self.longest: list[int] = []
         self.iterations: list[int] = []
         self.repeats: list[int] = []  # how many times the evaluation passes over the elements
+        self.plus: list[int | None] = []  # per computed range, the concatenations bounding it
 
     def _measure(self) -> tuple[int, int]:
         if self._extent is None:
             self._extent = _extent(dict(self.variables))
         return self._extent
 
-    def unknown(self) -> int:
+    def unknown(self, plus: int | None = None) -> int:
         """A computed range's bound: the largest list in the input or written in the
-        expression, times the concatenations."""
+        expression, times one more than the concatenations (``plus``: those that may build
+        it, for a probe variable's; else every one of the expression)."""
         longest = max(self._measure()[0], self.model.literal_list)
-        return longest * (1 + self.model.concatenations)
+        return longest * (1 + (self.model.concatenations if plus is None else plus))
+
+    def _plus(self, path: Path, owner: int | None) -> int | None:
+        """The concatenations that may build the computed range ``path`` reads: a probe
+        variable's own, or those of the range whose element ``path`` starts at."""
+        if owner is None:
+            if path.root == "variables" and path.steps:
+                return self.model.variable_plus.get(str(path.steps[0]))
+            return None
+        if path.root == self.model.comprehensions[owner].index_variable:
+            return None
+        return self.plus[owner]
 
     def concatenation_steps(self) -> int:
         """Steps the ``+`` operators may cost in one pass: a chain of k copies the growing
@@ -498,15 +552,17 @@ class _Estimate:
     def _values(self, path: Path, owner: int | None) -> tuple[list[Any] | None, int]:
         """The values ``path`` takes over the evaluation (None: unknown) and the longest."""
         if owner is None:
-            if path.root == "variables":  # a probe variable: costed as a computed range
-                return None, self.unknown()
+            constants = self.variables.get("variables")
+            known = isinstance(constants, Mapping) and path.steps and path.steps[0] in constants
+            if path.root == "variables" and not known:  # a probe variable: computed
+                return None, self.unknown(self._plus(path, owner))
             if path.root not in self.variables:
                 return [], 0
             value = _navigate(self.variables[path.root], path.steps)
             return [value], len(_members(value))
         bases = self.elements[owner]
         if bases is None or path.root == self.model.comprehensions[owner].index_variable:
-            return None, self.unknown()  # computed, or an index or key (not an element)
+            return None, self.unknown(self._plus(path, owner))  # computed, or an index or key
         values = [_navigate(base, path.steps) for base in bases]
         return values, max((len(_members(v)) for v in values), default=0)
 
@@ -558,8 +614,10 @@ class _Estimate:
             )
             if comp.receiver is None:
                 values, longest = None, self.unknown()
+                self.plus.append(None)
             else:
                 values, longest = self._values(comp.receiver, owner)
+                self.plus.append(None if values is not None else self._plus(comp.receiver, owner))
             if values is None:
                 elements, iterations = None, outer * longest
             else:
