@@ -3,7 +3,7 @@ structural schema (k8s.io/apiserver/pkg/cel/common/values.go)."""
 
 from __future__ import annotations
 
-from schemas.probe import ProposedProbe
+from schemas.probe import ProbeOrigin, ProposedProbe
 from workers.core.probes.program import ProbeProgram, without_nulls
 
 POD = {
@@ -42,3 +42,19 @@ def test_without_nulls_keeps_list_elements_and_unchanged_objects() -> None:
     }
     plain = {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "a"}]}}
     assert without_nulls(plain) is plain
+
+
+def test_kyverno_and_gatekeeper_policies_read_a_null_as_null() -> None:
+    """Their engines evaluate the object as JSON (no structural schema): `rules: null` is
+    null there, and their labelled tests rely on it (`object.rules == null || ...`)."""
+    role = {"metadata": {"name": "r"}, "rules": None}
+    for fmt, expected in (("kyverno-validatingpolicy", True), ("gatekeeper", True)):
+        probe = _probe("object.rules == null").model_copy(
+            update={"origin": ProbeOrigin(format=fmt, name="p", source="-"),
+                    "empty_result": "pass"}  # fmt: skip
+        )
+        assert ProbeProgram(probe).judge({"object": role}).passed is expected
+    vap = _probe("!has(object.rules)").model_copy(
+        update={"origin": ProbeOrigin(format="vap", name="p", source="-"), "empty_result": "pass"}
+    )
+    assert ProbeProgram(vap).judge({"object": role}).passed

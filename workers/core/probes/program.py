@@ -8,7 +8,8 @@ condition is true; it passes when the expression (or every validation) is true, 
 failing validation's message is its ``message_expression`` (when that gives a string), else
 its ``message``, else ``failed expression: EXPRESSION``. Any CEL error raises ``CelError``:
 the probe then gives no value (fail-safe). A null field of an object is absent, as the API
-server reads it (:func:`without_nulls`).
+server reads it (:func:`without_nulls`), for a model's probe and an imported
+ValidatingAdmissionPolicy; Kyverno's and Gatekeeper's engines read it as null.
 """
 
 from __future__ import annotations
@@ -45,9 +46,15 @@ class ProbeProgram:
         self.probe = probe
         self.meter = StepMeter(max_steps)
         variables = [(v.name, v.expression) for v in probe.variables]
-        self.base: dict[str, Any] = (
-            {} if probe.params is None else {"params": without_nulls(probe.params)}
-        )
+        # The API server reads objects through their structural schema (a null field is
+        # absent); Kyverno and Gatekeeper evaluate their own policies over the object as
+        # JSON, where a null field is null (their tests are labelled so).
+        origin = probe.origin
+        self.absent_nulls = origin is None or origin.format == "vap"
+        params = probe.params
+        if params is not None and self.absent_nulls:
+            params = without_nulls(params)
+        self.base: dict[str, Any] = {} if params is None else {"params": params}
         constants = constant_variables(variables, self.base, self.meter)
 
         def program(text: str, what: str) -> BoolProgram:
@@ -86,7 +93,9 @@ class ProbeProgram:
 
     def judge(self, bindings: Mapping[str, Any]) -> Judgement:
         """The outcome over ``bindings`` (``{"object": ...}`` or ``{"results": [...]}``)."""
-        data = {**self.base, **{name: without_nulls(value) for name, value in bindings.items()}}
+        if self.absent_nulls:
+            bindings = {name: without_nulls(value) for name, value in bindings.items()}
+        data = {**self.base, **bindings}
         for _, condition in self.conditions:
             if not condition(data):
                 return Judgement(judged=False)
