@@ -53,3 +53,25 @@ def test_documented_behaviour(expression: str) -> None:
 @pytest.mark.parametrize(("expression", "reason"), ERRORS)
 def test_documented_errors(expression: str, reason: str) -> None:
     fails(expression, {"object": POD}, match=reason)
+
+
+def test_a_fallback_inside_a_comprehension_reads_each_element() -> None:
+    """Each element's optional chain is its own: the runtime's lazily bound values, inside a
+    comprehension in a variable's scope, were kept from one iteration to the next."""
+    from workers.core.probes.cel import BoolProgram, StepMeter, constant_variables
+
+    variables = [
+        ("all", "object.spec.containers + object.spec.?initContainers.orValue([]) + "
+                "object.spec.?ephemeralContainers.orValue([])"),
+        ("kinds", "['a_t', 'b_t', 'c_t']"),
+        ("ok", "object.spec.?sc.?o.?type.orValue('') == '' || "
+               "variables.kinds.exists(type, type == object.spec.sc.o.type)"),
+    ]  # fmt: skip
+    expression = ("variables.ok && variables.all.all(c, c.?sc.?o.?type.orValue('') == '' || "
+                  "variables.kinds.exists(type, type == c.sc.o.type))")  # fmt: skip
+    pod = {"spec": {"containers": [{"name": "a"}],
+                    "initContainers": [{"name": "b", "sc": {"o": {"type": "b_t"}}},
+                                       {"name": "c", "sc": {"o": {"user": "u"}}}]}}  # fmt: skip
+    constants = constant_variables(variables, {}, StepMeter())
+    program = BoolProgram(expression, variables=variables, constants=constants)
+    assert program({"object": pod}) is True

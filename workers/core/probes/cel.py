@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Any
 
 from cel_expr_python import cel as runtime
@@ -39,7 +39,7 @@ from workers.core.probes.cel_lib import Call, NoSuchOverload, Overload, rewrite_
 from workers.core.probes.cel_lib import overloads as library_overloads
 from workers.core.probes.cel_lib import rewrites as library_rewrites
 from workers.core.probes.cel_lib.base import charge, metered
-from workers.core.probes.cel_lib.rewrite import optional_fallbacks
+from workers.core.probes.cel_lib.rewrite import computed_presence, optional_fallbacks
 from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, analyse
 
 __all__ = ["KUBERNETES_VERSIONS", "PROBE_VERSION", "BoolProgram", "CelError", "Expression",
@@ -53,6 +53,9 @@ ROOTS = ("object", "results", "params")
 # Where the values of a probe's constant variables are bound (Expression's ``constants``).
 CONSTANTS = "assay_constants"
 _VARIABLE_PREFIX = "assay_variable_"
+# What a presence test may meet null or a scalar in (cel-go: false, the runtime: an error):
+# a probe variable (bound, or a constant), or params' contents.
+_COMPUTED_ROOTS = rf"{_VARIABLE_PREFIX}\w+|{CONSTANTS}\s*\.\s*\w+|params\s*\.\s*\w+"
 _MODULES = tuple(p.module for p in cel_env.parts(max(KUBERNETES_VERSIONS)) if p.module)
 # Words of the standard definitions, macros and the runtime's extensions, to tell a function
 # call from a field in field_paths (evidence).
@@ -294,7 +297,8 @@ def _rewrites(version: str) -> tuple[Call, ...]:
 @lru_cache(maxsize=512)
 def _compiled(source: str, version: str = PROBE_VERSION) -> Any:
     try:
-        rewritten = optional_fallbacks(rewrite_calls(source, _rewrites(version)))
+        rewritten = rewrite_calls(source, _rewrites(version))
+        rewritten = optional_fallbacks(computed_presence(rewritten, _COMPUTED_ROOTS))
         return _environment(version).compile(rewritten)
     except Exception as exc:
         raise CelError(f"the expression does not compile: {_short(exc)}") from None
@@ -323,46 +327,25 @@ def _check_text(expression: str, what: str) -> None:
 
 # `has(variables.NAME)`: the API server's `variables` is a map of the declared variables
 # (k8s.io/apiserver/pkg/cel/lazy): present when declared, the variable evaluated (its error
-# is the test's). `has(e.f)` with `e` computed (a variable, params): cel-go's presence test
-# is false on a value that is neither a map nor a list (null, a string: refQualify), where
-# the runtime errs ("Applying SELECT to non-message type"); Gatekeeper's `variables.params`
-# is null for a constraint without parameters, and its templates test
-# `has(variables.params.exemptImages)`.
+# is the test's). `has(e.f)` on a computed value that is null or a scalar: rewrite.py's
+# computed_presence, on the compiled source.
 _HAS_VARIABLE = re.compile(r"^variables\s*\.\s*([A-Za-z_]\w*)$")
-_HAS_COMPUTED = re.compile(
-    r"^(?P<operand>(?:variables\s*\.\s*[A-Za-z_]\w*|params)\b.*?)\s*\.\s*(?P<field>[A-Za-z_]\w*)$",
-    re.DOTALL,
-)
-_HAS_ROOT = re.compile(r"^variables\s*\.\s*([A-Za-z_]\w*)")
-_PRESENCE = "assay_present"
 
 
-def _has(args: list[str], inputs: frozenset[str] = frozenset()) -> str:
-    """``has(e.f)`` as the API server tests it; ``inputs``: variables that are an input
-    (``anyObject`` is ``object``), tested as that input is."""
+def _has(args: list[str]) -> str:
     operand = args[0].strip()
     if _HAS_VARIABLE.match(operand):
         return f"(size([{operand}]) == 1)"
-    computed = _HAS_COMPUTED.match(operand)
-    variable = _HAS_ROOT.match(operand)
-    bare = computed is not None and computed.group("operand") == "params"  # always a map
-    if computed is None or bare or (variable is not None and variable.group(1) in inputs):
-        return f"has({operand})"
-    field = computed.group("field")
-    return (
-        f"cel.bind({_PRESENCE}, {computed.group('operand')}, "
-        f"type({_PRESENCE}) == map || type({_PRESENCE}) == list "
-        f"? has({_PRESENCE}.{field}) : false)"
-    )
+    return f"has({operand})"
 
 
+_HAS_CALLS = (Call("has", member=False, rewrite=_has, arities=(1,)),)
 
 
 @lru_cache(maxsize=2048)
-def _presence_tests(expression: str, inputs: frozenset[str]) -> str:
-    """``expression`` with its ``has()`` calls rewritten (:func:`_has`)."""
-    calls = [Call("has", member=False, rewrite=partial(_has, inputs=inputs), arities=(1,))]
-    return rewrite_calls(expression, calls)
+def _presence_tests(expression: str) -> str:
+    """``expression`` with ``has(variables.NAME)`` rewritten (:func:`_has`)."""
+    return rewrite_calls(expression, _HAS_CALLS)
 
 
 def _rewrite(
@@ -375,8 +358,7 @@ def _rewrite(
     used: list[str] = []
     direct = direct or {}
     if "has" in expression:
-        inputs = frozenset(name for name, text in direct.items() if text in ROOTS)
-        expression = _presence_tests(expression, inputs)
+        expression = _presence_tests(expression)
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")

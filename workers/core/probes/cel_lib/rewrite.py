@@ -9,6 +9,7 @@ literals is never read or rewritten.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -227,18 +228,52 @@ OPTIONAL_FALLBACKS = frozenset({"or", "orValue"})
 _FALLBACK = "assay_optional"
 
 
-def _optional_fallback(name: str, receiver: str, args: list[str]) -> str:
-    call = f"{_FALLBACK}.{name}({', '.join(args)})"
-    return (
-        f"cel.bind({_FALLBACK}, {receiver}, "
-        f"type({_FALLBACK}) == optional_type ? dyn({call}) : dyn({_FALLBACK}))"
-    )
-
-
 def optional_fallbacks(source: str) -> str:
-    """``source`` with each ``r.or(x)`` / ``r.orValue(x)`` giving ``r`` itself when ``r`` is
-    not an optional (cel-go), and the optional library's value when it is. ``r`` is
-    evaluated once (bound), so its errors and cost are the call's."""
+    """``source`` (a whole compiled source) with each ``r.or(x)`` / ``r.orValue(x)`` giving
+    ``r`` itself when ``r`` is not an optional (cel-go), and the optional library's value
+    when it is. ``r`` is evaluated once, as the one element a comprehension maps (its
+    errors and cost are the call's): not with ``cel.bind``, whose lazily initialised value,
+    inside a comprehension in a variable's scope, was kept from one iteration to the next by
+    the runtime (a container's field read for the next container)."""
     if not any(name in source for name in OPTIONAL_FALLBACKS):
         return source
-    return rewrite_with_receiver(source, OPTIONAL_FALLBACKS, _optional_fallback)
+    numbers = itertools.count()
+
+    def fallback(name: str, receiver: str, args: list[str]) -> str:
+        bound = f"{_FALLBACK}_{next(numbers)}"
+        call = f"{bound}.{name}({', '.join(args)})"
+        return (
+            f"[{receiver}].map({bound}, "
+            f"type({bound}) == optional_type ? dyn({call}) : dyn({bound}))[0]"
+        )
+
+    return rewrite_with_receiver(source, OPTIONAL_FALLBACKS, fallback)
+
+
+# cel-go's presence test is false on a value that is neither a map nor a list (null, a
+# string: its refQualify), where the runtime errs ("Applying SELECT to non-message type").
+# Gatekeeper's `variables.params` is null for a constraint without parameters, and its
+# templates test `has(variables.params.exemptImages)`.
+_PRESENT = "assay_present"
+
+
+def computed_presence(source: str, roots: str) -> str:
+    """``source`` (a whole compiled source) with each ``has(e.f)`` whose ``e`` starts at one
+    of ``roots`` (a regular expression: the computed values, which may be null) false when
+    ``e`` is neither a map nor a list, as cel-go's; ``e`` evaluated once, its error kept."""
+    if "has" not in source:
+        return source
+    operand = re.compile(rf"^(?P<e>(?:{roots})\b.*?)\s*\.\s*(?P<field>[A-Za-z_]\w*)$", re.DOTALL)
+    numbers = itertools.count()
+
+    def presence(args: list[str]) -> str:
+        found = operand.match(args[0].strip())
+        if found is None:
+            return f"has({args[0].strip()})"
+        bound = f"{_PRESENT}_{next(numbers)}"  # one element mapped, as optional_fallbacks
+        return (
+            f"[{found.group('e')}].map({bound}, type({bound}) == map || "
+            f"type({bound}) == list ? has({bound}.{found.group('field')}) : false)[0]"
+        )
+
+    return rewrite_calls(source, [Call("has", member=False, rewrite=presence, arities=(1,))])
