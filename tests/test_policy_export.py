@@ -320,3 +320,31 @@ def test_a_live_clusters_discovery_and_openapi_resolve_and_type_check(tmp_path: 
                 _record(_probe("Deployment", "object.spec.replica > 1")), "vap", backend=backend
             )
         assert any("/openapi/v3" in r.path for r in server.requests)
+
+
+def test_a_removed_built_in_kind_is_written_as_it_was() -> None:
+    """A deprecated-API policy still names PodSecurityPolicy (removed in 1.25): the rule is
+    written with its resource (the API server accepts a rule for a resource it does not
+    serve; it matches nothing there), not refused as an unknown kind."""
+    text = """
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: removed-apis}
+spec:
+  rules:
+    - name: policy-v1beta1
+      match:
+        any:
+          - resources: {kinds: [policy/*/PodDisruptionBudget, policy/*/PodSecurityPolicy]}
+      celPreconditions:
+        - {name: old, expression: "object.apiVersion == 'policy/v1beta1'"}
+      validate:
+        cel:
+          expressions: [{expression: "false", message: "policy/v1beta1 is removed"}]
+"""
+    (policy,), refusals = import_documents(documents_from_text(text, "removed.yaml"))
+    assert refusals == []
+    documents = export_policy_documents(policy, "vap")
+    rules = documents[0]["spec"]["matchConstraints"]["resourceRules"]
+    assert {r for rule in rules for r in rule["resources"]} == {
+        "poddisruptionbudgets", "podsecuritypolicies"}  # fmt: skip

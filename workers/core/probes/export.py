@@ -87,6 +87,15 @@ class _Draft:
 # -- kinds ------------------------------------------------------------------------------------
 
 
+# Built-in kinds no stated release serves any more, which policies still name (Kyverno's
+# deprecated-API checks match PodSecurityPolicy, removed in 1.25): an admission rule may
+# name a resource the API server does not serve (it matches nothing there), so they are
+# written as they were.
+REMOVED_BUILTINS = (
+    ResourceInfo("PodSecurityPolicy", "podsecuritypolicies", "policy", "v1beta1", False),
+)
+
+
 class _Kinds:
     """Resolves a policy's kinds to served resources: built-in, or the target's."""
 
@@ -122,6 +131,9 @@ class _Kinds:
         if ref.group != "*" and ref.version != "*" and ref.name == ref.name.lower():
             # a resource the policy names fully (a VAP's rule): written as it is
             return ResourceInfo(ref.name, ref.name, ref.group, ref.version, True)
+        removed = [r for r in REMOVED_BUILTINS if kind_matches(ref, r)]
+        if removed:
+            return removed[0]
         return self.resolve(ref.name if ref.group in ("*", "") else f"{ref.name}.{ref.group}")
 
 
