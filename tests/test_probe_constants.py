@@ -65,7 +65,7 @@ def test_an_export_with_many_variables_compiles_each_read_as_a_declared_name() -
     from tests.test_policy_export import _record
     from workers.core.probes.export import export_documents
 
-    chain = [("v0", "object.spec.replicas")] + CHAIN[1:]
+    chain = [("v0", "object.spec.replicas"), *CHAIN[1:]]
     probe = ProposedProbe(
         lookups=[ProbeLookup(tool="get", args={"kind": "Deployment"})],
         scope="each_object",

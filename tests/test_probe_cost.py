@@ -142,7 +142,7 @@ def test_a_computed_pattern_is_costed_by_its_length_per_call() -> None:
     assert BoolProgram("object.s.matches(object.p)")(obj) is True
     assert BoolProgram("matches(object.s, object.p) && object.s.matches('^w')")(obj) is True
     long = {"object": {**obj["object"], "p": "(a|b)" * 7_000}}
-    with pytest.raises(CelError, match="too costly.*pattern of 35,000"):
+    with pytest.raises(CelError, match=r"too costly.*pattern of 35,000"):
         BoolProgram("object.s.matches(object.p) || true")(long)
     per_element = {"object": {**obj["object"], "p": "q" * 20_000}}
     program = BoolProgram("object.l.all(x, !x.matches(object.p))", max_steps=100_000)

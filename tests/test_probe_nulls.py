@@ -28,8 +28,7 @@ def test_null_fields_are_absent() -> None:
     for expression in (
         "!has(object.metadata.annotations)",
         "object.metadata.?annotations[?'team'].orValue('') == ''",
-        "object.spec.containers.all(c, !has(c.securityContext) || "
-        "!c.securityContext.privileged)",
+        "object.spec.containers.all(c, !has(c.securityContext) || !c.securityContext.privileged)",
         "object.spec.containers.all(c, c.?securityContext.?privileged.orValue(false) == false)",
     ):
         assert ProbeProgram(_probe(expression)).judge({"object": POD}).passed, expression
@@ -49,9 +48,9 @@ def test_kyverno_and_gatekeeper_policies_read_a_null_as_null() -> None:
     null there, and their labelled tests rely on it (`object.rules == null || ...`)."""
     role = {"metadata": {"name": "r"}, "rules": None}
     for fmt, expected in (("kyverno-validatingpolicy", True), ("gatekeeper", True)):
+        origin = ProbeOrigin(format=fmt, name="p", source="-")
         probe = _probe("object.rules == null").model_copy(
-            update={"origin": ProbeOrigin(format=fmt, name="p", source="-"),
-                    "empty_result": "pass"}  # fmt: skip
+            update={"origin": origin, "empty_result": "pass"}
         )
         assert ProbeProgram(probe).judge({"object": role}).passed is expected
     vap = _probe("!has(object.rules)").model_copy(

@@ -41,7 +41,10 @@ def test_variables_use_every_library() -> None:
     assert program({"object": POD}) is True
 
 
-PARAMS = ("params", "has(params.spec) && has(params.spec.parameters) ? params.spec.parameters : null")
+PARAMS = (
+    "params",
+    "has(params.spec) && has(params.spec.parameters) ? params.spec.parameters : null",
+)
 
 
 @pytest.mark.parametrize(

@@ -687,8 +687,11 @@ def constant_variables(
         )
         if not lazy:
             try:
-                value = BoolProgram(source, variables=earlier, meter=meter,
-                                    what=f"variable {name}", constants=constants).value(data)  # fmt: skip
+                program = BoolProgram(
+                    source, variables=earlier, meter=meter, what=f"variable {name}",
+                    constants=constants,
+                )  # fmt: skip
+                value = program.value(data)
             except CelError:
                 value = _Opaque("ERROR")
             if _plain(value):

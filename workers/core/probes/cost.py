@@ -317,7 +317,8 @@ def _variable_plus(variables: Mapping[str, str]) -> dict[str, int]:
         reads[name] = {
             tokens[i + 2][1]
             for i in range(len(tokens) - 2)
-            if tokens[i] == ("id", "variables") and tokens[i + 1][1] == "."
+            if tokens[i] == ("id", "variables")
+            and tokens[i + 1][1] == "."
             and (i == 0 or tokens[i - 1][1] != ".")
         } & set(variables)
     out: dict[str, int] = {}

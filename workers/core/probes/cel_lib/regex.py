@@ -50,7 +50,7 @@ def _literal(argument: str) -> bool:
         return False
     # as the cost bound reads one (cost.py): quoted, not raw, bytes or triple-quoted
     text = tokens[0].text
-    return text[0] in "'\"" and not text.startswith(("\'\'\'", '"""'))
+    return text[0] in "'\"" and not text.startswith(("'''", '"""'))
 
 
 def _matches_member(args: list[str]) -> str:

@@ -147,8 +147,10 @@ def _matching_open(tokens: list[_Token], close_at: int) -> int | None:
 
 def _ends_operand(token: _Token) -> bool:
     """Whether ``token`` may end an operand (``in`` does not: ``x in [..]`` opens a list)."""
-    return (token.kind == "id" and token.text != "in") or token.kind == "str" or (
-        token.kind == "other" and token.text in _CLOSE
+    return (
+        (token.kind == "id" and token.text != "in")
+        or token.kind == "str"
+        or (token.kind == "other" and token.text in _CLOSE)
     )
 
 
