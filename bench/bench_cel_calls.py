@@ -54,6 +54,12 @@ def cases(size: int) -> list[tuple[str, str, dict[str, Any]]]:
         ("format template", "object.s.format([]) != ''", {"s": "ab" * (size // 2)}),
         ("find", "object.s.find('[0-9]+') == ''", {"s": text}),
         ("findAll (every match)", "size(object.s.findAll('a')) > 0", {"s": text[: size // 10]}),
+        # a pattern from the input, per element (compiled once, charged its length per call)
+        (
+            "matches (computed pattern)",
+            "object.l.all(w, !w.matches(object.p))",
+            {"l": words[:5_000], "p": "q" * 30_000},
+        ),
         ("lists indexOf", "object.l.indexOf('zz') == -1", {"l": words}),
         ("lists isSorted", "object.l.isSorted() || true", {"l": words}),
         ("lists max", "object.l.max() != ''", {"l": words}),

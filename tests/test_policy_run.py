@@ -440,3 +440,39 @@ spec:
     (violation,) = result.violations
     assert violation.message.startswith("a URL in the data: postgres://app:")
     assert canary not in result.model_dump_json()
+
+
+def test_a_constant_validation_is_violated_by_the_objects_its_match_selects(
+    tmp_path: Path,
+) -> None:
+    """A policy whose validation reads no object (`false`: Jobs only from CronJobs, a removed
+    API) is violated by every object its match selects and holds where there is none: its
+    value depends on the cluster through what its lookups and match conditions select."""
+    policy = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: jobs-from-schedules}
+spec:
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [batch], apiVersions: [v1], operations: [CREATE], resources: [jobs]}
+  matchConditions:
+    - name: not-scheduled
+      expression: "!has(object.metadata.ownerReferences)"
+  validations: [{expression: "false", message: "a Job must come from a CronJob"}]
+"""
+
+    def job(name: str, owned: bool) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "namespace": "a"}
+        if owned:
+            meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "CronJob",
+                                        "name": "nightly", "uid": "u1"}]  # fmt: skip
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {}}
+
+    cases = [((job("nightly-1", True),), VerdictKind.TRUE),
+             ((job("nightly-1", True), job("by-hand", False)), VerdictKind.FALSE),
+             ((_namespace("a", {}),), VerdictKind.TRUE)]  # fmt: skip
+    for number, (objects, expected) in enumerate(cases):
+        (result,), _ = run_policies(_policies(policy), _snapshot(tmp_path / str(number), *objects))
+        assert result.verdict == expected, (number, result.reason)
+    assert [v.name for v in result.violations] == [] and number == 2

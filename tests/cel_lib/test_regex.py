@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cel_lib.support import fails, holds
+from tests.cel_lib.support import fails, holds, value
 
 TRUE = [
     "'abc 123'.find('[0-9]+') == '123' && 'abc 123'.find('xyz') == ''",
@@ -29,3 +29,24 @@ def test_documented_behaviour(expression: str) -> None:
 @pytest.mark.parametrize(("expression", "reason"), ERRORS)
 def test_documented_errors(expression: str, reason: str) -> None:
     fails(expression, match=reason)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # a pattern read from the object (Gatekeeper's allowedRegex): RE2, a partial match
+        ("object.name.matches(object.pattern)", True),
+        ("matches(object.name, object.pattern)", True),
+        ("object.name.matches('^' + object.prefix)", True),
+        ("object.name.matches(object.prefix + 'z')", False),
+        ("object.names.all(n, n.matches(object.pattern))", False),
+    ],
+)
+def test_matches_with_a_computed_pattern(expression: str, expected: bool) -> None:
+    data = {"name": "web-12", "pattern": "[0-9]+$", "prefix": "web", "names": ["a1", "b"]}
+    assert value(expression, {"object": data}) is expected
+
+
+def test_a_computed_pattern_that_is_invalid_is_an_error() -> None:
+    fails("object.name.matches(object.pattern)", {"object": {"name": "a", "pattern": "(("}},
+          match="invalid regular expression")  # fmt: skip

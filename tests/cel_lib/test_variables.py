@@ -39,3 +39,37 @@ def test_variables_use_every_library() -> None:
     expression = "!variables.invalid.hasValue() && variables.images[0].find('[0-9]+') == '1'"
     program = BoolProgram(expression, variables=variables)
     assert program({"object": POD}) is True
+
+
+PARAMS = (
+    "params",
+    "has(params.spec) && has(params.spec.parameters) ? params.spec.parameters : null",
+)
+
+
+@pytest.mark.parametrize(
+    ("expression", "parameters", "expected"),
+    [
+        # the API server's `variables` is a map of the declared names: present when declared
+        ("has(variables.params)", None, True),
+        ("has(variables.params) && has(variables.names)", {"a": 1}, True),
+        # cel-go's presence test is false on null (Gatekeeper's params without parameters)
+        ("!has(variables.params.exemptImages)", None, True),
+        ("has(variables.params.exemptImages)", {"exemptImages": []}, True),
+        ("has(variables.first.x)", None, False),  # a string has no fields
+        ("has(variables.params.a) && !has(variables.params.b)", {"a": 1}, True),
+    ],
+)
+def test_presence_tests_on_variables(expression: str, parameters: object, expected: bool) -> None:
+    spec = {} if parameters is None else {"parameters": parameters}
+    program = BoolProgram(expression, variables=[PARAMS, *VARIABLES])
+    assert program({"object": POD, "params": {"spec": spec}}) is expected
+
+
+def test_a_presence_test_keeps_the_variables_error() -> None:
+    with pytest.raises(CelError, match="failed"):
+        BoolProgram("has(variables.broken)", variables=VARIABLES)({"object": POD})
+    with pytest.raises(CelError, match="failed"):  # a missing field before the tested one
+        BoolProgram("has(variables.params.a.b)", variables=[PARAMS])(
+            {"object": POD, "params": {"spec": {"parameters": {}}}}
+        )

@@ -39,6 +39,7 @@ from workers.core.probes.cel_lib import Call, NoSuchOverload, Overload, rewrite_
 from workers.core.probes.cel_lib import overloads as library_overloads
 from workers.core.probes.cel_lib import rewrites as library_rewrites
 from workers.core.probes.cel_lib.base import charge, metered
+from workers.core.probes.cel_lib.rewrite import computed_presence, optional_fallbacks
 from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, analyse
 
 __all__ = ["KUBERNETES_VERSIONS", "PROBE_VERSION", "BoolProgram", "CelError", "Expression",
@@ -49,7 +50,12 @@ MAX_EXPRESSION_CHARS = 4000
 # bindings); an expression that reaches it cannot run (fail-safe), like one over the cost bound.
 RUNTIME_ITERATION_BUDGET = 10_000
 ROOTS = ("object", "results", "params")
+# Where the values of a probe's constant variables are bound (Expression's ``constants``).
+CONSTANTS = "assay_constants"
 _VARIABLE_PREFIX = "assay_variable_"
+# What a presence test may meet null or a scalar in (cel-go: false, the runtime: an error):
+# a probe variable (bound, or a constant), or params' contents.
+_COMPUTED_ROOTS = rf"{_VARIABLE_PREFIX}\w+|{CONSTANTS}\s*\.\s*\w+|params\s*\.\s*\w+"
 _MODULES = tuple(p.module for p in cel_env.parts(max(KUBERNETES_VERSIONS)) if p.module)
 # Words of the standard definitions, macros and the runtime's extensions, to tell a function
 # call from a field in field_paths (evidence).
@@ -269,7 +275,7 @@ def _environment(version: str) -> Any:
     new, added = _split(library_overloads(modules))
     return runtime.NewEnv(
         config=runtime.NewEnvConfigFromYaml(environment_config(version)),
-        variables={root: runtime.Type.DYN for root in ROOTS},
+        variables={root: runtime.Type.DYN for root in (*ROOTS, CONSTANTS)},
         # one extension, merged with the runtime's own (lists' indexOf with strings' indexOf)
         extensions=[runtime.CelExtension("kubernetes", _declarations(new))],
         function_impls=_implementations(added),
@@ -291,7 +297,9 @@ def _rewrites(version: str) -> tuple[Call, ...]:
 @lru_cache(maxsize=512)
 def _compiled(source: str, version: str = PROBE_VERSION) -> Any:
     try:
-        return _environment(version).compile(rewrite_calls(source, _rewrites(version)))
+        rewritten = rewrite_calls(source, _rewrites(version))
+        rewritten = optional_fallbacks(computed_presence(rewritten, _COMPUTED_ROOTS))
+        return _environment(version).compile(rewritten)
     except Exception as exc:
         raise CelError(f"the expression does not compile: {_short(exc)}") from None
 
@@ -317,9 +325,40 @@ def _check_text(expression: str, what: str) -> None:
         )
 
 
-def _rewrite(expression: str, known: Sequence[str], what: str) -> tuple[str, list[str]]:
-    """``expression`` with each ``variables.NAME`` read as the bound name, and the names."""
+# `has(variables.NAME)`: the API server's `variables` is a map of the declared variables
+# (k8s.io/apiserver/pkg/cel/lazy): present when declared, the variable evaluated (its error
+# is the test's). `has(e.f)` on a computed value that is null or a scalar: rewrite.py's
+# computed_presence, on the compiled source.
+_HAS_VARIABLE = re.compile(r"^variables\s*\.\s*([A-Za-z_]\w*)$")
+
+
+def _has(args: list[str]) -> str:
+    operand = args[0].strip()
+    if _HAS_VARIABLE.match(operand):
+        return f"(size([{operand}]) == 1)"
+    return f"has({operand})"
+
+
+_HAS_CALLS = (Call("has", member=False, rewrite=_has, arities=(1,)),)
+
+
+@lru_cache(maxsize=2048)
+def _presence_tests(expression: str) -> str:
+    """``expression`` with ``has(variables.NAME)`` rewritten (:func:`_has`)."""
+    return rewrite_calls(expression, _HAS_CALLS)
+
+
+def _rewrite(
+    expression: str, known: Sequence[str], what: str, direct: Mapping[str, str] | None = None
+) -> tuple[str, list[str]]:
+    """``expression`` with each ``variables.NAME`` read as the bound name, and the names
+    (``has()`` of a variable, or of a field of a computed value, as the API server tests
+    it: above). ``direct``: variables read as another text (a constant's entry, an input
+    the variable is an alias of), bound nowhere."""
     used: list[str] = []
+    direct = direct or {}
+    if "has" in expression:
+        expression = _presence_tests(expression)
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
@@ -330,6 +369,8 @@ def _rewrite(expression: str, known: Sequence[str], what: str) -> tuple[str, lis
                 f"{what} reads variables.{name}, which is not defined before it (a variable "
                 "may read only the variables listed before it)"
             )
+        if name in direct:
+            return direct[name]
         if name not in used:
             used.append(name)
         return _VARIABLE_PREFIX + name
@@ -339,7 +380,14 @@ def _rewrite(expression: str, known: Sequence[str], what: str) -> tuple[str, lis
 
 def cost_model(expression: str, variables: Sequence[tuple[str, str]] = ()) -> CostModel:
     """The expression's loop skeleton; CelError when its shape is over the static cost bounds.
-    ``variables``: the probe's, to bound a ``sets`` argument read from one."""
+    ``variables``: the probe's, to bound a ``sets`` argument or a range read from one."""
+    return _cost_model(expression, tuple(variables))
+
+
+@lru_cache(maxsize=1024)
+def _cost_model(expression: str, variables: tuple[tuple[str, str], ...]) -> CostModel:
+    """Cached: a probe's expressions are costed with the same variables every time it is
+    compiled (the model is only read by its estimates)."""
     try:
         return analyse(expression, dict(variables))
     except CelCostError as exc:
@@ -360,18 +408,25 @@ class Expression:
         *,
         what: str = "the expression",
         version: str = PROBE_VERSION,
+        constants: Mapping[str, Any] | None = None,
     ) -> None:
         self.text = text
         self.version = version
+        self.constants = dict(constants or {})
         _check_text(text, what)
         definitions: dict[str, tuple[str, list[str]]] = {}
         names: list[str] = []
+        direct: dict[str, str] = {}
         for name, source in variables:
             label = f"variable {name}"
             _check_text(source, label)
-            definitions[name] = _rewrite(source, names, label)
+            if name in self.constants:
+                direct[name] = f"{CONSTANTS}.{name}"
+            elif source.strip() in ROOTS:
+                direct[name] = source.strip()
+            definitions[name] = _rewrite(source, names, label, direct)
             names.append(name)
-        body, used = _rewrite(text, names, what)
+        body, used = _rewrite(text, names, what, direct)
         needed = _closure(used, definitions)
         self.costs = [cost_model(text, variables)] + [
             cost_model(source, variables) for name, source in variables if name in needed
@@ -387,6 +442,8 @@ class Expression:
         return reads_variable(self.source, name)
 
     def estimate(self, data: Mapping[str, Any], limit: int) -> int:
+        if self.constants:  # measured as they are, as the input is
+            data = {**data, "variables": self.constants}
         try:
             return sum(cost.estimate(data, limit) for cost in self.costs)
         except CelCostError as exc:
@@ -413,6 +470,8 @@ class Expression:
         return value
 
     def _evaluate(self, data: Mapping[str, Any]) -> Any:
+        if self.constants:
+            data = {**data, CONSTANTS: self.constants}
         try:
             result = self._program.eval(data=dict(data))
         except Exception as exc:
@@ -543,10 +602,11 @@ class BoolProgram:
         max_steps: int = MAX_STEPS,
         meter: StepMeter | None = None,
         what: str = "the expression",
+        constants: Mapping[str, Any] | None = None,
     ) -> None:
         self.expression = expression
         self.meter = meter or StepMeter(max_steps)
-        self.compiled = Expression(expression, variables, what=what)
+        self.compiled = Expression(expression, variables, what=what, constants=constants)
 
     @property
     def steps(self) -> int:
@@ -590,6 +650,65 @@ def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
 def evaluate_bool(expression: str, variables: Mapping[str, Any]) -> bool:
     """The expression's boolean value; CelError for anything that is not exactly a bool."""
     return BoolProgram(expression)(variables)
+
+
+def variables_read(expression: str) -> set[str]:
+    """The names of the probe variables ``expression`` reads (``variables.NAME``)."""
+    return {m.group("name") for m in _STRING_OR_VARIABLE.finditer(expression) if m.group("name")}
+
+
+# What a variable may read and still be a constant of the probe run: nothing of the objects.
+_OBJECT_INPUTS = ("object", "results", "oldObject", "request", "namespaceObject", "authorizer")
+# A constant crosses into Python and back: a value that would come back as another type
+# (a uint as an int, a type) is not taken.
+_UINT = re.compile(r"\buint\b|\b\d+[uU]\b")
+
+
+def constant_variables(
+    variables: Sequence[tuple[str, str]], data: Mapping[str, Any], meter: StepMeter
+) -> dict[str, Any]:
+    """The variables whose value is the same for every object of a probe run, evaluated
+    once over ``data`` (``params``, when bound): those that read no object, only the inputs
+    in ``data`` and constants before them. A variable is a deterministic function of what it
+    reads, so its value read lazily per object would be this one; one that errs, gives an
+    optional, or might change type on the way back stays lazy (bound, evaluated where read).
+
+    Why: Gatekeeper's templates define a dozen variables from ``params``; bound around
+    every expression, they exceeded the runtime's parser nesting of 32, and they were
+    evaluated again for every object."""
+    constants: dict[str, Any] = {}
+    earlier: list[tuple[str, str]] = []
+    for name, source in variables:
+        text = _without_strings(source)
+        lazy = (
+            any(reads_variable(text, root) for root in _OBJECT_INPUTS)
+            or not variables_read(source) <= set(constants)
+            or _UINT.search(text) is not None
+        )
+        if not lazy:
+            try:
+                program = BoolProgram(
+                    source, variables=earlier, meter=meter, what=f"variable {name}",
+                    constants=constants,
+                )  # fmt: skip
+                value = program.value(data)
+            except CelError:
+                value = _Opaque("ERROR")
+            if _plain(value):
+                constants[name] = value
+        earlier.append((name, source))
+    return constants
+
+
+def _plain(value: Any) -> bool:
+    """A value that comes back from Python as the CEL value it was."""
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return True
+    if isinstance(value, list):
+        return all(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    return False
 
 
 def reads_variable(expression: str, name: str) -> bool:

@@ -10,10 +10,12 @@ copy their accumulator per element, so even one level is quadratic (10,000 eleme
 So the bound is enforced before evaluation, in two steps:
 
 * **at compile time** (:func:`analyse`), a static shape check: at most
-  :data:`MAX_COMPREHENSION_DEPTH` nested comprehensions, :data:`MAX_COMPREHENSIONS` in all,
+  :data:`MAX_COMPREHENSIONS` comprehensions (nested as deep as the API server allows: their
+  nesting is costed over the input, below, as its cost limit does),
   :data:`MAX_CONCATENATIONS` ``+`` operators (the only way to grow a string or a list
-  without a comprehension), comprehension variables that are plain names, and ``matches``
-  with a literal pattern only (the library compiles it per call; its length is costed);
+  without a comprehension), comprehension variables that are plain names, and a literal
+  ``matches`` pattern's length (the runtime compiles it per call; a computed pattern is
+  matched and costed by the regex library, cel_lib/regex.py);
 * **at run time** (:meth:`CostModel.estimate`), an upper estimate of the evaluation's steps
   over the actual input: each comprehension's range is measured on the input (a plain
   path such as ``results[0]`` or ``p.spec.containers`` is navigated in Python; a computed
@@ -36,9 +38,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
-MAX_COMPREHENSION_DEPTH = 3
 MAX_COMPREHENSIONS = 16
 MAX_CONCATENATIONS = 32
 # Steps one probe run may cost (about one comprehension body evaluation or one element
@@ -139,6 +141,10 @@ class CostModel:
     concatenations: int
     base: int = 0  # steps per evaluation outside any comprehension (regex patterns)
     set_calls: list[SetCall] = field(default_factory=list)
+    literal_list: int = 0  # the most elements of a list written in the expression
+    # per probe variable: the `+` operators of its definition and of those it reads (a list
+    # it holds is at most the input's longest times one more than that)
+    variable_plus: dict[str, int] = field(default_factory=dict)
 
     def estimate(self, variables: Mapping[str, Any], limit: int = MAX_STEPS) -> int:
         """Upper estimate of the steps evaluating over ``variables`` costs; CostExceeded
@@ -253,10 +259,6 @@ def analyse(expression: str, variables: Mapping[str, str] | None = None) -> Cost
             index = len(found) - 1
             stack.append(index)
             enclosing.append(index)
-            if len(enclosing) > MAX_COMPREHENSION_DEPTH:
-                raise CostExceeded(
-                    f"comprehensions are nested more than {MAX_COMPREHENSION_DEPTH} deep"
-                )
             i += 6 if two else 4  # past the variables' names: binding them reads nothing
             continue
         set_call = _set_call(tokens, i, enclosing[-1] if enclosing else None, variables or {})
@@ -289,7 +291,55 @@ def analyse(expression: str, variables: Mapping[str, str] | None = None) -> Cost
     concatenations = sum(1 for _, text in tokens if text == "+")
     if concatenations > MAX_CONCATENATIONS:
         raise CostExceeded(f"the expression has more than {MAX_CONCATENATIONS} '+' operators")
-    return CostModel(found, concatenations, base, set_calls)
+    plus, literal = _variable_shapes(tuple((variables or {}).items()))
+    literal = max(literal, _longest_literal(tokens))
+    return CostModel(found, concatenations, base, set_calls, literal, dict(plus))
+
+
+@lru_cache(maxsize=256)
+def _variable_shapes(
+    variables: tuple[tuple[str, str], ...],
+) -> tuple[tuple[tuple[str, int], ...], int]:
+    """Per variable its concatenations (:func:`_variable_plus`), and the longest list
+    written in any of them."""
+    literal = max((_longest_literal(_tokens(source)) for _, source in variables), default=0)
+    return tuple(_variable_plus(dict(variables)).items()), literal
+
+
+def _variable_plus(variables: Mapping[str, str]) -> dict[str, int]:
+    """Per variable, the `+` operators of its definition and, transitively, of the variables
+    it reads (each counted once)."""
+    reads: dict[str, set[str]] = {}
+    own: dict[str, int] = {}
+    for name, source in variables.items():
+        tokens = _tokens(source)
+        own[name] = sum(1 for _, text in tokens if text == "+")
+        reads[name] = {
+            tokens[i + 2][1]
+            for i in range(len(tokens) - 2)
+            if tokens[i] == ("id", "variables")
+            and tokens[i + 1][1] == "."
+            and (i == 0 or tokens[i - 1][1] != ".")
+        } & set(variables)
+    out: dict[str, int] = {}
+    for name in variables:
+        seen, todo = {name}, [name]
+        while todo:
+            for other in reads[todo.pop()] - seen:
+                seen.add(other)
+                todo.append(other)
+        out[name] = sum(own[n] for n in seen)
+    return out
+
+
+def _longest_literal(tokens: list[tuple[str, str]]) -> int:
+    """The most elements a bracketed list in the expression has (a literal list may be a
+    comprehension's range, longer than any list of the input)."""
+    longest = 0
+    for i, (kind, text) in enumerate(tokens):
+        if kind == "op" and text == "[":
+            longest = max(longest, len(_arguments(tokens, i) or []))
+    return longest
 
 
 def _closing(tokens: list[tuple[str, str]], open_at: int) -> int | None:
@@ -386,18 +436,14 @@ def _set_call(
 
 
 def _pattern_steps(tokens: list[tuple[str, str]], at: int) -> int:
-    """A ``.matches('literal')`` call's steps; CostExceeded for any other form, whose pattern
-    (built from the input, perhaps megabytes) could not be costed."""
-    literal = (
-        at > 0
-        and tokens[at - 1][1] == "."
-        and at + 3 < len(tokens)
-        and tokens[at + 2][0] == "str"
-        and tokens[at + 3][1] == ")"
-    )
-    if not literal:
-        raise CostExceeded("matches() takes a string literal pattern, as in x.matches('^a.*$')")
-    return 1 + len(tokens[at + 2][1]) // PATTERN_CHARS_PER_STEP
+    """A ``matches`` call's steps where its pattern (the last argument) is one string literal,
+    which the runtime compiles on every call: its length. Any other pattern (from params or
+    the object) is matched by the regex library, which charges each call over the pattern's
+    actual length as it is made (cel_lib/regex.py), so it costs nothing here."""
+    ranges = _arguments(tokens, at + 1) or []
+    if not ranges or ranges[-1][1] != ranges[-1][0] + 1 or tokens[ranges[-1][0]][0] != "str":
+        return 0
+    return 1 + len(tokens[ranges[-1][0]][1]) // PATTERN_CHARS_PER_STEP
 
 
 def _navigate(value: Any, steps: tuple[str | int, ...]) -> Any:
@@ -451,15 +497,30 @@ class _Estimate:
         self.longest: list[int] = []
         self.iterations: list[int] = []
         self.repeats: list[int] = []  # how many times the evaluation passes over the elements
+        self.plus: list[int | None] = []  # per computed range, the concatenations bounding it
 
     def _measure(self) -> tuple[int, int]:
         if self._extent is None:
             self._extent = _extent(dict(self.variables))
         return self._extent
 
-    def unknown(self) -> int:
-        """A computed range's bound: the largest list in the input, times the concatenations."""
-        return self._measure()[0] * (1 + self.model.concatenations)
+    def unknown(self, plus: int | None = None) -> int:
+        """A computed range's bound: the largest list in the input or written in the
+        expression, times one more than the concatenations (``plus``: those that may build
+        it, for a probe variable's; else every one of the expression)."""
+        longest = max(self._measure()[0], self.model.literal_list)
+        return longest * (1 + (self.model.concatenations if plus is None else plus))
+
+    def _plus(self, path: Path, owner: int | None) -> int | None:
+        """The concatenations that may build the computed range ``path`` reads: a probe
+        variable's own, or those of the range whose element ``path`` starts at."""
+        if owner is None:
+            if path.root == "variables" and path.steps:
+                return self.model.variable_plus.get(str(path.steps[0]))
+            return None
+        if path.root == self.model.comprehensions[owner].index_variable:
+            return None
+        return self.plus[owner]
 
     def concatenation_steps(self) -> int:
         """Steps the ``+`` operators may cost in one pass: a chain of k copies the growing
@@ -492,15 +553,17 @@ class _Estimate:
     def _values(self, path: Path, owner: int | None) -> tuple[list[Any] | None, int]:
         """The values ``path`` takes over the evaluation (None: unknown) and the longest."""
         if owner is None:
-            if path.root == "variables":  # a probe variable: costed as a computed range
-                return None, self.unknown()
+            constants = self.variables.get("variables")
+            known = isinstance(constants, Mapping) and path.steps and path.steps[0] in constants
+            if path.root == "variables" and not known:  # a probe variable: computed
+                return None, self.unknown(self._plus(path, owner))
             if path.root not in self.variables:
                 return [], 0
             value = _navigate(self.variables[path.root], path.steps)
             return [value], len(_members(value))
         bases = self.elements[owner]
         if bases is None or path.root == self.model.comprehensions[owner].index_variable:
-            return None, self.unknown()  # computed, or an index or key (not an element)
+            return None, self.unknown(self._plus(path, owner))  # computed, or an index or key
         values = [_navigate(base, path.steps) for base in bases]
         return values, max((len(_members(v)) for v in values), default=0)
 
@@ -552,8 +615,10 @@ class _Estimate:
             )
             if comp.receiver is None:
                 values, longest = None, self.unknown()
+                self.plus.append(None)
             else:
                 values, longest = self._values(comp.receiver, owner)
+                self.plus.append(None if values is not None else self._plus(comp.receiver, owner))
             if values is None:
                 elements, iterations = None, outer * longest
             else:

@@ -87,6 +87,15 @@ class _Draft:
 # -- kinds ------------------------------------------------------------------------------------
 
 
+# Built-in kinds no stated release serves any more, which policies still name (Kyverno's
+# deprecated-API checks match PodSecurityPolicy, removed in 1.25): an admission rule may
+# name a resource the API server does not serve (it matches nothing there), so they are
+# written as they were.
+REMOVED_BUILTINS = (
+    ResourceInfo("PodSecurityPolicy", "podsecuritypolicies", "policy", "v1beta1", False),
+)
+
+
 class _Kinds:
     """Resolves a policy's kinds to served resources: built-in, or the target's."""
 
@@ -122,6 +131,9 @@ class _Kinds:
         if ref.group != "*" and ref.version != "*" and ref.name == ref.name.lower():
             # a resource the policy names fully (a VAP's rule): written as it is
             return ResourceInfo(ref.name, ref.name, ref.group, ref.version, True)
+        removed = [r for r in REMOVED_BUILTINS if kind_matches(ref, r)]
+        if removed:
+            return removed[0]
         return self.resolve(ref.name if ref.group in ("*", "") else f"{ref.name}.{ref.group}")
 
 
@@ -641,7 +653,15 @@ def _compile_problems(draft: _Draft) -> list[str]:
             found.append(f"{what} reads variables, which a match condition cannot")
         try:  # the API server declares `request`; its operation compiles as a string
             known = [(name, as_created(source)) for name, source in variables]
-            Expression(as_created(text), known if may_read_variables else (), what=what)
+            # each variable is checked on its own (above): one read here is a declared
+            # name, as the API server compiles it, not its definition bound around the text
+            declared = {name: None for name, _ in known} if may_read_variables else {}
+            Expression(
+                as_created(text),
+                known if may_read_variables else (),
+                what=what,
+                constants=declared,
+            )
         except CelError as exc:
             found.append(str(exc))
     return found

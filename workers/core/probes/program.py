@@ -7,7 +7,9 @@ The runner (runner.py) evaluates it over what the lookups returned, the sensitiv
 condition is true; it passes when the expression (or every validation) is true, and a
 failing validation's message is its ``message_expression`` (when that gives a string), else
 its ``message``, else ``failed expression: EXPRESSION``. Any CEL error raises ``CelError``:
-the probe then gives no value (fail-safe).
+the probe then gives no value (fail-safe). A null field of an object is absent, as the API
+server reads it (:func:`without_nulls`), for a model's probe and an imported
+ValidatingAdmissionPolicy; Kyverno's and Gatekeeper's engines read it as null.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.probe import ProposedProbe
-from workers.core.probes.cel import MAX_STEPS, BoolProgram, CelError, StepMeter, field_paths
+from workers.core.probes.cel import (
+    MAX_STEPS,
+    BoolProgram,
+    CelError,
+    StepMeter,
+    constant_variables,
+    field_paths,
+)
 
 
 @dataclass(frozen=True)
@@ -37,9 +46,21 @@ class ProbeProgram:
         self.probe = probe
         self.meter = StepMeter(max_steps)
         variables = [(v.name, v.expression) for v in probe.variables]
+        # The API server reads objects through their structural schema (a null field is
+        # absent); Kyverno and Gatekeeper evaluate their own policies over the object as
+        # JSON, where a null field is null (their tests are labelled so).
+        origin = probe.origin
+        self.absent_nulls = origin is None or origin.format == "vap"
+        params = probe.params
+        if params is not None and self.absent_nulls:
+            params = without_nulls(params)
+        self.base: dict[str, Any] = {} if params is None else {"params": params}
+        constants = constant_variables(variables, self.base, self.meter)
 
         def program(text: str, what: str) -> BoolProgram:
-            return BoolProgram(text, variables=variables, meter=self.meter, what=what)
+            return BoolProgram(
+                text, variables=variables, meter=self.meter, what=what, constants=constants
+            )
 
         self.conditions = [
             (c.name, program(c.expression, f"match condition {c.name}"))
@@ -56,7 +77,6 @@ class ProbeProgram:
             )
             for number, v in enumerate(probe.validations)
         ]
-        self.base: dict[str, Any] = {} if probe.params is None else {"params": probe.params}
 
     @property
     def steps(self) -> int:
@@ -73,6 +93,8 @@ class ProbeProgram:
 
     def judge(self, bindings: Mapping[str, Any]) -> Judgement:
         """The outcome over ``bindings`` (``{"object": ...}`` or ``{"results": [...]}``)."""
+        if self.absent_nulls:
+            bindings = {name: without_nulls(value) for name, value in bindings.items()}
         data = {**self.base, **bindings}
         for _, condition in self.conditions:
             if not condition(data):
@@ -101,3 +123,28 @@ class ProbeProgram:
         if validation.message:
             return str(validation.message)
         return f"failed expression: {validation.expression}"
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` with every null-valued field of an object removed (``value`` itself when it
+    has none). The API server reads an object through its structural schema, where a field
+    that is null is absent (k8s.io/apiserver/pkg/cel/common/values.go: "null valued nullable
+    fields are treated the same as absent optional fields"): ``has()`` is false on it,
+    ``?.`` gives none. A stored or listed object may still carry one (``securityContext:
+    null``), on which the runtime would err ("Applying SELECT to non-message type",
+    ``_?._(null_type, string)``). List elements are kept as they are."""
+    if isinstance(value, dict):
+        changed = False
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if item is None:
+                changed = True
+                continue
+            kept = without_nulls(item)
+            changed = changed or kept is not item
+            out[key] = kept
+        return out if changed else value
+    if isinstance(value, list):
+        items = [without_nulls(item) for item in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    return value

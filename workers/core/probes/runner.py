@@ -221,7 +221,16 @@ def run_probe_with_results(
 
 def _refuse_blind(probe: ProposedProbe, program: ProbeProgram) -> None:
     """An expression that does not read what the lookups return agrees with any verdict and
-    never flips when the cluster changes, so re-runs would repeat it until re-validation."""
+    never flips when the cluster changes, so re-runs would repeat it until re-validation.
+
+    Not so an imported policy's (``empty_result: pass``): which objects it judges is its
+    match (the kinds listed, the rule's selectors and match conditions), so one whose
+    validation is a constant (``false``: a deprecated API, a kind no one may create) is
+    violated exactly by the objects the match selects, and holds where there are none; its
+    value depends on the cluster through its lookups, as the API server's decision depends
+    on the request. A model's probe never takes ``empty_result: pass`` (schemas/probe.py)."""
+    if probe.origin is not None and probe.empty_result == "pass":
+        return
     variable = "results" if probe.scope == "results" else "object"
     if not program.reads(variable):
         raise ProbeFailure(

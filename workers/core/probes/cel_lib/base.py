@@ -121,6 +121,15 @@ def charge(steps: int, what: str) -> None:
         meter.charge(steps, what)
 
 
+def refuse(why: str) -> None:
+    """Refuse the call for its cost: the whole evaluation is refused (cel.py), whatever
+    value it would come to."""
+    meter: CallMeter | None = getattr(_current, "meter", None)
+    if meter is None:
+        raise TooCostly(f"too costly: {why}")
+    meter.refuse(why)
+
+
 def check_result(chars: int, what: str) -> None:
     """Refuse a call whose result would hold more than :data:`MAX_RESULT_CHARS`."""
     if chars > MAX_RESULT_CHARS:

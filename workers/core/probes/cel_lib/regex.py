@@ -1,6 +1,14 @@
 """Kubernetes' regex library: ``'abc 123'.find('[0-9]+')`` (the first match, or ``''``) and
 ``.findAll(pattern[, limit])`` (every match, at most ``limit`` when one is given and not
-negative). Patterns are RE2 (linear time, as in the API server), compiled once each."""
+negative). Patterns are RE2 (linear time, as in the API server), compiled once each.
+
+Also the standard ``matches`` with a pattern that is not a string literal (read from
+params or the object, as ``s.matches(entry.allowedRegex)``): the API server accepts it and
+bounds its cost; the runtime would compile the pattern on every call, which the static cost
+check cannot see. Such a call is rewritten to ``assay_matches`` (:data:`REWRITES`): RE2
+here too (the same partial-match semantics), each pattern compiled once, costed over its
+actual length per call, and one over :data:`MAX_PATTERN_CHARS` refused. A literal pattern
+stays the runtime's (costed by its length at compile time, cost.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +17,15 @@ from typing import Any
 
 import re2
 
-from workers.core.probes.cel_lib.base import CelLibraryError, Overload, charge, reads
+from workers.core.probes.cel_lib.base import CelLibraryError, Overload, charge, reads, refuse
+from workers.core.probes.cel_lib.rewrite import Call, _tokens
 from workers.core.probes.cost import PATTERN_CHARS_PER_STEP
 
 MATCH_STEPS = 5  # ~12 us a match found and converted: a string of 'a's matches per character
+MATCHES = "assay_matches"
+# The longest pattern a computed `matches` compiles (RE2 builds its program in memory
+# proportional to the pattern; a pattern from the input could be megabytes).
+MAX_PATTERN_CHARS = 32_768
 
 
 @lru_cache(maxsize=256)
@@ -21,6 +34,34 @@ def _compiled(pattern: str) -> Any:
         return re2.compile(pattern)
     except Exception as exc:
         raise CelLibraryError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def matches(text: str, pattern: str) -> bool:
+    if len(pattern) > MAX_PATTERN_CHARS:
+        refuse(f"matches() with a pattern of {len(pattern):,} characters "
+               f"(at most {MAX_PATTERN_CHARS:,})")  # fmt: skip
+    return _compiled(pattern).search(text) is not None
+
+
+def _literal(argument: str) -> bool:
+    """Whether ``argument`` is one string literal (the runtime's own ``matches``)."""
+    tokens = _tokens(argument)
+    if len(tokens) != 1 or tokens[0].kind != "str":
+        return False
+    # as the cost bound reads one (cost.py): quoted, not raw, bytes or triple-quoted
+    text = tokens[0].text
+    return text[0] in "'\"" and not text.startswith(("'''", '"""'))
+
+
+def _matches_member(args: list[str]) -> str:
+    name = "matches" if len(args) == 1 and _literal(args[0]) else MATCHES
+    return f"{name}({', '.join(args)})"
+
+
+def _matches_global(args: list[str]) -> str:
+    if _literal(args[1]):
+        return f"matches({', '.join(args)})"
+    return f"({args[0]}).{MATCHES}({args[1]})"
 
 
 def find(text: str, pattern: str) -> str:
@@ -46,7 +87,13 @@ def search_cost(text: str, pattern: str, limit: int = -1) -> int:
     return reads(text) + len(pattern) // PATTERN_CHARS_PER_STEP
 
 
+REWRITES = [
+    Call("matches", member=True, rewrite=_matches_member, arities=(1,)),
+    Call("matches", member=False, rewrite=_matches_global, arities=(2,)),
+]
 OVERLOADS = [
+    Overload(MATCHES, "assay_string_matches_string", ("string", "string"), "bool", matches,
+             True, search_cost),
     Overload("find", "string_find_string", ("string", "string"), "string", find, True,
              search_cost),
     Overload("findAll", "string_find_all_string", ("string", "string"), "list", find_all, True,

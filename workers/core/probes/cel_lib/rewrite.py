@@ -9,6 +9,7 @@ literals is never read or rewritten.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -128,3 +129,153 @@ def rewrite_calls(source: str, calls: Sequence[Call]) -> str:
             i += 1
     out.append(source[copied:])
     return "".join(out)
+
+
+def _matching_open(tokens: list[_Token], close_at: int) -> int | None:
+    """The index of the bracket ``tokens[close_at]`` closes; None when none does."""
+    depth = 0
+    for i in range(close_at, -1, -1):
+        text = tokens[i].text if tokens[i].kind == "other" else ""
+        if text and text in _CLOSE:
+            depth += 1
+        elif text and text in _OPEN:
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def _ends_operand(token: _Token) -> bool:
+    """Whether ``token`` may end an operand (``in`` does not: ``x in [..]`` opens a list)."""
+    return (
+        (token.kind == "id" and token.text != "in")
+        or token.kind == "str"
+        or (token.kind == "other" and token.text in _CLOSE)
+    )
+
+
+def receiver_start(tokens: list[_Token], dot_at: int) -> int | None:
+    """The index of the first token of the receiver of the member call whose ``.`` is
+    ``tokens[dot_at]``: the postfix expression before it (an identifier or literal, a call,
+    a parenthesised or literal group, then selections, optional selections, indexes and
+    member calls). None when it is not one this reads (a number: the call is left as it is)."""
+    j = dot_at - 1
+    while j >= 0:
+        token = tokens[j]
+        if token.kind == "other" and token.text in _CLOSE:
+            opened = _matching_open(tokens, j)
+            if opened is None:
+                return None
+            j = opened
+            before = tokens[j - 1] if j > 0 else None
+            if token.text in ")}" and before is not None and before.kind == "id":
+                j -= 1  # a call `f(...)`, or a message `T{...}`
+            elif token.text == "]" and before is not None and _ends_operand(before):
+                j -= 1  # an index: what it indexes comes before
+                continue
+        elif token.kind not in ("id", "str") or token.text == "in":
+            return None
+        # tokens[j] starts a segment; a `.` or `.?` before it continues the chain
+        if j >= 1 and tokens[j - 1].text == ".":
+            j -= 2
+        elif j >= 2 and tokens[j - 1].text == "?" and tokens[j - 2].text == ".":
+            j -= 3
+        else:
+            return j
+    return None
+
+
+def rewrite_with_receiver(
+    source: str, names: frozenset[str], rewrite: Callable[[str, str, list[str]], str]
+) -> str:
+    """``source`` with every member call ``receiver.name(args)`` of ``names`` replaced by
+    ``rewrite(name, receiver, args)``: receivers (to the left) are rewritten before the calls
+    on them, arguments before their call."""
+    position = 0
+    while True:
+        tokens = _tokens(source)
+        for i, token in enumerate(tokens):
+            if (
+                token.start < position
+                or token.kind != "id"
+                or token.text not in names
+                or i == 0
+                or tokens[i - 1].text != "."
+                or i + 1 >= len(tokens)
+                or tokens[i + 1].text != "("
+            ):
+                continue
+            found = _arguments(source, tokens, i + 1)
+            start = receiver_start(tokens, i - 1)
+            if found is None or start is None:
+                continue
+            args, close_at = found
+            inner = [rewrite_with_receiver(arg, names, rewrite).strip() for arg in args]
+            receiver = source[tokens[start].start : tokens[i - 1].start].strip()
+            replaced = rewrite(token.text, receiver, inner)
+            begin = tokens[start].start
+            source = source[:begin] + replaced + source[tokens[close_at].end :]
+            position = begin + len(replaced)
+            break
+        else:
+            return source
+
+
+# cel-go's `or` and `orValue` return a receiver that is not an optional as it is (its
+# evalOptionalOr / evalOptionalOrValue: `x.orValue(y)` is `x` for a map `x`); the runtime
+# has no overload for it and errs. Kubernetes' environment applies cel-go's behaviour
+# wherever the receiver's type is not known to be optional (dyn, as Kyverno's `object` and
+# every variable are), so a policy such as `c.resources.requests.orValue({}).cpu` runs there.
+OPTIONAL_FALLBACKS = frozenset({"or", "orValue"})
+_FALLBACK = "assay_optional"
+
+
+def optional_fallbacks(source: str) -> str:
+    """``source`` (a whole compiled source) with each ``r.or(x)`` / ``r.orValue(x)`` giving
+    ``r`` itself when ``r`` is not an optional (cel-go), and the optional library's value
+    when it is. ``r`` is evaluated once, as the one element a comprehension maps (its
+    errors and cost are the call's): not with ``cel.bind``, whose lazily initialised value,
+    inside a comprehension in a variable's scope, was kept from one iteration to the next by
+    the runtime (a container's field read for the next container)."""
+    if not any(name in source for name in OPTIONAL_FALLBACKS):
+        return source
+    numbers = itertools.count()
+
+    def fallback(name: str, receiver: str, args: list[str]) -> str:
+        bound = f"{_FALLBACK}_{next(numbers)}"
+        call = f"{bound}.{name}({', '.join(args)})"
+        return (
+            f"[{receiver}].map({bound}, "
+            f"type({bound}) == optional_type ? dyn({call}) : dyn({bound}))[0]"
+        )
+
+    return rewrite_with_receiver(source, OPTIONAL_FALLBACKS, fallback)
+
+
+# cel-go's presence test is false on a value that is neither a map nor a list (null, a
+# string: its refQualify), where the runtime errs ("Applying SELECT to non-message type").
+# Gatekeeper's `variables.params` is null for a constraint without parameters, and its
+# templates test `has(variables.params.exemptImages)`.
+_PRESENT = "assay_present"
+
+
+def computed_presence(source: str, roots: str) -> str:
+    """``source`` (a whole compiled source) with each ``has(e.f)`` whose ``e`` starts at one
+    of ``roots`` (a regular expression: the computed values, which may be null) false when
+    ``e`` is neither a map nor a list, as cel-go's; ``e`` evaluated once, its error kept."""
+    if "has" not in source:
+        return source
+    operand = re.compile(rf"^(?P<e>(?:{roots})\b.*?)\s*\.\s*(?P<field>[A-Za-z_]\w*)$", re.DOTALL)
+    numbers = itertools.count()
+
+    def presence(args: list[str]) -> str:
+        found = operand.match(args[0].strip())
+        if found is None:
+            return f"has({args[0].strip()})"
+        bound = f"{_PRESENT}_{next(numbers)}"  # one element mapped, as optional_fallbacks
+        return (
+            f"[{found.group('e')}].map({bound}, type({bound}) == map || "
+            f"type({bound}) == list ? has({bound}.{found.group('field')}) : false)[0]"
+        )
+
+    return rewrite_calls(source, [Call("has", member=False, rewrite=presence, arities=(1,))])
