@@ -209,3 +209,17 @@ def test_export_resolves_a_custom_kind_on_the_snapshot_given(
         ["v1"],
         ["certificates"],
     )
+
+
+def test_a_policy_named_without_its_prefix_is_pointed_at(
+    capsys: pytest.CaptureFixture[str], store: PolicyStore
+) -> None:
+    """`assay probe test run-as-non-root` reads the name as a check's: it has no probe (66), and
+    the error names the imported policy (or set) the user most likely meant."""
+    assert _import_examples(capsys, "--set", "baseline")[0] == 0
+    for name, meant in (("run-as-non-root", "policy:run-as-non-root"),
+                        ("baseline", "policy-set:baseline")):  # fmt: skip
+        code, _, err = run(capsys, "probe", "test", name, "--snapshot", "snapshots/prod-eu")
+        assert code == 66 and f"has this name: {meant}" in err, err
+    code, _, err = run(capsys, "probe", "show", "no-such-thing")
+    assert code == 66 and "has this name" not in err

@@ -72,8 +72,25 @@ def _record(store: ProbeStore, check_id: str) -> ProbeRecord:
         fail(str(exc), EXIT_USAGE)
     if record is None:
         fail(f"check {check_id!r} has no probe (a run compiles one when the model proposes "
-             "a probe that reproduces its verdict)", EXIT_UNKNOWN)  # fmt: skip
+             f"a probe that reproduces its verdict){_imported_hint(store, check_id)}",
+             EXIT_UNKNOWN)  # fmt: skip
     return record
+
+
+def _imported_hint(store: ProbeStore, name: str) -> str:
+    """Point a user who left off ``policy:`` or ``policy-set:`` at the imported policy or set
+    of that name, if there is one."""
+    from workers.fleet.policy_store import PolicyStore
+
+    policies = PolicyStore(store.client, prefix=store.prefix)
+    try:
+        if policies.get(name) is not None:
+            return f"; an imported policy has this name: policy:{name}"
+        if policies.set_members(name) is not None:
+            return f"; an imported policy set has this name: policy-set:{name}"
+    except ValueError:  # not a policy name (UnreadablePolicy is one too): no hint
+        return ""
+    return ""
 
 
 @probe_app.command("show")
