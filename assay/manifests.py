@@ -12,13 +12,15 @@ whole before anything is applied.
 
 from __future__ import annotations
 
+import difflib
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from schemas.declarative import KINDS, SOURCE_LABEL, CheckDocument, Document, ScheduleDocument
 from workers.core.toolsets.yaml_documents import check_expansion
@@ -245,9 +247,45 @@ def _validated(
             if loc and loc[0] == kind:  # the union's tag
                 loc = loc[1:]
             message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+            if error.get("type") == "extra_forbidden":
+                message = _unknown_field(KINDS[kind], loc)
             problems.append(located(name, line, lines, loc, message))
         return None
     return Loaded(document, name, line, lines)
+
+
+def _unknown_field(document: type[BaseModel], loc: Loc) -> str:
+    """kubectl's "unknown field", with the fields that object takes and the likeliest one
+    meant, so a typo is fixed at once rather than looked up."""
+    model: Any = document
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if _is_model(model) else None
+        model = field and _inner_model(field.annotation)
+        if model is None:
+            return f"unknown field {loc[-1]!r}"
+    if not _is_model(model):
+        return f"unknown field {loc[-1]!r}"
+    names = sorted(info.alias or name for name, info in model.model_fields.items())
+    folded = {name.lower().replace("_", ""): name for name in names}
+    close = difflib.get_close_matches(str(loc[-1]).lower().replace("_", ""), folded, n=1)
+    meant = f"; did you mean {folded[close[0]]!r}?" if close else ""
+    return f"unknown field {loc[-1]!r}{meant} (this object takes: {', '.join(names)})"
+
+
+def _is_model(value: object) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseModel)
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, through Optional, lists and dicts."""
+    if _is_model(annotation):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if (inner := _inner_model(arg)) is not None:
+            return inner
+    return None
 
 
 def _index_lines(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:

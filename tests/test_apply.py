@@ -377,7 +377,13 @@ BAD_FILES = [
         "apiVersion",
         "v1alpha1",
     ),
-    ("field", INTERVAL.replace("every: 15m", "every: 15m\n  evry: 1h"), 9, "spec.evry", "Extra"),
+    (
+        "field",
+        INTERVAL.replace("every: 15m", "every: 15m\n  evry: 1h"),
+        9,
+        "spec.evry",
+        "unknown field 'evry'",
+    ),
     ("name", INTERVAL.replace("quarter-hourly", "quarter hourly"), 4, "metadata.name", "pattern"),
     ("cron", SCHEDULE.replace("0 2 * * *", "61 * * * *"), 10, "spec.cron", "invalid cron"),
     ("zone", SCHEDULE.replace("Europe/Berlin", "Mars/Base"), 11, "spec.timeZone", "unknown time"),
@@ -410,6 +416,14 @@ BAD_FILES = [
         9,
         "spec.targets.snapshots[0]",
         "matches no snapshot",
+    ),
+    (
+        "typo",
+        INTERVAL.replace("probe: only", "budget: {maxTokns: 5000}"),
+        9,
+        "spec.budget.maxTokns",
+        "unknown field 'maxTokns'; did you mean 'maxTokens'? (this object takes: maxCostUsd, "
+        "maxIterations, maxTokens, timeout)",
     ),
     (
         "probe",
