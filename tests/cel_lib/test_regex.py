@@ -50,3 +50,19 @@ def test_matches_with_a_computed_pattern(expression: str, expected: bool) -> Non
 def test_a_computed_pattern_that_is_invalid_is_an_error() -> None:
     fails("object.name.matches(object.pattern)", {"object": {"name": "a", "pattern": "(("}},
           match="invalid regular expression")  # fmt: skip
+
+
+def test_contains_is_linear_in_its_strings() -> None:
+    """Red team: the runtime's ``contains`` searched naively (position by position), so a
+    400 KB string of 'a's and a 200 KB needle of 'a's then 'b' took ~0.8 s per object
+    (2 MB and 1 MB: 30 s) for one step. It is searched in linear time, and charged over its
+    strings' lengths."""
+    import time
+
+    data = {"object": {"h": "a" * 400_000, "n": "a" * 200_000 + "b"}}
+    started = time.perf_counter()
+    for _ in range(5):
+        assert value("object.h.contains(object.n)", data) is False
+    assert time.perf_counter() - started < 0.5
+    holds("'abc'.contains('b') && !'abc'.contains('d') && 'abc'.contains('')")
+    holds("sets.contains([1, 2], [1]) && object.h.contains(object.h)", data)
