@@ -50,3 +50,34 @@ def test_matches_with_a_computed_pattern(expression: str, expected: bool) -> Non
 def test_a_computed_pattern_that_is_invalid_is_an_error() -> None:
     fails("object.name.matches(object.pattern)", {"object": {"name": "a", "pattern": "(("}},
           match="invalid regular expression")  # fmt: skip
+
+
+def test_contains_is_linear_in_its_strings() -> None:
+    """Red team: the runtime's ``contains`` searched naively (position by position), so a
+    400 KB string of 'a's and a 200 KB needle of 'a's then 'b' took ~0.8 s per object
+    (2 MB and 1 MB: 30 s) for one step. It is searched in linear time, and charged over its
+    strings' lengths."""
+    import time
+
+    data = {"object": {"h": "a" * 400_000, "n": "a" * 200_000 + "b"}}
+    started = time.perf_counter()
+    for _ in range(5):
+        assert value("object.h.contains(object.n)", data) is False
+    assert time.perf_counter() - started < 0.5
+    holds("'abc'.contains('b') && !'abc'.contains('d') && 'abc'.contains('')")
+    holds("sets.contains([1, 2], [1]) && object.h.contains(object.h)", data)
+
+
+def test_a_computed_pattern_is_charged_for_its_text_times_its_length() -> None:
+    """Red team: a 27,000-character alternation from the object runs RE2's DFA out of
+    memory, and each match over a 2,000-character name fell back to the NFA: ~0.6 s a
+    call, charged ~8,000 steps (40 ms), so a probe run's steps allowed minutes. A computed
+    pattern's call is charged its text's length times its pattern's."""
+    from workers.core.probes.cel import BoolProgram, CelError
+
+    pattern = "(" + "|".join(f"[a-z]{{{j % 50 + 1}}}x0y{j}" for j in range(1500)) + ")"
+    objects = [{"n": "a" * 2000, "p": pattern} for _ in range(10)]
+    program = BoolProgram("object.n.matches(object.p)", max_steps=300_000)
+    with pytest.raises(CelError, match="too costly"):
+        for item in objects:
+            program({"object": item})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.core.probes.cel import BoolProgram, CelError
+from workers.core.probes.cel import BoolProgram, CelError, StepMeter, constant_variables
 
 POD = {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "web", "image": "reg/web:1"}]}}
 VARIABLES = [
@@ -73,3 +73,48 @@ def test_a_presence_test_keeps_the_variables_error() -> None:
         BoolProgram("has(variables.params.a.b)", variables=[PARAMS])(
             {"object": POD, "params": {"spec": {"parameters": {}}}}
         )
+
+
+def _doubling(first: str, levels: int) -> list[tuple[str, str]]:
+    """Variables each the one before concatenated with itself: 2**levels copies of ``first``
+    (one `+` each, so no expression has more than one)."""
+    return [("v0", first)] + [
+        (f"v{i}", f"variables.v{i - 1} + variables.v{i - 1}") for i in range(1, levels + 1)
+    ]
+
+
+@pytest.mark.parametrize(
+    "first",
+    ["object.metadata.name", "'" + "a" * 1000 + "'", "[" + ", ".join(["1"] * 100) + "]"],
+    ids=["input string", "literal string", "literal list"],
+)
+def test_variables_that_double_each_other_are_refused(first: str) -> None:
+    """Red team: 16 variables doubling the one before built a 65 MB string (24: 16 GB, the
+    worker killed for memory) for one step; the cost bound now counts each variable's
+    concatenations as often as it is read, through the variables it reads."""
+    program = BoolProgram("size(variables.v16) > 0", variables=_doubling(first, 16))
+    with pytest.raises(CelError, match="too costly"):
+        program({"object": {"metadata": {"name": "a" * 1000}}})
+
+
+def test_doubling_constants_are_not_evaluated() -> None:
+    """The same chain of constants (no object read) is not built once per probe run either."""
+    meter = StepMeter()
+    constants = constant_variables(_doubling("'" + "a" * 1000 + "'", 16), {}, meter)
+    assert "v16" not in constants
+    assert max((len(v) for v in constants.values()), default=0) <= 1000 * 2**8
+
+
+def test_constants_that_nest_one_another_stay_lazy() -> None:
+    """Red team: constants each a list of the one before twice (no `+`): 20 of them took
+    3.4 s and 330 MB to bring into Python once, then 0.8 s per object to bind and measure,
+    for one step each (24: minutes and gigabytes). Such a variable stays lazy: the runtime
+    shares the copies, as it does for any variable read per object."""
+    variables = [("v0", "'a'")] + [
+        (f"v{i}", f"[variables.v{i - 1}, variables.v{i - 1}]") for i in range(1, 13)
+    ]
+    constants = constant_variables(variables, {}, StepMeter())
+    assert "v0" in constants and "v12" not in constants
+    program = BoolProgram("object.x == 1 && size(variables.v12) == 2", variables=variables,
+                          constants=constants)  # fmt: skip
+    assert program({"object": {"x": 1}}) is True

@@ -662,6 +662,11 @@ _OBJECT_INPUTS = ("object", "results", "oldObject", "request", "namespaceObject"
 # A constant crosses into Python and back: a value that would come back as another type
 # (a uint as an int, a type) is not taken.
 _UINT = re.compile(r"\buint\b|\b\d+[uU]\b")
+# A constant is brought into Python whole, and measured and bound again per object: one that
+# holds the constants before it more than this many times (their text inlined) may be
+# exponentially large (``[variables.a, variables.a]`` in a chain) and stays lazy, where the
+# runtime shares the copies.
+MAX_CONSTANT_COPIES = 64
 
 
 def constant_variables(
@@ -678,12 +683,18 @@ def constant_variables(
     evaluated again for every object."""
     constants: dict[str, Any] = {}
     earlier: list[tuple[str, str]] = []
+    copies: dict[str, int] = {}
     for name, source in variables:
         text = _without_strings(source)
+        occurrences = [
+            m.group("name") for m in _STRING_OR_VARIABLE.finditer(source) if m.group("name")
+        ]
+        copies[name] = min(1 + sum(copies.get(other, 1) for other in occurrences), 2**62)
         lazy = (
             any(reads_variable(text, root) for root in _OBJECT_INPUTS)
-            or not variables_read(source) <= set(constants)
+            or not set(occurrences) <= set(constants)
             or _UINT.search(text) is not None
+            or copies[name] > MAX_CONSTANT_COPIES
         )
         if not lazy:
             try:

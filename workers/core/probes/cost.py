@@ -52,6 +52,10 @@ MAX_STEPS = 2_000_000
 PATTERN_CHARS_PER_STEP = 4
 # A step is ~5 us of evaluation; copying 16 KB of string takes about as long.
 STRING_CHARS_PER_STEP = 16_384
+# A list element copied by `+` counts as this many characters of a string copied.
+LIST_ELEMENT_CHARS = 16
+# Past any bound: where counting the `+` of variables read through one another stops.
+_INLINED_CAP = 10**12
 # Reading a whole string of the input inside a comprehension body (``size(object.s)`` counts
 # its code points, ``object.s + 'a'`` copies it) takes up to ~2-4 ns a character on a loaded
 # host (bench/bench_cel_calls.py): each iteration costs its length / this many steps.
@@ -145,6 +149,9 @@ class CostModel:
     # per probe variable: the `+` operators of its definition and of those it reads (a list
     # it holds is at most the input's longest times one more than that)
     variable_plus: dict[str, int] = field(default_factory=dict)
+    # its `+` operators and, as often as read, those of the probe variables it reads
+    inlined_concatenations: int = 0
+    literal_chars: int = 0  # the longest string written in it or in the variables
 
     def estimate(self, variables: Mapping[str, Any], limit: int = MAX_STEPS) -> int:
         """Upper estimate of the steps evaluating over ``variables`` costs; CostExceeded
@@ -291,45 +298,73 @@ def analyse(expression: str, variables: Mapping[str, str] | None = None) -> Cost
     concatenations = sum(1 for _, text in tokens if text == "+")
     if concatenations > MAX_CONCATENATIONS:
         raise CostExceeded(f"the expression has more than {MAX_CONCATENATIONS} '+' operators")
-    plus, literal = _variable_shapes(tuple((variables or {}).items()))
+    plus, literal, chars = _variable_shapes(tuple((variables or {}).items()))
     literal = max(literal, _longest_literal(tokens))
-    return CostModel(found, concatenations, base, set_calls, literal, dict(plus))
+    inlined = dict(plus)
+    # the variables it reads concatenate too: their values are copied as often as read
+    through = sum(inlined.get(name, 0) for name in _variables_read(tokens))
+    return CostModel(
+        found, concatenations, base, set_calls, literal, inlined,
+        inlined_concatenations=min(concatenations + through, _INLINED_CAP),
+        literal_chars=max(chars, _longest_string(tokens)),
+    )  # fmt: skip
 
 
 @lru_cache(maxsize=256)
 def _variable_shapes(
     variables: tuple[tuple[str, str], ...],
-) -> tuple[tuple[tuple[str, int], ...], int]:
-    """Per variable its concatenations (:func:`_variable_plus`), and the longest list
-    written in any of them."""
+) -> tuple[tuple[tuple[str, int], ...], int, int]:
+    """Per variable its concatenations (:func:`_variable_plus`), the longest list written in
+    any of them, and the longest string."""
     literal = max((_longest_literal(_tokens(source)) for _, source in variables), default=0)
-    return tuple(_variable_plus(dict(variables)).items()), literal
+    chars = max((_longest_string(_tokens(source)) for _, source in variables), default=0)
+    return tuple(_variable_plus(dict(variables)).items()), literal, chars
 
 
 def _variable_plus(variables: Mapping[str, str]) -> dict[str, int]:
-    """Per variable, the `+` operators of its definition and, transitively, of the variables
-    it reads (each counted once)."""
-    reads: dict[str, set[str]] = {}
+    """Per variable, the `+` operators of its definition and of the variables it reads, each
+    counted as often as it is read (its text inlined, transitively): ``a + a`` over ``a``'s
+    one `+` has three, and a chain of variables each doubling the one before has
+    exponentially many, as its value's size grows (a variable is evaluated once, but a value
+    concatenated with itself is copied, and doubled, all the same). Capped at
+    :data:`_INLINED_CAP`, far past any bound."""
     own: dict[str, int] = {}
+    reads: dict[str, list[str]] = {}
     for name, source in variables.items():
         tokens = _tokens(source)
         own[name] = sum(1 for _, text in tokens if text == "+")
-        reads[name] = {
-            tokens[i + 2][1]
-            for i in range(len(tokens) - 2)
-            if tokens[i] == ("id", "variables")
-            and tokens[i + 1][1] == "."
-            and (i == 0 or tokens[i - 1][1] != ".")
-        } & set(variables)
+        reads[name] = [other for other in _variables_read(tokens) if other in variables]
     out: dict[str, int] = {}
+
+    def inlined(name: str, seen: frozenset[str]) -> int:
+        if name in out:
+            return out[name]
+        total = own[name]
+        for other in reads[name]:
+            if other not in seen:  # a cycle is the compiler's to refuse
+                total = min(total + inlined(other, seen | {name}), _INLINED_CAP)
+        out[name] = total
+        return total
+
     for name in variables:
-        seen, todo = {name}, [name]
-        while todo:
-            for other in reads[todo.pop()] - seen:
-                seen.add(other)
-                todo.append(other)
-        out[name] = sum(own[n] for n in seen)
+        inlined(name, frozenset())
     return out
+
+
+def _variables_read(tokens: list[tuple[str, str]]) -> list[str]:
+    """The names of ``variables.NAME`` in ``tokens``, once per occurrence."""
+    return [
+        tokens[i + 2][1]
+        for i in range(len(tokens) - 2)
+        if tokens[i] == ("id", "variables")
+        and tokens[i + 1][1] == "."
+        and (i == 0 or tokens[i - 1][1] != ".")
+    ]
+
+
+def _longest_string(tokens: list[tuple[str, str]]) -> int:
+    """The characters of the longest string literal in ``tokens``."""
+    return max((len(text) - 2 for kind, text in tokens if kind == "str"), default=0)
 
 
 def _longest_literal(tokens: list[tuple[str, str]]) -> int:
@@ -524,12 +559,20 @@ class _Estimate:
 
     def concatenation_steps(self) -> int:
         """Steps the ``+`` operators may cost in one pass: a chain of k copies the growing
-        string k times, k(k+1)/2 times the longest input string (a 1 MB annotation in a chain
-        of 30: ~465 MB copied per object)."""
-        k = self.model.concatenations
+        string k times, k(k+1)/2 times the longest string (a 1 MB annotation in a chain
+        of 30: ~465 MB copied per object) or list (:data:`LIST_ELEMENT_CHARS` a element), of
+        the input or written in the expression. k counts the probe variables' `+` as often as
+        they are read: variables that double one another are refused here, not built."""
+        k = max(self.model.concatenations, self.model.inlined_concatenations)
         if not k:
             return 0
-        return k * (k + 1) // 2 * self._measure()[1] // STRING_CHARS_PER_STEP
+        longest_list, chars = self._measure()
+        size = max(
+            chars,
+            self.model.literal_chars,
+            LIST_ELEMENT_CHARS * max(longest_list, self.model.literal_list),
+        )
+        return k * (k + 1) // 2 * size // STRING_CHARS_PER_STEP
 
     def _add(self, steps: int) -> None:
         self.steps += steps

@@ -5,7 +5,9 @@ negative). Patterns are RE2 (linear time, as in the API server), compiled once e
 Also the standard ``matches`` with a pattern that is not a string literal (read from
 params or the object, as ``s.matches(entry.allowedRegex)``): the API server accepts it and
 bounds its cost; the runtime would compile the pattern on every call, which the static cost
-check cannot see. Such a call is rewritten to ``assay_matches`` (:data:`REWRITES`): RE2
+check cannot see. And the standard ``contains`` (``'abc'.contains('b')``), rewritten to
+``assay_contains``: the runtime's search is quadratic in the worst case, this one linear
+and charged over its strings. Such a call is rewritten to ``assay_matches`` (:data:`REWRITES`): RE2
 here too (the same partial-match semantics), each pattern compiled once, costed over its
 actual length per call, and one over :data:`MAX_PATTERN_CHARS` refused. A literal pattern
 stays the runtime's (costed by its length at compile time, cost.py)."""
@@ -23,6 +25,7 @@ from workers.core.probes.cost import PATTERN_CHARS_PER_STEP
 
 MATCH_STEPS = 5  # ~12 us a match found and converted: a string of 'a's matches per character
 MATCHES = "assay_matches"
+CONTAINS = "assay_contains"
 # The longest pattern a computed `matches` compiles (RE2 builds its program in memory
 # proportional to the pattern; a pattern from the input could be megabytes).
 MAX_PATTERN_CHARS = 32_768
@@ -64,6 +67,17 @@ def _matches_global(args: list[str]) -> str:
     return f"({args[0]}).{MATCHES}({args[1]})"
 
 
+def contains(text: str, sub: str) -> bool:
+    """The standard ``contains``, searched in linear time (the runtime's searches position
+    by position: a long needle that almost matches everywhere, from the object, takes
+    seconds for one call, which no step counted)."""
+    return sub in text
+
+
+def _contains(args: list[str]) -> str:
+    return f"{CONTAINS}({', '.join(args)})"
+
+
 def find(text: str, pattern: str) -> str:
     match = _compiled(pattern).search(text)
     return str(match.group(0)) if match else ""
@@ -81,17 +95,32 @@ def find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
     return out
 
 
+# RE2 matches in linear time with its DFA, but a long pattern may run the DFA out of memory
+# (an alternation of 1,500 repeats: 27,000 characters), and the search falls back to the
+# NFA, which steps every state of the program for every character: ~0.6 s for a
+# 2,000-character text on a loaded host, about this many text x pattern characters a step.
+NFA_PAIRS_PER_STEP = 256
+
+
 def search_cost(text: str, pattern: str, limit: int = -1) -> int:
-    """Reading the text, and compiling the pattern (a pattern from the input may be long);
-    each match ``findAll`` gives is charged as it is found."""
-    return reads(text) + len(pattern) // PATTERN_CHARS_PER_STEP
+    """Reading the text, compiling the pattern (a pattern from the input may be long), and
+    the search as RE2's NFA may do it (text x pattern); each match ``findAll`` gives is
+    charged as it is found."""
+    return (
+        reads(text)
+        + len(pattern) // PATTERN_CHARS_PER_STEP
+        + len(text) * len(pattern) // NFA_PAIRS_PER_STEP
+    )
 
 
 REWRITES = [
     Call("matches", member=True, rewrite=_matches_member, arities=(1,)),
     Call("matches", member=False, rewrite=_matches_global, arities=(2,)),
+    Call("contains", member=True, rewrite=_contains, arities=(1,)),
 ]
 OVERLOADS = [
+    Overload(CONTAINS, "assay_string_contains_string", ("string", "string"), "bool", contains,
+             True, reads),
     Overload(MATCHES, "assay_string_matches_string", ("string", "string"), "bool", matches,
              True, search_cost),
     Overload("find", "string_find_string", ("string", "string"), "string", find, True,
