@@ -15,6 +15,7 @@ from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     make_snapshots,
     scripted_worker,
@@ -76,7 +77,7 @@ def test_batch_compiles_on_its_first_target_and_probes_the_rest(
 ) -> None:
     make_snapshots(tmp_path / "snaps", 6, bad_every=3)  # cluster-000 and -003 are unready
     monkeypatch.chdir(tmp_path)  # the batch glob must lie under the snapshot roots (the cwd)
-    batch_id = client.start_batch(PREDICATE, snapshots="snaps/*")
+    batch_id = client.start_batch(PREDICATE, snapshots="snaps/*", profile=NO_CONFIRMER_PROFILE)
     assert wait_until(lambda: (s := client.batch_status(batch_id)) is not None
                       and s.pending == 0, timeout=120)  # fmt: skip
     results = list(client.batch_results(batch_id))

@@ -31,6 +31,7 @@ from schemas.verdict import VerdictKind
 from tests.engine_support import get_deployments, make_snapshot, request_for, script
 from tests.engine_support import scripted as scripted_model
 from tests.fleet_support import (
+    NO_CONFIRMER_PROFILE,
     PREDICATE,
     make_snapshots,
     scripted_worker,
@@ -72,7 +73,7 @@ def test_a_batch_on_many_threads_asks_the_model_once(
     make_snapshots(tmp_path / "snaps", TARGETS, bad_every=3)  # cluster-000, -003, -006 unready
     monkeypatch.chdir(tmp_path)
     with Client(load_settings(redis_url=redis_url)) as client:
-        batch_id = client.start_batch(PREDICATE, snapshots="snaps/*")
+        batch_id = client.start_batch(PREDICATE, snapshots="snaps/*", profile=NO_CONFIRMER_PROFILE)
         assert wait_until(lambda: (s := client.batch_status(batch_id)) is not None
                           and s.pending == 0, timeout=180)  # fmt: skip
         results = list(client.batch_results(batch_id))
