@@ -395,3 +395,37 @@ def test_a_too_costly_probe_falls_back_to_the_model(redis_url: str, large: Path)
             assert report.probe is not None and "too costly" in (report.probe.run.error or "")
         else:
             assert report.verdict.source == "model" and report.verdict.verdict == VerdictKind.FALSE
+
+
+def _doubling(levels: int, seed: str, pair: str) -> list[dict[str, str]]:
+    chain = [{"name": "v0", "expression": seed}]
+    for n in range(1, levels + 1):
+        chain.append({"name": f"v{n}", "expression": pair.format(f"variables.v{n - 1}")})
+    return chain
+
+
+@pytest.mark.parametrize(
+    ("seed", "pair"),
+    [("[object.metadata.name]", "[{0}, {0}]"),
+     ("{object.metadata.name: 1}", "{{'a': {0}, 'b': {0}}}")],
+)  # fmt: skip
+def test_variables_nesting_one_another_are_charged_their_copies(seed: str, pair: str) -> None:
+    """Red team 2: variables that hold the one before twice in a list or map literal (no
+    `+`) build a value of 2^n copies, shared by the runtime; comparing it walks every copy
+    (26 levels: 7 s list, 18 s map, for 1 step; 29 levels: minutes per object), and a
+    message expression giving it was converted to Python whole (24 levels: 13 s). Each read
+    of a variable is charged the copies of the input it may hold."""
+    probe = ProposedProbe.model_validate(
+        {
+            "lookups": [{"tool": "get", "args": {"kind": "Pod"}}],
+            "scope": "each_object",
+            "validations": [{"expression": "variables.v22 == variables.v22"}],
+            "variables": _doubling(22, seed, pair),
+            "empty_result": "pass",
+            "origin": {"format": "vap", "name": "p", "source": "-"},
+        }
+    )
+    from workers.core.probes.program import ProbeProgram
+
+    with pytest.raises(CelError, match="too costly"):
+        ProbeProgram(probe).judge({"object": {"metadata": {"name": "x"}}})

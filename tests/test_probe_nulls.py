@@ -57,3 +57,26 @@ def test_kyverno_and_gatekeeper_policies_read_a_null_as_null() -> None:
         update={"origin": ProbeOrigin(format="vap", name="p", source="-"), "empty_result": "pass"}
     )
     assert ProbeProgram(vap).judge({"object": role}).passed
+
+
+def _message_probe(message_expression: str) -> ProposedProbe:
+    return ProposedProbe.model_validate(
+        {
+            "lookups": [{"tool": "get", "args": {"kind": "Pod"}}],
+            "scope": "each_object",
+            "validations": [{"expression": "false", "message": "static",
+                             "message_expression": message_expression}],
+            "empty_result": "pass",
+            "origin": {"format": "vap", "name": "p", "source": "-"},
+        }
+    )  # fmt: skip
+
+
+def test_a_message_is_the_api_servers_or_the_static_one() -> None:
+    """Red team 2: a message expression giving an object's 1 MB annotation was the
+    finding's message whole. As the API server (MaxEvaluatedMessageExpressionSizeBytes):
+    one over 5,120 bytes, or with a line break, gives the static message."""
+    obj = {"metadata": {"annotations": {"a": "x" * 1_000_000, "b": "one\ntwo", "c": "ok"}}}
+    for key, expected in (("a", "static"), ("b", "static"), ("c", "ok")):
+        program = ProbeProgram(_message_probe(f"object.metadata.annotations['{key}']"))
+        assert program.judge({"object": obj}).message == expected

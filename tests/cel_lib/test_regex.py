@@ -81,3 +81,47 @@ def test_a_computed_pattern_is_charged_for_its_text_times_its_length() -> None:
     with pytest.raises(CelError, match="too costly"):
         for item in objects:
             program({"object": item})
+
+
+def test_capture_groups_of_a_computed_pattern_cost_no_more_than_its_length() -> None:
+    """Red team 2: RE2 tracking 6,500 capture groups (``(a|b)`` repeated) over 8,000
+    characters took 258 s for one call charged ~1,000,000 steps (under a probe run's
+    bound): a pattern only tested needs no groups, and is compiled without them."""
+    import time
+
+    data = {"object": {"s": "a" * 8000, "p": "(a|b)" * 6500}}
+    started = time.perf_counter()
+    assert value("object.s.matches(object.p)", data) is True
+    assert value("object.s.find(object.p).size() == 6500", data) is True
+    assert time.perf_counter() - started < 5
+
+
+def test_find_refuses_a_pattern_matches_refuses() -> None:
+    """Red team 2: find() and findAll() compiled a computed pattern of any length (one of a
+    megabyte: 0.3 s, the DFA run out of memory); they refuse what matches() refuses."""
+    data = {"object": {"s": "x", "p": "(a|b)" * 7000}}
+    for expression in ("object.s.find(object.p) == ''", "object.s.findAll(object.p) == []"):
+        fails(expression, data, match="too costly")
+
+
+def test_a_literal_pattern_is_charged_for_its_program_over_the_text() -> None:
+    """Red team 2: a 14-character literal pattern with a counted repetition
+    (``a[ab]{1000}c``: a program of 1,006 instructions) over a 100 KB string of the object
+    runs RE2's DFA out of memory and searched for ~0.5 s, charged 5 steps as its length
+    alone. Each call is charged its text times its compiled program."""
+    from workers.core.probes.cel import BoolProgram, CelError
+
+    text = ("ab" * 50_000)[:100_000]
+    program = BoolProgram("object.s.matches('a[ab]{1000}c')", max_steps=100_000)
+    with pytest.raises(CelError, match="too costly"):
+        for _ in range(50):
+            program({"object": {"s": text}})
+
+
+def test_an_out_of_memory_dfa_is_not_logged_per_match(capfd: pytest.CaptureFixture[str]) -> None:
+    """Red team 2: every search whose DFA ran out of memory wrote a line to the worker's
+    stderr ("DFA out of memory: pattern length ..."): a listing of hostile objects flooded
+    the logs. The search falls back to the NFA (charged for it) without a word."""
+    pattern = "(" + "|".join(f"[a-z]{{{j % 50 + 1}}}x0y{j}" for j in range(1500)) + ")"
+    value("object.n.matches(object.p)", {"object": {"n": "a" * 200, "p": pattern}})
+    assert "DFA out of memory" not in capfd.readouterr().err

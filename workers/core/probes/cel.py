@@ -449,17 +449,24 @@ class Expression:
         except CelCostError as exc:
             raise CelError(f"the expression is too costly to run: {exc}") from None
 
-    def evaluate(self, data: Mapping[str, Any], meter: StepMeter | None = None) -> Any:
+    def evaluate(
+        self,
+        data: Mapping[str, Any],
+        meter: StepMeter | None = None,
+        kinds: tuple[str, ...] | None = None,
+    ) -> Any:
         """The value; CelError for an error value or a runtime refusal.
 
         The Kubernetes library calls the evaluation makes are charged to ``meter`` (a fresh
         one of :data:`MAX_STEPS` when None). A call refused for its cost refuses the whole
         evaluation, whatever value it came to: CEL's ``||`` absorbs an error when its other
-        side is true, and the API server's cost limit would have stopped it anyway."""
+        side is true, and the API server's cost limit would have stopped it anyway.
+        ``kinds``: the runtime's kinds of value wanted (``BOOL``, ``STRING``); any other is
+        not converted to Python (a list shared 2^n times in the runtime is not built)."""
         meter = meter or StepMeter()
         with metered(max(meter.max_steps - meter.steps, 0)) as calls:
             try:
-                value = self._evaluate(data)
+                value = self._evaluate(data, kinds)
             except CelError:
                 if calls.refused is None:
                     raise
@@ -469,7 +476,7 @@ class Expression:
             raise CelError(f"the expression is too costly to run: {calls.refused}")
         return value
 
-    def _evaluate(self, data: Mapping[str, Any]) -> Any:
+    def _evaluate(self, data: Mapping[str, Any], kinds: tuple[str, ...] | None = None) -> Any:
         if self.constants:
             data = {**data, CONSTANTS: self.constants}
         try:
@@ -495,6 +502,8 @@ class Expression:
             raise CelError(f"the expression failed: {_short(text)}")
         if kind == "BOOL":
             return bool(result.value())
+        if kinds is not None and kind not in kinds:
+            return _Opaque(kind)
         try:
             return result.plain_value()
         except Exception:
@@ -612,14 +621,15 @@ class BoolProgram:
     def steps(self) -> int:
         return self.meter.steps
 
-    def value(self, variables: Mapping[str, Any]) -> Any:
-        """The expression's value; CelError on any failure, or when it would cost too much."""
+    def value(self, variables: Mapping[str, Any], kinds: tuple[str, ...] | None = None) -> Any:
+        """The expression's value; CelError on any failure, or when it would cost too much.
+        ``kinds``: those wanted, any other given as an opaque value (Expression.evaluate)."""
         self.meter.charge(self.compiled, variables)
-        return self.compiled.evaluate(variables, self.meter)
+        return self.compiled.evaluate(variables, self.meter, kinds)
 
     def __call__(self, variables: Mapping[str, Any]) -> bool:
         """The expression's boolean value; CelError for anything that is not exactly a bool."""
-        value = self.value(variables)
+        value = self.value(variables, kinds=("BOOL",))
         if not isinstance(value, bool):
             kind = type(value).__name__
             raise CelError(f"the expression gave {kind} {value!r:.80}, not a boolean")

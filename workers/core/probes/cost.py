@@ -1,11 +1,10 @@
-"""A cost bound for probe expressions: the CEL library has none, and cannot be interrupted.
+"""A cost bound for probe expressions: the CEL runtime has none, and cannot be interrupted.
 
-``common-expression-language`` 0.10 evaluates in Rust while holding the GIL, offers no
-iteration or cost limit, and cannot be cancelled: a costly expression freezes every thread
-of the worker process (measured: a heartbeat thread got 1 tick in a 0.25 s evaluation), so
-neither a watchdog thread nor the task time limit can stop it. Its ``map`` and ``filter``
-copy their accumulator per element, so even one level is quadratic (10,000 elements:
-``items.map(x, x)`` took 45 s on this machine; ``all``/``exists`` are linear).
+The runtime (``cel-expr-python``, cel-cpp's bindings, cel.py) has no cost limit, only a fixed
+cap of 10,000 comprehension iterations per evaluation; it evaluates in C++ and cannot be
+cancelled, so neither a watchdog thread nor the task time limit can stop a costly
+evaluation once it runs. The model still counts ``map`` and ``filter`` as copying their
+accumulator per element (the previous runtime did, quadratically): an upper bound.
 
 So the bound is enforced before evaluation, in two steps:
 
@@ -14,8 +13,8 @@ So the bound is enforced before evaluation, in two steps:
   nesting is costed over the input, below, as its cost limit does),
   :data:`MAX_CONCATENATIONS` ``+`` operators (the only way to grow a string or a list
   without a comprehension), comprehension variables that are plain names, and a literal
-  ``matches`` pattern's length (the runtime compiles it per call; a computed pattern is
-  matched and costed by the regex library, cel_lib/regex.py);
+  ``matches`` pattern's length (every ``matches`` is run and charged per call by the
+  regex library, cel_lib/regex.py, over its text and compiled program);
 * **at run time** (:meth:`CostModel.estimate`), an upper estimate of the evaluation's steps
   over the actual input: each comprehension's range is measured on the input (a plain
   path such as ``results[0]`` or ``p.spec.containers`` is navigated in Python; a computed
@@ -24,8 +23,10 @@ So the bound is enforced before evaluation, in two steps:
   input list inside a comprehension body (``x in results[1]``, ``results[0] == ...``)
   counts its length per iteration, and a whole input string its characters. The runtime's
   own ``sets`` functions compare every pair of their lists' elements: each call counts
-  those pairs, its lists' lengths bounded over the input (:class:`ListArgument`). Over
-  :data:`MAX_STEPS` the expression is refused.
+  those pairs, its lists' lengths bounded over the input (:class:`ListArgument`).
+  Variables that hold one another more than :data:`FREE_COPIES` times (list or map
+  literals of them, in a chain) charge each further copy of the input as walked whole.
+  Over :data:`MAX_STEPS` the expression is refused.
 
 The Kubernetes libraries written in Python (``cel_lib/``) are charged to the same steps as
 each call is made, over its actual arguments (``cel_lib/base.py``).
@@ -47,13 +48,19 @@ MAX_CONCATENATIONS = 32
 # copied each). Measured on 2 shared cores: ~200,000 small bodies/s, ~8,000,000 copies/s,
 # so the bound keeps a run within seconds while 50,000 objects in one `all` stay well in.
 MAX_STEPS = 2_000_000
-# The library compiles a `matches` pattern on every call (a 2,483-character pattern: ~1 ms a
-# call, ~500 body steps): each call costs its pattern's length / PATTERN_CHARS_PER_STEP steps.
+# Compiling a 2,483-character pattern takes ~1 ms (~500 body steps): a `matches` pattern
+# costs its length / PATTERN_CHARS_PER_STEP steps per call (a literal one here, statically,
+# on top of what cel_lib/regex.py charges as the call is made).
 PATTERN_CHARS_PER_STEP = 4
 # A step is ~5 us of evaluation; copying 16 KB of string takes about as long.
 STRING_CHARS_PER_STEP = 16_384
 # A list element copied by `+` counts as this many characters of a string copied.
 LIST_ELEMENT_CHARS = 16
+# Variables reading one another (``[variables.a, variables.a]``) hold copies of the input:
+# past this many, read by one expression, each further copy is charged as walked whole
+# (compared, converted), ~100 ns an element (26 levels of doubling, 2^27 lists: 7 s).
+FREE_COPIES = 64
+COPIED_ELEMENTS_PER_STEP = 32
 # Past any bound: where counting the `+` of variables read through one another stops.
 _INLINED_CAP = 10**12
 # Reading a whole string of the input inside a comprehension body (``size(object.s)`` counts
@@ -152,6 +159,9 @@ class CostModel:
     # its `+` operators and, as often as read, those of the probe variables it reads
     inlined_concatenations: int = 0
     literal_chars: int = 0  # the longest string written in it or in the variables
+    # the copies of the input its value may hold through the variables it reads
+    # (:func:`_variable_copies`), as often as read
+    copies: int = 0
 
     def estimate(self, variables: Mapping[str, Any], limit: int = MAX_STEPS) -> int:
         """Upper estimate of the steps evaluating over ``variables`` costs; CostExceeded
@@ -299,6 +309,7 @@ def analyse(expression: str, variables: Mapping[str, str] | None = None) -> Cost
     if concatenations > MAX_CONCATENATIONS:
         raise CostExceeded(f"the expression has more than {MAX_CONCATENATIONS} '+' operators")
     plus, literal, chars = _variable_shapes(tuple((variables or {}).items()))
+    copies = _variable_copies(tuple((variables or {}).items()))
     literal = max(literal, _longest_literal(tokens))
     inlined = dict(plus)
     # the variables it reads concatenate too: their values are copied as often as read
@@ -307,7 +318,25 @@ def analyse(expression: str, variables: Mapping[str, str] | None = None) -> Cost
         found, concatenations, base, set_calls, literal, inlined,
         inlined_concatenations=min(concatenations + through, _INLINED_CAP),
         literal_chars=max(chars, _longest_string(tokens)),
+        copies=min(sum(copies.get(name, 0) for name in _variables_read(tokens)), _INLINED_CAP),
     )  # fmt: skip
+
+
+@lru_cache(maxsize=256)
+def _variable_copies(variables: tuple[tuple[str, str], ...]) -> dict[str, int]:
+    """Per variable, how many copies of the input its value may hold: one, and those of
+    each variable it reads, as often as read (transitively). ``[variables.a, variables.a]``
+    in a chain holds exponentially many without a `+`: the runtime shares them, but a
+    comparison, a membership test or a conversion walks every one. Capped at
+    :data:`_INLINED_CAP`."""
+    reads = {name: _variables_read(_tokens(source)) for name, source in variables}
+    out: dict[str, int] = {}
+    for name, _ in variables:  # a variable reads only those before it (cel.py)
+        total = 1
+        for other in reads[name]:
+            total = min(total + out.get(other, 0), _INLINED_CAP)
+        out[name] = total
+    return out
 
 
 @lru_cache(maxsize=256)
@@ -646,9 +675,18 @@ class _Estimate:
         calls = self.iterations[call.comprehension] if call.comprehension is not None else 1
         return calls * (1 + call.passes * pairs // SET_PAIRS_PER_STEP)
 
+    def copy_steps(self) -> int:
+        """Steps a whole-value walk of what the variables read may cost past
+        :data:`FREE_COPIES` copies of the input: one per :data:`COPIED_ELEMENTS_PER_STEP`
+        elements of the input per copy."""
+        extra = self.model.copies - FREE_COPIES
+        if extra <= 0:
+            return 0
+        return extra * _weight(dict(self.variables)) // COPIED_ELEMENTS_PER_STEP
+
     def total(self) -> int:
         concatenation = self.concatenation_steps()
-        self._add(self.model.base + concatenation)
+        self._add(self.model.base + concatenation + self.copy_steps())
         for index, comp in enumerate(self.model.comprehensions):
             outer = self.iterations[comp.parent] if comp.parent is not None else 1
             owner = (

@@ -28,6 +28,9 @@ from workers.core.probes.cel import (
     field_paths,
 )
 
+# k8s.io/apiserver celconfig.MaxEvaluatedMessageExpressionSizeBytes
+MAX_MESSAGE_BYTES = 5 * 1024
+
 
 @dataclass(frozen=True)
 class Judgement:
@@ -115,10 +118,16 @@ class ProbeProgram:
     ) -> str:
         if message_program is not None:
             try:
-                value = message_program.value(data)
+                value = message_program.value(data, kinds=("STRING",))
             except CelError:
                 value = None
-            if isinstance(value, str) and value.strip():
+            # as the API server: over 5,120 bytes, or with a line break, the static message
+            if (
+                isinstance(value, str)
+                and value.strip()
+                and len(value.encode()) <= MAX_MESSAGE_BYTES
+                and not any(c in value for c in "\r\n")
+            ):
                 return value
         if validation.message:
             return str(validation.message)

@@ -7,10 +7,11 @@ params or the object, as ``s.matches(entry.allowedRegex)``): the API server acce
 bounds its cost; the runtime would compile the pattern on every call, which the static cost
 check cannot see. And the standard ``contains`` (``'abc'.contains('b')``), rewritten to
 ``assay_contains``: the runtime's search is quadratic in the worst case, this one linear
-and charged over its strings. Such a call is rewritten to ``assay_matches`` (:data:`REWRITES`): RE2
-here too (the same partial-match semantics), each pattern compiled once, costed over its
-actual length per call, and one over :data:`MAX_PATTERN_CHARS` refused. A literal pattern
-stays the runtime's (costed by its length at compile time, cost.py)."""
+and charged over its strings. Every ``matches`` call is rewritten to ``assay_matches``
+(:data:`REWRITES`): RE2 here too (the same partial-match semantics), without capture
+groups, each pattern compiled once, costed per call over its text times its compiled
+program (a literal pattern as well: ``[ab]{1000}`` is short to write and long to run), and
+one over :data:`MAX_PATTERN_CHARS` refused."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any
 import re2
 
 from workers.core.probes.cel_lib.base import CelLibraryError, Overload, charge, reads, refuse
-from workers.core.probes.cel_lib.rewrite import Call, _tokens
+from workers.core.probes.cel_lib.rewrite import Call
 from workers.core.probes.cost import PATTERN_CHARS_PER_STEP
 
 MATCH_STEPS = 5  # ~12 us a match found and converted: a string of 'a's matches per character
@@ -31,39 +32,47 @@ CONTAINS = "assay_contains"
 MAX_PATTERN_CHARS = 32_768
 
 
-@lru_cache(maxsize=256)
+# Each compiled pattern's memory (its program and its DFA's cache) is at most this much,
+# and the cache keeps so many: a listing of distinct hostile patterns holds at most
+# _CACHED x _MAX_MEM. A search whose DFA runs out of it falls back to the NFA, charged for
+# (search_cost).
+_MAX_MEM = 2 << 20
+_CACHED = 128
+
+
+def _options() -> Any:
+    options = re2.Options()
+    options.max_mem = _MAX_MEM
+    # no capture groups: a match is tested, or its whole text taken (group 0); RE2 tracking
+    # thousands of groups per NFA thread took minutes a call (6,500 groups, 8,000 chars)
+    options.never_capture = True
+    # "DFA out of memory" would be written to stderr on every such search (a log flood)
+    options.log_errors = False
+    return options
+
+
+@lru_cache(maxsize=_CACHED)
 def _compiled(pattern: str) -> Any:
+    if len(pattern) > MAX_PATTERN_CHARS:
+        refuse(f"a regular expression pattern of {len(pattern):,} characters "
+               f"(at most {MAX_PATTERN_CHARS:,})")  # fmt: skip
     try:
-        return re2.compile(pattern)
+        return re2.compile(pattern, _options())
     except Exception as exc:
-        raise CelLibraryError(f"invalid regular expression {pattern!r}: {exc}") from None
+        raise CelLibraryError(f"invalid regular expression {pattern[:200]!r}: {exc}") from None
 
 
 def matches(text: str, pattern: str) -> bool:
-    if len(pattern) > MAX_PATTERN_CHARS:
-        refuse(f"matches() with a pattern of {len(pattern):,} characters "
-               f"(at most {MAX_PATTERN_CHARS:,})")  # fmt: skip
     return _compiled(pattern).search(text) is not None
 
 
-def _literal(argument: str) -> bool:
-    """Whether ``argument`` is one string literal (the runtime's own ``matches``)."""
-    tokens = _tokens(argument)
-    if len(tokens) != 1 or tokens[0].kind != "str":
-        return False
-    # as the cost bound reads one (cost.py): quoted, not raw, bytes or triple-quoted
-    text = tokens[0].text
-    return text[0] in "'\"" and not text.startswith(("'''", '"""'))
-
-
 def _matches_member(args: list[str]) -> str:
-    name = "matches" if len(args) == 1 and _literal(args[0]) else MATCHES
-    return f"{name}({', '.join(args)})"
+    # a literal pattern too: its cost is its compiled program over the text (``[ab]{1000}``
+    # is 9 characters, 1,000 instructions), which only the call sees
+    return f"{MATCHES}({', '.join(args)})"
 
 
 def _matches_global(args: list[str]) -> str:
-    if _literal(args[1]):
-        return f"matches({', '.join(args)})"
     return f"({args[0]}).{MATCHES}({args[1]})"
 
 
@@ -104,12 +113,14 @@ NFA_PAIRS_PER_STEP = 256
 
 def search_cost(text: str, pattern: str, limit: int = -1) -> int:
     """Reading the text, compiling the pattern (a pattern from the input may be long), and
-    the search as RE2's NFA may do it (text x pattern); each match ``findAll`` gives is
-    charged as it is found."""
+    the search as RE2's NFA may do it (text x the compiled program: a counted repetition
+    is short to write, long to run); each match ``findAll`` gives is charged as it is
+    found. A pattern over :data:`MAX_PATTERN_CHARS` is refused before it is compiled."""
+    program = max(len(pattern), _compiled(pattern).programsize)
     return (
         reads(text)
         + len(pattern) // PATTERN_CHARS_PER_STEP
-        + len(text) * len(pattern) // NFA_PAIRS_PER_STEP
+        + len(text) * program // NFA_PAIRS_PER_STEP
     )
 
 
