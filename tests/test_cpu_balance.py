@@ -248,7 +248,12 @@ def test_two_busy_workers_that_chose_the_same_cpu_part(children: list[Child]) ->
     second = Child(0, busy=True, start_on_first_cpu=True).held()
     children.extend([first, second])
     assert first.cpu == second.cpu
-    assert moves_within(20, first.cpu, lambda: len(first.cpus() | second.cpus()) == 2), (
+
+    def parted_and_held() -> bool:  # each held whole to one CPU, not the same one
+        a, b = first.cpus(), second.cpus()
+        return len(a) == 1 and len(b) == 1 and a != b
+
+    assert moves_within(20, first.cpu, parted_and_held), (
         first.cpus(),
         second.cpus(),
     )
