@@ -337,6 +337,16 @@ _CRON_HELP = "Five-field cron expression or @alias."
 _INTERVAL_HELP = (
     "Seconds between fires: at least the server's ASSAY_MIN_INTERVAL_SECONDS (60 by default)."
 )
+_IntervalSeconds = Annotated[
+    float | None,
+    Field(gt=0, le=366 * 24 * 3600, description=_INTERVAL_HELP, json_schema_extra=_INTERVAL_FLOOR),
+]
+_TimeZone = Annotated[
+    str,
+    Field(
+        description="IANA zone the cron expression is read in.", json_schema_extra=TIME_ZONE_FORMAT
+    ),
+]
 
 
 class ScheduleCreate(_Request):
@@ -350,18 +360,8 @@ class ScheduleCreate(_Request):
     kind: EvaluationKind = "check"
     targets: ServerScheduleTargets
     cron: str | None = Field(default=None, description=_CRON_HELP, json_schema_extra=CRON_FORMAT)
-    timezone: str = Field(
-        default="UTC",
-        description="IANA zone the cron expression is read in.",
-        json_schema_extra=TIME_ZONE_FORMAT,
-    )
-    interval_seconds: float | None = Field(
-        default=None,
-        gt=0,
-        le=366 * 24 * 3600,
-        description=_INTERVAL_HELP,
-        json_schema_extra=_INTERVAL_FLOOR,
-    )
+    timezone: _TimeZone = "UTC"
+    interval_seconds: _IntervalSeconds = None
     profile: ProfileName = Field(
         default=UNATTENDED_PROFILE, description="strict unless the schedule names another."
     )
@@ -495,18 +495,8 @@ class ScheduleUpdate(_Request):
     kind: EvaluationKind | None = None
     targets: ServerScheduleTargets | None = None
     cron: str | None = Field(default=None, description=_CRON_HELP, json_schema_extra=CRON_FORMAT)
-    timezone: str | None = Field(
-        default=None,
-        description="IANA zone the cron expression is read in.",
-        json_schema_extra=TIME_ZONE_FORMAT,
-    )
-    interval_seconds: float | None = Field(
-        default=None,
-        gt=0,
-        le=366 * 24 * 3600,
-        description=_INTERVAL_HELP,
-        json_schema_extra=_INTERVAL_FLOOR,
-    )
+    timezone: _TimeZone | None = None
+    interval_seconds: _IntervalSeconds = None
     profile: ProfileName | None = None
     budget: ApiBudget | None = None
     model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
