@@ -662,9 +662,9 @@ def evaluate_bool(expression: str, variables: Mapping[str, Any]) -> bool:
     return BoolProgram(expression)(variables)
 
 
-def variables_read(expression: str) -> set[str]:
-    """The names of the probe variables ``expression`` reads (``variables.NAME``)."""
-    return {m.group("name") for m in _STRING_OR_VARIABLE.finditer(expression) if m.group("name")}
+def _variable_reads(expression: str) -> list[str]:
+    """The probe variables ``expression`` reads (``variables.NAME``), once per read."""
+    return [m.group("name") for m in _STRING_OR_VARIABLE.finditer(expression) if m.group("name")]
 
 
 # What a variable may read and still be a constant of the probe run: nothing of the objects.
@@ -696,9 +696,7 @@ def constant_variables(
     copies: dict[str, int] = {}
     for name, source in variables:
         text = _without_strings(source)
-        occurrences = [
-            m.group("name") for m in _STRING_OR_VARIABLE.finditer(source) if m.group("name")
-        ]
+        occurrences = _variable_reads(source)
         copies[name] = min(1 + sum(copies.get(other, 1) for other in occurrences), 2**62)
         lazy = (
             any(reads_variable(text, root) for root in _OBJECT_INPUTS)

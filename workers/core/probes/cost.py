@@ -160,7 +160,7 @@ class CostModel:
     inlined_concatenations: int = 0
     literal_chars: int = 0  # the longest string written in it or in the variables
     # the copies of the input its value may hold through the variables it reads
-    # (:func:`_variable_copies`), as often as read
+    # (:func:`_variable_shapes`), as often as read
     copies: int = 0
 
     def estimate(self, variables: Mapping[str, Any], limit: int = MAX_STEPS) -> int:
@@ -308,61 +308,50 @@ def analyse(expression: str, variables: Mapping[str, str] | None = None) -> Cost
     concatenations = sum(1 for _, text in tokens if text == "+")
     if concatenations > MAX_CONCATENATIONS:
         raise CostExceeded(f"the expression has more than {MAX_CONCATENATIONS} '+' operators")
-    plus, literal, chars = _variable_shapes(tuple((variables or {}).items()))
-    copies = _variable_copies(tuple((variables or {}).items()))
+    plus, copies, literal, chars = _variable_shapes(tuple((variables or {}).items()))
     literal = max(literal, _longest_literal(tokens))
     inlined = dict(plus)
+    read = _variables_read(tokens)
     # the variables it reads concatenate too: their values are copied as often as read
-    through = sum(inlined.get(name, 0) for name in _variables_read(tokens))
+    through = sum(inlined.get(name, 0) for name in read)
     return CostModel(
         found, concatenations, base, set_calls, literal, inlined,
         inlined_concatenations=min(concatenations + through, _INLINED_CAP),
         literal_chars=max(chars, _longest_string(tokens)),
-        copies=min(sum(copies.get(name, 0) for name in _variables_read(tokens)), _INLINED_CAP),
+        copies=min(sum(dict(copies).get(name, 0) for name in read), _INLINED_CAP),
     )  # fmt: skip
-
-
-@lru_cache(maxsize=256)
-def _variable_copies(variables: tuple[tuple[str, str], ...]) -> dict[str, int]:
-    """Per variable, how many copies of the input its value may hold: one, and those of
-    each variable it reads, as often as read (transitively). ``[variables.a, variables.a]``
-    in a chain holds exponentially many without a `+`: the runtime shares them, but a
-    comparison, a membership test or a conversion walks every one. Capped at
-    :data:`_INLINED_CAP`."""
-    reads = {name: _variables_read(_tokens(source)) for name, source in variables}
-    out: dict[str, int] = {}
-    for name, _ in variables:  # a variable reads only those before it (cel.py)
-        total = 1
-        for other in reads[name]:
-            total = min(total + out.get(other, 0), _INLINED_CAP)
-        out[name] = total
-    return out
 
 
 @lru_cache(maxsize=256)
 def _variable_shapes(
     variables: tuple[tuple[str, str], ...],
-) -> tuple[tuple[tuple[str, int], ...], int, int]:
-    """Per variable its concatenations (:func:`_variable_plus`), the longest list written in
-    any of them, and the longest string."""
-    literal = max((_longest_literal(_tokens(source)) for _, source in variables), default=0)
-    chars = max((_longest_string(_tokens(source)) for _, source in variables), default=0)
-    return tuple(_variable_plus(dict(variables)).items()), literal, chars
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...], int, int]:
+    """Per variable its concatenations and the copies of the input its value may hold
+    (:func:`_through_reads`), the longest list written in any of them, and the longest
+    string."""
+    tokens = {name: _tokens(source) for name, source in variables}
+    reads = {
+        name: [other for other in _variables_read(found) if other in tokens]
+        for name, found in tokens.items()
+    }
+    # ``a + a`` over ``a``'s one `+` has three; a chain of variables each doubling the one
+    # before has exponentially many, as its value's size grows (a variable is evaluated
+    # once, but a value concatenated with itself is copied, and doubled, all the same)
+    own_plus = {name: sum(1 for _, text in found if text == "+") for name, found in tokens.items()}
+    plus = _through_reads(own_plus, reads)
+    # ``[variables.a, variables.a]`` in a chain holds exponentially many copies without a
+    # `+`: the runtime shares them, but a comparison, a membership test or a conversion
+    # walks every one
+    copies = _through_reads(dict.fromkeys(tokens, 1), reads)
+    literal = max((_longest_literal(found) for found in tokens.values()), default=0)
+    chars = max((_longest_string(found) for found in tokens.values()), default=0)
+    return tuple(plus.items()), tuple(copies.items()), literal, chars
 
 
-def _variable_plus(variables: Mapping[str, str]) -> dict[str, int]:
-    """Per variable, the `+` operators of its definition and of the variables it reads, each
-    counted as often as it is read (its text inlined, transitively): ``a + a`` over ``a``'s
-    one `+` has three, and a chain of variables each doubling the one before has
-    exponentially many, as its value's size grows (a variable is evaluated once, but a value
-    concatenated with itself is copied, and doubled, all the same). Capped at
-    :data:`_INLINED_CAP`, far past any bound."""
-    own: dict[str, int] = {}
-    reads: dict[str, list[str]] = {}
-    for name, source in variables.items():
-        tokens = _tokens(source)
-        own[name] = sum(1 for _, text in tokens if text == "+")
-        reads[name] = [other for other in _variables_read(tokens) if other in variables]
+def _through_reads(own: Mapping[str, int], reads: Mapping[str, list[str]]) -> dict[str, int]:
+    """Per variable, its ``own`` figure plus that of each variable it reads, counted as
+    often as it is read (its text inlined, transitively). Capped at :data:`_INLINED_CAP`,
+    far past any bound."""
     out: dict[str, int] = {}
 
     def inlined(name: str, seen: frozenset[str]) -> int:
@@ -375,7 +364,7 @@ def _variable_plus(variables: Mapping[str, str]) -> dict[str, int]:
         out[name] = total
         return total
 
-    for name in variables:
+    for name in own:
         inlined(name, frozenset())
     return out
 
