@@ -261,17 +261,23 @@ def _unknown_field(document: type[BaseModel], loc: Loc) -> str:
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
-        field = model.model_fields.get(part) if _is_model(model) else None
-        model = field and _inner_model(field.annotation)
+        fields = _fields_by_key(model) if _is_model(model) else {}
+        model = _inner_model(fields[part].annotation) if part in fields else None
         if model is None:
             return f"unknown field {loc[-1]!r}"
     if not _is_model(model):
         return f"unknown field {loc[-1]!r}"
-    names = sorted(info.alias or name for name, info in model.model_fields.items())
+    names = sorted(_fields_by_key(model))
     folded = {name.lower().replace("_", ""): name for name in names}
     close = difflib.get_close_matches(str(loc[-1]).lower().replace("_", ""), folded, n=1)
     meant = f"; did you mean {folded[close[0]]!r}?" if close else ""
     return f"unknown field {loc[-1]!r}{meant} (this object takes: {', '.join(names)})"
+
+
+def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's fields by the key a file writes them under (the alias, where there is one),
+    as the error locations name them."""
+    return {info.alias or name: info for name, info in model.model_fields.items()}
 
 
 def _is_model(value: object) -> bool:
