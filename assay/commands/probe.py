@@ -233,7 +233,7 @@ def export(
 ) -> None:
     """Print the probe as a ValidatingAdmissionPolicy + binding, or a Kyverno ValidatingPolicy
     (checked as the API server would, refused with the reason otherwise)."""
-    from workers.core.probes.export import NotExportable, export_yaml
+    from workers.core.probes.export import NotExportable, export_probe
 
     if fmt not in ("vap", "kyverno"):
         raise typer.BadParameter("use vap or kyverno", param_hint="--format")
@@ -248,10 +248,10 @@ def export(
             return probe_policies.export(ref, fmt, action, backend)
         record = _record(_store(settings), check_id)
         try:
-            text = export_yaml(record, fmt, action=action or "Audit", backend=backend)  # type: ignore[arg-type]
+            exported = export_probe(record, fmt, action=action, backend=backend)  # type: ignore[arg-type]
         except NotExportable as exc:
             fail(f"probe v{record.version} of {check_id} cannot be exported: {exc}", EXIT_USAGE)
-        print(text, end="")
+        probe_policies.print_export(exported)
     finally:
         if backend is not None:
             backend.close()
