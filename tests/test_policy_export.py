@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from assay.testing.policy_corpus import Judge, _with_namespace, read_library
+from assay.testing.policy_corpus import Judge, read_library, with_namespace
 from schemas.policy import ImportedPolicy
 from schemas.probe import ProbeLookup, ProbeRecord, ProbeValidation, ProbeVariable, ProposedProbe
 from schemas.verdict import VerdictKind
@@ -272,7 +272,7 @@ def test_an_imported_policy_exports_back_to_an_equivalent_one(fmt: str, tmp_path
         text = yaml.safe_dump_all(export_policy_documents(original, fmt))  # type: ignore[arg-type]
         again, refusals = import_documents(documents_from_text(text, "exported.yaml"))
         assert refusals == [] and again
-        obj = _with_namespace(fixture.obj)
+        obj = with_namespace(fixture.obj)
         if fmt == "kyverno" and original.format == "vap" and _holds_null(obj):
             continue  # the API server reads a null field as absent, Kyverno as null
         before = _verdict([original], obj, tmp_path / f"{number}-a")

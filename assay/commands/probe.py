@@ -187,7 +187,7 @@ def test(
     settings = settings_or_usage()
     ref = policy_reference(check_id)
     record = _record(_store(settings), check_id) if ref is None else None
-    backend = _target_backend(
+    backend = target_backend(
         snapshot, context, settings, unreadable=EXIT_CODES[VerdictKind.CANNOT_DETERMINE]
     )
     profile = record.profile if record is not None else None
@@ -263,10 +263,10 @@ def _export_target(
     """The target an export resolves custom kinds on, if one was given."""
     if snapshot is None and context is None:
         return None
-    return _target_backend(snapshot, context, settings, unreadable=EXIT_USAGE)
+    return target_backend(snapshot, context, settings, unreadable=EXIT_USAGE)
 
 
-def _target_backend(
+def target_backend(
     snapshot: Path | None, context: str | None, settings: AssaySettings, *, unreadable: int
 ) -> ClusterBackend:
     """The snapshot (inside the snapshot roots) or kubeconfig context named; one that cannot

@@ -284,7 +284,7 @@ class Judge:
             names = {r.name for r in policy.rules if fixture.rule in (r.name, r.pod_controllers)}
             rules = {policy.name: names}
         with tempfile.TemporaryDirectory(prefix="assay-corpus-") as folder:
-            obj = _with_namespace(fixture.obj)
+            obj = with_namespace(fixture.obj)
             (Path(folder) / "object.json").write_text(json.dumps(obj))
             backend = SnapshotBackend(folder)
             began = time.perf_counter()
@@ -317,7 +317,7 @@ def _names(policy: ImportedPolicy, name: str) -> bool:
     return name in (policy.name, policy.policy_name)
 
 
-def _with_namespace(obj: dict[str, Any]) -> dict[str, Any]:
+def with_namespace(obj: dict[str, Any]) -> dict[str, Any]:
     """A namespaced object a test leaves without a namespace is in ``default``, as the
     library's CLI reads it."""
     meta = obj.get("metadata")
