@@ -28,15 +28,11 @@ from schemas.exit_codes import EXIT_USAGE
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
     from workers.core.policies.documents import SourcedDocument
+    from workers.core.probes.export import Exported
     from workers.core.probes.translation import Proof
     from workers.core.toolsets.backend import ClusterBackend
 
 EXIT_DISAGREES = 1
-POLICY_GROUPS = frozenset(
-    {"admissionregistration.k8s.io", "kyverno.io", "policies.kyverno.io",
-     "templates.gatekeeper.sh", "constraints.gatekeeper.sh", "cli.kyverno.io",
-     "test.gatekeeper.sh"}
-)  # fmt: skip
 MAX_SHOWN = 20
 
 policy_app = typer.Typer(
@@ -80,7 +76,7 @@ def translate(
     from assay.commands.options import settings_or_usage
     from workers.core.policies.documents import UnreadableFile
     from workers.core.probes.export import NotExportable
-    from workers.core.probes.translation import NotProvable
+    from workers.core.probes.translation import NotProvable, NotTranslatable, translate_and_prove
 
     if to not in ("vap", "kyverno"):
         raise typer.BadParameter("use vap or kyverno", param_hint="--to")
@@ -95,70 +91,35 @@ def translate(
         fail(f"{exc}; nothing was translated", EXIT_USAGE)
     target = _target(against, context, settings)
     try:
-        _run(documents, objects, target, to, action, force, output)
-    except NotExportable as exc:
-        fail(f"it cannot be translated to {to}: {exc}", EXIT_USAGE)
+        exported, proof = translate_and_prove(
+            documents,
+            objects,
+            "kyverno" if to == "kyverno" else "vap",
+            action=action,  # type: ignore[arg-type]
+            target=target,
+        )
+    except (NotTranslatable, NotExportable) as exc:
+        fail(str(exc), EXIT_USAGE)
     except NotProvable as exc:
         fail(str(exc), EXIT_DISAGREES)
     finally:
         if target is not None:
             target.close()
+    _write(exported, proof, force, output)
 
 
-def _run(
-    documents: list[SourcedDocument],
-    objects: list[dict[str, Any]],
-    target: ClusterBackend | None,
-    to: str,
-    action: str | None,
-    force: bool,
-    output: Path | None,
-) -> None:
-    import tempfile
-
-    from workers.core.policies.importer import import_documents
-    from workers.core.probes.translation import (
-        objects_to_judge,
-        prove,
-        reimport,
-        translate,
-    )
-
-    policies, refusals = import_documents(documents)
-    if refusals:
-        shown = "; ".join(f"{r.kind} {r.name}: {r.reason}" for r in refusals)
-        fail(f"some documents cannot be translated: {shown}", EXIT_USAGE)
-    if not policies:
-        fail("the files hold no policy to translate", EXIT_USAGE)
-    with tempfile.TemporaryDirectory(prefix="assay-translate-") as folder:
-        given = _snapshot_of(objects, Path(folder)) if objects else None
-        kinds = target or given
-        exported = translate(
-            policies,
-            "kyverno" if to == "kyverno" else "vap",
-            action=action,  # type: ignore[arg-type]
-            backend=kinds,
-        )
-        translated = reimport(exported)
-        proof = prove(policies, translated, given, objects) if given is not None else None
-        if target is not None:
-            found = list(objects_to_judge(policies + translated, target))
-            on_target = prove(policies, translated, target, found)
-            proof = on_target if proof is None else _joined(proof, on_target)
-        if proof is None:
-            fail(
-                "there is nothing to prove it on: give objects (the policy's own tests, or "
-                "files of objects) or --against SNAPSHOT or --context NAME",
-                EXIT_USAGE,
-            )
+def _write(exported: Exported, proof: Proof, force: bool, output: Path | None) -> None:
+    """The warnings and the proof on stderr; the translation when proven (or forced)."""
     for warning in exported.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    _report(proof)
+    print(proof.summary(), file=sys.stderr)
+    for verdict in proof.disagreements[:MAX_SHOWN]:
+        print(f"  disagrees: {verdict.describe()}", file=sys.stderr)
+    if len(proof.disagreements) > MAX_SHOWN:
+        print(f"  and {len(proof.disagreements) - MAX_SHOWN} more", file=sys.stderr)
     if not proof.proven and not force:
-        print(
-            "not written: the translation is not proven (--force writes it anyway)",
-            file=sys.stderr,
-        )
+        print("not written: the translation is not proven (--force writes it anyway)",
+              file=sys.stderr)  # fmt: skip
         raise typer.Exit(EXIT_DISAGREES)
     text = exported.yaml()
     if output is None:
@@ -169,52 +130,28 @@ def _run(
     raise typer.Exit(0 if proof.proven else EXIT_DISAGREES)
 
 
-def _joined(first: Proof, second: Proof) -> Proof:
-    from workers.core.probes.translation import Proof
-
-    return Proof(first.verdicts + second.verdicts)
-
-
-def _report(proof: Proof) -> None:
-    print(proof.summary(), file=sys.stderr)
-    for verdict in proof.disagreements[:MAX_SHOWN]:
-        print(f"  disagrees: {verdict.describe()}", file=sys.stderr)
-    if len(proof.disagreements) > MAX_SHOWN:
-        print(f"  and {len(proof.disagreements) - MAX_SHOWN} more", file=sys.stderr)
-
-
 def _inputs(paths: list[Path]) -> tuple[list[SourcedDocument], list[dict[str, Any]]]:
     """The policy documents, and the objects to prove on (module docstring)."""
     from assay.testing.policy_corpus import read_library
     from workers.core.policies.documents import UnreadableFile, read_files
+    from workers.core.probes.translation import split_documents
 
-    documents: list[SourcedDocument] = []
+    files: list[Path] = []
     objects: list[dict[str, Any]] = []
-    policy_files: list[Path] = []
     for path in paths:
         if path.is_dir() or _is_test(path):
-            root = path if path.is_dir() else path.parent
-            fixtures = read_library(root).fixtures
+            fixtures = read_library(path if path.is_dir() else path.parent).fixtures
             if not path.is_dir():
                 fixtures = [f for f in fixtures if Path(f.source).resolve() == path.resolve()]
             if not fixtures:
                 raise UnreadableFile(f"{path} holds no Kyverno test or Gatekeeper suite")
-            policy_files += [Path(f) for fx in fixtures for f in fx.policy_files]
+            files += [Path(file) for fixture in fixtures for file in fixture.policy_files]
             objects += [fixture.obj for fixture in fixtures]
         else:
-            policy_files.append(path)
-    seen: set[Path] = set()
-    for file in policy_files:
-        if file.resolve() in seen:
-            continue
-        seen.add(file.resolve())
-        for document in read_files([file]):
-            if document.api_group in POLICY_GROUPS:
-                documents.append(document)
-            else:
-                objects.append(document.document)
-    documents += _params_objects(documents, objects)
-    return documents, _unique(objects)
+            files.append(path)
+    unique = list({file.resolve(): file for file in files}.values())
+    documents, more = split_documents(read_files(unique))
+    return documents, objects + more
 
 
 def _is_test(path: Path) -> bool:
@@ -225,53 +162,6 @@ def _is_test(path: Path) -> bool:
     return ("kind: Test" in head and "cli.kyverno.io" in head) or (
         "kind: Suite" in head and "test.gatekeeper.sh" in head
     )
-
-
-def _params_objects(
-    documents: list[SourcedDocument], objects: list[dict[str, Any]]
-) -> list[SourcedDocument]:
-    """The objects a ValidatingAdmissionPolicy of the files takes as params (they are
-    policy documents, though they are also judged like any object)."""
-    from workers.core.policies.documents import SourcedDocument
-
-    kinds = set()
-    for document in documents:
-        spec = document.document.get("spec")
-        kind = spec.get("paramKind") if isinstance(spec, dict) else None
-        if isinstance(kind, dict):
-            kinds.add((kind.get("apiVersion"), kind.get("kind")))
-    return [
-        SourcedDocument("params", o)
-        for o in objects
-        if (o.get("apiVersion"), o.get("kind")) in kinds
-    ]
-
-
-def _unique(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each object once (by kind, namespace and name), with the namespace a namespaced
-    object left without one is created in (``default``)."""
-    from assay.testing.policy_corpus import with_namespace
-
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for obj in objects:
-        if not isinstance(obj, dict) or not obj.get("kind"):
-            continue
-        obj = with_namespace(obj)
-        meta = obj.get("metadata") or {}
-        key = (obj.get("apiVersion"), obj.get("kind"), meta.get("namespace"), meta.get("name"))
-        out.setdefault(key, obj)
-    return list(out.values())
-
-
-def _snapshot_of(objects: list[dict[str, Any]], folder: Path) -> ClusterBackend:
-    """A snapshot of the given objects: their kinds (CRDs among them) and namespaces."""
-    import json
-
-    from workers.core.toolsets.snapshot_backend import SnapshotBackend
-
-    for number, obj in enumerate(objects):
-        (folder / f"{number}.json").write_text(json.dumps(obj), encoding="utf-8")
-    return SnapshotBackend(folder)
 
 
 def _target(

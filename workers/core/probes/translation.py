@@ -13,21 +13,39 @@ is matched) is carried field by field by the export itself (export_policy.py).
 
 from __future__ import annotations
 
+import json
+import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from schemas.policy import ImportedPolicy, ImportRefusal
 from schemas.verdict import VerdictKind
-from workers.core.policies.documents import documents_from_text
+from workers.core.policies.documents import SourcedDocument, documents_from_text
 from workers.core.policies.importer import import_documents
 from workers.core.policies.matching import Undecidable, resources_of
 from workers.core.policies.run import run_policies
 from workers.core.probes.export import Action, Exported, ExportFormat, NotExportable, export_policy
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
+from workers.core.toolsets.kinds import builtin_index
 from workers.core.toolsets.redaction import SecretScrubber
+from workers.core.toolsets.snapshot_backend import SnapshotBackend
 
 Judged = Literal["allowed", "denied", "undetermined"]
+# API groups of policy documents (policies, bindings, constraints, the engines' own tests):
+# every other document given with them is an object to prove the translation on.
+POLICY_GROUPS = frozenset(
+    {"admissionregistration.k8s.io", "kyverno.io", "policies.kyverno.io",
+     "templates.gatekeeper.sh", "constraints.gatekeeper.sh", "cli.kyverno.io",
+     "test.gatekeeper.sh"}
+)  # fmt: skip
+
+
+class NotTranslatable(ValueError):
+    """The documents cannot be translated (a refused import, no policy, no object to prove
+    it on); the message says why."""
 
 
 class NotProvable(ValueError):
@@ -78,6 +96,97 @@ class Proof:
         )
 
 
+def split_documents(
+    documents: list[SourcedDocument],
+) -> tuple[list[SourcedDocument], list[dict[str, Any]]]:
+    """The policy documents (with the params objects a ValidatingAdmissionPolicy among them
+    takes), and the objects (every other document; a params object is judged too)."""
+    policies = [d for d in documents if d.api_group in POLICY_GROUPS]
+    params_kinds = set()
+    for document in policies:
+        spec = document.document.get("spec")
+        kind = spec.get("paramKind") if isinstance(spec, dict) else None
+        if isinstance(kind, dict):
+            params_kinds.add((kind.get("apiVersion"), kind.get("kind")))
+    others = [d for d in documents if d.api_group not in POLICY_GROUPS]
+    params = [d for d in others if (d.document.get("apiVersion"), d.kind) in params_kinds]
+    return policies + params, [d.document for d in others]
+
+
+def translate_and_prove(
+    documents: list[SourcedDocument],
+    objects: list[dict[str, Any]],
+    fmt: ExportFormat,
+    *,
+    action: Action | None = None,
+    target: ClusterBackend | None = None,
+    deadline: float | None = None,
+) -> tuple[Exported, Proof]:
+    """The policies of ``documents`` translated to ``fmt``, and the proof on ``objects``
+    and, with a ``target``, on every object of it of a kind they judge. NotTranslatable,
+    NotExportable or NotProvable (each saying why) when there is no such translation or
+    proof."""
+    policies, refusals = import_documents(documents)
+    if refusals:
+        raise NotTranslatable(
+            "some documents cannot be translated: " + "; ".join(_refusal(r) for r in refusals)
+        )
+    if not policies:
+        raise NotTranslatable("the documents hold no policy to translate")
+    objects = unique_objects(objects)
+    if not objects and target is None:
+        raise NotTranslatable(
+            "there is nothing to prove it on: give objects (the policy's own tests, or files "
+            "of objects) or a snapshot or context to judge"
+        )
+    with tempfile.TemporaryDirectory(prefix="assay-translate-") as folder:
+        given = _snapshot_of(objects, Path(folder)) if objects else None
+        exported = translate(policies, fmt, action=action, backend=target or given)
+        translated = reimport(exported)
+        proof = Proof()
+        if given is not None:
+            proof = prove(policies, translated, given, objects, deadline=deadline)
+    if target is not None:
+        found = unique_objects(list(objects_to_judge(policies + translated, target)))
+        proof.verdicts += prove(policies, translated, target, found, deadline=deadline).verdicts
+    return exported, proof
+
+
+def unique_objects(objects: list[Any]) -> list[dict[str, Any]]:
+    """Each object once (by API version, kind, namespace and name), a namespaced object
+    left without a namespace in ``default`` (where it would be created)."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for obj in objects:
+        if not isinstance(obj, dict) or not obj.get("kind"):
+            continue
+        obj = with_namespace(obj)
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        key = (obj.get("apiVersion"), obj.get("kind"), meta.get("namespace"), meta.get("name"))
+        out.setdefault(key, obj)
+    return list(out.values())
+
+
+def with_namespace(obj: dict[str, Any]) -> dict[str, Any]:
+    """A namespaced object written without a namespace is in ``default``, as ``kubectl
+    apply`` (and the engines' test tools) put it."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or meta.get("namespace") or obj.get("kind") == "Namespace":
+        return obj
+    try:
+        namespaced = builtin_index().resolve(str(obj.get("kind") or "")).namespaced
+    except BackendError:
+        namespaced = True
+    return {**obj, "metadata": {**meta, "namespace": "default"}} if namespaced else obj
+
+
+def _snapshot_of(objects: list[dict[str, Any]], folder: Path) -> SnapshotBackend:
+    """A snapshot of the given objects: their kinds (CRDs among them) and namespaces."""
+    for number, obj in enumerate(objects):
+        (folder / f"{number}.json").write_text(json.dumps(obj), encoding="utf-8")
+    return SnapshotBackend(folder)
+
+
 def translate(
     policies: list[ImportedPolicy],
     fmt: ExportFormat,
@@ -120,12 +229,20 @@ def prove(
     translated: list[ImportedPolicy],
     backend: ClusterBackend,
     objects: list[dict[str, Any]],
+    *,
+    deadline: float | None = None,
 ) -> Proof:
     """Each object judged by the originals and by the translation (module docstring);
-    ``backend`` serves the kinds and the namespaces the objects are judged among."""
+    ``backend`` serves the kinds and the namespaces the objects are judged among.
+    ``deadline`` (a ``time.monotonic()`` instant): past it, NotProvable."""
     served = _served(backend)
     proof = Proof()
-    for obj in objects:
+    for number, obj in enumerate(objects):
+        if deadline is not None and time.monotonic() > deadline:
+            raise NotProvable(
+                f"time ran out after judging {number} of {len(objects)} objects, so the "
+                "translation is not proven"
+            )
         resource = _resource_of(obj, served)
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         assert isinstance(meta, dict)
@@ -138,19 +255,19 @@ def prove(
             )  # fmt: skip
             continue
         view = OneObject(backend, served, resource, obj)
-        before, why_before = _judge(originals, view, kind, name)
-        after, why_after = _judge(translated, view, kind, name)
+        before, why_before = _judge(originals, view, kind, name, deadline)
+        after, why_after = _judge(translated, view, kind, name, deadline)
         reason = "; ".join(dict.fromkeys(r for r in (why_before, why_after) if r))
         proof.verdicts.append(ObjectVerdict(kind, namespace, name, before, after, reason))
     return proof
 
 
 def _judge(
-    policies: list[ImportedPolicy], view: OneObject, kind: str, name: str
+    policies: list[ImportedPolicy], view: OneObject, kind: str, name: str, deadline: float | None
 ) -> tuple[Judged, str]:
     """Denied when any policy finds the object violating it; undetermined when one could
     not judge it (and none denied); allowed otherwise."""
-    results, _ = run_policies(policies, view)
+    results, _ = run_policies(policies, view, deadline=deadline)
     if any(v.kind == kind and v.name == name for r in results for v in r.violations):
         return "denied", ""
     failed = [r for r in results if r.verdict == VerdictKind.CANNOT_DETERMINE]
