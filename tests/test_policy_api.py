@@ -129,3 +129,60 @@ def test_refusals_and_bad_text_are_answered(api: ApiServer, store: PolicyStore) 
     assert _post(api, {"documents": "0"}).status_code == 422  # YAML, but no document
     everything_refused = _post(api, {"documents": "apiVersion: v1\nkind: ConfigMap\n"})
     assert everything_refused.status_code == 200 and everything_refused.json()["imported"] == []
+
+
+NULL_SENSITIVE = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: replicas-set}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}
+  validations:
+    - {expression: "has(object.spec.replicas)", message: replicas must be set}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: nulled, namespace: prod}
+spec: {replicas: null, selector: {matchLabels: {app: a}}, template: {spec: {containers: []}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: set, namespace: prod}
+spec: {replicas: 2, selector: {matchLabels: {app: a}}, template: {spec: {containers: []}}}
+"""
+
+
+def _translate(api: ApiServer, body: dict[str, object], token: str = WRITE_TOKEN) -> httpx.Response:
+    return httpx.post(
+        f"{api.url}/v1/policy-translations", json=body, headers=auth(token), timeout=60
+    )
+
+
+def test_a_translation_is_answered_only_when_proven(api: ApiServer, store: PolicyStore) -> None:
+    assert _translate(api, {"documents": NULL_SENSITIVE}, READ_TOKEN).status_code == 403
+    proven = _translate(api, {"documents": NULL_SENSITIVE, "to": "vap"})
+    assert proven.status_code == 200, proven.text
+    body = proven.json()
+    assert body["proven"] is True and body["objects_judged"] == 2
+    kinds = [d["kind"] for d in yaml.safe_load_all(body["documents"])]
+    assert kinds == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    # as Kyverno the null field reads as present: the translation is not proven, not answered
+    refused = _translate(api, {"documents": NULL_SENSITIVE, "to": "kyverno"})
+    assert refused.status_code == 200, refused.text
+    body = refused.json()
+    assert body["proven"] is False and body["documents"] is None
+    assert [(d["name"], d["original"], d["translation"]) for d in body["disagreements"]] == [
+        ("nulled", "denied", "allowed")
+    ]
+    forced = _translate(api, {"documents": NULL_SENSITIVE, "to": "kyverno", "force": True})
+    assert forced.json()["proven"] is False and "ValidatingPolicy" in forced.json()["documents"]
+    broken = _translate(
+        api, {"documents": NULL_SENSITIVE.replace("has(object.spec.replicas)", "oldObject == null")}
+    )
+    assert broken.status_code == 200
+    assert broken.json()["proven"] is False and broken.json()["documents"] is None
+    assert "reads oldObject" in broken.json()["refused"]
+    assert store.names() == []  # a translation stores nothing
