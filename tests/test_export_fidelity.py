@@ -61,7 +61,10 @@ spec:
   matchConditions:
     - {name: not-kube-system, expression: "object.metadata.namespace != 'kube-system'"}
   variables:
-    - {name: privileged, expression: "object.spec.containers.filter(c, c.?securityContext.?privileged.orValue(false)).map(c, c.name)"}
+    - name: privileged
+      expression: >-
+        object.spec.containers.filter(c, c.?securityContext.?privileged.orValue(false))
+          .map(c, c.name)
   validations:
     - expression: "size(variables.privileged) == 0"
       message: privileged containers
@@ -110,7 +113,8 @@ spec:
         failureAction: Enforce
         cel:
           expressions:
-            - {expression: "object.spec.containers.all(c, c.image != 'busybox')", message: no busybox}
+            - expression: "object.spec.containers.all(c, c.image != 'busybox')"
+              message: no busybox
           auditAnnotations:
             - {key: images, valueExpression: "object.spec.containers.map(c, c.image).join(',')"}
 """
@@ -341,6 +345,10 @@ def _corpus_policies() -> list[ImportedPolicy]:
     return list(out.values())
 
 
+def _entries(match: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(match.get("any") or [{"resources": match.get("resources")}])
+
+
 def _kyverno_operations(description: dict[str, Any]) -> list[str]:
     return [op for op in KYVERNO_OPERATIONS if op in (description.get("operations") or
                                                        KYVERNO_OPERATIONS)]  # fmt: skip
@@ -368,8 +376,8 @@ def test_every_corpus_export_matches_its_originals_requests_field_by_field() -> 
                 wanted = [
                     _kyverno_operations(entry["resources"])
                     for rule in rules.values()
-                    for entry in (rule["match"].get("any") or [{"resources": rule["match"].get("resources")}])
-                ]  # fmt: skip
+                    for entry in _entries(rule["match"])
+                ]
                 for rule in constraints["resourceRules"]:
                     assert rule["operations"] in wanted, policy.name
                     if "pods" in rule["resources"]:  # as Kyverno's webhook matches a Pod rule

@@ -11,38 +11,12 @@ import pytest
 import yaml
 
 from tests.cli_support import run_cli as run
+from tests.translation_support import NULL_SENSITIVE
+from tests.translation_support import deployment as _deployment
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "fixtures" / "cel_corpus"
 EXAMPLES = ROOT / "examples"
-
-# A VAP whose check of `has()` on a field written as null: the API server reads a null
-# field as absent, Kyverno as present, so the two engines disagree on such an object.
-NULL_SENSITIVE = """
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: replicas-set}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}
-  validations:
-    - {expression: "has(object.spec.replicas)", message: replicas must be set}
-"""
-
-
-def _deployment(name: str, replicas: object) -> dict[str, object]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "prod"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": []}},
-        },
-    }
 
 
 def _files(tmp_path: Path, *objects: dict[str, object]) -> list[str]:

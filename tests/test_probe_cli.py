@@ -196,7 +196,8 @@ def test_kyverno_export_matches_the_validating_policy_shape(
 ) -> None:
     _store_probe(probes)
     # a probe over the status never blocks: every new Deployment would fail it
-    code, out, err = run(capsys, "probe", "export", CHECK, "--format", "kyverno", "--action", "Deny")
+    code, out, err = run(capsys, "probe", "export", CHECK, "--format", "kyverno",
+                         "--action", "Deny")  # fmt: skip
     assert code == 64 and out == ""
     assert "reads object.status, which the API server fills in after admission" in err
     code, out, _ = run(capsys, "probe", "export", CHECK, "--format", "kyverno")
