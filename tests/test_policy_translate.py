@@ -128,3 +128,20 @@ def test_refusals_exit_64_with_the_reason(
     policy.write_text(NULL_SENSITIVE)
     code, out, err = run(capsys, "policy", "translate", files[0])
     assert code == 64 and "nothing to prove it on" in err
+
+
+def test_a_translation_is_proven_on_a_live_cluster_read_only(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from assay.testing.fake_apiserver import FakeApiServer
+    from assay.testing.fake_cluster import FakeCluster
+
+    cluster = FakeCluster.from_snapshot(EXAMPLES / "snapshots" / "prod-eu", name="eu")
+    with FakeApiServer([cluster]) as server:
+        monkeypatch.setenv("ASSAY_KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kc")))
+        policy = str(EXAMPLES / "policies" / "kyverno-run-as-non-root.yaml")
+        code, out, err = run(capsys, "policy", "translate", policy, "--context", "eu")
+        assert code == 0, err
+        assert "24 of 24 objects judged alike" in err  # as on the snapshot it was taken from
+        assert server.methods() == {"GET"}
+    assert [d["kind"] for d in yaml.safe_load_all(out)].count("ValidatingAdmissionPolicy") == 3
