@@ -80,13 +80,18 @@ def test_a_disagreement_writes_nothing_and_exits_1(
 def test_an_object_neither_can_judge_is_not_proof(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    files = _files(tmp_path, _deployment("set", 2))
+    paused = _deployment("paused", 2)
+    paused["spec"]["paused"] = False  # type: ignore[index]
+    files = _files(tmp_path, _deployment("unset", 2), paused)
     policy = Path(files[0])
     policy.write_text(NULL_SENSITIVE.replace("has(object.spec.replicas)",
                                              "object.spec.paused == false"))  # fmt: skip
     code, out, err = run(capsys, "policy", "translate", *files)
     assert code == 1 and out == ""
-    assert "original undetermined, translation undetermined" in err
+    # judged together, then each alone: the one that can be judged is, and agrees
+    assert "1 of 2 objects judged alike" in err
+    assert "Deployment prod/unset: original undetermined, translation undetermined" in err
+    assert "prod/paused" not in err
 
 
 @pytest.mark.parametrize(
