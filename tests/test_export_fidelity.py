@@ -252,6 +252,13 @@ def test_a_cluster_policy_rule_without_operations_admits_every_operation() -> No
     assert binding["spec"]["validationActions"] == ["Audit", "Warn"]  # Audit + emitWarning
     (kyverno,) = export_policy_documents(_one(ANY_OPERATION), "kyverno")
     assert kyverno["spec"]["matchConstraints"]["resourceRules"] == [rule]
+    assert "evaluation" not in kyverno["spec"]
+    # a policy Kyverno runs only at admission, or only in the background, stays so
+    for field in ("admission", "background"):
+        text = ANY_OPERATION.replace("emitWarning: true", f"emitWarning: true\n  {field}: false")
+        (kyverno,) = export_policy_documents(_one(text), "kyverno")
+        assert kyverno["spec"]["evaluation"] == {field: {"enabled": False}}
+        assert problems(kyverno) == []
 
 
 def test_a_namespaced_validating_policy_judges_its_namespace_only() -> None:

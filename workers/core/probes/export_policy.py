@@ -360,8 +360,10 @@ def _cluster_policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kin
         draft.binding = {"validationActions": actions}
         draft.pod_controllers = _controllers(policy, rule)
         draft.warnings = list(warnings)
-        if spec.get("admission") is False:
-            draft.kyverno_evaluation = {"admission": {"enabled": False}}
+        evaluation = {
+            key: {"enabled": False} for key in ("admission", "background") if spec.get(key) is False
+        }
+        draft.kyverno_evaluation = evaluation or None
         if document.get("kind") == "Policy":
             _namespaced_only(draft.spec["matchConstraints"], rule.name)
         drafts.append(draft)
