@@ -658,6 +658,62 @@ class PolicyImport(_Request):
     dry_run: bool = Field(default=False, description="Say what would be imported; store nothing.")
 
 
+class PolicyTranslationRequest(_Request):
+    """Policies to translate into another engine's form, and what to prove it on."""
+
+    documents: str = Field(
+        min_length=1,
+        max_length=MAX_IMPORT_CHARS,
+        description="YAML or JSON text: the policies (a Gatekeeper ConstraintTemplate and its "
+        "constraint, a Kyverno policy, a ValidatingAdmissionPolicy with its binding and params) "
+        "and any objects to prove the translation on (every document that is not a policy).",
+        json_schema_extra=POLICY_DOCUMENTS_FORMAT,
+    )
+    to: Literal["vap", "kyverno"] = Field(
+        default="vap", description="vap: ValidatingAdmissionPolicy; kyverno: ValidatingPolicy."
+    )
+    action: Literal["Audit", "Warn", "Deny"] | None = Field(
+        default=None, description="The binding's action; None: each policy's own."
+    )
+    target: ApiTarget | None = Field(
+        default=None,
+        description="Prove it on every object of this target too, of a kind the policies judge.",
+    )
+    force: bool = Field(
+        default=False, description="Answer the translation even when an object disagrees."
+    )
+
+
+class TranslatedObject(_Body):
+    """An object judged by the original policies and by their translation."""
+
+    kind: str
+    namespace: str | None = None
+    name: str
+    original: Literal["allowed", "denied", "undetermined"]
+    translation: Literal["allowed", "denied", "undetermined"]
+    reason: str = ""
+
+
+class PolicyTranslation(_Body):
+    """A translation and its proof: ``documents`` (YAML) only when every object judged agrees,
+    or when ``force`` asked for it; ``refused`` says why there is no translation or proof."""
+
+    proven: bool = Field(description="Every object judged alike, none undetermined.")
+    refused: str | None = Field(
+        default=None,
+        description="Why the policies were not translated or the translation not judged "
+        "(a refused import, a field with no counterpart, nothing to prove it on, an "
+        "unreadable target), in one sentence.",
+    )
+    documents: str | None = Field(default=None, description="The translation, as YAML.")
+    warnings: list[str] = Field(default_factory=list)
+    objects_judged: int = 0
+    disagreements: list[TranslatedObject] = Field(
+        default_factory=list, description="Objects judged differently, or not at all (100 at most)."
+    )
+
+
 class PolicyList(_Body):
     """The imported policies, and each set with its policies' names."""
 

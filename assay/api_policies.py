@@ -8,7 +8,10 @@ only replacements, or every policy refused). The import is a POST on the collect
 way round) and a path's 405 lists only its own methods. ``GET /v1/policies`` lists the
 imported policies and the sets;
 ``GET /v1/policies/{name}`` one policy; ``GET .../export?format=vap|kyverno`` its admission
-policy as YAML; ``DELETE`` forgets it (``DELETE /v1/policy-sets/{name}`` a set). An imported
+policy as YAML; ``DELETE`` forgets it (``DELETE /v1/policy-sets/{name}`` a set).
+``POST /v1/policy-translations`` translates policies given in the body (stores nothing) and
+answers the proof, as ``assay policy translate``: its own path, so no action is taken for a
+policy's name. An imported
 policy runs as the check ``policy:NAME`` (a set as ``policy-set:NAME``) through the usual
 evaluation, batch and schedule routes.
 """
@@ -27,6 +30,9 @@ from assay.api_models import (
     ErrorBody,
     PolicyImport,
     PolicyList,
+    PolicyTranslation,
+    PolicyTranslationRequest,
+    TranslatedObject,
     links_to,
 )
 from assay.api_wiring import Services
@@ -159,6 +165,77 @@ def export_policy(
     except NotExportable as exc:
         raise ApiError(422, "policy_not_exportable", f"{exc}.") from None
     return Response(content=text, media_type="application/yaml")
+
+
+@router.post(
+    "/policy-translations",
+    response_model=PolicyTranslation,
+    tags=["policies"],
+    responses=WRITE_ERRORS,
+)
+def translate_policies(
+    body: PolicyTranslationRequest, request: Request, scope: WriteAccess
+) -> PolicyTranslation:
+    """Translate policies into a ValidatingAdmissionPolicy (or a Kyverno ValidatingPolicy) and
+    prove it: every object given (and of ``target``) judged by the original and by the
+    translation. ``documents`` is answered only when they agree on every object (or
+    ``force``); ``refused`` says why when the policies cannot be imported or translated, or
+    the translation cannot be judged. Write access: it reads a cluster on the caller's
+    behalf."""
+    import time
+
+    from workers.core.policies.documents import UnreadableFile, documents_from_text
+    from workers.core.probes.export import NotExportable
+    from workers.core.probes.runner import check_timeout_seconds
+    from workers.core.probes.translation import (
+        NotProvable,
+        NotTranslatable,
+        split_documents,
+        translate_and_prove,
+    )
+    from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
+
+    services: Services = request.app.state.services
+    try:
+        documents, objects = split_documents(documents_from_text(body.documents, "-"))
+    except UnreadableFile as exc:
+        raise ApiError(422, "validation_error", f"documents: {exc}.") from None
+    backend = None
+    if body.target is not None:
+        try:
+            backend = backend_for(services.confined_target(body.target), services.settings)
+        except ToolsetUnavailable as exc:
+            return PolicyTranslation(proven=False, refused=f"the target cannot be read: {exc}")
+        except OSError as exc:  # e.g. a path name longer than the file system takes
+            reason = f"the target cannot be read: {exc.strerror or exc}"
+            return PolicyTranslation(proven=False, refused=reason)
+    deadline = time.monotonic() + check_timeout_seconds(None, services.settings)
+    try:
+        exported, proof = translate_and_prove(
+            documents, objects, body.to, action=body.action, target=backend, deadline=deadline
+        )
+    except (NotTranslatable, NotExportable, NotProvable) as exc:
+        return PolicyTranslation(proven=False, refused=str(exc))
+    finally:
+        if backend is not None:
+            backend.close()
+    return PolicyTranslation(
+        proven=proof.proven,
+        documents=exported.yaml() if proof.proven or body.force else None,
+        warnings=exported.warnings,
+        objects_judged=len(proof.verdicts),
+        disagreements=[
+            TranslatedObject(
+                kind=v.kind,
+                namespace=v.namespace,
+                name=v.name,
+                original=v.original,
+                translation=v.translation,
+                reason=v.reason,
+            )
+            for v in proof.disagreements[:100]
+        ],
+    )
 
 
 @router.delete("/policies/{name}", status_code=204, tags=["policies"],

@@ -14,6 +14,7 @@ import yaml
 
 from assay.redis_process import RedisProcess
 from tests.api_support import READ_TOKEN, WRITE_TOKEN, ApiServer, auth
+from tests.translation_support import NULL_SENSITIVE, deployment
 from workers.fleet.policy_store import PolicyStore
 from workers.fleet.redis_client import connect
 
@@ -129,3 +130,43 @@ def test_refusals_and_bad_text_are_answered(api: ApiServer, store: PolicyStore) 
     assert _post(api, {"documents": "0"}).status_code == 422  # YAML, but no document
     everything_refused = _post(api, {"documents": "apiVersion: v1\nkind: ConfigMap\n"})
     assert everything_refused.status_code == 200 and everything_refused.json()["imported"] == []
+
+
+WITH_OBJECTS = (
+    NULL_SENSITIVE
+    + "---\n"
+    + yaml.safe_dump_all([deployment("nulled", None), deployment("set", 2)])
+)
+
+
+def _translate(api: ApiServer, body: dict[str, object], token: str = WRITE_TOKEN) -> httpx.Response:
+    return httpx.post(
+        f"{api.url}/v1/policy-translations", json=body, headers=auth(token), timeout=60
+    )
+
+
+def test_a_translation_is_answered_only_when_proven(api: ApiServer, store: PolicyStore) -> None:
+    assert _translate(api, {"documents": WITH_OBJECTS}, READ_TOKEN).status_code == 403
+    proven = _translate(api, {"documents": WITH_OBJECTS, "to": "vap"})
+    assert proven.status_code == 200, proven.text
+    body = proven.json()
+    assert body["proven"] is True and body["objects_judged"] == 2
+    kinds = [d["kind"] for d in yaml.safe_load_all(body["documents"])]
+    assert kinds == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    # as Kyverno the null field reads as present: the translation is not proven, not answered
+    refused = _translate(api, {"documents": WITH_OBJECTS, "to": "kyverno"})
+    assert refused.status_code == 200, refused.text
+    body = refused.json()
+    assert body["proven"] is False and body["documents"] is None
+    assert [(d["name"], d["original"], d["translation"]) for d in body["disagreements"]] == [
+        ("nulled", "denied", "allowed")
+    ]
+    forced = _translate(api, {"documents": WITH_OBJECTS, "to": "kyverno", "force": True})
+    assert forced.json()["proven"] is False and "ValidatingPolicy" in forced.json()["documents"]
+    broken = _translate(
+        api, {"documents": WITH_OBJECTS.replace("has(object.spec.replicas)", "oldObject == null")}
+    )
+    assert broken.status_code == 200
+    assert broken.json()["proven"] is False and broken.json()["documents"] is None
+    assert "reads oldObject" in broken.json()["refused"]
+    assert store.names() == []  # a translation stores nothing

@@ -62,6 +62,7 @@ KYVERNO_SCHEMA: dict[str, Any] = {
                     "minItems": 1,
                     "items": {"enum": ["Deny", "Audit", "Warn"]},
                 },
+                "failurePolicy": {"enum": ["Ignore", "Fail"]},
                 "matchConstraints": {
                     "type": "object",
                     "required": ["resourceRules"],
@@ -169,15 +170,20 @@ def test_vap_export_is_a_valid_policy_and_binding(
     capsys: pytest.CaptureFixture[str], probes: ProbeStore
 ) -> None:
     _store_probe(probes)
-    code, out, _ = run(capsys, "probe", "export", CHECK, "--format", "vap")
+    code, out, err = run(capsys, "probe", "export", CHECK, "--format", "vap")
     assert code == 0
+    # it reads the status, which the API server fills in after admission: Audit only, said
+    # on stderr and in the YAML, and the status updates are audited too
+    assert "object.status, which the API server fills in after admission" in err
+    assert out.startswith("# warning: it reads object.status")
     policy, binding = list(yaml.safe_load_all(out))
     version = kubernetes_validate.latest_version()
     kubernetes_validate.validate(policy, version, strict=True)
     kubernetes_validate.validate(binding, version, strict=True)
     assert policy["spec"]["validations"][0]["expression"] == READY.expression
-    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["deployments"]
-    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["apiGroups"] == ["apps"]
+    rule = policy["spec"]["matchConstraints"]["resourceRules"][0]
+    assert rule["resources"] == ["deployments", "deployments/status"]
+    assert (rule["apiGroups"], rule["operations"]) == (["apps"], ["CREATE", "UPDATE"])
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Audit"]
     match = binding["spec"]["matchResources"]
@@ -189,11 +195,16 @@ def test_kyverno_export_matches_the_validating_policy_shape(
     capsys: pytest.CaptureFixture[str], probes: ProbeStore
 ) -> None:
     _store_probe(probes)
-    code, out, _ = run(capsys, "probe", "export", CHECK, "--format", "kyverno", "--action", "Deny")
+    # a probe over the status never blocks: every new Deployment would fail it
+    code, out, err = run(capsys, "probe", "export", CHECK, "--format", "kyverno",
+                         "--action", "Deny")  # fmt: skip
+    assert code == 64 and out == ""
+    assert "reads object.status, which the API server fills in after admission" in err
+    code, out, _ = run(capsys, "probe", "export", CHECK, "--format", "kyverno")
     assert code == 0
     (policy,) = list(yaml.safe_load_all(out))
     jsonschema.validate(policy, KYVERNO_SCHEMA)
-    assert policy["spec"]["validationActions"] == ["Deny"]
+    assert policy["spec"]["validationActions"] == ["Audit"]
     broken = json.loads(json.dumps(policy))
     broken["spec"]["validations"][0].pop("expression")
     with pytest.raises(jsonschema.ValidationError):

@@ -187,7 +187,7 @@ def test(
     settings = settings_or_usage()
     ref = policy_reference(check_id)
     record = _record(_store(settings), check_id) if ref is None else None
-    backend = _target_backend(
+    backend = target_backend(
         snapshot, context, settings, unreadable=EXIT_CODES[VerdictKind.CANNOT_DETERMINE]
     )
     profile = record.profile if record is not None else None
@@ -233,7 +233,7 @@ def export(
 ) -> None:
     """Print the probe as a ValidatingAdmissionPolicy + binding, or a Kyverno ValidatingPolicy
     (checked as the API server would, refused with the reason otherwise)."""
-    from workers.core.probes.export import NotExportable, export_yaml
+    from workers.core.probes.export import NotExportable, export_probe
 
     if fmt not in ("vap", "kyverno"):
         raise typer.BadParameter("use vap or kyverno", param_hint="--format")
@@ -248,10 +248,10 @@ def export(
             return probe_policies.export(ref, fmt, action, backend)
         record = _record(_store(settings), check_id)
         try:
-            text = export_yaml(record, fmt, action=action or "Audit", backend=backend)  # type: ignore[arg-type]
+            exported = export_probe(record, fmt, action=action, backend=backend)  # type: ignore[arg-type]
         except NotExportable as exc:
             fail(f"probe v{record.version} of {check_id} cannot be exported: {exc}", EXIT_USAGE)
-        print(text, end="")
+        probe_policies.print_export(exported)
     finally:
         if backend is not None:
             backend.close()
@@ -263,10 +263,10 @@ def _export_target(
     """The target an export resolves custom kinds on, if one was given."""
     if snapshot is None and context is None:
         return None
-    return _target_backend(snapshot, context, settings, unreadable=EXIT_USAGE)
+    return target_backend(snapshot, context, settings, unreadable=EXIT_USAGE)
 
 
-def _target_backend(
+def target_backend(
     snapshot: Path | None, context: str | None, settings: AssaySettings, *, unreadable: int
 ) -> ClusterBackend:
     """The snapshot (inside the snapshot roots) or kubeconfig context named; one that cannot

@@ -28,6 +28,7 @@ from schemas.exit_codes import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 if TYPE_CHECKING:
     from schemas.policy import ImportedPolicy, PolicyReference, PolicyResult
     from schemas.settings import AssaySettings
+    from workers.core.probes.export import Exported
     from workers.core.toolsets.backend import ClusterBackend
     from workers.fleet.policy_store import PolicyStore
 
@@ -198,16 +199,23 @@ def export(
     ref: PolicyReference, fmt: str, action: str | None, backend: ClusterBackend | None = None
 ) -> None:
     from assay.commands.options import settings_or_usage
-    from workers.core.probes.export import NotExportable, export_policy_yaml
+    from workers.core.probes.export import NotExportable, export_policy
 
     if ref.kind == "set":
         fail("export one policy at a time (policy:NAME), not a set", EXIT_USAGE)
     policy = _policy(policy_store(settings_or_usage()), ref.name)
     try:
-        text = export_policy_yaml(policy, fmt, action=action, backend=backend)  # type: ignore[arg-type]
+        exported = export_policy(policy, fmt, action=action, backend=backend)  # type: ignore[arg-type]
     except NotExportable as exc:
         fail(f"{ref.predicate} cannot be exported as {fmt}: {exc}", EXIT_USAGE)
-    print(text, end="")
+    print_export(exported)
+
+
+def print_export(exported: Exported) -> None:
+    """The YAML on stdout (its warnings as comments in it), each warning on stderr too."""
+    for warning in exported.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(exported.yaml(), end="")
 
 
 def test(

@@ -37,8 +37,7 @@ from workers.core.policies.documents import SourcedDocument, documents_from_text
 from workers.core.policies.importer import import_documents
 from workers.core.policies.run import run_policies
 from workers.core.probes.export import NotExportable, export_policy_documents
-from workers.core.toolsets.backend import BackendError
-from workers.core.toolsets.kinds import builtin_index
+from workers.core.probes.translation import with_namespace
 from workers.core.toolsets.snapshot_backend import SnapshotBackend
 
 TEST_KINDS = frozenset({"Test"})
@@ -284,7 +283,7 @@ class Judge:
             names = {r.name for r in policy.rules if fixture.rule in (r.name, r.pod_controllers)}
             rules = {policy.name: names}
         with tempfile.TemporaryDirectory(prefix="assay-corpus-") as folder:
-            obj = _with_namespace(fixture.obj)
+            obj = with_namespace(fixture.obj)
             (Path(folder) / "object.json").write_text(json.dumps(obj))
             backend = SnapshotBackend(folder)
             began = time.perf_counter()
@@ -315,21 +314,6 @@ def _exports(policy: ImportedPolicy, backend: SnapshotBackend) -> dict[str, str 
 
 def _names(policy: ImportedPolicy, name: str) -> bool:
     return name in (policy.name, policy.policy_name)
-
-
-def _with_namespace(obj: dict[str, Any]) -> dict[str, Any]:
-    """A namespaced object a test leaves without a namespace is in ``default``, as the
-    library's CLI reads it."""
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict) or meta.get("namespace"):
-        return obj
-    try:
-        namespaced = builtin_index().resolve(str(obj.get("kind") or "")).namespaced
-    except BackendError:
-        namespaced = True
-    if not namespaced or obj.get("kind") == "Namespace":
-        return obj
-    return {**obj, "metadata": {**meta, "namespace": "default"}}
 
 
 def validates_with_cel(fixture: Fixture) -> bool:

@@ -92,6 +92,32 @@ def _one_wildcard(values: list[str], what: str) -> None:
         raise ValueError(f"if '*' is present in {what}, nothing else may be")
 
 
+def _resource_wildcards(resources: list[str]) -> None:
+    """The API server's rules for wildcards among resources and subresources: ``*/*``
+    alone; ``*`` with subresources only; ``x/*`` without another ``x/y``; ``*/y`` without
+    another ``x/y``."""
+    if "*/*" in resources and len(resources) > 1:
+        raise ValueError("if '*/*' is present in resources, nothing else may be")
+    if "*" in resources and any("/" not in r and r != "*" for r in resources):
+        raise ValueError(
+            "if '*' is present in resources, no other resource without a subresource may be"
+        )
+    whole_resources: set[str] = set()  # x/*
+    whole_subresources: set[str] = set()  # */y
+    for entry in resources:
+        if "/" not in entry:
+            continue
+        resource, subresource = entry.split("/", 1)
+        if resource in whole_resources:
+            raise ValueError(f"if '{resource}/*' is present in resources, {entry} may not be")
+        if subresource in whole_subresources:
+            raise ValueError(f"if '*/{subresource}' is present in resources, {entry} may not be")
+        if subresource == "*":
+            whole_resources.add(resource)
+        if resource == "*":
+            whole_subresources.add(subresource)
+
+
 class RuleWithOperations(_Shape):
     api_groups: list[str] = Field(min_length=1)
     api_versions: list[str] = Field(min_length=1)
@@ -112,11 +138,7 @@ class RuleWithOperations(_Shape):
             raise ValueError(f"operations {sorted(unknown)} are not {sorted(OPERATIONS)}")
         if any(not resource for resource in self.resources):
             raise ValueError("resources must not hold an empty resource")
-        plain = [r for r in self.resources if "/" not in r]
-        if "*/*" in self.resources and len(self.resources) > 1:
-            raise ValueError("if '*/*' is present in resources, nothing else may be")
-        if "*" in plain and len(plain) > 1:
-            raise ValueError("if '*' is present in resources, no other resource may be")
+        _resource_wildcards(self.resources)
         if len(set(self.resource_names)) != len(self.resource_names):
             raise ValueError("resourceNames must be unique")
         for name in self.resource_names:
@@ -256,6 +278,13 @@ class ValidatingAdmissionPolicy(_Shape):
     kind: Literal["ValidatingAdmissionPolicy"]
     metadata: ObjectMeta
     spec: PolicySpec
+
+    @model_validator(mode="after")
+    def _audit_keys(self) -> ValidatingAdmissionPolicy:
+        # the API server writes each audit annotation as "{policy name}/{key}"
+        for annotation in self.spec.audit_annotations:
+            qualified_name(f"{self.metadata.name}/{annotation.key}", "an audit annotation's key")
+        return self
 
 
 class ParamRef(_Shape):

@@ -1,21 +1,28 @@
 """Export a per-object probe, or an imported policy, as admission policy: a
 ValidatingAdmissionPolicy (+ binding, + params object) or a Kyverno ValidatingPolicy.
 
-Two sources, one path:
+Two sources, one path (a :class:`~workers.core.probes.export_draft.Draft`, the VAP's own
+fields, rendered in either format):
 
 * a check's probe (``ProbeRecord``): only scope ``each_object`` with ``when_true: "true"``
   says something about each object on its own, which is what an admission policy checks;
-  its lookup's kind becomes the resource rule, its namespace and ``key=value`` / set-based
-  label selector the binding's (or the policy's) selectors; a field selector has no
-  admission counterpart;
-* an imported policy (``ImportedPolicy``): each rule (and each of its match groups) becomes
-  a policy, with its variables, match conditions, validations and messages kept as such,
-  its params (a VAP's params object, a Gatekeeper constraint) as ``paramKind`` +
-  ``paramRef`` + the params object.
+  its lookup's kind becomes the resource rule (``CREATE`` and ``UPDATE``: every object the
+  check would see is created or updated first), its namespace and ``key=value`` /
+  set-based label selector the binding's (or the policy's) selectors; a field selector has
+  no admission counterpart;
+* an imported policy (``ImportedPolicy``): field by field from the documents it was
+  imported from, as its own engine admits (export_policy.py): operations, subresources,
+  ``resourceNames``, selectors, exclusions, ``matchPolicy``, ``failurePolicy``, match
+  conditions, variables, validations, messages, ``auditAnnotations``, params and actions
+  as the original, or refused with the field and the reason.
 
-Kinds are resolved to API group, version and resource from the built-in kinds
-(workers/core/toolsets/kinds.py) or, for custom resources, from a target's discovery (live)
-or its CustomResourceDefinitions (snapshot), when one is given.
+A probe (or policy) that reads what the API server fills in after admission (``status``,
+``metadata.uid``, ``creationTimestamp``, ``resourceVersion``, ``generation``,
+``managedFields``, ...) is exported with a warning and only ``Audit`` for a probe (a
+``--action Deny`` or ``Warn`` is refused): at admission a new object has none of it, so a
+``Deny`` rule written from a check of stored objects would block every new object. An
+imported policy keeps the actions its own engine applied to those fields at admission, and
+is never raised to ``Deny``/``Warn`` by ``--action``.
 
 Nothing is written that the API server would refuse: every export is checked before it is
 returned, and refused (:class:`NotExportable`, with the reasons) when a document breaks the
@@ -23,283 +30,97 @@ API's rules (admission_schema.py), an expression does not compile in Kubernetes'
 environment, reads ``params`` without ``paramKind`` or ``variables`` in a match condition,
 or reads a field the kind's schema does not have (kind_schemas.py).
 
-The default action of a probe's export is ``Audit`` (watch before blocking); an imported
-policy keeps its own actions unless one is given. Nothing here talks to a cluster beyond
-discovery and schemas: it prints YAML.
+Nothing here talks to a cluster beyond discovery and schemas: it prints YAML.
 """
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from schemas.policy import ImportedPolicy, KindRef, LabelSelector, PolicyRule, ResourceFilter
+from schemas.policy import ImportedPolicy
 from schemas.probe import ProbeRecord
 from workers.core.policies.expressions import references
-from workers.core.policies.matching import kind_matches
 from workers.core.policies.probes import as_created
 from workers.core.probes.admission_schema import KYVERNO_API_VERSION, VAP_API_VERSION, problems
 from workers.core.probes.cel import CelError, Expression
+from workers.core.probes.export_draft import (
+    CREATE_UPDATE,
+    NAMESPACE_NAME_LABEL,
+    Draft,
+    Kinds,
+    NotExportable,
+    both,
+    rules_for,
+    selector_from_text,
+    validation,
+)
+from workers.core.probes.export_policy import policy_drafts
 from workers.core.probes.kind_schemas import undefined_path
-from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
-from workers.core.toolsets.kinds import ResourceIndex, builtin_index
+from workers.core.toolsets.backend import ClusterBackend
+
+__all__ = [
+    "AFTER_ADMISSION",
+    "Action",
+    "ExportFormat",
+    "Exported",
+    "NotExportable",
+    "after_admission_reads",
+    "export_documents",
+    "export_policy",
+    "export_policy_documents",
+    "export_policy_yaml",
+    "export_probe",
+    "export_yaml",
+    "selector_from_text",
+    "to_yaml",
+]
 
 ExportFormat = Literal["vap", "kyverno"]
 Action = Literal["Audit", "Deny", "Warn"]
 _NAME_CHARS = re.compile(r"[^a-z0-9-]+")
-_SET_TERM = re.compile(r"^\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s+(in|notin)\s*\(([^()]*)\)\s*$")
-_EQUALITY_TERM = re.compile(
-    r"^\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s*(==|=|!=)\s*([-A-Za-z0-9_.]*)\s*$"
-)
-_EXISTS_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s*$")
-_GATEKEEPER_PARAMS_VERSION = "constraints.gatekeeper.sh/v1beta1"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "assay"}
-
-
-class NotExportable(ValueError):
-    """The probe or policy cannot be exported as asked; the message says why."""
-
-
-@dataclass
-class _Draft:
-    """One admission policy to write, in the admission API's own field names."""
-
-    name: str
-    annotations: dict[str, str]
-    resources: list[ResourceInfo]  # the kinds it judges (for the type check)
-    resource_rules: list[dict[str, Any]]
-    exclude_rules: list[dict[str, Any]] = field(default_factory=list)
-    namespace_selector: dict[str, Any] | None = None
-    object_selector: dict[str, Any] | None = None
-    extra_match: dict[str, Any] | None = None  # the binding's matchResources (VAP)
-    match_conditions: list[dict[str, str]] = field(default_factory=list)
-    variables: list[dict[str, str]] = field(default_factory=list)
-    validations: list[dict[str, Any]] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)
-    param_kind: dict[str, str] | None = None
-    param_ref: dict[str, Any] | None = None
-    params: dict[str, Any] | None = None
-    binding_name: str | None = None
-    pod_controllers: list[str] | None = None  # Kyverno autogen controllers; [] = none
-
-
-# -- kinds ------------------------------------------------------------------------------------
-
-
-# Built-in kinds no stated release serves any more, which policies still name (Kyverno's
-# deprecated-API checks match PodSecurityPolicy, removed in 1.25): an admission rule may
-# name a resource the API server does not serve (it matches nothing there), so they are
-# written as they were.
-REMOVED_BUILTINS = (
-    ResourceInfo("PodSecurityPolicy", "podsecuritypolicies", "policy", "v1beta1", False),
+# What the API server (or a controller, through it) writes after an object is admitted: at
+# admission a new object has none of it (or a value the server replaces).
+AFTER_ADMISSION: tuple[tuple[str, ...], ...] = (
+    ("status",),
+    ("metadata", "uid"),
+    ("metadata", "creationTimestamp"),
+    ("metadata", "resourceVersion"),
+    ("metadata", "generation"),
+    ("metadata", "managedFields"),
+    ("metadata", "deletionTimestamp"),
+    ("metadata", "deletionGracePeriodSeconds"),
+    ("metadata", "selfLink"),
 )
+_VAP_SPEC_ORDER = (
+    "failurePolicy", "paramKind", "matchConstraints", "matchConditions", "variables",
+    "validations", "auditAnnotations",
+)  # fmt: skip
+_SERVER_METADATA = frozenset(
+    {"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
+     "deletionTimestamp", "deletionGracePeriodSeconds", "ownerReferences", "finalizers"}
+)  # fmt: skip
 
 
-class _Kinds:
-    """Resolves a policy's kinds to served resources: built-in, or the target's."""
+@dataclass(frozen=True)
+class Exported:
+    """The documents of an export, and what a reader must know about them."""
 
-    def __init__(self, backend: ClusterBackend | None) -> None:
-        self.backend = backend
-        self.index = builtin_index()
-        if backend is not None:
-            try:
-                self.index = ResourceIndex.builtin_with(backend.api_resources())
-            except BackendError as exc:
-                raise NotExportable(
-                    f"the target's kinds could not be read: {exc.message}"
-                ) from None
+    documents: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
 
-    def resolve(self, name: str) -> ResourceInfo:
-        try:
-            return self.index.resolve(name)
-        except BackendError:
-            if self.backend is not None:
-                raise NotExportable(
-                    f"the kind {name!r} is neither built in nor served by the target"
-                ) from None
-            raise NotExportable(
-                f"the kind {name!r} is not a built-in kind, so its API group is unknown "
-                "offline: give a snapshot or context that serves it"
-            ) from None
-
-    def of(self, ref: KindRef) -> ResourceInfo:
-        matches = [r for r in self.index.resources if kind_matches(ref, r)]
-        if matches:
-            preferred = [r for r in matches if r.version == ref.version]
-            return (preferred or matches)[0]
-        if ref.group != "*" and ref.version != "*" and ref.name == ref.name.lower():
-            # a resource the policy names fully (a VAP's rule): written as it is
-            return ResourceInfo(ref.name, ref.name, ref.group, ref.version, True)
-        removed = [r for r in REMOVED_BUILTINS if kind_matches(ref, r)]
-        if removed:
-            return removed[0]
-        return self.resolve(ref.name if ref.group in ("*", "") else f"{ref.name}.{ref.group}")
-
-
-def _rules_for(
-    resources: list[ResourceInfo], names: list[str] | None, scope: str
-) -> list[dict[str, Any]]:
-    grouped: dict[tuple[str, str], list[str]] = {}
-    for resource in resources:
-        plurals = grouped.setdefault((resource.group, resource.version), [])
-        if resource.plural not in plurals:
-            plurals.append(resource.plural)
-    rules = []
-    for (group, version), plurals in grouped.items():
-        rule: dict[str, Any] = {
-            "apiGroups": [group],
-            "apiVersions": [version],
-            "operations": ["CREATE", "UPDATE"],
-            "resources": plurals,
-        }
-        if names:
-            rule["resourceNames"] = names
-        if scope != "*":
-            rule["scope"] = scope
-        rules.append(rule)
-    return rules
-
-
-# -- selectors --------------------------------------------------------------------------------
-
-
-def selector_from_text(selector: str | None) -> dict[str, Any] | None:
-    """A label selector's text (``a=b,tier in (x,y),!canary``) as a LabelSelector object."""
-    if not selector or not selector.strip():
-        return None
-    labels: dict[str, str] = {}
-    expressions: list[dict[str, Any]] = []
-    for term in _split_terms(selector):
-        if match := _SET_TERM.match(term):
-            values = sorted({v.strip() for v in match.group(3).split(",") if v.strip()})
-            operator = "In" if match.group(2) == "in" else "NotIn"
-            expressions.append({"key": match.group(1), "operator": operator, "values": values})
-        elif match := _EQUALITY_TERM.match(term):
-            key, op, value = match.groups()
-            if op == "!=":
-                expressions.append({"key": key, "operator": "NotIn", "values": [value]})
-            elif labels.get(key, value) != value:
-                raise NotExportable(f"the label selector {selector!r} asks {key} for two values")
-            else:
-                labels[key] = value
-        elif match := _EXISTS_TERM.match(term):
-            operator = "DoesNotExist" if match.group(1) else "Exists"
-            expressions.append({"key": match.group(2), "operator": operator})
-        else:
-            raise NotExportable(
-                f"the label selector {selector!r} has a term that is not a label term"
-            )
-    out: dict[str, Any] = {}
-    if labels:
-        out["matchLabels"] = labels
-    if expressions:
-        out["matchExpressions"] = expressions
-    return out
-
-
-def _split_terms(selector: str) -> list[str]:
-    terms, depth, current = [], 0, ""
-    for char in selector:
-        depth += char == "("
-        depth -= char == ")"
-        if char == "," and depth == 0:
-            terms.append(current)
-            current = ""
-        else:
-            current += char
-    return [t for t in [*terms, current] if t.strip()]
-
-
-def _selector(value: LabelSelector | None) -> dict[str, Any] | None:
-    if value is None or value.empty:
-        return None
-    out: dict[str, Any] = {}
-    if value.match_labels:
-        out["matchLabels"] = dict(value.match_labels)
-    if value.match_expressions:
-        out["matchExpressions"] = [
-            {"key": t.key, "operator": t.operator, **({"values": t.values} if t.values else {})}
-            for t in value.match_expressions
-        ]
-    return out
-
-
-def _and(first: dict[str, Any] | None, second: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Two label selectors that must both hold, as one."""
-    if not first or not second:
-        return first or second
-    labels = dict(first.get("matchLabels") or {})
-    for key, value in (second.get("matchLabels") or {}).items():
-        if labels.get(key, value) != value:
-            raise NotExportable(f"two of its selectors ask the label {key} for different values")
-        labels[key] = value
-    out: dict[str, Any] = {}
-    if labels:
-        out["matchLabels"] = labels
-    expressions = [*(first.get("matchExpressions") or []), *(second.get("matchExpressions") or [])]
-    if expressions:
-        out["matchExpressions"] = expressions
-    return out
-
-
-def _namespace_selector(term: ResourceFilter) -> dict[str, Any] | None:
-    """A term's exact namespace names and exclusions, and its namespace selector, as one
-    namespace selector (patterns are left to :func:`_pattern_condition`)."""
-    key = "kubernetes.io/metadata.name"
-    expressions: list[dict[str, Any]] = []
-    for names, operator in ((term.namespaces, "In"), (term.excluded_namespaces or None, "NotIn")):
-        if names is None or any(_is_pattern(name) for name in names):
-            continue
-        expressions.append({"key": key, "operator": operator, "values": sorted(names)})
-    named = {"matchExpressions": expressions} if expressions else None
-    return _and(named, _selector(term.namespace_selector))
-
-
-def _is_pattern(name: str) -> bool:
-    return any(ch in name for ch in "*?[")
-
-
-def _glob(pattern: str) -> str:
-    """A name pattern (``*`` and ``?``) as an anchored RE2 expression."""
-    if "[" in pattern:
-        raise NotExportable(f"the name pattern {pattern!r} uses brackets, which it does not export")
-    body = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern)
-    return f"^{body}$"
-
-
-def _any_of(value: str, patterns: list[str]) -> str:
-    tests = [
-        f"{value} == {_cel_string(p)}" if not _is_pattern(p)
-        else f"{value}.matches({_cel_string(_glob(p))})"
-        for p in patterns
-    ]  # fmt: skip
-    return "(" + " || ".join(tests) + ")"
-
-
-def _cel_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _pattern_condition(term: ResourceFilter, resource_namespaced: bool) -> str | None:
-    """What a term matches by name patterns (Kyverno's and Gatekeeper's ``*`` / ``?``), as
-    a match condition: an admission policy's selectors match exact names only."""
-    parts: list[str] = []
-    namespace = "object.metadata.namespace"
-    if resource_namespaced and term.namespaces and any(_is_pattern(n) for n in term.namespaces):
-        parts.append(_any_of(namespace, term.namespaces))
-    excluded = [n for n in term.excluded_namespaces if _is_pattern(n)]
-    if resource_namespaced and excluded:
-        parts.append("!" + _any_of(namespace, excluded))
-    if term.names and any(_is_pattern(n) for n in term.names):
-        parts.append(_any_of("object.metadata.name", term.names))
-    return " && ".join(parts) if parts else None
+    def yaml(self) -> str:
+        return to_yaml(self.documents, self.warnings)
 
 
 # -- drafts from a probe ----------------------------------------------------------------------
 
 
-def _probe_draft(record: ProbeRecord, predicate: str | None, kinds: _Kinds) -> _Draft:
+def _probe_draft(record: ProbeRecord, predicate: str | None, kinds: Kinds) -> Draft:
     probe = record.probe
     if probe.scope != "each_object":
         raise NotExportable(
@@ -317,9 +138,7 @@ def _probe_draft(record: ProbeRecord, predicate: str | None, kinds: _Kinds) -> _
     extra: dict[str, Any] = {}
     namespace = args.get("namespace")
     if namespace and str(namespace).strip().lower() not in {"all", "*", ""} and resource.namespaced:
-        extra["namespaceSelector"] = {
-            "matchLabels": {"kubernetes.io/metadata.name": str(namespace)}
-        }
+        extra["namespaceSelector"] = {"matchLabels": {NAMESPACE_NAME_LABEL: str(namespace)}}
     labels = selector_from_text(args.get("label_selector"))
     if labels:
         extra["objectSelector"] = labels
@@ -330,10 +149,21 @@ def _probe_draft(record: ProbeRecord, predicate: str | None, kinds: _Kinds) -> _
     if probe.expression is not None:
         validations = [{"expression": probe.expression, "message": message}]
     else:
-        validations = [_validation(v.expression, v.message, v.message_expression, v.reason)
+        validations = [validation(v.expression, v.message, v.message_expression, v.reason)
                        for v in probe.validations]  # fmt: skip
+    spec: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": rules_for([resource], None, "*", CREATE_UPDATE)},
+    }
+    if probe.match_conditions:
+        spec["matchConditions"] = [
+            {"name": c.name, "expression": c.expression} for c in probe.match_conditions
+        ]
+    if probe.variables:
+        spec["variables"] = [{"name": v.name, "expression": v.expression} for v in probe.variables]
+    spec["validations"] = validations
     name = _NAME_CHARS.sub("-", f"assay-{record.check_id}-v{record.version}".lower()).strip("-")
-    return _Draft(
+    return Draft(
         name=name[:253],
         annotations={
             "assay.dev/check-id": record.check_id,
@@ -341,240 +171,121 @@ def _probe_draft(record: ProbeRecord, predicate: str | None, kinds: _Kinds) -> _
             "assay.dev/compiled-by-run": record.compiled_by_run,
         },
         resources=[resource],
-        resource_rules=_rules_for([resource], None, "*"),
-        extra_match=extra or None,
-        match_conditions=[
-            {"name": c.name, "expression": c.expression} for c in probe.match_conditions
-        ],
-        variables=[{"name": v.name, "expression": v.expression} for v in probe.variables],
-        validations=validations,
+        spec=spec,
+        binding={"matchResources": extra} if extra else {},
         pod_controllers=[],
+        from_probe=True,
     )
 
 
-def _validation(
-    expression: str, message: str | None, message_expression: str | None, reason: str | None
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"expression": expression}
-    if message:
-        out["message"] = " ".join(message.split())
-    if message_expression:
-        out["messageExpression"] = message_expression
-    if reason:
-        out["reason"] = reason
-    return out
+# -- what the API server fills in after admission ---------------------------------------------
 
 
-# -- drafts from an imported policy ----------------------------------------------------------
+def _texts(spec: dict[str, Any]) -> Iterable[str]:
+    for item in spec.get("variables") or []:
+        yield str(item.get("expression") or "")
+    for item in spec.get("matchConditions") or []:
+        yield str(item.get("expression") or "")
+    for item in spec.get("validations") or []:
+        yield str(item.get("expression") or "")
+        if item.get("messageExpression"):
+            yield str(item["messageExpression"])
+    for item in spec.get("auditAnnotations") or []:
+        yield str(item.get("valueExpression") or "")
 
 
-def _policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: _Kinds) -> list[_Draft]:
-    rules = [r for r in policy.rules if not (fmt == "kyverno" and r.pod_controllers)]
-    plans = [(rule, group) for rule in rules for group in rule.match]
-    drafts = []
-    for number, (rule, group) in enumerate(plans):
-        base = policy.policy_name if policy.format != "gatekeeper" else policy.name
-        name = base if len(plans) == 1 else f"{base}-{number + 1}"
-        drafts.append(_rule_draft(policy, rule, group, name, fmt, kinds))
-    return drafts
+def _object_paths(spec: dict[str, Any]) -> set[tuple[str, ...]]:
+    """Field paths read from ``object`` (or a variable that is ``object``, as Gatekeeper's
+    ``anyObject``)."""
+    aliases = {
+        str(v.get("name")) for v in spec.get("variables") or []
+        if str(v.get("expression") or "").strip() == "object"
+    }  # fmt: skip
+    paths: set[tuple[str, ...]] = set()
+    for text in _texts(spec):
+        for ref in references(text):
+            if ref.root == "object":
+                fields = ref.fields[:-1] if ref.called else ref.fields
+            elif ref.root == "variables" and ref.fields[:1] and ref.fields[0] in aliases:
+                fields = ref.fields[1:-1] if ref.called else ref.fields[1:]
+            else:
+                continue
+            if fields:
+                paths.add(tuple(fields))
+    return paths
 
 
-def _rule_draft(
-    policy: ImportedPolicy,
-    rule: PolicyRule,
-    group: list[ResourceFilter],
-    name: str,
-    fmt: ExportFormat,
-    kinds: _Kinds,
-) -> _Draft:
-    primary = next((t for t in group if t.kinds), None)
-    if primary is None or primary.kinds is None:
-        raise NotExportable(f"rule {rule.name} names no kinds")
-    resources = [kinds.of(ref) for ref in primary.kinds]
-    namespaced = all(r.namespaced for r in resources)
-    conditions = [
-        {"name": f"assay-match-{number}", "expression": text}
-        for number, text in enumerate(
-            filter(None, (_pattern_condition(t, namespaced) for t in group)), start=1
+def after_admission_reads(spec: dict[str, Any]) -> list[str]:
+    """The fields an admission policy's spec reads that the API server fills in after
+    admission (``object.status``, ``object.metadata.uid``, ...), as ``object.`` paths."""
+    found = set()
+    for path in _object_paths(spec):
+        for prefix in AFTER_ADMISSION:
+            if path[: len(prefix)] == prefix:
+                found.add("object." + ".".join(prefix))
+    return sorted(found)
+
+
+def _actions(draft: Draft, action: Action | None) -> list[str]:
+    """The binding's actions: the ones asked for, else the source's; a probe that reads
+    what admission does not have yet is Audit only (module docstring)."""
+    reads = after_admission_reads(draft.spec)
+    own = [str(a) for a in draft.binding.get("validationActions") or []] or draft.default_actions
+    if not reads:
+        return [action] if action is not None else own
+    shown = ", ".join(reads)
+    if action in ("Deny", "Warn") and (draft.from_probe or action not in own):
+        raise NotExportable(
+            f"it reads {shown}, which the API server fills in after admission (a new object "
+            f"has none of it), so --action {action} would judge objects before those fields "
+            "exist: export it with Audit"
         )
-    ]
-    names = None if primary.names and any(_is_pattern(n) for n in primary.names) else primary.names
-    namespace_selector = _namespace_selector(primary)
-    object_selector = _selector(primary.object_selector)
-    extra: dict[str, Any] = {}
-    for term in group:
-        if term is primary:
-            continue
-        if term.kinds is not None and term.kinds != primary.kinds:
-            extra_resources = {kinds.of(ref).plural for ref in term.kinds}
-            if not {r.plural for r in resources} <= extra_resources:
-                raise NotExportable(f"rule {rule.name} narrows its kinds in two places")
-        if term.names and not any(_is_pattern(n) for n in term.names):
-            raise NotExportable(f"rule {rule.name} names objects in a second match term")
-        if fmt == "vap" and policy.format == "vap":
-            _merge_into(extra, "namespaceSelector", _namespace_selector(term))
-            _merge_into(extra, "objectSelector", _selector(term.object_selector))
-        else:
-            namespace_selector = _and(namespace_selector, _namespace_selector(term))
-            object_selector = _and(object_selector, _selector(term.object_selector))
-    exclude_rules: list[dict[str, Any]] = []
-    for excluded in rule.exclude:
-        only = excluded[0] if len(excluded) == 1 else None
-        if only is not None and _namespaces_only(only, primary):
-            # excluded namespaces (for every kind it judges): a namespace selector's NotIn
-            assert only.namespaces is not None
-            namespace_selector = _and(
-                namespace_selector,
-                _namespace_selector(ResourceFilter(excluded_namespaces=only.namespaces)),
-            )
-            continue
-        if only is None or not only.kinds or _narrows(only):
-            raise NotExportable(
-                f"rule {rule.name} excludes objects by more than kind, name or namespace, "
-                "which a policy's excludeResourceRules cannot express"
-            )
-        exclude_rules += _rules_for([kinds.of(ref) for ref in only.kinds], only.names, "*")
-    draft = _Draft(
-        name=name[:253],
-        annotations={"assay.dev/policy": policy.predicate, "assay.dev/format": policy.format},
-        resources=resources,
-        resource_rules=_rules_for(resources, names, primary.scope),
-        exclude_rules=exclude_rules,
-        namespace_selector=namespace_selector,
-        object_selector=object_selector,
-        extra_match=extra or None,
-        match_conditions=conditions
-        + [{"name": c.name, "expression": c.expression} for c in rule.match_conditions],
-        variables=[{"name": v.name, "expression": v.expression} for v in rule.variables],
-        validations=[
-            _validation(v.expression, v.message, v.message_expression, v.reason)
-            for v in rule.validations
-        ],
-        actions=list(policy.validation_actions),
-        pod_controllers=_controllers(policy, rule),
+    if draft.from_probe:
+        draft.warnings.append(
+            f"it reads {shown}, which the API server fills in after admission: exported with "
+            "Audit only (it reports, never blocks), since every new object would fail it"
+        )
+        return ["Audit"]
+    draft.warnings.append(
+        f"it reads {shown}, which the API server fills in after admission: its own actions "
+        f"({', '.join(own)}) are kept, as its engine applied them at admission"
     )
-    _params(policy, draft)
-    return draft
+    return [action] if action is not None else own
 
 
-def _namespaces_only(term: ResourceFilter, primary: ResourceFilter) -> bool:
-    """An exclusion of namespaces by name, for every kind the rule judges."""
-    return bool(
-        term.namespaces
-        and not term.names
-        and not term.excluded_namespaces
-        and term.namespace_selector is None
-        and term.object_selector is None
-        and term.scope == "*"
-        and (term.kinds is None or term.kinds == primary.kinds)
-    )
-
-
-def _narrows(term: ResourceFilter) -> bool:
-    return bool(
-        term.namespaces
-        or term.excluded_namespaces
-        or term.namespace_selector
-        or term.object_selector
-        or term.scope != "*"
-    )
-
-
-def _merge_into(target: dict[str, Any], key: str, selector: dict[str, Any] | None) -> None:
-    if selector:
-        target[key] = _and(target.get(key), selector)
-
-
-def _controllers(policy: ImportedPolicy, rule: PolicyRule) -> list[str]:
-    """The Kyverno autogen controllers that reproduce the rule's pod-controller forms."""
-    plural = {
-        "DaemonSet": "daemonsets",
-        "Deployment": "deployments",
-        "Job": "jobs",
-        "StatefulSet": "statefulsets",
-        "ReplicaSet": "replicasets",
-        "CronJob": "cronjobs",
-    }
-    out: list[str] = []
-    for derived in policy.rules:
-        if derived.pod_controllers != rule.name:
-            continue
-        for group in derived.match:
-            for term in group:
-                for ref in term.kinds or []:
-                    name = plural.get(ref.name)
-                    if name and name not in out:
-                        out.append(name)
-    return sorted(out)
-
-
-def _params(policy: ImportedPolicy, draft: _Draft) -> None:
-    """The params a policy was imported with, as paramKind + paramRef + the params object."""
-    params = policy.params
-    if params is None:
+def _audit_status_updates(draft: Draft) -> None:
+    """A probe that reads ``status``: its rules match the status subresource too, so the
+    audit follows the status as controllers write it."""
+    if not draft.from_probe or "object.status" not in after_admission_reads(draft.spec):
         return
-    if not isinstance(params, dict):
-        raise NotExportable("its params are not an object")
-    meta = params.get("metadata") if isinstance(params.get("metadata"), dict) else {}
-    assert isinstance(meta, dict)
-    if policy.format == "gatekeeper":
-        api_version = str(params.get("apiVersion") or _GATEKEEPER_PARAMS_VERSION)
-    else:
-        api_version = str(params.get("apiVersion") or "")
-    draft.param_kind = {"apiVersion": api_version, "kind": str(params.get("kind") or "")}
-    draft.param_ref = {"name": str(meta.get("name") or ""), "parameterNotFoundAction": "Deny"}
-    if meta.get("namespace"):
-        draft.param_ref["namespace"] = str(meta["namespace"])
-    draft.params = params
-    for document in policy.documents[1:2]:
-        meta = document.get("metadata")
-        if document.get("kind") == "ValidatingAdmissionPolicyBinding" and isinstance(meta, dict):
-            draft.binding_name = str(meta.get("name") or "") or None
+    for rule in draft.spec["matchConstraints"]["resourceRules"]:
+        plain = [r for r in rule["resources"] if "/" not in r]
+        rule["resources"] = [*plain, *(f"{r}/status" for r in plain)]
 
 
 # -- rendering --------------------------------------------------------------------------------
 
 
-def _constraints(draft: _Draft, *, with_selectors: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"resourceRules": draft.resource_rules}
-    if draft.exclude_rules:
-        out["excludeResourceRules"] = draft.exclude_rules
-    if with_selectors and draft.namespace_selector:
-        out["namespaceSelector"] = draft.namespace_selector
-    if with_selectors and draft.object_selector:
-        out["objectSelector"] = draft.object_selector
-    return out
+def _metadata(draft: Draft, original: dict[str, Any] | None = None) -> dict[str, Any]:
+    kept = copy.deepcopy(original) if original else {}
+    for key in _SERVER_METADATA:
+        kept.pop(key, None)
+    kept["name"] = draft.name
+    kept["labels"] = {**(kept.get("labels") or {}), **MANAGED_BY}
+    kept["annotations"] = {**(kept.get("annotations") or {}), **draft.annotations}
+    return kept
 
 
-def _actions(draft: _Draft, action: Action | None) -> list[str]:
-    if action is not None:
-        return [action]
-    kept = [a for a in draft.actions if a in ("Deny", "Warn", "Audit")]
-    if {"Deny", "Warn"} <= set(kept):
-        kept.remove("Warn")
-    return kept or ["Audit"]
-
-
-def _render_vap(draft: _Draft, action: Action | None) -> list[dict[str, Any]]:
-    spec: dict[str, Any] = {"failurePolicy": "Fail"}
-    if draft.param_kind:
-        spec["paramKind"] = draft.param_kind
-    spec["matchConstraints"] = _constraints(draft, with_selectors=True)
-    if draft.match_conditions:
-        spec["matchConditions"] = draft.match_conditions
-    if draft.variables:
-        spec["variables"] = draft.variables
-    spec["validations"] = draft.validations
-    metadata = {"name": draft.name, "labels": dict(MANAGED_BY), "annotations": draft.annotations}
+def _render_vap(draft: Draft, actions: list[str]) -> list[dict[str, Any]]:
+    spec = {key: draft.spec[key] for key in _VAP_SPEC_ORDER if key in draft.spec}
     binding_spec: dict[str, Any] = {"policyName": draft.name}
-    if draft.param_ref:
-        binding_spec["paramRef"] = draft.param_ref
-    if draft.extra_match:
-        binding_spec["matchResources"] = draft.extra_match
-    binding_spec["validationActions"] = _actions(draft, action)
+    for key in ("paramRef", "matchResources"):
+        if key in draft.binding:
+            binding_spec[key] = draft.binding[key]
+    binding_spec["validationActions"] = actions
     documents = [
         {"apiVersion": VAP_API_VERSION, "kind": "ValidatingAdmissionPolicy",
-         "metadata": metadata, "spec": spec},
+         "metadata": _metadata(draft), "spec": spec},
         {"apiVersion": VAP_API_VERSION, "kind": "ValidatingAdmissionPolicyBinding",
          "metadata": {"name": (draft.binding_name or f"{draft.name}-binding")[:253],
                       "labels": dict(MANAGED_BY)},
@@ -585,69 +296,90 @@ def _render_vap(draft: _Draft, action: Action | None) -> list[dict[str, Any]]:
     return documents
 
 
-def _render_kyverno(draft: _Draft, action: Action | None) -> list[dict[str, Any]]:
-    if draft.params is not None:
+def _render_kyverno(
+    draft: Draft, actions: list[str], action: Action | None
+) -> list[dict[str, Any]]:
+    if draft.not_kyverno:
+        raise NotExportable(draft.not_kyverno)
+    if draft.kyverno_document is not None:  # a ValidatingPolicy: as it is
+        document = copy.deepcopy(draft.kyverno_document)
+        document["apiVersion"] = KYVERNO_API_VERSION
+        document["metadata"] = _metadata(draft, document.get("metadata"))
+        document.pop("status", None)
+        if action is not None:
+            document["spec"]["validationActions"] = actions
+        return [document]
+    if draft.params is not None or "paramKind" in draft.spec:
         raise NotExportable(
-            "it takes params, and a Kyverno ValidatingPolicy has no params: export it as vap"
+            "it takes params (spec.paramKind), and a Kyverno ValidatingPolicy has no params: "
+            "export it as vap"
         )
-    constraints = _constraints(draft, with_selectors=True)
-    if draft.extra_match:
-        constraints["namespaceSelector"] = _and(
-            constraints.get("namespaceSelector"), draft.extra_match.get("namespaceSelector")
-        )
-        constraints["objectSelector"] = _and(
-            constraints.get("objectSelector"), draft.extra_match.get("objectSelector")
-        )
-        constraints = {k: v for k, v in constraints.items() if v}
-    spec: dict[str, Any] = {"validationActions": _actions(draft, action)}
-    pods_only = draft.resource_rules == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-         "resources": ["pods"]}
-    ]  # fmt: skip
-    if pods_only and draft.pod_controllers is not None:
+    constraints = copy.deepcopy(draft.spec["matchConstraints"])
+    bound = draft.binding.get("matchResources") or {}
+    for key in ("resourceRules", "excludeResourceRules"):
+        if bound.get(key):
+            raise NotExportable(
+                f"its binding's spec.matchResources.{key} narrow the policy's own rules, and "
+                "a Kyverno ValidatingPolicy has no binding to say so: export it as vap"
+            )
+    for key in ("namespaceSelector", "objectSelector"):
+        merged = both(constraints.get(key) or None, bound.get(key) or None)
+        if merged:
+            constraints[key] = merged
+    spec: dict[str, Any] = {"validationActions": actions}
+    if draft.spec.get("failurePolicy"):
+        spec["failurePolicy"] = draft.spec["failurePolicy"]
+    if draft.kyverno_evaluation:
+        spec["evaluation"] = draft.kyverno_evaluation
+    on_pods = any(
+        "pods" in (rule.get("resources") or []) for rule in constraints.get("resourceRules") or []
+    )
+    if on_pods and draft.pod_controllers is not None:
         spec["autogen"] = {"podControllers": {"controllers": draft.pod_controllers}}
     spec["matchConstraints"] = constraints
-    if draft.match_conditions:
-        spec["matchConditions"] = draft.match_conditions
-    if draft.variables:
-        spec["variables"] = draft.variables
-    spec["validations"] = draft.validations
-    metadata = {"name": draft.name, "labels": dict(MANAGED_BY), "annotations": draft.annotations}
+    for key in ("matchConditions", "variables", "validations", "auditAnnotations"):
+        if draft.spec.get(key):
+            spec[key] = draft.spec[key]
     return [{"apiVersion": KYVERNO_API_VERSION, "kind": "ValidatingPolicy",
-             "metadata": metadata, "spec": spec}]  # fmt: skip
+             "metadata": _metadata(draft), "spec": spec}]  # fmt: skip
 
 
 # -- checks -----------------------------------------------------------------------------------
 
 
-def _check(draft: _Draft, documents: list[dict[str, Any]], backend: ClusterBackend | None) -> None:
+def _check(draft: Draft, documents: list[dict[str, Any]], backend: ClusterBackend | None) -> None:
     """NotExportable with every reason the API server would refuse the documents."""
     reasons: list[str] = []
     for document in documents:
         reasons += problems(document)
-    reasons += _compile_problems(draft)
+    reasons += _compile_problems(draft.spec)
     reasons += _type_problems(draft, backend)
     if reasons:
         shown = "; ".join(dict.fromkeys(reasons))
         raise NotExportable(f"the API server would refuse it: {shown}")
 
 
-def _compile_problems(draft: _Draft) -> list[str]:
-    variables = [(v["name"], v["expression"]) for v in draft.variables]
+def _compile_problems(spec: dict[str, Any]) -> list[str]:
+    variables = [
+        (str(v.get("name")), str(v.get("expression"))) for v in spec.get("variables") or []
+    ]
+    takes_params = bool(spec.get("paramKind"))
     found: list[str] = []
-    checks: list[tuple[str, str, bool]] = [(f"variable {v['name']}", v["expression"], True)
-                                           for v in draft.variables]  # fmt: skip
-    checks += [(f"match condition {c['name']}", c["expression"], False)
-               for c in draft.match_conditions]  # fmt: skip
-    for number, validation in enumerate(draft.validations):
-        checks.append((f"validation {number}", validation["expression"], True))
-        if validation.get("messageExpression"):
-            checks.append(
-                (f"the message of validation {number}", validation["messageExpression"], True)
-            )
+    checks: list[tuple[str, str, bool]] = [(f"variable {name}", text, True)
+                                           for name, text in variables]  # fmt: skip
+    checks += [(f"match condition {c.get('name')}", str(c.get("expression")), False)
+               for c in spec.get("matchConditions") or []]  # fmt: skip
+    for number, item in enumerate(spec.get("validations") or []):
+        checks.append((f"validation {number}", str(item.get("expression")), True))
+        if item.get("messageExpression"):
+            checks.append((f"the message of validation {number}", item["messageExpression"], True))
+    for item in spec.get("auditAnnotations") or []:
+        checks.append(
+            (f"audit annotation {item.get('key')}", str(item.get("valueExpression")), True)
+        )
     for what, text, may_read_variables in checks:
         roots = {ref.root for ref in references(text)}
-        if "params" in roots and draft.param_kind is None:
+        if "params" in roots and not takes_params:
             found.append(f"{what} reads params, and the policy takes none (no paramKind)")
         if "variables" in roots and not may_read_variables:
             found.append(f"{what} reads variables, which a match condition cannot")
@@ -667,33 +399,14 @@ def _compile_problems(draft: _Draft) -> list[str]:
     return found
 
 
-def _type_problems(draft: _Draft, backend: ClusterBackend | None) -> list[str]:
+def _type_problems(draft: Draft, backend: ClusterBackend | None) -> list[str]:
     """Field paths read from ``object`` (or a variable that is ``object``) that the kind's
     schema does not have."""
-    aliases = {v["name"] for v in draft.variables if v["expression"].strip() == "object"}
-    texts = [v["expression"] for v in draft.variables] + [
-        c["expression"] for c in draft.match_conditions
-    ]
-    for validation in draft.validations:
-        texts.append(validation["expression"])
-        if validation.get("messageExpression"):
-            texts.append(validation["messageExpression"])
-    paths: set[tuple[str, ...]] = set()
-    for text in texts:
-        for ref in references(text):
-            if ref.root == "object":
-                fields = ref.fields[:-1] if ref.called else ref.fields
-            elif ref.root == "variables" and ref.fields[:1] and ref.fields[0] in aliases:
-                fields = ref.fields[1:-1] if ref.called else ref.fields[1:]
-            else:
-                continue
-            if fields:
-                paths.add(tuple(fields))
     # A path one of the kinds has is the policy's to guard (the API server only warns about
     # it for the others, in the policy's status); one that none of them has never works.
     found = []
     kinds = [r for r in draft.resources if r.kind != r.plural]  # plural only: no schema known
-    for path in sorted(paths):
+    for path in sorted(_object_paths(draft.spec)):
         missing = [undefined_path(resource, path, backend) for resource in kinds]
         if kinds and all(m is not None for m in missing):
             names = ", ".join(sorted({r.kind for r in kinds}))
@@ -704,21 +417,58 @@ def _type_problems(draft: _Draft, backend: ClusterBackend | None) -> list[str]:
 # -- public -----------------------------------------------------------------------------------
 
 
+def _export(
+    drafts: list[Draft], fmt: ExportFormat, action: Action | None, backend: ClusterBackend | None
+) -> Exported:
+    documents: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    for draft in drafts:
+        actions = _actions(draft, action)
+        _audit_status_updates(draft)
+        rendered = (
+            _render_vap(draft, actions) if fmt == "vap" else _render_kyverno(draft, actions, action)
+        )
+        _check(draft, rendered, backend)
+        documents += rendered
+        warnings += [w for w in draft.warnings if w not in warnings]
+    return Exported(documents, warnings)
+
+
+def export_probe(
+    record: ProbeRecord,
+    fmt: ExportFormat,
+    *,
+    predicate: str | None = None,
+    action: Action | None = None,
+    backend: ClusterBackend | None = None,
+) -> Exported:
+    """The policy documents for a check's probe; NotExportable when it has no such form or
+    the API server would refuse it. ``backend``: a target to resolve custom kinds on (and
+    to read their schemas from). Without ``action``: Audit."""
+    return _export([_probe_draft(record, predicate, Kinds(backend))], fmt, action, backend)
+
+
+def export_policy(
+    policy: ImportedPolicy,
+    fmt: ExportFormat,
+    *,
+    action: Action | None = None,
+    backend: ClusterBackend | None = None,
+) -> Exported:
+    """The admission policies of an imported policy, field by field (export_policy.py);
+    without ``action`` each keeps its own engine's actions."""
+    return _export(policy_drafts(policy, fmt, Kinds(backend)), fmt, action, backend)
+
+
 def export_documents(
     record: ProbeRecord,
     fmt: ExportFormat,
     *,
     predicate: str | None = None,
-    action: Action = "Audit",
+    action: Action | None = None,
     backend: ClusterBackend | None = None,
 ) -> list[dict[str, Any]]:
-    """The policy documents for a check's probe; NotExportable when it has no such form or
-    the API server would refuse it. ``backend``: a target to resolve custom kinds on (and
-    to read their schemas from)."""
-    draft = _probe_draft(record, predicate, _Kinds(backend))
-    documents = _render(draft, fmt, action)
-    _check(draft, documents, backend)
-    return documents
+    return export_probe(record, fmt, predicate=predicate, action=action, backend=backend).documents
 
 
 def export_policy_documents(
@@ -728,24 +478,15 @@ def export_policy_documents(
     action: Action | None = None,
     backend: ClusterBackend | None = None,
 ) -> list[dict[str, Any]]:
-    """The admission policies of an imported policy (one per rule and match group; the
-    pod-controller rules Kyverno derives itself are left to it)."""
-    out: list[dict[str, Any]] = []
-    for draft in _policy_drafts(policy, fmt, _Kinds(backend)):
-        documents = _render(draft, fmt, action)
-        _check(draft, documents, backend)
-        out += documents
-    return out
+    return export_policy(policy, fmt, action=action, backend=backend).documents
 
 
-def _render(draft: _Draft, fmt: ExportFormat, action: Action | None) -> list[dict[str, Any]]:
-    return _render_vap(draft, action) if fmt == "vap" else _render_kyverno(draft, action)
-
-
-def to_yaml(documents: list[dict[str, Any]]) -> str:
+def to_yaml(documents: list[dict[str, Any]], warnings: Iterable[str] = ()) -> str:
+    """The documents as YAML, each warning a comment line before them."""
     import yaml
 
-    return "---\n".join(yaml.safe_dump(doc, sort_keys=False) for doc in documents)
+    head = "".join(f"# warning: {' '.join(w.split())}\n" for w in warnings)
+    return head + "---\n".join(yaml.safe_dump(doc, sort_keys=False) for doc in documents)
 
 
 def export_yaml(
@@ -753,12 +494,10 @@ def export_yaml(
     fmt: ExportFormat,
     *,
     predicate: str | None = None,
-    action: Action = "Audit",
+    action: Action | None = None,
     backend: ClusterBackend | None = None,
 ) -> str:
-    return to_yaml(
-        export_documents(record, fmt, predicate=predicate, action=action, backend=backend)
-    )
+    return export_probe(record, fmt, predicate=predicate, action=action, backend=backend).yaml()
 
 
 def export_policy_yaml(
@@ -768,4 +507,4 @@ def export_policy_yaml(
     action: Action | None = None,
     backend: ClusterBackend | None = None,
 ) -> str:
-    return to_yaml(export_policy_documents(policy, fmt, action=action, backend=backend))
+    return export_policy(policy, fmt, action=action, backend=backend).yaml()
