@@ -12,12 +12,14 @@ tests/test_secret_scrubbing.py, tests/reliability/test_secrets.py).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
@@ -457,3 +459,39 @@ def test_ordinary_words_and_paths_are_no_credentials(text: str) -> None:
 )
 def test_credentials_after_a_credential_word_are_still_scrubbed(text: str, scrubbed: str) -> None:
     assert PATTERNS.text(text) == scrubbed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_secrets_last_applied_copy_is_withheld_and_its_older_values_learned(
+    backend: str, tmp_path: Path
+) -> None:
+    """The last-applied annotation holds the manifest as applied: after a rotation, the old
+    value. It is withheld from probes like ``data``, and its values are scrubbed from what
+    the model reads wherever they were copied."""
+    old, new = "Old-pw-5c1e9a77b3", "New-pw-0d4f62aa19"
+    manifest = {"apiVersion": "v1", "kind": "Secret", "stringData": {"password": old},
+                "metadata": {"name": "db", "namespace": SHOP}}  # fmt: skip
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "db", "namespace": SHOP, "annotations": {
+            "kubectl.kubernetes.io/last-applied-configuration": json.dumps(manifest),
+            "team": "payments"}},
+        "data": {"password": base64.b64encode(new.encode()).decode()},
+    }  # fmt: skip
+    copy = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "env", "namespace": SHOP},
+            "data": {"previous": f"was {old}"}}  # fmt: skip
+    folder = tmp_path / "rotated"
+    folder.mkdir()
+    (folder / "objects.yaml").write_text(yaml.safe_dump_all([secret, copy]))
+    with FakeApiServer([FakeCluster.from_snapshot(folder, name="rotated")]) as server:
+        settings = _settings(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        source: ClusterBackend = (
+            SnapshotBackend(folder)
+            if backend == "snapshot"
+            else LiveBackend.from_target(ContextTarget(context="rotated"), settings)
+        )
+        stored = source.get(source.resolve("Secret"), "db", SHOP, as_stored=True)
+        shown = next(iter(source.list_objects(source.resolve("ConfigMap"), SHOP)))
+    assert stored["metadata"]["annotations"] == {"team": "payments"} and "data" not in stored
+    assert shown["data"] == {"previous": f"was {REDACTED}"}
