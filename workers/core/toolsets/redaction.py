@@ -89,10 +89,10 @@ is left alone, and a "key" that is the last segment of a path (an image
 ``registry/org/vault-token:1.2``, a file ``/etc/app/token: permission denied``) is
 no key at all.
 
-The backends apply layer 1 to every object they read and keep the object so (for
-probes and imported policies, which never see a scrubbed value: scrubbing before
-judging turned a Helm release label into ``REDACTED`` and a policy's selector stopped
-matching); the model reads :func:`shown` scrubbed by layers 2-3, and the tool
+The backends apply layer 1 to every object they read and keep the object so, for
+probes and imported policies, which never see a scrubbed value (a label the scrubber
+rewrote would no longer match a policy's selector, a ConfigMap value no longer equal
+the policy's literal); the model reads :func:`shown` scrubbed by layers 2-3, and the tool
 registry applies the run's scrubber once more to every tool output (shell
 included). What a probe or policy says about the objects (messages, reasons) is
 scrubbed with the backend's scrubber before it leaves (workers/core/probes/runner.py).
