@@ -191,17 +191,32 @@ def test_a_scripted_models_excerpt_naming_a_release_verifies(
 
 # --------------------------------------------------------------------------- what is judged
 
-_REPLICAS_BY_RELEASE_LABEL = """
+
+def _vap(name: str, group: str, resource: str, rest: str) -> str:
+    """A ValidatingAdmissionPolicy on CREATE of ``resource``; ``rest`` holds what follows its
+    resource rules (selectors, match conditions, validations), indented as in ``spec``."""
+    return f"""
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
-metadata: {name: checkout-replicas}
+metadata: {{name: {name}}}
 spec:
   matchConstraints:
     resourceRules:
-      - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}
+      - {{apiGroups: ["{group}"], apiVersions: [v1], operations: [CREATE], resources: [{resource}]}}
+{rest}"""
+
+
+_REPLICAS_BY_RELEASE_LABEL = (
+    _vap(
+        "checkout-replicas",
+        "apps",
+        "deployments",
+        """\
   validations:
     - expression: "object.spec.replicas <= 2"
----
+""",
+    )
+    + """---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
 metadata: {name: checkout-replicas}
@@ -212,38 +227,32 @@ spec:
     objectSelector:
       matchLabels: {app.kubernetes.io/instance: checkout}
 """
-_CONFIGMAP_PASSWORD = """
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: encrypted-passwords}
-spec:
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [configmaps]}
+)
+_CONFIGMAP_PASSWORD = _vap(
+    "encrypted-passwords",
+    "",
+    "configmaps",
+    """\
   matchConditions:
     - {name: holds-a-password, expression: "has(object.data) && 'password' in object.data"}
   validations:
     - expression: "object.data.password in ['encrypted-password']"
-"""
-_SECRET_DATA = """
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: releases-hold-a-blob}
-spec:
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [secrets]}
+""",
+)
+_SECRET_DATA = _vap(
+    "releases-hold-a-blob",
+    "",
+    "secrets",
+    """\
   validations:
     - expression: "object.type != 'helm.sh/release.v1' || object.data.release != ''"
-"""
-_SECRET_METADATA = """
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: releases-are-labelled}
-spec:
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [secrets]}
+""",
+)
+_SECRET_METADATA = _vap(
+    "releases-are-labelled",
+    "",
+    "secrets",
+    """\
     objectSelector:
       matchLabels: {owner: helm}
   validations:
@@ -252,7 +261,8 @@ spec:
         object.metadata.name == 'sh.helm.release.v1.' + object.metadata.labels.name + '.v' +
         object.metadata.labels.version &&
         object.metadata.labels.status in ['deployed', 'superseded']
-"""
+""",
+)
 RELEASE_SECRETS = sum(release.revision for release in RELEASES)
 
 # policy -> (exit code, what the printed result holds)
@@ -387,18 +397,16 @@ def test_what_a_policy_says_of_a_copied_secret_value_is_scrubbed(
 ) -> None:
     """Judged as stored, said scrubbed: the ConfigMap holding a copy of a Secret's value is
     judged by its real text; the message quoting it leaves without the value."""
-    policy = """
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: no-seeds}
-spec:
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+    policy = _vap(
+        "no-seeds",
+        "",
+        "configmaps",
+        """\
   validations:
     - expression: "!has(object.data.notes) || !object.data.notes.contains('seed')"
       messageExpression: "'a seed in the notes: ' + object.data.notes"
-"""
+""",
+    )
     (result,), _ = run_policies(_policies(policy), _backend(backend, helm, kubeconfig))
     assert result.verdict == VerdictKind.FALSE
     (violation,) = result.violations
