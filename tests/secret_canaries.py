@@ -13,8 +13,8 @@ Two families:
   copied elsewhere: a pod env literal, a ConfigMap, an event message, the
   current and previous pod log, a custom resource; the base64 form of a
   ``stringData`` value; one line of a multi-line PEM value; a Secret's own
-  annotation and label; a ConfigMap data *key* that is a copy of a Secret
-  value. Only a scrubber that has read the Secrets can recognise a plain
+  annotation under a credential key; a ConfigMap data *key* that is a copy of a
+  Secret value. Only a scrubber that has read the Secrets can recognise a plain
   copy, so with Secrets unreadable (the live backend under the recommended
   RBAC) these are out of reach by design.
 * **Credential-shaped values** (``needs_secret_values=False``): in no Secret
@@ -24,6 +24,11 @@ Two families:
   GitHub token in a clone URL, an AWS access key id, an OpenAI project key after
   a variable name without ``=``). Patterns must catch these whatever the backend
   may read.
+
+A Secret's labels are identifiers, not values (a Helm release Secret's ``name``
+label is the release, repeated in every workload's name): the ``signing-key``
+Secret's label :data:`SECRET_LABEL` is copied into a custom resource and must be
+served unchanged wherever it appears.
 
 The content is this project's own; nothing here is a real credential.
 """
@@ -43,6 +48,8 @@ import yaml
 NAMESPACE = "shop"
 POD = "checkout-0"
 CONTAINER = "app"
+SECRET_LABEL = ("vendor.example.com/account", "shop-payments-eu")
+"""A label of a Secret (key, value): an identifier, shown wherever it appears."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,6 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
     string_data_token = Canary("stringData-base64", _token("strdata"), True)
     pem_line = Canary("pem-line", _pem_body_line(), True)
     annotation = Canary("secret-annotation", _token("annot"), True)
-    label = Canary("secret-label", _token("label"), True)
     event_copy = Canary("event-message", _token("event"), True)
     log_copy = Canary("pod-log", _token("log"), True)
     previous_log_copy = Canary("previous-pod-log", _token("prevlog"), True)
@@ -194,7 +200,7 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
                     "vendor.example.com/api-token": annotation.value,
                     "kubernetes.io/service-account.name": "signer",
                 },
-                "labels": {"vendor.example.com/account": label.value, "app": "signer"},
+                "labels": {SECRET_LABEL[0]: SECRET_LABEL[1], "app": "signer"},
             },
             "type": "kubernetes.io/tls",
             "data": {
@@ -304,7 +310,7 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
             "spec": {
                 "schedule": "0 2 * * *",
                 "comment": f"restore with {custom_resource_copy.value}",
-                "vendorAccount": label.value,
+                "vendorAccount": SECRET_LABEL[1],
                 "encryptionKeyEcho": base64.urlsafe_b64encode(string_data_token.value.encode())
                 .decode()
                 .rstrip("="),
@@ -333,7 +339,6 @@ def write_canary_cluster(root: Path, name: str = "canary") -> CanaryCluster:
         string_data_token,
         pem_line,
         annotation,
-        label,
         event_copy,
         log_copy,
         previous_log_copy,

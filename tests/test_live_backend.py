@@ -205,10 +205,15 @@ def test_secret_values_never_leave_the_backend(clusters: Clusters) -> None:
     for output in outputs:
         assert clusters.canary not in output and encoded not in output
     assert "password" in outputs[0] and REDACTED in outputs[0] and "Opaque" in outputs[0]
-    secret = clusters.backend().get(clusters.backend().resolve("secret"), "db-credentials", "prod")
+    backend = clusters.backend()
+    secret = backend.get(backend.resolve("secret"), "db-credentials", "prod")
     assert secret["data"] == {"password": REDACTED, "username": REDACTED}
     # last-applied-configuration held the whole manifest, values included
-    assert "annotations" not in secret["metadata"]
+    assert secret["metadata"]["annotations"] == {}
+    # as probes read it: no values at all, not even a placeholder; the rest as stored
+    stored = backend.get(backend.resolve("secret"), "db-credentials", "prod", as_stored=True)
+    assert "data" not in stored and stored["metadata"]["annotations"] == {}
+    assert stored["type"] == "Opaque" and stored["metadata"]["labels"] == {"app": "db"}
     # the server did hand the value out: the redaction is the backend's doing
     assert any(r.path.endswith("/secrets/db-credentials") for r in clusters.server.requests)
 

@@ -402,9 +402,12 @@ spec:
     assert "cert-manager.io" in (result.reason or "") and "discovery" in (result.reason or "")
 
 
-def test_a_policy_never_sees_a_secret_value_copied_into_another_object(tmp_path: Path) -> None:
-    """Listings are scrubbed once per tick (lookups.py), as the probe runner scrubs a
-    lookup: a Secret's value copied into a ConfigMap never reaches a message."""
+def test_a_secret_value_copied_into_another_object_never_reaches_a_message(
+    tmp_path: Path,
+) -> None:
+    """The policy judges the ConfigMap as stored (its value is a URL, so it is violated),
+    and what it says of it is scrubbed with the target's scrubber (runner.py): a Secret's
+    value copied into the ConfigMap never reaches the message."""
     canary = "ASSAY-CANARY-policy-7f3a91c2"
     secret = {
         "apiVersion": "v1",

@@ -202,8 +202,10 @@ class _EndlessListing:
         self.scrubber = snapshot.scrubber
         self.resolve = snapshot.resolve
 
-    def list_objects(self, resource: Any, namespace: Any, *selectors: Any) -> Iterator[Any]:
-        first = next(iter(self._snapshot.list_objects(resource, namespace, *selectors)))
+    def list_objects(
+        self, resource: Any, namespace: Any, *selectors: Any, **view: Any
+    ) -> Iterator[Any]:
+        first = next(iter(self._snapshot.list_objects(resource, namespace, *selectors, **view)))
         numbers = itertools.count() if self._count is None else range(self._count)
         for _ in numbers:
             time.sleep(self._pause)

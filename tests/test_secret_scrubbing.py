@@ -3,7 +3,7 @@
 The canary cluster (tests/secret_canaries.py) plants fresh random Secret
 values where a careless toolset would show them (env literals, ConfigMaps,
 events, current and previous logs, a custom resource, a Secret's own
-annotation and label, the base64 form of a ``stringData`` value, one line of
+credential-keyed annotation, the base64 form of a ``stringData`` value, one line of
 a PEM key) plus credential-shaped values in no Secret at all (DSN passwords,
 ``key=value`` tokens, a bearer token, a ``--password`` flag, a PEM private
 key block, provider tokens standing alone in pod logs). Each test searches
@@ -37,6 +37,7 @@ from schemas.settings import load_settings
 from tests.fleet_support import finished_report, snapshot_request
 from tests.secret_canaries import (
     NAMESPACE,
+    SECRET_LABEL,
     CanaryCluster,
     sweep_calls,
     write_canary_cluster,
@@ -150,16 +151,20 @@ def test_a_failed_secrets_list_fails_the_lookup_instead_of_showing_it_unscrubbed
     assert canaries.leaks(shown.output) == []
 
 
-def test_a_secret_shows_its_keys_but_not_its_annotation_or_label_values(
+def test_a_secret_shows_its_keys_labels_and_annotations_but_no_value(
     canaries: CanaryCluster, api_server: tuple[FakeApiServer, Path]
 ) -> None:
+    """Labels and annotations are identifiers and are shown as stored (the label's value is
+    copied into a custom resource, shown there too); an annotation under a credential key,
+    the data values and the last-applied copy of them are not."""
     _, kubeconfig = api_server
     target = {"kind": "Secret", "name": "signing-key", "namespace": NAMESPACE}
+    backup = {"kind": "Backup", "name": "nightly", "namespace": NAMESPACE}
     for registry in (snapshot_registry(canaries), live_registry(kubeconfig)):
         shown = registry.call("get", target).output
         assert f"vendor.example.com/api-token: {REDACTED}" in shown
-        assert f"vendor.example.com/account: {REDACTED}" in shown
-        # well-known identifiers stay readable
+        assert f"{SECRET_LABEL[0]}: {SECRET_LABEL[1]}" in shown
+        assert f"vendorAccount: {SECRET_LABEL[1]}" in registry.call("get", backup).output
         assert "kubernetes.io/service-account.name: signer" in shown and "app: signer" in shown
         assert f"tls.key: {REDACTED}" in shown and "kubernetes.io/tls" in shown
         assert "last-applied-configuration" not in shown

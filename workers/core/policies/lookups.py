@@ -12,10 +12,9 @@ A probe reads through a :class:`PolicyView` of the shared listings: a backend th
 answers ``list_objects`` with the objects its rule selects (matching.py), and nothing else
 (a policy probe makes one listing).
 
-Secret values are scrubbed from each listing once, as it is read (the backend's own
-scrubber, which knows the target's Secrets), not once per probe that reads it: the probe
-runner scrubs what a lookup returns, and a view's scrubber says its objects are scrubbed
-already (a copy per probe was a quarter of a 200-policy tick).
+Listings hold the objects as stored (``as_stored``): a policy judges what admission would
+see, a Secret without its values (runner.py). What a probe says about them is scrubbed
+by the runner with the backend's own scrubber, which knows the target's Secrets.
 """
 
 from __future__ import annotations
@@ -82,8 +81,7 @@ class SharedLookups:
             if cached is None:
                 self.requests += 1
                 try:
-                    listed = list(self.backend.list_objects(resource, key[2]))
-                    cached = self.backend.scrubber.scrubbed_copy(listed)
+                    cached = list(self.backend.list_objects(resource, key[2], as_stored=True))
                 except BackendError as exc:
                     cached = exc
                 self._lists[key] = cached
@@ -123,25 +121,12 @@ def _namespace_of(obj: dict[str, Any]) -> str | None:
     return meta.get("namespace") if isinstance(meta, dict) else None
 
 
-class _Scrubbed:
-    """The target's scrubber, for objects it has scrubbed already (the shared listings):
-    text is scrubbed as ever; an object is not copied and searched again."""
-
-    def __init__(self, scrubber: SecretScrubber) -> None:
-        self._scrubber = scrubber
-
-    def scrubbed_copy(self, value: Any) -> Any:
-        return value
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._scrubber, name)
-
-
 class PolicyView:
     """What one policy probe reads: the shared listings, narrowed to what its rule selects.
 
     A backend to the probe runner (it resolves kinds and scrubs as the target does), with
-    listing only: every other tool is refused (a policy probe makes one listing)."""
+    listing only, of objects as stored: every other tool is refused (a policy probe makes
+    one listing)."""
 
     def __init__(self, shared: SharedLookups, keep: Callable[[dict[str, Any]], bool]) -> None:
         self._shared = shared
@@ -149,8 +134,8 @@ class PolicyView:
         self.name = shared.backend.name
 
     @property
-    def scrubber(self) -> _Scrubbed:
-        return _Scrubbed(self._shared.backend.scrubber)
+    def scrubber(self) -> SecretScrubber:
+        return self._shared.backend.scrubber
 
     @property
     def problems(self) -> list[str]:
@@ -168,7 +153,11 @@ class PolicyView:
         namespace: str | None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        *,
+        as_stored: bool = True,
     ) -> Iterator[dict[str, Any]]:
+        """The shared listing's objects the rule selects: always as stored (what a policy
+        probe judges), whatever ``as_stored`` says."""
         by_label, by_field = label_matcher(label_selector), field_matcher(field_selector)
         objects = self._shared.listing(resource, namespace)
         try:
@@ -177,7 +166,9 @@ class PolicyView:
             raise BackendError("unsupported", str(exc)) from None
         return iter(kept)
 
-    def get(self, resource: ResourceInfo, name: str, namespace: str | None) -> dict[str, Any]:
+    def get(
+        self, resource: ResourceInfo, name: str, namespace: str | None, *, as_stored: bool = True
+    ) -> dict[str, Any]:
         raise BackendError("unsupported", "a policy probe only lists objects")
 
     def events(
@@ -185,6 +176,8 @@ class PolicyView:
         namespace: str | None,
         involved_kind: str | None = None,
         involved_name: str | None = None,
+        *,
+        as_stored: bool = True,
     ) -> list[dict[str, Any]]:
         raise BackendError("unsupported", "a policy probe only lists objects")
 

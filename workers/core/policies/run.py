@@ -126,8 +126,7 @@ def _run(
         rule = policy.rules[item.rule_index]
         probe = probe_for(policy, rule, item.resource, item.namespace)
         view = shared.view(ObjectFilter(rule, item.resource, shared.namespace_labels))
-        # a backend in all but its scrubber's type: its listings are scrubbed once (lookups.py)
-        run = run_probe(probe, view, deadline=deadline)  # type: ignore[arg-type]
+        run = run_probe(probe, view, deadline=deadline)
         probes.append(
             PolicyProbeResult(
                 rule=rule.name, kind=item.resource.kind, namespace=item.namespace, run=run
@@ -152,7 +151,8 @@ def fold(
             if len(violations) < MAX_POLICY_VIOLATIONS:
                 violations.append(PolicyViolation(**violation.model_dump(), rule=probe.rule))
         if run.verdict is None and error is None:
-            where = f"{probe.kind}" + (f" in {probe.namespace}" if probe.namespace else "")
+            # "over Secret: ..." would read as a credential's key and value to the scrubber
+            where = f"{probe.kind} objects" + (f" in {probe.namespace}" if probe.namespace else "")
             error = f"rule {probe.rule} over {where}: {run.error or 'no value'}"
     if violations_total:
         verdict = VerdictKind.FALSE

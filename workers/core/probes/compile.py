@@ -39,7 +39,21 @@ def judge(
     ``each_object`` probe over a big snapshot or a slow cluster must not run past it. A probe
     that runs out is not judged (``failed``, saying so): the time ran out, not the probe.
     The sensitivity search after it has its own small bound, cut to what is left of the run's.
+    The reason is scrubbed with the backend's scrubber: a counterfactual it names is built
+    from the objects as stored.
     """
+    outcome = _judged(probe, model_verdict, backend, deadline)
+    if backend is None:
+        return outcome
+    return outcome.model_copy(update={"reason": backend.scrubber.text(outcome.reason)})
+
+
+def _judged(
+    probe: ProposedProbe,
+    model_verdict: VerdictKind,
+    backend: ClusterBackend | None,
+    deadline: float | None,
+) -> ProbeOutcome:
     run, results = run_probe_with_results(probe, backend, deadline=deadline)
     if run.budget_exhausted == "deadline":
         return ProbeOutcome(

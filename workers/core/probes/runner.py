@@ -1,8 +1,14 @@
 """Run a probe: its lookups against a cluster backend, then its CEL expression over the objects.
 
 The lookups use the same argument models as the planner's tools (workers/core/toolsets/
-kubernetes.py) but read *objects* from the backend, not the rendered text, and
-every object passes the backend's Secret scrubber first, as tool output does.
+kubernetes.py) but read *objects* from the backend, not the rendered text: each object as
+the API server holds it (``as_stored``), as admission judges it, never a scrubbed copy (a
+scrubbed label no longer matches its selector). The one thing withheld is a Secret's
+``data`` / ``stringData`` (and their last-applied copy): absent, as if RBAC hid them. A
+probe that reads Secrets and names those fields is refused (:func:`_refuse_secret_values`):
+without them its value would be a guess. What the run says about the objects (its
+messages, its error) is scrubbed with the backend's scrubber before it is returned, since
+it leaves the process (model, store, reports, logs).
 
 :func:`run_probe` never raises and never guesses: a kind the cluster does not
 serve, a failed lookup, an expression error or a non-boolean value gives a
@@ -41,10 +47,17 @@ from schemas.probe import (
     ProbeViolation,
     ProposedProbe,
 )
+from workers.core.policies.expressions import tokens
 from workers.core.probes.cel import CelError
 from workers.core.probes.program import ProbeProgram
 from workers.core.toolsets.backend import BackendError, ClusterBackend
 from workers.core.toolsets.kubernetes import DescribeArgs, EventsArgs, GetArgs
+from workers.core.toolsets.redaction import (
+    LAST_APPLIED_ANNOTATION,
+    SECRET_VALUE_FIELDS,
+    is_secret,
+    scrubbed,
+)
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
@@ -54,6 +67,12 @@ OBJECTS_SHOWN = 50  # object references kept in a ProbeRun
 DECIDING_SHOWN = 10  # first failing objects kept in ProbeRun.deciding
 _ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
 _ARGS: dict[str, type[BaseModel]] = {"get": GetArgs, "describe": DescribeArgs, "events": EventsArgs}
+_WITHHELD_NAMES = frozenset({*SECRET_VALUE_FIELDS, LAST_APPLIED_ANNOTATION})
+SECRET_VALUES_WITHHELD = (
+    "it reads a Secret's data or stringData, which assay withholds from every probe and "
+    "imported policy, as RBAC would (a Secret's metadata, labels and type stay readable), "
+    "so its value here would be a guess"
+)
 
 
 class ProbeFailure(Exception):
@@ -104,6 +123,7 @@ class _Reader:
         self.deadline = deadline
         self.refs: list[ObjectRef] = []
         self.count = 0
+        self.secrets = 0  # Secrets read: their values withheld
 
     def _keep(self, objects: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
         kept: list[dict[str, Any]] = []
@@ -113,6 +133,7 @@ class _Reader:
             if self.count > self.max_objects:
                 raise ProbeFailure(f"the lookups returned more than {self.max_objects} objects")
             kept.append(obj)
+            self.secrets += is_secret(obj)
             if len(self.refs) < OBJECTS_SHOWN:
                 self.refs.append(_ref(obj, kind))
         return kept
@@ -134,22 +155,21 @@ class _Reader:
             if exc.out_of_time or self.deadline.passed():
                 raise ProbeOutOfTime(f"out of time: {failure}") from None
             raise ProbeFailure(failure) from None
-        scrubbed: Any = self.backend.scrubber.scrubbed_copy(value)
-        return scrubbed
+        return value
 
     def _read(self, tool: str, args: Any) -> Any:
         if tool == "events":
             events = self.backend.events(
-                _namespace(args.namespace), args.involved_kind, args.involved_name
+                _namespace(args.namespace), args.involved_kind, args.involved_name, as_stored=True
             )
             return self._keep(events, "Event")
         resource = self.backend.resolve(args.kind)
         namespace = _namespace(args.namespace)
         if tool == "describe" or args.name:
-            obj = self.backend.get(resource, args.name, namespace)
+            obj = self.backend.get(resource, args.name, namespace, as_stored=True)
             return self._keep([obj], resource.kind)[0]
         objects = self.backend.list_objects(
-            resource, namespace, args.label_selector, args.field_selector
+            resource, namespace, args.label_selector, args.field_selector, as_stored=True
         )
         return self._keep(objects, resource.kind)
 
@@ -177,9 +197,21 @@ def run_probe_with_results(
     max_objects: int = MAX_OBJECTS,
     deadline: float | None = None,
 ) -> tuple[ProbeRun, list[Any] | None]:
-    """:func:`run_probe`, and the (scrubbed) objects its lookups returned when it gave a
-    verdict (None otherwise): what the sensitivity check (sensitivity.py) builds its
-    counterfactuals from."""
+    """:func:`run_probe`, and the objects its lookups returned (as stored: never to be shown)
+    when it gave a verdict (None otherwise): what the sensitivity check (sensitivity.py)
+    builds its counterfactuals from. The run is scrubbed with the backend's scrubber."""
+    run, results = _run_probe(probe, backend, max_objects, deadline)
+    if backend is not None:
+        run = scrubbed(run, scrubber=backend.scrubber, revalidate=False).model
+    return run, results
+
+
+def _run_probe(
+    probe: ProposedProbe,
+    backend: ClusterBackend | None,
+    max_objects: int,
+    deadline: float | None,
+) -> tuple[ProbeRun, list[Any] | None]:
     began = time.perf_counter()
     fields: list[str] = []
     if backend is None:
@@ -191,6 +223,7 @@ def run_probe_with_results(
         fields = program.fields()
         _refuse_blind(probe, program)
         results = [reader.read(lookup) for lookup in probe.lookups]
+        _refuse_secret_values(probe, reader)
         _refuse_incomplete(backend)
         _refuse_empty(probe, results)
         clock.check("after the lookups, before the expression")
@@ -237,6 +270,22 @@ def _refuse_blind(probe: ProposedProbe, program: ProbeProgram) -> None:
             f"the expression does not read `{variable}` (the objects its lookups return), "
             "so its value cannot depend on the cluster"
         )
+
+
+def _refuse_secret_values(probe: ProposedProbe, reader: _Reader) -> None:
+    """A Secret's values are withheld (absent), so over Secrets an expression that names
+    them would read their absence: ``has(object.data)`` false, ``'tls.crt' in
+    object.data`` an error or, behind ``?.``, a default. Its value would not be the
+    engine's. Named means a field, a key or a string of the expressions (variables and
+    messages included) is ``data``, ``stringData`` or the last-applied annotation, so a
+    key compared with ``'data'`` counts too; a probe that reads no Secret is not affected."""
+    if not reader.secrets:
+        return
+    for expression in probe.expressions():
+        for token in tokens(expression):
+            text = token.text.lstrip("rRbB").strip("\"'") if token.kind == "string" else token.text
+            if token.kind in ("ident", "string") and text in _WITHHELD_NAMES:
+                raise ProbeFailure(SECRET_VALUES_WITHHELD)
 
 
 def _refuse_empty(probe: ProposedProbe, results: list[Any]) -> None:

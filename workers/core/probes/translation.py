@@ -248,9 +248,12 @@ def prove(
         assert isinstance(meta, dict)
         kind, name = str(obj.get("kind") or ""), str(meta.get("name") or "")
         namespace = str(meta["namespace"]) if meta.get("namespace") else None
+        # What the proof reports leaves the process: a name holding a Secret value is shown
+        # scrubbed, as the model's tools show it (the object itself is judged as stored).
+        shown_name = backend.scrubber.text(name)
         if resource is None:
             proof.verdicts.append(
-                ObjectVerdict(kind, namespace, name, "undetermined", "undetermined",
+                ObjectVerdict(kind, namespace, shown_name, "undetermined", "undetermined",
                               f"the target serves no kind {kind} of {obj.get('apiVersion')}")
             )  # fmt: skip
             continue
@@ -258,7 +261,9 @@ def prove(
         before, why_before = _judge(originals, view, kind, name, deadline)
         after, why_after = _judge(translated, view, kind, name, deadline)
         reason = "; ".join(dict.fromkeys(r for r in (why_before, why_after) if r))
-        proof.verdicts.append(ObjectVerdict(kind, namespace, name, before, after, reason))
+        proof.verdicts.append(
+            ObjectVerdict(kind, namespace, shown_name, before, after, backend.scrubber.text(reason))
+        )
     return proof
 
 
@@ -293,7 +298,7 @@ def objects_to_judge(
                     continue
                 seen.add((resource.group, resource.plural))
                 try:
-                    yield from backend.list_objects(resource, None)
+                    yield from backend.list_objects(resource, None, as_stored=True)
                 except BackendError as exc:
                     raise NotProvable(
                         f"the target's {resource.plural} could not be listed: {exc.message}"
@@ -349,6 +354,8 @@ class OneObject:
         namespace: str | None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        *,
+        as_stored: bool = False,
     ) -> Iterator[dict[str, Any]]:
         if (resource.group, resource.plural) == (self._resource.group, self._resource.plural):
             meta = self._object.get("metadata") or {}
@@ -356,19 +363,25 @@ class OneObject:
                 return iter([self._object])
             return iter([])
         if (resource.group, resource.plural) == ("", "namespaces"):
-            return self._backend.list_objects(resource, namespace, label_selector, field_selector)
+            return self._backend.list_objects(
+                resource, namespace, label_selector, field_selector, as_stored=as_stored
+            )
         return iter([])
 
-    def get(self, resource: ResourceInfo, name: str, namespace: str | None) -> dict[str, Any]:
-        return self._backend.get(resource, name, namespace)
+    def get(
+        self, resource: ResourceInfo, name: str, namespace: str | None, *, as_stored: bool = False
+    ) -> dict[str, Any]:
+        return self._backend.get(resource, name, namespace, as_stored=as_stored)
 
     def events(
         self,
         namespace: str | None,
         involved_kind: str | None = None,
         involved_name: str | None = None,
+        *,
+        as_stored: bool = False,
     ) -> list[dict[str, Any]]:
-        return self._backend.events(namespace, involved_kind, involved_name)
+        return self._backend.events(namespace, involved_kind, involved_name, as_stored=as_stored)
 
     def logs(
         self,

@@ -5,11 +5,18 @@ and ``live_backend.LiveBackend`` (an API server through the kubernetes
 client). The tools never know which one they have. There is deliberately no
 method that could change a cluster.
 
-Objects are returned as plain dicts shaped like the API's JSON, with Secret
-``data`` / ``stringData`` values already replaced by ``REDACTED`` and copies
-of them elsewhere scrubbed (``redaction.py``). Each backend's ``scrubber``
-knows the Secret values it has seen, so the tool registry can scrub every
-tool output of a run with it once more.
+Objects are returned as plain dicts shaped like the API's JSON, in one of two views
+of one store (``redaction.py``):
+
+* by default, what the model reads: a Secret's ``data`` / ``stringData`` values
+  replaced by ``REDACTED``, copies of them elsewhere and credential shapes scrubbed;
+* with ``as_stored=True``, for deterministic evaluation only (probes, imported
+  policies): each object as the API server holds it, a Secret without its
+  ``data`` / ``stringData`` (absent, as if RBAC hid them, never a placeholder).
+  What is said about such objects is scrubbed before it leaves the process.
+
+Each backend's ``scrubber`` knows the Secret values it has seen, so the tool
+registry can scrub every tool output of a run with it once more.
 """
 
 from __future__ import annotations
@@ -69,6 +76,23 @@ class BackendError(Exception):
         self.out_of_time = out_of_time
 
 
+def not_found(name: str, namespace: str | None, message: str | Marked) -> BackendError:
+    """Not found; when the name asked for was copied from a redacted one, why it cannot be.
+
+    An object whose name (or namespace) holds a Secret's value is listed with that part
+    ``REDACTED``; a lookup by the name as shown cannot reach it. Saying only "not found"
+    would read as "absent", so the reason is given, without the value.
+    """
+    if REDACTED in name or REDACTED in (namespace or ""):
+        return BackendError(
+            "not_found",
+            f"a name shown as holding {REDACTED} holds a Secret's value, which assay hides "
+            "wherever it appears, object names included, so it cannot be looked up by what is "
+            "shown; read the object in the listing of its kind instead",
+        )
+    return BackendError("not_found", message)
+
+
 class ClusterBackend(Protocol):
     name: str
 
@@ -89,17 +113,27 @@ class ClusterBackend(Protocol):
         namespace: str | None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        *,
+        as_stored: bool = False,
     ) -> Iterator[dict[str, Any]]:
-        """Stream matching objects (live: page by page), so callers can stop early."""
+        """Stream matching objects (live: page by page), so callers can stop early.
+
+        Selectors match the objects as stored, as the API server matches them.
+        ``as_stored``: the objects as stored, for deterministic evaluation (module docstring).
+        """
         ...
 
-    def get(self, resource: ResourceInfo, name: str, namespace: str | None) -> dict[str, Any]: ...
+    def get(
+        self, resource: ResourceInfo, name: str, namespace: str | None, *, as_stored: bool = False
+    ) -> dict[str, Any]: ...
 
     def events(
         self,
         namespace: str | None,
         involved_kind: str | None = None,
         involved_name: str | None = None,
+        *,
+        as_stored: bool = False,
     ) -> list[dict[str, Any]]: ...
 
     def logs(

@@ -14,12 +14,14 @@ cluster never sits in memory.
 Secrets: before its first lookup returns anything, a backend (one run) reads
 every Secret it may (one paged list of ``/api/v1/secrets``, Helm release
 Secrets included, as the snapshot backend reads them) and teaches its
-:class:`SecretScrubber` their values; every
-object, event, log text and explain schema then leaves this module with
-Secret values redacted and copies of them scrubbed. When RBAC forbids
-reading Secrets (the recommended role does), only the Secret-independent
-patterns (DSN passwords, credential keys, PEM keys, JWTs) can be scrubbed;
-that is logged once per target and documented in docs/live-clusters.md.
+:class:`SecretScrubber` their values (``data``, ``stringData``, their
+last-applied copy; never names or labels). Every object then leaves this module
+with its Secret values withheld (redaction.py, layer 1): as stored for probes and
+imported policies (``as_stored=True``), otherwise as the model reads it, values
+redacted and copies of them scrubbed, as are events, log text and explain
+schemas. When RBAC forbids reading Secrets (the recommended role does), only the
+Secret-independent patterns (DSN passwords, credential keys, PEM keys, JWTs) can
+be scrubbed; that is logged once per target and documented in docs/live-clusters.md.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import structlog
 from schemas.request import ContextTarget, InClusterTarget
 from schemas.settings import AssaySettings
 from workers.core.toolsets import live_discovery, live_openapi
-from workers.core.toolsets.backend import BackendError, ResourceInfo
+from workers.core.toolsets.backend import BackendError, ResourceInfo, not_found
 from workers.core.toolsets.echo import compose, quoted
 from workers.core.toolsets.kube_import import ensure_imported
 from workers.core.toolsets.live_transport import (
@@ -43,7 +45,7 @@ from workers.core.toolsets.live_transport import (
     namespace_segment,
     path_segment,
 )
-from workers.core.toolsets.redaction import SecretScrubber, redact_in_place
+from workers.core.toolsets.redaction import SecretScrubber, shown, withhold_secret_values
 
 LOG_BYTE_CAP = 512 * 1024
 """Never ask for more log than this, whatever the caller wants: the tools show far less."""
@@ -160,7 +162,7 @@ class LiveBackend:
                 {},
                 "list secrets across the cluster (their values are scrubbed from all output)",
             ):
-                hidden.extend(redact_in_place(_with_type(item, "v1", "Secret")))
+                hidden.extend(withhold_secret_values(_with_type(item, "v1", "Secret")).values)
         except BackendError as exc:
             if exc.code not in ("forbidden", "not_found"):
                 raise BackendError(
@@ -188,12 +190,15 @@ class LiveBackend:
             scrubbing="patterns only: DSN passwords, credential keys, PEM private keys, JWTs",
         )
 
-    def _sanitize(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Redact a Secret (and learn its values); scrub copies of known values from the rest."""
-        hidden = redact_in_place(obj)  # also drops last-applied-configuration from every object
-        if hidden:
-            self._scrubber.learn(hidden)
-        return self._scrubber.scrub_object(obj)
+    def _sanitize(self, obj: dict[str, Any], as_stored: bool) -> dict[str, Any]:
+        """Withhold a Secret's values (and learn them); then the object as stored, or as the
+        model reads it: shown, and scrubbed of known values and credential shapes."""
+        withheld = withhold_secret_values(obj)
+        if withheld.values:
+            self._scrubber.learn(withheld.values)
+        if as_stored:
+            return obj
+        return self._scrubber.scrub_object(shown(obj, withheld))
 
     # --- discovery --------------------------------------------------------------------
 
@@ -236,6 +241,8 @@ class LiveBackend:
         namespace: str | None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        *,
+        as_stored: bool = False,
     ) -> Iterator[dict[str, Any]]:
         self._learn_secrets()
         namespace = namespace if resource.namespaced else None
@@ -246,14 +253,16 @@ class LiveBackend:
             "labelSelector": label_selector or None,
             "fieldSelector": field_selector or None,
         }
-        return self._paginate(resource, path, query, action)
+        return self._paginate(resource, path, query, action, as_stored)
 
-    def get(self, resource: ResourceInfo, name: str, namespace: str | None) -> dict[str, Any]:
+    def get(
+        self, resource: ResourceInfo, name: str, namespace: str | None, *, as_stored: bool = False
+    ) -> dict[str, Any]:
         """One object; a namespaced one without a namespace is looked up in all of them."""
         self._learn_secrets()
         namespace = namespace if resource.namespaced else None
         if resource.namespaced and not namespace:
-            return self._find_in_any_namespace(resource, name)
+            return self._find_in_any_namespace(resource, name, as_stored)
         path = f"{self._collection_path(resource, namespace)}/{path_segment(name, 'name')}"
         where = f" in namespace {namespace}" if namespace else ""
         try:
@@ -262,22 +271,25 @@ class LiveBackend:
             if exc.code != "not_found":
                 raise
             place = compose(" in namespace {}", quoted(namespace)) if namespace else ""
-            raise BackendError(
-                "not_found", compose("{} {} not found{}", resource.kind, quoted(name), place)
+            raise not_found(
+                name, namespace, compose("{} {} not found{}", resource.kind, quoted(name), place)
             ) from None
-        return self._sanitize(_with_type(obj, resource.api_version, resource.kind))
+        return self._sanitize(_with_type(obj, resource.api_version, resource.kind), as_stored)
 
-    def _find_in_any_namespace(self, resource: ResourceInfo, name: str) -> dict[str, Any]:
+    def _find_in_any_namespace(
+        self, resource: ResourceInfo, name: str, as_stored: bool
+    ) -> dict[str, Any]:
         path_segment(name, "name")  # the same validation as a direct get
         matches = []
-        for obj in self.list_objects(resource, None, field_selector=f"metadata.name={name}"):
+        for obj in self.list_objects(
+            resource, None, field_selector=f"metadata.name={name}", as_stored=as_stored
+        ):
             matches.append(obj)
             if len(matches) > 1:
                 break
         if not matches:
-            raise BackendError(
-                "not_found",
-                compose("{} {} not found in any namespace", resource.kind, quoted(name)),
+            raise not_found(
+                name, None, compose("{} {} not found in any namespace", resource.kind, quoted(name))
             )
         if len(matches) > 1:
             namespaces = ", ".join(str(m["metadata"].get("namespace", "")) for m in matches)
@@ -292,6 +304,8 @@ class LiveBackend:
         namespace: str | None,
         involved_kind: str | None = None,
         involved_name: str | None = None,
+        *,
+        as_stored: bool = False,
     ) -> list[dict[str, Any]]:
         selectors = []
         if involved_kind:
@@ -300,7 +314,12 @@ class LiveBackend:
             selectors.append(f"involvedObject.name={involved_name}")
         newest: list[tuple[str, int, dict[str, Any]]] = []  # a min-heap of the newest events
         for count, event in enumerate(
-            self.list_objects(EVENT_RESOURCE, namespace, field_selector=",".join(selectors) or None)
+            self.list_objects(
+                EVENT_RESOURCE,
+                namespace,
+                field_selector=",".join(selectors) or None,
+                as_stored=as_stored,
+            )
         ):
             entry = (_event_time(event), count, event)
             if len(newest) < EVENTS_CAP:
@@ -348,11 +367,17 @@ class LiveBackend:
         return f"{base}/{resource.plural}"
 
     def _paginate(
-        self, resource: ResourceInfo, path: str, query: dict[str, Any], action: str
+        self,
+        resource: ResourceInfo,
+        path: str,
+        query: dict[str, Any],
+        action: str,
+        as_stored: bool,
     ) -> Iterator[dict[str, Any]]:
-        """Yield redacted and scrubbed objects page by page (see :meth:`_items`)."""
+        """Yield objects page by page (see :meth:`_items`), as :meth:`_sanitize` makes them."""
         for item, item_kind in self._items_with_kind(path, query, action):
-            yield self._sanitize(_with_type(item, resource.api_version, item_kind or resource.kind))
+            typed = _with_type(item, resource.api_version, item_kind or resource.kind)
+            yield self._sanitize(typed, as_stored)
 
     def _items(self, path: str, query: dict[str, Any], action: str) -> Iterator[dict[str, Any]]:
         """Raw list items, page by page (only for learning Secrets: nothing else sees them)."""

@@ -1,15 +1,25 @@
-"""Keeping Secret values inside the toolset: one scrubber for both backends.
+"""Keeping Secret values inside the process: one scrubber for both backends.
 
-Three layers, each catching what the one before cannot know about:
+What is judged and what is shown are kept apart. Deterministic evaluation (probes,
+imported policies) reads objects as the API server holds them, with one exception;
+the scrubber protects *values*, never identifiers, in what leaves the process (model
+input, messages, stored runs, reports, sinks, logs).
 
-1. **The Secret itself** (:func:`redact_in_place`, when a backend reads an
-   object): every ``data`` / ``stringData`` value becomes ``REDACTED`` (keys
-   stay: "the Secret has a key tls.key" is a legitimate fact), and so does
-   every annotation and label value outside :data:`SECRET_ANNOTATIONS_SHOWN` /
-   :data:`SECRET_LABELS_SHOWN` (a few well-known keys that name other
-   objects). A Secret keeps only :data:`SECRET_FIELDS`. The
-   ``kubectl.kubernetes.io/last-applied-configuration`` annotation is dropped
-   from *every* object: for a Secret it embeds the whole manifest.
+1. **The Secret itself** (:func:`withhold_secret_values`, when a backend reads an
+   object): a Secret's ``data`` and ``stringData`` and the copy of them in its
+   ``kubectl.kubernetes.io/last-applied-configuration`` annotation are taken out, as
+   if RBAC hid them: absent, never a placeholder a probe could match. Everything else
+   of the Secret stays as stored: its name, namespace, labels (a Helm release
+   Secret's ``owner: helm, name: RELEASE, status: deployed``), type and its other
+   annotations are identifiers, which ``kubectl get secrets`` shows too. The values
+   taken out are learned (layer 2), and so is the value of an annotation whose key
+   says it is a credential (``vendor.example.com/api-token``); names, labels and
+   other annotations never are, so a release name is never scrubbed from the
+   workloads named after it. What the model reads of an object (:func:`shown`) is the
+   stored object without any last-applied annotation (a second copy of the whole
+   object) and, for a Secret, its ``data`` / ``stringData`` keys back with each value
+   ``REDACTED`` ("the Secret has a key tls.key" is a legitimate fact), then scrubbed
+   (layers 2 and 3).
 
 2. **Known values** (:class:`SecretScrubber` after :meth:`~SecretScrubber.learn`):
    every value hidden in step 1 is searched for wherever else it appears,
@@ -72,11 +82,23 @@ hidden in the Secret itself, and a credential key marks its value as secret
 at any length (layer 3). A line longer than :data:`MAX_WHOLE_VALUE_CHARS`
 is searched for only if it is a base64-alphabet token (by its middle).
 
-The backends apply layers 1-3 to objects before anything renders them, and
-the tool registry applies the run's scrubber once more to every tool output
-(shell included). What is stored in Redis or logged passes the pattern layer
-again (:data:`PATTERNS`, :func:`scrubbed`): those writers do not know
-a run's values, which never reach them unscrubbed.
+**Ordinary words and identifiers are not credentials.** A credential key's value
+that is a placeholder (``true``, ``<none>``, ``$VAR``, ``****``) or an ordinary word
+of prose (:data:`ORDINARY_WORDS`: "over Secret: the snapshot...", "token: expired")
+is left alone, and a "key" that is the last segment of a path (an image
+``registry/org/vault-token:1.2``, a file ``/etc/app/token: permission denied``) is
+no key at all.
+
+The backends apply layer 1 to every object they read and keep the object so, for
+probes and imported policies, which never see a scrubbed value (a label the scrubber
+rewrote would no longer match a policy's selector, a ConfigMap value no longer equal
+the policy's literal); the model reads :func:`shown` scrubbed by layers 2-3, and the tool
+registry applies the run's scrubber once more to every tool output (shell
+included). What a probe or policy says about the objects (messages, reasons) is
+scrubbed with the backend's scrubber before it leaves (workers/core/probes/runner.py).
+What is stored in Redis or logged passes the pattern layer again
+(:data:`PATTERNS`, :func:`scrubbed`): those writers do not know a run's values,
+which never reach them unscrubbed.
 """
 
 from __future__ import annotations
@@ -88,7 +110,7 @@ import re
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import accumulate
 from typing import Any, Generic, TypeVar
@@ -107,43 +129,28 @@ MIN_SCRUB_LENGTH = 8
 MAX_WHOLE_VALUE_CHARS = 16 * 1024
 """A longer line is searched for only if it is a base64-alphabet token (found by its middle)."""
 
-LAST_APPLIED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 SECRET_VALUE_FIELDS = ("data", "stringData")
-SECRET_FIELDS = frozenset(
-    {"apiVersion", "kind", "metadata", "type", "data", "stringData", "immutable"}
-)
-SECRET_METADATA = frozenset(
-    {"name", "namespace", "uid", "creationTimestamp", "labels", "annotations", "ownerReferences"}
-)
-SECRET_ANNOTATIONS_SHOWN = frozenset(
-    {
-        "kubernetes.io/service-account.name",
-        "kubernetes.io/service-account.uid",
-        "meta.helm.sh/release-name",
-        "meta.helm.sh/release-namespace",
-        "cert-manager.io/certificate-name",
-        "cert-manager.io/issuer-name",
-        "cert-manager.io/issuer-kind",
-        "cert-manager.io/issuer-group",
-    }
-)
-"""Secret annotations whose values are shown: each names another object, never a secret."""
+"""A Secret's fields that hold its values: withheld from probes, redacted for the model."""
 
-SECRET_LABELS_SHOWN = frozenset(
-    {
-        "app",
-        "app.kubernetes.io/name",
-        "app.kubernetes.io/instance",
-        "app.kubernetes.io/component",
-        "app.kubernetes.io/part-of",
-        "app.kubernetes.io/managed-by",
-        "app.kubernetes.io/version",
-        "helm.sh/chart",
-        "owner",
-        "controller.cert-manager.io/fao",
-    }
-)
-"""Secret labels whose values are shown: the recommended app labels and owners' markers."""
+ORDINARY_WORDS = frozenset(
+    {"a", "an", "the", "and", "or", "but", "nor", "if", "then", "else", "so", "than", "as",
+     "of", "to", "in", "on", "at", "by", "for", "from", "with", "without", "into", "onto",
+     "about", "over", "under", "after", "before", "between", "through", "during", "not", "is",
+     "are", "was", "were", "be", "been", "being", "am", "has", "have", "had", "do", "does",
+     "did", "done", "can", "cannot", "could", "will", "would", "shall", "should", "may",
+     "might", "must", "it", "its", "this", "that", "these", "those", "there", "here", "which",
+     "who", "whom", "whose", "what", "when", "where", "why", "how", "all", "any", "each",
+     "every", "some", "both", "either", "neither", "only", "also", "just", "now", "still",
+     "yet", "he", "she", "they", "them", "their", "we", "you", "your", "our", "my", "me", "us",
+     "his", "her", "i", "missing", "required", "expired", "invalid", "valid", "empty", "unset",
+     "present", "absent", "provided", "found", "rotated", "changed", "updated", "created",
+     "deleted", "denied", "refused", "rejected", "accepted"}
+)  # fmt: skip
+"""Words of prose that follow a credential word in ordinary text ("over Secret: the
+snapshot", "Token: expired", "password: required"): never taken for its value. A
+credential is not one of these; a placeholder list of the same kind is in
+:func:`_secret_text`."""
 
 _CREDENTIAL_WORDS = frozenset(
     {"secret", "token", "credential", "credentials", "apikey", "authorization"}
@@ -234,10 +241,13 @@ def _credential_words(name: str) -> bool:
 
 
 def _secret_text(value: str) -> bool:
-    """Whether a credential-keyed value is worth hiding (not a placeholder or a reference)."""
+    """Whether a credential-keyed value is worth hiding (not a placeholder, a reference or
+    an ordinary word of prose)."""
     stripped = value.strip().strip("\"'").strip()
+    lowered = stripped.lower()
     return (
-        stripped.lower() not in _NOT_A_SECRET
+        lowered not in _NOT_A_SECRET
+        and lowered not in ORDINARY_WORDS
         and not stripped.startswith(("<", "$", "{", "[", "|", ">"))
         and set(stripped) - {"*", "x", "X"} != set()
     )
@@ -257,6 +267,8 @@ def _key_value_span(text: str, start: int) -> Span | None:
     credential (``token_count``), and reading each one's value, which may run on for the
     rest of the text, would cost quadratic time over a long run of such keys.
     """
+    if start and text[start - 1] == "/":
+        return None  # the last segment of a path (registry/org/vault-token:1.2), not a key
     head = _KEY_BEFORE_VALUE.match(text, start)
     if head is None or not credential_key(head["key"].strip("-")):
         return None
@@ -574,19 +586,35 @@ class SecretScrubber:
         ``plain_keys``: dict keys whose text need not be searched (a model's own field
         names); a credential key among them still marks its value, as everywhere.
         """
+        found = self._findings(value, plain_keys)
+        if found is None:
+            return value, False
+        return self._walk(value, *found), True
+
+    def _findings(
+        self, value: Any, plain_keys: frozenset[str] = frozenset()
+    ) -> tuple[bool, frozenset[str]] | None:
+        """None when ``value`` holds nothing to hide; else (whether its strings must each be
+        searched, the strings the object-wide search hit) for :meth:`_walk`."""
         strings: list[str] = []
         structured = _collect(value, strings, plain_keys)
         spans = self._spans("\n".join(strings))
         if not (structured or spans):
-            return value, False
+            return None
         # The one search above already says which strings hold a secret: a dict key is
         # rewritten only if it is one of them, never searched again on its own.
-        secret_keys = _hit_strings(strings, spans) if spans else frozenset()
-        return self._walk(value, bool(spans), secret_keys), True
+        return bool(spans), _hit_strings(strings, spans) if spans else frozenset()
 
     def scrubbed_copy(self, value: Any) -> Any:
         """A scrubbed copy, for values the caller does not own (a log line's fields)."""
         return self.scrub_object(_copy_json(value))
+
+    def scrubbed_view(self, value: Any) -> Any:
+        """``value`` itself when it holds nothing to hide, else a scrubbed copy; ``value`` is
+        never changed. For objects kept as stored for other readers (a snapshot's objects,
+        which probes judge): most hold nothing to hide and cost no copy."""
+        found = self._findings(value)
+        return value if found is None else self._walk(_copy_json(value), *found)
 
     def _walk(
         self, value: Any, search_each: bool, secret_keys: frozenset[str] = frozenset()
@@ -835,11 +863,117 @@ def _field_names(model_type: type[BaseModel]) -> frozenset[str]:
 # --------------------------------------------------------------------------- the Secret itself
 
 
-def drop_last_applied(obj: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Withheld:
+    """What :func:`withhold_secret_values` took out of one Secret.
+
+    ``values``: raw (``data`` base64-decoded), for :meth:`SecretScrubber.learn`.
+    ``keys``: per field taken out, its keys (None: the field was no mapping), so the model
+    can still read which keys the Secret has. ``order``: the object's top-level fields as
+    read, so the model's view puts them back where the server had them.
+    """
+
+    values: tuple[str | bytes, ...] = ()
+    keys: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+
+
+NOTHING_WITHHELD = Withheld()
+
+
+def is_secret(obj: Any) -> bool:
+    """Whether ``obj`` is a Secret (any apiVersion: a copy under another group is one too)."""
+    return isinstance(obj, dict) and obj.get("kind") == "Secret"
+
+
+def withhold_secret_values(obj: dict[str, Any]) -> Withheld:
+    """Take a Secret's values out of ``obj`` in place, as if RBAC hid them; anything else
+    is left exactly as read.
+
+    Taken out: ``data``, ``stringData`` and the last-applied-configuration annotation (the
+    manifest, values included). Learned besides (returned, not taken out): the value of an
+    annotation whose key says it is a credential. Never learned: the Secret's name,
+    namespace, labels or other annotations, which are identifiers.
+    """
+    if not is_secret(obj):
+        return NOTHING_WITHHELD
+    order = tuple(obj)
+    values: list[str | bytes] = []
+    keys: dict[str, tuple[str, ...] | None] = {}
+    for name in SECRET_VALUE_FIELDS:
+        if name in obj:
+            value = obj.pop(name)
+            keys[name] = tuple(str(key) for key in value) if isinstance(value, dict) else None
+            values += _raw_values(value, encoded=name == "data")
     annotations = (obj.get("metadata") or {}).get("annotations")
     if isinstance(annotations, dict):
-        for key in LAST_APPLIED_ANNOTATIONS & annotations.keys():
-            del annotations[key]
+        applied = annotations.pop(LAST_APPLIED_ANNOTATION, None)
+        if applied is not None:
+            values += _applied_values(applied)
+        values += [
+            value
+            for key, value in annotations.items()
+            if isinstance(value, str) and _credential_field(key) and _secret_text(value)
+        ]
+    return Withheld(tuple(values), keys, order)
+
+
+def _raw_values(value: Any, *, encoded: bool) -> list[str | bytes]:
+    """A withheld field's values as the scrubber learns them (``data``'s decoded)."""
+    items = value.values() if isinstance(value, dict) else [value]
+    raw: list[str | bytes] = []
+    for item in items:
+        if isinstance(item, str):
+            decoded = _decoded(item) if encoded else None
+            raw.append(decoded if decoded is not None else item)
+        elif isinstance(item, bytes):  # YAML's !!binary, already decoded
+            raw.append(item)
+        elif isinstance(item, int | float) and not isinstance(item, bool):  # unquoted number
+            raw.append(str(item))
+    return raw
+
+
+def _applied_values(applied: Any) -> list[str | bytes]:
+    """The values in a Secret's last-applied manifest (they may be older than ``data``);
+    the whole text when it is not one (an unreadable copy is learned whole)."""
+    try:
+        manifest = json.loads(applied) if isinstance(applied, str) else None
+    except ValueError:
+        manifest = None
+    if not isinstance(manifest, dict):
+        return [applied] if isinstance(applied, str) else []
+    return [
+        *_raw_values(manifest.get("data") or {}, encoded=True),
+        *_raw_values(manifest.get("stringData") or {}, encoded=False),
+    ]
+
+
+def shown(obj: dict[str, Any], withheld: Withheld = NOTHING_WITHHELD) -> dict[str, Any]:
+    """``obj`` as the model reads it, before scrubbing: ``obj`` itself when that is the
+    same, else a new object sharing what did not change.
+
+    The last-applied-configuration annotation is left out of every object (a second copy
+    of the whole object, and of a Secret's values); a Secret's withheld fields are back
+    with each key's value ``REDACTED``, where the server had them.
+    """
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    applied = isinstance(annotations, dict) and LAST_APPLIED_ANNOTATION in annotations
+    if not (applied or withheld.keys):
+        return obj
+    view = dict(obj)
+    if applied:
+        assert isinstance(metadata, dict) and isinstance(annotations, dict)
+        view["metadata"] = {
+            **metadata,
+            "annotations": {k: v for k, v in annotations.items() if k != LAST_APPLIED_ANNOTATION},
+        }
+    if withheld.keys:
+        for name, keys in withheld.keys.items():
+            view[name] = REDACTED if keys is None else dict.fromkeys(keys, REDACTED)
+        position = {name: index for index, name in enumerate(withheld.order)}
+        view = dict(sorted(view.items(), key=lambda item: position.get(item[0], len(position))))
+    return view
 
 
 def _decoded(value: str) -> bytes | None:
@@ -847,63 +981,3 @@ def _decoded(value: str) -> bytes | None:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         return None
-
-
-def _hide_values(values: Any, shown: frozenset[str], hidden: list[str | bytes]) -> Any:
-    """A metadata map with every value outside ``shown`` hidden (and collected)."""
-    if not isinstance(values, dict):
-        return REDACTED
-    result: dict[str, Any] = {}
-    for key, value in values.items():
-        if key in shown:
-            result[key] = value
-            continue
-        if isinstance(value, str):
-            hidden.append(value)
-        result[key] = REDACTED
-    return result
-
-
-def redact_in_place(obj: dict[str, Any]) -> list[str | bytes]:
-    """Redact one object as read from a cluster; returns the Secret values it hid.
-
-    Every object loses its last-applied-configuration annotation. A Secret
-    (any apiVersion) keeps only :data:`SECRET_FIELDS` and
-    :data:`SECRET_METADATA`; its data values, and annotation and label
-    values outside the allow-lists, become ``REDACTED``. The values returned
-    are raw (``data`` base64-decoded) for :meth:`SecretScrubber.learn`.
-    """
-    drop_last_applied(obj)
-    if obj.get("kind") != "Secret":
-        return []
-    hidden: list[str | bytes] = []
-    clean: dict[str, Any] = {}
-    for key, value in obj.items():  # the server's order, so output reads like kubectl's
-        if key not in SECRET_FIELDS:
-            continue
-        if key == "metadata" and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k in SECRET_METADATA and v}
-            for field, shown in (
-                ("annotations", SECRET_ANNOTATIONS_SHOWN),
-                ("labels", SECRET_LABELS_SHOWN),
-            ):
-                if field in value:
-                    value[field] = _hide_values(value[field], shown, hidden)
-        elif key in SECRET_VALUE_FIELDS:
-            if isinstance(value, dict):
-                for item in value.values():
-                    if isinstance(item, str):
-                        decoded = _decoded(item) if key == "data" else None
-                        hidden.append(decoded if decoded is not None else item)
-                    elif isinstance(item, bytes):  # YAML's !!binary, already decoded
-                        hidden.append(item)
-                    elif isinstance(item, int | float):  # an unquoted number in a manifest
-                        hidden.append(str(item))
-                value = dict.fromkeys(value, REDACTED)
-            elif value is not None:
-                value = REDACTED
-        clean[key] = value
-    obj.clear()
-    obj.update(clean)
-    obj.setdefault("kind", "Secret")
-    return hidden

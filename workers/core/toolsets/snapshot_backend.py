@@ -7,8 +7,12 @@ multi-document files, in any folder layout. Pod logs live under
 previous container). See examples/snapshots/README.md for capturing one.
 
 Everything is parsed once, when the backend is built (the factory caches it
-per folder). Secrets are redacted during that parse, before any other code
-can see them. A file that does not parse, or is larger than
+per folder). A Secret's values are withheld during that parse, before any other
+code can see them (redaction.py, layer 1), and the scrubber learns them. One store
+holds each object as the API server would (a Secret without its values): probes
+and imported policies read it (``as_stored=True``); the tools the model calls read
+each object's scrubbed view, made once at load and kept only for the objects where
+it differs. A file that does not parse, or is larger than
 :data:`MAX_OBJECT_FILE_BYTES` (64 MiB), is recorded in :attr:`problems`,
 naming the file, and the rest of the snapshot is still served. So is an
 object that had to be adjusted: a cluster-scoped object (built-in, or of a
@@ -37,15 +41,21 @@ from typing import Any
 
 import yaml
 
-from workers.core.toolsets.backend import REDACTED, BackendError, ResourceInfo
-from workers.core.toolsets.echo import Marked, compose, quoted
+from workers.core.toolsets.backend import BackendError, ResourceInfo, not_found
+from workers.core.toolsets.echo import compose, quoted
 from workers.core.toolsets.kinds import (
     BUILTIN_RESOURCES,
     ResourceIndex,
     guess_plural,
     split_api_version,
 )
-from workers.core.toolsets.redaction import SecretScrubber, redact_in_place
+from workers.core.toolsets.redaction import (
+    NOTHING_WITHHELD,
+    SecretScrubber,
+    Withheld,
+    shown,
+    withhold_secret_values,
+)
 from workers.core.toolsets.selectors import field_matcher, label_matcher
 from workers.core.toolsets.yaml_documents import load_documents, may_alias
 
@@ -309,6 +319,7 @@ class SnapshotBackend:
         self._raw: list[dict[str, Any]] = []
         self._sources: list[str] = []  # the file of each object in _raw
         self._secret_values: list[str | bytes] = []
+        self._withheld: dict[int, Withheld] = {}  # by id() of a Secret in _raw, until served
         for relative, file, stat in listing.entries:
             parts = relative.split("/")
             if (
@@ -322,7 +333,8 @@ class SnapshotBackend:
         self._scrubber = SecretScrubber(self._secret_values)
         del self._secret_values  # only the scrubber's automaton keeps them
         self._index, self._objects = self._build_index(self._raw)
-        del self._raw, self._sources
+        self._views = self._served_views()
+        del self._raw, self._sources, self._withheld
         if not self._objects:
             raise SnapshotError(self._no_objects(path))
 
@@ -423,7 +435,10 @@ class SnapshotBackend:
                 "it was skipped"
             )
             return
-        self._secret_values.extend(redact_in_place(obj))
+        withheld = withhold_secret_values(obj)
+        if withheld.keys or withheld.values:
+            self._secret_values.extend(withheld.values)
+            self._withheld[id(obj)] = withheld
         self._raw.append(obj)
         self._sources.append(relative)
 
@@ -466,8 +481,6 @@ class SnapshotBackend:
                 by_key[(group, kind)] = by_kind[kind] = info
                 known.append(info)
                 guessed.add((group, kind))
-            if kind != "Secret":
-                self._scrubber.in_place(obj)
             metadata = obj["metadata"]
             if (info.group, info.kind) not in guessed:
                 if not info.namespaced:
@@ -499,6 +512,19 @@ class SnapshotBackend:
                     stored[(DEFAULT_NAMESPACE, name)] = obj
         sorted_objects = {key: dict(sorted(found.items())) for key, found in objects.items()}
         return ResourceIndex.builtin_with(known[len(BUILTIN_RESOURCES) :]), sorted_objects
+
+    def _served_views(self) -> dict[int, dict[str, Any]]:
+        """What the model reads of each stored object (by its id()), where that differs from
+        it: shown (redaction.py) and scrubbed of the snapshot's Secret values and credential
+        shapes. Made once, after every object has its final namespace."""
+        views: dict[int, dict[str, Any]] = {}
+        for stored in self._objects.values():
+            for obj in stored.values():
+                withheld = self._withheld.get(id(obj), NOTHING_WITHHELD)
+                view = self._scrubber.scrubbed_view(shown(obj, withheld))
+                if view is not obj:
+                    views[id(obj)] = view
+        return views
 
     def _note_conflict(self, kind: str, key: ObjectKey, earlier: str, relative: str) -> None:
         """An object captured twice with different content: the later file's is served.
@@ -581,12 +607,18 @@ class SnapshotBackend:
     def _stored(self, resource: ResourceInfo) -> dict[ObjectKey, dict[str, Any]]:
         return self._objects.get((resource.group, resource.kind), {})
 
+    def _out(self, obj: dict[str, Any], as_stored: bool) -> dict[str, Any]:
+        """A private copy of ``obj`` as stored, or of what the model reads of it."""
+        return private_copy(obj if as_stored else self._views.get(id(obj), obj))
+
     def list_objects(
         self,
         resource: ResourceInfo,
         namespace: str | None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        *,
+        as_stored: bool = False,
     ) -> Iterator[dict[str, Any]]:
         # Parse the selectors now, so a bad one fails at the call, not mid-iteration.
         labels_match = label_matcher(label_selector)
@@ -594,26 +626,26 @@ class SnapshotBackend:
         stored = self._stored(resource)
         wanted_namespace = namespace if resource.namespaced else None
         return (
-            private_copy(obj)
+            self._out(obj, as_stored)
             for (obj_namespace, _), obj in stored.items()
             if (wanted_namespace is None or obj_namespace == wanted_namespace)
             and labels_match(obj)
             and fields_match(obj)
         )
 
-    def get(self, resource: ResourceInfo, name: str, namespace: str | None) -> dict[str, Any]:
+    def get(
+        self, resource: ResourceInfo, name: str, namespace: str | None, *, as_stored: bool = False
+    ) -> dict[str, Any]:
         stored = self._stored(resource)
         if not resource.namespaced:
             found = stored.get(("", name))
             if found is None:
-                raise self._not_found(
-                    name, None, compose("{} {} not found", resource.kind, quoted(name))
-                )
-            return private_copy(found)
+                raise not_found(name, None, compose("{} {} not found", resource.kind, quoted(name)))
+            return self._out(found, as_stored)
         if namespace is not None:
             found = stored.get((namespace, name))
             if found is None:
-                raise self._not_found(
+                raise not_found(
                     name,
                     namespace,
                     compose(
@@ -623,10 +655,10 @@ class SnapshotBackend:
                         quoted(namespace),
                     ),
                 )
-            return private_copy(found)
+            return self._out(found, as_stored)
         matches = [obj for (_, obj_name), obj in stored.items() if obj_name == name]
         if not matches:
-            raise self._not_found(
+            raise not_found(
                 name, None, compose("{} {} not found in any namespace", resource.kind, quoted(name))
             )
         if len(matches) > 1:
@@ -635,32 +667,15 @@ class SnapshotBackend:
                 "bad_request",
                 f"{resource.kind} {name!r} exists in namespaces {namespaces}; name one",
             )
-        return private_copy(matches[0])
-
-    def _not_found(self, name: str, namespace: str | None, message: Marked) -> BackendError:
-        """Not found; or, when the name asked for holds a Secret's value, why it cannot be.
-
-        Every object was scrubbed when the snapshot was read, its name and namespace
-        included, so an object named after a Secret's value is stored under the redacted
-        name and no lookup by the real one can reach it. Saying "not found" would read as
-        "absent"; the reason is given instead, without the value (or whether it exists).
-        """
-        asked = (name, namespace or "")
-        if any(self._scrubber.text(part) != part for part in asked if part):
-            return BackendError(
-                "not_found",
-                "the name or namespace asked for holds a Secret's value, which assay hides "
-                "wherever it appears, object names included, so no object can be looked up "
-                "by it here; list the kind instead, where such a name reads "
-                f"{REDACTED}",
-            )
-        return BackendError("not_found", message)
+        return self._out(matches[0], as_stored)
 
     def events(
         self,
         namespace: str | None,
         involved_kind: str | None = None,
         involved_name: str | None = None,
+        *,
+        as_stored: bool = False,
     ) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         for key in EVENT_KEYS:
@@ -674,7 +689,7 @@ class SnapshotBackend:
                     continue
                 found.append(event)
         found.sort(key=_event_time)
-        return private_copy(found)
+        return [self._out(event, as_stored) for event in found]
 
     def logs(
         self,
@@ -824,6 +839,7 @@ class SnapshotBackend:
                 f"this snapshot carries no schema for {resource.kind} (only "
                 "CustomResourceDefinitions in the snapshot carry one); read an object with get",
             )
+        crd = self._views.get(id(crd), crd)  # the schema is shown to the model: scrubbed
         spec = crd["spec"]
         versions = spec.get("versions") or []
         version: dict[str, Any] = next(
