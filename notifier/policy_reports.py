@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, Literal
 
-from notifier.report_results import SOURCE, CheckResult, results_of
+from notifier.report_results import SOURCE, CheckResult, Result, results_of
 from notifier.reported_checks import StoredDeclarations
 from schemas.notify import DEFAULT_EXCLUDED_NAMESPACES
 from schemas.policy import policy_reference
@@ -141,8 +141,14 @@ def label_value(text: str) -> str:
     return slug.strip("-._")
 
 
-def excluded(namespace: str, patterns: Sequence[str]) -> bool:
-    return any(fnmatchcase(namespace, pattern) for pattern in patterns)
+def left_out(result: Result, patterns: Sequence[str]) -> bool:
+    """Whether ``result`` is about an excluded namespace: an object in it, or (as Kyverno's
+    resource filters read a Namespace) the Namespace object of that name."""
+    names = [result.namespace] if result.namespace is not None else []
+    resource = result.resource
+    if resource is not None and resource.kind == "Namespace" and resource.namespace is None:
+        names.append(resource.name)
+    return any(fnmatchcase(name, pattern) for name in names for pattern in patterns)
 
 
 def documents(
@@ -155,7 +161,7 @@ def documents(
     grouped: dict[str | None, list[dict[str, Any]]] = {}
     for check in checks:
         for result in results_of(check):
-            if result.namespace is not None and excluded(result.namespace, excluded_namespaces):
+            if left_out(result, excluded_namespaces):
                 continue
             grouped.setdefault(result.namespace, []).append(result.document())
     name = report_name(target)

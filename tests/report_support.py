@@ -8,22 +8,29 @@ references; nothing in them is copied from the published files.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
+import pytest
 
 from scheduler.schedules import ScheduleStore
 from schemas.declarative import CheckDefinition, CheckSpec
 from schemas.probe import ProbeLookup, ProbeOutcome, ProposedProbe
-from schemas.request import ContextTarget, EvaluationRequest
+from schemas.request import ContextTarget, EvaluationRequest, Target
 from schemas.schedule import Schedule, ScheduleTargets
+from schemas.settings import AssaySettings, load_settings
 from schemas.verdict import Evidence, VerdictKind
+from tests.cli_support import run_cli
 from tests.fleet_support import finished_report
+from workers.core.engine import EngineDeps
 from workers.fleet.check_definitions import CheckDefinitionStore
+from workers.fleet.policy_rerun import PolicyRunOutcome, evaluate_policy_request
+from workers.fleet.policy_store import PolicyStore
 from workers.fleet.store import VerdictStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -83,7 +90,8 @@ def probe_outcome(
             }
             for k, n, ns in objects
         ]
-        (Path(folder) / "objects.yaml").write_text(yaml.safe_dump_all(documents))
+        listing = {"apiVersion": "v1", "kind": "List", "items": documents}
+        (Path(folder) / "objects.json").write_text(json.dumps(listing))
         run = run_probe(probe, SnapshotBackend(folder))
     assert run.verdict is not None, run.error
     return ProbeOutcome(status=status, reason="test", probe=probe, run=run, version=1)  # type: ignore[arg-type]
@@ -196,3 +204,58 @@ def declare_check(
     )
     checks.put(definition, current.revision if current else 0)
     return definition
+
+
+# --- imported policies over a fleet of snapshots ------------------------------------------------
+
+POLICY_FIXTURE = FIXTURES / "policy-reports"
+POLICY_SET = "reports"
+
+
+@dataclass
+class Fleet:
+    settings: AssaySettings
+    store: VerdictStore
+    root: Path
+
+
+def policy_fleet(redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Fleet:
+    """A store on ``redis_url`` and two snapshot clusters in the working directory (the
+    snapshot roots): ``snaps/shop-eu`` (tests/fixtures/policy-reports/cluster) and
+    ``snaps/shop-us``, the same with the cart Deployment fixed (labelled, pulled from a
+    trusted registry)."""
+    monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
+    monkeypatch.setenv("ASSAY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(POLICY_FIXTURE / "cluster", tmp_path / "snaps" / "shop-eu")
+    fixed = (POLICY_FIXTURE / "cluster" / "objects.yaml").read_text()
+    fixed = fixed.replace(
+        "labels: {app.kubernetes.io/name: cart}\nspec:\n  replicas",
+        "labels: {app.kubernetes.io/name: cart, tier: back}\nspec:\n  replicas",
+    )
+    fixed = fixed.replace(
+        "image: docker.io/library/cart:2\n---", "image: registry.example.com/cart:2\n---", 1
+    )
+    (tmp_path / "snaps" / "shop-us").mkdir(parents=True)
+    (tmp_path / "snaps" / "shop-us" / "objects.yaml").write_text(fixed)
+    settings = load_settings(redis_url=redis_url)
+    return Fleet(settings, VerdictStore.from_settings(settings), tmp_path)
+
+
+def import_set(capsys: pytest.CaptureFixture[str], *files: Path, name: str = POLICY_SET) -> None:
+    """`assay probe import FILES --set NAME`."""
+    code, _, err = run_cli(capsys, "probe", "import", *map(str, files), "--set", name)
+    assert code == 0, err
+
+
+def run_set(fleet: Fleet, target: Target, name: str = POLICY_SET) -> PolicyRunOutcome:
+    """One tick of ``policy-set:NAME`` on ``target``, recorded as the worker records it."""
+    request = EvaluationRequest(text=f"policy-set:{name}", target=target)
+    fleet.store.register_run(request)
+    fleet.store.begin_delivery(request)
+    policies = PolicyStore.from_settings(fleet.settings, fleet.store.client)
+    outcome = evaluate_policy_request(request, EngineDeps(settings=fleet.settings), policies)
+    for child in outcome.children:
+        assert fleet.store.record_verdict(child)
+    assert fleet.store.record_verdict(outcome.report)
+    return outcome

@@ -179,6 +179,22 @@ def test_the_report_schema_catches_what_a_cluster_would_refuse(store: VerdictSto
             validate_report(broken)
 
 
+def test_more_results_than_kyvernos_chunk_size_make_more_reports(store: VerdictStore) -> None:
+    from notifier.policy_reports import MAX_RESULTS, documents, gather
+
+    deployments = [("Deployment", f"app-{n:04d}", "prod") for n in range(MAX_RESULTS + 1)]
+    record(store, REPLICAS, "true", check_id="many", outcome=probe_outcome(deployments, []))
+    reports = documents(gather(store, "prod-eu"), "prod-eu")
+    name = report_name("prod-eu")
+    assert [(d["metadata"]["name"], len(d["results"])) for d in reports] == [
+        (name, MAX_RESULTS),
+        (f"{name}-1", 1),
+    ]
+    for document in reports:
+        validate_report(document)
+        assert document["summary"]["pass"] == len(document["results"])
+
+
 def test_report_for_an_unknown_target_and_bad_flags(
     capsys: pytest.CaptureFixture[str], store: VerdictStore
 ) -> None:

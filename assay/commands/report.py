@@ -85,14 +85,20 @@ def report(
         ]
         sys.stdout.write(junit.render(cases, "assay report"))
         raise typer.Exit(junit.exit_code(cases))
-    from assay.apply import as_yaml
+    import yaml
 
     by_target = documents_by_target(
         checks, "openreports" if openreports else "wgpolicyk8s", excluded
     )
     documents = [document for found in by_target.values() for document in found]
     if documents:
-        sys.stdout.write(as_yaml(documents))
+        # libyaml's emitter where PyYAML has it: a fleet's reports run to megabytes, which
+        # the pure-Python one is slow at (3.3 MB of reports: 29 s, against 4.5 s)
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        text = yaml.dump_all(
+            documents, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100
+        )
+        sys.stdout.write(text)
 
 
 def register(app: typer.Typer) -> None:
