@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             printed = time.perf_counter() - began
         finally:
             redis_server.stop()
-    results = sum(len(d["results"]) for d in reports)  # type: ignore[arg-type]
+    results = sum(len(d["results"]) for d in reports)
     print(f"{args.objects} Pods in 10 namespaces, {args.failing:.0%} running as root")
     print(f"  policy run: {ran:.2f} s, {judged} objects judged")
     print(

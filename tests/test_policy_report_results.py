@@ -324,32 +324,8 @@ def test_a_large_report_is_split_under_the_api_servers_size_limit(
     folder = fleet.root / "snaps" / "big"
     folder.mkdir(parents=True)
     (folder / "pods.yaml").write_text(yaml.dump_all(pods, Dumper=yaml.CSafeDumper))
-    advice = "pin every image by its digest; " * 30  # about 900 characters
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "pinned-images"},
-        "spec": {
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ]
-            },
-            "validations": [
-                {
-                    "expression": "object.spec.containers.all(c, c.image.contains('@sha256:'))",
-                    "messageExpression": f"object.metadata.name + ': {advice}'",
-                }
-            ],
-        },
-    }
-    (fleet.root / "big.yaml").write_text(yaml.safe_dump(policy))
-    import_set(capsys, fleet.root / "big.yaml", name="big")
+    advice = "pin every image by its digest; " * 30  # as pinned-images.yaml says
+    import_set(capsys, POLICY_FIXTURE / "pinned-images.yaml", name="big")
     run_set(fleet, SnapshotTarget(path="snaps/big"), name="big")
     reports = documents(gather(fleet.store, "snapshot:big"), "snapshot:big")  # what both print
     name = report_name("snapshot:big")

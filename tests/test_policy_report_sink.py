@@ -335,3 +335,39 @@ def test_the_sink_writes_what_assay_report_prints_and_never_another_engines_repo
         assert owned_by(server, "assay") == {}
         assert owned_by(server, "kyverno") == kyvernos and len(kyvernos) == 3
         assert feed.written_reports() == {}
+
+
+def test_reports_an_earlier_version_wrote_are_replaced_and_deleted(
+    server: FakeApiServer, redis_url: str, tmp_path: Path
+) -> None:
+    """Before reports were named by target, every report was `assay-checks` and the sink
+    remembered namespaces only: the first write under the new names deletes those."""
+    from notifier.policy_report_sink import ReportSync
+    from notifier.policy_report_writer import ReportWriter
+    from notifier.policy_reports import report_name
+    from schemas.notify import PolicyReportSink
+    from workers.fleet.notify_feed import SinkFeed
+
+    writer = server.write_kubeconfig(tmp_path / "writer.yaml", writer=True)
+    settings = settings_for(redis_url, {})
+    configure_logging(settings)
+    store = VerdictStore.from_settings(settings)
+    deployments = [("Deployment", "api", "prod"), ("Deployment", "worker", "shop")]
+    record(store, REPLICAS, "true", context="east", outcome=probe_outcome(deployments, []))
+    old = {**REPORT, "metadata": {"name": "assay-checks", "namespace": "shop"}}
+    path = f"{WG}/namespaces/shop/policyreports/assay-checks?fieldManager=assay"
+    assert call(server, path, method="PATCH", token=WRITER, body=old) == 200
+    feed = SinkFeed(store, "reports", "test")
+    store.client.hset(store.key("notify", "reports", "reports"), "east", json.dumps(["shop"]))
+    config = PolicyReportSink(type="policyreport", kubeconfig=str(writer))
+    assert ReportSync("reports", config, store, ReportWriter(config), feed).resync() == 2
+    assert sorted((k[2], k[3], k[4]) for k in server.reports) == [
+        ("policyreports", "prod", report_name("east")),
+        ("policyreports", "shop", report_name("east")),
+    ]
+    remembered = feed.written_reports()["east"]
+    assert {(r.namespace, r.name) for r in remembered} == {
+        ("prod", report_name("east")),
+        ("shop", report_name("east")),
+    }
+    assert all(r.uid for r in remembered)

@@ -368,7 +368,7 @@ class FakeApiServer:
                     return _status(404, "NotFound", f'{plural} "{name}" not found')
                 if wanted_uid is not None and found["metadata"].get("uid") != wanted_uid:
                     return _status(
-                        409, "Conflict", f'Precondition failed: UID in precondition: {wanted_uid}'
+                        409, "Conflict", f"Precondition failed: UID in precondition: {wanted_uid}"
                     )
                 del self.reports[key]
                 self.report_managers.pop(key, None)
