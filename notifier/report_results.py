@@ -11,8 +11,9 @@ result for the check:
   in ``properties.binding``; a Gatekeeper constraint's name, its template as the rule.
   ``message`` is the policy's own for a failure, and the engine's own words for a pass
   (ClusterPolicy ``Validation rule 'R' passed.``, ValidatingPolicy ``success``, none for a
-  ValidatingAdmissionPolicy or Gatekeeper). A rule over a kind it could not judge (a
-  listing failed, a CEL error, the deadline) is one ``error`` result naming why.
+  ValidatingAdmissionPolicy or Gatekeeper); ``properties.process`` is ``background
+  scan``, as Kyverno says of the stored objects it judges. A rule over a kind it could not
+  judge (a listing failed, a CEL error, the deadline) is one ``error`` result naming why.
 * **A model's probe over each object** (docs/probes.md): one result per object it judged,
   in order, up to and including the first failing one (the rest were not judged).
 * **Anything else**: one result, ``pass``/``fail``/``error``/``skip`` for ``true``/
@@ -168,6 +169,7 @@ def _policy_results(
     meta = _Metadata.of(policy, check.labels)
     name = policy.policy_name if policy.format == "vap" else policy.name
     properties = {
+        "process": "background scan",  # as Kyverno says of stored objects it judged
         "check_id": check.check_id,
         "run_id": check.verdict.run_id,
         "target": check.target,

@@ -70,8 +70,8 @@ def scope_key(reference: dict[str, Any]) -> tuple[str, ...]:
 
 
 def compared(result: dict[str, Any]) -> dict[str, Any]:
-    """The fields both engines fill in the same way (source, timestamp and properties
-    other than the binding are each engine's own)."""
+    """The fields both engines fill in the same way (source, timestamp and the properties
+    other than the binding and the process are each engine's own)."""
     return {
         "result": result["result"],
         "message": result.get("message"),
@@ -79,6 +79,7 @@ def compared(result: dict[str, Any]) -> dict[str, Any]:
         "category": result.get("category"),
         "severity": result.get("severity"),
         "binding": result.get("properties", {}).get("binding"),
+        "process": result.get("properties", {}).get("process"),
     }
 
 
