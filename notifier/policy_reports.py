@@ -25,11 +25,12 @@ engines apart by each result's ``source`` (``assay``), so the two coexist. The t
 the label ``assay.dev/target`` (as a label value) and the annotation of the same name (as
 it is).
 
-**Excluded namespaces.** Results about objects in these namespaces (patterns, ``*``
-wildcards) are left out; by default what Kyverno's default resource filters skip:
-``kube-system``, ``kube-public``, ``kube-node-lease`` and Kyverno's own ``kyverno``
-(:data:`schemas.notify.DEFAULT_EXCLUDED_NAMESPACES`). Queries are not reports: they have no
-pass or fail.
+**Excluded namespaces.** An imported policy's results about objects in these namespaces
+(patterns, ``*`` wildcards) are left out, as Kyverno's background scan leaves them out; by
+default what Kyverno's default resource filters skip: ``kube-system``, ``kube-public``,
+``kube-node-lease`` and Kyverno's own ``kyverno``
+(:data:`schemas.notify.DEFAULT_EXCLUDED_NAMESPACES`). A check someone wrote keeps every
+result. Queries are not reports: they have no pass or fail.
 """
 
 from __future__ import annotations
@@ -142,8 +143,11 @@ def label_value(text: str) -> str:
 
 
 def left_out(result: Result, patterns: Sequence[str]) -> bool:
-    """Whether ``result`` is about an excluded namespace: an object in it, or (as Kyverno's
-    resource filters read a Namespace) the Namespace object of that name."""
+    """Whether ``result`` is an imported policy's about an excluded namespace: an object in
+    it, or (as Kyverno's resource filters read a Namespace) the Namespace object of that
+    name. A check someone wrote keeps every result: it asked about those objects."""
+    if not result.filtered:
+        return False
     names = [result.namespace] if result.namespace is not None else []
     resource = result.resource
     if resource is not None and resource.kind == "Namespace" and resource.namespace is None:

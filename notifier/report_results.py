@@ -118,6 +118,7 @@ class Result:
     severity: str | None = None
     resource: Resource | None = None
     namespace: str | None = None  # the report's namespace (None: the cluster report)
+    filtered: bool = False  # an imported policy's: namespace exclusions apply, as Kyverno's
 
     def document(self) -> dict[str, Any]:
         out: dict[str, Any] = {"source": SOURCE, "policy": self.policy}
@@ -185,6 +186,7 @@ def _policy_results(
         "scored": meta.scored,
         "category": meta.category,
         "severity": meta.severity,
+        "filtered": True,
     }
     out: list[Result] = []
     for probe in result.probes:

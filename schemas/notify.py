@@ -172,8 +172,9 @@ class PolicyReportSink(SinkFilter):
     excluded_namespaces: list[str] = Field(
         default_factory=lambda: list(DEFAULT_EXCLUDED_NAMESPACES),
         max_length=100,
-        description="Results about objects in these namespaces (patterns, * wildcards) are "
-        "left out; by default what Kyverno's default resource filters skip. [] keeps all.",
+        description="An imported policy's results about objects in these namespaces "
+        "(patterns, * wildcards) are left out; by default what Kyverno's default resource "
+        "filters skip. [] keeps all.",
     )
 
 

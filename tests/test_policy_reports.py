@@ -195,6 +195,25 @@ def test_more_results_than_kyvernos_chunk_size_make_more_reports(store: VerdictS
         assert document["summary"]["pass"] == len(document["results"])
 
 
+def test_a_check_someone_wrote_keeps_its_results_in_namespaces_policies_skip(
+    capsys: pytest.CaptureFixture[str], store: VerdictStore
+) -> None:
+    pods = [("Pod", "coredns-1", "kube-system"), ("Pod", "kube-proxy-1", "kube-system")]
+    record(
+        store,
+        "every Pod in kube-system is healthy",
+        "false",
+        outcome=probe_outcome(pods, [pods[1]]),
+        explanation="Pod kube-system/kube-proxy-1 is not healthy.",
+    )
+    code, out, err = run(capsys, "report", "--target", "prod-eu")  # the default exclusions
+    assert code == 0, err
+    (kube,) = [d for d in yaml.safe_load_all(out) if d["metadata"].get("namespace")]
+    assert kube["metadata"]["namespace"] == "kube-system"
+    found = {(r["resources"][0]["name"], r["result"]) for r in kube["results"]}
+    assert found == {("coredns-1", "pass"), ("kube-proxy-1", "fail")}
+
+
 def test_report_for_an_unknown_target_and_bad_flags(
     capsys: pytest.CaptureFixture[str], store: VerdictStore
 ) -> None:

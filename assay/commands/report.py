@@ -5,9 +5,9 @@
 as ``wgpolicyk8s.io/v1alpha2`` PolicyReport / ClusterPolicyReport, or with
 ``--openreports`` as ``openreports.io/v1alpha1`` Report / ClusterReport: the documents
 the ``policyreport`` sink writes for the same store (notifier/policy_reports.py says what
-goes in them). ``--exclude-namespaces`` leaves out results about objects in those
-namespaces (default: those Kyverno's default resource filters skip). ``--format junit``
-prints one JUnit test case per check and target (assay/junit.py).
+goes in them). ``--exclude-namespaces`` leaves out imported policies' results about
+objects in those namespaces (default: those Kyverno's default resource filters skip).
+``--format junit`` prints one JUnit test case per check and target (assay/junit.py).
 
 Exit codes: ``policyreport``: 0 printed (the documents say pass or fail); ``junit``: the
 verdicts' code, as `assay batch` gives it (0 only when every check is true, else 1 when
@@ -51,9 +51,10 @@ def report(
         str | None,
         typer.Option(
             "--exclude-namespaces",
-            help="Comma-separated namespaces (* wildcards) whose objects' results are left "
-            f"out; default {','.join(DEFAULT_EXCLUDED_NAMESPACES)} (what Kyverno's default "
-            "resource filters skip); '' keeps every namespace.",
+            help="Comma-separated namespaces (* wildcards) whose objects an imported "
+            "policy's results leave out; default "
+            f"{','.join(DEFAULT_EXCLUDED_NAMESPACES)} (what Kyverno's default resource "
+            "filters skip); '' keeps every namespace.",
         ),
     ] = None,
 ) -> None:
