@@ -13,7 +13,13 @@ JUnit task read it:
 
 Every case's ``<system-out>`` holds the explanation and the evidence (each cited
 lookup and excerpt), the check id, run id, source and usage. Text is stripped of the
-characters XML 1.0 cannot carry (a model's words may hold any).
+characters XML 1.0 cannot carry (a model's words may hold any). The ``<testsuite>`` and
+the ``<testsuites>`` root both carry the totals (``tests``, ``failures``, ``errors``,
+``skipped``, ``time``).
+
+A command that prints JUnit exits with the verdicts' code, never 0 for a failure:
+:func:`exit_code` (``assay report``; ``assay check`` has one verdict; `assay batch`
+gives the same order from its tally, and 75 while targets are pending).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from schemas.verdict import Verdict, VerdictKind
+from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
 
 NAME_CHARS = 200
 MESSAGE_CHARS = 1000
@@ -151,3 +157,16 @@ def render(cases: Sequence[Case], suite: str = "assay", now: datetime | None = N
 
 def case_of(verdict: Verdict, predicate: str, name: str | None = None) -> Case:
     return Case(verdict.check_id, verdict.target, predicate, verdict, name)
+
+
+def exit_code(cases: Sequence[Case]) -> int:
+    """The code of "every case holds": 1 when one is false, else 2 when one is poorly
+    posed, else 3 when one could not be determined or has no verdict (or there is none),
+    0 only when every one is true."""
+    kinds = {case.verdict.verdict if case.verdict is not None else None for case in cases}
+    for kind in (VerdictKind.FALSE, VerdictKind.POORLY_POSED):
+        if kind in kinds:
+            return EXIT_CODES[kind]
+    if not cases or kinds != {VerdictKind.TRUE}:
+        return EXIT_CODES[VerdictKind.CANNOT_DETERMINE]
+    return EXIT_CODES[VerdictKind.TRUE]

@@ -4,13 +4,18 @@ Like Alertmanager, a report is state, not a message: what it must hold is the la
 verdict of every check on that target (notifier/policy_reports.py builds it). So the
 sink rewrites a target's reports when one of its checks changes verdict, and every
 ``resync_seconds`` rewrites all of them (one replica per interval): first verdicts are
-not changes, and a report someone deleted by hand comes back. A namespace whose
-results are gone has its report deleted; which reports the sink wrote is remembered
-in Redis (``SinkFeed.written_reports``), so the writer needs no list or read access.
+not changes, a report someone deleted by hand comes back, and a check pruned or a policy
+dropped since (notifier/reported_checks.py) leaves the reports. A report whose results
+are gone (a namespace without results, a part no longer needed) is deleted; which reports
+the sink wrote, with their uids, is remembered in Redis (``SinkFeed.written_reports``), so
+the writer needs no list or read access. A report another engine owns under the same name
+(409 Conflict) is left alone, logged, and not remembered as the sink's.
 
 The sink's ``checks`` and ``targets`` filters choose what goes into the reports (a check
-routed to the sink by its notify routes is in too); the verdict filters and the
-minimum duration are about changes and do not apply to a state.
+routed to the sink by its notify routes is in too), its ``excluded_namespaces`` which
+objects' results are left out; the verdict filters and the minimum duration are about
+changes and do not apply to a state. The documents are those `assay report` prints for
+the same store (notifier/policy_reports.py builds both).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from notifier.policy_reports import REPORT_NAME, CheckResult, documents, gather
+from notifier.policy_reports import CheckResult, documents, gather
+from notifier.sinks import DeliveryError
 from schemas.request import target_names
+from workers.fleet.notify_feed import WrittenReport
 
 if TYPE_CHECKING:
     from notifier.policy_report_writer import ReportWriter
@@ -80,14 +87,44 @@ class ReportSync:
         return written
 
     def _write(self, target: str, checks: Iterable[CheckResult]) -> int:
-        reports = documents(checks, target, self.config.api)
-        for document in reports:
-            self.writer.apply(target, document)
-        now = [d["metadata"].get("namespace") for d in reports]
-        before = self.feed.written_reports().get(target, [])
-        for namespace in before:
-            if namespace not in now:
-                self.writer.delete(target, namespace, REPORT_NAME)
-        self.feed.remember_reports(target, now)
-        _log.info("reports written", sink=self.name, target=target, reports=len(reports))
-        return len(reports)
+        reports = documents(checks, target, self.config.api, self.config.excluded_namespaces)
+        before = {(r.namespace, r.name): r for r in self.feed.written_reports().get(target, [])}
+        written: list[WrittenReport] = []
+        try:
+            for document in reports:
+                where = (document["metadata"].get("namespace"), document["metadata"]["name"])
+                known = before.pop(where, None)
+                try:
+                    uid = self.writer.apply(target, document)
+                except DeliveryError as exc:
+                    if exc.status != 409:
+                        if known is not None:
+                            before[where] = known
+                        raise
+                    self._left_to_owner(target, where, exc)
+                    continue
+                written.append(WrittenReport(*where, uid or (known.uid if known else None)))
+            for where, stale in list(before.items()):
+                try:
+                    self.writer.delete(target, stale.namespace, stale.name, stale.uid)
+                except DeliveryError as exc:
+                    if exc.status != 409:
+                        raise
+                    self._left_to_owner(target, where, exc)
+                del before[where]
+        finally:  # what it wrote, and what it has yet to delete
+            self.feed.remember_reports(target, [*written, *before.values()])
+        _log.info("reports written", sink=self.name, target=target, reports=len(written))
+        return len(written)
+
+    def _left_to_owner(
+        self, target: str, where: tuple[str | None, str], exc: DeliveryError
+    ) -> None:
+        _log.warning(
+            "report left to its owner",
+            sink=self.name,
+            target=target,
+            namespace=where[0],
+            report=where[1],
+            error=str(exc),
+        )

@@ -10,7 +10,11 @@ refused before a request is made, and the RBAC of deploy/kubernetes/components/
 policy-reports grants those resources and nothing else.
 
 A report is written with server-side apply (one PATCH creates or updates it, owned by
-field manager ``assay``), and removed with DELETE when a namespace no longer has results.
+field manager ``assay``), never forced: a report another engine wrote under the same name
+(its fields owned by another field manager) answers 409 Conflict and is left as it is. A
+report is removed with DELETE when it no longer has results, on the condition that it is
+still the object the apply made (its uid), so a report someone else has since made under
+that name is never deleted.
 """
 
 from __future__ import annotations
@@ -106,19 +110,21 @@ class ReportWriter:
             return group, version, namespaced_plural, namespace
         return group, version, cluster_plural, None
 
-    def apply(self, target: str, document: dict[str, Any]) -> None:
-        """Create or update ``document`` in ``target``'s cluster (server-side apply)."""
+    def apply(self, target: str, document: dict[str, Any]) -> str | None:
+        """Create or update ``document`` in ``target``'s cluster (server-side apply, not
+        forced); returns the object's uid. A report another field manager owns: a
+        ``DeliveryError`` with status 409, not retryable."""
         group, version, plural, namespace = self._where(document)
         api = self._objects_api(target)
         name = document["metadata"]["name"]
         common = {
             "body": document,
             "field_manager": FIELD_MANAGER,
-            "force": True,
+            "force": False,
             "_content_type": APPLY_PATCH,
             "_request_timeout": TIMEOUT_SECONDS,
         }
-        self._call(
+        answer = self._call(
             target,
             lambda: (
                 api.patch_namespaced_custom_object(
@@ -128,9 +134,13 @@ class ReportWriter:
                 else api.patch_cluster_custom_object(group, version, plural, name, **common)
             ),
         )
+        metadata = answer.get("metadata") if isinstance(answer, dict) else None
+        uid = metadata.get("uid") if isinstance(metadata, dict) else None
+        return str(uid) if uid else None
 
-    def delete(self, target: str, namespace: str | None, name: str) -> None:
-        """Remove a report this sink wrote; one already gone is fine."""
+    def delete(self, target: str, namespace: str | None, name: str, uid: str | None) -> None:
+        """Remove a report this sink wrote (only while it is the object with ``uid``, when
+        known); one already gone is fine."""
         api_version, kind, cluster_kind = API_VERSIONS[self.api]
         document = {
             "apiVersion": api_version,
@@ -139,7 +149,9 @@ class ReportWriter:
         }
         group, version, plural, _ = self._where(document)
         api = self._objects_api(target)
-        options = {"_request_timeout": TIMEOUT_SECONDS}
+        options: dict[str, Any] = {"_request_timeout": TIMEOUT_SECONDS}
+        if uid is not None:
+            options["body"] = {"preconditions": {"uid": uid}}
         self._call(
             target,
             lambda: (
@@ -153,15 +165,23 @@ class ReportWriter:
         )
 
     @staticmethod
-    def _call(target: str, request: Any, missing_ok: bool = False) -> None:
+    def _call(target: str, request: Any, missing_ok: bool = False) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
-            request()
+            return request()
         except ApiException as exc:
             if missing_ok and exc.status == 404:
-                return
+                return None
+            if exc.status == 409:
+                raise DeliveryError(
+                    f"the API server of {target!r} answered 409 Conflict: the report is "
+                    "another writer's (another field manager owns it, or it was made anew "
+                    "under that name), and assay writes only its own",
+                    retryable=False,
+                    status=409,
+                ) from None
             retryable = exc.status is None or exc.status == 429 or exc.status >= 500
             raise DeliveryError(
                 f"the API server of {target!r} answered {exc.status} {exc.reason}",

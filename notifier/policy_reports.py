@@ -1,44 +1,60 @@
 """Latest verdicts as PolicyReports, the resources Kyverno writes and Policy Reporter reads.
 
-`assay report --format policyreport` prints them and the ``policyreport`` sink keeps
-them up to date in each target cluster (notifier/policy_report_sink.py). Per target,
-one namespaced report per namespace holding results, and one cluster report for the
-rest, in one of two APIs:
+`assay report --format policyreport` prints them and the ``policyreport`` sink keeps them
+up to date in each target cluster (notifier/policy_report_sink.py); both read the store
+with :func:`gather` and build the documents with :func:`documents`, so for the same store
+they give the same documents. Per target, a cluster report (cluster-scoped objects, and
+checks with one result) and one report per namespace holding results (what each result
+says: notifier/report_results.py), in one of two APIs:
 
 * ``wgpolicyk8s.io/v1alpha2`` ``PolicyReport`` / ``ClusterPolicyReport`` (the default:
   what Kyverno writes and Policy Reporter reads today);
 * ``openreports.io/v1alpha1`` ``Report`` / ``ClusterReport`` (their successor).
 
-Results: one per check, or, where the check's accepted probe named the objects it
-judged (a probe over each object of a listing), one per object, in the report of
-that object's namespace (cluster-scoped objects and checks without objects go to the
-cluster report). The result is ``pass``, ``fail``, ``error`` or ``skip`` for
-``true``, ``false``, ``cannot_determine`` or ``poorly_posed``; an object's result is
-the verdict its own value stands for. ``policy`` is the declared check's or
-schedule's name (else the check id), ``rule`` the check id, ``message`` the
-explanation (or the object's violation message when the probe gave one), the
-timestamp the verdict's, and the predicate, verdict, run, source and evidence are
-``properties``. Queries are not reports: they have no pass or fail.
+**Names.** Every report of a target is named :func:`report_name` (``assay-`` + the target
+as a DNS label + a hash of its exact name), so each (target, namespace) has one name, and
+two targets written into one cluster never share a report. A report over
+:data:`MAX_RESULTS` results (Kyverno's default ``reportsChunkSize``) or
+:data:`MAX_REPORT_BYTES` of JSON is split, as Kyverno splits its reports, into parts named
+``NAME``, ``NAME-1``, ``NAME-2``, ...: the API server refuses an object over its size limit
+(etcd's 1.5 MiB request limit by default).
+
+**Labels.** ``app.kubernetes.io/managed-by: assay``: Kyverno owns, rewrites and deletes only
+reports labelled ``managed-by: kyverno``, and Policy Reporter reads every report and tells
+engines apart by each result's ``source`` (``assay``), so the two coexist. The target is
+the label ``assay.dev/target`` (as a label value) and the annotation of the same name (as
+it is).
+
+**Excluded namespaces.** An imported policy's results about objects in these namespaces
+(patterns, ``*`` wildcards) are left out, as Kyverno's background scan leaves them out; by
+default what Kyverno's default resource filters skip: ``kube-system``, ``kube-public``,
+``kube-node-lease`` and Kyverno's own ``kyverno``
+(:data:`schemas.notify.DEFAULT_EXCLUDED_NAMESPACES`). A check someone wrote keeps every
+result. Queries are not reports: they have no pass or fail.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, Literal
 
+from notifier.report_results import SOURCE, CheckResult, Result, results_of
+from notifier.reported_checks import StoredDeclarations
+from schemas.notify import DEFAULT_EXCLUDED_NAMESPACES
+from schemas.policy import policy_reference
 from schemas.request import target_names
-from schemas.verdict import Verdict, VerdictKind
 
 if TYPE_CHECKING:
-    from schemas.probe import ObjectRef, ProbeOutcome
     from schemas.report import RunReport
     from workers.fleet.store import VerdictStore
 
+__all__ = ["CheckResult", "documents", "documents_by_target", "gather", "report_name"]
+
 ReportApi = Literal["wgpolicyk8s", "openreports"]
-ResultStatus = Literal["pass", "fail", "warn", "error", "skip"]
 
 API_VERSIONS: dict[ReportApi, tuple[str, str, str]] = {
     # api: (apiVersion, namespaced kind, cluster kind)
@@ -50,115 +66,20 @@ RESOURCES: dict[ReportApi, tuple[str, str, str]] = {
     "wgpolicyk8s": ("wgpolicyk8s.io", "policyreports", "clusterpolicyreports"),
     "openreports": ("openreports.io", "reports", "clusterreports"),
 }
-RESULT_OF: dict[VerdictKind, ResultStatus] = {
-    VerdictKind.TRUE: "pass",
-    VerdictKind.FALSE: "fail",
-    VerdictKind.CANNOT_DETERMINE: "error",
-    VerdictKind.POORLY_POSED: "skip",
-}
-REPORT_NAME = "assay-checks"
-SOURCE = "assay"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "assay"}
+TARGET_LABEL = "assay.dev/target"
 TARGET_ANNOTATION = "assay.dev/target"
-PROPERTY_CHARS = 1024
-MESSAGE_CHARS = 2048
-EVIDENCE_SHOWN = 10
+MAX_RESULTS = 1000
+MAX_REPORT_BYTES = 1_000_000
 MAX_CHECKS = 5000
-
-
-@dataclass(frozen=True)
-class ObjectResult:
-    """One object a probe judged: whether it passed, and the policy's message for it."""
-
-    kind: str
-    name: str
-    namespace: str | None
-    passed: bool
-    message: str | None = None
-
-
-@dataclass
-class CheckResult:
-    """What a report says of one check: its latest verdict and, where known, per object."""
-
-    check_id: str
-    target: str
-    predicate: str
-    verdict: Verdict
-    policy: str
-    objects: list[ObjectResult] | None = None
-    objects_read: int = 0
-    notify: list[str] = field(default_factory=list)
-    extra: dict[str, str] = field(default_factory=dict)
-
-
-def policy_name(declared_by: str | None, check_id: str) -> str:
-    """``check/NAME`` and ``schedule/NAME`` report as NAME; anything else as its check id."""
-    if declared_by and "/" in declared_by:
-        return declared_by.split("/", 1)[1]
-    return check_id
-
-
-def object_results(outcome: ProbeOutcome | None, verdict: Verdict) -> list[ObjectResult] | None:
-    """Per-object results of an accepted probe over each object, when it gave this verdict.
-
-    An imported policy's probe judges every object it reads: each violation is a failing
-    object with the policy's message, and when every object read was judged (no match
-    condition left one out) the others passed. A model's probe stops at the first failing
-    object: the objects read before it passed, it failed, the rest were not judged and are
-    left out.
-    """
-    if outcome is None or outcome.status != "accepted" or outcome.probe is None:
-        return None
-    probe, run = outcome.probe, outcome.run
-    if probe.scope != "each_object" or run.verdict is None or run.verdict != verdict.verdict:
-        return None
-    passes = probe.verdict_for(True) == VerdictKind.TRUE
-    fails = probe.verdict_for(False) == VerdictKind.TRUE
-    failing: dict[tuple[str, str], ObjectRef] = {
-        (v.namespace or "", v.name): v for v in run.violations
-    }
-    failing.update(
-        {
-            (r.namespace or "", r.name): r
-            for r in run.deciding
-            if (r.namespace or "", r.name) not in failing
-        }
-    )
-    kind = run.objects[0].kind if run.objects else "Object"
-    results: list[ObjectResult] = []
-    if probe.origin is not None:
-        for ref in failing.values():
-            message = getattr(ref, "message", "") or None
-            results.append(
-                ObjectResult(_kind(ref.kind, kind), ref.name, ref.namespace, fails, message)
-            )
-        if run.judged_total == run.objects_read:  # nothing left out: the others passed
-            for ref in run.objects:
-                if (ref.namespace or "", ref.name) not in failing:
-                    results.append(ObjectResult(ref.kind, ref.name, ref.namespace, passes))
-        return results
-    for ref in run.objects:
-        key = (ref.namespace or "", ref.name)
-        if key in failing:
-            message = getattr(failing[key], "message", "") or None
-            results.append(ObjectResult(ref.kind, ref.name, ref.namespace, fails, message))
-            return results  # objects after the first failure were not judged
-        results.append(ObjectResult(ref.kind, ref.name, ref.namespace, passes))
-    for ref in failing.values():  # beyond the references kept: still the deciding object
-        message = getattr(ref, "message", "") or None
-        results.append(ObjectResult(kind, ref.name, ref.namespace, fails, message))
-    return results
-
-
-def _kind(recorded: str, fallback: str) -> str:
-    return recorded if recorded and recorded != "?" else fallback
+_NAME_CHARS = 40
 
 
 def gather(
     store: VerdictStore, target: str | None = None, limit: int = MAX_CHECKS
 ) -> list[CheckResult]:
-    """The latest verdict of every check (queries left out), with its probe's objects."""
+    """The latest verdict of every check still declared (notifier/reported_checks.py),
+    queries left out, with the run that gave it."""
     from workers.fleet.report_codec import UnreadableReport
 
     rows = []
@@ -168,6 +89,7 @@ def gather(
             break
     rows = [row for row in rows if row.kind != "query"]
     verdicts = store.latest_verdicts([row.check_id for row in rows])
+    declarations = StoredDeclarations(store)
     found = []
     for row in rows:
         verdict = verdicts.get(row.check_id)
@@ -178,8 +100,11 @@ def gather(
             report = store.run_report(row.run_id)
         except (UnreadableReport, ValueError):
             report = None
+        if report is not None and not declarations.in_effect(report):
+            continue  # pruned, deleted or dropped since: reports follow what is stored
+        ref = policy_reference(row.text)
+        imported = declarations.policy(ref.name) if ref and ref.kind == "policy" else None
         declared = report.request.declared_by if report is not None else None
-        outcome = report.probe if report is not None else None
         found.append(
             CheckResult(
                 check_id=row.check_id,
@@ -187,87 +112,28 @@ def gather(
                 predicate=row.text,
                 verdict=verdict,
                 policy=policy_name(declared, row.check_id),
-                objects=object_results(outcome, verdict),
-                objects_read=outcome.run.objects_read if outcome is not None else 0,
+                report=report,
+                imported=imported,
+                labels=declarations.labels(report) if report is not None else {},
                 notify=row.notify,
             )
         )
     return found
 
 
-def _timestamp(instant: datetime) -> dict[str, int]:
-    return {"seconds": int(instant.timestamp()), "nanos": instant.microsecond * 1000}
+def policy_name(declared_by: str | None, check_id: str) -> str:
+    """``check/NAME`` and ``schedule/NAME`` report as NAME; anything else as its check id."""
+    if declared_by and "/" in declared_by:
+        return declared_by.split("/", 1)[1]
+    return check_id
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _properties(check: CheckResult) -> dict[str, str]:
-    verdict = check.verdict
-    props = {
-        "predicate": check.predicate,
-        "verdict": verdict.verdict.value,
-        "check_id": check.check_id,
-        "run_id": verdict.run_id,
-        "target": check.target,
-        "source": str(verdict.source),
-        "profile": verdict.profile,
-        "evidence_verified": str(verdict.evidence_verified).lower(),
-    }
-    if verdict.model:
-        props["model"] = verdict.model
-    if verdict.reason:
-        props["reason"] = verdict.reason
-    if check.objects is not None:
-        props["objects_read"] = str(check.objects_read)
-    for index, item in enumerate(verdict.evidence[:EVIDENCE_SHOWN]):
-        args = " ".join(f"{k}={v}" for k, v in sorted(item.arguments.items()))
-        props[f"evidence.{index}"] = f"step {item.step} {item.tool} {args}: {item.excerpt}"
-    props.update(check.extra)
-    return {key: _cut(str(value), PROPERTY_CHARS) for key, value in props.items()}
-
-
-def _result(check: CheckResult, status: ResultStatus, message: str) -> dict[str, Any]:
-    return {
-        "source": SOURCE,
-        "policy": check.policy,
-        "rule": check.check_id,
-        "category": "assay",
-        "result": status,
-        "scored": True,
-        "timestamp": _timestamp(check.verdict.finished_at),
-        "message": _cut(message, MESSAGE_CHARS),
-        "properties": _properties(check),
-    }
-
-
-def results_by_namespace(checks: Iterable[CheckResult]) -> dict[str | None, list[dict[str, Any]]]:
-    """Results keyed by the namespace whose report holds them (None: the cluster report)."""
-    grouped: dict[str | None, list[dict[str, Any]]] = {}
-    for check in checks:
-        explanation = check.verdict.explanation or check.verdict.verdict.value
-        if not check.objects:
-            status = RESULT_OF[check.verdict.verdict]
-            grouped.setdefault(None, []).append(_result(check, status, explanation))
-            continue
-        for obj in check.objects:
-            result = _result(check, "pass" if obj.passed else "fail", obj.message or explanation)
-            reference: dict[str, Any] = {"kind": obj.kind, "name": obj.name}
-            if obj.namespace:
-                reference["namespace"] = obj.namespace
-            result["resources"] = [reference]
-            grouped.setdefault(obj.namespace or None, []).append(result)
-    for results in grouped.values():
-        results.sort(key=lambda r: (r["policy"], r["rule"], str(r.get("resources", ""))))
-    return grouped
-
-
-def _summary(results: Sequence[dict[str, Any]]) -> dict[str, int]:
-    counts = {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}
-    for result in results:
-        counts[result["result"]] += 1
-    return counts
+def report_name(target: str) -> str:
+    """The name of ``target``'s reports: ``assay-`` + the target as a DNS label + a hash of
+    its exact name (two targets whose names read alike never share one)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", target.lower()).strip("-")[:_NAME_CHARS].strip("-")
+    digest = hashlib.sha256(target.encode()).hexdigest()[:8]
+    return f"assay-{slug}-{digest}" if slug else f"assay-{digest}"
 
 
 def label_value(text: str) -> str:
@@ -276,40 +142,111 @@ def label_value(text: str) -> str:
     return slug.strip("-._")
 
 
+def left_out(result: Result, patterns: Sequence[str]) -> bool:
+    """Whether ``result`` is an imported policy's about an excluded namespace: an object in
+    it, or (as Kyverno's resource filters read a Namespace) the Namespace object of that
+    name. A check someone wrote keeps every result: it asked about those objects."""
+    if not result.filtered:
+        return False
+    names = [result.namespace] if result.namespace is not None else []
+    resource = result.resource
+    if resource is not None and resource.kind == "Namespace" and resource.namespace is None:
+        names.append(resource.name)
+    return any(fnmatchcase(name, pattern) for name in names for pattern in patterns)
+
+
 def documents(
-    checks: Iterable[CheckResult], target: str, api: ReportApi = "wgpolicyk8s"
+    checks: Iterable[CheckResult],
+    target: str,
+    api: ReportApi = "wgpolicyk8s",
+    excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
 ) -> list[dict[str, Any]]:
-    """The reports of one target: the cluster report first, then one per namespace."""
-    api_version, kind, cluster_kind = API_VERSIONS[api]
-    grouped = results_by_namespace(checks)
-    labels = {**MANAGED_BY, "assay.dev/target": label_value(target) or "target"}
+    """The reports of one target: the cluster report's parts first, then each namespace's."""
+    grouped: dict[str | None, list[dict[str, Any]]] = {}
+    for check in checks:
+        for result in results_of(check):
+            if left_out(result, excluded_namespaces):
+                continue
+            grouped.setdefault(result.namespace, []).append(result.document())
+    name = report_name(target)
     out = []
     for namespace in sorted(grouped, key=lambda n: (n is not None, n or "")):
-        results = grouped[namespace]
-        metadata: dict[str, Any] = {
-            "name": REPORT_NAME,
-            "labels": labels,
-            "annotations": {TARGET_ANNOTATION: target},
-        }
-        if namespace is not None:
-            metadata["namespace"] = namespace
-        document: dict[str, Any] = {
-            "apiVersion": api_version,
-            "kind": kind if namespace is not None else cluster_kind,
-            "metadata": metadata,
-        }
-        if api == "openreports":
-            document["source"] = SOURCE
-        document["summary"] = _summary(results)
-        document["results"] = results
-        out.append(document)
+        results = sorted(grouped[namespace], key=_order)
+        for index, part in enumerate(_parts(results)):
+            part_name = name if index == 0 else f"{name}-{index}"
+            out.append(_document(api, part_name, namespace, target, part))
     return out
 
 
 def documents_by_target(
-    checks: Iterable[CheckResult], api: ReportApi = "wgpolicyk8s"
+    checks: Iterable[CheckResult],
+    api: ReportApi = "wgpolicyk8s",
+    excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
 ) -> dict[str, list[dict[str, Any]]]:
     by_target: dict[str, list[CheckResult]] = {}
     for check in checks:
         by_target.setdefault(check.target, []).append(check)
-    return {target: documents(found, target, api) for target, found in sorted(by_target.items())}
+    return {
+        target: documents(found, target, api, excluded_namespaces)
+        for target, found in sorted(by_target.items())
+    }
+
+
+def _order(result: dict[str, Any]) -> tuple[str, ...]:
+    resource = (result.get("resources") or [{}])[0]
+    return (
+        result["policy"],
+        result.get("rule", ""),
+        resource.get("namespace", ""),
+        resource.get("kind", ""),
+        resource.get("name", ""),
+        result.get("properties", {}).get("check_id", ""),
+    )
+
+
+def _parts(results: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``results`` in runs of at most MAX_RESULTS and about MAX_REPORT_BYTES of JSON."""
+    parts: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for result in results:
+        length = len(json.dumps(result, separators=(",", ":")))
+        if parts[-1] and (len(parts[-1]) >= MAX_RESULTS or size + length > MAX_REPORT_BYTES):
+            parts.append([])
+            size = 0
+        parts[-1].append(result)
+        size += length
+    return parts
+
+
+def _document(
+    api: ReportApi,
+    name: str,
+    namespace: str | None,
+    target: str,
+    results: list[dict[str, Any]],
+) -> dict[str, Any]:
+    api_version, kind, cluster_kind = API_VERSIONS[api]
+    metadata: dict[str, Any] = {
+        "name": name,
+        "labels": {**MANAGED_BY, TARGET_LABEL: label_value(target) or "target"},
+        "annotations": {TARGET_ANNOTATION: target},
+    }
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    document: dict[str, Any] = {
+        "apiVersion": api_version,
+        "kind": kind if namespace is not None else cluster_kind,
+        "metadata": metadata,
+    }
+    if api == "openreports":
+        document["source"] = SOURCE
+    document["summary"] = _summary(results)
+    document["results"] = results
+    return document
+
+
+def _summary(results: Sequence[dict[str, Any]]) -> dict[str, int]:
+    counts = {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}
+    for result in results:
+        counts[result["result"]] += 1
+    return counts

@@ -34,6 +34,15 @@ EVENT_TYPE = "assay.verdict.changed"
 SIGNATURE_HEADER = "X-Assay-Signature"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_MIN_DURATION_SECONDS = 7 * 24 * 3600
+# The namespaces Kyverno's default resource filters skip (its Helm chart's
+# config.resourceFilters, with excludeKyvernoNamespace for its own namespace): reports leave
+# out results about objects there unless a sink or `assay report` says otherwise.
+DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "kyverno",
+)
 
 
 class SinkFilter(BaseModel):
@@ -159,6 +168,13 @@ class PolicyReportSink(SinkFilter):
         le=24 * 3600,
         description="Every report is rewritten from the latest verdicts this often (first "
         "verdicts are not changes; a changed verdict is written at once).",
+    )
+    excluded_namespaces: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_EXCLUDED_NAMESPACES),
+        max_length=100,
+        description="An imported policy's results about objects in these namespaces "
+        "(patterns, * wildcards) are left out; by default what Kyverno's default resource "
+        "filters skip. [] keeps all.",
     )
 
 

@@ -308,6 +308,11 @@ class PolicyResult(_Strict):
     )
     probes: list[PolicyProbeResult] = Field(default_factory=list)
     duration_seconds: float = 0.0
+    policy_set: str | None = Field(
+        default=None,
+        description="The set whose run this was (None: the policy run on its own): a report "
+        "shows the result only while the set still holds the policy.",
+    )
 
 
 class PolicySetEntry(_Strict):

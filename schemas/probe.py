@@ -59,6 +59,7 @@ MAX_VALIDATIONS = 64
 MAX_MATCH_CONDITIONS = 64  # as a ValidatingAdmissionPolicy's matchConditions
 MAX_PROBE_CHARS = 65_536  # every expression and message of one probe together
 MAX_VIOLATIONS = 100  # violations kept in a ProbeRun (violations_total counts them all)
+MAX_OBJECTS_JUDGED = 50_000  # objects one probe run may read, so judge (runner.MAX_OBJECTS)
 CEL_IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ProbeFormat = Literal["vap", "kyverno-validatingpolicy", "kyverno-clusterpolicy", "gatekeeper"]
 EmptyResult = Literal["no_verdict", "pass"]
@@ -291,6 +292,17 @@ class ProbeViolation(ObjectRef):
     message: str = ""
 
 
+class JudgedObject(ObjectRef):
+    """An object an each_object probe judged, named as a PolicyReport result names it, and
+    what the probe found: per-object reports are built from these, so an object is reported
+    only when it was judged."""
+
+    api_version: str | None = None
+    uid: str | None = None
+    passed: bool
+    message: str | None = Field(default=None, description="Why it failed (failed objects).")
+
+
 class ProbeRun(_Strict):
     """One evaluation of a probe: its value and verdict, or why it could not run.
 
@@ -324,6 +336,13 @@ class ProbeRun(_Strict):
     violations_total: int = 0
     judged_total: int = Field(
         default=0, description="each_object: objects judged (those every match condition held)."
+    )
+    judged: list[JudgedObject] | None = Field(
+        default=None,
+        description="each_object, when the probe gave a value: every object it judged, in "
+        "order, with its outcome (a model's probe stops at its first false object; an imported "
+        f"policy's judges them all; at most {MAX_OBJECTS_JUDGED}). None: nothing was judged "
+        "object by object (scope results, a run that failed).",
     )
     duration_seconds: float = 0.0
 

@@ -30,6 +30,7 @@ from tests.alerting_support import (
 )
 from tests.cli_support import run_cli as run
 from tests.fleet_support import ROOT, start_worker, stop_process, worker_env, worker_log_tail
+from tests.report_support import validate_report
 from tests.scheduler_support import start_scheduler
 from workers.fleet.redis_client import connect
 from workers.fleet.store import VerdictStore
@@ -119,6 +120,22 @@ def test_imported_policies_run_as_batches_and_a_scheduled_set_alerts_on_a_change
         for name in expected:
             history = client.history(_policy_check(name, "dev-ap"), limit=5)
             assert len(history) == 2  # the policy's own batch run, then the set's
+
+        # what the fleet's runs report: one result per object each policy judged, under
+        # the policy's own name, in the object's namespace's report
+        code, out, err = run(capsys, "report", "--target", "dev-ap")
+        assert code == 0, err
+        documents = list(yaml.safe_load_all(out))
+        for document in documents:
+            validate_report(document)
+        found = [r for d in documents for r in d["results"]]
+        assert {r["policy"] for r in found} <= set(expected) and found
+        rooted = {
+            (r["resources"][0]["kind"], r["resources"][0]["name"], r["message"])
+            for r in found
+            if r["policy"] == "run-as-non-root" and r["result"] == "fail"
+        }
+        assert ("Deployment", "debug-tools", "runs as root (runAsUser 0): shell") in rooted
 
     # a schedule of the set over prod-eu, a notifier with a webhook sink
     hooks = Receiver().start()

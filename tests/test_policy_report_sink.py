@@ -211,3 +211,163 @@ def test_which_cluster_each_target_is_written_to() -> None:
     assert remote.context_for("prod-eu") == "prod-eu"
     assert remote.context_for("snapshot:staging-us") is None  # a folder, no cluster
     assert remote.context_for("snapshot:prod-eu") == "prod-eu-w"
+
+
+# --- imported policies, object by object, next to another engine's reports ---------------------
+
+
+KYVERNO = {
+    # a report Kyverno's background scan wrote for one object (named by its uid)
+    "apiVersion": "wgpolicyk8s.io/v1alpha2",
+    "kind": "PolicyReport",
+    "metadata": {
+        "name": "5e7a1c2d-3b4f-4a6e-8c9d-000000000012",
+        "namespace": "shop",
+        "labels": {"app.kubernetes.io/managed-by": "kyverno"},
+    },
+    "scope": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "cart", "namespace": "shop"},
+    "results": [{"policy": "require-labels", "rule": "deployment-tier", "result": "fail"}],
+}
+
+
+def as_kyverno(
+    server: FakeApiServer, method: str, namespace: str, name: str, body: Any = None
+) -> int:
+    """A write to cluster shop-eu as Kyverno makes it (server-side apply with its own field
+    manager), or a DELETE."""
+    path = f"{WG}/namespaces/{namespace}/policyreports/{name}?fieldManager=kyverno"
+    request = urllib.request.Request(server.cluster_url("shop-eu") + path, method=method)
+    request.add_header("Authorization", "Bearer assay-test-report-writer-shop-eu")
+    if body is not None:
+        request.add_header("Content-Type", "application/apply-patch+yaml")
+        request.data = json.dumps(body).encode()
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def owned_by(server: FakeApiServer, manager: str) -> dict[tuple[str, ...], dict[str, Any]]:
+    return {k: v for k, v in server.reports.items() if server.report_managers[k] == manager}
+
+
+def as_printed(body: dict[str, Any]) -> dict[str, Any]:
+    """A report as written, without the uid the server gave it: as `assay report` prints it."""
+    return {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "uid"}}
+
+
+def test_the_sink_writes_what_assay_report_prints_and_never_another_engines_reports(
+    capsys: pytest.CaptureFixture[str],
+    redis_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import yaml
+
+    from notifier.policy_report_sink import ReportSync
+    from notifier.policy_report_writer import ReportWriter
+    from notifier.policy_reports import report_name
+    from schemas.notify import PolicyReportSink
+    from schemas.request import ContextTarget
+    from tests.cli_support import run_cli
+    from tests.report_support import POLICY_FIXTURE, import_set, policy_fleet, run_set
+    from workers.fleet.notify_feed import SinkFeed
+
+    fleet = policy_fleet(redis_url, monkeypatch, tmp_path)
+    configure_logging(fleet.settings)  # to stderr, not the stdout the CLI's output is read from
+    cluster = FakeCluster.from_snapshot(tmp_path / "snaps" / "shop-eu", name="shop-eu")
+    with FakeApiServer([cluster], report_writes=True) as server:
+        readers = str(server.write_kubeconfig(tmp_path / "readers.yaml"))
+        writer = str(server.write_kubeconfig(tmp_path / "writer.yaml", writer=True))
+        config = PolicyReportSink(type="policyreport", kubeconfig=writer)
+        feed = SinkFeed(fleet.store, "reports", "test")
+        sync = ReportSync("reports", config, fleet.store, ReportWriter(config), feed)
+        import_set(capsys, POLICY_FIXTURE / "policies.yaml")
+        fleet.settings = fleet.settings.model_copy(update={"kubeconfig": readers})
+        run_set(fleet, ContextTarget(context="shop-eu", kubeconfig=readers))
+        # Kyverno is installed too: its report of the cart Deployment, and one it wrote
+        # under the very name assay's report in namespace dev has
+        ours = report_name("shop-eu")
+        assert as_kyverno(server, "PATCH", "shop", KYVERNO["metadata"]["name"], KYVERNO) == 200
+        squatter = {
+            **KYVERNO,
+            "metadata": {**KYVERNO["metadata"], "name": ours, "namespace": "dev"},
+        }
+        assert as_kyverno(server, "PATCH", "dev", ours, squatter) == 200
+        kyvernos = owned_by(server, "kyverno")
+
+        assert sync.resync() == 2  # the cluster report and shop's; dev's name is Kyverno's
+        code, out, err = run_cli(capsys, "report", "--target", "shop-eu")
+        assert code == 0, err
+        printed = list(yaml.safe_load_all(out))
+        assert [d["metadata"].get("namespace") for d in printed] == [None, "dev", "shop"]
+        mine = [as_printed(body) for _, body in sorted(owned_by(server, "assay").items())]
+        assert mine == [printed[0], printed[2]]  # the same documents, from one builder
+        assert owned_by(server, "kyverno") == kyvernos  # never written into
+        assert all(r.method == "PATCH" for r in server.requests if r.writer)
+
+        # a policy dropped: its results leave the reports at the next write
+        code, _, err = run_cli(capsys, "probe", "drop", "policy:trusted-registries")
+        assert code == 0, err
+        sync.resync()
+        policies = {r["policy"] for b in owned_by(server, "assay").values() for r in b["results"]}
+        assert policies == {"require-labels", "run-as-non-root", "shop-tier-labelled"}
+
+        # someone deletes assay's shop report and Kyverno makes one under its name; then the
+        # set is dropped: nothing is left to report, so assay deletes what it wrote and still
+        # owns (the cluster report), and leaves the report that took its name alone
+        assert as_kyverno(server, "DELETE", "shop", ours) == 200
+        assert (
+            as_kyverno(
+                server,
+                "PATCH",
+                "shop",
+                ours,
+                {**squatter, "metadata": {**squatter["metadata"], "namespace": "shop"}},
+            )
+            == 200
+        )
+        kyvernos = owned_by(server, "kyverno")
+        code, _, err = run_cli(capsys, "probe", "drop", "policy-set:reports")
+        assert code == 0, err
+        assert sync.resync() == 0
+        assert owned_by(server, "assay") == {}
+        assert owned_by(server, "kyverno") == kyvernos and len(kyvernos) == 3
+        assert feed.written_reports() == {}
+
+
+def test_reports_an_earlier_version_wrote_are_replaced_and_deleted(
+    server: FakeApiServer, redis_url: str, tmp_path: Path
+) -> None:
+    """Before reports were named by target, every report was `assay-checks` and the sink
+    remembered namespaces only: the first write under the new names deletes those."""
+    from notifier.policy_report_sink import ReportSync
+    from notifier.policy_report_writer import ReportWriter
+    from notifier.policy_reports import report_name
+    from schemas.notify import PolicyReportSink
+    from workers.fleet.notify_feed import SinkFeed
+
+    writer = server.write_kubeconfig(tmp_path / "writer.yaml", writer=True)
+    settings = settings_for(redis_url, {})
+    configure_logging(settings)
+    store = VerdictStore.from_settings(settings)
+    deployments = [("Deployment", "api", "prod"), ("Deployment", "worker", "shop")]
+    record(store, REPLICAS, "true", context="east", outcome=probe_outcome(deployments, []))
+    old = {**REPORT, "metadata": {"name": "assay-checks", "namespace": "shop"}}
+    path = f"{WG}/namespaces/shop/policyreports/assay-checks?fieldManager=assay"
+    assert call(server, path, method="PATCH", token=WRITER, body=old) == 200
+    feed = SinkFeed(store, "reports", "test")
+    store.client.hset(store.key("notify", "reports", "reports"), "east", json.dumps(["shop"]))
+    config = PolicyReportSink(type="policyreport", kubeconfig=str(writer))
+    assert ReportSync("reports", config, store, ReportWriter(config), feed).resync() == 2
+    assert sorted((k[2], k[3], k[4]) for k in server.reports) == [
+        ("policyreports", "prod", report_name("east")),
+        ("policyreports", "shop", report_name("east")),
+    ]
+    remembered = feed.written_reports()["east"]
+    assert {(r.namespace, r.name) for r in remembered} == {
+        ("prod", report_name("east")),
+        ("shop", report_name("east")),
+    }
+    assert all(r.uid for r in remembered)

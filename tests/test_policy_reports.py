@@ -8,12 +8,14 @@ document against tests/fixtures/junit.xsd.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from notifier.policy_reports import report_name
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.cli_support import run_cli as run
@@ -99,7 +101,15 @@ def test_policy_reports_per_target_and_namespace_validate_and_say_what_happened(
     web = next(r for r in prod["results"] if r["resources"][0]["name"] == "web")
     assert web["policy"] == "replicas" and web["rule"] == "replicas.prod-eu"
     assert web["message"] == "Deployment prod/web has 1 of 2 replicas ready."
-    assert web["resources"] == [{"kind": "Deployment", "name": "web", "namespace": "prod"}]
+    assert web["resources"] == [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": "web",
+            "namespace": "prod",
+            "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, "Deployment/prod/web")),
+        }
+    ]
     assert web["timestamp"] == {"seconds": int(AT.timestamp()), "nanos": 250_000_000}
     assert web["properties"]["predicate"] == REPLICAS
     assert web["properties"]["source"] == "probe"
@@ -137,6 +147,16 @@ def test_every_target_and_the_openreports_api(
     assert targets == {"prod-eu", "staging-us"}
     kinds = {d["kind"] for d in documents}
     assert kinds == {"Report", "ClusterReport"}
+    # one name per (target, namespace): two targets' cluster reports never share one
+    identities = [
+        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in documents
+    ]
+    assert len(identities) == len(set(identities)) == len(documents)
+    for document in documents:
+        target = document["metadata"]["annotations"]["assay.dev/target"]
+        assert document["metadata"]["name"] == report_name(target)
+    assert report_name("prod-eu") != report_name("staging-us")
+    assert report_name("snapshot:prod-eu") != report_name("snapshot-prod-eu")  # same slug
 
 
 def test_the_report_schema_catches_what_a_cluster_would_refuse(store: VerdictStore) -> None:
@@ -159,6 +179,41 @@ def test_the_report_schema_catches_what_a_cluster_would_refuse(store: VerdictSto
             validate_report(broken)
 
 
+def test_more_results_than_kyvernos_chunk_size_make_more_reports(store: VerdictStore) -> None:
+    from notifier.policy_reports import MAX_RESULTS, documents, gather
+
+    deployments = [("Deployment", f"app-{n:04d}", "prod") for n in range(MAX_RESULTS + 1)]
+    record(store, REPLICAS, "true", check_id="many", outcome=probe_outcome(deployments, []))
+    reports = documents(gather(store, "prod-eu"), "prod-eu")
+    name = report_name("prod-eu")
+    assert [(d["metadata"]["name"], len(d["results"])) for d in reports] == [
+        (name, MAX_RESULTS),
+        (f"{name}-1", 1),
+    ]
+    for document in reports:
+        validate_report(document)
+        assert document["summary"]["pass"] == len(document["results"])
+
+
+def test_a_check_someone_wrote_keeps_its_results_in_namespaces_policies_skip(
+    capsys: pytest.CaptureFixture[str], store: VerdictStore
+) -> None:
+    pods = [("Pod", "coredns-1", "kube-system"), ("Pod", "kube-proxy-1", "kube-system")]
+    record(
+        store,
+        "every Pod in kube-system is healthy",
+        "false",
+        outcome=probe_outcome(pods, [pods[1]]),
+        explanation="Pod kube-system/kube-proxy-1 is not healthy.",
+    )
+    code, out, err = run(capsys, "report", "--target", "prod-eu")  # the default exclusions
+    assert code == 0, err
+    (kube,) = [d for d in yaml.safe_load_all(out) if d["metadata"].get("namespace")]
+    assert kube["metadata"]["namespace"] == "kube-system"
+    found = {(r["resources"][0]["name"], r["result"]) for r in kube["results"]}
+    assert found == {("coredns-1", "pass"), ("kube-proxy-1", "fail")}
+
+
 def test_report_for_an_unknown_target_and_bad_flags(
     capsys: pytest.CaptureFixture[str], store: VerdictStore
 ) -> None:
@@ -169,9 +224,35 @@ def test_report_for_an_unknown_target_and_bad_flags(
     assert code == 64 and "policyreport or junit" in err
     code, _, err = run(capsys, "report", "--format", "junit", "--openreports")
     assert code == 64
+    code, _, err = run(capsys, "report", "--format", "junit", "--exclude-namespaces", "prod")
+    assert code == 64 and "--exclude-namespaces goes with --format policyreport" in err
+
+
+def test_no_verdict_at_all_is_no_report_and_never_exit_0(
+    capsys: pytest.CaptureFixture[str], store: VerdictStore
+) -> None:
+    for output in ("policyreport", "junit"):
+        code, out, err = run(capsys, "report", "--format", output)
+        assert code == 66 and out == "" and "no check has a verdict" in err
 
 
 # --- JUnit --------------------------------------------------------------------------------------
+
+
+def totals(text: str) -> dict[str, str]:
+    """The JUnit totals CI reads, from the ``<testsuites>`` root; the one ``<testsuite>``
+    must say the same."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(text)
+    (suite,) = root.findall("testsuite")
+    keys = ("tests", "failures", "errors", "skipped")
+    found = {key: root.get(key, "") for key in keys}
+    assert {key: suite.get(key, "") for key in keys} == found
+    assert len(suite.findall("testcase")) == int(found["tests"])
+    for kind, key in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
+        assert len(suite.findall(f"testcase/{kind}")) == int(found[key]), kind
+    return found
 
 
 def test_report_as_junit_one_case_per_check_and_target(
@@ -181,16 +262,17 @@ def test_report_as_junit_one_case_per_check_and_target(
 
     fleet_of_verdicts(store)
     code, out, err = run(capsys, "report", "--format", "junit")
-    assert code == 0, err
+    assert code == 1, err  # one check is false: CI must not pass
     validate_junit(out)
+    # the query is not a test case; false is a failure; cannot_determine and poorly_posed
+    # are errors
+    assert totals(out) == {"tests": "6", "failures": "1", "errors": "2", "skipped": "0"}
     root = ET.fromstring(out)
     (suite,) = root.findall("testsuite")
     cases = {
         (c.get("classname"), c.get("name", "").split(": ", 1)[1]): c
         for c in suite.findall("testcase")
     }
-    assert len(cases) == 6  # the query is not a test case
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "1", "2")
     failed = cases[("assay.prod-eu", REPLICAS)]
     failure = failed.find("failure")
     assert failure is not None and failure.get("type") == "false"
@@ -206,6 +288,30 @@ def test_report_as_junit_one_case_per_check_and_target(
     passed = cases[("assay.staging-us", REPLICAS)]
     assert passed.find("failure") is None and passed.find("error") is None
     assert failed.get("name", "").startswith("replicas: ")  # the declared name
+
+
+def test_report_junit_exits_with_the_verdicts_code(
+    capsys: pytest.CaptureFixture[str], store: VerdictStore
+) -> None:
+    fleet_of_verdicts(store)
+    record(store, VAGUE, "poorly_posed", context="qa")
+    record(store, "the cert is Ready", "cannot_determine", context="qa", reason="no access")
+    record(store, "the cert is Ready", "cannot_determine", context="ops", reason="no access")
+    expected = {
+        # target: (exit code, totals)
+        "staging-us": (0, {"tests": "1", "failures": "0", "errors": "0", "skipped": "0"}),
+        "qa": (2, {"tests": "2", "failures": "0", "errors": "2", "skipped": "0"}),
+        "ops": (3, {"tests": "1", "failures": "0", "errors": "1", "skipped": "0"}),
+        "prod-eu": (1, {"tests": "5", "failures": "1", "errors": "2", "skipped": "0"}),
+    }
+    for target, (exit_code, counts) in expected.items():
+        code, out, err = run(capsys, "report", "--format", "junit", "--target", target)
+        assert code == exit_code, (target, err)
+        validate_junit(out)
+        assert totals(out) == counts, target
+    # the PolicyReport documents say pass or fail themselves: printing them exits 0
+    code, _, err = run(capsys, "report", "--target", "prod-eu")
+    assert code == 0, err
 
 
 def test_junit_text_is_clean_xml_whatever_the_model_wrote(store: VerdictStore) -> None:
@@ -247,22 +353,24 @@ def test_the_xsd_refuses_what_ci_would_not_read() -> None:
 def test_check_prints_junit_and_keeps_its_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     import xml.etree.ElementTree as ET
 
-    code, out, err = run(
-        capsys,
-        "check",
-        "--scripted",
-        "examples/scripts/demo.yaml",
-        "--snapshot",
-        "examples/snapshots/staging-us",
-        REPLICAS,
-        "--format",
-        "junit",
-    )
-    assert code == 1, err
-    validate_junit(out)
-    case = ET.fromstring(out).find("testsuite/testcase")
-    assert case is not None and case.get("classname") == "assay.snapshot:staging-us"
-    assert case.find("failure") is not None
+    for snapshot, exit_code, failures in (("staging-us", 1, "1"), ("prod-eu", 0, "0")):
+        code, out, err = run(
+            capsys,
+            "check",
+            "--scripted",
+            "examples/scripts/demo.yaml",
+            "--snapshot",
+            f"examples/snapshots/{snapshot}",
+            REPLICAS,
+            "--format",
+            "junit",
+        )
+        assert code == exit_code, err
+        validate_junit(out)
+        assert totals(out) == {"tests": "1", "failures": failures, "errors": "0", "skipped": "0"}
+        case = ET.fromstring(out).find("testsuite/testcase")
+        assert case is not None and case.get("classname") == f"assay.snapshot:{snapshot}"
+        assert (case.find("failure") is not None) == (exit_code == 1)
     code, _, err = run(
         capsys, "check", "--snapshot", "examples/snapshots/prod-eu", REPLICAS, "--format", "xml"
     )
@@ -277,17 +385,22 @@ def test_batch_results_as_junit(capsys: pytest.CaptureFixture[str], store: Verdi
     code, out, err = run(capsys, "batch", REPLICAS, "--snapshots", "examples/snapshots/*")
     assert code == 0, err
     batch_id = out.strip()
-    outcomes = {"prod-eu": "true", "staging-us": "false"}  # dev-ap stays pending
+    requests = {}
     for result in store.batch_results(batch_id):
         request = store.run_request(result.run_id)
         assert request is not None
-        name = request.target.name.removeprefix("snapshot:")
-        if name in outcomes:  # as a worker would record it
-            store.begin_delivery(request)
-            assert store.record_verdict(finished_report(request, outcomes[name]))
+        requests[request.target.name.removeprefix("snapshot:")] = request
+
+    def finish(name: str, verdict: str) -> None:  # as a worker would record it
+        store.begin_delivery(requests[name])
+        assert store.record_verdict(finished_report(requests[name], verdict))
+
+    finish("prod-eu", "true")
+    finish("staging-us", "false")  # dev-ap stays pending
     code, out, err = run(capsys, "batch", "results", batch_id, "--format", "junit")
     assert code == 75, err  # still running: one target has no verdict yet
     validate_junit(out)
+    assert totals(out) == {"tests": "3", "failures": "1", "errors": "0", "skipped": "1"}
     suite = ET.fromstring(out).find("testsuite")
     assert suite is not None
 
@@ -302,6 +415,11 @@ def test_batch_results_as_junit(capsys: pytest.CaptureFixture[str], store: Verdi
         "assay.snapshot:staging-us": "failure",
         "assay.snapshot:dev-ap": "skipped",
     }
+    finish("dev-ap", "cannot_determine")
+    for command in ("results", "status"):
+        code, out, err = run(capsys, "batch", command, batch_id, "--format", "junit")
+        assert code == 1, (command, err)  # done, and one target is false
+        assert totals(out) == {"tests": "3", "failures": "1", "errors": "1", "skipped": "0"}
     code, _, err = run(
         capsys, "batch", REPLICAS, "--snapshots", "examples/snapshots/*", "--format", "junit"
     )

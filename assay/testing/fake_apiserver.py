@@ -25,7 +25,11 @@ clusterpolicyreports, ``openreports.io/v1alpha1`` reports and clusterreports), a
 accepted, and only with the *writer's* token (:meth:`FakeApiServer.write_kubeconfig`
 with ``writer=True``), which in turn may read nothing: the readers' token still
 cannot write, and every other write is still a 405. What was written is kept in
-:attr:`FakeApiServer.reports`.
+:attr:`FakeApiServer.reports`, each object with the ``metadata.uid`` the server gave it
+when it was created and, in :attr:`FakeApiServer.report_managers`, the field manager
+that wrote it. As the API server does for an object another manager wrote (simplified to
+the whole object), an apply from a different ``fieldManager`` answers 409 Conflict unless
+``force=true``; a DELETE whose ``preconditions.uid`` is not the object's answers 409.
 
 Each cluster lives under its own path prefix (``/c/NAME``), and
 :meth:`FakeApiServer.write_kubeconfig` writes one context per cluster.
@@ -48,6 +52,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -161,6 +166,8 @@ class FakeApiServer:
         self.report_writes = report_writes
         # (cluster, group, plural, namespace or "", name) -> the report as last applied
         self.reports: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
+        # the same key -> the field manager whose apply made or last changed the report
+        self.report_managers: dict[tuple[str, str, str, str, str], str] = {}
         self._lock = threading.Lock()
         self._generation = 0
         self._stopping = threading.Event()
@@ -354,10 +361,17 @@ class FakeApiServer:
         group, plural, namespace, name = report
         key = (cluster, group, plural, namespace, name)
         if method == "DELETE":
+            wanted_uid = _precondition_uid(body)
             with self._lock:
-                found = self.reports.pop(key, None)
-            if found is None:
-                return _status(404, "NotFound", f'{plural} "{name}" not found')
+                found = self.reports.get(key)
+                if found is None:
+                    return _status(404, "NotFound", f'{plural} "{name}" not found')
+                if wanted_uid is not None and found["metadata"].get("uid") != wanted_uid:
+                    return _status(
+                        409, "Conflict", f"Precondition failed: UID in precondition: {wanted_uid}"
+                    )
+                del self.reports[key]
+                self.report_managers.pop(key, None)
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success"})
         if (content_type or "").split(";")[0].strip() != APPLY_PATCH:
             return _status(415, "UnsupportedMediaType", f"only {APPLY_PATCH} is served")
@@ -377,8 +391,19 @@ class FakeApiServer:
         )
         if document.get("apiVersion") != f"{group}/{version}":
             return _status(400, "BadRequest", f"apiVersion must be {group}/{version}")
+        manager = query["fieldManager"][-1]
+        force = query.get("force", ["false"])[-1] == "true"
         with self._lock:
+            owner = self.report_managers.get(key)
+            if owner is not None and owner != manager and not force:
+                return _status(
+                    409, "Conflict", f'Apply failed with conflicts: conflict with "{owner}"'
+                )
+            previous = self.reports.get(key)
+            uid = previous["metadata"]["uid"] if previous else str(uuid.uuid4())
+            document["metadata"] = {**metadata, "uid": uid}
             self.reports[key] = document
+            self.report_managers[key] = manager
         return _json(document)
 
     def _fault_reply(self, fault: Fault) -> _Reply | None:
@@ -681,6 +706,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _token(cluster: str) -> str:
     return f"assay-test-token-{cluster}"
+
+
+def _precondition_uid(body: bytes) -> str | None:
+    """The ``preconditions.uid`` of a DELETE's DeleteOptions body, if it has one."""
+    try:
+        options = json.loads(body.decode("utf-8")) if body else None
+    except (UnicodeDecodeError, ValueError):
+        return None
+    preconditions = options.get("preconditions") if isinstance(options, dict) else None
+    uid = preconditions.get("uid") if isinstance(preconditions, dict) else None
+    return str(uid) if uid else None
 
 
 def _writer_token(cluster: str) -> str:

@@ -11,8 +11,9 @@ notifier's own keys (``P`` = the key prefix, ``S`` = the sink name)::
     P:notify:S:stats           hash    counters: delivered, filtered, retries, dead_lettered
     P:notify:S:told            hash    check id -> "AT_MS VERDICT": the newest change this
                                        sink was told of (or knows it need not hear)
-    P:notify:S:reports         hash    target -> JSON list of the namespaces (null: the
-                                       cluster report) a policyreport sink wrote there
+    P:notify:S:reports         hash    target -> JSON list of the reports a policyreport
+                                       sink wrote there: {namespace (null: cluster-scoped),
+                                       name, uid (the server's, null: unknown)}
 
 Spend-ceiling events (80% and 100% of a ceiling) reach the same sinks the same way:
 :func:`spend_feed` reads the spend guard's stream ``P:spend:events``
@@ -125,6 +126,19 @@ return 1
 
 def epoch_ms(instant: datetime) -> int:
     return int(instant.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    """A report a policyreport sink wrote: where, and the uid the API server gave it (so a
+    delete never removes a report someone else has since made under that name)."""
+
+    namespace: str | None
+    name: str
+    uid: str | None = None
+
+
+LEGACY_REPORT_NAME = "assay-checks"  # what every report was named before names had targets
 
 
 @dataclass(frozen=True)
@@ -331,18 +345,27 @@ class SinkFeed:
         return Told.decode(text(raw)) if raw else None
 
     # --- what a policyreport sink wrote, so it can delete what it no longer needs ---------------
-    def written_reports(self) -> dict[str, list[str | None]]:
-        """Target -> the namespaces holding a report this sink wrote (None: cluster report)."""
+    def written_reports(self) -> dict[str, list[WrittenReport]]:
+        """Target -> the reports this sink wrote there (an older entry, a bare namespace,
+        names the one report per namespace written then)."""
         import json
 
-        raw = self.client.hgetall(self._reports)
-        return {text(target): json.loads(text(value)) for target, value in raw.items()}
+        out: dict[str, list[WrittenReport]] = {}
+        for target, value in self.client.hgetall(self._reports).items():
+            out[text(target)] = [
+                WrittenReport(item["namespace"], item["name"], item.get("uid"))
+                if isinstance(item, dict)
+                else WrittenReport(item, LEGACY_REPORT_NAME)
+                for item in json.loads(text(value))
+            ]
+        return out
 
-    def remember_reports(self, target: str, namespaces: list[str | None]) -> None:
+    def remember_reports(self, target: str, reports: list[WrittenReport]) -> None:
         import json
 
-        if namespaces:
-            self.client.hset(self._reports, target, json.dumps(namespaces))
+        if reports:
+            body = [{"namespace": r.namespace, "name": r.name, "uid": r.uid} for r in reports]
+            self.client.hset(self._reports, target, json.dumps(body))
         else:
             self.client.hdel(self._reports, target)
 

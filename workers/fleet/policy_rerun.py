@@ -151,6 +151,7 @@ class _PolicyRun:
         entries: list[PolicySetEntry] = []
         for policy, result in zip(members, results, strict=True):
             child = child_request(self.request, policy)
+            result = result.model_copy(update={"policy_set": ref.name})
             self.children.append(policy_report(child, self.deps, policy, result))
             entries.append(
                 PolicySetEntry(

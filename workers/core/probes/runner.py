@@ -40,7 +40,9 @@ from pydantic import BaseModel, ValidationError
 
 from schemas.budget import Budget, ProfileName, resolve_budget
 from schemas.probe import (
+    MAX_OBJECTS_JUDGED,
     MAX_VIOLATIONS,
+    JudgedObject,
     ObjectRef,
     ProbeLookup,
     ProbeRun,
@@ -62,7 +64,7 @@ from workers.core.toolsets.redaction import (
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
 
-MAX_OBJECTS = 50_000  # per probe run: a bound on memory and evaluation time
+MAX_OBJECTS = MAX_OBJECTS_JUDGED  # per probe run: a bound on memory and evaluation time
 OBJECTS_SHOWN = 50  # object references kept in a ProbeRun
 DECIDING_SHOWN = 10  # first failing objects kept in ProbeRun.deciding
 _ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
@@ -111,6 +113,21 @@ def _ref(obj: Any, kind: str) -> ObjectRef:
         kind=str(obj.get("kind") or kind) if isinstance(obj, dict) else kind,
         name=str(meta.get("name", "?")),
         namespace=meta.get("namespace"),
+    )
+
+
+def _judged(obj: Any, passed: bool, message: str) -> JudgedObject:
+    """``obj`` as a report names it (apiVersion, kind, namespace, name, uid when known)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    api_version = obj.get("apiVersion") if isinstance(obj, dict) else None
+    uid = meta.get("uid")
+    return JudgedObject(
+        **_ref(obj, "?").model_dump(),
+        api_version=str(api_version) if api_version else None,
+        uid=str(uid) if uid else None,
+        passed=passed,
+        message=None if passed else message[:1024],
     )
 
 
@@ -247,6 +264,7 @@ def _run_probe(
         violations=tally.violations,
         violations_total=tally.violations_total,
         judged_total=tally.judged,
+        judged=tally.objects if probe.scope == "each_object" else None,
         duration_seconds=round(time.perf_counter() - began, 6),
     )
     return run, results
@@ -318,11 +336,18 @@ class _Tally:
 
     def __init__(self) -> None:
         self.judged = 0
+        self.objects: list[JudgedObject] = []
         self.violations_total = 0
         self.violations: list[ProbeViolation] = []
         self.deciding: list[ObjectRef] = []
 
+    def passed(self, obj: Any) -> None:
+        self.judged += 1
+        self.objects.append(_judged(obj, True, ""))
+
     def failed(self, obj: Any, message: str) -> None:
+        self.judged += 1
+        self.objects.append(_judged(obj, False, message))
         self.violations_total += 1
         ref = _ref(obj, "?")
         if len(self.violations) < MAX_VIOLATIONS:
@@ -346,8 +371,9 @@ def _evaluate(
         judgement = program.judge({"object": obj})
         if not judgement.judged:
             continue
-        tally.judged += 1
-        if not judgement.passed:
+        if judgement.passed:
+            tally.passed(obj)
+        else:
             tally.failed(obj, judgement.message)
             if not every:
                 break
