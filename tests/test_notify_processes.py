@@ -211,7 +211,10 @@ def test_a_stopping_replica_hands_its_held_changes_over_at_once(
 
     processes.append(start_notifier(env, tmp_path / "b.log"))
     wait_for(lambda: len(hooks.on("/ops")) == 1, 90, "the delivery by the other replica")
-    assert log_events(tmp_path / "b.log", "change delivered")
+    # The replica logs the delivery once the sink's answer is acknowledged, a moment after
+    # the webhook has the request.
+    wait_for(lambda: bool(log_events(tmp_path / "b.log", "change delivered")), 30,
+             "the other replica's log of the delivery")  # fmt: skip
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
