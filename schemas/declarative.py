@@ -50,6 +50,7 @@ from pydantic.alias_generators import to_camel
 from schemas.budget import Budget, ProfileName
 from schemas.durations import DURATION_PATTERN, DurationError, parse_duration
 from schemas.notify import SinkName
+from schemas.numbers import integral
 from schemas.policy import POLICY_NAME_PATTERN, POLICY_PREFIX, POLICY_SET_PREFIX, SET_NAME_PATTERN
 from schemas.probe import PROBE_MODE_HELP, ProbeMode
 from schemas.request import MAX_TEXT_LENGTH, EvaluationKind
@@ -185,6 +186,8 @@ class BudgetSpec(_Spec):
     max_tokens: StrictInt | None = Field(default=None, ge=100, le=10_000_000)
     timeout: Duration | None = Field(default=None, description="Wall-clock time per run.")
     max_cost_usd: StrictFloat | None = Field(default=None, gt=0)
+
+    _integral = field_validator("max_iterations", "max_tokens", mode="before")(integral)
 
     @field_validator("timeout")
     @classmethod
@@ -333,6 +336,8 @@ class CeilingsSpec(_Spec):
         description="Most US dollars per UTC day (models whose price litellm knows), at "
         "least 0.000001.",
     )
+
+    _integral = field_validator("tokens_per_day", mode="before")(integral)
 
     @model_validator(mode="after")
     def _as_ceiling(self) -> CeilingsSpec:

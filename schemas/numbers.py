@@ -42,3 +42,12 @@ def amount(text: str) -> float:
     if value in (float("inf"), float("-inf")):
         raise NotANumber(f"takes a finite number; {text!r} is too large to hold")
     return value
+
+
+def integral(value: object) -> object:
+    """A JSON number without a fraction as an int (JSON Schema's ``integer`` is any number
+    without one: ``5000.0`` is one), for a strict integer field's ``before`` validator;
+    anything else unchanged, for the field to judge (text stays text, and is refused)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value

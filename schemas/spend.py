@@ -28,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from schemas.numbers import integral
+
 # Beyond these a ceiling is a typo, not a limit: a trillion tokens is thousands of times what
 # a large fleet spends in a day, and ten million dollars no budget line holds for one check.
 MAX_CEILING_TOKENS = 1_000_000_000_000
@@ -86,10 +88,11 @@ class SpendCeiling(BaseModel):
     @field_validator("tokens", mode="before")
     @classmethod
     def _whole_number(cls, value: object) -> object:
-        """A token ceiling is a count: ``true`` or ``2.5`` are mistakes, not 1 and 2."""
+        """A token ceiling is a count: ``true`` or ``2.5`` are mistakes, not 1 and 2
+        (``5000.0`` is 5000, as JSON Schema's ``integer`` says)."""
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise ValueError("a token ceiling must be a whole number of tokens")
-        return value
+        return integral(value)
 
     @field_validator("cost_usd", mode="before")
     @classmethod

@@ -323,3 +323,14 @@ def test_a_cost_ceiling_is_kept_as_the_millionths_it_allows(
     assert created.status_code == 201, created.text
     spend = SpendStore(connect(redis_url), "assay")
     assert spend.client.hget(spend.limits_key, f"schedule:{created.json()['id']}") == f"0 {kept}"
+
+
+def test_a_token_ceiling_written_as_a_number_without_a_fraction_is_taken(
+    api: TestClient, redis_url: str
+) -> None:
+    """JSON Schema's `integer` is any number without a fraction (80000.0 is one): what the
+    published schema calls valid, the server takes; text ("80000") it refuses."""
+    body = {**SCHEDULE, "spend": {"tokens": 80000.0}}
+    created = api.post("/v1/schedules", json=body, headers=auth(WRITE_TOKEN))
+    assert created.status_code == 201, created.text
+    assert created.json()["spend"] == {"tokens": 80000, "cost_usd": None}
