@@ -107,6 +107,27 @@ def test_a_bad_fleet_ceiling_in_the_settings_is_a_usage_error(
     assert "ASSAY_SPEND_FLEET_TOKENS_PER_HOUR (got '-100')" in err
 
 
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "ASSAY_SPEND_FLEET_COST_USD_PER_DAY",
+        "ASSAY_SPEND_SCHEDULE_COST_USD_PER_DAY",
+        "ASSAY_SPEND_BATCH_COST_USD",
+    ],
+)
+def test_a_cost_ceiling_under_a_millionth_in_the_settings_is_refused(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+) -> None:
+    """Kept as 0 millionths, which the workers read as no ceiling at all (fail open)."""
+    monkeypatch.setenv(variable, "1e-15")
+    code, _, err = run_cli(capsys, "spend")
+    assert code == 64
+    assert f"{variable} (got '1e-15')" in err and "greater than or equal to 0.000001" in err
+
+
 def test_a_schedule_ceiling_set_shown_and_dropped_through_the_cli(
     capsys: pytest.CaptureFixture[str], cli_env: str
 ) -> None:
