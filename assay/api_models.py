@@ -30,6 +30,7 @@ from schemas.declarative import LABEL_VALUE_PATTERN, MAX_SOURCE_LENGTH
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
 from schemas.notify import SinkName
+from schemas.numbers import integral
 from schemas.policy import SET_NAME_PATTERN, ImportedPolicy
 from schemas.probe import PROBE_MODE_HELP, AgreementEntry, ProbeMode, ProbeRecord
 from schemas.report import RunReport
@@ -79,13 +80,7 @@ class ApiBudget(Budget):
 
     model_config = ConfigDict(strict=True)
 
-    @field_validator("max_iterations", "max_tokens", mode="before")
-    @classmethod
-    def _integral_number(cls, value: object) -> object:
-        """JSON Schema's ``integer`` is any number without a fraction: 100.0 is one."""
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return value
+    _integral = field_validator("max_iterations", "max_tokens", mode="before")(integral)
 
 
 class ErrorDetail(_Body):

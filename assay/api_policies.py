@@ -102,8 +102,8 @@ def import_policies(
         raise ApiError(422, "validation_error", f"documents: {exc}.") from None
     if not documents:
         raise ApiError(422, "validation_error", "documents: the text holds no documents.")
-    report, _ = import_into(
-        None if body.dry_run else _store(request),
+    report, _ = import_into(  # the store even for a dry run: it says which set holds a name
+        _store(request),
         documents,
         policy_set=body.policy_set,
         dry_run=body.dry_run,

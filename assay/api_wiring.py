@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from assay.api_errors import ApiError
 from assay.api_models import (
-    AppliedObject,
     ApplyBody,
     ApplyOutcome,
     BatchSubmission,
@@ -424,8 +423,7 @@ class Services:
     # --- declarative checks and schedules (assay apply) --------------------------------
     def apply_context(self) -> ApplyContext:
         """What applying needs, from the API's side: its snapshot roots, its Redis."""
-        from assay.apply import ApplyContext
-        from assay.model_check import fleet_model_problem
+        from assay.apply import ApplyContext, fleet_model_refusal
         from assay.submission import submit_requests
         from workers.fleet.check_definitions import CheckDefinitionStore
         from workers.fleet.policy_store import PolicyStore
@@ -444,8 +442,8 @@ class Services:
             schedules=self.schedules,
             checks=CheckDefinitionStore(self.redis, self.settings.key_prefix),
             confine_snapshot=confine,
-            model_problem=lambda model: fleet_model_problem(
-                model, None, redis=self.redis, settings=self.settings
+            model_problem=lambda model: fleet_model_refusal(
+                model, redis=self.redis, settings=self.settings
             ),
             submit=lambda requests: submit_requests(
                 requests,
@@ -506,22 +504,7 @@ class Services:
             ) from None
         except ApplyFailed as exc:
             raise ApiError(409, "apply_conflict", f"{exc}.") from None
-        return ApplyOutcome(
-            source=result.source,
-            dry_run=result.dry_run,
-            changed=result.changed,
-            summary=result.summary(),
-            changes=[
-                AppliedObject(
-                    kind=c.kind,
-                    name=c.name,
-                    action=c.action,
-                    diff=c.diff,
-                    runs=list(c.runs),
-                )
-                for c in result.changes
-            ],
-        )
+        return ApplyOutcome.model_validate(result.as_json())
 
     def documents(self, kind: str, source: str | None) -> list[dict[str, Any]]:
         from assay.apply import stored_documents

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import ValidationError
 
-from assay.manifests import Loaded, ManifestErrors, ManifestProblem
+from assay.manifests import Loaded, Loc, ManifestErrors, ManifestProblem
 from scheduler.fires import TargetResolutionError, resolve_targets, target_key
 from scheduler.schedules import CHANGEABLE_FIELDS, ScheduleConflict
 from schemas.declarative import (
@@ -60,7 +61,7 @@ from schemas.declarative import (
     duration_seconds,
     short_duration,
 )
-from schemas.policy import POLICY_PREFIX, POLICY_SET_PREFIX
+from schemas.policy import POLICY_PREFIX, POLICY_SET_PREFIX, PolicyReference, policy_reference
 from schemas.request import EvaluationRequest, Target
 from schemas.schedule import Schedule
 
@@ -114,6 +115,29 @@ def default_source(paths: Sequence[str]) -> str:
     return source_name(slug.strip("-._") or "files")
 
 
+NO_MODEL = (
+    "no model is configured for the fleet: its {workers} worker(s) run without ASSAY_MODEL, "
+    "so every run of this object would end cannot_determine; give spec.model, or restart the "
+    "workers with ASSAY_MODEL set"
+)
+
+
+def fleet_model_refusal(model: str | None, *, redis: Any, settings: AssaySettings) -> str | None:
+    """Why no worker could evaluate a run of ``model`` (None: the workers' own), as one
+    sentence, or None: the refusal `submit`, `batch` and `schedule add` give. A model name
+    no worker can route; or no model named while live workers run and none has one (with
+    no live worker at all the runs wait for one, as a submitted run does)."""
+    from assay.model_check import fleet_model_problem
+    from assay.worker_presence import read_fleet_models
+
+    if model:
+        return fleet_model_problem(model, None, redis=redis, settings=settings)
+    fleet = read_fleet_models(redis, settings.key_prefix)
+    if fleet.workers and not fleet.models:
+        return NO_MODEL.format(workers=fleet.workers)
+    return None
+
+
 @dataclass
 class ApplyContext:
     """What applying needs from where it runs (the CLI or the API)."""
@@ -124,6 +148,7 @@ class ApplyContext:
     confine_snapshot: Callable[[str], str]
     """A snapshot folder or glob made absolute inside the roots; ``ValueError`` says why not."""
     model_problem: Callable[[str | None], str | None]
+    """:func:`fleet_model_refusal` for this fleet."""
     submit: Callable[[list[EvaluationRequest]], Any]
     policies: PolicyStore
     read_policy_files: bool = True
@@ -185,6 +210,25 @@ class ApplyResult:
         ]
         prefix = "dry run, nothing applied: would be " if self.dry_run else ""
         return prefix + ", ".join(parts)
+
+    def as_json(self) -> dict[str, Any]:
+        """What ``POST /v1/apply`` answers and ``assay apply --json`` prints."""
+        return {
+            "source": self.source,
+            "dry_run": self.dry_run,
+            "changed": self.changed,
+            "summary": self.summary(),
+            "changes": [
+                {
+                    "kind": c.kind,
+                    "name": c.name,
+                    "action": c.action,
+                    "diff": c.diff,
+                    "runs": list(c.runs),
+                }
+                for c in self.changes
+            ],
+        }
 
 
 # --- documents as `assay get` writes them ------------------------------------------------------
@@ -276,14 +320,49 @@ def document_of(obj: Schedule | CheckDefinition) -> dict[str, Any]:
     return schedule_document(obj) if isinstance(obj, Schedule) else check_document(obj)
 
 
-def as_yaml(documents: Sequence[dict[str, Any]]) -> str:
-    """Documents as multi-document YAML, keys in the order they were written."""
-    return yaml.safe_dump_all(documents, sort_keys=False, allow_unicode=True, width=100)
+def as_yaml(documents: Sequence[dict[str, Any]], *, separated: bool = True) -> str:
+    """Documents as multi-document YAML, keys in the order they were written.
+
+    ``separated``: each document opens with ``---``, the first too, so files written by
+    ``get`` and joined (``cat a.yaml b.yaml``) stay separate documents (without it the last
+    of one file and the first of the next were one mapping, its repeated keys refused)."""
+    return yaml.safe_dump_all(
+        documents, sort_keys=False, allow_unicode=True, width=100, explicit_start=separated
+    )
+
+
+def portable(document: dict[str, Any], base: Path) -> dict[str, Any]:
+    """``document`` with its snapshot paths written relative to ``base``, as apply reads a
+    file kept in ``base`` (docs/apply.md, "Paths"): ``snaps/prod-eu``, ``../snaps/*``. A
+    path sharing no folder with ``base`` but ``/`` stays absolute.
+
+    Why: the store keeps each path absolute (confined to the snapshot roots where it
+    entered), and a file for git must not carry one machine's folders."""
+    targets = document["spec"].get("targets", {})
+    if not targets.get("snapshots"):
+        return document
+    root = os.path.abspath(base)
+    written = []
+    for path in targets["snapshots"]:
+        shared = os.path.isabs(path) and os.path.commonpath([root, path]) != os.sep
+        written.append(os.path.relpath(path, root) if shared else path)
+    spec = {**document["spec"], "targets": {**targets, "snapshots": written}}
+    return {**document, "spec": spec}
+
+
+def evaluated(spec: dict[str, Any]) -> str:
+    """What a document's spec evaluates, as one line: its predicate or ``policy:NAME``."""
+    if "predicate" in spec:
+        return str(spec["predicate"])
+    policy = spec.get("policy") or {}
+    if "set" in policy:
+        return POLICY_SET_PREFIX + str(policy["set"])
+    return POLICY_PREFIX + str(policy.get("name", ""))
 
 
 def _diff(kind: str, name: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
-    old = as_yaml([before]).splitlines(keepends=True) if before else []
-    new = as_yaml([after]).splitlines(keepends=True) if after else []
+    old = as_yaml([before], separated=False).splitlines(keepends=True) if before else []
+    new = as_yaml([after], separated=False).splitlines(keepends=True) if after else []
     label = f"{kind.lower()}/{name}"
     return "".join(
         difflib.unified_diff(old, new, fromfile=f"{label} (stored)", tofile=f"{label} (files)")
@@ -315,10 +394,11 @@ def _labels(item: Loaded, current_labels: dict[str, str] | None, source: str) ->
 
 
 def _environment_problems(
-    item: Loaded, ctx: ApplyContext, model: str | None, notify: list[str]
+    item: Loaded, ctx: ApplyContext, model: str | None, notify: list[str], predicate: str
 ) -> list[ManifestProblem]:
     problems = []
-    reason = ctx.model_problem(model)
+    # A policy's check is answered by its probes: it needs no model (a named one is checked).
+    reason = None if model is None and policy_reference(predicate) else ctx.model_problem(model)
     if reason is not None:
         problems.append(item.problem(("spec", "model"), reason))
     known = ctx.settings.notify_sinks
@@ -340,10 +420,16 @@ def _confined_targets(
 ) -> TargetsSpec:
     snapshots = []
     for index, pattern in enumerate(targets.snapshots):
+        local = item.local_path(pattern)
         try:
-            snapshots.append(ctx.confine_snapshot(pattern))
+            snapshots.append(ctx.confine_snapshot(local))
         except ValueError as exc:
-            problems.append(item.problem(("spec", "targets", "snapshots", index), str(exc)))
+            read_from = (
+                f" (read from the document's folder, {item.folder})" if local != pattern else ""
+            )
+            problems.append(
+                item.problem(("spec", "targets", "snapshots", index), f"{exc}{read_from}")
+            )
     return targets.model_copy(update={"snapshots": snapshots})
 
 
@@ -376,6 +462,26 @@ def _same_policy(stored: ImportedPolicy | None, new: ImportedPolicy) -> bool:
     return stored is not None and stored.model_dump(exclude=skip) == new.model_dump(exclude=skip)
 
 
+def _stored_policy_problem(
+    item: Loaded, loc: Loc, ref: PolicyReference, ctx: ApplyContext
+) -> ManifestProblem | None:
+    """A problem when the policy or set ``ref`` names is not stored: every run of the object
+    would end ``cannot_determine`` (``schedule add`` refuses it too)."""
+    if ref.kind == "policy" and ctx.policies.get(ref.name) is None:
+        return item.problem(
+            loc,
+            f"no imported policy is named {ref.name!r}; import it with `assay probe import` "
+            "or give policy.file",
+        )
+    if ref.kind == "set" and ctx.policies.set_members(ref.name) is None:
+        return item.problem(
+            loc,
+            f"there is no policy set {ref.name!r}; import one with `assay probe import --set` "
+            "or give policy.file",
+        )
+    return None
+
+
 def _plan_policy(
     item: Loaded,
     spec: PolicySpec | None,
@@ -383,29 +489,26 @@ def _plan_policy(
     ctx: ApplyContext,
     problems: list[ManifestProblem],
 ) -> _PolicyPlan | None:
-    if spec is None:
-        return _PolicyPlan(predicate or "")
-    from workers.core.policies.documents import UnreadableFile, documents_from_text
+    from workers.core.policies.documents import MAX_FILE_BYTES, UnreadableFile, documents_from_text
     from workers.core.policies.importer import import_documents
+    from workers.core.user_files import UnreadableUserFile, read_user_file
+    from workers.fleet.policy_store import taken_by_other_sets
 
-    if spec.file is None:
-        if spec.name is not None and ctx.policies.get(spec.name) is None:
-            problems.append(
-                item.problem(
-                    ("spec", "policy", "name"),
-                    f"no imported policy is named {spec.name!r}; import it with `assay probe "
-                    "import` or give policy.file",
-                )
-            )
+    if spec is None:
+        ref = policy_reference(predicate or "")
+        if ref is not None and (
+            found := _stored_policy_problem(item, ("spec", "predicate"), ref, ctx)
+        ):
+            problems.append(found)
             return None
-        if spec.set is not None and ctx.policies.set_members(spec.set) is None:
-            problems.append(
-                item.problem(
-                    ("spec", "policy", "set"),
-                    f"there is no policy set {spec.set!r}; import one with `assay probe import "
-                    "--set` or give policy.file",
-                )
-            )
+        return _PolicyPlan(predicate or "")
+    if spec.file is None:
+        if spec.name is not None:
+            ref, field_name = PolicyReference("policy", spec.name), "name"
+        else:
+            ref, field_name = PolicyReference("set", spec.set or ""), "set"
+        if found := _stored_policy_problem(item, ("spec", "policy", field_name), ref, ctx):
+            problems.append(found)
             return None
         return _PolicyPlan(spec.predicate([]))
     where = ("spec", "policy", "file")
@@ -418,15 +521,16 @@ def _plan_policy(
             )
         )
         return None
-    path = Path(spec.file)
-    if not path.is_absolute() and Path(item.file).is_file():
-        path = Path(item.file).parent / path
     try:
-        documents = documents_from_text(path.read_text(encoding="utf-8"), str(path))
-    except (OSError, UnicodeDecodeError, UnreadableFile) as exc:
-        problems.append(item.problem(where, f"cannot read {path} ({exc})"))
+        path = item.policy_path(spec.file)
+        text = read_user_file(path, limit=MAX_FILE_BYTES, within=item.folder)
+        documents = documents_from_text(text, spec.file)
+    except (ValueError, UnreadableUserFile, UnreadableFile) as exc:
+        problems.append(item.problem(where, str(exc)))
         return None
     policies, refusals = import_documents(documents, now=ctx.now())
+    if spec.set is not None:
+        refusals += taken_by_other_sets(ctx.policies, policies, spec.set)
     for refusal in refusals:
         problems.append(
             item.problem(
@@ -434,13 +538,13 @@ def _plan_policy(
             )
         )
     if not policies and not refusals:
-        problems.append(item.problem(where, f"{path} holds no admission policy"))
+        problems.append(item.problem(where, f"{spec.file} holds no admission policy"))
     if len(policies) > 1 and spec.set is None:
         names = ", ".join(p.name for p in policies)
         problems.append(
             item.problem(
                 where,
-                f"{path} holds {len(policies)} policies ({names}); give policy.set "
+                f"{spec.file} holds {len(policies)} policies ({names}); give policy.set "
                 "to evaluate them as one set",
             )
         )
@@ -491,7 +595,7 @@ def _plan_schedule(
         "cron": spec.cron,
         "timezone": spec.time_zone,
         "interval_seconds": duration_seconds(spec.every) if spec.every is not None else None,
-        "profile": spec.profile or ctx.settings.profile,
+        "profile": spec.profile or ctx.settings.unattended_profile(),
         "budget": spec.budget.as_budget(),
         "model": spec.model,
         "probe": spec.probe,
@@ -517,7 +621,7 @@ def _plan_schedule(
         desired.check_interval_floor(ctx.settings.min_interval_seconds)
     except ValueError as exc:
         problems.append(item.problem(("spec", "every"), str(exc)))
-    problems += _environment_problems(item, ctx, desired.model, desired.notify)
+    problems += _environment_problems(item, ctx, desired.model, desired.notify, desired.predicate)
     if problems:
         return None, problems
     return policy.mark(_compared("Schedule", document.metadata.name, current, desired)), []
@@ -571,10 +675,10 @@ def _plan_check(
             "predicate": policy.predicate,
             "policy": None,
             "targets": targets.model_dump(by_alias=True),
-            "profile": spec.profile or ctx.settings.profile,
+            "profile": spec.profile or ctx.settings.unattended_profile(),
         }
     )
-    problems += _environment_problems(item, ctx, spec.model, spec.notify)
+    problems += _environment_problems(item, ctx, spec.model, spec.notify, policy.predicate)
     if problems:
         return None, problems
     now = ctx.now()
@@ -644,6 +748,7 @@ def plan(loaded: Sequence[Loaded], ctx: ApplyContext, *, source: str, prune: boo
         problems += found
         if step is not None:
             planned.append(step)
+    problems += _shared_check_ids(loaded, planned, checks, source if prune else None)
     if problems:
         raise ManifestErrors(problems)
     if prune:
@@ -655,6 +760,50 @@ def plan(loaded: Sequence[Loaded], ctx: ApplyContext, *, source: str, prune: boo
                 diff = _diff(kind, obj.name, document_of(obj), None)
                 planned.append(Planned(kind, obj.name, "pruned", obj, None, diff))
     return planned
+
+
+def _shared_check_ids(
+    loaded: Sequence[Loaded],
+    planned: list[Planned],
+    stored: dict[str, CheckDefinition],
+    pruned_source: str | None,
+) -> list[ManifestProblem]:
+    """A problem for each check id two checks would keep their verdicts under.
+
+    Why: a check's id on one target is its name, on several ``NAME.TARGET``, so ``web`` on
+    targets ``snapshot-alpha`` and ``snapshot-beta`` and a check named
+    ``web.snapshot-alpha`` both write ``web.snapshot-alpha``: the later run overwrote the
+    other's verdict history and changes. Ids are compared across the whole input and with
+    the stored checks it leaves in place (not those it redeclares, nor those it prunes).
+    """
+    items = {item.key: item for item in loaded}
+    declared = {name for kind, name in items if kind == "Check"}
+    owners: dict[str, tuple[str, str]] = {}  # check id -> (the check keeping it, in words)
+    for definition in stored.values():
+        pruned = pruned_source is not None and definition.labels.get(SOURCE_LABEL) == pruned_source
+        if definition.name in declared or pruned:
+            continue
+        for target, check_id in definition.check_ids.items():
+            said = f"the stored check {definition.name!r} (on {target})"
+            owners.setdefault(check_id, (definition.name, said))
+    problems = []
+    for step in planned:
+        if not isinstance(step.after, CheckDefinition):
+            continue
+        item = items[("Check", step.name)]
+        for target, check_id in sorted(step.after.check_ids.items()):
+            said = f"check {step.name!r} at {item.file}:{item.line} (on {target})"
+            owner, owner_said = owners.setdefault(check_id, (step.name, said))
+            if owner != step.name:
+                problems.append(
+                    item.problem(
+                        ("metadata", "name"),
+                        f"its verdicts on {target} would be kept under check id {check_id!r}, "
+                        f"which {owner_said} uses too, and one would overwrite the other's "
+                        "history; rename one of them",
+                    )
+                )
+    return problems
 
 
 # --- applying ----------------------------------------------------------------------------------

@@ -2,28 +2,42 @@
 
 A file, a folder (its ``*.yaml``, ``*.yml`` and ``*.json`` files, sub-folders included,
 in name order; entries starting with ``.`` are skipped, which is also how a ConfigMap
-mounted as a folder shows each file once) or standard input. Every document is read
-with PyYAML's safe loader and checked against the contract (``schemas.declarative``);
-a problem is a :class:`ManifestProblem` naming the file, the line and the field, in
-the spelling the file uses. :func:`load` reads everything and raises
-:class:`ManifestErrors` with every problem found, so a bad set of files is refused
-whole before anything is applied.
+mounted as a folder shows each file once) or standard input. Every file is read as a
+person's file is (``workers.core.user_files``: a regular file, at most 4 MiB). Every
+document is read with PyYAML's safe loader as the contract wants it
+(``yaml_documents.StrictNumbersLoader``: numbers as JSON writes them, nesting and repeated
+keys refused) and checked against the contract (``schemas.declarative``); a problem is a
+:class:`ManifestProblem` naming the file, the line and the field, in the spelling the
+file uses. :func:`load` reads everything and raises :class:`ManifestErrors` with every
+problem found, so a bad set of files is refused whole before anything is applied.
+
+Paths in a document (snapshot folders and globs, ``policy.file``) are read from the
+folder of the file that holds it; from standard input, from the working directory
+(:meth:`Loaded.local_path`). A policy file must lie in that folder (:meth:`Loaded.policy_path`).
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from schemas.declarative import KINDS, SOURCE_LABEL, CheckDocument, Document, ScheduleDocument
-from workers.core.toolsets.yaml_documents import check_expansion
+from workers.core.toolsets.yaml_documents import (
+    MAX_NESTING_DEPTH,
+    StrictNumbersLoader,
+    check_expansion,
+    describe_yaml_error,
+    nesting_depth_exceeds,
+)
+from workers.core.user_files import UnreadableUserFile, read_user_file
 
 SUFFIXES = (".yaml", ".yml", ".json")
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -58,6 +72,17 @@ class ManifestErrors(ValueError):
         super().__init__(text)
 
 
+class Source(NamedTuple):
+    """The text of one file (or standard input, or an HTTP body) and where its paths start."""
+
+    name: str
+    """Shown in problems: the file's path, ``<stdin>``, ``yaml``."""
+    text: str
+    folder: Path | None = None
+    """Where a relative path in its documents starts: the file's folder, the working
+    directory for standard input; None over HTTP (paths are the server's, as written)."""
+
+
 @dataclass
 class Loaded:
     """One document, validated, with where it came from."""
@@ -66,6 +91,7 @@ class Loaded:
     file: str
     line: int
     lines: dict[Loc, int] = field(default_factory=dict)
+    folder: Path | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -73,6 +99,34 @@ class Loaded:
 
     def problem(self, loc: Loc, message: str) -> ManifestProblem:
         return located(self.file, self.line, self.lines, loc, message)
+
+    def local_path(self, written: str) -> str:
+        """A path or glob the document names, made absolute from the document's folder
+        (``~`` expanded, ``..`` applied); as written when it has no folder (HTTP)."""
+        if self.folder is None:
+            return written
+        expanded = os.path.expanduser(written)
+        if os.path.isabs(expanded):
+            return expanded
+        return os.path.normpath(os.path.join(self.folder, expanded))
+
+    def policy_path(self, written: str) -> Path:
+        """The policy file the document names: relative to its folder and inside it;
+        ``ValueError`` saying why not (an absolute path, ``..`` out of the folder)."""
+        if self.folder is None:
+            raise ValueError("a policy file can only be named by a document read from a file")
+        if os.path.isabs(os.path.expanduser(written)):
+            raise ValueError(
+                f"{written!r} is an absolute path; name the policy file relative to this "
+                "document's folder"
+            )
+        path = Path(os.path.normpath(self.folder / written))
+        if not path.is_relative_to(os.path.normpath(self.folder)):
+            raise ValueError(
+                f"{written!r} leads out of this document's folder ({self.folder}); keep the "
+                "policy file in that folder or below it"
+            )
+        return path
 
 
 def located(
@@ -92,13 +146,13 @@ def located(
 _ADAPTER: TypeAdapter[CheckDocument | ScheduleDocument] = TypeAdapter(Document)
 
 
-def read_sources(paths: Iterable[str], stdin_text: str | None = None) -> list[tuple[str, str]]:
-    """(name shown in errors, text) of every file the paths name; ``-`` is standard input."""
-    found: list[tuple[str, str]] = []
+def read_sources(paths: Iterable[str], stdin_text: str | None = None) -> list[Source]:
+    """Every file the paths name; ``-`` is standard input."""
+    found: list[Source] = []
     problems: list[ManifestProblem] = []
     for raw in paths:
         if raw == "-":
-            found.append(("<stdin>", stdin_text or ""))
+            found.append(Source("<stdin>", stdin_text or "", Path.cwd()))
             continue
         path = Path(raw)
         if path.is_dir():
@@ -113,42 +167,50 @@ def read_sources(paths: Iterable[str], stdin_text: str | None = None) -> list[tu
                 problems.append(
                     ManifestProblem(raw, 0, "", "no .yaml, .yml or .json file in this folder")
                 )
-        elif path.is_file():
+        elif os.path.lexists(path):
             files = [path]
         else:
             problems.append(ManifestProblem(raw, 0, "", "no such file or folder"))
             continue
         for file in files:
             try:
-                if file.stat().st_size > MAX_FILE_BYTES:
-                    raise ValueError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-                found.append((str(file), file.read_text(encoding="utf-8")))
-            except (OSError, UnicodeDecodeError, ValueError) as exc:
-                problems.append(ManifestProblem(str(file), 0, "", f"cannot be read ({exc})"))
+                text = read_user_file(file, limit=MAX_FILE_BYTES)
+            except UnreadableUserFile as exc:
+                problems.append(ManifestProblem(str(file), 0, "", str(exc)))
+                continue
+            found.append(Source(str(file), text, file.parent.absolute()))
     if problems:
         raise ManifestErrors(problems)
     return found
 
 
-def load(sources: list[tuple[str, str]]) -> list[Loaded]:
+def load(sources: Iterable[Source | tuple[str, str]]) -> list[Loaded]:
     """Every document of ``sources``, validated; :class:`ManifestErrors` lists every problem."""
     found: list[Loaded | None] = []
     problems: list[ManifestProblem] = []
-    for name, text in sources:
+    for source in (Source(*item) for item in sources):
         try:
-            nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+            nodes = list(yaml.compose_all(source.text, Loader=StrictNumbersLoader))
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = mark.line + 1 if mark is not None else 0
-            reason = getattr(exc, "problem", None) or str(exc)
-            problems.append(ManifestProblem(name, line, "", f"not valid YAML ({reason})"))
+            reason = describe_yaml_error(exc).removeprefix(f"line {line}: ")
+            problems.append(ManifestProblem(source.name, line, "", f"not valid YAML ({reason})"))
             continue
         for node in nodes:
-            if node is not None:
-                found.append(_from_node(name, node, problems))
+            if not _empty(node):
+                found.append(_from_node(source, node, problems))
     referenced = _policy_files(found)
     problems = [p for p in problems if not (p.foreign and _resolved(p.file) in referenced)]
     return _unique(found, problems)
+
+
+def _empty(node: yaml.Node | None) -> bool:
+    """A document with nothing in it (``---`` twice, as joined files give), skipped as
+    kubectl skips it."""
+    return node is None or (
+        isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+    )
 
 
 def _resolved(path: str | Path) -> Path:
@@ -163,18 +225,27 @@ def _policy_files(found: list[Loaded | None]) -> set[Path]:
     files = set()
     for item in found:
         policy = item.document.spec.policy if item is not None else None
-        if policy is not None and policy.file is not None:
-            path = Path(policy.file)
-            if not path.is_absolute():
-                path = Path(item.file).parent / path  # type: ignore[union-attr]
-            files.add(_resolved(path))
+        if item is not None and policy is not None and policy.file is not None:
+            try:
+                files.add(_resolved(item.policy_path(policy.file)))
+            except ValueError:
+                continue  # refused when the document is planned
     return files
 
 
 def load_objects(items: list[Any], name: str = "documents") -> list[Loaded]:
-    """:func:`load` for documents already parsed (a JSON body): named ``documents[N]``."""
+    """:func:`load` for documents already parsed (a JSON body): named ``documents[N]``, held
+    to the same nesting limit as a file's."""
     problems: list[ManifestProblem] = []
-    found = [_validated(f"{name}[{i}]", item, 0, {}, problems) for i, item in enumerate(items)]
+    found: list[Loaded | None] = []
+    for index, item in enumerate(items):
+        where = f"{name}[{index}]"
+        if nesting_depth_exceeds(item):
+            message = f"nested deeper than {MAX_NESTING_DEPTH} levels of mappings and lists"
+            problems.append(ManifestProblem(where, 0, "", message))
+            found.append(None)
+        else:
+            found.append(_validated(where, item, 0, {}, problems))
     return _unique(found, problems)
 
 
@@ -201,21 +272,26 @@ def _unique(found: list[Loaded | None], problems: list[ManifestProblem]) -> list
     return loaded
 
 
-def _from_node(name: str, node: yaml.Node, problems: list[ManifestProblem]) -> Loaded | None:
+def _from_node(source: Source, node: yaml.Node, problems: list[ManifestProblem]) -> Loaded | None:
     line = node.start_mark.line + 1
     try:
         check_expansion(node)  # before anything walks it: an alias bomb is a problem
-        data = yaml.SafeLoader("").construct_document(node)
+        data = StrictNumbersLoader("").construct_document(node)
     except yaml.YAMLError as exc:
-        problems.append(ManifestProblem(name, line, "", f"not valid YAML ({exc})"))
+        problems.append(ManifestProblem(source.name, line, "", f"not valid YAML ({exc})"))
         return None
     lines: dict[Loc, int] = {}
-    _index_lines(node, (), lines)
-    return _validated(name, data, line, lines, problems)
+    _index_lines(node, lines)
+    return _validated(source.name, data, line, lines, problems, source.folder)
 
 
 def _validated(
-    name: str, data: Any, line: int, lines: dict[Loc, int], problems: list[ManifestProblem]
+    name: str,
+    data: Any,
+    line: int,
+    lines: dict[Loc, int],
+    problems: list[ManifestProblem],
+    folder: Path | None = None,
 ) -> Loaded | None:
     if not isinstance(data, dict):
         problems.append(ManifestProblem(name, line, "", "a document must be a mapping"))
@@ -251,7 +327,7 @@ def _validated(
                 message = _unknown_field(KINDS[kind], loc)
             problems.append(located(name, line, lines, loc, message))
         return None
-    return Loaded(document, name, line, lines)
+    return Loaded(document, name, line, lines, folder)
 
 
 def _unknown_field(document: type[BaseModel], loc: Loc) -> str:
@@ -294,19 +370,23 @@ def _inner_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _index_lines(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
-    """Line of every key (and list item) under ``node``, by its path."""
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                path = (*loc, key.value)
-                lines[path] = key.start_mark.line + 1
-                _index_lines(value, path, lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            path = (*loc, index)
-            lines[path] = item.start_mark.line + 1
-            _index_lines(item, path, lines)
+def _index_lines(root: yaml.Node, lines: dict[Loc, int]) -> None:
+    """Line of every key (and list item) under ``root``, by its path (a loop, not recursion:
+    the loader bounds the nesting, this walk need not be the next thing to overflow)."""
+    pending: list[tuple[yaml.Node, Loc]] = [(root, ())]
+    while pending:
+        node, loc = pending.pop()
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    path = (*loc, key.value)
+                    lines[path] = key.start_mark.line + 1
+                    pending.append((value, path))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                path = (*loc, index)
+                lines[path] = item.start_mark.line + 1
+                pending.append((item, path))
 
 
 def _dotted(loc: Loc) -> str:

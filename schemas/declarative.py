@@ -39,6 +39,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictFloat,
+    StrictInt,
     StringConstraints,
     field_validator,
     model_validator,
@@ -48,6 +50,7 @@ from pydantic.alias_generators import to_camel
 from schemas.budget import Budget, ProfileName
 from schemas.durations import DURATION_PATTERN, DurationError, parse_duration
 from schemas.notify import SinkName
+from schemas.numbers import integral
 from schemas.policy import POLICY_NAME_PATTERN, POLICY_PREFIX, POLICY_SET_PREFIX, SET_NAME_PATTERN
 from schemas.probe import PROBE_MODE_HELP, ProbeMode
 from schemas.request import MAX_TEXT_LENGTH, EvaluationKind
@@ -61,6 +64,7 @@ from schemas.schedule import (
 from schemas.spend import (
     MAX_CEILING_COST_USD,
     MAX_CEILING_TOKENS,
+    MIN_CEILING_COST_USD,
     MIN_CEILING_TOKENS,
     SpendCeiling,
 )
@@ -174,12 +178,16 @@ class TargetsSpec(_Spec):
 
 
 class BudgetSpec(_Spec):
-    """Per-run limits; what is left out comes from the profile (or the ASSAY_* settings)."""
+    """Per-run limits; what is left out comes from the profile (or the ASSAY_* settings).
+    Numbers are strict: ``"5000"`` is text, not a limit (the loader reads ``5_000`` and
+    ``+5000`` as text too: ``yaml_documents.StrictNumbersLoader``)."""
 
-    max_iterations: int | None = Field(default=None, ge=1, le=200)
-    max_tokens: int | None = Field(default=None, ge=100, le=10_000_000)
+    max_iterations: StrictInt | None = Field(default=None, ge=1, le=200)
+    max_tokens: StrictInt | None = Field(default=None, ge=100, le=10_000_000)
     timeout: Duration | None = Field(default=None, description="Wall-clock time per run.")
-    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_cost_usd: StrictFloat | None = Field(default=None, gt=0)
+
+    _integral = field_validator("max_iterations", "max_tokens", mode="before")(integral)
 
     @field_validator("timeout")
     @classmethod
@@ -315,18 +323,21 @@ class CheckSpec(_EvaluationSpec):
 class CeilingsSpec(_Spec):
     """A schedule's spend ceilings per UTC day over all its runs (docs/fleet.md, spend)."""
 
-    tokens_per_day: int | None = Field(
+    tokens_per_day: StrictInt | None = Field(
         default=None,
         ge=MIN_CEILING_TOKENS,
         le=MAX_CEILING_TOKENS,
         description="Most tokens (prompt + completion) per UTC day.",
     )
-    cost_per_day_usd: float | None = Field(
+    cost_per_day_usd: StrictFloat | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_CEILING_COST_USD,
         le=MAX_CEILING_COST_USD,
-        description="Most US dollars per UTC day (models whose price litellm knows).",
+        description="Most US dollars per UTC day (models whose price litellm knows), at "
+        "least 0.000001.",
     )
+
+    _integral = field_validator("tokens_per_day", mode="before")(integral)
 
     @model_validator(mode="after")
     def _as_ceiling(self) -> CeilingsSpec:

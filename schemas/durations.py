@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 
-_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|ms|m|s)", re.IGNORECASE)
+# ASCII digits only (re.ASCII): Python's \d also matches other scripts' digits, which
+# float() reads (an Arabic-Indic five and "m" was five minutes); JSON Schema's \d, in the
+# pattern below, is ASCII already.
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|ms|m|s)", re.IGNORECASE | re.ASCII)
 _UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
 # The same rule as a JSON-Schema pattern, for editors (case as the reader allows).
 DURATION_PATTERN = r"^\s*(\d+(\.\d+)?|(\d+(\.\d+)?\s*([wWdDhHsS]|[mM][sS]?)\s*)+)\s*$"
@@ -24,7 +27,7 @@ def parse_duration(text: str) -> float:
     cleaned = text.strip().lower().replace(" ", "")
     if not cleaned:
         raise DurationError("empty duration; write it like 90s, 15m, 2h or 1d")
-    if re.fullmatch(r"\d+(?:\.\d+)?", cleaned):
+    if re.fullmatch(r"\d+(?:\.\d+)?", cleaned, re.ASCII):
         seconds = float(cleaned)
     else:
         position, seconds = 0, 0.0

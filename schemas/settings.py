@@ -33,7 +33,12 @@ from pydantic_settings import (
 from schemas.budget import UNATTENDED_PROFILE, ProfileName
 from schemas.cpu_list import normalized as normalized_affinity
 from schemas.notify import Sink, SinkName
-from schemas.spend import MAX_CEILING_COST_USD, MAX_CEILING_TOKENS, MIN_CEILING_TOKENS
+from schemas.spend import (
+    MAX_CEILING_COST_USD,
+    MAX_CEILING_TOKENS,
+    MIN_CEILING_COST_USD,
+    MIN_CEILING_TOKENS,
+)
 
 
 def _default_data_dir() -> Path:
@@ -220,7 +225,7 @@ class AssaySettings(BaseSettings):
     )
     spend_fleet_cost_usd_per_day: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_CEILING_COST_USD,
         le=MAX_CEILING_COST_USD,
         allow_inf_nan=False,
         description="Most US dollars the whole fleet may spend per UTC day (models with a "
@@ -234,7 +239,7 @@ class AssaySettings(BaseSettings):
     )
     spend_schedule_cost_usd_per_day: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_CEILING_COST_USD,
         le=MAX_CEILING_COST_USD,
         allow_inf_nan=False,
         description="Cost ceiling (USD) per UTC day of a schedule that sets none of its own.",
@@ -247,7 +252,7 @@ class AssaySettings(BaseSettings):
     )
     spend_batch_cost_usd: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_CEILING_COST_USD,
         le=MAX_CEILING_COST_USD,
         allow_inf_nan=False,
         description="Cost ceiling (USD) over all runs of a batch that sets none of its own.",

@@ -18,7 +18,17 @@ import math
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+
+from schemas.numbers import integral
 
 # Beyond these a ceiling is a typo, not a limit: a trillion tokens is thousands of times what
 # a large fleet spends in a day, and ten million dollars no budget line holds for one check.
@@ -27,6 +37,10 @@ MAX_CEILING_COST_USD = 10_000_000.0
 # Below this no planner call fits (a prompt and a useful completion): a ceiling that could
 # never admit one call is refused as a mistake rather than stopping every run.
 MIN_CEILING_TOKENS = 1_000
+# The fleet counts cost in millionths of a dollar (workers/fleet/spend.py). A smaller ceiling
+# has no count to be kept as: 1e-15 was stored as 0, which the fleet reads as "no ceiling",
+# the opposite of what was asked. So it is refused, at every door.
+MIN_CEILING_COST_USD = 0.000001
 
 Resource = Literal["tokens", "cost_usd"]
 ScopeKind = Literal["fleet", "schedule", "batch"]
@@ -54,28 +68,31 @@ class SpendCeiling(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_one_ceiling_set)
 
-    tokens: int | None = Field(
+    # Strict: a number, never the text "5000" (a number parsed out of text is the CLI's
+    # job, schemas/numbers.py; JSON bodies and apply documents carry numbers).
+    tokens: StrictInt | None = Field(
         default=None,
         ge=MIN_CEILING_TOKENS,
         le=MAX_CEILING_TOKENS,
         description=f"Most tokens (prompt + completion) in the period, {MIN_CEILING_TOKENS:,} "
         f"to {MAX_CEILING_TOKENS:,}.",
     )
-    cost_usd: float | None = Field(
+    cost_usd: StrictFloat | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_CEILING_COST_USD,
         le=MAX_CEILING_COST_USD,
-        description="Most US dollars in the period, above 0 and at most 10,000,000; counted "
-        "only for models whose price litellm knows.",
+        description="Most US dollars in the period, 0.000001 (the millionth of a dollar the "
+        "fleet counts in) to 10,000,000; counted only for models whose price litellm knows.",
     )
 
     @field_validator("tokens", mode="before")
     @classmethod
     def _whole_number(cls, value: object) -> object:
-        """A token ceiling is a count: ``true`` or ``2.5`` are mistakes, not 1 and 2."""
+        """A token ceiling is a count: ``true`` or ``2.5`` are mistakes, not 1 and 2
+        (``5000.0`` is 5000, as JSON Schema's ``integer`` says)."""
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise ValueError("a token ceiling must be a whole number of tokens")
-        return value
+        return integral(value)
 
     @field_validator("cost_usd", mode="before")
     @classmethod
@@ -98,8 +115,16 @@ class SpendCeiling(BaseModel):
         if self.tokens is not None:
             parts.append(f"{self.tokens:,} tokens")
         if self.cost_usd is not None:
-            parts.append(f"${self.cost_usd:,.2f}")
+            parts.append(dollars(self.cost_usd))
         return " / ".join(parts) + f" {per}"
+
+
+def dollars(amount: float) -> str:
+    """``$2.50``; an amount under a cent with the digits that make it (``$0.000001``), not
+    ``$0.00``, which reads as no money at all."""
+    if amount == 0 or abs(amount) >= 0.01:
+        return f"${amount:,.2f}"
+    return f"${amount:.6f}".rstrip("0")
 
 
 class CeilingState(BaseModel):

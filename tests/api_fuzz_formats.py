@@ -61,15 +61,30 @@ schemathesis.openapi.format(
 )
 # Each example policy alone, all of them as one stream, and a stream with a document that
 # is no policy (answered in `refused`): imports that store policies the stateful phase's
-# links then read, export and delete.
+# links then read, export and delete. Each under names of its own (`-N`): a policy belongs
+# to one set, so a set import naming a policy another set holds is refused, and with the
+# examples' names only the first set imported would ever be stored.
+_POLICY_NAMES = ("run-as-non-root", "prod-workloads-labelled", "trusted-registries")
+
+
+def _renamed(text: str, number: int) -> str:
+    for name in _POLICY_NAMES:
+        text = text.replace(name, f"{name}-{number}")
+    return text
+
+
 schemathesis.openapi.format(
     "policy-documents",
-    st.sampled_from(
-        [
-            *_POLICY_TEXTS,
-            "\n---\n".join(_POLICY_TEXTS),
-            _POLICY_TEXTS[0] + "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
-        ]
+    st.builds(
+        _renamed,
+        st.sampled_from(
+            [
+                *_POLICY_TEXTS,
+                "\n---\n".join(_POLICY_TEXTS),
+                _POLICY_TEXTS[0] + "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+            ]
+        ),
+        st.integers(min_value=0, max_value=999_999),
     ),
 )
 

@@ -22,6 +22,7 @@ from workers.fleet.check_definitions import CheckDefinitionStore
 from workers.fleet.store import VerdictStore
 
 ROOT = Path(__file__).resolve().parent.parent
+SNAPSHOTS = ROOT / "examples" / "snapshots"  # documents in tmp_path name them absolute
 PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
 
 SCHEDULE = f"""\
@@ -33,7 +34,7 @@ metadata:
 spec:
   predicate: {PREDICATE}
   targets:
-    snapshots: ['examples/snapshots/*']
+    snapshots: ['{SNAPSHOTS}/*']
   cron: "0 2 * * *"
   timeZone: Europe/Berlin
   budget: {{timeout: 5m, maxTokens: 50000}}
@@ -46,7 +47,7 @@ metadata:
 spec:
   predicate: {PREDICATE}
   targets:
-    snapshots: [examples/snapshots/prod-eu, examples/snapshots/dev-ap]
+    snapshots: [{SNAPSHOTS}/prod-eu, {SNAPSHOTS}/dev-ap]
   profile: smoke
 """
 INTERVAL = """\
@@ -167,9 +168,10 @@ def test_get_yaml_round_trips_through_apply(
     spread = INTERVAL.replace("probe: only", extra)
     folder = write(tmp_path / "in", **{"all.yaml": "---\n".join([SCHEDULE, CHECK, spread])})
     assert run(capsys, "apply", "-f", str(folder), "--source", "rt")[0] == 0
-    code, exported_schedules, _ = run(capsys, "get", "schedules", "-o", "yaml")
+    out_folder = ["--base", str(tmp_path / "out")]  # where the files will be kept
+    code, exported_schedules, _ = run(capsys, "get", "schedules", "-o", "yaml", *out_folder)
     assert code == 0
-    code, exported_checks, _ = run(capsys, "get", "checks", "-o", "yaml")
+    code, exported_checks, _ = run(capsys, "get", "checks", "-o", "yaml", *out_folder)
     assert code == 0
     assert "paused: true" in exported_schedules and "jitter: 30s" in exported_schedules
     assert "timeout: 90.5" in exported_schedules and "evaluation: query" in exported_schedules
@@ -184,8 +186,8 @@ def test_get_yaml_round_trips_through_apply(
     assert snapshot_of_store(cli_env) == before
     # and through standard input, as a pipe would give it
     monkeypatch.setattr("sys.stdin", _Stdin(exported_schedules + "---\n" + exported_checks))
-    code, out, _ = run(capsys, "apply", "-f", "-", "--source", "rt")
-    assert code == 0 and out.splitlines()[-1] == "no changes: 3 objects unchanged"
+    code, out, err = run(capsys, "apply", "-f", "-", "--source", "rt")
+    assert code == 0 and out.splitlines()[-1] == "no changes: 3 objects unchanged", err
     assert snapshot_of_store(cli_env) == before
 
 
@@ -405,7 +407,7 @@ BAD_FILES = [
     ),
     (
         "outside",
-        CHECK.replace("[examples/snapshots/prod-eu, examples/snapshots/dev-ap]", "[/etc]"),
+        CHECK.replace(f"[{SNAPSHOTS}/prod-eu, {SNAPSHOTS}/dev-ap]", "[/etc]"),
         8,
         "spec.targets.snapshots[0]",
         "outside",
@@ -444,7 +446,7 @@ BAD_FILES = [
         CHECK.replace(f"predicate: {PREDICATE}", "policy: {file: no-such-policy.yaml}"),
         6,
         "spec.policy.file",
-        "cannot read",
+        "no-such-policy.yaml cannot be read (No such file or directory)",
     ),
     (
         "policy refused",
@@ -622,14 +624,14 @@ spec:
   targets: {contexts: [prod-eu]}
   every: 1h
 """
-POLICY_SET_CHECK = """\
+POLICY_SET_CHECK = f"""\
 apiVersion: assay.dev/v1alpha1
 kind: Check
 metadata:
   name: baseline
 spec:
-  policy: {file: policies/baseline.yaml, set: baseline}
-  targets: {snapshots: [examples/snapshots/prod-eu]}
+  policy: {{file: policies/baseline.yaml, set: baseline}}
+  targets: {{snapshots: [{SNAPSHOTS}/prod-eu]}}
 """
 
 
@@ -668,7 +670,9 @@ def test_a_policy_file_is_imported_and_its_check_round_trips(
 
     code, exported, _ = run(capsys, "get", "schedules", "-o", "yaml")
     assert "policy:\n    name: run-as-non-root" in exported and "predicate" not in exported
-    code, exported_checks, _ = run(capsys, "get", "checks", "-o", "yaml")
+    code, exported_checks, _ = run(
+        capsys, "get", "checks", "-o", "yaml", "--base", str(tmp_path / "back")
+    )
     assert "policy:\n    set: baseline" in exported_checks
     back = write(tmp_path / "back", **{"s.yaml": exported, "c.yaml": exported_checks})
     code, out, _ = run(capsys, "apply", "-f", str(back), "--source", "pol")
@@ -704,7 +708,7 @@ def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> 
     )
     configure_logging(settings)  # the API logs to this test's stderr, not an earlier one's
     headers = {"Authorization": f"Bearer {token}"}
-    text = SCHEDULE.replace("examples/snapshots/*", str(ROOT / "examples/snapshots/*"))
+    text = SCHEDULE
     with TestClient(create_app(settings)) as api:
         bad = api.post(
             "/v1/apply",
@@ -745,3 +749,377 @@ def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> 
         refused = api.post("/v1/apply", json={"source": "api", "yaml": kubeconfig}, headers=headers)
         assert refused.status_code == 422
         assert refused.json()["error"]["code"] == "kubeconfig_not_allowed"
+
+
+# --- checks as code without traps (issue 40) ------------------------------------------------------
+
+POLICIES = ROOT / "examples" / "policies"
+
+
+def _import_policy(capsys: pytest.CaptureFixture[str], *flags: str) -> None:
+    code, _, err = run(
+        capsys, "probe", "import", str(POLICIES / "kyverno-run-as-non-root.yaml"), *flags
+    )
+    assert code == 0, err
+
+
+def test_get_lists_checks_and_schedules_that_run_an_imported_policy(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The README's steps: import a set, schedule it, `get`. The table read the predicate
+    of every document, and a policy's has none: a traceback, exit 70."""
+    monkeypatch.setenv("COLUMNS", "200")  # room for every column, uncut
+    _import_policy(capsys, "--set", "baseline")
+    by_policy = INTERVAL.replace(
+        "predicate: no pod in namespace prod runs as root", "policy: {set: baseline}"
+    )
+    check = CHECK.replace(f"predicate: {PREDICATE}", "policy: {set: baseline}")
+    folder = write(tmp_path / "f", **{"s.yaml": by_policy, "c.yaml": check})
+    assert run(capsys, "apply", "-f", str(folder), "--source", "s")[0] == 0
+    code, out, err = run(capsys, "get", "schedules")
+    assert code == 0, err
+    assert "policy-set:baseline" in out
+    code, out, err = run(capsys, "get", "checks")
+    assert code == 0, err
+    assert "policy-set:baseline" in out
+
+
+def test_an_object_naming_no_profile_runs_strict_as_every_unattended_run(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`schedule add`, the API and batches run strict when no profile is named (the
+    gitops CronJob goes through apply); apply stored `fast`, the one-off default."""
+    folder = write(
+        tmp_path / "f", **{"s.yaml": INTERVAL, "c.yaml": CHECK.replace("  profile: smoke\n", "")}
+    )
+    assert run(capsys, "apply", "-f", str(folder), "--source", "s")[0] == 0
+    assert schedules(cli_env).get("quarter-hourly").profile == "strict"
+    definition = checks(cli_env).get("prod-replicas")
+    assert definition is not None and definition.spec.profile == "strict"
+    request = _verdict_store(cli_env).run_request(next(iter(definition.runs.values())))
+    assert request is not None and request.profile == "strict"
+    code, _, _ = run(capsys, "schedule", "add", "by-hand", "x", "--every", "1h", "--context", "a")
+    assert code == 0 and schedules(cli_env).get("by-hand").profile == "strict"  # the same rule
+    monkeypatch.setenv("ASSAY_PROFILE", "smoke")  # the operator's choice wins, at both doors
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 0 and "schedule/quarter-hourly configured" in out
+    assert schedules(cli_env).get("quarter-hourly").profile == "smoke"
+
+
+def test_apply_refuses_what_no_live_worker_could_evaluate(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """submit, batch and `schedule add` refuse (64) when live workers run without a model
+    and none is named; apply stored the object and every run ended cannot_determine."""
+    from assay.worker_presence import presence_key
+
+    announced = {"model": "", "api_base": "", "ready": True}
+    _client(cli_env).set(presence_key("assay", "host:1"), json.dumps(announced), ex=30)
+    folder = write(tmp_path / "f", **{"s.yaml": INTERVAL})
+    before = snapshot_of_store(cli_env)
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 64, (out, err)
+    assert f"{folder / 's.yaml'}:5: spec.model: no model is configured for the fleet" in err
+    assert snapshot_of_store(cli_env) == before
+    code, _, err = run(capsys, "schedule", "add", "x", "y", "--every", "1h", "--context", "a")
+    assert code == 64 and "no model is configured for the fleet" in err  # the same refusal
+    # a document naming its model, or running an imported policy, needs no worker's model
+    named = INTERVAL.replace("probe: only", "model: openai/gpt-4o-mini")
+    _import_policy(capsys)
+    by_policy = CHECK.replace(f"predicate: {PREDICATE}", "policy: {name: run-as-non-root}")
+    write(folder, **{"s.yaml": named, "c.yaml": by_policy})
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 0, err
+
+
+def test_two_checks_keeping_verdicts_under_one_check_id_are_refused(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    """`web` on two targets keeps its verdicts under web.snapshot-prod-eu and
+    web.snapshot-dev-ap; a check named web.snapshot-prod-eu keeps its own under the same
+    id, and each run overwrote the other's history."""
+    web = CHECK.replace("name: prod-replicas", "name: web")
+    single = CHECK.replace("name: prod-replicas", "name: web.snapshot-prod-eu").replace(
+        f", {SNAPSHOTS}/dev-ap", ""
+    )
+    folder = write(tmp_path / "f", **{"a.yaml": web, "b.yaml": single})
+    before = snapshot_of_store(cli_env)
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 64, (out, err)
+    assert (
+        f"{folder / 'b.yaml'}:4: metadata.name: its verdicts on snapshot:prod-eu would be kept "
+        "under check id 'web.snapshot-prod-eu', which check 'web' at "
+        f"{folder / 'a.yaml'}:1 (on snapshot:prod-eu) uses too"
+    ) in err
+    assert snapshot_of_store(cli_env) == before
+    # across applies too: the stored check keeps its id, the newcomer is refused
+    write(folder, **{"b.yaml": "# later\n"})
+    assert run(capsys, "apply", "-f", str(folder), "--source", "s")[0] == 0
+    other = write(tmp_path / "g", **{"b.yaml": single})
+    before = snapshot_of_store(cli_env)
+    code, _, err = run(capsys, "apply", "-f", str(other), "--source", "t")
+    assert code == 64 and "which the stored check 'web' (on snapshot:prod-eu) uses too" in err
+    assert snapshot_of_store(cli_env) == before
+
+
+def test_a_key_given_twice_is_refused_and_get_output_joins_safely(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    """Two `get -o yaml` files joined without a '---' between made the last document of
+    one and the first of the next one mapping (its later keys won): one object vanished,
+    and --prune deleted it. Keys given twice are refused, as kubectl refuses them, and
+    every document `get` writes opens with '---'."""
+    twice = INTERVAL.replace("every: 15m", "every: 15m\n  every: 1h")
+    folder = write(tmp_path / "f", **{"a.yaml": twice})
+    code, _, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 64
+    assert (
+        f"{folder / 'a.yaml'}:9: not valid YAML (the key 'every' is given twice in one mapping "
+        "(first on line 8)"
+    ) in err
+
+    both = write(tmp_path / "g", **{"a.yaml": INTERVAL, "b.yaml": SCHEDULE})
+    assert run(capsys, "apply", "-f", str(both), "--source", "s")[0] == 0
+    kept_in = ["-o", "yaml", "--base", str(tmp_path / "joined")]
+    _, first, _ = run(capsys, "get", "schedules", "quarter-hourly", *kept_in)
+    _, second, _ = run(capsys, "get", "schedules", "nightly-replicas", *kept_in)
+    assert first.startswith("---\n") and second.startswith("---\n")
+    joined = write(tmp_path / "joined", **{"all.yaml": first + second})
+    code, out, err = run(capsys, "apply", "-f", str(joined), "--source", "s", "--prune")
+    assert code == 0, err
+    assert out.splitlines()[-1] == "no changes: 2 objects unchanged"
+    assert {s.name for s in schedules(cli_env).all()} == {"quarter-hourly", "nightly-replicas"}
+
+
+DEEP = "[" * 3000 + "]" * 3000
+
+
+def test_yaml_nested_past_the_limit_is_refused_as_a_problem_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    """3,000 levels (6 KB) exhausted Python's stack while composing: exit 70."""
+    folder = write(tmp_path / "f", **{"a.yaml": INTERVAL + f"  notify: {DEEP}\n"})
+    code, _, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 64, err
+    assert (
+        f"{folder / 'a.yaml'}:10: not valid YAML (nested deeper than 100 levels of mappings "
+        "and lists)"
+    ) in err
+    policy = tmp_path / "deep.yaml"
+    policy.write_text(f"apiVersion: v1\nkind: List\nitems: {DEEP}\n")
+    code, _, err = run(capsys, "probe", "import", str(policy))
+    assert code == 64, err
+    assert f"{policy} is not YAML or JSON: line 3: nested deeper than 100 levels" in err
+
+
+def _policy_check(file: str) -> str:
+    return CHECK.replace(f"predicate: {PREDICATE}", f"policy: {{file: '{file}'}}")
+
+
+def test_a_policy_file_is_a_regular_file_inside_the_documents_folder(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    """/dev/zero was read until memory ran out, a FIFO blocked for ever, and absolute,
+    '../' and symlinked paths were read (a parse error then quoted their first line),
+    though policy.file is documented as relative to the document's file."""
+    import os
+
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("password: hunter2-is-my-password: nested\n")
+    folder = write(tmp_path / "repo" / "checks", **{"ok.yaml": GOOD})
+    os.mkfifo(folder / "fifo.yaml")
+    (folder / "link.yaml").symlink_to(secret)
+    cases = {
+        "/dev/zero": "'/dev/zero' is an absolute path; name the policy file relative to this "
+        "document's folder",
+        str(secret): "is an absolute path",
+        "../../secret.yaml": "'../../secret.yaml' leads out of this document's folder",
+        "link.yaml": f"{folder / 'link.yaml'} lies outside {folder} (through a symlink or '..')",
+        "fifo.yaml": f"{folder / 'fifo.yaml'} is not a regular file",
+    }
+    for file, reason in cases.items():
+        write(folder, **{"bad.yaml": _policy_check(file)})
+        before = snapshot_of_store(cli_env)
+        code, out, err = run(capsys, "apply", "-f", str(folder / "bad.yaml"), "--source", "s")
+        assert code == 64, (file, out, err)
+        assert f"{folder / 'bad.yaml'}:6: spec.policy.file: " in err and reason in err, err
+        assert "hunter2" not in err
+        assert snapshot_of_store(cli_env) == before
+    # a parse error says where, never what the line holds
+    (folder / "broken.yaml").write_text("spec: {token: 'hunter2', [unclosed\n")
+    write(folder, **{"bad.yaml": _policy_check("broken.yaml")})
+    code, _, err = run(capsys, "apply", "-f", str(folder / "bad.yaml"), "--source", "s")
+    assert code == 64 and "broken.yaml is not YAML or JSON: line 2: expected" in err
+    assert "hunter2" not in err and "unclosed" not in err
+
+
+def test_a_predicate_naming_a_policy_that_is_not_imported_is_refused(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    """`predicate: policy:NAME` skipped the check `policy: {name: NAME}` gets: applied with
+    exit 0, and every fire then ended cannot_determine (`schedule add` exits 66)."""
+    folder = write(
+        tmp_path / "f",
+        **{"a.yaml": INTERVAL.replace("no pod in namespace prod runs as root", "policy:nowhere")},
+    )
+    before = snapshot_of_store(cli_env)
+    code, _, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 64
+    assert f"{folder / 'a.yaml'}:6: spec.predicate: no imported policy is named 'nowhere'" in err
+    assert snapshot_of_store(cli_env) == before
+    set_named = INTERVAL.replace("no pod in namespace prod runs as root", "policy-set:none")
+    write(folder, **{"a.yaml": set_named})
+    code, _, err = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 64 and "spec.predicate: there is no policy set 'none'" in err
+
+
+def test_a_dry_run_with_a_policy_file_writes_nothing(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    folder = write(tmp_path / "repo", **{"s.yaml": POLICY_SCHEDULE, "c.yaml": POLICY_SET_CHECK})
+    write(
+        folder / "policies",
+        **{
+            "run-as-non-root.yaml": (POLICIES / "kyverno-run-as-non-root.yaml").read_text(),
+            "baseline.yaml": (POLICIES / "vap-trusted-registries.yaml").read_text(),
+        },
+    )
+    before = snapshot_of_store(cli_env)
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "p", "--dry-run")
+    assert code == 0, err
+    assert (
+        "schedule/non-root created (dry run)" in out and "check/baseline created (dry run)" in out
+    )
+    assert "# policy run-as-non-root: imported from the files (new or changed)" in out
+    assert snapshot_of_store(cli_env) == before  # no policy, no set, no object, no run
+
+
+def test_a_time_zone_change_alone_configures_and_retimes_the_schedule(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    folder = write(tmp_path / "f", **{"s.yaml": SCHEDULE})
+    assert run(capsys, "apply", "-f", str(folder), "--source", "s")[0] == 0
+    store = schedules(cli_env)
+    first = store.get("nightly-replicas")
+    before = store.next_fire_at(first)
+    write(folder, **{"s.yaml": SCHEDULE.replace("Europe/Berlin", "America/New_York")})
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--dry-run", "--source", "s")
+    assert code == 0 and "-  timeZone: Europe/Berlin\n+  timeZone: America/New_York" in out
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "s")
+    assert code == 0 and "schedule/nightly-replicas configured" in out
+    changed = store.get("nightly-replicas")
+    assert changed.timezone == "America/New_York" and changed.revision == first.revision + 1
+    after = store.next_fire_at(changed)
+    assert before is not None and after is not None and after > datetime.now(UTC)
+    assert before.astimezone(UTC).hour in (0, 1)  # 02:00 in Berlin
+    assert after.astimezone(UTC).hour in (6, 7)  # re-timed: 02:00 in New York
+
+
+def test_get_writes_paths_relative_to_the_folder_the_file_is_kept_in(
+    capsys: pytest.CaptureFixture[str],
+    cli_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A repository with its checks and snapshots side by side: paths are read from the
+    document's folder, and `get -o yaml --base checks` writes them back that way, so the
+    file holds no machine's folders and applies unchanged from any working directory."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(SNAPSHOTS, repo / "snapshots")
+    relative = SCHEDULE.replace(f"{SNAPSHOTS}/*", "../snapshots/*")
+    write(repo / "checks", **{"s.yaml": relative})
+    monkeypatch.chdir(repo)  # the snapshot roots: the working directory
+    assert run(capsys, "apply", "-f", "checks", "--source", "repo")[0] == 0
+    stored = schedules(cli_env).get("nightly-replicas")
+    assert stored.targets.snapshots == [str(repo.resolve() / "snapshots" / "*")]
+    code, exported, _ = run(capsys, "get", "schedules", "-o", "yaml", "--base", "checks")
+    assert code == 0 and "snapshots:\n    - ../snapshots/*\n" in exported
+    assert str(tmp_path) not in exported
+    code, from_here, _ = run(capsys, "get", "schedules", "-o", "yaml")  # base: the working dir
+    assert "snapshots:\n    - snapshots/*\n" in from_here
+    write(repo / "checks", **{"s.yaml": exported})
+    before = snapshot_of_store(cli_env)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ASSAY_SNAPSHOT_ROOTS", json.dumps([str(repo)]))
+    code, out, err = run(capsys, "apply", "-f", str(repo / "checks"), "--source", "repo")
+    assert code == 0 and out.splitlines()[-1] == "no changes: 1 object unchanged", err
+    assert snapshot_of_store(cli_env) == before
+
+
+def test_the_example_checks_apply_as_they_are(
+    capsys: pytest.CaptureFixture[str], cli_env: str
+) -> None:
+    """The README's `assay apply -f examples/checks/`, from the repository's root."""
+    code, out, err = run(capsys, "apply", "-f", "examples/checks/", "--source", "examples")
+    assert code == 0, err
+    assert "check/prod-replicas created (3 runs queued)" in out
+    assert "schedule/nightly-replicas created" in out
+    nightly = schedules(cli_env).get("nightly-replicas")
+    assert nightly.targets.snapshots == [str(SNAPSHOTS / "*")] and nightly.profile == "strict"
+    code, out, _ = run(capsys, "apply", "-f", "examples/checks/", "--source", "examples")
+    assert code == 0 and out.splitlines()[-1] == "no changes: 2 objects unchanged"
+
+
+def test_apply_json_answers_what_the_api_answers(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    from assay.api_models import ApplyOutcome
+
+    folder = write(tmp_path / "f", **{"s.yaml": INTERVAL})
+    code, out, _ = run(capsys, "apply", "-f", str(folder), "--source", "s", "--json")
+    assert code == 0
+    answer = json.loads(out)
+    assert answer["summary"] == "1 created"
+    assert ApplyOutcome.model_validate(answer).model_dump() == answer  # the API's shape, whole
+
+
+def test_the_api_refuses_nesting_past_the_limit_with_a_422(redis_url: str) -> None:
+    """The same text sent over HTTP ended in a 500 with the connection dropped."""
+    from fastapi.testclient import TestClient
+
+    from assay.api import create_app
+    from schemas.settings import load_settings
+
+    token = "apply-test-token-0123456789"
+    settings = load_settings(redis_url=redis_url, api_tokens={token: "write"})
+    headers = {"Authorization": f"Bearer {token}"}
+    deep_json: object = []
+    for _ in range(150):  # JSON parses it; the limit is the documents' own
+        deep_json = [deep_json]
+    document = json.loads(json.dumps(yaml_document(INTERVAL)))
+    document["spec"]["notify"] = deep_json
+    with TestClient(create_app(settings)) as api:
+        for body, where in (
+            ({"source": "api", "yaml": INTERVAL + f"  notify: {DEEP}\n"}, "yaml"),
+            ({"source": "api", "documents": [document]}, "documents[0]"),
+        ):
+            answer = api.post("/v1/apply", json=body, headers=headers)
+            assert answer.status_code == 422, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "invalid_documents"
+            assert error["details"][0]["file"] == where
+            assert "nested deeper than 100 levels" in error["details"][0]["msg"]
+        answer = api.post("/v1/policies", json={"documents": f"items: {DEEP}"}, headers=headers)
+        assert answer.status_code == 422, answer.text
+        assert "nested deeper than 100 levels" in answer.json()["error"]["message"]
+        assert api.get("/v1/documents/schedules", headers=headers).json() == {"documents": []}
+
+
+def yaml_document(text: str) -> dict[str, object]:
+    import yaml
+
+    loaded: dict[str, object] = yaml.safe_load(text)
+    return loaded

@@ -170,3 +170,29 @@ def test_a_translation_is_answered_only_when_proven(api: ApiServer, store: Polic
     assert broken.json()["proven"] is False and broken.json()["documents"] is None
     assert "reads oldObject" in broken.json()["refused"]
     assert store.names() == []  # a translation stores nothing
+
+
+def test_a_policy_another_set_holds_is_refused_from_a_set_import(
+    api: ApiServer, store: PolicyStore
+) -> None:
+    """Imported into a second set, a policy replaced the first set's silently: that set's
+    check judged by the other team's rules from then on. Refused, with the set named; a
+    dry run says so too."""
+    one = (EXAMPLES / "kyverno-run-as-non-root.yaml").read_text()
+    assert _post(api, {"documents": one, "policy_set": "team-a"}).status_code == 201
+    before = store.get("run-as-non-root")
+    for dry_run in (True, False):
+        answer = _post(api, {"documents": one, "policy_set": "team-b", "dry_run": dry_run})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["imported"] == [] and body["policy_set"] is None
+        (refusal,) = body["refused"]
+        assert refusal["name"] == "run-as-non-root"
+        assert refusal["reason"] == (
+            "it already belongs to policy set 'team-a': import it into that set, or drop "
+            "policy:run-as-non-root first to move it to 'team-b'"
+        )
+    assert store.sets() == {"team-a": ["run-as-non-root"]}
+    assert store.get("run-as-non-root") == before
+    again = _post(api, {"documents": one, "policy_set": "team-a"})  # its own set: replaced
+    assert again.status_code == 200 and again.json()["replaced"] == ["run-as-non-root"]

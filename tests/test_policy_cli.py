@@ -85,6 +85,20 @@ def test_refusals_are_named_and_exit_65_while_the_rest_is_imported(
     assert code == 64 and "cannot name a policy set" in err
 
 
+def test_import_reads_only_a_regular_file(
+    capsys: pytest.CaptureFixture[str], store: PolicyStore, tmp_path: Path
+) -> None:
+    """`probe import /dev/zero` read until memory ran out; a FIFO blocked for ever."""
+    import os
+
+    os.mkfifo(tmp_path / "fifo.yaml")
+    for name in ("/dev/zero", str(tmp_path / "fifo.yaml")):
+        code, _, err = run(capsys, "probe", "import", name)
+        assert code == 64, err
+        assert f"{name} is not a regular file; nothing was imported" in err
+    assert store.names() == []
+
+
 DEV_AP = "snapshots/dev-ap"
 
 
@@ -115,6 +129,37 @@ def test_a_set_is_imported_whole_or_left_as_it_was(
     assert store.get("trusted-registries") == before  # not even the others
     code, _, _ = run(capsys, "probe", "test", "policy-set:baseline", "--snapshot", DEV_AP)
     assert code == 1
+
+
+def test_a_policy_another_set_holds_is_refused_from_a_set_import(
+    capsys: pytest.CaptureFixture[str], store: PolicyStore, tmp_path: Path
+) -> None:
+    """Imported into a second set, a policy replaced the first set's silently: that set's
+    check judged by the other team's rules from then on. Refused (65) with one sentence
+    naming the set, nothing stored; `assay apply` refuses it the same way (64)."""
+    one = "policies/kyverno-run-as-non-root.yaml"
+    assert run(capsys, "probe", "import", one, "--set", "team-a")[0] == 0
+    before = store.get("run-as-non-root")
+    code, out, _ = run(capsys, "probe", "import", one, "--set", "team-b")
+    assert code == 65, out
+    assert (
+        "refused kyverno-validatingpolicy run-as-non-root (policies/kyverno-run-as-non-root.yaml)"
+        ": it already belongs to policy set 'team-a': import it into that set, or drop "
+        "policy:run-as-non-root first to move it to 'team-b'"
+    ) in out
+    assert store.sets() == {"team-a": ["run-as-non-root"]}
+    assert store.get("run-as-non-root") == before
+    document = (
+        "apiVersion: assay.dev/v1alpha1\nkind: Check\nmetadata: {name: b}\nspec:\n"
+        f"  policy: {{file: {Path(one).name}, set: team-b}}\n"
+        "  targets: {snapshots: [../snapshots/prod-eu]}\n"
+    )
+    (Path("policies") / "check.yaml").write_text(document)
+    code, _, err = run(capsys, "apply", "-f", "policies/check.yaml", "--source", "b")
+    assert code == 64, err
+    assert "spec.policy.file: kyverno-validatingpolicy 'run-as-non-root' cannot be imported: " \
+        "it already belongs to policy set 'team-a'" in err  # fmt: skip
+    assert store.sets() == {"team-a": ["run-as-non-root"]}
 
 
 def test_test_runs_a_policy_or_a_set_on_a_snapshot(

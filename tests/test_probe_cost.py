@@ -429,3 +429,38 @@ def test_variables_nesting_one_another_are_charged_their_copies(seed: str, pair:
 
     with pytest.raises(CelError, match="too costly"):
         ProbeProgram(probe).judge({"object": {"metadata": {"name": "x"}}})
+
+
+def test_a_run_past_its_bound_is_refused_at_that_bound() -> None:
+    """A library call's cost is added after it ran, so a refused call can leave the run
+    past its bound; each object after it (each_object goes on) was then estimated against
+    what was left, below zero, and refused "for more than -5 evaluation steps"."""
+    obj = {"object": {"l": ["a" * 2000] * 30, "p": "a+"}}
+    expression = "object.l.all(x, x.matches(object.p))"
+    one = BoolProgram(expression)
+    assert one(obj)
+    bound = one.steps - 5
+    program = BoolProgram(expression, max_steps=bound)
+    with pytest.raises(CelError, match="assay_matches"):
+        program(obj)
+    assert program.steps > bound  # what the refused call spent was charged
+    for _ in range(2):  # the objects after it
+        with pytest.raises(CelError) as refused:
+            program(obj)
+        assert str(refused.value) == (
+            f"the expression is too costly to run: more than {bound:,} evaluation steps in "
+            "this probe run"
+        )
+
+
+def test_a_refusal_with_part_of_the_run_spent_says_what_was_left_of_which_bound() -> None:
+    obj = {"object": {"c": list(range(1, 11))}}
+    one = BoolProgram("object.c.all(x, x > 0)")
+    assert one(obj)
+    bound = one.steps + one.steps // 2
+    program = BoolProgram("object.c.all(x, x > 0)", max_steps=bound)
+    assert program(obj)
+    with pytest.raises(CelError) as refused:
+        program(obj)
+    left = bound - one.steps
+    assert str(refused.value).endswith(f"; {left:,} of this probe run's {bound:,} were left")

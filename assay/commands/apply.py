@@ -14,6 +14,7 @@ from __future__ import annotations
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more.
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -101,7 +102,7 @@ def apply_command(
         except ApplyFailed as exc:
             fail(str(exc), EXIT_WRITE_FAILED)
     if json_out:
-        print(dump_json(_result_json(result)))
+        print(dump_json(result.as_json()))
         return
     for change in result.changes:
         print(
@@ -124,28 +125,9 @@ def _refuse(exc: Any) -> None:
     raise typer.Exit(EXIT_USAGE)
 
 
-def _result_json(result: Any) -> dict[str, Any]:
-    return {
-        "source": result.source,
-        "dry_run": result.dry_run,
-        "changed": result.changed,
-        "changes": [
-            {
-                "kind": c.kind,
-                "name": c.name,
-                "action": c.action,
-                "diff": c.diff,
-                "runs": list(c.runs),
-            }
-            for c in result.changes
-        ],
-    }
-
-
 def cli_context(client: Client) -> ApplyContext:
     """What applying needs, from the CLI's side: the local snapshot roots, its Redis."""
-    from assay.apply import ApplyContext
-    from assay.model_check import fleet_model_problem
+    from assay.apply import ApplyContext, fleet_model_refusal
     from assay.submission import submit_requests
     from scheduler.schedules import ScheduleStore
     from workers.core.snapshot_roots import SnapshotRoots
@@ -168,9 +150,7 @@ def cli_context(client: Client) -> ApplyContext:
         schedules=ScheduleStore(redis, settings.key_prefix, settings.min_interval_seconds),
         checks=CheckDefinitionStore(redis, settings.key_prefix),
         confine_snapshot=confine,
-        model_problem=lambda model: fleet_model_problem(
-            model, None, redis=redis, settings=settings
-        ),
+        model_problem=lambda model: fleet_model_refusal(model, redis=redis, settings=settings),
         submit=lambda requests: submit_requests(
             requests,
             store=client.store,
@@ -197,26 +177,42 @@ NamesArg = Annotated[list[str] | None, typer.Argument(help="Only these names.")]
 GetSourceOpt = Annotated[
     str | None, typer.Option("--source", help="Only objects created from this source.")
 ]
+BaseOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--base",
+        metavar="DIR",
+        help="Write snapshot paths relative to DIR: the folder the output file will be kept "
+        "in, since apply reads paths from a document's folder. Default: the current directory.",
+        file_okay=False,
+    ),
+]
 
 
 @get_app.command("checks")
 def get_checks(
-    names: NamesArg = None, output: OutputOpt = "table", source: GetSourceOpt = None
+    names: NamesArg = None,
+    output: OutputOpt = "table",
+    source: GetSourceOpt = None,
+    base: BaseOpt = None,
 ) -> None:
     """Declared checks (made by `assay apply`)."""
-    _get("checks", names or [], output, source)
+    _get("checks", names or [], output, source, base or Path.cwd())
 
 
 @get_app.command("schedules")
 def get_schedules(
-    names: NamesArg = None, output: OutputOpt = "table", source: GetSourceOpt = None
+    names: NamesArg = None,
+    output: OutputOpt = "table",
+    source: GetSourceOpt = None,
+    base: BaseOpt = None,
 ) -> None:
     """Schedules, whether made by `assay apply`, `assay schedule add` or the API."""
-    _get("schedules", names or [], output, source)
+    _get("schedules", names or [], output, source, base or Path.cwd())
 
 
-def _get(kind: str, names: list[str], output: str, source: str | None) -> None:
-    from assay.apply import as_yaml, stored_documents
+def _get(kind: str, names: list[str], output: str, source: str | None, base: Path) -> None:
+    from assay.apply import as_yaml, portable, stored_documents
     from scheduler.schedules import ScheduleStore
     from workers.fleet.check_definitions import CheckDefinitionStore
 
@@ -234,6 +230,7 @@ def _get(kind: str, names: list[str], output: str, source: str | None) -> None:
     missing = sorted(set(names) - {d["metadata"]["name"] for d in documents})
     if missing:
         fail(f"no {kind[:-1]} named {', '.join(missing)}", 66)
+    documents = [portable(document, base) for document in documents]
     if output == "yaml":
         if documents:
             sys.stdout.write(as_yaml(documents))
@@ -247,6 +244,7 @@ def _get(kind: str, names: list[str], output: str, source: str | None) -> None:
 def _table(kind: str, documents: list[dict[str, Any]]) -> None:
     from rich.markup import escape
 
+    from assay.apply import evaluated
     from assay.commands.fleet_common import stdout_console
     from assay.render import make_table
     from schemas.declarative import SOURCE_LABEL
@@ -277,7 +275,7 @@ def _table(kind: str, documents: list[dict[str, Any]]) -> None:
             labels.get(SOURCE_LABEL, "-"),
             when,
             where,
-            spec["predicate"],
+            evaluated(spec),
         ]
         table.add_row(*(escape(str(cell)) for cell in cells))
     console.print(table, soft_wrap=False)

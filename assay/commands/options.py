@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from schemas.numbers import NotANumber, amount, whole_number
+
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
@@ -61,33 +63,77 @@ ApiBaseOpt = Annotated[
 ]
 
 
-def _budget_flag(
-    name: str, what: str, variable: str, rule: str = "", **limits: Any
-) -> tuple[Any, Any]:
+class StrictNumber:
+    """A limit flag's reader (typer's ``parser``): the number as JSON writes one
+    (``schemas.numbers``: ``5_000``, ``+5000``, ``5,000`` and other scripts' digits are
+    refused), held to its bounds with a message that names the bound it broke.
+
+    ``above``: the value must be more than ``minimum`` (a cost: 0 is no limit at all, and a
+    request's 0 used to be dropped as "no limit", the opposite of what was asked)."""
+
+    def __init__(
+        self,
+        parse: Callable[[str], float],
+        minimum: float,
+        *,
+        above: bool = False,
+        maximum: float | None = None,
+    ) -> None:
+        self.parse, self.minimum, self.above, self.maximum = parse, minimum, above, maximum
+
+    def __call__(self, value: Any) -> Any:
+        if not isinstance(value, str):  # a default, already a number
+            return value
+        try:
+            number = self.parse(value)
+        except NotANumber as exc:
+            raise _refusal(str(exc)) from None
+        low, high = self.minimum, self.maximum
+        if number <= low if self.above else number < low:
+            bound = "more than" if self.above else "at least"
+            raise _refusal(f"must be {bound} {low:,g}; got {value}")
+        if high is not None and number > high:
+            raise _refusal(f"must be at most {high:,g}; got {value}")
+        return number
+
+    def rule(self) -> str:
+        """The bounds, for a flag's help."""
+        return f"{'more than' if self.above else 'at least'} {self.minimum:,g}"
+
+
+def _refusal(message: str) -> Exception:
+    """What typer's ``parser`` raises for the user to read as written (a ``ValueError``
+    would be shown after pydantic's "Value error, ")."""
+    from pydantic_core import PydanticCustomError
+
+    return PydanticCustomError("number", message)
+
+
+def _budget_flag(name: str, what: str, variable: str, number: StrictNumber) -> tuple[Any, Any]:
     """The option of one budget limit, as the local run reads it (check, query, eval) and as
-    a fleet run does (submit, batch: unset, the workers' own setting fills it in)."""
-    local = typer.Option(name, help=f"{what}{rule} (env {variable}).", **limits)
+    a fleet run does (submit, batch, schedule add: unset, the workers' own setting fills
+    it in)."""
+    rule = f", {number.rule()}"
+    local = typer.Option(name, help=f"{what}{rule} (env {variable}).", parser=number)
     fleet = typer.Option(
         name,
         help=f"{what} per run{rule} (default: the workers' {variable}, else the profile's).",
-        **limits,
+        parser=number,
     )
     return local, fleet
 
 
-def _positive_cost(value: float | None) -> float | None:
-    """A cost limit of 0 or less is refused: the budget needs more than 0, and a request's
-    0 used to be dropped as "no limit", the opposite of what was asked."""
-    if value is not None and not value > 0:
-        raise typer.BadParameter("must be more than 0 (USD); leave it out for no cost limit")
-    return value
-
-
-_ITERATIONS = _budget_flag("--max-iterations", "Model steps allowed", "ASSAY_MAX_ITERATIONS", min=1)
-_TOKENS = _budget_flag("--max-tokens", "Total tokens allowed", "ASSAY_MAX_TOKENS", min=100)
-_TIMEOUT = _budget_flag("--timeout", "Seconds allowed", "ASSAY_TIMEOUT_SECONDS", min=0.1)
+_ITERATIONS = _budget_flag(
+    "--max-iterations", "Model steps allowed", "ASSAY_MAX_ITERATIONS", StrictNumber(whole_number, 1)
+)
+_TOKENS = _budget_flag(
+    "--max-tokens", "Total tokens allowed", "ASSAY_MAX_TOKENS", StrictNumber(whole_number, 100)
+)
+_TIMEOUT = _budget_flag(
+    "--timeout", "Seconds allowed", "ASSAY_TIMEOUT_SECONDS", StrictNumber(amount, 0.1)
+)
 _COST = _budget_flag(
-    "--max-cost", "USD allowed", "ASSAY_MAX_COST_USD", ", more than 0", callback=_positive_cost
+    "--max-cost", "USD allowed", "ASSAY_MAX_COST_USD", StrictNumber(amount, 0, above=True)
 )
 MaxIterationsOpt = Annotated[int | None, _ITERATIONS[0]]
 MaxTokensOpt = Annotated[int | None, _TOKENS[0]]
@@ -278,8 +324,10 @@ def spend_ceiling(
 ) -> SpendCeiling | None:
     """A spend ceiling (schemas/spend.py) from its two flags; None when neither is given.
 
-    A value that is not a number, negative, zero, fractional tokens, or absurd (over a
-    trillion tokens or ten million dollars) is a usage error (64) naming the flag.
+    A value that is not a number as JSON writes one (``schemas.numbers``: not ``5,000``,
+    ``5_000``, ``$5``), negative, zero, fractional tokens, or out of bounds (under 1,000 or
+    over a trillion tokens, under $0.000001 or over ten million dollars) is a usage error
+    (64) naming the flag and the bound.
     """
     from pydantic import ValidationError
 
@@ -288,20 +336,16 @@ def spend_ceiling(
     if tokens is None and cost is None:
         return None
     fields: dict[str, Any] = {}
-    if tokens is not None:
-        try:
-            fields["tokens"] = int(tokens.strip().replace(",", ""))
-        except ValueError:
-            raise typer.BadParameter(
-                f"{tokens_flag} takes a whole number of tokens, e.g. 200000; got {tokens!r}"
-            ) from None
-    if cost is not None:
-        try:
-            fields["cost_usd"] = float(cost.strip().removeprefix("$"))
-        except ValueError:
-            raise typer.BadParameter(
-                f"{cost_flag} takes an amount of US dollars, e.g. 5 or 2.50; got {cost!r}"
-            ) from None
+    try:
+        if tokens is not None:
+            fields["tokens"] = whole_number(tokens)
+    except NotANumber as exc:
+        raise typer.BadParameter(f"{tokens_flag} {exc}") from None
+    try:
+        if cost is not None:
+            fields["cost_usd"] = amount(cost)
+    except NotANumber as exc:
+        raise typer.BadParameter(f"{cost_flag} {exc}") from None
     try:
         return SpendCeiling.model_validate(fields)
     except ValidationError as exc:

@@ -32,7 +32,15 @@ from assay.commands.fleet_common import (
     require_routable_model,
     stdout_console,
 )
-from assay.commands.options import PROBE_MODES, UNATTENDED_PROFILE_HELP, ProbeOpt, spend_ceiling
+from assay.commands.options import (
+    PROBE_MODES,
+    UNATTENDED_PROFILE_HELP,
+    FleetMaxIterationsOpt,
+    FleetMaxTokensOpt,
+    FleetTimeoutOpt,
+    ProbeOpt,
+    spend_ceiling,
+)
 from scheduler.when import WhenError, parse_duration
 from schemas.exit_codes import EXIT_UNKNOWN, EXIT_USAGE
 from workers.fleet.redis_client import connect, shown_url
@@ -217,15 +225,9 @@ def add(
     ] = False,
     profile: NewProfileOpt = None,
     model: ModelOpt = None,
-    max_iterations: Annotated[
-        int | None, typer.Option("--max-iterations", min=1, help="Model steps allowed per run.")
-    ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", min=100, help="Total tokens allowed per run.")
-    ] = None,
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", min=0.1, help="Seconds allowed per run.")
-    ] = None,
+    max_iterations: FleetMaxIterationsOpt = None,
+    max_tokens: FleetMaxTokensOpt = None,
+    timeout: FleetTimeoutOpt = None,
     misfire: MisfireOpt = None,
     jitter: JitterOpt = None,
     probe: ProbeOpt = None,

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from schemas.policy import POLICY_NAME_PATTERN, ImportedPolicy, ImportReport, valid_set_name
+from schemas.policy import (
+    POLICY_NAME_PATTERN,
+    ImportedPolicy,
+    ImportRefusal,
+    ImportReport,
+    valid_set_name,
+)
 from workers.core.policies.documents import SourcedDocument
 from workers.core.policies.importer import import_documents
 
@@ -150,6 +156,18 @@ class PolicyStore:
             out[name] = sorted(_text(m) for m in self.client.smembers(self._key("policyset", name)))
         return out
 
+    def other_sets(self, names: list[str], policy_set: str) -> dict[str, str]:
+        """Each of ``names`` that a set other than ``policy_set`` holds, with that set (the
+        first by name): what an import into ``policy_set`` would take from it."""
+        holders: dict[str, str] = {}
+        wanted = set(names)
+        for name, members in self.sets().items():
+            if name == policy_set:
+                continue
+            for member in sorted(wanted.intersection(members) - holders.keys()):
+                holders[member] = name
+        return holders
+
     def drop(self, name: str) -> bool:
         """Forget a policy (and its place in every set); False when there was none."""
         existed = self._drop_script(
@@ -182,10 +200,15 @@ def import_into(
     A set is imported whole or not at all: with ``policy_set`` and any refusal, nothing is
     stored and no policy is returned (the report keeps the refusals). The set becomes
     exactly what an import stores, so a partial one would drop the refused policy from it
-    (its old version still stored, no longer judged by the set's check)."""
+    (its old version still stored, no longer judged by the set's check).
+
+    A policy another set holds is refused from a set import (:func:`taken_by_other_sets`;
+    checked when ``store`` is given, a dry run included)."""
     if policy_set is not None:
         valid_set_name(policy_set)
     policies, refusals = import_documents(documents)
+    if policy_set is not None and store is not None:
+        refusals += taken_by_other_sets(store, policies, policy_set)
     if policy_set is not None and refusals:
         policies = []
     replaced: list[str] = []
@@ -200,3 +223,26 @@ def import_into(
         dry_run=dry_run,
     )
     return report, policies
+
+
+def taken_by_other_sets(
+    store: PolicyStore, policies: list[ImportedPolicy], policy_set: str
+) -> list[ImportRefusal]:
+    """A refusal for each policy that a set other than ``policy_set`` already holds.
+
+    Why: a policy name is one stored policy. Imported into a second set it replaced the
+    first set's policy silently, so that set's check judged with the other team's rules
+    from then on, and dropping either set's policy dropped both. A policy belongs to one
+    set; to move it, drop it from its set first (or import it under another name)."""
+    holders = store.other_sets([p.name for p in policies], policy_set)
+    return [
+        ImportRefusal(
+            source=policy.source,
+            kind=policy.format,
+            name=policy.name,
+            reason=f"it already belongs to policy set {holders[policy.name]!r}: import it into "
+            f"that set, or drop policy:{policy.name} first to move it to {policy_set!r}",
+        )
+        for policy in policies
+        if policy.name in holders
+    ]

@@ -69,7 +69,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from schemas.spend import CeilingState, ScopeKind, ScopeSpend, SpendCeiling, SpendEventData
+from schemas.spend import (
+    CeilingState,
+    ScopeKind,
+    ScopeSpend,
+    SpendCeiling,
+    SpendEventData,
+    dollars,
+)
 from workers.fleet.redis_client import stream_entries, text_fields
 
 if TYPE_CHECKING:
@@ -438,7 +445,7 @@ def day_label(day: str) -> str:
 def _ceiling_pair(ceiling: SpendCeiling | None) -> tuple[int, int]:
     if ceiling is None:
         return 0, 0
-    return ceiling.tokens or 0, micro_usd(ceiling.cost_usd) if ceiling.cost_usd else 0
+    return ceiling.tokens or 0, ceiling_cost(ceiling.cost_usd)
 
 
 class SpendStore:
@@ -681,7 +688,7 @@ class SpendStore:
         label = day_label(day)
         if resource == "cost_usd":
             reason = (
-                f"its cost ceiling of ${_int(limit) / MICRO:,.2f} per UTC day is reached on "
+                f"its cost ceiling of {dollars(_int(limit) / MICRO)} per UTC day is reached on "
                 f"{label} (${_int(spent) / MICRO:,.4f} spent)"
             )
         elif resource == "tokens":
@@ -859,7 +866,14 @@ def _scope_spend(member: str, row: dict[str, Any]) -> ScopeSpend:
 
 
 def ceiling_cost(cost_usd: float | None) -> int:
-    return micro_usd(cost_usd) if cost_usd else 0
+    """A cost ceiling in millionths of a dollar, 0 for none.
+
+    Rounded down (float noise aside: 0.29 is 290,000, not 289,999), so no ceiling lets more
+    be spent than it says; and never 0 for a ceiling that is set, since 0 is "no ceiling"
+    (``schemas.spend.MIN_CEILING_COST_USD`` refuses anything under one millionth)."""
+    if not cost_usd:
+        return 0
+    return max(1, math.floor(round(cost_usd * MICRO, 3)))
 
 
 def default_schedule_ceiling(settings: AssaySettings) -> SpendCeiling | None:

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from workers.core.toolsets.yaml_documents import load_checked
+from workers.core.toolsets.yaml_documents import describe_yaml_error, load_checked
+from workers.core.user_files import UnreadableUserFile, read_user_file
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
@@ -46,12 +47,10 @@ def name_of(document: dict[str, Any] | None) -> str:
 
 def documents_from_text(text: str, source: str) -> list[SourcedDocument]:
     """Every object document of ``text`` (YAML or JSON), ``List`` items unpacked."""
-    try:
-        loaded = list(load_checked(text))  # aliases checked: no "billion laughs"
-    except yaml.YAMLError as exc:
-        raise UnreadableFile(
-            f"{source} is not YAML or JSON: {' '.join(str(exc).split())}"
-        ) from None
+    try:  # aliases, nesting and repeated keys checked (yaml_documents.WrittenLoader)
+        loaded = list(load_checked(text))
+    except yaml.YAMLError as exc:  # where and what, never the file's line (it may be a secret)
+        raise UnreadableFile(f"{source} is not YAML or JSON: {describe_yaml_error(exc)}") from None
     out: list[SourcedDocument] = []
     for document in _unpacked(loaded):
         plain = json.loads(json.dumps(document, default=str))
@@ -75,14 +74,9 @@ def read_files(paths: Iterable[str | Path]) -> list[SourcedDocument]:
     """The documents of every file, in order; UnreadableFile for the first that fails."""
     out: list[SourcedDocument] = []
     for path in paths:
-        file = Path(path)
-        try:
-            if file.stat().st_size > MAX_FILE_BYTES:
-                raise UnreadableFile(f"{file} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UnreadableFile(f"{file} cannot be read: {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise UnreadableFile(f"{file} is not UTF-8 text") from None
-        out.extend(documents_from_text(text, str(file)))
+        try:  # a regular file under the size limit: not /dev/zero, not a FIFO
+            text = read_user_file(Path(path), limit=MAX_FILE_BYTES)
+        except UnreadableUserFile as exc:
+            raise UnreadableFile(str(exc)) from None
+        out.extend(documents_from_text(text, str(path)))
     return out

@@ -644,12 +644,28 @@ class StepMeter:
         self.steps = 0
 
     def charge(self, compiled: Expression, data: Mapping[str, Any]) -> None:
-        self.steps += 1 + compiled.estimate(data, self.max_steps - self.steps)
-        if self.steps > self.max_steps:
+        # A run whose steps are spent (an earlier refusal the caller went on from) is refused
+        # at its own bound. Estimated against what was left, below zero, the refusal named a
+        # bound that applies to nothing ("more than -16,126 steps").
+        if self.steps >= self.max_steps:  # any expression costs at least one step more
+            raise self._over()
+        left = self.max_steps - self.steps
+        try:
+            self.steps += 1 + compiled.estimate(data, left)
+        except CelError as exc:
+            if left == self.max_steps:
+                raise
             raise CelError(
-                f"the expression is too costly to run: more than {self.max_steps:,} "
-                "evaluation steps in this probe run"
-            )
+                f"{exc}; {left:,} of this probe run's {self.max_steps:,} were left"
+            ) from None
+        if self.steps > self.max_steps:
+            raise self._over()
+
+    def _over(self) -> CelError:
+        return CelError(
+            f"the expression is too costly to run: more than {self.max_steps:,} "
+            "evaluation steps in this probe run"
+        )
 
 
 def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:

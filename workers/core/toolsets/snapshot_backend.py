@@ -57,7 +57,11 @@ from workers.core.toolsets.redaction import (
     withhold_secret_values,
 )
 from workers.core.toolsets.selectors import field_matcher, label_matcher
-from workers.core.toolsets.yaml_documents import load_documents, may_alias
+from workers.core.toolsets.yaml_documents import (
+    describe_yaml_error,
+    load_documents,
+    may_alias,
+)
 
 OBJECT_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
 LOGS_FOLDER = "logs"
@@ -122,22 +126,6 @@ def _unaliased(node: Any, budget: list[int], active: set[int]) -> Any:
         return [_unaliased(item, budget, active) for item in node]
     finally:
         active.discard(id(node))
-
-
-_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """Where and what, without any text the parser quotes from the file.
-
-    Why: the parser quotes what it stumbled on (``the tag '!Pw-9f3kQ2x'``), and in
-    a hand-written Secret that is the password; this note is shown with every
-    tool result of the run.
-    """
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    problem = _QUOTED.sub("'...'", str(problem))
-    return f"line {mark.line + 1}: {problem}" if mark is not None else problem
 
 
 def _parse_timestamp(text: str) -> datetime | None:
@@ -397,7 +385,7 @@ class SnapshotBackend:
                 self._add_document(document, relative, number)
         except yaml.YAMLError as exc:
             kept = f"; its first {number} document(s) were kept" if number else ""
-            self.problems.append(f"{relative}: not valid YAML ({_yaml_problem(exc)}){kept}")
+            self.problems.append(f"{relative}: not valid YAML ({describe_yaml_error(exc)}){kept}")
 
     def _skip_too_large(self, relative: str) -> None:
         self.problems.append(

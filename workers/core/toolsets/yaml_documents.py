@@ -36,6 +36,7 @@ sensitivity search all read the same strings a live cluster would return.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -188,9 +189,10 @@ def check_expansion(node: Node, limit: int = MAX_EXPANDED_VALUES) -> int:
 
 
 def load_checked(text: str, loader: Any = None) -> Iterator[Any]:
-    """The documents of ``text`` as ``yaml.safe_load_all`` gives them (``loader``: PyYAML's
-    safe loader unless given), each checked by :func:`check_expansion` before it is built."""
-    reader = (loader or yaml.SafeLoader)(text)
+    """The documents of ``text`` as ``yaml.safe_load_all`` gives them (``loader``:
+    :class:`WrittenLoader` unless given: nesting and repeated keys refused), each checked by
+    :func:`check_expansion` before it is built."""
+    reader = (loader or WrittenLoader)(text)
     try:
         while reader.check_node():
             node = reader.get_node()
@@ -200,3 +202,157 @@ def load_checked(text: str, loader: Any = None) -> Iterator[Any]:
             yield reader.construct_document(node)
     finally:
         reader.dispose()
+
+
+# --- documents people write: apply documents, policy files (CLI and HTTP) --------------------
+
+MAX_NESTING_DEPTH = 100
+"""Mappings and sequences inside one another that a document people write may hold (an
+apply document, a policy file; from a file, standard input or an HTTP body).
+
+Why a limit: PyYAML's composer, the JSON round trip of a policy and the walks over a
+document recurse once or twice per level, so text nested 3,000 deep (6 KB) ended in
+Python's ``RecursionError``: a traceback (exit 70) or a 500 with the connection dropped.
+Why 100: Kubernetes objects people write nest about 15 deep (a Gatekeeper template's
+parameter schema, a Kyverno pattern), so 100 refuses nothing real, and it stays far below
+the stack that a walk of each level costs. Snapshot files (captured cluster state, which
+can hold deep CRD schemas) keep libyaml's own limit of 1,000.
+"""
+
+
+class DocumentProblem(yaml.composer.ComposerError):
+    """A document PyYAML would read but a person most likely did not mean: nested past
+    :data:`MAX_NESTING_DEPTH`, or a key given twice in one mapping. Its message names keys
+    and lines only, never a value of the file."""
+
+
+class WrittenLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (the pure-Python one: it marks every node's line) for documents
+    people write, refusing while it composes, before anything walks the document:
+
+    * nesting deeper than :data:`MAX_NESTING_DEPTH` (counted as the composer descends, so
+      the refusal comes long before its recursion exhausts the stack);
+    * a key given twice in one mapping. PyYAML keeps the last value silently; kubectl
+      refuses it, and so must we: two files concatenated without a ``---`` between them
+      become one document whose second half silently replaces the first (and ``--prune``
+      then deletes the object that vanished). A merge key (``<<``) is not a repeat.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def _descend(self) -> None:
+        self._depth += 1
+        if self._depth > MAX_NESTING_DEPTH:
+            raise DocumentProblem(
+                None,
+                None,
+                f"nested deeper than {MAX_NESTING_DEPTH} levels of mappings and lists",
+                self.peek_event().start_mark,
+            )
+
+    def compose_sequence_node(self, anchor: Any) -> Any:
+        self._descend()
+        try:
+            return super().compose_sequence_node(anchor)
+        finally:
+            self._depth -= 1
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        self._descend()
+        try:
+            node = super().compose_mapping_node(anchor)
+        finally:
+            self._depth -= 1
+        _refuse_repeated_keys(node)
+        return node
+
+
+def _refuse_repeated_keys(node: MappingNode) -> None:
+    seen: dict[tuple[str, str], Any] = {}
+    for key, _ in node.value:
+        if not isinstance(key, ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        first = seen.get((key.tag, key.value))
+        if first is not None:
+            raise DocumentProblem(
+                None,
+                None,
+                f"the key {key.value[:100]!r} is given twice in one mapping (first on line "
+                f"{first.line + 1}); a file holding several documents needs '---' between them",
+                key.start_mark,
+            )
+        seen[(key.tag, key.value)] = key.start_mark
+
+
+def _json_numbers(loader: type[yaml.SafeLoader]) -> None:
+    """Make ``loader`` read numbers as JSON writes them, and nothing else as a number.
+
+    YAML 1.1 (PyYAML) reads ``5_000``, ``+5000``, ``0x1F``, ``017`` (octal) and ``1:30``
+    (sexagesimal: 90) as numbers; none of them is a number in JSON or in the documentation
+    (docs/apply.md), and each was a way to set a limit other than the one meant. With this
+    loader they are text, which a number field refuses; ``.inf`` and ``.nan`` stay floats
+    so a field refuses them for what they are.
+    """
+    kept = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in kept]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    loader.add_implicit_resolver(
+        "tag:yaml.org,2002:int", re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789")
+    )
+    loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(
+            r"^(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        list("-+.0123456789"),
+    )
+
+
+class StrictNumbersLoader(WrittenLoader):
+    """:class:`WrittenLoader` whose numbers are JSON's (``5_000``, ``+5000``, ``0x1F`` are
+    text): the loader of `assay apply` documents, whose numbers are limits."""
+
+
+_json_numbers(StrictNumbersLoader)
+
+
+def nesting_depth_exceeds(value: Any, limit: int = MAX_NESTING_DEPTH) -> bool:
+    """Whether parsed data (a JSON body) nests deeper than ``limit``, told without recursion."""
+    pending: deque[tuple[Any, int]] = deque([(value, 1)])
+    while pending:
+        current, depth = pending.pop()
+        children = (
+            current.values()
+            if isinstance(current, dict)
+            else current
+            if isinstance(current, list)
+            else ()
+        )
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                pending.append((child, depth + 1))
+    return False
+
+
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+
+
+def describe_yaml_error(exc: yaml.YAMLError) -> str:
+    """Where and what, without any text the parser quotes from the file.
+
+    Why: PyYAML's message prints the offending line of the file and quotes what it
+    stumbled on (``the tag '!Pw-9f3kQ2x'``). In a hand-written Secret that is the password;
+    for a file named by a document, the line of a file its author may not read.
+    """
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if not isinstance(exc, DocumentProblem):
+        problem = _QUOTED.sub("'...'", str(problem))
+    return f"line {mark.line + 1}: {problem}" if mark is not None else str(problem)
