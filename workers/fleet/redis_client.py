@@ -112,8 +112,22 @@ def connect(
         require_reachable(url)
     import redis as redis_lib
 
-    options = _riding_out_blips(retries, timeout_seconds, backoff_cap_seconds, keepalive)
+    options = _riding_out_blips(
+        retries, timeout_seconds, backoff_cap_seconds, keepalive and not is_unix_socket(url)
+    )
     return redis_lib.Redis.from_url(url, **options)
+
+
+UNIX_SCHEME = "unix://"
+
+
+def is_unix_socket(url: str) -> bool:
+    """A Redis reached over a unix socket (``unix:///run/redis.sock?db=0``, redis-py's spelling).
+
+    Why it matters: TCP keepalive is an option of TCP connections only, and redis-py's
+    unix-socket connection refuses it (a ``TypeError`` on the first command).
+    """
+    return url.startswith(UNIX_SCHEME)
 
 
 def connect_sentinel_master(
@@ -167,12 +181,13 @@ def _riding_out_blips(
     from redis.exceptions import ConnectionError, TimeoutError
     from redis.retry import Retry
 
+    tcp = {"socket_keepalive": True} if keepalive else {}
     return {
         "decode_responses": True,
         "health_check_interval": HEALTH_CHECK_INTERVAL_SECONDS,
         "socket_timeout": timeout_seconds,
         "socket_connect_timeout": timeout_seconds,
-        "socket_keepalive": keepalive,
+        **tcp,
         "retry": Retry(
             EqualJitterBackoff(cap=backoff_cap_seconds, base=BACKOFF_BASE_SECONDS), retries
         ),
