@@ -20,6 +20,12 @@ Key (``P`` = settings.key_prefix)::
 litellm can route a model name may depend on it (``assay.model_check``). ``ready`` turns
 true once Celery says the worker consumes the queue (its ``worker_ready`` signal): what
 ``assay up`` waits for before it says the fleet is up.
+
+The announcer's client has little patience (``connect_for_loop``): a Redis that is gone
+fails an announcement within about a second, the worker logs ``redis_unreachable`` then
+and every ``ASSAY_REDIS_OUTAGE_LOG_SECONDS`` until it answers (``RedisOutage``), and a
+stopping worker does not sit out half a minute of retries to delete its key (the key's
+TTL removes it anyway).
 """
 
 from __future__ import annotations
@@ -33,8 +39,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from workers.fleet.redis_client import RedisOutage, lost_connection
+
 PRESENCE_TTL_SECONDS = 30
 REFRESH_SECONDS = 10.0
+OUTAGE_REFRESH_SECONDS = 1.0  # Redis away: try every second, so its return is seen at once
 
 
 def presence_key(key_prefix: str, worker: str) -> str:
@@ -93,12 +102,18 @@ class Announcer:
     """Keeps this worker's presence key alive on a daemon thread until stopped."""
 
     def __init__(
-        self, redis: Any, key_prefix: str, model: str | None, api_base: str | None = None
+        self,
+        redis: Any,
+        key_prefix: str,
+        model: str | None,
+        api_base: str | None = None,
+        outage: RedisOutage | None = None,
     ) -> None:
         self.redis = redis
         self.key = presence_key(key_prefix, f"{socket.gethostname()}:{os.getpid()}")
         self.model = model or ""
         self.api_base = api_base or ""
+        self.outage = outage
         self.ready = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="assay-presence", daemon=True)
@@ -122,9 +137,16 @@ class Announcer:
 
     def _loop(self) -> None:
         while True:
-            with contextlib.suppress(Exception):  # Redis away: the next refresh tries again
+            try:
                 self.announce()
-            if self._stop.wait(REFRESH_SECONDS):
+            except Exception as exc:  # Redis away: say so (throttled); the next round tries
+                if self.outage is not None and lost_connection(exc):
+                    self.outage.failed(exc)
+            else:
+                if self.outage is not None:
+                    self.outage.answered()
+            down = self.outage is not None and self.outage.down
+            if self._stop.wait(OUTAGE_REFRESH_SECONDS if down else REFRESH_SECONDS):
                 return
 
     def start(self) -> Announcer:

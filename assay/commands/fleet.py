@@ -527,6 +527,9 @@ def worker(
         # Mingle asks the other workers for their revoked task ids and waits a second for
         # answers at every start; assay revokes nothing (a run's state is in the store).
         "--without-mingle",
+        # Gossip listens to the other workers' events (clock sync, leader election), which
+        # assay uses for nothing; on a lost broker it only adds a traceback to the log.
+        "--without-gossip",
     ]
     try:
         app.worker_main(argv + ([f"--hostname={hostname}"] if hostname else []))
@@ -585,7 +588,7 @@ def _announce(settings: Any) -> Any:
 
     from assay.worker_presence import Announcer
     from workers.core.logs import configure_logging
-    from workers.fleet.redis_client import connect
+    from workers.fleet.redis_client import RedisOutage, connect_for_loop
 
     configure_logging(settings)
     if not settings.model:
@@ -596,8 +599,11 @@ def _announce(settings: Any) -> Any:
         )
     from celery import signals
 
-    redis = connect(settings.redis_url)
-    announcer = Announcer(redis, settings.key_prefix, settings.model, settings.api_base)
+    redis = connect_for_loop(settings.redis_url)
+    outage = RedisOutage(
+        structlog.get_logger("assay.worker"), settings.redis_url, settings.redis_outage_log_seconds
+    )
+    announcer = Announcer(redis, settings.key_prefix, settings.model, settings.api_base, outage)
     signals.worker_ready.connect(announcer.mark_ready, weak=False)
     return announcer.start()
 
