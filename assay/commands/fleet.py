@@ -33,8 +33,7 @@ from assay.commands.fleet_common import (
     fleet_client,
     iso_utc,
     note,
-    require_model,
-    require_routable_model,
+    require_runnable,
     stdout_console,
     still_pending,
 )
@@ -122,9 +121,8 @@ def submit(
     """Queue PREDICATE on the fleet and print its run id (--wait: the verdict, and exit with it)."""
     from pydantic import ValidationError
 
-    from assay.client import WaitTimeout, make_target
     from scheduler.when import WhenError
-    from schemas.request import EvaluationRequest
+    from schemas.request import EvaluationRequest, make_target
 
     require_one_target(snapshot, context)
     check_text(predicate)
@@ -162,11 +160,11 @@ def submit(
         detail = validation_detail(exc)
         raise typer.BadParameter(f"the predicate cannot be submitted: {detail}") from None
 
+    text = request.text if request.kind == "check" else None
+    require_runnable(settings, request.model, request.api_base, text)
+    from assay.client import WaitTimeout  # Celery and kombu: after the quick refusals
+
     with fleet_client(settings) as client:
-        require_model(client, request.model, request.text if request.kind == "check" else None)
-        require_routable_model(
-            client.store.client, client.settings, request.model, request.api_base
-        )
         known = client.run_state(request.run_id) if run_id else None  # a chosen id may be taken
         receipt = client.submit_request(request)
         if known is not None:
@@ -588,6 +586,7 @@ def _announce(settings: Any) -> Any:
 
     from assay.worker_presence import Announcer
     from workers.core.logs import configure_logging
+    from workers.core.provider_keys import held_keys
     from workers.fleet.redis_client import RedisOutage, connect_for_loop
 
     configure_logging(settings)
@@ -603,7 +602,14 @@ def _announce(settings: Any) -> Any:
     outage = RedisOutage(
         structlog.get_logger("assay.worker"), settings.redis_url, settings.redis_outage_log_seconds
     )
-    announcer = Announcer(redis, settings.key_prefix, settings.model, settings.api_base, outage)
+    announcer = Announcer(
+        redis,
+        settings.key_prefix,
+        settings.model,
+        settings.api_base,
+        outage,
+        keys=held_keys(settings),  # which providers it has a key for, never a key
+    )
     signals.worker_ready.connect(announcer.mark_ready, weak=False)
     return announcer.start()
 

@@ -38,8 +38,7 @@ from assay.commands.fleet_common import (
     fleet_client,
     iso_utc,
     note,
-    require_model,
-    require_routable_model,
+    require_runnable,
     stdout_console,
 )
 from assay.commands.options import (
@@ -244,16 +243,15 @@ def batch(
         max_tokens_total, max_cost_total, tokens_flag="--max-tokens-total",
         cost_flag="--max-cost-total",
     )  # fmt: skip
-    from pydantic import ValidationError
+    settings = settings_or_usage()
+    require_runnable(settings, flags.model, flags.api_base, args[0])
+    from pydantic import ValidationError  # the fan-out's machinery: after the quick refusals
 
     from assay.submission import EmptyBatch, fanout_notes
     from workers.fleet.store import BatchClosed
     from workers.fleet.targets import TargetGlobError
 
-    settings = settings_or_usage()
     with fleet_client(settings) as client:
-        require_model(client, flags.model, args[0])
-        require_routable_model(client.store.client, client.settings, flags.model, flags.api_base)
         try:
             batch_id = client.start_batch(
                 args[0],

@@ -103,29 +103,62 @@ NO_MODEL = (
 )
 
 
-def require_model(client: Client, model: str | None, text: str | None = None) -> None:
+def require_model(
+    redis: Any,
+    settings: AssaySettings,
+    model: str | None,
+    text: str | None = None,
+    *,
+    waiting_note: bool = True,
+) -> None:
     """Refuse (64) a run no live worker could evaluate: no --model and no worker has one.
 
-    With no live worker at all the run is queued and waits; a note says so. A predicate that
-    names an imported policy (``policy:NAME``, ``policy-set:NAME``) needs no model: it must
-    name a stored policy or set instead (66 otherwise).
+    With no live worker at all the run is queued and waits; a note says so (``waiting_note``).
+    A predicate that names an imported policy (``policy:NAME``, ``policy-set:NAME``) needs
+    no model: it must name a stored policy or set instead (66 otherwise).
     """
     from assay.worker_presence import read_fleet_models
     from schemas.exit_codes import EXIT_USAGE
 
-    if text is not None and require_policy(client.store.client, client.settings, text):
+    if text is not None and require_policy(redis, settings, text):
         return
     if model:
         return
-    fleet = read_fleet_models(client.store.client, client.settings.key_prefix)
+    fleet = read_fleet_models(redis, settings.key_prefix)
     if fleet.models:
         return
     if fleet.workers:
         fail(NO_MODEL.format(workers=fleet.workers), EXIT_USAGE)
-    note(
-        "no worker is running yet: the run waits in the queue until one starts "
-        "(`assay up`, or `assay worker` with ASSAY_MODEL set)"
-    )
+    if waiting_note:
+        note(
+            "no worker is running yet: the run waits in the queue until one starts "
+            "(`assay up`, or `assay worker` with ASSAY_MODEL set)"
+        )
+
+
+def require_runnable(
+    settings: AssaySettings, model: str | None, api_base: str | None, text: str | None
+) -> None:
+    """Refuse a run no live worker could evaluate before the fleet client is loaded.
+
+    Why first: the client brings Celery and kombu, seconds of imports on a busy host,
+    and a typo in --model or a key no worker holds is known from Redis alone (the
+    workers' announcements), so the refusal comes as fast as `assay check`'s. One
+    quick connection (69 within seconds when Redis is away); then :func:`require_model`
+    and :func:`require_routable_model`.
+    """
+    from assay.local_mode import require_redis_url
+    from workers.fleet.redis_client import FleetNotConfigured, RedisUnreachable, connect
+
+    try:
+        redis = connect(require_redis_url(settings), fail_fast=True)
+    except (FleetNotConfigured, RedisUnreachable) as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+    try:
+        require_model(redis, settings, model, text)
+        require_routable_model(redis, settings, model, api_base)
+    finally:
+        redis.close()
 
 
 def require_policy(redis: Any, settings: AssaySettings, text: str) -> bool:
@@ -154,10 +187,11 @@ def require_policy(redis: Any, settings: AssaySettings, text: str) -> bool:
 def require_routable_model(
     redis: Any, settings: AssaySettings, model: str | None, api_base: str | None = None
 ) -> None:
-    """Refuse (64) a --model no worker could route, before anything is queued or stored.
+    """Refuse (64) a --model no worker could route, or whose provider no live worker holds
+    a key for, before anything is queued or stored.
 
-    The message is `assay check`'s (``workers.core.llm.unroutable_model``); which endpoint
-    the name is checked at is ``assay.model_check``'s to say.
+    The routing message is `assay check`'s (``workers.core.llm.unroutable_model``); which
+    endpoint the name is checked at, and the keys, are ``assay.model_check``'s to say.
     """
     from assay.model_check import fleet_model_problem
 

@@ -28,6 +28,7 @@ from assay.commands.fleet_common import (
     EXIT_UNAVAILABLE,
     WideOpt,
     iso_utc,
+    require_model,
     require_reachable,
     require_routable_model,
     stdout_console,
@@ -280,7 +281,8 @@ def add(
     for pattern in schedule.targets.snapshots:
         _refuse_empty_glob(pattern, settings)
     store = _store(settings)
-    _require_model(store, settings, model, schedule.predicate if schedule.kind == "check" else None)
+    text = schedule.predicate if schedule.kind == "check" else None
+    require_model(store.redis, settings, model, text, waiting_note=False)
     require_routable_model(store.redis, settings, model)
     try:
         created = store.create(schedule)
@@ -689,23 +691,6 @@ def _refuse_empty_glob(pattern: str, settings: AssaySettings) -> None:
 
     if next(iter(snapshot_targets(pattern, SnapshotRoots.for_local(settings))), None) is None:
         _fail(f"--snapshots {pattern!r} matches no snapshot folder; check the glob and try again")
-
-
-def _require_model(
-    store: ScheduleStore, settings: AssaySettings, model: str | None, text: str | None = None
-) -> None:
-    """As for `assay submit`: refuse (64) when live workers exist and none has a model; a
-    `policy:NAME` / `policy-set:NAME` predicate needs none, but must name a stored one (66)."""
-    from assay.commands.fleet_common import NO_MODEL, require_policy
-    from assay.worker_presence import read_fleet_models
-
-    if text is not None and require_policy(store.redis, settings, text):
-        return
-    if model:
-        return
-    fleet = read_fleet_models(store.redis, settings.key_prefix)
-    if fleet.workers and not fleet.models:
-        _fail(NO_MODEL.format(workers=fleet.workers))
 
 
 def _print_json(data: Any) -> None:
