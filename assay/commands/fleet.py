@@ -29,6 +29,7 @@ from assay.commands.fleet_common import (
     KubeconfigOpt,
     WideOpt,
     dump_json,
+    expand_id,
     fail,
     fleet_client,
     iso_utc,
@@ -117,6 +118,7 @@ def submit(
     max_cost: FleetMaxCostOpt = None,
     profile: ProfileOpt = None,
     probe: ProbeOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Queue PREDICATE on the fleet and print its run id (--wait: the verdict, and exit with it)."""
     from pydantic import ValidationError
@@ -189,7 +191,7 @@ def submit(
                 f"verdict with `assay verdict {receipt.run_id}`",
                 EXIT_INTERRUPTED,
             )
-    _show_verdict(verdict, json_output)
+    _show_verdict(verdict, json_output, wide)
     raise typer.Exit(verdict.exit_code)
 
 
@@ -210,13 +212,13 @@ def _note_known_run(request: EvaluationRequest, known: RunProgress) -> None:
     )
 
 
-def _show_verdict(verdict: Any, json_output: bool) -> None:
+def _show_verdict(verdict: Any, json_output: bool, wide: bool = False) -> None:
     from assay.render import render_verdict
 
     if json_output:
         print(dump_json(verdict))
     else:
-        render_verdict(verdict, stdout_console())
+        render_verdict(verdict, stdout_console(wide), wide=wide)
 
 
 # --- verdict / run ------------------------------------------------------------------------------
@@ -226,7 +228,9 @@ def verdict(
     id_: Annotated[
         str,
         typer.Argument(
-            metavar="ID", help="A run id or a check id.", callback=id_checker("run or check id")
+            metavar="ID",
+            help="A run id or a check id, or any unique prefix of one.",
+            callback=id_checker("run or check id", lookup=True),
         ),
     ],
     history: Annotated[
@@ -235,19 +239,16 @@ def verdict(
     json_output: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Show the verdict of run or check ID; exit with its code (75 pending, 66 unknown)."""
+    """Show the verdict of run or check ID; exit with its code (75 pending, 66 unknown).
+
+    ID may be any unique prefix of a run or check id (a table's cut id, ellipsis or not)."""
     with fleet_client() as client:
-        state = client.run_state(id_)
-        if state is not None:
-            check_id, latest = state.check_id, client.store.run_verdict(id_)
-        else:
-            check_id, latest = id_, client.store.latest_verdict(id_)
-            if latest is None:
-                state = client.pending_run_of_check(id_)
-            if latest is None and state is None:
-                fail(
-                    f"no run or check has id {id_!r}; list checks with `assay checks`", EXIT_UNKNOWN
-                )
+        found = _run_or_check(client, id_)
+        if found is None and (expanded := expand_id(client.store, id_, ("run", "check"))):
+            found = _run_or_check(client, expanded[1])
+        if found is None:
+            fail(f"no run or check has id {id_!r}; list checks with `assay checks`", EXIT_UNKNOWN)
+        state, check_id, latest = found
         due = client.due_at(state.run_id) if latest is None and state is not None else None
         past = client.history(check_id, history) if history else None
     if past is not None:
@@ -258,7 +259,7 @@ def verdict(
         else:
             render_history(past, stdout_console(wide), wide=wide)
     elif latest is not None:
-        _show_verdict(latest, json_output)
+        _show_verdict(latest, json_output, wide)
     elif json_output and state is not None:
         print(dump_json(state))
     if latest is None:
@@ -271,15 +272,33 @@ def verdict(
     raise typer.Exit(latest.exit_code)
 
 
+def _run_or_check(client: Any, id_: str) -> tuple[Any, str, Any] | None:
+    """(run state, check id, latest verdict) of run or check ``id_`` as given; None when
+    neither is stored (nor a check with a run pending)."""
+    state = client.run_state(id_)
+    if state is not None:
+        return state, state.check_id, client.store.run_verdict(id_)
+    latest = client.store.latest_verdict(id_)
+    if latest is None:
+        state = client.pending_run_of_check(id_)
+    if latest is None and state is None:
+        return None
+    return state, id_, latest
+
+
 def run(
     run_id: Annotated[
         str,
-        typer.Argument(help="The run id `assay submit` printed.", callback=id_checker("run id")),
+        typer.Argument(
+            help="The run id `assay submit` printed, or any unique prefix of it.",
+            callback=id_checker("run id", lookup=True),
+        ),
     ],
     json_output: Annotated[
         bool,
         typer.Option("--json", help="Print the run as GET /v1/runs/RUN_ID returns it."),
     ] = False,
+    wide: WideOpt = False,
 ) -> None:
     """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown).
 
@@ -290,6 +309,9 @@ def run(
 
     with fleet_client() as client:
         state = client.run_state(run_id)
+        if state is None and (expanded := expand_id(client.store, run_id, ("run",))):
+            run_id = expanded[1]
+            state = client.run_state(run_id)
         try:
             report = client.run_report(run_id)
         except UnreadableReport as exc:  # the verdict is kept apart from the report: show it
@@ -300,7 +322,7 @@ def run(
             if json_output:
                 print(dump_json(_run_view(state, None, verdict, report_error=str(exc))))
             elif verdict is not None:
-                _show_verdict(verdict, json_output=False)
+                _show_verdict(verdict, json_output=False, wide=wide)
             raise typer.Exit(verdict.exit_code if verdict is not None else EXIT_UNKNOWN) from exc
         due = client.due_at(run_id) if state is not None and report is None else None
     if state is None and report is None:
@@ -308,7 +330,7 @@ def run(
     if json_output:
         print(dump_json(_run_view(state, report)))
     elif report is not None:
-        render_report(report, stdout_console())
+        render_report(report, stdout_console(wide), wide=wide)
     else:
         assert state is not None
         print(f"run {run_id} · check {state.check_id} · status {state.status}")

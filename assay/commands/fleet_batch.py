@@ -34,6 +34,7 @@ from assay.commands.fleet_common import (
     KubeconfigOpt,
     WideOpt,
     dump_json,
+    expand_id,
     fail,
     fleet_client,
     iso_utc,
@@ -134,7 +135,7 @@ def batch(
         typer.Argument(
             metavar="PREDICATE | status [BATCH_ID] | results [BATCH_ID]",
             help="The predicate to fan out, or `status` / `results` of a batch (no id: the "
-            "newest batch).",
+            "newest batch; any unique prefix of an id will do).",
         ),
     ],
     contexts: Annotated[
@@ -220,7 +221,7 @@ def batch(
     if junit_output:
         output = "junit"
     if len(args) == 2 and args[0] in SUBCOMMANDS:
-        batch_id = id_checker("batch id")(args[1])
+        batch_id = id_checker("batch id", lookup=True)(args[1])
         assert batch_id is not None
         raise typer.Exit(_existing(args[0], batch_id, output, wide))
     if len(args) == 1 and args[0] in SUBCOMMANDS and contexts is None and snapshots is None:
@@ -339,6 +340,9 @@ def _existing(what: str, batch_id: str | None, output: Output, wide: bool = Fals
             if output == "table":
                 print(f"latest batch: {batch_id}", file=sys.stderr)
         status = client.batch_status(batch_id)
+        if status is None and (expanded := expand_id(client.store, batch_id, ("batch",))):
+            batch_id = expanded[1]  # a unique prefix of one (assay.id_prefixes)
+            status = client.batch_status(batch_id)
         if status is None:
             fail(f"no batch has id {batch_id!r}; check the id `assay batch` printed", EXIT_UNKNOWN)
         if output == "junit":

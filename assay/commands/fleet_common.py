@@ -1,7 +1,8 @@
 """What the fleet commands share: options, the client with its errors, exit codes.
 
-Exit codes outside the verdict's 0-3: 64 wrong command line, 66 no such id,
-69 the fleet's Redis or broker cannot be reached, 75 no verdict yet.
+Exit codes outside the verdict's 0-3 (``schemas.exit_codes``, all listed by `assay --help`):
+64 wrong command line, 66 no such id, 69 the fleet's Redis or broker cannot be reached,
+70 internal error, 75 no verdict yet, 130 Ctrl-C, 141 output closed early.
 """
 
 from __future__ import annotations
@@ -11,21 +12,21 @@ from __future__ import annotations
 # `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from assay.commands.options import ID_HELP, id_checker, settings_or_usage
-from schemas.exit_codes import EXIT_PENDING
+from schemas.exit_codes import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the commands' names
+from schemas.exit_codes import EXIT_PENDING, EXIT_UNAVAILABLE
 
 if TYPE_CHECKING:
     from assay.client import Client
+    from assay.id_prefixes import IdKind
     from schemas.settings import AssaySettings
 
-EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE: the fleet's Redis or broker is not reachable
-EXIT_INTERRUPTED = 130  # Ctrl-C, what a shell reports for SIGINT (never a verdict code)
 ERROR_PREFIX = "assay: error: "
 
 CheckIdOpt = Annotated[
@@ -40,7 +41,9 @@ WideOpt = Annotated[
     bool,
     typer.Option(
         "--wide/--narrow",
-        help="Full ids and every column (wider than 80 characters); default: fit 80 columns.",
+        help="Full ids and every column, nothing cut (wider than 80 characters); default: "
+        "one line per row within the terminal (80 columns piped), cut ids still taken back "
+        "as prefixes.",
     ),
 ]
 KubeconfigOpt = Annotated[
@@ -79,6 +82,18 @@ def still_pending(message: str) -> NoReturn:
     """Say on stderr what is still pending and exit 75: an answer to come, not an error."""
     note(message)
     raise typer.Exit(EXIT_PENDING)
+
+
+def expand_id(store: Any, prefix: str, kinds: Sequence[IdKind]) -> tuple[IdKind, str] | None:
+    """The one stored id of ``kinds`` a prefix stands for (``assay.id_prefixes``), None when
+    none; several: exit 64 with one sentence naming them."""
+    from assay.id_prefixes import AmbiguousId, expand
+    from schemas.exit_codes import EXIT_USAGE
+
+    try:
+        return expand(store, prefix, kinds)
+    except AmbiguousId as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def require_reachable(url: str) -> None:

@@ -34,12 +34,12 @@ from assay.commands.fleet_batch import show_batch, wait_with_progress
 from assay.commands.fleet_common import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, fail
 from assay.commands.options import settings_or_usage
 from assay.redis_process import RedisNotInstalled
+from schemas.exit_codes import EXIT_INTERNAL
 from workers.core.shown_urls import shown_url
 
 if TYPE_CHECKING:
     from assay.local_mode import LocalFleet
 
-EXIT_SOFTWARE = 70  # sysexits EX_SOFTWARE: a part of the local fleet stopped on its own
 DEMO_PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
 DEMO_TIMEOUT_SECONDS = 180.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ def up(
     for name, child in fleet.children.items():
         print(f"{name:<9} pid {child.pid}  (log {fleet.log_path(name)})")
     print("other shells find this fleet automatically; Ctrl-C stops everything", flush=True)
-    code = EXIT_SOFTWARE
+    code = EXIT_INTERNAL
     try:
         while not (stopped := fleet.exited()):
             time.sleep(0.2)
@@ -295,7 +295,7 @@ def down(
             break
         time.sleep(0.2)
     else:
-        fail(f"the local fleet (pid {pid}) is still stopping after {timeout:g}s", EXIT_SOFTWARE)
+        fail(f"the local fleet (pid {pid}) is still stopping after {timeout:g}s", EXIT_INTERNAL)
     print(f"stopped the local fleet (pid {pid})")
 
 
@@ -340,7 +340,7 @@ def demo(
         },
     )
     _stop_on_signals()
-    code = EXIT_SOFTWARE
+    code = EXIT_INTERNAL
     try:
         _start(fleet)
         print(

@@ -401,18 +401,20 @@ def _print_schedules(
 
     from rich.markup import escape
 
-    from assay.render import make_table
+    from assay.render import Col, add_line, line_table
 
     console = stdout_console(wide)
-    headers = ["name", *(["id"] if wide else []), "cadence", *(["targets"] if wide else [])]
-    table = make_table(console, *headers, "state", "next fire", "last verdicts")
-    for column in table.columns:
-        column.no_wrap = not wide
-        column.overflow = "ellipsis"
-    if not wide:  # name and cadence give way; state and next fire stay whole
-        name, cadence, state, next_fire, _last = table.columns
-        name.max_width = cadence.max_width = 24
-        state.min_width, next_fire.min_width = 6, 9
+    table = line_table(
+        console,
+        Col("name", "gives"),
+        *([Col("id")] if wide else []),
+        Col("cadence", "gives"),
+        *([Col("targets")] if wide else []),
+        Col("state"),
+        Col("next fire"),
+        Col("last verdicts", "main", least=14),  # name and cadence give way first
+        wide=wide,
+    )
     for schedule in schedules:
         last = _last_verdicts(schedule, verdicts)
         upcoming = store.next_fire_at(schedule) if schedule.enabled else None
@@ -432,7 +434,7 @@ def _print_schedules(
             when,
             outcome or "-",
         ]
-        table.add_row(*(escape(cell) for cell in cells))
+        add_line(table, *(escape(cell) for cell in cells))
     console.print(table, soft_wrap=False)
 
 
