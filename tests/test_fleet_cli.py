@@ -293,3 +293,11 @@ def test_demo_runs_the_example_fleet_and_exits_zero() -> None:
     ):
         line = next(line for line in demo.stdout.splitlines() if target in line)
         assert verdict in line, line
+    # Before: no probe and no next step. Now the same question again is answered by the
+    # probes the first runs compiled, with 0 model tokens, and the demo says what to do next.
+    lines = demo.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if "answered by" in line)
+    by_probe = [line.split() for line in lines[header + 1 : header + 4] if "probe v" in line]
+    assert by_probe and all(cells[-1] == "0" for cells in by_probe), demo.stdout
+    assert "Next: ask your own cluster" in demo.stdout
+    assert "assay check --context YOUR-CONTEXT --model" in demo.stdout

@@ -12,8 +12,11 @@ none running says so and exits 0 too.
 
 `assay demo` does the same in a temporary folder with the bundled SCRIPTED
 model (a replay of examples/scripts/demo.yaml, not an LLM), fans the demo
-predicate out over examples/snapshots/*, prints the verdict table and shuts
-everything down. It exits 0 when every example cluster got a verdict.
+predicate out over examples/snapshots/*, prints the verdict table, then asks the
+same again: the checks whose run compiled a probe are now answered by it, with 0
+model tokens, which a second table shows. It ends with the next step a newcomer
+takes (their own cluster, a real model) and shuts everything down. It exits 0 when
+every example cluster got a verdict both times.
 """
 
 from __future__ import annotations
@@ -356,15 +359,23 @@ def demo(
             }
         )
         with Client(demo_settings) as client:
-            batch_id = client.start_batch(DEMO_PREDICATE, snapshots=snapshots)
-            print(f"batch {batch_id}: {DEMO_PREDICATE!r} over {snapshots}", file=sys.stderr)
             try:
-                status = wait_with_progress(client, batch_id, DEMO_TIMEOUT_SECONDS)
+                status = _demo_batch(client, snapshots)
+                show_batch(client, status, json_output=False)
+                print(
+                    "\nThe same question again. A check whose run proposed a probe (its "
+                    "lookups and a CEL expression, kept once it reproduced the verdict) is "
+                    "now answered by it, without the model:",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                again = _demo_batch(client, snapshots)
             except WaitTimeout as exc:
                 print(f"assay: error: the demo did not finish: {exc}", file=sys.stderr)
                 print(_tail(fleet.log_path("worker")), file=sys.stderr)
             else:
-                show_batch(client, status, json_output=False)
+                _show_answered_by(client, again)
+                print(DEMO_NEXT_STEP)
                 code = 0
     except StopRequested:
         code = EXIT_INTERRUPTED
@@ -377,6 +388,43 @@ def demo(
 
             shutil.rmtree(folder, ignore_errors=True)
     raise typer.Exit(code)
+
+
+DEMO_NEXT_STEP = f"""
+Next: ask your own cluster, with a real model (the scripted one knows only this predicate):
+  export ASSAY_API_KEY=...          # your provider's key
+  assay check --context YOUR-CONTEXT --model openai/gpt-4o-mini "{DEMO_PREDICATE}"
+Then keep it checked: `assay up` in one terminal, `assay schedule add` in another
+(docs/fleet.md, docs/scheduler.md); what a probe is: docs/probes.md."""
+
+
+def _demo_batch(client: Any, snapshots: str) -> Any:
+    batch_id = client.start_batch(DEMO_PREDICATE, snapshots=snapshots)
+    print(f"batch {batch_id}: {DEMO_PREDICATE!r} over {snapshots}", file=sys.stderr)
+    return wait_with_progress(client, batch_id, DEMO_TIMEOUT_SECONDS)
+
+
+def _show_answered_by(client: Any, status: Any) -> None:
+    """Each target's verdict with what answered it (its probe, or the model) and the model
+    tokens it took: a probe's verdict took none."""
+    from assay.commands.fleet_common import stdout_console
+    from assay.fleet_render import failures_first, verdict_cell
+    from assay.render import Col, add_line, line_table
+
+    console = stdout_console()
+    table = line_table(
+        console, Col("target", "gives"), Col("verdict"), Col("answered by"),
+        Col("model tokens", justify="right"),
+    )  # fmt: skip
+    rows = sorted(client.batch_results(status.batch_id), key=lambda r: failures_first(r.verdict))
+    for row in rows:
+        verdict = client.store.run_verdict(row.run_id)
+        if verdict is None:
+            continue
+        by = f"probe v{verdict.probe_version}" if verdict.source == "probe" else "the model"
+        add_line(table, row.target, verdict_cell(verdict.verdict), by,
+                 f"{verdict.usage.total_tokens:,}")  # fmt: skip
+    console.print(table, soft_wrap=False)
 
 
 def register(app: typer.Typer) -> None:
