@@ -10,7 +10,6 @@ redis-server killed with SIGKILL and started again on the same port.
 from __future__ import annotations
 
 import itertools
-import json
 import signal
 import subprocess
 import sys
@@ -20,24 +19,13 @@ from pathlib import Path
 import pytest
 
 from assay.redis_process import RedisProcess
+from tests.alerting_support import log_events
 from tests.fleet_support import ROOT, stop_process, wait_until, worker_env
 from tests.scheduler_support import start_scheduler
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 OUTAGE = {"redis_outage_log_seconds": "1", "log_format": "json"}
-
-
-def events(log: Path, name: str) -> list[dict[str, object]]:
-    found = []
-    for line in log.read_text(errors="replace").splitlines():
-        try:
-            parsed = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(parsed, dict) and parsed.get("event") == name:
-            found.append(parsed)
-    return found
 
 
 def start_assay_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
@@ -63,14 +51,14 @@ def test_a_worker_says_its_redis_is_gone_and_stops_at_once(tmp_path: Path) -> No
         server.stop(kill=True)
         lost = time.monotonic()
         assert wait_until(lambda: "Connection to broker lost" in log.read_text(), timeout=5)
-        assert wait_until(lambda: len(events(log, "redis_unreachable")) >= 3, timeout=15)
-        said = events(log, "redis_unreachable")
+        assert wait_until(lambda: len(log_events(log, "redis_unreachable")) >= 3, timeout=15)
+        said = log_events(log, "redis_unreachable")
         assert said[0]["down_seconds"] == 0.0 and float(said[2]["down_seconds"]) >= 1.5, said
         assert time.monotonic() - lost < 15
         server.start()  # the same port and data
-        assert wait_until(lambda: events(log, "redis_reachable_again") != [], timeout=15)
+        assert wait_until(lambda: log_events(log, "redis_reachable_again") != [], timeout=15)
         server.stop(kill=True)
-        assert wait_until(lambda: len(events(log, "redis_unreachable")) > len(said), timeout=15)
+        assert wait_until(lambda: len(log_events(log, "redis_unreachable")) > len(said), timeout=15)
         asked = time.monotonic()
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
@@ -91,23 +79,23 @@ def test_a_scheduler_says_its_redis_is_gone_at_once_and_every_n_seconds(
     log = tmp_path / "scheduler.log"
     replica = start_scheduler(env, log)
     try:
-        assert wait_until(lambda: events(log, "scheduler replica started") != [], timeout=60)
+        assert wait_until(lambda: log_events(log, "scheduler replica started") != [], timeout=60)
         server.stop(kill=True)
         lost = time.monotonic()
-        assert wait_until(lambda: events(log, "redis_unreachable") != [], timeout=5)
+        assert wait_until(lambda: log_events(log, "redis_unreachable") != [], timeout=5)
         first = time.monotonic() - lost
-        assert wait_until(lambda: len(events(log, "redis_unreachable")) >= 3, timeout=10)
+        assert wait_until(lambda: len(log_events(log, "redis_unreachable")) >= 3, timeout=10)
         server.start()
-        assert wait_until(lambda: events(log, "redis_reachable_again") != [], timeout=10)
+        assert wait_until(lambda: log_events(log, "redis_reachable_again") != [], timeout=10)
         server.stop(kill=True)
-        assert wait_until(lambda: len(events(log, "redis_unreachable")) >= 4, timeout=10)
+        assert wait_until(lambda: len(log_events(log, "redis_unreachable")) >= 4, timeout=10)
         replica.send_signal(signal.SIGINT)  # rounds fail: one Ctrl-C stops it at once
         code = replica.wait(timeout=10)
     finally:
         stop_process(replica)
         server.stop()
     assert first < 5, f"the scheduler said so after {first:.1f}s"  # was 26 s
-    said = events(log, "redis_unreachable")
+    said = log_events(log, "redis_unreachable")
     first_three = [float(entry["down_seconds"]) for entry in said[:3]]
     gaps = [later - earlier for earlier, later in itertools.pairwise(first_three)]
     assert all(gap >= 0.9 for gap in gaps), said  # every N seconds, not every round

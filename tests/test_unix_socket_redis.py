@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,12 +33,12 @@ from tests.alerting_support import (
 )
 from tests.api_support import READ_TOKEN, ApiServer, auth
 from tests.fleet_support import PREDICATE, ROOT, stop_process, wait_until
+from tests.test_fleet_cli import assay
 from workers.fleet.redis_client import connect
 from workers.fleet.store import VerdictStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-ASSAY = [sys.executable, "-m", "assay.cli"]
 DEMO_SCRIPT = str(ROOT / "examples" / "scripts" / "demo.yaml")
 
 
@@ -77,14 +75,6 @@ def fleet_env(
     yield env
     down = assay("down", env=env)
     assert down.returncode == 0, down.stderr
-
-
-def assay(
-    *args: str, env: dict[str, str], timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*ASSAY, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def test_cli_worker_and_scheduler_run_on_a_unix_socket_redis(fleet_env: dict[str, str]) -> None:

@@ -88,10 +88,11 @@ def _full_check_id(store: ProbeStore, given: str) -> str:
     along dropped), else ``given`` as it is."""
     from assay.commands.fleet_common import expand_id
     from assay.id_prefixes import pasted
+    from schemas.settings import load_settings
     from workers.fleet.store import VerdictStore
 
     given = pasted(given)
-    checks = VerdictStore(store.client, prefix=store.prefix)
+    checks = VerdictStore.from_settings(load_settings(), store.client)  # checked by the command
     if store.current(given) is not None or checks.latest_verdict(given) is not None:
         return given
     expanded = expand_id(checks, given, ("check",))
