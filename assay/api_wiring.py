@@ -191,17 +191,21 @@ class Services:
         return request
 
     def refuse_unroutable_model(self, model: str | None) -> None:
-        """422 for a model no worker could route (``assay.model_check``), before any write.
+        """422 for a model no worker could route, or whose provider no live worker has a key
+        for (``assay.model_check``), before any write.
 
         The first unusual name imports litellm in this process (once); the usual ones
         (``openai/...``, ``gpt-4o-mini``) are answered without it.
         """
-        from assay.model_check import API_REASON, fleet_model_problem
+        from assay.model_check import API_REASON, fleet_model_refusal
 
-        if fleet_model_problem(model, None, redis=self.redis, settings=self.settings) is None:
+        refusal = fleet_model_refusal(model, None, redis=self.redis, settings=self.settings)
+        if refusal is None:
             return
-        reason = API_REASON.format(model=model)
-        detail = {"loc": ["body", "model"], "msg": reason, "type": "unroutable_model"}
+        unroutable = refusal.kind == "unroutable"
+        reason = API_REASON.format(model=model) if unroutable else refusal.message
+        kind = "unroutable_model" if unroutable else "model_key_missing"
+        detail = {"loc": ["body", "model"], "msg": reason, "type": kind}
         message = f"model: {reason}; fix the request and send it again."
         raise ApiError(422, "validation_error", message, details=[detail])
 

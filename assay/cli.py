@@ -29,9 +29,15 @@ from assay.commands import (
     spend,
 )
 from assay.commands import eval as eval_command
-from assay.commands.fleet_common import ERROR_PREFIX, EXIT_INTERRUPTED
+from assay.commands.fleet_common import ERROR_PREFIX
 from assay.commands.options import SetupProblem
-from schemas.exit_codes import EXIT_USAGE
+from schemas.exit_codes import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_MEANINGS,
+    EXIT_USAGE,
+)
 
 try:  # typer >= 0.22 vendors click under typer._click; older typer uses click itself
     from typer._click import exceptions as click_exceptions  # type: ignore[import-not-found,unused-ignore]
@@ -45,9 +51,8 @@ _NO_ARGS_IS_HELP: Any = getattr(click_exceptions, "NoArgsIsHelpError", None)
 app = typer.Typer(
     name="assay",
     help="Evaluate plain-language predicates about Kubernetes clusters.\n\n"
-    "Exit codes: 0 true, 1 false, 2 poorly posed, 3 cannot determine, 64 usage error, "
-    "66 no such id, 69 the fleet's Redis or broker is unreachable, 75 no verdict yet. Errors "
-    "are one line on stderr starting 'assay: error:'.",
+    f"Exit codes: {', '.join(f'{code} {meaning}' for code, meaning in EXIT_MEANINGS.items())}. "
+    "Errors are one line on stderr starting 'assay: error:'.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     rich_markup_mode=None,  # plain help: no box drawing, no <bool> placeholders, fits 80 cols
@@ -144,15 +149,6 @@ def _usage_error(exc: Any, argv: list[str]) -> None:
         return
     message = " ".join(exc.format_message().split()).removeprefix("Invalid value: ")
     print(f"{ERROR_PREFIX}{message} (see `{command} --help`)", file=sys.stderr)
-
-
-# An exception nobody caught (EX_SOFTWARE in sysexits.h, next to 64 usage and 69
-# unavailable): never Python's 1, which reads as a `false` verdict.
-EXIT_INTERNAL = 70
-
-# What a shell reports for a process killed by SIGPIPE (128 + 13): `assay ... | head -1`
-# once head has gone. Not typer's 1, which a `set -o pipefail` job reads as `false`.
-EXIT_BROKEN_PIPE = 141
 
 
 def _broken_pipe(exc: BaseException) -> bool:

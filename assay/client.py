@@ -49,10 +49,10 @@ from schemas.fleet import (
 from schemas.ids import check_id as valid_id
 from schemas.report import RunReport
 from schemas.request import (
-    ContextTarget,
     EvaluationRequest,
     SnapshotTarget,
     Target,
+    make_target,
     target_names,
 )
 from schemas.settings import load_settings
@@ -90,23 +90,6 @@ def _since(value: datetime | timedelta | str) -> datetime:
     if isinstance(value, str):
         value = timedelta(seconds=parse_duration(value))
     return datetime.now(UTC) - value
-
-
-def make_target(
-    *,
-    snapshot: str | None = None,
-    context: str | None = None,
-    kubeconfig: str | None = None,
-) -> Target:
-    """The target named by exactly one of ``snapshot`` (a folder) or ``context``."""
-    if (snapshot is None) == (context is None):
-        raise ValueError("name exactly one target: a snapshot folder or a kubeconfig context")
-    if snapshot is not None:
-        from pathlib import Path
-
-        return SnapshotTarget(path=str(Path(snapshot).expanduser().resolve()))
-    assert context is not None
-    return ContextTarget(context=context, kubeconfig=kubeconfig)
 
 
 def checks_on_target(

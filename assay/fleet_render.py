@@ -3,12 +3,15 @@
 Single verdicts and run reports are drawn by ``assay.render`` (shared with
 `assay check`); this module adds the many-row views of the fleet commands.
 
-Every table fits 80 columns by default: one line per row (long text is cut
-with an ellipsis), run ids shortened to their first 8 characters, and rows
-sorted failures first (false, poorly posed, cannot determine, pending, true).
-``wide=True`` (the commands' ``--wide``) adds full ids and the longer columns, on
-a console as wide as the cells (``fleet_common.stdout_console``), piped or not.
-Piped output has no box drawing (``assay.render.make_table``).
+Every table fits 80 columns by default: one line per row (``assay.render.line_table``:
+rich cuts long cells with an ellipsis, ids and targets giving way before the predicate or
+explanation), run and batch ids shortened to their first 8 characters (after a ``batch-``
+or ``chk-``), and rows sorted failures first (false, poorly posed, cannot determine,
+pending, true). A cut id can be pasted back: every command taking a run, check or batch
+id takes a unique prefix of one (``assay.id_prefixes``). ``wide=True`` (the commands'
+``--wide``) adds full ids and the longer columns, on a console as wide as the cells
+(``fleet_common.stdout_console``), piped or not. Piped output has no box drawing
+(``assay.render.make_table``).
 """
 
 from __future__ import annotations
@@ -17,15 +20,12 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from rich.console import Console
-from rich.padding import Padding
-from rich.table import Table
 
-from assay.render import VERDICT_STYLES, make_table, safe_markup
+from assay.render import VERDICT_STYLES, Col, add_line, line_table, make_table, safe_markup
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary
 from schemas.spend import CeilingState, ScopeSpend, SpendReport
 from schemas.verdict import Verdict, VerdictKind
 
-TEXT_CELL_CHARS = 60
 SHORT_ID_CHARS = 8
 # Failures first: what a person scanning the table must act on comes on top.
 VERDICT_ORDER: dict[VerdictKind | None, int] = {
@@ -41,44 +41,13 @@ def failures_first(rank: VerdictKind | None) -> int:
     return VERDICT_ORDER.get(rank, 3)
 
 
-VERDICT_WIDTH = max(len(label) for label, _style in VERDICT_STYLES.values())
-
-
-def keep_whole(
-    table: Table, widths: list[int], console: Console, *, wide: bool = False, last_min: int = 12
-) -> int | None:
-    """Give every column but the last its width (never less than its header's), and the
-    last one exactly what is left of the console's width, at least ``last_min``: a row
-    stays one line at 80 columns. Returns the last column's width, to cut its text to;
-    None with ``wide``, where the last column is as wide as its longest cell.
-
-    Fixed widths, not rich's own fitting: a table wider than the console makes rich
-    shrink every column, down to dropping narrow ones (a check id, an age) entirely.
-    """
-    for column, width in zip(table.columns[:-1], widths, strict=False):
-        column.no_wrap = True
-        column.width = max(width, len(str(column.header)))
-    last = table.columns[-1]
-    last.no_wrap = True
-    last.overflow = "ellipsis"
-    if wide:
-        return None
-    used = sum(column.width or 0 for column in table.columns[:-1]) + _overhead(table)
-    last.width = max(last_min, len(str(last.header)), console.width - used)
-    return last.width
-
-
-def _overhead(table: Table) -> int:
-    """The characters a table adds to its cells' widths: padding, edges, separators."""
-    count = len(table.columns)
-    _top, right, _bottom, left = Padding.unpack(table.padding)
-    edges = 2 if table.box and table.show_edge else 0
-    separators = count - 1 if table.box else 0
-    return edges + separators + count * (left + right)
-
-
 def short_id(value: str, wide: bool) -> str:
-    return value if wide or len(value) <= SHORT_ID_CHARS + 1 else value[:SHORT_ID_CHARS] + "…"
+    """``value`` cut to :data:`SHORT_ID_CHARS` characters after its kind (``batch-``,
+    ``chk-``, ``sch-``), with an ellipsis; whole with ``wide``. The cut id is a prefix the
+    commands take back."""
+    kind, dash, _rest = value.partition("-")
+    keep = SHORT_ID_CHARS + (len(kind) + 1 if dash and kind.isalpha() and len(kind) <= 6 else 0)
+    return value if wide or len(value) <= keep + 1 else value[:keep] + "…"
 
 
 def verdict_cell(kind: VerdictKind | None) -> str:
@@ -99,28 +68,24 @@ def age(instant: datetime | None, now: datetime | None = None) -> str:
     return f"{int(seconds)}s"
 
 
-def _cut(text: str, limit: int | None = TEXT_CELL_CHARS) -> str:
-    """``text`` cut with an ellipsis to ``limit`` characters (None: whole)."""
-    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
-
-
 def render_history(verdicts: list[Verdict], console: Console, wide: bool = False) -> None:
-    table = make_table(console, "finished", "verdict", "run", "steps", "explanation")
-    run_width = max((len(short_id(v.run_id, wide)) for v in verdicts), default=3)
-    room = keep_whole(table, [19, VERDICT_WIDTH, run_width, 5], console, wide=wide)
+    table = line_table(
+        console, Col("finished"), Col("verdict"), Col("run"), Col("steps"),
+        Col("explanation", "main", least=20), wide=wide,
+    )  # fmt: skip
     for verdict in verdicts:
-        table.add_row(
+        add_line(
+            table,
             verdict.finished_at.strftime("%Y-%m-%d %H:%M:%S"),
             verdict_cell(verdict.verdict),
             short_id(verdict.run_id, wide),
             str(verdict.iterations),
-            safe_markup(_cut(verdict.reason or verdict.explanation, room)),
+            safe_markup(verdict.reason or verdict.explanation),
         )
     console.print(table, soft_wrap=False)
 
 
 PREDICATE_MIN_CHARS = 24  # what the predicate keeps at 80 columns; ids and targets give way
-NAME_MIN_CHARS = 10  # the least a check id or a target is cut to
 
 
 def render_checks(
@@ -131,41 +96,29 @@ def render_checks(
     ``changes`` (``--changed-since``: the rows are verdict changes) shows what each row's
     verdict was before, and when it changed, in place of the age; ``wide`` shows both,
     and every id, target and predicate in full. At 80 columns the predicate keeps at
-    least :data:`PREDICATE_MIN_CHARS`: check ids and targets are cut to make room.
+    least :data:`PREDICATE_MIN_CHARS`: check ids and targets are cut to make room (a cut
+    check id is a prefix the commands take back).
     """
-    changed = [_change(row, wide) for row in rows]
-    headers = ["check", "verdict", "target"]
-    headers += ["age", "changed"] if wide else ["changed"] if changes else ["age"]
-    table = make_table(console, *headers, "predicate")
-    labels = [_verdict_label(row.verdict) for row in rows]
-    fixed = [max(map(len, ["verdict", *labels]))]
-    if wide or not changes:
-        fixed.append(4)
-    if wide or changes:
-        fixed.append(max(map(len, ["changed", *changed])))
-    check_width = max([len("check"), *(len(row.check_id) for row in rows)])
-    target_width = max([len("target"), *(len(row.target) for row in rows)])
-    if not wide:
-        free = console.width - _overhead(table) - sum(fixed)
-        check_width, target_width = _share(free - PREDICATE_MIN_CHARS, check_width, target_width)
-    room = keep_whole(table, [check_width, fixed[0], target_width, *fixed[1:]], console, wide=wide)
-    ranked = sorted(zip(rows, changed, strict=True), key=lambda rc: failures_first(rc[0].verdict))
-    for row, change in ranked:
-        when = [age(row.finished_at)] if wide or not changes else []
-        table.add_row(
-            safe_markup(row.check_id if wide else _cut(row.check_id, check_width)),
+    when = [Col("age"), Col("changed")] if wide else [Col("changed")] if changes else [Col("age")]
+    table = line_table(
+        console, Col("check", "gives"), Col("verdict"), Col("target", "gives"), *when,
+        Col("predicate", "main", least=PREDICATE_MIN_CHARS), wide=wide,
+    )  # fmt: skip
+    ranked = sorted(rows, key=lambda row: failures_first(row.verdict))
+    for row in ranked:
+        change = _change(row, wide)
+        cells = [age(row.finished_at)] if wide or not changes else []
+        cells += [safe_markup(change)] if wide or changes else []
+        add_line(
+            table,
+            safe_markup(row.check_id),
             verdict_cell(row.verdict),
-            safe_markup(row.target if wide else _cut(row.target, target_width)),
-            *when,
-            *([safe_markup(change)] if wide or changes else []),
-            safe_markup(_cut(row.text, room)),
+            safe_markup(row.target),
+            *cells,
+            safe_markup(row.text),
         )
     console.print(table, soft_wrap=False)
     console.print(f"[dim]{len(rows)} check(s)[/]")
-
-
-def _verdict_label(kind: VerdictKind | None) -> str:
-    return "pending" if kind is None else VERDICT_STYLES[kind][0]
 
 
 def _change(row: CheckSummary, wide: bool) -> str:
@@ -176,20 +129,6 @@ def _change(row: CheckSummary, wide: bool) -> str:
     if wide:
         return f"{before} → {row.verdict.value}, {age(row.changed_at)} ago"
     return f"was {before} {age(row.changed_at)}"
-
-
-def _share(room: int, first: int, second: int) -> tuple[int, int]:
-    """Widths for two cut-able columns wanting ``first`` and ``second`` within ``room``
-    (each at least :data:`NAME_MIN_CHARS`, or its whole width when that is less)."""
-    if first + second <= room:
-        return first, second
-    floor_first, floor_second = min(first, NAME_MIN_CHARS), min(second, NAME_MIN_CHARS)
-    half = max(room // 2, NAME_MIN_CHARS)
-    if first <= half:
-        return first, max(floor_second, room - first)
-    if second <= half:
-        return max(floor_first, room - second), second
-    return max(floor_first, half), max(floor_second, room - half)
 
 
 def batch_state(status: BatchStatus, now: datetime | None = None) -> str:
@@ -220,7 +159,10 @@ def render_batch_status(status: BatchStatus, console: Console) -> None:
     finished = status.total - status.pending
     console.print(
         f"batch {status.batch_id} · {state} · {finished}/{status.total} done · "
-        f"{safe_markup(_cut(status.text, 40))}"
+        f"{safe_markup(status.text)}",
+        no_wrap=True,
+        overflow="ellipsis",
+        crop=True,
     )
     table = make_table(console, "pending", "true", "false", "poorly posed", "cannot determine")
     table.add_row(
@@ -244,17 +186,17 @@ def render_batch_results(
     always has them.
     """
     rows = sorted(results, key=lambda r: failures_first(r.verdict))
-    table = make_table(console, "target", "verdict", *(["run"] if wide else []), "explanation")
-    widths = [max((len(row.target) for row in rows), default=6), VERDICT_WIDTH]
-    if wide:
-        widths.append(max((len(row.run_id) for row in rows), default=3))
-    room = keep_whole(table, widths, console, wide=wide)
+    table = line_table(
+        console, Col("target", "gives"), Col("verdict"), *([Col("run")] if wide else []),
+        Col("explanation", "main", least=20), wide=wide,
+    )  # fmt: skip
     for row in rows:
-        table.add_row(
+        add_line(
+            table,
             safe_markup(row.target),
             verdict_cell(row.verdict),
             *([row.run_id] if wide else []),
-            safe_markup(_cut(row.explanation or "", room)),
+            safe_markup(row.explanation or ""),
         )
     console.print(table, soft_wrap=False)
     return len(rows)
@@ -353,19 +295,14 @@ def render_spend(report: SpendReport, console: Console, wide: bool = False) -> N
         ]
         for row in report.rows
     ]
-    headers = ["day", "scope", "tokens", "cost", *(["calls"] if wide else []), "stops",
-               "skips", "left"]  # fmt: skip
-    table = make_table(console, *headers)
-    numbers = range(2, len(headers) - 1)
-    for index in numbers:
-        table.columns[index].justify = "right"
-    if not wide:
-        widths = [max([len(headers[i]), *(len(r[i]) for r in rows)]) for i in range(len(headers))]
-        widths[1] = min(widths[1], 16)  # the scope gives way first, then the ceilings' cell
-        keep_whole(table, widths, console)
-        table.columns[1].overflow = "ellipsis"
+    numbers = ["tokens", "cost", *(["calls"] if wide else []), "stops", "skips"]
+    table = line_table(
+        console, Col("day"), Col("scope", "gives", most=16),
+        *(Col(header, justify="right") for header in numbers), Col("left", "main", least=8),
+        wide=wide,
+    )  # fmt: skip
     for cells in rows:
-        table.add_row(*cells)
+        add_line(table, *cells)
     console.print(table, soft_wrap=False)
     if not report.rows:
         console.print("no model calls recorded in this period")

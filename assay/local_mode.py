@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from schemas.settings import AssaySettings
 
 STATE_FILE = "local.json"
+STOP_GRACE_SECONDS = 20.0  # a worker's runs in flight may finish within this; then it is killed
+STOP_ORDER = ("scheduler", "worker")  # signalled in this order; Redis stops after both
 
 
 def state_path(settings: AssaySettings) -> Path:
@@ -92,7 +95,7 @@ class LocalFleet:
 
     def start(self) -> LocalFleet:
         if self.redis_url is None:
-            self.redis = RedisProcess(data_dir=self.data_dir / "redis").start()
+            self.redis = RedisProcess(data_dir=self.data_dir / "redis", own_session=True).start()
             self.redis_url = self.redis.url
         env = child_env(self.redis_url, **self.extra_env)
         worker = [sys.executable, "-m", "assay.cli", "worker"]
@@ -104,6 +107,9 @@ class LocalFleet:
         return self
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        """Start a child in a session of its own: the terminal's Ctrl-C reaches `assay up`
+        alone, which stops the children in order (a SIGINT of its own would turn a
+        Celery worker's warm shutdown cold on the second press, and reach Redis too)."""
         log_dir = self.log_dir or self.data_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         with (log_dir / f"{name}.log").open("ab") as log:
@@ -148,18 +154,28 @@ class LocalFleet:
         state = {"redis_url": self.redis_url, "pid": os.getpid(), "started_at": time.time()}
         path.write_text(json.dumps(state))
 
-    def stop(self, timeout: float = 20.0) -> None:
-        """Warm-stop the children (a worker finishes or requeues its runs), then Redis."""
-        for child in self.children.values():
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for child in self.children.values():
-            try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait(timeout=10)
+    def stop(self, grace: float = STOP_GRACE_SECONDS, hurry: threading.Event | None = None) -> None:
+        """Stop the scheduler and the worker, then Redis once both are gone.
+
+        Both get SIGTERM at once (the scheduler first): the scheduler finishes its round,
+        the worker its runs in flight (an idle one stops in about a second; a run it
+        leaves unacknowledged is handed out again). What still runs after ``grace``
+        seconds, or once ``hurry`` is set (a second Ctrl-C), is killed. Redis goes last,
+        so no part loses it while stopping.
+        """
+        deadline = time.monotonic() + grace
+        order = sorted(self.children, key=lambda n: STOP_ORDER.index(n) if n in STOP_ORDER else 0)
+        for name in order:
+            if self.children[name].poll() is None:
+                self.children[name].send_signal(signal.SIGTERM)
+        for name in order:
+            child = self.children[name]
+            while child.poll() is None:
+                if (hurry is not None and hurry.is_set()) or time.monotonic() >= deadline:
+                    child.kill()
+                    child.wait(timeout=10)
+                    break
+                time.sleep(0.02)
         self.children.clear()
         if self.redis is not None:
             self.redis.stop()

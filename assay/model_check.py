@@ -14,46 +14,110 @@ refused only when no worker could route it; else, with no live worker, at this
 process's ``ASSAY_API_BASE`` (the best guess of the fleet's setting). A live worker too
 old to announce its endpoint means the answer is unknown, and nothing is refused.
 
-Cost: most names are answered without importing litellm (``workers.core.model_names``);
-the others import it once per process (about 3 s on a busy two-core host).
+Keys: a model whose provider wants an API key (``workers.core.provider_keys``) is
+refused when no live worker holds one for it and would send it to that provider (a worker
+with an endpoint of its own may need none): each worker announces the providers it has a
+key for (``assay.worker_presence``). Run, such a model failed on the worker with the
+provider's "missing credentials" (a 500, retried) and ended 3 seconds later. With no
+live worker, or one that does not say, the keys are unknown and nothing is refused.
+
+Cost: most names are answered without importing litellm (``workers.core.model_names``,
+including a typo's shape at a private endpoint such as the local scripted model's); the
+others import it once per process (about 3 s on a busy two-core host).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from workers.core.model_names import routes_for_certain
 
 if TYPE_CHECKING:
+    from assay.worker_presence import FleetModels
     from schemas.settings import AssaySettings
+
+
+@dataclass(frozen=True)
+class ModelRefusal:
+    """Why a model is refused at a fleet door: ``unroutable`` (no worker could route the
+    name) or ``no_key`` (no live worker holds a key for its provider); one sentence."""
+
+    kind: Literal["unroutable", "no_key"]
+    message: str
 
 
 def fleet_model_problem(
     model: str | None, api_base: str | None, *, redis: Any, settings: AssaySettings
 ) -> str | None:
-    """Why no worker could route ``model``, as one sentence; None if one can (or no model).
+    """Why no worker could run ``model``, as one sentence; None if one can (or no model)."""
+    refusal = fleet_model_refusal(model, api_base, redis=redis, settings=settings)
+    return None if refusal is None else refusal.message
+
+
+def fleet_model_refusal(
+    model: str | None, api_base: str | None, *, redis: Any, settings: AssaySettings
+) -> ModelRefusal | None:
+    """:func:`fleet_model_problem` with its kind (the API words each its own way).
 
     ``model`` None or empty means the workers' own ``ASSAY_MODEL``: theirs to check.
     """
-    if not model or routes_for_certain(model):
+    if not model:
         return None
     from assay.worker_presence import read_fleet_models
+
+    fleet = None if api_base else read_fleet_models(redis, settings.key_prefix)
+    if not routes_for_certain(model):
+        problem = _route_problem(model, api_base, fleet, settings)
+        if problem is not None:
+            return ModelRefusal("unroutable", problem)
+    problem = None if fleet is None else _key_problem(model, fleet)
+    return None if problem is None else ModelRefusal("no_key", problem)
+
+
+def _route_problem(
+    model: str, api_base: str | None, fleet: FleetModels | None, settings: AssaySettings
+) -> str | None:
     from workers.core.llm import unroutable_model  # imports litellm: only for unusual names
 
-    if api_base:
+    if fleet is None:
         endpoints: set[str | None] = {api_base}
+    elif not fleet.workers:
+        endpoints = {settings.api_base}
+    elif not fleet.endpoints_known:
+        return None
     else:
-        fleet = read_fleet_models(redis, settings.key_prefix)
-        if not fleet.workers:
-            endpoints = {settings.api_base}
-        elif not fleet.endpoints_known:
-            return None
-        else:
-            endpoints = set(fleet.endpoints)
+        endpoints = set(fleet.endpoints)
     problems = [unroutable_model(model, endpoint) for endpoint in sorted(endpoints, key=str)]
     if any(problem is None for problem in problems):
         return None
     return problems[0]
+
+
+def _key_problem(model: str, fleet: FleetModels) -> str | None:
+    """One sentence when every live worker would send ``model`` to a provider it has no key
+    for; None when one could send it, or when that is not known (no live worker, one
+    that does not say)."""
+    from workers.core.provider_keys import unkeyed_provider
+
+    if not fleet.workers or not fleet.endpoints_known:
+        return None
+    missing = []
+    for worker in fleet.reach:
+        if worker.keys is None:
+            return None
+        found = unkeyed_provider(model, worker.api_base, worker.keys)
+        if found is None:
+            return None
+        missing.append(found)
+    if not missing:
+        return None
+    provider, variables = missing[0]
+    return (
+        f"the model {model!r} ({provider}) needs an API key and none of the fleet's "
+        f"{fleet.workers} live worker(s) has one: restart them with ASSAY_API_KEY or "
+        f"{' or '.join(variables)} set, or name a model they have a key for"
+    )
 
 
 API_REASON = (

@@ -1,7 +1,11 @@
 """Run a private redis-server: for `assay up` (embedded local mode) and the tests.
 
-It listens on 127.0.0.1 on a free port, keeps its data in its own folder, and
-is stopped by whoever started it; nothing here touches a Redis it did not start.
+It listens on 127.0.0.1 on a free port (or, given ``socket_path``, on that unix
+socket only), keeps its data in its own folder, and is stopped by whoever started
+it; nothing here touches a Redis it did not start. ``own_session`` (`assay up`) starts
+it in a session of its own, so a Ctrl-C in the terminal reaches only the `assay up`
+that started it, which stops it last, after the processes that use it, instead of the
+terminal's SIGINT killing it under them.
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ class RedisProcess:
     data_dir: Path
     port: int = field(default_factory=free_port)
     appendonly: bool = True
+    socket_path: Path | None = None
+    own_session: bool = False
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        if self.socket_path is not None:
+            return f"unix://{self.socket_path}?db=0"
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> RedisProcess:
@@ -43,12 +51,13 @@ class RedisProcess:
                 "or set ASSAY_REDIS_URL to a Redis you run"
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        listen = ["--port", str(self.port), "--bind", "127.0.0.1"]
+        if self.socket_path is not None:
+            listen = ["--port", "0", "--unixsocket", str(self.socket_path)]
+            listen += ["--unixsocketperm", "700"]
         args = [
             binary,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
+            *listen,
             "--dir",
             str(self.data_dir),
             "--save",
@@ -62,23 +71,38 @@ class RedisProcess:
             "--logfile",
             str(self.data_dir / "redis.log"),
         ]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=self.own_session,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 log = self.data_dir / "redis.log"
                 tail = log.read_text()[-2000:] if log.exists() else ""
                 raise RuntimeError(f"redis-server exited with {self.process.returncode}: {tail}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        return self
-            except OSError:
-                pass
+            if self._answers_ping():
+                return self
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"redis-server did not answer on port {self.port} within {timeout}s")
+        where = self.socket_path or f"port {self.port}"
+        raise RuntimeError(f"redis-server did not answer on {where} within {timeout}s")
+
+    def _answers_ping(self) -> bool:
+        try:
+            if self.socket_path is not None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(0.2)
+                sock.connect(str(self.socket_path))
+            else:
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=0.2)
+            with sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
 
     def stop(self, kill: bool = False) -> None:
         if self.process is None or self.process.poll() is not None:

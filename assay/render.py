@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from assay.commands.fleet_common import iso_utc
 from schemas.report import RunReport, Step
@@ -63,6 +65,61 @@ def make_table(console: Console, *headers: str, **options: Any) -> Table:
     return Table(*headers, box=style, **options)
 
 
+Fit = Literal["kept", "gives", "main"]
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column of a table that keeps one line per row (:func:`line_table`).
+
+    ``fit`` says what happens when a row is longer than the console: a ``kept`` column
+    (a verdict, an age, a count) stays whole; a ``gives`` column (an id, a target, a
+    name) gives way, the widest of them first (rich's own narrowing), its cells cut with
+    an ellipsis; the ``main`` column (a predicate, an explanation, an excerpt) takes
+    what the others leave (a rich column ratio), never under ``least`` characters, cut
+    with an ellipsis. ``most`` caps a ``gives`` column.
+    """
+
+    header: str
+    fit: Fit = "kept"
+    least: int | None = None
+    most: int | None = None
+    justify: Literal["left", "right"] = "left"
+
+
+def line_table(console: Console, *columns: Col, wide: bool = False, **options: Any) -> Table:
+    """A table with one line per row: it fits the console (80 columns when piped) by
+    cutting cells with an ellipsis, never by wrapping them. With ``wide`` nothing is cut:
+    every column is as wide as its longest cell (``fleet_common.stdout_console(wide=True)``
+    is a console as wide as that). Rows go in with :func:`add_line`."""
+    main = any(column.fit == "main" for column in columns)
+    table = make_table(console, expand=main and not wide, **options)
+    for column in columns:
+        flexible = column.fit == "main" and not wide
+        table.add_column(
+            column.header,
+            justify=column.justify,
+            no_wrap=wide or column.fit != "gives",  # rich narrows only wrappable columns
+            overflow="ellipsis",
+            ratio=1 if flexible else None,
+            width=column.least if flexible else None,
+            max_width=None if wide else column.most,
+        )
+    return table
+
+
+def add_line(table: Table, *cells: str) -> None:
+    """A row of rich-markup cells, each kept to one line (cut with an ellipsis, whatever
+    its column allows: see :class:`Col`)."""
+    table.add_row(*(one_line(cell) for cell in cells))
+
+
+def one_line(markup: str) -> Text:
+    text = Text.from_markup(markup, overflow="ellipsis")
+    text.no_wrap = True
+    return text
+
+
 def _short_json(value: Any, limit: int = 80) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -78,8 +135,11 @@ def usage_line(verdict: Verdict) -> str:
     )
 
 
-def render_verdict(verdict: Verdict, console: Console) -> None:
-    """The verdict as a person reads it: headline, explanation, evidence, cost of the run."""
+def render_verdict(verdict: Verdict, console: Console, wide: bool = False) -> None:
+    """The verdict as a person reads it: headline, explanation, evidence, cost of the run.
+
+    The evidence keeps one line per citation at 80 columns (the lookup and the excerpt cut
+    with an ellipsis); ``wide`` shows them whole."""
     label, style = VERDICT_STYLES[verdict.verdict]
     console.print(
         f"[{style}]{label}[/] (exit {verdict.exit_code}) · {safe_markup(verdict.kind)} "
@@ -94,17 +154,27 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
         for finding in verdict.findings:
             console.print(f"  • {safe_markup(finding)}")
     if verdict.evidence:
-        table = make_table(
-            console, "step", "lookup", "ok", "found", "excerpt", show_edge=False, pad_edge=False
+        table = line_table(
+            console,
+            Col("step"),
+            Col("lookup", "gives", most=40),
+            Col("ok"),
+            Col("found"),
+            Col("excerpt", "main", least=20),
+            wide=wide,
+            show_edge=False,
+            pad_edge=False,
         )
         for item in verdict.evidence:
             found = "structured" if item.structured else "yes" if item.verified else "no"
-            table.add_row(
+            arguments = json.dumps(item.arguments, sort_keys=True, separators=(",", ":"))
+            add_line(
+                table,
                 str(item.step),
-                safe_markup(f"{item.tool} {_short_json(item.arguments, 60)}"),
+                safe_markup(f"{item.tool} {arguments}"),
                 "yes" if item.ok else "no",
                 found,
-                safe_markup(item.excerpt),
+                safe_markup(" ".join(item.excerpt.split())),  # an excerpt's lines on one
             )
         console.print(table, soft_wrap=False)
     if verdict.confirmed is not None:
@@ -133,13 +203,16 @@ def step_line(step: Step) -> str:
     return f"[step {step.index}] {step.kind} {head} ({cost})"
 
 
-def render_report(report: RunReport, console: Console) -> None:
-    """Every step of a run, then its verdict (or that it is still waiting)."""
+def render_report(report: RunReport, console: Console, wide: bool = False) -> None:
+    """Every step of a run, one line each (cut with an ellipsis at the console's width;
+    ``wide``: whole), then its verdict (or that it is still waiting)."""
     console.print(f"run {report.run_id} · check {report.check_id} · status {report.status}")
     for step in report.steps:
-        console.print(safe_markup(step_line(step)))
+        console.print(
+            safe_markup(step_line(step)), no_wrap=not wide, overflow="ellipsis", crop=not wide
+        )
     if report.verdict is not None:
-        render_verdict(report.verdict, console)
+        render_verdict(report.verdict, console, wide=wide)
     elif report.wake_at is not None:
         console.print(f"waiting until {iso_utc(report.wake_at)}")
 

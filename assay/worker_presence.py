@@ -13,13 +13,22 @@ commands read those keys before they queue anything:
 
 Key (``P`` = settings.key_prefix)::
 
-    P:worker:{host}:{pid}   string  JSON {"model": str, "api_base": str, "ready": bool,
-                            "at": ISO}; TTL PRESENCE_TTL_SECONDS
+    P:worker:{host}:{pid}   string  JSON {"model": str, "api_base": str, "keys": [str],
+                            "ready": bool, "at": ISO}; TTL PRESENCE_TTL_SECONDS
 
 ``api_base`` ("" for none) is the endpoint a run without its own is sent to: whether
-litellm can route a model name may depend on it (``assay.model_check``). ``ready`` turns
+litellm can route a model name may depend on it (``assay.model_check``). ``keys`` names
+the providers the worker holds an API key for (``workers.core.provider_keys.held_keys``:
+``"*"`` with ``ASSAY_API_KEY``), never a key: a run of a model whose provider no live
+worker has a key for is refused at the door instead of failing on the worker. ``ready`` turns
 true once Celery says the worker consumes the queue (its ``worker_ready`` signal): what
 ``assay up`` waits for before it says the fleet is up.
+
+The announcer's client has little patience (``connect_for_loop``): a Redis that is gone
+fails an announcement within about a second, the worker logs ``redis_unreachable`` then
+and every ``ASSAY_REDIS_OUTAGE_LOG_SECONDS`` until it answers (``RedisOutage``), and a
+stopping worker does not sit out half a minute of retries to delete its key (the key's
+TTL removes it anyway).
 """
 
 from __future__ import annotations
@@ -33,12 +42,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from workers.fleet.redis_client import RedisOutage, lost_connection
+
 PRESENCE_TTL_SECONDS = 30
 REFRESH_SECONDS = 10.0
+OUTAGE_REFRESH_SECONDS = 1.0  # Redis away: try every second, so its return is seen at once
 
 
 def presence_key(key_prefix: str, worker: str) -> str:
     return f"{key_prefix}:worker:{worker}"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Where one live worker sends a run that names no endpoint, and the providers it holds
+    a key for (None: the worker does not say, an older one)."""
+
+    api_base: str | None
+    keys: frozenset[str] | None
 
 
 @dataclass(frozen=True)
@@ -47,6 +68,7 @@ class FleetModels:
 
     ``endpoints`` holds each live worker's ``api_base`` (None: the worker has none);
     ``endpoints_known`` is False when some live worker does not announce it (an older one).
+    ``reach`` holds each worker's endpoint with its keys, for the key check.
     """
 
     workers: int
@@ -54,6 +76,7 @@ class FleetModels:
     endpoints: frozenset[str | None] = frozenset()
     endpoints_known: bool = True
     ready: int = 0  # live workers consuming the queue
+    reach: tuple[Reach, ...] = ()
 
 
 def read_fleet_models(redis: Any, key_prefix: str) -> FleetModels:
@@ -63,6 +86,7 @@ def read_fleet_models(redis: Any, key_prefix: str) -> FleetModels:
     endpoints: set[str | None] = set()
     endpoints_known = True
     ready = 0
+    reach: list[Reach] = []
     bodies = redis.mget(keys) if keys else []
     for body in bodies:
         if not body:
@@ -77,7 +101,12 @@ def read_fleet_models(redis: Any, key_prefix: str) -> FleetModels:
         if model:
             models.add(str(model))
         if "api_base" in announced:
-            endpoints.add(str(announced["api_base"]) or None)
+            endpoint = str(announced["api_base"]) or None
+            endpoints.add(endpoint)
+            held = announced.get("keys")
+            reach.append(
+                Reach(endpoint, frozenset(map(str, held)) if isinstance(held, list) else None)
+            )
         else:
             endpoints_known = False
     return FleetModels(
@@ -86,6 +115,7 @@ def read_fleet_models(redis: Any, key_prefix: str) -> FleetModels:
         endpoints=frozenset(endpoints),
         endpoints_known=endpoints_known,
         ready=ready,
+        reach=tuple(reach),
     )
 
 
@@ -93,12 +123,20 @@ class Announcer:
     """Keeps this worker's presence key alive on a daemon thread until stopped."""
 
     def __init__(
-        self, redis: Any, key_prefix: str, model: str | None, api_base: str | None = None
+        self,
+        redis: Any,
+        key_prefix: str,
+        model: str | None,
+        api_base: str | None = None,
+        outage: RedisOutage | None = None,
+        keys: frozenset[str] = frozenset(),
     ) -> None:
         self.redis = redis
         self.key = presence_key(key_prefix, f"{socket.gethostname()}:{os.getpid()}")
         self.model = model or ""
         self.api_base = api_base or ""
+        self.keys = sorted(keys)
+        self.outage = outage
         self.ready = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="assay-presence", daemon=True)
@@ -108,6 +146,7 @@ class Announcer:
             {
                 "model": self.model,
                 "api_base": self.api_base,
+                "keys": self.keys,
                 "ready": self.ready,
                 "at": datetime.now(UTC).isoformat(),
             }
@@ -122,9 +161,16 @@ class Announcer:
 
     def _loop(self) -> None:
         while True:
-            with contextlib.suppress(Exception):  # Redis away: the next refresh tries again
+            try:
                 self.announce()
-            if self._stop.wait(REFRESH_SECONDS):
+            except Exception as exc:  # Redis away: say so (throttled); the next round tries
+                if self.outage is not None and lost_connection(exc):
+                    self.outage.failed(exc)
+            else:
+                if self.outage is not None:
+                    self.outage.answered()
+            down = self.outage is not None and self.outage.down
+            if self._stop.wait(OUTAGE_REFRESH_SECONDS if down else REFRESH_SECONDS):
                 return
 
     def start(self) -> Announcer:

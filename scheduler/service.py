@@ -61,7 +61,7 @@ from workers.core.metrics import (
     start_metrics_server,
 )
 from workers.fleet.dispatch import Dispatcher
-from workers.fleet.redis_client import connect
+from workers.fleet.redis_client import RedisOutage, connect_for_loop, lost_connection
 from workers.fleet.spend import SpendStore, schedule_ceiling, utc_day
 from workers.fleet.store import VerdictStore
 from workers.fleet.timers import ClaimedTimer, EnqueueClaim, TimerEntry, TimerStore, from_epoch
@@ -71,6 +71,7 @@ _log = structlog.get_logger(__name__)
 CLAIM_BATCH = 200
 RECONCILE_EVERY_SECONDS = 10.0
 SEND_RETRY_SECONDS = 2.0
+OUTAGE_RETRY_SECONDS = 1.0  # Redis away: a round every second until it answers
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,9 @@ class Replica:
         self.hold_seconds = max(1.0, settings.scheduler_lease_seconds / 2)
         self._next_reconcile = 0.0
         self._log = _log.bind(replica=self.replica_id)
+        self.outage = RedisOutage(
+            self._log, settings.redis_url or "", settings.redis_outage_log_seconds
+        )
 
     # --- the loop -----------------------------------------------------------------------
     def run(self, stop_event: threading.Event) -> None:
@@ -146,15 +150,20 @@ class Replica:
         while not stop_event.is_set():
             try:
                 handled = self.tick()
-            except Exception as exc:  # Redis blip: log, back off one tick, carry on
-                self._log.warning("scheduler tick failed", error=str(exc))
+            except Exception as exc:  # Redis away or a blip: say so, back off, carry on
+                if lost_connection(exc):
+                    self.outage.failed(exc)
+                else:
+                    self._log.warning("scheduler tick failed", error=str(exc))
                 self.stats.failing = str(exc) or type(exc).__name__
                 handled = 0
             else:
+                self.outage.answered()
                 self.stats.failing = None
             if handled >= self.claim_batch:
                 continue  # a backlog: claim again at once
-            stop_event.wait(self._sleep_seconds())
+            wait = self._sleep_seconds() if not self.outage.down else OUTAGE_RETRY_SECONDS
+            stop_event.wait(wait)
         self._log.info(
             "scheduler replica stopped",
             claimed=self.stats.claimed,
@@ -455,7 +464,9 @@ def run_replica(
         raise ValueError(
             "no Redis is configured: set ASSAY_REDIS_URL or start local mode with `assay up`"
         )
-    redis = connect(settings.redis_url, fail_fast=fail_fast)
+    # Little patience per command: the loop tries again every round, so a Redis that is
+    # gone fails a round within about a second and the replica says so (RedisOutage).
+    redis = connect_for_loop(settings.redis_url, fail_fast=fail_fast)
     own_sender = sender is None
     active_sender: Sender = sender or FleetSender(settings, fail_fast=fail_fast)
     replica = Replica(settings, redis, active_sender, clock=clock, stats=stats)

@@ -26,4 +26,27 @@ EXIT_CODES: dict[VerdictKind, int] = {
 # mistake "still running" or "no such id" for an answer.
 EXIT_USAGE = 64  # the command line itself was wrong (sysexits EX_USAGE)
 EXIT_UNKNOWN = 66  # no run or check with that id (sysexits EX_NOINPUT)
+EXIT_UNAVAILABLE = 69  # the fleet's Redis or broker is not reachable (sysexits EX_UNAVAILABLE)
+# A bug (an exception nobody caught), or a part of a local fleet or the API that stopped on
+# its own (sysexits EX_SOFTWARE): never Python's 1, which reads as a `false` verdict.
+EXIT_INTERNAL = 70
 EXIT_PENDING = 75  # the run exists but has no verdict yet (sysexits EX_TEMPFAIL)
+EXIT_INTERRUPTED = 130  # Ctrl-C: what a shell reports for SIGINT (128 + 2)
+# What a shell reports for a process killed by SIGPIPE (128 + 13): `assay ... | head -1`
+# once head has gone. Not typer's 1, which a `set -o pipefail` job reads as `false`.
+EXIT_BROKEN_PIPE = 141
+
+EXIT_MEANINGS: dict[int, str] = {
+    0: "true",
+    1: "false",
+    2: "poorly posed",
+    3: "cannot determine",
+    EXIT_USAGE: "usage error",
+    EXIT_UNKNOWN: "no such id",
+    EXIT_UNAVAILABLE: "the fleet's Redis or broker is unreachable",
+    EXIT_INTERNAL: "internal error (a bug, or a local fleet part that stopped)",
+    EXIT_PENDING: "no verdict yet",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_BROKEN_PIPE: "output closed early (a pipe into head)",
+}
+"""Every code an `assay` command exits with, as `assay --help` lists them."""

@@ -10,6 +10,7 @@ import hashlib
 import re
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -162,6 +163,21 @@ class InClusterTarget(BaseModel):
 
 
 Target = Annotated[SnapshotTarget | ContextTarget | InClusterTarget, Field(discriminator="type")]
+
+
+def make_target(
+    *,
+    snapshot: str | None = None,
+    context: str | None = None,
+    kubeconfig: str | None = None,
+) -> Target:
+    """The target named by exactly one of ``snapshot`` (a folder) or ``context``."""
+    if (snapshot is None) == (context is None):
+        raise ValueError("name exactly one target: a snapshot folder or a kubeconfig context")
+    if snapshot is not None:
+        return SnapshotTarget(path=str(Path(snapshot).expanduser().resolve()))
+    assert context is not None
+    return ContextTarget(context=context, kubeconfig=kubeconfig)
 
 
 def new_run_id() -> str:

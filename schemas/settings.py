@@ -137,6 +137,12 @@ class AssaySettings(BaseSettings):
         description="Redis Sentinel broker: the ACL user the sentinels know the password "
         "under (broker_sentinel_password); unset = the default user.",
     )
+    redis_outage_log_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="While the fleet's Redis does not answer, the workers and the scheduler "
+        "log so at once, then every this many seconds, and once when it answers again.",
+    )
     key_prefix: str = Field(default="assay", pattern=r"^[A-Za-z0-9_.-]+$")
     history_limit: int = Field(default=500, ge=1, description="Verdicts kept per check.")
     # --- probes (docs/probes.md) ---------------------------------------------------------

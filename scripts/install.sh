@@ -22,7 +22,7 @@ fi
 if [ "$extra" = "test" ] && ! command -v prometheus-alertmanager >/dev/null 2>&1 \
     && ! command -v alertmanager >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
-    echo "installing prometheus-alertmanager (apt-get)" >&2
+    echo "installing prometheus-alertmanager (apt-get): the alerting tests run a real one" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus-alertmanager >/dev/null
   else
     echo "note: Alertmanager is missing, so its tests will skip (sudo apt-get install prometheus-alertmanager)" >&2

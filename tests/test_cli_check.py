@@ -265,3 +265,29 @@ def test_terminal_control_sequences_from_the_cluster_are_shown_not_obeyed(
     assert result.returncode == 1, result.stderr
     assert "\x1b" not in result.stdout + result.stderr
     assert "\\x1b[1A" in result.stdout  # shown, so the user sees something was there
+
+
+@pytest.mark.parametrize("fast_path", ["true", "false"])  # the direct POST, and litellm's
+def test_a_refused_connection_to_the_endpoint_ends_3_in_three_attempts_with_one_sentence(
+    snapshot: Path, fast_path: str
+) -> None:
+    """Before: a refused connection (nothing listens at --api-base) was retried as a
+    transient fault six times, 44 s of backoff, and the reason was urllib3's repr. Now: two
+    retries (a server restarting is back within them), then 3 and a sentence that says what
+    to do."""
+    from assay.redis_process import free_port
+
+    endpoint = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    result = assay(
+        "check", "--snapshot", str(snapshot), "--model", "openai/served", "--api-base", endpoint,
+        "--json", PREDICATE, env={"ASSAY_LLM_FAST_PATH": fast_path, "ASSAY_LOG_FORMAT": "json"},
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["verdict"] == "cannot_determine"
+    assert verdict["reason"] == (
+        f"nothing answered at the model endpoint {endpoint} (connection refused, 3 attempts): "
+        "start the model server or fix --api-base / ASSAY_API_BASE"
+    )
+    retries = [line for line in result.stderr.splitlines() if '"llm_retry"' in line]
+    assert len(retries) == 2, result.stderr

@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.conftest import EXAMPLES, ROOT, TEST_SNAPSHOT_ROOTS
+from tests.fleet_support import wait_until
 
 ASSAY = str(Path(sys.executable).parent / "assay")
 PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
@@ -443,11 +445,20 @@ def test_ctrl_c_while_waiting_exits_130_and_says_where_the_answer_will_be(
     )  # fmt: skip
     assert process.stderr is not None
     seen = []
-    for line in process.stderr:  # both note that no worker runs, then wait
+    for line in process.stderr:  # both note that no worker runs, then queue and wait
         seen.append(line)
         if "no worker is running yet" in line:
             break
-    time.sleep(1.5)  # past the fan-out of three targets, into the wait
+    db = redis.Redis.from_url(redis_url, decode_responses=True)
+
+    def waiting() -> bool:  # the run is queued, or the batch's fan-out sealed
+        if args[0] == "submit":
+            return bool(db.keys("assay:run:*"))
+        batches = [key for key in db.keys("assay:batch:*") if key.count(":") == 2]
+        return any(db.hget(key, "sealed") == "1" for key in batches)
+
+    assert wait_until(waiting, timeout=60), "".join(seen)
+    time.sleep(0.5)  # into the wait
     process.send_signal(signal.SIGINT)
     _, rest = process.communicate(timeout=60)
     assert process.returncode == 130, "".join(seen) + rest

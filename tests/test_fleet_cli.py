@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tests.fleet_support import (
     PREDICATE,
     ROOT,
     TEST_SNAPSHOT_ROOTS,
+    children_of,
     make_snapshots,
     scripted_worker_env,
     start_worker,
@@ -159,6 +161,10 @@ def test_batch_wait_then_status(
 
 
 def test_up_serves_other_shells_and_stops_cleanly(model: ScriptedModel, tmp_path: Path) -> None:
+    """Ctrl-C in the terminal (SIGINT to `assay up`'s whole process group, as a terminal
+    sends it) stops the scheduler and the worker, then Redis, and exits 130. Before, the
+    terminal's SIGINT also killed the private redis-server (same group), the worker then
+    sat out its Redis retries until `up` killed it 20 s later, and `up` exited 0."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAY_")}
     env.update(
         ASSAY_DATA_DIR=str(tmp_path / "data"),
@@ -172,10 +178,13 @@ def test_up_serves_other_shells_and_stops_cleanly(model: ScriptedModel, tmp_path
     )
     state = tmp_path / "data" / "local.json"
     up = subprocess.Popen(
-        [*ASSAY, "up"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+        [*ASSAY, "up"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        process_group=0,  # a foreground job of its own, as a shell starts it
+    )  # fmt: skip
     try:
-        assert wait_until(state.exists, timeout=30), up.stderr.read1().decode()  # type: ignore[union-attr]
+        assert wait_until(state.exists, timeout=60), up.stderr.read1().decode()  # type: ignore[union-attr]
+        children = children_of(up.pid)  # redis-server, the worker, the scheduler
+        assert len(children) == 3, children
         (folder,) = make_snapshots(tmp_path / "snaps", 1)
         shell = {k: v for k, v in env.items() if k not in ("ASSAY_MODEL", "ASSAY_API_BASE")}
         waited = assay("submit", PREDICATE, "--snapshot", str(folder), "--wait", env=shell)
@@ -184,12 +193,23 @@ def test_up_serves_other_shells_and_stops_cleanly(model: ScriptedModel, tmp_path
         again = subprocess.run([*ASSAY, "up"], env=env, cwd=ROOT, capture_output=True, text=True)
         assert again.returncode == 0 and "already running" in again.stdout, again.stderr
     finally:
-        up.send_signal(signal.SIGINT)
+        pressed = time.monotonic()
+        os.killpg(up.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
         out, err = up.communicate(timeout=60)
-    assert up.returncode == 0, err.decode()
+    took = time.monotonic() - pressed
+    assert up.returncode == 130, err.decode()
+    assert took < 10, f"Ctrl-C took {took:.1f}s: {err.decode()}"  # the old path took 20 s
+    assert [pid for pid in children if Path(f"/proc/{pid}").exists()] == [], "nothing survives"
+    redis_log = (tmp_path / "data" / "redis" / "redis.log").read_text()
+    assert "Received SIGTERM" in redis_log and "Received SIGINT" not in redis_log, redis_log
+    for name in ("worker", "scheduler"):
+        log = (tmp_path / "data" / "logs" / f"{name}.log").read_text(errors="replace")
+        assert "Connection refused" not in log, f"the {name} lost Redis while stopping: {log}"
     assert b"redis" in out and b"worker" in out
     assert not state.exists(), "the state file goes away with the fleet"
     assert (tmp_path / "data" / "redis" / "appendonlydir").is_dir(), "Redis data is kept"
+    again = assay("down", env=env)
+    assert again.returncode == 0 and "nothing running" in again.stdout, again.stderr
 
 
 @pytest.fixture
@@ -273,3 +293,11 @@ def test_demo_runs_the_example_fleet_and_exits_zero() -> None:
     ):
         line = next(line for line in demo.stdout.splitlines() if target in line)
         assert verdict in line, line
+    # Before: no probe and no next step. Now the same question again is answered by the
+    # probes the first runs compiled, with 0 model tokens, and the demo says what to do next.
+    lines = demo.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if "answered by" in line)
+    by_probe = [line.split() for line in lines[header + 1 : header + 4] if "probe v" in line]
+    assert by_probe and all(cells[-1] == "0" for cells in by_probe), demo.stdout
+    assert "Next: ask your own cluster" in demo.stdout
+    assert "assay check --context YOUR-CONTEXT --model" in demo.stdout

@@ -396,6 +396,21 @@ def test_help_has_no_bool_placeholders_or_boxes_and_completion_is_offered() -> N
     assert script.returncode == 0 and "complete" in script.stdout
 
 
+def test_help_lists_every_exit_code_assay_uses() -> None:
+    """Before: `assay --help` left out 70 (a bug), 130 (Ctrl-C) and 141 (a closed pipe),
+    which a CI job or a shell script meets too."""
+    shown = " ".join(assay(None, "--help").stdout.split())
+    codes = {
+        0: "true", 1: "false", 2: "poorly posed", 3: "cannot determine", 64: "usage error",
+        66: "no such id", 69: "unreachable", 70: "internal error", 75: "no verdict yet",
+        130: "interrupted (Ctrl-C)", 141: "output closed early",
+    }  # fmt: skip
+    listed = shown[shown.index("Exit codes:") :]
+    for code, meaning in codes.items():
+        assert f" {code} " in listed and meaning in listed, (code, listed)
+    assert listed.index(" 70 ") < listed.index("internal error") < listed.index(" 75 ")
+
+
 # --- --scripted beside a fleet command --------------------------------------------------------
 
 

@@ -66,3 +66,39 @@ def test_a_failed_install_shows_pips_log_and_exits_1(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "ERROR: no matching distribution" in result.stderr
     assert "installing assay failed" in result.stderr
+
+
+FAKE_APT_GET = '#!/bin/sh\necho "FAKE-APT-GET $*" >&2\n'
+TOOLS = ("bash", "sh", "grep", "tail", "cut", "sleep", "cat", "mkdir", "chmod", "dirname")
+
+
+def test_the_test_script_says_first_that_it_apt_installs_alertmanager(tmp_path: Path) -> None:
+    """Before: `bash scripts/test.sh` said nothing up front of the apt-get install of
+    prometheus-alertmanager it makes as root (its docs named only the test extras), as
+    the demo's install says it adds redis-server. Run on a machine without Alertmanager,
+    with a stand-in apt-get that only says what it was asked."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for script in ("install.sh", "test.sh"):
+        shutil.copy(ROOT / "scripts" / script, repo / "scripts" / script)
+    (repo / "constraints.txt").write_text("")
+    fake_bin = tmp_path / "bin"  # these tools and nothing else: no Alertmanager on PATH
+    fake_bin.mkdir()
+    for tool in TOOLS:
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (fake_bin / tool).symlink_to(found)
+    stand_ins = {"python3": FAKE_PYTHON3, "redis-server": "#!/bin/sh\n",
+                 "apt-get": FAKE_APT_GET, "id": "#!/bin/sh\necho 0\n"}  # fmt: skip
+    for name, body in stand_ins.items():
+        (fake_bin / name).write_text(body)
+        (fake_bin / name).chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(repo / "scripts" / "test.sh")], capture_output=True, text=True,
+        env={**os.environ, "PATH": str(fake_bin)}, timeout=60,
+    )  # fmt: skip
+    lines = result.stderr.splitlines()
+    assert "prometheus-alertmanager via apt-get" in lines[0], result.stderr
+    asked = next(i for i, line in enumerate(lines) if "FAKE-APT-GET install" in line)
+    assert "prometheus-alertmanager" in lines[asked], result.stderr
+    assert any("installing prometheus-alertmanager" in line for line in lines[:asked])

@@ -327,6 +327,44 @@ def test_every_name_refused_without_litellm_is_refused_by_litellm(name: str) -> 
         load_litellm().get_llm_provider(model=name)
 
 
+PRIVATE_ENDPOINTS = (
+    "http://127.0.0.1:8000/v1",
+    "http://[::1]:8000/v1",
+    "http://localhost:11434/v1",
+    "http://vllm:8000/v1",
+    "http://vllm.models.svc:8000/v1",
+    "http://llm.corp.internal/v1",
+)
+
+
+def test_no_endpoint_litellm_routes_by_is_private() -> None:
+    """litellm routes a bare name by its endpoint only at the public hosts it knows
+    (``openai_compatible_endpoints``); the private-endpoint rule holds while none of them is
+    private, which a litellm that adds one would break here rather than in a refusal."""
+    from workers.core.model_names import private_endpoint
+
+    known = list(load_litellm().openai_compatible_endpoints)
+    assert known and [endpoint for endpoint in known if private_endpoint(endpoint)] == []
+    assert all(private_endpoint(endpoint) for endpoint in PRIVATE_ENDPOINTS)
+    assert not private_endpoint("https://api.groq.com/openai/v1")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-._ ", min_size=1, max_size=24),
+    st.sampled_from(PRIVATE_ENDPOINTS),
+)
+def test_every_name_refused_at_a_private_endpoint_is_refused_there_by_litellm(
+    name: str, endpoint: str
+) -> None:
+    from workers.core.model_names import refused_for_certain
+
+    if not refused_for_certain(name, endpoint):
+        return
+    with pytest.raises(Exception):  # noqa: B017 - any refusal is one (unroutable_model's rule)
+        load_litellm().get_llm_provider(model=name, api_base=endpoint)
+
+
 def test_a_typo_is_refused_without_importing_litellm() -> None:
     """Before: `assay check --model nonsense-model` imported litellm to refuse it (13.8 s on
     a busy host; the API 5.2 s). The same sentence now comes from the names alone."""

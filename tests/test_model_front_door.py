@@ -21,10 +21,14 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from assay.worker_presence import presence_key
+from assay.model_check import fleet_model_problem
+from assay.worker_presence import presence_key, read_fleet_models
 from schemas.settings import load_settings
 from tests.api_support import TOKENS, WRITE_TOKEN, auth
-from tests.test_front_door import ALL_SNAPSHOTS, PLAIN, PROD_EU, assay, one_error_line
+from tests.conftest import ROOT
+from tests.fleet_support import stop_process, wait_until
+from tests.test_front_door import ALL_SNAPSHOTS, PLAIN, PROD_EU, assay, env_for, one_error_line
+from workers.core.provider_keys import KEY_VARIABLES
 
 BAD = "nonsense-model"
 GOOD = "openai/scripted"
@@ -114,15 +118,13 @@ def test_eval_refuses_an_unroutable_model_before_any_run(given_by: str, tmp_path
 # --- the endpoint a fleet run uses is the worker's --------------------------------------------
 
 
-def announce(db: redis.Redis, worker: str, **body: str) -> None:
+def announce(db: redis.Redis, worker: str, **body: object) -> None:
     db.set(presence_key("assay", worker), json.dumps({"model": GOOD, **body}), ex=30)
 
 
 def test_the_name_is_checked_at_the_live_workers_endpoints(redis_url: str, db: redis.Redis) -> None:
     """A run without its own api_base goes to its worker's: at Groq's URL litellm routes
     a bare name, so a fleet whose workers use it must not have it refused."""
-    from assay.model_check import fleet_model_problem
-
     settings = load_settings(redis_url=redis_url)
 
     def problem() -> str | None:
@@ -240,3 +242,115 @@ def test_the_python_client_refuses_an_unroutable_model_and_writes_nothing(
         batch_id = fleet.start_batch(PLAIN, snapshots=ALL_SNAPSHOTS, model=GOOD)
     assert db.exists(f"assay:run:{receipt.run_id}")
     assert db.exists(f"assay:batch:{batch_id}")
+
+
+# --- keys: the workers hold them ----------------------------------------------------------------
+
+KEY_VARIABLES_ALL = {name for names in KEY_VARIABLES.values() for name in names}
+KEYED = "openai/gpt-4o-mini"  # a provider that wants a key
+
+
+@pytest.fixture
+def keyless_worker(redis_url: str, tmp_path: Path) -> Iterator[Path]:
+    """A real `assay worker` with no model, no endpoint and no provider key in its
+    environment, as `assay up` without ASSAY_MODEL starts one."""
+    env = {k: v for k, v in env_for(redis_url).items() if k not in KEY_VARIABLES_ALL}
+    log = tmp_path / "worker.log"
+    with log.open("ab") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "assay.cli", "worker", "--concurrency", "2"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        yield log
+    finally:
+        stop_process(worker)
+
+
+def written(db: redis.Redis) -> list[str]:
+    """What a door may write (runs, checks, batches, schedules, the queue), not what the
+    live worker keeps (its presence, kombu's bindings)."""
+    return [k for k in keys(db) if not k.startswith(("_kombu.", "assay:worker:"))]
+
+
+def test_a_model_no_live_worker_holds_a_key_for_is_refused_at_every_door(
+    redis_url: str, db: redis.Redis, keyless_worker: Path
+) -> None:
+    """Before: `submit --model openai/gpt-4o-mini` queued the run, the worker's call failed
+    with the provider's "missing credentials" (InternalServerError 500) and the run ended 3
+    nine seconds later. Now: 64 (CLI) or 422 (API) with one sentence naming the variables
+    to set on the workers, before anything is written."""
+    settings = load_settings(redis_url=redis_url)
+    assert wait_until(lambda: read_fleet_models(db, "assay").workers == 1, 60), (
+        keyless_worker.read_text()[-2000:]
+    )
+    for command in sorted(FLEET_COMMANDS):
+        refused = assay(redis_url, *FLEET_COMMANDS[command], "--model", KEYED)
+        assert refused.returncode == 64, (command, refused.stdout, refused.stderr)
+        line = one_error_line(refused)
+        assert f"the model {KEYED!r} (openai) needs an API key" in line, line
+        assert "ASSAY_API_KEY or OPENAI_API_KEY" in line, line
+    assert written(db) == []
+    from assay.api import create_app
+
+    with TestClient(create_app(load_settings(redis_url=redis_url, api_tokens=TOKENS))) as api:
+        path, body, _ = API_WRITES["evaluations"]
+        answer = api.post(path, json={**body, "model": KEYED}, headers=auth(WRITE_TOKEN))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["details"][0]["type"] == "model_key_missing"
+    assert "OPENAI_API_KEY" in answer.json()["error"]["message"]
+    assert written(db) == []
+    # The run's own endpoint may want no key (a self-hosted server): taken.
+    own = assay(redis_url, *FLEET_COMMANDS["submit"], "--model", KEYED, "--api-base", ENDPOINT)
+    assert own.returncode == 0, own.stderr
+    assert fleet_model_problem(KEYED, None, redis=db, settings=settings) is not None
+
+
+def test_a_worker_that_holds_the_key_or_does_not_say_lets_the_model_through(
+    redis_url: str, db: redis.Redis
+) -> None:
+    settings = load_settings(redis_url=redis_url)
+
+    def problem() -> str | None:
+        return fleet_model_problem(KEYED, None, redis=db, settings=settings)
+
+    assert problem() is None  # no live worker: its keys are unknown, the run waits
+    announce(db, "a:1", api_base="", keys=[])
+    assert problem() is not None
+    announce(db, "b:2", api_base="", keys=["openai"])
+    assert problem() is None
+    db.delete(presence_key("assay", "b:2"))
+    announce(db, "c:3", api_base="", keys=["*"])  # ASSAY_API_KEY
+    assert problem() is None
+    db.delete(presence_key("assay", "c:3"))
+    announce(db, "d:4", api_base=ENDPOINT, keys=[])  # its own server
+    assert problem() is None
+    db.delete(presence_key("assay", "d:4"))
+    announce(db, "e:5", api_base="")  # an older worker that does not say
+    assert problem() is None
+
+
+def test_a_typo_at_the_local_fleet_is_refused_without_loading_litellm_or_celery(
+    redis_url: str, db: redis.Redis
+) -> None:
+    """`assay up --scripted` announces a private endpoint (127.0.0.1): a bare typo there is
+    refused by the rule litellm itself follows, so `submit --model nonsense-model` answers
+    as fast as `check` does. Before: 7-14 s, the import of litellm (3 s and more on a busy
+    host) and of Celery and kombu (the fleet client) before the refusal."""
+    announce(db, "a:1", api_base="http://127.0.0.1:40123/v1")
+    code = (
+        "import sys\n"
+        "from assay.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as exit:\n    code = exit.code\n"
+        "print(code, 'litellm' in sys.modules, 'celery' in sys.modules, file=sys.stderr)\n"
+    )
+    for command in ("submit", "batch"):
+        args = [*FLEET_COMMANDS[command], "--model", BAD]
+        result = subprocess.run(
+            [sys.executable, "-c", code, *args], cwd=ROOT, env=env_for(redis_url),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        *message, summary = result.stderr.strip().splitlines()
+        assert summary.split() == ["64", "False", "False"], result.stderr
+        assert f"the model {BAD!r} at http://127.0.0.1:40123/v1" in message[0], message
+    assert keys(db) == [presence_key("assay", "a:1")]

@@ -237,33 +237,6 @@ def test_a_replica_with_no_redis_says_so_and_exits_69(tmp_path: Path) -> None:
     assert "scheduler replica started" not in _events(log)
 
 
-def test_ctrl_c_twice_stops_a_replica_stuck_on_a_dead_redis_at_once(
-    tmp_path: Path,
-) -> None:
-    """The first Ctrl-C lets the round in progress finish, and says a second one stops at
-    once; the second does, while the round still waits on Redis' retries (exit 130)."""
-    from assay.redis_process import RedisProcess
-
-    server = RedisProcess(data_dir=tmp_path / "redis").start()
-    log = tmp_path / "scheduler.log"
-    replica = start_scheduler(worker_env(server.url, **FAST_SCHEDULER), log)
-    try:
-        assert wait_until(lambda: "scheduler replica started" in _events(log), timeout=60)
-        server.stop(kill=True)
-        time.sleep(1.0)  # a round is now waiting on Redis' retries (about 30 s of them)
-        replica.send_signal(signal.SIGINT)
-        assert wait_until(lambda: "scheduler stopping" in _events(log), timeout=10)
-        assert replica.poll() is None, "the first Ctrl-C waits for the round in progress"
-        replica.send_signal(signal.SIGINT)
-        assert replica.wait(timeout=10) == 130
-    finally:
-        stop_process(replica)
-        server.stop()
-    events = _events(log)
-    assert events.index("scheduler stopping") < events.index("scheduler stopping now")
-    assert "a second signal stops at once" in log.read_text()
-
-
 def test_a_signal_while_rounds_fail_stops_the_replica_at_once() -> None:
     """While Redis is away the round in progress holds nothing a lease does not return:
     one Ctrl-C stops at once (the command then exits 69, saying Redis did not answer)."""

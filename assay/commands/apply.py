@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from assay.commands.fleet_common import ERROR_PREFIX, dump_json, fail, fleet_client
+from assay.commands.fleet_common import ERROR_PREFIX, WideOpt, dump_json, fail, fleet_client
 from schemas.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -195,9 +195,10 @@ def get_checks(
     output: OutputOpt = "table",
     source: GetSourceOpt = None,
     base: BaseOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Declared checks (made by `assay apply`)."""
-    _get("checks", names or [], output, source, base or Path.cwd())
+    _get("checks", names or [], output, source, base or Path.cwd(), wide)
 
 
 @get_app.command("schedules")
@@ -206,12 +207,15 @@ def get_schedules(
     output: OutputOpt = "table",
     source: GetSourceOpt = None,
     base: BaseOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Schedules, whether made by `assay apply`, `assay schedule add` or the API."""
-    _get("schedules", names or [], output, source, base or Path.cwd())
+    _get("schedules", names or [], output, source, base or Path.cwd(), wide)
 
 
-def _get(kind: str, names: list[str], output: str, source: str | None, base: Path) -> None:
+def _get(
+    kind: str, names: list[str], output: str, source: str | None, base: Path, wide: bool
+) -> None:
     from assay.apply import as_yaml, portable, stored_documents
     from scheduler.schedules import ScheduleStore
     from workers.fleet.check_definitions import CheckDefinitionStore
@@ -238,26 +242,25 @@ def _get(kind: str, names: list[str], output: str, source: str | None, base: Pat
     if output == "json":
         print(dump_json(documents))
         return
-    _table(kind, documents)
+    _table(kind, documents, wide)
 
 
-def _table(kind: str, documents: list[dict[str, Any]]) -> None:
+def _table(kind: str, documents: list[dict[str, Any]], wide: bool) -> None:
     from rich.markup import escape
 
     from assay.apply import evaluated
     from assay.commands.fleet_common import stdout_console
-    from assay.render import make_table
+    from assay.render import Col, add_line, line_table
     from schemas.declarative import SOURCE_LABEL
 
     if not documents:
         print(f"no {kind} yet; declare some in a file and `assay apply -f FILE`")
         return
-    console = stdout_console()
-    table = make_table(console, "name", "source", "when", "targets", "predicate")
-    for column in table.columns:  # one line per object, as the fleet's other tables
-        column.no_wrap = True
-        column.overflow = "ellipsis"
-        column.max_width = 30
+    console = stdout_console(wide)
+    table = line_table(  # one line per object, as the fleet's other tables
+        console, Col("name", "gives"), Col("source", "gives"), Col("when", "gives"),
+        Col("targets", "gives"), Col("predicate", "main", least=20), wide=wide,
+    )  # fmt: skip
     for document in documents:
         spec = document["spec"]
         labels = document["metadata"].get("labels") or {}
@@ -277,7 +280,7 @@ def _table(kind: str, documents: list[dict[str, Any]]) -> None:
             where,
             evaluated(spec),
         ]
-        table.add_row(*(escape(str(cell)) for cell in cells))
+        add_line(table, *(escape(str(cell)) for cell in cells))
     console.print(table, soft_wrap=False)
 
 

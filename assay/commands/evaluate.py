@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from assay import command_clock
+from assay.commands.fleet_common import WideOpt, stdout_console
 from assay.commands.options import (
     ApiBaseOpt,
     ContextOpt,
@@ -90,10 +91,13 @@ def check(
     output_format_: FormatOpt = "text",
     trace: TraceOpt = False,
     scripted: ScriptedOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Decide whether PREDICATE holds. Exit 0 true, 1 false, 2 poorly posed, 3 cannot determine."""
     flags = EngineFlags(model, api_base, max_iterations, max_tokens, timeout, max_cost, profile)
     output = output_format(output_format_, json_output)
+    if wide and output == "text":
+        output = "wide"  # the text, with the evidence's lookups and excerpts whole
     raise typer.Exit(_run("check", predicate, snapshot, context, flags, output, trace, scripted))
 
 
@@ -351,17 +355,15 @@ def _end_at(instant: float) -> None:
 
 def _print_result(kind: str, report: RunReport, output: str) -> None:
     """stdout: the Verdict JSON (--json), JUnit XML (--format junit), the query answer JSON,
-    or the rendered verdict.
+    or the rendered verdict (``wide``: its evidence whole, not cut to the terminal).
 
     ``report`` is already scrubbed (see assay/output_scrubbing.py)."""
     import json
 
-    from rich.console import Console
-
     from assay.render import query_summary, render_answer, render_verdict
 
     verdict = report.verdict
-    console = Console(highlight=False, soft_wrap=True)
+    console = stdout_console(wide=output == "wide")
     if kind == "query":
         if output == "json":  # the answer JSON: {success, summary, findings, tools_used, ...}
             print(json.dumps(query_summary(report), indent=2))
@@ -374,7 +376,7 @@ def _print_result(kind: str, report: RunReport, output: str) -> None:
 
         sys.stdout.write(junit.render([junit.case_of(verdict, report.request.text)], "assay check"))
     elif verdict is not None:
-        render_verdict(verdict, console)
+        render_verdict(verdict, console, wide=output == "wide")
 
 
 def _configure_logging(settings: AssaySettings) -> None:

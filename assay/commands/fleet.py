@@ -29,12 +29,12 @@ from assay.commands.fleet_common import (
     KubeconfigOpt,
     WideOpt,
     dump_json,
+    expand_id,
     fail,
     fleet_client,
     iso_utc,
     note,
-    require_model,
-    require_routable_model,
+    require_runnable,
     stdout_console,
     still_pending,
 )
@@ -118,13 +118,13 @@ def submit(
     max_cost: FleetMaxCostOpt = None,
     profile: ProfileOpt = None,
     probe: ProbeOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Queue PREDICATE on the fleet and print its run id (--wait: the verdict, and exit with it)."""
     from pydantic import ValidationError
 
-    from assay.client import WaitTimeout, make_target
     from scheduler.when import WhenError
-    from schemas.request import EvaluationRequest
+    from schemas.request import EvaluationRequest, make_target
 
     require_one_target(snapshot, context)
     check_text(predicate)
@@ -162,11 +162,11 @@ def submit(
         detail = validation_detail(exc)
         raise typer.BadParameter(f"the predicate cannot be submitted: {detail}") from None
 
+    text = request.text if request.kind == "check" else None
+    require_runnable(settings, request.model, request.api_base, text)
+    from assay.client import WaitTimeout  # Celery and kombu: after the quick refusals
+
     with fleet_client(settings) as client:
-        require_model(client, request.model, request.text if request.kind == "check" else None)
-        require_routable_model(
-            client.store.client, client.settings, request.model, request.api_base
-        )
         known = client.run_state(request.run_id) if run_id else None  # a chosen id may be taken
         receipt = client.submit_request(request)
         if known is not None:
@@ -191,7 +191,7 @@ def submit(
                 f"verdict with `assay verdict {receipt.run_id}`",
                 EXIT_INTERRUPTED,
             )
-    _show_verdict(verdict, json_output)
+    _show_verdict(verdict, json_output, wide)
     raise typer.Exit(verdict.exit_code)
 
 
@@ -212,13 +212,13 @@ def _note_known_run(request: EvaluationRequest, known: RunProgress) -> None:
     )
 
 
-def _show_verdict(verdict: Any, json_output: bool) -> None:
+def _show_verdict(verdict: Any, json_output: bool, wide: bool = False) -> None:
     from assay.render import render_verdict
 
     if json_output:
         print(dump_json(verdict))
     else:
-        render_verdict(verdict, stdout_console())
+        render_verdict(verdict, stdout_console(wide), wide=wide)
 
 
 # --- verdict / run ------------------------------------------------------------------------------
@@ -228,7 +228,9 @@ def verdict(
     id_: Annotated[
         str,
         typer.Argument(
-            metavar="ID", help="A run id or a check id.", callback=id_checker("run or check id")
+            metavar="ID",
+            help="A run id or a check id, or any unique prefix of one.",
+            callback=id_checker("run or check id", lookup=True),
         ),
     ],
     history: Annotated[
@@ -237,19 +239,16 @@ def verdict(
     json_output: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Show the verdict of run or check ID; exit with its code (75 pending, 66 unknown)."""
+    """Show the verdict of run or check ID; exit with its code (75 pending, 66 unknown).
+
+    ID may be any unique prefix of a run or check id (a table's cut id, ellipsis or not)."""
     with fleet_client() as client:
-        state = client.run_state(id_)
-        if state is not None:
-            check_id, latest = state.check_id, client.store.run_verdict(id_)
-        else:
-            check_id, latest = id_, client.store.latest_verdict(id_)
-            if latest is None:
-                state = client.pending_run_of_check(id_)
-            if latest is None and state is None:
-                fail(
-                    f"no run or check has id {id_!r}; list checks with `assay checks`", EXIT_UNKNOWN
-                )
+        found = _run_or_check(client, id_)
+        if found is None and (expanded := expand_id(client.store, id_, ("run", "check"))):
+            found = _run_or_check(client, expanded[1])
+        if found is None:
+            fail(f"no run or check has id {id_!r}; list checks with `assay checks`", EXIT_UNKNOWN)
+        state, check_id, latest = found
         due = client.due_at(state.run_id) if latest is None and state is not None else None
         past = client.history(check_id, history) if history else None
     if past is not None:
@@ -260,7 +259,7 @@ def verdict(
         else:
             render_history(past, stdout_console(wide), wide=wide)
     elif latest is not None:
-        _show_verdict(latest, json_output)
+        _show_verdict(latest, json_output, wide)
     elif json_output and state is not None:
         print(dump_json(state))
     if latest is None:
@@ -273,15 +272,33 @@ def verdict(
     raise typer.Exit(latest.exit_code)
 
 
+def _run_or_check(client: Any, id_: str) -> tuple[Any, str, Any] | None:
+    """(run state, check id, latest verdict) of run or check ``id_`` as given; None when
+    neither is stored (nor a check with a run pending)."""
+    state = client.run_state(id_)
+    if state is not None:
+        return state, state.check_id, client.store.run_verdict(id_)
+    latest = client.store.latest_verdict(id_)
+    if latest is None:
+        state = client.pending_run_of_check(id_)
+    if latest is None and state is None:
+        return None
+    return state, id_, latest
+
+
 def run(
     run_id: Annotated[
         str,
-        typer.Argument(help="The run id `assay submit` printed.", callback=id_checker("run id")),
+        typer.Argument(
+            help="The run id `assay submit` printed, or any unique prefix of it.",
+            callback=id_checker("run id", lookup=True),
+        ),
     ],
     json_output: Annotated[
         bool,
         typer.Option("--json", help="Print the run as GET /v1/runs/RUN_ID returns it."),
     ] = False,
+    wide: WideOpt = False,
 ) -> None:
     """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown).
 
@@ -292,6 +309,9 @@ def run(
 
     with fleet_client() as client:
         state = client.run_state(run_id)
+        if state is None and (expanded := expand_id(client.store, run_id, ("run",))):
+            run_id = expanded[1]
+            state = client.run_state(run_id)
         try:
             report = client.run_report(run_id)
         except UnreadableReport as exc:  # the verdict is kept apart from the report: show it
@@ -302,7 +322,7 @@ def run(
             if json_output:
                 print(dump_json(_run_view(state, None, verdict, report_error=str(exc))))
             elif verdict is not None:
-                _show_verdict(verdict, json_output=False)
+                _show_verdict(verdict, json_output=False, wide=wide)
             raise typer.Exit(verdict.exit_code if verdict is not None else EXIT_UNKNOWN) from exc
         due = client.due_at(run_id) if state is not None and report is None else None
     if state is None and report is None:
@@ -310,7 +330,7 @@ def run(
     if json_output:
         print(dump_json(_run_view(state, report)))
     elif report is not None:
-        render_report(report, stdout_console())
+        render_report(report, stdout_console(wide), wide=wide)
     else:
         assert state is not None
         print(f"run {run_id} · check {state.check_id} · status {state.status}")
@@ -527,6 +547,9 @@ def worker(
         # Mingle asks the other workers for their revoked task ids and waits a second for
         # answers at every start; assay revokes nothing (a run's state is in the store).
         "--without-mingle",
+        # Gossip listens to the other workers' events (clock sync, leader election), which
+        # assay uses for nothing; on a lost broker it only adds a traceback to the log.
+        "--without-gossip",
     ]
     try:
         app.worker_main(argv + ([f"--hostname={hostname}"] if hostname else []))
@@ -585,7 +608,8 @@ def _announce(settings: Any) -> Any:
 
     from assay.worker_presence import Announcer
     from workers.core.logs import configure_logging
-    from workers.fleet.redis_client import connect
+    from workers.core.provider_keys import held_keys
+    from workers.fleet.redis_client import RedisOutage, connect_for_loop
 
     configure_logging(settings)
     if not settings.model:
@@ -596,8 +620,18 @@ def _announce(settings: Any) -> Any:
         )
     from celery import signals
 
-    redis = connect(settings.redis_url)
-    announcer = Announcer(redis, settings.key_prefix, settings.model, settings.api_base)
+    redis = connect_for_loop(settings.redis_url)
+    outage = RedisOutage(
+        structlog.get_logger("assay.worker"), settings.redis_url, settings.redis_outage_log_seconds
+    )
+    announcer = Announcer(
+        redis,
+        settings.key_prefix,
+        settings.model,
+        settings.api_base,
+        outage,
+        keys=held_keys(settings),  # which providers it has a key for, never a key
+    )
     signals.worker_ready.connect(announcer.mark_ready, weak=False)
     return announcer.start()
 

@@ -34,12 +34,12 @@ from assay.commands.fleet_common import (
     KubeconfigOpt,
     WideOpt,
     dump_json,
+    expand_id,
     fail,
     fleet_client,
     iso_utc,
     note,
-    require_model,
-    require_routable_model,
+    require_runnable,
     stdout_console,
 )
 from assay.commands.options import (
@@ -135,7 +135,7 @@ def batch(
         typer.Argument(
             metavar="PREDICATE | status [BATCH_ID] | results [BATCH_ID]",
             help="The predicate to fan out, or `status` / `results` of a batch (no id: the "
-            "newest batch).",
+            "newest batch; any unique prefix of an id will do).",
         ),
     ],
     contexts: Annotated[
@@ -221,7 +221,7 @@ def batch(
     if junit_output:
         output = "junit"
     if len(args) == 2 and args[0] in SUBCOMMANDS:
-        batch_id = id_checker("batch id")(args[1])
+        batch_id = id_checker("batch id", lookup=True)(args[1])
         assert batch_id is not None
         raise typer.Exit(_existing(args[0], batch_id, output, wide))
     if len(args) == 1 and args[0] in SUBCOMMANDS and contexts is None and snapshots is None:
@@ -244,16 +244,15 @@ def batch(
         max_tokens_total, max_cost_total, tokens_flag="--max-tokens-total",
         cost_flag="--max-cost-total",
     )  # fmt: skip
-    from pydantic import ValidationError
+    settings = settings_or_usage()
+    require_runnable(settings, flags.model, flags.api_base, args[0])
+    from pydantic import ValidationError  # the fan-out's machinery: after the quick refusals
 
     from assay.submission import EmptyBatch, fanout_notes
     from workers.fleet.store import BatchClosed
     from workers.fleet.targets import TargetGlobError
 
-    settings = settings_or_usage()
     with fleet_client(settings) as client:
-        require_model(client, flags.model, args[0])
-        require_routable_model(client.store.client, client.settings, flags.model, flags.api_base)
         try:
             batch_id = client.start_batch(
                 args[0],
@@ -341,6 +340,9 @@ def _existing(what: str, batch_id: str | None, output: Output, wide: bool = Fals
             if output == "table":
                 print(f"latest batch: {batch_id}", file=sys.stderr)
         status = client.batch_status(batch_id)
+        if status is None and (expanded := expand_id(client.store, batch_id, ("batch",))):
+            batch_id = expanded[1]  # a unique prefix of one (assay.id_prefixes)
+            status = client.batch_status(batch_id)
         if status is None:
             fail(f"no batch has id {batch_id!r}; check the id `assay batch` printed", EXIT_UNKNOWN)
         if output == "junit":

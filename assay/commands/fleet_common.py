@@ -1,7 +1,8 @@
 """What the fleet commands share: options, the client with its errors, exit codes.
 
-Exit codes outside the verdict's 0-3: 64 wrong command line, 66 no such id,
-69 the fleet's Redis or broker cannot be reached, 75 no verdict yet.
+Exit codes outside the verdict's 0-3 (``schemas.exit_codes``, all listed by `assay --help`):
+64 wrong command line, 66 no such id, 69 the fleet's Redis or broker cannot be reached,
+70 internal error, 75 no verdict yet, 130 Ctrl-C, 141 output closed early.
 """
 
 from __future__ import annotations
@@ -11,21 +12,21 @@ from __future__ import annotations
 # `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from assay.commands.options import ID_HELP, id_checker, settings_or_usage
-from schemas.exit_codes import EXIT_PENDING
+from schemas.exit_codes import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the commands' names
+from schemas.exit_codes import EXIT_PENDING, EXIT_UNAVAILABLE
 
 if TYPE_CHECKING:
     from assay.client import Client
+    from assay.id_prefixes import IdKind
     from schemas.settings import AssaySettings
 
-EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE: the fleet's Redis or broker is not reachable
-EXIT_INTERRUPTED = 130  # Ctrl-C, what a shell reports for SIGINT (never a verdict code)
 ERROR_PREFIX = "assay: error: "
 
 CheckIdOpt = Annotated[
@@ -40,7 +41,9 @@ WideOpt = Annotated[
     bool,
     typer.Option(
         "--wide/--narrow",
-        help="Full ids and every column (wider than 80 characters); default: fit 80 columns.",
+        help="Full ids and every column, nothing cut (wider than 80 characters); default: "
+        "one line per row within the terminal (80 columns piped), cut ids still taken back "
+        "as prefixes.",
     ),
 ]
 KubeconfigOpt = Annotated[
@@ -81,6 +84,18 @@ def still_pending(message: str) -> NoReturn:
     raise typer.Exit(EXIT_PENDING)
 
 
+def expand_id(store: Any, prefix: str, kinds: Sequence[IdKind]) -> tuple[IdKind, str] | None:
+    """The one stored id of ``kinds`` a prefix stands for (``assay.id_prefixes``), None when
+    none; several: exit 64 with one sentence naming them."""
+    from assay.id_prefixes import AmbiguousId, expand
+    from schemas.exit_codes import EXIT_USAGE
+
+    try:
+        return expand(store, prefix, kinds)
+    except AmbiguousId as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
 def require_reachable(url: str) -> None:
     """Exit 69 within about two seconds, with one sentence, when the fleet's Redis is away.
 
@@ -103,29 +118,62 @@ NO_MODEL = (
 )
 
 
-def require_model(client: Client, model: str | None, text: str | None = None) -> None:
+def require_model(
+    redis: Any,
+    settings: AssaySettings,
+    model: str | None,
+    text: str | None = None,
+    *,
+    waiting_note: bool = True,
+) -> None:
     """Refuse (64) a run no live worker could evaluate: no --model and no worker has one.
 
-    With no live worker at all the run is queued and waits; a note says so. A predicate that
-    names an imported policy (``policy:NAME``, ``policy-set:NAME``) needs no model: it must
-    name a stored policy or set instead (66 otherwise).
+    With no live worker at all the run is queued and waits; a note says so (``waiting_note``).
+    A predicate that names an imported policy (``policy:NAME``, ``policy-set:NAME``) needs
+    no model: it must name a stored policy or set instead (66 otherwise).
     """
     from assay.worker_presence import read_fleet_models
     from schemas.exit_codes import EXIT_USAGE
 
-    if text is not None and require_policy(client.store.client, client.settings, text):
+    if text is not None and require_policy(redis, settings, text):
         return
     if model:
         return
-    fleet = read_fleet_models(client.store.client, client.settings.key_prefix)
+    fleet = read_fleet_models(redis, settings.key_prefix)
     if fleet.models:
         return
     if fleet.workers:
         fail(NO_MODEL.format(workers=fleet.workers), EXIT_USAGE)
-    note(
-        "no worker is running yet: the run waits in the queue until one starts "
-        "(`assay up`, or `assay worker` with ASSAY_MODEL set)"
-    )
+    if waiting_note:
+        note(
+            "no worker is running yet: the run waits in the queue until one starts "
+            "(`assay up`, or `assay worker` with ASSAY_MODEL set)"
+        )
+
+
+def require_runnable(
+    settings: AssaySettings, model: str | None, api_base: str | None, text: str | None
+) -> None:
+    """Refuse a run no live worker could evaluate before the fleet client is loaded.
+
+    Why first: the client brings Celery and kombu, seconds of imports on a busy host,
+    and a typo in --model or a key no worker holds is known from Redis alone (the
+    workers' announcements), so the refusal comes as fast as `assay check`'s. One
+    quick connection (69 within seconds when Redis is away); then :func:`require_model`
+    and :func:`require_routable_model`.
+    """
+    from assay.local_mode import require_redis_url
+    from workers.fleet.redis_client import FleetNotConfigured, RedisUnreachable, connect
+
+    try:
+        redis = connect(require_redis_url(settings), fail_fast=True)
+    except (FleetNotConfigured, RedisUnreachable) as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+    try:
+        require_model(redis, settings, model, text)
+        require_routable_model(redis, settings, model, api_base)
+    finally:
+        redis.close()
 
 
 def require_policy(redis: Any, settings: AssaySettings, text: str) -> bool:
@@ -154,10 +202,11 @@ def require_policy(redis: Any, settings: AssaySettings, text: str) -> bool:
 def require_routable_model(
     redis: Any, settings: AssaySettings, model: str | None, api_base: str | None = None
 ) -> None:
-    """Refuse (64) a --model no worker could route, before anything is queued or stored.
+    """Refuse (64) a --model no worker could route, or whose provider no live worker holds
+    a key for, before anything is queued or stored.
 
-    The message is `assay check`'s (``workers.core.llm.unroutable_model``); which endpoint
-    the name is checked at is ``assay.model_check``'s to say.
+    The routing message is `assay check`'s (``workers.core.llm.unroutable_model``); which
+    endpoint the name is checked at, and the keys, are ``assay.model_check``'s to say.
     """
     from assay.model_check import fleet_model_problem
 

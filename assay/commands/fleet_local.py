@@ -3,13 +3,20 @@
 `assay up` runs a private redis-server under the data dir (or uses
 ASSAY_REDIS_URL), a worker and, when installed, a scheduler replica, waits until
 the worker consumes the queue, prints where they are and stays in the foreground
-until Ctrl-C, then stops them all. A second `assay up` while one runs says so and
-exits 0: the fleet asked for is up.
+until Ctrl-C (exit 130) or SIGTERM (`assay down`; exit 0), then stops them all:
+the scheduler and the worker, then Redis. Each child runs in a session of its own,
+so the terminal's SIGINT reaches `assay up` only, never Redis under a stopping
+worker. A second Ctrl-C while they stop kills what is left. A second `assay up`
+while one runs says so and exits 0: the fleet asked for is up; `assay down` with
+none running says so and exits 0 too.
 
 `assay demo` does the same in a temporary folder with the bundled SCRIPTED
 model (a replay of examples/scripts/demo.yaml, not an LLM), fans the demo
-predicate out over examples/snapshots/*, prints the verdict table and shuts
-everything down. It exits 0 when every example cluster got a verdict.
+predicate out over examples/snapshots/*, prints the verdict table, then asks the
+same again: the checks whose run compiled a probe are now answered by it, with 0
+model tokens, which a second table shows. It ends with the next step a newcomer
+takes (their own cluster, a real model) and shuts everything down. It exits 0 when
+every example cluster got a verdict both times.
 """
 
 from __future__ import annotations
@@ -30,19 +37,59 @@ from assay.commands.fleet_batch import show_batch, wait_with_progress
 from assay.commands.fleet_common import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, fail
 from assay.commands.options import settings_or_usage
 from assay.redis_process import RedisNotInstalled
+from schemas.exit_codes import EXIT_INTERNAL
 from workers.core.shown_urls import shown_url
 
 if TYPE_CHECKING:
     from assay.local_mode import LocalFleet
 
-EXIT_SOFTWARE = 70  # sysexits EX_SOFTWARE: a part of the local fleet stopped on its own
 DEMO_PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
 DEMO_TIMEOUT_SECONDS = 180.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+class StopRequested(KeyboardInterrupt):
+    """SIGINT or SIGTERM while a local fleet runs: stop it, then exit for that signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """130 for Ctrl-C, as a shell reports it; 0 for SIGTERM, the stop asked for."""
+        return EXIT_INTERRUPTED if self.signum == signal.SIGINT else 0
+
+
+def _raise_stop(signum: int, frame: Any) -> None:
+    raise StopRequested(signum)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stop_on_signals() -> None:
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _raise_stop)
+
+
+def _stop_fleet(fleet: LocalFleet, model: Any = None) -> None:
+    """Stop the fleet (and the scripted model); a second Ctrl-C or SIGTERM meanwhile kills
+    what is still running instead of leaving it behind."""
+    import threading
+
+    hurry = threading.Event()
+
+    def hurry_up(signum: int, frame: Any) -> None:
+        if not hurry.is_set():
+            print("stopping now: killing what still runs", file=sys.stderr, flush=True)
+        hurry.set()
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, hurry_up)
+    fleet.stop(hurry=hurry)
+    if model is not None:
+        model.stop()
 
 
 def _start(fleet: LocalFleet) -> None:
@@ -109,21 +156,20 @@ def up(
         concurrency=concurrency,
         extra_env=extra_env,
     )
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    _stop_on_signals()
     try:
         _start(fleet)
         problem = fleet.wait_until_ready(settings.key_prefix, WORKER_READY_SECONDS)
+    except StopRequested as stop:
+        _stop_fleet(fleet, model)
+        raise typer.Exit(stop.exit_code) from None
     except BaseException:
-        fleet.stop()
-        if model is not None:
-            model.stop()
+        _stop_fleet(fleet, model)
         raise
     if problem is not None:
         print(f"assay: error: the local fleet did not start: {problem}", file=sys.stderr)
         print(_tail(fleet.log_path("worker")), file=sys.stderr)
-        fleet.stop()
-        if model is not None:
-            model.stop()
+        _stop_fleet(fleet, model)
         raise typer.Exit(EXIT_UNAVAILABLE)
     fleet.write_state(state_file)  # other shells, `assay api` and `assay down` find it
     print(
@@ -135,21 +181,21 @@ def up(
     for name, child in fleet.children.items():
         print(f"{name:<9} pid {child.pid}  (log {fleet.log_path(name)})")
     print("other shells find this fleet automatically; Ctrl-C stops everything", flush=True)
-    code = 0
+    code = EXIT_INTERNAL
     try:
         while not (stopped := fleet.exited()):
-            time.sleep(0.5)
+            time.sleep(0.2)
         for name, exit_code in stopped.items():
             print(f"assay: error: the {name} stopped with exit code {exit_code}:", file=sys.stderr)
             print(_tail(fleet.log_path(name)), file=sys.stderr)
-        code = EXIT_SOFTWARE
-    except KeyboardInterrupt:
-        print("stopping the local fleet", file=sys.stderr)
+    except StopRequested as stop:
+        print("stopping the local fleet (the scheduler and the worker, then Redis)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        code = stop.exit_code
     finally:
-        fleet.stop()
-        if model is not None:
-            model.stop()
+        _stop_fleet(fleet, model)
         state_file.unlink(missing_ok=True)
+    print("stopped the local fleet", file=sys.stderr)
     raise typer.Exit(code)
 
 
@@ -224,7 +270,8 @@ def down(
         float, typer.Option("--timeout", min=1, help="Seconds to wait for it to stop.")
     ] = 30.0,
 ) -> None:
-    """Stop the local fleet `assay up` started (in another shell or with --detach)."""
+    """Stop the local fleet `assay up` started (in another shell or with --detach); with none
+    running, say so and exit 0 (what was asked for is the case)."""
     import json
     import os
 
@@ -232,10 +279,15 @@ def down(
 
     settings = settings_or_usage()
     path = state_path(settings)
-    if discover_redis_url(settings.model_copy(update={"redis_url": None})) is None:
-        fail("no local fleet is running here (nothing to stop)", EXIT_UNAVAILABLE)
-    pid = int(json.loads(path.read_text())["pid"])
-    os.kill(pid, signal.SIGTERM)
+    nothing = f"nothing running: no local fleet is running here ({path.parent})"
+    try:
+        if discover_redis_url(settings.model_copy(update={"redis_url": None})) is None:
+            raise ProcessLookupError
+        pid = int(json.loads(path.read_text())["pid"])
+        os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, OSError, ValueError, KeyError):  # gone meanwhile
+        print(nothing)
+        raise typer.Exit(0) from None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # `up` removes its state file once all is stopped
         try:
@@ -246,7 +298,7 @@ def down(
             break
         time.sleep(0.2)
     else:
-        fail(f"the local fleet (pid {pid}) is still stopping after {timeout:g}s", EXIT_SOFTWARE)
+        fail(f"the local fleet (pid {pid}) is still stopping after {timeout:g}s", EXIT_INTERNAL)
     print(f"stopped the local fleet (pid {pid})")
 
 
@@ -290,8 +342,8 @@ def demo(
             "snapshot_roots": str(REPO_ROOT / "examples" / "snapshots"),
         },
     )
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    code = EXIT_SOFTWARE
+    _stop_on_signals()
+    code = EXIT_INTERNAL
     try:
         _start(fleet)
         print(
@@ -307,21 +359,28 @@ def demo(
             }
         )
         with Client(demo_settings) as client:
-            batch_id = client.start_batch(DEMO_PREDICATE, snapshots=snapshots)
-            print(f"batch {batch_id}: {DEMO_PREDICATE!r} over {snapshots}", file=sys.stderr)
             try:
-                status = wait_with_progress(client, batch_id, DEMO_TIMEOUT_SECONDS)
+                status = _demo_batch(client, snapshots)
+                show_batch(client, status, json_output=False)
+                print(
+                    "\nThe same question again. A check whose run proposed a probe (its "
+                    "lookups and a CEL expression, kept once it reproduced the verdict) is "
+                    "now answered by it, without the model:",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                again = _demo_batch(client, snapshots)
             except WaitTimeout as exc:
                 print(f"assay: error: the demo did not finish: {exc}", file=sys.stderr)
                 print(_tail(fleet.log_path("worker")), file=sys.stderr)
             else:
-                show_batch(client, status, json_output=False)
+                _show_answered_by(client, again)
+                print(DEMO_NEXT_STEP)
                 code = 0
-    except KeyboardInterrupt:
+    except StopRequested:
         code = EXIT_INTERRUPTED
     finally:
-        fleet.stop()
-        model.stop()
+        _stop_fleet(fleet, model)
         if keep_logs:
             print(f"demo logs kept in {folder}", file=sys.stderr)
         else:
@@ -329,6 +388,43 @@ def demo(
 
             shutil.rmtree(folder, ignore_errors=True)
     raise typer.Exit(code)
+
+
+DEMO_NEXT_STEP = f"""
+Next: ask your own cluster, with a real model (the scripted one knows only this predicate):
+  export ASSAY_API_KEY=...          # your provider's key
+  assay check --context YOUR-CONTEXT --model openai/gpt-4o-mini "{DEMO_PREDICATE}"
+Then keep it checked: `assay up` in one terminal, `assay schedule add` in another
+(docs/fleet.md, docs/scheduler.md); what a probe is: docs/probes.md."""
+
+
+def _demo_batch(client: Any, snapshots: str) -> Any:
+    batch_id = client.start_batch(DEMO_PREDICATE, snapshots=snapshots)
+    print(f"batch {batch_id}: {DEMO_PREDICATE!r} over {snapshots}", file=sys.stderr)
+    return wait_with_progress(client, batch_id, DEMO_TIMEOUT_SECONDS)
+
+
+def _show_answered_by(client: Any, status: Any) -> None:
+    """Each target's verdict with what answered it (its probe, or the model) and the model
+    tokens it took: a probe's verdict took none."""
+    from assay.commands.fleet_common import stdout_console
+    from assay.fleet_render import failures_first, verdict_cell
+    from assay.render import Col, add_line, line_table
+
+    console = stdout_console()
+    table = line_table(
+        console, Col("target", "gives"), Col("verdict"), Col("answered by"),
+        Col("model tokens", justify="right"),
+    )  # fmt: skip
+    rows = sorted(client.batch_results(status.batch_id), key=lambda r: failures_first(r.verdict))
+    for row in rows:
+        verdict = client.store.run_verdict(row.run_id)
+        if verdict is None:
+            continue
+        by = f"probe v{verdict.probe_version}" if verdict.source == "probe" else "the model"
+        add_line(table, row.target, verdict_cell(verdict.verdict), by,
+                 f"{verdict.usage.total_tokens:,}")  # fmt: skip
+    console.print(table, soft_wrap=False)
 
 
 def register(app: typer.Typer) -> None:

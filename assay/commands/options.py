@@ -195,14 +195,21 @@ def check_probe_mode(mode: str | None) -> None:
         raise typer.BadParameter(f"use one of {', '.join(PROBE_MODES)}", param_hint="--probe")
 
 
-def id_checker(what: str) -> Callable[[str | None], str | None]:
-    """A typer callback refusing an id outside the alphabet of ``schemas.ids`` (exit 64)."""
+def id_checker(what: str, *, lookup: bool = False) -> Callable[[str | None], str | None]:
+    """A typer callback refusing an id outside the alphabet of ``schemas.ids`` (exit 64).
+
+    ``lookup`` (an id a command looks up, never one it creates): an ellipsis copied along
+    with a table's cut id is dropped (``assay.id_prefixes``)."""
 
     def check(value: str | None) -> str | None:
         from schemas.ids import InvalidId, check_id
 
         if value is None:
             return None
+        if lookup:
+            from assay.id_prefixes import pasted
+
+            value = pasted(value)
         try:
             return check_id(value, what)
         except InvalidId as exc:

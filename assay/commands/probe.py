@@ -37,7 +37,9 @@ probe_app = typer.Typer(
     "admission policies as checks.",
     no_args_is_help=True,
 )
-CheckArg = Annotated[str, typer.Argument(metavar="CHECK", help="The check id.")]
+CheckArg = Annotated[
+    str, typer.Argument(metavar="CHECK", help="The check id, or any unique prefix of it.")
+]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
@@ -64,9 +66,12 @@ def _store(settings: AssaySettings) -> ProbeStore:
 
 
 def _record(store: ProbeStore, check_id: str) -> ProbeRecord:
+    """The probe of check ``check_id``, or of the one check a prefix of an id stands for
+    (``assay.id_prefixes``); exit 66 when there is none."""
     from schemas.ids import InvalidId
 
     try:
+        check_id = _full_check_id(store, check_id)
         record = store.current(check_id)
     except InvalidId as exc:
         fail(str(exc), EXIT_USAGE)
@@ -75,6 +80,23 @@ def _record(store: ProbeStore, check_id: str) -> ProbeRecord:
              f"a probe that reproduces its verdict){_imported_hint(store, check_id)}",
              EXIT_UNKNOWN)  # fmt: skip
     return record
+
+
+def _full_check_id(store: ProbeStore, given: str) -> str:
+    """The check id ``given`` stands for: itself when a check or a probe has that id, else
+    the stored check a unique prefix of it names (a table's cut id, an ellipsis copied
+    along dropped), else ``given`` as it is."""
+    from assay.commands.fleet_common import expand_id
+    from assay.id_prefixes import pasted
+    from schemas.settings import load_settings
+    from workers.fleet.store import VerdictStore
+
+    given = pasted(given)
+    checks = VerdictStore.from_settings(load_settings(), store.client)  # checked by the command
+    if store.current(given) is not None or checks.latest_verdict(given) is not None:
+        return given
+    expanded = expand_id(checks, given, ("check",))
+    return given if expanded is None else expanded[1]
 
 
 def _imported_hint(store: ProbeStore, name: str) -> str:
@@ -101,6 +123,7 @@ def show(check_id: CheckArg, json_output: JsonFlag = False) -> None:
         return probe_policies.show(ref, json_output)
     store = _store(settings_or_usage())
     record = _record(store, check_id)
+    check_id = record.check_id  # the full id, when a prefix of it was given
     history = store.agreement(check_id)
     if json_output:
         body = {
@@ -296,6 +319,7 @@ def drop(check_id: CheckArg) -> None:
         return probe_policies.drop(ref)
     store = _store(settings_or_usage())
     try:
+        check_id = _full_check_id(store, check_id)
         dropped = store.drop(check_id)
     except InvalidId as exc:
         fail(str(exc), EXIT_USAGE)

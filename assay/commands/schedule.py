@@ -28,6 +28,7 @@ from assay.commands.fleet_common import (
     EXIT_UNAVAILABLE,
     WideOpt,
     iso_utc,
+    require_model,
     require_reachable,
     require_routable_model,
     stdout_console,
@@ -282,7 +283,8 @@ def add(
     for pattern in schedule.targets.snapshots:
         _refuse_empty_glob(pattern, settings)
     store = _store(settings)
-    _require_model(store, settings, model, schedule.predicate if schedule.kind == "check" else None)
+    text = schedule.predicate if schedule.kind == "check" else None
+    require_model(store.redis, settings, model, text, waiting_note=False)
     require_routable_model(store.redis, settings, model)
     try:
         created = store.create(schedule)
@@ -401,18 +403,20 @@ def _print_schedules(
 
     from rich.markup import escape
 
-    from assay.render import make_table
+    from assay.render import Col, add_line, line_table
 
     console = stdout_console(wide)
-    headers = ["name", *(["id"] if wide else []), "cadence", *(["targets"] if wide else [])]
-    table = make_table(console, *headers, "state", "next fire", "last verdicts")
-    for column in table.columns:
-        column.no_wrap = not wide
-        column.overflow = "ellipsis"
-    if not wide:  # name and cadence give way; state and next fire stay whole
-        name, cadence, state, next_fire, _last = table.columns
-        name.max_width = cadence.max_width = 24
-        state.min_width, next_fire.min_width = 6, 9
+    table = line_table(
+        console,
+        Col("name", "gives"),
+        *([Col("id")] if wide else []),
+        Col("cadence", "gives"),
+        *([Col("targets")] if wide else []),
+        Col("state"),
+        Col("next fire"),
+        Col("last verdicts", "main", least=14),  # name and cadence give way first
+        wide=wide,
+    )
     for schedule in schedules:
         last = _last_verdicts(schedule, verdicts)
         upcoming = store.next_fire_at(schedule) if schedule.enabled else None
@@ -432,7 +436,7 @@ def _print_schedules(
             when,
             outcome or "-",
         ]
-        table.add_row(*(escape(cell) for cell in cells))
+        add_line(table, *(escape(cell) for cell in cells))
     console.print(table, soft_wrap=False)
 
 
@@ -691,23 +695,6 @@ def _refuse_empty_glob(pattern: str, settings: AssaySettings) -> None:
 
     if next(iter(snapshot_targets(pattern, SnapshotRoots.for_local(settings))), None) is None:
         _fail(f"--snapshots {pattern!r} matches no snapshot folder; check the glob and try again")
-
-
-def _require_model(
-    store: ScheduleStore, settings: AssaySettings, model: str | None, text: str | None = None
-) -> None:
-    """As for `assay submit`: refuse (64) when live workers exist and none has a model; a
-    `policy:NAME` / `policy-set:NAME` predicate needs none, but must name a stored one (66)."""
-    from assay.commands.fleet_common import NO_MODEL, require_policy
-    from assay.worker_presence import read_fleet_models
-
-    if text is not None and require_policy(store.redis, settings, text):
-        return
-    if model:
-        return
-    fleet = read_fleet_models(store.redis, settings.key_prefix)
-    if fleet.workers and not fleet.models:
-        _fail(NO_MODEL.format(workers=fleet.workers))
 
 
 def _print_json(data: Any) -> None:

@@ -15,6 +15,8 @@ from typing import Annotated
 
 import typer
 
+from schemas.exit_codes import EXIT_INTERNAL
+
 
 def api(
     host: Annotated[
@@ -89,12 +91,11 @@ def api(
         )
     except SystemExit as exc:
         if exc.code == UVICORN_STARTUP_FAILURE:  # 3 is `cannot_determine` to a script
-            fail("the API did not start (the reason is logged above)", EXIT_SOFTWARE)
+            fail("the API did not start (the reason is logged above)", EXIT_INTERNAL)
         raise
 
 
 UVICORN_STARTUP_FAILURE = 3
-EXIT_SOFTWARE = 70
 
 
 def _require_free(host: str, port: int, setting: str) -> None:

@@ -237,6 +237,17 @@ def _connect_failed(exc: BaseException) -> bool:
     httpx = sys.modules.get("httpx")  # only litellm's path raises its errors
     if httpx is not None:
         kinds += (httpx.ConnectError, httpx.ConnectTimeout)
+    return _raised_from(exc, kinds)
+
+
+def connection_refused(exc: BaseException) -> bool:
+    """Whether the error, or one it was raised from, is a refused connection: nothing
+    listens at the endpoint's address (a server not started, a wrong port)."""
+    return _raised_from(exc, (ConnectionRefusedError,))
+
+
+def _raised_from(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc``, or an error it was raised from or wraps, is one of ``kinds``."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -308,8 +319,15 @@ class _DeadlineReached(Exception):
     pass
 
 
+REFUSED_RETRIES = 2
+"""Retries of a refused connection (nothing listens at the address): a server restarting
+is back within these (about 2 s of backoff), a server never started is said in seconds
+rather than after every retry the run's deadline allows (44 s before)."""
+
+
 class _RetryPolicy:
-    """Backoff with jitter, at least Retry-After, and no sleep that would end past the deadline."""
+    """Backoff with jitter, at least Retry-After, and no sleep that would end past the deadline;
+    a refused connection only :data:`REFUSED_RETRIES` times."""
 
     def __init__(self, max_retries: int, deadline: float, clock: Callable[[], float]) -> None:
         self.max_retries = max_retries
@@ -325,6 +343,9 @@ class _RetryPolicy:
 
     def stop(self, state: RetryCallState) -> bool:
         if state.attempt_number > self.max_retries:
+            return True
+        exc = state.outcome.exception() if state.outcome else None
+        if exc is not None and state.attempt_number > REFUSED_RETRIES and connection_refused(exc):
             return True
         if self.clock() + state.upcoming_sleep + MIN_CALL_SECONDS >= self.deadline:
             self.stopped_by_deadline = True
@@ -410,7 +431,7 @@ class LiteLLMClient:
                 "into the environment that runs assay",
             ) from exc
         except Exception as exc:
-            raise _as_llm_error(exc, policy, attempts) from exc
+            raise _as_llm_error(exc, policy, attempts, call.api_base) from exc
         return _reply_from(response, self._clock() - started, attempts)
 
     def _with_retries(self, attempt: Callable[[], Any], policy: _RetryPolicy) -> Any:
@@ -558,7 +579,16 @@ def _log_retry(state: RetryCallState) -> None:
     )
 
 
-def _as_llm_error(exc: Exception, policy: _RetryPolicy, attempts: int) -> LLMError:
+def _as_llm_error(
+    exc: Exception, policy: _RetryPolicy, attempts: int, api_base: str | None = None
+) -> LLMError:
+    if connection_refused(exc):
+        where = f"the model endpoint {shown_url(api_base)}" if api_base else "the model provider"
+        return LLMError(
+            "transient",
+            f"nothing answered at {where} (connection refused, {attempts} attempts): start "
+            "the model server or fix --api-base / ASSAY_API_BASE",
+        )
     status = getattr(exc, "status_code", None)
     detail = str(exc).replace("\n", " ")
     if len(detail) > 300:

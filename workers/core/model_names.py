@@ -30,12 +30,17 @@ tests/test_llm.py checks both against the installed litellm.
 :func:`routes_for_certain` only ever says yes. :func:`refused_for_certain` says no for
 one narrow shape of name, the typo a person makes (``nonsense-model``, ``gpt4o-mini``
 without a ``provider/``), so the refusal comes in well under a second: a bare name (no
-``/``, no ``:``) asked with no endpoint, which neither the price list nor litellm's own
+``/``, no ``:``) asked with no endpoint or a private one (:func:`private_endpoint`: an IP
+address, ``localhost``, a one-label or ``.local``/``.internal``/``.svc`` host, such as the
+local scripted model's or a cluster's vLLM), which neither the price list nor litellm's own
 short list of other bare names (:data:`UNPRICED_BARE_NAMES`) holds and which none of the
-name patterns litellm's ``get_llm_provider`` matches by substring contains. Any other name
-goes to litellm itself (``workers.core.llm.unroutable_model``). tests/test_llm.py checks
-both against the installed litellm: every yes is litellm's yes, every name litellm knows
-is not refused here, and generated names refused here are refused by litellm too.
+name patterns litellm's ``get_llm_provider`` matches by substring contains. An endpoint
+changes litellm's answer for a bare name only when it is one of the providers' public
+hosts it knows (``litellm.openai_compatible_endpoints``, e.g. Groq's), never a private one.
+Any other name goes to litellm itself (``workers.core.llm.unroutable_model``).
+tests/test_llm.py checks both against the installed litellm: every yes is litellm's yes,
+every name litellm knows is not refused here, generated names refused here (at no endpoint
+and at private ones) are refused by litellm too, and no endpoint litellm knows is private.
 """
 
 from __future__ import annotations
@@ -109,12 +114,38 @@ def routes_for_certain(model: str) -> bool:
     return model in _bare_names()
 
 
+PRIVATE_HOST_SUFFIXES = (".localhost", ".local", ".internal", ".svc")
+"""Host name endings no public provider endpoint litellm knows has (one-label names neither)."""
+
+
+def private_endpoint(api_base: str) -> bool:
+    """Whether ``api_base``'s host is one no provider endpoint litellm knows can have: an IP
+    address, ``localhost``, a one-label name, or one under :data:`PRIVATE_HOST_SUFFIXES`."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(api_base if "://" in api_base else f"//{api_base}").hostname or ""
+    except ValueError:
+        return False
+    host = host.lower().rstrip(".")
+    if not host:
+        return False
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost" or "." not in host or host.endswith(PRIVATE_HOST_SUFFIXES)
+    return True
+
+
 def refused_for_certain(model: str, api_base: str | None) -> bool:
     """True when litellm cannot route ``model`` (the shape above); False means "ask litellm"."""
     from schemas.settings import environment_has
 
     name = model.strip()
-    if api_base or not name or "/" in name or ":" in name or name == "*":
+    if api_base and not private_endpoint(api_base):
+        return False
+    if not name or "/" in name or ":" in name or name == "*":
         return False
     if any(part in name.lower() for part in MATCHED_BY_PATTERN):
         return False

@@ -15,6 +15,11 @@ under a second, without importing litellm (seconds on a busy host):
 Providers with other credentials (Azure, Bedrock, Vertex AI) or none (Ollama, vLLM) are
 not asked here; the run reports what litellm says. tests/test_provider_keys.py checks each
 entry against the installed litellm's ``validate_environment``.
+
+The fleet's doors (`submit`, `batch`, `schedule`, `apply`, the API) ask the same question
+of the workers, which hold the keys: each worker announces :func:`held_keys` (the
+providers it has a key for, never a key), and ``assay.model_check`` refuses a run no live
+worker could send (:func:`unkeyed_provider`).
 """
 
 from __future__ import annotations
@@ -51,14 +56,43 @@ def provider_of(model: str) -> str | None:
     return bare_name_provider(model)
 
 
-def missing_key(model: str, settings: AssaySettings) -> str | None:
-    """One sentence naming the variables to set when ``model`` has no key; else None."""
-    if settings.api_key is not None or settings.api_base:
+ANY_PROVIDER = "*"
+"""In :func:`held_keys`: ``ASSAY_API_KEY`` is set, which is sent to whichever provider."""
+
+
+def held_keys(settings: AssaySettings) -> frozenset[str]:
+    """The providers this process has a key for: :data:`ANY_PROVIDER` with ``ASSAY_API_KEY``,
+    else each of :data:`KEY_VARIABLES` one of whose variables is set."""
+    if settings.api_key is not None:
+        return frozenset({ANY_PROVIDER})
+    return frozenset(
+        provider
+        for provider, variables in KEY_VARIABLES.items()
+        if any(environment_has(name) for name in variables)
+    )
+
+
+def unkeyed_provider(
+    model: str, api_base: str | None, keys: frozenset[str]
+) -> tuple[str, tuple[str, ...]] | None:
+    """(provider, its key variables) when ``model`` goes to a provider that wants a key and
+    ``keys`` (:func:`held_keys`) holds none for it; None when a run of it could be sent
+    (an endpoint of its own may want no key)."""
+    if api_base or ANY_PROVIDER in keys:
         return None
     provider = provider_of(model)
     variables = KEY_VARIABLES.get(provider or "")
-    if not variables or any(environment_has(name) for name in variables):
+    if provider is None or not variables or provider in keys:
         return None
+    return provider, variables
+
+
+def missing_key(model: str, settings: AssaySettings) -> str | None:
+    """One sentence naming the variables to set when ``model`` has no key; else None."""
+    found = unkeyed_provider(model, settings.api_base, held_keys(settings))
+    if found is None:
+        return None
+    provider, variables = found
     theirs = " or ".join(variables)
     return (
         f"the model {model!r} ({provider}) needs an API key and none is set: set "

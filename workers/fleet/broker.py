@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from celery import Celery
 from celery.app.amqp import AMQP
@@ -55,6 +56,7 @@ from workers.fleet.redis_client import (
     RETRIES,
     SOCKET_TIMEOUT_SECONDS,
     FleetNotConfigured,
+    is_unix_socket,
 )
 
 if TYPE_CHECKING:
@@ -106,6 +108,19 @@ def broker_url(settings: AssaySettings) -> str:
             "or start local mode with `assay up`"
         )
     return url
+
+
+def kombu_url(url: str) -> str:
+    """``url`` as kombu reads it: a unix-socket Redis URL in redis-py's spelling
+    (``unix://[:PASSWORD@]/PATH?db=N``, what ``ASSAY_REDIS_URL`` takes) becomes kombu's
+    own (``redis+socket://[:PASSWORD@]/PATH?virtual_host=N``); kombu has no ``unix``
+    transport. Any other URL is kombu's already."""
+    if not is_unix_socket(url):
+        return url
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    database = f"?{urlencode({'virtual_host': query['db']})}" if "db" in query else ""
+    return f"redis+socket://{parts.netloc}{parts.path}{database}"  # urlunsplit drops the //
 
 
 def is_redis_url(url: str) -> bool:
@@ -410,7 +425,7 @@ def configured_app(settings: AssaySettings) -> Celery:
     The worker's app (``workers.fleet.celery_app``) adds the evaluation task to it.
     """
     url = broker_url(settings)
-    app = Celery("assay", broker=url, amqp=FleetAMQP, set_as_current=False)
+    app = Celery("assay", broker=kombu_url(url), amqp=FleetAMQP, set_as_current=False)
     queue = queue_name(settings)
     app.conf.update(
         task_default_queue=queue,

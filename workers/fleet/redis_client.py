@@ -20,7 +20,8 @@ packs commands and parses replies in C.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workers.core.shown_urls import shown_url
@@ -36,6 +37,12 @@ HEALTH_CHECK_INTERVAL_SECONDS = 15
 SOCKET_TIMEOUT_SECONDS = 10.0
 # A person is waiting: one connection attempt, no retry, answers "is Redis there?".
 PROBE_SECONDS = 2.0
+# A loop that tries again on its own (the scheduler's round, a worker's presence): a
+# command fails within about a second against a Redis that is gone, so the loop notices
+# and says so (``RedisOutage``) instead of sitting out half a minute of retries.
+LOOP_RETRIES = 2
+LOOP_TIMEOUT_SECONDS = 2.0
+LOOP_BACKOFF_CAP_SECONDS = 0.25
 FLEET_REDIS = ("the fleet's Redis", "start a fleet with `assay up` or fix ASSAY_REDIS_URL")
 FLEET_BROKER = ("the fleet's broker", "start it or fix ASSAY_BROKER_URL")
 
@@ -112,8 +119,92 @@ def connect(
         require_reachable(url)
     import redis as redis_lib
 
-    options = _riding_out_blips(retries, timeout_seconds, backoff_cap_seconds, keepalive)
+    options = _riding_out_blips(
+        retries, timeout_seconds, backoff_cap_seconds, keepalive and not is_unix_socket(url)
+    )
     return redis_lib.Redis.from_url(url, **options)
+
+
+UNIX_SCHEME = "unix://"
+
+
+def is_unix_socket(url: str) -> bool:
+    """A Redis reached over a unix socket (``unix:///run/redis.sock?db=0``, redis-py's spelling).
+
+    Why it matters: TCP keepalive is an option of TCP connections only, and redis-py's
+    unix-socket connection refuses it (a ``TypeError`` on the first command).
+    """
+    return url.startswith(UNIX_SCHEME)
+
+
+def connect_for_loop(url: str, *, fail_fast: bool = False) -> redis.Redis:
+    """:func:`connect` for a loop that tries again on its own: little patience per command
+    (``LOOP_*``), so a Redis that is gone fails the round within about a second."""
+    return connect(
+        url,
+        retries=LOOP_RETRIES,
+        timeout_seconds=LOOP_TIMEOUT_SECONDS,
+        backoff_cap_seconds=LOOP_BACKOFF_CAP_SECONDS,
+        fail_fast=fail_fast,
+    )
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` says Redis could not be reached (not a bad reply or a bug)."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return isinstance(exc, RedisConnectionError | RedisTimeoutError | ConnectionError)
+
+
+class RedisOutage:
+    """Says when Redis stops answering a loop: at once, then every ``every`` seconds while
+    it stays away, and once when it answers again, so a log shows the outage as it
+    happens rather than one line per failed command or none for half a minute.
+
+    ``failed(exc)`` after a round that could not reach Redis, ``answered()`` after one
+    that did; ``down`` says whether the last round failed.
+    """
+
+    def __init__(
+        self, log: Any, url: str, every: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.log = log
+        self.url = shown_url(url)
+        self.every = every
+        self.clock = clock
+        self.since: float | None = None
+        self._said_at = 0.0
+
+    @property
+    def down(self) -> bool:
+        return self.since is not None
+
+    def failed(self, exc: BaseException) -> None:
+        now = self.clock()
+        if self.since is None:
+            self.since = self._said_at = now
+        elif now - self._said_at < self.every:
+            return
+        else:
+            self._said_at = now
+        self.log.warning(
+            "redis_unreachable",
+            redis=self.url,
+            error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            down_seconds=round(now - self.since, 1),
+            detail=f"trying again; said again every {self.every:g}s until it answers",
+        )
+
+    def answered(self) -> None:
+        if self.since is None:
+            return
+        self.log.info(
+            "redis_reachable_again",
+            redis=self.url,
+            down_seconds=round(self.clock() - self.since, 1),
+        )
+        self.since = None
 
 
 def connect_sentinel_master(
@@ -167,12 +258,13 @@ def _riding_out_blips(
     from redis.exceptions import ConnectionError, TimeoutError
     from redis.retry import Retry
 
+    tcp = {"socket_keepalive": True} if keepalive else {}
     return {
         "decode_responses": True,
         "health_check_interval": HEALTH_CHECK_INTERVAL_SECONDS,
         "socket_timeout": timeout_seconds,
         "socket_connect_timeout": timeout_seconds,
-        "socket_keepalive": keepalive,
+        **tcp,
         "retry": Retry(
             EqualJitterBackoff(cap=backoff_cap_seconds, base=BACKOFF_BASE_SECONDS), retries
         ),
