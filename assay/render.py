@@ -136,6 +136,11 @@ def step_line(step: Step) -> str:
 def render_report(report: RunReport, console: Console) -> None:
     """Every step of a run, then its verdict (or that it is still waiting)."""
     console.print(f"run {report.run_id} · check {report.check_id} · status {report.status}")
+    if report.repeat_of:
+        console.print(
+            f"found exactly what run {report.repeat_of} found: its report, with this run's "
+            "own id and times"
+        )
     for step in report.steps:
         console.print(safe_markup(step_line(step)))
     if report.verdict is not None:

@@ -26,4 +26,5 @@ EXIT_CODES: dict[VerdictKind, int] = {
 # mistake "still running" or "no such id" for an answer.
 EXIT_USAGE = 64  # the command line itself was wrong (sysexits EX_USAGE)
 EXIT_UNKNOWN = 66  # no run or check with that id (sysexits EX_NOINPUT)
+EXIT_EXPIRED = 67  # the run is known, but its report is no longer kept (docs/fleet.md)
 EXIT_PENDING = 75  # the run exists but has no verdict yet (sysexits EX_TEMPFAIL)

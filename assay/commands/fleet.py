@@ -5,7 +5,8 @@ Batches live in ``fleet_batch.py`` and local mode (`assay up`, `assay demo`) in
 
 Exit codes: a verdict's own code (0 true, 1 false, 2 poorly posed, 3 cannot
 determine) wherever a verdict is shown; 75 when the run exists but has no
-verdict yet; 66 when no run or check has that id; 69 when the fleet's Redis
+verdict yet; 66 when no run or check has that id; 67 when the run is known but its
+report is no longer kept (docs/fleet.md, Retention and sizing); 69 when the fleet's Redis
 cannot be reached; 64 for a wrong command line. `assay submit` without
 ``--wait`` exits 0 once the run is queued (it prints the run id, not a verdict).
 """
@@ -62,7 +63,7 @@ from assay.commands.options import (
 )
 from assay.worker_group import child_commands, run_worker_group
 from scheduler.when import WhenError, parse_duration, resolve_not_before
-from schemas.exit_codes import EXIT_PENDING, EXIT_UNKNOWN, VerdictKind
+from schemas.exit_codes import EXIT_EXPIRED, EXIT_PENDING, EXIT_UNKNOWN, VerdictKind
 
 if TYPE_CHECKING:
     from schemas.fleet import RunProgress
@@ -238,10 +239,17 @@ def verdict(
     wide: WideOpt = False,
 ) -> None:
     """Show the verdict of run or check ID; exit with its code (75 pending, 66 unknown)."""
+    from workers.fleet.store import ReportExpired
+
     with fleet_client() as client:
         state = client.run_state(id_)
         if state is not None:
-            check_id, latest = state.check_id, client.store.run_verdict(id_)
+            check_id = state.check_id
+            try:
+                latest = client.store.run_verdict(id_)
+            except ReportExpired as exc:  # far back in a busy check's history: say so, exit 67
+                note(str(exc))
+                raise typer.Exit(EXIT_EXPIRED) from None
         else:
             check_id, latest = id_, client.store.latest_verdict(id_)
             if latest is None:
@@ -283,17 +291,22 @@ def run(
         typer.Option("--json", help="Print the run as GET /v1/runs/RUN_ID returns it."),
     ] = False,
 ) -> None:
-    """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown).
+    """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown,
+    67 its report has expired).
 
     --json prints what GET /v1/runs/RUN_ID returns (state, verdict, report).
     """
     from assay.render import render_report
     from workers.fleet.report_codec import UnreadableReport
+    from workers.fleet.store import ReportExpired
 
     with fleet_client() as client:
         state = client.run_state(run_id)
         try:
             report = client.run_report(run_id)
+        except ReportExpired as exc:  # kept as long as it was meant to be: say so, exit 67
+            note(str(exc))
+            raise typer.Exit(EXIT_EXPIRED) from None
         except UnreadableReport as exc:  # the verdict is kept apart from the report: show it
             if state is None:
                 fail(f"run {run_id}'s report cannot be read: {exc}", EXIT_UNKNOWN)
