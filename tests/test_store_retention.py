@@ -227,7 +227,7 @@ def test_reports_are_kept_by_what_the_run_did(store: VerdictStore) -> None:
     assert month - 60 < ttl(0) <= month, "a first verdict is a change: kept run_ttl"
     assert days - 60 < ttl(1) <= days, "same verdict, other findings: kept report_ttl"
     assert month - 60 < ttl(2) <= month, "a changed verdict: kept run_ttl"
-    assert month - 60 < ttl(3) <= month, "the model was asked: kept run_ttl"
+    assert days - 60 < ttl(3) <= days, "a model run that kept the verdict: report_ttl"
     assert days - 60 < ttl(4) <= days, "after a model run a probe's findings are written again"
 
 

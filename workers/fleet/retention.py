@@ -9,10 +9,11 @@ Redis grow with time; what each part is for decides how much of it is kept inste
   small :class:`HistoryEntry` per run (which run, when, how long, which verdict), the verdict
   itself stored once per distinct wording (``P:check:{id}:verdicts``, :func:`verdict_template`),
   so a thousand identical re-runs share one copy.
-* **Full reports** (``P:run:{id}``): every run that asked a model or changed its check's verdict
-  keeps its report ``run_ttl_seconds``; a probe or policy re-run that kept the verdict but found
-  something else (another object violates) keeps it ``report_ttl_seconds`` (days); a re-run
-  that found exactly what the latest report says (:func:`report_fingerprint`) writes no report:
+* **Full reports** (``P:run:{id}``): a run that changed its check's verdict keeps its report
+  ``run_ttl_seconds`` (what an alert links to); any other run that asked a model, or found
+  something the latest report does not say (another object violates), keeps it
+  ``report_ttl_seconds`` (days); a probe or policy re-run that found exactly what the latest
+  report says (:func:`report_fingerprint`) writes no report:
   its history entry names the run it repeated, whose report is kept alive and counts it
   (``repeats``, ``repeated_at``). :func:`repeated_report` shows such a run's report: the one it
   repeated, with this run's own identity and times.

@@ -8,18 +8,33 @@ it is atomic and a retried call cannot apply twice.
 Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
 
     P:run:{run_id}                     hash   status (queued|running|waiting|done), attempts,
-                                              check_id, target, batch_id, request (JSON),
-                                              queued_at, updated_at, wake_at, verdict (JSON),
-                                              verdict_kind, report (JSON),
+                                              check_id, target, batch_id, request (JSON, until
+                                              recorded), queued_at, updated_at, wake_at,
+                                              verdict (JSON), verdict_kind, report (encoded),
                                               fence:{fire} (the scheduler token that won
-                                              that fire)                         TTL run_ttl
+                                              that fire); repeats, repeated_at (runs that
+                                              repeated this report). Deleted when a run that
+                                              repeated another is recorded; a recorded
+                                              report's TTL is run_ttl (it changed the
+                                              verdict) or report_ttl (retention.py)
     P:check:{check_id}                 hash   latest verdict (JSON), verdict_kind, exit_code,
                                               run_id, target, kind, text, finished_at,
                                               finished_ms, changed_at, previous_verdict,
                                               source (probe|model; absent = model), notify
-                                              (the latest run's notify routes)
-    P:check:{check_id}:history         stream one entry per recorded run (run_id, verdict JSON),
+                                              (the latest run's notify routes), rep / rfp
+                                              (the run whose report the latest runs repeat,
+                                              its fingerprint), repeats
+    P:check:{check_id}:history         stream one compact entry per recorded run
+                                              (retention.ENTRY_FIELDS; entries written before
+                                              hold run_id and the verdict JSON),
                                               MAXLEN = settings.history_limit
+    P:check:{check_id}:verdicts        hash   template id -> verdict JSON without its run id
+                                              and times; '#' .. id -> entries naming it
+    P:runs                             hash   run id -> 'check_id entry_id verdict': every
+                                              run in a history, and for twice the broker's
+                                              visibility timeout after it finished
+    P:runs:expiring                    zset   run ids out of their history, by when (us) to
+                                              forget them
     P:checks                           zset   check ids scored by latest finished_at (ms)
     P:idx:target:{target}              set    check ids whose latest run was on target
     P:idx:verdict:{verdict}            set    check ids whose latest verdict is verdict
@@ -50,11 +65,11 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
     P:lock:{name}                      string short leases (one sweeper at a time)
 
 Exactly-once rules: the first verdict recorded for a run id wins. ``record_verdict``
-checks for it and writes the run, the history entry, the latest verdict, the
-indexes, the change event and the batch tally in one script, so a redelivered
-or duplicated task can add nothing a second time. The store assumes one Redis
-(or a primary with replicas), not Redis Cluster: the scripts derive index keys
-from the prefix.
+checks for it (the run's hash, ``P:runs``) and writes the run, the history entry, the
+latest verdict, the indexes, the change event and the batch tally in one script
+(``record_verdict.lua``, every key passed in), so a redelivered or duplicated task can
+add nothing a second time. The store assumes one Redis (or a primary with replicas),
+not Redis Cluster.
 """
 
 from __future__ import annotations
@@ -444,8 +459,8 @@ def ran_without_model(report: RunReport) -> bool:
 
 
 def asked_a_model(report: RunReport) -> bool:
-    """Whether the run's verdict came from (or was checked by) a model: its report is kept
-    ``run_ttl_seconds``, and it is never a repeat of another run."""
+    """Whether the run's verdict came from (or was checked by) a model: such a run always
+    writes its report (the model's reasoning), never counts as a repeat of another run."""
     verdict = report.verdict
     return bool(report.steps) or (
         verdict is not None
@@ -567,6 +582,11 @@ class VerdictStore:
 
     def _batch_key(self, batch_id: str, *suffix: str) -> str:
         return self.key("batch", valid_id(batch_id, "batch_id"), *suffix)
+
+    @property
+    def _report_ttl(self) -> int:
+        """How long a report that changed no verdict is kept (never longer than one that did)."""
+        return min(self.report_ttl_seconds, self.run_ttl_seconds)
 
     @property
     def _runs_key(self) -> str:
@@ -719,10 +739,9 @@ class VerdictStore:
         What is kept is sized by what it is for (workers/fleet/retention.py): a probe or
         policy re-run that found exactly what the check's latest report says writes no
         report (it repeats that one, which counts it); any other run keeps its report
-        ``run_ttl_seconds`` when it asked a model or changed the check's verdict, else
-        ``report_ttl_seconds``. Recording reads the check first (which keys the script
-        touches, whether this is a repeat); the script refuses if the check changed since,
-        and the read is done again.
+        ``run_ttl_seconds`` when it changed the check's verdict, else ``report_ttl_seconds``.
+        Recording reads the check first (which keys the script touches, whether this is a
+        repeat); the script refuses if the check changed since, and the read is done again.
         """
         source = verdict_source(report.verdict) if report.verdict else DEFAULT_SOURCE
         report = scrubbed_report(report)
@@ -853,12 +872,8 @@ class VerdictStore:
             exit_code=verdict.exit_code,
             explanation=verdict.explanation[:RESULT_EXPLANATION_CHARS],
         )
-        changed = now.kind != verdict.verdict.value
-        keep = (
-            self.run_ttl_seconds
-            if not counts or changed or asked_a_model(report)
-            else self.report_ttl_seconds
-        )
+        changed = now.kind != verdict.verdict.value  # a first verdict included
+        keep = self.run_ttl_seconds if not counts or changed else self._report_ttl
         template_id, template_json = template
         entry = HistoryEntry.of(report, template_id, repeated or None)
         clock = _now()
@@ -892,7 +907,7 @@ class VerdictStore:
             template_json,
             micros(clock),
             int(self.run_id_window_seconds * 1_000_000),
-            self.report_ttl_seconds * 1000,
+            self._report_ttl * 1000,
             *entry.fields(),
             self.run_ttl_seconds,
         ]
