@@ -54,6 +54,7 @@ from tests.fleet_support import (  # noqa: E402
     scripted_worker_env,
     start_worker,
     stop_process,
+    wait_until,
     worker_log_tail,
 )
 from tests.scheduler_support import start_scheduler  # noqa: E402
@@ -112,22 +113,14 @@ def measure(client: Any, fire: int, runs: int) -> Sample:
     return Sample(fire, runs, total, used, families)
 
 
-def wait_for(condition: Any, timeout: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"timed out waiting for {what}\n{worker_log_tail(log)}")
-
-
 def import_policy_set(settings: Any, client: Any) -> int:
     from workers.core.policies.documents import read_files
-    from workers.core.policies.importer import import_documents
-    from workers.fleet.policy_store import PolicyStore
+    from workers.fleet.policy_store import PolicyStore, import_into
 
-    imported, _ = import_documents(read_files(sorted((ROOT / "examples/policies").glob("*.yaml"))))
-    PolicyStore.from_settings(settings, client).save(imported, POLICY_SET)
+    files = sorted((ROOT / "examples/policies").glob("*.yaml"))
+    _, imported = import_into(
+        PolicyStore.from_settings(settings, client), read_files(files), policy_set=POLICY_SET
+    )
     return len(imported)
 
 
@@ -217,7 +210,12 @@ def run(
         for fire in range(1, args.fires + 1):
             started_ms = time.time() * 1000
             fire_all()
-            wait_for(lambda s=started_ms: fire_recorded(redis, s, pairs), 300, f"fire {fire}", log)
+
+            def recorded(since: float = started_ms) -> bool:
+                return fire_recorded(redis, since, pairs)
+
+            if not wait_until(recorded, 300, 0.05):
+                raise SystemExit(f"fire {fire} was not recorded\n{worker_log_tail(log)}")
             samples.append(measure(redis, fire, fire * runs_per_fire))
             report_sample(samples[-2], samples[-1], runs_per_fire, args.families)
         summarize(samples, args, runs_per_fire, pairs)
