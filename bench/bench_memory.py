@@ -312,7 +312,14 @@ def summarize(
             f"run (used_memory: {slope(filling, 'used_memory') / runs_per_fire:+,.0f} B)"
         )
     settled = samples[args.history_limit + args.settle :]
-    if len(settled) >= 3 and len(samples) > 2:
+    if len(settled) >= 3 and args.via == "batch":
+        per_fire = slope(settled)
+        print(
+            f"past the history bound (fires {settled[0].fire}-{settled[-1].fire}): "
+            f"{per_fire:+,.0f} B per fire = {per_fire / runs_per_fire:+,.1f} B per run: each "
+            "batch's own tally and rows, kept run_ttl_seconds as a batch is"
+        )
+    elif len(settled) >= 3 and len(samples) > 2:
         # From fire 2 (every probe compiled, its first re-run written) to the plateau, the
         # histories filled with history_limit - 2 runs of every check: that growth, steps of
         # streams' nodes and of hash tables included, is what an unchanged re-run costs.
