@@ -10,6 +10,7 @@ the report has expired.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -206,6 +207,37 @@ def test_a_run_out_of_the_history_stays_recorded_while_it_could_be_redelivered(
         request = rerun(old, number)
         store.record_verdict(probe_report(request, finished_at=long_ago + number * HOUR / 60))
     assert store.run_state(rerun(old, 1).run_id) is None  # a repeat, out of the window
+
+
+def test_runs_of_one_check_recorded_at_once_are_each_recorded_once(redis_url: str) -> None:
+    """Eight workers record runs of one check at the same moment (a set's policy on many
+    ticks): each reads the check, and a record whose check changed meanwhile reads it again;
+    every run is recorded once, in the history, its run id known, its template counted."""
+    store = make_store(redis_url, history_limit=200)
+    first = snapshot_request(run_id="crowd")
+    start = datetime.now(UTC) - timedelta(days=30)
+    outcomes: list[bool] = []
+
+    def worker(offset: int) -> None:
+        own = make_store(redis_url, history_limit=200)
+        for number in range(offset, 160, 8):
+            request = rerun(first, number)
+            outcomes.append(
+                own.record_verdict(probe_report(request, finished_at=start + number * HOUR))
+            )
+
+    threads = [threading.Thread(target=worker, args=(offset,)) for offset in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count(True) == 160
+    assert store.history_length(first.check_id) == 160
+    assert store.client.hlen(f"{P}:runs") == 160
+    templates = store.client.hgetall(f"{P}:check:{first.check_id}:verdicts")
+    assert sorted(v for k, v in templates.items() if k.startswith("#")) == ["160"]
+    latest = store.latest_verdict(first.check_id)
+    assert latest is not None and latest.run_id == rerun(first, 159).run_id
 
 
 def test_reports_are_kept_by_what_the_run_did(store: VerdictStore) -> None:
