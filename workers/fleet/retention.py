@@ -35,24 +35,22 @@ from schemas.report import RunReport
 from schemas.verdict import Verdict
 
 # What tells two runs of one check apart without changing what they found: their ids, batch,
-# attempts and clocks. Left out of a report's fingerprint; a repeat shows its own values.
-IDENTITY_FIELDS = frozenset(
-    {
-        "run_id",
-        "batch_id",
-        "attempts",
-        "submitted_at",
-        "scheduled_at",
-        "not_before",
-        "started_at",
-        "finished_at",
-        "duration_seconds",
-        "latency_seconds",
-        "tool_latency_seconds",
-    }
-)
-# The verdict's own identity, kept per run in its history entry (the rest is its template).
-_VERDICT_IDENTITY = frozenset({"run_id", "started_at", "finished_at", "duration_seconds"})
+# attempts and clocks, wherever the report holds them. Left out of a report's fingerprint
+# (pydantic's own serializer leaves them out, as fast as it dumps); a repeat shows its own.
+_REQUEST_IDENTITY = {"run_id", "batch_id", "submitted_at", "scheduled_at", "not_before"}
+_VERDICT_IDENTITY = {"run_id", "started_at", "finished_at", "duration_seconds"}
+_RUN_TIMING = {"duration_seconds"}
+IDENTITY: dict[str, Any] = {
+    "run_id": True,
+    "attempts": True,
+    "checkpoint": True,
+    "repeat_of": True,
+    "request": _REQUEST_IDENTITY,
+    "verdict": _VERDICT_IDENTITY,
+    "probe": {"run": _RUN_TIMING},
+    "policy": {"duration_seconds": True, "probes": {"__all__": {"run": _RUN_TIMING}}},
+    "policy_set": {"duration_seconds": True, "policies": {"__all__": {"run_id"}}},
+}
 _FINGERPRINT_CHARS = 16  # 64 bits: a collision within one check's history is not a concern
 
 
@@ -60,29 +58,16 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:_FINGERPRINT_CHARS]
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def verdict_template(verdict: Verdict) -> tuple[str, str]:
     """(fingerprint, JSON) of what ``verdict`` says, without which run said it or when."""
-    text = _canonical(verdict.model_dump(mode="json", exclude=set(_VERDICT_IDENTITY)))
+    text = verdict.model_dump_json(exclude=_VERDICT_IDENTITY)
     return _digest(text), text
-
-
-def _without_identity(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_identity(v) for k, v in value.items() if k not in IDENTITY_FIELDS}
-    if isinstance(value, list):
-        return [_without_identity(item) for item in value]
-    return value
 
 
 def report_fingerprint(report: RunReport) -> str:
     """What the report found, without whose run it was or when: two runs with the same
     fingerprint have the same verdict, explanation, evidence, probe and policy results."""
-    body = report.model_dump(mode="json", exclude={"checkpoint", "repeat_of"})
-    return _digest(_canonical(_without_identity(body)))
+    return _digest(report.model_dump_json(exclude=IDENTITY))
 
 
 def micros(instant: datetime) -> int:
