@@ -115,6 +115,12 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such id."}
 }
+EXPIRED: dict[int | str, dict[str, Any]] = {
+    410: {
+        "model": ErrorBody,
+        "description": "The run is known, but its report is no longer kept (report_expired).",
+    }
+}
 
 
 def links_to(parameter: str, pointer: str, *operation_ids: str) -> dict[str, Any]:

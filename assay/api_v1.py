@@ -22,6 +22,7 @@ from assay.api_errors import ApiError
 from assay.api_models import (
     BATCH_OPERATIONS,
     CHECK_OPERATIONS,
+    EXPIRED,
     NOT_FOUND,
     READ_ERRORS,
     RFC3339,
@@ -149,7 +150,7 @@ def submit_evaluation(
     "/runs/{run_id}",
     response_model=RunView,
     tags=["evaluations"],
-    responses={**READ_ERRORS, **NOT_FOUND},
+    responses={**READ_ERRORS, **NOT_FOUND, **EXPIRED},
 )
 def get_run(run_id: RunId, request: Request, scope: ReadAccess) -> RunView:
     """A run's status, and its verdict and step-by-step report once they exist."""

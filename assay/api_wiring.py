@@ -52,7 +52,7 @@ from workers.fleet.queue_depth import QueueDepthCollector
 from workers.fleet.redis_client import connect
 from workers.fleet.report_codec import UnreadableReport
 from workers.fleet.spend import SpendStore
-from workers.fleet.store import VerdictStore
+from workers.fleet.store import ReportExpired, VerdictStore
 from workers.fleet.targets import TargetGlobError, context_targets
 from workers.fleet.timers import TimerStore
 
@@ -232,15 +232,21 @@ class Services:
         )
 
     def run_view(self, run_id: str) -> RunView | None:
+        """The run, or None for an unknown id; a 410 ``report_expired`` (one sentence) for a
+        run whose report is no longer kept (docs/fleet.md, Retention and sizing)."""
         store = self.store
         state = store.run_state(run_id)
         if state is None:
             return None
         try:
             report, problem = store.run_report(run_id), None
+            verdict = store.run_verdict(run_id)
+        except ReportExpired as exc:  # not a fault: kept as long as it was meant to be
+            raise ApiError(410, "report_expired", str(exc)) from None
         except UnreadableReport as exc:  # the verdict is kept apart from the report: show it
             report, problem = None, str(exc)
-        return RunView.of(state, report, store.run_verdict(run_id), report_error=problem)
+            verdict = store.run_verdict(run_id)
+        return RunView.of(state, report, verdict, report_error=problem)
 
     def start_batch(self, body: BatchSubmission) -> BatchStatus:
         """Fan out over the body's targets (or the contexts its glob matches) and seal.

@@ -269,6 +269,9 @@ class Client:
         return self.store.history(valid_id(check_id, "check_id"), limit)
 
     def run_report(self, run_id: str) -> RunReport | None:
+        """The run's report (None while it has none); a re-run that found what an earlier run
+        found gives that one's report as its own (``repeat_of``). Raises
+        ``workers.fleet.store.ReportExpired`` (one sentence) once it is no longer kept."""
         return self.store.run_report(valid_id(run_id, "run_id"))
 
     def checks(

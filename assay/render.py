@@ -207,6 +207,11 @@ def render_report(report: RunReport, console: Console, wide: bool = False) -> No
     """Every step of a run, one line each (cut with an ellipsis at the console's width;
     ``wide``: whole), then its verdict (or that it is still waiting)."""
     console.print(f"run {report.run_id} · check {report.check_id} · status {report.status}")
+    if report.repeat_of:
+        console.print(
+            f"found exactly what run {report.repeat_of} found: its report, with this run's "
+            "own id and times"
+        )
     for step in report.steps:
         console.print(
             safe_markup(step_line(step)), no_wrap=not wide, overflow="ellipsis", crop=not wide

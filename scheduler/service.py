@@ -191,9 +191,9 @@ class Replica:
     def handle(self, claimed: list[ClaimedTimer]) -> None:
         """Send what the claimed timers stand for and acknowledge them."""
         plans = self._plan(claimed)
-        fire_ids = [m.fire_id for plan in plans for m in plan.messages]
+        claims = {m.fire_id: plan.entry for plan in plans for m in plan.messages}
         markers = self.timers.begin_enqueue_many(
-            fire_ids, self.replica_id, self.clock(), self.hold_seconds
+            list(claims), self.replica_id, self.clock(), self.hold_seconds, claims
         )
         for plan in plans:
             try:
@@ -389,7 +389,12 @@ class Replica:
             self.stats.sent += 1
             self._observe_lateness(entry)
             pending = message.fire_id
-        self.timers.finish_and_ack([pending] if pending else [], entry, plan.successor)
+        self.timers.finish_and_ack(
+            [pending] if pending else [],
+            entry,
+            plan.successor,
+            settled=[message.fire_id for message in plan.messages],
+        )
         if plan.fire is not None and entry.schedule_id is not None:
             self.stats.fires += 1
             self.schedules.record_fire(entry.schedule_id, plan.fire)

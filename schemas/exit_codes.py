@@ -26,6 +26,7 @@ EXIT_CODES: dict[VerdictKind, int] = {
 # mistake "still running" or "no such id" for an answer.
 EXIT_USAGE = 64  # the command line itself was wrong (sysexits EX_USAGE)
 EXIT_UNKNOWN = 66  # no run or check with that id (sysexits EX_NOINPUT)
+EXIT_EXPIRED = 67  # the run is known, but its report is no longer kept (docs/fleet.md)
 EXIT_UNAVAILABLE = 69  # the fleet's Redis or broker is not reachable (sysexits EX_UNAVAILABLE)
 # A bug (an exception nobody caught), or a part of a local fleet or the API that stopped on
 # its own (sysexits EX_SOFTWARE): never Python's 1, which reads as a `false` verdict.
@@ -43,6 +44,7 @@ EXIT_MEANINGS: dict[int, str] = {
     3: "cannot determine",
     EXIT_USAGE: "usage error",
     EXIT_UNKNOWN: "no such id",
+    EXIT_EXPIRED: "the run's report is no longer kept",
     EXIT_UNAVAILABLE: "the fleet's Redis or broker is unreachable",
     EXIT_INTERNAL: "internal error (a bug, or a local fleet part that stopped)",
     EXIT_PENDING: "no verdict yet",

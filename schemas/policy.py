@@ -19,6 +19,7 @@ Such a check never asks a model: it is answered by its probes, or it is cannot_d
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -324,6 +325,15 @@ class PolicySetEntry(_Strict):
     run_id: str | None = None
     check_id: str | None = None
     reason: str | None = None
+
+
+def policy_run_id(set_run_id: str, policy_name: str) -> str:
+    """The run id of one policy's run inside the set run ``set_run_id``: derived from both,
+    so a redelivered set run names the same runs (the store records each once), and a set
+    run that repeated an earlier one names its own policies' runs."""
+    digest = hashlib.sha256(f"{set_run_id}\x00{policy_name}".encode()).hexdigest()
+    run_id = f"{set_run_id}.{digest[:12]}"
+    return run_id if len(run_id) <= 128 else f"pol-{digest[:40]}"
 
 
 class PolicySetResult(_Strict):

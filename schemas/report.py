@@ -128,6 +128,12 @@ class RunReport(BaseModel):
     checkpoint: RunState | None = Field(
         default=None, description="Set while status is waiting: pass it back to resume."
     )
+    repeat_of: str | None = Field(
+        default=None,
+        description="A probe or policy re-run that found exactly what an earlier run found "
+        "stores no report of its own: this names that run, whose findings this report shows "
+        "with this run's own id, attempts and times (docs/fleet.md, Retention and sizing).",
+    )
     # Not part of the report: the engine's scrubbed JSON dump of its fields, so the store's
     # pattern pass searches only fields that changed since (workers/core/toolsets/redaction.py
     # ``scrubbed``, its ``clean``). A private attribute: never serialized, kept by model_copy.

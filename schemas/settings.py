@@ -172,9 +172,18 @@ class AssaySettings(BaseSettings):
     run_ttl_seconds: int = Field(
         default=30 * 24 * 3600,
         ge=60,
-        description="How long a run (its request, verdict and full report) is kept. A check's "
-        "latest verdict and its history (history_limit entries) are kept regardless. Redis "
-        "memory ~ bytes per evaluation x evaluations/s x this (docs/fleet.md, Sizing).",
+        description="How long the full report of a run that changed its check's verdict is "
+        "kept (and a batch's tally and rows). A check's latest verdict and its history "
+        "(history_limit entries) are kept regardless (docs/fleet.md, Retention and sizing).",
+    )
+    report_ttl_seconds: int = Field(
+        default=3 * 24 * 3600,
+        ge=60,
+        description="How long the full report of any other run is kept (a model run that kept "
+        "the verdict, a probe or policy re-run that found something the latest report did "
+        "not say); at most run_ttl_seconds. A probe or policy re-run that found exactly the "
+        "same stores no report of its own: it repeats the latest one, which is kept at least "
+        "this long after its last repeat.",
     )
     report_compression: ReportCodec = Field(
         default="dictionary",

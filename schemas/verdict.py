@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 from schemas.exit_codes import (
     EXIT_CODES,
+    EXIT_EXPIRED,
     EXIT_PENDING,
     EXIT_UNKNOWN,
     EXIT_USAGE,
@@ -20,6 +21,7 @@ from schemas.exit_codes import (
 
 __all__ = [
     "EXIT_CODES",
+    "EXIT_EXPIRED",
     "EXIT_PENDING",
     "EXIT_UNKNOWN",
     "EXIT_USAGE",

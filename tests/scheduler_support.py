@@ -139,19 +139,35 @@ def pause_replica_scenario(
                     ),
                 )
             markers = [f"{settings.key_prefix}:enqueued:{run_id}" for run_id in run_ids]
+            timers = [f"defer:{run_id}" for run_id in run_ids]
+
+            def sent_and_held() -> tuple[int, int]:
+                """Fires sent (marked, or acknowledged: their timer and marker are gone), and
+                fires a replica is sending (its marker names it)."""
+                pipe = client.pipeline(transaction=False)
+                pipe.mget(markers)
+                pipe.hmget(f"{settings.key_prefix}:timers:entries", timers)
+                values, entries = pipe.execute()
+                sent = sum(
+                    v == "sent" or (v is None and e is None)
+                    for v, e in zip(values, entries, strict=True)
+                )
+                return sent, sum(v not in ("sent", None) for v in values)
 
             def about_to_send() -> bool:
+                sent, held = sent_and_held()
                 if not pause_after_sent:
-                    return bool(client.exists(*markers))
-                return sum(v == "sent" for v in client.mget(markers)) >= pause_after_sent
+                    return held > 0 or sent > 0
+                return sent >= pause_after_sent
 
             assert wait_until(about_to_send, timeout=30, interval=0.0002)
             os.kill(first.pid, signal.SIGSTOP)
-            sent_before = sum(1 for value in client.mget(markers) if value == "sent")
+            sent_before = sent_and_held()[0]
             second = start_scheduler(scheduler_env, folder / "replica-b.log")
             processes.append(second)
+            # B has sent them all: each marker says so, or is gone with B's acknowledgement
             assert wait_until(
-                lambda: all(value == "sent" for value in client.mget(markers)),
+                lambda: all(value in ("sent", None) for value in client.mget(markers)),
                 timeout=60,
                 interval=0.02,
             ), worker_log_tail(folder / "replica-b.log")

@@ -251,6 +251,48 @@ def test_a_run_whose_report_cannot_be_read_still_shows_its_verdict(
     assert json.loads(as_json.stdout) == body
 
 
+def test_a_run_that_repeated_another_shows_and_one_whose_report_expired_says_so(
+    redis_url: str, client: Client
+) -> None:
+    """A probe re-run that found what the run before it found stores no report: `assay run`
+    and the API show the report it repeated, as its own. Once a run's report is no longer
+    kept, both say so in one sentence: exit 67 and HTTP 410 ``report_expired``, never 66 or
+    404 (the run was real) and never its verdict's code (no report was shown)."""
+    from assay.api import create_app
+
+    def probe_run(number: int) -> str:
+        request = snapshot_request(check_id="roots", path=PROD_EU, run_id=f"roots-{number}")
+        report = finished_report(
+            request, "true", finished_at=datetime.now(UTC) - timedelta(minutes=10 - number)
+        )
+        assert report.verdict is not None
+        report.verdict = report.verdict.model_copy(update={"source": "probe"})
+        client.store.record_verdict(report.model_copy(update={"model": "(probe)"}))
+        return request.run_id
+
+    first, repeat = probe_run(0), probe_run(1)
+    shown = assay(redis_url, "run", repeat)
+    assert shown.returncode == 0, shown.stderr
+    assert f"found exactly what run {first} found" in shown.stdout
+    as_json = json.loads(assay(redis_url, "run", repeat, "--json").stdout)
+    assert as_json["report"]["repeat_of"] == first and as_json["report"]["run_id"] == repeat
+
+    client.store.client.delete(client.store._run_key(first))  # its TTL ran out
+    expired = assay(redis_url, "run", repeat)
+    assert expired.returncode == 67, expired.stderr
+    [line] = expired.stderr.splitlines()
+    assert line.startswith(f"assay: run {repeat}'s report has expired") and "roots" in line
+    assert expired.stdout == ""
+    settings = load_settings(redis_url=redis_url, api_tokens=TOKENS)
+    with TestClient(create_app(settings)) as api:
+        answer = api.get(f"/v1/runs/{repeat}", headers=auth(READ_TOKEN))
+    assert answer.status_code == 410, answer.text
+    assert answer.json()["error"]["code"] == "report_expired"
+    assert answer.json()["error"]["message"] == line.removeprefix("assay: ")
+    verdict = assay(redis_url, "verdict", repeat)  # the verdict itself is still known
+    assert verdict.returncode == 0, verdict.stderr
+
+
 # --- tables, targets, pending --------------------------------------------------------------------
 
 

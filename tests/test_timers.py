@@ -122,6 +122,26 @@ def test_enqueue_markers(timers: TimerStore) -> None:
     assert timers.begin_enqueue("f2", "replica-c", T0 + 12, 10).state == "acquired"
 
 
+def test_an_acknowledged_timers_markers_go_and_its_stale_claim_sends_nothing(
+    timers: TimerStore, client: redis_lib.Redis
+) -> None:
+    """Markers are kept while their timer is in flight, not a week per fire: acknowledging the
+    timer drops them, and a claimer still holding the old claim (it stalled while another
+    replica took the timer over and sent it) is told the fires are sent."""
+    timers.put(entry("s", T0))
+    [claimed] = timers.claim(T0, 30, 10)
+    assert claimed.entry is not None
+    claims = {"s.a": claimed.entry, "s.b": claimed.entry}
+    got = timers.begin_enqueue_many(["s.a", "s.b"], "replica-a", T0, 10, claims)
+    assert {claim.state for claim in got.values()} == {"acquired"}
+    timers.finish_enqueue("s.a")
+    assert timers.finish_and_ack(["s.b"], claimed.entry, settled=["s.a", "s.b"]) == 1
+    assert client.keys("t:enqueued:*") == []
+    stale = timers.begin_enqueue_many(["s.a", "s.b"], "replica-b", T0 + 40, 10, claims)
+    assert {claim.state for claim in stale.values()} == {"sent"}
+    assert client.keys("t:enqueued:*") == []
+
+
 def test_concurrent_claimers_each_get_disjoint_timers(
     client: redis_lib.Redis, redis_url: str
 ) -> None:

@@ -5,7 +5,8 @@ Batches live in ``fleet_batch.py`` and local mode (`assay up`, `assay demo`) in
 
 Exit codes: a verdict's own code (0 true, 1 false, 2 poorly posed, 3 cannot
 determine) wherever a verdict is shown; 75 when the run exists but has no
-verdict yet; 66 when no run or check has that id; 69 when the fleet's Redis
+verdict yet; 66 when no run or check has that id; 67 when the run is known but its
+report is no longer kept (docs/fleet.md, Retention and sizing); 69 when the fleet's Redis
 cannot be reached; 64 for a wrong command line. `assay submit` without
 ``--wait`` exits 0 once the run is queued (it prints the run id, not a verdict).
 """
@@ -62,7 +63,7 @@ from assay.commands.options import (
 )
 from assay.worker_group import child_commands, run_worker_group
 from scheduler.when import WhenError, parse_duration, resolve_not_before
-from schemas.exit_codes import EXIT_PENDING, EXIT_UNKNOWN, VerdictKind
+from schemas.exit_codes import EXIT_EXPIRED, EXIT_PENDING, EXIT_UNKNOWN, VerdictKind
 
 if TYPE_CHECKING:
     from schemas.fleet import RunProgress
@@ -239,13 +240,20 @@ def verdict(
     json_output: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Show the verdict of run or check ID; exit with its code (75 pending, 66 unknown).
+    """Show the verdict of run or check ID; exit with its code (75 pending, 66 unknown,
+    67 its report has expired).
 
     ID may be any unique prefix of a run or check id (a table's cut id, ellipsis or not)."""
+    from workers.fleet.store import ReportExpired
+
     with fleet_client() as client:
-        found = _run_or_check(client, id_)
-        if found is None and (expanded := expand_id(client.store, id_, ("run", "check"))):
-            found = _run_or_check(client, expanded[1])
+        try:
+            found = _run_or_check(client, id_)
+            if found is None and (expanded := expand_id(client.store, id_, ("run", "check"))):
+                found = _run_or_check(client, expanded[1])
+        except ReportExpired as exc:  # far back in a busy check's history: say so, exit 67
+            note(str(exc))
+            raise typer.Exit(EXIT_EXPIRED) from None
         if found is None:
             fail(f"no run or check has id {id_!r}; list checks with `assay checks`", EXIT_UNKNOWN)
         state, check_id, latest = found
@@ -300,12 +308,14 @@ def run(
     ] = False,
     wide: WideOpt = False,
 ) -> None:
-    """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown).
+    """Show run RUN_ID step by step; exit with its verdict's code (75 pending, 66 unknown,
+    67 its report has expired).
 
     --json prints what GET /v1/runs/RUN_ID returns (state, verdict, report).
     """
     from assay.render import render_report
     from workers.fleet.report_codec import UnreadableReport
+    from workers.fleet.store import ReportExpired
 
     with fleet_client() as client:
         state = client.run_state(run_id)
@@ -314,6 +324,9 @@ def run(
             state = client.run_state(run_id)
         try:
             report = client.run_report(run_id)
+        except ReportExpired as exc:  # kept as long as it was meant to be: say so, exit 67
+            note(str(exc))
+            raise typer.Exit(EXIT_EXPIRED) from None
         except UnreadableReport as exc:  # the verdict is kept apart from the report: show it
             if state is None:
                 fail(f"run {run_id}'s report cannot be read: {exc}", EXIT_UNKNOWN)

@@ -18,7 +18,6 @@ so a redelivered set run records nothing twice (the store's first-verdict-wins r
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from schemas.policy import (
     PolicySetEntry,
     PolicySetResult,
     policy_reference,
+    policy_run_id,
 )
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest, default_check_id
@@ -209,14 +209,10 @@ class _PolicyRun:
 def child_request(request: EvaluationRequest, policy: ImportedPolicy) -> EvaluationRequest:
     """The run of one policy inside a set run: the check ``policy:NAME`` on the same target,
     its run id derived from the set run's (the same on a redelivery)."""
-    digest = hashlib.sha256(f"{request.run_id}\x00{policy.name}".encode()).hexdigest()
-    run_id = f"{request.run_id}.{digest[:12]}"
-    if len(run_id) > 128:
-        run_id = f"pol-{digest[:40]}"
     return request.model_copy(
         update={
             "text": policy.predicate,
-            "run_id": run_id,
+            "run_id": policy_run_id(request.run_id, policy.name),
             "check_id": default_check_id("check", policy.predicate, request.target.name),
             "batch_id": None,
         }

@@ -8,18 +8,33 @@ it is atomic and a retried call cannot apply twice.
 Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
 
     P:run:{run_id}                     hash   status (queued|running|waiting|done), attempts,
-                                              check_id, target, batch_id, request (JSON),
-                                              queued_at, updated_at, wake_at, verdict (JSON),
-                                              verdict_kind, report (JSON),
+                                              check_id, target, batch_id, request (JSON, until
+                                              recorded), queued_at, updated_at, wake_at,
+                                              verdict (JSON), verdict_kind, report (encoded),
                                               fence:{fire} (the scheduler token that won
-                                              that fire)                         TTL run_ttl
+                                              that fire); repeats, repeated_at (runs that
+                                              repeated this report). Deleted when a run that
+                                              repeated another is recorded; a recorded
+                                              report's TTL is run_ttl (it changed the
+                                              verdict) or report_ttl (retention.py)
     P:check:{check_id}                 hash   latest verdict (JSON), verdict_kind, exit_code,
                                               run_id, target, kind, text, finished_at,
                                               finished_ms, changed_at, previous_verdict,
                                               source (probe|model; absent = model), notify
-                                              (the latest run's notify routes)
-    P:check:{check_id}:history         stream one entry per recorded run (run_id, verdict JSON),
+                                              (the latest run's notify routes), rep / rfp
+                                              (the run whose report the latest runs repeat,
+                                              its fingerprint), repeats
+    P:check:{check_id}:history         stream one compact entry per recorded run
+                                              (retention.ENTRY_FIELDS; entries written before
+                                              hold run_id and the verdict JSON),
                                               MAXLEN = settings.history_limit
+    P:check:{check_id}:verdicts        hash   template id -> verdict JSON without its run id
+                                              and times; '#' .. id -> entries naming it
+    P:runs                             hash   run id -> 'check_id entry_id verdict': every
+                                              run in a history, and for twice the broker's
+                                              visibility timeout after it finished
+    P:runs:expiring                    zset   run ids out of their history, by when (us) to
+                                              forget them
     P:checks                           zset   check ids scored by latest finished_at (ms)
     P:idx:target:{target}              set    check ids whose latest run was on target
     P:idx:verdict:{verdict}            set    check ids whose latest verdict is verdict
@@ -50,22 +65,24 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
     P:lock:{name}                      string short leases (one sweeper at a time)
 
 Exactly-once rules: the first verdict recorded for a run id wins. ``record_verdict``
-checks for it and writes the run, the history entry, the latest verdict, the
-indexes, the change event and the batch tally in one script, so a redelivered
-or duplicated task can add nothing a second time. The store assumes one Redis
-(or a primary with replicas), not Redis Cluster: the scripts derive index keys
-from the prefix.
+checks for it (the run's hash, ``P:runs``) and writes the run, the history entry, the
+latest verdict, the indexes, the change event and the batch tally in one script
+(``record_verdict.lua``, every key passed in), so a redelivered or duplicated task can
+add nothing a second time. The store assumes one Redis (or a primary with replicas),
+not Redis Cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import structlog
 
+from schemas.exit_codes import EXIT_CODES
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import InvalidId
 from schemas.ids import check_id as valid_id
@@ -74,9 +91,17 @@ from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict, VerdictKind
 from workers.core.toolsets.redaction import scrubbed
 from workers.fleet.checkpoints import checkpoint_key
-from workers.fleet.redis_client import connect, stream_entries, text_fields, texts
-from workers.fleet.redis_client import text as reply_text
-from workers.fleet.report_codec import decode_report, encode_report
+from workers.fleet.lua_scripts import lua_source
+from workers.fleet.redis_client import connect, stream_entries, text, text_fields, texts
+from workers.fleet.report_codec import UnreadableReport, decode_report, encode_report
+from workers.fleet.retention import (
+    HistoryEntry,
+    instant,
+    micros,
+    repeated_report,
+    report_fingerprint,
+    verdict_template,
+)
 
 if TYPE_CHECKING:
     import redis
@@ -88,53 +113,26 @@ _log = structlog.get_logger(__name__)
 CHANGES_MAXLEN = 100_000  # approximate cap of the verdict-change stream
 RESULT_EXPLANATION_CHARS = 300  # explanation kept per batch target (the full one is in the run)
 
-# Every script checks, before its first write, everything that could make it fail
-# halfway (Redis does not roll a failed script back): each key it touches must be
-# absent or of the type it expects, and every stored value it does arithmetic on
-# must be a number. A problem is returned as an ``ASSAY_CONFLICT`` error, which
-# ``VerdictStore`` raises as ``StoreConflict``; nothing has been written then.
-_PRELUDE = """
-local function type_problem(key, want)
-  local got = redis.call('TYPE', key)['ok']
-  if got ~= 'none' and got ~= want then
-    return 'key ' .. key .. ' holds a ' .. got .. ' where the store keeps a ' .. want
-  end
-  return nil
-end
-local function first_type_problem(pairs)
-  for i = 1, #pairs, 2 do
-    local problem = type_problem(pairs[i], pairs[i + 1])
-    if problem then return problem end
-  end
-  return nil
-end
-local function integer_problem(key, field)
-  local value = redis.call('HGET', key, field)
-  if value and not string.match(value, '^%-?%d+$') then
-    return 'field ' .. field .. ' of key ' .. key .. ' is not an integer'
-  end
-  return nil
-end
-local function conflict(problem)
-  return redis.error_reply('ASSAY_CONFLICT ' .. problem)
-end
-"""
+# Every script checks, before its first write, everything that could make it fail halfway
+# (workers/fleet/store_checks.lua); a problem becomes ``StoreConflict``, nothing written.
+_PRELUDE = lua_source("store_checks")
 
-# KEYS: run, batch, batch runs list, unfinished zset
+# KEYS: run, batch, batch runs list, unfinished zset, recorded runs hash
 # ARGV: run_id, check_id, target, batch_id or '', request JSON, now ISO, ttl, look-at epoch s
-# Returns 1 registered, 0 registered before, 2 refused: its batch was closed as incomplete
-# (its fan-out stopped), so the batch's total stays what it was when it was closed.
+# Returns 1 registered, 0 registered (or recorded) before, 2 refused: its batch was closed as
+# incomplete (its fan-out stopped), so the batch's total stays what it was when it was closed.
 _REGISTER_LUA = (
     _PRELUDE
     + """
-local problem = first_type_problem({KEYS[1], 'hash', KEYS[4], 'zset'})
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[4], 'zset', KEYS[5], 'hash'})
 if not problem and ARGV[4] ~= '' then
   problem = first_type_problem({KEYS[2], 'hash', KEYS[3], 'list'})
     or integer_problem(KEYS[2], 'total') or integer_problem(KEYS[2], 'pending')
 end
 if problem then return conflict(problem) end
 if redis.call('HEXISTS', KEYS[1], 'queued_at') == 1
-    or redis.call('HEXISTS', KEYS[1], 'verdict') == 1 then
+    or redis.call('HEXISTS', KEYS[1], 'verdict') == 1
+    or redis.call('HEXISTS', KEYS[5], ARGV[1]) == 1 then
   return 0
 end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[2], 'incomplete') == '1' then
@@ -158,15 +156,17 @@ return 1
 """
 )
 
-# KEYS: run, unfinished zset.  ARGV: run_id, check_id, target, now ISO, ttl, now epoch s
+# KEYS: run, unfinished zset, recorded runs hash.
+# ARGV: run_id, check_id, target, now ISO, ttl, now epoch s
 # Returns -1 when the run already has a verdict, else this delivery's number.
 _BEGIN_LUA = (
     _PRELUDE
     + """
-local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset'})
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
   or integer_problem(KEYS[1], 'attempts')
 if problem then return conflict(problem) end
-if redis.call('HEXISTS', KEYS[1], 'verdict') == 1 then
+if redis.call('HEXISTS', KEYS[1], 'verdict') == 1
+    or redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
   return -1
 end
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
@@ -180,14 +180,15 @@ return n
 """
 )
 
-# KEYS: run, unfinished zset.  ARGV: report JSON, wake_at ISO, now ISO, ttl, run_id,
-# look-at epoch s (the wake-up instant)
+# KEYS: run, unfinished zset, recorded runs hash.  ARGV: report JSON, wake_at ISO, now ISO,
+# ttl, run_id, look-at epoch s (the wake-up instant)
 _WAITING_LUA = (
     _PRELUDE
     + """
-local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset'})
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
 if problem then return conflict(problem) end
-if redis.call('HEXISTS', KEYS[1], 'verdict') == 1 then
+if redis.call('HEXISTS', KEYS[1], 'verdict') == 1
+    or redis.call('HEXISTS', KEYS[3], ARGV[5]) == 1 then
   return 0
 end
 redis.call('HSET', KEYS[1], 'status', 'waiting', 'report', ARGV[1], 'wake_at', ARGV[2],
@@ -198,130 +199,16 @@ return 1
 """
 )
 
-# KEYS: run, check, history, checks zset, changes stream, unfinished zset, the run's checkpoint
-#       (deleted with the verdict: a parked run's state is not needed once it is recorded)
-# ARGV: 1 run_id, 2 check_id, 3 target, 4 verdict kind, 5 exit code, 6 verdict JSON,
-#       7 report JSON, 8 finished ms, 9 finished ISO, 10 history limit, 11 ttl, 12 prefix,
-#       13 kind, 14 text, 15 batch result JSON, 16 changes maxlen, 17 now ISO, 18 source,
-#       19 counts ('1'; '0' for a run that had no model: the run and its batch row are
-#          recorded, the check's latest verdict, history and change events are not),
-#       20 the request's notify routes, comma-separated ('' for none), kept on a change
-# Returns 1 when this call recorded the verdict, 0 when the run already had one.
-# Reads and checks everything first (the previous latest verdict, the index and
-# batch keys it implies), then writes.
-_RECORD_LUA = (
-    _PRELUDE
-    + """
-local run = KEYS[1]
-local check = KEYS[2]
-local problem = first_type_problem({run, 'hash', check, 'hash', KEYS[3], 'stream',
-  KEYS[4], 'zset', KEYS[5], 'stream', KEYS[6], 'zset'})
-if problem then return conflict(problem) end
-if redis.call('HEXISTS', run, 'verdict') == 1 then
-  return 0
-end
-local p = ARGV[12]
-local kind = ARGV[4]
-local target = ARGV[3]
-local check_id = ARGV[2]
-local new_ms = tonumber(ARGV[8])
-local counts = ARGV[19] == '1'
-
-local prev = redis.call('HMGET', check, 'verdict_kind', 'finished_ms', 'target')
-local prev_kind, prev_target = prev[1], prev[3] or ''
-local prev_ms = 0
-if prev_kind then
-  prev_ms = tonumber(prev[2] or '0')
-  if not prev_ms then
-    return conflict('field finished_ms of key ' .. check .. ' is not a number')
-  end
-end
-local latest = counts and ((not prev_kind) or new_ms >= prev_ms)
-local sets = {}
-if latest then
-  sets = {p .. ':idx:verdict:' .. kind, 'set', p .. ':idx:target:' .. target, 'set',
-    p .. ':idx:tv:' .. kind .. ':' .. target, 'set'}
-  if prev_kind then
-    for _, key in ipairs({p .. ':idx:verdict:' .. prev_kind,
-        p .. ':idx:tv:' .. prev_kind .. ':' .. prev_target,
-        p .. ':idx:target:' .. prev_target}) do
-      sets[#sets + 1] = key
-      sets[#sets + 1] = 'set'
-    end
-  end
-end
-local batch_id = redis.call('HGET', run, 'batch_id')
-local batch = nil
-if batch_id and batch_id ~= '' then
-  batch = p .. ':batch:' .. batch_id
-  sets[#sets + 1] = batch
-  sets[#sets + 1] = 'hash'
-  sets[#sets + 1] = batch .. ':results'
-  sets[#sets + 1] = 'hash'
-end
-problem = first_type_problem(sets)
-if not problem and batch then
-  problem = integer_problem(batch, 'pending') or integer_problem(batch, kind)
-end
-if problem then return conflict(problem) end
-
-redis.call('HSET', run, 'status', 'done', 'verdict', ARGV[6], 'verdict_kind', kind,
-  'report', ARGV[7], 'updated_at', ARGV[17], 'run_id', ARGV[1], 'check_id', check_id,
-  'target', target)
-redis.call('HDEL', run, 'wake_at')
-redis.call('EXPIRE', run, ARGV[11])
-redis.call('ZREM', KEYS[6], ARGV[1])
-redis.call('DEL', KEYS[7])
-
-if counts then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '=', ARGV[10], '*', 'run_id', ARGV[1], 'verdict', ARGV[6])
-end
-
-if latest then
-  redis.call('HSET', check, 'check_id', check_id, 'kind', ARGV[13], 'text', ARGV[14],
-    'target', target, 'verdict_kind', kind, 'exit_code', ARGV[5], 'run_id', ARGV[1],
-    'verdict', ARGV[6], 'finished_ms', ARGV[8], 'finished_at', ARGV[9], 'source', ARGV[18],
-    'notify', ARGV[20])
-  redis.call('ZADD', KEYS[4], new_ms, check_id)
-  if prev_kind then
-    redis.call('SREM', p .. ':idx:verdict:' .. prev_kind, check_id)
-    redis.call('SREM', p .. ':idx:tv:' .. prev_kind .. ':' .. prev_target, check_id)
-    if prev_target ~= target then
-      redis.call('SREM', p .. ':idx:target:' .. prev_target, check_id)
-    end
-    if prev_kind ~= kind then
-      redis.call('HSET', check, 'changed_at', ARGV[9], 'previous_verdict', prev_kind)
-      redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[16], '*', 'check_id', check_id,
-        'run_id', ARGV[1], 'target', target, 'from', prev_kind, 'to', kind, 'at', ARGV[9],
-        'notify', ARGV[20])
-    end
-  end
-  redis.call('SADD', p .. ':idx:verdict:' .. kind, check_id)
-  redis.call('SADD', p .. ':idx:target:' .. target, check_id)
-  redis.call('SADD', p .. ':idx:tv:' .. kind .. ':' .. target, check_id)
-end
-
-if batch then
-  local pending = redis.call('HINCRBY', batch, 'pending', -1)
-  redis.call('HINCRBY', batch, kind, 1)
-  redis.call('HSET', batch .. ':results', ARGV[1], ARGV[15])
-  redis.call('EXPIRE', batch .. ':results', ARGV[11])
-  if pending <= 0 and redis.call('HGET', batch, 'sealed') == '1' then
-    redis.call('HSETNX', batch, 'finished_at', ARGV[17])
-  end
-end
-return 1
-"""
-)
-
-# KEYS: run.  ARGV: fire id, fencing token, ttl
+# KEYS: run, recorded runs hash.  ARGV: fire id, fencing token, ttl, run_id
 # Returns 1 when this token may run the fire (the first one seen, or that one again: a
-# redelivery), 0 when another token already claimed it.
+# redelivery; or the run is recorded already, which the delivery then finds), 0 when another
+# token already claimed it.
 _FENCE_LUA = (
     _PRELUDE
     + """
-local problem = type_problem(KEYS[1], 'hash')
+local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'hash'})
 if problem then return conflict(problem) end
+if redis.call('HEXISTS', KEYS[2], ARGV[4]) == 1 then return 1 end
 local field = 'fence:' .. ARGV[1]
 local holder = redis.call('HGET', KEYS[1], field)
 if holder then
@@ -355,8 +242,9 @@ return out
 
 # KEYS: batch, batches zset, fan-out lease.
 # ARGV: batch_id, kind, text, created ISO, created ms, ttl, lease token ('' = no lease),
-#       lease ms. The batch and its fan-out's lease are made together, so there is never
-#       a batch marked as leased without its lease.
+#       lease ms, the creation ms before which batches have expired. The batch and its
+#       fan-out's lease are made together, so there is never a batch marked as leased without
+#       its lease; batches past their TTL leave the batches zset as a new one enters it.
 _CREATE_BATCH_LUA = (
     _PRELUDE
     + """
@@ -375,6 +263,7 @@ if ARGV[7] ~= '' then
   redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[8])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[6])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[9])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
 return 1
 """
@@ -455,6 +344,16 @@ class BatchClosed(RuntimeError):
         )
 
 
+class ReportExpired(UnreadableReport):
+    """The run is known, but what was asked of it is no longer kept (its full report, or for
+    a run far back in a busy check's history its verdict's details); the message says what
+    is left and where, in one sentence."""
+
+    def __init__(self, run_id: str, message: str) -> None:
+        self.run_id = run_id
+        super().__init__(message)
+
+
 class StoreConflict(RuntimeError):
     """A key the store must write holds something else; the write was refused whole.
 
@@ -489,6 +388,11 @@ def _epoch_ms(instant: datetime) -> int:
 
 def _lease_ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
+
+
+def _days(seconds: float) -> str:
+    days = seconds / 86400
+    return f"{days:g} day{'' if days == 1 else 's'}" if days >= 1 else f"{seconds / 3600:g} h"
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -555,6 +459,58 @@ def ran_without_model(report: RunReport) -> bool:
     return verdict is not None and (verdict.model or "") in NO_MODEL_NAMES
 
 
+def asked_a_model(report: RunReport) -> bool:
+    """Whether the run's verdict came from (or was checked by) a model: such a run always
+    writes its report (the model's reasoning), never counts as a repeat of another run."""
+    verdict = report.verdict
+    return bool(report.steps) or (
+        verdict is not None
+        and (verdict_source(verdict) == "model" or verdict.usage.total_tokens > 0)
+    )
+
+
+DEFAULT_RUN_ID_WINDOW_SECONDS = 4 * 3600.0
+
+
+def run_id_window(settings: AssaySettings) -> float:
+    """How long a run id stays recorded, at least, after the run finished: twice the broker's
+    visibility timeout. A message a killed worker held comes back one visibility timeout
+    after its delivery (and the run finished after that delivery); the second is margin for
+    a copy waiting in a busy queue. Runs stay recorded while in their check's history anyway;
+    this only matters for a check that runs more than ``history_limit`` times in it."""
+    return 2 * settings.broker_visibility_timeout_seconds
+
+
+RECORD_ATTEMPTS = 8  # the record script refuses when the check changed since it was read
+_RETRY = -1
+
+
+@dataclass(frozen=True)
+class _CheckNow:
+    """What recording a run reads first: the check's latest verdict and the run's batch, which
+    decide the keys the record script touches and whether the run repeats the latest report."""
+
+    kind: str
+    target: str
+    finished_ms: int | None
+    repeated: str  # the run whose report the check's latest runs repeat ('' none)
+    fingerprint: str  # that report's fingerprint
+    batch_id: str
+
+    def latest(self, finished_ms: int) -> bool:
+        return not self.kind or self.finished_ms is None or finished_ms >= self.finished_ms
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """A finished run as the history knows it: ``P:runs`` -> its check and history entry."""
+
+    run_id: str
+    check_id: str
+    entry_id: str
+    kind: VerdictKind
+
+
 class VerdictStore:
     """Verdicts, runs, checks and batches in Redis, under one key prefix."""
 
@@ -565,6 +521,8 @@ class VerdictStore:
         prefix: str = "assay",
         history_limit: int = 500,
         run_ttl_seconds: int = 30 * 24 * 3600,
+        report_ttl_seconds: int = 3 * 24 * 3600,
+        run_id_window_seconds: float = DEFAULT_RUN_ID_WINDOW_SECONDS,
         report_codec: ReportCodec = "dictionary",
     ) -> None:
         self.client = client
@@ -572,10 +530,14 @@ class VerdictStore:
         self.prefix = prefix
         self.history_limit = history_limit
         self.run_ttl_seconds = run_ttl_seconds
+        self.report_ttl_seconds = report_ttl_seconds
+        # How long a run id stays recorded after its entry has left its check's history: a
+        # redelivered message still finds its run recorded (retention.py).
+        self.run_id_window_seconds = run_id_window_seconds
         self._register_script = client.register_script(_REGISTER_LUA)
         self._begin_script = client.register_script(_BEGIN_LUA)
         self._waiting_script = client.register_script(_WAITING_LUA)
-        self._record_script = client.register_script(_RECORD_LUA)
+        self._record_script = client.register_script(_PRELUDE + lua_source("record_verdict"))
         self._fence_script = client.register_script(_FENCE_LUA)
         self._create_batch_script = client.register_script(_CREATE_BATCH_LUA)
         self._seal_batch_script = client.register_script(_SEAL_BATCH_LUA)
@@ -604,6 +566,8 @@ class VerdictStore:
             prefix=settings.key_prefix,
             history_limit=settings.history_limit,
             run_ttl_seconds=settings.run_ttl_seconds,
+            report_ttl_seconds=settings.report_ttl_seconds,
+            run_id_window_seconds=run_id_window(settings),
             report_codec=settings.report_compression,
         )
 
@@ -619,6 +583,16 @@ class VerdictStore:
 
     def _batch_key(self, batch_id: str, *suffix: str) -> str:
         return self.key("batch", valid_id(batch_id, "batch_id"), *suffix)
+
+    @property
+    def _report_ttl(self) -> int:
+        """How long a report that changed no verdict is kept (never longer than one that did)."""
+        return min(self.report_ttl_seconds, self.run_ttl_seconds)
+
+    @property
+    def _runs_key(self) -> str:
+        """``P:runs``: every run in a check's history (and a while after), by run id."""
+        return self.key("runs")
 
     def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         """Run one of the store's scripts; a conflict it found becomes ``StoreConflict``."""
@@ -687,7 +661,7 @@ class VerdictStore:
         valid_id(request.check_id, "check_id")
         now = _now()
         return (
-            [self._run_key(request.run_id), *batch_keys, self.key("unfinished")],
+            [self._run_key(request.run_id), *batch_keys, self.key("unfinished"), self._runs_key],
             [
                 request.run_id,
                 request.check_id,
@@ -707,7 +681,7 @@ class VerdictStore:
         number = int(
             self._call(
                 self._begin_script,
-                keys=[self._run_key(request.run_id), self.key("unfinished")],
+                keys=[self._run_key(request.run_id), self.key("unfinished"), self._runs_key],
                 args=[
                     request.run_id,
                     request.check_id,
@@ -732,8 +706,8 @@ class VerdictStore:
             raise ValueError("a fence names a fire id and a token of sensible length")
         claimed = self._call(
             self._fence_script,
-            keys=[self._run_key(run_id)],
-            args=[fire_id, token, self.run_ttl_seconds],
+            keys=[self._run_key(run_id), self._runs_key],
+            args=[fire_id, token, self.run_ttl_seconds, run_id],
         )
         return bool(claimed)
 
@@ -744,7 +718,7 @@ class VerdictStore:
         wake_at = report.wake_at or now
         written = self._call(
             self._waiting_script,
-            keys=[self._run_key(report.run_id), self.key("unfinished")],
+            keys=[self._run_key(report.run_id), self.key("unfinished"), self._runs_key],
             args=[
                 encode_report(report.model_dump_json(), self.report_codec),
                 wake_at.isoformat() if report.wake_at else "",
@@ -762,12 +736,135 @@ class VerdictStore:
         A run that had no model to ask says nothing about its cluster: it is
         recorded on the run (and its batch), never in the check's history or
         as a verdict change (``ran_without_model``).
+
+        What is kept is sized by what it is for (workers/fleet/retention.py): a probe or
+        policy re-run that found exactly what the check's latest report says writes no
+        report (it repeats that one, which counts it); any other run keeps its report
+        ``run_ttl_seconds`` when it changed the check's verdict, else ``report_ttl_seconds``.
+        Recording reads the check first (which keys the script touches, whether this is a
+        repeat); the script refuses if the check changed since, and the read is done again.
         """
         source = verdict_source(report.verdict) if report.verdict else DEFAULT_SOURCE
         report = scrubbed_report(report)
         verdict = report.verdict
         if verdict is None:
             raise ValueError(f"run {report.run_id} has no verdict to record")
+        counts = not ran_without_model(report)
+        template_id, template = verdict_template(verdict)
+        fingerprint = report_fingerprint(report) if counts and not asked_a_model(report) else ""
+        finished_ms = _epoch_ms(verdict.finished_at)
+        encoded: str | None = None
+        for _ in range(RECORD_ATTEMPTS):
+            now = self._check_now(report)
+            repeated = (
+                now.repeated
+                if fingerprint
+                and now.repeated
+                and now.fingerprint == fingerprint
+                and now.latest(finished_ms)
+                else ""
+            )
+            if not repeated and encoded is None:
+                encoded = encode_report(report.model_dump_json(), self.report_codec)
+            written = self._call(
+                self._record_script,
+                keys=self._record_keys(report, now, repeated),
+                args=self._record_args(
+                    report,
+                    source=source,
+                    counts=counts,
+                    now=now,
+                    repeated=repeated,
+                    encoded=encoded or "",
+                    fingerprint=fingerprint,
+                    template=(template_id, template),
+                ),
+            )
+            if int(written) != _RETRY:
+                return bool(written)
+        raise StoreConflict(
+            f"run {report.run_id} was not recorded: its check {report.check_id} changed each "
+            f"of the {RECORD_ATTEMPTS} times it was read (many runs of it at once); nothing "
+            "was written, and the run is recorded when it is delivered again"
+        )
+
+    def _check_now(self, report: RunReport) -> _CheckNow:
+        """The check's latest verdict and the run's batch, in one round trip. A key of another
+        type reads as empty here: the record script then names it (``StoreConflict``)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(
+            self._check_key(report.check_id),
+            ["verdict_kind", "target", "finished_ms", "rep", "rfp"],
+        )
+        pipe.hget(self._run_key(report.run_id), "batch_id")
+        check, batch_id = pipe.execute(raise_on_error=False)
+        if isinstance(check, Exception):
+            check = [None] * 5
+        kind, target, finished, repeated, fingerprint = check
+        try:
+            finished_ms = int(finished) if finished else None
+        except ValueError:
+            finished_ms = None
+        return _CheckNow(
+            kind=kind or "",
+            target=target or "",
+            finished_ms=finished_ms,
+            repeated=repeated or "",
+            fingerprint=fingerprint or "",
+            batch_id="" if isinstance(batch_id, Exception) else batch_id or "",
+        )
+
+    def _record_keys(self, report: RunReport, now: _CheckNow, repeated: str) -> list[str]:
+        verdict = report.verdict
+        assert verdict is not None
+        kind, target = verdict.verdict.value, verdict.target
+        previous = (
+            [
+                self.key("idx", "verdict", now.kind),
+                self.key("idx", "tv", now.kind, now.target),
+                self.key("idx", "target", now.target),
+            ]
+            if now.kind
+            else [self.key("idx", "verdict", kind)] * 3
+        )
+        batch = (
+            [self._batch_key(now.batch_id), self._batch_key(now.batch_id, "results")]
+            if now.batch_id
+            else [self.key("batch", "-"), self.key("batch", "-", "results")]  # unused
+        )
+        return [
+            self._run_key(report.run_id),
+            self._check_key(report.check_id),
+            self._check_key(report.check_id, "history"),
+            self._check_key(report.check_id, "verdicts"),
+            self.key("checks"),
+            self.key("changes"),
+            self.key("unfinished"),
+            checkpoint_key(self.prefix, report.run_id),
+            self._runs_key,
+            self.key("runs", "expiring"),
+            self.key("idx", "verdict", kind),
+            self.key("idx", "target", target),
+            self.key("idx", "tv", kind, target),
+            *previous,
+            *batch,
+            self._run_key(repeated) if repeated else self.key("run", "-"),  # unused
+        ]
+
+    def _record_args(
+        self,
+        report: RunReport,
+        *,
+        source: str,
+        counts: bool,
+        now: _CheckNow,
+        repeated: str,
+        encoded: str,
+        fingerprint: str,
+        template: tuple[str, str],
+    ) -> list[Any]:
+        verdict = report.verdict
+        assert verdict is not None
         result = BatchResult(
             run_id=report.run_id,
             check_id=report.check_id,
@@ -776,41 +873,45 @@ class VerdictStore:
             exit_code=verdict.exit_code,
             explanation=verdict.explanation[:RESULT_EXPLANATION_CHARS],
         )
-        written = self._call(
-            self._record_script,
-            keys=[
-                self._run_key(report.run_id),
-                self._check_key(report.check_id),
-                self._check_key(report.check_id, "history"),
-                self.key("checks"),
-                self.key("changes"),
-                self.key("unfinished"),
-                checkpoint_key(self.prefix, report.run_id),
-            ],
-            args=[
-                report.run_id,
-                report.check_id,
-                verdict.target,
-                verdict.verdict.value,
-                verdict.exit_code,
-                verdict.model_dump_json(),
-                encode_report(report.model_dump_json(), self.report_codec),
-                _epoch_ms(verdict.finished_at),
-                verdict.finished_at.isoformat(),
-                self.history_limit,
-                self.run_ttl_seconds,
-                self.prefix,
-                report.request.kind,
-                report.request.text,
-                result.model_dump_json(),
-                CHANGES_MAXLEN,
-                _now().isoformat(),
-                source,
-                "0" if ran_without_model(report) else "1",
-                ",".join(report.request.notify),
-            ],
-        )
-        return bool(written)
+        changed = now.kind != verdict.verdict.value  # a first verdict included
+        keep = self.run_ttl_seconds if not counts or changed else self._report_ttl
+        template_id, template_json = template
+        entry = HistoryEntry.of(report, template_id, repeated or None)
+        clock = _now()
+        return [
+            report.run_id,
+            report.check_id,
+            verdict.target,
+            verdict.verdict.value,
+            verdict.exit_code,
+            verdict.model_dump_json(),
+            encoded,
+            _epoch_ms(verdict.finished_at),
+            verdict.finished_at.isoformat(),
+            self.history_limit,
+            0 if repeated else keep,
+            report.request.kind,
+            report.request.text,
+            result.model_dump_json(),
+            CHANGES_MAXLEN,
+            clock.isoformat(),
+            source,
+            "1" if counts else "0",
+            ",".join(report.request.notify),
+            now.kind,
+            now.target,
+            now.batch_id,
+            "repeat" if repeated else "report",
+            repeated,
+            fingerprint,
+            template_id,
+            template_json,
+            micros(clock),
+            int(self.run_id_window_seconds * 1_000_000),
+            self._report_ttl * 1000,
+            *entry.fields(),
+            self.run_ttl_seconds,
+        ]
 
     # --- runs: reads ------------------------------------------------------------------------------
     _STATE_FIELDS = (
@@ -827,20 +928,28 @@ class VerdictStore:
     )
 
     def run_state(self, run_id: str) -> RunProgress | None:
-        values = self.client.hmget(self._run_key(run_id), list(self._STATE_FIELDS))
-        return self._state_from(dict(zip(self._STATE_FIELDS, values, strict=True)), run_id)
+        return self.run_states([run_id])[0]
 
     def run_states(self, run_ids: Sequence[str]) -> list[RunProgress | None]:
-        """:meth:`run_state` of many runs in one round trip, in order (a batch's chunk)."""
+        """:meth:`run_state` of many runs in few round trips, in order (a batch's chunk).
+
+        A run with its own hash (not finished, or finished with its report) reads from it;
+        one recorded without a report, or whose report has expired, from its history entry.
+        """
         if not run_ids:
             return []
         pipe = self.client.pipeline(transaction=False)
         for run_id in run_ids:
             pipe.hmget(self._run_key(run_id), list(self._STATE_FIELDS))
-        return [
+        states = [
             self._state_from(dict(zip(self._STATE_FIELDS, values, strict=True)), run_id)
             for run_id, values in zip(run_ids, pipe.execute(), strict=True)
         ]
+        missing = [run_id for run_id, state in zip(run_ids, states, strict=True) if state is None]
+        if missing:
+            found = dict(zip(missing, self._recorded_states(missing), strict=True))
+            states = [state or found[run_id] for run_id, state in zip(run_ids, states, strict=True)]
+        return states
 
     @staticmethod
     def _state_from(row: dict[str, Any], run_id: str) -> RunProgress | None:
@@ -860,16 +969,132 @@ class VerdictStore:
         )
 
     def run_verdict(self, run_id: str) -> Verdict | None:
+        """The run's verdict; None while it has none (or no run has the id).
+
+        Raises :class:`ReportExpired` for a run recorded so far back in a busy check's
+        history that its verdict's details are gone (its verdict's kind is still known).
+        """
         raw = self.client.hget(self._run_key(run_id), "verdict")
-        return Verdict.model_validate_json(raw) if raw else None
+        if raw:
+            return Verdict.model_validate_json(raw)
+        [(recorded, _entry, verdict)] = self._rebuilt([run_id])
+        if recorded is not None and verdict is None:
+            raise ReportExpired(run_id, self._left_history(recorded))
+        return verdict
 
     def run_report(self, run_id: str) -> RunReport | None:
-        raw = self.client.hget(self._run_key(run_id), "report")
-        return RunReport.model_validate_json(decode_report(raw)) if raw else None
+        """The run's full report; None while it has none (queued, running) or no run has the
+        id. A run that repeated an earlier one shows that one's report with its own identity
+        (``repeat_of``); :class:`ReportExpired` when the run is known but its report is gone."""
+        raw, status = self.client.hmget(self._run_key(run_id), ["report", "status"])
+        if raw:
+            return RunReport.model_validate_json(decode_report(raw))
+        if status:
+            return None
+        [(recorded, entry, verdict)] = self._rebuilt([run_id])
+        if recorded is None:
+            return None
+        if entry is None or verdict is None:
+            raise ReportExpired(run_id, self._left_history(recorded))
+        if entry.repeat_of:
+            original = self.client.hget(self._run_key(entry.repeat_of), "report")
+            if original:
+                report = RunReport.model_validate_json(decode_report(original))
+                return repeated_report(report, entry, verdict)
+        raise ReportExpired(
+            run_id,
+            f"run {run_id}'s report has expired (a full report is kept "
+            f"{_days(self.run_ttl_seconds)} after a run that asked a model or changed its "
+            f"check's verdict, {_days(self.report_ttl_seconds)} after any other, and as long "
+            f"as later runs repeat it); its verdict, {verdict.verdict.value}, stays in check "
+            f"{recorded.check_id}'s history",
+        )
+
+    def _left_history(self, recorded: _Recorded) -> str:
+        return (
+            f"run {recorded.run_id} ended {recorded.kind.value} (exit "
+            f"{EXIT_CODES[recorded.kind]}), but it has left check {recorded.check_id}'s "
+            f"history (its newest {self.history_limit} runs are kept) and its report has "
+            "expired"
+        )
 
     def run_request(self, run_id: str) -> EvaluationRequest | None:
         raw = self.client.hget(self._run_key(run_id), "request")
         return EvaluationRequest.model_validate_json(raw) if raw else None
+
+    # --- runs recorded in a check's history ------------------------------------------------
+    def _recorded(self, run_ids: Sequence[str]) -> list[_Recorded | None]:
+        """Where each run is recorded (``P:runs``), in one round trip."""
+        values = self.client.hmget(self._runs_key, list(run_ids)) if run_ids else []
+        found: list[_Recorded | None] = []
+        for run_id, value in zip(run_ids, values, strict=True):
+            parts = text(value).split(" ") if value else []
+            found.append(
+                _Recorded(run_id, parts[0], parts[1], VerdictKind(parts[2]))
+                if len(parts) == 3
+                else None
+            )
+        return found
+
+    def _rebuilt(
+        self, run_ids: Sequence[str]
+    ) -> list[tuple[_Recorded | None, HistoryEntry | None, Verdict | None]]:
+        """Each run's place in its check's history, its entry and its verdict (None where
+        it is not recorded, or has left the history), in three round trips at most."""
+        recorded = self._recorded(run_ids)
+        known = [r for r in recorded if r is not None]
+        entries: dict[str, HistoryEntry | None] = {}
+        if known:
+            pipe = self.client.pipeline(transaction=False)
+            for r in known:
+                pipe.xrange(self._check_key(r.check_id, "history"), r.entry_id, r.entry_id)
+            for r, rows in zip(known, pipe.execute(), strict=True):
+                fields = next((f for _, f in stream_entries(rows)), None)
+                entries[r.run_id] = HistoryEntry.parse(fields) if fields else None
+        with_entry = [r for r in known if entries.get(r.run_id) is not None]
+        templates: dict[str, str | None] = {}
+        if with_entry:
+            pipe = self.client.pipeline(transaction=False)
+            for r in with_entry:
+                entry = entries[r.run_id]
+                assert entry is not None
+                pipe.hget(self._check_key(r.check_id, "verdicts"), entry.template_id)
+            for r, template in zip(with_entry, pipe.execute(), strict=True):
+                templates[r.run_id] = text(template) if template else None
+        out: list[tuple[_Recorded | None, HistoryEntry | None, Verdict | None]] = []
+        for place in recorded:
+            if place is None:
+                out.append((None, None, None))
+                continue
+            entry, template = entries.get(place.run_id), templates.get(place.run_id)
+            verdict = entry.verdict(template) if entry is not None and template else None
+            out.append((place, entry, verdict))
+        return out
+
+    def _recorded_states(self, run_ids: Sequence[str]) -> list[RunProgress | None]:
+        states: list[RunProgress | None] = []
+        for recorded, entry, verdict in self._rebuilt(run_ids):
+            if recorded is None:
+                states.append(None)
+                continue
+            states.append(
+                RunProgress(
+                    run_id=recorded.run_id,
+                    check_id=recorded.check_id,
+                    target=verdict.target if verdict is not None else "",
+                    status="done",
+                    attempts=entry.attempts if entry is not None else 0,
+                    batch_id=entry.batch_id if entry is not None else None,
+                    queued_at=(
+                        instant(entry.submitted_us)
+                        if entry is not None and entry.submitted_us is not None
+                        else None
+                    ),
+                    updated_at=instant(entry.finished_us) if entry is not None else None,
+                    verdict=recorded.kind,
+                )
+            )
+        return states
 
     # --- checks -------------------------------------------------------------------------------
     def latest_verdict(self, check_id: str) -> Verdict | None:
@@ -889,9 +1114,38 @@ class VerdictStore:
         }
 
     def history(self, check_id: str, limit: int = 20) -> list[Verdict]:
-        """The check's verdicts, newest first, at most ``limit`` of them."""
-        entries = self.client.xrevrange(self._check_key(check_id, "history"), count=limit)
-        return [Verdict.model_validate_json(f["verdict"]) for _, f in stream_entries(entries)]
+        """The check's verdicts, newest first, at most ``limit`` of them.
+
+        Each entry names its run and times and the verdict's template (its wording, kept
+        once however many runs said it); entries written before templates hold the verdict.
+        """
+        rows = stream_entries(
+            self.client.xrevrange(self._check_key(check_id, "history"), count=limit)
+        )
+        entries = [(fields, HistoryEntry.parse(fields)) for _, fields in rows]
+        wanted = sorted({entry.template_id for _, entry in entries if entry is not None})
+        found = (
+            dict(
+                zip(
+                    wanted,
+                    self.client.hmget(self._check_key(check_id, "verdicts"), wanted),
+                    strict=True,
+                )
+            )
+            if wanted
+            else {}
+        )
+        verdicts = []
+        for fields, entry in entries:
+            if entry is None:
+                verdicts.append(Verdict.model_validate_json(fields["verdict"]))
+                continue
+            template = found.get(entry.template_id)
+            if template is None:  # cannot happen: an entry holds its template's count
+                _log.error("history_template_missing", check_id=check_id, run_id=entry.run_id)
+                continue
+            verdicts.append(entry.verdict(text(template)))
+        return verdicts
 
     def history_length(self, check_id: str) -> int:
         return int(self.client.xlen(self._check_key(check_id, "history")))
@@ -988,20 +1242,26 @@ class VerdictStore:
         id a table cut short stands for (``assay.id_prefixes``).
 
         Checks and batches are read from their index (a ZSCAN of ``P:checks`` /
-        ``P:batches`` with MATCH); runs have none, so their keys are (a SCAN of
+        ``P:batches`` with MATCH). A run is either recorded (``P:runs``, an HSCAN with
+        MATCH) or has a hash of its own while it runs or keeps its report (a SCAN of
         ``P:run:PREFIX*``, 10,000 keys a step: its cost grows with the keyspace, 2.5 s for
         500,000 keys on a loaded two-core host). Either stops once ``limit`` ids are found.
         The id alphabet holds no glob character, so ``prefix`` matches only as written.
         """
         valid_id(prefix, f"{kind} id")
+        ids: Iterable[str]
         if kind == "run":
             head = self.key("run", "")
+            recorded = self.client.hscan_iter(self.key("runs"), match=f"{prefix}*", count=1000)
             keys = self.client.scan_iter(match=f"{head}{prefix}*", count=10_000)
-            ids = (reply_text(key).removeprefix(head) for key in keys)
+            ids = chain(
+                (text(run_id) for run_id, _value in recorded),
+                (text(key).removeprefix(head) for key in keys),
+            )
         else:
             index = self.key("checks" if kind == "check" else "batches")
             members = self.client.zscan_iter(index, match=f"{prefix}*", count=1000)
-            ids = (reply_text(member) for member, _score in members)
+            ids = (text(member) for member, _score in members)
         found: set[str] = set()
         for found_id in ids:
             found.add(found_id)
@@ -1071,6 +1331,7 @@ class VerdictStore:
                     self.run_ttl_seconds,
                     lease_token or "",
                     _lease_ms(lease_seconds),
+                    _epoch_ms(created) - self.run_ttl_seconds * 1000,
                 ],
             )
         )

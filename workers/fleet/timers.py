@@ -8,7 +8,8 @@ the only code that touches the timer keys:
 ``{prefix}:timers:inflight``  sorted set, member = timer id, score = lease expiry (epoch s)
 ``{prefix}:timers:entries``   hash, timer id -> :class:`TimerEntry` JSON
 ``{prefix}:enqueued:{fire}``  marker per enqueued evaluation: "sent", or
-                              ``{owner}|{hold until}|{fencing token}`` while a claimer sends it
+                              ``{owner}|{hold until}|{fencing token}`` while a claimer sends it;
+                              dropped when its timer is acknowledged
 
 Atomic steps are named Lua scripts (one per transition), so a timer is always
 in exactly one of ``due`` / ``inflight``, never popped and lost:
@@ -45,12 +46,14 @@ or lost to a restart. A timer here costs one sorted-set entry and nothing else.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from workers.fleet.lua_scripts import lua_source
 
 TimerKind = Literal["schedule_fire", "deferred", "continuation"]
 
@@ -194,24 +197,6 @@ return n
 """
 )
 
-# A marker holds "sent", or "{owner}|{hold_until}|{token}" while a claimer is sending.
-# Hold times use the callers' clock (like leases), never Redis' own.
-# ARGV: owner, now, hold until, ttl, a fresh fencing token
-_BEGIN_ENQUEUE = """
-local current = redis.call('GET', KEYS[1])
-if current == 'sent' then
-  return {'sent', '0'}
-end
-if current then
-  local owner, hold_until = string.match(current, '^([^|]*)|([%d%.]+)')
-  if owner ~= ARGV[1] and hold_until and tonumber(hold_until) > tonumber(ARGV[2]) then
-    return {'held', tostring(tonumber(hold_until) - tonumber(ARGV[2]))}
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[3] .. '|' .. ARGV[5], 'EX', ARGV[4])
-return {'acquired', ARGV[5]}
-"""
-
 # Right before a send: is the marker still this owner's, with this token? Then hold it
 # again from now; else (taken over, sent by another, abandoned) the send must not happen.
 # ARGV: owner, token, hold until, ttl
@@ -325,7 +310,7 @@ class TimerStore:
         self._release_script = redis.register_script(_RELEASE)
         self._upsert_script = redis.register_script(_UPSERT)
         self._remove_script = redis.register_script(_REMOVE)
-        self._begin_enqueue_script = redis.register_script(_BEGIN_ENQUEUE)
+        self._begin_enqueue_script = redis.register_script(lua_source("begin_enqueue"))
         self._confirm_enqueue_script = redis.register_script(_CONFIRM_ENQUEUE)
         self._abandon_enqueue_script = redis.register_script(_ABANDON_ENQUEUE)
 
@@ -441,18 +426,38 @@ class TimerStore:
         return self.begin_enqueue_many([fire_id], owner, now, hold_seconds)[fire_id]
 
     def begin_enqueue_many(
-        self, fire_ids: list[str], owner: str, now: float, hold_seconds: float
+        self,
+        fire_ids: list[str],
+        owner: str,
+        now: float,
+        hold_seconds: float,
+        claims: Mapping[str, TimerEntry] | None = None,
     ) -> dict[str, EnqueueClaim]:
-        """:meth:`begin_enqueue` for many fires in one round trip."""
+        """:meth:`begin_enqueue` for many fires in one round trip.
+
+        ``claims``: the claimed timer each fire belongs to. A fire whose timer is no longer in
+        flight with the token it was claimed with reads as ``sent``: another claimer took the
+        timer over while this one stalled and acknowledged it (dropping its markers), so
+        nothing of it may be sent again.
+        """
         if "|" in owner:
             raise ValueError("an owner id must not contain '|'")
         if not fire_ids:
             return {}
         pipe = self.redis.pipeline(transaction=False)
         for fire_id in fire_ids:
+            claim = (claims or {}).get(fire_id)
             self._begin_enqueue_script(
-                keys=[self._marker_key(fire_id)],
-                args=[owner, now, now + hold_seconds, SENT_MARKER_TTL_SECONDS, uuid.uuid4().hex],
+                keys=[self._marker_key(fire_id), self.inflight_key, self.entries_key],
+                args=[
+                    owner,
+                    now,
+                    now + hold_seconds,
+                    SENT_MARKER_TTL_SECONDS,
+                    uuid.uuid4().hex,
+                    claim.id if claim is not None else "",
+                    claim.token if claim is not None else "",
+                ],
                 client=pipe,
             )
         out: dict[str, EnqueueClaim] = {}
@@ -491,14 +496,26 @@ class TimerStore:
         return int(pipe.execute()[-1]) == 1
 
     def finish_and_ack(
-        self, sent: list[str], claimed: TimerEntry, successor: TimerEntry | None = None
+        self,
+        sent: list[str],
+        claimed: TimerEntry,
+        successor: TimerEntry | None = None,
+        settled: Sequence[str] = (),
     ) -> int:
-        """Mark ``sent`` fires enqueued and acknowledge ``claimed``, in one round trip."""
+        """Mark ``sent`` fires enqueued and acknowledge ``claimed``, in one round trip; then
+        drop the markers of ``settled`` (every fire of the timer): once it is acknowledged no
+        claimer plans them again, and a claimer paused since its claim that sends one anyway
+        is stopped by the worker's fence, or finds the run recorded. Dropping them keeps the
+        markers to the fires in flight, not one per fire for a week."""
         pipe = self.redis.pipeline(transaction=False)
         for fire_id in sent:
-            pipe.set(self._marker_key(fire_id), SENT, ex=SENT_MARKER_TTL_SECONDS)
+            if fire_id not in settled:
+                pipe.set(self._marker_key(fire_id), SENT, ex=SENT_MARKER_TTL_SECONDS)
         self._ack(claimed, successor, client=pipe)
-        return int(pipe.execute()[-1])
+        if settled:
+            pipe.delete(*(self._marker_key(fire_id) for fire_id in settled))
+        replies = pipe.execute()
+        return int(replies[-2] if settled else replies[-1])
 
     def finish_enqueue(self, fire_id: str) -> None:
         self.redis.set(self._marker_key(fire_id), SENT, ex=SENT_MARKER_TTL_SECONDS)
