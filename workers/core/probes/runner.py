@@ -292,6 +292,7 @@ def _evaluate(
     # A model's probe stops at the first false (the value is settled, and that object is the
     # evidence); an imported policy judges every object, to name each offending one.
     every = probe.origin is not None
+    program.refuse_beyond(len(results[0]))
     for number, obj in enumerate(results[0]):
         clock.check(f"after the expression had been evaluated for {number} object(s)")
         judgement = program.judge({"object": obj})
