@@ -193,3 +193,36 @@ def test_library_values_have_their_own_types() -> None:
     assert _value("quantity('1') == quantity('1000m') && ip('::1') == ip('0:0::1')") is True
     said = _problem("quantity('1').isGreaterThan(semver('1.0.0'))")
     assert "(kubernetes.Quantity, kubernetes.Semver)" in said
+
+
+ERROR = CelError
+HOSTILE: list[tuple[str, object]] = [
+    ("object.metadata.name == 'web' // || true", True),
+    ("object.metadata.name == 'x' // || true", False),  # the comment is no code
+    ("object.metadata.name == 'x' /* || true */", ERROR),  # CEL has no block comments
+    ("object.metadata.name == 'x' '''|| true'''", ERROR),
+    ("object.\n// a comment between the dot and the field\nmetadata.name == 'web'", True),
+    ("has // a comment before the parenthesis\n(object.metadata)", True),
+    ("object.metadata.name == '\ud800'", ERROR),  # not valid Unicode
+    ("\ufeffobject.metadata.name == 'web'", ERROR),  # a byte order mark is no token
+    ("object.metadata.name\u00a0== 'web'", ERROR),  # nor a no-break space
+    ("object.metadata.name == '\u202e\u200bweb'", False),  # in a string: just text
+    ("(" * 33 + "true" + ")" * 33, ERROR),  # deeper than the runtime's parser allows
+    ("-" * 1500 + "1 == 1", True),
+    ("[" + ", ".join(["object.kind"] * 300) + "].size() == 300", True),
+    ("object.spec.containers.all(c, " * 12 + "true" + ")" * 12, True),
+    ("a" * 4001, ERROR),
+    ("Foo{a: 1}.a == 1", ERROR),  # Kubernetes declares no message types
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("text", "expected"), HOSTILE, ids=[str(n) for n in range(len(HOSTILE))])
+def test_hostile_text_gives_its_value_or_an_error_never_a_crash(
+    text: str, expected: object
+) -> None:
+    if expected is ERROR:
+        with pytest.raises(CelError):
+            _value(text)
+    else:
+        assert _value(text) is expected

@@ -3,13 +3,11 @@ wrote, written back as text that parses to the same tree, and read for what it r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
+from assay.testing.cel_expressions import read_expressions
 from workers.core.probes.syntax.nodes import Call, Ident, Literal, Select, same, walk
 from workers.core.probes.syntax.parser import CelSyntaxError, parse
 from workers.core.probes.syntax.reads import (
@@ -25,26 +23,10 @@ from workers.core.probes.syntax.unparser import unparse
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _expressions(value: Any) -> Iterator[str]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in ("expression", "messageExpression") and isinstance(item, str):
-                yield item
-            else:
-                yield from _expressions(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _expressions(item)
-
-
 def _corpus() -> list[str]:
-    found: dict[str, None] = {}
-    folders = (ROOT / "tests" / "fixtures" / "cel_corpus", ROOT / "examples" / "policies")
-    for folder in folders:
-        for path in sorted(folder.rglob("*.yaml")):
-            for document in yaml.safe_load_all(path.read_text()):
-                found.update(dict.fromkeys(_expressions(document)))
-    return list(found)
+    return read_expressions(
+        [ROOT / "tests" / "fixtures" / "cel_corpus", ROOT / "examples" / "policies"]
+    )
 
 
 # Forms the grammar allows that a lexer of one's own gets wrong, each parsed as the runtime does.

@@ -960,15 +960,6 @@ def evaluate_bool(expression: str, variables: Mapping[str, Any]) -> bool:
     return BoolProgram(expression)(variables)
 
 
-# What a variable may read and still be a constant of the probe run: nothing of the objects.
-_OBJECT_INPUTS = ("object", "results", "oldObject", "request", "namespaceObject", "authorizer")
-# A constant is brought into Python whole, and measured and bound again per object: one that
-# holds the constants before it more than this many times (their text inlined) may be
-# exponentially large (``[variables.a, variables.a]`` in a chain) and stays lazy, where the
-# runtime shares the copies.
-MAX_CONSTANT_COPIES = 64
-
-
 def may_give_uint(root: Node) -> bool:
     """A constant crosses into Python and back: a value that would come back as another type
     (a uint as an int) is not taken."""
@@ -980,50 +971,6 @@ def may_give_uint(root: Node) -> bool:
         if isinstance(node, Ident) and node.name == "uint":
             return True
     return False
-
-
-def constant_variables(
-    variables: Sequence[tuple[str, str]], data: Mapping[str, Any], meter: StepMeter
-) -> dict[str, Any]:
-    """The variables whose value is the same for every object of a probe run, evaluated
-    once over ``data`` (``params``, when bound): those that read no object, only the inputs
-    in ``data`` and constants before them. A variable is a deterministic function of what it
-    reads, so its value read lazily per object would be this one; one that errs, gives an
-    optional, or might change type on the way back stays lazy (bound, evaluated where read).
-
-    Why: Gatekeeper's templates define a dozen variables from ``params``; bound around
-    every expression, they exceeded the runtime's parser nesting of 32, and they were
-    evaluated again for every object."""
-    constants: dict[str, Any] = {}
-    earlier: list[tuple[str, str]] = []
-    copies: dict[str, int] = {}
-    for name, source in variables:
-        try:
-            root = parse(source).root
-        except CelSyntaxError:
-            earlier.append((name, source))
-            continue
-        occurrences = tree_reads.variables_read(root)
-        copies[name] = min(1 + sum(copies.get(other, 1) for other in occurrences), 2**62)
-        lazy = (
-            any(tree_reads.reads(root, input_name) for input_name in _OBJECT_INPUTS)
-            or not set(occurrences) <= set(constants)
-            or may_give_uint(root)
-            or copies[name] > MAX_CONSTANT_COPIES
-        )
-        if not lazy:
-            try:
-                program = BoolProgram(
-                    source, variables=earlier, meter=meter, what=f"variable {name}",
-                    constants=constants,
-                )  # fmt: skip
-                value = program.value(data)
-            except CelError:
-                value = _Opaque("ERROR")
-            if plain(value):
-                constants[name] = value
-        earlier.append((name, source))
-    return constants
 
 
 def plain(value: Any) -> bool:

@@ -1,21 +1,32 @@
 """A probe run's constants: what is the same for every object, computed once per run.
 
 A probe (a model's, or an imported policy) evaluates its expressions once per object. What
-they read of ``params`` and of the constant variables (those that read no object,
-cel.py's ``constant_variables``) is the same every time; the runtime, though, converts a
-variable's whole value from Python on its first read in each evaluation, so a large
-``params`` read by every object was converted again and again (2 MB of params over 3,000
-objects: minutes, stopped only by the deadline).
+they read of ``params`` and of the constant variables (those that read no object) is the
+same every time; the runtime, though, converts a bound value from Python whole, on its first
+read in each evaluation, so a large ``params`` read by every object was converted again and
+again (2 MB of params over 3,000 objects: minutes, stopped only by the deadline).
 
-So before the objects are judged, each largest part of an expression that reads only
-``params`` and constant variables (``params.spec.allowed``, ``variables.params.exempt``,
-``params.items.map(i, i.name)``) is evaluated once, over ``params``, and bound in a slot of
-its own (cel.py's :class:`Slots`): an evaluation then converts only the constants it reads,
-and each conversion is charged (cel.py's ``Expression.conversion_steps``). A part that errs
-(``params.missing``) is left where it is, its own constant parts bound instead: the error
-is then raised where it stood, as before. A value that would not come back from Python as
-the CEL value it was (a uint, an optional, a type, a map with keys other than strings)
-stays where it is.
+So before the objects are judged:
+
+* each constant variable is evaluated once (:func:`constant_variables`): one that reads no
+  object, only ``params``, literals and constant variables before it;
+* then each largest part of an expression (or of another variable) that reads only those
+  (``params.spec.allowed``, ``variables.params.exempt``, ``params.items.map(i, i.name)``)
+  is evaluated once;
+
+and each is bound in a slot of its own (cel.py's :class:`Slots`): an evaluation then
+converts only the constants it reads, each conversion charged (cel.py's
+``Expression.conversion_steps``). A plain path (``params.spec.allowed``) is read in Python,
+converting nothing; any other part is evaluated by the runtime with the plain paths it reads
+bound in turn, so it converts those, not the whole of ``params`` (at most
+:data:`MAX_EVALUATED` such parts a run). A part that errs (``params.missing``) is left where
+it is, its own constant parts bound instead: the error is then raised where it stood, as
+before. A value that would not come back from Python as the CEL value it was (a uint, an
+optional, a type, a map with keys other than strings) stays where it is.
+
+Why variables at all: Gatekeeper's templates define a dozen variables from ``params``;
+bound around every expression, they exceeded the runtime's parser nesting of 32, and they
+were evaluated again for every object.
 """
 
 from __future__ import annotations
@@ -28,18 +39,47 @@ from workers.core.probes.cel import (
     CelError,
     Slots,
     StepMeter,
-    constant_variables,
     may_give_uint,
     places,
     plain,
 )
-from workers.core.probes.syntax.nodes import Call, Ident, Node, Select, binding, children
+from workers.core.probes.cel_lib.rewrite import bound_identifiers
+from workers.core.probes.syntax.nodes import (
+    Call,
+    Ident,
+    Index,
+    Literal,
+    Node,
+    Select,
+    binding,
+    children,
+)
 from workers.core.probes.syntax.parser import CelSyntaxError, parse
-from workers.core.probes.syntax.reads import VARIABLES, free_names, variables_read
+from workers.core.probes.syntax.reads import VARIABLES, free_names, reads, variables_read
 from workers.core.probes.syntax.unparser import unparse
 
+# What a variable may read and still be a constant of the probe run: nothing of the objects.
+OBJECT_INPUTS = ("object", "results", "oldObject", "request", "namespaceObject", "authorizer")
 # Inputs a part may read and still be a constant of the run.
 CONSTANT_INPUTS = frozenset({"params", VARIABLES})
+# A constant is brought into Python whole: one that holds the constants before it more than
+# this many times (their text inlined) may be exponentially large (``[variables.a,
+# variables.a]`` in a chain) and stays lazy, where the runtime shares the copies.
+MAX_CONSTANT_COPIES = 64
+# Parts of expressions evaluated by the runtime in one run (a plain path costs nothing).
+MAX_EVALUATED = 64
+_FAILED = object()
+
+
+def constant_variables(
+    variables: Sequence[tuple[str, str]], data: Mapping[str, Any], meter: StepMeter
+) -> dict[str, Any]:
+    """The variables whose value is the same for every object of a probe run, evaluated
+    once over ``data`` (``params``, when bound): those that read no object, only the inputs
+    in ``data`` and constants before them. A variable is a deterministic function of what it
+    reads, so its value read lazily per object would be this one; one that errs, gives an
+    optional, or might change type on the way back stays lazy (bound, evaluated where read)."""
+    return _Hoister(variables, data, meter).constant_variables()
 
 
 def run_constants(
@@ -48,12 +88,12 @@ def run_constants(
     data: Mapping[str, Any],
     meter: StepMeter,
 ) -> Slots:
-    """The run's constants over ``data`` (``params``, when bound): the constant variables,
-    then the largest constant parts of the other variables and of ``expressions``, each
-    evaluated once (charged to ``meter``)."""
-    constants = constant_variables(variables, data, meter)
-    slots = Slots().with_variables(constants)
-    hoister = _Hoister(variables, data, meter, slots)
+    """The run's constants over ``data``: the constant variables, then the largest constant
+    parts of the other variables and of ``expressions``, each evaluated once (charged to
+    ``meter``)."""
+    hoister = _Hoister(variables, data, meter)
+    constants = hoister.constant_variables()
+    hoister.slots = Slots().with_variables(constants)
     for name, source in variables:
         if name not in constants:
             hoister.hoist(source)
@@ -64,18 +104,37 @@ def run_constants(
 
 class _Hoister:
     def __init__(
-        self,
-        variables: Sequence[tuple[str, str]],
-        data: Mapping[str, Any],
-        meter: StepMeter,
-        slots: Slots,
+        self, variables: Sequence[tuple[str, str]], data: Mapping[str, Any], meter: StepMeter
     ) -> None:
         self.variables = list(variables)
         self.data = data
         self.meter = meter
-        self.slots = slots
-        self.constants = set(slots.variable_values())
+        self.slots = Slots()
+        self.constants: dict[str, Any] = {}
         self.done: dict[str, Any] = {}  # a part's text -> its value (or _FAILED)
+        self.evaluated = 0
+
+    def constant_variables(self) -> dict[str, Any]:
+        copies: dict[str, int] = {}
+        for number, (name, source) in enumerate(self.variables):
+            try:
+                root = parse(source).root
+            except CelSyntaxError:
+                continue  # compiling it says why
+            occurrences = variables_read(root)
+            copies[name] = min(1 + sum(copies.get(other, 1) for other in occurrences), 2**62)
+            lazy = (
+                any(reads(root, input_name) for input_name in OBJECT_INPUTS)
+                or not set(occurrences) <= set(self.constants)
+                or may_give_uint(root)
+                or copies[name] > MAX_CONSTANT_COPIES
+            )
+            if lazy:
+                continue
+            value = self._value(root, self.variables[:number], f"variable {name}")
+            if value is not _FAILED:
+                self.constants[name] = value
+        return dict(self.constants)
 
     def hoist(self, text: str) -> None:
         try:
@@ -84,12 +143,10 @@ class _Hoister:
             return  # compiling it says why
         numbers = {id(node): number for number, node in enumerate(places(root))}
         todo = [root]
-        while todo:
+        while todo and self.slots.next_slot() is not None:
             node = todo.pop()
-            if self.slots.next_slot() is None:
-                return
             if self._constant(node):
-                value = self._value(node)
+                value = self._value(node, self.variables, "a constant part")
                 if value is not _FAILED:
                     self.slots = self.slots.with_node(text, numbers[id(node)], value)
                     continue
@@ -98,37 +155,80 @@ class _Hoister:
     def _constant(self, node: Node) -> bool:
         """A part worth computing once: it reads params or a constant variable (more than
         the name alone), and nothing else (no object, no macro variable bound outside it)."""
-        if isinstance(node, Ident) or (
-            isinstance(node, Call) and node.function == "has" and node.target is None
-        ):
-            return False
+        if isinstance(node, Ident) or _is_variable_read(node) or _is_has(node):
+            return False  # a constant variable is in its slot already
         names = free_names(node)
         if not names or any(ident.name not in CONSTANT_INPUTS for ident in names):
             return False
         read = variables_read(node)
         uses = sum(1 for ident in names if ident.name == VARIABLES)
-        if uses != len(read) or not set(read) <= self.constants:
+        if uses != len(read) or not set(read) <= set(self.constants):
             return False
-        if _is_variable_read(node):
-            return False  # a constant variable is in its slot already
         return not may_give_uint(node)
 
-    def _value(self, node: Node) -> Any:
+    def _value(self, node: Node, variables: Sequence[tuple[str, str]], what: str) -> Any:
+        """``node``'s value over the run's data, or _FAILED."""
         text = unparse(node)
         if text not in self.done:
-            try:
-                program = BoolProgram(
-                    text, variables=self.variables, meter=self.meter,
-                    what="a constant part", constants=self.slots.variable_values(),
-                )  # fmt: skip
-                value = program.value(self.data)
-            except CelError:
-                value = _FAILED
-            self.done[text] = value if plain(value) else _FAILED
+            value = self._path_value(node)
+            if value is _FAILED:
+                value = self._evaluated(text, variables, what)
+            self.done[text] = value if value is not _FAILED and plain(value) else _FAILED
         return self.done[text]
 
+    def _path_value(self, node: Node) -> Any:
+        """A plain path from params or a constant variable, read in Python (no
+        conversion): what the runtime would give, or _FAILED (an error there, or a step
+        Python might read otherwise)."""
+        steps: list[Any] = []
+        while isinstance(node, Select | Index) and not node.optional:
+            if isinstance(node, Select):
+                steps.append(node.field)
+            elif isinstance(node.index, Literal) and node.index.kind in ("string", "int"):
+                steps.append(node.index.value)
+            else:
+                return _FAILED
+            node = node.operand
+        if not isinstance(node, Ident) or not steps:
+            return _FAILED
+        if node.name == VARIABLES:
+            name = steps.pop()
+            if name not in self.constants:
+                return _FAILED
+            value: Any = self.constants[name]
+        elif node.name == "params" and "params" in self.data:
+            value = self.data["params"]
+        else:
+            return _FAILED
+        for step in reversed(steps):
+            in_map = isinstance(value, dict) and isinstance(step, str) and step in value
+            in_list = isinstance(value, list) and type(step) is int and 0 <= step < len(value)
+            if not (in_map or in_list):
+                return _FAILED  # the runtime errs (or a Python reading could differ)
+            value = value[step]
+        return value
 
-_FAILED = object()
+    def _evaluated(self, text: str, variables: Sequence[tuple[str, str]], what: str) -> Any:
+        """``text`` evaluated by the runtime once, its plain paths of params and constants
+        bound (so it converts those, not the whole of params), or _FAILED."""
+        if self.evaluated >= MAX_EVALUATED:
+            return _FAILED
+        self.evaluated += 1
+        slots = Slots().with_variables(self.constants)
+        root = parse(text).root
+        numbers = {id(node): number for number, node in enumerate(places(root))}
+        for node in _largest_paths(root):
+            value = self._path_value(node)
+            if value is not _FAILED and plain(value):
+                slots = slots.with_node(text, numbers[id(node)], value)
+        try:
+            program = BoolProgram(
+                text, variables=variables, meter=self.meter, what=what, slots=slots
+            )
+            # params measured by the cost estimate; converted only where still read
+            return program.value(self.data)
+        except CelError:
+            return _FAILED
 
 
 def _is_variable_read(node: Node) -> bool:
@@ -139,15 +239,47 @@ def _is_variable_read(node: Node) -> bool:
     )
 
 
+def _is_has(node: Node) -> bool:
+    return isinstance(node, Call) and node.function == "has" and node.target is None
+
+
 def _parts(node: Node) -> list[Node]:
     """The parts of ``node`` that may be computed on their own: not a macro's variable
-    names, not the selection ``has()`` tests (its operand may)."""
+    names, not the selection ``has()`` tests (its operand may be)."""
     parts = list(children(node))
     if isinstance(node, Call):
         bound = binding(node)
         if bound is not None:
             offset = 1 if node.target is not None else 0
             parts = [p for n, p in enumerate(parts) if not (0 <= n - offset < len(bound[0]))]
-        if node.function == "has" and node.target is None:
+        if _is_has(node):
             parts = [grand for part in parts for grand in children(part)]
     return parts
+
+
+def _path_base(node: Node) -> Ident | None:
+    """The identifier a plain path (fields, and literal string or int indexes, none of them
+    optional) starts at; None for anything else."""
+    while isinstance(node, Select | Index) and not node.optional:
+        if isinstance(node, Index) and not (
+            isinstance(node.index, Literal) and node.index.kind in ("string", "int")
+        ):
+            return None
+        node = node.operand
+    return node if isinstance(node, Ident) else None
+
+
+def _largest_paths(root: Node) -> list[Node]:
+    """The plain paths from params or a variable, not inside a longer one, in ``root``
+    (where no macro rebinds their name)."""
+    bound = bound_identifiers(root)
+    out: list[Node] = []
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        base = _path_base(node) if isinstance(node, Select | Index) else None
+        if base is not None and base.name in CONSTANT_INPUTS and id(base) not in bound:
+            out.append(node)
+            continue
+        todo.extend(_parts(node))
+    return out

@@ -261,7 +261,9 @@ def mentioned(expression: str) -> Mentioned:
             value = _literal(node)
             numeric = node.kind in ("int", "uint", "double")
             for literal in [value, *([-value] if numeric else [])]:
-                if literal is not None and not any(_same(literal, x) for x in found.literals):
+                if len(found.literals) >= MAX_LITERALS or literal is None:
+                    continue
+                if not any(_same(literal, x) for x in found.literals):
                     found.literals.append(literal)
             if node.kind == "string":
                 found.names.add(node.value)
@@ -272,6 +274,7 @@ def mentioned(expression: str) -> Mentioned:
         elif isinstance(node, Call):
             found.names.add(node.function)
     tests = _tests(root)
+    targets: dict[Target, None] = {}
     for node in _paths(root):
         path = _path(node)
         assert path is not None
@@ -279,11 +282,10 @@ def mentioned(expression: str) -> Mentioned:
         for target in resolve(path):
             if not target.steps or (target.root == "results" and len(target.steps) == 1):
                 continue  # `results` itself, or a whole lookup: listing variants cover those
-            if target not in found.targets:
-                found.targets.append(target)
+            targets.setdefault(target, None)
             if test is not None:
                 found.tests.setdefault(target, test)
-    del found.literals[MAX_LITERALS:]
+    found.targets = list(targets)
     return found
 
 

@@ -120,10 +120,18 @@ def _environment() -> Any:
 def parsed(text: str) -> Any:
     """The runtime's ``ParsedExpr`` of ``text``; CelSyntaxError when it does not parse."""
     try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        where = line_column(text, exc.start)
+        raise CelSyntaxError([(*where, "the text is not valid Unicode")]) from None
+    try:
         serialized = _environment().compile(text, disable_check=True).serialize()
     except Exception as exc:
         raise CelSyntaxError(problems_of(str(exc))) from None
-    return parsed_expr.decode(serialized)
+    try:
+        return parsed_expr.decode(serialized)
+    except Exception:  # the protobuf decoder's own nesting limit
+        raise CelSyntaxError([(0, 0, "the expression nests too deeply")]) from None
 
 
 @lru_cache(maxsize=4096)

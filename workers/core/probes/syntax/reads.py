@@ -155,16 +155,21 @@ def functions(root: Node) -> set[str]:
 
 def field_paths(root: Node) -> list[str]:
     """The field paths the expression reads (``spec.replicas``, ``securityContext.runAsNonRoot``
-    for ``c.securityContext.runAsNonRoot``), from any identifier, each once, in source order;
-    for evidence."""
+    for ``c.securityContext.runAsNonRoot``), from any identifier, each once, in source order,
+    each chain at its longest (``a.b`` is read as part of ``a.b.c``); for evidence."""
     seen: dict[str, None] = {}
+    inside: set[int] = set()  # the shorter chains of a chain already taken
     for node, _ in scoped(root):
         target = node.target if isinstance(node, Call) else node
-        if target is None:
+        if target is None or id(target) in inside:
             continue
         found = chain(target)
-        if found is not None and found[1]:
+        if found is None:
+            continue
+        inner: Node = target
+        while isinstance(inner, Select | Index):
+            inside.add(id(inner))
+            inner = inner.operand
+        if found[1]:
             seen.setdefault(".".join(found[1]), None)
-    # keep only the longest reading of each chain (``a.b`` is part of ``a.b.c``)
-    paths = list(seen)
-    return [p for p in paths if not any(o != p and o.startswith(p + ".") for o in paths)]
+    return list(seen)
