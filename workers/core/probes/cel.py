@@ -556,13 +556,9 @@ class Expression:
         built = _build(text, tuple(variables), slots.nodes, slots.variables, version, what)
         self.source = built.source
         self.tree = built.tree
-        self.costs = list(built.costs)
+        self.costs = built.costs
         self._program = built.program
-        # what an evaluation converts from Python besides the object itself: the run's
-        # constants it reads, params and results when it reads them
-        self.inputs = tuple(
-            sorted({n.name for n in tree_reads.free_names(self.tree)} - {"object"})
-        )
+        self.inputs = built.inputs
         self._slot_values = {n: v for n, v in slots.values.items() if n in self.inputs}
         self._weights: dict[int, tuple[Any, int]] = {}
         self.constants = slots.variable_values()  # by variable name
@@ -812,6 +808,9 @@ class _Built:
     tree: Node  # its tree
     costs: tuple[CostModel, ...]
     program: Any
+    # what an evaluation converts from Python besides the object itself: the run's
+    # constants it reads, params and results when it reads them
+    inputs: tuple[str, ...]
 
 
 @lru_cache(maxsize=1024)
@@ -858,7 +857,8 @@ def _build(
             )
     program = _bound(body.node, definitions, names, needed)
     source, compiled = _compile_program(program, [*every, body], body, version)
-    return _Built(source, program, costs, compiled)
+    inputs = tuple(sorted({n.name for n in tree_reads.free_names(program)} - {"object"}))
+    return _Built(source, program, costs, compiled, inputs)
 
 
 def _int64_safe(value: Any) -> Any:
