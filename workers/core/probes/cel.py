@@ -559,6 +559,7 @@ class Expression:
         self.costs = built.costs
         self._program = built.program
         self.inputs = built.inputs
+        self._free = built.free
         self._slot_values = {n: v for n, v in slots.values.items() if n in self.inputs}
         self._weights: dict[int, tuple[Any, int]] = {}
         self.constants = slots.variable_values()  # by variable name
@@ -566,7 +567,7 @@ class Expression:
 
     def reads(self, name: str) -> bool:
         """Whether the expression (with its variables) reads the input ``name``."""
-        return tree_reads.reads(self.tree, name)
+        return name in self._free
 
     def estimate(self, data: Mapping[str, Any], limit: int) -> int:
         """The steps one evaluation over ``data`` may cost: its loops (cost.py) measured on
@@ -811,6 +812,7 @@ class _Built:
     # what an evaluation converts from Python besides the object itself: the run's
     # constants it reads, params and results when it reads them
     inputs: tuple[str, ...]
+    free: frozenset[str]  # every input it reads
 
 
 @lru_cache(maxsize=1024)
@@ -857,8 +859,8 @@ def _build(
             )
     program = _bound(body.node, definitions, names, needed)
     source, compiled = _compile_program(program, [*every, body], body, version)
-    inputs = tuple(sorted({n.name for n in tree_reads.free_names(program)} - {"object"}))
-    return _Built(source, program, costs, compiled, inputs)
+    free = frozenset(n.name for n in tree_reads.free_names(program))
+    return _Built(source, program, costs, compiled, tuple(sorted(free - {"object"})), free)
 
 
 def _int64_safe(value: Any) -> Any:
@@ -1002,10 +1004,15 @@ def reads_variable(expression: str, name: str) -> bool:
 
 def field_paths(expression: str) -> list[str]:
     """Field paths the expression reads (``spec.replicas`` ...), for evidence."""
+    return list(_field_paths(expression))
+
+
+@lru_cache(maxsize=2048)
+def _field_paths(expression: str) -> tuple[str, ...]:
     try:
-        return tree_reads.field_paths(parse(expression).root)[:50]
+        return tuple(tree_reads.field_paths(parse(expression).root)[:50])
     except CelSyntaxError:
-        return []
+        return ()
 
 
 def _short(exc: object) -> str:

@@ -32,6 +32,8 @@ were evaluated again for every object.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from workers.core.probes.cel import (
@@ -94,12 +96,75 @@ def run_constants(
     hoister = _Hoister(variables, data, meter)
     constants = hoister.constant_variables()
     hoister.slots = Slots().with_variables(constants)
+    if "params" not in data and not constants:
+        return hoister.slots  # nothing else can be a constant of the run
     for name, source in variables:
         if name not in constants:
             hoister.hoist(source)
     for text in expressions:
         hoister.hoist(text)
     return hoister.slots
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A constant part of an expression (by its place in the text's tree), and the
+    candidates within it, tried when it errs."""
+
+    place: int
+    node: Node
+    within: tuple[_Candidate, ...]
+
+
+@lru_cache(maxsize=1024)
+def _candidates(text: str, constants: frozenset[str]) -> tuple[_Candidate, ...]:
+    """The largest constant parts of ``text`` (``constants``: the constant variables), each
+    with those within it: the same for every run of a probe, worked out once."""
+    try:
+        root = parse(text).root
+    except CelSyntaxError:
+        return ()  # compiling it says why
+    numbers = {id(node): number for number, node in enumerate(places(root))}
+
+    def search(nodes: Sequence[Node]) -> tuple[_Candidate, ...]:
+        out: list[_Candidate] = []
+        todo = list(reversed(nodes))
+        while todo:
+            node = todo.pop()
+            if _constant(node, constants):
+                out.append(_Candidate(numbers[id(node)], node, search(_parts(node))))
+            else:
+                todo.extend(reversed(_parts(node)))
+        return tuple(out)
+
+    return search([root])
+
+
+@lru_cache(maxsize=256)
+def _variable_shapes(
+    variables: tuple[tuple[str, str], ...],
+) -> tuple[tuple[str, Node | None, tuple[str, ...], bool], ...]:
+    """Per variable: its tree (None when it does not parse), the variables it reads, and
+    whether it can never be a constant (it reads an object, may give a uint, or holds the
+    variables before it too many times)."""
+    copies: dict[str, int] = {}
+    out: list[tuple[str, Node | None, tuple[str, ...], bool]] = []
+    for name, source in variables:
+        try:
+            root: Node | None = parse(source).root
+        except CelSyntaxError:
+            out.append((name, None, (), True))  # compiling it says why
+            continue
+        assert root is not None
+        occurrences = tuple(variables_read(root))
+        copies[name] = min(1 + sum(copies.get(other, 1) for other in occurrences), 2**62)
+        never = (
+            any(reads(root, input_name) for input_name in OBJECT_INPUTS)
+            or may_give_uint(root)
+            or copies[name] > MAX_CONSTANT_COPIES
+        )
+        out.append((name, root, occurrences, never))
+    return tuple(out)
 
 
 class _Hoister:
@@ -115,21 +180,9 @@ class _Hoister:
         self.evaluated = 0
 
     def constant_variables(self) -> dict[str, Any]:
-        copies: dict[str, int] = {}
-        for number, (name, source) in enumerate(self.variables):
-            try:
-                root = parse(source).root
-            except CelSyntaxError:
-                continue  # compiling it says why
-            occurrences = variables_read(root)
-            copies[name] = min(1 + sum(copies.get(other, 1) for other in occurrences), 2**62)
-            lazy = (
-                any(reads(root, input_name) for input_name in OBJECT_INPUTS)
-                or not set(occurrences) <= set(self.constants)
-                or may_give_uint(root)
-                or copies[name] > MAX_CONSTANT_COPIES
-            )
-            if lazy:
+        shapes = _variable_shapes(tuple(self.variables))
+        for number, (name, root, occurrences, never) in enumerate(shapes):
+            if root is None or never or not set(occurrences) <= set(self.constants):
                 continue
             value = self._value(root, self.variables[:number], f"variable {name}")
             if value is not _FAILED:
@@ -137,34 +190,14 @@ class _Hoister:
         return dict(self.constants)
 
     def hoist(self, text: str) -> None:
-        try:
-            root = parse(text).root
-        except CelSyntaxError:
-            return  # compiling it says why
-        numbers = {id(node): number for number, node in enumerate(places(root))}
-        todo = [root]
+        todo = list(reversed(_candidates(text, frozenset(self.constants))))
         while todo and self.slots.next_slot() is not None:
-            node = todo.pop()
-            if self._constant(node):
-                value = self._value(node, self.variables, "a constant part")
-                if value is not _FAILED:
-                    self.slots = self.slots.with_node(text, numbers[id(node)], value)
-                    continue
-            todo.extend(reversed(_parts(node)))
-
-    def _constant(self, node: Node) -> bool:
-        """A part worth computing once: it reads params or a constant variable (more than
-        the name alone), and nothing else (no object, no macro variable bound outside it)."""
-        if isinstance(node, Ident) or _is_variable_read(node) or _is_has(node):
-            return False  # a constant variable is in its slot already
-        names = free_names(node)
-        if not names or any(ident.name not in CONSTANT_INPUTS for ident in names):
-            return False
-        read = variables_read(node)
-        uses = sum(1 for ident in names if ident.name == VARIABLES)
-        if uses != len(read) or not set(read) <= set(self.constants):
-            return False
-        return not may_give_uint(node)
+            candidate = todo.pop()
+            value = self._value(candidate.node, self.variables, "a constant part")
+            if value is _FAILED:
+                todo.extend(reversed(candidate.within))
+            else:
+                self.slots = self.slots.with_node(text, candidate.place, value)
 
     def _value(self, node: Node, variables: Sequence[tuple[str, str]], what: str) -> Any:
         """``node``'s value over the run's data, or _FAILED."""
@@ -229,6 +262,21 @@ class _Hoister:
             return program.value(self.data)
         except CelError:
             return _FAILED
+
+
+def _constant(node: Node, constants: frozenset[str]) -> bool:
+    """A part worth computing once: it reads params or a constant variable (more than the
+    name alone), and nothing else (no object, no macro variable bound outside it)."""
+    if isinstance(node, Ident) or _is_variable_read(node) or _is_has(node):
+        return False  # a constant variable is in its slot already
+    names = free_names(node)
+    if not names or any(ident.name not in CONSTANT_INPUTS for ident in names):
+        return False
+    read = variables_read(node)
+    uses = sum(1 for ident in names if ident.name == VARIABLES)
+    if uses != len(read) or not set(read) <= constants:
+        return False
+    return not may_give_uint(node)
 
 
 def _is_variable_read(node: Node) -> bool:
