@@ -162,6 +162,16 @@ def speed(texts: list[str]) -> None:
     again_us = _median_us(lambda: [cel.Expression(t) for t in compiled], 5) / len(compiled)
     print(f"  {len(good)} expressions, {chars:.0f} characters on average")
     print(f"  one parse (runtime parse + ParsedExpr decode + tree): {parse_us:.0f} us")
+    for label, other in _candidates().items():
+        if label != "assay front end":
+            theirs = [t for t in good if _accepts(other, t)]
+
+            def run(parse: Callable[[str], Any] = other, texts: list[str] = theirs) -> None:
+                for text in texts:
+                    parse(text)
+
+            other_us = _median_us(run, 3) / len(theirs)
+            print(f"  one parse by {label}: {other_us:.0f} us ({len(theirs)} it accepts)")
     print(f"  one unparse: {unparse_us:.0f} us")
     print(f"  an expression built the first time (parse, rewrites, compile): {first_us:.0f} us;"
           f" again (cached): {again_us:.0f} us")  # fmt: skip

@@ -108,3 +108,33 @@ def test_reading_large_params_for_every_object_is_refused_before_the_first(
     )
     assert run.verdict is None and run.budget_exhausted is None
     assert run.error is not None and f"each of the {OBJECTS:,} objects" in run.error
+
+
+def test_a_constant_part_is_costed_once_not_for_every_object(snapshot: Path) -> None:
+    """Filtering 100 params entries copies the growing list for each (about 5,000 steps):
+    done once for the run it fits the bound; charged again for each of 3,000 objects
+    (15,000,000 steps) the run would be refused."""
+    params = {"spec": {"images": [f"example/app:{i}" for i in range(99)] + ["example/px:1"]}}
+    probe = ProposedProbe.model_validate(
+        {
+            "lookups": [{"tool": "get", "args": {"kind": "Deployment", "namespace": "prod"}}],
+            "scope": "each_object",
+            "validations": [
+                {
+                    "expression": "object.spec.template.spec.containers.all(c, c.image in "
+                    "params.spec.images.filter(i, i.startsWith('example/')))",
+                    "message": "not allowed",
+                }
+            ],
+            "params": params,
+            "empty_result": "pass",
+            "origin": ProbeOrigin(format="vap", name="listed-images", source="-"),
+        }
+    )
+    backend = backend_for(SnapshotTarget(path=str(snapshot)), load_settings())
+    try:
+        run = run_probe(probe, backend, deadline=time.monotonic() + RUN_SECONDS)
+    finally:
+        backend.close()
+    assert run.error is None, run.error
+    assert run.verdict == VerdictKind.FALSE and [v.name for v in run.violations] == ["web-00042"]

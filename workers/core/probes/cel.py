@@ -42,7 +42,7 @@ from workers.core.probes.cel_lib import rewrites as library_rewrites
 from workers.core.probes.cel_lib import values as library_values
 from workers.core.probes.cel_lib.base import charge, metered
 from workers.core.probes.cel_lib.rewrite import base, computed_presence, optional_fallbacks
-from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, Extents, analyse
+from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, Extents, analyse_tree
 from workers.core.probes.syntax import reads as tree_reads
 from workers.core.probes.syntax.locate import locate
 from workers.core.probes.syntax.nodes import (
@@ -514,18 +514,11 @@ def _computed(node: Node) -> bool:
     return start.name == "params" and start is not node
 
 
-def cost_model(expression: str, variables: Sequence[tuple[str, str]] = ()) -> CostModel:
-    """The expression's loop skeleton; CelError when its shape is over the static cost bounds.
-    ``variables``: the probe's, to bound a ``sets`` argument or a range read from one."""
-    return _cost_model(expression, tuple(variables))
-
-
-@lru_cache(maxsize=1024)
-def _cost_model(expression: str, variables: tuple[tuple[str, str], ...]) -> CostModel:
-    """Cached: a probe's expressions are costed with the same variables every time it is
-    compiled (the model is only read by its estimates)."""
+def _cost_of(root: Node, variables: tuple[tuple[str, str], ...]) -> CostModel:
+    """The loop skeleton of a tree as it runs; CelError when its shape is over the static
+    cost bounds. ``variables``: the probe's, to bound a ``sets`` argument read from one."""
     try:
-        return analyse(expression, dict(variables))
+        return analyse_tree(root, dict(variables))
     except CelCostError as exc:
         raise CelError(f"the expression is too costly to run: {exc}") from None
 
@@ -574,8 +567,8 @@ class Expression:
         the input and on the constants it reads, and the conversion of every value it reads
         but the object (a constant, params, a listing), each time it is made."""
         constants = self.constants
-        if constants:  # measured as they are, as the input is
-            data = {**data, "variables": constants}
+        if constants or self._slot_values:  # measured as they are, as the input is
+            data = {**data, "variables": constants, **self._slot_values}
         try:
             steps = sum(cost.estimate(data, limit, self._extents) for cost in self.costs)
         except CelCostError as exc:
@@ -830,6 +823,7 @@ def _build(
     definitions: dict[str, _Definition] = {}
     names: list[str] = []
     direct: dict[str, Node] = {}
+    running: dict[str, Node] = {}  # each variable's tree as it runs (for its cost)
     for name, source in variables:
         label = f"variable {name}"
         tree = _tree(source, label)
@@ -838,14 +832,15 @@ def _build(
         elif isinstance(tree.root, Ident) and tree.root.name in ROOTS:
             direct[name] = Ident(tree.root.name)
         tree = _hoisted(tree, hoisted)
+        running[name] = tree.root
         definitions[name] = _prepared(tree, names, label, direct, version, numbers)
         names.append(name)
     main = _hoisted(main, hoisted)
     body = _prepared(main, names, what, direct, version, numbers)
     needed = _closure(body.used, definitions)
     costs = (
-        cost_model(text, variables),
-        *(cost_model(source, variables) for name, source in variables if name in needed),
+        _cost_of(main.root, variables),
+        *(_cost_of(running[name], variables) for name, _ in variables if name in needed),
     )
     every = list(definitions.values())
     for name in names:  # each variable it reads compiles on its own: an error names it

@@ -232,7 +232,12 @@ def analyse(expression: str, variables: Mapping[str, str] | None = None) -> Cost
     """The expression's loop skeleton, from its syntax tree; CostExceeded when its shape is
     over the static bounds (CelSyntaxError when it does not parse). ``variables``: the
     probe's variables by name, to bound a ``sets`` argument read from one."""
-    root = _parsed(expression)
+    return analyse_tree(_parsed(expression), variables)
+
+
+def analyse_tree(root: Node, variables: Mapping[str, str] | None = None) -> CostModel:
+    """:func:`analyse` of a tree (an expression as it runs: a run's constant parts read
+    from their slots, measured there, not computed again)."""
     skeleton = _Skeleton(variables or {})
     skeleton.visit(root, None)
     found = skeleton.comprehensions
