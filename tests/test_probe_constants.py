@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from schemas.probe import ProposedProbe
-from workers.core.probes.cel import CelError, StepMeter, constant_variables
+from workers.core.probes.cel import CelError, StepMeter
 from workers.core.probes.program import ProbeProgram
+from workers.core.probes.run_constants import constant_variables
 
 CHAIN = [("v0", "params.spec.limit")] + [(f"v{n}", f"variables.v{n - 1} + 1") for n in range(1, 31)]
 

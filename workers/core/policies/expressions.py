@@ -1,145 +1,64 @@
-"""What a policy's CEL reads, found from its tokens (the CEL library exposes no syntax tree).
+"""What a policy's CEL reads, and the changes import makes to it, on its syntax tree.
 
-Import needs two things of an expression it cannot get from the library: which top-level
-names it reads and through which fields (``request.userInfo.username``, ``oldObject``,
-``resource.Get(...)``), to refuse what a stored object cannot answer; and a rewrite of
-``object.spec`` / ``object.metadata`` references, for the rules Kyverno derives from a Pod
-rule for pod controllers (autogen). Both work on tokens, so text inside string literals
-(``'object.spec'`` in a message) is never read or rewritten.
+Import needs two things of an expression: which inputs it reads and through which fields
+(``request.userInfo.username``, ``oldObject``, ``resource.Get(...)``), to refuse what a
+stored object cannot answer (workers/core/probes/syntax/reads.py answers that for every
+part of assay); and changes to ``object.spec`` / ``object.metadata`` references, for the
+rules Kyverno derives from a Pod rule for pod controllers (autogen), made in the author's
+own text at the places the tree names (syntax/edits.py). Text inside string literals or
+comments is never read or changed, and a macro variable of the same name is not the input.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from dataclasses import dataclass
-
-_TOKEN = re.compile(
-    r"""
-    (?P<string>
-        [rRbB]{0,2}(?:'''(?:[^\\]|\\.)*?'''|\"\"\"(?:[^\\]|\\.)*?\"\"\"
-        |'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")
-    )
-    |(?P<comment>//[^\n]*)
-    |(?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-    |(?P<number>\d[\w.]*)
-    |(?P<space>\s+)
-    |(?P<op>\.\?|\.|\(|\)|\[\?|\[|\]|.)
-    """,
-    re.VERBOSE | re.DOTALL,
+from workers.core.probes.syntax.edits import (
+    Edit,
+    NotPlaced,
+    applied,
+    field_span,
+    global_call_span,
+    ident_span,
 )
-_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter", "transformList",
-                     "transformMap", "transformMapEntry"})  # fmt: skip
+from workers.core.probes.syntax.nodes import (
+    Call,
+    Ident,
+    Literal,
+    Node,
+    Select,
+    transform,
+    transform_down,
+)
+from workers.core.probes.syntax.parser import CelSyntaxError, parse
+from workers.core.probes.syntax.reads import Reference, scoped
+from workers.core.probes.syntax.reads import references as tree_references
+from workers.core.probes.syntax.unparser import unparse
 
-
-@dataclass(frozen=True)
-class Token:
-    kind: str  # string, ident, number, op
-    text: str
-    start: int
-    end: int
-
-
-def tokens(expression: str) -> list[Token]:
-    """The expression's tokens, without whitespace and comments."""
-    out: list[Token] = []
-    for match in _TOKEN.finditer(expression):
-        kind = match.lastgroup or "op"
-        if kind in ("space", "comment"):
-            continue
-        out.append(Token(kind, match.group(), match.start(), match.end()))
-    return out
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A top-level name and the fields selected from it: ``request.userInfo.username`` is
-    ``Reference("request", ("userInfo", "username"))``. ``called``: the last field is a
-    method call (``resource.Get(...)`` is ``("resource", ("Get",), called=True)``)."""
-
-    root: str
-    fields: tuple[str, ...]
-    called: bool = False
-
-    @property
-    def path(self) -> str:
-        return ".".join((self.root, *self.fields))
+__all__ = ["Reference", "references", "rewrite_roots", "substitute_field"]
 
 
 def references(expression: str) -> list[Reference]:
-    """Every top-level name the expression reads, with its field chain.
-
-    A name after ``.`` is a field, not a top-level name; comprehension variables
-    (``c`` in ``xs.all(c, ...)``) are left out, as are function calls (``size(x)``).
-    """
-    toks = tokens(expression)
-    bound = _comprehension_variables(toks)
-    out: list[Reference] = []
-    for index, token in enumerate(toks):
-        if token.kind != "ident" or token.text in bound or token.text in ("true", "false", "null"):
-            continue
-        before = toks[index - 1] if index else None
-        if before is not None and before.kind == "op" and before.text in (".", ".?"):
-            continue
-        after = toks[index + 1] if index + 1 < len(toks) else None
-        if after is not None and after.text == "(":
-            continue  # a function call: size(...), has(...)
-        fields, called = _chain(toks, index + 1)
-        out.append(Reference(token.text, fields, called))
-    return out
+    """Every input the expression reads, with its field chain (syntax/reads.py); none for
+    an expression that does not parse (compiling it says why)."""
+    try:
+        return tree_references(parse(expression).root)
+    except CelSyntaxError:
+        return []
 
 
-def _chain(toks: list[Token], index: int) -> tuple[tuple[str, ...], bool]:
-    fields: list[str] = []
-    while (
-        index + 1 < len(toks)
-        and toks[index].text in (".", ".?")
-        and toks[index + 1].kind == ("ident")
-    ):
-        fields.append(toks[index + 1].text)
-        index += 2
-        if index < len(toks) and toks[index].text == "(":
-            return tuple(fields), True
-    # ``x['key']`` and ``x[?'key']`` select a field too
-    while (
-        index + 2 < len(toks)
-        and toks[index].text in ("[", "[?")
-        and toks[index + 1].kind == ("string")
-    ):
-        if toks[index + 2].text != "]":
-            break
-        fields.append(_unquote(toks[index + 1].text))
-        index += 3
-        more, called = _chain(toks, index)
-        return tuple(fields) + more, called
-    return tuple(fields), False
-
-
-def _unquote(literal: str) -> str:
-    body = literal.lstrip("rRbB")
-    quote = body[:3] if body[:3] in ("'''", '"""') else body[:1]
-    return body[len(quote) : -len(quote)]
-
-
-def _comprehension_variables(toks: list[Token]) -> set[str]:
-    """Names bound by ``xs.all(x, ...)`` and the like (one or two variables)."""
-    names: set[str] = set()
-    for index, token in enumerate(toks):
-        if token.kind != "ident" or token.text not in _MACROS:
-            continue
-        if index == 0 or toks[index - 1].text not in (".", ".?"):
-            continue
-        args = toks[index + 1 : index + 6]
-        if (
-            len(args) >= 3
-            and args[0].text == "("
-            and args[1].kind == "ident"
-            and args[2].text == ","
-        ):
-            names.add(args[1].text)
-            if len(args) >= 5 and args[3].kind == "ident" and args[4].text == ",":
-                names.add(args[3].text)
-    return names
+def _free_selects(root: Node, name: str) -> list[tuple[Select, Node | None]]:
+    """Each ``NAME.field`` of the input ``name`` (not a macro variable), with the node that
+    selects from it in turn (None when nothing does)."""
+    parent: dict[int, Node] = {}
+    found: list[Select] = []
+    for node, bound in scoped(root):
+        if isinstance(node, Select):
+            parent[id(node.operand)] = node
+            operand = node.operand
+            if isinstance(operand, Ident) and operand.name == name and name not in bound:
+                found.append(node)
+        elif isinstance(node, Call) and node.target is not None:
+            parent[id(node.target)] = node
+    return [(select, parent.get(id(select))) for select in found]
 
 
 def rewrite_roots(
@@ -149,78 +68,108 @@ def rewrite_roots(
     *,
     keep: frozenset[str] = frozenset(),
 ) -> str:
-    """``expression`` with ``ROOT.FIELD`` rewritten to ``ROOT.PREFIX`` for each FIELD in
-    ``prefixes``, where ROOT is the top-level name (not a field, not inside a string).
+    """``expression`` with ``ROOT.FIELD`` read as ``ROOT.PREFIX`` for each FIELD in
+    ``prefixes``, where ROOT is the input (not a field, not a macro variable).
 
     ``rewrite_roots("object.spec.x", "object", {"spec": "spec.template.spec"})`` gives
     ``object.spec.template.spec.x``. A reference whose next field is in ``keep`` stays as
-    it is (``object.metadata.namespace`` with ``keep={"namespace"}``).
+    it is (``object.metadata.namespace`` with ``keep={"namespace"}``). The rest of the
+    text is the author's, comments and layout included.
     """
-    toks = tokens(expression)
-    pieces: list[str] = []
-    last = 0
-    for index in _root_positions(toks, root):
-        field = toks[index + 2]
-        replacement = prefixes.get(field.text)
+    try:
+        tree = parse(expression)
+    except CelSyntaxError:
+        return expression  # compiling it says why
+    edits = []
+    for select, after in _free_selects(tree.root, root):
+        replacement = prefixes.get(select.field)
         if replacement is None:
             continue
-        following = toks[index + 4] if index + 4 < len(toks) else None
-        if following is not None and toks[index + 3].text in (".", ".?") and following.text in keep:
+        if isinstance(after, Select) and after.field in keep:
             continue
-        pieces.append(expression[last : field.start])
-        pieces.append(replacement)
-        last = field.end
-    pieces.append(expression[last:])
-    return "".join(pieces)
+        try:
+            start, end = field_span(expression, select)
+        except NotPlaced:
+            return _rewritten(tree.root, root, prefixes, keep)
+        edits.append(Edit(start, end, replacement))
+    return applied(expression, edits)
 
 
-def _root_positions(toks: list[Token], root: str) -> Iterator[int]:
-    bound = _comprehension_variables(toks)
-    if root in bound:
-        return
-    for index, token in enumerate(toks):
-        if token.kind != "ident" or token.text != root:
-            continue
-        if index and toks[index - 1].text in (".", ".?"):
-            continue
-        if (
-            index + 2 < len(toks)
-            and toks[index + 1].text in (".", ".?")
-            and toks[index + 2].kind == "ident"
-        ):
-            yield index
+def _rewritten(root: Node, name: str, prefixes: dict[str, str], keep: frozenset[str]) -> str:
+    """:func:`rewrite_roots` on the tree, written back whole (when the author's text could
+    not be changed in place)."""
+    kept = {id(select) for select, after in _free_selects(root, name)
+            if isinstance(after, Select) and after.field in keep}  # fmt: skip
+    moved = {id(select) for select, _ in _free_selects(root, name)} - kept
+
+    def change(node: Node) -> Node | None:
+        if id(node) not in moved or not isinstance(node, Select):
+            return None
+        steps = prefixes.get(node.field)
+        if steps is None:
+            return None
+        out: Node = node.operand
+        for step in steps.split("."):
+            out = Select(out, step)
+        return out
+
+    return unparse(transform(root, change))
 
 
 def substitute_field(expression: str, root: str, name: str, literal: str) -> str:
-    """``expression`` with the top-level ``ROOT.NAME`` read as the CEL literal ``literal``,
+    """``expression`` with the input's ``ROOT.NAME`` read as the CEL literal ``literal``,
     and ``has(ROOT.NAME)`` as ``true`` (the field is always there). Text in strings, a
-    field of that name elsewhere (``x.request.operation``) and a rebound name are left
-    alone."""
-    toks = tokens(expression)
-    if root in _comprehension_variables(toks):
+    field of that name elsewhere (``x.request.operation``) and a macro variable of that
+    name are left alone, as is the rest of the author's text."""
+    try:
+        tree = parse(expression)
+    except CelSyntaxError:
         return expression
-    pieces: list[str] = []
-    last = 0
-    index = 0
-    while index < len(toks):
-        token = toks[index]
-        window = [t.text for t in toks[index : index + 6]]
-        if window == ["has", "(", root, ".", name, ")"] and (
-            index == 0 or toks[index - 1].text not in (".", ".?")
-        ):
-            pieces += [expression[last : token.start], "true"]
-            last = toks[index + 5].end
-            index += 6
-            continue
-        if (
-            window[:3] == [root, ".", name]
-            and token.kind == "ident"
-            and (index == 0 or toks[index - 1].text not in (".", ".?"))
-        ):
-            pieces += [expression[last : token.start], literal]
-            last = toks[index + 2].end
-            index += 3
-            continue
-        index += 1
-    pieces.append(expression[last:])
-    return "".join(pieces)
+    targets = {id(select): select for select, _ in _free_selects(tree.root, root)
+               if select.field == name and not select.optional}  # fmt: skip
+    if not targets:
+        return expression
+    edits: list[Edit] = []
+    done: set[int] = set()
+    try:
+        for node in _calls(tree.root):
+            argument = node.args[0]
+            if id(argument) in targets:
+                _, end = _select_span(expression, targets[id(argument)])
+                edits.append(Edit(*global_call_span(expression, node, end), "true"))
+                done.add(id(argument))
+        for key, select in targets.items():
+            if key not in done:
+                edits.append(Edit(*_select_span(expression, select), literal))
+        return applied(expression, edits)
+    except NotPlaced:
+        pass
+    constant = parse(literal).root
+    if not isinstance(constant, Literal):
+        raise ValueError(f"{literal!r} is not a CEL literal")
+
+    tests = {id(call) for call in _calls(tree.root) if id(call.args[0]) in targets}
+
+    def change(node: Node) -> Node | None:
+        if id(node) in tests:
+            return Literal(True, "bool")
+        return constant if id(node) in targets else None
+
+    return unparse(transform_down(tree.root, change))
+
+
+def _calls(root: Node) -> list[Call]:
+    """The one-argument ``has(...)`` calls of the tree."""
+    return [
+        node for node, _ in scoped(root)
+        if isinstance(node, Call) and node.function == "has" and node.target is None
+        and len(node.args) == 1
+    ]  # fmt: skip
+
+
+def _select_span(text: str, select: Select) -> tuple[int, int]:
+    operand = select.operand
+    assert isinstance(operand, Ident)
+    start, _ = ident_span(text, operand)
+    _, end = field_span(text, select)
+    return start, end

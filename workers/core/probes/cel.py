@@ -25,9 +25,10 @@ the shapes the Kubernetes API returns.
 
 from __future__ import annotations
 
-import re
+import itertools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -35,12 +36,28 @@ from cel_expr_python import cel as runtime
 
 from workers.core.probes import cel_env
 from workers.core.probes.cel_env import KUBERNETES_VERSIONS, PROBE_VERSION
-from workers.core.probes.cel_lib import Call, NoSuchOverload, Overload, rewrite_calls
+from workers.core.probes.cel_lib import CallRewrite, NoSuchOverload, Overload, rewrite_calls
 from workers.core.probes.cel_lib import overloads as library_overloads
 from workers.core.probes.cel_lib import rewrites as library_rewrites
+from workers.core.probes.cel_lib import values as library_values
 from workers.core.probes.cel_lib.base import charge, metered
-from workers.core.probes.cel_lib.rewrite import computed_presence, optional_fallbacks
-from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, analyse
+from workers.core.probes.cel_lib.rewrite import base, computed_presence, optional_fallbacks
+from workers.core.probes.cost import MAX_STEPS, CelCostError, CostModel, Extents, analyse_tree
+from workers.core.probes.syntax import reads as tree_reads
+from workers.core.probes.syntax.locate import locate
+from workers.core.probes.syntax.nodes import (
+    Call,
+    Ident,
+    ListExpr,
+    Literal,
+    Node,
+    Select,
+    binding,
+    transform_down,
+    walk,
+)
+from workers.core.probes.syntax.parser import CelSyntaxError, Tree, parse
+from workers.core.probes.syntax.unparser import unparse
 
 __all__ = ["KUBERNETES_VERSIONS", "PROBE_VERSION", "BoolProgram", "CelError", "Expression",
            "StepMeter", "compile_expression", "evaluate", "evaluate_bool", "field_paths",
@@ -50,39 +67,22 @@ MAX_EXPRESSION_CHARS = 4000
 # bindings); an expression that reaches it cannot run (fail-safe), like one over the cost bound.
 RUNTIME_ITERATION_BUDGET = 10_000
 ROOTS = ("object", "results", "params")
-# Where the values of a probe's constant variables are bound (Expression's ``constants``).
-CONSTANTS = "assay_constants"
+# Where the run's constants are bound (:class:`Slots`): values the same for every object of
+# a probe run (constant variables, parts of expressions that read only params and them),
+# each computed once per run and bound in a runtime variable of its own, so that an
+# evaluation converts only the constants it reads (the runtime converts a variable's whole
+# value from Python on its first read in each evaluation).
+SLOT_PREFIX = "assay_slot_"
+MAX_SLOTS = 256
+# A value converted from Python for an evaluation: about this many of its values per step
+# (~300-550 ns a value on a loaded host, bench/bench_cel_calls.py).
+CONVERTED_VALUES_PER_STEP = 8
 _VARIABLE_PREFIX = "assay_variable_"
-# What a presence test may meet null or a scalar in (cel-go: false, the runtime: an error):
-# a probe variable (bound, or a constant), or params' contents.
-_COMPUTED_ROOTS = rf"{_VARIABLE_PREFIX}\w+|{CONSTANTS}\s*\.\s*\w+|params\s*\.\s*\w+"
-_MODULES = tuple(p.module for p in cel_env.parts(max(KUBERNETES_VERSIONS)) if p.module)
-# Words of the standard definitions, macros and the runtime's extensions, to tell a function
-# call from a field in field_paths (evidence).
-SUPPORTED_FUNCTIONS = frozenset(
-    {"all", "exists", "exists_one", "existsOne", "map", "filter", "has", "size", "startsWith",
-     "endsWith", "contains", "matches", "int", "uint", "double", "string", "bytes", "bool",
-     "type", "timestamp", "duration", "dyn", "orValue", "hasValue", "value", "or", "optMap",
-     "optFlatMap", "first", "last", "transformList", "transformMap", "transformMapEntry",
-     "charAt", "indexOf", "lastIndexOf", "lowerAscii", "upperAscii", "replace", "split",
-     "substring", "trim", "join", "format", "distinct", "flatten", "reverse", "slice", "sort",
-     "sortBy"}
-    | {overload.function for overload in library_overloads(_MODULES)}
-)  # fmt: skip
-# Kubernetes' environment has no cel.bind: a probe may not call it (variables are the way);
-# assay_* names are the adapter's own (variables, rewritten calls).
-_REFUSED = re.compile(r"(?<![\w.])cel\s*\.\s*bind\s*\(|(?<!\w)assay_\w*")
-_STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
-_STRING_OR_VARIABLE = re.compile(
-    r"(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
-    r"|(?<![\w.])variables\s*\.\s*(?P<name>[A-Za-z_]\w*)"
-)
-_FIELD_PATH = re.compile(r"\b(?:object|results\[\d+\]|[a-z]\w*)((?:\??\.[A-Za-z_]\w*)+)")
-_BOUND_VARIABLE = re.compile(
-    r"\b(?:all|exists|exists_one|existsOne|map|filter|transformList|transformMap"
-    r"|transformMapEntry|optMap|optFlatMap|sortBy)\s*\(\s*([A-Za-z_]\w*)\s*,"
-    r"(?:\s*([A-Za-z_]\w*)\s*,)?"
-)
+# Names of the adapter's own (bound variables, rewritten calls, constants) start so; an
+# author's identifier or function may not, and a macro variable of the author's that does is
+# renamed (:func:`_renamed`).
+RESERVED_PREFIX = "assay_"
+_RENAMED_PREFIX = "assay_author_"
 _CONCRETE = ("int", "uint", "double", "string", "bool", "bytes", "list", "map",
              "timestamp", "duration")  # fmt: skip
 
@@ -93,6 +93,8 @@ class CelError(ValueError):
 
 def _type(kind: str) -> Any:
     types = runtime.Type
+    if kind in library_values.TYPE_NAMES:
+        return types(library_values.TYPE_NAMES[kind])
     return {
         "int": types.INT, "uint": types.UINT, "double": types.DOUBLE, "string": types.STRING,
         "bool": types.BOOL, "bytes": types.BYTES, "null": types.NULL, "dyn": types.DYN,
@@ -209,39 +211,62 @@ _YAML_TYPE = {"list": "{type_name: list, params: [{type_name: dyn}]}",
 
 
 def _yaml_type(kind: str) -> str:
+    kind = library_values.TYPE_NAMES.get(kind, kind)
     return _YAML_TYPE.get(kind, f"{{type_name: {kind}}}")
 
 
 def _standard_yaml(added: Sequence[Overload]) -> tuple[list[str], list[str]]:
-    """Declarations (YAML) of the standard functions ``added`` overloads, and their names."""
+    """Declarations (YAML) of the functions ``added`` overloads (standard functions with
+    their own overloads too), and their names."""
     names = sorted({overload.function for overload in added})
     lines: list[str] = []
     for name in names:
         lines += [f'  - name: "{name}"', "    overloads:"]
-        for kind, ident in _STANDARD_OVERLOADS[name]:
+        for kind, ident in _STANDARD_OVERLOADS.get(name, ()):
             lines += [f"      - id: {ident}", f"        args: [{_yaml_type(kind)}]",
                       f"        return: {_yaml_type('string')}"]  # fmt: skip
-        for (function, params), same in _by_signature(added).items():
-            if function == name:
-                args = ", ".join(_yaml_type(kind) for kind in params)
-                lines += [f"      - id: {same[0].id}", f"        args: [{args}]",
-                          f"        return: {_yaml_type(same[0].result)}"]  # fmt: skip
+        for (function, params, member), same in _by_signature(added).items():
+            if function != name:
+                continue
+            lines.append(f"      - id: {same[0].id}")
+            if member:
+                lines.append(f"        target: {_yaml_type(params[0])}")
+                params = params[1:]
+            args = ", ".join(_yaml_type(kind) for kind in params)
+            lines += [f"        args: [{args}]", f"        return: {_yaml_type(same[0].result)}"]
     return lines, names
 
 
-def _by_signature(added: Sequence[Overload]) -> dict[tuple[str, tuple[str, ...]], list[Overload]]:
+def _by_signature(
+    added: Sequence[Overload],
+) -> dict[tuple[str, tuple[str, ...], bool], list[Overload]]:
     """Overloads by function and parameters: one declaration each (the runtime refuses two
     of one signature), ``string`` of an IP and of a CIDR sharing one."""
-    grouped: dict[tuple[str, tuple[str, ...]], list[Overload]] = defaultdict(list)
+    grouped: dict[tuple[str, tuple[str, ...], bool], list[Overload]] = defaultdict(list)
     for overload in added:
-        grouped[(overload.function, overload.params)].append(overload)
+        grouped[(overload.function, overload.params, overload.member)].append(overload)
     return grouped
 
 
+def _runtime_kinds(overload: Overload) -> tuple[str, ...]:
+    """The kinds the runtime dispatches a Python function on: every library value is a
+    message to it (``isGreaterThan`` of two quantities and of two semvers are one)."""
+    return tuple("message" if k in library_values.TYPE_NAMES else k for k in overload.params)
+
+
 def _split(overloads: Sequence[Overload]) -> tuple[list[Overload], list[Overload]]:
-    """Library overloads of new functions, and those added to standard functions."""
-    added = [o for o in overloads if o.function in _STANDARD_OVERLOADS]
-    return [o for o in overloads if o.function not in _STANDARD_OVERLOADS], added
+    """Library overloads declared in the adapter's extension, and those declared in the
+    environment's configuration: the overloads of standard functions (``string`` of an IP),
+    and of functions with overloads the runtime cannot tell apart by their arguments' kinds
+    (``isGreaterThan`` of quantities and of semvers), declared there each with its type and
+    run by one implementation (:func:`_implementations`)."""
+    kinds: dict[tuple[str, tuple[str, ...], bool], set[tuple[str, ...]]] = defaultdict(set)
+    for o in overloads:
+        kinds[(o.function, _runtime_kinds(o), o.member)].add(o.params)
+    shared = {function for (function, _, _), params in kinds.items() if len(params) > 1}
+    configured = set(_STANDARD_OVERLOADS) | shared
+    added = [o for o in overloads if o.function in configured]
+    return [o for o in overloads if o.function not in configured], added
 
 
 def environment_config(version: str = PROBE_VERSION) -> str:
@@ -260,11 +285,12 @@ def environment_config(version: str = PROBE_VERSION) -> str:
         functions += _comparison_yaml()
     _, added = _split(library_overloads([p.module for p in parts if p.module]))
     standard, names = _standard_yaml(added)
-    excluded += names
+    excluded += [name for name in names if name in _STANDARD_OVERLOADS]
     functions += standard
     if excluded:
         lines += ["stdlib:", "  exclude_functions:"]
         lines += [f'    - name: "{name}"' for name in excluded]
+    if functions:
         lines += ["functions:", *functions]
     return "\n".join(lines) + "\n"
 
@@ -274,8 +300,12 @@ def _environment(version: str) -> Any:
     modules = [part.module for part in cel_env.parts(version) if part.module]
     new, added = _split(library_overloads(modules))
     return runtime.NewEnv(
+        descriptor_pool=library_values.pool(),  # the library values' types
         config=runtime.NewEnvConfigFromYaml(environment_config(version)),
-        variables={root: runtime.Type.DYN for root in (*ROOTS, CONSTANTS)},
+        variables={
+            name: runtime.Type.DYN
+            for name in (*ROOTS, *(f"{SLOT_PREFIX}{i}" for i in range(MAX_SLOTS)))
+        },
         # one extension, merged with the runtime's own (lists' indexOf with strings' indexOf)
         extensions=[runtime.CelExtension("kubernetes", _declarations(new))],
         function_impls=_implementations(added),
@@ -283,87 +313,158 @@ def _environment(version: str) -> Any:
 
 
 def _implementations(added: Sequence[Overload]) -> dict[str, Callable[..., Any]]:
-    """The Python implementation of each overload added to a standard function, by id; one
-    signature shared by two libraries (``string`` of an IP and of a CIDR) dispatches."""
-    return {same[0].id: _dispatcher([_costed(o) for o in same])
-            for same in _by_signature(added).values()}  # fmt: skip
+    """The Python implementation of the overloads declared in the configuration, by id:
+    one for all those the runtime dispatches alike (``string`` of an IP and of a CIDR),
+    trying each library's in turn (:func:`_dispatcher`)."""
+    grouped: dict[tuple[str, tuple[str, ...], bool], list[Overload]] = defaultdict(list)
+    for overload in added:
+        grouped[(overload.function, _runtime_kinds(overload), overload.member)].append(overload)
+    return {same[0].id: _dispatcher([_costed(o) for o in same]) for same in grouped.values()}
 
 
 @lru_cache(maxsize=len(KUBERNETES_VERSIONS))
-def _rewrites(version: str) -> tuple[Call, ...]:
+def _rewrites(version: str) -> tuple[CallRewrite, ...]:
     return tuple(library_rewrites([p.module for p in cel_env.parts(version) if p.module]))
+
+
+class _NotCompiled(Exception):
+    """The runtime refused a program text; ``message`` is its own words."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 @lru_cache(maxsize=512)
 def _compiled(source: str, version: str = PROBE_VERSION) -> Any:
+    """The runtime's program for ``source`` (assay's text, written from a tree)."""
     try:
-        rewritten = rewrite_calls(source, _rewrites(version))
-        rewritten = optional_fallbacks(computed_presence(rewritten, _COMPUTED_ROOTS))
-        return _environment(version).compile(rewritten)
+        return _environment(version).compile(source)
     except Exception as exc:
-        raise CelError(f"the expression does not compile: {_short(exc)}") from None
+        raise _NotCompiled(str(exc)) from None
 
 
-def _without_strings(expression: str) -> str:
-    return _STRING.sub("''", expression)
-
-
-def unsupported_calls(expression: str) -> list[str]:
-    """What the expression uses that Kubernetes' environment does not have (``cel.bind``)
-    or that is reserved for the adapter (``assay_*`` names)."""
-    return sorted({m.group(0).split("(")[0].strip() for m in _REFUSED.finditer(
-        _without_strings(expression))})  # fmt: skip
-
-
-def _check_text(expression: str, what: str) -> None:
+def _tree(expression: str, what: str) -> Tree:
+    """The expression's syntax tree; CelError when it is too long, does not parse, or uses
+    what Kubernetes' environment does not have (naming which)."""
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise CelError(f"{what} is longer than {MAX_EXPRESSION_CHARS} characters")
-    refused = unsupported_calls(expression)
+    try:
+        tree = parse(expression)
+    except CelSyntaxError as exc:
+        raise CelError(f"{what} does not compile: {exc}") from None
+    refused = _unsupported(tree.root)
     if refused:
         raise CelError(
             f"{what} uses what Kubernetes' CEL environment does not have: {', '.join(refused)}"
         )
+    return tree
 
 
-# `has(variables.NAME)`: the API server's `variables` is a map of the declared variables
-# (k8s.io/apiserver/pkg/cel/lazy): present when declared, the variable evaluated (its error
-# is the test's). `has(e.f)` on a computed value that is null or a scalar: rewrite.py's
-# computed_presence, on the compiled source.
-_HAS_VARIABLE = re.compile(r"^variables\s*\.\s*([A-Za-z_]\w*)$")
+def _unsupported(root: Node) -> list[str]:
+    """``cel.bind`` (Kubernetes' environment has none: variables are the way), and inputs
+    or functions named as the adapter's own (``assay_*``; a field of that name is fine)."""
+    found: set[str] = set()
+    for node, bound in tree_reads.scoped(root):
+        if isinstance(node, Ident) and node.name not in bound:
+            if node.name.startswith(RESERVED_PREFIX):
+                found.add(node.name)
+        elif isinstance(node, Call):
+            if node.function.startswith(RESERVED_PREFIX):
+                found.add(node.function)
+            target = node.target
+            if (
+                node.function == "bind"
+                and isinstance(target, Ident)
+                and target.name == "cel"
+                and "cel" not in bound
+            ):
+                found.add("cel.bind")
+    return sorted(found)
 
 
-def _has(args: list[str]) -> str:
-    operand = args[0].strip()
-    if _HAS_VARIABLE.match(operand):
-        return f"(size([{operand}]) == 1)"
-    return f"has({operand})"
+def unsupported_calls(expression: str) -> list[str]:
+    """What the expression uses that Kubernetes' environment does not have (``cel.bind``)
+    or that is reserved for the adapter (``assay_*`` names); none when it does not parse
+    (compiling it says why)."""
+    try:
+        return _unsupported(parse(expression).root)
+    except CelSyntaxError:
+        return []
 
 
-_HAS_CALLS = (Call("has", member=False, rewrite=_has, arities=(1,)),)
+def _renamed(root: Node) -> Node:
+    """``root`` with each macro variable named as the adapter's names start
+    (``xs.all(assay_x, ...)``, legal in Kubernetes) renamed, so no name of the adapter's can
+    be shadowed or read by it."""
+    taken = [
+        name for call in walk(root) if isinstance(call, Call)
+        for name in (binding(call) or ((), ()))[0] if name.startswith(RESERVED_PREFIX)
+    ]  # fmt: skip
+    if not taken:
+        return root
+    fresh = {name: f"{_RENAMED_PREFIX}{number}" for number, name in enumerate(dict.fromkeys(taken))}
+    bound = {
+        id(node) for node, names in tree_reads.scoped(root)
+        if isinstance(node, Ident) and node.name in names
+    }  # fmt: skip
+    macro_names = {
+        id(arg) for call in walk(root) if isinstance(call, Call) and binding(call)
+        for arg in call.args if isinstance(arg, Ident)
+    }  # fmt: skip
+
+    def change(node: Node) -> Node | None:
+        renamed = id(node) in bound or id(node) in macro_names
+        if isinstance(node, Ident) and node.name in fresh and renamed:
+            return Ident(fresh[node.name], at=node.at)
+        return None
+
+    return transform_down(root, change)
 
 
-@lru_cache(maxsize=2048)
-def _presence_tests(expression: str) -> str:
-    """``expression`` with ``has(variables.NAME)`` rewritten (:func:`_has`)."""
-    return rewrite_calls(expression, _HAS_CALLS)
+@dataclass(frozen=True)
+class _Definition:
+    """A source (the expression, a variable) prepared for the runtime: its tree after the
+    adapter's rewrites, the probe variables it reads, and its own text (for errors)."""
+
+    label: str
+    text: str
+    node: Node
+    used: tuple[str, ...]
 
 
-def _rewrite(
-    expression: str, known: Sequence[str], what: str, direct: Mapping[str, str] | None = None
-) -> tuple[str, list[str]]:
-    """``expression`` with each ``variables.NAME`` read as the bound name, and the names
-    (``has()`` of a variable, or of a field of a computed value, as the API server tests
-    it: above). ``direct``: variables read as another text (a constant's entry, an input
-    the variable is an alias of), bound nowhere."""
+def _prepared(
+    tree: Tree,
+    known: Sequence[str],
+    what: str,
+    direct: Mapping[str, Node],
+    version: str,
+    numbers: itertools.count[int],
+) -> _Definition:
+    """``tree`` as the runtime compiles it: each ``variables.NAME`` read as the name it is
+    bound to (or as ``direct`` says: a constant's slot, an input the variable is an alias
+    of), ``has(variables.NAME)`` as the API server tests it, macro variables named as the
+    adapter's renamed, the libraries' call rewrites, presence tests on computed values and
+    cel-go's ``or``/``orValue`` on values that are not optional (cel_lib/rewrite.py)."""
+    root = _renamed(tree.root)
+    free = {
+        id(node) for node, bound in tree_reads.scoped(root)
+        if isinstance(node, Ident) and node.name == tree_reads.VARIABLES
+        and tree_reads.VARIABLES not in bound
+    }  # fmt: skip
     used: list[str] = []
-    direct = direct or {}
-    if "has" in expression:
-        expression = _presence_tests(expression)
 
-    def replace(match: re.Match[str]) -> str:
-        name = match.group("name")
-        if name is None:
-            return match.group(0)
+    def variable(node: Node) -> str | None:
+        if (
+            isinstance(node, Select)
+            and not node.optional
+            and isinstance(node.operand, Ident)
+            and id(node.operand) in free
+        ):
+            return node.field
+        return None
+
+    def read(name: str, at: int) -> Node:
         if name not in known:
             raise CelError(
                 f"{what} reads variables.{name}, which is not defined before it (a variable "
@@ -373,23 +474,51 @@ def _rewrite(
             return direct[name]
         if name not in used:
             used.append(name)
-        return _VARIABLE_PREFIX + name
+        return Ident(_VARIABLE_PREFIX + name, at=at)
 
-    return _STRING_OR_VARIABLE.sub(replace, expression), used
+    def change(node: Node) -> Node | None:
+        # `has(variables.NAME)`: the API server's `variables` is a map of the declared
+        # variables (k8s.io/apiserver/pkg/cel/lazy): present when declared, the variable
+        # evaluated (its error is the test's)
+        if (
+            isinstance(node, Call)
+            and node.function == "has"
+            and node.target is None
+            and len(node.args) == 1
+        ):
+            name = variable(node.args[0])
+            if name is not None:
+                value = read(name, node.args[0].at)
+                size = Call("size", (ListExpr((value,)),), at=node.at)
+                return Call("_==_", (size, Literal(1, "int")), at=node.at)
+        name = variable(node)
+        if name is not None:
+            return read(name, node.at)
+        return None
+
+    root = transform_down(root, change)
+    root = rewrite_calls(root, _rewrites(version))
+    root = computed_presence(root, _computed, numbers)
+    root = optional_fallbacks(root, numbers)
+    return _Definition(what, tree.text, root, tuple(used))
 
 
-def cost_model(expression: str, variables: Sequence[tuple[str, str]] = ()) -> CostModel:
-    """The expression's loop skeleton; CelError when its shape is over the static cost bounds.
-    ``variables``: the probe's, to bound a ``sets`` argument or a range read from one."""
-    return _cost_model(expression, tuple(variables))
+def _computed(node: Node) -> bool:
+    """A value a presence test may meet null or a scalar in (cel-go: false, the runtime: an
+    error): a probe variable (bound, or a constant), or params' contents."""
+    start = base(node)
+    if not isinstance(start, Ident):
+        return False
+    if start.name.startswith((_VARIABLE_PREFIX, SLOT_PREFIX)):
+        return True
+    return start.name == "params" and start is not node
 
 
-@lru_cache(maxsize=1024)
-def _cost_model(expression: str, variables: tuple[tuple[str, str], ...]) -> CostModel:
-    """Cached: a probe's expressions are costed with the same variables every time it is
-    compiled (the model is only read by its estimates)."""
+def _cost_of(root: Node, variables: tuple[tuple[str, str], ...]) -> CostModel:
+    """The loop skeleton of a tree as it runs; CelError when its shape is over the static
+    cost bounds. ``variables``: the probe's, to bound a ``sets`` argument read from one."""
     try:
-        return analyse(expression, dict(variables))
+        return analyse_tree(root, dict(variables))
     except CelCostError as exc:
         raise CelError(f"the expression is too costly to run: {exc}") from None
 
@@ -409,45 +538,56 @@ class Expression:
         what: str = "the expression",
         version: str = PROBE_VERSION,
         constants: Mapping[str, Any] | None = None,
+        slots: Slots | None = None,
     ) -> None:
         self.text = text
         self.version = version
-        self.constants = dict(constants or {})
-        _check_text(text, what)
-        definitions: dict[str, tuple[str, list[str]]] = {}
-        names: list[str] = []
-        direct: dict[str, str] = {}
-        for name, source in variables:
-            label = f"variable {name}"
-            _check_text(source, label)
-            if name in self.constants:
-                direct[name] = f"{CONSTANTS}.{name}"
-            elif source.strip() in ROOTS:
-                direct[name] = source.strip()
-            definitions[name] = _rewrite(source, names, label, direct)
-            names.append(name)
-        body, used = _rewrite(text, names, what, direct)
-        needed = _closure(used, definitions)
-        self.costs = [cost_model(text, variables)] + [
-            cost_model(source, variables) for name, source in variables if name in needed
-        ]
-        for name in needed:  # each variable it reads compiles on its own: an error names it
-            own = _bound(definitions[name][0], definitions, names, name)
-            _compiled_as(own, f"variable {name}", version)
-        self.source = _bound(body, definitions, names, None, needed)
-        self._program = _compiled_as(self.source, what, version)
+        slots = slots or Slots()
+        if constants:
+            slots = slots.with_variables(constants)
+        self.slots = slots
+        built = _build(text, tuple(variables), slots.nodes, slots.variables, version, what)
+        self.source = built.source
+        self.tree = built.tree
+        self.costs = built.costs
+        self._program = built.program
+        self.inputs = built.inputs
+        self._free = built.free
+        self._slot_values = {n: v for n, v in slots.values.items() if n in self.inputs}
+        self._weights: dict[int, tuple[Any, int]] = {}
+        self.constants = slots.variable_values()  # by variable name
+        self._extents = Extents()  # the inputs measured in this run (params once)
 
     def reads(self, name: str) -> bool:
         """Whether the expression (with its variables) reads the input ``name``."""
-        return reads_variable(self.source, name)
+        return name in self._free
 
     def estimate(self, data: Mapping[str, Any], limit: int) -> int:
-        if self.constants:  # measured as they are, as the input is
-            data = {**data, "variables": self.constants}
+        """The steps one evaluation over ``data`` may cost: its loops (cost.py) measured on
+        the input and on the constants it reads, and the conversion of every value it reads
+        but the object (a constant, params, a listing), each time it is made."""
+        constants = self.constants
+        if constants or self._slot_values:  # measured as they are, as the input is
+            data = {**data, "variables": constants, **self._slot_values}
         try:
-            return sum(cost.estimate(data, limit) for cost in self.costs)
+            steps = sum(cost.estimate(data, limit, self._extents) for cost in self.costs)
         except CelCostError as exc:
             raise CelError(f"the expression is too costly to run: {exc}") from None
+        return steps + self.conversion_steps(data)
+
+    def conversion_steps(self, data: Mapping[str, Any]) -> int:
+        """Steps converting what one evaluation reads besides the object costs."""
+        total = 0
+        for name in self.inputs:
+            value = self._slot_values.get(name, data.get(name))
+            if value is None:
+                continue
+            known = self._weights.get(id(value))
+            if known is None or known[0] is not value:
+                known = (value, _converted(value))
+                self._weights[id(value)] = known
+            total += known[1] // CONVERTED_VALUES_PER_STEP
+        return total
 
     def evaluate(
         self,
@@ -477,8 +617,8 @@ class Expression:
         return value
 
     def _evaluate(self, data: Mapping[str, Any], kinds: tuple[str, ...] | None = None) -> Any:
-        if self.constants:
-            data = {**data, CONSTANTS: self.constants}
+        if self._slot_values:
+            data = {**data, **self._slot_values}
         try:
             result = self._program.eval(data=dict(data))
         except Exception as exc:
@@ -502,7 +642,7 @@ class Expression:
             raise CelError(f"the expression failed: {_short(text)}")
         if kind == "BOOL":
             return bool(result.value())
-        if kinds is not None and kind not in kinds:
+        if (kinds is not None and kind not in kinds) or kind in _LIBRARY_TYPES:
             return _Opaque(kind)
         try:
             return result.plain_value()
@@ -511,6 +651,7 @@ class Expression:
 
 
 _OPTIONAL = "<optional>"
+_LIBRARY_TYPES = frozenset(library_values.TYPE_NAMES.values())
 
 
 def _kind(result: Any) -> str:
@@ -530,7 +671,7 @@ def _error_text(result: Any) -> str:
         return _OPTIONAL
 
 
-def _closure(used: Sequence[str], definitions: Mapping[str, tuple[str, list[str]]]) -> set[str]:
+def _closure(used: Sequence[str], definitions: Mapping[str, _Definition]) -> set[str]:
     """The variables ``used`` and, transitively, those they read."""
     needed: set[str] = set()
     todo = list(used)
@@ -538,32 +679,183 @@ def _closure(used: Sequence[str], definitions: Mapping[str, tuple[str, list[str]
         name = todo.pop()
         if name not in needed:
             needed.add(name)
-            todo.extend(definitions[name][1])
+            todo.extend(definitions[name].used)
     return needed
 
 
 def _bound(
-    body: str,
-    definitions: Mapping[str, tuple[str, list[str]]],
-    order: Sequence[str],
-    own: str | None,
-    needed: set[str] | None = None,
-) -> str:
-    """``body`` inside ``cel.bind`` of each variable it needs (lazily initialised by the
-    runtime), outermost first in declaration order."""
-    if needed is None:
-        needed = _closure(definitions[own][1] if own else [], definitions)
-    source = body
+    body: Node, definitions: Mapping[str, _Definition], order: Sequence[str], needed: set[str]
+) -> Node:
+    """``body`` inside ``cel.bind`` of each variable in ``needed`` (lazily initialised by
+    the runtime), outermost first in declaration order."""
+    program = body
     for name in reversed([n for n in order if n in needed]):
-        source = f"cel.bind({_VARIABLE_PREFIX}{name}, ({definitions[name][0]}), {source})"
-    return source
+        variable = Ident(_VARIABLE_PREFIX + name)
+        program = Call("bind", (variable, definitions[name].node, program), Ident("cel"))
+    return program
 
 
-def _compiled_as(source: str, what: str, version: str = PROBE_VERSION) -> Any:
+def _compile_program(
+    program: Node, definitions: Sequence[_Definition], own: _Definition, version: str
+) -> tuple[str, Any]:
+    """The runtime's program for ``program`` and its text; CelError naming the author's
+    text, line and column of the first problem the runtime found (syntax/locate.py)."""
+    text = unparse(program)
     try:
-        return _compiled(source, version)
-    except CelError as exc:
-        raise CelError(str(exc).replace("the expression", what, 1)) from None
+        return text, _compiled(text, version)
+    except _NotCompiled as exc:
+        sources = {id(d.node): (d.label, d.text) for d in definitions}
+        places = locate(program, text, exc.message, sources, (own.label, own.text))
+        first = places[0]
+        more = f" (and {len(places) - 1} more)" if len(places) > 1 else ""
+        said = first.text()
+        for rewrite in _rewrites(version):  # the functions the author called, by name
+            if rewrite.introduces:
+                said = said.replace(f"'{rewrite.introduces}'", f"'{rewrite.name}'")
+        raise CelError(f"{first.source} does not compile: {said}{more}") from None
+
+
+@dataclass(frozen=True)
+class Slots:
+    """The run's constants and where expressions read them (module docstring: SLOT_PREFIX).
+
+    ``nodes``: (text, node, slot): in the expression ``text``, the node at that place of
+    its syntax tree (:func:`node_at`) is read from the slot; ``variables``: (name, slot)
+    per constant variable; ``values``: by slot."""
+
+    nodes: tuple[tuple[str, int, str], ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def next_slot(self) -> str | None:
+        """A free slot's name; None when every slot is taken."""
+        count = len(self.values)
+        return f"{SLOT_PREFIX}{count}" if count < MAX_SLOTS else None
+
+    def with_variables(self, constants: Mapping[str, Any]) -> Slots:
+        """These slots and one more per constant variable in ``constants``."""
+        out = self
+        for name, value in constants.items():
+            slot = out.next_slot()
+            if slot is None:
+                break
+            out = replace(out, variables=(*out.variables, (name, slot)),
+                          values={**out.values, slot: value})  # fmt: skip
+        return out
+
+    def with_node(self, text: str, place: int, value: Any) -> Slots:
+        """These slots and one more, for the node at ``place`` of ``text``'s tree."""
+        slot = self.next_slot()
+        if slot is None:
+            return self
+        return replace(self, nodes=(*self.nodes, (text, place, slot)),
+                       values={**self.values, slot: value})  # fmt: skip
+
+    def variable_values(self) -> dict[str, Any]:
+        return {name: self.values[slot] for name, slot in self.variables}
+
+
+def places(root: Node) -> list[Node]:
+    """The tree's nodes in a fixed order (parents first, in source order): a node's place
+    in it names the node in every parse of the same text."""
+    return list(walk(root))
+
+
+def _hoisted(tree: Tree, hoisted: tuple[tuple[str, int, str], ...]) -> Tree:
+    """``tree`` with the nodes the run's constants hold read from their slots."""
+    mine = {place: slot for text, place, slot in hoisted if text == tree.text}
+    if not mine:
+        return tree
+    by_node = {id(node): mine[number] for number, node in enumerate(places(tree.root))
+               if number in mine}  # fmt: skip
+
+    def change(node: Node) -> Node | None:
+        slot = by_node.get(id(node))
+        return Ident(slot, at=node.at) if slot is not None else None
+
+    return Tree(tree.text, transform_down(tree.root, change))
+
+
+def _converted(value: Any) -> int:
+    """How many values converting ``value`` from Python makes (each list, map, key and
+    scalar one; a string one per KB more)."""
+    total, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        total += 1
+        if isinstance(item, dict):
+            total += len(item)
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, str | bytes):
+            total += len(item) // 1024
+    return total
+
+
+@dataclass(frozen=True)
+class _Built:
+    """What an expression with its variables compiles to (cached: a probe's expressions
+    are built again for every run, the same way)."""
+
+    source: str  # the text the runtime compiled
+    tree: Node  # its tree
+    costs: tuple[CostModel, ...]
+    program: Any
+    # what an evaluation converts from Python besides the object itself: the run's
+    # constants it reads, params and results when it reads them
+    inputs: tuple[str, ...]
+    free: frozenset[str]  # every input it reads
+
+
+@lru_cache(maxsize=1024)
+def _build(
+    text: str,
+    variables: tuple[tuple[str, str], ...],
+    hoisted: tuple[tuple[str, int, str], ...],
+    constants: tuple[tuple[str, str], ...],
+    version: str,
+    what: str,
+) -> _Built:
+    numbers = itertools.count()
+    main = _tree(text, what)
+    slot_of = dict(constants)
+    definitions: dict[str, _Definition] = {}
+    names: list[str] = []
+    direct: dict[str, Node] = {}
+    running: dict[str, Node] = {}  # each variable's tree as it runs (for its cost)
+    for name, source in variables:
+        label = f"variable {name}"
+        tree = _tree(source, label)
+        if name in slot_of:
+            direct[name] = Ident(slot_of[name])
+        elif isinstance(tree.root, Ident) and tree.root.name in ROOTS:
+            direct[name] = Ident(tree.root.name)
+        tree = _hoisted(tree, hoisted)
+        running[name] = tree.root
+        definitions[name] = _prepared(tree, names, label, direct, version, numbers)
+        names.append(name)
+    main = _hoisted(main, hoisted)
+    body = _prepared(main, names, what, direct, version, numbers)
+    needed = _closure(body.used, definitions)
+    costs = (
+        _cost_of(main.root, variables),
+        *(_cost_of(running[name], variables) for name, _ in variables if name in needed),
+    )
+    every = list(definitions.values())
+    for name in names:  # each variable it reads compiles on its own: an error names it
+        if name in needed:
+            own = definitions[name]
+            _compile_program(
+                _bound(own.node, definitions, names, _closure(own.used, definitions)),
+                every,
+                own,
+                version,
+            )
+    program = _bound(body.node, definitions, names, needed)
+    source, compiled = _compile_program(program, [*every, body], body, version)
+    free = frozenset(n.name for n in tree_reads.free_names(program))
+    return _Built(source, program, costs, compiled, tuple(sorted(free - {"object"})), free)
 
 
 def _int64_safe(value: Any) -> Any:
@@ -612,10 +904,13 @@ class BoolProgram:
         meter: StepMeter | None = None,
         what: str = "the expression",
         constants: Mapping[str, Any] | None = None,
+        slots: Slots | None = None,
     ) -> None:
         self.expression = expression
         self.meter = meter or StepMeter(max_steps)
-        self.compiled = Expression(expression, variables, what=what, constants=constants)
+        self.compiled = Expression(
+            expression, variables, what=what, constants=constants, slots=slots
+        )
 
     @property
     def steps(self) -> int:
@@ -678,71 +973,28 @@ def evaluate_bool(expression: str, variables: Mapping[str, Any]) -> bool:
     return BoolProgram(expression)(variables)
 
 
-def _variable_reads(expression: str) -> list[str]:
-    """The probe variables ``expression`` reads (``variables.NAME``), once per read."""
-    return [m.group("name") for m in _STRING_OR_VARIABLE.finditer(expression) if m.group("name")]
+def may_give_uint(root: Node) -> bool:
+    """A constant crosses into Python and back: a value that would come back as another type
+    (a uint as an int) is not taken."""
+    for node in walk(root):
+        if isinstance(node, Literal) and node.kind == "uint":
+            return True
+        if isinstance(node, Call) and node.function == "uint":
+            return True
+        if isinstance(node, Ident) and node.name == "uint":
+            return True
+    return False
 
 
-# What a variable may read and still be a constant of the probe run: nothing of the objects.
-_OBJECT_INPUTS = ("object", "results", "oldObject", "request", "namespaceObject", "authorizer")
-# A constant crosses into Python and back: a value that would come back as another type
-# (a uint as an int, a type) is not taken.
-_UINT = re.compile(r"\buint\b|\b\d+[uU]\b")
-# A constant is brought into Python whole, and measured and bound again per object: one that
-# holds the constants before it more than this many times (their text inlined) may be
-# exponentially large (``[variables.a, variables.a]`` in a chain) and stays lazy, where the
-# runtime shares the copies.
-MAX_CONSTANT_COPIES = 64
-
-
-def constant_variables(
-    variables: Sequence[tuple[str, str]], data: Mapping[str, Any], meter: StepMeter
-) -> dict[str, Any]:
-    """The variables whose value is the same for every object of a probe run, evaluated
-    once over ``data`` (``params``, when bound): those that read no object, only the inputs
-    in ``data`` and constants before them. A variable is a deterministic function of what it
-    reads, so its value read lazily per object would be this one; one that errs, gives an
-    optional, or might change type on the way back stays lazy (bound, evaluated where read).
-
-    Why: Gatekeeper's templates define a dozen variables from ``params``; bound around
-    every expression, they exceeded the runtime's parser nesting of 32, and they were
-    evaluated again for every object."""
-    constants: dict[str, Any] = {}
-    earlier: list[tuple[str, str]] = []
-    copies: dict[str, int] = {}
-    for name, source in variables:
-        text = _without_strings(source)
-        occurrences = _variable_reads(source)
-        copies[name] = min(1 + sum(copies.get(other, 1) for other in occurrences), 2**62)
-        lazy = (
-            any(reads_variable(text, root) for root in _OBJECT_INPUTS)
-            or not set(occurrences) <= set(constants)
-            or _UINT.search(text) is not None
-            or copies[name] > MAX_CONSTANT_COPIES
-        )
-        if not lazy:
-            try:
-                program = BoolProgram(
-                    source, variables=earlier, meter=meter, what=f"variable {name}",
-                    constants=constants,
-                )  # fmt: skip
-                value = program.value(data)
-            except CelError:
-                value = _Opaque("ERROR")
-            if _plain(value):
-                constants[name] = value
-        earlier.append((name, source))
-    return constants
-
-
-def _plain(value: Any) -> bool:
-    """A value that comes back from Python as the CEL value it was."""
+def plain(value: Any) -> bool:
+    """A value that comes back from Python as the CEL value it was (a map's keys strings:
+    ``{1: 'a', true: 'b'}`` would be one key in Python)."""
     if value is None or isinstance(value, bool | int | float | str | bytes):
         return True
     if isinstance(value, list):
-        return all(_plain(item) for item in value)
+        return all(plain(item) for item in value)
     if isinstance(value, dict):
-        return all(_plain(k) and _plain(v) for k, v in value.items())
+        return all(isinstance(k, str) and plain(v) for k, v in value.items())
     return False
 
 
@@ -750,28 +1002,28 @@ def reads_variable(expression: str, name: str) -> bool:
     """Whether ``expression`` reads the input variable ``name`` (``results`` or ``object``).
 
     An expression that never names it (``true``, ``1 == 1``, ``size([]) == 0``), or
-    rebinds the name as a comprehension variable (``[1].all(results, results == 1)``),
-    has a value that cannot depend on the cluster. A field of that name (``x.results``)
-    is not the variable. Best effort: a tautology over the input
+    rebinds the name as a macro variable where it reads it (``[1].all(results, results ==
+    1)``), has a value that cannot depend on the cluster. A field of that name
+    (``x.results``) is not the variable. Best effort: a tautology over the input
     (``size(results) >= 0``) still reads it.
     """
-    code = _without_strings(expression)
-    if any(name in match.groups() for match in _BOUND_VARIABLE.finditer(code)):
+    try:
+        return tree_reads.reads(parse(expression).root, name)
+    except CelSyntaxError:
         return False
-    return re.search(rf"(?<![\w.]){re.escape(name)}\b", code) is not None
 
 
 def field_paths(expression: str) -> list[str]:
-    """Field paths the expression reads (``.spec.replicas`` ...), for evidence; best effort."""
-    seen: dict[str, None] = {}
-    for match in _FIELD_PATH.finditer(_without_strings(expression)):
-        path = match.group(1).replace("?.", ".").lstrip(".")
-        for call in SUPPORTED_FUNCTIONS:
-            if path.endswith("." + call):
-                path = path[: -len(call) - 1]
-        if path:
-            seen.setdefault(path, None)
-    return list(seen)[:50]
+    """Field paths the expression reads (``spec.replicas`` ...), for evidence."""
+    return list(_field_paths(expression))
+
+
+@lru_cache(maxsize=2048)
+def _field_paths(expression: str) -> tuple[str, ...]:
+    try:
+        return tuple(tree_reads.field_paths(parse(expression).root)[:50])
+    except CelSyntaxError:
+        return ()
 
 
 def _short(exc: object) -> str:

@@ -36,11 +36,26 @@ A refusal is a :class:`CostExceeded` (a ``CelError``): the probe "cannot run", n
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
+
+from workers.core.probes.syntax.nodes import (
+    Call,
+    Ident,
+    Index,
+    ListExpr,
+    Literal,
+    MapExpr,
+    Node,
+    Select,
+    binding,
+    children,
+    walk,
+)
+from workers.core.probes.syntax.parser import CelSyntaxError, parse
+from workers.core.probes.syntax.reads import variables_read
 
 MAX_COMPREHENSIONS = 16
 MAX_CONCATENATIONS = 32
@@ -81,11 +96,6 @@ COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "
 TWO_VARIABLE = frozenset({"all", "exists", "exists_one", "existsOne", "transformList",
                           "transformMap", "transformMapEntry"})  # fmt: skip
 _COPYING = frozenset({"map", "filter", "transformList", "transformMap", "transformMapEntry"})
-_TOKEN = re.compile(
-    r"\s+|(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")|(?P<num>\d+(?:\.\d+)?[uU]?)"
-    r"|(?P<id>[A-Za-z_]\w*)|(?P<op>&&|\|\||[=!<>]=|.)",
-    re.DOTALL,
-)
 
 
 class CelCostError(ValueError):
@@ -163,163 +173,176 @@ class CostModel:
     # (:func:`_variable_shapes`), as often as read
     copies: int = 0
 
-    def estimate(self, variables: Mapping[str, Any], limit: int = MAX_STEPS) -> int:
+    def estimate(
+        self,
+        variables: Mapping[str, Any],
+        limit: int = MAX_STEPS,
+        extents: Extents | None = None,
+    ) -> int:
         """Upper estimate of the steps evaluating over ``variables`` costs; CostExceeded
-        as soon as it passes ``limit``."""
-        return _Estimate(self, variables, limit).total()
+        as soon as it passes ``limit``. ``extents``: the inputs measured so far in this run
+        (an input the same for every object, as params, is walked once, not per object)."""
+        return _Estimate(self, variables, limit, extents).total()
 
 
-def _tokens(expression: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for match in _TOKEN.finditer(expression):
-        kind = match.lastgroup
-        if kind is not None:
-            out.append((kind, match.group()))
-    return out
+class Extents:
+    """The longest list and string of each input value measured in one probe run, kept
+    with the value itself (so an identity is never taken for another value's)."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[Any, tuple[int, int]]] = {}
+
+    def of(self, value: Any) -> tuple[int, int]:
+        known = self._known.get(id(value))
+        if known is None or known[0] is not value:
+            known = (value, _extent(value))
+            if isinstance(value, dict | list):
+                self._known[id(value)] = known
+        return known[1]
 
 
-def _literal_step(kind: str, text: str) -> str | int | None:
-    if kind == "num" and text.isdigit():
-        return int(text)
-    if kind == "str":
-        return text[1:-1]
-    return None
-
-
-def _path_before(tokens: list[tuple[str, str]], end: int) -> Path | None:
-    """The plain path ending just before token ``end`` (a ``.``), or None when computed."""
+def plain_path(node: Node) -> Path | None:
+    """The plain path ``node`` reads (an identifier, then fields, optional fields and
+    literal indexes), or None when it is computed."""
     steps: list[str | int] = []
-    i = end - 1
-    while i >= 0:
-        kind, text = tokens[i]
-        if kind == "id":
-            before = tokens[i - 1][1] if i > 0 else ""
-            if before == ".":
-                steps.append(text)
-                i -= 2
-                continue
-            return Path(text, tuple(reversed(steps)))
-        if text == "]" and i >= 3 and tokens[i - 2][1] == "[":
-            step = _literal_step(*tokens[i - 1])
-            if step is None:
+    while True:
+        if isinstance(node, Ident):
+            return Path(node.name, tuple(reversed(steps)))
+        if isinstance(node, Select):
+            steps.append(node.field)
+            node = node.operand
+        elif isinstance(node, Index) and isinstance(node.index, Literal):
+            index = node.index
+            if index.kind == "int" and isinstance(index.value, int):
+                steps.append(index.value)
+            elif index.kind == "string":
+                steps.append(str(index.value))
+            else:
                 return None
-            steps.append(step)
-            i -= 3
-            continue
-        return None
-    return None
-
-
-def _path_after(tokens: list[tuple[str, str]], start: int) -> tuple[Path | None, int]:
-    """The plain path starting at token ``start``; None when it is not one."""
-    if start >= len(tokens) or tokens[start][0] != "id":
-        return None, start
-    root, i = tokens[start][1], start + 1
-    steps: list[str | int] = []
-    while i < len(tokens):
-        text = tokens[i][1]
-        if text == "." and i + 1 < len(tokens) and tokens[i + 1][0] == "id":
-            if i + 2 < len(tokens) and tokens[i + 2][1] == "(":
-                break  # a method call: the path ends before it
-            steps.append(tokens[i + 1][1])
-            i += 2
-        elif text == "[" and i + 2 < len(tokens) and tokens[i + 2][1] == "]":
-            step = _literal_step(*tokens[i + 1])
-            if step is None:
-                break
-            steps.append(step)
-            i += 3
+            node = node.operand
         else:
-            break
-    return Path(root, tuple(steps)), i
+            return None
+
+
+def _parsed(expression: str) -> Node:
+    return parse(expression).root
 
 
 def analyse(expression: str, variables: Mapping[str, str] | None = None) -> CostModel:
-    """The expression's loop skeleton; CostExceeded when its shape is over the static bounds.
-    ``variables``: the probe's variables by name, to bound a ``sets`` argument read from one."""
-    tokens = _tokens(expression)
-    found: list[Comprehension] = []
-    set_calls: list[SetCall] = []
-    base = 0
-    stack: list[int | None] = []  # per open bracket: the comprehension it is the body of
-    enclosing: list[int] = []
-    i = 0
-    while i < len(tokens):
-        kind, text = tokens[i]
-        is_macro = (
-            text == "."
-            and i + 2 < len(tokens)
-            and tokens[i + 1][1] in COMPREHENSIONS
-            and tokens[i + 2][1] == "("
-        )
-        if is_macro:
-            if i + 3 >= len(tokens) or tokens[i + 3][0] != "id":
-                raise CostExceeded(
-                    f"the {tokens[i + 1][1]}() comprehension needs a variable name first"
-                )
-            two = (
-                tokens[i + 1][1] in TWO_VARIABLE
-                and i + 6 < len(tokens)
-                and tokens[i + 4][1] == ","
-                and tokens[i + 5][0] == "id"
-                and tokens[i + 6][1] == ","
-            )
-            found.append(
-                Comprehension(
-                    macro=tokens[i + 1][1],
-                    variable=tokens[i + 5][1] if two else tokens[i + 3][1],
-                    receiver=_path_before(tokens, i),
-                    parent=enclosing[-1] if enclosing else None,
-                    index_variable=tokens[i + 3][1] if two else None,
-                )
-            )
-            index = len(found) - 1
-            stack.append(index)
-            enclosing.append(index)
-            i += 6 if two else 4  # past the variables' names: binding them reads nothing
-            continue
-        set_call = _set_call(tokens, i, enclosing[-1] if enclosing else None, variables or {})
-        if set_call is not None:
-            set_calls.append(set_call)
-        if text == "matches" and i + 1 < len(tokens) and tokens[i + 1][1] == "(":
-            steps = _pattern_steps(tokens, i)
-            if enclosing:
-                found[enclosing[-1]].extra += steps
-            else:
-                base += steps
-        if text in "([{":
-            stack.append(None)
-        elif text in ")]}" and stack:
-            if stack.pop() is not None:
-                enclosing.pop()
-        elif kind == "id" and (i == 0 or tokens[i - 1][1] != "."):
-            path, end = _path_after(tokens, i)
-            # a comprehension's range is costed as one; `.size()` reads a length, not the list
-            receiver = (
-                end + 1 < len(tokens)
-                and tokens[end][1] == "."
-                and (tokens[end + 1][1] in COMPREHENSIONS or tokens[end + 1][1] == "size")
-            )
-            if path is not None and enclosing and not receiver:
-                found[enclosing[-1]].refs.append(path)
-        i += 1
+    """The expression's loop skeleton, from its syntax tree; CostExceeded when its shape is
+    over the static bounds (CelSyntaxError when it does not parse). ``variables``: the
+    probe's variables by name, to bound a ``sets`` argument read from one."""
+    return analyse_tree(_parsed(expression), variables)
+
+
+def analyse_tree(root: Node, variables: Mapping[str, str] | None = None) -> CostModel:
+    """:func:`analyse` of a tree (an expression as it runs: a run's constant parts read
+    from their slots, measured there, not computed again)."""
+    skeleton = _Skeleton(variables or {})
+    skeleton.visit(root, None)
+    found = skeleton.comprehensions
     if len(found) > MAX_COMPREHENSIONS:
         raise CostExceeded(f"the expression has more than {MAX_COMPREHENSIONS} comprehensions")
-    concatenations = sum(1 for _, text in tokens if text == "+")
+    concatenations = _count(root, "_+_")
     if concatenations > MAX_CONCATENATIONS:
         raise CostExceeded(f"the expression has more than {MAX_CONCATENATIONS} '+' operators")
     plus, copies, literal, chars = _variable_shapes(tuple((variables or {}).items()))
-    literal = max(literal, _longest_literal(tokens))
+    literal = max(literal, _longest_literal(root))
     inlined = dict(plus)
-    read = _variables_read(tokens)
+    read = variables_read(root)
     # the variables it reads concatenate too: their values are copied as often as read
     through = sum(inlined.get(name, 0) for name in read)
     return CostModel(
-        found, concatenations, base, set_calls, literal, inlined,
+        found, concatenations, skeleton.base, skeleton.set_calls, literal, inlined,
         inlined_concatenations=min(concatenations + through, _INLINED_CAP),
-        literal_chars=max(chars, _longest_string(tokens)),
+        literal_chars=max(chars, _longest_string(root)),
         copies=min(sum(dict(copies).get(name, 0) for name in read), _INLINED_CAP),
     )  # fmt: skip
+
+
+class _Skeleton:
+    """Walks a tree for :func:`analyse`: comprehensions (their ranges and what their bodies
+    read), ``sets`` calls and literal ``matches`` patterns, each with the innermost
+    comprehension whose body holds it."""
+
+    def __init__(self, variables: Mapping[str, str]) -> None:
+        self.variables = variables
+        self.comprehensions: list[Comprehension] = []
+        self.set_calls: list[SetCall] = []
+        self.base = 0
+
+    def visit(self, node: Node, enclosing: int | None) -> None:
+        todo: list[tuple[Node, int | None]] = [(node, enclosing)]
+        while todo:
+            current, inside = todo.pop()
+            todo.extend(reversed(self._step(current, inside)))
+
+    def _step(self, node: Node, inside: int | None) -> list[tuple[Node, int | None]]:
+        """Record what ``node`` is; the parts of it to visit next."""
+        path = plain_path(node)
+        if path is not None:
+            if inside is not None:
+                self.comprehensions[inside].refs.append(path)
+            return []
+        if not isinstance(node, Call):
+            return [(child, inside) for child in children(node)]
+        if node.function in COMPREHENSIONS and node.target is not None:
+            return self._comprehension(node, inside)
+        if node.function == "matches" and node.args:
+            steps = _pattern_steps(node)
+            if inside is not None:
+                self.comprehensions[inside].extra += steps
+            else:
+                self.base += steps
+        set_call = self._set_call(node, inside)
+        if set_call is not None:
+            self.set_calls.append(set_call)
+        parts = list(node.args)
+        # `.size()` reads a length, not the list
+        target = node.target
+        if target is not None and not (node.function == "size" and plain_path(target)):
+            parts.insert(0, target)
+        return [(part, inside) for part in parts]
+
+    def _comprehension(self, call: Call, inside: int | None) -> list[tuple[Node, int | None]]:
+        bound = binding(call)
+        if bound is None:
+            raise CostExceeded(f"the {call.function}() comprehension needs a variable name first")
+        names, scope = bound
+        two = len(names) == 2 and call.function in TWO_VARIABLE
+        assert call.target is not None
+        receiver = plain_path(call.target)
+        self.comprehensions.append(
+            Comprehension(
+                macro=call.function,
+                variable=names[1] if two else names[0],
+                receiver=receiver,
+                parent=inside,
+                index_variable=names[0] if two else None,
+            )
+        )
+        index = len(self.comprehensions) - 1
+        # a comprehension's range is costed as one: a plain one is no read of its body
+        parts = [] if receiver is not None else [(call.target, inside)]
+        return parts + [(call.args[number], index) for number in scope]
+
+    def _set_call(self, call: Call, inside: int | None) -> SetCall | None:
+        """The ``sets.f(a, b)`` call, if ``call`` is one."""
+        target = call.target
+        is_call = (
+            call.function in SET_FUNCTIONS
+            and isinstance(target, Ident)
+            and target.name == "sets"
+            and len(call.args) == 2
+        )
+        if not is_call:
+            return None
+        first, second = (_list_argument(arg, self.variables, 0) for arg in call.args)
+        return SetCall(SET_FUNCTIONS[call.function], (first, second), inside)
+
+
+def _count(root: Node, function: str) -> int:
+    return sum(1 for node in walk(root) if isinstance(node, Call) and node.function == function)
 
 
 @lru_cache(maxsize=256)
@@ -329,22 +352,27 @@ def _variable_shapes(
     """Per variable its concatenations and the copies of the input its value may hold
     (:func:`_through_reads`), the longest list written in any of them, and the longest
     string."""
-    tokens = {name: _tokens(source) for name, source in variables}
+    trees: dict[str, Node] = {}
+    for name, source in variables:
+        try:
+            trees[name] = _parsed(source)
+        except CelSyntaxError:
+            continue  # compiling it says why
     reads = {
-        name: [other for other in _variables_read(found) if other in tokens]
-        for name, found in tokens.items()
+        name: [other for other in variables_read(tree) if other in trees]
+        for name, tree in trees.items()
     }
     # ``a + a`` over ``a``'s one `+` has three; a chain of variables each doubling the one
     # before has exponentially many, as its value's size grows (a variable is evaluated
     # once, but a value concatenated with itself is copied, and doubled, all the same)
-    own_plus = {name: sum(1 for _, text in found if text == "+") for name, found in tokens.items()}
+    own_plus = {name: _count(tree, "_+_") for name, tree in trees.items()}
     plus = _through_reads(own_plus, reads)
     # ``[variables.a, variables.a]`` in a chain holds exponentially many copies without a
     # `+`: the runtime shares them, but a comparison, a membership test or a conversion
     # walks every one
-    copies = _through_reads(dict.fromkeys(tokens, 1), reads)
-    literal = max((_longest_literal(found) for found in tokens.values()), default=0)
-    chars = max((_longest_string(found) for found in tokens.values()), default=0)
+    copies = _through_reads(dict.fromkeys(trees, 1), reads)
+    literal = max((_longest_literal(tree) for tree in trees.values()), default=0)
+    chars = max((_longest_string(tree) for tree in trees.values()), default=0)
     return tuple(plus.items()), tuple(copies.items()), literal, chars
 
 
@@ -369,134 +397,89 @@ def _through_reads(own: Mapping[str, int], reads: Mapping[str, list[str]]) -> di
     return out
 
 
-def _variables_read(tokens: list[tuple[str, str]]) -> list[str]:
-    """The names of ``variables.NAME`` in ``tokens``, once per occurrence."""
-    return [
-        tokens[i + 2][1]
-        for i in range(len(tokens) - 2)
-        if tokens[i] == ("id", "variables")
-        and tokens[i + 1][1] == "."
-        and (i == 0 or tokens[i - 1][1] != ".")
-    ]
+def _longest_string(root: Node) -> int:
+    """The characters of the longest string (or bytes) literal in the tree."""
+    return max(
+        (len(n.value) for n in walk(root) if isinstance(n, Literal) and n.kind in _TEXTS),
+        default=0,
+    )
 
 
-def _longest_string(tokens: list[tuple[str, str]]) -> int:
-    """The characters of the longest string literal in ``tokens``."""
-    return max((len(text) - 2 for kind, text in tokens if kind == "str"), default=0)
+_TEXTS = ("string", "bytes")
 
 
-def _longest_literal(tokens: list[tuple[str, str]]) -> int:
-    """The most elements a bracketed list in the expression has (a literal list may be a
+def _longest_literal(root: Node) -> int:
+    """The most elements a list written in the expression has (a literal list may be a
     comprehension's range, longer than any list of the input)."""
-    longest = 0
-    for i, (kind, text) in enumerate(tokens):
-        if kind == "op" and text == "[":
-            longest = max(longest, len(_arguments(tokens, i) or []))
-    return longest
+    return max((len(n.elements) for n in walk(root) if isinstance(n, ListExpr)), default=0)
 
 
-def _closing(tokens: list[tuple[str, str]], open_at: int) -> int | None:
-    """The index of the bracket closing ``tokens[open_at]``; None when none does."""
-    depth = 0
-    for i in range(open_at, len(tokens)):
-        text = tokens[i][1]
-        if tokens[i][0] == "op" and text in "([{":
-            depth += 1
-        elif tokens[i][0] == "op" and text in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return None
+def _commas(root: Node) -> int:
+    """How many commas separate elements and arguments in the tree."""
+    total = 0
+    for node in walk(root):
+        if isinstance(node, ListExpr):
+            total += max(len(node.elements) - 1, 0)
+        elif isinstance(node, Call) and node.function[:1] not in ("_", "@", "!", "-"):
+            total += max(len(node.args) - 1, 0)
+        elif isinstance(node, MapExpr):
+            total += max(len(node.entries) - 1, 0)
+    return total
 
 
-def _arguments(tokens: list[tuple[str, str]], open_at: int) -> list[tuple[int, int]] | None:
-    """The token ranges of the arguments of the call whose ``(`` is ``tokens[open_at]``."""
-    close = _closing(tokens, open_at)
-    if close is None:
-        return None
-    ranges, start, depth = [], open_at + 1, 0
-    for i in range(open_at + 1, close):
-        text = tokens[i][1] if tokens[i][0] == "op" else ""
-        if text and text in "([{":
-            depth += 1
-        elif text and text in ")]}":
-            depth -= 1
-        elif text == "," and depth == 0:
-            ranges.append((start, i))
-            start = i + 1
-    if start < close:
-        ranges.append((start, close))
-    return ranges
-
-
-def _list_argument(
-    tokens: list[tuple[str, str]], start: int, end: int, variables: Mapping[str, str], depth: int
-) -> ListArgument:
-    """What the argument ``tokens[start:end]`` is (:class:`ListArgument`); a probe variable's
+def _list_argument(node: Node, variables: Mapping[str, str], depth: int) -> ListArgument:
+    """What the argument ``node`` is (:class:`ListArgument`); a probe variable's
     (``variables.NAME``) is its definition's."""
-    if start < end and tokens[start][1] == "[" and _closing(tokens, start) == end - 1:
-        return ListArgument("literal", length=len(_arguments(tokens, start) or []))
-    path, after = _path_after(tokens, start)
-    if path is not None and after == end:
+    if isinstance(node, ListExpr):
+        return ListArgument("literal", length=len(node.elements))
+    path = plain_path(node)
+    if path is not None:
         source = variables.get(str(path.steps[0])) if len(path.steps) == 1 else None
         if path.root == "variables" and source is not None and depth < len(variables):
-            inner = _tokens(source)
-            return _list_argument(inner, 0, len(inner), variables, depth + 1)
-        if path.root != "variables":
+            try:
+                return _list_argument(_parsed(source), variables, depth + 1)
+            except CelSyntaxError:
+                pass
+        elif path.root != "variables":
             return ListArgument("path", path)
-    elif path is not None and after + 2 < end and tokens[after][1] == ".":
-        method, opens = tokens[after + 1][1], after + 2
-        whole_call = tokens[opens][1] == "(" and _closing(tokens, opens) == end - 1
-        if whole_call and method in _COPYING:
-            return ListArgument("mapped", path)
-        if whole_call and method == "split":
-            ranges = _arguments(tokens, opens) or []
-            first = tokens[ranges[0][0]] if ranges else ("", "")
-            literal = len(ranges) == 1 and ranges[0][1] == ranges[0][0] + 1 and first[0] == "str"
-            return ListArgument("split", path, separator=first[1][1:-1] if literal else None)
-    texts = [text for _, text in tokens[start:end]]
-    reads_variables = "variables" in texts
-    plus = texts.count("+")
+    elif isinstance(node, Call) and node.target is not None:
+        receiver = plain_path(node.target)
+        if receiver is not None and node.function in _COPYING:
+            return ListArgument("mapped", receiver)
+        if receiver is not None and node.function == "split":
+            separator = node.args[0] if len(node.args) == 1 else None
+            literal = isinstance(separator, Literal) and separator.kind == "string"
+            return ListArgument(
+                "split",
+                receiver,
+                separator=str(separator.value) if literal else None,  # type: ignore[union-attr]
+            )
+    reads_variables = any(isinstance(n, Ident) and n.name == "variables" for n in walk(node))
+    plus = _count(node, "_+_")
     if reads_variables:  # the variables it reads may concatenate too
-        plus += sum(_tokens(source).count(("op", "+")) for source in variables.values())
+        for source in variables.values():
+            try:
+                plus += _count(_parsed(source), "_+_")
+            except CelSyntaxError:
+                continue
+    splits = any(isinstance(n, Call) and n.function in _STRING_TO_LIST for n in walk(node))
     return ListArgument(
         "computed",
-        length=texts.count(",") + 1,
-        from_strings=reads_variables or any(text in _STRING_TO_LIST for text in texts),
+        length=_commas(node) + 1,
+        from_strings=reads_variables or splits,
         plus=plus,
     )
 
 
-def _set_call(
-    tokens: list[tuple[str, str]], at: int, enclosing: int | None, variables: Mapping[str, str]
-) -> SetCall | None:
-    """The ``sets.f(a, b)`` call starting at ``tokens[at]``, if one does."""
-    is_call = (
-        tokens[at] == ("id", "sets")
-        and (at == 0 or tokens[at - 1][1] != ".")
-        and at + 3 < len(tokens)
-        and tokens[at + 1][1] == "."
-        and tokens[at + 2][1] in SET_FUNCTIONS
-        and tokens[at + 3][1] == "("
-    )
-    if not is_call:
-        return None
-    ranges = _arguments(tokens, at + 3)
-    if ranges is None or len(ranges) != 2:
-        return None  # the compiler refuses it
-    first, second = (_list_argument(tokens, *bounds, variables, 0) for bounds in ranges)
-    return SetCall(SET_FUNCTIONS[tokens[at + 2][1]], (first, second), enclosing)
-
-
-def _pattern_steps(tokens: list[tuple[str, str]], at: int) -> int:
-    """A ``matches`` call's steps where its pattern (the last argument) is one string literal,
-    which the runtime compiles on every call: its length. Any other pattern (from params or
-    the object) is matched by the regex library, which charges each call over the pattern's
-    actual length as it is made (cel_lib/regex.py), so it costs nothing here."""
-    ranges = _arguments(tokens, at + 1) or []
-    if not ranges or ranges[-1][1] != ranges[-1][0] + 1 or tokens[ranges[-1][0]][0] != "str":
+def _pattern_steps(call: Call) -> int:
+    """A ``matches`` call's steps where its pattern (the last argument) is one string
+    literal, which the runtime compiles on every call: its length. Any other pattern (from
+    params or the object) is matched by the regex library, which charges each call over the
+    pattern's actual length as it is made (cel_lib/regex.py), so it costs nothing here."""
+    pattern = call.args[-1]
+    if not (isinstance(pattern, Literal) and pattern.kind == "string"):
         return 0
-    return 1 + len(tokens[ranges[-1][0]][1]) // PATTERN_CHARS_PER_STEP
+    return 1 + (len(pattern.value) + 2) // PATTERN_CHARS_PER_STEP
 
 
 def _navigate(value: Any, steps: tuple[str | int, ...]) -> Any:
@@ -538,10 +521,17 @@ def _extent(value: Any) -> tuple[int, int]:
 
 
 class _Estimate:
-    def __init__(self, model: CostModel, variables: Mapping[str, Any], limit: int) -> None:
+    def __init__(
+        self,
+        model: CostModel,
+        variables: Mapping[str, Any],
+        limit: int,
+        extents: Extents | None = None,
+    ) -> None:
         self.model = model
         self.variables = variables
         self.limit = limit
+        self.extents = extents
         self.steps = 0
         self._extent: tuple[int, int] | None = None
         # per comprehension: its elements over the whole evaluation (None: computed range),
@@ -554,7 +544,14 @@ class _Estimate:
 
     def _measure(self) -> tuple[int, int]:
         if self._extent is None:
-            self._extent = _extent(dict(self.variables))
+            if self.extents is None:
+                self._extent = _extent(dict(self.variables))
+            else:  # each input on its own, the run's constant ones measured once
+                longest, chars = len(self.variables), 0
+                for value in self.variables.values():
+                    found = self.extents.of(value)
+                    longest, chars = max(longest, found[0]), max(chars, found[1])
+                self._extent = longest, chars
         return self._extent
 
     def unknown(self, plus: int | None = None) -> int:

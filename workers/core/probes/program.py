@@ -19,14 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.probe import ProposedProbe
-from workers.core.probes.cel import (
-    MAX_STEPS,
-    BoolProgram,
-    CelError,
-    StepMeter,
-    constant_variables,
-    field_paths,
-)
+from workers.core.probes.cel import MAX_STEPS, BoolProgram, CelError, StepMeter, field_paths
+from workers.core.probes.run_constants import run_constants
 
 # k8s.io/apiserver celconfig.MaxEvaluatedMessageExpressionSizeBytes
 MAX_MESSAGE_BYTES = 5 * 1024
@@ -58,12 +52,12 @@ class ProbeProgram:
         if params is not None and self.absent_nulls:
             params = without_nulls(params)
         self.base: dict[str, Any] = {} if params is None else {"params": params}
-        constants = constant_variables(variables, self.base, self.meter)
+        # what is the same for every object, computed once (run_constants.py)
+        judged = probe.expressions()[len(probe.variables) :]
+        slots = run_constants(variables, judged, self.base, self.meter)
 
         def program(text: str, what: str) -> BoolProgram:
-            return BoolProgram(
-                text, variables=variables, meter=self.meter, what=what, constants=constants
-            )
+            return BoolProgram(text, variables=variables, meter=self.meter, what=what, slots=slots)
 
         self.conditions = [
             (c.name, program(c.expression, f"match condition {c.name}"))
@@ -85,6 +79,23 @@ class ProbeProgram:
     def steps(self) -> int:
         return self.meter.steps
 
+    def refuse_beyond(self, objects: int) -> None:
+        """CelError when judging ``objects`` objects one by one would take more steps than
+        are left only to convert what every evaluation reads besides its object (params, the
+        run's constants): refused before the first object, not after minutes of them."""
+        programs = [p for _, p in self.conditions]
+        programs += [self.main] if self.main is not None else []
+        programs += [p for _, check, message in self.validations for p in (check, message)
+                     if p is not None]  # fmt: skip
+        each = sum(p.compiled.conversion_steps(self.base) for p in programs)
+        left = self.meter.max_steps - self.meter.steps
+        if each * objects > left:
+            raise CelError(
+                f"the probe is too costly to run: each of the {objects:,} objects would convert "
+                f"the params and constants its expressions read again ({each:,} steps each, "
+                f"{left:,} left of the run's {self.meter.max_steps:,})"
+            )
+
     def reads(self, name: str) -> bool:
         """Whether the value (the expression or a validation, with the variables they read)
         reads the input ``name``."""
@@ -92,7 +103,12 @@ class ProbeProgram:
         return any(p.compiled.reads(name) for p in deciding if p is not None)
 
     def fields(self) -> list[str]:
-        return field_paths(" && ".join(self.probe.expressions()))
+        """The field paths the probe's expressions read (each parsed on its own: a comment
+        ends at its own line, not at the next expression's)."""
+        seen: dict[str, None] = {}
+        for expression in self.probe.expressions():
+            seen.update(dict.fromkeys(field_paths(expression)))
+        return list(seen)[:50]
 
     def judge(self, bindings: Mapping[str, Any]) -> Judgement:
         """The outcome over ``bindings`` (``{"object": ...}`` or ``{"results": [...]}``)."""

@@ -49,9 +49,10 @@ from schemas.probe import (
     ProbeViolation,
     ProposedProbe,
 )
-from workers.core.policies.expressions import tokens
 from workers.core.probes.cel import CelError
 from workers.core.probes.program import ProbeProgram
+from workers.core.probes.syntax.parser import CelSyntaxError, parse
+from workers.core.probes.syntax.reads import names
 from workers.core.toolsets.backend import BackendError, ClusterBackend
 from workers.core.toolsets.kubernetes import DescribeArgs, EventsArgs, GetArgs
 from workers.core.toolsets.redaction import (
@@ -300,10 +301,12 @@ def _refuse_secret_values(probe: ProposedProbe, reader: _Reader) -> None:
     if not reader.secrets:
         return
     for expression in probe.expressions():
-        for token in tokens(expression):
-            text = token.text.lstrip("rRbB").strip("\"'") if token.kind == "string" else token.text
-            if token.kind in ("ident", "string") and text in _WITHHELD_NAMES:
-                raise ProbeFailure(SECRET_VALUES_WITHHELD)
+        try:
+            spelled = names(parse(expression).root)
+        except CelSyntaxError:
+            continue  # it cannot run at all: compiling it says why
+        if spelled & _WITHHELD_NAMES:
+            raise ProbeFailure(SECRET_VALUES_WITHHELD)
 
 
 def _refuse_empty(probe: ProposedProbe, results: list[Any]) -> None:
@@ -366,6 +369,7 @@ def _evaluate(
     # A model's probe stops at the first false (the value is settled, and that object is the
     # evidence); an imported policy judges every object, to name each offending one.
     every = probe.origin is not None
+    program.refuse_beyond(len(results[0]))
     for number, obj in enumerate(results[0]):
         clock.check(f"after the expression had been evaluated for {number} object(s)")
         judgement = program.judge({"object": obj})

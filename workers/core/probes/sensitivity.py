@@ -11,8 +11,8 @@ would give the opposite verdict. A probe for which none of a bounded set of coun
 flips the verdict is refused (workers/core/probes/compile.py); the model's verdict is
 unaffected, and later runs ask the model.
 
-The CEL library exposes no syntax tree, so the field paths the expression reads are taken
-from its tokens (cost.py's tokenizer and loop skeleton: ``c.image`` inside
+The field paths the expression reads are taken from its syntax tree (the runtime's own
+parse, workers/core/probes/syntax/: ``c.image`` inside
 ``d.spec.template.spec.containers.all(c, ...)`` inside ``results[0].all(d, ...)`` is
 ``results[0][*].spec.template.spec.containers[*].image``), with the literal each is
 compared to. Counterfactuals, in the order tried (the cheapest and likeliest first):
@@ -59,8 +59,21 @@ import structlog
 
 from schemas.probe import ProposedProbe
 from workers.core.probes.cel import CelError
-from workers.core.probes.cost import MAX_STEPS, Path, _path_after, _tokens, analyse
+from workers.core.probes.cost import MAX_STEPS, Path
 from workers.core.probes.program import ProbeProgram
+from workers.core.probes.syntax.nodes import (
+    Call,
+    Ident,
+    Index,
+    Literal,
+    Node,
+    Select,
+    binding,
+    children,
+    is_loop,
+    walk,
+)
+from workers.core.probes.syntax.parser import CelSyntaxError, parse
 
 MAX_EVALUATIONS = 400
 BUDGET_SECONDS = 0.5
@@ -77,9 +90,8 @@ INSENSITIVE = (
 )
 _log = structlog.get_logger("assay.probes")
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
-_COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+_COMPARISONS = {"_==_": "==", "_!=_": "!=", "_<_": "<", "_<=_": "<=", "_>_": ">", "_>=_": ">="}
 _STRING_TESTS = frozenset({"startsWith", "endsWith", "contains", "matches"})
-_KEYWORDS = frozenset({"true", "false", "null", "in"})
 # There on every API object of a kind or on none (the API server sets them): never created,
 # removed or emptied in a counterfactual (their values may change, except _NEVER_CHANGED).
 _PRESENCE_FIXED: frozenset[tuple[str, ...]] = frozenset(
@@ -168,89 +180,64 @@ class _Exhausted(Exception):
     pass
 
 
-def _literal(kind: str, text: str) -> Any:
-    if kind == "num":
-        digits = text.rstrip("uU")
-        return float(digits) if "." in digits else int(digits)
-    if kind == "str":
-        return re.sub(r"\\(.)", r"\1", text[1:-1])
-    return {"true": True, "false": False}.get(text)
+# Calls that give what their receiver holds (or a literal default): ``a.?b.orValue([])``
+# reads the path ``a.b``, so the same counterfactuals apply.
+_UNWRAPPING = frozenset({"orValue", "value"})
 
 
-_OPTIONAL_STEP = re.compile(r"(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")|(?P<step>\.\?|\[\?)")
-
-
-def _plain_steps(expression: str) -> str:
-    """``expression`` with optional steps read as plain ones (``a.?b`` as ``a.b``, ``a[?0]`` as
-    ``a[0]``): the same field is read, so the same counterfactuals apply."""
-    plain = _OPTIONAL_STEP.sub(
-        lambda m: m.group("str") or m.group("step").replace("?", ""), expression
-    )
-    return _without_unwrapping(plain)
-
-
-def _without_unwrapping(expression: str) -> str:
-    """``expression`` without ``.orValue(...)`` and ``.value()``, so that the range of
-    ``a.?b.orValue([]).all(v, ...)`` is read as the path ``a.b`` (the default is a literal)."""
-    out: list[str] = []
-    i = 0
-    while i < len(expression):
-        if expression[i] in "'\"":
-            match = _STRING_AT.match(expression, i)
-            end = match.end() if match else len(expression)
-            out.append(expression[i:end])
-            i = end
-            continue
-        for call in (".orValue(", ".value()"):
-            if expression.startswith(call, i):
-                i = _after_call(expression, i + len(call) - 1)
-                break
+def _path(node: Node) -> Path | None:
+    """The plain path ``node`` reads, optional steps read as plain ones and ``.orValue(...)``
+    / ``.value()`` seen through; None when it is computed."""
+    steps: list[str | int] = []
+    while True:
+        if isinstance(node, Call) and node.function in _UNWRAPPING and node.target is not None:
+            node = node.target
+        elif isinstance(node, Select):
+            steps.append(node.field)
+            node = node.operand
+        elif isinstance(node, Index) and isinstance(node.index, Literal):
+            index = node.index
+            if index.kind == "int":
+                steps.append(int(index.value))
+            elif index.kind == "string":
+                steps.append(str(index.value))
+            else:
+                return None
+            node = node.operand
+        elif isinstance(node, Ident):
+            return Path(node.name, tuple(reversed(steps)))
         else:
-            out.append(expression[i])
-            i += 1
-    return "".join(out)
+            return None
 
 
-_STRING_AT = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
-
-
-def _after_call(expression: str, open_at: int) -> int:
-    """The index just past the parenthesis closing the one at ``open_at``."""
-    depth = 0
-    i = open_at
-    while i < len(expression):
-        char = expression[i]
-        if char in "'\"":
-            match = _STRING_AT.match(expression, i)
-            i = match.end() if match else len(expression)
-            continue
-        depth += char == "("
-        depth -= char == ")"
-        i += 1
-        if depth == 0:
-            return i
-    return i
+def _literal(node: Literal) -> Any:
+    if node.kind in ("int", "uint", "double", "string", "bool"):
+        return node.value
+    return None
 
 
 def mentioned(expression: str) -> Mentioned:
-    """The paths, keys and literals of ``expression`` (best effort, from its tokens)."""
-    expression = _plain_steps(expression)
-    tokens = _tokens(expression)
+    """The paths, keys and literals of ``expression``, from its syntax tree."""
     found = Mentioned()
     try:
-        skeleton = analyse(expression).comprehensions
-    except Exception:  # over the static bound: the runner refused it before this
-        skeleton = []
+        root = parse(expression).root
+    except CelSyntaxError:  # the runner refused it before this
+        return found
     # each comprehension variable: the ranges it is bound to, and the step from a range to
     # it (a list's element, or with two variables a list's element or a map's value); an
     # index or key names no field
     bound: dict[str, list[tuple[Path | None, _Wild]]] = {}
     indexes: set[str] = set()
-    for comp in skeleton:
-        step = VALUES if comp.index_variable is not None else WILD
-        bound.setdefault(comp.variable, []).append((comp.receiver, step))
-        if comp.index_variable is not None:
-            indexes.add(comp.index_variable)
+    for node in walk(root):
+        if not is_loop(node):
+            continue
+        assert isinstance(node, Call) and node.target is not None
+        names = (binding(node) or ((), ()))[0]
+        two = len(names) == 2
+        variable = names[1] if two else names[0]
+        bound.setdefault(variable, []).append((_path(node.target), VALUES if two else WILD))
+        if two:
+            indexes.add(names[0])
 
     def resolve(path: Path, depth: int = 0) -> list[Target]:
         if path.root in ("results", "object"):
@@ -269,67 +256,84 @@ def mentioned(expression: str) -> Mentioned:
                 out.append(Target(base.root, (*base.steps, step, *path.steps)))
         return out
 
-    for index, (kind, text) in enumerate(tokens):
-        if kind in ("num", "str") or text in ("true", "false"):
-            value = _literal(kind, text)
-            negative = [-value] if kind == "num" else []  # `-2` is two tokens
-            for literal in [value, *negative]:
-                if literal is not None and not any(_same(literal, x) for x in found.literals):
+    for node in walk(root):
+        if isinstance(node, Literal):
+            value = _literal(node)
+            numeric = node.kind in ("int", "uint", "double")
+            for literal in [value, *([-value] if numeric else [])]:
+                if len(found.literals) >= MAX_LITERALS or literal is None:
+                    continue
+                if not any(_same(literal, x) for x in found.literals):
                     found.literals.append(literal)
-            if kind == "str":
-                found.names.add(value)
-        if kind != "id" or text in _KEYWORDS:
-            continue
-        found.names.add(text)
-        if index and tokens[index - 1][1] == ".":
-            continue
-        if index + 1 < len(tokens) and tokens[index + 1][1] == "(":
-            continue  # a function
-        path, end = _path_after(tokens, index)
-        if path is None:
-            continue
-        test = _test(tokens, index, end)
+            if node.kind == "string":
+                found.names.add(node.value)
+        elif isinstance(node, Ident):
+            found.names.add(node.name)
+        elif isinstance(node, Select):
+            found.names.add(node.field)
+        elif isinstance(node, Call):
+            found.names.add(node.function)
+    tests = _tests(root)
+    targets: dict[Target, None] = {}
+    for node in _paths(root):
+        path = _path(node)
+        assert path is not None
+        test = tests.get(id(node))
         for target in resolve(path):
             if not target.steps or (target.root == "results" and len(target.steps) == 1):
                 continue  # `results` itself, or a whole lookup: listing variants cover those
-            if target not in found.targets:
-                found.targets.append(target)
+            targets.setdefault(target, None)
             if test is not None:
                 found.tests.setdefault(target, test)
-    del found.literals[MAX_LITERALS:]
+    found.targets = list(targets)
     return found
 
 
-def _test(tokens: list[tuple[str, str]], start: int, end: int) -> tuple[str, Any] | None:
-    """The comparison a path (tokens[start:end]) is put to against a literal, if any."""
-
-    def literal_at(i: int) -> Any:
-        if 0 <= i < len(tokens) and (tokens[i][0] in ("num", "str") or tokens[i][1] in _BOOLS):
-            return _literal(*tokens[i])
-        if 0 <= i < len(tokens) - 1 and tokens[i][1] == "-" and tokens[i + 1][0] == "num":
-            return -_literal(*tokens[i + 1])  # a negative number is `-` then the number
-        return None
-
-    after = tokens[end][1] if end < len(tokens) else ""
-    if after in _COMPARISONS:
-        value = literal_at(end + 1)
-        if value is not None:
-            return after, value
-    if after == "." and end + 3 < len(tokens) and tokens[end + 1][1] in _STRING_TESTS:
-        value = literal_at(end + 3)
-        if tokens[end + 2][1] == "(" and isinstance(value, str):
-            return tokens[end + 1][1], value
-    before = tokens[start - 1][1] if start > 0 else ""
-    if before in _COMPARISONS:
-        value = literal_at(start - 2)
-        if value is not None:
-            return _MIRRORED[before], value
-    if before == "in" and isinstance(literal_at(start - 2), str):
-        return "has", literal_at(start - 2)
-    return None
+def _paths(root: Node) -> list[Node]:
+    """The nodes that read a whole plain path (not one inside a longer one), in source
+    order; a macro's variable names none."""
+    out: list[Node] = []
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if _path(node) is not None:
+            out.append(node)
+            continue
+        parts = list(children(node))
+        inner = binding(node) if isinstance(node, Call) else None
+        if inner is not None:
+            offset = 1 if node.target is not None else 0  # type: ignore[attr-defined]
+            names = len(inner[0])
+            parts = [p for n, p in enumerate(parts) if not (0 <= n - offset < names)]
+        todo.extend(reversed(parts))
+    return out
 
 
-_BOOLS = frozenset({"true", "false"})
+def _tests(root: Node) -> dict[int, tuple[str, Any]]:
+    """The comparison each path (by ``id()``) is put to against a literal, if any."""
+    out: dict[int, tuple[str, Any]] = {}
+    for node in walk(root):
+        if not isinstance(node, Call):
+            continue
+        args = node.args
+        if node.target is None and node.function in _COMPARISONS and len(args) == 2:
+            left, right = args
+            if isinstance(right, Literal) and _literal(right) is not None:
+                out.setdefault(id(left), (_COMPARISONS[node.function], _literal(right)))
+            elif isinstance(left, Literal) and _literal(left) is not None:
+                operator = _MIRRORED[_COMPARISONS[node.function]]
+                out.setdefault(id(right), (operator, _literal(left)))
+        elif node.function in _STRING_TESTS and node.target is not None and len(args) == 1:
+            pattern = args[0]
+            if isinstance(pattern, Literal) and pattern.kind == "string":
+                out.setdefault(id(node.target), (node.function, pattern.value))
+        elif node.function == "@in" and len(args) == 2:
+            element = args[0]
+            if isinstance(element, Literal) and element.kind == "string":
+                out.setdefault(id(args[1]), ("has", element.value))
+    return out
+
+
 _MIRRORED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 

@@ -6,15 +6,15 @@ two-variable comprehensions need (comprehensions). Where the runtime has a libra
 own that behaves as Kubernetes' does (cel-go's strings, sets, optional types, two-variable
 comprehensions), the adapter loads that one instead (cel_env.py says which). None imports
 the CEL runtime: each lists its overloads as :class:`Overload` (kinds by name) and, where a
-call must be rewritten before compiling, its :class:`Call` rewrites; the adapter
+call must be rewritten before compiling, its :class:`CallRewrite` rewrites (on the syntax
+tree); the adapter
 (``workers/core/probes/cel.py``) declares them. An implementation raises
 :class:`CelLibraryError` (or any ``ValueError``) for what Kubernetes reports as an
 evaluation error; the runtime turns it into an error value, never a result.
 
-Kubernetes' opaque types (``Quantity``, ``IP``, ``CIDR``, ``URL``, ``Semver``, ``Format``)
-travel as maps tagged with :data:`KIND_KEY` (the runtime's Python functions can return only
-CEL values): their functions check the tag, and two equal values compare equal with ``==``
-because each is stored in a canonical form.
+Kubernetes' library values (``Quantity``, ``IP``, ``CIDR``, ``URL``, ``Semver``, ``Format``)
+have the API server's types (values.py): a map is never taken for one, and two equal values
+compare equal with ``==`` because each is stored in a canonical form.
 """
 
 from __future__ import annotations
@@ -23,16 +23,15 @@ from collections.abc import Sequence
 from importlib import import_module
 
 from workers.core.probes.cel_lib.base import (
-    KIND_KEY,
     CelLibraryError,
     NoSuchOverload,
     Overload,
     opaque,
     unwrap,
 )
-from workers.core.probes.cel_lib.rewrite import Call, rewrite_calls
+from workers.core.probes.cel_lib.rewrite import CallRewrite, rewrite_calls
 
-__all__ = ["KIND_KEY", "Call", "CelLibraryError", "NoSuchOverload", "Overload", "opaque",
+__all__ = ["CallRewrite", "CelLibraryError", "NoSuchOverload", "Overload", "opaque",
            "overloads", "rewrite_calls", "rewrites", "unwrap"]  # fmt: skip
 
 
@@ -44,9 +43,9 @@ def overloads(modules: Sequence[str]) -> list[Overload]:
     return out
 
 
-def rewrites(modules: Sequence[str]) -> list[Call]:
+def rewrites(modules: Sequence[str]) -> list[CallRewrite]:
     """The call rewrites of the named library modules (most have none)."""
-    out: list[Call] = []
+    out: list[CallRewrite] = []
     for name in modules:
         out.extend(getattr(import_module(f"{__name__}.{name}"), "REWRITES", []))
     return out

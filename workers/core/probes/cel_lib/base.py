@@ -8,12 +8,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-KIND_KEY = "@kubernetes"
-# Kinds a parameter or result may have. "dyn" as a parameter is expanded by the adapter into
-# one overload per concrete kind (the runtime dispatches Python functions on concrete kinds).
+from workers.core.probes.cel_lib import values
+
+# Kinds a parameter or result may have: CEL's, and the library values' (values.py). "dyn"
+# as a parameter is expanded by the adapter into one overload per concrete kind (the runtime
+# dispatches Python functions on concrete kinds).
 KINDS = frozenset(
     {"int", "uint", "double", "string", "bool", "bytes", "null", "list", "map", "dyn",
-     "timestamp", "duration"}
+     "timestamp", "duration", *values.TYPE_NAMES}
 )  # fmt: skip
 
 
@@ -153,17 +155,14 @@ def metered(allowed: int) -> Iterator[CallMeter]:
         _current.meter = previous
 
 
-def opaque(kind: str, **fields: Any) -> dict[str, Any]:
-    """A Kubernetes opaque value as the map it travels as."""
-    return {KIND_KEY: kind, **fields}
+def opaque(kind: str, **fields: Any) -> Any:
+    """A Kubernetes library value of ``kind`` (values.py) with these parts."""
+    return values.make(kind, fields)
 
 
 def unwrap(value: Any, kind: str) -> dict[str, Any]:
-    """The fields of an opaque value of ``kind``; CelLibraryError for anything else."""
-    if not isinstance(value, dict) or value.get(KIND_KEY) != kind:
+    """The parts of a library value of ``kind``; CelLibraryError for anything else."""
+    found = values.parts(value, kind)
+    if found is None:
         raise NoSuchOverload(f"no such overload: expected a {kind}")
-    return value
-
-
-def kind_of(value: Any) -> str | None:
-    return value.get(KIND_KEY) if isinstance(value, dict) else None
+    return found

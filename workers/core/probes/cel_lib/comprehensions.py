@@ -26,10 +26,12 @@ Keys compare with CEL equality: ``1``, ``1u`` and ``1.0`` are one key, ``true`` 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from workers.core.probes.cel_lib.base import CelLibraryError, Overload
-from workers.core.probes.cel_lib.rewrite import Call
+from workers.core.probes.cel_lib.rewrite import CallRewrite
+from workers.core.probes.syntax.nodes import Call, ListExpr, Node
 
 PAIRS = "assay_map_from_pairs"
 ENTRIES = "assay_map_from_entries"
@@ -72,24 +74,25 @@ def map_from_entries(entries: list[Any]) -> dict[Any, Any]:
     return out
 
 
-def _transform_map(args: list[str]) -> str:
-    key, *rest = args
+def _transform_map(call: Call) -> Node:
+    key, *rest = call.args
     *head, transform = rest
-    return f"transformList({', '.join([key, *head])}, [{key}, {transform}]).{PAIRS}()"
+    pairs = (key, *head, ListExpr((key, transform)))
+    return Call(PAIRS, (), replace(call, function="transformList", args=pairs))
 
 
-def _transform_map_entry(args: list[str]) -> str:
-    return f"transformList({', '.join(args)}).{ENTRIES}()"
+def _transform_map_entry(call: Call) -> Node:
+    return Call(ENTRIES, (), replace(call, function="transformList"))
 
 
-def _exists_one(args: list[str]) -> str:
-    return f"existsOne({', '.join(args)})"
+def _exists_one(call: Call) -> Node:
+    return replace(call, function="existsOne")
 
 
 REWRITES = [
-    Call("transformMap", member=True, rewrite=_transform_map, arities=(3, 4)),
-    Call("transformMapEntry", member=True, rewrite=_transform_map_entry, arities=(3, 4)),
-    Call("exists_one", member=True, rewrite=_exists_one, arities=(3,)),
+    CallRewrite("transformMap", True, _transform_map, (3, 4), PAIRS),
+    CallRewrite("transformMapEntry", True, _transform_map_entry, (3, 4), ENTRIES),
+    CallRewrite("exists_one", member=True, rewrite=_exists_one, arities=(3,)),
 ]
 OVERLOADS = [
     Overload(PAIRS, "assay_list_map_from_pairs", ("list",), "map", map_from_pairs, True),

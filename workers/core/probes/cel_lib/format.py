@@ -30,11 +30,13 @@ import binascii
 import datetime
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from workers.core.probes.cel_lib import url
 from workers.core.probes.cel_lib.base import CelLibraryError, Overload, loops, opaque, unwrap
-from workers.core.probes.cel_lib.rewrite import Call
+from workers.core.probes.cel_lib.rewrite import CallRewrite
+from workers.core.probes.syntax.nodes import Call, Index, Literal, Node
 
 KIND = "format"
 VALIDATE = "assay_format_validate"
@@ -201,16 +203,23 @@ def validate(value: Any, text: str) -> list[list[str]]:
     return [errors] if errors else []
 
 
+def _first(call: Node) -> Node:
+    """``call[?0]``: none for an empty list, the element of a one-element list."""
+    return Index(call, Literal(0, "int"), optional=True)
+
+
 REWRITES = [
-    Call("validate", member=True, rewrite=lambda args: f"{VALIDATE}({', '.join(args)})[?0]"),
-    Call("format.named", member=False, rewrite=lambda args: f"{NAMED}({', '.join(args)})[?0]"),
-]
+    CallRewrite("validate", True, lambda call: _first(replace(call, function=VALIDATE)),
+                introduces=VALIDATE),
+    CallRewrite("format.named", False, lambda call: _first(Call(NAMED, call.args, at=call.at)),
+                introduces=NAMED),
+]  # fmt: skip
 OVERLOADS = [
-    Overload(f"format.{name}", f"format_{name}", (), "map", _format(name)) for name in FORMATS
+    Overload(f"format.{name}", f"format_{name}", (), KIND, _format(name)) for name in FORMATS
 ] + [
     Overload(NAMED, "assay_format_named_string", ("string",), "list", named),
     # each format's checks are Python over the text (a regular expression, a URL's parse)
     Overload(
-        VALIDATE, "assay_format_validate_string", ("map", "string"), "list", validate, True, loops
+        VALIDATE, "assay_format_validate_string", (KIND, "string"), "list", validate, True, loops
     ),
 ]

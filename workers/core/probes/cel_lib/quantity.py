@@ -180,21 +180,21 @@ def is_less_than(value: Any, other: Any) -> bool:
 
 
 OVERLOADS = [
-    Overload("quantity", "string_to_quantity", ("string",), "map", to_quantity),
+    Overload("quantity", "string_to_quantity", ("string",), KIND, to_quantity),
     Overload("isQuantity", "is_quantity_string", ("string",), "bool", is_quantity),
-    Overload("isInteger", "quantity_is_integer", ("map",), "bool", is_integer, True),
-    Overload("asInteger", "quantity_as_integer", ("map",), "int", as_integer, True),
-    Overload("asApproximateFloat", "quantity_as_float", ("map",), "double",
+    Overload("isInteger", "quantity_is_integer", (KIND,), "bool", is_integer, True),
+    Overload("asInteger", "quantity_as_integer", (KIND,), "int", as_integer, True),
+    Overload("asApproximateFloat", "quantity_as_float", (KIND,), "double",
              as_approximate_float, True),
     # a global function in Kubernetes (``sign(quantity('-1'))``), though its reference page
     # lists it with the member functions: ``quantity('-1').sign()`` does not compile there
-    Overload("sign", "quantity_sign", ("map",), "int", sign),
-    Overload("add", "quantity_add", ("map", "map"), "map", add, True),
-    Overload("add", "quantity_add_int", ("map", "int"), "map", add, True),
-    Overload("sub", "quantity_sub", ("map", "map"), "map", sub, True),
-    Overload("sub", "quantity_sub_int", ("map", "int"), "map", sub, True),
-    Overload("isGreaterThan", "quantity_is_greater_than", ("map", "map"), "bool",
+    Overload("sign", "quantity_sign", (KIND,), "int", sign),
+    Overload("add", "quantity_add", (KIND, KIND), KIND, add, True),
+    Overload("add", "quantity_add_int", (KIND, "int"), KIND, add, True),
+    Overload("sub", "quantity_sub", (KIND, KIND), KIND, sub, True),
+    Overload("sub", "quantity_sub_int", (KIND, "int"), KIND, sub, True),
+    Overload("isGreaterThan", "quantity_is_greater_than", (KIND, KIND), "bool",
              is_greater_than, True),
-    Overload("isLessThan", "quantity_is_less_than", ("map", "map"), "bool", is_less_than, True),
-    Overload("compareTo", "quantity_compare_to", ("map", "map"), "int", compare_to, True),
+    Overload("isLessThan", "quantity_is_less_than", (KIND, KIND), "bool", is_less_than, True),
+    Overload("compareTo", "quantity_compare_to", (KIND, KIND), "int", compare_to, True),
 ]  # fmt: skip

@@ -15,14 +15,16 @@ one over :data:`MAX_PATTERN_CHARS` refused."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
 import re2
 
 from workers.core.probes.cel_lib.base import CelLibraryError, Overload, charge, reads, refuse
-from workers.core.probes.cel_lib.rewrite import Call
+from workers.core.probes.cel_lib.rewrite import CallRewrite
 from workers.core.probes.cost import PATTERN_CHARS_PER_STEP
+from workers.core.probes.syntax.nodes import Call
 
 MATCH_STEPS = 5  # ~12 us a match found and converted: a string of 'a's matches per character
 MATCHES = "assay_matches"
@@ -66,14 +68,14 @@ def matches(text: str, pattern: str) -> bool:
     return _compiled(pattern).search(text) is not None
 
 
-def _matches_member(args: list[str]) -> str:
+def _matches_member(call: Call) -> Call:
     # a literal pattern too: its cost is its compiled program over the text (``[ab]{1000}``
     # is 9 characters, 1,000 instructions), which only the call sees
-    return f"{MATCHES}({', '.join(args)})"
+    return replace(call, function=MATCHES)
 
 
-def _matches_global(args: list[str]) -> str:
-    return f"({args[0]}).{MATCHES}({args[1]})"
+def _matches_global(call: Call) -> Call:
+    return replace(call, function=MATCHES, target=call.args[0], args=call.args[1:])
 
 
 def contains(text: str, sub: str) -> bool:
@@ -83,8 +85,8 @@ def contains(text: str, sub: str) -> bool:
     return sub in text
 
 
-def _contains(args: list[str]) -> str:
-    return f"{CONTAINS}({', '.join(args)})"
+def _contains(call: Call) -> Call:
+    return replace(call, function=CONTAINS)
 
 
 def find(text: str, pattern: str) -> str:
@@ -125,9 +127,9 @@ def search_cost(text: str, pattern: str, limit: int = -1) -> int:
 
 
 REWRITES = [
-    Call("matches", member=True, rewrite=_matches_member, arities=(1,)),
-    Call("matches", member=False, rewrite=_matches_global, arities=(2,)),
-    Call("contains", member=True, rewrite=_contains, arities=(1,)),
+    CallRewrite("matches", True, _matches_member, (1,), MATCHES),
+    CallRewrite("matches", False, _matches_global, (2,), MATCHES),
+    CallRewrite("contains", True, _contains, (1,), CONTAINS),
 ]
 OVERLOADS = [
     Overload(CONTAINS, "assay_string_contains_string", ("string", "string"), "bool", contains,

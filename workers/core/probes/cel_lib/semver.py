@@ -95,15 +95,15 @@ def is_less_than(value: Any, other: Any) -> bool:
 
 
 OVERLOADS = [
-    Overload("semver", "string_to_semver", ("string",), "map", to_semver),
-    Overload("semver", "string_bool_to_semver", ("string", "bool"), "map", to_semver),
+    Overload("semver", "string_to_semver", ("string",), KIND, to_semver),
+    Overload("semver", "string_bool_to_semver", ("string", "bool"), KIND, to_semver),
     Overload("isSemver", "is_semver_string", ("string",), "bool", is_semver),
     Overload("isSemver", "is_semver_string_bool", ("string", "bool"), "bool", is_semver),
-    Overload("major", "semver_major", ("map",), "int", major, True),
-    Overload("minor", "semver_minor", ("map",), "int", minor, True),
-    Overload("patch", "semver_patch", ("map",), "int", patch, True),
-    Overload("isGreaterThan", "semver_is_greater_than", ("map", "map"), "bool", is_greater_than,
+    Overload("major", "semver_major", (KIND,), "int", major, True),
+    Overload("minor", "semver_minor", (KIND,), "int", minor, True),
+    Overload("patch", "semver_patch", (KIND,), "int", patch, True),
+    Overload("isGreaterThan", "semver_is_greater_than", (KIND, KIND), "bool", is_greater_than,
              True),
-    Overload("isLessThan", "semver_is_less_than", ("map", "map"), "bool", is_less_than, True),
-    Overload("compareTo", "semver_compare_to", ("map", "map"), "int", compare_to, True),
+    Overload("isLessThan", "semver_is_less_than", (KIND, KIND), "bool", is_less_than, True),
+    Overload("compareTo", "semver_compare_to", (KIND, KIND), "int", compare_to, True),
 ]  # fmt: skip

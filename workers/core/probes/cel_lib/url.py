@@ -138,13 +138,13 @@ def get_query(value: Any) -> dict[str, list[str]]:
 
 # Each call parses the URL in Python, character by character: costed as a Python loop.
 OVERLOADS = [
-    Overload("url", "string_to_url", ("string",), "map", to_url, cost=loops),
+    Overload("url", "string_to_url", ("string",), KIND, to_url, cost=loops),
     Overload("isURL", "is_url_string", ("string",), "bool", is_url, cost=loops),
-    Overload("getScheme", "url_get_scheme", ("map",), "string", get_scheme, True, loops),
-    Overload("getHost", "url_get_host", ("map",), "string", get_host, True, loops),
-    Overload("getHostname", "url_get_hostname", ("map",), "string", get_hostname, True, loops),
-    Overload("getPort", "url_get_port", ("map",), "string", get_port, True, loops),
-    Overload("getEscapedPath", "url_get_escaped_path", ("map",), "string", get_escaped_path,
+    Overload("getScheme", "url_get_scheme", (KIND,), "string", get_scheme, True, loops),
+    Overload("getHost", "url_get_host", (KIND,), "string", get_host, True, loops),
+    Overload("getHostname", "url_get_hostname", (KIND,), "string", get_hostname, True, loops),
+    Overload("getPort", "url_get_port", (KIND,), "string", get_port, True, loops),
+    Overload("getEscapedPath", "url_get_escaped_path", (KIND,), "string", get_escaped_path,
              True, loops),
-    Overload("getQuery", "url_get_query", ("map",), "map", get_query, True, loops),
+    Overload("getQuery", "url_get_query", (KIND,), "map", get_query, True, loops),
 ]  # fmt: skip
