@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from rich.console import Console
+from rich.text import Text
 
 from assay.render import VERDICT_STYLES, Col, add_line, line_table, make_table, safe_markup
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary
@@ -157,13 +158,15 @@ def _progress_state(status: BatchStatus, now: datetime | None) -> str:
 def render_batch_status(status: BatchStatus, console: Console) -> None:
     state = batch_state(status)
     finished = status.total - status.pending
-    console.print(
-        f"batch {status.batch_id} · {state} · {finished}/{status.total} done · "
-        f"{safe_markup(status.text)}",
-        no_wrap=True,
-        overflow="ellipsis",
-        crop=True,
-    )
+    # The id, state and counts are never cut (an incomplete batch's reason is the news); the
+    # predicate fills what is left of the line and gives way first.
+    head = Text(f"batch {status.batch_id} · {state} · {finished}/{status.total} done")
+    room = console.width - head.cell_len - 3
+    if room >= 10:
+        text = Text(status.text)
+        text.truncate(room, overflow="ellipsis")
+        head.append(" · ").append(text)
+    console.print(head, soft_wrap=True)
     table = make_table(console, "pending", "true", "false", "poorly posed", "cannot determine")
     table.add_row(
         str(status.pending),

@@ -29,7 +29,7 @@ it is).
 (patterns, ``*`` wildcards) are left out, as Kyverno's background scan leaves them out; by
 default what Kyverno's default resource filters skip: ``kube-system``, ``kube-public``,
 ``kube-node-lease`` and Kyverno's own ``kyverno``
-(:data:`schemas.notify.DEFAULT_EXCLUDED_NAMESPACES`). A check someone wrote keeps every
+(:data:`schemas.report_scope.DEFAULT_EXCLUDED_NAMESPACES`). A check someone wrote keeps every
 result. Queries are not reports: they have no pass or fail.
 """
 
@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from notifier.report_results import SOURCE, CheckResult, Result, results_of
 from notifier.reported_checks import StoredDeclarations
-from schemas.notify import DEFAULT_EXCLUDED_NAMESPACES
 from schemas.policy import policy_reference
+from schemas.report_scope import DEFAULT_EXCLUDED_NAMESPACES
 from schemas.request import target_names
 
 if TYPE_CHECKING:

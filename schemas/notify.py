@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, field_validator
 
+from schemas.report_scope import DEFAULT_EXCLUDED_NAMESPACES
 from schemas.verdict import VerdictKind
 
 # Sink names end up in Redis keys and in environment variable names
@@ -34,15 +35,6 @@ EVENT_TYPE = "assay.verdict.changed"
 SIGNATURE_HEADER = "X-Assay-Signature"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_MIN_DURATION_SECONDS = 7 * 24 * 3600
-# The namespaces Kyverno's default resource filters skip (its Helm chart's
-# config.resourceFilters, with excludeKyvernoNamespace for its own namespace): reports leave
-# out results about objects there unless a sink or `assay report` says otherwise.
-DEFAULT_EXCLUDED_NAMESPACES: tuple[str, ...] = (
-    "kube-system",
-    "kube-public",
-    "kube-node-lease",
-    "kyverno",
-)
 
 
 class SinkFilter(BaseModel):

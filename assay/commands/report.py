@@ -24,7 +24,7 @@ import typer
 
 from assay.commands.fleet_common import fail, fleet_client
 from schemas.exit_codes import EXIT_UNKNOWN, EXIT_USAGE
-from schemas.notify import DEFAULT_EXCLUDED_NAMESPACES
+from schemas.report_scope import DEFAULT_EXCLUDED_NAMESPACES
 
 
 def report(
