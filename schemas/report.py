@@ -138,3 +138,26 @@ class RunReport(BaseModel):
     # pattern pass searches only fields that changed since (workers/core/toolsets/redaction.py
     # ``scrubbed``, its ``clean``). A private attribute: never serialized, kept by model_copy.
     _scrubbed_dump: dict[str, Any] | None = PrivateAttr(default=None)
+
+    @classmethod
+    def finished(
+        cls,
+        request: EvaluationRequest,
+        verdict: Verdict,
+        *,
+        budget: Budget,
+        model: str,
+        **fields: Any,
+    ) -> RunReport:
+        """The report of a run that reached ``verdict``, naming its run and check the one way,
+        whichever path (model, probe, policy, a give-up) reached it."""
+        return cls(
+            run_id=request.run_id,
+            check_id=request.check_id,
+            status="done",
+            request=request,
+            budget=budget,
+            model=model,
+            verdict=verdict,
+            **fields,
+        )

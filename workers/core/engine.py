@@ -32,7 +32,7 @@ from schemas.probe import ProbeOutcome
 from schemas.report import STEP_OUTPUT_LIMIT, RunReport, RunState, Step, StepUsage
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
-from schemas.verdict import EXIT_CODES, Evidence, Usage, Verdict, VerdictKind
+from schemas.verdict import Evidence, Usage, Verdict, VerdictKind
 from workers.core.budget_meter import BudgetExhausted, BudgetMeter, sanitize_usage
 from workers.core.confirmation import (
     confirmation_messages,
@@ -810,10 +810,13 @@ class _Run:
                 f"litellm has no price for model {self.model}"
             )
             reason = f"{reason}; {note}" if reason else note
-        return Verdict(
-            verdict=kind,
-            exit_code=EXIT_CODES[kind],
-            explanation=explanation,
+        return Verdict.of_request(
+            self.request,
+            kind,
+            explanation,
+            model=self.model or "(none)",
+            started_at=self.started_at,
+            finished_at=datetime.now(UTC),
             evidence=details.get("evidence") or [],
             findings=details.get("findings") or [],
             evidence_verified=details.get("evidence_verified", False),
@@ -824,26 +827,15 @@ class _Run:
             iterations=self.meter.iterations,
             usage=self.meter.usage,
             duration_seconds=round(self.meter.active_seconds(), 4),
-            model=self.model or "(none)",
-            profile=self.request.profile,
-            kind=self.request.kind,
-            run_id=self.request.run_id,
-            check_id=self.request.check_id,
-            target=self.request.target.name,
-            started_at=self.started_at,
-            finished_at=datetime.now(UTC),
         )
 
     def _report(self, verdict: Verdict) -> RunReport:
-        return RunReport(
-            run_id=self.request.run_id,
-            check_id=self.request.check_id,
-            status="done",
-            request=self.request,
+        return RunReport.finished(
+            self.request,
+            verdict,
             budget=self.budget,
             model=self.model or "(none)",
             steps=self.steps,
-            verdict=verdict,
             wake_at=verdict.wake_at,
             probe=self.probe_outcome,
         )
@@ -928,13 +920,10 @@ def _crash_report(
         started_at=started_at,
         finished_at=datetime.now(UTC),
     )
-    return RunReport(
-        run_id=request.run_id,
-        check_id=request.check_id,
-        status="done",
-        request=request,
+    return RunReport.finished(
+        request,
+        verdict,
         budget=run.budget if run else request.budget,
         model=model,
         steps=run.steps if run else [],
-        verdict=verdict,
     )

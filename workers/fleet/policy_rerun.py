@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import structlog
 
@@ -40,6 +39,7 @@ from workers.core.engine import EngineDeps, effective_budget
 from workers.core.policies.run import run_policies
 from workers.core.probes.runner import backend_of
 from workers.fleet.policy_store import PolicyStore, UnreadablePolicy
+from workers.fleet.zero_token_verdicts import zero_token_report, zero_token_verdict
 
 POLICY_MODEL = "(policy)"
 VIOLATIONS_NAMED = 20  # offending objects named in a verdict's explanation
@@ -195,7 +195,7 @@ class _PolicyRun:
                 else f"{len(missing)} member(s) are no longer stored"
             )
         verdict = _verdict(self.request, kind, text + ".", reason=reason, duration=duration)
-        report = _report(self.request, self.deps, verdict)
+        report = zero_token_report(self.request, self.deps, verdict)
         report.policy_set = PolicySetResult(
             policy_set=ref.name,
             policies=entries,
@@ -230,7 +230,7 @@ def policy_report(
         evidence=_evidence(result),
         duration=result.duration_seconds,
     )
-    report = _report(request, deps, verdict)
+    report = zero_token_report(request, deps, verdict)
     report.policy = result
     return report
 
@@ -302,32 +302,18 @@ def _verdict(
     evidence: list[Evidence] | None = None,
     duration: float = 0.0,
 ) -> Verdict:
-    now = datetime.now(UTC)
+    """A policy's evidence is the engine's own reading: verified exactly when it decided."""
     decided = kind in (VerdictKind.TRUE, VerdictKind.FALSE)
-    return Verdict.of_request(
+    return zero_token_verdict(
         request,
         kind,
         text,
+        model=POLICY_MODEL,
+        duration=duration,
         evidence=evidence or [],
         evidence_verified=decided,
         reason=reason,
         source="probe",
-        duration_seconds=round(duration, 6),
-        model=POLICY_MODEL,
-        started_at=now,
-        finished_at=now,
-    )
-
-
-def _report(request: EvaluationRequest, deps: EngineDeps, verdict: Verdict) -> RunReport:
-    return RunReport(
-        run_id=request.run_id,
-        check_id=request.check_id,
-        status="done",
-        request=request,
-        budget=effective_budget(request, deps.settings),
-        model=POLICY_MODEL,
-        verdict=verdict,
     )
 
 
@@ -338,6 +324,5 @@ def _cannot_determine(
     *,
     explanation: str = "The imported policy could not be judged, so nothing was concluded.",
 ) -> RunReport:
-    return _report(
-        request, deps, _verdict(request, VerdictKind.CANNOT_DETERMINE, explanation, reason=reason)
-    )
+    verdict = _verdict(request, VerdictKind.CANNOT_DETERMINE, explanation, reason=reason)
+    return zero_token_report(request, deps, verdict)

@@ -51,12 +51,13 @@ import structlog
 from schemas.probe import AgreementEntry, ObjectRef, ProbeOutcome, ProbeRecord, ProbeRun
 from schemas.report import RunReport, RunState
 from schemas.request import EvaluationRequest
-from schemas.verdict import Evidence, Verdict, VerdictKind
+from schemas.verdict import Evidence, VerdictKind
 from workers.core.engine import EngineDeps, effective_budget, evaluate
 from workers.core.probes.runner import backend_of, run_probe_with_results
 from workers.core.probes.sensitivity import check_sensitivity
 from workers.core.spend_guard import BUDGET_KIND as SPEND_CEILING
 from workers.fleet.probe_store import CompileClaim, ProbeLookup, ProbeStore
+from workers.fleet.zero_token_verdicts import zero_token_report, zero_token_verdict
 
 PROBE_MODEL = "(probe)"
 COMPILE_POLL_SECONDS = 0.2
@@ -329,18 +330,18 @@ class _Rerun:
             if self.request.batch_id:  # the batch's other targets may use it too
                 self.probes.save_batch_probe(self.request.batch_id, record)
         outcome = _outcome(record, run, "accepted", note)
-        verdict = _verdict(
+        verdict = zero_token_verdict(
             self.request,
-            self.deps,
             run.verdict,
             _explanation(record, run),
+            model=PROBE_MODEL,
+            duration=run.duration_seconds,
             evidence=_evidence(record, run),
             evidence_verified=True,
             source="probe",
             probe_version=record.version,
-            duration=run.duration_seconds,
         )
-        return _report(self.request, self.deps, verdict, outcome)
+        return zero_token_report(self.request, self.deps, verdict, probe=outcome)
 
     def _validate(self, record: ProbeRecord, run: ProbeRun, why: Why) -> RunReport:
         """Ask the model; record whether it agrees with the probe; its verdict is the run's.
@@ -551,56 +552,6 @@ def _evidence(record: ProbeRecord, run: ProbeRun) -> list[Evidence]:
     ]
 
 
-def _verdict(
-    request: EvaluationRequest,
-    deps: EngineDeps,
-    kind: VerdictKind,
-    explanation: str,
-    *,
-    reason: str | None = None,
-    evidence: list[Evidence] | None = None,
-    evidence_verified: bool = False,
-    source: Literal["model", "probe"] = "probe",
-    probe_version: int | None = None,
-    duration: float = 0.0,
-    budget_exhausted: Literal["deadline"] | None = None,
-) -> Verdict:
-    now = datetime.now(UTC)
-    return Verdict.of_request(
-        request,
-        kind,
-        explanation,
-        evidence=evidence or [],
-        evidence_verified=evidence_verified,
-        reason=reason,
-        budget_exhausted=budget_exhausted,
-        source=source,
-        probe_version=probe_version,
-        duration_seconds=round(duration, 6),
-        model=PROBE_MODEL,
-        started_at=now,
-        finished_at=now,
-    )
-
-
-def _report(
-    request: EvaluationRequest,
-    deps: EngineDeps,
-    verdict: Verdict,
-    outcome: ProbeOutcome | None = None,
-) -> RunReport:
-    return RunReport(
-        run_id=request.run_id,
-        check_id=request.check_id,
-        status="done",
-        request=request,
-        budget=effective_budget(request, deps.settings),
-        model=PROBE_MODEL,
-        verdict=verdict,
-        probe=outcome,
-    )
-
-
 def _cannot_determine(
     request: EvaluationRequest,
     deps: EngineDeps,
@@ -612,17 +563,18 @@ def _cannot_determine(
     budget_exhausted: Literal["deadline"] | None = None,
     duration: float = 0.0,
 ) -> RunReport:
-    verdict = _verdict(
+    verdict = zero_token_verdict(
         request,
-        deps,
         VerdictKind.CANNOT_DETERMINE,
         explanation,
+        model=PROBE_MODEL,
+        duration=duration,
         reason=reason,
+        source="probe",
         probe_version=outcome.version if outcome else None,
         budget_exhausted=budget_exhausted,
-        duration=duration,
     )
-    return _report(request, deps, verdict, outcome)
+    return zero_token_report(request, deps, verdict, probe=outcome)
 
 
 def _stopped_by_spend_ceiling(report: RunReport) -> bool:

@@ -96,14 +96,11 @@ def give_up_report(
         started_at=request.submitted_at,
         finished_at=now,
     )
-    return RunReport(
-        run_id=request.run_id,
-        check_id=request.check_id,
-        status="done",
-        request=request,
+    return RunReport.finished(
+        request,
+        verdict,
         budget=resolve_budget(request.profile, request.budget),
         model=model,
-        verdict=verdict,
         attempts=attempts,
     )
 
