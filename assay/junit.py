@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
+from schemas.exit_codes import every_one_holds
+from schemas.verdict import Verdict, VerdictKind
 
 NAME_CHARS = 200
 MESSAGE_CHARS = 1000
@@ -163,10 +164,9 @@ def exit_code(cases: Sequence[Case]) -> int:
     """The code of "every case holds": 1 when one is false, else 2 when one is poorly
     posed, else 3 when one could not be determined or has no verdict (or there is none),
     0 only when every one is true."""
-    kinds = {case.verdict.verdict if case.verdict is not None else None for case in cases}
-    for kind in (VerdictKind.FALSE, VerdictKind.POORLY_POSED):
-        if kind in kinds:
-            return EXIT_CODES[kind]
-    if not cases or kinds != {VerdictKind.TRUE}:
-        return EXIT_CODES[VerdictKind.CANNOT_DETERMINE]
-    return EXIT_CODES[VerdictKind.TRUE]
+    kinds = [case.verdict.verdict if case.verdict is not None else None for case in cases]
+    return every_one_holds(
+        false=kinds.count(VerdictKind.FALSE),
+        poorly_posed=kinds.count(VerdictKind.POORLY_POSED),
+        all_true=bool(kinds) and set(kinds) == {VerdictKind.TRUE},
+    )

@@ -37,6 +37,20 @@ EXIT_INTERRUPTED = 130  # Ctrl-C: what a shell reports for SIGINT (128 + 2)
 # once head has gone. Not typer's 1, which a `set -o pipefail` job reads as `false`.
 EXIT_BROKEN_PIPE = 141
 
+
+def every_one_holds(*, false: int, poorly_posed: int, all_true: bool) -> int:
+    """The code of "the predicate holds on every one" (a batch's targets, a report's checks):
+    1 when one is false, else 2 when one is poorly posed, else 3 unless every one is known
+    true (one undetermined, without a verdict, or never run), and 0 only then."""
+    if false:
+        return EXIT_CODES[VerdictKind.FALSE]
+    if poorly_posed:
+        return EXIT_CODES[VerdictKind.POORLY_POSED]
+    if not all_true:
+        return EXIT_CODES[VerdictKind.CANNOT_DETERMINE]
+    return EXIT_CODES[VerdictKind.TRUE]
+
+
 EXIT_MEANINGS: dict[int, str] = {
     0: "true",
     1: "false",

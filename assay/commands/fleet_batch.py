@@ -60,7 +60,7 @@ from assay.commands.options import (
     spend_ceiling,
     validation_detail,
 )
-from schemas.exit_codes import EXIT_PENDING, EXIT_UNKNOWN
+from schemas.exit_codes import EXIT_PENDING, EXIT_UNKNOWN, every_one_holds
 
 if TYPE_CHECKING:
     from assay.api_models import BatchResults
@@ -79,13 +79,11 @@ def batch_exit_code(status: BatchStatus) -> int:
     """
     if not status.done:
         return EXIT_PENDING
-    if status.false:
-        return 1
-    if status.poorly_posed:
-        return 2
-    if status.cannot_determine or status.true != status.total or status.incomplete:
-        return 3
-    return 0
+    return every_one_holds(
+        false=status.false,
+        poorly_posed=status.poorly_posed,
+        all_true=status.true == status.total and not status.incomplete,
+    )
 
 
 def wait_with_progress(client: Client, batch_id: str, timeout: float | None = None) -> BatchStatus:
