@@ -85,7 +85,7 @@ def test_a_predicate_about_a_future_instant_is_refused_now_and_sent_to_submit(
     command: str,
 ) -> None:
     """Before: `assay check "on 2030-01-01, ..."` answered about today (exit 0), while the
-    README says a predicate opening with a future instant waits for it."""
+    docs (docs/scheduler.md) say a predicate opening with a future instant waits for it."""
     dated = f"on 2030-01-01, {PREDICATE}"
     result = assay(command, "--snapshot", PROD_EU, "--scripted", DEMO, dated)
     assert result.returncode == 64, result.stderr
@@ -229,7 +229,7 @@ def test_schedule_list_and_notify_status_piped_are_plain_one_line_per_row(
     redis_url: str, tmp_path: Path
 ) -> None:
     """Before: both drew box lines when piped and wrapped each row over several lines,
-    unlike every other table (README: 'no box drawing when piped', fit 80 columns)."""
+    unlike every other table (docs/fleet.md: 'no box drawing when piped', fit 80 columns)."""
     fleet = {"ASSAY_REDIS_URL": redis_url, "XDG_DATA_HOME": str(tmp_path)}
     for name, cadence in (
         ("nightly-replicas-in-every-region", ["--cron", "0 2 * * *", "--tz", "Europe/Berlin"]),

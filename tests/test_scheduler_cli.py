@@ -119,8 +119,9 @@ def test_schedule_lifecycle(capsys: pytest.CaptureFixture[str], cli_env: str) ->
 def test_a_schedule_without_a_profile_runs_strict_unless_assay_profile_is_set(
     capsys: pytest.CaptureFixture[str], cli_env: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Schedules feed alerts: with no --profile they run strict (README, "Profiles"); an
-    ASSAY_PROFILE the user set still wins. Before: fast, as a one-off check."""
+    """Schedules feed alerts: with no --profile they run strict (docs/running-checks.md,
+    "Profiles and budgets"); an ASSAY_PROFILE the user set still wins. Before: fast, as a
+    one-off check."""
     add = ("schedule", "add")
     assert run(capsys, *add, "plain", "pods are ready", "--every", "1h", "--context", "a")[0] == 0
     assert schedules(cli_env).get("plain").profile == "strict"

@@ -261,8 +261,9 @@ def queued_profiles(redis_url: str) -> list[str]:
 def test_a_one_off_check_runs_fast_and_a_batch_strict_from_every_door(
     door: Door, redis_url: str
 ) -> None:
-    """Batches feed gates and alerts: with no --profile they run strict (the README's table
-    of defaults); one check submitted keeps fast. Before: every door defaulted to fast."""
+    """Batches feed gates and alerts: with no --profile they run strict (the table of
+    defaults in docs/running-checks.md); one check submitted keeps fast. Before: every door
+    defaulted to fast."""
     door.submit(PLAIN)
     assert queued_profiles(redis_url) == ["fast"]
     door.start_batch(PLAIN)
