@@ -275,7 +275,10 @@ def test_a_cluster_policy_imports_its_cel_rules_with_kyvernos_autogen_names() ->
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (("has(object.metadata.labels)", "oldObject != null"), "it reads oldObject"),
+        (
+            ("has(object.metadata.labels)", "request.options.fieldManager != ''"),
+            "it reads request.options",
+        ),
         (
             ("has(object.metadata.labels)", "request.userInfo.username != ''"),
             "it reads request.userInfo",
@@ -284,7 +287,6 @@ def test_a_cluster_policy_imports_its_cel_rules_with_kyvernos_autogen_names() ->
             ("has(object.metadata.labels)", "authorizer.requestResource.check('get').allowed()"),
             "asks the authorizer",
         ),
-        (("has(object.metadata.labels)", "namespaceObject.metadata.name != ''"), "namespaceObject"),
         (
             ("has(object.metadata.labels)", "resource.Get('v1', 'configmaps', 'a', 'b') != null"),
             "Kyverno's resource library",

@@ -66,7 +66,9 @@ MAX_EXPRESSION_CHARS = 4000
 # The runtime stops any evaluation after this many comprehension iterations (fixed in the
 # bindings); an expression that reaches it cannot run (fail-safe), like one over the cost bound.
 RUNTIME_ITERATION_BUDGET = 10_000
-ROOTS = ("object", "results", "params")
+# the inputs an evaluation may be given (an imported policy's admission inputs among them:
+# probes/admission_inputs.py)
+ROOTS = ("object", "results", "params", "request", "oldObject", "namespaceObject")
 # Where the run's constants are bound (:class:`Slots`): values the same for every object of
 # a probe run (constant variables, parts of expressions that read only params and them),
 # each computed once per run and bound in a runtime variable of its own, so that an
