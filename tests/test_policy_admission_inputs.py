@@ -194,7 +194,7 @@ spec:
             && request.namespace == object.metadata.name
           : namespaceObject == null && !has(request.namespace)
             && request.resource.resource == 'nodes' && request.operation == 'CREATE'
-            && !request.dryRun && !has(request.subResource)
+            && !request.dryRun && !has(request.subResource) && !has(oldObject.metadata)
 """
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1"}}
     backend = _snapshot(tmp_path / "a", node, _namespace("shop", {}))

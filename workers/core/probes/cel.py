@@ -507,11 +507,15 @@ def _prepared(
 
 def _computed(node: Node) -> bool:
     """A value a presence test may meet null or a scalar in (cel-go: false, the runtime: an
-    error): a probe variable (bound, or a constant), or params' contents."""
+    error): a probe variable (bound, or a constant), params' contents, and ``oldObject`` and
+    ``namespaceObject`` (null on a CREATE, for a cluster-scoped object: ``has(oldObject.x)``
+    is false there, as in the API server)."""
     start = base(node)
     if not isinstance(start, Ident):
         return False
     if start.name.startswith((_VARIABLE_PREFIX, SLOT_PREFIX)):
+        return True
+    if start.name in ("oldObject", "namespaceObject"):
         return True
     return start.name == "params" and start is not node
 
