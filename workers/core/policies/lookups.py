@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from workers.core.policies.matching import ObjectFilter, Undecidable
+from workers.core.policies.matching import Undecidable
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 from workers.core.toolsets.redaction import SecretScrubber
 from workers.core.toolsets.selectors import field_matcher, label_matcher
@@ -119,7 +119,7 @@ class SharedLookups:
             raise self._namespaces
         return self._namespaces.get(name)
 
-    def view(self, keep: ObjectFilter) -> PolicyView:
+    def view(self, keep: Callable[[dict[str, Any]], bool]) -> PolicyView:
         return PolicyView(self, keep)
 
 

@@ -15,6 +15,8 @@ for immutable fields) judges every object. The policy's expressions run as writt
 
 from __future__ import annotations
 
+from typing import Any
+
 from schemas.policy import ImportedPolicy, PolicyRule
 from schemas.probe import (
     ProbeCondition,
@@ -26,6 +28,8 @@ from schemas.probe import (
 )
 from workers.core.toolsets.backend import ResourceInfo
 
+_FROM_POLICY: Any = object()  # probe_for: bind the policy's own params
+
 
 def lookup_kind(resource: ResourceInfo) -> str:
     """How a lookup names a served resource unambiguously: ``deployments.v1.apps``, and
@@ -36,8 +40,15 @@ def lookup_kind(resource: ResourceInfo) -> str:
 
 
 def probe_for(
-    policy: ImportedPolicy, rule: PolicyRule, resource: ResourceInfo, namespace: str | None
+    policy: ImportedPolicy,
+    rule: PolicyRule,
+    resource: ResourceInfo,
+    namespace: str | None,
+    *,
+    params: Any = _FROM_POLICY,
 ) -> ProposedProbe:
+    """The probe of ``rule`` over ``resource`` objects (in ``namespace``); ``params``: the
+    params object to bind instead of the policy's own (one read from the target)."""
     args: dict[str, str] = {"kind": lookup_kind(resource)}
     if namespace is not None:
         args["namespace"] = namespace
@@ -57,7 +68,7 @@ def probe_for(
         match_conditions=[
             ProbeCondition(name=c.name, expression=c.expression) for c in rule.match_conditions
         ],
-        params=policy.params,
+        params=policy.params if params is _FROM_POLICY else params,
         empty_result="pass",
         origin=ProbeOrigin(
             format=policy.format,

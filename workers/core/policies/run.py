@@ -16,16 +16,19 @@ Never raises for a policy's fault: a bug in one policy's run is that policy's
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from schemas.policy import (
     MAX_POLICY_VIOLATIONS,
     ImportedPolicy,
     PolicyProbeResult,
     PolicyResult,
+    PolicyRule,
     PolicyViolation,
 )
-from schemas.probe import ProbeRun, ProbeViolation
+from schemas.probe import ProbeRun, ProbeValidation, ProbeViolation, ProposedProbe
 from schemas.verdict import VerdictKind
 from workers.core.policies.lookups import SharedLookups
 from workers.core.policies.matching import (
@@ -34,6 +37,7 @@ from workers.core.policies.matching import (
     namespaces_to_list,
     resources_of,
 )
+from workers.core.policies.params import NOT_FOUND_MESSAGE, ParamsRun, params_plan
 from workers.core.policies.probes import probe_for
 from workers.core.probes.runner import run_probe
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
@@ -124,15 +128,60 @@ def _run(
     probes: list[PolicyProbeResult] = []
     for item in planned:
         rule = policy.rules[item.rule_index]
-        probe = probe_for(policy, rule, item.resource, item.namespace)
-        view = shared.view(ObjectFilter(rule, item.resource, shared.namespace_labels))
-        run = run_probe(probe, view, deadline=deadline)
-        probes.append(
-            PolicyProbeResult(
-                rule=rule.name, kind=item.resource.kind, namespace=item.namespace, run=run
-            )
+        keep: Callable[[dict[str, Any]], bool] = ObjectFilter(
+            rule, item.resource, shared.namespace_labels
         )
+        if policy.param_source is None:
+            runs = [(probe_for(policy, rule, item.resource, item.namespace), keep)]
+        else:
+            plan = params_plan(policy.param_source, item.resource, shared)
+            if plan.error is not None:
+                return _failed(policy, plan.error)
+            runs = [
+                (_with_params(policy, rule, item, params_run), _narrowed(keep, params_run))
+                for params_run in plan.runs
+            ]
+        for probe, selects in runs:
+            run = run_probe(probe, shared.view(selects), deadline=deadline)
+            probes.append(
+                PolicyProbeResult(
+                    rule=rule.name, kind=item.resource.kind, namespace=item.namespace, run=run
+                )
+            )
     return fold(policy, probes, missing)
+
+
+def _with_params(
+    policy: ImportedPolicy, rule: PolicyRule, item: _Planned, params_run: ParamsRun
+) -> ProposedProbe:
+    """The rule's probe with one params object of the target's, or, with none found and
+    ``Deny``, one that refuses every object it selects as the API server does."""
+    if not params_run.denied:
+        return probe_for(policy, rule, item.resource, item.namespace, params=params_run.params)
+    denial = rule.model_copy(
+        update={
+            "variables": [],
+            "match_conditions": [],
+            "validations": [ProbeValidation(expression="false", message=NOT_FOUND_MESSAGE)],
+        }
+    )
+    return probe_for(policy, denial, item.resource, item.namespace, params=None)
+
+
+def _narrowed(
+    keep: Callable[[dict[str, Any]], bool], params_run: ParamsRun
+) -> Callable[[dict[str, Any]], bool]:
+    """``keep``, and only objects of the namespaces a per-namespace params run is for."""
+    where = params_run.where
+    if where is None:
+        return keep
+
+    def selects(obj: dict[str, Any]) -> bool:
+        meta = obj.get("metadata")
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        return where(namespace) and keep(obj)
+
+    return selects
 
 
 def fold(
