@@ -15,6 +15,7 @@ import yaml
 from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
 from schemas.policy import ImportedPolicy
+from schemas.probe import ProbeLookup, ProposedProbe
 from schemas.request import ContextTarget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
@@ -22,6 +23,7 @@ from tests.cli_support import run_cli as run
 from workers.core.policies.documents import documents_from_text
 from workers.core.policies.importer import import_documents
 from workers.core.policies.run import run_policies
+from workers.core.probes.runner import run_probe
 from workers.core.toolsets.live_backend import LiveBackend
 from workers.core.toolsets.snapshot_backend import SnapshotBackend
 
@@ -241,3 +243,18 @@ def test_a_live_cluster_serves_namespace_object_from_one_listing_per_tick(
             r.path for r in server.requests if r.path.rstrip("/").endswith("/namespaces")
         )
         assert list(listed.values()) == [1]
+
+
+def test_a_models_probe_is_not_given_admission_inputs(tmp_path: Path) -> None:
+    """A model's probe judges what is stored: reading the request or the namespace object
+    is refused (no verdict), never read as null."""
+    backend = _snapshot(tmp_path / "a", *_cluster_objects())
+    for expression in ("namespaceObject == null", "oldObject == null", "has(request.name)"):
+        probe = ProposedProbe(
+            lookups=[ProbeLookup(tool="get", args={"kind": "deployments"})],
+            expression=f"object.spec.replicas > 0 && {expression}",
+            scope="each_object",
+        )
+        run = run_probe(probe, backend)
+        assert run.verdict is None
+        assert "only an imported admission policy is given" in (run.error or "")

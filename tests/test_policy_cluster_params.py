@@ -6,17 +6,23 @@ Allow or Deny honoured."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from assay.testing.fake_apiserver import FakeApiServer
+from assay.testing.fake_cluster import FakeCluster
+from schemas.request import ContextTarget
+from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.cli_support import run_cli as run
 from workers.core.policies.documents import documents_from_text
 from workers.core.policies.importer import import_documents
 from workers.core.policies.run import run_policies
+from workers.core.toolsets.live_backend import LiveBackend
 from workers.core.toolsets.snapshot_backend import SnapshotBackend
 
 POLICY = """
@@ -167,3 +173,22 @@ def test_params_of_a_kind_the_target_does_not_serve_give_no_verdict(tmp_path: Pa
     (result,), _ = run_policies(policies, _snapshot(tmp_path / "a", *_deployments()))
     assert result.verdict == VerdictKind.CANNOT_DETERMINE
     assert "ReplicaLimit (example.com/v1) is not served by the target" in (result.reason or "")
+
+
+def test_a_live_cluster_serves_params_from_one_listing_per_tick(tmp_path: Path) -> None:
+    ref = "{name: limits, namespace: policy-config, parameterNotFoundAction: Deny}"
+    policies, _ = import_documents(documents_from_text(_text(ref), "p.yaml"))
+    many = [policies[0].model_copy(update={"name": f"max-{n}"}) for n in range(5)]
+    _snapshot(tmp_path / "cluster", _limits("limits", "policy-config", 5), *_deployments())
+    with FakeApiServer([FakeCluster.from_snapshot(tmp_path / "cluster", name="c")]) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        settings = load_settings(kubeconfig=str(kubeconfig), kube_qps=1000)
+        backend = LiveBackend.from_target(ContextTarget(context="c"), settings)
+        server.clear_requests()
+        results, _ = run_policies(many, backend)
+        assert {r.verdict for r in results} == {VerdictKind.FALSE}
+        assert all(sorted(v.name for v in r.violations) == ["huge", "large"] for r in results)
+        listed = Counter(
+            r.path for r in server.requests if r.path.rstrip("/").endswith("/configmaps")
+        )
+        assert list(listed.values()) == [1], listed
