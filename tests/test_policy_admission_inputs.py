@@ -197,6 +197,7 @@ spec:
           : namespaceObject == null && !has(request.namespace)
             && request.resource.resource == 'nodes' && request.operation == 'CREATE'
             && !request.dryRun && !has(request.subResource) && !has(oldObject.metadata)
+            && oldObject.?metadata.?name.orValue('none') == 'none'
 """
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1"}}
     backend = _snapshot(tmp_path / "a", node, _namespace("shop", {}))

@@ -48,11 +48,13 @@ from workers.core.probes.syntax.locate import locate
 from workers.core.probes.syntax.nodes import (
     Call,
     Ident,
+    Index,
     ListExpr,
     Literal,
     Node,
     Select,
     binding,
+    transform,
     transform_down,
     walk,
 )
@@ -501,8 +503,30 @@ def _prepared(
     root = transform_down(root, change)
     root = rewrite_calls(root, _rewrites(version))
     root = computed_presence(root, _computed, numbers)
+    root = _null_input_optionals(root)
     root = optional_fallbacks(root, numbers)
     return _Definition(what, tree.text, root, tuple(used))
+
+
+_NULLABLE_INPUTS = ("oldObject", "namespaceObject")
+
+
+def _null_input_optionals(root: Node) -> Node:
+    """``root`` with each ``oldObject.?f`` / ``oldObject[?k]`` (and ``namespaceObject``'s)
+    none where the input is null, as cel-go's optional selection on null (the runtime errs:
+    no ``_?._`` overload on null): ``oldObject.?spec.replicas.orValue(0)`` on a CREATE."""
+
+    def change(node: Node) -> Node | None:
+        if not isinstance(node, Select | Index) or not node.optional:
+            return None
+        operand = node.operand
+        if not (isinstance(operand, Ident) and operand.name in _NULLABLE_INPUTS):
+            return None
+        is_null = Call("_==_", (Ident(operand.name, at=operand.at), Literal(None, "null")))
+        none = Call("none", (), Ident("optional"), at=node.at)
+        return Call("_?_:_", (is_null, none, node), at=node.at)
+
+    return transform(root, change)
 
 
 def _computed(node: Node) -> bool:
