@@ -8,6 +8,11 @@ from that one). The backend's own client is used, so its per-target QPS limit, r
 and deadline still apply to the requests made. A listing that fails fails every probe
 that needs it, without asking again.
 
+It is the one place a tick reads the target's objects, including those a policy reads
+besides the objects it judges: the Namespaces (namespace selectors and ``namespaceObject``,
+:meth:`SharedLookups.namespace_object`), a binding's params objects (params.py); any other
+reader of cluster objects for policies goes through :meth:`SharedLookups.listing` too.
+
 A probe reads through a :class:`PolicyView` of the shared listings: a backend that
 answers ``list_objects`` with the objects its rule selects (matching.py), and nothing else
 (a policy probe makes one listing).
