@@ -111,6 +111,7 @@ def test_params_named_by_the_binding_are_read_from_the_target_through_probe_test
     )
     code, out, err = run(capsys, "probe", "import", "policy.yaml")
     assert code == 0, out + err
+    assert "params from the target (ConfigMap limits in policy-config; none found: Deny)" in out
     _snapshot(tmp_path / "strict", _limits("limits", "policy-config", 5), *_deployments())
     _snapshot(tmp_path / "loose", _limits("limits", "policy-config", 50), *_deployments())
     _snapshot(tmp_path / "none", *_deployments())
