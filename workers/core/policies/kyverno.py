@@ -167,8 +167,8 @@ def _cluster_policy_rule(
     cel = as_map(validate.get("cel"), f"rule {name} validate.cel")
     if cel.get("paramKind") or cel.get("paramRef"):
         raise Unsupported(
-            f"rule {name} takes params from a cluster object (paramKind/paramRef); a check "
-            "reads no params from the cluster"
+            f"rule {name} takes params (paramKind/paramRef), which assay reads from the "
+            "cluster for a ValidatingAdmissionPolicy binding only"
         )
     match, described = _match_blocks(raw.get("match"), f"rule {name} match", own)
     exclude, excluded = _match_blocks(raw.get("exclude"), f"rule {name} exclude", [])
