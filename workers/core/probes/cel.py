@@ -885,7 +885,10 @@ def _build(
     program = _bound(body.node, definitions, names, needed)
     source, compiled = _compile_program(program, [*every, body], body, version)
     free = frozenset(n.name for n in tree_reads.free_names(program))
-    return _Built(source, program, costs, compiled, tuple(sorted(free - {"object"})), free)
+    # the object and what comes with it (a CREATE's request, its null oldObject: a few
+    # values each, made anew per object) are not weighed as shared inputs
+    per_object = {"object", "request", "oldObject"}
+    return _Built(source, program, costs, compiled, tuple(sorted(free - per_object)), free)
 
 
 def _int64_safe(value: Any) -> Any:
