@@ -161,7 +161,9 @@ def test_a_selector_without_namespace_reads_each_objects_own_namespace(tmp_path:
         *_deployments(),
     )
     (result,), _ = run_policies(policies, backend)
-    assert sorted({v.name for v in result.violations}) == ["large", "small"]
+    assert sorted(v.name for v in result.violations) == ["large", "small"]  # each once
+    assert result.violations_total == 2 and result.judged_total == 2
+    assert len(result.probes) == 1
 
 
 def test_params_of_a_kind_the_target_does_not_serve_give_no_verdict(tmp_path: Path) -> None:

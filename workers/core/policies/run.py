@@ -28,7 +28,15 @@ from schemas.policy import (
     PolicyRule,
     PolicyViolation,
 )
-from schemas.probe import ProbeRun, ProbeValidation, ProbeViolation, ProposedProbe
+from schemas.probe import (
+    MAX_VIOLATIONS,
+    JudgedObject,
+    ObjectRef,
+    ProbeRun,
+    ProbeValidation,
+    ProbeViolation,
+    ProposedProbe,
+)
 from schemas.verdict import VerdictKind
 from workers.core.policies.lookups import SharedLookups
 from workers.core.policies.matching import (
@@ -39,7 +47,7 @@ from workers.core.policies.matching import (
 )
 from workers.core.policies.params import NOT_FOUND_MESSAGE, ParamsRun, params_plan
 from workers.core.policies.probes import probe_for
-from workers.core.probes.runner import run_probe
+from workers.core.probes.runner import DECIDING_SHOWN, run_probe
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 
 
@@ -141,14 +149,55 @@ def _run(
                 (_with_params(policy, rule, item, params_run), _narrowed(keep, params_run))
                 for params_run in plan.runs
             ]
-        for probe, selects in runs:
-            run = run_probe(probe, shared.view(selects), deadline=deadline)
-            probes.append(
-                PolicyProbeResult(
-                    rule=rule.name, kind=item.resource.kind, namespace=item.namespace, run=run
-                )
+        done = [(probe, run_probe(probe, shared.view(selects), deadline=deadline))
+                for probe, selects in runs]  # fmt: skip
+        if not done:  # no params found, and Allow (or Ignore): nothing is judged
+            continue
+        run = done[0][1] if len(done) == 1 else merged(done[0][0], [r for _, r in done])
+        probes.append(
+            PolicyProbeResult(
+                rule=rule.name, kind=item.resource.kind, namespace=item.namespace, run=run
             )
+        )
     return fold(policy, probes, missing)
+
+
+def merged(probe: ProposedProbe, runs: list[ProbeRun]) -> ProbeRun:
+    """The runs of one rule over one listing with several params objects, as one run: an
+    object judged under several fails when it fails under any (the API server evaluates the
+    policy with each and admits only when every one does), counted once; no value when
+    any run has none."""
+    for run in runs:
+        if run.verdict is None:
+            return run
+    by_object: dict[tuple[str, str | None, str], JudgedObject] = {}
+    for run in runs:
+        for judged in run.judged or []:
+            key = (judged.kind, judged.namespace, judged.name)
+            known = by_object.get(key)
+            if known is None or (known.passed and not judged.passed):
+                by_object[key] = judged
+    failed = [j for j in by_object.values() if not j.passed]
+    value = not failed
+    return ProbeRun(
+        value=value,
+        verdict=probe.verdict_for(value),
+        objects_read=max(run.objects_read for run in runs),
+        objects=runs[0].objects,
+        fields=runs[0].fields,
+        deciding=[
+            ObjectRef(kind=j.kind, name=j.name, namespace=j.namespace)
+            for j in failed[:DECIDING_SHOWN]
+        ],
+        violations=[
+            ProbeViolation(kind=j.kind, name=j.name, namespace=j.namespace, message=j.message or "")
+            for j in failed[:MAX_VIOLATIONS]
+        ],
+        violations_total=len(failed),
+        judged_total=len(by_object),
+        judged=list(by_object.values()),
+        duration_seconds=round(sum(run.duration_seconds or 0 for run in runs), 6),
+    )
 
 
 def _with_params(
