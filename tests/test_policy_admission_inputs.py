@@ -259,3 +259,14 @@ def test_a_models_probe_is_not_given_admission_inputs(tmp_path: Path) -> None:
         run = run_probe(probe, backend)
         assert run.verdict is None
         assert "only an imported admission policy is given" in (run.error or "")
+
+
+def test_an_update_only_policy_reading_old_object_is_refused_and_a_create_one_is_not() -> None:
+    immutable = TIERED.replace("operations: [CREATE]", "operations: [UPDATE]").replace(
+        "object.spec.replicas >= 2", "oldObject == null || object.spec.replicas >= 2"
+    )
+    policies, refusals = import_documents(documents_from_text(immutable, "test.yaml"))
+    assert policies == []
+    assert "reads oldObject and judges only UPDATE requests" in refusals[0].reason
+    both = immutable.replace("operations: [UPDATE]", "operations: [CREATE, UPDATE]")
+    assert _policies(both)[0].name == "production-replicas"

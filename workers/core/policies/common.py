@@ -204,10 +204,25 @@ def _text(item: Mapping[str, Any], what: str) -> str:
     return expression.strip()
 
 
-def refusal_in(expressions: Iterable[str], *, params_given: bool) -> str | None:
+def judges_creations(constraints: Mapping[str, Any] | None) -> bool:
+    """Whether a ``matchConstraints`` block admits CREATE requests (a resource rule with
+    ``CREATE``, ``*`` or no operations named): only then is a stored object judged as its
+    CREATE, with ``oldObject`` null."""
+    rules = as_list((constraints or {}).get("resourceRules"), "resourceRules")
+    for rule in rules:
+        operations = as_list(as_map(rule, "rule").get("operations"), "operations")
+        if not operations or {"CREATE", "*"} & {str(op) for op in operations}:
+            return True
+    return not rules
+
+
+def refusal_in(
+    expressions: Iterable[str], *, params_given: bool, creates: bool = True
+) -> str | None:
     """Why these expressions cannot judge a stored object, or None.
 
-    Each stored object is judged as if it were created now (probes/admission_inputs.py):
+    Each stored object is judged as if it were created now (probes/admission_inputs.py;
+    ``creates``: the policy admits CREATE requests, else ``oldObject`` is refused):
     ``object``, ``oldObject`` (null), ``namespaceObject`` and the request's kind, resource,
     name, namespace, operation and dry run are served. What only an admission request holds
     is refused, naming it: who asked (``request.userInfo``), the request's own identity and
@@ -217,6 +232,12 @@ def refusal_in(expressions: Iterable[str], *, params_given: bool) -> str | None:
     """
     for expression in expressions:
         for ref in references(expression):
+            if ref.root == "oldObject" and not creates:
+                return (
+                    "it reads oldObject and judges only UPDATE requests: the object before "
+                    "the update lives in the admission request, and a stored object comes "
+                    "without one"
+                )
             if ref.root == "authorizer":
                 return (
                     "it asks the authorizer what the requester may do, and a stored object "

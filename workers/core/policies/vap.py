@@ -21,6 +21,7 @@ from workers.core.policies.common import (
     as_list,
     as_map,
     conditions_of,
+    judges_creations,
     label_selector,
     refusal_in,
     validations_of,
@@ -55,6 +56,7 @@ def import_vap(
     if not constraints.get("resourceRules"):
         raise Unsupported("its matchConstraints name no resourceRules, so no kind is judged")
     base = vap_match_filter(constraints, "spec.matchConstraints")
+    creates = judges_creations(constraints)
     exclude = vap_exclusions(constraints, "spec.matchConstraints")
     variables = variables_of(spec.get("variables"), "spec.variables")
     conditions = conditions_of(spec.get("matchConditions"), "spec.matchConditions")
@@ -72,7 +74,7 @@ def import_vap(
             if validation.message_expression:
                 expressions.append(validation.message_expression)
         given = params is not None or param_source is not None
-        refusal = refusal_in(expressions, params_given=given)
+        refusal = refusal_in(expressions, params_given=given, creates=creates)
         if refusal:
             raise Unsupported(refusal)
         terms = [base] if base is not None else []
