@@ -180,6 +180,34 @@ class PolicyRule(_Strict):
     )
 
 
+class ParamSource(_Strict):
+    """Where a ValidatingAdmissionPolicy binding's params come from on the target cluster
+    (its ``paramRef``, for the policy's ``paramKind``), read from the target's listing of
+    that kind on every run, as the API server reads them at admission."""
+
+    api_version: str = Field(min_length=1, max_length=317, description="paramKind.apiVersion")
+    kind: str = Field(min_length=1, max_length=253, description="paramKind.kind")
+    name: str | None = Field(default=None, description="paramRef.name (one object).")
+    namespace: str | None = Field(
+        default=None,
+        description="paramRef.namespace; unset for a namespaced kind: the judged object's own "
+        "namespace.",
+    )
+    selector: LabelSelector | None = Field(
+        default=None,
+        description="paramRef.selector (every object it selects; the policy must hold for "
+        "each). Set when name is not; empty selects every object of the kind.",
+    )
+    not_found_action: Literal["Allow", "Deny"] = Field(
+        default="Deny",
+        description="paramRef.parameterNotFoundAction: with no params object, Allow admits; "
+        "Deny applies the failure policy.",
+    )
+    failure_policy: Literal["Fail", "Ignore"] = Field(
+        default="Fail", description="The policy's failurePolicy (what Deny applies)."
+    )
+
+
 class ImportedPolicy(_Strict):
     """An admission policy stored as a check: what ``policy:NAME`` runs."""
 
@@ -196,8 +224,13 @@ class ImportedPolicy(_Strict):
     rules: list[PolicyRule] = Field(min_length=1, max_length=MAX_RULES)
     params: JsonValue = Field(
         default=None,
-        description="Bound as `params` (from the file: a ValidatingAdmissionPolicy's params "
-        "object, a Gatekeeper constraint; never read from a cluster).",
+        description="Bound as `params` (from the files: a ValidatingAdmissionPolicy's params "
+        "object, a Gatekeeper constraint).",
+    )
+    param_source: ParamSource | None = Field(
+        default=None,
+        description="A ValidatingAdmissionPolicy binding's params read from the target "
+        "cluster on each run (its paramRef names no object in the files).",
     )
     validation_actions: list[str] = Field(default_factory=list, max_length=8)
     documents: list[dict[str, JsonValue]] = Field(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from assay.testing.policy_corpus import evaluate, iter_disagreements, read_library
+from assay.testing.policy_corpus import Judge, evaluate, iter_disagreements, read_library
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "cel_corpus"
 
@@ -29,3 +29,17 @@ def test_every_fixture_gets_a_value_that_agrees_and_every_policy_exports() -> No
         assert tried >= 9 and valid == tried, (fmt, figures.export_problems)
     # an update request judges no stored object: left out, and said so
     assert reading.skipped == {"a Gatekeeper case judging an update or deletion request": 1}
+
+
+def test_every_document_of_the_corpus_imports_without_a_refusal() -> None:
+    """Each file set imports whole: no policy, binding or params object is refused (a
+    paramRef Kubernetes ignores refuses nothing, params-ignored/)."""
+    reading = read_library(CORPUS)
+    judge = Judge()
+    refused = {
+        files: refusals
+        for files in sorted({f.policy_files for f in reading.fixtures})
+        for refusals in [judge.policies(files)[1]]
+        if refusals
+    }
+    assert refused == {}

@@ -120,11 +120,11 @@ def test_import_is_a_name_like_any_other(api: ApiServer, store: PolicyStore) -> 
 
 
 def test_refusals_and_bad_text_are_answered(api: ApiServer, store: PolicyStore) -> None:
-    old = TEXT.replace("size(variables.root) == 0", "oldObject == null")
+    old = TEXT.replace("size(variables.root) == 0", "request.userInfo.username != ''")
     answer = _post(api, {"documents": old})
     assert answer.status_code == 201  # the two others are new (each test's Redis is empty)
     (refusal,) = answer.json()["refused"]
-    assert refusal["name"] == "run-as-non-root" and "oldObject" in refusal["reason"]
+    assert refusal["name"] == "run-as-non-root" and "request.userInfo" in refusal["reason"]
     assert _post(api, {"documents": "kind: ["}).status_code == 422
     assert _post(api, {"documents": TEXT, "policy_set": "Not A Set"}).status_code == 422
     assert _post(api, {"documents": "0"}).status_code == 422  # YAML, but no document
@@ -164,11 +164,16 @@ def test_a_translation_is_answered_only_when_proven(api: ApiServer, store: Polic
     forced = _translate(api, {"documents": WITH_OBJECTS, "to": "kyverno", "force": True})
     assert forced.json()["proven"] is False and "ValidatingPolicy" in forced.json()["documents"]
     broken = _translate(
-        api, {"documents": WITH_OBJECTS.replace("has(object.spec.replicas)", "oldObject == null")}
+        api,
+        {
+            "documents": WITH_OBJECTS.replace(
+                "has(object.spec.replicas)", "request.userInfo.username != ''"
+            )
+        },
     )
     assert broken.status_code == 200
     assert broken.json()["proven"] is False and broken.json()["documents"] is None
-    assert "reads oldObject" in broken.json()["refused"]
+    assert "reads request.userInfo" in broken.json()["refused"]
     assert store.names() == []  # a translation stores nothing
 
 

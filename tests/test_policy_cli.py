@@ -68,11 +68,11 @@ def test_refusals_are_named_and_exit_65_while_the_rest_is_imported(
     bad = tmp_path / "old-object.yaml"
     policy = yaml.safe_load((EXAMPLES / "kyverno-run-as-non-root.yaml").read_text())
     policy["metadata"]["name"] = "compares-old"
-    policy["spec"]["validations"][0]["expression"] = "oldObject == null"
+    policy["spec"]["validations"][0]["expression"] = "request.userInfo.username != ''"
     bad.write_text(yaml.safe_dump(policy))
     code, out, _ = _import_examples(capsys, str(bad), "--json")
     assert code == 65
-    assert '"imported": [' in out and '"compares-old"' in out and "it reads oldObject" in out
+    assert '"imported": [' in out and '"compares-old"' in out and "it reads request.userInfo" in out
     assert store.get("compares-old") is None and store.get("run-as-non-root") is not None
 
     code, out, _ = run(capsys, "probe", "import", str(bad), "--dry-run")
@@ -114,7 +114,7 @@ def test_a_set_is_imported_whole_or_left_as_it_was(
     assert code == 1  # run-as-non-root fails there
     edited = Path("policies") / "kyverno-run-as-non-root.yaml"
     policy = yaml.safe_load(edited.read_text())
-    policy["spec"]["validations"][0]["expression"] = "oldObject == null"
+    policy["spec"]["validations"][0]["expression"] = "request.userInfo.username != ''"
     edited.write_text(yaml.safe_dump(policy))
     before = store.get("trusted-registries")
     code, out, _ = _import_examples(capsys, "--set", "baseline")

@@ -142,10 +142,13 @@ spec:
     assert sorted(p.name for p in policies) == ["replicas-prod", "replicas-staging"]
 
 
-def test_params_from_a_cluster_object_are_refused() -> None:
+def test_params_not_in_the_files_are_read_from_the_target() -> None:
     without_params = VAP.rsplit("---", 1)[0]
-    reason = _refusal(without_params)
-    assert "params come from a cluster object" in reason and "replica-floor" in reason
+    (policy,), refusals = _import(without_params)
+    assert refusals == []
+    assert policy.params is None and policy.param_source is not None
+    assert policy.param_source.name == "replica-floor"
+    assert policy.param_source.not_found_action == "Deny"
 
 
 def test_a_gatekeeper_template_is_one_policy_per_constraint() -> None:
@@ -275,7 +278,10 @@ def test_a_cluster_policy_imports_its_cel_rules_with_kyvernos_autogen_names() ->
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (("has(object.metadata.labels)", "oldObject != null"), "it reads oldObject"),
+        (
+            ("has(object.metadata.labels)", "request.options.fieldManager != ''"),
+            "it reads request.options",
+        ),
         (
             ("has(object.metadata.labels)", "request.userInfo.username != ''"),
             "it reads request.userInfo",
@@ -284,7 +290,6 @@ def test_a_cluster_policy_imports_its_cel_rules_with_kyvernos_autogen_names() ->
             ("has(object.metadata.labels)", "authorizer.requestResource.check('get').allowed()"),
             "asks the authorizer",
         ),
-        (("has(object.metadata.labels)", "namespaceObject.metadata.name != ''"), "namespaceObject"),
         (
             ("has(object.metadata.labels)", "resource.Get('v1', 'configmaps', 'a', 'b') != null"),
             "Kyverno's resource library",

@@ -102,7 +102,13 @@ def describe(policy: ImportedPolicy) -> str:
                     if kind.name not in kinds:
                         kinds.append(kind.name)
     rules = f"{len(policy.rules)} rule{'s' if len(policy.rules) != 1 else ''}"
-    return f"{policy.format}, {rules}, judges {', '.join(kinds) or 'nothing'}"
+    said = f"{policy.format}, {rules}, judges {', '.join(kinds) or 'nothing'}"
+    source = policy.param_source
+    if source is not None:  # read on every run: say so where the import is reported
+        where = f" in {source.namespace}" if source.namespace else ""
+        which = f"{source.kind} {source.name}" if source.name else f"{source.kind}s selected"
+        said += f", params from the target ({which}{where}; none found: {source.not_found_action})"
+    return said
 
 
 def list_policies(policy_set: str | None, json_output: bool) -> None:

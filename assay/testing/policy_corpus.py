@@ -54,6 +54,9 @@ class Fixture:
     obj: dict[str, Any] = field(hash=False, compare=False)
     allowed: bool
     label: str  # pass, fail, skip; yes, no (Gatekeeper)
+    # the test's Namespace the object is in, stored beside it: the cluster it is judged on
+    # holds it (namespace selectors, namespaceObject), as the engine's test tool is given it
+    namespaces: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -106,6 +109,7 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
     base = path.parent
     policies = tuple(str((base / p).resolve()) for p in test.get("policies") or [])
     objects = [o for file in test.get("resources") or [] for o in _load(base / file)]
+    namespaces = tuple(o for o in objects if o.get("kind") == "Namespace")
     for result in test.get("results") or []:
         label = str(result.get("result") or "").strip()
         if label not in ("pass", "fail", "skip"):
@@ -129,8 +133,19 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
                     obj=obj,
                     allowed=label != "fail",
                     label=label,
+                    namespaces=_own_namespace(obj, namespaces),
                 )
             )
+
+
+def _own_namespace(
+    obj: dict[str, Any], namespaces: tuple[dict[str, Any], ...]
+) -> tuple[dict[str, Any], ...]:
+    """The Namespace of ``namespaces`` that ``obj`` is in (``default`` when it names none)."""
+    if obj.get("kind") == "Namespace":
+        return ()
+    name = with_namespace(obj).get("metadata", {}).get("namespace")
+    return tuple(n for n in namespaces if (n.get("metadata") or {}).get("name") == name)[:1]
 
 
 def _find(
@@ -285,6 +300,8 @@ class Judge:
         with tempfile.TemporaryDirectory(prefix="assay-corpus-") as folder:
             obj = with_namespace(fixture.obj)
             (Path(folder) / "object.json").write_text(json.dumps(obj))
+            for number, namespace in enumerate(fixture.namespaces):
+                (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(namespace))
             backend = SnapshotBackend(folder)
             began = time.perf_counter()
             results, _ = run_policies([policy], backend, rules=rules)

@@ -13,13 +13,9 @@ from typing import Any
 from schemas.policy import KindRef, LabelRequirement, LabelSelector, ResourceFilter
 from schemas.probe import ProbeCondition, ProbeValidation, ProbeVariable
 from workers.core.policies.expressions import references
+from workers.core.probes.admission_inputs import SERVED_REQUEST_FIELDS
 
 ADMITTING_OPERATIONS = frozenset({"CREATE", "UPDATE", "*"})
-# Fields of ``request`` a check of stored objects can answer: the operation is CREATE (each
-# object is judged as if it were created now; probes.py reads it so). Any other field of the
-# admission request (who asks, dry run, the old object) is refused.
-SERVED_REQUEST_FIELDS: frozenset[str] = frozenset({"operation"})
-NAMESPACE_OBJECT_SERVED = False
 _KYVERNO_LIBRARIES = {
     "resource": "Kyverno's resource library (it reads other objects from the cluster at admission)",
     "http": "Kyverno's http library (it calls a service)",
@@ -208,21 +204,39 @@ def _text(item: Mapping[str, Any], what: str) -> str:
     return expression.strip()
 
 
-def refusal_in(expressions: Iterable[str], *, params_given: bool) -> str | None:
+def judges_creations(constraints: Mapping[str, Any] | None) -> bool:
+    """Whether a ``matchConstraints`` block admits CREATE requests (a resource rule with
+    ``CREATE``, ``*`` or no operations named): only then is a stored object judged as its
+    CREATE, with ``oldObject`` null."""
+    rules = as_list((constraints or {}).get("resourceRules"), "resourceRules")
+    for rule in rules:
+        operations = as_list(as_map(rule, "rule").get("operations"), "operations")
+        if not operations or {"CREATE", "*"} & {str(op) for op in operations}:
+            return True
+    return not rules
+
+
+def refusal_in(
+    expressions: Iterable[str], *, params_given: bool, creates: bool = True
+) -> str | None:
     """Why these expressions cannot judge a stored object, or None.
 
-    A stored object comes with no admission request: nothing says who asked
-    (``request.userInfo``), what the object was before (``oldObject``) or whether the asker
-    may do something else (``authorizer``). Kyverno's libraries that reach out of the policy
-    (other objects, services, registries) are refused too: a check reads its target through
-    its lookups only.
+    Each stored object is judged as if it were created now (probes/admission_inputs.py;
+    ``creates``: the policy admits CREATE requests, else ``oldObject`` is refused):
+    ``object``, ``oldObject`` (null), ``namespaceObject`` and the request's kind, resource,
+    name, namespace, operation and dry run are served. What only an admission request holds
+    is refused, naming it: who asked (``request.userInfo``), the request's own identity and
+    options (``request.uid``, ``request.options``), and whether the asker may do something
+    else (``authorizer``). Kyverno's libraries that reach out of the policy (other objects,
+    services, registries) are refused too: a check reads its target through its lookups only.
     """
     for expression in expressions:
         for ref in references(expression):
-            if ref.root == "oldObject":
+            if ref.root == "oldObject" and not creates:
                 return (
-                    "it reads oldObject (the object before an update), which a stored object "
-                    "does not have"
+                    "it reads oldObject and judges only UPDATE requests: the object before "
+                    "the update lives in the admission request, and a stored object comes "
+                    "without one"
                 )
             if ref.root == "authorizer":
                 return (
@@ -234,11 +248,9 @@ def refusal_in(expressions: Iterable[str], *, params_given: bool) -> str | None:
                 if field not in SERVED_REQUEST_FIELDS:
                     shown = f"request.{field}" if field else "request"
                     return (
-                        f"it reads {shown}, part of an admission request, which a stored "
-                        "object comes without"
+                        f"it reads {shown}, which only an admission request holds (who asked "
+                        "and how), and a stored object comes without one"
                     )
-            if ref.root == "namespaceObject" and not NAMESPACE_OBJECT_SERVED:
-                return "it reads namespaceObject, which assay does not serve to probes yet"
             if ref.root == "params" and not params_given:
                 return "it reads params, and no params object was given in the files"
             if ref.root in _KYVERNO_LIBRARIES:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from schemas.policy import POLICY_NAME_PATTERN, ImportedPolicy, ImportRefusal
 from workers.core.policies import gatekeeper, kyverno, vap
-from workers.core.policies.common import Unsupported
+from workers.core.policies.common import Unsupported, label_selector
 from workers.core.policies.documents import SourcedDocument, name_of
 
 VAP_GROUP = "admissionregistration.k8s.io"
@@ -91,9 +91,12 @@ def _refuse_leftovers(
             kind = spec.get("paramKind")
             if isinstance(kind, dict):
                 params_kinds.add((kind.get("apiVersion"), kind.get("kind")))
+    ignored = _ignored_params(documents)
     for doc in documents:
         if id(doc) in used or (doc.document.get("apiVersion"), doc.kind) in params_kinds:
             continue
+        if id(doc) in ignored:
+            continue  # named by a paramRef Kubernetes ignores: nothing to import or refuse
         if doc.kind == "ValidatingAdmissionPolicyBinding":
             reason = f"it binds the policy {vap.binding_policy(doc)!r}, which is not in the files"
         elif doc.api_group == gatekeeper.CONSTRAINTS_GROUP:
@@ -109,6 +112,44 @@ def _refuse_leftovers(
                 "policy in the files names it as params"
             )
         refusals.append(_refusal(doc, reason))
+
+
+def _ignored_params(documents: list[SourcedDocument]) -> set[int]:
+    """Documents a binding's ``paramRef`` names when its policy (in the files) takes no
+    params (no ``paramKind``): Kubernetes ignores that paramRef, and so does the import."""
+    takes_params = {
+        name_of(d.document): bool((d.document.get("spec") or {}).get("paramKind"))
+        for d in documents
+        if _is(d, VAP_GROUP, "ValidatingAdmissionPolicy")
+        and isinstance(d.document.get("spec"), dict)
+    }
+    ignored: set[int] = set()
+    for binding in documents:
+        if not _is(binding, VAP_GROUP, "ValidatingAdmissionPolicyBinding"):
+            continue
+        if takes_params.get(vap.binding_policy(binding), True):
+            continue
+        spec = binding.document.get("spec")
+        ref = spec.get("paramRef") if isinstance(spec, dict) else None
+        if not isinstance(ref, dict):
+            continue
+        for doc in documents:
+            meta = doc.document.get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
+            if ref.get("namespace") and meta.get("namespace") != ref.get("namespace"):
+                continue
+            if ref.get("name") and meta.get("name") == ref.get("name"):
+                ignored.add(id(doc))
+            elif not ref.get("name") and ref.get("selector"):
+                try:
+                    selector = label_selector(ref["selector"], "paramRef.selector")
+                except Unsupported:
+                    continue
+                labels = meta.get("labels")
+                labels = labels if isinstance(labels, dict) else {}
+                if selector is not None and selector.matches(labels):
+                    ignored.add(id(doc))
+    return ignored
 
 
 def _unique(policies: list[ImportedPolicy], refusals: list[ImportRefusal]) -> list[ImportedPolicy]:

@@ -22,6 +22,7 @@ from workers.core.policies.common import (
     as_list,
     as_map,
     conditions_of,
+    judges_creations,
     label_selector,
     refusal_in,
     validations_of,
@@ -62,7 +63,7 @@ def import_validating_policy(doc: SourcedDocument, now: datetime) -> ImportedPol
         variables=variables_of(spec.get("variables"), "spec.variables"),
         validations=validations_of(spec.get("validations"), "spec.validations"),
     )
-    _refuse_expressions([rule])
+    _refuse_expressions([rule], creates=judges_creations(constraints))
     rules = [rule, *_validating_policy_controllers(rule, constraints, spec)]
     actions = [str(a) for a in as_list(spec.get("validationActions"), "validationActions")]
     return ImportedPolicy(
@@ -167,8 +168,8 @@ def _cluster_policy_rule(
     cel = as_map(validate.get("cel"), f"rule {name} validate.cel")
     if cel.get("paramKind") or cel.get("paramRef"):
         raise Unsupported(
-            f"rule {name} takes params from a cluster object (paramKind/paramRef); a check "
-            "reads no params from the cluster"
+            f"rule {name} takes params (paramKind/paramRef), which assay reads from the "
+            "cluster for a ValidatingAdmissionPolicy binding only"
         )
     match, described = _match_blocks(raw.get("match"), f"rule {name} match", own)
     exclude, excluded = _match_blocks(raw.get("exclude"), f"rule {name} exclude", [])
@@ -333,7 +334,7 @@ def _own_namespace(doc: SourcedDocument) -> list[ResourceFilter]:
     return [ResourceFilter(namespaces=[str(namespace)])]
 
 
-def _refuse_expressions(rules: list[PolicyRule]) -> None:
+def _refuse_expressions(rules: list[PolicyRule], *, creates: bool = True) -> None:
     for rule in rules:
         expressions = [v.expression for v in rule.variables]
         expressions += [c.expression for c in rule.match_conditions]
@@ -341,6 +342,6 @@ def _refuse_expressions(rules: list[PolicyRule]) -> None:
             expressions.append(validation.expression)
             if validation.message_expression:
                 expressions.append(validation.message_expression)
-        refusal = refusal_in(expressions, params_given=False)
+        refusal = refusal_in(expressions, params_given=False, creates=creates)
         if refusal:
             raise Unsupported(f"rule {rule.name}: {refusal}" if len(rules) > 1 else refusal)

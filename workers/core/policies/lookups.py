@@ -8,6 +8,11 @@ from that one). The backend's own client is used, so its per-target QPS limit, r
 and deadline still apply to the requests made. A listing that fails fails every probe
 that needs it, without asking again.
 
+It is the one place a tick reads the target's objects, including those a policy reads
+besides the objects it judges: the Namespaces (namespace selectors and ``namespaceObject``,
+:meth:`SharedLookups.namespace_object`), a binding's params objects (params.py); any other
+reader of cluster objects for policies goes through :meth:`SharedLookups.listing` too.
+
 A probe reads through a :class:`PolicyView` of the shared listings: a backend that
 answers ``list_objects`` with the objects its rule selects (matching.py), and nothing else
 (a policy probe makes one listing).
@@ -23,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from workers.core.policies.matching import ObjectFilter, Undecidable
+from workers.core.policies.matching import Undecidable
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 from workers.core.toolsets.redaction import SecretScrubber
 from workers.core.toolsets.selectors import field_matcher, label_matcher
@@ -40,7 +45,7 @@ class SharedLookups:
         self._lists: dict[Key, list[dict[str, Any]] | BackendError] = {}
         self._whole: set[tuple[str, str]] = set()  # kinds planned cluster-wide
         self._served: list[ResourceInfo] | BackendError | None = None
-        self._namespaces: dict[str, dict[str, str]] | BackendError | None = None
+        self._namespaces: dict[str, dict[str, Any]] | BackendError | None = None
         self._lock = threading.Lock()
 
     # -- planning ----------------------------------------------------------------------------
@@ -94,25 +99,32 @@ class SharedLookups:
     def namespace_labels(self, name: str) -> dict[str, str] | None:
         """The labels of the target's Namespace ``name``; None when it holds no such object.
         Every Namespace is listed once, the first time a rule needs one's labels."""
+        try:
+            namespace = self.namespace_object(name)
+        except BackendError as exc:
+            raise Undecidable(
+                f"the target's namespaces could not be listed: {exc.message}"
+            ) from None
+        if namespace is None:
+            return None
+        return dict((namespace.get("metadata") or {}).get("labels") or {})
+
+    def namespace_object(self, name: str) -> dict[str, Any] | None:
+        """The target's Namespace ``name`` as stored; None when it holds no such object.
+        Every Namespace is listed once per tick, for selectors and ``namespaceObject`` alike
+        (BackendError when that listing fails)."""
         if self._namespaces is None:
             try:
                 resource = self.backend.resolve("namespaces")
                 objects = self.listing(resource, None)
-                self._namespaces = {
-                    str((o.get("metadata") or {}).get("name")): dict(
-                        (o.get("metadata") or {}).get("labels") or {}
-                    )
-                    for o in objects
-                }
+                self._namespaces = {str((o.get("metadata") or {}).get("name")): o for o in objects}
             except BackendError as exc:
                 self._namespaces = exc
         if isinstance(self._namespaces, BackendError):
-            raise Undecidable(
-                f"the target's namespaces could not be listed: {self._namespaces.message}"
-            )
+            raise self._namespaces
         return self._namespaces.get(name)
 
-    def view(self, keep: ObjectFilter) -> PolicyView:
+    def view(self, keep: Callable[[dict[str, Any]], bool]) -> PolicyView:
         return PolicyView(self, keep)
 
 
@@ -143,6 +155,10 @@ class PolicyView:
 
     def api_resources(self) -> list[ResourceInfo]:
         return self._shared.served()
+
+    def namespace_object(self, name: str) -> dict[str, Any] | None:
+        """The tick's Namespace ``name`` (``namespaceObject``, probes/admission_inputs.py)."""
+        return self._shared.namespace_object(name)
 
     def resolve(self, kind: str) -> ResourceInfo:
         return self._shared.backend.resolve(kind)

@@ -7,14 +7,15 @@ semantics: with nothing to judge, nothing is violated) and the policy as its ``o
 The probe runner evaluates it like any probe; which listed objects the rule selects is the
 policy view's part (lookups.py, matching.py).
 
-A stored object comes with no admission request; the one field of it import lets a policy
-read is the operation, and a check judges each object as if it were created now:
-``request.operation`` reads ``'CREATE'`` (and ``has(request.operation)`` is true), so a
-policy that exempts updates (Gatekeeper's templates do, for immutable fields) judges every
-object. The policy's own expressions are kept as written (``show``, ``export``).
+A check judges each stored object as if it were created now: the runner serves the policy
+``request`` of that CREATE, ``oldObject`` null and ``namespaceObject`` from the target
+(probes/admission_inputs.py), so a policy that exempts updates (Gatekeeper's templates do,
+for immutable fields) judges every object. The policy's expressions run as written.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from schemas.policy import ImportedPolicy, PolicyRule
 from schemas.probe import (
@@ -25,8 +26,9 @@ from schemas.probe import (
     ProbeVariable,
     ProposedProbe,
 )
-from workers.core.policies.expressions import substitute_field
 from workers.core.toolsets.backend import ResourceInfo
+
+_FROM_POLICY: Any = object()  # probe_for: bind the policy's own params
 
 
 def lookup_kind(resource: ResourceInfo) -> str:
@@ -38,33 +40,35 @@ def lookup_kind(resource: ResourceInfo) -> str:
 
 
 def probe_for(
-    policy: ImportedPolicy, rule: PolicyRule, resource: ResourceInfo, namespace: str | None
+    policy: ImportedPolicy,
+    rule: PolicyRule,
+    resource: ResourceInfo,
+    namespace: str | None,
+    *,
+    params: Any = _FROM_POLICY,
 ) -> ProposedProbe:
+    """The probe of ``rule`` over ``resource`` objects (in ``namespace``); ``params``: the
+    params object to bind instead of the policy's own (one read from the target)."""
     args: dict[str, str] = {"kind": lookup_kind(resource)}
     if namespace is not None:
         args["namespace"] = namespace
     return ProposedProbe(
         lookups=[ProbeLookup(tool="get", args=args)],
         scope="each_object",
-        variables=[
-            ProbeVariable(name=v.name, expression=as_created(v.expression)) for v in rule.variables
-        ],
+        variables=[ProbeVariable(name=v.name, expression=v.expression) for v in rule.variables],
         validations=[
             ProbeValidation(
-                expression=as_created(v.expression),
+                expression=v.expression,
                 message=v.message,
-                message_expression=as_created(v.message_expression)
-                if v.message_expression
-                else None,
+                message_expression=v.message_expression,
                 reason=v.reason,
             )
             for v in rule.validations
         ],
         match_conditions=[
-            ProbeCondition(name=c.name, expression=as_created(c.expression))
-            for c in rule.match_conditions
+            ProbeCondition(name=c.name, expression=c.expression) for c in rule.match_conditions
         ],
-        params=policy.params,
+        params=policy.params if params is _FROM_POLICY else params,
         empty_result="pass",
         origin=ProbeOrigin(
             format=policy.format,
@@ -73,8 +77,3 @@ def probe_for(
             validation_actions=policy.validation_actions,
         ),
     )
-
-
-def as_created(expression: str) -> str:
-    """The expression with ``request.operation`` read as ``'CREATE'`` (module docstring)."""
-    return substitute_field(expression, "request", "operation", "'CREATE'")

@@ -16,16 +16,27 @@ Never raises for a policy's fault: a bug in one policy's run is that policy's
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from schemas.policy import (
     MAX_POLICY_VIOLATIONS,
     ImportedPolicy,
     PolicyProbeResult,
     PolicyResult,
+    PolicyRule,
     PolicyViolation,
 )
-from schemas.probe import ProbeRun, ProbeViolation
+from schemas.probe import (
+    MAX_VIOLATIONS,
+    JudgedObject,
+    ObjectRef,
+    ProbeRun,
+    ProbeValidation,
+    ProbeViolation,
+    ProposedProbe,
+)
 from schemas.verdict import VerdictKind
 from workers.core.policies.lookups import SharedLookups
 from workers.core.policies.matching import (
@@ -34,8 +45,9 @@ from workers.core.policies.matching import (
     namespaces_to_list,
     resources_of,
 )
+from workers.core.policies.params import NOT_FOUND_MESSAGE, ParamsRun, params_plan
 from workers.core.policies.probes import probe_for
-from workers.core.probes.runner import run_probe
+from workers.core.probes.runner import DECIDING_SHOWN, run_probe
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 
 
@@ -124,15 +136,101 @@ def _run(
     probes: list[PolicyProbeResult] = []
     for item in planned:
         rule = policy.rules[item.rule_index]
-        probe = probe_for(policy, rule, item.resource, item.namespace)
-        view = shared.view(ObjectFilter(rule, item.resource, shared.namespace_labels))
-        run = run_probe(probe, view, deadline=deadline)
+        keep: Callable[[dict[str, Any]], bool] = ObjectFilter(
+            rule, item.resource, shared.namespace_labels
+        )
+        if policy.param_source is None:
+            runs = [(probe_for(policy, rule, item.resource, item.namespace), keep)]
+        else:
+            plan = params_plan(policy.param_source, item.resource, shared)
+            if plan.error is not None:
+                return _failed(policy, plan.error)
+            runs = [
+                (_with_params(policy, rule, item, params_run), _narrowed(keep, params_run))
+                for params_run in plan.runs
+            ]
+        done = [(probe, run_probe(probe, shared.view(selects), deadline=deadline))
+                for probe, selects in runs]  # fmt: skip
+        if not done:  # no params found, and Allow (or Ignore): nothing is judged
+            continue
+        run = done[0][1] if len(done) == 1 else merged(done[0][0], [r for _, r in done])
         probes.append(
             PolicyProbeResult(
                 rule=rule.name, kind=item.resource.kind, namespace=item.namespace, run=run
             )
         )
     return fold(policy, probes, missing)
+
+
+def merged(probe: ProposedProbe, runs: list[ProbeRun]) -> ProbeRun:
+    """The runs of one rule over one listing with several params objects, as one run: an
+    object judged under several fails when it fails under any (the API server evaluates the
+    policy with each and admits only when every one does), counted once; no value when
+    any run has none."""
+    for run in runs:
+        if run.verdict is None:
+            return run
+    by_object: dict[tuple[str, str | None, str], JudgedObject] = {}
+    for run in runs:
+        for judged in run.judged or []:
+            key = (judged.kind, judged.namespace, judged.name)
+            known = by_object.get(key)
+            if known is None or (known.passed and not judged.passed):
+                by_object[key] = judged
+    failed = [j for j in by_object.values() if not j.passed]
+    value = not failed
+    return ProbeRun(
+        value=value,
+        verdict=probe.verdict_for(value),
+        objects_read=max(run.objects_read for run in runs),
+        objects=runs[0].objects,
+        fields=runs[0].fields,
+        deciding=[
+            ObjectRef(kind=j.kind, name=j.name, namespace=j.namespace)
+            for j in failed[:DECIDING_SHOWN]
+        ],
+        violations=[
+            ProbeViolation(kind=j.kind, name=j.name, namespace=j.namespace, message=j.message or "")
+            for j in failed[:MAX_VIOLATIONS]
+        ],
+        violations_total=len(failed),
+        judged_total=len(by_object),
+        judged=list(by_object.values()),
+        duration_seconds=round(sum(run.duration_seconds or 0 for run in runs), 6),
+    )
+
+
+def _with_params(
+    policy: ImportedPolicy, rule: PolicyRule, item: _Planned, params_run: ParamsRun
+) -> ProposedProbe:
+    """The rule's probe with one params object of the target's, or, with none found and
+    ``Deny``, one that refuses every object it selects as the API server does."""
+    if not params_run.denied:
+        return probe_for(policy, rule, item.resource, item.namespace, params=params_run.params)
+    denial = rule.model_copy(
+        update={
+            "variables": [],
+            "match_conditions": [],
+            "validations": [ProbeValidation(expression="false", message=NOT_FOUND_MESSAGE)],
+        }
+    )
+    return probe_for(policy, denial, item.resource, item.namespace, params=None)
+
+
+def _narrowed(
+    keep: Callable[[dict[str, Any]], bool], params_run: ParamsRun
+) -> Callable[[dict[str, Any]], bool]:
+    """``keep``, and only objects of the namespaces a per-namespace params run is for."""
+    where = params_run.where
+    if where is None:
+        return keep
+
+    def selects(obj: dict[str, Any]) -> bool:
+        meta = obj.get("metadata")
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        return where(namespace) and keep(obj)
+
+    return selects
 
 
 def fold(

@@ -2,10 +2,12 @@
 
 One imported policy per binding: the policy's ``matchConstraints`` and the binding's
 ``matchResources`` together say which objects it judges, the binding's ``paramRef`` which
-params object (from the files, never from a cluster) it is bound with, and its
-``validationActions`` what a failure would do at admission. A policy with one binding in
-the files (or none: then its own constraints alone apply) takes the policy's name; with
-several, each takes its binding's name.
+params it is bound with, and its ``validationActions`` what a failure would do at admission.
+Params are read as Kubernetes reads them: a ``paramRef`` is ignored when the policy has no
+``paramKind``; the params object is taken from the files when they hold the one it names,
+else read from the target cluster on every run (``ParamSource``, policies/params.py).
+A policy with one binding in the files (or none: then its own constraints alone apply)
+takes the policy's name; with several, each takes its binding's name.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from schemas.policy import ImportedPolicy, PolicyRule
+from schemas.policy import ImportedPolicy, LabelSelector, ParamSource, PolicyRule
 from workers.core.policies.common import (
     Unsupported,
     as_list,
     as_map,
     conditions_of,
+    judges_creations,
     label_selector,
     refusal_in,
     validations_of,
@@ -53,6 +56,7 @@ def import_vap(
     if not constraints.get("resourceRules"):
         raise Unsupported("its matchConstraints name no resourceRules, so no kind is judged")
     base = vap_match_filter(constraints, "spec.matchConstraints")
+    creates = judges_creations(constraints)
     exclude = vap_exclusions(constraints, "spec.matchConstraints")
     variables = variables_of(spec.get("variables"), "spec.variables")
     conditions = conditions_of(spec.get("matchConditions"), "spec.matchConditions")
@@ -63,13 +67,14 @@ def import_vap(
     plans: list[SourcedDocument | None] = list(bindings) or [None]
     out = []
     for binding in plans:
-        params, param_docs = _params(spec.get("paramKind"), binding, others)
+        params, param_docs, param_source = _params(spec, binding, others)
         expressions = [v.expression for v in variables] + [c.expression for c in conditions]
         for validation in validations:
             expressions.append(validation.expression)
             if validation.message_expression:
                 expressions.append(validation.message_expression)
-        refusal = refusal_in(expressions, params_given=params is not None)
+        given = params is not None or param_source is not None
+        refusal = refusal_in(expressions, params_given=given, creates=creates)
         if refusal:
             raise Unsupported(refusal)
         terms = [base] if base is not None else []
@@ -103,6 +108,7 @@ def import_vap(
                 imported_at=now,
                 rules=[rule],
                 params=params,
+                param_source=param_source,
                 validation_actions=actions,
                 documents=documents,
             )
@@ -111,11 +117,14 @@ def import_vap(
 
 
 def _params(
-    param_kind: Any, binding: SourcedDocument | None, others: list[SourcedDocument]
-) -> tuple[Any, list[dict[str, Any]]]:
-    """The params object a binding names, from the files; (None, []) without paramKind."""
+    spec: dict[str, Any], binding: SourcedDocument | None, others: list[SourcedDocument]
+) -> tuple[Any, list[dict[str, Any]], ParamSource | None]:
+    """The params a binding names: (the object, [it], None) from the files; (None, [],
+    the source) to read from the target; (None, [], None) without paramKind (a binding's
+    paramRef is then ignored, as Kubernetes ignores it)."""
+    param_kind = spec.get("paramKind")
     if not param_kind:
-        return None, []
+        return None, [], None
     kind = as_map(param_kind, "spec.paramKind")
     assert binding is not None  # checked by the caller
     ref = as_map(as_map(binding.document.get("spec"), "binding spec").get("paramRef"), "paramRef")
@@ -124,6 +133,17 @@ def _params(
             f"it takes params ({kind.get('kind')}) and its binding {name_of(binding.document)} "
             "names no paramRef"
         )
+    if bool(ref.get("name")) == (ref.get("selector") is not None):
+        raise Unsupported(
+            f"its binding {name_of(binding.document)}'s paramRef sets "
+            f"{'both' if ref.get('name') else 'neither'} of name and selector (exactly one)"
+        )
+    action = str(ref.get("parameterNotFoundAction") or "Deny")
+    if action not in ("Allow", "Deny"):
+        raise Unsupported(f"its paramRef's parameterNotFoundAction {action!r} is not Allow or Deny")
+    failure = str(spec.get("failurePolicy") or "Fail")
+    if failure not in ("Fail", "Ignore"):
+        raise Unsupported(f"its failurePolicy {failure!r} is not Fail or Ignore")
     candidates = [
         other
         for other in others
@@ -133,28 +153,33 @@ def _params(
     namespace = ref.get("namespace")
     if namespace:
         candidates = [c for c in candidates if _namespace(c) == namespace]
+    selector = label_selector(ref.get("selector"), "paramRef.selector")
     if ref.get("name"):
         candidates = [c for c in candidates if name_of(c.document) == ref["name"]]
-    elif ref.get("selector") is not None:
-        selector = label_selector(ref.get("selector"), "paramRef.selector")
+    else:
         candidates = [
             c
             for c in candidates
             if selector is None
             or selector.matches((c.document.get("metadata") or {}).get("labels") or {})
         ]
-    wanted = ref.get("name") or f"those selected by {ref.get('selector')}"
-    if not candidates:
-        raise Unsupported(
-            f"its params come from a cluster object ({kind.get('kind')} {wanted}), which is "
-            "not in the files: add that object to the files to import it"
+    if not candidates:  # not in the files: read from the target on every run
+        source = ParamSource(
+            api_version=str(kind.get("apiVersion") or ""),
+            kind=str(kind.get("kind") or ""),
+            name=str(ref["name"]) if ref.get("name") else None,
+            namespace=str(namespace) if namespace else None,
+            selector=None if ref.get("name") else (selector or LabelSelector()),
+            not_found_action="Allow" if action == "Allow" else "Deny",
+            failure_policy="Ignore" if failure == "Ignore" else "Fail",
         )
+        return None, [], source
     if len(candidates) > 1:
         raise Unsupported(
             f"its paramRef selects {len(candidates)} params objects in the files; assay binds "
-            "one: name it in the binding"
+            "one from the files: name it in the binding, or leave them to the cluster"
         )
-    return candidates[0].document, [candidates[0].document]
+    return candidates[0].document, [candidates[0].document], None
 
 
 def _namespace(doc: SourcedDocument) -> str | None:

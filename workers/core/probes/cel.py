@@ -48,11 +48,13 @@ from workers.core.probes.syntax.locate import locate
 from workers.core.probes.syntax.nodes import (
     Call,
     Ident,
+    Index,
     ListExpr,
     Literal,
     Node,
     Select,
     binding,
+    transform,
     transform_down,
     walk,
 )
@@ -66,7 +68,9 @@ MAX_EXPRESSION_CHARS = 4000
 # The runtime stops any evaluation after this many comprehension iterations (fixed in the
 # bindings); an expression that reaches it cannot run (fail-safe), like one over the cost bound.
 RUNTIME_ITERATION_BUDGET = 10_000
-ROOTS = ("object", "results", "params")
+# the inputs an evaluation may be given (an imported policy's admission inputs among them:
+# probes/admission_inputs.py)
+ROOTS = ("object", "results", "params", "request", "oldObject", "namespaceObject")
 # Where the run's constants are bound (:class:`Slots`): values the same for every object of
 # a probe run (constant variables, parts of expressions that read only params and them),
 # each computed once per run and bound in a runtime variable of its own, so that an
@@ -499,17 +503,43 @@ def _prepared(
     root = transform_down(root, change)
     root = rewrite_calls(root, _rewrites(version))
     root = computed_presence(root, _computed, numbers)
+    root = _null_input_optionals(root)
     root = optional_fallbacks(root, numbers)
     return _Definition(what, tree.text, root, tuple(used))
 
 
+_NULLABLE_INPUTS = ("oldObject", "namespaceObject")
+
+
+def _null_input_optionals(root: Node) -> Node:
+    """``root`` with each ``oldObject.?f`` / ``oldObject[?k]`` (and ``namespaceObject``'s)
+    none where the input is null, as cel-go's optional selection on null (the runtime errs:
+    no ``_?._`` overload on null): ``oldObject.?spec.replicas.orValue(0)`` on a CREATE."""
+
+    def change(node: Node) -> Node | None:
+        if not isinstance(node, Select | Index) or not node.optional:
+            return None
+        operand = node.operand
+        if not (isinstance(operand, Ident) and operand.name in _NULLABLE_INPUTS):
+            return None
+        is_null = Call("_==_", (Ident(operand.name, at=operand.at), Literal(None, "null")))
+        none = Call("none", (), Ident("optional"), at=node.at)
+        return Call("_?_:_", (is_null, none, node), at=node.at)
+
+    return transform(root, change)
+
+
 def _computed(node: Node) -> bool:
     """A value a presence test may meet null or a scalar in (cel-go: false, the runtime: an
-    error): a probe variable (bound, or a constant), or params' contents."""
+    error): a probe variable (bound, or a constant), params' contents, and ``oldObject`` and
+    ``namespaceObject`` (null on a CREATE, for a cluster-scoped object: ``has(oldObject.x)``
+    is false there, as in the API server)."""
     start = base(node)
     if not isinstance(start, Ident):
         return False
     if start.name.startswith((_VARIABLE_PREFIX, SLOT_PREFIX)):
+        return True
+    if start.name in ("oldObject", "namespaceObject"):
         return True
     return start.name == "params" and start is not node
 
@@ -855,7 +885,10 @@ def _build(
     program = _bound(body.node, definitions, names, needed)
     source, compiled = _compile_program(program, [*every, body], body, version)
     free = frozenset(n.name for n in tree_reads.free_names(program))
-    return _Built(source, program, costs, compiled, tuple(sorted(free - {"object"})), free)
+    # the object and what comes with it (a CREATE's request, its null oldObject: a few
+    # values each, made anew per object) are not weighed as shared inputs
+    per_object = {"object", "request", "oldObject"}
+    return _Built(source, program, costs, compiled, tuple(sorted(free - per_object)), free)
 
 
 def _int64_safe(value: Any) -> Any:

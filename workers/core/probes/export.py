@@ -44,7 +44,6 @@ from typing import Any, Literal
 from schemas.policy import ImportedPolicy
 from schemas.probe import ProbeRecord
 from workers.core.policies.expressions import references
-from workers.core.policies.probes import as_created
 from workers.core.probes.admission_schema import KYVERNO_API_VERSION, VAP_API_VERSION, problems
 from workers.core.probes.cel import CelError, Expression
 from workers.core.probes.export_draft import (
@@ -383,13 +382,13 @@ def _compile_problems(spec: dict[str, Any]) -> list[str]:
             found.append(f"{what} reads params, and the policy takes none (no paramKind)")
         if "variables" in roots and not may_read_variables:
             found.append(f"{what} reads variables, which a match condition cannot")
-        try:  # the API server declares `request`; its operation compiles as a string
-            known = [(name, as_created(source)) for name, source in variables]
+        try:  # the API server declares `request`, `oldObject`, `namespaceObject`: so does assay
+            known = list(variables)
             # each variable is checked on its own (above): one read here is a declared
             # name, as the API server compiles it, not its definition bound around the text
             declared = {name: None for name, _ in known} if may_read_variables else {}
             Expression(
-                as_created(text),
+                text,
                 known if may_read_variables else (),
                 what=what,
                 constants=declared,

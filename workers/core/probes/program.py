@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.probe import ProposedProbe
+from workers.core.probes.admission_inputs import ADMISSION_INPUTS
 from workers.core.probes.cel import MAX_STEPS, BoolProgram, CelError, StepMeter, field_paths
 from workers.core.probes.run_constants import run_constants
 
@@ -74,6 +75,19 @@ class ProbeProgram:
             )
             for number, v in enumerate(probe.validations)
         ]
+        every = [p for _, p in self.conditions]
+        every += [self.main] if self.main is not None else []
+        every += [p for _, check, message in self.validations for p in (check, message)
+                  if p is not None]  # fmt: skip
+        # the admission inputs the probe reads (an imported policy's: admission_inputs.py)
+        self.admission_inputs = frozenset(
+            name for name in ADMISSION_INPUTS if any(p.compiled.reads(name) for p in every)
+        )
+        if self.admission_inputs and origin is None:
+            raise CelError(
+                f"it reads {', '.join(sorted(self.admission_inputs))}, which only an imported "
+                "admission policy is given"
+            )
 
     @property
     def steps(self) -> int:

@@ -33,7 +33,7 @@ backend, so a hanging live cluster cannot hold a CLI or an API worker thread pas
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -49,11 +49,12 @@ from schemas.probe import (
     ProbeViolation,
     ProposedProbe,
 )
+from workers.core.probes.admission_inputs import AdmissionInputMissing, AdmissionInputs
 from workers.core.probes.cel import CelError
 from workers.core.probes.program import ProbeProgram
 from workers.core.probes.syntax.parser import CelSyntaxError, parse
 from workers.core.probes.syntax.reads import names
-from workers.core.toolsets.backend import BackendError, ClusterBackend
+from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 from workers.core.toolsets.kubernetes import DescribeArgs, EventsArgs, GetArgs
 from workers.core.toolsets.redaction import (
     LAST_APPLIED_ANNOTATION,
@@ -142,6 +143,7 @@ class _Reader:
         self.refs: list[ObjectRef] = []
         self.count = 0
         self.secrets = 0  # Secrets read: their values withheld
+        self.resources: list[ResourceInfo | None] = []  # each lookup's kind (None: events)
 
     def _keep(self, objects: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
         kept: list[dict[str, Any]] = []
@@ -177,11 +179,13 @@ class _Reader:
 
     def _read(self, tool: str, args: Any) -> Any:
         if tool == "events":
+            self.resources.append(None)
             events = self.backend.events(
                 _namespace(args.namespace), args.involved_kind, args.involved_name, as_stored=True
             )
             return self._keep(events, "Event")
         resource = self.backend.resolve(args.kind)
+        self.resources.append(resource)
         namespace = _namespace(args.namespace)
         if tool == "describe" or args.name:
             obj = self.backend.get(resource, args.name, namespace, as_stored=True)
@@ -245,7 +249,8 @@ def _run_probe(
         _refuse_incomplete(backend)
         _refuse_empty(probe, results)
         clock.check("after the lookups, before the expression")
-        value, tally = _evaluate(probe, program, results, clock)
+        inputs = _admission_inputs(program, backend, reader)
+        value, tally = _evaluate(probe, program, results, clock, inputs)
         # The expression cannot be interrupted (its cost is bounded, docs/probes.md): a value
         # that came after the deadline is refused like a model's reply past the budget.
         clock.check("while the expression was evaluated")
@@ -359,8 +364,34 @@ class _Tally:
             self.deciding.append(ref)
 
 
+def _admission_inputs(
+    program: ProbeProgram, backend: ClusterBackend, reader: _Reader
+) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """What an imported policy reads besides each object (``request``, ``oldObject``,
+    ``namespaceObject``: admission_inputs.py), for the kind its one lookup lists; None when
+    it reads none of them."""
+    if not program.admission_inputs:
+        return None
+    resource = reader.resources[0] if reader.resources else None
+    if resource is None:
+        raise ProbeFailure("only a probe that lists one kind can read its admission inputs")
+    inputs = AdmissionInputs(backend, program.admission_inputs)
+
+    def of(obj: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return inputs.for_object(obj, resource)
+        except AdmissionInputMissing as exc:
+            raise ProbeFailure(str(exc)) from None
+
+    return of
+
+
 def _evaluate(
-    probe: ProposedProbe, program: ProbeProgram, results: list[Any], clock: _Deadline
+    probe: ProposedProbe,
+    program: ProbeProgram,
+    results: list[Any],
+    clock: _Deadline,
+    inputs: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> tuple[bool, _Tally]:
     tally = _Tally()
     if probe.scope == "results":
@@ -372,7 +403,8 @@ def _evaluate(
     program.refuse_beyond(len(results[0]))
     for number, obj in enumerate(results[0]):
         clock.check(f"after the expression had been evaluated for {number} object(s)")
-        judgement = program.judge({"object": obj})
+        bindings = {"object": obj} if inputs is None else {"object": obj, **inputs(obj)}
+        judgement = program.judge(bindings)
         if not judgement.judged:
             continue
         if judgement.passed:
