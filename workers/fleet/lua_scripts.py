@@ -25,5 +25,11 @@ def lua_source(name: str) -> str:
 def redis_now_us(client: Any) -> int:
     """Redis's clock in epoch microseconds: the one clock every worker reads alike, so
     workers whose own clocks drift still agree on leases and rate-limit windows."""
-    seconds, micros = client.time()
+    return time_reply_us(client.time())
+
+
+def time_reply_us(reply: Any) -> int:
+    """A TIME reply (seconds, microseconds), as when it is read in a pipeline, in epoch
+    microseconds."""
+    seconds, micros = reply
     return int(seconds) * 1_000_000 + int(micros)

@@ -77,7 +77,7 @@ from schemas.spend import (
     SpendEventData,
     dollars,
 )
-from workers.fleet.lua_scripts import lua_source, redis_now_us
+from workers.fleet.lua_scripts import lua_source, redis_now_us, time_reply_us
 from workers.fleet.redis_client import stream_entries, text_fields
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ if TYPE_CHECKING:
 MICRO = 1_000_000  # cost is counted in millionths of a dollar
 EVENTS_MAXLEN = 10_000
 SWEEP_PER_CALL = 64  # expired reservations one reserve releases before it checks
+SETTLE_ATTEMPTS = 3  # reads of a reservation's period records before a settle gives up
 RECORD_KEEP_SECONDS = 24 * 3600  # a reservation's record outlives its lease by this much
 HOUR_RECORD_TTL_SECONDS = 2 * 24 * 3600
 
@@ -289,37 +290,54 @@ class SpendStore:
         self, reservation_id: str, tokens: int, cost_micro: int, now_ms: int | None = None
     ) -> int:
         """Charge what the call used instead of its reservation; repeating it changes nothing."""
-        return int(
-            self._settle_script(
-                *self._settlement(reservation_id, tokens, cost_micro, self._now_ms(now_ms))
-            )
-        )
+        (answer,) = self.settle_many([(reservation_id, tokens, cost_micro)], now_ms)
+        return answer
 
-    def _settlement(
-        self, reservation_id: str, tokens: int, cost_micro: int, now_ms: int
-    ) -> tuple[list[str], list[Any]]:
-        """The settle script's keys and arguments for one call."""
-        keys = [self.inflight_key, self.events_key, self.key("res", reservation_id)]
-        args = [
-            reservation_id,
-            max(0, int(tokens)),
-            int(cost_micro),
-            now_ms,
-            EVENTS_MAXLEN,
-            RECORD_KEEP_SECONDS,
-        ]
-        return keys, args
-
-    def settle_many(self, settlements: Sequence[tuple[str, int, int]]) -> list[int]:
-        """:meth:`settle` for many calls (reservation id, tokens, cost micro) in one round
-        trip (the worker's background settler)."""
-        now_ms = self._now_ms(None)
-        pipe = self.client.pipeline(transaction=False)
-        for reservation_id, tokens, cost_micro in settlements:
-            self._settle_script(
-                *self._settlement(reservation_id, tokens, cost_micro, now_ms), client=pipe
-            )
-        return [int(answer) for answer in pipe.execute()]
+    def settle_many(
+        self, settlements: Sequence[tuple[str, int, int]], now_ms: int | None = None
+    ) -> list[int]:
+        """:meth:`settle` for many calls (reservation id, tokens, cost micro) in two round
+        trips (the worker's background settler): one reads the clock and which period
+        records each reservation holds, one settles them all."""
+        answers: dict[int, int] = {}
+        pending = list(range(len(settlements)))
+        for _ in range(SETTLE_ATTEMPTS):
+            pipe = self.client.pipeline(transaction=False)
+            if now_ms is None:
+                pipe.time()
+            for index in pending:
+                pipe.hget(self.key("res", settlements[index][0]), "keys")
+            replies = pipe.execute()
+            now = int(now_ms) if now_ms is not None else time_reply_us(replies.pop(0)) // 1000
+            pipe = self.client.pipeline(transaction=False)
+            for index, held in zip(pending, replies, strict=True):
+                reservation_id, tokens, cost_micro = settlements[index]
+                held_keys = "" if held is None else _text(held)
+                self._settle_script(
+                    keys=[
+                        self.inflight_key,
+                        self.events_key,
+                        self.key("res", reservation_id),
+                        *held_keys.split(),
+                    ],
+                    args=[
+                        reservation_id,
+                        max(0, int(tokens)),
+                        int(cost_micro),
+                        now,
+                        EVENTS_MAXLEN,
+                        RECORD_KEEP_SECONDS,
+                        held_keys,
+                    ],
+                    client=pipe,
+                )
+            for index, answer in zip(pending, pipe.execute(), strict=True):
+                answers[index] = int(answer)
+            # -2: a record appeared between the read and the settle; read it again
+            pending = [index for index in pending if answers[index] == -2]
+            if not pending:
+                return [answers[index] for index in range(len(settlements))]
+        raise RuntimeError("reservations kept changing while they were being settled")
 
     def release_expired(self, now_ms: int | None = None, count: int = 1000) -> int:
         """Charge every reservation whose lease ran out (what each reserve also does first)."""
@@ -550,6 +568,10 @@ def event_from_fields(fields: dict[str, str]) -> SpendEventData:
             "at": datetime.fromtimestamp(int(fields["at"]) / 1000, UTC),
         }
     )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _int(value: Any) -> int:

@@ -2,10 +2,11 @@
 -- period record, the event a crossed threshold adds, and expiring a reservation whose
 -- lease ran out.
 --
--- The one place keys are built inside a script: a reservation's record is
--- {prefix}:spend:res:{id}, for the ids the sweep finds run out in the in-flight set, and
--- the period records it charges are the ones its record names. Which reservations ran out
--- is known only inside the script, at the instant it runs.
+-- The one place keys are built inside a script (the sweep, `expire`): a reservation's
+-- record is {prefix}:spend:res:{id}, for the ids the sweep finds run out in the in-flight
+-- set, and the period records it charges are the ones that record names. Which
+-- reservations ran out is known only inside the script, at the instant it runs, and the
+-- sweep must charge them in the same step as the reserve that follows it.
 local function num(v)
   return tonumber(v or '0') or 0
 end
