@@ -10,6 +10,7 @@ its caller's read and its write.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import redis
 
 from workers.core.policies.documents import read_files
 from workers.core.policies.importer import import_documents
+from workers.fleet.lua_scripts import RedisClock
 from workers.fleet.policy_store import PolicyStore
 from workers.fleet.redis_client import connect
 
@@ -96,3 +98,14 @@ def test_a_dropped_policy_leaves_a_set_imported_while_it_was_being_dropped(
     assert importer.get(policies[0].name) is None
     assert importer.set_members("team-b") == [], "no set names a policy that is gone"
     assert len(reads) == 2, "the drop read the sets again after they changed"
+
+
+def test_a_worker_whose_own_clock_is_off_passes_redis_time(redis_url: str) -> None:
+    # Leases, UTC periods and rate-limit windows are on Redis's clock: a worker whose own
+    # clock is a day and a half off still passes the scripts Redis's time, to the millisecond.
+    client = redis.Redis.from_url(redis_url)
+    skewed = RedisClock(client, monotonic=lambda: time.monotonic() + 129_600.0)
+    for _ in range(3):
+        seconds, micros = client.time()
+        assert abs(skewed.now_ms() - (int(seconds) * 1000 + int(micros) // 1000)) < 50
+        time.sleep(0.05)

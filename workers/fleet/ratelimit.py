@@ -8,7 +8,7 @@ unit of capacity. A call costs 1 request and N tokens; it may go when both
 limits have room (a full minute's allowance may be used in a burst), and both
 are charged in the same Lua script (``ratelimit_acquire.lua``), so limits never
 drift apart and two workers can never both take the last slot. The time it is
-given is Redis's clock, read just before, so workers with skewed clocks still agree.
+given is Redis's clock (``RedisClock``), so workers with skewed clocks still agree.
 
 Waiting counts against the run's deadline: when the wait would end past it,
 :meth:`FleetRateLimiter.acquire` raises :class:`RateLimitTimeout` at once
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from workers.fleet.lua_scripts import lua_source, redis_now_us
+from workers.fleet.lua_scripts import RedisClock, lua_source
 
 if TYPE_CHECKING:
     import redis
@@ -63,7 +63,7 @@ class FleetRateLimiter:
         self.tpm = tpm or 0
         self._sleep = sleep
         self._clock = clock
-        self._client = client
+        self._redis_clock = RedisClock(client)
         self._acquire_script = client.register_script(lua_source("ratelimit_acquire"))
 
     @classmethod
@@ -83,7 +83,7 @@ class FleetRateLimiter:
                 self.tpm,
                 max(0, int(tokens)),
                 WINDOW_SECONDS,
-                f"{redis_now_us(self._client) / 1_000_000:.6f}",
+                f"{self._redis_clock.now_us() / 1_000_000:.6f}",
             ],
         )
         return float(answer)

@@ -77,7 +77,7 @@ from schemas.spend import (
     SpendEventData,
     dollars,
 )
-from workers.fleet.lua_scripts import lua_source, redis_now_us, time_reply_us
+from workers.fleet.lua_scripts import RedisClock, lua_source
 from workers.fleet.redis_client import stream_entries, text_fields
 
 if TYPE_CHECKING:
@@ -209,6 +209,7 @@ class SpendStore:
         self.limits_key = self.key("limits")
         self.events_key = events_key(prefix)
         self.index_key = self.key("index")
+        self.redis_clock = RedisClock(client)
         self._reserve_script = client.register_script(_spend_script("spend_reserve"))
         self._settle_script = client.register_script(_spend_script("spend_settle"))
         self._sweep_script = client.register_script(_spend_script("spend_sweep"))
@@ -228,7 +229,7 @@ class SpendStore:
 
     def _now_ms(self, now_ms: int | None) -> int:
         """``now_ms``, or Redis's clock when None (the one clock every worker's leases use)."""
-        return int(now_ms) if now_ms is not None else redis_now_us(self.client) // 1000
+        return int(now_ms) if now_ms is not None else self.redis_clock.now_ms()
 
     # --- one model call -----------------------------------------------------------------------
     def reserve(
@@ -297,18 +298,16 @@ class SpendStore:
         self, settlements: Sequence[tuple[str, int, int]], now_ms: int | None = None
     ) -> list[int]:
         """:meth:`settle` for many calls (reservation id, tokens, cost micro) in two round
-        trips (the worker's background settler): one reads the clock and which period
-        records each reservation holds, one settles them all."""
+        trips (the worker's background settler): one reads which period records each
+        reservation holds, one settles them all."""
         answers: dict[int, int] = {}
         pending = list(range(len(settlements)))
         for _ in range(SETTLE_ATTEMPTS):
             pipe = self.client.pipeline(transaction=False)
-            if now_ms is None:
-                pipe.time()
             for index in pending:
                 pipe.hget(self.key("res", settlements[index][0]), "keys")
             replies = pipe.execute()
-            now = int(now_ms) if now_ms is not None else time_reply_us(replies.pop(0)) // 1000
+            now = self._now_ms(now_ms)
             pipe = self.client.pipeline(transaction=False)
             for index, held in zip(pending, replies, strict=True):
                 reservation_id, tokens, cost_micro = settlements[index]
