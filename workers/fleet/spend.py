@@ -125,7 +125,7 @@ class Scope:
                 f"fleet:hour:{today}{now:%H}",
                 "fleet",
                 now.strftime("%Y-%m-%dT%H"),
-                (now_s - now_s % 3600),
+                now_s - now_s % 3600,
             )
         if self.kind == "fleet-day":
             return f"fleet:day:{today}", "fleet", day_label(day), start
