@@ -62,6 +62,7 @@ scope, scope_id, period (what it is, for events and reports).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -116,17 +117,13 @@ class Scope:
     def period(self, now_s: int) -> tuple[str, str, str, int]:
         """Where this scope's spend is kept at ``now_s`` (epoch s): its index member (the
         period record's key after ``P:spend:``), scope, period label and period start."""
-        now = datetime.fromtimestamp(now_s, UTC)
-        today = now.strftime("%Y%m%d")
+        hour_start = now_s - now_s % 3600
+        hour, hour_label = _utc_hour(hour_start)
+        today = hour[:8]
         day = self.day or today
         start = self.start if self.start > 0 else now_s - now_s % 86400
         if self.kind == "fleet-hour":
-            return (
-                f"fleet:hour:{today}{now:%H}",
-                "fleet",
-                now.strftime("%Y-%m-%dT%H"),
-                now_s - now_s % 3600,
-            )
+            return f"fleet:hour:{hour}", "fleet", hour_label, hour_start
         if self.kind == "fleet-day":
             return f"fleet:day:{today}", "fleet", day_label(day), start
         if self.kind == "schedule":
@@ -160,6 +157,14 @@ class SkipAnswer:
 
     reason: str
     skipped_today: int
+
+
+@functools.lru_cache(maxsize=4)
+def _utc_hour(hour_start: int) -> tuple[str, str]:
+    """``YYYYMMDDHH`` and ``YYYY-MM-DDTHH`` of the UTC hour starting at ``hour_start`` (epoch
+    s); worked out once an hour, not once per model call."""
+    hour = datetime.fromtimestamp(hour_start, UTC)
+    return hour.strftime("%Y%m%d%H"), hour.strftime("%Y-%m-%dT%H")
 
 
 def micro_usd(cost_usd: float | None) -> int:
