@@ -263,3 +263,27 @@ def test_the_guard_waits_within_the_deadline_then_names_the_ceiling(redis_url: s
     with pytest.raises(SpendRefused) as refused:
         guard.reserve(request, 4_000, None, time.monotonic() + 30)
     assert "is reached: 7,000 tokens of 10,000 tokens spent" in refused.value.message
+
+
+def test_a_call_in_the_last_millisecond_of_a_year_counts_toward_that_hour_and_day(
+    redis_url: str,
+) -> None:
+    # The UTC hour and day a call is charged to, as `assay spend` shows them, across a
+    # year's end (and a leap day before it): the last millisecond stays in the old year.
+    spend = store(redis_url, "sp-period")
+    scopes = [
+        Scope("fleet-hour", default_tokens=10_000, ttl_seconds=3600),
+        Scope("fleet-day", default_tokens=10_000),
+    ]
+    last = datetime(2032, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)
+    first = datetime(2033, 1, 1, tzinfo=UTC)
+    for name, moment in (("old", last), ("new", first)):
+        now_ms = int(moment.timestamp() * 1000)
+        assert spend.reserve(name, 100, -1, LEASE, scopes, now_ms).status == "ok"
+        spend.settle(name, 100, -1, now_ms)
+    for moment, hour, day in (
+        (last, "2032-12-31T23", "2032-12-31"),
+        (first, "2033-01-01T00", "2033-01-01"),
+    ):
+        rows = spend.fleet_now(moment)
+        assert [(r.period, r.calls, r.tokens) for r in rows] == [(hour, 1, 100), (day, 1, 100)]

@@ -38,18 +38,12 @@ from pydantic import BaseModel
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from workers.core.toolsets.redaction import PATTERNS, scrubbed
+from workers.fleet.lua_scripts import lua_source
 from workers.fleet.timers import TimerEntry, TimerStore, continuation_timer_id, epoch
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
     from workers.fleet.store import VerdictStore
-
-_PARK = """
-local n = redis.call('HINCRBY', KEYS[1], 'sequence', 1)
-redis.call('HSET', KEYS[1], 'request', ARGV[1], 'state', ARGV[2], 'wake_at', ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return n
-"""
 
 
 @dataclass(frozen=True)
@@ -93,7 +87,7 @@ def park(
     )
     ttl = int(max(0.0, (wake_at - now).total_seconds())) + settings.run_ttl_seconds
     sequence = int(
-        redis.register_script(_PARK)(
+        redis.register_script(lua_source("checkpoint_park"))(
             keys=[checkpoint_key(settings.key_prefix, report.run_id)],
             args=[report.request.model_dump_json(), state_json, wake_at.isoformat(), ttl],
         )

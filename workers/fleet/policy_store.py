@@ -8,7 +8,7 @@ Key layout (``P`` = ``settings.key_prefix``)::
     P:policysets             set     set names
 
 An import replaces each policy it stores, and, with ``--set NAME``, makes the set exactly
-the policies of that import; both in one script (``_import_script``), so a fleet reading
+the policies of that import; both in one script (``policy_import.lua``), so a fleet reading
 the set mid-import sees the set before or after, never half of it.
 """
 
@@ -28,6 +28,7 @@ from schemas.policy import (
 )
 from workers.core.policies.documents import SourcedDocument
 from workers.core.policies.importer import import_documents
+from workers.fleet.lua_scripts import lua_source
 
 if TYPE_CHECKING:
     import redis
@@ -35,44 +36,9 @@ if TYPE_CHECKING:
     from schemas.settings import AssaySettings
 
 _NAME = re.compile(POLICY_NAME_PATTERN)
-
-# KEYS: policies zset, policysets set, the set key ('' when none)
-# ARGV: prefix, score ms, set name ('' when none), then name, JSON pairs.
-# Returns the names that existed before.
-_IMPORT_LUA = """
-local replaced = {}
-local names = {}
-for i = 4, #ARGV, 2 do
-  local key = ARGV[1] .. ':policy:' .. ARGV[i]
-  if redis.call('EXISTS', key) == 1 then replaced[#replaced + 1] = ARGV[i] end
-  redis.call('SET', key, ARGV[i + 1])
-  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i])
-  names[#names + 1] = ARGV[i]
-end
-if KEYS[3] ~= '' then
-  redis.call('DEL', KEYS[3])
-  if #names > 0 then redis.call('SADD', KEYS[3], unpack(names)) end
-  redis.call('SADD', KEYS[2], ARGV[3])
-end
-return replaced
-"""
-
-# KEYS: policies zset, policysets set.  ARGV: prefix, name.  Returns 1 when it existed.
-_DROP_LUA = """
-local existed = redis.call('DEL', ARGV[1] .. ':policy:' .. ARGV[2])
-redis.call('ZREM', KEYS[1], ARGV[2])
-for _, set in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  redis.call('SREM', ARGV[1] .. ':policyset:' .. set, ARGV[2])
-end
-return existed
-"""
-
-# KEYS: policysets set, the set key.  ARGV: set name.  Returns 1 when the set existed.
-_DROP_SET_LUA = """
-local existed = redis.call('SREM', KEYS[1], ARGV[1])
-redis.call('DEL', KEYS[2])
-return existed
-"""
+# Reads of the set names a drop makes before it gives up: each retry means another import
+# or drop changed the sets between its read and its write.
+DROP_ATTEMPTS = 20
 
 
 class UnreadablePolicy(ValueError):
@@ -85,9 +51,9 @@ class PolicyStore:
     def __init__(self, client: redis.Redis, *, prefix: str = "assay") -> None:
         self.client = client
         self.prefix = prefix
-        self._import_script = client.register_script(_IMPORT_LUA)
-        self._drop_script = client.register_script(_DROP_LUA)
-        self._drop_set_script = client.register_script(_DROP_SET_LUA)
+        self._import_script = client.register_script(lua_source("policy_import"))
+        self._drop_script = client.register_script(lua_source("policy_drop"))
+        self._drop_set_script = client.register_script(lua_source("policy_drop_set"))
 
     @classmethod
     def from_settings(cls, settings: AssaySettings, client: redis.Redis) -> PolicyStore:
@@ -108,12 +74,15 @@ class PolicyStore:
         set_name = valid_set_name(policy_set) if policy_set else ""
         set_key = self._key("policyset", set_name) if set_name else ""
         score = int(max((p.imported_at.timestamp() for p in policies), default=0) * 1000)
-        argv: list[str | int] = [self.prefix, score, set_name]
+        keys = [self._key("policies"), self._key("policysets")]
+        argv: list[str | int] = [score, set_name]
         for policy in policies:
-            argv += [self._name(policy.name), policy.model_dump_json()]
-        replaced = self._import_script(
-            keys=[self._key("policies"), self._key("policysets"), set_key], args=argv
-        )
+            name = self._name(policy.name)
+            keys.append(self._key("policy", name))
+            argv += [name, policy.model_dump_json()]
+        if set_key:
+            keys.append(set_key)
+        replaced = self._import_script(keys=keys, args=argv)
         return [r.decode() if isinstance(r, bytes) else str(r) for r in replaced]
 
     def get(self, name: str) -> ImportedPolicy | None:
@@ -170,11 +139,26 @@ class PolicyStore:
 
     def drop(self, name: str) -> bool:
         """Forget a policy (and its place in every set); False when there was none."""
-        existed = self._drop_script(
-            keys=[self._key("policies"), self._key("policysets")],
-            args=[self.prefix, self._name(name)],
+        name = self._name(name)
+        sets_key = self._key("policysets")
+        for _ in range(DROP_ATTEMPTS):
+            sets = sorted(_text(s) for s in self.client.smembers(sets_key))
+            existed = int(
+                self._drop_script(
+                    keys=[
+                        self._key("policy", name),
+                        self._key("policies"),
+                        sets_key,
+                        *(self._key("policyset", s) for s in sets),
+                    ],
+                    args=[name, *sets],
+                )
+            )
+            if existed >= 0:
+                return bool(existed)
+        raise RuntimeError(
+            f"the policy sets kept changing while policy {name!r} was being dropped; drop it again"
         )
-        return bool(existed)
 
     def drop_set(self, policy_set: str) -> bool:
         """Forget a set (its policies stay); False when there was none."""

@@ -27,8 +27,9 @@ once more.
 
 The claim is a lease: it is taken for :data:`COMPILE_LEASE_SECONDS` (never longer than
 ``compile_lock_seconds``) and the holder's :class:`CompileClaim` renews it from a daemon thread
-every fifth of that while the model runs, compare-and-extend in one Lua script (a holder whose
-claim expired and was taken by another run extends nothing). A holder that dies (SIGKILL, OOM)
+every fifth of that while the model runs, compare-and-extend in one Lua script
+(``probe_compile_renew.lua``: a holder whose claim expired and was taken by another run
+extends nothing). A holder that dies (SIGKILL, OOM)
 stops renewing, its claim expires within one lease, and the first waiter to poll after that
 takes it over; the others wait for that new holder. Before the lease, the claim lived for the
 whole ``compile_lock_seconds`` and a killed holder held its batch up that long. A live holder's
@@ -50,6 +51,7 @@ from schemas.budget import ProfileName
 from schemas.ids import check_id as valid_id
 from schemas.probe import AgreementEntry, ProbeOutcome, ProbeRecord, normalised_predicate
 from schemas.verdict import VerdictKind
+from workers.fleet.lua_scripts import lua_source
 
 if TYPE_CHECKING:
     import redis
@@ -68,41 +70,6 @@ CompileState = Literal["compiling", "done", "free"]
 COMPILE_LEASE_SECONDS = 5.0
 # Renewals per lease: the holder renews every lease / 5 (1 s by default).
 COMPILE_RENEWALS_PER_LEASE = 5
-# Compare-and-set: only the holder's own token becomes "done"; an expired claim another run
-# took since is left alone. ARGV[2]: how long "done" lasts (the rest of the claim's lifetime).
-_FINISH = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('SET', KEYS[1], 'done', 'PX', ARGV[2])
-end
-return nil
-"""
-# Compare-and-extend: the lease is renewed only while the key still holds this token; a
-# holder whose claim expired (and maybe went to another run) or was marked done extends
-# nothing. 1 when renewed, 0 when not.
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-# Everything a run needs to know before it starts, in one round trip (issue 15: the separate
-# GETs and the claim were five of a batch run's eight Redis round trips, each a GIL hand-over
-# in a busy worker). KEYS: the check's probe, the batch's probe (the check's again when there
-# is no batch), the compile claim. ARGV: a claim token ('' = do not claim), its lease in ms.
-# It claims only when there is no probe at all and no claim: a retired probe (its JSON says
-# so, which this script does not parse) takes the long way, ProbeStore.claim_compile.
-_LOOKUP = """
-local own = redis.call('GET', KEYS[1])
-local batch = false
-if KEYS[2] ~= KEYS[1] then batch = redis.call('GET', KEYS[2]) end
-local state = redis.call('GET', KEYS[3])
-local claimed = 0
-if ARGV[1] ~= '' and not own and not batch and not state then
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
-  claimed = 1
-end
-return {own, batch, state, claimed}
-"""
 
 
 @dataclass(frozen=True)
@@ -138,9 +105,9 @@ class ProbeStore:
         self.compile_lock_seconds = compile_lock_seconds
         # How long a claim lives without a renewal (tests shorten it).
         self.compile_lease_seconds = compile_lease_seconds
-        self._finish_script = client.register_script(_FINISH)
-        self._renew_script = client.register_script(_RENEW)
-        self._lookup_script = client.register_script(_LOOKUP)
+        self._finish_script = client.register_script(lua_source("probe_compile_finish"))
+        self._renew_script = client.register_script(lua_source("probe_compile_renew"))
+        self._lookup_script = client.register_script(lua_source("probe_lookup"))
 
     @classmethod
     def beside(cls, store: VerdictStore, settings: AssaySettings) -> ProbeStore:

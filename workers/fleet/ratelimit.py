@@ -6,9 +6,9 @@ shared state per model in Redis. The algorithm is GCRA (the generic cell rate
 algorithm): per limit, one number, the "theoretical arrival time" of the next
 unit of capacity. A call costs 1 request and N tokens; it may go when both
 limits have room (a full minute's allowance may be used in a burst), and both
-are charged in the same Lua script, so limits never drift apart and two
-workers can never both take the last slot. The script reads Redis's clock, so
-workers with skewed clocks still agree.
+are charged in the same Lua script (``ratelimit_acquire.lua``), so limits never
+drift apart and two workers can never both take the last slot. The time it is
+given is Redis's clock (``RedisClock``), so workers with skewed clocks still agree.
 
 Waiting counts against the run's deadline: when the wait would end past it,
 :meth:`FleetRateLimiter.acquire` raises :class:`RateLimitTimeout` at once
@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from workers.fleet.lua_scripts import RedisClock, lua_source
+
 if TYPE_CHECKING:
     import redis
 
@@ -33,37 +35,6 @@ if TYPE_CHECKING:
 
 WINDOW_SECONDS = 60.0
 MAX_SLEEP_SECONDS = 1.0  # re-ask at least this often: other workers may free nothing, or time moved
-
-# KEYS: rpm key, tpm key.  ARGV: rpm (0 = off), tpm (0 = off), tokens, window seconds
-# Returns "0" when the call may go (and charges it), else the seconds to wait.
-_ACQUIRE_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local window = tonumber(ARGV[4])
-local function plan(key, rate, cost)
-  if rate <= 0 then
-    return nil, -1
-  end
-  if cost > rate then cost = rate end
-  local tat = tonumber(redis.call('GET', key) or '0')
-  if tat < now then tat = now end
-  local new_tat = tat + cost * window / rate
-  return new_tat, new_tat - window - now
-end
-local rpm_tat, rpm_wait = plan(KEYS[1], tonumber(ARGV[1]), 1)
-local tpm_tat, tpm_wait = plan(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]))
-local wait = math.max(rpm_wait, tpm_wait)
-if wait > 0 then
-  return tostring(wait)
-end
-if rpm_tat then
-  redis.call('SET', KEYS[1], tostring(rpm_tat), 'PX', math.ceil((rpm_tat - now) * 1000) + 1000)
-end
-if tpm_tat then
-  redis.call('SET', KEYS[2], tostring(tpm_tat), 'PX', math.ceil((tpm_tat - now) * 1000) + 1000)
-end
-return '0'
-"""
 
 
 class RateLimitTimeout(TimeoutError):
@@ -92,7 +63,8 @@ class FleetRateLimiter:
         self.tpm = tpm or 0
         self._sleep = sleep
         self._clock = clock
-        self._acquire_script = client.register_script(_ACQUIRE_LUA)
+        self._redis_clock = RedisClock(client)
+        self._acquire_script = client.register_script(lua_source("ratelimit_acquire"))
 
     @classmethod
     def from_settings(cls, settings: AssaySettings, client: redis.Redis) -> FleetRateLimiter | None:
@@ -105,7 +77,14 @@ class FleetRateLimiter:
         """Charge one call of ``tokens`` if it fits now (returns 0), else the seconds to wait."""
         keys = [f"{self.prefix}:ratelimit:{model}:rpm", f"{self.prefix}:ratelimit:{model}:tpm"]
         answer = self._acquire_script(
-            keys=keys, args=[self.rpm, self.tpm, max(0, int(tokens)), WINDOW_SECONDS]
+            keys=keys,
+            args=[
+                self.rpm,
+                self.tpm,
+                max(0, int(tokens)),
+                WINDOW_SECONDS,
+                f"{self._redis_clock.now_us() / 1_000_000:.6f}",
+            ],
         )
         return float(answer)
 

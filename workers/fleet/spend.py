@@ -3,8 +3,8 @@
 A run's budget bounds one run; this bounds what a schedule spends per UTC day,
 a batch in total, and the whole fleet per UTC hour (tokens) and per UTC day
 (cost). Every model call of every worker goes through one Lua script
-(:attr:`SpendStore._reserve_script`) before it is made and one after
-(:attr:`SpendStore._settle_script`):
+(``spend_reserve.lua``) before it is made and one after (``spend_settle.lua``);
+both share ``spend_charges.lua``:
 
 * **reserve** holds the call's estimate (its padded prompt count plus its
   ``max_tokens``; its cost when the model's price is known) against every
@@ -62,6 +62,7 @@ scope, scope_id, period (what it is, for events and reports).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -77,6 +78,7 @@ from schemas.spend import (
     SpendEventData,
     dollars,
 )
+from workers.fleet.lua_scripts import RedisClock, lua_source
 from workers.fleet.redis_client import stream_entries, text_fields
 
 if TYPE_CHECKING:
@@ -87,293 +89,14 @@ if TYPE_CHECKING:
 MICRO = 1_000_000  # cost is counted in millionths of a dollar
 EVENTS_MAXLEN = 10_000
 SWEEP_PER_CALL = 64  # expired reservations one reserve releases before it checks
+SETTLE_ATTEMPTS = 3  # reads of a reservation's period records before a settle gives up
 RECORD_KEEP_SECONDS = 24 * 3600  # a reservation's record outlives its lease by this much
 HOUR_RECORD_TTL_SECONDS = 2 * 24 * 3600
 
-# Shared by every script: the UTC calendar from epoch seconds (Redis's Lua has no os.date),
-# the event a crossed threshold adds, and charging a period record.
-_PRELUDE = """
-local function civil(epoch_s)
-  local days = math.floor(epoch_s / 86400)
-  local hour = math.floor((epoch_s - days * 86400) / 3600)
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
-    - math.floor(doe / 146096)) / 365)
-  local y = yoe + era * 400
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local d = doy - math.floor((153 * mp + 2) / 5) + 1
-  local m = mp + 3
-  if mp >= 10 then m = mp - 9 end
-  if m <= 2 then y = y + 1 end
-  return y, m, d, hour
-end
-local function now_ms_of(arg)
-  if arg ~= '' then return tonumber(arg) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function num(v)
-  return tonumber(v or '0') or 0
-end
--- a period record's field, and its name in events
-local RESOURCES = {{'tokens', 'tokens'}, {'cost', 'cost_usd'}}
--- Add an event for each threshold of `key` that spend has crossed, once per record. One read
--- decides; an event costs a few more commands, once per threshold and period.
-local function thresholds(key, events, maxlen, now_ms, refused_resource)
-  local f = redis.call('HMGET', key, 'tokens', 'cost', 'limit_tokens', 'limit_cost',
-    'alerted:tokens:80', 'alerted:tokens:100', 'alerted:cost:80', 'alerted:cost:100')
-  for i, r in ipairs(RESOURCES) do
-    local spent, limit = num(f[i]), num(f[i + 2])
-    if limit > 0 then
-      local marks = {}
-      if spent >= 0.8 * limit and not f[3 + 2 * i] then marks[#marks + 1] = 80 end
-      if (spent >= limit or refused_resource == r[1]) and not f[4 + 2 * i] then
-        marks[#marks + 1] = 100
-      end
-      for _, mark in ipairs(marks) do
-        if redis.call('HSETNX', key, 'alerted:' .. r[1] .. ':' .. mark, now_ms) == 1 then
-          local meta = redis.call('HMGET', key, 'scope', 'scope_id', 'period')
-          redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
-            'scope', meta[1] or '', 'scope_id', meta[2] or '', 'period', meta[3] or '',
-            'resource', r[2], 'threshold', mark, 'spent', spent, 'limit', limit, 'at', now_ms)
-        end
-      end
-    end
-  end
-end
-local function charge(key, tokens, cost, events, maxlen, now_ms)
-  redis.call('HINCRBY', key, 'tokens', tokens)
-  if cost then redis.call('HINCRBY', key, 'cost', cost) end
-  thresholds(key, events, maxlen, now_ms, nil)
-end
-local function split(text)
-  local out = {}
-  for part in string.gmatch(text or '', '%S+') do out[#out + 1] = part end
-  return out
-end
--- A reservation whose lease ran out: its worker stopped mid-call. Charged in full, once.
-local function expire(prefix, inflight, id, events, maxlen, now_ms, keep_s)
-  local rec = prefix .. ':spend:res:' .. id
-  local f = redis.call('HMGET', rec, 'keys', 'tokens', 'cost', 'state')
-  redis.call('ZREM', inflight, id)
-  if not f[1] or f[4] ~= 'held' then return end
-  local tokens, cost = num(f[2]), tonumber(f[3])
-  for _, key in ipairs(split(f[1])) do
-    redis.call('HINCRBY', key, 'reserved_tokens', -tokens)
-    if cost and cost >= 0 then
-      redis.call('HINCRBY', key, 'reserved_cost', -cost)
-      charge(key, tokens, cost, events, maxlen, now_ms)
-    else
-      charge(key, tokens, nil, events, maxlen, now_ms)
-    end
-    redis.call('HINCRBY', key, 'expired', 1)
-    redis.call('HINCRBY', key, 'expired_tokens', tokens)
-  end
-  redis.call('HSET', rec, 'state', 'expired')
-  redis.call('EXPIRE', rec, keep_s)
-end
-local function sweep(prefix, inflight, events, maxlen, now_ms, keep_s, count)
-  local due = redis.call('ZRANGEBYSCORE', inflight, '-inf', now_ms, 'LIMIT', 0, count)
-  for _, id in ipairs(due) do
-    expire(prefix, inflight, id, events, maxlen, now_ms, keep_s)
-  end
-  return #due
-end
-"""
 
-# KEYS: 1 inflight, 2 limits, 3 events, 4 index, 5 reservation record
-# ARGV: 1 reservation id, 2 tokens, 3 cost micro (-1: price unknown), 4 lease ms, 5 prefix,
-#       6 record keep s, 7 events maxlen, 8 now ms ('' = Redis's clock), 9 sweep count,
-#       10 history s, 11 run id, then one per scope, its 7 parts joined by '|': kind
-#       (fleet-hour | fleet-day | schedule | batch), scope id, day YYYYMMDD ('' = today),
-#       default tokens, default cost micro (0 = none), record TTL s, period start epoch s
-#       (0 = now's); the fleet's ceilings are its defaults. (One argument per scope: each
-#       argument costs the caller time to send.)
-# Returns {'ok'} | {'wait', label, resource, spent, reserved, limit}
-#       | {'refused', label, resource, spent, limit}.
-_RESERVE_LUA = (
-    _PRELUDE
-    + """
-local inflight, limits, events, index, rec = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local id, want_t, want_c = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local lease_ms, prefix, keep_s, maxlen = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local now_ms = now_ms_of(ARGV[8])
-sweep(prefix, inflight, events, maxlen, now_ms, keep_s, tonumber(ARGV[9]))
-local now_s = math.floor(now_ms / 1000)
-local y, m, d, h = civil(now_s)
-local today = string.format('%04d%02d%02d', y, m, d)
-local scopes = {}
-for a = 12, #ARGV do
-  local kind, sid, day, lt, lc, ttl, start = string.match(ARGV[a],
-    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
-  local s = {kind = kind, sid = sid, lt = num(lt), lc = num(lc), ttl = tonumber(ttl),
-    start = num(start)}
-  if s.start <= 0 then s.start = now_s - (now_s % 86400) end
-  if day == '' then day = today end
-  local dy, dm, dd = tonumber(string.sub(day, 1, 4)), tonumber(string.sub(day, 5, 6)),
-    tonumber(string.sub(day, 7, 8))
-  local label = string.format('%04d-%02d-%02d', dy, dm, dd)
-  if kind == 'fleet-hour' then
-    s.member = 'fleet:hour:' .. today .. string.format('%02d', h)
-    s.scope, s.period = 'fleet', string.format('%04d-%02d-%02dT%02d', y, m, d, h)
-    s.start = now_s - (now_s % 3600)
-  elseif kind == 'fleet-day' then
-    s.member, s.scope, s.period = 'fleet:day:' .. today, 'fleet', label
-  elseif kind == 'schedule' then
-    s.member, s.scope, s.period = 'schedule:' .. sid .. ':day:' .. day, 'schedule', label
-    local own = redis.call('HGET', limits, 'schedule:' .. sid)
-    if own then
-      local parts = split(own)
-      s.lt, s.lc = num(parts[1]), num(parts[2])
-    end
-  else
-    s.member, s.scope, s.period = 'batch:' .. sid, 'batch', 'total'
-    s.start = now_s
-  end
-  s.key = prefix .. ':spend:' .. s.member
-  if kind == 'batch' then
-    local own = redis.call('HMGET', s.key, 'own', 'limit_tokens', 'limit_cost')
-    if own[1] == '1' then s.lt, s.lc = num(own[2]), num(own[3]) end
-  end
-  scopes[#scopes + 1] = s
-end
-local wait = nil
-for _, s in ipairs(scopes) do
-  local f = redis.call('HMGET', s.key, 'tokens', 'cost', 'reserved_tokens', 'reserved_cost',
-    'limit_tokens', 'limit_cost', 'scope')
-  local spent_t, spent_c, res_t, res_c = num(f[1]), num(f[2]), num(f[3]), num(f[4])
-  s.fresh = not f[7] or num(f[5]) ~= s.lt or num(f[6]) ~= s.lc
-  local checks = {{'tokens', s.lt, spent_t, res_t, want_t}}
-  if want_c >= 0 then checks[2] = {'cost', s.lc, spent_c, res_c, want_c} end
-  for _, c in ipairs(checks) do
-    local resource, limit, spent, reserved, want = c[1], c[2], c[3], c[4], c[5]
-    if limit > 0 and spent + want > limit then
-      redis.call('HSET', s.key, 'scope', s.scope, 'scope_id', s.sid, 'period', s.period,
-        'limit_tokens', s.lt, 'limit_cost', s.lc)
-      redis.call('HINCRBY', s.key, 'refused', 1)
-      redis.call('HSETNX', s.key, 'reached_at', now_ms)
-      thresholds(s.key, events, maxlen, now_ms, resource)
-      redis.call('EXPIRE', s.key, s.ttl)
-      redis.call('ZADD', index, 'NX', s.start, s.member)
-      return {'refused', s.kind .. ':' .. s.sid .. ':' .. s.period, resource, tostring(spent),
-        tostring(limit)}
-    end
-    if not wait and limit > 0 and spent + reserved + want > limit then
-      wait = {'wait', s.kind .. ':' .. s.sid .. ':' .. s.period, resource, tostring(spent),
-        tostring(reserved), tostring(limit)}
-    end
-  end
-end
-if wait then return wait end
-local keys = {}
-local created = false
-for _, s in ipairs(scopes) do
-  redis.call('HINCRBY', s.key, 'reserved_tokens', want_t)
-  if want_c >= 0 then
-    redis.call('HINCRBY', s.key, 'reserved_cost', want_c)
-  else
-    redis.call('HINCRBY', s.key, 'unpriced', 1)
-  end
-  if redis.call('HINCRBY', s.key, 'calls', 1) == 1 then
-    created = true
-    redis.call('EXPIRE', s.key, s.ttl)
-    redis.call('ZADD', index, 'NX', s.start, s.member)
-  end
-  if s.fresh then  -- a new record, or new ceilings since its last call
-    redis.call('HSET', s.key, 'scope', s.scope, 'scope_id', s.sid, 'period', s.period,
-      'limit_tokens', s.lt, 'limit_cost', s.lc)
-  end
-  keys[#keys + 1] = s.key
-end
-if created then
-  redis.call('ZREMRANGEBYSCORE', index, '-inf', now_s - tonumber(ARGV[10]))
-end
-redis.call('HSET', rec, 'keys', table.concat(keys, ' '), 'tokens', want_t, 'cost', want_c,
-  'run', ARGV[11], 'state', 'held')
-redis.call('EXPIRE', rec, math.ceil(lease_ms / 1000) + keep_s)
-redis.call('ZADD', inflight, now_ms + lease_ms, id)
-return {'ok'}
-"""
-)
-
-# KEYS: 1 inflight, 2 events, 3 reservation record
-# ARGV: 1 reservation id, 2 tokens used, 3 cost micro used (-1: price unknown),
-#       4 now ms ('' = Redis's clock), 5 events maxlen, 6 record keep s
-# Returns 1 settled, 0 settled before (nothing changed), -1 no such reservation (its record
-# outlived its lease by a day and is gone).
-_SETTLE_LUA = (
-    _PRELUDE
-    + """
-local inflight, events, rec = KEYS[1], KEYS[2], KEYS[3]
-local id, used_t, used_c = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local now_ms, maxlen, keep_s = now_ms_of(ARGV[4]), ARGV[5], tonumber(ARGV[6])
-local f = redis.call('HMGET', rec, 'keys', 'tokens', 'cost', 'state')
-if not f[1] then return -1 end
-if f[4] == 'settled' then return 0 end
-local held_t, held_c = num(f[2]), tonumber(f[3]) or -1
-local held = redis.call('ZREM', inflight, id) == 1 and f[4] == 'held'
-for _, key in ipairs(split(f[1])) do
-  local cost = nil
-  if held then
-    redis.call('HINCRBY', key, 'reserved_tokens', -held_t)
-    if held_c >= 0 then redis.call('HINCRBY', key, 'reserved_cost', -held_c) end
-    if used_c >= 0 then cost = used_c end
-    charge(key, used_t, cost, events, maxlen, now_ms)
-  else
-    -- its lease ran out first and charged the whole estimate: correct it to what was used
-    if used_c >= 0 and held_c >= 0 then cost = used_c - held_c end
-    charge(key, used_t - held_t, cost, events, maxlen, now_ms)
-  end
-end
-redis.call('HSET', rec, 'state', 'settled')
-redis.call('EXPIRE', rec, keep_s)
-return 1
-"""
-)
-
-# KEYS: 1 inflight, 2 events.  ARGV: 1 prefix, 2 now ms ('' = Redis's clock), 3 maxlen,
-#       4 record keep s, 5 count.  Returns how many reservations it found expired.
-_SWEEP_LUA = (
-    _PRELUDE
-    + """
-return sweep(ARGV[1], KEYS[1], KEYS[2], ARGV[3], now_ms_of(ARGV[2]), tonumber(ARGV[4]),
-  tonumber(ARGV[5]))
-"""
-)
-
-# KEYS: 1 the schedule's day record, 2 index
-# ARGV: 1 schedule id, 2 tokens ceiling, 3 cost ceiling micro (0 = none), 4 instants to skip,
-#       5 period label (YYYY-MM-DD), 6 period start (epoch s), 7 record TTL s, 8 key prefix
-#       of period records ("P:spend:")
-# The schedule's ceiling for that day is reached (a call was refused, or spend reached it):
-# counts the skipped instants and returns {'reached', resource, spent, limit, skipped that day};
-# else {}.
-_SKIP_LUA = """
-local function num(v) return tonumber(v or '0') or 0 end
-local lt, lc = num(ARGV[2]), num(ARGV[3])
-if lt <= 0 and lc <= 0 then return {} end
-local f = redis.call('HMGET', KEYS[1], 'tokens', 'cost', 'reached_at')
-local spent_t, spent_c = num(f[1]), num(f[2])
-local reason = nil
-if lt > 0 and spent_t >= lt then
-  reason = {'reached', 'tokens', tostring(spent_t), tostring(lt)}
-elseif lc > 0 and spent_c >= lc then
-  reason = {'reached', 'cost_usd', tostring(spent_c), tostring(lc)}
-elseif f[3] then
-  reason = {'reached', 'refused', tostring(spent_t), tostring(lt)}
-end
-if not reason then return {} end
-redis.call('HSET', KEYS[1], 'scope', 'schedule', 'scope_id', ARGV[1], 'period', ARGV[5],
-  'limit_tokens', lt, 'limit_cost', lc)
-local total = redis.call('HINCRBY', KEYS[1], 'skipped', tonumber(ARGV[4]))
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[7]))
-redis.call('ZADD', KEYS[2], 'NX', tonumber(ARGV[6]), string.sub(KEYS[1], #ARGV[8] + 1))
-reason[5] = tostring(total)
-return reason
-"""
+def _spend_script(name: str) -> str:
+    """A spend script with the charging steps it shares prepended (``spend_charges.lua``)."""
+    return lua_source("spend_charges") + lua_source(name)
 
 
 ScopeName = Literal["fleet-hour", "fleet-day", "schedule", "batch"]
@@ -385,17 +108,33 @@ class Scope:
 
     kind: ScopeName
     scope_id: str = ""
-    day: str = ""  # YYYYMMDD (a schedule's), '' = today by Redis's clock
+    day: str = ""  # YYYYMMDD (a schedule's), '' = today (UTC, at the call)
     default_tokens: int = 0
     default_cost_micro: int = 0
     ttl_seconds: int = 0
-    start: int = 0  # the period's start (epoch s), 0 = worked out by the script
+    start: int = 0  # the period's start (epoch s), 0 = worked out from the call's instant
 
-    def encoded(self, default_ttl: int) -> str:
+    def period(self, now_s: int) -> tuple[str, str, str, int]:
+        """Where this scope's spend is kept at ``now_s`` (epoch s): its index member (the
+        period record's key after ``P:spend:``), scope, period label and period start."""
+        hour_start = now_s - now_s % 3600
+        hour, hour_label = _utc_hour(hour_start)
+        today = hour[:8]
+        day = self.day or today
+        start = self.start if self.start > 0 else now_s - now_s % 86400
+        if self.kind == "fleet-hour":
+            return f"fleet:hour:{hour}", "fleet", hour_label, hour_start
+        if self.kind == "fleet-day":
+            return f"fleet:day:{today}", "fleet", day_label(day), start
+        if self.kind == "schedule":
+            return f"schedule:{self.scope_id}:day:{day}", "schedule", day_label(day), start
+        return f"batch:{self.scope_id}", "batch", "total", now_s
+
+    def encoded(self, member: str, scope: str, period: str, start: int, default_ttl: int) -> str:
         """The scope as the reserve script reads it (ids and days never hold ``|``)."""
         return (
-            f"{self.kind}|{self.scope_id}|{self.day}|{self.default_tokens}|"
-            f"{self.default_cost_micro}|{self.ttl_seconds or default_ttl}|{self.start}"
+            f"{self.kind}|{self.scope_id}|{self.default_tokens}|{self.default_cost_micro}|"
+            f"{self.ttl_seconds or default_ttl}|{start}|{member}|{scope}|{period}"
         )
 
 
@@ -418,6 +157,14 @@ class SkipAnswer:
 
     reason: str
     skipped_today: int
+
+
+@functools.lru_cache(maxsize=4)
+def _utc_hour(hour_start: int) -> tuple[str, str]:
+    """``YYYYMMDDHH`` and ``YYYY-MM-DDTHH`` of the UTC hour starting at ``hour_start`` (epoch
+    s); worked out once an hour, not once per model call."""
+    hour = datetime.fromtimestamp(hour_start, UTC)
+    return hour.strftime("%Y%m%d%H"), hour.strftime("%Y-%m-%dT%H")
 
 
 def micro_usd(cost_usd: float | None) -> int:
@@ -467,10 +214,11 @@ class SpendStore:
         self.limits_key = self.key("limits")
         self.events_key = events_key(prefix)
         self.index_key = self.key("index")
-        self._reserve_script = client.register_script(_RESERVE_LUA)
-        self._settle_script = client.register_script(_SETTLE_LUA)
-        self._sweep_script = client.register_script(_SWEEP_LUA)
-        self._skip_script = client.register_script(_SKIP_LUA)
+        self.redis_clock = RedisClock(client)
+        self._reserve_script = client.register_script(_spend_script("spend_reserve"))
+        self._settle_script = client.register_script(_spend_script("spend_settle"))
+        self._sweep_script = client.register_script(_spend_script("spend_sweep"))
+        self._skip_script = client.register_script(lua_source("spend_skip"))
 
     @classmethod
     def from_settings(cls, settings: AssaySettings, client: redis.Redis) -> SpendStore:
@@ -484,6 +232,10 @@ class SpendStore:
     def key(self, *parts: str) -> str:
         return ":".join((self.prefix, "spend", *parts))
 
+    def _now_ms(self, now_ms: int | None) -> int:
+        """``now_ms``, or Redis's clock when None (the one clock every worker's leases use)."""
+        return int(now_ms) if now_ms is not None else self.redis_clock.now_ms()
+
     # --- one model call -----------------------------------------------------------------------
     def reserve(
         self,
@@ -496,6 +248,19 @@ class SpendStore:
         run_id: str = "",
     ) -> ReserveAnswer:
         """Hold ``tokens`` / ``cost_micro`` against every scope's ceiling, in one step."""
+        now_ms = self._now_ms(now_ms)
+        keys = [
+            self.inflight_key,
+            self.limits_key,
+            self.events_key,
+            self.index_key,
+            self.key("res", reservation_id),
+        ]
+        encoded = []
+        for scope in scopes:
+            member, name, period, start = scope.period(now_ms // 1000)
+            keys.append(self.key(member))
+            encoded.append(scope.encoded(member, name, period, start, self.history_seconds))
         args: list[Any] = [
             reservation_id,
             max(0, int(tokens)),
@@ -504,22 +269,13 @@ class SpendStore:
             self.prefix,
             RECORD_KEEP_SECONDS,
             EVENTS_MAXLEN,
-            "" if now_ms is None else int(now_ms),
+            now_ms,
             SWEEP_PER_CALL,
             self.history_seconds,
             run_id,
-            *(scope.encoded(self.history_seconds) for scope in scopes),
+            *encoded,
         ]
-        answer = self._reserve_script(
-            keys=[
-                self.inflight_key,
-                self.limits_key,
-                self.events_key,
-                self.index_key,
-                self.key("res", reservation_id),
-            ],
-            args=args,
-        )
+        answer = self._reserve_script(keys=keys, args=args)
         status = str(answer[0])
         if status == "ok":
             return ReserveAnswer("ok")
@@ -540,34 +296,52 @@ class SpendStore:
         self, reservation_id: str, tokens: int, cost_micro: int, now_ms: int | None = None
     ) -> int:
         """Charge what the call used instead of its reservation; repeating it changes nothing."""
-        return int(
-            self._settle_script(*self._settlement(reservation_id, tokens, cost_micro, now_ms))
-        )
+        (answer,) = self.settle_many([(reservation_id, tokens, cost_micro)], now_ms)
+        return answer
 
-    def _settlement(
-        self, reservation_id: str, tokens: int, cost_micro: int, now_ms: int | None
-    ) -> tuple[list[str], list[Any]]:
-        """The settle script's keys and arguments for one call."""
-        keys = [self.inflight_key, self.events_key, self.key("res", reservation_id)]
-        args = [
-            reservation_id,
-            max(0, int(tokens)),
-            int(cost_micro),
-            "" if now_ms is None else int(now_ms),
-            EVENTS_MAXLEN,
-            RECORD_KEEP_SECONDS,
-        ]
-        return keys, args
-
-    def settle_many(self, settlements: Sequence[tuple[str, int, int]]) -> list[int]:
-        """:meth:`settle` for many calls (reservation id, tokens, cost micro) in one round
-        trip (the worker's background settler)."""
-        pipe = self.client.pipeline(transaction=False)
-        for reservation_id, tokens, cost_micro in settlements:
-            self._settle_script(
-                *self._settlement(reservation_id, tokens, cost_micro, None), client=pipe
-            )
-        return [int(answer) for answer in pipe.execute()]
+    def settle_many(
+        self, settlements: Sequence[tuple[str, int, int]], now_ms: int | None = None
+    ) -> list[int]:
+        """:meth:`settle` for many calls (reservation id, tokens, cost micro) in two round
+        trips (the worker's background settler): one reads which period records each
+        reservation holds, one settles them all."""
+        answers: dict[int, int] = {}
+        pending = list(range(len(settlements)))
+        for _ in range(SETTLE_ATTEMPTS):
+            pipe = self.client.pipeline(transaction=False)
+            for index in pending:
+                pipe.hget(self.key("res", settlements[index][0]), "keys")
+            replies = pipe.execute()
+            now = self._now_ms(now_ms)
+            pipe = self.client.pipeline(transaction=False)
+            for index, held in zip(pending, replies, strict=True):
+                reservation_id, tokens, cost_micro = settlements[index]
+                held_keys = "" if held is None else _text(held)
+                self._settle_script(
+                    keys=[
+                        self.inflight_key,
+                        self.events_key,
+                        self.key("res", reservation_id),
+                        *held_keys.split(),
+                    ],
+                    args=[
+                        reservation_id,
+                        max(0, int(tokens)),
+                        int(cost_micro),
+                        now,
+                        EVENTS_MAXLEN,
+                        RECORD_KEEP_SECONDS,
+                        held_keys,
+                    ],
+                    client=pipe,
+                )
+            for index, answer in zip(pending, pipe.execute(), strict=True):
+                answers[index] = int(answer)
+            # -2: a record appeared between the read and the settle; read it again
+            pending = [index for index in pending if answers[index] == -2]
+            if not pending:
+                return [answers[index] for index in range(len(settlements))]
+        raise RuntimeError("reservations kept changing while they were being settled")
 
     def release_expired(self, now_ms: int | None = None, count: int = 1000) -> int:
         """Charge every reservation whose lease ran out (what each reserve also does first)."""
@@ -576,7 +350,7 @@ class SpendStore:
                 keys=[self.inflight_key, self.events_key],
                 args=[
                     self.prefix,
-                    "" if now_ms is None else int(now_ms),
+                    self._now_ms(now_ms),
                     EVENTS_MAXLEN,
                     RECORD_KEEP_SECONDS,
                     count,
@@ -667,10 +441,10 @@ class SpendStore:
         if ceiling is None:
             return None
         tokens, cost = _ceiling_pair(ceiling)
-        key = self._schedule_day_key(schedule_id, day)
+        member = f"schedule:{schedule_id}:day:{day}"
         start = int(datetime.strptime(day, "%Y%m%d").replace(tzinfo=UTC).timestamp())
         answer = self._skip_script(
-            keys=[key, self.index_key],
+            keys=[self.key(member), self.index_key],
             args=[
                 schedule_id,
                 tokens,
@@ -679,7 +453,7 @@ class SpendStore:
                 day_label(day),
                 start,
                 self.history_seconds,
-                self.key(""),
+                member,
             ],
         )
         if not answer:
@@ -798,6 +572,10 @@ def event_from_fields(fields: dict[str, str]) -> SpendEventData:
             "at": datetime.fromtimestamp(int(fields["at"]) / 1000, UTC),
         }
     )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _int(value: Any) -> int:

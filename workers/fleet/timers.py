@@ -11,7 +11,8 @@ the only code that touches the timer keys:
                               ``{owner}|{hold until}|{fencing token}`` while a claimer sends it;
                               dropped when its timer is acknowledged
 
-Atomic steps are named Lua scripts (one per transition), so a timer is always
+Atomic steps are Lua scripts beside this module (``timer_*.lua``, one per
+transition, each after the checks of ``timer_checks.lua``), so a timer is always
 in exactly one of ``due`` / ``inflight``, never popped and lost:
 
 * ``claim`` moves due entries to ``inflight`` with a lease instead of popping
@@ -60,166 +61,10 @@ TimerKind = Literal["schedule_fire", "deferred", "continuation"]
 SENT = "sent"
 SENT_MARKER_TTL_SECONDS = 7 * 24 * 3600
 
-# Checks run before any write (Redis does not undo a script that fails halfway).
-_PRELUDE = """
-local function type_problem(keys, wants)
-  for i, key in ipairs(keys) do
-    local got = redis.call('TYPE', key)['ok']
-    if got ~= 'none' and got ~= wants[i] then
-      return redis.error_reply('ASSAY_CONFLICT key ' .. key .. ' holds a ' .. got ..
-        ' where the timers keep a ' .. wants[i])
-    end
-  end
-  return nil
-end
-local function due_of(body)
-  local ok, entry = pcall(cjson.decode, body)
-  if ok and type(entry) == 'table' and tonumber(entry['due']) then
-    return entry
-  end
-  return nil
-end
-"""
-_TIMER_TYPES = (
-    "local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end\n"
-)
 
-_CLAIM = (
-    _PRELUDE
-    + _TIMER_TYPES
-    + """
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
-local out = {}
-for _, id in ipairs(ids) do
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('ZADD', KEYS[2], ARGV[2], id)
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', KEYS[3], id)
-end
-return out
-"""
-)
-
-# KEYS: inflight, entries, due (checked in that order)
-_ACK = (
-    _PRELUDE
-    + """
-local bad = type_problem(KEYS, {'zset', 'hash', 'zset'}) if bad then return bad end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  return 0
-end
-local body = redis.call('HGET', KEYS[2], ARGV[1])
-local entry = nil
-if body then
-  entry = due_of(body)
-  if not entry then
-    return redis.error_reply('ASSAY_CONFLICT timer ' .. ARGV[1] .. ' has an unreadable entry')
-  end
-end
-redis.call('ZREM', KEYS[1], ARGV[1])
-if entry and entry['token'] ~= ARGV[2] then
-  redis.call('ZADD', KEYS[3], entry['due'], ARGV[1])
-  return 2
-end
-if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
-else
-  redis.call('HDEL', KEYS[2], ARGV[1])
-end
-return 1
-"""
-)
-
-# KEYS: inflight, due, entries. An entry that cannot be read goes back at ``now``.
-_REQUEUE = (
-    _PRELUDE
-    + """
-local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local back = {}
-for _, id in ipairs(ids) do
-  local body = redis.call('HGET', KEYS[3], id)
-  if body then
-    local entry = due_of(body)
-    back[#back + 1] = {id, entry and entry['due'] or ARGV[1]}
-  else
-    back[#back + 1] = {id, false}
-  end
-end
-for _, item in ipairs(back) do
-  redis.call('ZREM', KEYS[1], item[1])
-  if item[2] then
-    redis.call('ZADD', KEYS[2], item[2], item[1])
-  end
-end
-return #ids
-"""
-)
-
-# KEYS: inflight, due, entries
-_RELEASE = (
-    _PRELUDE
-    + """
-local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
-if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-end
-return 1
-"""
-)
-
-# KEYS: due, inflight, entries
-_UPSERT = (
-    _PRELUDE
-    + """
-local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  return 2
-end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-return 1
-"""
-)
-
-# KEYS: due, inflight, entries
-_REMOVE = (
-    _PRELUDE
-    + """
-local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
-local n = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-return n
-"""
-)
-
-# Right before a send: is the marker still this owner's, with this token? Then hold it
-# again from now; else (taken over, sent by another, abandoned) the send must not happen.
-# ARGV: owner, token, hold until, ttl
-_CONFIRM_ENQUEUE = """
-local current = redis.call('GET', KEYS[1])
-if not current then
-  return 0
-end
-local owner, token = string.match(current, '^([^|]*)|[%d%.]+|(%w+)$')
-if owner ~= ARGV[1] or token ~= ARGV[2] then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[3] .. '|' .. ARGV[2], 'EX', ARGV[4])
-return 1
-"""
-
-_ABANDON_ENQUEUE = """
-local current = redis.call('GET', KEYS[1])
-if current and string.sub(current, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. '|' then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+def _timer_script(name: str) -> str:
+    """A timer script with the checks it runs before its first write prepended."""
+    return lua_source("timer_checks") + lua_source(name)
 
 
 def schedule_timer_id(schedule_id: str) -> str:
@@ -304,15 +149,15 @@ class TimerStore:
         self.due_key = f"{key_prefix}:timers:due"
         self.inflight_key = f"{key_prefix}:timers:inflight"
         self.entries_key = f"{key_prefix}:timers:entries"
-        self._claim_script = redis.register_script(_CLAIM)
-        self._ack_script = redis.register_script(_ACK)
-        self._requeue_script = redis.register_script(_REQUEUE)
-        self._release_script = redis.register_script(_RELEASE)
-        self._upsert_script = redis.register_script(_UPSERT)
-        self._remove_script = redis.register_script(_REMOVE)
+        self._claim_script = redis.register_script(_timer_script("timer_claim"))
+        self._ack_script = redis.register_script(_timer_script("timer_ack"))
+        self._requeue_script = redis.register_script(_timer_script("timer_requeue"))
+        self._release_script = redis.register_script(_timer_script("timer_release"))
+        self._upsert_script = redis.register_script(_timer_script("timer_upsert"))
+        self._remove_script = redis.register_script(_timer_script("timer_remove"))
         self._begin_enqueue_script = redis.register_script(lua_source("begin_enqueue"))
-        self._confirm_enqueue_script = redis.register_script(_CONFIRM_ENQUEUE)
-        self._abandon_enqueue_script = redis.register_script(_ABANDON_ENQUEUE)
+        self._confirm_enqueue_script = redis.register_script(lua_source("confirm_enqueue"))
+        self._abandon_enqueue_script = redis.register_script(lua_source("abandon_enqueue"))
 
     # --- writing timers ----------------------------------------------------------------
     def put(self, entry: TimerEntry) -> None:
