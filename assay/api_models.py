@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
-from schemas.budget import UNATTENDED_PROFILE, Budget, ProfileName
+from schemas.budget import Budget, ProfileName
 from schemas.declarative import LABEL_VALUE_PATTERN, MAX_SOURCE_LENGTH
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
@@ -276,6 +276,14 @@ class EvaluationSubmission(_Request):
     )
 
 
+# A batch or a schedule runs unattended: the server's unattended profile unless it names one
+# (AssaySettings.unattended_profile), as `assay batch`, `schedule add` and `apply` do.
+_UNATTENDED_PROFILE_HELP = (
+    "smoke, fast or strict; null or left out: the server's ASSAY_PROFILE when it is set, "
+    "else strict."
+)
+
+
 def _targets_or_context_glob(schema: dict[str, Any]) -> None:
     """Publish "exactly one of ``targets`` and ``context_glob``" as a ``oneOf``."""
     schema["oneOf"] = [
@@ -301,9 +309,7 @@ class BatchSubmission(_Request):
         json_schema_extra=CONTEXT_GLOB_FORMAT,
     )
     toolsets: list[ToolsetName] = Field(default_factory=_default_toolsets, min_length=1)
-    profile: ProfileName = Field(
-        default=UNATTENDED_PROFILE, description="strict unless the batch names another."
-    )
+    profile: ProfileName | None = Field(default=None, description=_UNATTENDED_PROFILE_HELP)
     budget: ApiBudget = Field(default_factory=ApiBudget)
     model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     probe: ProbeMode = Field(
@@ -363,9 +369,7 @@ class ScheduleCreate(_Request):
     cron: str | None = Field(default=None, description=_CRON_HELP, json_schema_extra=CRON_FORMAT)
     timezone: _TimeZone = "UTC"
     interval_seconds: _IntervalSeconds = None
-    profile: ProfileName = Field(
-        default=UNATTENDED_PROFILE, description="strict unless the schedule names another."
-    )
+    profile: ProfileName | None = Field(default=None, description=_UNATTENDED_PROFILE_HELP)
     budget: ApiBudget = Field(default_factory=ApiBudget)
     model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     enabled: bool = True
