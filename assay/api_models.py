@@ -25,11 +25,10 @@ from pydantic import (
 from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
-from schemas.budget import UNATTENDED_PROFILE, Budget, ProfileName
+from schemas.budget import Budget, ProfileName
 from schemas.declarative import LABEL_VALUE_PATTERN, MAX_SOURCE_LENGTH
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
-from schemas.notify import SinkName
 from schemas.numbers import integral
 from schemas.policy import SET_NAME_PATTERN, ImportedPolicy
 from schemas.probe import PROBE_MODE_HELP, AgreementEntry, ProbeMode, ProbeRecord
@@ -49,11 +48,16 @@ from schemas.request import (
     ToolsetName,
 )
 from schemas.schedule import (
-    CRON_FORMAT,
-    TIME_ZONE_FORMAT,
+    CronExpression,
+    IntervalSeconds,
+    JitterSeconds,
     MisfirePolicy,
+    NotifyRoutes,
+    PredicateText,
     Schedule,
+    ScheduleName,
     ScheduleTargets,
+    TimeZoneName,
 )
 from schemas.settings import AssaySettings
 from schemas.spend import ScopeSpend, SpendCeiling
@@ -276,6 +280,14 @@ class EvaluationSubmission(_Request):
     )
 
 
+# A batch or a schedule runs unattended: the server's unattended profile unless it names one
+# (AssaySettings.unattended_profile), as `assay batch`, `schedule add` and `apply` do.
+_UNATTENDED_PROFILE_HELP = (
+    "smoke, fast or strict; null or left out: the server's ASSAY_PROFILE when it is set, "
+    "else strict."
+)
+
+
 def _targets_or_context_glob(schema: dict[str, Any]) -> None:
     """Publish "exactly one of ``targets`` and ``context_glob``" as a ``oneOf``."""
     schema["oneOf"] = [
@@ -301,9 +313,7 @@ class BatchSubmission(_Request):
         json_schema_extra=CONTEXT_GLOB_FORMAT,
     )
     toolsets: list[ToolsetName] = Field(default_factory=_default_toolsets, min_length=1)
-    profile: ProfileName = Field(
-        default=UNATTENDED_PROFILE, description="strict unless the batch names another."
-    )
+    profile: ProfileName | None = Field(default=None, description=_UNATTENDED_PROFILE_HELP)
     budget: ApiBudget = Field(default_factory=ApiBudget)
     model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     probe: ProbeMode = Field(
@@ -334,19 +344,11 @@ def _cron_or_interval(schema: dict[str, Any]) -> None:
 # The interval floor is a server setting (ASSAY_MIN_INTERVAL_SECONDS); the schema publishes
 # its default, and a server set otherwise answers 422 ``interval_too_short`` below its own.
 _INTERVAL_FLOOR: JsonDict = {"minimum": AssaySettings.model_fields["min_interval_seconds"].default}
-_CRON_HELP = "Five-field cron expression or @alias."
 _INTERVAL_HELP = (
     "Seconds between fires: at least the server's ASSAY_MIN_INTERVAL_SECONDS (60 by default)."
 )
 _IntervalSeconds = Annotated[
-    float | None,
-    Field(gt=0, le=366 * 24 * 3600, description=_INTERVAL_HELP, json_schema_extra=_INTERVAL_FLOOR),
-]
-_TimeZone = Annotated[
-    str,
-    Field(
-        description="IANA zone the cron expression is read in.", json_schema_extra=TIME_ZONE_FORMAT
-    ),
+    IntervalSeconds | None, Field(description=_INTERVAL_HELP, json_schema_extra=_INTERVAL_FLOOR)
 ]
 
 
@@ -356,31 +358,24 @@ class ScheduleCreate(_Request):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_cron_or_interval)
 
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$")
-    predicate: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
+    name: ScheduleName
+    predicate: PredicateText
     kind: EvaluationKind = "check"
     targets: ServerScheduleTargets
-    cron: str | None = Field(default=None, description=_CRON_HELP, json_schema_extra=CRON_FORMAT)
-    timezone: _TimeZone = "UTC"
+    cron: CronExpression | None = None
+    timezone: TimeZoneName = "UTC"
     interval_seconds: _IntervalSeconds = None
-    profile: ProfileName = Field(
-        default=UNATTENDED_PROFILE, description="strict unless the schedule names another."
-    )
+    profile: ProfileName | None = Field(default=None, description=_UNATTENDED_PROFILE_HELP)
     budget: ApiBudget = Field(default_factory=ApiBudget)
     model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     enabled: bool = True
     misfire: MisfirePolicy = "skip"
-    jitter_seconds: float = Field(default=0.0, ge=0, le=3600)
+    jitter_seconds: JitterSeconds = 0.0
     probe: ProbeMode = Field(
         default="auto",
         description=PROBE_MODE_HELP,
     )
-    notify: list[SinkName] = Field(
-        default_factory=list,
-        max_length=20,
-        description="Notify routes: sinks that hear this schedule's verdict changes whatever "
-        "their own check and target filters say.",
-    )
+    notify: NotifyRoutes = Field(default_factory=list)
     spend: SpendCeiling | None = Field(
         default=None,
         description="Token and cost ceilings per UTC day over the schedule's runs; None = "
@@ -487,24 +482,20 @@ class ScheduleUpdate(_Request):
 
     # None means "not sent"; an explicit null is refused for every field but ``model`` and
     # ``spend`` (``model_fields_set`` tells a sent null from a field left out).
-    name: str | None = Field(
-        default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$"
-    )
-    predicate: str | None = Field(
-        default=None, min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT
-    )
+    name: ScheduleName | None = None
+    predicate: PredicateText | None = None
     kind: EvaluationKind | None = None
     targets: ServerScheduleTargets | None = None
-    cron: str | None = Field(default=None, description=_CRON_HELP, json_schema_extra=CRON_FORMAT)
-    timezone: _TimeZone | None = None
+    cron: CronExpression | None = None
+    timezone: TimeZoneName | None = None
     interval_seconds: _IntervalSeconds = None
     profile: ProfileName | None = None
     budget: ApiBudget | None = None
     model: str | None = Field(default=None, max_length=200, json_schema_extra=MODEL_NAME_FORMAT)
     probe: ProbeMode | None = None
     misfire: MisfirePolicy | None = None
-    jitter_seconds: float | None = Field(default=None, ge=0, le=3600)
-    notify: list[SinkName] | None = Field(default=None, max_length=20)
+    jitter_seconds: JitterSeconds | None = None
+    notify: NotifyRoutes | None = None
     spend: SpendCeiling | None = Field(
         default=None, description="New ceilings per UTC day; null: back to the fleet's default."
     )

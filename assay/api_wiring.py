@@ -354,6 +354,7 @@ class Services:
         from pydantic import ValidationError
 
         fields = body.model_dump(exclude_none=True)
+        fields["profile"] = body.profile or self.settings.unattended_profile()
         fields["targets"]["snapshots"] = self.confined_snapshots(body.targets.snapshots)
         try:
             schedule = Schedule.model_validate(fields)

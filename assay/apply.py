@@ -43,14 +43,14 @@ from pydantic import ValidationError
 
 from assay.manifests import Loaded, Loc, ManifestErrors, ManifestProblem
 from scheduler.fires import TargetResolutionError, resolve_targets, target_key
-from scheduler.schedules import CHANGEABLE_FIELDS, ScheduleConflict
+from scheduler.schedules import ScheduleConflict
 from schemas.declarative import (
     API_VERSION,
     LABEL_VALUE_PATTERN,
     MAX_SOURCE_LENGTH,
+    SCHEDULE_SPEC_LOCS,
     SOURCE_LABEL,
     BudgetSpec,
-    CeilingsSpec,
     CheckDefinition,
     CheckDocument,
     CheckSpec,
@@ -58,12 +58,12 @@ from schemas.declarative import (
     ScheduleDocument,
     ScheduleSpec,
     TargetsSpec,
-    duration_seconds,
-    short_duration,
+    schedule_fields,
+    schedule_spec,
 )
 from schemas.policy import POLICY_PREFIX, POLICY_SET_PREFIX, PolicyReference, policy_reference
 from schemas.request import EvaluationRequest, Target
-from schemas.schedule import Schedule
+from schemas.schedule import CHANGEABLE_FIELDS, Schedule
 
 if TYPE_CHECKING:
     from scheduler.schedules import ScheduleStore
@@ -73,21 +73,6 @@ if TYPE_CHECKING:
     from workers.fleet.policy_store import PolicyStore
 
 Action = Literal["created", "configured", "unchanged", "pruned"]
-
-# Schedule fields as the spec names them, for problems found by the schedule's own rules.
-_SCHEDULE_LOCS: dict[str, tuple[str, ...]] = {
-    "name": ("metadata", "name"),
-    "predicate": ("spec", "predicate"),
-    "targets": ("spec", "targets"),
-    "cron": ("spec", "cron"),
-    "timezone": ("spec", "timeZone"),
-    "interval_seconds": ("spec", "every"),
-    "jitter_seconds": ("spec", "jitter"),
-    "profile": ("spec", "profile"),
-    "budget": ("spec", "budget"),
-    "model": ("spec", "model"),
-    "spend": ("spec", "ceilings"),
-}
 
 
 class SourceError(ValueError):
@@ -243,31 +228,11 @@ def _metadata(name: str, labels: dict[str, str]) -> dict[str, Any]:
 
 def schedule_document(schedule: Schedule) -> dict[str, Any]:
     """A stored schedule as the document that declares it (what apply reads back)."""
-    spec = _what(schedule.predicate)
-    if schedule.kind != "check":
-        spec["evaluation"] = schedule.kind
-    spec["targets"] = _dump(TargetsSpec.of(schedule.targets))
-    if schedule.cron is not None:
-        spec["cron"] = schedule.cron
-        if schedule.timezone != "UTC":
-            spec["timeZone"] = schedule.timezone
-    else:
-        spec["every"] = short_duration(schedule.interval_seconds)
-    spec["profile"] = schedule.profile
-    _common(spec, schedule.model, BudgetSpec.of(schedule.budget), schedule.probe, schedule.notify)
-    if schedule.misfire != "skip":
-        spec["misfire"] = schedule.misfire
-    if schedule.jitter_seconds:
-        spec["jitter"] = short_duration(schedule.jitter_seconds)
-    if not schedule.enabled:
-        spec["paused"] = True
-    if schedule.spend is not None:
-        spec["ceilings"] = _dump(CeilingsSpec.of(schedule.spend))
     return {
         "apiVersion": API_VERSION,
         "kind": "Schedule",
         "metadata": _metadata(schedule.name, schedule.labels),
-        "spec": spec,
+        "spec": {**_what(schedule.predicate), **schedule_spec(schedule)},
     }
 
 
@@ -590,20 +555,9 @@ def _plan_schedule(
     fields: dict[str, Any] = {
         "name": document.metadata.name,
         "predicate": policy.predicate,
-        "kind": spec.evaluation,
+        **schedule_fields(spec),
         "targets": targets.as_schedule_targets(),
-        "cron": spec.cron,
-        "timezone": spec.time_zone,
-        "interval_seconds": duration_seconds(spec.every) if spec.every is not None else None,
         "profile": spec.profile or ctx.settings.unattended_profile(),
-        "budget": spec.budget.as_budget(),
-        "model": spec.model,
-        "probe": spec.probe,
-        "enabled": not spec.paused,
-        "misfire": spec.misfire,
-        "jitter_seconds": duration_seconds(spec.jitter) if spec.jitter is not None else 0.0,
-        "notify": spec.notify,
-        "spend": spec.ceilings.as_spend() if spec.ceilings is not None else None,
         "labels": _labels(item, current.labels if current else None, source),
     }
     if current is not None:
@@ -613,7 +567,7 @@ def _plan_schedule(
     except ValidationError as exc:
         for error in exc.errors():
             loc = tuple(error.get("loc", ()))
-            where = _SCHEDULE_LOCS.get(str(loc[0]), ("spec",)) if loc else ("spec",)
+            where = SCHEDULE_SPEC_LOCS.get(str(loc[0]), ("spec",)) if loc else ("spec",)
             message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
             problems.append(item.problem(where, message))
         return None, problems

@@ -24,7 +24,7 @@ from rich.text import Text
 
 from assay.render import VERDICT_STYLES, Col, add_line, line_table, make_table, safe_markup
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary
-from schemas.spend import CeilingState, ScopeSpend, SpendReport
+from schemas.spend import CeilingState, ScopeSpend, SpendReport, dollars
 from schemas.verdict import Verdict, VerdictKind
 
 SHORT_ID_CHARS = 8
@@ -208,16 +208,12 @@ def render_batch_results(
 # --- spend (assay spend, schedule show, batch status, checks) -------------------------------------
 
 
-def _money(value: float) -> str:
-    return f"${value:,.2f}" if value >= 1 or value == 0 else f"${value:,.4f}"
-
-
 def _ceiling_text(ceiling: CeilingState) -> str:
     if ceiling.resource == "tokens":
         text = f"{int(ceiling.limit):,} tokens"
         left = f"{int(ceiling.remaining):,} left"
     else:
-        text, left = _money(ceiling.limit), f"{_money(ceiling.remaining)} left"
+        text, left = dollars(ceiling.limit), f"{dollars(ceiling.remaining)} left"
     return f"{text} ({'reached' if ceiling.reached else left})"
 
 
@@ -226,7 +222,7 @@ def spend_summary(spend: ScopeSpend) -> str:
 
     ``12,345 tokens, $0.41 · ceiling 50,000 tokens (37,655 left) · 3 fires skipped``
     """
-    parts = [f"{spend.tokens:,} tokens, {_money(spend.cost_usd)}"]
+    parts = [f"{spend.tokens:,} tokens, {dollars(spend.cost_usd)}"]
     if spend.unpriced_calls:
         parts[0] += f" (+{spend.unpriced_calls} calls at no known price)"
     if spend.ceilings:
@@ -261,7 +257,7 @@ def _ceiling_cell(ceiling: CeilingState, wide: bool) -> str:
     if ceiling.resource == "tokens":
         left, limit = _short(ceiling.remaining), _short(ceiling.limit)
     else:
-        left, limit = _money(ceiling.remaining), _money(ceiling.limit)
+        left, limit = dollars(ceiling.remaining), dollars(ceiling.limit)
     if not wide:
         return "reached" if ceiling.reached else f"{left} left"
     return f"reached ({limit})" if ceiling.reached else f"{left} of {limit} left"
@@ -290,7 +286,7 @@ def render_spend(report: SpendReport, console: Console, wide: bool = False) -> N
             row.period,
             safe_markup(_scope_cell(row, wide)),
             f"{row.tokens:,}",
-            _money(row.cost_usd),
+            dollars(row.cost_usd),
             *([str(row.calls)] if wide else []),
             str(row.refused),
             f"{row.skipped_fires:,}" if row.scope == "schedule" else "-",

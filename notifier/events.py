@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.fleet import CheckSummary, VerdictChange
 from schemas.notify import EVENT_TYPE, AlertmanagerSink, ChangeEventData
-from schemas.spend import SPEND_EVENT_TYPE, SpendEventData
+from schemas.spend import SPEND_EVENT_TYPE, SpendEventData, dollars
 from schemas.verdict import EXIT_CODES, VerdictKind
 from workers.fleet.store import verdict_source
 
@@ -204,7 +204,7 @@ def spend_notification(
 
 
 def _amount(event: SpendEventData, value: float) -> str:
-    return f"${value:,.2f}" if event.resource == "cost_usd" else f"{value:,.0f} tokens"
+    return dollars(value) if event.resource == "cost_usd" else f"{value:,.0f} tokens"
 
 
 def spend_headline(event: SpendEventData) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.cron import due_at, next_fire
-from schemas.schedule import Schedule, ScheduleFire
+from schemas.schedule import CHANGEABLE_FIELDS, Schedule, ScheduleFire
 from workers.fleet.spend import SpendStore, utc_day
 from workers.fleet.timers import (
     TimerEntry,
@@ -65,28 +65,6 @@ end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """
-)
-
-# Fields a change may touch; identity and bookkeeping are managed here.
-CHANGEABLE_FIELDS = frozenset(
-    {
-        "name",
-        "predicate",
-        "kind",
-        "targets",
-        "cron",
-        "timezone",
-        "interval_seconds",
-        "profile",
-        "budget",
-        "model",
-        "misfire",
-        "jitter_seconds",
-        "probe",
-        "notify",
-        "labels",
-        "spend",
-    }
 )
 
 

@@ -32,8 +32,10 @@ A schedule's ``spec.ceilings`` are its spend ceilings per UTC day (``Schedule.sp
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -57,6 +59,7 @@ from schemas.request import MAX_TEXT_LENGTH, EvaluationKind
 from schemas.schedule import (
     MAX_JITTER_SECONDS,
     MisfirePolicy,
+    Schedule,
     ScheduleTargets,
     known_zone,
     valid_cron,
@@ -401,6 +404,93 @@ class ScheduleSpec(_EvaluationSpec):
         if self.time_zone != "UTC" and self.cron is None:
             raise ValueError("timeZone applies to cron only; intervals run in real time")
         return self
+
+
+@dataclass(frozen=True)
+class _SpecField:
+    """One field of a stored schedule as a Schedule document writes it: the spec's name for
+    it, and the conversions each way. ``from_schedule`` gets the whole schedule (a time zone
+    is written only beside a cron expression); what equals the spec's default is left out of
+    the document."""
+
+    schedule: str
+    spec: str
+    to_schedule: Callable[[ScheduleSpec], Any]
+    from_schedule: Callable[[Schedule], Any]
+
+
+def _same(name: str, attr: str | None = None) -> _SpecField:
+    """A field the spec and the schedule hold alike (under ``attr`` in the spec)."""
+    spec = attr or name
+    return _SpecField(name, spec, lambda s: getattr(s, spec), lambda sch: getattr(sch, name))
+
+
+def _duration_or(value: str | float | None, default: float | None) -> float | None:
+    return duration_seconds(value) if value is not None else default
+
+
+# Every Schedule field a document declares, in the order `assay get -o yaml` writes them
+# (name and labels are the metadata's; the predicate is the spec's predicate or policy).
+SCHEDULE_SPEC_FIELDS: tuple[_SpecField, ...] = (
+    _same("kind", "evaluation"),
+    _SpecField(
+        "targets", "targets", lambda s: s.targets.as_schedule_targets(),
+        lambda sch: TargetsSpec.of(sch.targets),
+    ),
+    _same("cron"),
+    _SpecField(
+        "timezone", "time_zone", lambda s: s.time_zone,
+        lambda sch: sch.timezone if sch.cron is not None else "UTC",
+    ),
+    _SpecField(
+        "interval_seconds", "every", lambda s: _duration_or(s.every, None),
+        lambda sch: short_duration(sch.interval_seconds),
+    ),
+    _same("profile"),
+    _same("model"),
+    _SpecField(
+        "budget", "budget", lambda s: s.budget.as_budget(), lambda sch: BudgetSpec.of(sch.budget)
+    ),
+    _same("probe"),
+    _SpecField("notify", "notify", lambda s: list(s.notify), lambda sch: list(sch.notify)),
+    _same("misfire"),
+    _SpecField(
+        "jitter_seconds", "jitter", lambda s: _duration_or(s.jitter, 0.0),
+        lambda sch: short_duration(sch.jitter_seconds) if sch.jitter_seconds else None,
+    ),
+    _SpecField("enabled", "paused", lambda s: not s.paused, lambda sch: not sch.enabled),
+    _SpecField(
+        "spend", "ceilings", lambda s: s.ceilings.as_spend() if s.ceilings is not None else None,
+        lambda sch: CeilingsSpec.of(sch.spend) if sch.spend is not None else None,
+    ),
+)  # fmt: skip
+
+# Where a Schedule field's problem is in a document (its spec field, or the metadata's name).
+SCHEDULE_SPEC_LOCS: dict[str, tuple[str, ...]] = {
+    "name": ("metadata", "name"),
+    "predicate": ("spec", "predicate"),
+    **{f.schedule: ("spec", to_camel(f.spec)) for f in SCHEDULE_SPEC_FIELDS},
+}
+
+
+def schedule_fields(spec: ScheduleSpec) -> dict[str, Any]:
+    """The Schedule fields ``spec`` declares (the caller adds the name, labels and the
+    predicate, and the profile of a spec that names none)."""
+    return {f.schedule: f.to_schedule(spec) for f in SCHEDULE_SPEC_FIELDS}
+
+
+def schedule_spec(schedule: Schedule) -> dict[str, Any]:
+    """The spec fields of the document that declares ``schedule`` (by their document names,
+    as JSON), after its predicate or policy: only what differs from the spec's defaults."""
+    out: dict[str, Any] = {}
+    for f in SCHEDULE_SPEC_FIELDS:
+        value = f.from_schedule(schedule)
+        if value == ScheduleSpec.model_fields[f.spec].get_default(call_default_factory=True):
+            continue
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        out[to_camel(f.spec)] = value
+    return out
 
 
 class _Document(_Spec):

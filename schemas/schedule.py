@@ -115,27 +115,49 @@ class ScheduleFire(BaseModel):
     )
 
 
+# Each field's rules, once: the stored schedule and the API's bodies (assay/api_models.py)
+# declare their fields with these, so a bound or a format cannot differ between them.
+SCHEDULE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$"
+MAX_INTERVAL_SECONDS = 366 * 24 * 3600
+MAX_NOTIFY_ROUTES = 20
+ScheduleName = Annotated[str, Field(min_length=1, max_length=100, pattern=SCHEDULE_NAME_PATTERN)]
+PredicateText = Annotated[
+    str, Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
+]
+CronExpression = Annotated[
+    str, Field(description="Five-field cron expression or @alias.", json_schema_extra=CRON_FORMAT)
+]
+TimeZoneName = Annotated[
+    str,
+    Field(
+        description="IANA zone the cron expression is read in.", json_schema_extra=TIME_ZONE_FORMAT
+    ),
+]
+IntervalSeconds = Annotated[float, Field(gt=0, le=MAX_INTERVAL_SECONDS)]
+JitterSeconds = Annotated[float, Field(ge=0, le=MAX_JITTER_SECONDS)]
+NotifyRoutes = Annotated[
+    list[SinkName],
+    Field(
+        max_length=MAX_NOTIFY_ROUTES,
+        description="Notify routes: sinks that hear the verdict changes of this schedule's "
+        "checks whatever their own check and target filters say.",
+    ),
+]
+
+
 class Schedule(BaseModel):
     """A periodic evaluation. Exactly one of ``cron`` and ``interval_seconds``."""
 
     model_config = ConfigDict(extra="forbid")
 
     id: ScheduleId = Field(default_factory=new_schedule_id)
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]*$")
-    predicate: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
+    name: ScheduleName
+    predicate: PredicateText
     kind: EvaluationKind = "check"
     targets: ScheduleTargets
-    cron: str | None = Field(
-        default=None,
-        description="Five-field cron expression or @alias.",
-        json_schema_extra=CRON_FORMAT,
-    )
-    timezone: str = Field(
-        default="UTC",
-        description="IANA zone the cron expression is read in.",
-        json_schema_extra=TIME_ZONE_FORMAT,
-    )
-    interval_seconds: float | None = Field(default=None, gt=0, le=366 * 24 * 3600)
+    cron: CronExpression | None = None
+    timezone: TimeZoneName = "UTC"
+    interval_seconds: IntervalSeconds | None = None
     profile: ProfileName = Field(
         default=UNATTENDED_PROFILE, description="strict unless the schedule names another."
     )
@@ -162,13 +184,8 @@ class Schedule(BaseModel):
         description="After downtime: skip = only the next future fire; "
         "run_once = one fire for all missed instants, then continue.",
     )
-    jitter_seconds: float = Field(default=0.0, ge=0, le=MAX_JITTER_SECONDS)
-    notify: list[SinkName] = Field(
-        default_factory=list,
-        max_length=20,
-        description="Notify routes: sinks that hear the verdict changes of this schedule's "
-        "checks whatever their own check and target filters say.",
-    )
+    jitter_seconds: JitterSeconds = 0.0
+    notify: NotifyRoutes = Field(default_factory=list)
     labels: dict[str, str] = Field(
         default_factory=dict,
         description="Labels; assay.dev/source names the source `assay apply` created it from.",
@@ -228,6 +245,12 @@ class Schedule(BaseModel):
                 f"interval {format_duration(self.interval_seconds)} is under the minimum of "
                 f"{format_duration(min_interval_seconds)}; use a longer interval"
             )
+
+
+# Set by the store, never by a person: identity, timestamps, the revision, the last fire.
+MANAGED_FIELDS = frozenset({"id", "created_at", "updated_at", "revision", "last_fire"})
+# What a change may set (``enabled`` is pause and resume, each with its own command).
+CHANGEABLE_FIELDS = frozenset(Schedule.model_fields) - MANAGED_FIELDS - {"enabled"}
 
 
 def known_zone(zone: str) -> str:

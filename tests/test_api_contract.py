@@ -207,5 +207,39 @@ def test_a_schedule_and_a_batch_over_http_run_strict_unless_they_say(api: TestCl
                       json={**SCHEDULE, "name": "chosen", "profile": "fast"})  # fmt: skip
     assert chosen.status_code == 201 and chosen.json()["profile"] == "fast"
     for name in ("BatchSubmission", "ScheduleCreate"):
-        assert _schema(name)["properties"]["profile"]["default"] == "strict"  # type: ignore[index]
+        profile: dict[str, object] = _schema(name)["properties"]["profile"]  # type: ignore[index]
+        assert "default" not in profile and "ASSAY_PROFILE" in str(profile["description"])
     assert _schema("EvaluationSubmission")["properties"]["profile"]["default"] == "fast"  # type: ignore[index]
+
+
+def test_a_schedule_and_a_batch_over_http_run_the_servers_assay_profile(redis_url: str) -> None:
+    """As `assay batch`, `schedule add` and `apply` do (settings.unattended_profile): a
+    server started with ASSAY_PROFILE runs a schedule or a batch that names no profile in
+    it, not in a literal strict; one that names a profile keeps it."""
+    from workers.fleet.redis_client import connect
+    from workers.fleet.store import VerdictStore
+
+    settings = AssaySettings(
+        redis_url=redis_url,
+        api_tokens={TOKEN: "write"},
+        key_prefix="contract",
+        snapshot_roots=[str(ROOT)],
+        profile="smoke",
+    )
+    with TestClient(create_app(settings)) as api:
+        created = api.post("/v1/schedules", headers=AUTH, json=SCHEDULE)
+        assert created.status_code == 201 and created.json()["profile"] == "smoke"
+        named = {**SCHEDULE, "name": "named", "profile": "strict"}
+        assert api.post("/v1/schedules", headers=AUTH, json=named).json()["profile"] == "strict"
+        targets = [{"type": "snapshot", "path": "examples/snapshots/prod-eu"}]
+        for body, profile in (
+            ({"text": PREDICATE, "targets": targets}, "smoke"),
+            ({"text": PREDICATE, "targets": targets, "profile": "fast"}, "fast"),
+        ):
+            batch = api.post("/v1/batches", headers=AUTH, json=body)
+            assert batch.status_code in (200, 201, 202), batch.text
+            results = api.get(f"/v1/batches/{batch.json()['batch_id']}/results", headers=AUTH)
+            (result,) = results.json()["results"]
+            store = VerdictStore.from_settings(settings, connect(redis_url))
+            request = store.run_request(result["run_id"])
+            assert request is not None and request.profile == profile

@@ -287,3 +287,55 @@ def test_a_call_in_the_last_millisecond_of_a_year_counts_toward_that_hour_and_da
     ):
         rows = spend.fleet_now(moment)
         assert [(r.period, r.calls, r.tokens) for r in rows] == [(hour, 1, 100), (day, 1, 100)]
+
+
+def test_a_call_that_exactly_fills_the_ceiling_is_accepted(redis_url: str) -> None:
+    """A ceiling of 10,000 tokens allows 10,000: the call that brings spend, or spend plus
+    what other calls hold, to the ceiling itself goes; one token more does not."""
+    spend = store(redis_url)
+    spend.reserve("a", 6_000, -1, LEASE, HOUR, T0)
+    spend.settle("a", 6_000, -1, T0)
+    assert spend.reserve("b", 4_000, -1, LEASE, HOUR, T0).status == "ok", "6,000 + 4,000"
+    assert spend.reserve("c", 1, -1, LEASE, HOUR, T0).status == "wait"
+    spend.settle("b", 3_000, -1, T0)
+    assert spend.reserve("d", 500, -1, LEASE, HOUR, T0).status == "ok"
+    held = spend.reserve("e", 500, -1, LEASE, HOUR, T0)
+    assert held.status == "ok", "9,000 spent + 500 held + 500 is the ceiling: it fits"
+    spend.settle("d", 500, -1, T0)
+    spend.settle("e", 500, -1, T0)
+    assert hour_record(spend)["tokens"] == "10000", "spent to the ceiling, not past it"
+    assert spend.reserve("f", 1, -1, LEASE, HOUR, T0).status == "refused"
+
+
+def test_a_call_that_exactly_fills_a_cost_ceiling_is_accepted(redis_url: str) -> None:
+    spend = store(redis_url)
+    dollars = [Scope("fleet-day", default_cost_micro=2_000_000, ttl_seconds=86_400)]
+    spend.reserve("a", 10, 1_500_000, LEASE, dollars, T0)
+    spend.settle("a", 10, 1_500_000, T0)
+    assert spend.reserve("b", 10, 500_000, LEASE, dollars, T0).status == "ok"
+    spend.settle("b", 10, 500_000, T0)
+    refused = spend.reserve("c", 10, 1, LEASE, dollars, T0)
+    assert (refused.status, refused.resource) == ("refused", "cost")
+
+
+@pytest.mark.parametrize(("spent", "events"), [(7_999, []), (8_000, [80]), (9_999, [80])])
+def test_the_80_percent_event_comes_when_spend_reaches_80_percent(
+    redis_url: str, spent: int, events: list[int]
+) -> None:
+    """The warning before a ceiling stops calls: at 8,000 of 10,000 tokens, not later."""
+    spend = store(redis_url)
+    spend.reserve("a", spent, -1, LEASE, HOUR, T0)
+    spend.settle("a", spent, -1, T0)
+    assert [event.threshold for event in spend.read_events()] == events
+
+
+def test_the_80_percent_event_of_a_cost_ceiling(redis_url: str) -> None:
+    spend = store(redis_url)
+    dollars = [Scope("fleet-day", default_cost_micro=1_000_000, ttl_seconds=86_400)]
+    spend.reserve("a", 10, 799_999, LEASE, dollars, T0)
+    spend.settle("a", 10, 799_999, T0)
+    assert spend.read_events() == []
+    spend.reserve("b", 10, 1, LEASE, dollars, T0)
+    spend.settle("b", 10, 1, T0)
+    (event,) = spend.read_events()
+    assert (event.resource, event.threshold, event.spent) == ("cost_usd", 80, 0.8)

@@ -184,6 +184,37 @@ def _misfire(value: str | None) -> str | None:
     return value
 
 
+def _flag_fields(
+    *,
+    cron: str | None,
+    tz: str | None,
+    every: str | None,
+    profile: str | None,
+    model: str | None,
+    misfire: str | None,
+    jitter: str | None,
+    probe: str | None,
+    notify: list[str] | None,
+    tokens_per_day: str | None,
+    cost_per_day: str | None,
+) -> dict[str, Any]:
+    """The Schedule fields the flags `add` and `update` share set, by the schedule's own
+    names, only those given (what is left out keeps the schedule's default or its value)."""
+    given: dict[str, Any] = {
+        "cron": cron,
+        "timezone": tz,
+        "interval_seconds": _seconds("--every", every),
+        "misfire": _misfire(misfire),
+        "jitter_seconds": _seconds("--jitter", jitter),
+        "profile": profile,
+        "model": model,
+        "probe": _probe_mode(probe) if probe is not None else None,
+        "notify": notify,
+        "spend": _day_ceiling(tokens_per_day, cost_per_day),
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
 def _validation_message(exc: Exception) -> str:
     """The first validation error as one sentence, naming the field when there is one."""
     from pydantic import ValidationError
@@ -256,17 +287,13 @@ def add(
         "name": name,
         "predicate": predicate,
         "kind": "query" if query else "check",
-        "cron": cron,
-        "timezone": tz or "UTC",
-        "interval_seconds": _seconds("--every", every),
-        "misfire": _misfire(misfire) or "skip",
-        "jitter_seconds": _seconds("--jitter", jitter) or 0.0,
-        "profile": profile or settings.unattended_profile(),
-        "model": model,
-        "probe": _probe_mode(probe) if probe is not None else "auto",
-        "notify": notify or [],
-        "spend": _day_ceiling(max_tokens_per_day, max_cost_per_day),
-    }
+        "profile": settings.unattended_profile(),
+        **_flag_fields(
+            cron=cron, tz=tz, every=every, profile=profile, model=model, misfire=misfire,
+            jitter=jitter, probe=probe, notify=notify, tokens_per_day=max_tokens_per_day,
+            cost_per_day=max_cost_per_day,
+        ),
+    }  # fmt: skip
     try:
         fields["targets"] = ScheduleTargets(
             contexts=context or [],
@@ -328,32 +355,21 @@ def update(
 
     if cron is not None and every is not None:
         _fail("give --cron or --every, not both")
-    changes: dict[str, Any] = {}
+    changes = _flag_fields(
+        cron=cron, tz=tz, every=every, profile=profile, model=model, misfire=misfire,
+        jitter=jitter, probe=probe, notify=notify, tokens_per_day=max_tokens_per_day,
+        cost_per_day=max_cost_per_day,
+    )  # fmt: skip
     if predicate is not None:
         changes["predicate"] = predicate
-    if cron is not None:
-        changes.update(cron=cron, interval_seconds=None)
+    if cron is not None:  # one cadence: setting either clears the other
+        changes["interval_seconds"] = None
     if every is not None:
-        changes.update(interval_seconds=_seconds("--every", every), cron=None)
-    if tz is not None:
-        changes["timezone"] = tz
-    if profile is not None:
-        changes["profile"] = profile
-    if model is not None:
-        changes["model"] = model
-    if misfire is not None:
-        changes["misfire"] = _misfire(misfire)
-    if jitter is not None:
-        changes["jitter_seconds"] = _seconds("--jitter", jitter)
-    if probe is not None:
-        changes["probe"] = _probe_mode(probe)
-    if notify is not None:
-        changes["notify"] = notify
-    ceiling = _day_ceiling(max_tokens_per_day, max_cost_per_day)
-    if ceiling is not None and default_spend_ceiling:
+        changes["cron"] = None
+    if "spend" in changes and default_spend_ceiling:
         _fail("give --max-tokens-per-day / --max-cost-per-day or --default-spend-ceiling, not both")
-    if ceiling is not None or default_spend_ceiling:
-        changes["spend"] = ceiling
+    if default_spend_ceiling:
+        changes["spend"] = None
     if not changes:
         _fail("nothing to change; give at least one option, e.g. --every 30m")
     settings = _settings()

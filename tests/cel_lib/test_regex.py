@@ -118,6 +118,25 @@ def test_a_literal_pattern_is_charged_for_its_program_over_the_text() -> None:
             program({"object": {"s": text}})
 
 
+def test_one_call_of_a_literal_pattern_costs_its_compiled_program_not_its_length() -> None:
+    """``a[ab]{1000}c`` is 12 characters and a program of about 1,000 instructions. One call
+    over 100,000 characters is charged text x program (~390,000 steps): a probe run allowed
+    200,000 is refused at its first object. Charged by the pattern's length it would cost
+    ~5,000 steps a call and pass 30 objects. A pattern of the same length without the
+    repetition passes 30 objects within the same run's steps."""
+    from workers.core.probes.cel import BoolProgram, CelError
+
+    data = {"object": {"s": ("ab" * 50_000)[:100_000]}}
+    repeated = BoolProgram("object.s.matches('a[ab]{1000}c')", max_steps=200_000)
+    with pytest.raises(CelError, match="too costly"):
+        repeated(data)
+    assert repeated.steps > 300_000, "the first object's one call was charged text x program"
+    plain = BoolProgram("object.s.matches('a[ab]cdefghi')", max_steps=200_000)
+    for _ in range(30):
+        assert plain(data) is False
+    assert plain.steps < 200_000
+
+
 def test_an_out_of_memory_dfa_is_not_logged_per_match(capfd: pytest.CaptureFixture[str]) -> None:
     """Red team 2: every search whose DFA ran out of memory wrote a line to the worker's
     stderr ("DFA out of memory: pattern length ..."): a listing of hostile objects flooded

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from schemas.spend import dollars
 from workers.core.metrics import observe_spend, observe_spend_refusal
 from workers.core.spend_guard import SpendRefused
 from workers.fleet.spend import (
@@ -85,7 +86,7 @@ def ceiling_words(ceiling: str, resource: str) -> str:
 
 
 def _amount(resource: str, value: int) -> str:
-    return f"${value / MICRO:,.4f}" if resource == "cost" else f"{value:,} tokens"
+    return dollars(value / MICRO) if resource == "cost" else f"{value:,} tokens"
 
 
 class FleetSpendGuard:
