@@ -35,10 +35,6 @@ def _shipped() -> dict[str, Any]:
     return document
 
 
-def shipped_version() -> str:
-    return str(_shipped()["kubernetes"])
-
-
 def shipped_schema(resource: ResourceInfo) -> dict[str, Any] | None:
     """The built-in kind's schema at its root, or None when none is shipped for it."""
     name = _shipped()["kinds"].get(f"{resource.api_version}/{resource.kind}")
