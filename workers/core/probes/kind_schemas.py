@@ -35,6 +35,12 @@ def _shipped() -> dict[str, Any]:
     return document
 
 
+def shipped_definitions() -> dict[str, Any]:
+    """Every shipped schema by its OpenAPI name (what a ``$ref`` names)."""
+    definitions: dict[str, Any] = _shipped()["definitions"]
+    return definitions
+
+
 def shipped_schema(resource: ResourceInfo) -> dict[str, Any] | None:
     """The built-in kind's schema at its root, or None when none is shipped for it."""
     name = _shipped()["kinds"].get(f"{resource.api_version}/{resource.kind}")
