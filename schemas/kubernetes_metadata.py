@@ -298,6 +298,8 @@ def _requirement(term: Any, what: str) -> LabelRequirement:
         raise SelectorError(f"{what} values is not a list")
     if not term.get("key"):
         raise SelectorError(f"{what} has a matchExpressions term without a key")
+    if problem := label_key_problem(str(term["key"])):  # before the model's own length bound
+        raise SelectorError(f"{what}: {problem}")
     return LabelRequirement(
         key=str(term["key"]),
         operator=operator,

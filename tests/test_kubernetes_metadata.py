@@ -166,6 +166,7 @@ def test_text_and_object_forms_say_the_same() -> None:
         ({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}, "no values"),
         ({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}, "'Gt'"),
         ({"matchExpressions": [{"operator": "Exists"}]}, "without a key"),
+        ({"matchExpressions": [{"key": "k" * 400, "operator": "Exists"}]}, "qualified name"),
         ({"matchLabel": {"a": "b"}}, "fields a label selector does not"),
         (["app=web"], "is not a mapping"),
     ],
