@@ -25,7 +25,7 @@ the API server's (apimachinery's name validation and label selector grammar):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -162,16 +162,6 @@ class LabelRequirement(_Strict):
     operator: Operator
     values: list[str] = Field(default_factory=list)
 
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        if self.operator == "Exists":
-            return present
-        if self.operator == "DoesNotExist":
-            return not present
-        if self.operator == "In":
-            return present and labels[self.key] in self.values
-        return not present or labels[self.key] not in self.values  # NotIn, as the API server
-
     def problem(self) -> str | None:
         """Why the API server would refuse this term (one phrase), or None."""
         if problem := label_key_problem(self.key):
@@ -202,9 +192,35 @@ class LabelSelector(_Strict):
         return not self.match_labels and not self.match_expressions
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        if any(labels.get(key) != value for key, value in self.match_labels.items()):
-            return False
-        return all(term.matches(labels) for term in self.match_expressions)
+        return self.matcher()(labels)
+
+    def matcher(self) -> Callable[[Mapping[str, str]], bool]:
+        """A predicate on one object's labels, as the API server matches them: every
+        ``matchLabels`` pair present, ``In`` the label present with one of the values,
+        ``NotIn`` (and ``!=``) the label absent or with none of them, ``Exists`` /
+        ``DoesNotExist``. The terms are read once, for matching many label sets."""
+        exact = tuple(self.match_labels.items())
+        terms = tuple(
+            (term.key, term.operator, frozenset(term.values)) for term in self.match_expressions
+        )
+
+        def matches(labels: Mapping[str, str]) -> bool:
+            for key, value in exact:
+                if labels.get(key) != value:
+                    return False
+            for key, operator, values in terms:
+                present = key in labels
+                if operator == "In":
+                    ok = present and labels[key] in values
+                elif operator == "NotIn":
+                    ok = not present or labels[key] not in values
+                else:
+                    ok = present == (operator == "Exists")
+                if not ok:
+                    return False
+            return True
+
+        return matches
 
     def names_only(self) -> list[str] | None:
         """The namespaces a namespace selector picks when it only names them (by the

@@ -83,7 +83,12 @@ def test_a_name_too_long_and_badly_formed_reports_both() -> None:
 
 
 def _matches(selector: str, labels: dict[str, str]) -> bool:
-    return LabelSelector.from_text(selector).matches(labels)
+    """The selector's answer, the same from :meth:`matches` and from the lookups' matcher."""
+    parsed = LabelSelector.from_text(selector)
+    answer = parsed.matches(labels)
+    assert parsed.matcher()(labels) is answer
+    assert label_matcher(selector)({"metadata": {"labels": labels}}) is answer
+    return answer
 
 
 @pytest.mark.parametrize(

@@ -35,9 +35,10 @@ def label_matcher(selector: str | None) -> Matcher:
         ) from exc
     if parsed.empty:
         return lambda obj: True
+    labels_match = parsed.matcher()
 
     def matches(obj: Mapping[str, Any]) -> bool:
-        return parsed.matches((obj.get("metadata") or {}).get("labels") or {})
+        return labels_match((obj.get("metadata") or {}).get("labels") or {})
 
     return matches
 
