@@ -26,9 +26,10 @@ from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
 from schemas.budget import Budget, ProfileName
-from schemas.declarative import LABEL_VALUE_PATTERN, MAX_SOURCE_LENGTH
+from schemas.declarative import MAX_SOURCE_LENGTH
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
+from schemas.kubernetes_metadata import LABEL_VALUE_PATTERN
 from schemas.numbers import integral
 from schemas.policy import SET_NAME_PATTERN, ImportedPolicy
 from schemas.probe import PROBE_MODE_HELP, AgreementEntry, ProbeMode, ProbeRecord

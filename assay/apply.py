@@ -46,7 +46,6 @@ from scheduler.fires import TargetResolutionError, resolve_targets, target_key
 from scheduler.schedules import ScheduleConflict
 from schemas.declarative import (
     API_VERSION,
-    LABEL_VALUE_PATTERN,
     MAX_SOURCE_LENGTH,
     SCHEDULE_SPEC_LOCS,
     SOURCE_LABEL,
@@ -61,6 +60,7 @@ from schemas.declarative import (
     schedule_fields,
     schedule_spec,
 )
+from schemas.kubernetes_metadata import label_value_errors
 from schemas.policy import POLICY_PREFIX, POLICY_SET_PREFIX, PolicyReference, policy_reference
 from schemas.request import EvaluationRequest, Target
 from schemas.schedule import CHANGEABLE_FIELDS, Schedule
@@ -81,7 +81,7 @@ class SourceError(ValueError):
 
 def source_name(text: str) -> str:
     """``text`` if it can be the ``assay.dev/source`` label, else :class:`SourceError`."""
-    if len(text) > MAX_SOURCE_LENGTH or not re.fullmatch(LABEL_VALUE_PATTERN, text) or not text:
+    if not text or len(text) > MAX_SOURCE_LENGTH or label_value_errors(text):
         raise SourceError(
             f"source {text!r} cannot be a label value: use 1 to {MAX_SOURCE_LENGTH} characters "
             "from A-Z a-z 0-9 . _ -, starting and ending with a letter or digit"

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from schemas.request import EvaluationRequest
-    from workers.fleet.spend_guard import FleetSpendGuard
+    from workers.fleet.spend_reservations import FleetSpendGuard
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -74,7 +74,7 @@ def _pairs(
 def latency(redis_url: str, calls: int, threads: int) -> None:
     from schemas.settings import load_settings
     from workers.fleet.redis_client import connect
-    from workers.fleet.spend_guard import FleetSpendGuard
+    from workers.fleet.spend_reservations import FleetSpendGuard
 
     settings = load_settings(
         redis_url=redis_url,

@@ -51,6 +51,7 @@ from pydantic.alias_generators import to_camel
 
 from schemas.budget import Budget, ProfileName
 from schemas.durations import DURATION_PATTERN, DurationError, parse_duration
+from schemas.kubernetes_metadata import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN
 from schemas.notify import SinkName
 from schemas.numbers import integral
 from schemas.policy import POLICY_NAME_PATTERN, POLICY_PREFIX, POLICY_SET_PREFIX, SET_NAME_PATTERN
@@ -75,12 +76,6 @@ from schemas.spend import (
 API_VERSION = "assay.dev/v1alpha1"
 SOURCE_LABEL = "assay.dev/source"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
-# Kubernetes' label rules: an optional DNS prefix, then a name of at most 63 characters.
-LABEL_KEY_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 MAX_SOURCE_LENGTH = 63
 
 ObjectName = Annotated[

@@ -21,13 +21,13 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from schemas.kubernetes_metadata import LabelSelector
 from schemas.probe import (
     ProbeCondition,
     ProbeFormat,
@@ -49,61 +49,10 @@ MAX_SET_POLICIES = 1000
 _POLICY_NAME = re.compile(POLICY_NAME_PATTERN)
 _SET_NAME = re.compile(SET_NAME_PATTERN)
 PolicyScope = Literal["*", "Namespaced", "Cluster"]
-Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class LabelRequirement(_Strict):
-    """One ``matchExpressions`` term of a Kubernetes label selector."""
-
-    key: str = Field(min_length=1, max_length=317)
-    operator: Operator
-    values: list[str] = Field(default_factory=list)
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        if self.operator == "Exists":
-            return present
-        if self.operator == "DoesNotExist":
-            return not present
-        if self.operator == "In":
-            return present and labels[self.key] in self.values
-        return not present or labels[self.key] not in self.values  # NotIn, as the API server
-
-
-class LabelSelector(_Strict):
-    """A Kubernetes label selector (``matchLabels`` and ``matchExpressions``, ANDed);
-    an empty one matches everything."""
-
-    match_labels: dict[str, str] = Field(default_factory=dict)
-    match_expressions: list[LabelRequirement] = Field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not self.match_labels and not self.match_expressions
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if any(labels.get(key) != value for key, value in self.match_labels.items()):
-            return False
-        return all(term.matches(labels) for term in self.match_expressions)
-
-    def names_only(self) -> list[str] | None:
-        """The namespaces a namespace selector picks when it only names them (by the
-        ``kubernetes.io/metadata.name`` label every namespace carries), else None."""
-        key = "kubernetes.io/metadata.name"
-        names: set[str] | None = None
-        if self.match_labels:
-            if set(self.match_labels) != {key}:
-                return None
-            names = {self.match_labels[key]}
-        for term in self.match_expressions:
-            if term.key != key or term.operator != "In":
-                return None
-            names = set(term.values) if names is None else names & set(term.values)
-        return sorted(names) if names is not None else None
 
 
 class KindRef(_Strict):

@@ -209,6 +209,23 @@ def test_eval_reaches_workers_only_through_its_seam(project_imports: list[Import
     assert any(i.importer == EVAL_SEAM and i.target.startswith("workers.") for i in project_imports)
 
 
+def modules_named_alike(root: Path) -> list[str]:
+    """Modules of the fleet named like one of the core: two files of one name, one the
+    engine's seam and one the fleet's implementation, leave a reader guessing which is which."""
+    core = {path.name for path in (root / "workers" / "core").rglob("*.py")}
+    return sorted(
+        str(path.relative_to(root))
+        for path in (root / "workers" / "fleet").rglob("*.py")
+        if path.name in core and path.name != "__init__.py"
+    )
+
+
+def test_no_fleet_module_is_named_like_a_core_one(tmp_path: Path) -> None:
+    assert modules_named_alike(ROOT) == []
+    root = _tree(tmp_path, {"workers/core/spend_guard.py": "", "workers/fleet/spend_guard.py": ""})
+    assert modules_named_alike(root) == ["workers/fleet/spend_guard.py"]
+
+
 def test_the_fleet_is_built_on_the_core(project_imports: list[Import]) -> None:
     # the split means something only if the fleet really uses the core below it
     assert any(

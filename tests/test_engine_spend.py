@@ -21,7 +21,7 @@ from tests.engine_support import scripted as scripted_model
 from workers.core.llm import REFUSED_RETRIES, load_litellm
 from workers.core.spend_guard import SpendRefused
 from workers.fleet.redis_client import connect
-from workers.fleet.spend_guard import FleetSpendGuard
+from workers.fleet.spend_reservations import FleetSpendGuard
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -40,7 +40,7 @@ from tests.test_cli_check import assay
 from workers.core.policies.documents import documents_from_text
 from workers.core.policies.importer import import_documents
 from workers.core.policies.run import run_policies
-from workers.core.probes.compile import judge
+from workers.core.probes.acceptance import judge
 from workers.core.probes.runner import SECRET_VALUES_WITHHELD, run_probe
 from workers.core.toolsets.backend import REDACTED, ClusterBackend
 from workers.core.toolsets.base import ToolRegistry

@@ -20,7 +20,7 @@ from tests.fleet_support import snapshot_request
 from workers.core.spend_guard import SpendRefused
 from workers.fleet.redis_client import connect
 from workers.fleet.spend import Scope, SpendStore
-from workers.fleet.spend_guard import FleetSpendGuard
+from workers.fleet.spend_reservations import FleetSpendGuard
 
 pytestmark = pytest.mark.integration
 

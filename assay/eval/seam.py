@@ -35,13 +35,7 @@ __all__ = [
     "price_known",
     "run_check",
     "snapshot_problems",
-    "target_name",
 ]
-
-
-def target_name(snapshot: Path) -> str:
-    """The cluster name the engine shows the model for a snapshot folder."""
-    return SnapshotTarget(path=str(snapshot)).name
 
 
 def run_check(predicate: str, snapshot: Path, settings: AssaySettings, budget: Budget) -> RunReport:

@@ -666,7 +666,7 @@ class _Run:
             return ProbeOutcome(status="failed", reason=reason)
         # Here, not at the top: the probes bring the CEL library, which a run that proposes
         # no probe (and `assay check` starting up) need not import.
-        from workers.core.probes.compile import judge
+        from workers.core.probes.acceptance import judge
         from workers.core.probes.runner import backend_of
 
         deadline = self.meter.deadline if math.isfinite(self.meter.deadline) else None

@@ -421,7 +421,7 @@ class _Rerun:
         return _with_probe(report, _outcome(record, run, status, reason))
 
     def _retired_as_insensitive(self, record: ProbeRecord, run: ProbeRun) -> str | None:
-        """Re-validation re-accepts the probe: like a compile (workers/core/probes/compile.py),
+        """Re-validation re-accepts the probe: like a compile (workers/core/probes/acceptance.py),
         only if some counterfactual of the objects it just read flips it. One that no longer
         depends on them (or never did: stored before this check existed) is retired: the
         reason it was, else None."""

@@ -143,15 +143,11 @@ class ProbeStore:
         raw = self.client.lrange(self._key(check_id, "agreement"), 0, -1)
         return [AgreementEntry.model_validate_json(item) for item in raw]
 
-    def batch_probe(self, batch_id: str) -> ProbeRecord | None:
-        raw = self.client.get(self._batch_key(batch_id))
-        return ProbeRecord.model_validate_json(raw) if raw else None
-
     def lookup(self, check_id: str, batch_id: str | None, *, claim: bool) -> ProbeLookup:
         """The probes for a run of ``check_id`` (in ``batch_id``), and the compile claim, in one
         round trip; with ``claim``, the claim is taken when there is no probe and no claim.
 
-        Reads what :meth:`active`, :meth:`batch_probe` and :meth:`compile_state` read, and
+        Reads what :meth:`active` and :meth:`compile_state` read (and a batch's probe), and
         claims as :meth:`claim_compile` does, but in one Lua script. A claim taken here lasts
         one lease: the caller keeps it with :meth:`hold` (no round trip before the model).
         """

@@ -30,7 +30,7 @@ from workers.fleet.policy_store import PolicyStore
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.ratelimit import FleetRateLimiter
 from workers.fleet.recovery import start_sweeper
-from workers.fleet.spend_guard import FleetSpendGuard
+from workers.fleet.spend_reservations import FleetSpendGuard
 from workers.fleet.store import VerdictStore
 
 _log = structlog.get_logger(__name__)

@@ -111,8 +111,3 @@ def _swap(term: ResourceFilter, kinds: list[KindRef]) -> ResourceFilter:
 
 def is_pod(kind: KindRef) -> bool:
     return kind.name in ("Pod", "pods") and kind.group in ("", "*")
-
-
-def only_pods(term: ResourceFilter) -> bool:
-    """A term that names Pod and nothing else (Kyverno derives nothing from mixed kinds)."""
-    return term.kinds is not None and len(term.kinds) >= 1 and all(is_pod(k) for k in term.kinds)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from schemas.policy import KindRef, LabelRequirement, LabelSelector, ResourceFilter
+from schemas.kubernetes_metadata import LabelSelector, SelectorError
+from schemas.policy import KindRef, ResourceFilter
 from schemas.probe import ProbeCondition, ProbeValidation, ProbeVariable
 from workers.core.policies.expressions import references
 from workers.core.probes.admission_inputs import SERVED_REQUEST_FIELDS
@@ -46,30 +47,14 @@ def as_map(value: Any, what: str) -> dict[str, Any]:
 
 
 def label_selector(value: Any, what: str) -> LabelSelector | None:
-    """A Kubernetes label selector; None for none given (match everything)."""
+    """A Kubernetes label selector, checked as the API server checks one; None for none
+    given (match everything)."""
     if value is None:
         return None
-    data = as_map(value, what)
-    unknown = set(data) - {"matchLabels", "matchExpressions"}
-    if unknown:
-        raise Unsupported(f"{what} has fields a label selector does not: {sorted(unknown)}")
-    labels = as_map(data.get("matchLabels"), f"{what}.matchLabels")
-    terms = []
-    for term in as_list(data.get("matchExpressions"), f"{what}.matchExpressions"):
-        term = as_map(term, f"{what}.matchExpressions[]")
-        operator = term.get("operator")
-        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            raise Unsupported(f"{what} uses the operator {operator!r}, not a label selector's")
-        terms.append(
-            LabelRequirement(
-                key=str(term.get("key", "")),
-                operator=operator,
-                values=[str(v) for v in as_list(term.get("values"), f"{what} values")],
-            )
-        )
-    selector = LabelSelector(
-        match_labels={str(k): str(v) for k, v in labels.items()}, match_expressions=terms
-    )
+    try:
+        selector = LabelSelector.from_api(value, what)
+    except SelectorError as exc:
+        raise Unsupported(str(exc)) from exc
     return None if selector.empty else selector
 
 

@@ -20,10 +20,9 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from schemas.kubernetes_metadata import NAMESPACE_NAME_LABEL as NAME_LABEL
 from schemas.policy import KindRef, PolicyRule, ResourceFilter
 from workers.core.toolsets.backend import ResourceInfo
-
-NAME_LABEL = "kubernetes.io/metadata.name"
 
 NamespaceLabels = Callable[[str], dict[str, str] | None]
 

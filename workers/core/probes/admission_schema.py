@@ -15,15 +15,20 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
+
+from schemas.kubernetes_metadata import LabelSelector as KubernetesLabelSelector
+from schemas.kubernetes_metadata import (
+    SelectorError,
+    is_dns1035_label,
+    is_dns1123_subdomain,
+    label_value_errors,
+    qualified_name_errors,
+)
 
 VAP_API_VERSION = "admissionregistration.k8s.io/v1"
 KYVERNO_API_VERSION = "policies.kyverno.io/v1"
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _CEL_IDENTIFIER = re.compile(r"^[_A-Za-z][_A-Za-z0-9]*$")
 _CEL_RESERVED = frozenset(
     {"true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
@@ -36,17 +41,14 @@ ACTIONS = frozenset({"Deny", "Warn", "Audit"})
 
 
 def dns_subdomain(value: str, what: str) -> str:
-    if not value or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+    if not is_dns1123_subdomain(value):
         raise ValueError(f"{what} {value!r} is not a DNS subdomain (lower case, at most 253)")
     return value
 
 
 def qualified_name(value: str, what: str) -> str:
     """A Kubernetes qualified name: an optional DNS-subdomain prefix, '/', a 63-char name."""
-    prefix, _, name = value.rpartition("/")
-    if prefix:
-        dns_subdomain(prefix, f"{what} prefix")
-    if not name or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
+    if qualified_name_errors(value):
         raise ValueError(f"{what} {value!r} is not a qualified name")
     return value
 
@@ -60,31 +62,21 @@ class LabelSelectorRequirement(_Shape):
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     values: list[str] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _rules(self) -> LabelSelectorRequirement:
-        qualified_name(self.key, "a label selector key")
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"operator {self.operator} needs values")
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"operator {self.operator} takes no values")
-        for value in self.values:
-            if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
-                raise ValueError(f"{value!r} is not a label value")
-        return self
-
 
 class LabelSelector(_Shape):
+    """The shape of a selector; its rules are the API server's, checked by
+    ``schemas.kubernetes_metadata`` (keys, values, operators with and without values)."""
+
     match_labels: dict[str, str] = Field(default_factory=dict)
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
 
-    @field_validator("match_labels")
-    @classmethod
-    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        for key, value in labels.items():
-            qualified_name(key, "a label key")
-            if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
-                raise ValueError(f"{value!r} is not a label value")
-        return labels
+    @model_validator(mode="after")
+    def _rules(self) -> LabelSelector:
+        try:
+            KubernetesLabelSelector.from_api(self.model_dump(by_alias=True))
+        except SelectorError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
 
 
 def _one_wildcard(values: list[str], what: str) -> None:
@@ -216,9 +208,9 @@ class ParamKind(_Shape):
         group, _, version = self.api_version.rpartition("/")
         if group:
             dns_subdomain(group, "paramKind's group")
-        if not version or not _DNS_LABEL_1035.fullmatch(version):
+        if not is_dns1035_label(version):
             raise ValueError(f"paramKind's version {version!r} is not a DNS label")
-        if not self.kind or not _DNS_LABEL_1035.fullmatch(self.kind.lower()):
+        if not is_dns1035_label(self.kind.lower()):
             raise ValueError(f"paramKind's kind {self.kind!r} is not a kind name")
         return self
 
@@ -236,7 +228,7 @@ class ObjectMeta(_Shape):
         dns_subdomain(self.name, "metadata.name")
         for key, value in self.labels.items():
             qualified_name(key, "a label key")
-            if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+            if label_value_errors(value):
                 raise ValueError(f"label value {value!r} is not a label value")
         for key in self.annotations:
             qualified_name(key, "an annotation key")

@@ -62,8 +62,7 @@ from workers.core.probes.syntax.parser import CelSyntaxError, Tree, parse
 from workers.core.probes.syntax.unparser import unparse
 
 __all__ = ["KUBERNETES_VERSIONS", "PROBE_VERSION", "BoolProgram", "CelError", "Expression",
-           "StepMeter", "compile_expression", "evaluate", "evaluate_bool", "field_paths",
-           "reads_variable", "unsupported_calls"]  # fmt: skip
+           "StepMeter", "evaluate_bool", "field_paths", "unsupported_calls"]  # fmt: skip
 MAX_EXPRESSION_CHARS = 4000
 # The runtime stops any evaluation after this many comprehension iterations (fixed in the
 # bindings); an expression that reaches it cannot run (fail-safe), like one over the cost bound.
@@ -914,11 +913,6 @@ class _Opaque:
         return f"<{self.kind}>"
 
 
-def compile_expression(expression: str, variables: Sequence[tuple[str, str]] = ()) -> Any:
-    """A compiled expression; CelError when it is too long, refused, or fails to compile."""
-    return Expression(expression, variables)
-
-
 class BoolProgram:
     """An expression checked and compiled once, evaluated many times (one call per object).
 
@@ -996,11 +990,6 @@ class StepMeter:
         )
 
 
-def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
-    """The expression's value; CelError on any failure."""
-    return BoolProgram(expression).value(variables)
-
-
 def evaluate_bool(expression: str, variables: Mapping[str, Any]) -> bool:
     """The expression's boolean value; CelError for anything that is not exactly a bool."""
     return BoolProgram(expression)(variables)
@@ -1029,21 +1018,6 @@ def plain(value: Any) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, str) and plain(v) for k, v in value.items())
     return False
-
-
-def reads_variable(expression: str, name: str) -> bool:
-    """Whether ``expression`` reads the input variable ``name`` (``results`` or ``object``).
-
-    An expression that never names it (``true``, ``1 == 1``, ``size([]) == 0``), or
-    rebinds the name as a macro variable where it reads it (``[1].all(results, results ==
-    1)``), has a value that cannot depend on the cluster. A field of that name
-    (``x.results``) is not the variable. Best effort: a tautology over the input
-    (``size(results) >= 0``) still reads it.
-    """
-    try:
-        return tree_reads.reads(parse(expression).root, name)
-    except CelSyntaxError:
-        return False
 
 
 def field_paths(expression: str) -> list[str]:

@@ -17,17 +17,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.policy import KindRef, LabelSelector, ResourceFilter
+from schemas.kubernetes_metadata import NAMESPACE_NAME_LABEL, LabelSelector, SelectorError
+from schemas.policy import KindRef, ResourceFilter
 from workers.core.policies.matching import kind_matches
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 from workers.core.toolsets.kinds import ResourceIndex, builtin_index
 
-_SET_TERM = re.compile(r"^\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s+(in|notin)\s*\(([^()]*)\)\s*$")
-_EQUALITY_TERM = re.compile(
-    r"^\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s*(==|=|!=)\s*([-A-Za-z0-9_.]*)\s*$"
-)
-_EXISTS_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s*$")
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # What a ValidatingAdmissionPolicy's resource rule matches when it names no operations of
 # its own: every admission policy written here names them, as the API requires.
 CREATE_UPDATE = ["CREATE", "UPDATE"]
@@ -173,64 +168,19 @@ def rules_for(
 
 
 def selector_from_text(selector: str | None) -> dict[str, Any] | None:
-    """A label selector's text (``a=b,tier in (x,y),!canary``) as a LabelSelector object."""
-    if not selector or not selector.strip():
-        return None
-    labels: dict[str, str] = {}
-    expressions: list[dict[str, Any]] = []
-    for term in _split_terms(selector):
-        if match := _SET_TERM.match(term):
-            values = sorted({v.strip() for v in match.group(3).split(",") if v.strip()})
-            operator = "In" if match.group(2) == "in" else "NotIn"
-            expressions.append({"key": match.group(1), "operator": operator, "values": values})
-        elif match := _EQUALITY_TERM.match(term):
-            key, op, value = match.groups()
-            if op == "!=":
-                expressions.append({"key": key, "operator": "NotIn", "values": [value]})
-            elif labels.get(key, value) != value:
-                raise NotExportable(f"the label selector {selector!r} asks {key} for two values")
-            else:
-                labels[key] = value
-        elif match := _EXISTS_TERM.match(term):
-            operator = "DoesNotExist" if match.group(1) else "Exists"
-            expressions.append({"key": match.group(2), "operator": operator})
-        else:
-            raise NotExportable(
-                f"the label selector {selector!r} has a term that is not a label term"
-            )
-    out: dict[str, Any] = {}
-    if labels:
-        out["matchLabels"] = labels
-    if expressions:
-        out["matchExpressions"] = expressions
-    return out
-
-
-def _split_terms(selector: str) -> list[str]:
-    terms, depth, current = [], 0, ""
-    for char in selector:
-        depth += char == "("
-        depth -= char == ")"
-        if char == "," and depth == 0:
-            terms.append(current)
-            current = ""
-        else:
-            current += char
-    return [t for t in [*terms, current] if t.strip()]
+    """A label selector's text (``a=b,tier in (x,y),!canary``) as a LabelSelector object;
+    one that cannot select anything (``a=b,a=c``) is refused, not written."""
+    try:
+        parsed = LabelSelector.from_text(selector)
+    except SelectorError as exc:
+        raise NotExportable(f"the label selector {selector!r} cannot be read: {exc}") from exc
+    if contradiction := parsed.contradiction():
+        raise NotExportable(f"the label selector {selector!r} {contradiction}")
+    return parsed.to_api() or None
 
 
 def selector(value: LabelSelector | None) -> dict[str, Any] | None:
-    if value is None or value.empty:
-        return None
-    out: dict[str, Any] = {}
-    if value.match_labels:
-        out["matchLabels"] = dict(value.match_labels)
-    if value.match_expressions:
-        out["matchExpressions"] = [
-            {"key": t.key, "operator": t.operator, **({"values": t.values} if t.values else {})}
-            for t in value.match_expressions
-        ]
-    return out
+    return None if value is None else value.to_api() or None
 
 
 def both(first: dict[str, Any] | None, second: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -35,8 +35,10 @@ def _shipped() -> dict[str, Any]:
     return document
 
 
-def shipped_version() -> str:
-    return str(_shipped()["kubernetes"])
+def shipped_definitions() -> dict[str, Any]:
+    """Every shipped schema by its OpenAPI name (what a ``$ref`` names)."""
+    definitions: dict[str, Any] = _shipped()["definitions"]
+    return definitions
 
 
 def shipped_schema(resource: ResourceInfo) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ expression that reads its input but whose value never depends on it
 cluster does. So before a probe is accepted, the engine itself looks for a
 **counterfactual**: objects, built from the real ones it just read, under which the probe
 would give the opposite verdict. A probe for which none of a bounded set of counterfactuals
-flips the verdict is refused (workers/core/probes/compile.py); the model's verdict is
+flips the verdict is refused (workers/core/probes/acceptance.py); the model's verdict is
 unaffected, and later runs ask the model.
 
 The field paths the expression reads are taken from its syntax tree (the runtime's own

@@ -40,6 +40,8 @@ from typing import Any
 
 import yaml
 
+from schemas.kubernetes_metadata import is_dns1123_label
+
 
 class _PythonDumper(yaml.SafeDumper):
     """PyYAML's pure-Python dumper, with Unicode line breaks always double-quoted.
@@ -346,14 +348,11 @@ def _token_mount_in_status(value: Any, obj: Mapping[str, Any], path: Path) -> bo
     )
 
 
-_VOLUME_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-
-
 def _token_volume_note(volume: Any, path: Path) -> str:
     """One comment line: a name that is not a plain volume name is not written into it."""
     where = ".".join(str(step) for step in path[:-1])
     name = _name(volume)
-    shown = name if _VOLUME_NAME.fullmatch(name) else "a kube-api-access-* volume"
+    shown = name if is_dns1123_label(name) else "a kube-api-access-* volume"
     return (
         f"{where}: left out {shown}, the standard service-account token volume "
         f"(token, kube-root-ca.crt, namespace), mounted read-only at {SERVICE_ACCOUNT_MOUNT}: "

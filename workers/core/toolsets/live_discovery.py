@@ -9,20 +9,23 @@ once, not once per run.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from typing import Any
 
+from schemas.kubernetes_metadata import is_dns1123_subdomain
 from workers.core.toolsets.backend import BackendError, ResourceInfo
 from workers.core.toolsets.kinds import ResourceIndex
 from workers.core.toolsets.live_transport import GetOnlyTransport
 
-# What a group, version or resource name may look like (DNS names, lowercase). Discovery
-# of an aggregated API is written by that API's own server, and these names become path
-# segments unquoted: the API server decodes %2F before routing, so anything else could
-# turn a list into another path (a node's proxy).
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+def _path_safe(name: str) -> bool:
+    """A group, version or resource name must be a DNS subdomain (lowercase). Discovery of
+    an aggregated API is written by that API's own server, and these names become path
+    segments unquoted: the API server decodes %2F before routing, so anything else could
+    turn a list into another path (a node's proxy)."""
+    return is_dns1123_subdomain(name)
+
 
 # key -> (fetched at, resources, groups listed whose discovery failed)
 _cache: dict[str, tuple[float, list[ResourceInfo], tuple[str, ...]]] = {}
@@ -60,7 +63,7 @@ def _fetch(transport: GetOnlyTransport) -> tuple[list[ResourceInfo], list[str]]:
     unavailable: list[str] = []
     core = transport.get_json("/api", action="read the API versions (/api)")
     for version in core.get("versions") or ["v1"]:
-        if not _NAME.match(str(version)):
+        if not _path_safe(str(version)):
             continue
         doc = transport.get_json(f"/api/{version}", action=f"read API discovery for {version}")
         resources.extend(_resources_of(doc, "", version))
@@ -70,7 +73,7 @@ def _fetch(transport: GetOnlyTransport) -> tuple[list[ResourceInfo], list[str]]:
         group_version = preferred.get("groupVersion")
         if not group_version or "/" not in group_version:
             continue
-        if not all(_NAME.match(part) for part in str(group_version).split("/", 1)):
+        if not all(_path_safe(part) for part in str(group_version).split("/", 1)):
             continue
         try:
             doc = transport.get_json(
@@ -94,7 +97,7 @@ def _resources_of(doc: dict[str, Any], group: str, version: str) -> list[Resourc
     for entry in doc.get("resources") or []:
         plural = entry.get("name", "")
         verbs = set(entry.get("verbs") or [])
-        if not _NAME.match(str(plural)) or not verbs & {"get", "list"}:
+        if not _path_safe(str(plural)) or not verbs & {"get", "list"}:
             continue  # subresources (pods/log, pods/exec), unreadable types, hostile names
         found.append(
             ResourceInfo(

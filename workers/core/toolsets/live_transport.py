@@ -36,6 +36,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from schemas.kubernetes_metadata import is_dns1123_label
 from workers.core.toolsets.backend import BackendError
 from workers.core.toolsets.kube_import import ensure_imported
 
@@ -150,12 +151,9 @@ def check_read_query(path: str, query: dict[str, Any] | None) -> None:
         )
 
 
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
 def namespace_segment(namespace: str) -> str:
     """A namespace is an RFC 1123 label; anything else is refused before a request is built."""
-    if len(namespace) > 63 or not _NAMESPACE.match(namespace):
+    if not is_dns1123_label(namespace):
         raise BackendError(
             "bad_request",
             f"{namespace!r} is not a valid Kubernetes namespace name "

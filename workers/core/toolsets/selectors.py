@@ -2,28 +2,20 @@
 
 The snapshot backend (and the test API server) filter objects with these, so a
 selector the model writes means the same thing offline as against a live
-cluster. Bad syntax raises ``BackendError("bad_request", ...)`` with the
-offending part, so the model can correct itself.
+cluster; label selectors are read and matched by ``schemas.kubernetes_metadata``.
+Bad syntax raises ``BackendError("bad_request", ...)`` with the offending part, so
+the model can correct itself.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from schemas.kubernetes_metadata import LabelSelector, SelectorError
 from workers.core.toolsets.backend import BackendError
 
-_LABEL_KEY = r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-_LABEL_VALUE = r"(?:[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
-_SET_REQUIREMENT = re.compile(
-    rf"^\s*(?P<key>{_LABEL_KEY})\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)\s*$"
-)
-_EQUALITY_REQUIREMENT = re.compile(
-    rf"^\s*(?P<key>{_LABEL_KEY})\s*(?P<op>==|!=|=)\s*(?P<value>{_LABEL_VALUE})\s*$"
-)
-_EXISTS_REQUIREMENT = re.compile(rf"^\s*(?P<neg>!?)\s*(?P<key>{_LABEL_KEY})\s*$")
 _FIELD_REQUIREMENT = re.compile(
     r"^\s*(?P<path>[A-Za-z0-9_.\-/]+)\s*(?P<op>==|!=|=)\s*(?P<value>.*?)\s*$"
 )
@@ -31,68 +23,22 @@ _FIELD_REQUIREMENT = re.compile(
 Matcher = Callable[[Mapping[str, Any]], bool]
 
 
-@dataclass(frozen=True)
-class _LabelRequirement:
-    key: str
-    op: str  # "=", "!=", "in", "notin", "exists", "!exists"
-    values: frozenset[str] = frozenset()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        if self.op == "exists":
-            return present
-        if self.op == "!exists":
-            return not present
-        if self.op in ("=", "in"):
-            return present and labels[self.key] in self.values
-        # "!=" and "notin" match objects without the label, as the API server does
-        return not present or labels[self.key] not in self.values
-
-
-def _split_top_level(selector: str) -> list[str]:
-    """Split on commas that are not inside ``in (a,b)`` parentheses."""
-    parts: list[str] = []
-    depth = 0
-    current: list[str] = []
-    for char in selector:
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        if char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
-    return [part for part in parts if part.strip()]
-
-
-def _parse_label_requirement(text: str) -> _LabelRequirement:
-    if match := _SET_REQUIREMENT.match(text):
-        values = frozenset(v.strip() for v in match["values"].split(",") if v.strip())
-        return _LabelRequirement(match["key"], match["op"], values)
-    if match := _EQUALITY_REQUIREMENT.match(text):
-        op = "=" if match["op"] in ("=", "==") else "!="
-        return _LabelRequirement(match["key"], op, frozenset({match["value"]}))
-    if match := _EXISTS_REQUIREMENT.match(text):
-        return _LabelRequirement(match["key"], "!exists" if match["neg"] else "exists")
-    raise BackendError(
-        "bad_request",
-        f"cannot parse label selector part {text.strip()!r}; use forms like "
-        "'app=web', 'tier!=db', 'env in (prod,staging)', 'env notin (dev)', 'app', '!canary'",
-    )
-
-
 def label_matcher(selector: str | None) -> Matcher:
     """A predicate on an object's ``metadata.labels``; None/empty matches everything."""
-    if not selector or not selector.strip():
+    try:
+        parsed = LabelSelector.from_text(selector)
+    except SelectorError as exc:
+        raise BackendError(
+            "bad_request",
+            f"cannot parse label selector {selector!r}: {exc}; use forms like "
+            "'app=web', 'tier!=db', 'env in (prod,staging)', 'env notin (dev)', 'app', '!canary'",
+        ) from exc
+    if parsed.empty:
         return lambda obj: True
-    requirements = [_parse_label_requirement(part) for part in _split_top_level(selector)]
+    labels_match = parsed.matcher()
 
     def matches(obj: Mapping[str, Any]) -> bool:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        return all(req.matches(labels) for req in requirements)
+        return labels_match((obj.get("metadata") or {}).get("labels") or {})
 
     return matches
 

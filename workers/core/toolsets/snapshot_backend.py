@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from schemas.kubernetes_metadata import is_dns1123_subdomain
 from workers.core.toolsets.backend import BackendError, ResourceInfo, not_found
 from workers.core.toolsets.echo import compose, quoted
 from workers.core.toolsets.kinds import (
@@ -69,7 +70,6 @@ CRD_KEY = ("apiextensions.k8s.io", "CustomResourceDefinition")
 EVENT_KEYS = (("", "Event"), ("events.k8s.io", "Event"))
 DEFAULT_NAMESPACE = "default"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
-_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _LOG_TIMESTAMP = re.compile(
     r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2}))\s"
 )
@@ -690,14 +690,14 @@ class SnapshotBackend:
         limit_bytes: int | None = None,
     ) -> str:
         for label, value in (("namespace", namespace), ("pod", pod), ("container", container)):
-            if value is not None and not _DNS_NAME.match(value):
+            if value is not None and not is_dns1123_subdomain(value):
                 raise BackendError("bad_request", f"{label} {value!r} is not a valid name")
         pod_dir = self.root / LOGS_FOLDER / namespace / pod
         pod_object = self._stored(self._index.resolve("Pod")).get((namespace, pod))
         if pod_object is None and not pod_dir.is_dir():
             raise BackendError("not_found", f"pod {pod!r} not found in namespace {namespace!r}")
         container = self._pick_container(pod_object, pod_dir, pod, container)
-        if not _DNS_NAME.match(container):  # from the pod's annotation: content, not a path
+        if not is_dns1123_subdomain(container):  # from the pod's annotation: content, not a path
             raise BackendError("bad_request", f"container {container!r} is not a valid name")
         file = pod_dir / (f"{container}.previous.log" if previous else f"{container}.log")
         text = self._log_text(file)

@@ -33,6 +33,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from schemas.kubernetes_metadata import (
+    dns1035_label_errors,
+    dns1123_label_errors,
+    dns1123_subdomain_errors,
+    label_value_errors,
+    qualified_name_errors,
+)
 from workers.core.probes.cel_lib import url
 from workers.core.probes.cel_lib.base import CelLibraryError, Overload, loops, opaque, unwrap
 from workers.core.probes.cel_lib.rewrite import CallRewrite
@@ -41,44 +48,10 @@ from workers.core.probes.syntax.nodes import Call, Index, Literal, Node
 KIND = "format"
 VALIDATE = "assay_format_validate"
 NAMED = "assay_format_named"
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_LABEL = re.compile(rf"^{_LABEL}$")
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _UUID = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$", re.I)
 _DATETIME = re.compile(
     r"^(\d{4}-\d{2}-\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
 )
-
-
-def _too_long(value: str, limit: int) -> list[str]:
-    return [f"must be no more than {limit} characters"] if len(value) > limit else []
-
-
-def _pattern(value: str, pattern: re.Pattern[str], what: str) -> list[str]:
-    return [] if pattern.match(value) else [f"must be {what}"]
-
-
-def dns1123_label(value: str) -> list[str]:
-    return _too_long(value, 63) + _pattern(
-        value, _DNS1123_LABEL, "a DNS-1123 label: lower-case letters, digits and '-', "
-        "starting and ending with a letter or digit"
-    )  # fmt: skip
-
-
-def dns1123_subdomain(value: str) -> list[str]:
-    return _too_long(value, 253) + _pattern(
-        value, _DNS1123_SUBDOMAIN, "a DNS-1123 subdomain: DNS-1123 labels joined by '.'"
-    )
-
-
-def dns1035_label(value: str) -> list[str]:
-    return _too_long(value, 63) + _pattern(
-        value, _DNS1035_LABEL, "a DNS-1035 label: lower-case letters, digits and '-', "
-        "starting with a letter and ending with a letter or digit"
-    )  # fmt: skip
 
 
 def _prefix(check: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
@@ -91,39 +64,6 @@ def _prefix(check: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
         return check(value)
 
     return prefixed
-
-
-def qualified_name(value: str) -> list[str]:
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-        errors: list[str] = []
-    elif len(parts) == 2:
-        prefix, name = parts
-        errors = (
-            ["prefix part must be non-empty"]
-            if not prefix
-            else [f"prefix part {e}" for e in dns1123_subdomain(prefix)]
-        )
-    else:
-        return ["must be a name, optionally with a DNS subdomain prefix and '/'"]
-    if not name:
-        return [*errors, "name part must be non-empty"]
-    if len(name) > 63:
-        errors.append("name part must be no more than 63 characters")
-    if not _QUALIFIED_NAME.match(name):
-        errors.append(
-            "name part must be letters, digits, '-', '_' or '.', starting and ending with a "
-            "letter or digit"
-        )
-    return errors
-
-
-def label_value(value: str) -> list[str]:
-    return _too_long(value, 63) + _pattern(
-        value, _LABEL_VALUE, "empty or letters, digits, '-', '_' or '.', starting and ending "
-        "with a letter or digit"
-    )  # fmt: skip
 
 
 def uri(value: str) -> list[str]:
@@ -169,14 +109,14 @@ def date_time(value: str) -> list[str]:
 
 
 FORMATS: dict[str, Callable[[str], list[str]]] = {
-    "dns1123Label": dns1123_label,
-    "dns1123Subdomain": dns1123_subdomain,
-    "dns1035Label": dns1035_label,
-    "qualifiedName": qualified_name,
-    "dns1123LabelPrefix": _prefix(dns1123_label),
-    "dns1123SubdomainPrefix": _prefix(dns1123_subdomain),
-    "dns1035LabelPrefix": _prefix(dns1035_label),
-    "labelValue": label_value,
+    "dns1123Label": dns1123_label_errors,
+    "dns1123Subdomain": dns1123_subdomain_errors,
+    "dns1035Label": dns1035_label_errors,
+    "qualifiedName": qualified_name_errors,
+    "dns1123LabelPrefix": _prefix(dns1123_label_errors),
+    "dns1123SubdomainPrefix": _prefix(dns1123_subdomain_errors),
+    "dns1035LabelPrefix": _prefix(dns1035_label_errors),
+    "labelValue": label_value_errors,
     "uri": uri,
     "uuid": uuid,
     "byte": byte,

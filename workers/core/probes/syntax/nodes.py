@@ -254,13 +254,3 @@ def same(a: Node, b: Node) -> bool:
         elif left != right:
             return False
     return True
-
-
-def depth(node: Node) -> int:
-    """How deeply the tree nests (a leaf: 1)."""
-    deepest, todo = 0, [(node, 1)]
-    while todo:
-        current, level = todo.pop()
-        deepest = max(deepest, level)
-        todo.extend((child, level + 1) for child in children(current))
-    return deepest
