@@ -16,7 +16,7 @@ from schemas.spend import CeilingState, ScopeSpend, SpendEventData, dollars
 from tests.fleet_support import snapshot_request
 from workers.core.spend_guard import SpendRefused
 from workers.fleet.redis_client import connect
-from workers.fleet.spend_guard import FleetSpendGuard
+from workers.fleet.spend_reservations import FleetSpendGuard
 
 
 def test_the_spend_line_says_dollars_as_the_contract_does() -> None:
