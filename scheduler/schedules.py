@@ -131,6 +131,16 @@ class ScheduleStore:
     def ids(self) -> list[str]:
         return [_text(key) for key in self.redis.hkeys(self.schedules_key)]
 
+    def ids_starting_with(self, prefix: str, limit: int = 10) -> list[str]:
+        """Up to ``limit`` schedule ids that begin with ``prefix``, sorted (an HSCAN with
+        MATCH; the id alphabet holds no glob character): what an id cut short stands for."""
+        found: set[str] = set()
+        for key, _body in self.redis.hscan_iter(self.schedules_key, match=f"{prefix}*"):
+            found.add(_text(key))
+            if len(found) >= limit:
+                break
+        return sorted(found)
+
     def next_fire_at(self, schedule: Schedule) -> datetime | None:
         """When the schedule's timer is due (None while paused or not yet timed)."""
         entry = self.timers.get(schedule_timer_id(schedule.id))

@@ -214,3 +214,34 @@ def test_leading_instant_detector(predicate: str, expected: datetime | None) -> 
 def test_only_future_leading_instants_defer() -> None:
     assert deferral_for("on 2027-01-01 the cert is Ready", NOW) == datetime(2027, 1, 1, tzinfo=UTC)
     assert deferral_for("on 2025-01-01 the cert is Ready", NOW) is None
+
+
+def test_a_schedule_id_cut_short_is_taken_back_and_an_ambiguous_one_is_refused(
+    capsys: pytest.CaptureFixture[str], cli_env: str
+) -> None:
+    """`schedule list --wide` ids pasted back cut (as `verdict` takes run ids): a unique
+    prefix names its schedule, with or without the ellipsis; one that begins two ids exits
+    64 naming both and changes nothing; one that begins none is not found (66)."""
+    for name in ("nightly", "hourly"):
+        code, _, _ = run(
+            capsys, "schedule", "add", name, "pods are ready", "--every", "1h", "--context", "a"
+        )
+        assert code == 0
+    store = schedules(cli_env)
+    first, second = sorted(store.ids())
+    shared = 4  # "sch-": every id begins with it
+    while first[shared] == second[shared]:
+        shared += 1
+    unique = first[: shared + 1]
+
+    code, out, _ = run(capsys, "schedule", "show", unique + "…", "--json")
+    assert code == 0 and json.loads(out)["id"] == first
+    assert run(capsys, "schedule", "pause", unique)[0] == 0
+    assert store.find(first) is not None and store.find(first).paused  # type: ignore[union-attr]
+
+    code, _, err = run(capsys, "schedule", "remove", first[:shared])
+    assert code == 64 and first in err and second in err and err.count("\n") == 1
+    assert sorted(store.ids()) == [first, second]
+
+    missing = "sch-" + ("0" if first[4] != "0" and second[4] != "0" else "z")
+    assert run(capsys, "schedule", "show", missing)[0] == 66

@@ -16,6 +16,7 @@ from __future__ import annotations
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
 # `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
 import json
+import re
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -60,7 +61,7 @@ schedule_app = typer.Typer(
     no_args_is_help=True,
 )
 
-RefArg = Annotated[str, typer.Argument(help="Schedule id or name.")]
+RefArg = Annotated[str, typer.Argument(help="Schedule id (or a unique prefix of one) or name.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 CronOpt = Annotated[
     str | None, typer.Option("--cron", help="Cron expression, e.g. '0 6 * * 1-5' or @daily.")
@@ -376,7 +377,7 @@ def update(
     store = _store(settings)
     require_routable_model(store.redis, settings, changes.get("model"))
     try:
-        changed = store.update(ref, **changes)
+        changed = store.update(_full_ref(store, ref), **changes)
     except ScheduleNotFound as exc:
         _fail(str(exc), EXIT_UNKNOWN)
     except ScheduleConflict as exc:
@@ -525,6 +526,7 @@ def run_now(ref: RefArg) -> None:
 
     settings = _settings()
     store = _store(settings)
+    ref = _full_ref(store, ref)
     try:
         entry = store.run_now(ref)
     except ScheduleNotFound as exc:
@@ -591,11 +593,37 @@ def _redis_url(settings: AssaySettings) -> str:
         _fail(str(exc), EXIT_UNAVAILABLE)
 
 
+def _full_ref(store: ScheduleStore, ref: str) -> str:
+    """``ref`` as given when it names a schedule (an id or a name), else the one schedule id
+    it begins (with or without the ellipsis a copied cut id brings), as `verdict` and `batch`
+    take ids (assay/id_prefixes.py); several: exit 64 naming them; none: ``ref`` unchanged,
+    which the store then says it cannot find (66)."""
+    from assay.id_prefixes import SHOWN, pasted
+    from scheduler.schedules import ScheduleNotFound
+
+    try:
+        store.resolve(ref)
+        return ref
+    except ScheduleNotFound:
+        pass
+    prefix = pasted(ref)
+    if not re.fullmatch(r"sch-[0-9a-f]{0,12}", prefix):
+        return ref
+    matches = store.ids_starting_with(prefix, limit=SHOWN + 1)
+    if len(matches) > 1:
+        more = " and more" if len(matches) > SHOWN else ""
+        _fail(
+            f"{prefix!r} begins several schedule ids ({', '.join(matches[:SHOWN])}{more}): "
+            "give more of the one you mean"
+        )
+    return matches[0] if matches else ref
+
+
 def _get(store: ScheduleStore, ref: str) -> Schedule:
     from scheduler.schedules import ScheduleNotFound
 
     try:
-        return store.get(ref)
+        return store.get(_full_ref(store, ref))
     except ScheduleNotFound as exc:
         _fail(str(exc), EXIT_UNKNOWN)
 
@@ -606,7 +634,7 @@ def _change(ref: str, action: str) -> Schedule:
     settings = _settings()
     store = _store(settings)
     try:
-        result: Schedule = getattr(store, action)(ref)
+        result: Schedule = getattr(store, action)(_full_ref(store, ref))
     except ScheduleNotFound as exc:
         _fail(str(exc), EXIT_UNKNOWN)
     return result
