@@ -9,6 +9,10 @@ each policy's probes into a :class:`PolicyResult`:
 * ``true`` only when every probe ran cleanly and none found a violation;
 * ``cannot_determine`` otherwise (a probe failed: a listing, a CEL error, the deadline).
 
+A Kyverno ValidatingPolicy's probes run with its reads of the target (``resource.Get`` /
+``List``, ``globalContext.Get``) bound to the same shared listings (cluster_reads.py), so
+what it reads of other objects is listed once per tick too.
+
 Never raises for a policy's fault: a bug in one policy's run is that policy's
 ``cannot_determine``.
 """
@@ -16,7 +20,9 @@ Never raises for a policy's fault: a bug in one policy's run is that policy's
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 from schemas.policy import (
     MAX_POLICY_VIOLATIONS,
@@ -27,6 +33,7 @@ from schemas.policy import (
 )
 from schemas.probe import ProbeRun, ProbeViolation
 from schemas.verdict import VerdictKind
+from workers.core.policies.cluster_reads import GLOBAL_CONTEXT_KIND, ListingReads
 from workers.core.policies.lookups import SharedLookups
 from workers.core.policies.matching import (
     ObjectFilter,
@@ -35,7 +42,10 @@ from workers.core.policies.matching import (
     resources_of,
 )
 from workers.core.policies.probes import probe_for
-from workers.core.probes.runner import run_probe
+from workers.core.probes.cel_lib.kyverno_resource import reading
+from workers.core.probes.runner import SECRET_VALUES_NAMED, run_probe
+from workers.core.probes.syntax.parser import CelSyntaxError, parse
+from workers.core.probes.syntax.reads import names
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 
 
@@ -122,17 +132,60 @@ def _run(
     deadline: float | None,
 ) -> PolicyResult:
     probes: list[PolicyProbeResult] = []
+    reads = _cluster_reads(policy, shared)
     for item in planned:
         rule = policy.rules[item.rule_index]
         probe = probe_for(policy, rule, item.resource, item.namespace)
         view = shared.view(ObjectFilter(rule, item.resource, shared.namespace_labels))
-        run = run_probe(probe, view, deadline=deadline)
+        with reading(reads) if reads is not None else nullcontext():
+            run = run_probe(probe, view, deadline=deadline)
         probes.append(
             PolicyProbeResult(
                 rule=rule.name, kind=item.resource.kind, namespace=item.namespace, run=run
             )
         )
     return fold(policy, probes, missing)
+
+
+def _cluster_reads(policy: ImportedPolicy, shared: SharedLookups) -> ListingReads | None:
+    """What a Kyverno ValidatingPolicy reads of its target through Kyverno's libraries: its
+    namespace (a NamespacedValidatingPolicy's), the GlobalContextEntries imported with it;
+    None for any other policy (the library is not theirs)."""
+    if policy.format != "kyverno-validatingpolicy" or not policy.documents:
+        return None
+    document = policy.documents[0]
+    namespace = None
+    if document.get("kind") == "NamespacedValidatingPolicy":
+        meta = document.get("metadata")
+        namespace = str(meta.get("namespace") or "") if isinstance(meta, dict) else ""
+    entries: dict[str, dict[str, Any]] = {}
+    for extra in policy.documents[1:]:
+        meta = extra.get("metadata")
+        spec = extra.get("spec")
+        if extra.get("kind") == GLOBAL_CONTEXT_KIND and isinstance(meta, dict):
+            entries[str(meta.get("name"))] = spec if isinstance(spec, dict) else {}
+    return ListingReads(
+        shared,
+        namespace=namespace,
+        entries=entries,
+        secret_values_named=_names_secret_values(policy),
+    )
+
+
+def _names_secret_values(policy: ImportedPolicy) -> bool:
+    """Whether the policy's expressions name a Secret's withheld fields (runner.py)."""
+    for rule in policy.rules:
+        texts = [v.expression for v in rule.variables]
+        texts += [c.expression for c in rule.match_conditions]
+        texts += [v.expression for v in rule.validations]
+        texts += [v.message_expression for v in rule.validations if v.message_expression]
+        for text in texts:
+            try:
+                if names(parse(text).root) & SECRET_VALUES_NAMED:
+                    return True
+            except CelSyntaxError:
+                continue
+    return False
 
 
 def fold(

@@ -71,6 +71,7 @@ DECIDING_SHOWN = 10  # first failing objects kept in ProbeRun.deciding
 _ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
 _ARGS: dict[str, type[BaseModel]] = {"get": GetArgs, "describe": DescribeArgs, "events": EventsArgs}
 _WITHHELD_NAMES = frozenset({*SECRET_VALUE_FIELDS, LAST_APPLIED_ANNOTATION})
+SECRET_VALUES_NAMED = _WITHHELD_NAMES  # what naming a Secret's withheld values means
 SECRET_VALUES_WITHHELD = (
     "it reads a Secret's data or stringData, which assay withholds from every probe and "
     "imported policy, as RBAC would (a Secret's metadata, labels and type stay readable), "
