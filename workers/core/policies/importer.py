@@ -56,6 +56,7 @@ def import_documents(
         policy, applied = make()
         used.update(id(d) for d in applied.documents)
         for doc, reason in applied.not_applied:
+            used.add(id(doc))
             refusals.append(_refusal(doc, f"for policy {policy.name}: {reason}"))
         used.update(id(e) for e in entries if e.document in policy.documents)
         return [policy]

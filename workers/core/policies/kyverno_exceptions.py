@@ -52,8 +52,8 @@ def is_exception(doc: SourcedDocument) -> bool:
 
 @dataclass
 class Applied:
-    """What the exceptions of the files do to one policy: documents used, and the exceptions
-    Kyverno would not apply to stored objects (document, why)."""
+    """What the exceptions of the files do to one policy: the exceptions applied (stored
+    with it), and those Kyverno would not apply to stored objects (document, why)."""
 
     documents: list[SourcedDocument] = field(default_factory=list)
     not_applied: list[tuple[SourcedDocument, str]] = field(default_factory=list)
@@ -99,7 +99,6 @@ def validating_policy_conditions(
         refs = [as_map(r, "policyRefs[]") for r in as_list(spec.get("policyRefs"), "policyRefs")]
         if not any(r.get("name") == name and r.get("kind") == kind for r in refs):
             continue
-        applied.documents.append(doc)
         label = _label(doc)
         unknown = sorted(set(spec) - _CEL_FIELDS)
         if unknown:
@@ -120,6 +119,7 @@ def validating_policy_conditions(
                 (doc, f"it expired at {spec['expiresAt']}, so Kyverno no longer applies it")
             )
             continue
+        applied.documents.append(doc)
         parts = []
         for index, item in enumerate(as_list(spec.get("matchConditions"), "matchConditions")):
             item = as_map(item, f"PolicyException {label} matchConditions[{index}]")
@@ -165,7 +165,6 @@ def cluster_policy_exclusions(
             ]
         if not named:
             continue
-        applied.documents.append(doc)
         label = _label(doc)
         unknown = sorted(set(spec) - _RULE_FIELDS)
         if unknown:
@@ -190,6 +189,7 @@ def cluster_policy_exclusions(
                 f"its PolicyException {label} exempts Pod Security controls (podSecurity), "
                 "which apply to podSecurity rules, not CEL"
             )
+        applied.documents.append(doc)
         groups = read_match(spec.get("match"), f"PolicyException {label} match")
         for rule_name in named:
             extra.setdefault(rule_name, []).extend(groups)
