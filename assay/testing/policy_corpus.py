@@ -339,7 +339,8 @@ def _engine_only(policy: ImportedPolicy, fmt: str) -> bool:
         return True
     if fmt != "vap":
         return False
-    texts = [v.expression for rule in policy.rules for v in [*rule.variables, *rule.validations]]
+    texts = [v.expression for rule in policy.rules for v in rule.variables]
+    texts += [v.expression for rule in policy.rules for v in rule.validations]
     return any(
         ref.root in ("resource", "globalContext") for text in texts for ref in references(text)
     )
