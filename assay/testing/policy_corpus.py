@@ -320,7 +320,7 @@ def _exports(policy: ImportedPolicy, backend: SnapshotBackend) -> dict[str, str 
     for fmt in ("vap", "kyverno"):
         if fmt == "kyverno" and policy.params is not None:
             continue  # a ValidatingPolicy takes no params: vap is its export
-        if _engine_only(policy, fmt):
+        if engine_only(policy, fmt):
             continue  # what only Kyverno has: the export refuses it, and says so
         try:
             export_policy_documents(policy, fmt, backend=backend)
@@ -330,7 +330,7 @@ def _exports(policy: ImportedPolicy, backend: SnapshotBackend) -> dict[str, str 
     return out
 
 
-def _engine_only(policy: ImportedPolicy, fmt: str) -> bool:
+def engine_only(policy: ImportedPolicy, fmt: str) -> bool:
     """Whether ``policy`` holds what ``fmt`` has no counterpart for: Kyverno's
     PolicyExceptions or GlobalContextEntries (any export), its ``resource`` /
     ``globalContext`` reads (a ValidatingAdmissionPolicy)."""

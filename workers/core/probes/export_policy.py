@@ -99,12 +99,12 @@ def _refuse_kyverno_extras(policy: ImportedPolicy, fmt: ExportFormat) -> None:
     PolicyExceptions and GlobalContextEntries (documents of their own, not written), and,
     for a ValidatingAdmissionPolicy, its reads of other objects (``resource.*``,
     ``globalContext``), a library only Kyverno has."""
-    extras = sorted({str(d.get("kind")) for d in policy.documents[1:]
-                     if d.get("kind") in ("PolicyException", "GlobalContextEntry")})  # fmt: skip
+    plural = {"GlobalContextEntry": "GlobalContextEntries", "PolicyException": "PolicyExceptions"}
+    extras = sorted({plural[k] for d in policy.documents[1:] if (k := d.get("kind")) in plural})
     if extras:
         raise NotExportable(
-            f"it was imported with Kyverno {' and '.join(k + 's' for k in extras)}, which an "
-            "export does not carry: without them the exported policy would judge otherwise"
+            f"it was imported with Kyverno {' and '.join(extras)}, which an export does not "
+            "carry: without them the exported policy would judge otherwise"
         )
     if fmt != "vap" or policy.format != "kyverno-validatingpolicy":
         return
