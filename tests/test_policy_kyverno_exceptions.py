@@ -282,3 +282,16 @@ def test_an_exception_kyverno_would_not_apply_is_reported_not_dropped(
     assert [(r.kind, r.name) for r in refusals] == [("PolicyException", "odd")]
     assert reason in refusals[0].reason
     assert all(d.get("kind") != "PolicyException" for d in imported[0].documents)
+
+
+def test_an_exception_of_a_long_name_in_a_long_namespace_is_applied(tmp_path: Path) -> None:
+    """Names of up to 253 characters are Kubernetes' own; the exception is still applied."""
+    from workers.core.policies.run import run_policies
+    from workers.core.toolsets.snapshot_backend import SnapshotBackend
+
+    long = TEAM_LABEL_EXCEPTION.replace("name: system-pods,", f"name: {'system-pods-' * 20}x,")
+    long = long.replace("namespace: kyverno}", f"namespace: {'k' * 63}}}")
+    imported, refusals = import_documents(documents_from_text(TEAM_LABEL + "---\n" + long, "p"))
+    assert refusals == [] and len(imported) == 1
+    (result,), _ = run_policies(imported, SnapshotBackend(_cluster(tmp_path / "cluster")))
+    assert sorted(v.name for v in result.violations) == ["dns", "toy-web", "web"]

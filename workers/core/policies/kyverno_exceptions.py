@@ -130,7 +130,7 @@ def validating_policy_conditions(
         # no condition: every object is exempt
         exempt = " && ".join(parts) if parts else "true"
         conditions.append(
-            ProbeCondition(name=f"not-exempt-by-{label}"[:253], expression=f"!(\n{exempt}\n)")
+            ProbeCondition(name=f"exception-{label}"[:63], expression=f"!(\n{exempt}\n)")
         )
     return conditions, applied
 
