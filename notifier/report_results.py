@@ -5,7 +5,8 @@ result for the check:
 
 * **An imported policy** (``policy:NAME``): one result per object each rule judged, from
   the run's stored outcomes (``ProbeRun.judged``), never an object a rule did not judge (a
-  match, exclusion or match condition left it out). ``policy`` and ``rule`` are named as
+  match, exclusion or match condition left it out); an object a Kyverno PolicyException
+  exempts is ``skip``, as Kyverno reports it. ``policy`` and ``rule`` are named as
   Kyverno's background scan names them: a ClusterPolicy's name and rule; a
   ValidatingPolicy's name, no rule; a ValidatingAdmissionPolicy's name as both, its binding
   in ``properties.binding``; a Gatekeeper constraint's name, its template as the rule.
@@ -199,6 +200,9 @@ def _policy_results(
             if status == "fail" and not meta.scored:
                 status = "warn"
             message = judged.message if not judged.passed else _pass_message(policy, probe)
+            if judged.exception:  # exempt by a Kyverno PolicyException: skip, as Kyverno
+                status = "skip"
+                message = f"rule is skipped due to policy exceptions: {judged.exception}"
             out.append(
                 Result(
                     **common,

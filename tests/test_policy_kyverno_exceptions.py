@@ -295,3 +295,47 @@ def test_an_exception_of_a_long_name_in_a_long_namespace_is_applied(tmp_path: Pa
     assert refusals == [] and len(imported) == 1
     (result,), _ = run_policies(imported, SnapshotBackend(_cluster(tmp_path / "cluster")))
     assert sorted(v.name for v in result.violations) == ["dns", "toy-web", "web"]
+
+
+@pytest.mark.integration
+def test_exempt_objects_are_reported_skip_as_kyverno_reports_them(
+    capsys: pytest.CaptureFixture[str],
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """`assay report` after a tick of the set: an exempt object has a `skip` result naming
+    its exception (Kyverno's report of a background scan), the others pass or fail."""
+    from schemas.request import SnapshotTarget
+    from tests.report_support import import_set, policy_fleet, run_set
+
+    fleet = policy_fleet(redis_url, monkeypatch, tmp_path)
+    # kube-system is left out of reports (Kyverno's default resource filters): platform
+    folder = tmp_path / "snaps" / "lab"
+    folder.mkdir(parents=True)
+    objects = json.dumps(OBJECTS).replace("kube-system", "platform")
+    (folder / "objects.json").write_text(json.dumps({"kind": "List", "items": json.loads(objects)}))
+    exception = TEAM_LABEL_EXCEPTION.replace("kube-system", "platform")
+    (tmp_path / "policies.yaml").write_text(
+        "\n---\n".join((TEAM_LABEL, exception, RULES, RULES_EXCEPTION))
+    )
+    import_set(capsys, tmp_path / "policies.yaml", name="lab")
+    run_set(fleet, SnapshotTarget(path="snaps/lab"), name="lab")
+    code, out, err = run(capsys, "report", "--target", "snapshot:lab")
+    assert code == 0, err
+    found = {
+        (r["policy"], r.get("rule", ""), r["resources"][0]["name"]): (r["result"], r["message"])
+        for document in yaml.safe_load_all(out)
+        if document
+        for r in document["results"]
+    }
+    skip = "rule is skipped due to policy exceptions: "
+    assert found[("team-label", "", "apiserver")] == ("skip", skip + "kyverno/system-pods")
+    assert found[("team-label", "", "dns")][0] == "fail"
+    assert found[("no-latest", "pinned-images", "toy")] == ("skip", skip + "kyverno/sandbox")
+    assert found[("no-latest", "autogen-pinned-images", "toy-web")] == (
+        "skip",
+        skip + "kyverno/sandbox",
+    )
+    assert found[("no-latest", "pinned-images", "shop")][0] == "fail"
+    assert found[("no-latest", "pinned-images", "apiserver")][0] == "pass"

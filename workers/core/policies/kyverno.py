@@ -217,7 +217,7 @@ def import_cluster_policy(
         raise Unsupported("it has no validate.cel rules")
     _refuse_expressions(rules)
     rules += _cluster_policy_controllers(doc, rules, descriptions)
-    rules, applied = kyverno_exceptions.cluster_policy_exclusions(
+    rules, applied = kyverno_exceptions.cluster_policy_exceptions(
         doc, rules, exceptions or [], exception_match
     )
     name = name_of(doc.document)

@@ -14,7 +14,8 @@ Two kinds, as Kyverno applies them:
   ``exceptions[]`` name a policy (``NAMESPACE/NAME`` for a namespaced Policy) and its rules
   (wildcards allowed, pod-controller rules by their own ``autogen-`` names); ``match``
   (``any`` / ``all`` of resource descriptions) says which objects are exempt. Here each
-  becomes exclusion groups of the rules it names.
+  becomes a :class:`RuleException` of the rules it names (matching.py leaves the objects
+  it selects unjudged, and the run reports them ``skip``).
 
 Whatever of an exception assay cannot apply is refused, and the policy with it (imported
 without it, the exempt objects would be reported failing): partial exemptions
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from schemas.policy import PolicyRule, ResourceFilter
+from schemas.policy import PolicyRule, ResourceFilter, RuleException
 from schemas.probe import ProbeCondition
 from workers.core.policies.common import Unsupported, as_list, as_map
 from workers.core.policies.documents import SourcedDocument, name_of
@@ -130,18 +131,20 @@ def validating_policy_conditions(
         # no condition: every object is exempt
         exempt = " && ".join(parts) if parts else "true"
         conditions.append(
-            ProbeCondition(name=f"exception-{label}"[:63], expression=f"!(\n{exempt}\n)")
+            ProbeCondition(
+                name=f"exception-{label}"[:63], expression=f"!(\n{exempt}\n)", exception=label
+            )
         )
     return conditions, applied
 
 
-def cluster_policy_exclusions(
+def cluster_policy_exceptions(
     policy: SourcedDocument,
     rules: list[PolicyRule],
     exceptions: list[SourcedDocument],
     read_match: Callable[[Any, str], list[list[ResourceFilter]]],
 ) -> tuple[list[PolicyRule], Applied]:
-    """``rules`` with the objects ``exceptions`` exempt them from excluded; Unsupported for an
+    """``rules`` with the exceptions of ``exceptions`` that name them; Unsupported for an
     exception that cannot be applied. ``read_match``: a Kyverno match block as any-of
     (all-of) filter groups (the ClusterPolicy importer's own reading)."""
     meta = policy.document.get("metadata") or {}
@@ -149,7 +152,7 @@ def cluster_policy_exclusions(
     name = name_of(policy.document)
     key = f"{namespace}/{name}" if policy.kind == "Policy" and namespace else name
     applied = Applied()
-    extra: dict[str, list[list[ResourceFilter]]] = {}
+    extra: dict[str, list[RuleException]] = {}
     for doc in exceptions:
         if doc.api_group != KYVERNO_GROUP:
             continue
@@ -191,14 +194,18 @@ def cluster_policy_exclusions(
             )
         applied.documents.append(doc)
         groups = read_match(spec.get("match"), f"PolicyException {label} match")
+        if not groups:
+            continue  # a match of neither any nor all selects nothing (Kyverno's too)
+        if len(groups) > 16:
+            raise Unsupported(f"its PolicyException {label} matches more groups than assay holds")
         for rule_name in named:
-            extra.setdefault(rule_name, []).extend(groups)
+            extra.setdefault(rule_name, []).append(RuleException(name=label, match=groups))
     out = []
     for rule in rules:
         more = extra.get(rule.name) or []
         if more:
-            if len(rule.exclude) + len(more) > 16:
-                raise Unsupported(f"rule {rule.name} has more exclusions than assay holds (16)")
-            rule = rule.model_copy(update={"exclude": [*rule.exclude, *more]})
+            if len(rule.exceptions) + len(more) > 16:
+                raise Unsupported(f"rule {rule.name} has more exceptions than assay holds (16)")
+            rule = rule.model_copy(update={"exceptions": [*rule.exceptions, *more]})
         out.append(rule)
     return out, applied

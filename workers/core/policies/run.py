@@ -43,10 +43,11 @@ from workers.core.policies.matching import (
 )
 from workers.core.policies.probes import probe_for
 from workers.core.probes.cel_lib.kyverno_resource import reading
-from workers.core.probes.runner import SECRET_VALUES_NAMED, run_probe
+from workers.core.probes.runner import SECRET_VALUES_NAMED, exempted, run_probe
 from workers.core.probes.syntax.parser import CelSyntaxError, parse
 from workers.core.probes.syntax.reads import names
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
+from workers.core.toolsets.redaction import scrubbed
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,10 @@ def _run(
         view = shared.view(ObjectFilter(rule, item.resource, shared.namespace_labels))
         with reading(reads) if reads is not None else nullcontext():
             run = run_probe(probe, view, deadline=deadline)
+        if view.exempted and run.judged is not None:  # reported skip, as Kyverno does
+            skipped = [exempted(obj, name) for obj, name in view.exempted]
+            run = run.model_copy(update={"judged": [*run.judged, *skipped]})
+            run = scrubbed(run, scrubber=view.scrubber, revalidate=False).model
         probes.append(
             PolicyProbeResult(
                 rule=rule.name, kind=item.resource.kind, namespace=item.namespace, run=run

@@ -133,6 +133,11 @@ def _judged(obj: Any, passed: bool, message: str) -> JudgedObject:
     )
 
 
+def exempted(obj: Any, exception: str) -> JudgedObject:
+    """``obj`` as exempt from the policy by the Kyverno PolicyException ``exception``."""
+    return _judged(obj, True, "").model_copy(update={"exception": exception})
+
+
 class _Reader:
     """Reads lookups into plain objects, counting what it read."""
 
@@ -349,6 +354,10 @@ class _Tally:
         self.judged += 1
         self.objects.append(_judged(obj, True, ""))
 
+    def exempt(self, obj: Any, exception: str) -> None:
+        """An object a Kyverno PolicyException exempts: not judged, reported ``skip``."""
+        self.objects.append(exempted(obj, exception))
+
     def failed(self, obj: Any, message: str) -> None:
         self.judged += 1
         self.objects.append(_judged(obj, False, message))
@@ -375,6 +384,8 @@ def _evaluate(
         clock.check(f"after the expression had been evaluated for {number} object(s)")
         judgement = program.judge({"object": obj})
         if not judgement.judged:
+            if judgement.exception is not None:
+                tally.exempt(obj, judgement.exception)
             continue
         if judgement.passed:
             tally.passed(obj)
