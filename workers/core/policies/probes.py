@@ -61,9 +61,7 @@ def probe_for(
             for v in rule.validations
         ],
         match_conditions=[
-            ProbeCondition(
-                name=c.name, expression=as_created(c.expression), exception=c.exception
-            )
+            ProbeCondition(name=c.name, expression=as_created(c.expression), exception=c.exception)
             for c in rule.match_conditions
         ],
         params=policy.params,
