@@ -7,7 +7,8 @@ Two layouts are read, the ones the public policy libraries use:
   ``results`` naming, per policy (and rule), the resources that ``pass``, ``fail`` or are
   ``skip``-ped; ``exceptions`` (PolicyException files, imported with the policies) and
   ``context`` (a ``Context`` whose ``spec.resources`` are other objects of the cluster, what
-  ``resource.Get`` / ``List`` read) when given. assay's own corpus
+  ``resource.Get`` / ``List`` read) and ``clusterResources`` (files of such objects) when
+  given. assay's own corpus
   (tests/fixtures/cel_corpus/) is written in this layout.
 * Gatekeeper's suites (``kind: Suite``, ``test.gatekeeper.sh``): per test a template and a
   constraint, and cases of one object each with ``violations: yes|no|N``. A case whose
@@ -118,7 +119,7 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
         for document in (_load(base / test["context"]) if test.get("context") else [])
         if document.get("kind") == "Context"
         for item in (document.get("spec") or {}).get("resources") or []
-    )
+    ) + tuple(o for file in test.get("clusterResources") or [] for o in _load(base / file))
     for result in test.get("results") or []:
         label = str(result.get("result") or "").strip()
         if label not in ("pass", "fail", "skip"):
