@@ -220,6 +220,8 @@ _RULE_REF = {"exceptions": [{"policyName": "no-latest", "ruleNames": ["pinned-im
 _ANY_POD = {"any": [{"resources": {"kinds": ["Pod"]}}]}
 _VP_REF = {"policyRefs": [{"name": "team-label", "kind": "ValidatingPolicy"}]}
 
+_BY_ADMINS = "request.userInfo.groups.exists(g, g == 'admins')"
+
 REFUSED = [
     (
         RULES,
@@ -240,6 +242,14 @@ REFUSED = [
         TEAM_LABEL,
         _exception({**_VP_REF, "expiresAt": "2999-01-01T00:00:00Z"}, "policies.kyverno.io/v1"),
         "a check would go on applying it after that",
+    ),
+    (
+        TEAM_LABEL,
+        _exception(
+            {**_VP_REF, "matchConditions": [{"name": "admins", "expression": _BY_ADMINS}]},
+            "policies.kyverno.io/v1",
+        ),
+        "it reads request.userInfo, part of an admission request",
     ),
 ]
 

@@ -80,9 +80,16 @@ def import_validating_policy(
         validations=validations_of(spec.get("validations"), "spec.validations"),
     )
     _refuse_expressions([rule], kyverno_libraries=True)
-    read = _global_context_entries([rule], entries or [])
-    rules = [rule, *_validating_policy_controllers(rule, constraints, spec)]
     exempt, applied = kyverno_exceptions.validating_policy_conditions(doc, exceptions or [], now)
+    for condition in exempt:  # an exception's conditions read what the policy may read
+        refusal = refusal_in([condition.expression], params_given=False, kyverno_libraries=True)
+        if refusal:
+            raise Unsupported(f"its PolicyException {condition.exception}: {refusal}")
+    read = _global_context_entries(
+        [rule.model_copy(update={"match_conditions": [*exempt, *rule.match_conditions]})],
+        entries or [],
+    )
+    rules = [rule, *_validating_policy_controllers(rule, constraints, spec)]
     if exempt:  # tried before the policy's own conditions, on every rule as written
         rules = [
             r.model_copy(update={"match_conditions": [*exempt, *r.match_conditions]}) for r in rules
