@@ -276,3 +276,43 @@ spec:
     imported, refusals = import_documents(documents_from_text(policy, "p.yaml"))
     assert imported == []
     assert "only a Kyverno ValidatingPolicy has" in refusals[0].reason
+
+
+def test_a_secret_read_through_the_library_for_its_values_gives_no_verdict(
+    tmp_path: Path,
+) -> None:
+    """A Secret's values are withheld from every policy: one that reads a Secret through
+    ``resource.Get`` and names its data gets no verdict (its value would be a guess); one
+    that reads only its metadata is judged."""
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "pull", "namespace": "shop", "labels": {"rotated": "yes"}},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": "e30="},
+    }
+    policy = """
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: pull-secret}
+spec:
+  autogen: {podControllers: {controllers: []}}
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  validations:
+    - expression: "EXPRESSION"
+"""
+    backend = SnapshotBackend(
+        _write(tmp_path / "cluster", secret, _pod("app", "registry.example.com/app:1"))
+    )
+    reads_data = "has(resource.Get('v1', 'secrets', 'shop', 'pull').data)"
+    reads_labels = "resource.Get('v1', 'secrets', 'shop', 'pull').metadata.labels.rotated == 'yes'"
+    outcomes = {}
+    for expression in (reads_data, reads_labels):
+        text = policy.replace("EXPRESSION", expression)
+        imported, _ = import_documents(documents_from_text(text, "policy.yaml"))
+        (outcomes[expression],), _ = run_policies(imported, backend)
+    assert outcomes[reads_data].verdict == VerdictKind.CANNOT_DETERMINE
+    assert "withholds" in (outcomes[reads_data].reason or "")
+    assert outcomes[reads_labels].verdict == VerdictKind.TRUE

@@ -6,9 +6,9 @@ The CEL library (workers/core/probes/cel_lib/kyverno_resource.py) calls a
 from :class:`~workers.core.policies.lookups.SharedLookups`: a kind is listed once per tick
 whatever the number of policies, objects and calls that read it, and the objects are the
 ones the policies judge, as stored (a Secret's values withheld). A resource is named as
-Kyverno's dynamic client names it (``apps/v1``, ``deployments``); the target serves each
-kind at the version it stores, so the group and resource decide and the version is not
-compared (an API server serves every version of a resource, converted).
+Kyverno's dynamic client names it (``apps/v1``, ``deployments``): the version asked for when
+the target serves it, else the one it serves (a snapshot holds each kind at the version it
+was stored in; an API server serves every version of a resource, converted).
 
 What Kyverno's calls report as failures are failures here too (an evaluation error: the
 policy gives no verdict): a resource the target does not serve, a subresource, an object not
@@ -54,16 +54,17 @@ class ListingReads:
             raise CelLibraryError(
                 f"failed to read {resource}: a subresource is a request, not a stored object"
             )
-        group, _, _version = api_version.rpartition("/")
+        group, _, version = api_version.rpartition("/")
         try:
             served = self.shared.served()
         except BackendError as exc:
             raise CelLibraryError(f"the target's kinds could not be read: {exc.message}") from None
-        for info in served:
-            if info.group == group and info.plural == resource:
-                if self.secret_values_named and info.group == "" and info.kind == "Secret":
-                    raise CelLibraryError(SECRET_VALUES_WITHHELD)
-                return info
+        found = [info for info in served if info.group == group and info.plural == resource]
+        found.sort(key=lambda info: info.version != version)  # the version asked for, if served
+        for info in found:
+            if self.secret_values_named and info.group == "" and info.kind == "Secret":
+                raise CelLibraryError(SECRET_VALUES_WITHHELD)
+            return info
         raise CelLibraryError(
             f"failed to read {resource} of {api_version}: the target serves no such resource"
         )
