@@ -145,6 +145,8 @@ def test_a_validating_policy_exception_exempts_what_its_conditions_match(
     code, out, err = run(capsys, "probe", "import", "policy.yaml", "exception.yaml")
     assert code == 0, out + err
     assert "PolicyException" not in out + err  # used, not refused
+    code, out, _ = run(capsys, "probe", "show", "policy:team-label")
+    assert code == 0 and "exempt by PolicyException kyverno/system-pods when: (" in out, out
     code, out, _ = run(capsys, "probe", "test", "policy:team-label", "--snapshot", "cluster")
     assert code == 1, out
     # the control-plane pod of kube-system is exempt (both conditions); dns is not
@@ -161,6 +163,8 @@ def test_a_cluster_policy_exception_exempts_the_rules_it_names_by_its_match(
     (store / "policy.yaml").write_text(RULES + "---\n" + RULES_EXCEPTION)
     code, out, err = run(capsys, "probe", "import", "policy.yaml")
     assert code == 0, out + err
+    code, out, _ = run(capsys, "probe", "show", "policy:no-latest")
+    assert code == 0 and out.count("exempt by PolicyException kyverno/sandbox") == 3, out
     code, out, _ = run(capsys, "probe", "test", "policy:no-latest", "--snapshot", "cluster")
     assert code == 1, out
     assert "Pod shop/shop: images are pinned" in out

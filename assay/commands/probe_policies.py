@@ -163,7 +163,13 @@ def show(ref: PolicyReference, json_output: bool) -> None:
         for variable in rule.variables:
             print(f"  variable {variable.name}: {variable.expression}")
         for condition in rule.match_conditions:
+            if condition.exception:  # held as !(\n...\n): shown as the exception writes it
+                when = " ".join(condition.expression.removeprefix("!(").removesuffix(")").split())
+                print(f"  exempt by PolicyException {condition.exception} when: {when}")
+                continue
             print(f"  match condition {condition.name}: {condition.expression}")
+        for exception in rule.exceptions:
+            print(f"  exempt by PolicyException {exception.name}: what its match selects")
         for validation in rule.validations:
             message = validation.message_expression or validation.message or ""
             print(f"  validation: {validation.expression}" + (f"  -> {message}" if message else ""))
