@@ -117,7 +117,7 @@ def store(redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Pa
 
 @pytest.mark.integration
 def test_resource_get_judges_pods_by_a_configmap_of_the_same_cluster(
-    capsys: pytest.CaptureFixture[str], store: Path
+    capsys: pytest.CaptureFixture[str], store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (store / "policy.yaml").write_text(REGISTRIES)
     code, out, err = run(capsys, "probe", "import", "policy.yaml")
@@ -136,6 +136,13 @@ def test_resource_get_judges_pods_by_a_configmap_of_the_same_cluster(
     code, out, _ = run(
         capsys, "probe", "test", "policy:registries-from-configmap", "--snapshot", "cluster"
     )
+    assert code == 0 and "(2 judged, 0 violate it)" in out, out
+    # the same on a live cluster (the test API server), as `--context` reads it
+    with FakeApiServer([FakeCluster.from_snapshot(store / "cluster", name="live")]) as server:
+        monkeypatch.setenv("ASSAY_KUBECONFIG", str(server.write_kubeconfig(store / "kc")))
+        code, out, _ = run(
+            capsys, "probe", "test", "policy:registries-from-configmap", "--context", "live"
+        )
     assert code == 0 and "(2 judged, 0 violate it)" in out, out
     # without the ConfigMap, Kyverno's call fails: no verdict, never a pass
     _write(store / "cluster", *pods)
