@@ -343,8 +343,11 @@ def test_exempt_objects_are_reported_skip_as_kyverno_reports_them(
         if document
         for r in document["results"]
     }
-    skip = "rule is skipped due to policy exceptions: "
-    assert found[("team-label", "", "apiserver")] == ("skip", skip + "kyverno/system-pods")
+    skip = "rule is skipped due to policy exception "
+    assert found[("team-label", "exception", "apiserver")] == (
+        "skip",
+        "rule is skipped due to policy exception: kyverno/system-pods",
+    )
     assert found[("team-label", "", "dns")][0] == "fail"
     assert found[("no-latest", "pinned-images", "toy")] == ("skip", skip + "kyverno/sandbox")
     assert found[("no-latest", "autogen-pinned-images", "toy-web")] == (
