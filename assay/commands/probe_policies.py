@@ -102,7 +102,11 @@ def describe(policy: ImportedPolicy) -> str:
                     if kind.name not in kinds:
                         kinds.append(kind.name)
     rules = f"{len(policy.rules)} rule{'s' if len(policy.rules) != 1 else ''}"
-    return f"{policy.format}, {rules}, judges {', '.join(kinds) or 'nothing'}"
+    said = f"{policy.format}, {rules}, judges {', '.join(kinds) or 'nothing'}"
+    exceptions = sum(d.get("kind") == "PolicyException" for d in policy.documents[1:])
+    if exceptions:  # Kyverno's, imported with it
+        said += f", {exceptions} PolicyException{'s' if exceptions != 1 else ''}"
+    return said
 
 
 def list_policies(policy_set: str | None, json_output: bool) -> None:
