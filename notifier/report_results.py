@@ -5,10 +5,12 @@ result for the check:
 
 * **An imported policy** (``policy:NAME``): one result per object each rule judged, from
   the run's stored outcomes (``ProbeRun.judged``), never an object a rule did not judge (a
-  match, exclusion or match condition left it out). ``policy`` and ``rule`` are named as
-  Kyverno's background scan names them: a ClusterPolicy's name and rule; a
-  ValidatingPolicy's name, no rule; a ValidatingAdmissionPolicy's name as both, its binding
-  in ``properties.binding``; a Gatekeeper constraint's name, its template as the rule.
+  match, exclusion or match condition left it out); an object a Kyverno PolicyException
+  exempts is ``skip`` (or ``pass``, as the exception says), in Kyverno's words. ``policy``
+  and ``rule`` are named as Kyverno's background scan names them: a ClusterPolicy's name
+  and rule; a ValidatingPolicy's name, no rule (``exception`` for an exempt object); a
+  ValidatingAdmissionPolicy's name as both, its binding in ``properties.binding``; a
+  Gatekeeper constraint's name, its template as the rule.
   ``message`` is the policy's own for a failure, and the engine's own words for a pass
   (ClusterPolicy ``Validation rule 'R' passed.``, ValidatingPolicy ``success``, none for a
   ValidatingAdmissionPolicy or Gatekeeper); ``properties.process`` is ``background
@@ -199,10 +201,13 @@ def _policy_results(
             if status == "fail" and not meta.scored:
                 status = "warn"
             message = judged.message if not judged.passed else _pass_message(policy, probe)
+            named = rule
+            if judged.exception:  # exempt by a Kyverno PolicyException, reported as Kyverno
+                status, message, named = _exempt(policy, judged.exception, rule)
             out.append(
                 Result(
                     **common,
-                    rule=rule,
+                    rule=named,
                     status=status,
                     message=message,
                     resource=_resource(judged, probe.kind),
@@ -213,6 +218,29 @@ def _policy_results(
         why = result.reason or check.verdict.explanation
         out.append(Result(**common, status=RESULT_OF[result.verdict], message=why))
     return out
+
+
+def _exempt(
+    policy: ImportedPolicy, exception: str, rule: str | None
+) -> tuple[ResultStatus, str, str | None]:
+    """The result Kyverno reports for an object the PolicyException ``exception``
+    (namespace/name) exempts: for a ValidatingPolicy, rule ``exception``, ``skip`` (``pass``
+    when the exception says ``reportResult: pass``), "rule is skipped due to policy
+    exception: NAME"; for a ClusterPolicy rule, ``skip``, "rule is skipped due to policy
+    exception NAME" (its background scan's words)."""
+    if policy.format != "kyverno-validatingpolicy":
+        return "skip", f"rule is skipped due to policy exception {exception}", rule
+    reported = "skip"
+    for document in policy.documents[1:]:
+        meta = document.get("metadata")
+        spec = document.get("spec")
+        if document.get("kind") != "PolicyException" or not isinstance(meta, dict):
+            continue
+        if f"{meta.get('namespace')}/{meta.get('name')}" == exception and isinstance(spec, dict):
+            reported = "pass" if spec.get("reportResult") == "pass" else "skip"
+    said = "passed" if reported == "pass" else "skipped"
+    status: ResultStatus = "pass" if reported == "pass" else "skip"
+    return status, f"rule is {said} due to policy exception: {exception}", "exception"
 
 
 def _judged_of(probe: PolicyProbeResult) -> list[JudgedObject]:

@@ -107,6 +107,14 @@ def _any_pattern(patterns: list[str], value: str) -> bool:
     return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
 
 
+class RuleException(_Strict):
+    """A Kyverno PolicyException (``kyverno.io``) as it applies to one rule: the objects its
+    ``match`` selects (any-of groups of all-of terms) are exempt from the rule."""
+
+    name: str = Field(min_length=1, max_length=512, description="Its namespace/name.")
+    match: list[list[ResourceFilter]] = Field(min_length=1, max_length=16)
+
+
 class PolicyRule(_Strict):
     """One rule of an imported policy: which objects it judges and the CEL that judges them.
 
@@ -126,6 +134,12 @@ class PolicyRule(_Strict):
         default=None,
         description="Set on a rule Kyverno derives from a Pod rule for pod controllers "
         "(autogen): the original rule's name. Such a rule is not exported.",
+    )
+    exceptions: list[RuleException] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Kyverno PolicyExceptions (kyverno.io) naming this rule: an object one "
+        "selects is exempt, not judged, reported `skip` as Kyverno reports it.",
     )
 
 

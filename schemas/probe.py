@@ -105,6 +105,12 @@ class ProbeCondition(_Strict):
 
     name: str = Field(min_length=1, max_length=63)
     expression: str = Field(min_length=1, max_length=MAX_EXPRESSION_CHARS)
+    exception: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Set by import for a Kyverno PolicyException (its namespace/name): an "
+        "object this condition is false for is exempt, reported `skip` as Kyverno reports it.",
+    )
 
 
 class ProbeOrigin(_Strict):
@@ -178,6 +184,8 @@ class ProposedProbe(_Strict):
             raise ValueError(
                 "validations, match_conditions and empty_result need scope each_object"
             )
+        if self.origin is None and any(c.exception for c in self.match_conditions):
+            raise ValueError("a match condition's exception is for imported policies only")
         if self.empty_result == "pass" and self.origin is None:
             raise ValueError(
                 "empty_result pass is for imported policies only: an empty listing is no "
@@ -301,6 +309,11 @@ class JudgedObject(ObjectRef):
     uid: str | None = None
     passed: bool
     message: str | None = Field(default=None, description="Why it failed (failed objects).")
+    exception: str | None = Field(
+        default=None,
+        description="The Kyverno PolicyException (namespace/name) that exempts it: not judged, "
+        "reported `skip` as Kyverno reports it (`passed` is then true).",
+    )
 
 
 class ProbeRun(_Strict):

@@ -108,6 +108,9 @@ def describe(policy: ImportedPolicy) -> str:
         where = f" in {source.namespace}" if source.namespace else ""
         which = f"{source.kind} {source.name}" if source.name else f"{source.kind}s selected"
         said += f", params from the target ({which}{where}; none found: {source.not_found_action})"
+    exceptions = sum(d.get("kind") == "PolicyException" for d in policy.documents[1:])
+    if exceptions:  # Kyverno's, imported with it
+        said += f", {exceptions} PolicyException{'s' if exceptions != 1 else ''}"
     return said
 
 
@@ -169,7 +172,13 @@ def show(ref: PolicyReference, json_output: bool) -> None:
         for variable in rule.variables:
             print(f"  variable {variable.name}: {variable.expression}")
         for condition in rule.match_conditions:
+            if condition.exception:  # held as !(\n...\n): shown as the exception writes it
+                when = " ".join(condition.expression.removeprefix("!(").removesuffix(")").split())
+                print(f"  exempt by PolicyException {condition.exception} when: {when}")
+                continue
             print(f"  match condition {condition.name}: {condition.expression}")
+        for exception in rule.exceptions:
+            print(f"  exempt by PolicyException {exception.name}: what its match selects")
         for validation in rule.validations:
             message = validation.message_expression or validation.message or ""
             print(f"  validation: {validation.expression}" + (f"  -> {message}" if message else ""))

@@ -5,7 +5,11 @@ Two layouts are read, the ones the public policy libraries use:
 * Kyverno's CLI tests (``apiVersion: cli.kyverno.io/...``, ``kind: Test``, usually in a
   ``.kyverno-test/`` folder): ``policies`` (files), ``resources`` (files of objects) and
   ``results`` naming, per policy (and rule), the resources that ``pass``, ``fail`` or are
-  ``skip``-ped. assay's own corpus (tests/fixtures/cel_corpus/) is written in this layout.
+  ``skip``-ped; ``exceptions`` (PolicyException files, imported with the policies) and
+  ``context`` (a ``Context`` whose ``spec.resources`` are other objects of the cluster, what
+  ``resource.Get`` / ``List`` read) and ``clusterResources`` (files of such objects) when
+  given. assay's own corpus
+  (tests/fixtures/cel_corpus/) is written in this layout.
 * Gatekeeper's suites (``kind: Suite``, ``test.gatekeeper.sh``): per test a template and a
   constraint, and cases of one object each with ``violations: yes|no|N``. A case whose
   object is an AdmissionReview of anything but a CREATE (an update, a deletion) judges a
@@ -34,6 +38,7 @@ import yaml
 from schemas.policy import ImportedPolicy
 from schemas.verdict import VerdictKind
 from workers.core.policies.documents import SourcedDocument, documents_from_text
+from workers.core.policies.expressions import references
 from workers.core.policies.importer import import_documents
 from workers.core.policies.run import run_policies
 from workers.core.probes.export import NotExportable, export_policy_documents
@@ -57,6 +62,8 @@ class Fixture:
     # the test's Namespace the object is in, stored beside it: the cluster it is judged on
     # holds it (namespace selectors, namespaceObject), as the engine's test tool is given it
     namespaces: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
+    # other objects of the cluster (a Kyverno test's context): in the snapshot, not judged
+    context: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -107,9 +114,16 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
     if not isinstance(test, dict) or test.get("kind") not in TEST_KINDS:
         return
     base = path.parent
-    policies = tuple(str((base / p).resolve()) for p in test.get("policies") or [])
+    files = [*(test.get("policies") or []), *(test.get("exceptions") or [])]
+    policies = tuple(str((base / p).resolve()) for p in files)
     objects = [o for file in test.get("resources") or [] for o in _load(base / file)]
     namespaces = tuple(o for o in objects if o.get("kind") == "Namespace")
+    context = tuple(
+        item
+        for document in (_load(base / test["context"]) if test.get("context") else [])
+        if document.get("kind") == "Context"
+        for item in (document.get("spec") or {}).get("resources") or []
+    ) + tuple(o for file in test.get("clusterResources") or [] for o in _load(base / file))
     for result in test.get("results") or []:
         label = str(result.get("result") or "").strip()
         if label not in ("pass", "fail", "skip"):
@@ -134,6 +148,7 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
                     allowed=label != "fail",
                     label=label,
                     namespaces=_own_namespace(obj, namespaces),
+                    context=context,
                 )
             )
 
@@ -302,6 +317,8 @@ class Judge:
             (Path(folder) / "object.json").write_text(json.dumps(obj))
             for number, namespace in enumerate(fixture.namespaces):
                 (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(namespace))
+            for number, other in enumerate(fixture.context):
+                (Path(folder) / f"context-{number}.json").write_text(json.dumps(other))
             backend = SnapshotBackend(folder)
             began = time.perf_counter()
             results, _ = run_policies([policy], backend, rules=rules)
@@ -321,12 +338,30 @@ def _exports(policy: ImportedPolicy, backend: SnapshotBackend) -> dict[str, str 
     for fmt in ("vap", "kyverno"):
         if fmt == "kyverno" and policy.params is not None:
             continue  # a ValidatingPolicy takes no params: vap is its export
+        if engine_only(policy, fmt):
+            continue  # what only Kyverno has: the export refuses it, and says so
         try:
             export_policy_documents(policy, fmt, backend=backend)
             out[fmt] = None
         except NotExportable as exc:
             out[fmt] = str(exc)
     return out
+
+
+def engine_only(policy: ImportedPolicy, fmt: str) -> bool:
+    """Whether ``policy`` holds what ``fmt`` has no counterpart for: Kyverno's
+    PolicyExceptions or GlobalContextEntries (any export), its ``resource`` /
+    ``globalContext`` reads (a ValidatingAdmissionPolicy)."""
+    kinds = {d.get("kind") for d in policy.documents[1:]}
+    if kinds & {"PolicyException", "GlobalContextEntry"}:
+        return True
+    if fmt != "vap":
+        return False
+    texts = [v.expression for rule in policy.rules for v in rule.variables]
+    texts += [v.expression for rule in policy.rules for v in rule.validations]
+    return any(
+        ref.root in ("resource", "globalContext") for text in texts for ref in references(text)
+    )
 
 
 def _names(policy: ImportedPolicy, name: str) -> bool:

@@ -18,11 +18,25 @@ from workers.core.probes.admission_inputs import SERVED_REQUEST_FIELDS
 
 ADMITTING_OPERATIONS = frozenset({"CREATE", "UPDATE", "*"})
 _KYVERNO_LIBRARIES = {
-    "resource": "Kyverno's resource library (it reads other objects from the cluster at admission)",
-    "http": "Kyverno's http library (it calls a service)",
-    "globalContext": "Kyverno's global context (data cached from the cluster or a service)",
+    "resource": "Kyverno's resource library, which only a Kyverno ValidatingPolicy has",
+    "http": "Kyverno's http library (it calls a service over the network)",
+    "globalContext": "Kyverno's global context, which only a Kyverno ValidatingPolicy has",
     "generator": "Kyverno's generator library (it creates objects)",
-    "imagedata": "Kyverno's image data (it reads a registry)",
+    "imagedata": "Kyverno's image data (it reads a registry over the network)",
+}
+# What a Kyverno ValidatingPolicy may read of its target, served from the target's listings
+# (cluster_reads.py): resource.Get / List and globalContext.Get, each in Kyverno's two
+# spellings. resource.Post creates objects (or asks the API server a question, a
+# SubjectAccessReview); resource.ToGVR asks the API server's REST mapping.
+_SERVED_LIBRARY_CALLS = {
+    "resource": frozenset({"Get", "get", "List", "list"}),
+    "globalContext": frozenset({"Get", "get"}),
+}
+_LIBRARY_CALLS_REFUSED = {
+    "Post": "it calls Kyverno's resource.Post, which creates an object (or asks the API "
+    "server, as a SubjectAccessReview does), and a check never writes to its target",
+    "ToGVR": "it calls Kyverno's resource.ToGVR, which asks the API server's REST mapping; "
+    "name the resource (apiVersion and plural) instead",
 }
 
 
@@ -202,7 +216,11 @@ def judges_creations(constraints: Mapping[str, Any] | None) -> bool:
 
 
 def refusal_in(
-    expressions: Iterable[str], *, params_given: bool, creates: bool = True
+    expressions: Iterable[str],
+    *,
+    params_given: bool,
+    creates: bool = True,
+    kyverno_libraries: bool = False,
 ) -> str | None:
     """Why these expressions cannot judge a stored object, or None.
 
@@ -212,8 +230,11 @@ def refusal_in(
     name, namespace, operation and dry run are served. What only an admission request holds
     is refused, naming it: who asked (``request.userInfo``), the request's own identity and
     options (``request.uid``, ``request.options``), and whether the asker may do something
-    else (``authorizer``). Kyverno's libraries that reach out of the policy (other objects,
-    services, registries) are refused too: a check reads its target through its lookups only.
+    else (``authorizer``). Kyverno's libraries that reach out of the policy (services,
+    registries) are refused too. ``kyverno_libraries``: the expressions are a Kyverno
+    ValidatingPolicy's, whose reads of its own target (``resource.Get`` / ``List``,
+    ``globalContext.Get``) a check serves from the target's listings; what needs the network
+    (``http``, image data, ``image.GetMetadata``) or writes (``resource.Post``) is refused still.
     """
     for expression in expressions:
         for ref in references(expression):
@@ -238,6 +259,15 @@ def refusal_in(
                     )
             if ref.root == "params" and not params_given:
                 return "it reads params, and no params object was given in the files"
+            if kyverno_libraries and ref.root in _SERVED_LIBRARY_CALLS:
+                call = ref.fields[0] if ref.called and len(ref.fields) == 1 else ""
+                if call in _SERVED_LIBRARY_CALLS[ref.root]:
+                    continue
+                named = call[:1].upper() + call[1:]
+                if ref.root == "resource" and named in _LIBRARY_CALLS_REFUSED:
+                    return _LIBRARY_CALLS_REFUSED[named]
+                shown = ".".join((ref.root, *ref.fields))
+                return f"it reads {shown}, which Kyverno's library has not"
             if ref.root in _KYVERNO_LIBRARIES:
                 return f"it calls {_KYVERNO_LIBRARIES[ref.root]}"
             if ref.root == "image" and ref.fields[:1] == ("GetMetadata",):

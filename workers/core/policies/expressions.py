@@ -11,6 +11,8 @@ comments is never read or changed, and a macro variable of the same name is not 
 
 from __future__ import annotations
 
+from typing import Any
+
 from workers.core.probes.syntax.edits import (
     Edit,
     NotPlaced,
@@ -33,7 +35,9 @@ from workers.core.probes.syntax.reads import Reference, scoped
 from workers.core.probes.syntax.reads import references as tree_references
 from workers.core.probes.syntax.unparser import unparse
 
-__all__ = ["Reference", "references", "rewrite_roots", "substitute_field"]
+__all__ = ["Reference", "literal_arguments", "references", "rewrite_roots", "substitute_field"]
+
+_COMPUTED = object()  # an argument that is not a literal
 
 
 def references(expression: str) -> list[Reference]:
@@ -43,6 +47,24 @@ def references(expression: str) -> list[Reference]:
         return tree_references(parse(expression).root)
     except CelSyntaxError:
         return []
+
+
+def literal_arguments(expression: str, root: str, functions: frozenset[str]) -> list[list[Any]]:
+    """The arguments of each call ``ROOT.F(...)`` (``F`` in ``functions``, ``ROOT`` the input,
+    not a macro variable), each a literal's value or, for any other argument, a value that
+    is no string, number, boolean or null; none for an expression that does not parse."""
+    try:
+        tree = parse(expression)
+    except CelSyntaxError:
+        return []
+    out: list[list[Any]] = []
+    for node, bound in scoped(tree.root):
+        if not (isinstance(node, Call) and node.function in functions):
+            continue
+        target = node.target
+        if isinstance(target, Ident) and target.name == root and root not in bound:
+            out.append([arg.value if isinstance(arg, Literal) else _COMPUTED for arg in node.args])
+    return out
 
 
 def _free_selects(root: Node, name: str) -> list[tuple[Select, Node | None]]:

@@ -3,8 +3,9 @@
 The documents of all the files given are read together, so a policy and its binding, params
 object or constraint may sit in different files. Every policy document either becomes one
 or more :class:`ImportedPolicy` or is refused with one sentence saying why; documents that
-are no policy (a params object, a binding, a constraint, anything else) are used by the
-policy that names them, and reported when nothing does.
+are no policy (a params object, a binding, a constraint, a Kyverno PolicyException or
+GlobalContextEntry, anything else) are used by the policy that names them, and reported when
+nothing does.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from functools import partial
 from pydantic import ValidationError
 
 from schemas.policy import POLICY_NAME_PATTERN, ImportedPolicy, ImportRefusal
-from workers.core.policies import gatekeeper, kyverno, vap
+from workers.core.policies import gatekeeper, kyverno, kyverno_exceptions, vap
 from workers.core.policies.common import Unsupported, label_selector
 from workers.core.policies.documents import SourcedDocument, name_of
+from workers.core.policies.kyverno_exceptions import Applied
 
 VAP_GROUP = "admissionregistration.k8s.io"
 KYVERNO_POLICIES_GROUP = "policies.kyverno.io"
@@ -47,6 +49,18 @@ def import_documents(
             return
         policies.extend(made)
 
+    exceptions = [d for d in documents if kyverno_exceptions.is_exception(d)]
+    entries = [d for d in documents if _is(d, KYVERNO_GROUP, kyverno.GLOBAL_CONTEXT_KIND)]
+
+    def kyverno_policy(make: Callable[[], tuple[ImportedPolicy, Applied]]) -> list[ImportedPolicy]:
+        policy, applied = make()
+        used.update(id(d) for d in applied.documents)
+        for doc, reason in applied.not_applied:
+            used.add(id(doc))
+            refusals.append(_refusal(doc, f"for policy {policy.name}: {reason}"))
+        used.update(id(e) for e in entries if e.document in policy.documents)
+        return [policy]
+
     bindings = [d for d in documents if _is(d, VAP_GROUP, "ValidatingAdmissionPolicyBinding")]
     templates = [d for d in documents if _is(d, GATEKEEPER_TEMPLATES_GROUP, "ConstraintTemplate")]
     kinds_of_templates = {gatekeeper.template_kind(t) for t in templates}
@@ -58,9 +72,11 @@ def import_documents(
         elif doc.api_group == KYVERNO_POLICIES_GROUP and doc.kind in (
             kyverno.VALIDATING_POLICY_KINDS
         ):
-            attempt(doc, partial(_one, kyverno.import_validating_policy, doc, now))
+            make = partial(kyverno.import_validating_policy, doc, now, exceptions, entries)
+            attempt(doc, partial(kyverno_policy, make))
         elif doc.api_group == KYVERNO_GROUP and doc.kind in kyverno.CLUSTER_POLICY_KINDS:
-            attempt(doc, partial(_one, kyverno.import_cluster_policy, doc, now))
+            make = partial(kyverno.import_cluster_policy, doc, now, exceptions)
+            attempt(doc, partial(kyverno_policy, make))
         elif _is(doc, GATEKEEPER_TEMPLATES_GROUP, "ConstraintTemplate"):
             kind = gatekeeper.template_kind(doc)
             mine = [
@@ -83,7 +99,10 @@ def _refuse_leftovers(
 ) -> None:
     """Documents no policy used: say what they are, so nothing is dropped silently."""
     params_kinds = {
-        (d.get("apiVersion"), d.get("kind")) for policy in policies for d in policy.documents[1:]
+        (d.get("apiVersion"), d.get("kind"))
+        for policy in policies
+        for d in policy.documents[1:]
+        if d.get("kind") not in (kyverno_exceptions.EXCEPTION_KIND, kyverno.GLOBAL_CONTEXT_KIND)
     }
     for doc in documents:  # a params object of a policy in the files, imported or refused
         spec = doc.document.get("spec")
@@ -103,6 +122,13 @@ def _refuse_leftovers(
             reason = f"its ConstraintTemplate ({doc.kind}) is not in the files"
             if doc.kind in template_kinds:
                 continue
+        elif kyverno_exceptions.is_exception(doc):
+            reason = (
+                "it exempts objects from no policy imported from the files (the policies it "
+                "names are not in them, or were refused)"
+            )
+        elif _is(doc, KYVERNO_GROUP, kyverno.GLOBAL_CONTEXT_KIND):
+            reason = "no policy imported from the files reads this global context entry"
         elif doc.api_group in (KYVERNO_GROUP, KYVERNO_POLICIES_GROUP):
             reason = f"a Kyverno {doc.kind} is not a validating policy"
         else:
@@ -170,12 +196,6 @@ def _unique(policies: list[ImportedPolicy], refusals: list[ImportRefusal]) -> li
             continue
         seen[policy.name] = policy
     return list(seen.values())
-
-
-def _one(
-    make: Callable[[SourcedDocument, datetime], ImportedPolicy], doc: SourcedDocument, now: datetime
-) -> list[ImportedPolicy]:
-    return [make(doc, now)]
 
 
 def _is(doc: SourcedDocument, group: str, kind: str) -> bool:

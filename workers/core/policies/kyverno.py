@@ -4,9 +4,16 @@ ClusterPolicy / Policy (``kyverno.io``) rules that validate with CEL (``validate
 A ValidatingPolicy is a ValidatingAdmissionPolicy with Kyverno's additions; a ClusterPolicy
 holds rules, each with its own match and exclude blocks (``any`` / ``all`` of resource
 descriptions), CEL preconditions and CEL expressions. Both get Kyverno's pod-controller
-rules (autogen.py) when Kyverno would derive them. What a check of stored objects cannot
-honour is refused: JMESPath preconditions, context entries (data from the cluster or a
-service), matching on who makes the request (subjects, roles), non-CEL validation.
+rules (autogen.py) when Kyverno would derive them, and the PolicyExceptions of the files
+that exempt objects from them (kyverno_exceptions.py). A ValidatingPolicy may read other
+objects of its target (``resource.Get`` / ``resource.List``) and GlobalContextEntries that
+list them (``globalContext.Get``), imported with it (cluster_reads.py serves them). What a
+check of stored objects cannot honour is refused: JMESPath preconditions, context entries
+(data from the cluster or a service), a global context entry that calls a service or
+projects with JMESPath, matching on who makes the request (subjects, roles), non-CEL
+validation. A rule's ``allowExistingViolations`` is kept as Kyverno means it: it lets an
+update through for an object that already violated, and a stored object is judged as if
+created, where it changes nothing (Kyverno's background scan reports such an object too).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from schemas.policy import ImportedPolicy, KindRef, PolicyRule, ResourceFilter
-from workers.core.policies import autogen
+from workers.core.policies import autogen, kyverno_exceptions
 from workers.core.policies.common import (
     ADMITTING_OPERATIONS,
     Unsupported,
@@ -31,6 +38,8 @@ from workers.core.policies.common import (
     variables_of,
 )
 from workers.core.policies.documents import SourcedDocument, name_of
+from workers.core.policies.expressions import literal_arguments
+from workers.core.policies.kyverno_exceptions import Applied
 
 VALIDATING_POLICY_KINDS = frozenset({"ValidatingPolicy", "NamespacedValidatingPolicy"})
 CLUSTER_POLICY_KINDS = frozenset({"ClusterPolicy", "Policy"})
@@ -40,10 +49,18 @@ ALL_CONTROLLERS = [
     "CronJob",
 ]  # fmt: skip
 _ACTIONS = {"enforce": "Deny", "audit": "Audit", "deny": "Deny", "warn": "Warn"}
+GLOBAL_CONTEXT_KIND = "GlobalContextEntry"
+_GLOBAL_CONTEXT_CALLS = frozenset({"Get", "get"})
 
 
-def import_validating_policy(doc: SourcedDocument, now: datetime) -> ImportedPolicy:
-    """A ValidatingPolicy (or NamespacedValidatingPolicy), with its pod-controller rules."""
+def import_validating_policy(
+    doc: SourcedDocument,
+    now: datetime,
+    exceptions: list[SourcedDocument] | None = None,
+    entries: list[SourcedDocument] | None = None,
+) -> tuple[ImportedPolicy, Applied]:
+    """A ValidatingPolicy (or NamespacedValidatingPolicy), with its pod-controller rules, the
+    PolicyExceptions of the files that name it, and the GlobalContextEntries it reads."""
     spec = as_map(doc.document.get("spec"), "spec")
     evaluation = as_map(spec.get("evaluation"), "spec.evaluation")
     if evaluation.get("mode") not in (None, "", "Kubernetes"):
@@ -63,10 +80,23 @@ def import_validating_policy(doc: SourcedDocument, now: datetime) -> ImportedPol
         variables=variables_of(spec.get("variables"), "spec.variables"),
         validations=validations_of(spec.get("validations"), "spec.validations"),
     )
-    _refuse_expressions([rule], creates=judges_creations(constraints))
+    _refuse_expressions([rule], creates=judges_creations(constraints), kyverno_libraries=True)
+    exempt, applied = kyverno_exceptions.validating_policy_conditions(doc, exceptions or [], now)
+    for condition in exempt:  # an exception's conditions read what the policy may read
+        refusal = refusal_in([condition.expression], params_given=False, kyverno_libraries=True)
+        if refusal:
+            raise Unsupported(f"its PolicyException {condition.exception}: {refusal}")
+    read = _global_context_entries(
+        [rule.model_copy(update={"match_conditions": [*exempt, *rule.match_conditions]})],
+        entries or [],
+    )
     rules = [rule, *_validating_policy_controllers(rule, constraints, spec)]
+    if exempt:  # tried before the policy's own conditions, on every rule as written
+        rules = [
+            r.model_copy(update={"match_conditions": [*exempt, *r.match_conditions]}) for r in rules
+        ]
     actions = [str(a) for a in as_list(spec.get("validationActions"), "validationActions")]
-    return ImportedPolicy(
+    policy = ImportedPolicy(
         name=name,
         format="kyverno-validatingpolicy",
         policy_name=name,
@@ -74,8 +104,59 @@ def import_validating_policy(doc: SourcedDocument, now: datetime) -> ImportedPol
         imported_at=now,
         rules=rules,
         validation_actions=actions,
-        documents=[doc.document],
+        documents=[doc.document, *(d.document for d in [*read, *applied.documents])],
     )
+    return policy, applied
+
+
+def _global_context_entries(
+    rules: list[PolicyRule], entries: list[SourcedDocument]
+) -> list[SourcedDocument]:
+    """The GlobalContextEntries of the files the rules read (``globalContext.Get('NAME',
+    '')``); Unsupported for a name not written as a string, an entry not in the files, one
+    that calls a service (``apiCall``) or a projection (JMESPath)."""
+    by_name = {name_of(e.document): e for e in entries}
+    read: list[SourcedDocument] = []
+    for rule in rules:
+        for expression in _expressions(rule):
+            for args in literal_arguments(expression, "globalContext", _GLOBAL_CONTEXT_CALLS):
+                if not args or not isinstance(args[0], str):
+                    raise Unsupported(
+                        "it reads a global context entry named by a computed value, and only "
+                        "entries named in the policy can be read"
+                    )
+                name = args[0]
+                projection = args[1] if len(args) > 1 else ""
+                if projection != "":
+                    raise Unsupported(
+                        f"it reads the projection {projection!r} of global context entry "
+                        f"{name!r}, a JMESPath query assay does not run"
+                    )
+                entry = by_name.get(name)
+                if entry is None:
+                    raise Unsupported(
+                        f"it reads the global context entry {name!r}, which is not in the files"
+                    )
+                spec = as_map(entry.document.get("spec"), f"GlobalContextEntry {name} spec")
+                if spec.get("apiCall") or not spec.get("kubernetesResource"):
+                    raise Unsupported(
+                        f"its global context entry {name!r} calls a service (apiCall), and a "
+                        "check reads only its target"
+                    )
+                as_map(spec.get("kubernetesResource"), f"GlobalContextEntry {name}")
+                if entry not in read:
+                    read.append(entry)
+    return read
+
+
+def _expressions(rule: PolicyRule) -> list[str]:
+    expressions = [v.expression for v in rule.variables]
+    expressions += [c.expression for c in rule.match_conditions]
+    for validation in rule.validations:
+        expressions.append(validation.expression)
+        if validation.message_expression:
+            expressions.append(validation.message_expression)
+    return expressions
 
 
 def _validating_policy_controllers(
@@ -112,9 +193,11 @@ def _validating_policy_controllers(
     )
 
 
-def import_cluster_policy(doc: SourcedDocument, now: datetime) -> ImportedPolicy:
+def import_cluster_policy(
+    doc: SourcedDocument, now: datetime, exceptions: list[SourcedDocument] | None = None
+) -> tuple[ImportedPolicy, Applied]:
     """A ClusterPolicy (or namespaced Policy): its validate.cel rules, with their
-    pod-controller forms."""
+    pod-controller forms and the PolicyExceptions of the files that name its rules."""
     spec = as_map(doc.document.get("spec"), "spec")
     own = _own_namespace(doc)
     rules: list[PolicyRule] = []
@@ -142,8 +225,11 @@ def import_cluster_policy(doc: SourcedDocument, now: datetime) -> ImportedPolicy
         raise Unsupported("it has no validate.cel rules")
     _refuse_expressions(rules)
     rules += _cluster_policy_controllers(doc, rules, descriptions)
+    rules, applied = kyverno_exceptions.cluster_policy_exceptions(
+        doc, rules, exceptions or [], exception_match
+    )
     name = name_of(doc.document)
-    return ImportedPolicy(
+    policy = ImportedPolicy(
         name=name,
         format="kyverno-clusterpolicy",
         policy_name=name,
@@ -151,8 +237,20 @@ def import_cluster_policy(doc: SourcedDocument, now: datetime) -> ImportedPolicy
         imported_at=now,
         rules=rules,
         validation_actions=sorted(actions),
-        documents=[doc.document],
+        documents=[doc.document, *(d.document for d in applied.documents)],
     )
+    return policy, applied
+
+
+def exception_match(value: Any, what: str) -> list[list[ResourceFilter]]:
+    """A kyverno.io PolicyException's ``match`` (``any`` / ``all`` of resource
+    descriptions) as any-of (all-of) filter groups; none matches nothing."""
+    block = as_map(value, what)
+    unknown = set(block) - {"any", "all"}
+    if unknown:
+        raise Unsupported(f"{what} has {sorted(unknown)}, which an exception's match has not")
+    groups, _ = _match_blocks(block, what, [])
+    return groups
 
 
 def _cluster_policy_rule(
@@ -334,14 +432,18 @@ def _own_namespace(doc: SourcedDocument) -> list[ResourceFilter]:
     return [ResourceFilter(namespaces=[str(namespace)])]
 
 
-def _refuse_expressions(rules: list[PolicyRule], *, creates: bool = True) -> None:
+def _refuse_expressions(
+    rules: list[PolicyRule], *, creates: bool = True, kyverno_libraries: bool = False
+) -> None:
+    """``creates``: the policy admits CREATE requests (else ``oldObject`` is refused);
+    ``kyverno_libraries``: a ValidatingPolicy's CEL, which has Kyverno's resource and
+    globalContext libraries (a ClusterPolicy's validate.cel is Kubernetes' own CEL)."""
     for rule in rules:
-        expressions = [v.expression for v in rule.variables]
-        expressions += [c.expression for c in rule.match_conditions]
-        for validation in rule.validations:
-            expressions.append(validation.expression)
-            if validation.message_expression:
-                expressions.append(validation.message_expression)
-        refusal = refusal_in(expressions, params_given=False, creates=creates)
+        refusal = refusal_in(
+            _expressions(rule),
+            params_given=False,
+            creates=creates,
+            kyverno_libraries=kyverno_libraries,
+        )
         if refusal:
             raise Unsupported(f"rule {rule.name}: {refusal}" if len(rules) > 1 else refusal)

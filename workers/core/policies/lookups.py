@@ -124,8 +124,14 @@ class SharedLookups:
             raise self._namespaces
         return self._namespaces.get(name)
 
-    def view(self, keep: Callable[[dict[str, Any]], bool]) -> PolicyView:
-        return PolicyView(self, keep)
+    def view(
+        self,
+        keep: Callable[[dict[str, Any]], bool],
+        exempt: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> PolicyView:
+        """The listings narrowed to what ``keep`` selects; ``exempt`` names the exception
+        (a Kyverno PolicyException) that takes an object out of the rule, if any."""
+        return PolicyView(self, keep, exempt)
 
 
 def _namespace_of(obj: dict[str, Any]) -> str | None:
@@ -140,10 +146,19 @@ class PolicyView:
     listing only, of objects as stored: every other tool is refused (a policy probe makes
     one listing)."""
 
-    def __init__(self, shared: SharedLookups, keep: Callable[[dict[str, Any]], bool]) -> None:
+    def __init__(
+        self,
+        shared: SharedLookups,
+        keep: Callable[[dict[str, Any]], bool],
+        exempt: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> None:
         self._shared = shared
         self._keep = keep
+        self._exempt = exempt
         self.name = shared.backend.name
+        # objects a Kyverno PolicyException exempts from the rule, with its name: not
+        # judged, and reported skip (run.py)
+        self.exempted: list[tuple[dict[str, Any], str]] = []
 
     @property
     def scrubber(self) -> SecretScrubber:
@@ -178,6 +193,15 @@ class PolicyView:
         objects = self._shared.listing(resource, namespace)
         try:
             kept = [o for o in objects if by_label(o) and by_field(o) and self._keep(o)]
+            if self._exempt is not None:
+                exempt = self._exempt
+                chosen = {id(o) for o in kept}
+                self.exempted = [
+                    (o, name)
+                    for o in objects
+                    if id(o) not in chosen and by_label(o) and by_field(o)
+                    if (name := exempt(o)) is not None
+                ]
         except Undecidable as exc:
             raise BackendError("unsupported", str(exc)) from None
         return iter(kept)

@@ -144,12 +144,33 @@ class ObjectFilter:
     namespace_labels: NamespaceLabels
 
     def __call__(self, obj: dict[str, Any]) -> bool:
+        return self._matched(obj) and self._exception(obj) is None
+
+    def exception(self, obj: dict[str, Any]) -> str | None:
+        """The Kyverno PolicyException that exempts ``obj`` from the rule (an object the rule
+        would judge, which the exception's match selects), else None."""
+        if not self.rule.exceptions or not self._matched(obj):
+            return None
+        return self._exception(obj)
+
+    def _matched(self, obj: dict[str, Any]) -> bool:
         groups = groups_for(self.rule, self.resource)
         if not any(all(self._selects(term, obj) for term in group) for group in groups):
             return False
-        return not any(
+        return not self._any(self.rule.exclude, obj)
+
+    def _exception(self, obj: dict[str, Any]) -> str | None:
+        for exception in self.rule.exceptions:
+            if self._any(exception.match, obj):
+                return exception.name
+        return None
+
+    def _any(self, groups: list[list[ResourceFilter]], obj: dict[str, Any]) -> bool:
+        """Whether every term of one of ``groups`` (those whose kinds admit the resource)
+        selects ``obj``."""
+        return any(
             all(self._selects(term, obj) for term in group)
-            for group in self.rule.exclude
+            for group in groups
             if all(_applies(term, self.resource) for term in group)
         )
 

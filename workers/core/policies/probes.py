@@ -66,7 +66,8 @@ def probe_for(
             for v in rule.validations
         ],
         match_conditions=[
-            ProbeCondition(name=c.name, expression=c.expression) for c in rule.match_conditions
+            ProbeCondition(name=c.name, expression=c.expression, exception=c.exception)
+            for c in rule.match_conditions
         ],
         params=policy.params if params is _FROM_POLICY else params,
         empty_result="pass",

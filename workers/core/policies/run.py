@@ -9,6 +9,10 @@ each policy's probes into a :class:`PolicyResult`:
 * ``true`` only when every probe ran cleanly and none found a violation;
 * ``cannot_determine`` otherwise (a probe failed: a listing, a CEL error, the deadline).
 
+A Kyverno ValidatingPolicy's probes run with its reads of the target (``resource.Get`` /
+``List``, ``globalContext.Get``) bound to the same shared listings (cluster_reads.py), so
+what it reads of other objects is listed once per tick too.
+
 Never raises for a policy's fault: a bug in one policy's run is that policy's
 ``cannot_determine``.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +43,8 @@ from schemas.probe import (
     ProposedProbe,
 )
 from schemas.verdict import VerdictKind
-from workers.core.policies.lookups import SharedLookups
+from workers.core.policies.cluster_reads import GLOBAL_CONTEXT_KIND, ListingReads
+from workers.core.policies.lookups import PolicyView, SharedLookups
 from workers.core.policies.matching import (
     ObjectFilter,
     Undecidable,
@@ -47,8 +53,12 @@ from workers.core.policies.matching import (
 )
 from workers.core.policies.params import NOT_FOUND_MESSAGE, ParamsRun, params_plan
 from workers.core.policies.probes import probe_for
-from workers.core.probes.runner import DECIDING_SHOWN, run_probe
+from workers.core.probes.cel_lib.kyverno_resource import reading
+from workers.core.probes.runner import DECIDING_SHOWN, SECRET_VALUES_NAMED, exempted, run_probe
+from workers.core.probes.syntax.parser import CelSyntaxError, parse
+from workers.core.probes.syntax.reads import names
 from workers.core.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
+from workers.core.toolsets.redaction import scrubbed
 
 
 @dataclass(frozen=True)
@@ -134,11 +144,12 @@ def _run(
     deadline: float | None,
 ) -> PolicyResult:
     probes: list[PolicyProbeResult] = []
+    reads = _cluster_reads(policy, shared)
     for item in planned:
         rule = policy.rules[item.rule_index]
-        keep: Callable[[dict[str, Any]], bool] = ObjectFilter(
-            rule, item.resource, shared.namespace_labels
-        )
+        keep = ObjectFilter(rule, item.resource, shared.namespace_labels)
+        exempt = keep.exception if rule.exceptions else None
+        runs: list[tuple[ProposedProbe, Callable[[dict[str, Any]], bool]]]
         if policy.param_source is None:
             runs = [(probe_for(policy, rule, item.resource, item.namespace), keep)]
         else:
@@ -149,7 +160,7 @@ def _run(
                 (_with_params(policy, rule, item, params_run), _narrowed(keep, params_run))
                 for params_run in plan.runs
             ]
-        done = [(probe, run_probe(probe, shared.view(selects), deadline=deadline))
+        done = [(probe, _run_one(probe, shared.view(selects, exempt), reads, deadline))
                 for probe, selects in runs]  # fmt: skip
         if not done:  # no params found, and Allow (or Ignore): nothing is judged
             continue
@@ -231,6 +242,61 @@ def _narrowed(
         return where(namespace) and keep(obj)
 
     return selects
+
+
+def _run_one(
+    probe: ProposedProbe, view: PolicyView, reads: ListingReads | None, deadline: float | None
+) -> ProbeRun:
+    """One probe over its view, with the policy's cluster reads served; the objects a
+    PolicyException exempts reported skip, as Kyverno does."""
+    with reading(reads) if reads is not None else nullcontext():
+        run = run_probe(probe, view, deadline=deadline)
+    if view.exempted and run.judged is not None:
+        skipped = [exempted(obj, name) for obj, name in view.exempted]
+        run = run.model_copy(update={"judged": [*run.judged, *skipped]})
+        run = scrubbed(run, scrubber=view.scrubber, revalidate=False).model
+    return run
+
+
+def _cluster_reads(policy: ImportedPolicy, shared: SharedLookups) -> ListingReads | None:
+    """What a Kyverno ValidatingPolicy reads of its target through Kyverno's libraries: its
+    namespace (a NamespacedValidatingPolicy's), the GlobalContextEntries imported with it;
+    None for any other policy (the library is not theirs)."""
+    if policy.format != "kyverno-validatingpolicy" or not policy.documents:
+        return None
+    document = policy.documents[0]
+    namespace = None
+    if document.get("kind") == "NamespacedValidatingPolicy":
+        meta = document.get("metadata")
+        namespace = str(meta.get("namespace") or "") if isinstance(meta, dict) else ""
+    entries: dict[str, dict[str, Any]] = {}
+    for extra in policy.documents[1:]:
+        meta = extra.get("metadata")
+        spec = extra.get("spec")
+        if extra.get("kind") == GLOBAL_CONTEXT_KIND and isinstance(meta, dict):
+            entries[str(meta.get("name"))] = spec if isinstance(spec, dict) else {}
+    return ListingReads(
+        shared,
+        namespace=namespace,
+        entries=entries,
+        secret_values_named=_names_secret_values(policy),
+    )
+
+
+def _names_secret_values(policy: ImportedPolicy) -> bool:
+    """Whether the policy's expressions name a Secret's withheld fields (runner.py)."""
+    for rule in policy.rules:
+        texts = [v.expression for v in rule.variables]
+        texts += [c.expression for c in rule.match_conditions]
+        texts += [v.expression for v in rule.validations]
+        texts += [v.message_expression for v in rule.validations if v.message_expression]
+        for text in texts:
+            try:
+                if names(parse(text).root) & SECRET_VALUES_NAMED:
+                    return True
+            except CelSyntaxError:
+                continue
+    return False
 
 
 def fold(

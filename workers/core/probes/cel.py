@@ -286,7 +286,7 @@ def environment_config(version: str = PROBE_VERSION) -> str:
     if any(part.option == "cross_type_numeric_comparisons" for part in parts):
         excluded += list(_OPERATORS)
         functions += _comparison_yaml()
-    _, added = _split(library_overloads([p.module for p in parts if p.module]))
+    _, added = _split(library_overloads(cel_env.modules(version)))
     standard, names = _standard_yaml(added)
     excluded += [name for name in names if name in _STANDARD_OVERLOADS]
     functions += standard
@@ -300,7 +300,7 @@ def environment_config(version: str = PROBE_VERSION) -> str:
 
 @lru_cache(maxsize=len(KUBERNETES_VERSIONS))
 def _environment(version: str) -> Any:
-    modules = [part.module for part in cel_env.parts(version) if part.module]
+    modules = cel_env.modules(version)
     new, added = _split(library_overloads(modules))
     return runtime.NewEnv(
         descriptor_pool=library_values.pool(),  # the library values' types
@@ -327,7 +327,7 @@ def _implementations(added: Sequence[Overload]) -> dict[str, Callable[..., Any]]
 
 @lru_cache(maxsize=len(KUBERNETES_VERSIONS))
 def _rewrites(version: str) -> tuple[CallRewrite, ...]:
-    return tuple(library_rewrites([p.module for p in cel_env.parts(version) if p.module]))
+    return tuple(library_rewrites(cel_env.modules(version)))
 
 
 class _NotCompiled(Exception):

@@ -63,6 +63,13 @@ BASE: tuple[Part, ...] = (
 )
 
 
+# Libraries of a policy engine, not of Kubernetes: declared in every environment (a probe's
+# expression compiles the same way everywhere) but answering only where the engine's own
+# policy is run (cel_lib/kyverno_resource.py: Kyverno's resource and globalContext, served
+# only around an imported Kyverno ValidatingPolicy's run; anywhere else a call is an error).
+ENGINE_MODULES: tuple[str, ...] = ("kyverno_resource",)
+
+
 def _key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
@@ -75,3 +82,9 @@ def parts(version: str = PROBE_VERSION) -> tuple[Part, ...]:
             f"{', '.join(KUBERNETES_VERSIONS)}"
         )
     return tuple(part for part in BASE if _key(part.introduced) <= _key(version))
+
+
+def modules(version: str = PROBE_VERSION) -> list[str]:
+    """The ``cel_lib`` modules of the environment at Kubernetes ``version``: Kubernetes'
+    libraries written in Python, then the engines' (:data:`ENGINE_MODULES`)."""
+    return [part.module for part in parts(version) if part.module] + list(ENGINE_MODULES)

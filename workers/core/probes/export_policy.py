@@ -49,6 +49,8 @@ from workers.core.probes.export_draft import (
     selector,
     validation,
 )
+from workers.core.probes.syntax.parser import CelSyntaxError, parse
+from workers.core.probes.syntax.reads import references
 from workers.core.toolsets.backend import ResourceInfo
 
 ExportFormat = str  # "vap" or "kyverno" (export.py's ExportFormat)
@@ -79,6 +81,7 @@ def policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kinds) -> li
     """The admission policies ``policy`` becomes in ``fmt`` (module docstring)."""
     if not policy.documents:
         raise NotExportable("it was stored without the documents it came from: import it again")
+    _refuse_kyverno_extras(policy, fmt)
     if policy.format == "vap":
         return [_vap_draft(policy, kinds)]
     if policy.format == "kyverno-validatingpolicy":
@@ -86,6 +89,41 @@ def policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kinds) -> li
     if policy.format == "kyverno-clusterpolicy":
         return _cluster_policy_drafts(policy, fmt, kinds)
     return _gatekeeper_drafts(policy, kinds)
+
+
+_KYVERNO_READS = frozenset({"resource", "globalContext"})
+
+
+def _refuse_kyverno_extras(policy: ImportedPolicy, fmt: ExportFormat) -> None:
+    """What a Kyverno policy was imported with that an export would lose: its
+    PolicyExceptions and GlobalContextEntries (documents of their own, not written), and,
+    for a ValidatingAdmissionPolicy, its reads of other objects (``resource.*``,
+    ``globalContext``), a library only Kyverno has."""
+    plural = {"GlobalContextEntry": "GlobalContextEntries", "PolicyException": "PolicyExceptions"}
+    extras = sorted({plural[k] for d in policy.documents[1:] if (k := d.get("kind")) in plural})
+    if extras:
+        raise NotExportable(
+            f"it was imported with Kyverno {' and '.join(extras)}, which an export does not "
+            "carry: without them the exported policy would judge otherwise"
+        )
+    if fmt != "vap" or policy.format != "kyverno-validatingpolicy":
+        return
+    for rule in policy.rules:
+        texts = [v.expression for v in rule.variables]
+        texts += [c.expression for c in rule.match_conditions]
+        texts += [v.expression for v in rule.validations]
+        texts += [v.message_expression for v in rule.validations if v.message_expression]
+        for text in texts:
+            try:
+                found = {r.root for r in references(parse(text).root)} & _KYVERNO_READS
+            except CelSyntaxError:
+                continue
+            if found:
+                raise NotExportable(
+                    f"rule {rule.name} reads other objects through Kyverno's "
+                    f"{' and '.join(sorted(found))} library, which a ValidatingAdmissionPolicy "
+                    "has not"
+                )
 
 
 def _annotations(policy: ImportedPolicy) -> dict[str, str]:

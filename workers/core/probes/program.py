@@ -34,6 +34,7 @@ class Judgement:
     judged: bool  # False: a match condition excluded it
     passed: bool = True
     message: str = ""
+    exception: str | None = None  # the PolicyException whose condition exempted it
 
 
 class ProbeProgram:
@@ -61,7 +62,7 @@ class ProbeProgram:
             return BoolProgram(text, variables=variables, meter=self.meter, what=what, slots=slots)
 
         self.conditions = [
-            (c.name, program(c.expression, f"match condition {c.name}"))
+            (c.exception, program(c.expression, f"match condition {c.name}"))
             for c in probe.match_conditions
         ]
         self.main = program(probe.expression, "the expression") if probe.expression else None
@@ -129,9 +130,9 @@ class ProbeProgram:
         if self.absent_nulls:
             bindings = {name: without_nulls(value) for name, value in bindings.items()}
         data = {**self.base, **bindings}
-        for _, condition in self.conditions:
+        for exception, condition in self.conditions:
             if not condition(data):
-                return Judgement(judged=False)
+                return Judgement(judged=False, exception=exception)
         if self.main is not None:
             passed = self.main(data)
             message = "" if passed else f"failed expression: {self.probe.expression}"

@@ -72,6 +72,7 @@ DECIDING_SHOWN = 10  # first failing objects kept in ProbeRun.deciding
 _ALL_NAMESPACES = frozenset({"", "all", "*", "--all-namespaces", "all-namespaces"})
 _ARGS: dict[str, type[BaseModel]] = {"get": GetArgs, "describe": DescribeArgs, "events": EventsArgs}
 _WITHHELD_NAMES = frozenset({*SECRET_VALUE_FIELDS, LAST_APPLIED_ANNOTATION})
+SECRET_VALUES_NAMED = _WITHHELD_NAMES  # what naming a Secret's withheld values means
 SECRET_VALUES_WITHHELD = (
     "it reads a Secret's data or stringData, which assay withholds from every probe and "
     "imported policy, as RBAC would (a Secret's metadata, labels and type stay readable), "
@@ -131,6 +132,11 @@ def _judged(obj: Any, passed: bool, message: str) -> JudgedObject:
         passed=passed,
         message=None if passed else message[:1024],
     )
+
+
+def exempted(obj: Any, exception: str) -> JudgedObject:
+    """``obj`` as exempt from the policy by the Kyverno PolicyException ``exception``."""
+    return _judged(obj, True, "").model_copy(update={"exception": exception})
 
 
 class _Reader:
@@ -353,6 +359,10 @@ class _Tally:
         self.judged += 1
         self.objects.append(_judged(obj, True, ""))
 
+    def exempt(self, obj: Any, exception: str) -> None:
+        """An object a Kyverno PolicyException exempts: not judged, reported ``skip``."""
+        self.objects.append(exempted(obj, exception))
+
     def failed(self, obj: Any, message: str) -> None:
         self.judged += 1
         self.objects.append(_judged(obj, False, message))
@@ -406,6 +416,8 @@ def _evaluate(
         bindings = {"object": obj} if inputs is None else {"object": obj, **inputs(obj)}
         judgement = program.judge(bindings)
         if not judgement.judged:
+            if judgement.exception is not None:
+                tally.exempt(obj, judgement.exception)
             continue
         if judgement.passed:
             tally.passed(obj)
