@@ -253,7 +253,7 @@ REFUSED = [
             {**_VP_REF, "matchConditions": [{"name": "admins", "expression": _BY_ADMINS}]},
             "policies.kyverno.io/v1",
         ),
-        "it reads request.userInfo, part of an admission request",
+        "it reads request.userInfo, which only an admission request holds",
     ),
 ]
 
