@@ -31,6 +31,8 @@ from typing import Any
 
 import yaml
 
+from assay.testing.chainsaw_suite import is_chainsaw_test, read_chainsaw_test
+from assay.testing.vap_library_suite import is_library_root, read_vap_library
 from schemas.policy import ImportedPolicy
 from schemas.verdict import VerdictKind
 from workers.core.policies.documents import SourcedDocument, documents_from_text
@@ -53,7 +55,13 @@ class Fixture:
     rule: str | None
     obj: dict[str, Any] = field(hash=False, compare=False)
     allowed: bool
-    label: str  # pass, fail, skip; yes, no (Gatekeeper)
+    label: str  # pass, fail, skip; yes, no (Gatekeeper); admitted, denied (chainsaw)
+    # the test's Namespace the object is in, stored beside it: the cluster it is judged on
+    # holds it (namespace selectors, namespaceObject), as the engine's test tool is given it
+    namespaces: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
+    # other objects the cluster held when the engine gave the label (a chainsaw test's
+    # ConfigMap made in an earlier step), stored beside it too
+    context: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -68,6 +76,8 @@ class Reading:
 
     fixtures: list[Fixture] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+    # files a reader had to write (a library case's binding and params); removed with it
+    scratch: tempfile.TemporaryDirectory[str] | None = None
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -82,16 +92,48 @@ def _load(path: Path) -> list[dict[str, Any]]:
 
 
 def read_library(root: Path) -> Reading:
-    """Every Kyverno test and Gatekeeper suite under ``root``."""
+    """Every Kyverno CLI test, Kyverno chainsaw test and Gatekeeper suite under ``root``, or
+    the cases of a ValidatingAdmissionPolicy library laid out as kubescape's
+    (``controls/*/tests.json``)."""
     reading = Reading()
+    if is_library_root(root):
+        reading.scratch = tempfile.TemporaryDirectory(prefix="assay-vap-library-")
+        for case in read_vap_library(root, Path(reading.scratch.name), reading.skipped):
+            reading.fixtures.append(
+                Fixture(
+                    source=case.source,
+                    policy_files=case.policy_files,
+                    policy=case.policy,
+                    rule=None,
+                    obj=case.obj,
+                    allowed=case.allowed,
+                    label=case.label,
+                )
+            )
+        return reading
     for path in sorted(root.rglob("*.yaml")):
-        if path.name.startswith(("artifacthub", "kustomization")):
+        if path.name.startswith(("artifacthub", "kustomization")) or not path.is_file():
             continue
         head = path.read_text(encoding="utf-8", errors="replace")[:4000]
         if "kind: Test" in head and "cli.kyverno.io" in head:
             _read_kyverno_test(path, reading)
         elif "kind: Suite" in head and "test.gatekeeper.sh" in head:
             _read_gatekeeper_suite(path, reading)
+        elif is_chainsaw_test(head):
+            for found in read_chainsaw_test(path, reading.skipped):
+                reading.fixtures.append(
+                    Fixture(
+                        source=found.source,
+                        policy_files=found.policy_files,
+                        policy=found.policy,
+                        rule=found.rule,
+                        obj=found.obj,
+                        allowed=found.allowed,
+                        label=found.label,
+                        namespaces=tuple(o for o in found.context if o.get("kind") == "Namespace"),
+                        context=tuple(o for o in found.context if o.get("kind") != "Namespace"),
+                    )
+                )
     return reading
 
 
@@ -281,10 +323,18 @@ class Judge:
         rules = None
         if fixture.rule:  # the rule, and the pod-controller forms Kyverno reports under it
             names = {r.name for r in policy.rules if fixture.rule in (r.name, r.pod_controllers)}
-            rules = {policy.name: names}
+            # a policy without named rules (a ValidatingPolicy, a VAP) is judged whole when a
+            # result names a rule it lacks, as Kyverno's CLI judges it
+            rules = {policy.name: names} if names else None
         with tempfile.TemporaryDirectory(prefix="assay-corpus-") as folder:
             obj = with_namespace(fixture.obj)
             (Path(folder) / "object.json").write_text(json.dumps(obj))
+            for number, namespace in enumerate(fixture.namespaces):
+                (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(namespace))
+            for number, other in enumerate(fixture.context):
+                (Path(folder) / f"context-{number}.json").write_text(
+                    json.dumps(with_namespace(other))
+                )
             backend = SnapshotBackend(folder)
             began = time.perf_counter()
             results, _ = run_policies([policy], backend, rules=rules)
@@ -294,6 +344,15 @@ class Judge:
         result = results[0]
         if result.verdict == VerdictKind.CANNOT_DETERMINE:
             return Judgement(fixture, None, result.reason or "", seconds)
+        if fixture.context or fixture.namespaces:  # the label is the object's, not the others'
+            meta = obj.get("metadata") or {}
+            fails = any(
+                v.kind == obj.get("kind")
+                and v.name == meta.get("name")
+                and (v.namespace or None) == (meta.get("namespace") or None)
+                for v in result.violations
+            )
+            return Judgement(fixture, not fails, "", seconds, result.judged_total)
         return Judgement(
             fixture, result.verdict == VerdictKind.TRUE, "", seconds, result.judged_total
         )
@@ -375,3 +434,30 @@ def iter_disagreements(figures: Figures) -> Iterator[str]:
         label = "allowed" if j.fixture.allowed else "disallowed"
         said = f"{label}, probe said {j.value}"
         yield f"{j.fixture.source}: {j.fixture.policy} {j.fixture.name}: {said}"
+
+
+# Refusals naming data a stored cluster holds: what issue 38 asks assay to serve (the
+# object's namespace, other objects, the request's kind and name as the object's own, a
+# null oldObject for a CREATE, a paramRef Kubernetes ignores). Until served, such a
+# refusal is a gap, not a limit of scanning stored objects.
+_STORED_CLUSTER_HOLDS = (
+    ("namespaceObject", "namespaceObject"),
+    ("resource library", "Kyverno resource.*"),
+    ("global context", "Kyverno globalContext"),
+    ("request.kind", "request.kind"),
+    ("request.name", "request.name"),
+    ("request.namespace", "request.namespace"),
+    ("request.resource", "request.resource"),
+    ("oldObject", "oldObject (null on CREATE)"),
+    ("paramRef", "paramRef without paramKind"),
+    ("params (paramKind)", "paramRef without paramKind"),
+)
+
+
+def refusal_class(reason: str) -> str:
+    """Whether a refusal names data a stored cluster holds (served by another change of
+    issue 38) or is another kind of refusal, for the bench's figures."""
+    for needle, what in _STORED_CLUSTER_HOLDS:
+        if needle in reason:
+            return f"stored cluster holds it: {what}; served by another branch"
+    return "other"
