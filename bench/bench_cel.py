@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from assay.testing.policy_corpus import (  # noqa: E402
+    disagreement_class,
     evaluate,
-    iter_disagreements,
     read_library,
     refusal_class,
 )
@@ -93,8 +93,13 @@ def report(name: str, folder: Path, reasons: bool) -> None:
         f"  labelled pairs: {len(figures.judgements)}, agree: {valued - disagree}, "
         f"disagree: {disagree}, refused: {len(figures.judgements) - valued}"
     )
-    for line in iter_disagreements(figures):
-        print(f"  DISAGREES {line}")
+    for j in figures.disagreements:
+        label = "allowed" if j.fixture.allowed else "disallowed"
+        why = disagreement_class(j) or "not explained by another branch: a fidelity bug"
+        print(
+            f"  DISAGREES [{why}] {j.fixture.source}: {j.fixture.policy} {j.fixture.name}: "
+            f"{label}, assay said {j.value}"
+        )
     for reason, count in figures.refused.most_common():
         print(f"  refused x{count} [{refusal_class(reason)}]: {reason[:200]}")
     if reasons:

@@ -262,18 +262,19 @@ def _admission_labels(
     if refused is None:
         skipped["a chainsaw step that checks something other than the admission answer"] += 1
         return []
-    if len(objects) != 1:
-        skipped["a chainsaw step creating several objects at once"] += 1
+    if refused and len(objects) != 1:  # which of them was refused is not said
+        skipped["a chainsaw step refused while creating several objects"] += 1
         return []
-    obj = objects[0]
-    if state.holds(obj):
-        skipped["a chainsaw step that updates an object (an update request)"] += 1
+    updates = [o for o in objects if state.holds(o)]
+    skipped["a chainsaw step that updates an object (an update request)"] += len(updates)
+    objects = [o for o in objects if not state.holds(o)]
+    if not objects:
         return []
     documents = [d for a in state.policy_files for d in a.documents]
     enforcing = [p for p in state.policies() if _enforcing(p, documents)]
     if len(enforcing) != 1:
         skipped[
-            "a chainsaw admission with no enforcing policy"
+            "a chainsaw admission no validating policy enforces"
             if not enforcing
             else "a chainsaw admission several policies judge"
         ] += 1
@@ -290,6 +291,7 @@ def _admission_labels(
             allowed=not refused,
             label="denied" if refused else "admitted",
         )
+        for obj in objects
     ]
 
 
