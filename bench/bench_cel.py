@@ -16,14 +16,14 @@ over a snapshot of that object (assay/testing/policy_corpus.py). Printed, per li
 * labelled pairs, how many agree and disagree with their label, how many are refused, each
   refusal in assay's words with its count, and whether the data it names is one a stored
   cluster holds (a gap another change serves) or truly lives in an admission request;
-
 * fixtures that get a probe value (the rest: their policy is refused at import, with the
   reason, or a probe could not run);
 * of those, how many agree with their label (every disagreement is listed);
 * every policy that gave a value, exported as a ValidatingAdmissionPolicy and as a Kyverno
   ValidatingPolicy (one with params: as a VAP only): how many pass the export's checks;
 * the median time of one policy run over its one-object snapshot;
-* with ``--reasons``, why fixtures got no value, most common first.
+* with ``--reasons``, the fixtures left out (not labelled for a stored object, or of a
+  policy that does not validate with CEL) and the export problems, most common first.
 """
 
 from __future__ import annotations
@@ -95,17 +95,19 @@ def report(name: str, folder: Path, reasons: bool) -> None:
     )
     for j in figures.disagreements:
         label = "allowed" if j.fixture.allowed else "disallowed"
-        why = disagreement_class(j) or "not explained by another branch: a fidelity bug"
+        owner = disagreement_class(j) or "not explained by another branch: a fidelity bug"
         print(
-            f"  DISAGREES [{why}] {j.fixture.source}: {j.fixture.policy} {j.fixture.name}: "
+            f"  DISAGREES [{owner}] {j.fixture.source}: {j.fixture.policy} {j.fixture.name}: "
             f"{label}, assay said {j.value}"
         )
+    classes: Counter[str] = Counter()
+    for reason, count in figures.refused.items():
+        classes[refusal_class(reason)] += count
+    for what, count in classes.most_common():
+        print(f"  refused x{count}: {what}")
     for reason, count in figures.refused.most_common():
-        print(f"  refused x{count} [{refusal_class(reason)}]: {reason[:200]}")
+        print(f"    x{count} [{refusal_class(reason)}] {reason[:200]}")
     if reasons:
-        why: Counter[str] = Counter(r[:140] for r in figures.refused.elements())
-        for reason, count in why.most_common(25):
-            print(f"  no value x{count}: {reason}")
         for reason, count in reading.skipped.most_common():
             print(f"  left out x{count}: {reason}")
         for problem, count in figures.export_problems.most_common(15):

@@ -146,7 +146,9 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
     if not isinstance(test, dict) or test.get("kind") not in TEST_KINDS:
         return
     base = path.parent
-    policies = tuple(str((base / p).resolve()) for p in test.get("policies") or [])
+    # the test's PolicyExceptions go with its policies: Kyverno applies them to the results
+    named = [*(test.get("policies") or []), *(test.get("exceptions") or [])]
+    policies = tuple(str((base / p).resolve()) for p in named)
     objects = [o for file in test.get("resources") or [] for o in _load(base / file)]
     for result in test.get("results") or []:
         label = str(result.get("result") or "").strip()
