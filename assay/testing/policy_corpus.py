@@ -463,8 +463,14 @@ _REFUSAL_CLASSES = (
     ("image.GetMetadata", f"{_REQUEST}: a registry"),
     ("asks the authorizer", f"{_REQUEST}: the authorizer"),
     ("judges only DELETE", f"{_REQUEST}: a DELETE request"),
+    ("judges only CONNECT", f"{_REQUEST}: a CONNECT request"),
+    ("(who makes the request)", f"{_REQUEST}: who makes the request"),
+    ("_?._(null_type", "a null the API server stores as an empty object (a written fixture)"),
     ("the expression failed", "the expression errs, in the engine too"),
     ("undeclared reference", "a Kyverno CEL library assay lacks"),
+    ("is served by the target", "a kind the fixture's snapshot does not serve"),
+    ("matches every resource", "every resource ('*'), which a scan cannot list"),
+    ("names no namespace", "a namespaced policy written without its namespace"),
 )
 
 
