@@ -86,6 +86,11 @@ def test_refusals_say_whether_a_stored_cluster_holds_what_they_name() -> None:
         "it reads request.userInfo, part of an admission request, which a stored object "
         "comes without"
     ).startswith("lives in the admission request")
+    namespace = refusal_class(
+        "it reads request.namespace, part of an admission request, which a stored object "
+        "comes without"
+    )
+    assert namespace.endswith("request.namespace")
 
 
 def test_a_policy_exception_explains_a_disagreement_as_another_branchs(tmp_path: Path) -> None:
