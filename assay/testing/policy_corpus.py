@@ -466,6 +466,10 @@ _REFUSAL_CLASSES = (
     ("judges only CONNECT", f"{_REQUEST}: a CONNECT request"),
     ("(who makes the request)", f"{_REQUEST}: who makes the request"),
     ("_?._(null_type", "a null the API server stores as an empty object (a written fixture)"),
+    (
+        "Key not found in map",
+        "a field the written object lacks (the API server's default, or the engine errs too)",
+    ),
     ("the expression failed", "the expression errs, in the engine too"),
     ("undeclared reference", "a Kyverno CEL library assay lacks"),
     ("is served by the target", "a kind the fixture's snapshot does not serve"),
