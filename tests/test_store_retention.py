@@ -370,3 +370,67 @@ def test_a_repeated_set_run_names_its_own_policy_runs(store: VerdictStore) -> No
         policy_run_id(rerun(first, 1).run_id, name)
         for name in ("run-as-non-root", "required-labels")
     ]
+
+
+def set_fire(
+    first: EvaluationRequest, number: int, start: datetime, names: tuple[str, ...]
+) -> tuple[list[RunReport], RunReport]:
+    """Fire ``number`` of a policy set on one target: each policy's run, then the set's."""
+    request = rerun(first, number)
+    finished = start + number * HOUR
+    children = []
+    for name in names:
+        child = request.model_copy(
+            update={
+                "run_id": policy_run_id(request.run_id, name),
+                "check_id": f"chk-{name}",
+                "text": f"policy:{name}",
+            }
+        )
+        children.append(probe_report(child, finished_at=finished - timedelta(seconds=1)))
+    report = probe_report(request, finished_at=finished)
+    report.policy_set = PolicySetResult(
+        policy_set="baseline",
+        policies=[
+            PolicySetEntry(
+                policy=name,
+                verdict=VerdictKind.FALSE,
+                run_id=child.run_id,
+                check_id=child.check_id,
+            )
+            for name, child in zip(names, children, strict=True)
+        ],
+    )
+    return children, report
+
+
+def test_a_set_runs_policy_runs_are_recorded_once_through_the_set_run(
+    store: VerdictStore,
+) -> None:
+    names = ("run-as-non-root", "required-labels", "no-latest-tag")
+    first = snapshot_request(text="policy-set:baseline", run_id="set")
+    start = datetime.now(UTC) - timedelta(hours=6)
+    for number in range(4):
+        children, report = set_fire(first, number, start, names)
+        for child in children:
+            assert store.record_verdict(child, part_of=report.run_id)
+            # a redelivered set run before its set run is recorded: each policy's run once
+            assert not store.record_verdict(child, part_of=report.run_id)
+        assert store.record_verdict(report)
+        for child in children:  # and after it is
+            assert not store.record_verdict(child, part_of=report.run_id)
+    # one run-id record per set run, none per policy run
+    assert store.client.hlen(f"{P}:runs") == 4
+    for name in names:
+        assert store.history_length(f"chk-{name}") == 4
+    children, report = set_fire(first, 2, start, names)
+    for child in children:
+        state = store.run_state(child.run_id)
+        assert state is not None and state.check_id == child.check_id
+        assert state.verdict == VerdictKind.FALSE
+        verdict = store.run_verdict(child.run_id)
+        assert verdict is not None and verdict.run_id == child.run_id
+        shown = store.run_report(child.run_id)
+        assert shown is not None and shown.run_id == child.run_id
+        assert shown.check_id == child.check_id
+    assert store.run_state(policy_run_id(report.run_id, "not-in-the-set")) is None

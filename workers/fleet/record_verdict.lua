@@ -29,15 +29,27 @@
 --      29 how long a run id stays recorded after its entry leaves the history, us
 --      30 how long the repeated run's report is kept after this repeat, ms
 --   31-40 the history entry's values (retention.ENTRY_FIELDS order)  41 the batch's TTL, s
+--      42 the set run this run is a policy's run of ('' none: a run of its own)
+--      43 a set run's policies as JSON {name: check id} ('' none), kept on its check
+--      20 the set run's hash (ARGV 42; a placeholder otherwise)
+--
+-- A policy's run inside a set run (ARGV 42) takes no P:runs record of its own: until its set
+-- run is recorded, a mark on the set run's hash ('r:' .. run id) says it is recorded; after,
+-- the set run's record does (the store finds the policy run through it: store.py).
 -- Returns 1 recorded, 0 the run was recorded before, -1 the check or the run changed since
 -- the caller read them (KEYS 11-19 may be the wrong keys now): read again and retry.
 local run, check, history, templates = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local runs, expiring = KEYS[9], KEYS[10]
+local set_run, set_hash = ARGV[42], KEYS[20]
 local problem = first_type_problem({run, 'hash', check, 'hash', history, 'stream',
   templates, 'hash', KEYS[5], 'zset', KEYS[6], 'stream', KEYS[7], 'zset', runs, 'hash',
-  expiring, 'zset'})
+  expiring, 'zset', set_hash, 'hash'})
 if problem then return conflict(problem) end
 if redis.call('HEXISTS', runs, ARGV[1]) == 1 or redis.call('HEXISTS', run, 'verdict') == 1 then
+  return 0
+end
+if set_run ~= '' and (redis.call('HEXISTS', runs, set_run) == 1
+    or redis.call('HEXISTS', set_hash, 'r:' .. ARGV[1]) == 1) then
   return 0
 end
 
@@ -134,6 +146,11 @@ else
     'report', ARGV[7], 'updated_at', ARGV[16], 'run_id', run_id, 'check_id', check_id,
     'target', target)
   redis.call('HDEL', run, 'wake_at', 'request')  -- the report holds the request
+  for _, field in ipairs(redis.call('HKEYS', run)) do
+    if string.sub(field, 1, 2) == 'r:' then  -- its policies' marks: its record says it now
+      redis.call('HDEL', run, field)
+    end
+  end
   redis.call('EXPIRE', run, ARGV[11])
 end
 redis.call('ZREM', KEYS[7], run_id)
@@ -153,7 +170,7 @@ if counts then
         redis.call('HDEL', templates, template, '#' .. template)
       end
       local finished = tonumber(fields['f'] or '')
-      if fields['run_id'] then
+      if fields['run_id'] and redis.call('HEXISTS', runs, fields['run_id']) == 1 then
         if finished and finished + window > now_us then
           redis.call('ZADD', expiring, finished + window, fields['run_id'])
         else
@@ -168,7 +185,17 @@ if counts then
     't', ARGV[39], 'p', ARGV[40])
   redis.call('HSETNX', templates, ARGV[26], ARGV[27])
   redis.call('HINCRBY', templates, '#' .. ARGV[26], 1)
-  redis.call('HSET', runs, run_id, check_id .. ' ' .. entry_id .. ' ' .. kind)
+  if set_run == '' then
+    redis.call('HSET', runs, run_id, check_id .. ' ' .. entry_id .. ' ' .. kind)
+  else
+    redis.call('HSET', set_hash, 'r:' .. run_id, '1')
+    if redis.call('TTL', set_hash) < 0 then
+      redis.call('EXPIRE', set_hash, ARGV[41])
+    end
+  end
+  if ARGV[43] ~= '' then
+    redis.call('HSET', check, 'members', ARGV[43])
+  end
 end
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', expiring, '-inf', now_us, 'LIMIT', 0, 16)) do
   redis.call('HDEL', runs, gone)

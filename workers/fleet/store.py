@@ -74,6 +74,7 @@ not Redis Cluster.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -86,6 +87,7 @@ from schemas.exit_codes import EXIT_CODES
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import InvalidId
 from schemas.ids import check_id as valid_id
+from schemas.policy import policy_run_id
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict, VerdictKind
@@ -397,6 +399,27 @@ def _days(seconds: float) -> str:
 
 def _parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
+
+
+def _set_members(report: RunReport) -> str:
+    """A set run's policies, ``{name: check id}`` as JSON ('' for any other run): kept on the
+    set's check, it is how a policy's run inside a set run is found by its run id."""
+    if report.policy_set is None:
+        return ""
+    members = {p.policy: p.check_id for p in report.policy_set.policies if p.check_id}
+    return json.dumps(members, sort_keys=True, separators=(",", ":")) if members else ""
+
+
+def set_run_of(run_id: str) -> str | None:
+    """The set run whose policy's run ``run_id`` could be (``schemas.policy.policy_run_id``:
+    the set run's id, a dot, 12 hex digits), else None."""
+    head, dot, tail = run_id.rpartition(".")
+    if not dot or not head or len(tail) != POLICY_RUN_SUFFIX:
+        return None
+    return head if all(c in "0123456789abcdef" for c in tail) else None
+
+
+POLICY_RUN_SUFFIX = 12
 
 
 def _verdict_or_none(value: str | None) -> VerdictKind | None:
@@ -730,8 +753,13 @@ class VerdictStore:
         )
         return bool(written)
 
-    def record_verdict(self, report: RunReport) -> bool:
+    def record_verdict(self, report: RunReport, *, part_of: str | None = None) -> bool:
         """Record a finished run; True if this call wrote it, False if the run already had one.
+
+        ``part_of`` names the set run this run is one policy's run of (recorded before it):
+        such a run keeps no run-id record of its own, its set run's record stands for it
+        (:meth:`_policy_runs_found`), which saves the set's every re-run that record per
+        policy.
 
         A run that had no model to ask says nothing about its cluster: it is
         recorded on the run (and its batch), never in the check's history or
@@ -768,17 +796,24 @@ class VerdictStore:
                 encoded = encode_report(report.model_dump_json(), self.report_codec)
             written = self._call(
                 self._record_script,
-                keys=self._record_keys(report, now, repeated),
-                args=self._record_args(
-                    report,
-                    source=source,
-                    counts=counts,
-                    now=now,
-                    repeated=repeated,
-                    encoded=encoded or "",
-                    fingerprint=fingerprint,
-                    template=(template_id, template),
-                ),
+                keys=[
+                    *self._record_keys(report, now, repeated),
+                    self._run_key(part_of) if part_of else self.key("run", "-"),  # unused
+                ],
+                args=[
+                    *self._record_args(
+                        report,
+                        source=source,
+                        counts=counts,
+                        now=now,
+                        repeated=repeated,
+                        encoded=encoded or "",
+                        fingerprint=fingerprint,
+                        template=(template_id, template),
+                    ),
+                    part_of or "",
+                    _set_members(report),
+                ],
             )
             if int(written) != _RETRY:
                 return bool(written)
@@ -1024,7 +1059,74 @@ class VerdictStore:
 
     # --- runs recorded in a check's history ------------------------------------------------
     def _recorded(self, run_ids: Sequence[str]) -> list[_Recorded | None]:
-        """Where each run is recorded (``P:runs``), in one round trip."""
+        """Where each run is recorded (``P:runs``), in one round trip; a policy's run inside
+        a set run through its set run's record (:meth:`_policy_runs_found`)."""
+        found = self._recorded_directly(run_ids)
+        missing = [run_id for run_id, place in zip(run_ids, found, strict=True) if place is None]
+        if missing and any(set_run_of(run_id) for run_id in missing):
+            policy_runs = self._policy_runs_found(missing)
+            found = [
+                place or policy_runs.get(run_id)
+                for run_id, place in zip(run_ids, found, strict=True)
+            ]
+        return found
+
+    def _policy_runs_found(self, run_ids: Sequence[str]) -> dict[str, _Recorded]:
+        """Policies' runs inside set runs, found through their set run's record: the set's
+        check names its policies' checks (``members``), and the policy's run is in its
+        check's history just before the set run's entry (a set run records its policies
+        first). Runs whose set run is not recorded are left out."""
+        wanted = {run_id: set_run_of(run_id) for run_id in run_ids}
+        sets = sorted({s for s in wanted.values() if s})
+        places = dict(zip(sets, self._recorded_directly(sets), strict=True))
+        members: dict[str, dict[str, str]] = {}
+        for set_check in {p.check_id for p in places.values() if p is not None}:
+            raw = self.client.hget(self._check_key(set_check), "members")
+            try:
+                members[set_check] = json.loads(raw) if raw else {}
+            except ValueError:
+                members[set_check] = {}
+        found: dict[str, _Recorded] = {}
+        for run_id, set_run in wanted.items():
+            place = places.get(set_run) if set_run else None
+            if place is None or set_run is None:
+                continue
+            check_id = next(
+                (
+                    check
+                    for name, check in members.get(place.check_id, {}).items()
+                    if policy_run_id(set_run, name) == run_id
+                ),
+                None,
+            )
+            if check_id is not None and (hit := self._policy_entry(run_id, check_id, place)):
+                found[run_id] = hit
+        return found
+
+    def _policy_entry(self, run_id: str, check_id: str, set_place: _Recorded) -> _Recorded | None:
+        """The history entry of a policy's run (``run_id``) in ``check_id``: among the few
+        entries before its set run's, else anywhere in the history."""
+        history = self._check_key(check_id, "history")
+        for count in (8, self.history_limit):
+            rows = stream_entries(self.client.xrevrange(history, set_place.entry_id, "-", count))
+            for entry_id, fields in rows:
+                if fields.get("run_id") == run_id:
+                    entry = HistoryEntry.parse(fields)
+                    template = (
+                        self.client.hget(self._check_key(check_id, "verdicts"), entry.template_id)
+                        if entry is not None
+                        else None
+                    )
+                    if not template:
+                        return None
+                    kind = VerdictKind(json.loads(template)["verdict"])
+                    return _Recorded(run_id, check_id, text(entry_id), kind)
+            if len(rows) < count:
+                return None
+        return None
+
+    def _recorded_directly(self, run_ids: Sequence[str]) -> list[_Recorded | None]:
+        """Where each run is recorded by its own record in ``P:runs`` (one round trip)."""
         values = self.client.hmget(self._runs_key, list(run_ids)) if run_ids else []
         found: list[_Recorded | None] = []
         for run_id, value in zip(run_ids, values, strict=True):
