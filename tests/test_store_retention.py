@@ -25,7 +25,7 @@ from schemas.settings import AssaySettings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import finished_report, snapshot_request
 from workers.fleet.redis_client import connect
-from workers.fleet.retention import report_fingerprint
+from workers.fleet.retention import ENTRY_FIELDS, HistoryEntry, micros, report_fingerprint
 from workers.fleet.store import ReportExpired, VerdictStore
 
 pytestmark = pytest.mark.integration
@@ -434,3 +434,24 @@ def test_a_set_runs_policy_runs_are_recorded_once_through_the_set_run(
         assert shown is not None and shown.run_id == child.run_id
         assert shown.check_id == child.check_id
     assert store.run_state(policy_run_id(report.run_id, "not-in-the-set")) is None
+
+
+def test_history_entries_keep_instants_as_offsets_and_read_older_whole_ones() -> None:
+    finished = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    entry = HistoryEntry(
+        run_id="r1",
+        template_id="t" * 16,
+        started_us=micros(finished - timedelta(seconds=2)),
+        finished_us=micros(finished),
+        duration=2.0,
+        attempts=1,
+        batch_id=None,
+        submitted_us=micros(finished - timedelta(days=400)),  # a run held for a year
+        scheduled_us=None,
+        repeat_of=None,
+    )
+    fields = dict(zip(ENTRY_FIELDS, entry.fields(), strict=True))
+    assert fields["s"] == "2000000"  # µs before the finish, not a nine-byte instant
+    assert HistoryEntry.parse(fields) == entry
+    whole = {**fields, "s": str(entry.started_us), "q": str(entry.submitted_us)}
+    assert HistoryEntry.parse(whole) == entry  # as entries were written before offsets
