@@ -455,3 +455,45 @@ def test_history_entries_keep_instants_as_offsets_and_read_older_whole_ones() ->
     assert HistoryEntry.parse(fields) == entry
     whole = {**fields, "s": str(entry.started_us), "q": str(entry.submitted_us)}
     assert HistoryEntry.parse(whole) == entry  # as entries were written before offsets
+
+
+def batch_fire(store: VerdictStore, batch_id: str, number: int, verdict: str) -> list[str]:
+    """One batch of the demo check over three targets, each run recorded; its run ids."""
+    store.create_batch(batch_id, kind="check", text="p")
+    requests = [
+        snapshot_request(
+            path=f"examples/snapshots/cluster-{i}", batch_id=batch_id, run_id=f"{batch_id}-{i}"
+        )
+        for i in range(3)
+    ]
+    store.register_runs(requests)
+    store.seal_batch(batch_id)
+    at = datetime.now(UTC) - timedelta(hours=10) + number * HOUR
+    for request in requests:
+        assert store.record_verdict(probe_report(request, verdict, finished_at=at))
+    return [request.run_id for request in requests]
+
+
+def test_a_finished_batch_that_changed_nothing_is_kept_the_reports_window(
+    store: VerdictStore,
+) -> None:
+    batch_fire(store, "first", 0, "false")  # first verdicts: what an alert links to
+    batch_fire(store, "again", 1, "false")  # nothing changed
+    batch_fire(store, "flip", 2, "true")  # every verdict changed
+    day = 86400
+    for suffix in ("", ":runs", ":results"):
+        assert store.client.ttl(f"{P}:batch:first{suffix}") > 29 * day
+        assert 2 * day < store.client.ttl(f"{P}:batch:again{suffix}") <= 3 * day
+        assert store.client.ttl(f"{P}:batch:flip{suffix}") > 29 * day
+
+
+def test_a_batch_row_names_its_verdict_and_reads_the_explanation_from_the_check(
+    store: VerdictStore,
+) -> None:
+    run_ids = batch_fire(store, "b1", 0, "false")
+    rows = store.client.hgetall(f"{P}:batch:b1:results")
+    assert all(len(row) < 120 for row in rows.values())  # no copy of the explanation
+    [first, *_] = store.batch_results("b1")
+    assert first.run_id == run_ids[0] and first.verdict == VerdictKind.FALSE
+    assert first.exit_code == 1 and first.target == "snapshot:cluster-0"
+    assert first.explanation is not None and first.explanation.startswith("Probe v1 evaluated")

@@ -8,7 +8,8 @@ Key layout (``P`` = ``settings.key_prefix``; ids checked with schemas/ids.py)::
     P:probe:{check_id}:versions     list    every version as compiled (JSON), newest last
     P:probe:{check_id}:agreement    list    AgreementEntry JSON, newest last, capped
     P:batchprobe:{batch_id}         string  the ProbeRecord a batch compiled on its first
-                                            target that reached a verdict       TTL run_ttl
+                                            target that reached a verdict: for its other
+                                            targets while it runs    TTL report_ttl_seconds
     P:probe:{check_id}:compiling    string  single-flight compile claim: an owner token while
     P:batchprobe:{batch_id}:compiling       a run asks the model with no probe yet (TTL a
                                             short lease, renewed by the holder), "done" once
@@ -149,7 +150,7 @@ class ProbeStore:
             store.client,
             prefix=store.prefix,
             history_limit=settings.probe_history_limit,
-            batch_ttl_seconds=store.run_ttl_seconds,
+            batch_ttl_seconds=min(settings.report_ttl_seconds, store.run_ttl_seconds),
             compile_lock_seconds=settings.probe_compile_wait_seconds,
         )
 

@@ -15,6 +15,7 @@
 --   11-13 the new verdict's indexes: idx:verdict:{v}, idx:target:{t}, idx:tv:{v}:{t}
 --   14-16 the previous verdict's: idx:verdict:{pv}, idx:tv:{pv}:{pt}, idx:target:{pt}
 --      17 batch hash, 18 batch results (placeholders when the run has no batch)
+--      21 batch runs list (a placeholder when the run has no batch)
 --      19 the repeated run's hash (mode repeat; a placeholder otherwise)
 -- ARGV  1 run_id  2 check_id  3 target  4 verdict kind  5 exit code
 --       6 verdict JSON (the check's latest)  7 the encoded report ('' in mode repeat)
@@ -28,9 +29,11 @@
 --      26 template id  27 template JSON  28 now, microseconds since the epoch
 --      29 how long a run id stays recorded after its entry leaves the history, us
 --      30 how long the repeated run's report is kept after this repeat, ms
---   31-40 the history entry's values (retention.ENTRY_FIELDS order)  41 the batch's TTL, s
+--   31-40 the history entry's values (retention.ENTRY_FIELDS order)  41 run_ttl, s
 --      42 the set run this run is a policy's run of ('' none: a run of its own)
 --      43 a set run's policies as JSON {name: check id} ('' none), kept on its check
+--      44 how long a finished batch none of whose runs changed a verdict is kept, s
+--      45 '1' when this run changed its check's verdict (a first verdict included)
 --      20 the set run's hash (ARGV 42; a placeholder otherwise)
 --
 -- A policy's run inside a set run (ARGV 42) takes no P:runs record of its own: until its set
@@ -100,6 +103,8 @@ if batch_id ~= '' then
     expected[#expected + 1] = KEYS[i]
     expected[#expected + 1] = 'hash'
   end
+  expected[#expected + 1] = KEYS[21]
+  expected[#expected + 1] = 'list'
 end
 if repeating then
   expected[#expected + 1] = KEYS[19]
@@ -236,9 +241,20 @@ if batch_id ~= '' then
   local pending = redis.call('HINCRBY', batch, 'pending', -1)
   redis.call('HINCRBY', batch, kind, 1)
   redis.call('HSET', KEYS[18], run_id, ARGV[14])
-  redis.call('EXPIRE', KEYS[18], ARGV[41])
+  if ARGV[45] == '1' then
+    redis.call('HSET', batch, 'changed', '1')
+  end
+  -- A batch is kept run_ttl while it runs and once one of its runs changed a verdict (what
+  -- an alert links to); a finished one that changed nothing, the short window a report is.
+  local keep = ARGV[41]
   if pending <= 0 and redis.call('HGET', batch, 'sealed') == '1' then
     redis.call('HSETNX', batch, 'finished_at', ARGV[16])
+    if redis.call('HGET', batch, 'changed') ~= '1' then
+      keep = ARGV[44]
+    end
+  end
+  for _, key in ipairs({batch, KEYS[18], KEYS[21]}) do
+    redis.call('EXPIRE', key, keep)
   end
 end
 return 1

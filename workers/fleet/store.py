@@ -410,6 +410,17 @@ def _set_members(report: RunReport) -> str:
     return json.dumps(members, sort_keys=True, separators=(",", ":")) if members else ""
 
 
+def batch_row(check_id: str, verdict: Verdict, template_id: str) -> str:
+    """A batch target's row as stored: ``[verdict, exit code, template id, check id, target]``
+    (JSON). The explanation is not copied: it is the verdict template's, read from the check
+    (``template_id``; '' for a run kept apart from its check's history) or the run's own kept
+    verdict, for as long as either is kept."""
+    return json.dumps(
+        [verdict.verdict.value, verdict.exit_code, template_id, check_id, verdict.target],
+        separators=(",", ":"),
+    )
+
+
 def set_run_of(run_id: str) -> str | None:
     """The set run whose policy's run ``run_id`` could be (``schemas.policy.policy_run_id``:
     the set run's id, a dot, 12 hex digits), else None."""
@@ -799,6 +810,9 @@ class VerdictStore:
                 keys=[
                     *self._record_keys(report, now, repeated),
                     self._run_key(part_of) if part_of else self.key("run", "-"),  # unused
+                    self._batch_key(now.batch_id, "runs")
+                    if now.batch_id
+                    else self.key("batch", "-", "runs"),  # unused
                 ],
                 args=[
                     *self._record_args(
@@ -813,6 +827,8 @@ class VerdictStore:
                     ),
                     part_of or "",
                     _set_members(report),
+                    self._report_ttl,
+                    "1" if counts and now.kind != verdict.verdict.value else "0",
                 ],
             )
             if int(written) != _RETRY:
@@ -900,17 +916,10 @@ class VerdictStore:
     ) -> list[Any]:
         verdict = report.verdict
         assert verdict is not None
-        result = BatchResult(
-            run_id=report.run_id,
-            check_id=report.check_id,
-            target=verdict.target,
-            verdict=verdict.verdict,
-            exit_code=verdict.exit_code,
-            explanation=verdict.explanation[:RESULT_EXPLANATION_CHARS],
-        )
+        template_id, template_json = template
+        row = batch_row(report.check_id, verdict, template_id if counts else "")
         changed = now.kind != verdict.verdict.value  # a first verdict included
         keep = self.run_ttl_seconds if not counts or changed else self._report_ttl
-        template_id, template_json = template
         entry = HistoryEntry.of(report, template_id, repeated or None)
         clock = _now()
         return [
@@ -927,7 +936,7 @@ class VerdictStore:
             0 if repeated else keep,
             report.request.kind,
             report.request.text,
-            result.model_dump_json(),
+            row,
             CHANGES_MAXLEN,
             clock.isoformat(),
             source,
@@ -1002,6 +1011,26 @@ class VerdictStore:
             wake_at=_parse_time(row.get("wake_at")),
             verdict=_verdict_or_none(row.get("verdict_kind")),
         )
+
+    def run_verdicts(self, run_ids: Sequence[str]) -> dict[str, Verdict]:
+        """The verdicts of these runs that are still kept (a run's own, or rebuilt from its
+        check's history), in a few round trips; runs without one are left out, never raised
+        for (a batch's JUnit reads its rows for those)."""
+        if not run_ids:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hget(self._run_key(run_id), "verdict")
+        found = {
+            run_id: Verdict.model_validate_json(raw)
+            for run_id, raw in zip(run_ids, pipe.execute(), strict=True)
+            if raw
+        }
+        missing = [run_id for run_id in run_ids if run_id not in found]
+        for run_id, (_place, _entry, verdict) in zip(missing, self._rebuilt(missing), strict=True):
+            if verdict is not None:
+                found[run_id] = verdict
+        return found
 
     def run_verdict(self, run_id: str) -> Verdict | None:
         """The run's verdict; None while it has none (or no run has the id).
@@ -1513,27 +1542,58 @@ class VerdictStore:
         )
 
     def batch_results(self, batch_id: str, offset: int = 0, count: int = 200) -> list[BatchResult]:
-        """One page of per-target results in fan-out order (pending targets included)."""
+        """One page of per-target results in fan-out order (pending targets included), from
+        the batch's rows: each row's verdict, exit code, check and target, and its
+        explanation's first 300 characters from the verdict's template (or the run's kept
+        verdict) while the check keeps it; None after (:func:`batch_row`). Three round
+        trips a page."""
         run_ids = texts(
             self.client.lrange(self._batch_key(batch_id, "runs"), offset, offset + count - 1)
         )
         if not run_ids:
             return []
-        finished = self.client.hmget(self._batch_key(batch_id, "results"), run_ids)
+        finished = [
+            text(raw) if raw else ""
+            for raw in self.client.hmget(self._batch_key(batch_id, "results"), run_ids)
+        ]
+        rows: dict[str, list[Any]] = {}
         pipe = self.client.pipeline(transaction=False)
-        missing = [rid for rid, raw in zip(run_ids, finished, strict=True) if not raw]
-        for run_id in missing:
-            pipe.hmget(self._run_key(run_id), ["check_id", "target"])
-        pending_rows = dict(zip(missing, pipe.execute() if missing else [], strict=True))
+        for run_id, raw in zip(run_ids, finished, strict=True):
+            if not raw:  # pending: what its run hash says
+                pipe.hmget(self._run_key(run_id), ["check_id", "target"])
+            elif raw.startswith("["):
+                rows[run_id] = json.loads(raw)
+                kind, _code, template_id, check_id, _target = rows[run_id]
+                if template_id:
+                    pipe.hget(self._check_key(check_id, "verdicts"), template_id)
+                else:
+                    pipe.hget(self._run_key(run_id), "verdict")
+        replies = iter(pipe.execute())
         page = []
         for run_id, raw in zip(run_ids, finished, strict=True):
-            if raw:
-                page.append(BatchResult.model_validate_json(raw))
-            else:
-                check_id, target = pending_rows[run_id]
+            if not raw:
+                check_id, target = next(replies)
                 page.append(
                     BatchResult(run_id=run_id, check_id=check_id or "", target=target or "")
                 )
+            elif run_id in rows:
+                kind, code, _template_id, check_id, target = rows[run_id]
+                verdict = next(replies)
+                explanation = json.loads(verdict).get("explanation") if verdict else None
+                page.append(
+                    BatchResult(
+                        run_id=run_id,
+                        check_id=check_id,
+                        target=target,
+                        verdict=VerdictKind(kind),
+                        exit_code=int(code),
+                        explanation=(
+                            explanation[:RESULT_EXPLANATION_CHARS] if explanation else None
+                        ),
+                    )
+                )
+            else:  # a row written whole, before rows named their template
+                page.append(BatchResult.model_validate_json(raw))
         return page
 
     def iter_batch_results(self, batch_id: str, page_size: int = 200) -> Iterator[BatchResult]:
