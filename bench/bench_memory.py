@@ -146,6 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         help="fires after the history bound before the flat part is measured (the run-id "
         "window's fires)",
     )
+    parser.add_argument(
+        "--report-ttl",
+        type=int,
+        default=None,
+        help="ASSAY_REPORT_TTL_SECONDS (default: the setting's): how long a report that "
+        "changed no verdict, and a finished batch none of whose runs changed one, is kept; "
+        "short, it shows batches leaving once their window has passed",
+    )
     parser.add_argument("--families", action="store_true", help="print growth per key family")
     args = parser.parse_args(argv)
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
@@ -185,10 +193,14 @@ def run(
         snapshot_roots=f'["{tmp}"]',
         min_interval_seconds="1",
         broker_visibility_timeout_seconds=str(args.visibility_timeout),
+        **({"report_ttl_seconds": str(args.report_ttl)} if args.report_ttl else {}),
     )
     processes.append(start_worker(env, log, concurrency=16))
     settings = load_settings(
-        redis_url=redis_url, history_limit=args.history_limit, snapshot_roots=[str(tmp)]
+        redis_url=redis_url,
+        history_limit=args.history_limit,
+        snapshot_roots=[str(tmp)],
+        **({"report_ttl_seconds": args.report_ttl} if args.report_ttl else {}),
     )
     with Client(settings) as fleet:
         redis = fleet.store.client
