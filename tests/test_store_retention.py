@@ -497,3 +497,14 @@ def test_a_batch_row_names_its_verdict_and_reads_the_explanation_from_the_check(
     assert first.run_id == run_ids[0] and first.verdict == VerdictKind.FALSE
     assert first.exit_code == 1 and first.target == "snapshot:cluster-0"
     assert first.explanation is not None and first.explanation.startswith("Probe v1 evaluated")
+
+
+def test_the_batches_index_forgets_batches_whose_window_has_passed(store: VerdictStore) -> None:
+    batch_fire(store, "again", 1, "false")
+    batch_fire(store, "kept", 2, "false")
+    # four days later: "again" (nothing changed) has expired; "kept" is still kept
+    four_days_ago = (datetime.now(UTC) - timedelta(days=4)).timestamp() * 1000
+    store.client.zadd(f"{P}:batches", {"again": four_days_ago, "kept": four_days_ago})
+    store.client.delete(*(f"{P}:batch:again{suffix}" for suffix in ("", ":runs", ":results")))
+    store.create_batch("next", kind="check", text="p")
+    assert store.client.zrange(f"{P}:batches", 0, -1) == ["kept", "next"]

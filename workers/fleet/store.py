@@ -1449,6 +1449,7 @@ class VerdictStore:
         waits for its seal however long that takes.
         """
         created = _now()
+        self._forget_gone_batches(created)
         return bool(
             self._call(
                 self._create_batch_script,
@@ -1466,6 +1467,23 @@ class VerdictStore:
                 ],
             )
         )
+
+    def _forget_gone_batches(self, now: datetime, count: int = 16) -> None:
+        """Drop from ``P:batches`` the oldest few batches whose keys have expired (a finished
+        batch that changed nothing is kept ``report_ttl_seconds``, not the ``run_ttl_seconds``
+        the index is trimmed by), so the index holds no more than the batches kept."""
+        older = _epoch_ms(now) - self._report_ttl * 1000
+        ids = texts(
+            self.client.zrangebyscore(self.key("batches"), "-inf", older, start=0, num=count)
+        )
+        if not ids:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for batch_id in ids:
+            pipe.exists(self.key("batch", batch_id))  # read only: any id, as stored
+        gone = [b for b, kept in zip(ids, pipe.execute(), strict=True) if not kept]
+        if gone:
+            self.client.zrem(self.key("batches"), *gone)
 
     def _fanout_key(self, batch_id: str) -> str:
         return self._batch_key(batch_id, "fanout")
