@@ -13,8 +13,10 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               verdict (JSON), verdict_kind, report (encoded),
                                               fence:{fire} (the scheduler token that won
                                               that fire); repeats, repeated_at (runs that
-                                              repeated this report). Deleted when a run that
-                                              repeated another is recorded; a recorded
+                                              repeated this report); r:{policy run id} (a
+                                              set run's policy runs, until it is recorded).
+                                              Deleted when a run that repeated another is
+                                              recorded; a recorded
                                               report's TTL is run_ttl (it changed the
                                               verdict) or report_ttl (retention.py)
     P:check:{check_id}                 hash   latest verdict (JSON), verdict_kind, exit_code,
@@ -23,7 +25,8 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               source (probe|model; absent = model), notify
                                               (the latest run's notify routes), rep / rfp
                                               (the run whose report the latest runs repeat,
-                                              its fingerprint), repeats
+                                              its fingerprint), repeats, members (a set's
+                                              policies: {name: check id} JSON)
     P:check:{check_id}:history         stream one compact entry per recorded run
                                               (retention.ENTRY_FIELDS; entries written before
                                               hold run_id and the verdict JSON),
@@ -32,7 +35,8 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               and times; '#' .. id -> entries naming it
     P:runs                             hash   run id -> 'check_id entry_id verdict': every
                                               run in a history, and for twice the broker's
-                                              visibility timeout after it finished
+                                              visibility timeout after it finished (a set
+                                              run's record stands for its policies' runs)
     P:runs:expiring                    zset   run ids out of their history, by when (us) to
                                               forget them
     P:checks                           zset   check ids scored by latest finished_at (ms)
@@ -51,13 +55,18 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               deferred until then), fanout_lease ('1': its
                                               fan-out holds the lease below), incomplete
                                               ('1': sealed before every target was
-                                              submitted), stop_reason            TTL run_ttl
+                                              submitted), stop_reason, changed ('1': a
+                                              run of it changed its check's verdict). It,
+                                              :runs and :results: TTL run_ttl while it
+                                              runs or once changed, else report_ttl once
+                                              finished
     P:batch:{batch_id}:fanout          string the fan-out's lease: its owner token, TTL a
                                               lease its submitter renews; gone from an
                                               unsealed batch with fanout_lease = the
                                               submitter stopped (closed as incomplete)
-    P:batch:{batch_id}:runs            list   run ids in fan-out order          TTL run_ttl
-    P:batch:{batch_id}:results         hash   run_id -> compact per-target result JSON
+    P:batch:{batch_id}:runs            list   run ids in fan-out order
+    P:batch:{batch_id}:results         hash   run_id -> [verdict, exit code, template id,
+                                              check id, target] (``batch_row``)
     P:batches                          zset   batch ids scored by creation time (ms)
     P:unfinished                       zset   run ids without a verdict, scored by when to
                                               look for them (last sign of life, not_before or
