@@ -508,3 +508,23 @@ def test_the_batches_index_forgets_batches_whose_window_has_passed(store: Verdic
     store.client.delete(*(f"{P}:batch:again{suffix}" for suffix in ("", ":runs", ":results")))
     store.create_batch("next", kind="check", text="p")
     assert store.client.zrange(f"{P}:batches", 0, -1) == ["kept", "next"]
+
+
+def test_a_batch_whose_runs_all_ended_before_its_seal_gets_the_same_window(
+    store: VerdictStore,
+) -> None:
+    batch_fire(store, "first", 0, "false")
+    store.create_batch("fast", kind="check", text="p")
+    requests = [
+        snapshot_request(path=f"examples/snapshots/cluster-{i}", batch_id="fast", run_id=f"f-{i}")
+        for i in range(3)
+    ]
+    store.register_runs(requests)
+    for request in requests:  # probe runs end within milliseconds, before the fan-out seals
+        assert store.record_verdict(probe_report(request, "false", finished_at=datetime.now(UTC)))
+    assert store.client.ttl(f"{P}:batch:fast") > 29 * 86400  # still running: kept
+    store.seal_batch("fast")
+    status = store.batch("fast")
+    assert status is not None and status.done
+    for suffix in ("", ":runs", ":results"):
+        assert 2 * 86400 < store.client.ttl(f"{P}:batch:fast{suffix}") <= 3 * 86400

@@ -280,31 +280,48 @@ return 1
 """
 )
 
-# KEYS: batch, fan-out lease.  ARGV: now ISO
+# The end of a batch finished at its seal (its runs all recorded before it), shared by the
+# seal and close scripts. KEYS 1 batch, 3 runs list, 4 results; ARGV 1 now ISO, 4 how long a
+# finished batch that changed no verdict is kept, s (as the record script does).
+_FINISHED_AT_SEAL = """
+local function finish_at_seal()
+  if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') > 0 then return end
+  redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
+  if redis.call('HGET', KEYS[1], 'changed') ~= '1' then
+    for i = 3, 4 do
+      if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('EXPIRE', KEYS[i], ARGV[4]) end
+    end
+    redis.call('EXPIRE', KEYS[1], ARGV[4])
+  end
+end
+"""
+
+# KEYS: batch, fan-out lease, runs list, results.  ARGV: now ISO, -, -, report TTL s
 # Every target is registered: the total is final. A batch closed as incomplete meanwhile
 # (its lease lapsed while the submitter stalled) is complete after all: the flag goes.
 _SEAL_BATCH_LUA = (
     _PRELUDE
+    + _FINISHED_AT_SEAL
     + """
 local problem = type_problem(KEYS[1], 'hash') or integer_problem(KEYS[1], 'pending')
 if problem then return conflict(problem) end
 redis.call('HSET', KEYS[1], 'sealed', '1')
 redis.call('HDEL', KEYS[1], 'incomplete', 'stop_reason')
 redis.call('DEL', KEYS[2])
-if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') <= 0 then
-  redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
-end
+finish_at_seal()
 return 1
 """
 )
 
-# KEYS: batch, fan-out lease.  ARGV: now ISO, stop reason, mode ('stopped': the submitter
-# says its fan-out stopped; 'lapsed': only if the batch's lease is gone, as a reader found)
+# KEYS: batch, fan-out lease, runs list, results.  ARGV: now ISO, stop reason, mode
+# ('stopped': the submitter says its fan-out stopped; 'lapsed': only if the batch's lease is
+# gone, as a reader found), report TTL s
 # Seals an unsealed batch as incomplete: its total is the runs registered so far, it
 # finishes once they have verdicts, and register refuses it any further run. 1 when this
 # call closed it, 0 when it was sealed already (or, 'lapsed', its lease is still held).
 _ABANDON_BATCH_LUA = (
     _PRELUDE
+    + _FINISHED_AT_SEAL
     + """
 local problem = type_problem(KEYS[1], 'hash') or integer_problem(KEYS[1], 'pending')
 if problem then return conflict(problem) end
@@ -318,9 +335,7 @@ if ARGV[3] == 'lapsed' and (redis.call('HGET', KEYS[1], 'fanout_lease') ~= '1'
 end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'sealed', '1', 'incomplete', '1', 'stop_reason', ARGV[2])
-if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') <= 0 then
-  redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
-end
+finish_at_seal()
 return 1
 """
 )
@@ -1494,6 +1509,14 @@ class VerdictStore:
         if gone:
             self.client.zrem(self.key("batches"), *gone)
 
+    def _seal_keys(self, batch_id: str) -> list[str]:
+        return [
+            self._batch_key(batch_id),
+            self._fanout_key(batch_id),
+            self._batch_key(batch_id, "runs"),
+            self._batch_key(batch_id, "results"),
+        ]
+
     def _fanout_key(self, batch_id: str) -> str:
         return self._batch_key(batch_id, "fanout")
 
@@ -1515,8 +1538,8 @@ class VerdictStore:
         return bool(
             self._call(
                 self._abandon_batch_script,
-                keys=[self._batch_key(batch_id), self._fanout_key(batch_id)],
-                args=[_now().isoformat(), reason, mode],
+                keys=self._seal_keys(batch_id),
+                args=[_now().isoformat(), reason, mode, self._report_ttl],
             )
         )
 
@@ -1529,8 +1552,8 @@ class VerdictStore:
         """Fan-out is over: the total is final, and the batch is done once pending is 0."""
         self._call(
             self._seal_batch_script,
-            keys=[self._batch_key(batch_id), self._fanout_key(batch_id)],
-            args=[_now().isoformat()],
+            keys=self._seal_keys(batch_id),
+            args=[_now().isoformat(), "", "", self._report_ttl],
         )
 
     def batch(self, batch_id: str) -> BatchStatus | None:
