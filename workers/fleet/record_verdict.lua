@@ -20,7 +20,7 @@
 -- ARGV  1 run_id  2 check_id  3 target  4 verdict kind  5 exit code
 --       6 verdict JSON (the check's latest)  7 the encoded report ('' in mode repeat)
 --       8 finished ms  9 finished ISO  10 history limit  11 the report's TTL, s
---      12 request kind  13 request text  14 batch result JSON  15 change stream maxlen
+--      12 request kind  13 request text  14 batch row (store.batch_row)  15 change stream maxlen
 --      16 now ISO  17 source  18 counts ('1'; '0' for a run that had no model: recorded on
 --      the run and its batch only)  19 notify routes
 --      20 expected previous verdict ('' none)  21 expected previous target
@@ -67,6 +67,11 @@ end
 local batch_id = redis.call('HGET', run, 'batch_id') or ''
 if batch_id ~= ARGV[22] then
   return -1
+end
+-- Where the run's id sits in its batch's runs list: its row takes its place there.
+local batch_pos = redis.call('HGET', run, 'batch_pos')
+if batch_pos and not string.match(batch_pos, '^%d+$') then
+  return conflict('field batch_pos of key ' .. run .. ' is not an integer')
 end
 local prev_ms = 0
 if prev_kind ~= '' then
@@ -150,7 +155,7 @@ else
   redis.call('HSET', run, 'status', 'done', 'verdict', ARGV[6], 'verdict_kind', kind,
     'report', ARGV[7], 'updated_at', ARGV[16], 'run_id', run_id, 'check_id', check_id,
     'target', target)
-  redis.call('HDEL', run, 'wake_at', 'request')  -- the report holds the request
+  redis.call('HDEL', run, 'wake_at', 'request', 'batch_pos')  -- the report holds the request
   for _, field in ipairs(redis.call('HKEYS', run)) do
     if string.sub(field, 1, 2) == 'r:' then  -- its policies' marks: its record says it now
       redis.call('HDEL', run, field)
@@ -240,7 +245,16 @@ if batch_id ~= '' then
   local batch = KEYS[17]
   local pending = redis.call('HINCRBY', batch, 'pending', -1)
   redis.call('HINCRBY', batch, kind, 1)
-  redis.call('HSET', KEYS[18], run_id, ARGV[14])
+  -- The row replaces the run's id in the batch's runs list (one copy of the id, one key
+  -- fewer); a run registered without its place (an older version) writes the results hash.
+  local placed = false
+  if batch_pos and redis.call('LINDEX', KEYS[21], tonumber(batch_pos)) == run_id then
+    redis.call('LSET', KEYS[21], tonumber(batch_pos), ARGV[14])
+    placed = true
+  end
+  if not placed then
+    redis.call('HSET', KEYS[18], run_id, ARGV[14])
+  end
   if ARGV[45] == '1' then
     redis.call('HSET', batch, 'changed', '1')
   end

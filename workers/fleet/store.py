@@ -64,9 +64,11 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               lease its submitter renews; gone from an
                                               unsealed batch with fanout_lease = the
                                               submitter stopped (closed as incomplete)
-    P:batch:{batch_id}:runs            list   run ids in fan-out order
-    P:batch:{batch_id}:results         hash   run_id -> [verdict, exit code, template id,
-                                              check id, target] (``batch_row``)
+    P:batch:{batch_id}:runs            list   per target in fan-out order: its run id, then
+                                              (recorded) its row in that place (batch_row;
+                                              the run hash's batch_pos says where)
+    P:batch:{batch_id}:results         hash   run_id -> result JSON (runs registered by a
+                                              version before rows took their place)
     P:batches                          zset   batch ids scored by creation time (ms)
     P:unfinished                       zset   run ids without a verdict, scored by when to
                                               look for them (last sign of life, not_before or
@@ -157,7 +159,8 @@ end
 redis.call('EXPIRE', KEYS[1], ARGV[7])
 redis.call('ZADD', KEYS[4], ARGV[8], ARGV[1])
 if ARGV[4] ~= '' then
-  redis.call('RPUSH', KEYS[3], ARGV[1])
+  local length = redis.call('RPUSH', KEYS[3], ARGV[1])
+  redis.call('HSET', KEYS[1], 'batch_pos', length - 1)  -- where its row will go
   redis.call('HINCRBY', KEYS[2], 'total', 1)
   redis.call('HINCRBY', KEYS[2], 'pending', 1)
   redis.call('EXPIRE', KEYS[2], ARGV[7])
@@ -434,15 +437,14 @@ def _set_members(report: RunReport) -> str:
     return json.dumps(members, sort_keys=True, separators=(",", ":")) if members else ""
 
 
-def batch_row(check_id: str, verdict: Verdict, template_id: str) -> str:
-    """A batch target's row as stored: ``[verdict, exit code, template id, check id, target]``
-    (JSON). The explanation is not copied: it is the verdict template's, read from the check
-    (``template_id``; '' for a run kept apart from its check's history) or the run's own kept
-    verdict, for as long as either is kept."""
-    return json.dumps(
-        [verdict.verdict.value, verdict.exit_code, template_id, check_id, verdict.target],
-        separators=(",", ":"),
-    )
+def batch_row(request: EvaluationRequest, verdict: Verdict, template_id: str) -> str:
+    """A batch target's row as stored, in its batch's runs list where its run id was:
+    ``[run id, verdict, template id, target, check id]`` (JSON). The exit code follows from
+    the verdict; the explanation is not copied: it is the verdict template's, read from the
+    check (``template_id``; '' for a run kept apart from its check's history) or the run's
+    own kept verdict, for as long as either is kept."""
+    row = [request.run_id, verdict.verdict.value, template_id, verdict.target, request.check_id]
+    return json.dumps(row, separators=(",", ":"))
 
 
 def set_run_of(run_id: str) -> str | None:
@@ -941,7 +943,7 @@ class VerdictStore:
         verdict = report.verdict
         assert verdict is not None
         template_id, template_json = template
-        row = batch_row(report.check_id, verdict, template_id if counts else "")
+        row = batch_row(report.request, verdict, template_id if counts else "")
         changed = now.kind != verdict.verdict.value  # a first verdict included
         keep = self.run_ttl_seconds if not counts or changed else self._report_ttl
         entry = HistoryEntry.of(report, template_id, repeated or None)
@@ -1593,57 +1595,55 @@ class VerdictStore:
 
     def batch_results(self, batch_id: str, offset: int = 0, count: int = 200) -> list[BatchResult]:
         """One page of per-target results in fan-out order (pending targets included), from
-        the batch's rows: each row's verdict, exit code, check and target, and its
-        explanation's first 300 characters from the verdict's template (or the run's kept
-        verdict) while the check keeps it; None after (:func:`batch_row`). Three round
-        trips a page."""
-        run_ids = texts(
+        the batch's runs list: a finished target's row (:func:`batch_row`) stands where its
+        run id was. Each row gives its verdict, exit code, check and target, and its
+        explanation's first 300 characters come from the verdict's template (or the run's
+        kept verdict) while the check keeps it; None after. Two round trips a page."""
+        entries = texts(
             self.client.lrange(self._batch_key(batch_id, "runs"), offset, offset + count - 1)
         )
-        if not run_ids:
+        if not entries:
             return []
-        finished = [
-            text(raw) if raw else ""
-            for raw in self.client.hmget(self._batch_key(batch_id, "results"), run_ids)
-        ]
-        rows: dict[str, list[Any]] = {}
+        rows: list[list[Any] | None] = []
         pipe = self.client.pipeline(transaction=False)
-        for run_id, raw in zip(run_ids, finished, strict=True):
-            if not raw:  # pending: what its run hash says
-                pipe.hmget(self._run_key(run_id), ["check_id", "target"])
-            elif raw.startswith("["):
-                rows[run_id] = json.loads(raw)
-                kind, _code, template_id, check_id, _target = rows[run_id]
+        for entry in entries:
+            if entry.startswith("["):
+                row = json.loads(entry)
+                rows.append(row)
+                run_id, _kind, template_id, _target, check_id = row
                 if template_id:
                     pipe.hget(self._check_key(check_id, "verdicts"), template_id)
                 else:
                     pipe.hget(self._run_key(run_id), "verdict")
+            else:  # a run id: pending, or recorded in the results hash by an older version
+                rows.append(None)
+                pipe.hget(self._batch_key(batch_id, "results"), entry)
+                pipe.hmget(self._run_key(entry), ["check_id", "target"])
         replies = iter(pipe.execute())
         page = []
-        for run_id, raw in zip(run_ids, finished, strict=True):
-            if not raw:
-                check_id, target = next(replies)
+        for entry, row in zip(entries, rows, strict=True):
+            if row is None:
+                legacy, (check_id, target) = next(replies), next(replies)
                 page.append(
-                    BatchResult(run_id=run_id, check_id=check_id or "", target=target or "")
+                    BatchResult.model_validate_json(legacy)
+                    if legacy
+                    else BatchResult(run_id=entry, check_id=check_id or "", target=target or "")
                 )
-            elif run_id in rows:
-                kind, code, _template_id, check_id, target = rows[run_id]
-                verdict = next(replies)
-                explanation = json.loads(verdict).get("explanation") if verdict else None
-                page.append(
-                    BatchResult(
-                        run_id=run_id,
-                        check_id=check_id,
-                        target=target,
-                        verdict=VerdictKind(kind),
-                        exit_code=int(code),
-                        explanation=(
-                            explanation[:RESULT_EXPLANATION_CHARS] if explanation else None
-                        ),
-                    )
+                continue
+            run_id, verdict_kind, _template_id, target, check_id = row
+            verdict = next(replies)
+            explanation = json.loads(verdict).get("explanation") if verdict else None
+            kind_ = VerdictKind(verdict_kind)
+            page.append(
+                BatchResult(
+                    run_id=run_id,
+                    check_id=check_id,
+                    target=target,
+                    verdict=kind_,
+                    exit_code=EXIT_CODES[kind_],
+                    explanation=explanation[:RESULT_EXPLANATION_CHARS] if explanation else None,
                 )
-            else:  # a row written whole, before rows named their template
-                page.append(BatchResult.model_validate_json(raw))
+            )
         return page
 
     def iter_batch_results(self, batch_id: str, page_size: int = 200) -> Iterator[BatchResult]:
