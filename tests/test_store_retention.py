@@ -531,3 +531,18 @@ def test_a_batch_whose_runs_all_ended_before_its_seal_gets_the_same_window(
     assert status is not None and status.done
     for suffix in ("", ":runs"):  # (rows stand in the runs list)
         assert 2 * 86400 < store.client.ttl(f"{P}:batch:fast{suffix}") <= 3 * 86400
+
+
+def test_a_batch_row_names_its_check_only_when_the_batch_predicate_does_not(
+    store: VerdictStore,
+) -> None:
+    request = snapshot_request(batch_id="b9", run_id="b9-0")
+    own = snapshot_request(batch_id="b9", run_id="b9-1", check_id="chk-chosen")
+    store.create_batch("b9", kind="check", text=request.text)
+    store.register_runs([request, own])
+    store.seal_batch("b9")
+    for each in (request, own):
+        assert store.record_verdict(probe_report(each, "true"))
+    rows = [json.loads(row) for row in store.client.lrange(f"{P}:batch:b9:runs", 0, -1)]
+    assert [len(row) for row in rows] == [4, 5]  # the default check id is not stored in the row
+    assert [r.check_id for r in store.batch_results("b9")] == [request.check_id, "chk-chosen"]

@@ -100,7 +100,7 @@ from schemas.ids import InvalidId
 from schemas.ids import check_id as valid_id
 from schemas.policy import policy_run_id
 from schemas.report import RunReport
-from schemas.request import EvaluationRequest
+from schemas.request import EvaluationRequest, default_check_id
 from schemas.verdict import Verdict, VerdictKind
 from workers.core.toolsets.redaction import scrubbed
 from workers.fleet.checkpoints import checkpoint_key
@@ -437,13 +437,20 @@ def _set_members(report: RunReport) -> str:
     return json.dumps(members, sort_keys=True, separators=(",", ":")) if members else ""
 
 
-def batch_row(request: EvaluationRequest, verdict: Verdict, template_id: str) -> str:
+def batch_row(
+    request: EvaluationRequest, verdict: Verdict, template_id: str, batch_text: str | None
+) -> str:
     """A batch target's row as stored, in its batch's runs list where its run id was:
-    ``[run id, verdict, template id, target, check id]`` (JSON). The exit code follows from
+    ``[run id, verdict, template id, target]`` (JSON), and the check id unless it is the one
+    the batch's predicate (``batch_text``) gives the target. The exit code follows from
     the verdict; the explanation is not copied: it is the verdict template's, read from the
     check (``template_id``; '' for a run kept apart from its check's history) or the run's
     own kept verdict, for as long as either is kept."""
-    row = [request.run_id, verdict.verdict.value, template_id, verdict.target, request.check_id]
+    row = [request.run_id, verdict.verdict.value, template_id, verdict.target]
+    if batch_text is None or request.check_id != default_check_id(
+        request.kind, batch_text, verdict.target
+    ):
+        row.append(request.check_id)
     return json.dumps(row, separators=(",", ":"))
 
 
@@ -556,6 +563,7 @@ class _CheckNow:
     repeated: str  # the run whose report the check's latest runs repeat ('' none)
     fingerprint: str  # that report's fingerprint
     batch_id: str
+    batch_text: str | None = None  # the run's batch's predicate, as the request names it
 
     def latest(self, finished_ms: int) -> bool:
         return not self.kind or self.finished_ms is None or finished_ms >= self.finished_ms
@@ -874,7 +882,10 @@ class VerdictStore:
             ["verdict_kind", "target", "finished_ms", "rep", "rfp"],
         )
         pipe.hget(self._run_key(report.run_id), "batch_id")
-        check, batch_id = pipe.execute(raise_on_error=False)
+        asked = report.request.batch_id
+        if asked:
+            pipe.hget(self._batch_key(asked), "text")
+        check, batch_id, *batch_text = pipe.execute(raise_on_error=False)
         if isinstance(check, Exception):
             check = [None] * 5
         kind, target, finished, repeated, fingerprint = check
@@ -889,6 +900,11 @@ class VerdictStore:
             repeated=repeated or "",
             fingerprint=fingerprint or "",
             batch_id="" if isinstance(batch_id, Exception) else batch_id or "",
+            batch_text=(
+                text(batch_text[0])
+                if batch_text and isinstance(batch_text[0], (str, bytes))
+                else None
+            ),
         )
 
     def _record_keys(self, report: RunReport, now: _CheckNow, repeated: str) -> list[str]:
@@ -943,7 +959,12 @@ class VerdictStore:
         verdict = report.verdict
         assert verdict is not None
         template_id, template_json = template
-        row = batch_row(report.request, verdict, template_id if counts else "")
+        row = batch_row(
+            report.request,
+            verdict,
+            template_id if counts else "",
+            now.batch_text if now.batch_id and now.batch_id == report.request.batch_id else None,
+        )
         changed = now.kind != verdict.verdict.value  # a first verdict included
         keep = self.run_ttl_seconds if not counts or changed else self._report_ttl
         entry = HistoryEntry.of(report, template_id, repeated or None)
@@ -1599,9 +1620,11 @@ class VerdictStore:
         run id was. Each row gives its verdict, exit code, check and target, and its
         explanation's first 300 characters come from the verdict's template (or the run's
         kept verdict) while the check keeps it; None after. Two round trips a page."""
-        entries = texts(
-            self.client.lrange(self._batch_key(batch_id, "runs"), offset, offset + count - 1)
-        )
+        pipe = self.client.pipeline(transaction=False)
+        pipe.lrange(self._batch_key(batch_id, "runs"), offset, offset + count - 1)
+        pipe.hmget(self._batch_key(batch_id), ["kind", "text"])
+        listed, (batch_kind, batch_text) = pipe.execute()
+        entries = texts(listed)
         if not entries:
             return []
         rows: list[list[Any] | None] = []
@@ -1609,6 +1632,14 @@ class VerdictStore:
         for entry in entries:
             if entry.startswith("["):
                 row = json.loads(entry)
+                if len(row) == 4:  # its check is the one the batch's predicate gives it
+                    row.append(
+                        default_check_id(
+                            text(batch_kind) if batch_kind else "check",
+                            text(batch_text) if batch_text else "",
+                            row[3],
+                        )
+                    )
                 rows.append(row)
                 run_id, _kind, template_id, _target, check_id = row
                 if template_id:
