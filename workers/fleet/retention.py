@@ -18,6 +18,12 @@ Redis grow with time; what each part is for decides how much of it is kept inste
   (``repeats``, ``repeated_at``). :func:`repeated_report` shows such a run's report: the one it
   repeated, with this run's own identity and times.
 
+* **Run ids** (``P:runs``): one record per run in a history (exactly one verdict per run id);
+  a policy's run inside a set run has none of its own, its set run's stands for it.
+* **Batches**: a row per target in the batch's runs list (verdict, template, target), kept
+  ``report_ttl_seconds`` once the batch finished, ``run_ttl_seconds`` when one of its runs
+  changed a verdict.
+
 Nothing here touches Redis: the store (workers/fleet/store.py) writes and reads what these
 functions build.
 """
