@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from schemas.exit_codes import every_one_holds
-from schemas.verdict import Verdict, VerdictKind
+from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
 
 NAME_CHARS = 200
 MESSAGE_CHARS = 1000
@@ -48,6 +48,14 @@ class Case:
     predicate: str
     verdict: Verdict | None
     name: str | None = None  # a declared check's or schedule's name, when there is one
+    # A batch row's verdict and explanation, for a run whose full verdict is no longer kept
+    # (only read when ``verdict`` is None).
+    row_verdict: VerdictKind | None = None
+    row_explanation: str | None = None
+
+    @property
+    def kind(self) -> VerdictKind | None:
+        return self.verdict.verdict if self.verdict is not None else self.row_verdict
 
 
 def clean(text: str) -> str:
@@ -62,6 +70,15 @@ def _cut(text: str, limit: int) -> str:
 def _system_out(case: Case) -> str:
     verdict = case.verdict
     lines = [f"predicate: {case.predicate}", f"check_id: {case.check_id}", f"target: {case.target}"]
+    if verdict is None and case.row_verdict is not None:
+        kind = case.row_verdict
+        lines += [
+            f"verdict: {kind.value} (exit {EXIT_CODES[kind]}); its full verdict is no longer kept",
+            "",
+            "explanation:",
+            case.row_explanation or "(no longer kept)",
+        ]
+        return clean("\n".join(lines))
     if verdict is None:
         lines.append("verdict: none yet")
         return clean("\n".join(lines))
@@ -100,7 +117,9 @@ def _testcase(parent: ET.Element, case: Case) -> str:
         },
     )
     outcome = "passed"
-    if verdict is None:
+    if verdict is None and case.row_verdict is not None:
+        outcome = _row_outcome(element, case.row_verdict, case.row_explanation)
+    elif verdict is None:
         ET.SubElement(element, "skipped", {"message": "no verdict yet"})
         outcome = "skipped"
     elif verdict.verdict == VerdictKind.FALSE:
@@ -121,6 +140,20 @@ def _testcase(parent: ET.Element, case: Case) -> str:
         error.text = clean("\n".join(t for t in (verdict.reason, verdict.explanation) if t))
         outcome = "error"
     ET.SubElement(element, "system-out").text = _system_out(case)
+    return outcome
+
+
+def _row_outcome(element: ET.Element, kind: VerdictKind, explanation: str | None) -> str:
+    """A case from a batch row alone: the verdict's outcome, the row's explanation as its
+    message."""
+    if kind == VerdictKind.TRUE:
+        return "passed"
+    message = explanation or kind.value
+    tag, outcome = ("failure", "failure") if kind == VerdictKind.FALSE else ("error", "error")
+    child = ET.SubElement(
+        element, tag, {"message": _cut(message, MESSAGE_CHARS), "type": kind.value}
+    )
+    child.text = clean(message)
     return outcome
 
 
@@ -164,7 +197,7 @@ def exit_code(cases: Sequence[Case]) -> int:
     """The code of "every case holds": 1 when one is false, else 2 when one is poorly
     posed, else 3 when one could not be determined or has no verdict (or there is none),
     0 only when every one is true."""
-    kinds = [case.verdict.verdict if case.verdict is not None else None for case in cases]
+    kinds = [case.kind for case in cases]
     return every_one_holds(
         false=kinds.count(VerdictKind.FALSE),
         poorly_posed=kinds.count(VerdictKind.POORLY_POSED),

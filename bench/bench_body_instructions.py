@@ -69,7 +69,7 @@ def _ablate(parts: list[str]) -> None:
 
             engine.scrubbed = lambda report, **_: Scrubbed(report, {})
         elif part == "record":
-            store.VerdictStore.record_verdict = lambda self, report: True  # type: ignore[method-assign]
+            store.VerdictStore.record_verdict = lambda self, report, **_: True  # type: ignore[method-assign]
         elif part == "tokens":
             prompt_tally.PromptTally.estimate = lambda *_: 100  # type: ignore[method-assign]
 

@@ -548,22 +548,40 @@ def store_footprint(redis_url: str, prefix: str = "assay") -> Footprint:
         client.close()
 
 
-def print_footprint(foot: Footprint, rate: float, ttl_days: float, history_limit: int) -> None:
+def print_section_f(redis_url: str, rate: float) -> Footprint:
+    """(f): what the evaluations so far left in Redis, and what that means at ``rate``."""
+    from schemas.settings import AssaySettings
+
+    defaults = AssaySettings()
+    foot = store_footprint(redis_url)
+    print(
+        f"\n(f) Redis footprint (defaults: run_ttl_seconds {defaults.run_ttl_seconds / 86400:g} "
+        f"days, report_ttl_seconds {defaults.report_ttl_seconds / 86400:g} days)"
+    )
+    print_footprint(foot, rate, defaults)
+    return foot
+
+
+def print_footprint(foot: Footprint, rate: float, settings: Any) -> None:
+    """Each evaluation here asked the model (a 3-step run): it keeps its full report,
+    ``run_ttl_seconds`` when it changed its check's verdict (these runs' first verdicts do),
+    ``report_ttl_seconds`` otherwise. A probe or policy re-run that changes nothing keeps no
+    report at all (bench_memory.py measures those)."""
     per_eval = foot.run_bytes + foot.other_bytes
     print(f"  store keys:             {per_eval / 1000:8.1f} KB per evaluation "
           f"({foot.evaluations} evaluations in this Redis)")  # fmt: skip
     print(f"    run hash:             {foot.run_bytes / 1000:8.1f} KB "
-          f"(of which the full report {foot.report_bytes / 1000:.1f} KB), "
-          "kept run_ttl_seconds")  # fmt: skip
+          f"(of which the full report {foot.report_bytes / 1000:.1f} KB): kept run_ttl_seconds "
+          "after a verdict change, report_ttl_seconds after any other model run")  # fmt: skip
     print(f"    checks, history, idx: {foot.other_bytes / 1000:8.1f} KB "
-          f"(bounded by checks x history_limit={history_limit}, not by time)")  # fmt: skip
-    steady = foot.run_bytes * rate * ttl_days * 86400
-    print(f"  steady state:           {steady / 1e9:8.1f} GB of run hashes at {rate:g} "
-          f"evaluations/s kept {ttl_days:g} days (bytes/eval x rate x TTL)")  # fmt: skip
-    for days in (7, 1):
-        print(
-            f"    with run_ttl {days} day(s): {foot.run_bytes * rate * days * 86400 / 1e9:8.1f} GB"
-        )
+          f"(bounded by checks x history_limit={settings.history_limit}, not by time)")  # fmt: skip
+    for what, seconds in (
+        ("model runs that kept the verdict, kept report_ttl", settings.report_ttl_seconds),
+        ("verdict changes, kept run_ttl", settings.run_ttl_seconds),
+    ):
+        steady = foot.run_bytes * rate * seconds
+        print(f"  steady state, {rate:g}/s {what}: {steady / 1e9:8.1f} GB of run hashes "
+              "(bytes/eval x rate x TTL)")  # fmt: skip
 
 
 @dataclass
@@ -790,6 +808,11 @@ def main() -> None:
         help="(g)'s evaluations in flight, comma-separated (default 200,1000)",
     )  # fmt: skip
     parser.add_argument("--hosted-only", action="store_true", help="run (g) alone")
+    parser.add_argument(
+        "--footprint-only",
+        action="store_true",
+        help="run (f) alone, after one zero-latency wave of --evals evaluations",
+    )
     parser.add_argument("--noop-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.noop_worker:
@@ -811,6 +834,13 @@ def main() -> None:
         if args.hosted_only:
             hosted = hosted_profile(server.url, folder, args.hosted, processes)
             print_hosted_summary(hosted)
+            return
+        if args.footprint_only:
+            evaluation_rate(
+                server.url, folder, evals=args.evals, delay=0.0, pool="threads",
+                concurrency=64, label="f",
+            )  # fmt: skip
+            print_section_f(server.url, args.rate)
             return
         print("\n(a) zero model latency, 3-step evaluations, one worker process (threads, 64)")
         print("    once as started by default (worker_cpu_affinity=off: spread by the kernel), "
@@ -882,14 +912,7 @@ def main() -> None:
             f"{100_000 / per_eval_server:,.0f} evaluations/s at {per_eval_server:.0f} requests each"
         )
 
-        # (f) footprint
-        from schemas.settings import AssaySettings
-
-        defaults = AssaySettings()
-        foot = store_footprint(server.url)
-        print(f"\n(f) Redis footprint (default run_ttl_seconds = "
-              f"{defaults.run_ttl_seconds / 86400:g} days)")  # fmt: skip
-        print_footprint(foot, args.rate, defaults.run_ttl_seconds / 86400, defaults.history_limit)
+        foot = print_section_f(server.url, args.rate)
 
         if not args.skip_pools:
             procs = 2 * cores

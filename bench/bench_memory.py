@@ -87,7 +87,7 @@ def make_targets(folder: Path, count: int) -> list[Path]:
 
 def predicates(count: int) -> list[str]:
     """``count`` wordings of the demo check (the demo script's pattern matches each)."""
-    return [DEMO_PREDICATE] + [f"check {n}: {DEMO_PREDICATE}" for n in range(1, count)]
+    return [DEMO_PREDICATE, *(f"check {n}: {DEMO_PREDICATE}" for n in range(1, count))][:count]
 
 
 def family(key: str) -> str:
@@ -146,6 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         help="fires after the history bound before the flat part is measured (the run-id "
         "window's fires)",
     )
+    parser.add_argument(
+        "--report-ttl",
+        type=int,
+        default=None,
+        help="ASSAY_REPORT_TTL_SECONDS (default: the setting's): how long a report that "
+        "changed no verdict, and a finished batch none of whose runs changed one, is kept; "
+        "short, it shows batches leaving once their window has passed",
+    )
     parser.add_argument("--families", action="store_true", help="print growth per key family")
     args = parser.parse_args(argv)
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
@@ -185,20 +193,27 @@ def run(
         snapshot_roots=f'["{tmp}"]',
         min_interval_seconds="1",
         broker_visibility_timeout_seconds=str(args.visibility_timeout),
+        **({"report_ttl_seconds": str(args.report_ttl)} if args.report_ttl else {}),
     )
     processes.append(start_worker(env, log, concurrency=16))
     settings = load_settings(
-        redis_url=redis_url, history_limit=args.history_limit, snapshot_roots=[str(tmp)]
+        redis_url=redis_url,
+        history_limit=args.history_limit,
+        snapshot_roots=[str(tmp)],
+        **({"report_ttl_seconds": args.report_ttl} if args.report_ttl else {}),
     )
     with Client(settings) as fleet:
         redis = fleet.store.client
         policies = import_policy_set(settings, redis)
         checks = [*predicates(args.checks), f"policy-set:{POLICY_SET}"]
         runs_per_fire = len(targets) * (args.checks + 1 + policies)
+        reruns_per_fire = len(targets) * (args.checks + 1)
         print(
             f"{args.checks} demo checks + policy-set:{POLICY_SET} ({policies} policies) on "
             f"{len(targets)} targets, {args.fires} fires via {args.via}, "
-            f"history_limit={args.history_limit}: {runs_per_fire} runs recorded per fire"
+            f"history_limit={args.history_limit}: {reruns_per_fire} re-runs per fire (a set's "
+            f"run on a target, its policies' runs included, is one re-run), {runs_per_fire} "
+            "runs recorded"
         )
         fire_all = (
             scheduled_fires(fleet, settings, checks, tmp, env, processes, log)
@@ -217,8 +232,8 @@ def run(
             if not wait_until(recorded, 300, 0.05):
                 raise SystemExit(f"fire {fire} was not recorded\n{worker_log_tail(log)}")
             samples.append(measure(redis, fire, fire * runs_per_fire))
-            report_sample(samples[-2], samples[-1], runs_per_fire, args.families)
-        summarize(samples, args, runs_per_fire, pairs)
+            report_sample(samples[-2], samples[-1], reruns_per_fire, args.families)
+        summarize(samples, args, reruns_per_fire, pairs)
 
 
 def fire_recorded(redis: Any, started_ms: float, pairs: int) -> bool:
@@ -269,13 +284,13 @@ def batch_fires(fleet: Client, checks: list[str], tmp: Path) -> Any:
     return fire
 
 
-def report_sample(before: Sample, after: Sample, runs_per_fire: int, families: bool) -> None:
+def report_sample(before: Sample, after: Sample, reruns: int, families: bool) -> None:
     grown = after.key_bytes - before.key_bytes
     used = after.used_memory - before.used_memory
     print(
         f"  fire {after.fire:3d}: keys {after.key_bytes / 1000:9.1f} KB ({grown:+8d} B, "
-        f"{grown / runs_per_fire:+7.0f} B/run); used_memory {after.used_memory / 1e6:7.2f} MB "
-        f"({used:+8d} B, {used / runs_per_fire:+7.0f} B/run)"
+        f"{grown / reruns:+7.0f} B/re-run); used_memory {after.used_memory / 1e6:7.2f} MB "
+        f"({used:+8d} B, {used / reruns:+7.0f} B/re-run)"
     )
     if families:
         for name in sorted(set(before.families) | set(after.families)):
@@ -294,9 +309,9 @@ def slope(samples: list[Sample], attribute: str = "key_bytes") -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
 
 
-def summarize(
-    samples: list[Sample], args: argparse.Namespace, runs_per_fire: int, pairs: int
-) -> None:
+def summarize(samples: list[Sample], args: argparse.Namespace, reruns: int, pairs: int) -> None:
+    """Bytes per (check, target) after the last fire; bytes per fire and per unchanged re-run
+    while the histories fill; and past the bound, whether anything still grows."""
     last = samples[-1]
     print(
         f"\nafter {args.fires} fires: {last.key_bytes / pairs:,.0f} B of keys per (check, "
@@ -308,32 +323,26 @@ def summarize(
         per_fire = slope(filling)
         print(
             f"while the history fills (fires {filling[0].fire}-{filling[-1].fire}, least "
-            f"squares): {per_fire:+,.0f} B per fire = {per_fire / runs_per_fire:+,.0f} B per "
-            f"run (used_memory: {slope(filling, 'used_memory') / runs_per_fire:+,.0f} B)"
+            f"squares): {per_fire:+,.0f} B per fire = {per_fire / reruns:+,.0f} B per unchanged "
+            f"re-run, {args.via} bookkeeping included (used_memory: "
+            f"{slope(filling, 'used_memory') / reruns:+,.0f} B)"
         )
     settled = samples[args.history_limit + args.settle :]
-    if len(settled) >= 3 and args.via == "batch":
-        per_fire = slope(settled)
-        print(
-            f"past the history bound (fires {settled[0].fire}-{settled[-1].fire}): "
-            f"{per_fire:+,.0f} B per fire = {per_fire / runs_per_fire:+,.1f} B per run: each "
-            "batch's own tally and rows, kept run_ttl_seconds as a batch is"
-        )
-    elif len(settled) >= 3 and len(samples) > 2:
+    if len(settled) >= 3 and len(samples) > 2:
         # From fire 2 (every probe compiled, its first re-run written) to the plateau, the
         # histories filled with history_limit - 2 runs of every check: that growth, steps of
         # streams' nodes and of hash tables included, is what an unchanged re-run costs.
         plateau = statistics.median(sample.key_bytes for sample in settled)
-        per_run = (plateau - samples[2].key_bytes) / ((args.history_limit - 2) * runs_per_fire)
+        per_rerun = (plateau - samples[2].key_bytes) / ((args.history_limit - 2) * reruns)
         print(
             f"per unchanged re-run, fire 2 to the plateau ({plateau / 1000:,.1f} KB): "
-            f"{per_run:,.0f} B of keys (the history entry, its run id's record and any "
-            f"{args.via} bookkeeping)"
+            f"{per_rerun:,.0f} B of keys (history entries, run-id records, {args.via} "
+            "bookkeeping)"
         )
         per_fire = slope(settled)
         print(
             f"past the history bound (fires {settled[0].fire}-{settled[-1].fire}): "
-            f"{per_fire:+,.0f} B per fire = {per_fire / runs_per_fire:+,.1f} B per run "
+            f"{per_fire:+,.0f} B per fire = {per_fire / reruns:+,.1f} B per re-run "
             f"(used_memory: {slope(settled, 'used_memory'):+,.0f} B per fire); keys between "
             f"{min(s.key_bytes for s in settled) / 1000:,.1f} and "
             f"{max(s.key_bytes for s in settled) / 1000:,.1f} KB"

@@ -173,17 +173,19 @@ class AssaySettings(BaseSettings):
         default=30 * 24 * 3600,
         ge=60,
         description="How long the full report of a run that changed its check's verdict is "
-        "kept (and a batch's tally and rows). A check's latest verdict and its history "
-        "(history_limit entries) are kept regardless (docs/fleet.md, Retention and sizing).",
+        "kept (and a batch's tally and rows while it runs, or once one of its runs changed a "
+        "verdict). A check's latest verdict and its history (history_limit entries) are kept "
+        "regardless (docs/fleet.md, Retention and sizing).",
     )
     report_ttl_seconds: int = Field(
         default=3 * 24 * 3600,
         ge=60,
         description="How long the full report of any other run is kept (a model run that kept "
         "the verdict, a probe or policy re-run that found something the latest report did "
-        "not say); at most run_ttl_seconds. A probe or policy re-run that found exactly the "
-        "same stores no report of its own: it repeats the latest one, which is kept at least "
-        "this long after its last repeat.",
+        "not say), and a finished batch none of whose runs changed a verdict; at most "
+        "run_ttl_seconds. A probe or policy re-run that found exactly the same stores no "
+        "report of its own: it repeats the latest one, which is kept at least this long after "
+        "its last repeat.",
     )
     report_compression: ReportCodec = Field(
         default="dictionary",

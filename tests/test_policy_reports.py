@@ -424,3 +424,29 @@ def test_batch_results_as_junit(capsys: pytest.CaptureFixture[str], store: Verdi
         capsys, "batch", REPLICAS, "--snapshots", "examples/snapshots/*", "--format", "junit"
     )
     assert code == 64 and "--wait" in err
+
+
+def test_batch_junit_reads_its_rows_once_the_runs_verdicts_are_no_longer_kept(
+    capsys: pytest.CaptureFixture[str], store: VerdictStore
+) -> None:
+    from tests.fleet_support import finished_report
+
+    code, out, err = run(capsys, "batch", REPLICAS, "--snapshots", "examples/snapshots/*")
+    assert code == 0, err
+    batch_id = out.strip()
+    outcomes = {"prod-eu": "true", "staging-us": "false", "dev-ap": "cannot_determine"}
+    run_ids = []
+    for result in store.batch_results(batch_id):
+        request = store.run_request(result.run_id)
+        assert request is not None
+        store.begin_delivery(request)
+        verdict = outcomes[request.target.name.removeprefix("snapshot:")]
+        assert store.record_verdict(finished_report(request, verdict, explanation="row said"))
+        run_ids.append(result.run_id)
+    # long after: the runs' reports have expired and their entries left the histories
+    store.client.delete(store.key("runs"), *(store.key("run", run_id) for run_id in run_ids))
+    code, out, err = run(capsys, "batch", "results", batch_id, "--format", "junit")
+    assert code == 1, err
+    validate_junit(out)
+    assert totals(out) == {"tests": "3", "failures": "1", "errors": "1", "skipped": "0"}
+    assert 'message="row said" type="false"' in out

@@ -423,3 +423,18 @@ def test_the_lease_is_short_and_never_longer_than_the_wait(redis_url: str) -> No
         probes = ProbeStore(client, prefix="sf13", compile_lock_seconds=wait)
         assert probes.lookup(f"chk-{int(wait)}", None, claim=True).token is not None
         assert 0 < client.pttl(_claim_key("sf13", f"chk-{int(wait)}")) <= most * 1000
+
+
+def test_a_batch_keeps_its_probe_as_the_check_it_came_from(redis_url: str) -> None:
+    """A batch's probe names the check whose probe it is (a few bytes per batch, not a copy of
+    the record); once that probe is retired, the batch's other targets borrow nothing."""
+    probes = ProbeStore(connect(redis_url), prefix="sf8", compile_lock_seconds=600)
+    _compiled(probes, "chk-first", VerdictKind.FALSE)
+    record = probes.current("chk-first")
+    assert record is not None
+    probes.save_batch_probe("batch-2", record)
+    assert len(probes.client.get("sf8:batchprobe:batch-2") or "") < 20
+    assert probes.lookup("chk-new", "batch-2", claim=False).batch == record
+    probes.put(record.model_copy(update={"active": False, "retired_reason": "disagreed"}))
+    assert probes.lookup("chk-new", "batch-2", claim=False).batch is None
+    assert probes.batch_probe("batch-2") is None

@@ -10,6 +10,7 @@ the report has expired.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -25,7 +26,7 @@ from schemas.settings import AssaySettings
 from schemas.verdict import VerdictKind
 from tests.fleet_support import finished_report, snapshot_request
 from workers.fleet.redis_client import connect
-from workers.fleet.retention import report_fingerprint
+from workers.fleet.retention import ENTRY_FIELDS, HistoryEntry, micros, report_fingerprint
 from workers.fleet.store import ReportExpired, VerdictStore
 
 pytestmark = pytest.mark.integration
@@ -370,3 +371,178 @@ def test_a_repeated_set_run_names_its_own_policy_runs(store: VerdictStore) -> No
         policy_run_id(rerun(first, 1).run_id, name)
         for name in ("run-as-non-root", "required-labels")
     ]
+
+
+def set_fire(
+    first: EvaluationRequest, number: int, start: datetime, names: tuple[str, ...]
+) -> tuple[list[RunReport], RunReport]:
+    """Fire ``number`` of a policy set on one target: each policy's run, then the set's."""
+    request = rerun(first, number)
+    finished = start + number * HOUR
+    children = []
+    for name in names:
+        child = request.model_copy(
+            update={
+                "run_id": policy_run_id(request.run_id, name),
+                "check_id": f"chk-{name}",
+                "text": f"policy:{name}",
+            }
+        )
+        children.append(probe_report(child, finished_at=finished - timedelta(seconds=1)))
+    report = probe_report(request, finished_at=finished)
+    report.policy_set = PolicySetResult(
+        policy_set="baseline",
+        policies=[
+            PolicySetEntry(
+                policy=name,
+                verdict=VerdictKind.FALSE,
+                run_id=child.run_id,
+                check_id=child.check_id,
+            )
+            for name, child in zip(names, children, strict=True)
+        ],
+    )
+    return children, report
+
+
+def test_a_set_runs_policy_runs_are_recorded_once_through_the_set_run(
+    store: VerdictStore,
+) -> None:
+    names = ("run-as-non-root", "required-labels", "no-latest-tag")
+    first = snapshot_request(text="policy-set:baseline", run_id="set")
+    start = datetime.now(UTC) - timedelta(hours=6)
+    for number in range(4):
+        children, report = set_fire(first, number, start, names)
+        for child in children:
+            assert store.record_verdict(child, part_of=report.run_id)
+            # a redelivered set run before its set run is recorded: each policy's run once
+            assert not store.record_verdict(child, part_of=report.run_id)
+        assert store.record_verdict(report)
+        for child in children:  # and after it is
+            assert not store.record_verdict(child, part_of=report.run_id)
+    # one run-id record per set run, none per policy run
+    assert store.client.hlen(f"{P}:runs") == 4
+    for name in names:
+        assert store.history_length(f"chk-{name}") == 4
+    children, report = set_fire(first, 2, start, names)
+    for child in children:
+        state = store.run_state(child.run_id)
+        assert state is not None and state.check_id == child.check_id
+        assert state.verdict == VerdictKind.FALSE
+        verdict = store.run_verdict(child.run_id)
+        assert verdict is not None and verdict.run_id == child.run_id
+        shown = store.run_report(child.run_id)
+        assert shown is not None and shown.run_id == child.run_id
+        assert shown.check_id == child.check_id
+    assert store.run_state(policy_run_id(report.run_id, "not-in-the-set")) is None
+
+
+def test_history_entries_keep_instants_as_offsets_and_read_older_whole_ones() -> None:
+    finished = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    entry = HistoryEntry(
+        run_id="r1",
+        template_id="t" * 16,
+        started_us=micros(finished - timedelta(seconds=2)),
+        finished_us=micros(finished),
+        duration=2.0,
+        attempts=1,
+        batch_id=None,
+        submitted_us=micros(finished - timedelta(days=400)),  # a run held for a year
+        scheduled_us=None,
+        repeat_of=None,
+    )
+    fields = dict(zip(ENTRY_FIELDS, entry.fields(), strict=True))
+    assert fields["s"] == "2000000"  # µs before the finish, not a nine-byte instant
+    assert HistoryEntry.parse(fields) == entry
+    whole = {**fields, "s": str(entry.started_us), "q": str(entry.submitted_us)}
+    assert HistoryEntry.parse(whole) == entry  # as entries were written before offsets
+
+
+def batch_fire(store: VerdictStore, batch_id: str, number: int, verdict: str) -> list[str]:
+    """One batch of the demo check over three targets, each run recorded; its run ids."""
+    store.create_batch(batch_id, kind="check", text="p")
+    requests = [
+        snapshot_request(
+            path=f"examples/snapshots/cluster-{i}", batch_id=batch_id, run_id=f"{batch_id}-{i}"
+        )
+        for i in range(3)
+    ]
+    store.register_runs(requests)
+    store.seal_batch(batch_id)
+    at = datetime.now(UTC) - timedelta(hours=10) + number * HOUR
+    for request in requests:
+        assert store.record_verdict(probe_report(request, verdict, finished_at=at))
+    return [request.run_id for request in requests]
+
+
+def test_a_finished_batch_that_changed_nothing_is_kept_the_reports_window(
+    store: VerdictStore,
+) -> None:
+    batch_fire(store, "first", 0, "false")  # first verdicts: what an alert links to
+    batch_fire(store, "again", 1, "false")  # nothing changed
+    batch_fire(store, "flip", 2, "true")  # every verdict changed
+    day = 86400
+    for suffix in ("", ":runs"):  # (rows stand in the runs list)
+        assert store.client.ttl(f"{P}:batch:first{suffix}") > 29 * day
+        assert 2 * day < store.client.ttl(f"{P}:batch:again{suffix}") <= 3 * day
+        assert store.client.ttl(f"{P}:batch:flip{suffix}") > 29 * day
+
+
+def test_a_batch_row_names_its_verdict_and_reads_the_explanation_from_the_check(
+    store: VerdictStore,
+) -> None:
+    run_ids = batch_fire(store, "b1", 0, "false")
+    rows = store.client.lrange(f"{P}:batch:b1:runs", 0, -1)  # each in its run id's place
+    assert [json.loads(row)[0] for row in rows] == run_ids
+    assert all(len(row) < 100 for row in rows)  # no copy of the explanation
+    assert not store.client.exists(f"{P}:batch:b1:results")
+    [first, *_] = store.batch_results("b1")
+    assert first.run_id == run_ids[0] and first.verdict == VerdictKind.FALSE
+    assert first.exit_code == 1 and first.target == "snapshot:cluster-0"
+    assert first.explanation is not None and first.explanation.startswith("Probe v1 evaluated")
+
+
+def test_the_batches_index_forgets_batches_whose_window_has_passed(store: VerdictStore) -> None:
+    batch_fire(store, "again", 1, "false")
+    batch_fire(store, "kept", 2, "false")
+    # four days later: "again" (nothing changed) has expired; "kept" is still kept
+    four_days_ago = (datetime.now(UTC) - timedelta(days=4)).timestamp() * 1000
+    store.client.zadd(f"{P}:batches", {"again": four_days_ago, "kept": four_days_ago})
+    store.client.delete(*(f"{P}:batch:again{suffix}" for suffix in ("", ":runs", ":results")))
+    store.create_batch("next", kind="check", text="p")
+    assert store.client.zrange(f"{P}:batches", 0, -1) == ["kept", "next"]
+
+
+def test_a_batch_whose_runs_all_ended_before_its_seal_gets_the_same_window(
+    store: VerdictStore,
+) -> None:
+    batch_fire(store, "first", 0, "false")
+    store.create_batch("fast", kind="check", text="p")
+    requests = [
+        snapshot_request(path=f"examples/snapshots/cluster-{i}", batch_id="fast", run_id=f"f-{i}")
+        for i in range(3)
+    ]
+    store.register_runs(requests)
+    for request in requests:  # probe runs end within milliseconds, before the fan-out seals
+        assert store.record_verdict(probe_report(request, "false", finished_at=datetime.now(UTC)))
+    assert store.client.ttl(f"{P}:batch:fast") > 29 * 86400  # still running: kept
+    store.seal_batch("fast")
+    status = store.batch("fast")
+    assert status is not None and status.done
+    for suffix in ("", ":runs"):  # (rows stand in the runs list)
+        assert 2 * 86400 < store.client.ttl(f"{P}:batch:fast{suffix}") <= 3 * 86400
+
+
+def test_a_batch_row_names_its_check_only_when_the_batch_predicate_does_not(
+    store: VerdictStore,
+) -> None:
+    request = snapshot_request(batch_id="b9", run_id="b9-0")
+    own = snapshot_request(batch_id="b9", run_id="b9-1", check_id="chk-chosen")
+    store.create_batch("b9", kind="check", text=request.text)
+    store.register_runs([request, own])
+    store.seal_batch("b9")
+    for each in (request, own):
+        assert store.record_verdict(probe_report(each, "true"))
+    rows = [json.loads(row) for row in store.client.lrange(f"{P}:batch:b9:runs", 0, -1)]
+    assert [len(row) for row in rows] == [4, 5]  # the default check id is not stored in the row
+    assert [r.check_id for r in store.batch_results("b9")] == [request.check_id, "chk-chosen"]

@@ -417,8 +417,9 @@ def _show_answered_by(client: Any, status: Any) -> None:
         Col("model tokens", justify="right"),
     )  # fmt: skip
     rows = sorted(client.batch_results(status.batch_id), key=lambda r: failures_first(r.verdict))
+    verdicts = client.store.run_verdicts([row.run_id for row in rows])
     for row in rows:
-        verdict = client.store.run_verdict(row.run_id)
+        verdict = verdicts.get(row.run_id)
         if verdict is None:
             continue
         by = f"probe v{verdict.probe_version}" if verdict.source == "probe" else "the model"

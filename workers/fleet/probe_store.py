@@ -7,8 +7,13 @@ Key layout (``P`` = ``settings.key_prefix``; ids checked with schemas/ids.py)::
     P:probe:{check_id}:version      string  the last version number handed out (INCR)
     P:probe:{check_id}:versions     list    every version as compiled (JSON), newest last
     P:probe:{check_id}:agreement    list    AgreementEntry JSON, newest last, capped
-    P:batchprobe:{batch_id}         string  the ProbeRecord a batch compiled on its first
-                                            target that reached a verdict       TTL run_ttl
+    P:batchprobe:{batch_id}         string  the probe a batch compiled (or re-ran) on its
+                                            first target that reached a verdict, for its
+                                            other targets while it runs: '@' and the check
+                                            id whose current probe it is (a few bytes where
+                                            a copy took a kilobyte per batch; a record
+                                            written whole before is read as one)
+                                                                     TTL report_ttl_seconds
     P:probe:{check_id}:compiling    string  single-flight compile claim: an owner token while
     P:batchprobe:{batch_id}:compiling       a run asks the model with no probe yet (TTL a
                                             short lease, renewed by the holder), "done" once
@@ -84,6 +89,9 @@ class ProbeLookup:
     token: str | None
 
 
+BATCH_REFERENCE = "@"  # a batch's probe stored as the check whose current probe it is
+
+
 class ProbeStore:
     """Versioned probes per check and their agreement history."""
 
@@ -116,7 +124,7 @@ class ProbeStore:
             store.client,
             prefix=store.prefix,
             history_limit=settings.probe_history_limit,
-            batch_ttl_seconds=store.run_ttl_seconds,
+            batch_ttl_seconds=min(settings.report_ttl_seconds, store.run_ttl_seconds),
             compile_lock_seconds=settings.probe_compile_wait_seconds,
         )
 
@@ -143,6 +151,20 @@ class ProbeStore:
         raw = self.client.lrange(self._key(check_id, "agreement"), 0, -1)
         return [AgreementEntry.model_validate_json(item) for item in raw]
 
+    def batch_probe(self, batch_id: str) -> ProbeRecord | None:
+        return self._batch_record(self.client.get(self._batch_key(batch_id)))
+
+    def _batch_record(self, raw: str | bytes | None) -> ProbeRecord | None:
+        """A batch's probe as stored: the check whose current probe it is (``@`` and its id;
+        None once that probe is retired or gone), or a record written whole."""
+        if not raw:
+            return None
+        value = raw.decode() if isinstance(raw, bytes) else raw
+        if not value.startswith(BATCH_REFERENCE):
+            return ProbeRecord.model_validate_json(value)
+        record = self.current(value.removeprefix(BATCH_REFERENCE))
+        return record if record is not None and record.active else None
+
     def lookup(self, check_id: str, batch_id: str | None, *, claim: bool) -> ProbeLookup:
         """The probes for a run of ``check_id`` (in ``batch_id``), and the compile claim, in one
         round trip; with ``claim``, the claim is taken when there is no probe and no claim.
@@ -160,7 +182,7 @@ class ProbeStore:
         )
         return ProbeLookup(
             ProbeRecord.model_validate_json(own) if own else None,
-            ProbeRecord.model_validate_json(batch) if batch else None,
+            self._batch_record(batch),
             _compile_state(state),
             token if claimed else None,
         )
@@ -214,11 +236,13 @@ class ProbeStore:
         return record
 
     def save_batch_probe(self, batch_id: str, record: ProbeRecord) -> bool:
-        """The batch's probe, set once (the first target to compile wins)."""
+        """The batch's probe, set once (the first target to compile wins): ``record`` is its
+        check's current probe (just compiled, validated or re-run), so the batch keeps the
+        check's id and reads the probe from there."""
         return bool(
             self.client.set(
                 self._batch_key(batch_id),
-                record.model_dump_json(),
+                BATCH_REFERENCE + record.check_id,
                 nx=True,
                 ex=self.batch_ttl_seconds,
             )

@@ -15,11 +15,12 @@
 --   11-13 the new verdict's indexes: idx:verdict:{v}, idx:target:{t}, idx:tv:{v}:{t}
 --   14-16 the previous verdict's: idx:verdict:{pv}, idx:tv:{pv}:{pt}, idx:target:{pt}
 --      17 batch hash, 18 batch results (placeholders when the run has no batch)
+--      21 batch runs list (a placeholder when the run has no batch)
 --      19 the repeated run's hash (mode repeat; a placeholder otherwise)
 -- ARGV  1 run_id  2 check_id  3 target  4 verdict kind  5 exit code
 --       6 verdict JSON (the check's latest)  7 the encoded report ('' in mode repeat)
 --       8 finished ms  9 finished ISO  10 history limit  11 the report's TTL, s
---      12 request kind  13 request text  14 batch result JSON  15 change stream maxlen
+--      12 request kind  13 request text  14 batch row (store.batch_row)  15 change stream maxlen
 --      16 now ISO  17 source  18 counts ('1'; '0' for a run that had no model: recorded on
 --      the run and its batch only)  19 notify routes
 --      20 expected previous verdict ('' none)  21 expected previous target
@@ -28,16 +29,30 @@
 --      26 template id  27 template JSON  28 now, microseconds since the epoch
 --      29 how long a run id stays recorded after its entry leaves the history, us
 --      30 how long the repeated run's report is kept after this repeat, ms
---   31-40 the history entry's values (retention.ENTRY_FIELDS order)  41 the batch's TTL, s
+--   31-40 the history entry's values (retention.ENTRY_FIELDS order)  41 run_ttl, s
+--      42 the set run this run is a policy's run of ('' none: a run of its own)
+--      43 a set run's policies as JSON {name: check id} ('' none), kept on its check
+--      44 how long a finished batch none of whose runs changed a verdict is kept, s
+--      45 '1' when this run changed its check's verdict (a first verdict included)
+--      20 the set run's hash (ARGV 42; a placeholder otherwise)
+--
+-- A policy's run inside a set run (ARGV 42) takes no P:runs record of its own: until its set
+-- run is recorded, a mark on the set run's hash ('r:' .. run id) says it is recorded; after,
+-- the set run's record does (the store finds the policy run through it: store.py).
 -- Returns 1 recorded, 0 the run was recorded before, -1 the check or the run changed since
 -- the caller read them (KEYS 11-19 may be the wrong keys now): read again and retry.
 local run, check, history, templates = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local runs, expiring = KEYS[9], KEYS[10]
+local set_run, set_hash = ARGV[42], KEYS[20]
 local problem = first_type_problem({run, 'hash', check, 'hash', history, 'stream',
   templates, 'hash', KEYS[5], 'zset', KEYS[6], 'stream', KEYS[7], 'zset', runs, 'hash',
-  expiring, 'zset'})
+  expiring, 'zset', set_hash, 'hash'})
 if problem then return conflict(problem) end
 if redis.call('HEXISTS', runs, ARGV[1]) == 1 or redis.call('HEXISTS', run, 'verdict') == 1 then
+  return 0
+end
+if set_run ~= '' and (redis.call('HEXISTS', runs, set_run) == 1
+    or redis.call('HEXISTS', set_hash, 'r:' .. ARGV[1]) == 1) then
   return 0
 end
 
@@ -52,6 +67,11 @@ end
 local batch_id = redis.call('HGET', run, 'batch_id') or ''
 if batch_id ~= ARGV[22] then
   return -1
+end
+-- Where the run's id sits in its batch's runs list: its row takes its place there.
+local batch_pos = redis.call('HGET', run, 'batch_pos')
+if batch_pos and not string.match(batch_pos, '^%d+$') then
+  return conflict('field batch_pos of key ' .. run .. ' is not an integer')
 end
 local prev_ms = 0
 if prev_kind ~= '' then
@@ -88,6 +108,8 @@ if batch_id ~= '' then
     expected[#expected + 1] = KEYS[i]
     expected[#expected + 1] = 'hash'
   end
+  expected[#expected + 1] = KEYS[21]
+  expected[#expected + 1] = 'list'
 end
 if repeating then
   expected[#expected + 1] = KEYS[19]
@@ -133,7 +155,12 @@ else
   redis.call('HSET', run, 'status', 'done', 'verdict', ARGV[6], 'verdict_kind', kind,
     'report', ARGV[7], 'updated_at', ARGV[16], 'run_id', run_id, 'check_id', check_id,
     'target', target)
-  redis.call('HDEL', run, 'wake_at', 'request')  -- the report holds the request
+  redis.call('HDEL', run, 'wake_at', 'request', 'batch_pos')  -- the report holds the request
+  for _, field in ipairs(redis.call('HKEYS', run)) do
+    if string.sub(field, 1, 2) == 'r:' then  -- its policies' marks: its record says it now
+      redis.call('HDEL', run, field)
+    end
+  end
   redis.call('EXPIRE', run, ARGV[11])
 end
 redis.call('ZREM', KEYS[7], run_id)
@@ -153,7 +180,7 @@ if counts then
         redis.call('HDEL', templates, template, '#' .. template)
       end
       local finished = tonumber(fields['f'] or '')
-      if fields['run_id'] then
+      if fields['run_id'] and redis.call('HEXISTS', runs, fields['run_id']) == 1 then
         if finished and finished + window > now_us then
           redis.call('ZADD', expiring, finished + window, fields['run_id'])
         else
@@ -168,7 +195,17 @@ if counts then
     't', ARGV[39], 'p', ARGV[40])
   redis.call('HSETNX', templates, ARGV[26], ARGV[27])
   redis.call('HINCRBY', templates, '#' .. ARGV[26], 1)
-  redis.call('HSET', runs, run_id, check_id .. ' ' .. entry_id .. ' ' .. kind)
+  if set_run == '' then
+    redis.call('HSET', runs, run_id, check_id .. ' ' .. entry_id .. ' ' .. kind)
+  else
+    redis.call('HSET', set_hash, 'r:' .. run_id, '1')
+    if redis.call('TTL', set_hash) < 0 then
+      redis.call('EXPIRE', set_hash, ARGV[41])
+    end
+  end
+  if ARGV[43] ~= '' then
+    redis.call('HSET', check, 'members', ARGV[43])
+  end
 end
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', expiring, '-inf', now_us, 'LIMIT', 0, 16)) do
   redis.call('HDEL', runs, gone)
@@ -208,10 +245,30 @@ if batch_id ~= '' then
   local batch = KEYS[17]
   local pending = redis.call('HINCRBY', batch, 'pending', -1)
   redis.call('HINCRBY', batch, kind, 1)
-  redis.call('HSET', KEYS[18], run_id, ARGV[14])
-  redis.call('EXPIRE', KEYS[18], ARGV[41])
+  -- The row replaces the run's id in the batch's runs list (one copy of the id, one key
+  -- fewer); a run registered without its place (an older version) writes the results hash.
+  local placed = false
+  if batch_pos and redis.call('LINDEX', KEYS[21], tonumber(batch_pos)) == run_id then
+    redis.call('LSET', KEYS[21], tonumber(batch_pos), ARGV[14])
+    placed = true
+  end
+  if not placed then
+    redis.call('HSET', KEYS[18], run_id, ARGV[14])
+  end
+  if ARGV[45] == '1' then
+    redis.call('HSET', batch, 'changed', '1')
+  end
+  -- A batch is kept run_ttl while it runs and once one of its runs changed a verdict (what
+  -- an alert links to); a finished one that changed nothing, the short window a report is.
+  local keep = ARGV[41]
   if pending <= 0 and redis.call('HGET', batch, 'sealed') == '1' then
     redis.call('HSETNX', batch, 'finished_at', ARGV[16])
+    if redis.call('HGET', batch, 'changed') ~= '1' then
+      keep = ARGV[44]
+    end
+  end
+  for _, key in ipairs({batch, KEYS[18], KEYS[21]}) do
+    redis.call('EXPIRE', key, keep)
   end
 end
 return 1

@@ -13,8 +13,10 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               verdict (JSON), verdict_kind, report (encoded),
                                               fence:{fire} (the scheduler token that won
                                               that fire); repeats, repeated_at (runs that
-                                              repeated this report). Deleted when a run that
-                                              repeated another is recorded; a recorded
+                                              repeated this report); r:{policy run id} (a
+                                              set run's policy runs, until it is recorded).
+                                              Deleted when a run that repeated another is
+                                              recorded; a recorded
                                               report's TTL is run_ttl (it changed the
                                               verdict) or report_ttl (retention.py)
     P:check:{check_id}                 hash   latest verdict (JSON), verdict_kind, exit_code,
@@ -23,7 +25,8 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               source (probe|model; absent = model), notify
                                               (the latest run's notify routes), rep / rfp
                                               (the run whose report the latest runs repeat,
-                                              its fingerprint), repeats
+                                              its fingerprint), repeats, members (a set's
+                                              policies: {name: check id} JSON)
     P:check:{check_id}:history         stream one compact entry per recorded run
                                               (retention.ENTRY_FIELDS; entries written before
                                               hold run_id and the verdict JSON),
@@ -32,7 +35,8 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               and times; '#' .. id -> entries naming it
     P:runs                             hash   run id -> 'check_id entry_id verdict': every
                                               run in a history, and for twice the broker's
-                                              visibility timeout after it finished
+                                              visibility timeout after it finished (a set
+                                              run's record stands for its policies' runs)
     P:runs:expiring                    zset   run ids out of their history, by when (us) to
                                               forget them
     P:checks                           zset   check ids scored by latest finished_at (ms)
@@ -51,13 +55,20 @@ Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
                                               deferred until then), fanout_lease ('1': its
                                               fan-out holds the lease below), incomplete
                                               ('1': sealed before every target was
-                                              submitted), stop_reason            TTL run_ttl
+                                              submitted), stop_reason, changed ('1': a
+                                              run of it changed its check's verdict). It,
+                                              :runs and :results: TTL run_ttl while it
+                                              runs or once changed, else report_ttl once
+                                              finished
     P:batch:{batch_id}:fanout          string the fan-out's lease: its owner token, TTL a
                                               lease its submitter renews; gone from an
                                               unsealed batch with fanout_lease = the
                                               submitter stopped (closed as incomplete)
-    P:batch:{batch_id}:runs            list   run ids in fan-out order          TTL run_ttl
-    P:batch:{batch_id}:results         hash   run_id -> compact per-target result JSON
+    P:batch:{batch_id}:runs            list   per target in fan-out order: its run id, then
+                                              (recorded) its row in that place (batch_row;
+                                              the run hash's batch_pos says where)
+    P:batch:{batch_id}:results         hash   run_id -> result JSON (runs registered by a
+                                              version before rows took their place)
     P:batches                          zset   batch ids scored by creation time (ms)
     P:unfinished                       zset   run ids without a verdict, scored by when to
                                               look for them (last sign of life, not_before or
@@ -74,6 +85,7 @@ not Redis Cluster.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -86,8 +98,9 @@ from schemas.exit_codes import EXIT_CODES
 from schemas.fleet import BatchResult, BatchStatus, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import InvalidId
 from schemas.ids import check_id as valid_id
+from schemas.policy import policy_run_id
 from schemas.report import RunReport
-from schemas.request import EvaluationRequest
+from schemas.request import EvaluationRequest, default_check_id
 from schemas.verdict import Verdict, VerdictKind
 from workers.core.toolsets.redaction import scrubbed
 from workers.fleet.checkpoints import checkpoint_key
@@ -146,7 +159,8 @@ end
 redis.call('EXPIRE', KEYS[1], ARGV[7])
 redis.call('ZADD', KEYS[4], ARGV[8], ARGV[1])
 if ARGV[4] ~= '' then
-  redis.call('RPUSH', KEYS[3], ARGV[1])
+  local length = redis.call('RPUSH', KEYS[3], ARGV[1])
+  redis.call('HSET', KEYS[1], 'batch_pos', length - 1)  -- where its row will go
   redis.call('HINCRBY', KEYS[2], 'total', 1)
   redis.call('HINCRBY', KEYS[2], 'pending', 1)
   redis.call('EXPIRE', KEYS[2], ARGV[7])
@@ -269,31 +283,48 @@ return 1
 """
 )
 
-# KEYS: batch, fan-out lease.  ARGV: now ISO
+# The end of a batch finished at its seal (its runs all recorded before it), shared by the
+# seal and close scripts. KEYS 1 batch, 3 runs list, 4 results; ARGV 1 now ISO, 4 how long a
+# finished batch that changed no verdict is kept, s (as the record script does).
+_FINISHED_AT_SEAL = """
+local function finish_at_seal()
+  if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') > 0 then return end
+  redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
+  if redis.call('HGET', KEYS[1], 'changed') ~= '1' then
+    for i = 3, 4 do
+      if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('EXPIRE', KEYS[i], ARGV[4]) end
+    end
+    redis.call('EXPIRE', KEYS[1], ARGV[4])
+  end
+end
+"""
+
+# KEYS: batch, fan-out lease, runs list, results.  ARGV: now ISO, -, -, report TTL s
 # Every target is registered: the total is final. A batch closed as incomplete meanwhile
 # (its lease lapsed while the submitter stalled) is complete after all: the flag goes.
 _SEAL_BATCH_LUA = (
     _PRELUDE
+    + _FINISHED_AT_SEAL
     + """
 local problem = type_problem(KEYS[1], 'hash') or integer_problem(KEYS[1], 'pending')
 if problem then return conflict(problem) end
 redis.call('HSET', KEYS[1], 'sealed', '1')
 redis.call('HDEL', KEYS[1], 'incomplete', 'stop_reason')
 redis.call('DEL', KEYS[2])
-if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') <= 0 then
-  redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
-end
+finish_at_seal()
 return 1
 """
 )
 
-# KEYS: batch, fan-out lease.  ARGV: now ISO, stop reason, mode ('stopped': the submitter
-# says its fan-out stopped; 'lapsed': only if the batch's lease is gone, as a reader found)
+# KEYS: batch, fan-out lease, runs list, results.  ARGV: now ISO, stop reason, mode
+# ('stopped': the submitter says its fan-out stopped; 'lapsed': only if the batch's lease is
+# gone, as a reader found), report TTL s
 # Seals an unsealed batch as incomplete: its total is the runs registered so far, it
 # finishes once they have verdicts, and register refuses it any further run. 1 when this
 # call closed it, 0 when it was sealed already (or, 'lapsed', its lease is still held).
 _ABANDON_BATCH_LUA = (
     _PRELUDE
+    + _FINISHED_AT_SEAL
     + """
 local problem = type_problem(KEYS[1], 'hash') or integer_problem(KEYS[1], 'pending')
 if problem then return conflict(problem) end
@@ -307,9 +338,7 @@ if ARGV[3] == 'lapsed' and (redis.call('HGET', KEYS[1], 'fanout_lease') ~= '1'
 end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'sealed', '1', 'incomplete', '1', 'stop_reason', ARGV[2])
-if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') <= 0 then
-  redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
-end
+finish_at_seal()
 return 1
 """
 )
@@ -397,6 +426,44 @@ def _days(seconds: float) -> str:
 
 def _parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
+
+
+def _set_members(report: RunReport) -> str:
+    """A set run's policies, ``{name: check id}`` as JSON ('' for any other run): kept on the
+    set's check, it is how a policy's run inside a set run is found by its run id."""
+    if report.policy_set is None:
+        return ""
+    members = {p.policy: p.check_id for p in report.policy_set.policies if p.check_id}
+    return json.dumps(members, sort_keys=True, separators=(",", ":")) if members else ""
+
+
+def batch_row(
+    request: EvaluationRequest, verdict: Verdict, template_id: str, batch_text: str | None
+) -> str:
+    """A batch target's row as stored, in its batch's runs list where its run id was:
+    ``[run id, verdict, template id, target]`` (JSON), and the check id unless it is the one
+    the batch's predicate (``batch_text``) gives the target. The exit code follows from
+    the verdict; the explanation is not copied: it is the verdict template's, read from the
+    check (``template_id``; '' for a run kept apart from its check's history) or the run's
+    own kept verdict, for as long as either is kept."""
+    row = [request.run_id, verdict.verdict.value, template_id, verdict.target]
+    if batch_text is None or request.check_id != default_check_id(
+        request.kind, batch_text, verdict.target
+    ):
+        row.append(request.check_id)
+    return json.dumps(row, separators=(",", ":"))
+
+
+def set_run_of(run_id: str) -> str | None:
+    """The set run whose policy's run ``run_id`` could be (``schemas.policy.policy_run_id``:
+    the set run's id, a dot, 12 hex digits), else None."""
+    head, dot, tail = run_id.rpartition(".")
+    if not dot or not head or len(tail) != POLICY_RUN_SUFFIX:
+        return None
+    return head if all(c in "0123456789abcdef" for c in tail) else None
+
+
+POLICY_RUN_SUFFIX = 12
 
 
 def _verdict_or_none(value: str | None) -> VerdictKind | None:
@@ -496,6 +563,7 @@ class _CheckNow:
     repeated: str  # the run whose report the check's latest runs repeat ('' none)
     fingerprint: str  # that report's fingerprint
     batch_id: str
+    batch_text: str | None = None  # the run's batch's predicate, as the request names it
 
     def latest(self, finished_ms: int) -> bool:
         return not self.kind or self.finished_ms is None or finished_ms >= self.finished_ms
@@ -730,8 +798,13 @@ class VerdictStore:
         )
         return bool(written)
 
-    def record_verdict(self, report: RunReport) -> bool:
+    def record_verdict(self, report: RunReport, *, part_of: str | None = None) -> bool:
         """Record a finished run; True if this call wrote it, False if the run already had one.
+
+        ``part_of`` names the set run this run is one policy's run of (recorded before it):
+        such a run keeps no run-id record of its own, its set run's record stands for it
+        (:meth:`_policy_runs_found`), which saves the set's every re-run that record per
+        policy.
 
         A run that had no model to ask says nothing about its cluster: it is
         recorded on the run (and its batch), never in the check's history or
@@ -768,17 +841,29 @@ class VerdictStore:
                 encoded = encode_report(report.model_dump_json(), self.report_codec)
             written = self._call(
                 self._record_script,
-                keys=self._record_keys(report, now, repeated),
-                args=self._record_args(
-                    report,
-                    source=source,
-                    counts=counts,
-                    now=now,
-                    repeated=repeated,
-                    encoded=encoded or "",
-                    fingerprint=fingerprint,
-                    template=(template_id, template),
-                ),
+                keys=[
+                    *self._record_keys(report, now, repeated),
+                    self._run_key(part_of) if part_of else self.key("run", "-"),  # unused
+                    self._batch_key(now.batch_id, "runs")
+                    if now.batch_id
+                    else self.key("batch", "-", "runs"),  # unused
+                ],
+                args=[
+                    *self._record_args(
+                        report,
+                        source=source,
+                        counts=counts,
+                        now=now,
+                        repeated=repeated,
+                        encoded=encoded or "",
+                        fingerprint=fingerprint,
+                        template=(template_id, template),
+                    ),
+                    part_of or "",
+                    _set_members(report),
+                    self._report_ttl,
+                    "1" if counts and now.kind != verdict.verdict.value else "0",
+                ],
             )
             if int(written) != _RETRY:
                 return bool(written)
@@ -797,7 +882,10 @@ class VerdictStore:
             ["verdict_kind", "target", "finished_ms", "rep", "rfp"],
         )
         pipe.hget(self._run_key(report.run_id), "batch_id")
-        check, batch_id = pipe.execute(raise_on_error=False)
+        asked = report.request.batch_id
+        if asked:
+            pipe.hget(self._batch_key(asked), "text")
+        check, batch_id, *batch_text = pipe.execute(raise_on_error=False)
         if isinstance(check, Exception):
             check = [None] * 5
         kind, target, finished, repeated, fingerprint = check
@@ -812,6 +900,11 @@ class VerdictStore:
             repeated=repeated or "",
             fingerprint=fingerprint or "",
             batch_id="" if isinstance(batch_id, Exception) else batch_id or "",
+            batch_text=(
+                text(batch_text[0])
+                if batch_text and isinstance(batch_text[0], (str, bytes))
+                else None
+            ),
         )
 
     def _record_keys(self, report: RunReport, now: _CheckNow, repeated: str) -> list[str]:
@@ -865,17 +958,15 @@ class VerdictStore:
     ) -> list[Any]:
         verdict = report.verdict
         assert verdict is not None
-        result = BatchResult(
-            run_id=report.run_id,
-            check_id=report.check_id,
-            target=verdict.target,
-            verdict=verdict.verdict,
-            exit_code=verdict.exit_code,
-            explanation=verdict.explanation[:RESULT_EXPLANATION_CHARS],
+        template_id, template_json = template
+        row = batch_row(
+            report.request,
+            verdict,
+            template_id if counts else "",
+            now.batch_text if now.batch_id and now.batch_id == report.request.batch_id else None,
         )
         changed = now.kind != verdict.verdict.value  # a first verdict included
         keep = self.run_ttl_seconds if not counts or changed else self._report_ttl
-        template_id, template_json = template
         entry = HistoryEntry.of(report, template_id, repeated or None)
         clock = _now()
         return [
@@ -892,7 +983,7 @@ class VerdictStore:
             0 if repeated else keep,
             report.request.kind,
             report.request.text,
-            result.model_dump_json(),
+            row,
             CHANGES_MAXLEN,
             clock.isoformat(),
             source,
@@ -968,6 +1059,26 @@ class VerdictStore:
             verdict=_verdict_or_none(row.get("verdict_kind")),
         )
 
+    def run_verdicts(self, run_ids: Sequence[str]) -> dict[str, Verdict]:
+        """The verdicts of these runs that are still kept (a run's own, or rebuilt from its
+        check's history), in a few round trips; runs without one are left out, never raised
+        for (a batch's JUnit reads its rows for those)."""
+        if not run_ids:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hget(self._run_key(run_id), "verdict")
+        found = {
+            run_id: Verdict.model_validate_json(raw)
+            for run_id, raw in zip(run_ids, pipe.execute(), strict=True)
+            if raw
+        }
+        missing = [run_id for run_id in run_ids if run_id not in found]
+        for run_id, (_place, _entry, verdict) in zip(missing, self._rebuilt(missing), strict=True):
+            if verdict is not None:
+                found[run_id] = verdict
+        return found
+
     def run_verdict(self, run_id: str) -> Verdict | None:
         """The run's verdict; None while it has none (or no run has the id).
 
@@ -1024,7 +1135,74 @@ class VerdictStore:
 
     # --- runs recorded in a check's history ------------------------------------------------
     def _recorded(self, run_ids: Sequence[str]) -> list[_Recorded | None]:
-        """Where each run is recorded (``P:runs``), in one round trip."""
+        """Where each run is recorded (``P:runs``), in one round trip; a policy's run inside
+        a set run through its set run's record (:meth:`_policy_runs_found`)."""
+        found = self._recorded_directly(run_ids)
+        missing = [run_id for run_id, place in zip(run_ids, found, strict=True) if place is None]
+        if missing and any(set_run_of(run_id) for run_id in missing):
+            policy_runs = self._policy_runs_found(missing)
+            found = [
+                place or policy_runs.get(run_id)
+                for run_id, place in zip(run_ids, found, strict=True)
+            ]
+        return found
+
+    def _policy_runs_found(self, run_ids: Sequence[str]) -> dict[str, _Recorded]:
+        """Policies' runs inside set runs, found through their set run's record: the set's
+        check names its policies' checks (``members``), and the policy's run is in its
+        check's history just before the set run's entry (a set run records its policies
+        first). Runs whose set run is not recorded are left out."""
+        wanted = {run_id: set_run_of(run_id) for run_id in run_ids}
+        sets = sorted({s for s in wanted.values() if s})
+        places = dict(zip(sets, self._recorded_directly(sets), strict=True))
+        members: dict[str, dict[str, str]] = {}
+        for set_check in {p.check_id for p in places.values() if p is not None}:
+            raw = self.client.hget(self._check_key(set_check), "members")
+            try:
+                members[set_check] = json.loads(raw) if raw else {}
+            except ValueError:
+                members[set_check] = {}
+        found: dict[str, _Recorded] = {}
+        for run_id, set_run in wanted.items():
+            place = places.get(set_run) if set_run else None
+            if place is None or set_run is None:
+                continue
+            check_id = next(
+                (
+                    check
+                    for name, check in members.get(place.check_id, {}).items()
+                    if policy_run_id(set_run, name) == run_id
+                ),
+                None,
+            )
+            if check_id is not None and (hit := self._policy_entry(run_id, check_id, place)):
+                found[run_id] = hit
+        return found
+
+    def _policy_entry(self, run_id: str, check_id: str, set_place: _Recorded) -> _Recorded | None:
+        """The history entry of a policy's run (``run_id``) in ``check_id``: among the few
+        entries before its set run's, else anywhere in the history."""
+        history = self._check_key(check_id, "history")
+        for count in (8, self.history_limit):
+            rows = stream_entries(self.client.xrevrange(history, set_place.entry_id, "-", count))
+            for entry_id, fields in rows:
+                if fields.get("run_id") == run_id:
+                    entry = HistoryEntry.parse(fields)
+                    template = (
+                        self.client.hget(self._check_key(check_id, "verdicts"), entry.template_id)
+                        if entry is not None
+                        else None
+                    )
+                    if not template:
+                        return None
+                    kind = VerdictKind(json.loads(template)["verdict"])
+                    return _Recorded(run_id, check_id, text(entry_id), kind)
+            if len(rows) < count:
+                return None
+        return None
+
+    def _recorded_directly(self, run_ids: Sequence[str]) -> list[_Recorded | None]:
+        """Where each run is recorded by its own record in ``P:runs`` (one round trip)."""
         values = self.client.hmget(self._runs_key, list(run_ids)) if run_ids else []
         found: list[_Recorded | None] = []
         for run_id, value in zip(run_ids, values, strict=True):
@@ -1318,6 +1496,7 @@ class VerdictStore:
         waits for its seal however long that takes.
         """
         created = _now()
+        self._forget_gone_batches(created)
         return bool(
             self._call(
                 self._create_batch_script,
@@ -1335,6 +1514,31 @@ class VerdictStore:
                 ],
             )
         )
+
+    def _forget_gone_batches(self, now: datetime, count: int = 16) -> None:
+        """Drop from ``P:batches`` the oldest few batches whose keys have expired (a finished
+        batch that changed nothing is kept ``report_ttl_seconds``, not the ``run_ttl_seconds``
+        the index is trimmed by), so the index holds no more than the batches kept."""
+        older = _epoch_ms(now) - self._report_ttl * 1000
+        ids = texts(
+            self.client.zrangebyscore(self.key("batches"), "-inf", older, start=0, num=count)
+        )
+        if not ids:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for batch_id in ids:
+            pipe.exists(self.key("batch", batch_id))  # read only: any id, as stored
+        gone = [b for b, kept in zip(ids, pipe.execute(), strict=True) if not kept]
+        if gone:
+            self.client.zrem(self.key("batches"), *gone)
+
+    def _seal_keys(self, batch_id: str) -> list[str]:
+        return [
+            self._batch_key(batch_id),
+            self._fanout_key(batch_id),
+            self._batch_key(batch_id, "runs"),
+            self._batch_key(batch_id, "results"),
+        ]
 
     def _fanout_key(self, batch_id: str) -> str:
         return self._batch_key(batch_id, "fanout")
@@ -1357,8 +1561,8 @@ class VerdictStore:
         return bool(
             self._call(
                 self._abandon_batch_script,
-                keys=[self._batch_key(batch_id), self._fanout_key(batch_id)],
-                args=[_now().isoformat(), reason, mode],
+                keys=self._seal_keys(batch_id),
+                args=[_now().isoformat(), reason, mode, self._report_ttl],
             )
         )
 
@@ -1371,8 +1575,8 @@ class VerdictStore:
         """Fan-out is over: the total is final, and the batch is done once pending is 0."""
         self._call(
             self._seal_batch_script,
-            keys=[self._batch_key(batch_id), self._fanout_key(batch_id)],
-            args=[_now().isoformat()],
+            keys=self._seal_keys(batch_id),
+            args=[_now().isoformat(), "", "", self._report_ttl],
         )
 
     def batch(self, batch_id: str) -> BatchStatus | None:
@@ -1411,27 +1615,66 @@ class VerdictStore:
         )
 
     def batch_results(self, batch_id: str, offset: int = 0, count: int = 200) -> list[BatchResult]:
-        """One page of per-target results in fan-out order (pending targets included)."""
-        run_ids = texts(
-            self.client.lrange(self._batch_key(batch_id, "runs"), offset, offset + count - 1)
-        )
-        if not run_ids:
-            return []
-        finished = self.client.hmget(self._batch_key(batch_id, "results"), run_ids)
+        """One page of per-target results in fan-out order (pending targets included), from
+        the batch's runs list: a finished target's row (:func:`batch_row`) stands where its
+        run id was. Each row gives its verdict, exit code, check and target, and its
+        explanation's first 300 characters come from the verdict's template (or the run's
+        kept verdict) while the check keeps it; None after. Two round trips a page."""
         pipe = self.client.pipeline(transaction=False)
-        missing = [rid for rid, raw in zip(run_ids, finished, strict=True) if not raw]
-        for run_id in missing:
-            pipe.hmget(self._run_key(run_id), ["check_id", "target"])
-        pending_rows = dict(zip(missing, pipe.execute() if missing else [], strict=True))
+        pipe.lrange(self._batch_key(batch_id, "runs"), offset, offset + count - 1)
+        pipe.hmget(self._batch_key(batch_id), ["kind", "text"])
+        listed, (batch_kind, batch_text) = pipe.execute()
+        entries = texts(listed)
+        if not entries:
+            return []
+        rows: list[list[Any] | None] = []
+        pipe = self.client.pipeline(transaction=False)
+        for entry in entries:
+            if entry.startswith("["):
+                row = json.loads(entry)
+                if len(row) == 4:  # its check is the one the batch's predicate gives it
+                    row.append(
+                        default_check_id(
+                            text(batch_kind) if batch_kind else "check",
+                            text(batch_text) if batch_text else "",
+                            row[3],
+                        )
+                    )
+                rows.append(row)
+                run_id, _kind, template_id, _target, check_id = row
+                if template_id:
+                    pipe.hget(self._check_key(check_id, "verdicts"), template_id)
+                else:
+                    pipe.hget(self._run_key(run_id), "verdict")
+            else:  # a run id: pending, or recorded in the results hash by an older version
+                rows.append(None)
+                pipe.hget(self._batch_key(batch_id, "results"), entry)
+                pipe.hmget(self._run_key(entry), ["check_id", "target"])
+        replies = iter(pipe.execute())
         page = []
-        for run_id, raw in zip(run_ids, finished, strict=True):
-            if raw:
-                page.append(BatchResult.model_validate_json(raw))
-            else:
-                check_id, target = pending_rows[run_id]
+        for entry, row in zip(entries, rows, strict=True):
+            if row is None:
+                legacy, (check_id, target) = next(replies), next(replies)
                 page.append(
-                    BatchResult(run_id=run_id, check_id=check_id or "", target=target or "")
+                    BatchResult.model_validate_json(legacy)
+                    if legacy
+                    else BatchResult(run_id=entry, check_id=check_id or "", target=target or "")
                 )
+                continue
+            run_id, verdict_kind, _template_id, target, check_id = row
+            verdict = next(replies)
+            explanation = json.loads(verdict).get("explanation") if verdict else None
+            kind_ = VerdictKind(verdict_kind)
+            page.append(
+                BatchResult(
+                    run_id=run_id,
+                    check_id=check_id,
+                    target=target,
+                    verdict=kind_,
+                    exit_code=EXIT_CODES[kind_],
+                    explanation=explanation[:RESULT_EXPLANATION_CHARS] if explanation else None,
+                )
+            )
         return page
 
     def iter_batch_results(self, batch_id: str, page_size: int = 200) -> Iterator[BatchResult]:

@@ -62,14 +62,14 @@ def _infrastructure_errors() -> tuple[type[BaseException], ...]:
     return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OperationalError)
 
 
-def _retrying(func: Any, *args: Any) -> Any:
+def _retrying(func: Any, *args: Any, **kwargs: Any) -> Any:
     """Call a store step, retrying Redis connection errors for up to a minute.
 
     The first attempt is a plain call: it nearly always succeeds, and setting up
     tenacity's loop cost more CPU than the store step itself (issue 15).
     """
     try:
-        return func(*args)
+        return func(*args, **kwargs)
     except _infrastructure_errors():
         pass
     retrying = Retrying(
@@ -78,7 +78,7 @@ def _retrying(func: Any, *args: Any) -> Any:
         wait=wait_exponential(multiplier=0.2, max=5.0) + wait_random(0, 1.0),
         reraise=True,
     )
-    return retrying(func, *args)
+    return retrying(func, *args, **kwargs)
 
 
 def give_up_report(
@@ -184,7 +184,12 @@ def handle_delivery(
         report = give_up_report(request, settings, reason, delivery)
     report = report.model_copy(update={"attempts": delivery})
     for child in children:  # a set's policies first: each is a run of its own check
-        _finish(runtime, child, log.bind(run_id=child.run_id, check_id=child.check_id))
+        _finish(
+            runtime,
+            child,
+            log.bind(run_id=child.run_id, check_id=child.check_id),
+            part_of=request.run_id,
+        )
 
     if report.status == "waiting" and report.checkpoint is not None:
         parked = _retrying(park, runtime.redis, settings, store, report, report.checkpoint)
@@ -196,9 +201,10 @@ def handle_delivery(
     return _finish(runtime, report, log)
 
 
-def _finish(runtime: WorkerRuntime, report: RunReport, log: Any) -> str:
+def _finish(runtime: WorkerRuntime, report: RunReport, log: Any, part_of: str | None = None) -> str:
+    """Record ``report``; ``part_of``: the set run it is one policy's run of."""
     try:
-        written = _retrying(runtime.store.record_verdict, report)
+        written = _retrying(runtime.store.record_verdict, report, part_of=part_of)
     except StoreConflict as exc:  # nothing was written; the run stays unfinished, visibly
         log.error("run_not_recorded", error=str(exc))
         return "store_conflict"
