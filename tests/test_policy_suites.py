@@ -128,3 +128,26 @@ def test_the_bench_reads_a_bare_mirror_at_its_head(tmp_path: Path) -> None:
         text=True,
     ).stdout
     assert "labelled pairs: 5, agree: 5, disagree: 0, refused: 0" in out
+
+
+def test_a_kyverno_cli_test_gives_its_namespaces_params_and_default_as_a_cluster_holds_them() -> (
+    None
+):
+    """A Kyverno CLI test's values file labels its Namespaces, its paramResources are objects
+    of the cluster (read from it as the API server reads a binding's params), and an object in
+    `default`, which the test does not describe, lives in a Namespace every cluster holds:
+    each label is then the engine's answer on the same data."""
+    reading = read_library(SUITES / "kyverno_cli")
+    figures = evaluate(reading.fixtures, reading.skipped)
+    judged = {
+        (f.policy, str(f.obj["metadata"]["name"])): (f.label, j.value)
+        for f, j in zip(reading.fixtures, figures.judgements, strict=True)
+    }
+    assert judged == {
+        ("replicas-within-limits", "small"): ("pass", True),
+        ("replicas-within-limits", "small-a"): ("pass", True),
+        ("replicas-within-limits", "big-a"): ("fail", False),
+        ("replicas-within-limits", "big-b"): ("skip", True),  # its Namespace is not selected
+        ("namespace-named", "small"): ("pass", True),
+    }
+    assert figures.disagreements == []

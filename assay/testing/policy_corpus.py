@@ -156,12 +156,17 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
     policies = tuple(str((base / p).resolve()) for p in named)
     objects = [o for file in test.get("resources") or [] for o in _load(base / file)]
     namespaces = tuple(o for o in objects if o.get("kind") == "Namespace")
+    namespaces += _values_namespaces(base, test, {_name_of(o) for o in namespaces})
     context = tuple(
         item
         for document in (_load(base / test["context"]) if test.get("context") else [])
         if document.get("kind") == "Context"
         for item in (document.get("spec") or {}).get("resources") or []
-    ) + tuple(o for file in test.get("clusterResources") or [] for o in _load(base / file))
+    ) + tuple(
+        o
+        for file in [*(test.get("clusterResources") or []), *(test.get("paramResources") or [])]
+        for o in _load(base / file)
+    )  # a binding's params objects are objects of the cluster, read from it as the API server does
     for result in test.get("results") or []:
         label = str(result.get("result") or "").strip()
         if label not in ("pass", "fail", "skip"):
@@ -191,6 +196,34 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
             )
 
 
+def _values_namespaces(
+    base: Path, test: dict[str, Any], given: set[str]
+) -> tuple[dict[str, Any], ...]:
+    """The Namespaces a Kyverno CLI test's values file describes (``namespaceSelector``: a
+    name and its labels), as the cluster would hold them (the API server labels every
+    Namespace with its own name too); those the test's resources give are theirs."""
+    if not test.get("variables"):
+        return ()
+    found: list[dict[str, Any]] = []
+    for document in _load(base / str(test["variables"])):
+        for entry in document.get("namespaceSelector") or []:
+            name = str(entry.get("name") or "") if isinstance(entry, dict) else ""
+            if not name or name in given:
+                continue
+            found.append(_stored_namespace(name, entry.get("labels") or {}))
+    return tuple(found)
+
+
+def _stored_namespace(name: str, labels: dict[str, Any]) -> dict[str, Any]:
+    """A Namespace as the API server stores it: labelled with its own name, as every one is."""
+    labels = {**labels, "kubernetes.io/metadata.name": name}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def _name_of(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
 def _own_namespace(
     obj: dict[str, Any], namespaces: tuple[dict[str, Any], ...]
 ) -> tuple[dict[str, Any], ...]:
@@ -199,6 +232,26 @@ def _own_namespace(
         return ()
     name = with_namespace(obj).get("metadata", {}).get("namespace")
     return tuple(n for n in namespaces if (n.get("metadata") or {}).get("name") == name)[:1]
+
+
+def _namespace_it_lives_in(obj: dict[str, Any], fixture: Fixture) -> list[dict[str, Any]]:
+    """The object's Namespace as the cluster that labelled it held it, when the test does not
+    give it: a namespaced object was admitted into an existing Namespace (``default`` is in
+    every cluster), and the API server labels every Namespace with its own name. Without it
+    a stored snapshot would lack what any real cluster holds, and a policy reading
+    ``namespaceObject`` would get no verdict."""
+    if obj.get("kind") == "Namespace":
+        return []
+    name = (obj.get("metadata") or {}).get("namespace")
+    if not name:  # cluster-scoped (with_namespace put every namespaced object in one)
+        return []
+    given = [*fixture.namespaces, *fixture.context]
+    if any(
+        o.get("kind") == "Namespace" and (o.get("metadata") or {}).get("name") == name
+        for o in given
+    ):
+        return []
+    return [_stored_namespace(name, {})]
 
 
 def _find(
@@ -355,7 +408,8 @@ class Judge:
         with tempfile.TemporaryDirectory(prefix="assay-corpus-") as folder:
             obj = with_namespace(fixture.obj)
             (Path(folder) / "object.json").write_text(json.dumps(obj))
-            for number, namespace in enumerate(fixture.namespaces):
+            namespaces = [*fixture.namespaces, *_namespace_it_lives_in(obj, fixture)]
+            for number, namespace in enumerate(namespaces):
                 (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(namespace))
             for number, other in enumerate(fixture.context):
                 (Path(folder) / f"context-{number}.json").write_text(
