@@ -23,6 +23,8 @@ _KYVERNO_LIBRARIES = {
     "globalContext": "Kyverno's global context, which only a Kyverno ValidatingPolicy has",
     "generator": "Kyverno's generator library (it creates objects)",
     "imagedata": "Kyverno's image data (it reads a registry over the network)",
+    "hash": "Kyverno's hash library, which only a Kyverno ValidatingPolicy has",
+    "json": "Kyverno's json library, which only a Kyverno ValidatingPolicy has",
 }
 # What a Kyverno ValidatingPolicy may read of its target, served from the target's listings
 # (cluster_reads.py): resource.Get / List and globalContext.Get, each in Kyverno's two
@@ -31,6 +33,9 @@ _KYVERNO_LIBRARIES = {
 _SERVED_LIBRARY_CALLS = {
     "resource": frozenset({"Get", "get", "List", "list"}),
     "globalContext": frozenset({"Get", "get"}),
+    # pure functions of their arguments (cel_lib/kyverno_hash.py, kyverno_json.py)
+    "hash": frozenset({"sha1", "sha256", "md5"}),
+    "json": frozenset({"unmarshal", "marshal"}),
 }
 _LIBRARY_CALLS_REFUSED = {
     "Post": "it calls Kyverno's resource.Post, which creates an object (or asks the API "
