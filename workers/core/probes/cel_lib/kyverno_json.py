@@ -9,7 +9,8 @@ ValidatingPolicy.
   it: no spaces, map keys sorted, ``<``, ``>`` and ``&`` escaped as ``\\u003c`` ...,
   bytes as base64, doubles in Go's shortest form (``1.0`` is ``1``, ``1e21`` is ``1e+21``).
   A value JSON cannot hold (a map with keys that are not strings, a timestamp, a library
-  value) is an evaluation error.
+  value) is an evaluation error, and so is a null anywhere in it (Go's encoder is given
+  CEL's null as protobuf's NullValue, whose text is not JSON's ``null``).
 
 Both answer only while an imported Kyverno ValidatingPolicy is run (kyverno_resource.py
 binds that). Each call is charged by its argument's size, and what ``unmarshal`` returns
@@ -85,8 +86,11 @@ def _encode(value: Any, out: list[str], depth: int = 0) -> None:
     if depth > 1000:
         raise CelLibraryError("json.marshal: the value nests too deeply")
     if value is None:
-        out.append("null")
-    elif isinstance(value, bool):
+        raise CelLibraryError(
+            "json.marshal: a null is not served (Kyverno's encoder is given CEL's null as "
+            "protobuf's NullValue, not as JSON's null)"
+        )
+    if isinstance(value, bool):
         out.append("true" if value else "false")
     elif isinstance(value, int):
         out.append(str(value))
@@ -94,7 +98,7 @@ def _encode(value: Any, out: list[str], depth: int = 0) -> None:
         out.append(_go_double(value))
     elif isinstance(value, str):
         out.append(_string(value))
-    elif isinstance(value, bytes):
+    elif isinstance(value, bytes | bytearray):
         out.append(_string(base64.b64encode(value).decode("ascii")))
     elif isinstance(value, list | tuple):
         out.append("[")
