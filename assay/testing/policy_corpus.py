@@ -40,7 +40,7 @@ from assay.testing.vap_library_suite import is_library_root, read_vap_library
 from schemas.policy import ImportedPolicy
 from schemas.verdict import VerdictKind
 from workers.core.policies.documents import SourcedDocument, documents_from_text
-from workers.core.policies.expressions import references
+from workers.core.policies.expressions import global_calls, references
 from workers.core.policies.importer import import_documents
 from workers.core.policies.run import run_policies
 from workers.core.probes.export import NotExportable, export_policy_documents
@@ -456,7 +456,7 @@ def _exports(policy: ImportedPolicy, backend: SnapshotBackend) -> dict[str, str 
 def engine_only(policy: ImportedPolicy, fmt: str) -> bool:
     """Whether ``policy`` holds what ``fmt`` has no counterpart for: Kyverno's
     PolicyExceptions or GlobalContextEntries (any export), its ``resource`` /
-    ``globalContext`` reads (a ValidatingAdmissionPolicy)."""
+    ``globalContext`` reads and its hash, json and image calls (a ValidatingAdmissionPolicy)."""
     kinds = {d.get("kind") for d in policy.documents[1:]}
     if kinds & {"PolicyException", "GlobalContextEntry"}:
         return True
@@ -464,9 +464,15 @@ def engine_only(policy: ImportedPolicy, fmt: str) -> bool:
         return False
     texts = [v.expression for rule in policy.rules for v in rule.variables]
     texts += [v.expression for rule in policy.rules for v in rule.validations]
+    texts += [c.expression for rule in policy.rules for c in rule.match_conditions]
+    texts += [v.message_expression for rule in policy.rules for v in rule.validations
+              if v.message_expression]  # fmt: skip
+    kyverno_calls = {"parseImageReference", "image", "isImage", "sha1", "sha256", "md5"}
     return any(
-        ref.root in ("resource", "globalContext") for text in texts for ref in references(text)
-    )
+        ref.root in ("resource", "globalContext", "hash", "json")
+        for text in texts
+        for ref in references(text)
+    ) or any(global_calls(text) & kyverno_calls for text in texts)
 
 
 def _names(policy: ImportedPolicy, name: str) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 from schemas.kubernetes_metadata import LabelSelector, SelectorError
 from schemas.policy import KindRef, ResourceFilter
 from schemas.probe import ProbeCondition, ProbeValidation, ProbeVariable
-from workers.core.policies.expressions import references
+from workers.core.policies.expressions import global_calls, references
 from workers.core.probes.admission_inputs import SERVED_REQUEST_FIELDS
 
 ADMITTING_OPERATIONS = frozenset({"CREATE", "UPDATE", "*"})
@@ -23,6 +23,8 @@ _KYVERNO_LIBRARIES = {
     "globalContext": "Kyverno's global context, which only a Kyverno ValidatingPolicy has",
     "generator": "Kyverno's generator library (it creates objects)",
     "imagedata": "Kyverno's image data (it reads a registry over the network)",
+    "hash": "Kyverno's hash library, which only a Kyverno ValidatingPolicy has",
+    "json": "Kyverno's json library, which only a Kyverno ValidatingPolicy has",
 }
 # What a Kyverno ValidatingPolicy may read of its target, served from the target's listings
 # (cluster_reads.py): resource.Get / List and globalContext.Get, each in Kyverno's two
@@ -31,7 +33,17 @@ _KYVERNO_LIBRARIES = {
 _SERVED_LIBRARY_CALLS = {
     "resource": frozenset({"Get", "get", "List", "list"}),
     "globalContext": frozenset({"Get", "get"}),
+    # pure functions of their arguments (cel_lib/kyverno_hash.py, kyverno_json.py)
+    "hash": frozenset({"sha1", "sha256", "md5"}),
+    "json": frozenset({"unmarshal", "marshal"}),
 }
+# Kyverno's global functions (cel_lib/kyverno_hash.py, kyverno_image.py): only a Kyverno
+# ValidatingPolicy has them.
+_KYVERNO_FUNCTIONS = {
+    "sha1": "Kyverno's hash library", "sha256": "Kyverno's hash library",
+    "md5": "Kyverno's hash library", "image": "Kyverno's image library",
+    "parseImageReference": "Kyverno's image library", "isImage": "Kyverno's image library",
+}  # fmt: skip
 _LIBRARY_CALLS_REFUSED = {
     "Post": "it calls Kyverno's resource.Post, which creates an object (or asks the API "
     "server, as a SubjectAccessReview does), and a check never writes to its target",
@@ -272,4 +284,10 @@ def refusal_in(
                 return f"it calls {_KYVERNO_LIBRARIES[ref.root]}"
             if ref.root == "image" and ref.fields[:1] == ("GetMetadata",):
                 return "it calls Kyverno's image.GetMetadata (it reads a registry)"
+        if not kyverno_libraries:
+            for function in sorted(global_calls(expression) & _KYVERNO_FUNCTIONS.keys()):
+                library = _KYVERNO_FUNCTIONS[function]
+                return (
+                    f"it calls {function}, of {library}, which only a Kyverno ValidatingPolicy has"
+                )
     return None

@@ -35,7 +35,8 @@ from workers.core.probes.syntax.reads import Reference, scoped
 from workers.core.probes.syntax.reads import references as tree_references
 from workers.core.probes.syntax.unparser import unparse
 
-__all__ = ["Reference", "literal_arguments", "references", "rewrite_roots", "substitute_field"]
+__all__ = ["Reference", "global_calls", "literal_arguments", "references", "rewrite_roots",
+           "substitute_field"]  # fmt: skip
 
 _COMPUTED = object()  # an argument that is not a literal
 
@@ -47,6 +48,19 @@ def references(expression: str) -> list[Reference]:
         return tree_references(parse(expression).root)
     except CelSyntaxError:
         return []
+
+
+def global_calls(expression: str) -> set[str]:
+    """The names of the global functions the expression calls (``image(...)``, not
+    ``x.image(...)``); none for an expression that does not parse."""
+    try:
+        tree = parse(expression)
+    except CelSyntaxError:
+        return set()
+    return {
+        node.function for node, _ in scoped(tree.root)
+        if isinstance(node, Call) and node.target is None
+    }  # fmt: skip
 
 
 def literal_arguments(expression: str, root: str, functions: frozenset[str]) -> list[list[Any]]:

@@ -65,9 +65,12 @@ BASE: tuple[Part, ...] = (
 
 # Libraries of a policy engine, not of Kubernetes: declared in every environment (a probe's
 # expression compiles the same way everywhere) but answering only where the engine's own
-# policy is run (cel_lib/kyverno_resource.py: Kyverno's resource and globalContext, served
-# only around an imported Kyverno ValidatingPolicy's run; anywhere else a call is an error).
-ENGINE_MODULES: tuple[str, ...] = ("kyverno_resource",)
+# policy is run (cel_lib/kyverno_*.py: Kyverno's resource, globalContext, hash, json and
+# image, served only around an imported Kyverno ValidatingPolicy's run; anywhere else a
+# call is an error).
+ENGINE_MODULES: tuple[str, ...] = (
+    "kyverno_resource", "kyverno_hash", "kyverno_json", "kyverno_image",
+)  # fmt: skip
 
 
 def _key(version: str) -> tuple[int, ...]:

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from schemas.policy import ImportedPolicy, KindRef, PolicyRule, ResourceFilter
+from workers.core.probes.cel_lib import overloads
 from workers.core.probes.export_draft import (
     CREATE_UPDATE,
     Draft,
@@ -49,6 +50,7 @@ from workers.core.probes.export_draft import (
     selector,
     validation,
 )
+from workers.core.probes.syntax.nodes import Call, Ident, Node, walk
 from workers.core.probes.syntax.parser import CelSyntaxError, parse
 from workers.core.probes.syntax.reads import references
 from workers.core.toolsets.backend import ResourceInfo
@@ -92,13 +94,34 @@ def policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kinds) -> li
 
 
 _KYVERNO_READS = frozenset({"resource", "globalContext"})
+# Kyverno's libraries of pure functions (cel_lib/kyverno_hash.py, kyverno_json.py,
+# kyverno_image.py), by the names a policy calls them: a ValidatingAdmissionPolicy has none.
+_KYVERNO_FUNCTIONS = frozenset(
+    o.function for o in overloads(["kyverno_hash", "kyverno_json", "kyverno_image"]) if not o.member
+)
+
+
+def _kyverno_functions(root: Node) -> set[str]:
+    """The Kyverno library functions an expression calls (``image``, ``hash.md5``)."""
+    found = set()
+    for node in walk(root):
+        if not isinstance(node, Call):
+            continue
+        if node.target is None and node.function in _KYVERNO_FUNCTIONS:
+            found.add(node.function)
+        elif isinstance(node.target, Ident):
+            named = f"{node.target.name}.{node.function}"
+            if named in _KYVERNO_FUNCTIONS:
+                found.add(named)
+    return found
 
 
 def _refuse_kyverno_extras(policy: ImportedPolicy, fmt: ExportFormat) -> None:
     """What a Kyverno policy was imported with that an export would lose: its
     PolicyExceptions and GlobalContextEntries (documents of their own, not written), and,
     for a ValidatingAdmissionPolicy, its reads of other objects (``resource.*``,
-    ``globalContext``), a library only Kyverno has."""
+    ``globalContext``) and its calls of Kyverno's hash, json and image libraries, which
+    only Kyverno has."""
     plural = {"GlobalContextEntry": "GlobalContextEntries", "PolicyException": "PolicyExceptions"}
     extras = sorted({plural[k] for d in policy.documents[1:] if (k := d.get("kind")) in plural})
     if extras:
@@ -115,9 +138,16 @@ def _refuse_kyverno_extras(policy: ImportedPolicy, fmt: ExportFormat) -> None:
         texts += [v.message_expression for v in rule.validations if v.message_expression]
         for text in texts:
             try:
-                found = {r.root for r in references(parse(text).root)} & _KYVERNO_READS
+                tree = parse(text)
             except CelSyntaxError:
                 continue
+            calls = sorted(_kyverno_functions(tree.root))
+            if calls:
+                raise NotExportable(
+                    f"rule {rule.name} calls {', '.join(calls)} of Kyverno's own CEL "
+                    "libraries, which a ValidatingAdmissionPolicy has not"
+                )
+            found = {r.root for r in references(tree.root)} & _KYVERNO_READS
             if found:
                 raise NotExportable(
                     f"rule {rule.name} reads other objects through Kyverno's "

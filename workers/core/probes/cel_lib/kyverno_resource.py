@@ -75,6 +75,15 @@ def reading(reads: ClusterReads) -> Iterator[None]:
         _current.reads = previous
 
 
+def require_kyverno_policy(function: str) -> None:
+    """Raise unless a Kyverno ValidatingPolicy is being run in this thread: Kyverno's own
+    libraries (hash, json, image) answer only there, as they exist only in Kyverno."""
+    if getattr(_current, "reads", None) is None:
+        raise CelLibraryError(
+            f"{function} is Kyverno's library: only an imported Kyverno ValidatingPolicy calls it"
+        )
+
+
 def _reads(function: str) -> ClusterReads:
     found: ClusterReads | None = getattr(_current, "reads", None)
     if found is None:

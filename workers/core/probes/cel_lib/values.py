@@ -1,4 +1,5 @@
-"""Kubernetes' library values (Quantity, IP, CIDR, URL, Semver, Format) as typed values.
+"""Kubernetes' library values (Quantity, IP, CIDR, URL, Semver, Format) and Kyverno's image
+reference as typed values.
 
 The API server gives each its own CEL type (``kubernetes.Quantity``, ``net.IP``,
 ``net.CIDR``, ``kubernetes.URL``, ``kubernetes.Semver``, ``kubernetes.NamedFormat``): a
@@ -25,6 +26,7 @@ TYPE_NAMES = {
     "url": "kubernetes.URL",
     "semver": "kubernetes.Semver",
     "format": "kubernetes.NamedFormat",
+    "image": "kyverno.image",  # Kyverno's image reference (kyverno_image.py)
 }
 FIELD = "assay_parts"  # the one field: no CEL of Kubernetes' selects a field of these
 
