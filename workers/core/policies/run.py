@@ -150,15 +150,20 @@ def _run(
         keep = ObjectFilter(rule, item.resource, shared.namespace_labels)
         exempt = keep.exception if rule.exceptions else None
         runs: list[tuple[ProposedProbe, Callable[[dict[str, Any]], bool]]]
-        if policy.param_source is None:
+        source = rule.param_source or policy.param_source
+        if source is None:
             runs = [(probe_for(policy, rule, item.resource, item.namespace), keep)]
         else:
-            plan = params_plan(policy.param_source, item.resource, shared)
+            plan = params_plan(source, item.resource, shared)
             if plan.error is not None:
-                return _failed(policy, plan.error)
+                return _failed(policy, _of_rule(policy, rule, plan.error))
+            errored = _errored(plan.runs, keep, item, shared)
+            if errored is not None:
+                return _failed(policy, _of_rule(policy, rule, errored))
             runs = [
                 (_with_params(policy, rule, item, params_run), _narrowed(keep, params_run))
                 for params_run in plan.runs
+                if params_run.error is None
             ]
         done = [(probe, _run_one(probe, shared.view(selects, exempt), reads, deadline))
                 for probe, selects in runs]  # fmt: skip
@@ -226,6 +231,37 @@ def _with_params(
         }
     )
     return probe_for(policy, denial, item.resource, item.namespace, params=None)
+
+
+def _of_rule(policy: ImportedPolicy, rule: PolicyRule, reason: str) -> str:
+    """``reason``, naming the rule when the policy has several."""
+    return f"rule {rule.name}: {reason}" if len(policy.rules) > 1 else reason
+
+
+def _errored(
+    runs: list[ParamsRun],
+    keep: Callable[[dict[str, Any]], bool],
+    item: _Planned,
+    shared: SharedLookups,
+) -> str | None:
+    """Why the rule has no verdict: a run that errs (Kyverno found no params for it) over
+    an object the rule selects, which is named; None when no such run selects any."""
+    for params_run in runs:
+        if params_run.error is None:
+            continue
+        try:
+            listed = shared.listing(item.resource, item.namespace)
+        except BackendError as exc:
+            return f"its {item.resource.kind} objects could not be listed: {exc.message}"
+        selects = _narrowed(keep, params_run)
+        for obj in listed:
+            if selects(obj):
+                meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+                assert isinstance(meta, dict)
+                where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+                name = f"{item.resource.kind} {where}{meta.get('name')}"
+                return f"{params_run.error} (judging {name})"
+    return None
 
 
 def _narrowed(
