@@ -105,6 +105,11 @@ def _namespace(obj: dict[str, Any]) -> str | None:
     return meta.get("namespace") if isinstance(meta, dict) else None
 
 
+def _name(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get("name") or "") if isinstance(meta, dict) else ""
+
+
 def params_plan(source: ParamSource, judged: ResourceInfo, shared: SharedLookups) -> ParamsPlan:
     """How a rule over ``judged`` objects runs with the params ``source`` names on the target."""
     what = f"{source.kind} ({source.api_version})"
@@ -130,7 +135,9 @@ def params_plan(source: ParamSource, judged: ResourceInfo, shared: SharedLookups
         listed = shared.listing(resource, None if per_namespace else source.namespace)
     except BackendError as exc:
         return ParamsPlan(error=f"its params ({what}) could not be listed: {exc.message}")
-    found = _selected(source, listed)
+    # in the order the API server lists them (by namespace and name), which Kyverno's
+    # reading of several depends on (run.py)
+    found = sorted(_selected(source, listed), key=lambda o: (_namespace(o) or "", _name(o)))
     if per_namespace:
         where = " in the judged object's namespace"
     else:
