@@ -210,3 +210,12 @@ def test_the_vap_export_binds_the_params_only_where_the_api_server_reads_them_al
         export_policy_documents(
             _import(_text("{name: limits, parameterNotFoundAction: Deny}"))[0], "kyverno"
         )
+
+
+def test_a_param_ref_with_neither_name_nor_selector_selects_nothing(tmp_path: Path) -> None:
+    """Kyverno lists nothing for it: no rule runs (Allow or unset), or its error (Deny)."""
+    backend = _snapshot(tmp_path / "a", _limits("limits", "shop", 1), *_deployments())
+    (result,), _ = run_policies(_import(_text("{namespace: shop}")), backend)
+    assert result.verdict == VerdictKind.TRUE and result.judged_total == 0
+    (result,), _ = run_policies(_import(_text("{parameterNotFoundAction: Deny}")), backend)
+    assert result.verdict == VerdictKind.CANNOT_DETERMINE
