@@ -115,6 +115,43 @@ class RuleException(_Strict):
     match: list[list[ResourceFilter]] = Field(min_length=1, max_length=16)
 
 
+class ParamSource(_Strict):
+    """Where a rule's params come from on the target cluster, read from the target's listing
+    of that kind on every run: a ValidatingAdmissionPolicy binding's ``paramRef`` (for the
+    policy's ``paramKind``), read as the API server reads it at admission, or a Kyverno
+    ClusterPolicy rule's ``validate.cel.paramKind`` / ``paramRef``, read as Kyverno reads it."""
+
+    api_version: str = Field(min_length=1, max_length=317, description="paramKind.apiVersion")
+    kind: str = Field(min_length=1, max_length=253, description="paramKind.kind")
+    name: str | None = Field(default=None, description="paramRef.name (one object).")
+    namespace: str | None = Field(
+        default=None,
+        description="paramRef.namespace; unset for a namespaced kind: the judged object's own "
+        "namespace.",
+    )
+    selector: LabelSelector | None = Field(
+        default=None,
+        description="paramRef.selector (every object it selects; the policy must hold for "
+        "each); empty selects every object of the kind. With neither name nor selector "
+        "(Kyverno only) no object is selected.",
+    )
+    not_found_action: Literal["Allow", "Deny"] = Field(
+        default="Deny",
+        description="paramRef.parameterNotFoundAction: with no params object, Allow admits; "
+        "Deny applies the failure policy (Kyverno: reports the rule as an error).",
+    )
+    failure_policy: Literal["Fail", "Ignore"] = Field(
+        default="Fail", description="The policy's failurePolicy (what Deny applies)."
+    )
+    reader: Literal["kubernetes", "kyverno"] = Field(
+        default="kubernetes",
+        description="Who reads them: the API server (a binding's paramRef), or Kyverno (a "
+        "ClusterPolicy rule's), which reports the rule as an error, giving no verdict, when "
+        "a named object is missing or none is selected with Deny, and admits when none is "
+        "selected otherwise.",
+    )
+
+
 class PolicyRule(_Strict):
     """One rule of an imported policy: which objects it judges and the CEL that judges them.
 
@@ -141,33 +178,10 @@ class PolicyRule(_Strict):
         description="Kyverno PolicyExceptions (kyverno.io) naming this rule: an object one "
         "selects is exempt, not judged, reported `skip` as Kyverno reports it.",
     )
-
-
-class ParamSource(_Strict):
-    """Where a ValidatingAdmissionPolicy binding's params come from on the target cluster
-    (its ``paramRef``, for the policy's ``paramKind``), read from the target's listing of
-    that kind on every run, as the API server reads them at admission."""
-
-    api_version: str = Field(min_length=1, max_length=317, description="paramKind.apiVersion")
-    kind: str = Field(min_length=1, max_length=253, description="paramKind.kind")
-    name: str | None = Field(default=None, description="paramRef.name (one object).")
-    namespace: str | None = Field(
+    param_source: ParamSource | None = Field(
         default=None,
-        description="paramRef.namespace; unset for a namespaced kind: the judged object's own "
-        "namespace.",
-    )
-    selector: LabelSelector | None = Field(
-        default=None,
-        description="paramRef.selector (every object it selects; the policy must hold for "
-        "each). Set when name is not; empty selects every object of the kind.",
-    )
-    not_found_action: Literal["Allow", "Deny"] = Field(
-        default="Deny",
-        description="paramRef.parameterNotFoundAction: with no params object, Allow admits; "
-        "Deny applies the failure policy.",
-    )
-    failure_policy: Literal["Fail", "Ignore"] = Field(
-        default="Fail", description="The policy's failurePolicy (what Deny applies)."
+        description="A Kyverno ClusterPolicy rule's params (validate.cel paramKind and "
+        "paramRef), read from the target cluster on each run as Kyverno reads them.",
     )
 
 

@@ -243,10 +243,15 @@ def test_imported_examples_export_to_valid_policies_with_their_params() -> None:
     _valid_vap(vaps)
 
 
-def _verdict(policies: list[ImportedPolicy], obj: dict[str, Any], folder: Path) -> str:
-    """The policies' joint verdict on a snapshot of one object (false if any is false)."""
+def _verdict(
+    policies: list[ImportedPolicy], obj: dict[str, Any], folder: Path, others: Any = ()
+) -> str:
+    """The policies' joint verdict on a snapshot of one object and the ``others`` its test
+    holds (its Namespace, a params object) (false if any is false)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "object.json").write_text(json.dumps(obj))
+    for number, other in enumerate(others):
+        (folder / f"other-{number}.json").write_text(json.dumps(with_namespace(other)))
     results, _ = run_policies(policies, SnapshotBackend(folder))
     verdicts = {r.verdict.value for r in results}
     return "false" if "false" in verdicts else "true" if verdicts == {"true"} else "undecided"
@@ -267,7 +272,8 @@ def test_an_imported_policy_exports_back_to_an_equivalent_one(fmt: str, tmp_path
     for number, fixture in enumerate(read_library(CORPUS).fixtures):
         originals, _ = judge.policies(fixture.policy_files)
         original = next(p for p in originals if fixture.policy in (p.name, p.policy_name))
-        if fmt == "kyverno" and original.params is not None:
+        takes_params = original.params is not None or any(r.param_source for r in original.rules)
+        if fmt == "kyverno" and takes_params:
             continue  # a ValidatingPolicy takes no params: vap is its export
         if engine_only(original, fmt):  # Kyverno's exceptions or reads: refused, and said so
             with pytest.raises(NotExportable, match="Kyverno"):
@@ -279,8 +285,9 @@ def test_an_imported_policy_exports_back_to_an_equivalent_one(fmt: str, tmp_path
         obj = with_namespace(fixture.obj)
         if fmt == "kyverno" and original.format == "vap" and _holds_null(obj):
             continue  # the API server reads a null field as absent, Kyverno as null
-        before = _verdict([original], obj, tmp_path / f"{number}-a")
-        after = _verdict(again, obj, tmp_path / f"{number}-b")
+        others = [*fixture.namespaces, *fixture.context]
+        before = _verdict([original], obj, tmp_path / f"{number}-a", others)
+        after = _verdict(again, obj, tmp_path / f"{number}-b", others)
         assert before == after, (fixture.source, fixture.name, before, after)
         compared.add(original.name)
     assert len(compared) >= (10 if fmt == "vap" else 8)

@@ -103,11 +103,25 @@ def describe(policy: ImportedPolicy) -> str:
                         kinds.append(kind.name)
     rules = f"{len(policy.rules)} rule{'s' if len(policy.rules) != 1 else ''}"
     said = f"{policy.format}, {rules}, judges {', '.join(kinds) or 'nothing'}"
-    source = policy.param_source
-    if source is not None:  # read on every run: say so where the import is reported
+    sources = [policy.param_source, *(rule.param_source for rule in policy.rules)]
+    told: list[str] = []
+    for source in sources:  # read on every run: say so where the import is reported
+        if source is None:
+            continue
         where = f" in {source.namespace}" if source.namespace else ""
-        which = f"{source.kind} {source.name}" if source.name else f"{source.kind}s selected"
-        said += f", params from the target ({which}{where}; none found: {source.not_found_action})"
+        if source.name:
+            which = f"{source.kind} {source.name}"
+        elif source.selector is None:
+            which = f"no {source.kind}"
+        else:
+            which = f"{source.kind}s selected"
+        missing: str = source.not_found_action
+        if source.reader == "kyverno":
+            missing = "error" if source.name or missing == "Deny" else "admit"
+        text = f", params from the target ({which}{where}; none found: {missing})"
+        if text not in told:
+            told.append(text)
+    said += "".join(told)
     exceptions = sum(d.get("kind") == "PolicyException" for d in policy.documents[1:])
     if exceptions:  # Kyverno's, imported with it
         said += f", {exceptions} PolicyException{'s' if exceptions != 1 else ''}"

@@ -411,10 +411,11 @@ class Judge:
             namespaces = [*fixture.namespaces, *_namespace_it_lives_in(obj, fixture)]
             for number, namespace in enumerate(namespaces):
                 (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(namespace))
+            cluster_scoped = _cluster_scoped_kinds(fixture.context)
             for number, other in enumerate(fixture.context):
-                (Path(folder) / f"context-{number}.json").write_text(
-                    json.dumps(with_namespace(other))
-                )
+                if other.get("kind") not in cluster_scoped:
+                    other = with_namespace(other)
+                (Path(folder) / f"context-{number}.json").write_text(json.dumps(other))
             backend = SnapshotBackend(folder)
             began = time.perf_counter()
             results, _ = run_policies([policy], backend, rules=rules)
@@ -438,10 +439,25 @@ class Judge:
         )
 
 
+def _cluster_scoped_kinds(objects: Iterable[dict[str, Any]]) -> set[str]:
+    """The custom kinds a CustomResourceDefinition among ``objects`` makes cluster-scoped:
+    an object of one written without a namespace stays without one."""
+    out = set()
+    for obj in objects:
+        spec = obj.get("spec") if obj.get("kind") == "CustomResourceDefinition" else None
+        if isinstance(spec, dict) and spec.get("scope") == "Cluster":
+            names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+            assert isinstance(names, dict)
+            if names.get("kind"):
+                out.add(str(names["kind"]))
+    return out
+
+
 def _exports(policy: ImportedPolicy, backend: SnapshotBackend) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for fmt in ("vap", "kyverno"):
-        if fmt == "kyverno" and policy.params is not None:
+        takes_params = policy.params is not None or any(r.param_source for r in policy.rules)
+        if fmt == "kyverno" and takes_params:
             continue  # a ValidatingPolicy takes no params: vap is its export
         if engine_only(policy, fmt):
             continue  # what only Kyverno has: the export refuses it, and says so
@@ -558,8 +574,12 @@ _REFUSAL_CLASSES = (
     ("request.name,", f"{_ANOTHER_BRANCH}: request.name"),
     ("reads oldObject", f"{_ANOTHER_BRANCH}: oldObject, null on a CREATE"),
     ("exceptions.", f"{_ANOTHER_BRANCH}: a PolicyException's values"),
-    ("params from a cluster object", f"{_NOT_YET}: params from a cluster object"),
-    ("params come from a cluster object", f"{_NOT_YET}: params from a cluster object"),
+    ("reports the rule as an error", "params the engine errs on too (none found)"),
+    ("has none (Kyverno errs on it)", "params the engine errs on too (a cluster-scoped object)"),
+    (
+        "has none (the API server errs on it)",
+        "params the engine errs on too (a cluster-scoped object)",
+    ),
     ("request.userInfo", f"{_REQUEST}: request.userInfo"),
     ("http library", f"{_REQUEST}: an HTTP call"),
     ("image.GetMetadata", f"{_REQUEST}: a registry"),

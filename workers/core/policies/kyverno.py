@@ -7,7 +7,9 @@ descriptions), CEL preconditions and CEL expressions. Both get Kyverno's pod-con
 rules (autogen.py) when Kyverno would derive them, and the PolicyExceptions of the files
 that exempt objects from them (kyverno_exceptions.py). A ValidatingPolicy may read other
 objects of its target (``resource.Get`` / ``resource.List``) and GlobalContextEntries that
-list them (``globalContext.Get``), imported with it (cluster_reads.py serves them). What a
+list them (``globalContext.Get``), imported with it (cluster_reads.py serves them). A
+ClusterPolicy rule's ``validate.cel.paramKind`` / ``paramRef`` is read from the target on
+every run, as Kyverno reads it (params.py). What a
 check of stored objects cannot honour is refused: JMESPath preconditions, context entries
 (data from the cluster or a service), a global context entry that calls a service or
 projects with JMESPath, matching on who makes the request (subjects, roles), non-CEL
@@ -21,7 +23,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from schemas.policy import ImportedPolicy, KindRef, PolicyRule, ResourceFilter
+from schemas.policy import (
+    ImportedPolicy,
+    KindRef,
+    LabelSelector,
+    ParamSource,
+    PolicyRule,
+    ResourceFilter,
+)
 from workers.core.policies import autogen, kyverno_exceptions
 from workers.core.policies.common import (
     ADMITTING_OPERATIONS,
@@ -282,11 +291,6 @@ def _cluster_policy_rule(
             }[field]
             raise Unsupported(f"rule {name} uses {reason}")
     cel = as_map(validate.get("cel"), f"rule {name} validate.cel")
-    if cel.get("paramKind") or cel.get("paramRef"):
-        raise Unsupported(
-            f"rule {name} takes params (paramKind/paramRef), which assay reads from the "
-            "cluster for a ValidatingAdmissionPolicy binding only"
-        )
     match, described = _match_blocks(raw.get("match"), f"rule {name} match", own)
     exclude, excluded = _match_blocks(raw.get("exclude"), f"rule {name} exclude", [])
     if not match:
@@ -302,10 +306,41 @@ def _cluster_policy_rule(
         validations=validations_of(
             cel.get("expressions"), f"rule {name} expressions", validate.get("message")
         ),
+        param_source=_rule_params(cel, name),
     )
     if not rule.validations:
         raise Unsupported(f"rule {name} has no CEL expressions")
     return rule, described + excluded
+
+
+def _rule_params(cel: dict[str, Any], rule: str) -> ParamSource | None:
+    """A rule's params (``validate.cel.paramKind`` and ``paramRef``), read from the target
+    as Kyverno reads them (params.py); None unless both are set, as Kyverno binds
+    ``params`` only then (an expression reading them is then refused, as Kyverno cannot
+    compile it). A ``name`` is looked up, and any ``selector`` beside it ignored, as Kyverno
+    does; with neither, no object is selected."""
+    if not cel.get("paramKind") or not cel.get("paramRef"):
+        return None
+    kind = as_map(cel.get("paramKind"), f"rule {rule} validate.cel.paramKind")
+    ref = as_map(cel.get("paramRef"), f"rule {rule} validate.cel.paramRef")
+    if not kind.get("apiVersion") or not kind.get("kind"):
+        raise Unsupported(f"rule {rule}'s paramKind names no apiVersion and kind")
+    action = ref.get("parameterNotFoundAction")
+    if action not in (None, "", "Allow", "Deny"):
+        raise Unsupported(
+            f"rule {rule}'s paramRef parameterNotFoundAction {action!r} is not Allow or Deny"
+        )
+    name = str(ref["name"]) if ref.get("name") else None
+    selector = label_selector(ref.get("selector"), f"rule {rule} paramRef.selector")
+    return ParamSource(
+        api_version=str(kind["apiVersion"]),
+        kind=str(kind["kind"]),
+        name=name,
+        namespace=str(ref["namespace"]) if ref.get("namespace") else None,
+        selector=None if name or ref.get("selector") is None else selector or LabelSelector(),
+        not_found_action="Deny" if action == "Deny" else "Allow",
+        reader="kyverno",
+    )
 
 
 def _match_blocks(
@@ -459,7 +494,7 @@ def _refuse_expressions(
     for rule in rules:
         refusal = refusal_in(
             _expressions(rule),
-            params_given=False,
+            params_given=rule.param_source is not None,
             creates=creates,
             kyverno_libraries=kyverno_libraries,
         )

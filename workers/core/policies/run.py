@@ -150,27 +150,41 @@ def _run(
         keep = ObjectFilter(rule, item.resource, shared.namespace_labels)
         exempt = keep.exception if rule.exceptions else None
         runs: list[tuple[ProposedProbe, Callable[[dict[str, Any]], bool]]]
-        if policy.param_source is None:
+        source = rule.param_source or policy.param_source
+        if source is None:
             runs = [(probe_for(policy, rule, item.resource, item.namespace), keep)]
         else:
-            plan = params_plan(policy.param_source, item.resource, shared)
+            plan = params_plan(source, item.resource, shared)
             if plan.error is not None:
-                return _failed(policy, plan.error)
+                return _failed(policy, _of_rule(policy, rule, plan.error))
+            errored = _errored(plan.runs, keep, item, shared)
+            if errored is not None:
+                return _failed(policy, _of_rule(policy, rule, errored))
             runs = [
                 (_with_params(policy, rule, item, params_run), _narrowed(keep, params_run))
                 for params_run in plan.runs
+                if params_run.error is None
             ]
         done = [(probe, _run_one(probe, shared.view(selects, exempt), reads, deadline))
                 for probe, selects in runs]  # fmt: skip
         if not done:  # no params found, and Allow (or Ignore): nothing is judged
             continue
-        run = done[0][1] if len(done) == 1 else merged(done[0][0], [r for _, r in done])
+        if len(done) == 1:
+            run = done[0][1]
+        elif source is not None and source.reader == "kyverno":
+            chosen = [_chosen(shared, item, selects) for _, selects in runs]
+            run = first_deciding(done[0][0], [r for _, r in done], chosen)
+        else:
+            run = merged(done[0][0], [r for _, r in done])
         probes.append(
             PolicyProbeResult(
                 rule=rule.name, kind=item.resource.kind, namespace=item.namespace, run=run
             )
         )
     return fold(policy, probes, missing)
+
+
+_Key = tuple[str, str | None, str]
 
 
 def merged(probe: ProposedProbe, runs: list[ProbeRun]) -> ProbeRun:
@@ -181,13 +195,57 @@ def merged(probe: ProposedProbe, runs: list[ProbeRun]) -> ProbeRun:
     for run in runs:
         if run.verdict is None:
             return run
-    by_object: dict[tuple[str, str | None, str], JudgedObject] = {}
+    by_object: dict[_Key, JudgedObject] = {}
     for run in runs:
         for judged in run.judged or []:
             key = (judged.kind, judged.namespace, judged.name)
             known = by_object.get(key)
             if known is None or (known.passed and not judged.passed):
                 by_object[key] = judged
+    return _combined(probe, runs, by_object)
+
+
+def first_deciding(probe: ProposedProbe, runs: list[ProbeRun], chosen: list[set[_Key]]) -> ProbeRun:
+    """Kyverno's runs of one ClusterPolicy rule with several params objects, as one run:
+    Kyverno takes the params in the order the API server lists them, and for each object
+    the first under which its preconditions do not hold (the rule is skipped: the object is
+    not judged) or it fails decides; it passes when it passes under every one. ``chosen``:
+    the objects each run selects (judged or not). No value when any run has none."""
+    for run in runs:
+        if run.verdict is None:
+            return run
+    outcome: dict[_Key, JudgedObject | None] = {}
+    decided: set[_Key] = set()
+    for run, selected in zip(runs, chosen, strict=True):
+        judged = {(j.kind, j.namespace, j.name): j for j in run.judged or []}
+        for key in selected - decided:
+            found = judged.get(key)
+            outcome[key] = found
+            if found is None or not found.passed:
+                decided.add(key)
+        for key, found in judged.items():  # exempted by a PolicyException: reported skip
+            outcome.setdefault(key, found)
+    by_object = {key: j for key, j in outcome.items() if j is not None}
+    return _combined(probe, runs, by_object)
+
+
+def _chosen(
+    shared: SharedLookups, item: _Planned, selects: Callable[[dict[str, Any]], bool]
+) -> set[_Key]:
+    """The objects of ``item``'s listing that ``selects`` keeps, by kind, namespace, name."""
+    out: set[_Key] = set()
+    for obj in shared.listing(item.resource, item.namespace):
+        if selects(obj):
+            meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+            assert isinstance(meta, dict)
+            out.add((item.resource.kind, meta.get("namespace") or None, str(meta.get("name"))))
+    return out
+
+
+def _combined(
+    probe: ProposedProbe, runs: list[ProbeRun], by_object: dict[_Key, JudgedObject]
+) -> ProbeRun:
+    """Several runs' objects, each once with its outcome, as one run."""
     failed = [j for j in by_object.values() if not j.passed]
     value = not failed
     return ProbeRun(
@@ -226,6 +284,37 @@ def _with_params(
         }
     )
     return probe_for(policy, denial, item.resource, item.namespace, params=None)
+
+
+def _of_rule(policy: ImportedPolicy, rule: PolicyRule, reason: str) -> str:
+    """``reason``, naming the rule when the policy has several."""
+    return f"rule {rule.name}: {reason}" if len(policy.rules) > 1 else reason
+
+
+def _errored(
+    runs: list[ParamsRun],
+    keep: Callable[[dict[str, Any]], bool],
+    item: _Planned,
+    shared: SharedLookups,
+) -> str | None:
+    """Why the rule has no verdict: a run that errs (Kyverno found no params for it) over
+    an object the rule selects, which is named; None when no such run selects any."""
+    for params_run in runs:
+        if params_run.error is None:
+            continue
+        try:
+            listed = shared.listing(item.resource, item.namespace)
+        except BackendError as exc:
+            return f"its {item.resource.kind} objects could not be listed: {exc.message}"
+        selects = _narrowed(keep, params_run)
+        for obj in listed:
+            if selects(obj):
+                meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+                assert isinstance(meta, dict)
+                where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+                name = f"{item.resource.kind} {where}{meta.get('name')}"
+                return f"{params_run.error} (judging {name})"
+    return None
 
 
 def _narrowed(

@@ -18,7 +18,7 @@ imported from (``ImportedPolicy.documents``): what its own engine admits, it adm
   webhook matches for every Pod rule), names as ``resourceNames``, namespaces and selectors;
   ``celPreconditions`` and the webhook's ``matchConditions`` as match conditions;
   ``failurePolicy``; ``failureAction`` (``Enforce``: Deny, ``Audit``: Audit, and Warn with
-  ``emitWarning``).
+  ``emitWarning``); a rule's ``paramKind`` and ``paramRef`` on the policy and its binding.
 * **Gatekeeper**: the template's CEL with the constraint's match, bound to the constraint
   as params (as Gatekeeper's own generated VAPs are), for ``CREATE`` and ``UPDATE`` (the
   operations Gatekeeper's webhook admits by default), its ``enforcementAction`` as actions
@@ -426,6 +426,8 @@ def _cluster_policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kin
         if cel.get("auditAnnotations"):
             draft.spec["auditAnnotations"] = copy.deepcopy(cel["auditAnnotations"])
         draft.binding = {"validationActions": actions}
+        if rule.param_source is not None:
+            _rule_params(cel, rule, draft)
         draft.pod_controllers = _controllers(policy, rule)
         draft.warnings = list(warnings)
         evaluation = {
@@ -436,6 +438,50 @@ def _cluster_policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kin
             _namespaced_only(draft.spec["matchConstraints"], rule.name)
         drafts.append(draft)
     return drafts
+
+
+def _rule_params(cel: dict[str, Any], policy_rule: PolicyRule, draft: Draft) -> None:
+    """A rule's ``paramKind`` on the policy and ``paramRef`` on its binding, as Kyverno's own
+    generator writes them, where the API server reads them as Kyverno does: a named object
+    with ``Deny`` (a missing one: Kyverno's rule error, the API server's denial), a selector
+    (none selected: both admit, so ``Allow`` when unset) unless a precondition reads params
+    (with several selected, Kyverno skips an object when the first listed fails a
+    precondition; the API server judges it under each)."""
+    rule = policy_rule.name
+    ref = copy.deepcopy(_map(cel.get("paramRef"), f"rule {rule} validate.cel.paramRef"))
+    action = ref.get("parameterNotFoundAction")
+    if ref.get("name"):
+        if action != "Deny":
+            raise NotExportable(
+                f"rule {rule}'s paramRef names its params object with parameterNotFoundAction "
+                f"{action or 'unset'}: Kyverno reports a missing one as an error, and the API "
+                "server would admit every object"
+            )
+        ref.pop("selector", None)  # beside a name, Kyverno ignores it
+    elif ref.get("selector") is None:
+        raise NotExportable(
+            f"rule {rule}'s paramRef has neither name nor selector, and a binding's paramRef "
+            "needs exactly one"
+        )
+    else:
+        ref["parameterNotFoundAction"] = action or "Allow"
+        if any(_reads_params(c.expression) for c in policy_rule.match_conditions):
+            raise NotExportable(
+                f"rule {rule}'s preconditions read params its paramRef selects: with several "
+                "selected, Kyverno skips an object the first listed exempts, and the API "
+                "server judges it under every one"
+            )
+    kind = copy.deepcopy(_map(cel.get("paramKind"), f"rule {rule} validate.cel.paramKind"))
+    draft.spec = {"failurePolicy": draft.spec.pop("failurePolicy"), "paramKind": kind,
+                  **draft.spec}  # fmt: skip
+    draft.binding["paramRef"] = ref
+
+
+def _reads_params(expression: str) -> bool:
+    try:
+        return any(ref.root == "params" for ref in references(parse(expression).root))
+    except CelSyntaxError:
+        return True  # unread: assume it does
 
 
 def _namespaced_only(constraints: dict[str, Any], rule: str) -> None:
