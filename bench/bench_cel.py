@@ -95,7 +95,7 @@ def report(name: str, folder: Path, reasons: bool) -> None:
     )
     for j in figures.disagreements:
         label = "allowed" if j.fixture.allowed else "disallowed"
-        owner = disagreement_class(j) or "not explained by another branch: a fidelity bug"
+        owner = disagreement_class(j) or "not explained: a fidelity bug"
         print(
             f"  DISAGREES [{owner}] {j.fixture.source}: {j.fixture.policy} {j.fixture.name}: "
             f"{label}, assay said {j.value}"

@@ -83,7 +83,7 @@ def test_a_field_change_makes_what_its_path_needs() -> None:
 def test_refusals_say_whether_a_stored_cluster_holds_what_they_name() -> None:
     assert refusal_class(
         "it reads namespaceObject, which assay does not serve to probes yet"
-    ).startswith("stored cluster holds it, served by another branch")
+    ).startswith("stored cluster holds it (a gap)")
     assert refusal_class(
         "it reads request.userInfo, part of an admission request, which a stored object "
         "comes without"
@@ -95,7 +95,7 @@ def test_refusals_say_whether_a_stored_cluster_holds_what_they_name() -> None:
     assert namespace.endswith("request.namespace")
 
 
-def test_a_policy_exception_explains_a_disagreement_as_another_branchs(tmp_path: Path) -> None:
+def test_a_policy_exception_among_the_files_is_named_as_a_possible_cause(tmp_path: Path) -> None:
     reading = read_library(SUITES / "chainsaw")
     judgement = evaluate(reading.fixtures[:1]).judgements[0]
     assert disagreement_class(judgement) == ""

@@ -556,24 +556,22 @@ def iter_disagreements(figures: Figures) -> Iterator[str]:
         yield f"{j.fixture.source}: {j.fixture.policy} {j.fixture.name}: {said}"
 
 
-# Each refusal, said in the bench's figures with what it names (first match wins):
-# data a stored cluster holds, which issue 38 asks assay to serve and other branches are
-# serving (a gap, not a limit of scanning stored objects); data a stored cluster holds that
-# no branch serves yet; what truly lives in an admission request or outside the cluster;
-# what the engine itself could not evaluate either.
-_ANOTHER_BRANCH = "stored cluster holds it, served by another branch"
-_NOT_YET = "stored cluster holds it, not served yet"
+# Each refusal, said in the bench's figures with what it names (first match wins): data a
+# stored cluster holds, which assay serves (such a refusal is a gap to close, never a limit
+# of judging stored objects); what truly lives in an admission request or outside the
+# cluster; what the engine itself could not evaluate either; a written fixture's quirk.
+_HELD = "stored cluster holds it (a gap)"
 _REQUEST = "lives in the admission request or outside the cluster"
 _REFUSAL_CLASSES = (
-    ("namespaceObject", f"{_ANOTHER_BRANCH}: namespaceObject"),
-    ("labels of namespace", f"{_ANOTHER_BRANCH}: the object's Namespace"),
-    ("resource library", f"{_ANOTHER_BRANCH}: Kyverno resource.*"),
-    ("global context", f"{_ANOTHER_BRANCH}: Kyverno globalContext"),
-    ("request.kind", f"{_ANOTHER_BRANCH}: request.kind"),
-    ("request.namespace", f"{_ANOTHER_BRANCH}: request.namespace"),
-    ("request.name,", f"{_ANOTHER_BRANCH}: request.name"),
-    ("reads oldObject", f"{_ANOTHER_BRANCH}: oldObject, null on a CREATE"),
-    ("exceptions.", f"{_ANOTHER_BRANCH}: a PolicyException's values"),
+    ("namespaceObject", f"{_HELD}: namespaceObject"),
+    ("labels of namespace", f"{_HELD}: the object's Namespace"),
+    ("resource library", f"{_HELD}: Kyverno resource.*"),
+    ("global context", f"{_HELD}: Kyverno globalContext"),
+    ("request.kind", f"{_HELD}: request.kind"),
+    ("request.namespace", f"{_HELD}: request.namespace"),
+    ("request.name,", f"{_HELD}: request.name"),
+    ("reads oldObject", f"{_HELD}: oldObject, null on a CREATE"),
+    ("exceptions.", f"{_HELD}: a PolicyException's values"),
     ("reports the rule as an error", "params the engine errs on too (none found)"),
     ("has none (Kyverno errs on it)", "params the engine errs on too (a cluster-scoped object)"),
     (
@@ -610,10 +608,11 @@ def refusal_class(reason: str) -> str:
 
 
 def disagreement_class(judgement: Judgement) -> str:
-    """Why a fixture may disagree, where another change of issue 38 owns the cause: a
-    Kyverno PolicyException among its files (assay does not apply exceptions yet, so an
-    exempted object is judged as any other); "" when nothing explains it."""
+    """What may explain a disagreement outside assay: a Kyverno PolicyException among its
+    files, which the engine's own test may have run with exceptions switched off (Kyverno's
+    ``--enablePolicyException=false``), while assay applies them as a default Kyverno does;
+    "" when nothing does (a fidelity bug)."""
     for file in judgement.fixture.policy_files:
         if any(d.get("kind") == "PolicyException" for d in _load(Path(file))):
-            return "a PolicyException among its files (not applied yet); served by another branch"
+            return "a PolicyException among its files (the engine may run with them off)"
     return ""
