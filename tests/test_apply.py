@@ -184,7 +184,9 @@ def test_get_yaml_round_trips_through_apply(
     assert code == 0, err
     assert out.splitlines()[-1] == "no changes: 3 objects unchanged"
     assert snapshot_of_store(cli_env) == before
-    # and through standard input, as a pipe would give it
+    # and through standard input, as a pipe would give it: read from the folder the paths
+    # were written relative to (standard input has no folder of its own, so the working one)
+    monkeypatch.chdir(tmp_path / "out")
     monkeypatch.setattr("sys.stdin", _Stdin(exported_schedules + "---\n" + exported_checks))
     code, out, err = run(capsys, "apply", "-f", "-", "--source", "rt")
     assert code == 0 and out.splitlines()[-1] == "no changes: 3 objects unchanged", err
