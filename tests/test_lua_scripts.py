@@ -30,7 +30,6 @@ LUA_FOLDERS = ("workers", "scheduler")
 # Modules whose Lua still lives in Python strings; each is being moved on its own.
 STILL_IN_PYTHON = {
     "workers/fleet/store.py",
-    "scheduler/schedules.py",
 }
 
 
