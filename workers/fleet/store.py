@@ -5,8 +5,8 @@ touches more than one key is a Lua script registered once and held in a named
 attribute (``_register_script``, ``_begin_script``, ``_record_script`` ...), so
 it is atomic and a retried call cannot apply twice. The scripts are ``.lua`` files
 beside this module (``store_*.lua`` and ``record_verdict.lua``), each naming its
-``KEYS`` and ``ARGV`` in its header; every key is passed in, and every one runs
-``store_checks.lua`` first.
+``KEYS`` and ``ARGV`` in its header; every key is passed in, and every one that
+writes more than a lease runs ``store_checks.lua`` first.
 
 Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
 
@@ -402,6 +402,7 @@ class VerdictStore:
         self._seal_batch_script = client.register_script(_batch_script("store_seal_batch"))
         self._abandon_batch_script = client.register_script(_batch_script("store_abandon_batch"))
         self._renew_fanout_script = client.register_script(lua_source("store_renew_fanout"))
+        self._gauges_script = client.register_script(lua_source("store_check_gauges"))
 
     @classmethod
     def from_settings(
@@ -1246,23 +1247,20 @@ class VerdictStore:
         """The latest verdict of the ``limit`` most recently run checks (queries left out).
 
         Read at every Prometheus scrape in two round trips: the newest check ids, then five
-        short fields of each (never the verdict JSON) in one transaction, so every row is
-        one check's state at one instant. A check gone between the two reads has no exit
+        short fields of each (never the verdict JSON) in one read-only script, so every row
+        is one check's state at one instant. A check gone between the two reads has no exit
         code and is left out, as one gone before them is.
         """
         if limit <= 0:
             return []
         ids = texts(self.client.zrevrange(self.key("checks"), 0, limit - 1))
-        pipe = self.client.pipeline(transaction=True)
-        for check_id in ids:  # read only: any id, as stored
-            pipe.hmget(
-                self.key("check", check_id), "kind", "target", "exit_code", "finished_ms", "source"
-            )
+        if not ids:
+            return []
+        keys = [self.key("check", check_id) for check_id in ids]  # read only: any id, as stored
+        flat = texts(self._gauges_script(keys=keys))
         rows = []
-        for check_id, fields in zip(ids, pipe.execute() if ids else [], strict=True):
-            kind, target, exit_code, finished_ms, source = (
-                text(value) if value is not None else "" for value in fields
-            )
+        for index, check_id in enumerate(ids):
+            kind, target, exit_code, finished_ms, source = flat[5 * index : 5 * index + 5]
             if not exit_code or kind == "query":
                 continue
             rows.append(
