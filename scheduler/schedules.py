@@ -7,7 +7,9 @@ This is the only code that touches the schedule keys:
 ``{prefix}:schedule-fires``  hash, schedule id -> last :class:`~schemas.schedule.ScheduleFire`
 
 The last fire lives apart from the schedule so a replica recording a fire can
-never overwrite a change a person made at the same moment.
+never overwrite a change a person made at the same moment. Creating a schedule and
+recording a fire are scripts beside this module (``schedule_create.lua``,
+``schedule_record_fire.lua``, after ``schedule_checks.lua``).
 
 Every change also rewrites the schedule's one timer (``sched:{id}``) through
 :class:`~workers.fleet.timers.TimerStore`, so a running scheduler picks it up on
@@ -19,12 +21,14 @@ reconcile repairs both should anything ever leave them out of step.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from scheduler.cron import due_at, next_fire
 from schemas.schedule import CHANGEABLE_FIELDS, Schedule, ScheduleFire
+from workers.fleet.lua_scripts import lua_source
 from workers.fleet.spend import SpendStore, utc_day
 from workers.fleet.timers import (
     TimerEntry,
@@ -34,38 +38,13 @@ from workers.fleet.timers import (
     schedule_timer_id,
 )
 
-# Both keys are checked before the first write, so a create never stops halfway.
-_TYPES = """
-for _, key in ipairs(KEYS) do
-  local got = redis.call('TYPE', key)['ok']
-  if got ~= 'none' and got ~= 'hash' then
-    return redis.error_reply('ASSAY_CONFLICT key ' .. key .. ' holds a ' .. got ..
-      ' where the schedules keep a hash')
-  end
-end
-"""
+_FOLDER = Path(__file__).parent
 
-_CREATE = (
-    _TYPES
-    + """
-if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[1]) == 0 then
-  return 0
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-return 1
-"""
-)
 
-_RECORD_FIRE = (
-    _TYPES
-    + """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-return 1
-"""
-)
+def _schedule_script(name: str) -> str:
+    """A schedule script (``{name}.lua`` beside this module) after the key checks every one
+    of them runs first (``schedule_checks.lua``)."""
+    return lua_source("schedule_checks", _FOLDER) + lua_source(name, _FOLDER)
 
 
 class ScheduleNotFound(LookupError):
@@ -91,8 +70,8 @@ class ScheduleStore:
         self.schedules_key = f"{key_prefix}:schedules"
         self.names_key = f"{key_prefix}:schedule-names"
         self.fires_key = f"{key_prefix}:schedule-fires"
-        self._create_script = redis.register_script(_CREATE)
-        self._record_fire_script = redis.register_script(_RECORD_FIRE)
+        self._create_script = redis.register_script(_schedule_script("schedule_create"))
+        self._record_fire_script = redis.register_script(_schedule_script("schedule_record_fire"))
 
     # --- reading ---------------------------------------------------------------------------
     def get(self, ref: str) -> Schedule:

@@ -1,10 +1,9 @@
 """The fleet's Redis Lua, kept in ``.lua`` files beside the modules that run them.
 
 Every file compiles in a real redis-server (no Lua linter ships with the project, so
-Redis's own compiler is the check), no Python module still carries a script in a string
-(but the three named below, still to move), and a script that must learn some of its keys
-before it runs (dropping a policy from every set) stays right when the sets change between
-its caller's read and its write.
+Redis's own compiler is the check), no Python module carries a script in a string, and a
+script that must learn some of its keys before it runs (dropping a policy from every set)
+stays right when the sets change between its caller's read and its write.
 """
 
 from __future__ import annotations
@@ -27,12 +26,6 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA_FOLDERS = ("workers", "scheduler")
-# Modules whose Lua still lives in Python strings; each is being moved on its own.
-STILL_IN_PYTHON = {
-    "workers/fleet/store.py",
-    "workers/fleet/notify_feed.py",
-    "scheduler/schedules.py",
-}
 
 
 def _lua_files() -> list[Path]:
@@ -68,7 +61,7 @@ def test_no_python_module_holds_a_lua_script() -> None:
         for path in (ROOT / folder).rglob("*.py")
         if "redis.call" in path.read_text(encoding="utf-8")
     }
-    assert holders <= STILL_IN_PYTHON, sorted(holders - STILL_IN_PYTHON)
+    assert holders == set(), sorted(holders)
 
 
 def test_a_dropped_policy_leaves_a_set_imported_while_it_was_being_dropped(

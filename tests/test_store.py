@@ -220,6 +220,24 @@ def test_batch_tally_counts_each_run_exactly_once(store: VerdictStore) -> None:
     assert len(list(store.iter_batch_results("b1", page_size=3))) == 7
 
 
+def test_a_batch_whose_runs_all_ended_before_its_seal_finishes_at_the_seal(
+    store: VerdictStore,
+) -> None:
+    # Fast runs (probes) can all be recorded while the fan-out is still going: the batch is
+    # not finished then, and is once it is sealed, with the instant it finished.
+    store.create_batch("quick", kind="check", text="p")
+    request = snapshot_request(batch_id="quick")
+    assert store.register_run(request)
+    assert store.record_verdict(finished_report(request, "true"))
+    before = store.batch("quick")
+    assert before is not None and not before.done and before.finished_at is None
+    sealed_from = datetime.now(UTC)
+    store.seal_batch("quick")
+    after = store.batch("quick")
+    assert after is not None and after.done and after.finished_at is not None
+    assert sealed_from - timedelta(seconds=1) <= after.finished_at <= datetime.now(UTC)
+
+
 def test_every_key_is_under_the_prefix_and_runs_expire(store: VerdictStore, redis_url: str) -> None:
     request = snapshot_request(batch_id="b2")
     store.create_batch("b2", kind="check", text="p")

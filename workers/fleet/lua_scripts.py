@@ -20,9 +20,10 @@ _FOLDER = Path(__file__).parent
 
 
 @cache
-def lua_source(name: str) -> str:
-    """The text of ``{name}.lua`` beside this module."""
-    return (_FOLDER / f"{name}.lua").read_text(encoding="utf-8")
+def lua_source(name: str, folder: Path = _FOLDER) -> str:
+    """The text of ``{name}.lua`` in ``folder``: beside this module unless a module elsewhere
+    (the scheduler's) names its own folder."""
+    return (folder / f"{name}.lua").read_text(encoding="utf-8")
 
 
 class RedisClock:

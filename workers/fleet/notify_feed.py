@@ -29,7 +29,9 @@ when it dies they go idle and another replica takes them over with ``XAUTOCLAIM`
 (:meth:`SinkFeed.claim_stale`). Acknowledging, counting and remembering what was
 told happen in one script, so a restart resends nothing that was acknowledged.
 Attempts are counted in Redis before each try, so a change that crashes its
-notifier every time is still dead-lettered after the bound.
+notifier every time is still dead-lettered after the bound. Those steps are the
+scripts ``notify_keep``, ``notify_ack``, ``notify_attempt`` and ``notify_dead`` (``.lua``
+files beside this module, each naming its keys and arguments).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from schemas.notify import SinkStatus
 from schemas.verdict import VerdictKind
+from workers.fleet.lua_scripts import lua_source
 from workers.fleet.redis_client import group_entries, stream_entries, text
 from workers.fleet.spend import events_key
 from workers.fleet.store import change_from_fields
@@ -51,77 +54,6 @@ if TYPE_CHECKING:
 
 DEAD_LETTER_MAXLEN = 10_000
 RELEASE_IDLE_MS = 24 * 3600 * 1000  # "idle for a day": any replica's XAUTOCLAIM takes it at once
-
-# KEYS[1] stream.  ARGV: group, consumer, idle ms to set ('' = now), entry ids...
-# Returns the ids that are still this consumer's (and resets their idle time).
-_KEEP_LUA = """
-local mine = {}
-for i = 4, #ARGV do
-  local id = ARGV[i]
-  local owned = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])
-  if #owned > 0 then
-    if ARGV[3] == '' then
-      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'JUSTID')
-    else
-      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'IDLE', ARGV[3], 'JUSTID')
-    end
-    mine[#mine + 1] = id
-  end
-end
-return mine
-"""
-
-# KEYS: stream, attempts, stats, told.  ARGV: group, entry id, outcome counter, check id,
-# told value ('' = leave), told mode (newer|absent), told at ms
-# Returns 1 when this call acknowledged the entry, 0 when it was not pending any more.
-_ACK_LUA = """
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-  return 0
-end
-redis.call('HDEL', KEYS[2], ARGV[2])
-redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
-if ARGV[5] ~= '' then
-  local old = redis.call('HGET', KEYS[4], ARGV[4])
-  if ARGV[6] == 'absent' then
-    if not old then
-      redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
-    end
-  else
-    local old_ms = -1
-    if old then
-      old_ms = tonumber(string.match(old, '^(%d+)'))
-    end
-    if tonumber(ARGV[7]) >= old_ms then
-      redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
-    end
-  end
-end
-return 1
-"""
-
-# KEYS: attempts, stats.  ARGV: entry id.  Returns this attempt's number.
-_ATTEMPT_LUA = """
-local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-if n > 1 then
-  redis.call('HINCRBY', KEYS[2], 'retries', 1)
-end
-return n
-"""
-
-# KEYS: stream, dead, attempts, stats.  ARGV: group, entry id, maxlen, field, value, ...
-_DEAD_LUA = """
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-  return 0
-end
-local fields = {}
-for i = 4, #ARGV do
-  fields[#fields + 1] = ARGV[i]
-end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
-redis.call('HDEL', KEYS[3], ARGV[2])
-redis.call('HINCRBY', KEYS[4], 'dead_lettered', 1)
-return 1
-"""
 
 
 def epoch_ms(instant: datetime) -> int:
@@ -208,10 +140,10 @@ class SinkFeed:
         self._told = store.key(*base, "told")
         self._reports = store.key(*base, "reports")
         self._claim_cursor = "0-0"
-        self._keep_script = self.client.register_script(_KEEP_LUA)
-        self._ack_script = self.client.register_script(_ACK_LUA)
-        self._attempt_script = self.client.register_script(_ATTEMPT_LUA)
-        self._dead_script = self.client.register_script(_DEAD_LUA)
+        self._keep_script = self.client.register_script(lua_source("notify_keep"))
+        self._ack_script = self.client.register_script(lua_source("notify_ack"))
+        self._attempt_script = self.client.register_script(lua_source("notify_attempt"))
+        self._dead_script = self.client.register_script(lua_source("notify_dead"))
 
     # --- the group ---------------------------------------------------------------------------
     def ensure_group(self) -> bool:

@@ -3,7 +3,10 @@
 This module is the only code that reads or writes these keys. Each step that
 touches more than one key is a Lua script registered once and held in a named
 attribute (``_register_script``, ``_begin_script``, ``_record_script`` ...), so
-it is atomic and a retried call cannot apply twice.
+it is atomic and a retried call cannot apply twice. The scripts are ``.lua`` files
+beside this module (``store_*.lua`` and ``record_verdict.lua``), each naming its
+``KEYS`` and ``ARGV`` in its header; every key is passed in, and every one that
+writes more than a lease runs ``store_checks.lua`` first.
 
 Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
 
@@ -126,231 +129,19 @@ _log = structlog.get_logger(__name__)
 CHANGES_MAXLEN = 100_000  # approximate cap of the verdict-change stream
 RESULT_EXPLANATION_CHARS = 300  # explanation kept per batch target (the full one is in the run)
 
-# Every script checks, before its first write, everything that could make it fail halfway
-# (workers/fleet/store_checks.lua); a problem becomes ``StoreConflict``, nothing written.
-_PRELUDE = lua_source("store_checks")
 
-# KEYS: run, batch, batch runs list, unfinished zset, recorded runs hash
-# ARGV: run_id, check_id, target, batch_id or '', request JSON, now ISO, ttl, look-at epoch s
-# Returns 1 registered, 0 registered (or recorded) before, 2 refused: its batch was closed as
-# incomplete (its fan-out stopped), so the batch's total stays what it was when it was closed.
-_REGISTER_LUA = (
-    _PRELUDE
-    + """
-local problem = first_type_problem({KEYS[1], 'hash', KEYS[4], 'zset', KEYS[5], 'hash'})
-if not problem and ARGV[4] ~= '' then
-  problem = first_type_problem({KEYS[2], 'hash', KEYS[3], 'list'})
-    or integer_problem(KEYS[2], 'total') or integer_problem(KEYS[2], 'pending')
-end
-if problem then return conflict(problem) end
-if redis.call('HEXISTS', KEYS[1], 'queued_at') == 1
-    or redis.call('HEXISTS', KEYS[1], 'verdict') == 1
-    or redis.call('HEXISTS', KEYS[5], ARGV[1]) == 1 then
-  return 0
-end
-if ARGV[4] ~= '' and redis.call('HGET', KEYS[2], 'incomplete') == '1' then
-  return 2
-end
-redis.call('HSET', KEYS[1], 'run_id', ARGV[1], 'check_id', ARGV[2], 'target', ARGV[3],
-  'batch_id', ARGV[4], 'request', ARGV[5], 'queued_at', ARGV[6], 'updated_at', ARGV[6])
-if redis.call('HEXISTS', KEYS[1], 'status') == 0 then
-  redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts', 0)
-end
-redis.call('EXPIRE', KEYS[1], ARGV[7])
-redis.call('ZADD', KEYS[4], ARGV[8], ARGV[1])
-if ARGV[4] ~= '' then
-  local length = redis.call('RPUSH', KEYS[3], ARGV[1])
-  redis.call('HSET', KEYS[1], 'batch_pos', length - 1)  -- where its row will go
-  redis.call('HINCRBY', KEYS[2], 'total', 1)
-  redis.call('HINCRBY', KEYS[2], 'pending', 1)
-  redis.call('EXPIRE', KEYS[2], ARGV[7])
-  redis.call('EXPIRE', KEYS[3], ARGV[7])
-end
-return 1
-"""
-)
+def _store_script(name: str) -> str:
+    """A store script (``{name}.lua`` beside this module) after the checks every one of them
+    runs before its first write (``store_checks.lua``: everything that could make it fail
+    halfway; a problem becomes ``StoreConflict``, nothing written)."""
+    return lua_source("store_checks") + lua_source(name)
 
-# KEYS: run, unfinished zset, recorded runs hash.
-# ARGV: run_id, check_id, target, now ISO, ttl, now epoch s
-# Returns -1 when the run already has a verdict, else this delivery's number.
-_BEGIN_LUA = (
-    _PRELUDE
-    + """
-local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
-  or integer_problem(KEYS[1], 'attempts')
-if problem then return conflict(problem) end
-if redis.call('HEXISTS', KEYS[1], 'verdict') == 1
-    or redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
-  return -1
-end
-local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-redis.call('HSETNX', KEYS[1], 'run_id', ARGV[1])
-redis.call('HSETNX', KEYS[1], 'check_id', ARGV[2])
-redis.call('HSETNX', KEYS[1], 'target', ARGV[3])
-redis.call('HSET', KEYS[1], 'status', 'running', 'updated_at', ARGV[4])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-redis.call('ZADD', KEYS[2], ARGV[6], ARGV[1])
-return n
-"""
-)
 
-# KEYS: run, unfinished zset, recorded runs hash.  ARGV: report JSON, wake_at ISO, now ISO,
-# ttl, run_id, look-at epoch s (the wake-up instant)
-_WAITING_LUA = (
-    _PRELUDE
-    + """
-local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
-if problem then return conflict(problem) end
-if redis.call('HEXISTS', KEYS[1], 'verdict') == 1
-    or redis.call('HEXISTS', KEYS[3], ARGV[5]) == 1 then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'status', 'waiting', 'report', ARGV[1], 'wake_at', ARGV[2],
-  'updated_at', ARGV[3], 'attempts', 0)
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('ZADD', KEYS[2], ARGV[6], ARGV[5])
-return 1
-"""
-)
+def _batch_script(name: str) -> str:
+    """A script that may finish a batch at its seal: ``store_batch_finish.lua`` defines how,
+    between the checks and the script itself."""
+    return _store_script("store_batch_finish") + lua_source(name)
 
-# KEYS: run, recorded runs hash.  ARGV: fire id, fencing token, ttl, run_id
-# Returns 1 when this token may run the fire (the first one seen, or that one again: a
-# redelivery; or the run is recorded already, which the delivery then finds), 0 when another
-# token already claimed it.
-_FENCE_LUA = (
-    _PRELUDE
-    + """
-local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'hash'})
-if problem then return conflict(problem) end
-if redis.call('HEXISTS', KEYS[2], ARGV[4]) == 1 then return 1 end
-local field = 'fence:' .. ARGV[1]
-local holder = redis.call('HGET', KEYS[1], field)
-if holder then
-  if holder == ARGV[2] then return 1 end
-  return 0
-end
-local fresh = redis.call('EXISTS', KEYS[1]) == 0
-redis.call('HSET', KEYS[1], field, ARGV[2])
-if fresh then
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-end
-return 1
-"""
-)
-
-# KEYS: checks zset.  ARGV: prefix, how many.  Read-only: for each of the newest checks,
-# its id and kind, target, exit_code, finished_ms, source (one round trip for a scrape).
-_GAUGES_LUA = """
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-local out = {}
-for _, id in ipairs(ids) do
-  local row = redis.call('HMGET', ARGV[1] .. ':check:' .. id,
-    'kind', 'target', 'exit_code', 'finished_ms', 'source')
-  out[#out + 1] = id
-  for i = 1, 5 do
-    out[#out + 1] = row[i] or ''
-  end
-end
-return out
-"""
-
-# KEYS: batch, batches zset, fan-out lease.
-# ARGV: batch_id, kind, text, created ISO, created ms, ttl, lease token ('' = no lease),
-#       lease ms, the creation ms before which batches have expired. The batch and its
-#       fan-out's lease are made together, so there is never a batch marked as leased without
-#       its lease; batches past their TTL leave the batches zset as a new one enters it.
-_CREATE_BATCH_LUA = (
-    _PRELUDE
-    + """
-local problem = first_type_problem({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'string'})
-if problem then return conflict(problem) end
-if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'created_at') == 1 then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'batch_id', ARGV[1], 'kind', ARGV[2], 'text', ARGV[3],
-  'created_at', ARGV[4], 'sealed', '0')
-for _, field in ipairs({'total', 'pending', 'true', 'false', 'poorly_posed', 'cannot_determine'}) do
-  redis.call('HSETNX', KEYS[1], field, 0)
-end
-if ARGV[7] ~= '' then
-  redis.call('HSET', KEYS[1], 'fanout_lease', '1')
-  redis.call('SET', KEYS[3], ARGV[7], 'PX', ARGV[8])
-end
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[9])
-redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
-return 1
-"""
-)
-
-# The end of a batch finished at its seal (its runs all recorded before it), shared by the
-# seal and close scripts. KEYS 1 batch, 3 runs list, 4 results; ARGV 1 now ISO, 4 how long a
-# finished batch that changed no verdict is kept, s (as the record script does).
-_FINISHED_AT_SEAL = """
-local function finish_at_seal()
-  if tonumber(redis.call('HGET', KEYS[1], 'pending') or '0') > 0 then return end
-  redis.call('HSETNX', KEYS[1], 'finished_at', ARGV[1])
-  if redis.call('HGET', KEYS[1], 'changed') ~= '1' then
-    for i = 3, 4 do
-      if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('EXPIRE', KEYS[i], ARGV[4]) end
-    end
-    redis.call('EXPIRE', KEYS[1], ARGV[4])
-  end
-end
-"""
-
-# KEYS: batch, fan-out lease, runs list, results.  ARGV: now ISO, -, -, report TTL s
-# Every target is registered: the total is final. A batch closed as incomplete meanwhile
-# (its lease lapsed while the submitter stalled) is complete after all: the flag goes.
-_SEAL_BATCH_LUA = (
-    _PRELUDE
-    + _FINISHED_AT_SEAL
-    + """
-local problem = type_problem(KEYS[1], 'hash') or integer_problem(KEYS[1], 'pending')
-if problem then return conflict(problem) end
-redis.call('HSET', KEYS[1], 'sealed', '1')
-redis.call('HDEL', KEYS[1], 'incomplete', 'stop_reason')
-redis.call('DEL', KEYS[2])
-finish_at_seal()
-return 1
-"""
-)
-
-# KEYS: batch, fan-out lease, runs list, results.  ARGV: now ISO, stop reason, mode
-# ('stopped': the submitter says its fan-out stopped; 'lapsed': only if the batch's lease is
-# gone, as a reader found), report TTL s
-# Seals an unsealed batch as incomplete: its total is the runs registered so far, it
-# finishes once they have verdicts, and register refuses it any further run. 1 when this
-# call closed it, 0 when it was sealed already (or, 'lapsed', its lease is still held).
-_ABANDON_BATCH_LUA = (
-    _PRELUDE
-    + _FINISHED_AT_SEAL
-    + """
-local problem = type_problem(KEYS[1], 'hash') or integer_problem(KEYS[1], 'pending')
-if problem then return conflict(problem) end
-if redis.call('HEXISTS', KEYS[1], 'created_at') == 0
-    or redis.call('HGET', KEYS[1], 'sealed') == '1' then
-  return 0
-end
-if ARGV[3] == 'lapsed' and (redis.call('HGET', KEYS[1], 'fanout_lease') ~= '1'
-    or redis.call('EXISTS', KEYS[2]) == 1) then
-  return 0
-end
-redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[1], 'sealed', '1', 'incomplete', '1', 'stop_reason', ARGV[2])
-finish_at_seal()
-return 1
-"""
-)
-
-# KEYS: fan-out lease.  ARGV: owner token, lease ms.  Compare-and-extend: 1 when renewed,
-# 0 when the lease is no longer this owner's (it lapsed, or the batch was sealed).
-_RENEW_FANOUT_LUA = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
 
 # Why a batch was closed before every target was submitted (``stop_reason``, in words).
 STOP_LAPSED = "its submitter stopped renewing the fan-out's lease (killed, or cut off)"
@@ -602,16 +393,16 @@ class VerdictStore:
         # How long a run id stays recorded after its entry has left its check's history: a
         # redelivered message still finds its run recorded (retention.py).
         self.run_id_window_seconds = run_id_window_seconds
-        self._register_script = client.register_script(_REGISTER_LUA)
-        self._begin_script = client.register_script(_BEGIN_LUA)
-        self._waiting_script = client.register_script(_WAITING_LUA)
-        self._record_script = client.register_script(_PRELUDE + lua_source("record_verdict"))
-        self._fence_script = client.register_script(_FENCE_LUA)
-        self._create_batch_script = client.register_script(_CREATE_BATCH_LUA)
-        self._seal_batch_script = client.register_script(_SEAL_BATCH_LUA)
-        self._abandon_batch_script = client.register_script(_ABANDON_BATCH_LUA)
-        self._renew_fanout_script = client.register_script(_RENEW_FANOUT_LUA)
-        self._gauges_script = client.register_script(_GAUGES_LUA)
+        self._register_script = client.register_script(_store_script("store_register_run"))
+        self._begin_script = client.register_script(_store_script("store_begin_run"))
+        self._waiting_script = client.register_script(_store_script("store_waiting_run"))
+        self._record_script = client.register_script(_store_script("record_verdict"))
+        self._fence_script = client.register_script(_store_script("store_fence_run"))
+        self._create_batch_script = client.register_script(_store_script("store_create_batch"))
+        self._seal_batch_script = client.register_script(_batch_script("store_seal_batch"))
+        self._abandon_batch_script = client.register_script(_batch_script("store_abandon_batch"))
+        self._renew_fanout_script = client.register_script(lua_source("store_renew_fanout"))
+        self._gauges_script = client.register_script(lua_source("store_check_gauges"))
 
     @classmethod
     def from_settings(
@@ -1455,15 +1246,21 @@ class VerdictStore:
     def check_gauges(self, limit: int) -> list[CheckGauge]:
         """The latest verdict of the ``limit`` most recently run checks (queries left out).
 
-        Read at every Prometheus scrape, in one read-only script: five short fields
-        per check, never the verdict JSON.
+        Read at every Prometheus scrape in two round trips: the newest check ids, then five
+        short fields of each (never the verdict JSON) in one read-only script, so every row
+        is one check's state at one instant. A check gone between the two reads has no exit
+        code and is left out, as one gone before them is.
         """
         if limit <= 0:
             return []
-        flat = self._gauges_script(keys=[self.key("checks")], args=[self.prefix, limit])
+        ids = texts(self.client.zrevrange(self.key("checks"), 0, limit - 1))
+        if not ids:
+            return []
+        keys = [self.key("check", check_id) for check_id in ids]  # read only: any id, as stored
+        flat = texts(self._gauges_script(keys=keys))
         rows = []
-        for start in range(0, len(flat), 6):
-            check_id, kind, target, exit_code, finished_ms, source = flat[start : start + 6]
+        for index, check_id in enumerate(ids):
+            kind, target, exit_code, finished_ms, source = flat[5 * index : 5 * index + 5]
             if not exit_code or kind == "query":
                 continue
             rows.append(
