@@ -323,24 +323,3 @@ spec:
     assert outcomes[reads_data].verdict == VerdictKind.CANNOT_DETERMINE
     assert "withholds" in (outcomes[reads_data].reason or "")
     assert outcomes[reads_labels].verdict == VerdictKind.TRUE
-
-
-def test_an_admission_only_policy_reading_the_cluster_is_refused_and_one_not_reading_it_kept() -> (
-    None
-):
-    """A ValidatingPolicy whose background scan is disabled is judged by Kyverno only at
-    admission, before the object is stored: there `resource.List` does not hold the object
-    itself, while a stored cluster's listing does (an Ingress whose path is "already taken"
-    by itself). Such a policy that reads other objects is refused, naming why; one with its
-    background disabled that reads only its object judges as before."""
-    admission_only = "spec:\n  evaluation:\n    background:\n      enabled: false\n"
-    reading = REGISTRIES.replace("spec:\n", admission_only, 1)
-    imported, refusals = import_documents(documents_from_text(reading, "policy.yaml"))
-    assert imported == []
-    assert any("background scan is disabled" in r.reason for r in refusals), refusals
-    own_fields = REGISTRIES.replace(
-        "resource.Get('v1', 'configmaps', 'platform', 'registries').data.allowed.split(',')",
-        "['registry.example.com']",
-    ).replace("spec:\n", admission_only, 1)
-    imported, refusals = import_documents(documents_from_text(own_fields, "policy.yaml"))
-    assert [p.name for p in imported] == ["registries-from-configmap"] and refusals == []

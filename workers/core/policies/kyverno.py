@@ -47,7 +47,7 @@ from workers.core.policies.common import (
     variables_of,
 )
 from workers.core.policies.documents import SourcedDocument, name_of
-from workers.core.policies.expressions import literal_arguments, references
+from workers.core.policies.expressions import literal_arguments
 from workers.core.policies.kyverno_exceptions import Applied
 
 VALIDATING_POLICY_KINDS = frozenset({"ValidatingPolicy", "NamespacedValidatingPolicy"})
@@ -90,14 +90,6 @@ def import_validating_policy(
         validations=validations_of(spec.get("validations"), "spec.validations"),
     )
     _refuse_expressions([rule], creates=judges_creations(constraints), kyverno_libraries=True)
-    background = as_map(evaluation.get("background"), "spec.evaluation.background")
-    if background.get("enabled") is False and _reads_other_objects(rule):
-        raise Unsupported(
-            "its background scan is disabled (spec.evaluation.background.enabled: false) and "
-            "it reads other objects of the cluster (resource, globalContext): Kyverno judges it "
-            "only at admission, before the object is stored, while a stored cluster's listings "
-            "hold the judged object itself"
-        )
     exempt, applied = kyverno_exceptions.validating_policy_conditions(doc, exceptions or [], now)
     for condition in exempt:  # an exception's conditions read what the policy may read
         refusal = refusal_in([condition.expression], params_given=False, kyverno_libraries=True)
@@ -164,16 +156,6 @@ def _global_context_entries(
                 if entry not in read:
                     read.append(entry)
     return read
-
-
-def _reads_other_objects(rule: PolicyRule) -> bool:
-    """Whether the rule reads the cluster beyond its object (Kyverno's resource library or a
-    global context entry)."""
-    return any(
-        ref.root in ("resource", "globalContext")
-        for expression in _expressions(rule)
-        for ref in references(expression)
-    )
 
 
 def _expressions(rule: PolicyRule) -> list[str]:
