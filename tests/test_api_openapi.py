@@ -145,9 +145,9 @@ def _seed_the_example_policies(redis_url: str, prefix: str) -> None:
     """So GET /v1/policies and its links lead the stateful phase to stored policies (and a
     set) from its first step, not only after an import it generated."""
     from tests.api_fuzz_formats import POLICIES
-    from workers.core.policies.documents import documents_from_text
     from workers.fleet.policy_store import PolicyStore, import_into
     from workers.fleet.redis_client import connect
+    from workers.policy_engine.policies.documents import documents_from_text
 
     client = connect(redis_url)
     text = "\n---\n".join(p.read_text() for p in sorted(POLICIES.glob("*.yaml")))

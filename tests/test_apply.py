@@ -699,7 +699,7 @@ def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> 
 
     from assay.api import create_app
     from schemas.settings import load_settings
-    from workers.core.logs import configure_logging
+    from workers.engine.logs import configure_logging
 
     token = "apply-test-token-0123456789"
     settings = load_settings(

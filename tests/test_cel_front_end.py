@@ -1,5 +1,5 @@
-"""The CEL front end (workers/core/probes/syntax/): one parse by the runtime's own parser, and
-every analysis on its tree, so what a policy's author wrote is what is judged.
+"""The CEL front end (workers/policy_engine/probes/syntax/): one parse by the runtime's
+own parser, and every analysis on its tree, so what a policy's author wrote is what is judged.
 
 Each case here was wrong while the front end read the source text with hand-written lexers
 and regular expressions: a comment or a string naming a variable, a field named as the
@@ -15,12 +15,12 @@ import pytest
 import yaml
 
 from schemas.verdict import VerdictKind
-from workers.core.policies.documents import documents_from_text
-from workers.core.policies.expressions import references, rewrite_roots, substitute_field
-from workers.core.policies.importer import import_documents
-from workers.core.policies.run import run_policies
-from workers.core.probes.cel import CelError, Expression, field_paths, unsupported_calls
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.policies.documents import documents_from_text
+from workers.policy_engine.policies.expressions import references, rewrite_roots, substitute_field
+from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.policies.run import run_policies
+from workers.policy_engine.probes.cel import CelError, Expression, field_paths, unsupported_calls
 
 POD: dict[str, Any] = {
     "apiVersion": "v1",

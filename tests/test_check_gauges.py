@@ -19,7 +19,7 @@ from schemas.settings import AssaySettings
 from schemas.verdict import VerdictKind
 from tests.api_support import ApiServer
 from tests.fleet_support import finished_report, snapshot_request
-from workers.core import metrics
+from workers.engine import metrics
 from workers.fleet.redis_client import connect
 from workers.fleet.store import VerdictStore, verdict_source
 

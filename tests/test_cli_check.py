@@ -193,7 +193,7 @@ def test_help_does_not_import_litellm_the_engine_or_any_contract_model() -> None
         "import sys\n"
         "from assay.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit as exit:\n    code = exit.code\n"
-        "print(code, 'litellm' in sys.modules, 'workers.core.engine' in sys.modules,\n"
+        "print(code, 'litellm' in sys.modules, 'workers.engine.engine' in sys.modules,\n"
         "      'schemas.verdict' in sys.modules, 'schemas.budget' in sys.modules,\n"
         "      file=sys.stderr)\n"
     )

@@ -18,7 +18,7 @@ import yaml
 
 from tests.secret_canaries import NAMESPACE, POD, CanaryCluster, spoken, write_canary_cluster
 from tests.test_cli_check import assay
-from workers.core.toolsets.backend import REDACTED
+from workers.engine.toolsets.backend import REDACTED
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
-from workers.core.toolsets.compaction import compact_object, render_object
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.compaction import compact_object, render_object
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 
 SNAPSHOTS = EXAMPLES / "snapshots"
 

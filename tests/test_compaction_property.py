@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES
-from workers.core.toolsets.compaction import DROP_RULES, Rule, compact_object, render_object
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.compaction import DROP_RULES, Rule, compact_object, render_object
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 
 SNAPSHOTS = sorted(p for p in (EXAMPLES / "snapshots").iterdir() if p.is_dir())
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -1,4 +1,4 @@
-"""The direct path's HTTP (workers/core/openai_compat.py, urllib3): one connection pool per
+"""The direct path's HTTP (workers/engine/openai_compat.py, urllib3): one connection pool per
 process, proxies from the environment, verified TLS, redirects that keep the key at home,
 and answers bounded in size. Retries, deadlines and error kinds are in
 tests/test_llm_fast_path.py, run on both paths."""
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from schemas.settings import load_settings
-from workers.core import openai_compat
-from workers.core.llm import LiteLLMClient, LLMCall
-from workers.core.openai_compat import (
+from workers.engine import openai_compat
+from workers.engine.llm import LiteLLMClient, LLMCall
+from workers.engine.openai_compat import (
     DirectClient,
     EndpointUnreachable,
     fast_path_model,

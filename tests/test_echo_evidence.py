@@ -1,4 +1,4 @@
-"""Text that repeats the model's own arguments is never evidence (workers/core/toolsets/echo.py).
+"""Text that repeats the model's own arguments is never evidence (workers/engine/toolsets/echo.py).
 
 Fast and in-process: the Marked-text primitives (their one promise: an echo character
 never leaves its span, whatever edits the text goes through), every tool of both
@@ -26,16 +26,16 @@ from schemas.report import RunState
 from schemas.request import ContextTarget
 from schemas.settings import load_settings
 from tests.engine_support import done, make_snapshot, request_for, run, script, scripted
-from workers.core.evidence import locate, occurs_in, structured_view
-from workers.core.fencing import neutralise_marked
-from workers.core.toolsets.base import ToolRegistry, ToolResult
-from workers.core.toolsets.echo import ECHO_MASK, Marked, compose, echo, edited, masked, quoted
-from workers.core.toolsets.kubernetes import kubernetes_tools
-from workers.core.toolsets.live_backend import LiveBackend
-from workers.core.toolsets.shell import shell_tools
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
-from workers.core.toolsets.structured import META_KEY
-from workers.core.toolsets.truncation import cap_marked
+from workers.engine.evidence import locate, occurs_in, structured_view
+from workers.engine.fencing import neutralise_marked
+from workers.engine.toolsets.base import ToolRegistry, ToolResult
+from workers.engine.toolsets.echo import ECHO_MASK, Marked, compose, echo, edited, masked, quoted
+from workers.engine.toolsets.kubernetes import kubernetes_tools
+from workers.engine.toolsets.live_backend import LiveBackend
+from workers.engine.toolsets.shell import shell_tools
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.structured import META_KEY
+from workers.engine.toolsets.truncation import cap_marked
 
 MARK = "zq7echo"  # lower-case, a valid DNS label, in no object of the test cluster
 

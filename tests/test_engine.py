@@ -21,9 +21,9 @@ from tests.engine_support import (
     script,
     scripted,
 )
-from workers.core.budget_meter import MIN_USEFUL_COMPLETION_TOKENS, padded_prompt
-from workers.core.llm import load_litellm
-from workers.core.token_ceiling import request_ceiling
+from workers.engine.budget_meter import MIN_USEFUL_COMPLETION_TOKENS, padded_prompt
+from workers.engine.llm import load_litellm
+from workers.engine.token_ceiling import request_ceiling
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -454,7 +454,7 @@ def test_an_internal_error_is_cannot_determine_never_a_crash(snapshot: Path) -> 
 
 
 def test_no_model_configured_is_cannot_determine(snapshot: Path) -> None:
-    from workers.core.engine import EngineDeps, evaluate
+    from workers.engine.engine import EngineDeps, evaluate
 
     report = evaluate(request_for(snapshot), EngineDeps(settings=load_settings()))
     assert report.verdict is not None and report.verdict.exit_code == 3
@@ -496,8 +496,8 @@ def test_a_rate_limit_that_cannot_be_had_in_time_ends_at_the_deadline(snapshot: 
 
 def test_the_tools_are_closed_when_the_run_ends_however_it_ends(snapshot: Path) -> None:
     """A live backend holds connections per run; the engine must release them every time."""
-    from workers.core.toolsets.base import ToolRegistry
-    from workers.core.toolsets.factory import build_registry
+    from workers.engine.toolsets.base import ToolRegistry
+    from workers.engine.toolsets.factory import build_registry
 
     closed: list[str] = []
 

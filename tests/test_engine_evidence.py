@@ -15,8 +15,8 @@ from schemas.report import RunState
 from schemas.verdict import VerdictKind
 from tests.engine_support import done, get_deployments, make_snapshot, request_for, run, script
 from tests.engine_support import scripted as scripted_model
-from workers.core.evidence import MIN_EXCERPT_CHARS, meaningful
-from workers.core.llm import load_litellm
+from workers.engine.evidence import MIN_EXCERPT_CHARS, meaningful
+from workers.engine.llm import load_litellm
 
 PROFILES = ("smoke", "fast", "strict")
 
@@ -252,8 +252,8 @@ def test_the_engines_own_cut_never_makes_a_value_the_lookup_did_not_return(
     read ``ready: 1``: a value the lookup never returned, which a citation would then verify."""
     from pydantic import BaseModel
 
-    from workers.core.toolsets.base import ToolRegistry, ToolResult
-    from workers.core.toolsets.factory import build_registry
+    from workers.engine.toolsets.base import ToolRegistry, ToolResult
+    from workers.engine.toolsets.factory import build_registry
 
     limit = 6000
     cut_at = int(limit * 1.5)

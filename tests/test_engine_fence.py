@@ -15,8 +15,8 @@ from schemas.report import RunState
 from schemas.verdict import VerdictKind
 from tests.engine_support import done, get_deployments, make_snapshot, request_for, run, script
 from tests.engine_support import scripted as scripted_model
-from workers.core.fencing import EVIDENCE, fenced, neutralise, new_fence_token
-from workers.core.llm import load_litellm
+from workers.engine.fencing import EVIDENCE, fenced, neutralise, new_fence_token
+from workers.engine.llm import load_litellm
 
 FENCE = re.compile(r"^<<<(END )?TOOL OUTPUT ([0-9a-f]{16})>>>$", re.MULTILINE)
 _FORGED_LOG = """\

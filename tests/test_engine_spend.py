@@ -18,8 +18,8 @@ from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.engine_support import done, get_deployments, make_snapshot, request_for, run, script
 from tests.engine_support import scripted as scripted_model
-from workers.core.llm import REFUSED_RETRIES, load_litellm
-from workers.core.spend_guard import SpendRefused
+from workers.engine.llm import REFUSED_RETRIES, load_litellm
+from workers.engine.spend_guard import SpendRefused
 from workers.fleet.redis_client import connect
 from workers.fleet.spend_reservations import FleetSpendGuard
 
@@ -162,7 +162,7 @@ def _fleet_guard(redis_url: str, prefix: str) -> FleetSpendGuard:
 
 def _run_retrying(model: Any, request: EvaluationRequest, guard: Any) -> Any:
     """A run whose model client retries at once (no backoff) and gives each attempt 1 s."""
-    from workers.core.llm import LiteLLMClient
+    from workers.engine.llm import LiteLLMClient
 
     settings = {"llm_call_timeout_seconds": 1.0, "llm_max_retries": 4}
     client = LiteLLMClient(
@@ -284,7 +284,7 @@ def _check_by_probe(
 ) -> tuple[Any, int]:
     """One run of check ``chk-spend`` through the probe path (what the worker task calls)."""
     from schemas.request import new_run_id
-    from workers.core.engine import EngineDeps
+    from workers.engine.engine import EngineDeps
     from workers.fleet.probe_rerun import evaluate_check
 
     with scripted_model(turns) as model:
@@ -302,7 +302,7 @@ def test_probe_reruns_go_on_when_a_ceiling_stops_every_model_call(
     tmp_path: Path, redis_url: str
 ) -> None:
     from tests.probe_support import done_with_probe, probe
-    from workers.core.toolsets.factory import snapshot_cache
+    from workers.engine.toolsets.factory import snapshot_cache
     from workers.fleet.probe_store import ProbeStore
 
     probes = ProbeStore(connect(redis_url), prefix="esp", history_limit=50)

@@ -23,8 +23,8 @@ from tests.engine_support import (
     script,
 )
 from tests.engine_support import scripted as scripted_model
-from workers.core.llm import load_litellm
-from workers.core.toolsets.structured import FREE_TEXT
+from workers.engine.llm import load_litellm
+from workers.engine.toolsets.structured import FREE_TEXT
 
 _POD = """\
 apiVersion: v1

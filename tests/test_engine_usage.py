@@ -22,9 +22,9 @@ from tests.engine_support import (
     script,
 )
 from tests.engine_support import scripted as scripted_model
-from workers.core.budget_meter import padded_prompt
-from workers.core.llm import load_litellm
-from workers.core.token_ceiling import request_ceiling
+from workers.engine.budget_meter import padded_prompt
+from workers.engine.llm import load_litellm
+from workers.engine.token_ceiling import request_ceiling
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.core.toolsets.explain_text import render_schema
+from workers.engine.toolsets.explain_text import render_schema
 
 
 def test_render_schema_reads_like_kubectl_explain() -> None:

@@ -19,16 +19,16 @@ from assay.testing.policy_corpus import engine_only, read_library
 from schemas.policy import ImportedPolicy
 from schemas.probe import ProbeLookup, ProbeRecord, ProposedProbe
 from schemas.verdict import VerdictKind
-from workers.core.policies.documents import documents_from_text, read_files
-from workers.core.policies.importer import import_documents
-from workers.core.probes.admission_schema import problems
-from workers.core.probes.export import (
+from workers.policy_engine.policies.documents import documents_from_text, read_files
+from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.probes.admission_schema import problems
+from workers.policy_engine.probes.export import (
     NotExportable,
     export_policy,
     export_policy_documents,
     export_probe,
 )
-from workers.core.probes.export_policy import KYVERNO_OPERATIONS, VAP_SPEC_FIELDS
+from workers.policy_engine.probes.export_policy import KYVERNO_OPERATIONS, VAP_SPEC_FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "fixtures" / "cel_corpus"

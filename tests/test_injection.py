@@ -16,7 +16,7 @@ from tests.injection_support import (
     InjectionTally,
     run_injection_matrix,
 )
-from workers.core.llm import load_litellm
+from workers.engine.llm import load_litellm
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ FIRST_RUNS = """\
 import sys, threading
 from schemas.request import ContextTarget
 from schemas.settings import AssaySettings
-from workers.core.toolsets.live_backend import LiveBackend
+from workers.engine.toolsets.live_backend import LiveBackend
 from workers.fleet.targets import context_targets
 
 kubeconfig = sys.argv[1]

@@ -20,12 +20,12 @@ from schemas.kubernetes_metadata import (
     label_value_errors,
     qualified_name_errors,
 )
-from workers.core.policies.documents import documents_from_text
-from workers.core.policies.importer import import_documents
-from workers.core.probes.admission_schema import problems
-from workers.core.probes.export_draft import NotExportable, selector_from_text
-from workers.core.toolsets.backend import BackendError
-from workers.core.toolsets.selectors import label_matcher
+from workers.engine.toolsets.backend import BackendError
+from workers.engine.toolsets.selectors import label_matcher
+from workers.policy_engine.policies.documents import documents_from_text
+from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.probes.admission_schema import problems
+from workers.policy_engine.probes.export_draft import NotExportable, selector_from_text
 
 # -- names --------------------------------------------------------------------------------------
 

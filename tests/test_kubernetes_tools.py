@@ -15,9 +15,9 @@ import pytest
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget
 from schemas.settings import AssaySettings, load_settings
 from tests.conftest import EXAMPLES
-from workers.core.toolsets.base import ToolRegistry, ToolResult
-from workers.core.toolsets.factory import ToolsetUnavailable, build_registry, snapshot_cache
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.base import ToolRegistry, ToolResult
+from workers.engine.toolsets.factory import ToolsetUnavailable, build_registry, snapshot_cache
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 
 SNAPSHOTS = EXAMPLES / "snapshots"
 EXAMPLE_NAMES = ["prod-eu", "staging-us", "dev-ap"]
@@ -401,7 +401,7 @@ def test_a_snapshot_slow_to_read_holds_up_no_other_runs_snapshot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A folder on a slow disk (or a large one) is parsed outside the cache's lock."""
-    import workers.core.toolsets.factory as factory
+    import workers.engine.toolsets.factory as factory
 
     slow, quick = tmp_path / "slow", tmp_path / "quick"
     shutil.copytree(SNAPSHOTS / "dev-ap", slow)

@@ -15,11 +15,11 @@ import yaml
 
 from schemas.verdict import VerdictKind
 from tests.cli_support import run_cli as run
-from workers.core.policies.documents import documents_from_text
-from workers.core.policies.importer import import_documents
-from workers.core.policies.run import run_policies
-from workers.core.probes.export import NotExportable, export_policy_documents
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.policies.documents import documents_from_text
+from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.policies.run import run_policies
+from workers.policy_engine.probes.export import NotExportable, export_policy_documents
 
 POLICY = """
 apiVersion: kyverno.io/v1

@@ -27,13 +27,13 @@ from assay.testing.fake_cluster import FakeCluster
 from schemas.request import ContextTarget, InClusterTarget
 from schemas.settings import AssaySettings, load_settings
 from tests.live_support import new_canary, write_cluster
-from workers.core.toolsets import live_transport
-from workers.core.toolsets.backend import REDACTED, BackendError
-from workers.core.toolsets.base import ToolRegistry, ToolResult
-from workers.core.toolsets.kubernetes import kubernetes_tools
-from workers.core.toolsets.live_backend import LiveBackend
-from workers.core.toolsets.live_transport import WriteRefused, check_read_path
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets import live_transport
+from workers.engine.toolsets.backend import REDACTED, BackendError
+from workers.engine.toolsets.base import ToolRegistry, ToolResult
+from workers.engine.toolsets.kubernetes import kubernetes_tools
+from workers.engine.toolsets.live_backend import LiveBackend
+from workers.engine.toolsets.live_transport import WriteRefused, check_read_path
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -33,8 +33,8 @@ from schemas.budget import Budget
 from schemas.request import ContextTarget, EvaluationRequest
 from schemas.settings import load_settings
 from tests.live_support import new_canary, write_cluster
-from workers.core.engine import EngineDeps, evaluate
-from workers.core.toolsets.backend import REDACTED
+from workers.engine.engine import EngineDeps, evaluate
+from workers.engine.toolsets.backend import REDACTED
 
 ASSAY = str(Path(sys.executable).parent / "assay")
 FORBIDDEN_SUBRESOURCES = ("/exec", "/attach", "/portforward", "/proxy", "/scale", "/eviction")

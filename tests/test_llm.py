@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
-from workers.core.llm import (
+from workers.engine.llm import (
     LiteLLMClient,
     LLMCall,
     LLMError,
@@ -59,7 +59,7 @@ import sys
 from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
 from tests.engine_support import done, get_deployments, make_snapshot, request_for, script
-from workers.core.engine import EngineDeps, evaluate
+from workers.engine.engine import EngineDeps, evaluate
 snapshot = make_snapshot(__import__("pathlib").Path(sys.argv[1]))
 with ScriptedModel(script(get_deployments(), done("true", 0))) as model:
     settings = load_settings(model="openai/scripted", api_base=model.url, snapshot_roots=["/"])
@@ -109,7 +109,7 @@ def test_prices_come_from_litellm_and_are_none_when_unknown() -> None:
 def test_a_model_said_to_be_unknown_without_litellm_is_unknown_to_litellm(model: str) -> None:
     """``catalogue_may_know`` spares litellm's import only for names its catalogue has
     nothing on: for those, litellm itself must find no model info (no price, no transport)."""
-    from workers.core.model_names import catalogue_may_know
+    from workers.engine.model_names import catalogue_may_know
 
     litellm = load_litellm()
     try:
@@ -198,8 +198,8 @@ def test_a_reply_is_not_kept_once_the_run_is_done_with_it() -> None:
     import gc
     import weakref
 
-    from workers.core.llm import _reply_from
-    from workers.core.openai_compat import parse_completion
+    from workers.engine.llm import _reply_from
+    from workers.engine.openai_compat import parse_completion
 
     arguments = '{"verdict": "true", "explanation": "' + "x" * 5000 + '"}'
     completion = {"choices": [{"message": {"tool_calls": [
@@ -266,7 +266,7 @@ def test_a_worker_run_with_a_model_litellm_cannot_route_ends_cannot_determine(
     """Only the CLI refuses such a model up front; a fleet run (the model came with the
     request or from the worker's settings) still ends 3 with litellm's reason, never true."""
     from tests.engine_support import make_snapshot, request_for
-    from workers.core.engine import EngineDeps, evaluate
+    from workers.engine.engine import EngineDeps, evaluate
 
     request = request_for(make_snapshot(tmp_path / "prod-eu"), model="nonsense-model")
     report = evaluate(request, EngineDeps(settings=load_settings()))
@@ -277,9 +277,9 @@ def test_a_worker_run_with_a_model_litellm_cannot_route_ends_cannot_determine(
 
 
 def test_every_name_told_without_litellm_is_one_litellm_routes() -> None:
-    """``workers.core.model_names`` says yes without importing litellm; each of its yeses
+    """``workers.engine.model_names`` says yes without importing litellm; each of its yeses
     must be litellm's too, at any endpoint, or a front door would pass what a run fails."""
-    from workers.core.model_names import ROUTED_PREFIXES, _bare_names
+    from workers.engine.model_names import ROUTED_PREFIXES, _bare_names
 
     litellm = load_litellm()
     bare = _bare_names()
@@ -297,7 +297,7 @@ def test_every_name_told_without_litellm_is_one_litellm_routes() -> None:
 def test_the_bare_names_litellm_lists_outside_its_price_list_are_the_ones_kept() -> None:
     """``UNPRICED_BARE_NAMES`` is exactly what the installed litellm lists beyond its price
     list; a litellm that adds one fails here rather than have it refused."""
-    from workers.core.model_names import UNPRICED_BARE_NAMES, _all_priced_names
+    from workers.engine.model_names import UNPRICED_BARE_NAMES, _all_priced_names
 
     litellm = load_litellm()
     unpriced = {
@@ -309,7 +309,7 @@ def test_the_bare_names_litellm_lists_outside_its_price_list_are_the_ones_kept()
 
 
 def test_no_name_litellm_knows_is_refused_without_asking_it() -> None:
-    from workers.core.model_names import refused_for_certain
+    from workers.engine.model_names import refused_for_certain
 
     litellm = load_litellm()
     known = [*litellm.model_list_set, "claude-instant-1", "gpt-image-1", "amazon_nova_x"]
@@ -319,7 +319,7 @@ def test_no_name_litellm_knows_is_refused_without_asking_it() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-._ ", min_size=1, max_size=24))
 def test_every_name_refused_without_litellm_is_refused_by_litellm(name: str) -> None:
-    from workers.core.model_names import refused_for_certain
+    from workers.engine.model_names import refused_for_certain
 
     if not refused_for_certain(name, None):
         return
@@ -341,7 +341,7 @@ def test_no_endpoint_litellm_routes_by_is_private() -> None:
     """litellm routes a bare name by its endpoint only at the public hosts it knows
     (``openai_compatible_endpoints``); the private-endpoint rule holds while none of them is
     private, which a litellm that adds one would break here rather than in a refusal."""
-    from workers.core.model_names import private_endpoint
+    from workers.engine.model_names import private_endpoint
 
     known = list(load_litellm().openai_compatible_endpoints)
     assert known and [endpoint for endpoint in known if private_endpoint(endpoint)] == []
@@ -357,7 +357,7 @@ def test_no_endpoint_litellm_routes_by_is_private() -> None:
 def test_every_name_refused_at_a_private_endpoint_is_refused_there_by_litellm(
     name: str, endpoint: str
 ) -> None:
-    from workers.core.model_names import refused_for_certain
+    from workers.engine.model_names import refused_for_certain
 
     if not refused_for_certain(name, endpoint):
         return
@@ -369,7 +369,7 @@ def test_a_typo_is_refused_without_importing_litellm() -> None:
     """Before: `assay check --model nonsense-model` imported litellm to refuse it (13.8 s on
     a busy host; the API 5.2 s). The same sentence now comes from the names alone."""
     code = (
-        "import sys; from workers.core.llm import unroutable_model; "
+        "import sys; from workers.engine.llm import unroutable_model; "
         "print(unroutable_model('nonsense-model', None)); print('litellm' in sys.modules)"
     )
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -385,7 +385,7 @@ def test_a_typo_is_refused_without_importing_litellm() -> None:
 
 
 def test_each_provider_key_is_the_one_litellm_asks_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers.core.provider_keys import KEY_VARIABLES
+    from workers.engine.provider_keys import KEY_VARIABLES
 
     litellm = load_litellm()
     for variables in KEY_VARIABLES.values():

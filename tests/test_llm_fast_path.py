@@ -22,9 +22,9 @@ from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.engine_support import get_deployments, make_snapshot, request_for, run, script, scripted
 from tests.tcp_support import read_request, tcp_server
-from workers.core.engine import EngineDeps, evaluate
-from workers.core.llm import LiteLLMClient, LLMCall, LLMError, load_litellm
-from workers.core.openai_compat import fast_path_model
+from workers.engine.engine import EngineDeps, evaluate
+from workers.engine.llm import LiteLLMClient, LLMCall, LLMError, load_litellm
+from workers.engine.openai_compat import fast_path_model
 
 TOOLS = [
     {
@@ -88,7 +88,7 @@ def test_the_direct_path_applies_only_where_litellm_would_send_the_request_as_gi
 def test_what_is_told_without_litellm_is_what_litellm_would_decide(model: str) -> None:
     """Names the direct path takes without importing litellm are the names litellm itself
     would send as given; anything that might be rewritten is left to litellm's own test."""
-    from workers.core.openai_compat import _compatible_by_litellm, _known_compatible
+    from workers.engine.openai_compat import _compatible_by_litellm, _known_compatible
 
     quick = _known_compatible(model)
     if quick is not None:

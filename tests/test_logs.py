@@ -11,7 +11,7 @@ import pytest
 import structlog
 
 from schemas.settings import AssaySettings
-from workers.core.logs import configure_logging
+from workers.engine.logs import configure_logging
 
 
 def test_a_line_after_the_stderr_logging_was_configured_with_closed_goes_to_the_new_one(

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import redis
 
-from workers.core.policies.documents import read_files
-from workers.core.policies.importer import import_documents
 from workers.fleet.lua_scripts import RedisClock
 from workers.fleet.policy_store import PolicyStore
 from workers.fleet.redis_client import connect
+from workers.policy_engine.policies.documents import read_files
+from workers.policy_engine.policies.importer import import_documents
 
 pytestmark = pytest.mark.integration
 

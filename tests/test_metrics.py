@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from assay.redis_process import free_port
 from schemas.verdict import EXIT_CODES, Verdict, VerdictKind
-from workers.core import metrics
+from workers.engine import metrics
 from workers.fleet.queue_depth import QueueDepthCollector
 from workers.fleet.timers import TimerEntry, TimerStore, epoch
 

@@ -28,7 +28,7 @@ from tests.api_support import TOKENS, WRITE_TOKEN, auth
 from tests.conftest import ROOT
 from tests.fleet_support import stop_process, wait_until
 from tests.test_front_door import ALL_SNAPSHOTS, PLAIN, PROD_EU, assay, env_for, one_error_line
-from workers.core.provider_keys import KEY_VARIABLES
+from workers.engine.provider_keys import KEY_VARIABLES
 
 BAD = "nonsense-model"
 GOOD = "openai/scripted"
@@ -215,7 +215,7 @@ def test_submit_help_and_a_usual_model_do_not_import_litellm() -> None:
         "import sys\n"
         "from assay.cli import main\n"
         "try:\n    main(['submit', '--help'])\nexcept SystemExit as exit:\n    code = exit.code\n"
-        "from workers.core.llm import unroutable_model\n"
+        "from workers.engine.llm import unroutable_model\n"
         "names = ['openai/scripted', 'ollama/llama3', 'hosted_vllm/x', 'gpt-4o-mini']\n"
         "assert all(unroutable_model(n, None) is None for n in names)\n"
         "print(code, 'litellm' in sys.modules, file=sys.stderr)\n"

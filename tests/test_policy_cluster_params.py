@@ -19,11 +19,11 @@ from schemas.request import ContextTarget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.cli_support import run_cli as run
-from workers.core.policies.documents import documents_from_text
-from workers.core.policies.importer import import_documents
-from workers.core.policies.run import run_policies
-from workers.core.toolsets.live_backend import LiveBackend
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.live_backend import LiveBackend
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.policies.documents import documents_from_text
+from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.policies.run import run_policies
 
 POLICY = """
 apiVersion: admissionregistration.k8s.io/v1

@@ -19,18 +19,18 @@ from assay.testing.policy_corpus import Judge, engine_only, read_library, with_n
 from schemas.policy import ImportedPolicy
 from schemas.probe import ProbeLookup, ProbeRecord, ProbeValidation, ProbeVariable, ProposedProbe
 from schemas.verdict import VerdictKind
-from workers.core.policies.documents import documents_from_text, read_files
-from workers.core.policies.importer import import_documents
-from workers.core.policies.run import run_policies
-from workers.core.probes.admission_schema import problems
-from workers.core.probes.export import (
+from workers.engine.toolsets.kinds import BUILTIN_RESOURCES
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.policies.documents import documents_from_text, read_files
+from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.policies.run import run_policies
+from workers.policy_engine.probes.admission_schema import problems
+from workers.policy_engine.probes.export import (
     NotExportable,
     export_documents,
     export_policy_documents,
     selector_from_text,
 )
-from workers.core.toolsets.kinds import BUILTIN_RESOURCES
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples" / "policies").glob("*.yaml"))
@@ -313,7 +313,7 @@ def test_a_live_clusters_discovery_and_openapi_resolve_and_type_check(tmp_path: 
     from assay.testing.fake_cluster import FakeCluster
     from schemas.request import ContextTarget
     from schemas.settings import load_settings
-    from workers.core.toolsets.live_backend import LiveBackend
+    from workers.engine.toolsets.live_backend import LiveBackend
 
     cluster = FakeCluster.from_snapshot(ROOT / "examples/snapshots/prod-eu", name="eu")
     with FakeApiServer([cluster]) as server:

@@ -1,5 +1,5 @@
 """`assay probe import`'s reading of admission policies: what each format becomes, and what is
-refused with its reason (workers/core/policies/)."""
+refused with its reason (workers/policy_engine/policies/)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from schemas.policy import ImportedPolicy, ImportRefusal, KindRef, policy_reference
-from workers.core.policies.documents import UnreadableFile, documents_from_text, read_files
-from workers.core.policies.importer import import_documents
+from workers.policy_engine.policies.documents import UnreadableFile, documents_from_text, read_files
+from workers.policy_engine.policies.importer import import_documents
 
 VAP = """
 apiVersion: admissionregistration.k8s.io/v1

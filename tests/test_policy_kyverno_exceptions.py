@@ -19,9 +19,9 @@ import yaml
 from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
 from tests.cli_support import run_cli as run
-from workers.core.policies.documents import documents_from_text
-from workers.core.policies.importer import import_documents
-from workers.core.probes.export import NotExportable, export_policy_documents
+from workers.policy_engine.policies.documents import documents_from_text
+from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.probes.export import NotExportable, export_policy_documents
 
 TEAM_LABEL = """
 apiVersion: policies.kyverno.io/v1
@@ -192,8 +192,8 @@ def test_exceptions_apply_on_the_test_api_server(
 def test_an_exception_dropped_would_have_reported_the_exempt_objects(tmp_path: Path) -> None:
     """Kyverno's own behaviour, both ways: the same files without the exception report the
     exempt objects (so the exception is what spares them)."""
-    from workers.core.policies.run import run_policies
-    from workers.core.toolsets.snapshot_backend import SnapshotBackend
+    from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+    from workers.policy_engine.policies.run import run_policies
 
     backend = SnapshotBackend(_cluster(tmp_path / "cluster"))
     with_it, refusals = import_documents(
@@ -300,8 +300,8 @@ def test_an_exception_kyverno_would_not_apply_is_reported_not_dropped(
 
 def test_an_exception_of_a_long_name_in_a_long_namespace_is_applied(tmp_path: Path) -> None:
     """Names of up to 253 characters are Kubernetes' own; the exception is still applied."""
-    from workers.core.policies.run import run_policies
-    from workers.core.toolsets.snapshot_backend import SnapshotBackend
+    from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+    from workers.policy_engine.policies.run import run_policies
 
     long = TEAM_LABEL_EXCEPTION.replace("name: system-pods,", f"name: {'system-pods-' * 20}x,")
     long = long.replace("namespace: kyverno}", f"namespace: {'k' * 63}}}")

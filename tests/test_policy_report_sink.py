@@ -23,7 +23,7 @@ from assay.testing.fake_cluster import FakeCluster
 from tests.alerting_support import notifier_running, settings_for
 from tests.live_support import write_cluster
 from tests.report_support import later, probe_outcome, record, validate_report
-from workers.core.logs import configure_logging
+from workers.engine.logs import configure_logging
 from workers.fleet.store import VerdictStore
 
 REPLICAS = "every Deployment has at least 2 ready replicas"

@@ -19,12 +19,12 @@ from schemas.policy import ImportedPolicy
 from schemas.request import ContextTarget, SnapshotTarget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
-from workers.core.policies.documents import documents_from_text, read_files
-from workers.core.policies.importer import import_documents
-from workers.core.policies.run import run_policies
-from workers.core.toolsets.factory import backend_for
-from workers.core.toolsets.live_backend import LiveBackend
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.factory import backend_for
+from workers.engine.toolsets.live_backend import LiveBackend
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.policies.documents import documents_from_text, read_files
+from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.policies.run import run_policies
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples" / "policies").glob("*.yaml"))

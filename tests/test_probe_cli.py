@@ -19,9 +19,9 @@ from schemas.probe import ProbeLookup, ProbeOutcome, ProbeRun, ProposedProbe
 from schemas.verdict import VerdictKind
 from tests.cli_support import run_cli as run
 from tests.engine_support import PREDICATE, make_snapshot
-from workers.core.probes.export import NotExportable, export_documents
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
+from workers.policy_engine.probes.export import NotExportable, export_documents
 
 pytestmark = pytest.mark.integration
 

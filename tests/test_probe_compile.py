@@ -11,7 +11,7 @@ from schemas.verdict import VerdictKind
 from tests.engine_support import done, get_deployments, make_snapshot, request_for, run, script
 from tests.engine_support import scripted as scripted_model
 from tests.probe_support import done_with_probe, probe
-from workers.core.llm import load_litellm
+from workers.engine.llm import load_litellm
 
 
 @pytest.fixture(scope="module", autouse=True)

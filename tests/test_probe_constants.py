@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from schemas.probe import ProposedProbe
-from workers.core.probes.cel import CelError, StepMeter
-from workers.core.probes.program import ProbeProgram
-from workers.core.probes.run_constants import constant_variables
+from workers.policy_engine.probes.cel import CelError, StepMeter
+from workers.policy_engine.probes.program import ProbeProgram
+from workers.policy_engine.probes.run_constants import constant_variables
 
 CHAIN = [("v0", "params.spec.limit")] + [(f"v{n}", f"variables.v{n - 1} + 1") for n in range(1, 31)]
 
@@ -64,7 +64,7 @@ def test_an_export_with_many_variables_compiles_each_read_as_a_declared_name() -
     31 variables each reading the one before passed the runtime's parser nesting of 32."""
     from schemas.probe import ProbeLookup, ProbeValidation, ProbeVariable
     from tests.test_policy_export import _record
-    from workers.core.probes.export import export_documents
+    from workers.policy_engine.probes.export import export_documents
 
     chain = [("v0", "object.spec.replicas"), *CHAIN[1:]]
     probe = ProposedProbe(

@@ -1,6 +1,6 @@
-"""The probe cost bound (workers/core/probes/cost.py): hostile expressions over a large listing
-are refused before the library runs them, end as "cannot run" with the reason, never ``true``,
-and the check falls back to the model as for any other probe failure.
+"""The probe cost bound (workers/policy_engine/probes/cost.py): hostile expressions over a
+large listing are refused before the library runs them, end as "cannot run" with the
+reason, never ``true``, and the check falls back to the model as for any other probe failure.
 
 Each hostile expression here would hold the worker's GIL for minutes to days without the
 bound (the library cannot be interrupted); the generous pytest timeout is the hang guard.
@@ -20,12 +20,12 @@ from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.engine_support import PREDICATE, get_deployments, script
 from tests.probe_support import done_with_probe, probe
-from workers.core.probes.cel import BoolProgram, CelError
-from workers.core.probes.cost import MAX_STEPS, analyse
-from workers.core.probes.runner import run_probe
-from workers.core.toolsets.factory import backend_for
+from workers.engine.toolsets.factory import backend_for
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
+from workers.policy_engine.probes.cel import BoolProgram, CelError
+from workers.policy_engine.probes.cost import MAX_STEPS, analyse
+from workers.policy_engine.probes.runner import run_probe
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -369,7 +369,7 @@ def test_a_too_costly_probe_falls_back_to_the_model(redis_url: str, large: Path)
     cannot_determine, the reason is on the run's report."""
     from tests.engine_support import request_for
     from tests.engine_support import scripted as scripted_model
-    from workers.core.engine import EngineDeps
+    from workers.engine.engine import EngineDeps
     from workers.fleet.probe_rerun import evaluate_check
 
     probes = ProbeStore(connect(redis_url), prefix="tc")
@@ -426,7 +426,7 @@ def test_variables_nesting_one_another_are_charged_their_copies(seed: str, pair:
             "origin": {"format": "vap", "name": "p", "source": "-"},
         }
     )
-    from workers.core.probes.program import ProbeProgram
+    from workers.policy_engine.probes.program import ProbeProgram
 
     with pytest.raises(CelError, match="too costly"):
         ProbeProgram(probe).judge({"object": {"metadata": {"name": "x"}}})

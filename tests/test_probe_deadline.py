@@ -51,16 +51,16 @@ from tests.engine_support import (
 from tests.engine_support import run as run_engine
 from tests.engine_support import scripted as scripted_model
 from tests.probe_support import done_with_probe, probe
-from workers.core.engine import EngineDeps
-from workers.core.llm import load_litellm
-from workers.core.probes.runner import run_probe
-from workers.core.toolsets.base import ToolRegistry
-from workers.core.toolsets.factory import build_registry
-from workers.core.toolsets.live_backend import LiveBackend
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.engine import EngineDeps
+from workers.engine.llm import load_litellm
+from workers.engine.toolsets.base import ToolRegistry
+from workers.engine.toolsets.factory import build_registry
+from workers.engine.toolsets.live_backend import LiveBackend
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 from workers.fleet.probe_rerun import evaluate_check
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
+from workers.policy_engine.probes.runner import run_probe
 
 pytestmark = pytest.mark.integration
 

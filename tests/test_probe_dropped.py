@@ -15,7 +15,7 @@ from schemas.verdict import VerdictKind
 from tests.engine_support import get_deployments, make_snapshot, request_for, run, script
 from tests.engine_support import scripted as scripted_model
 from tests.probe_support import READY_TWO, done_with_probe, probe
-from workers.core.llm import load_litellm
+from workers.engine.llm import load_litellm
 
 # What a stored probe may carry (schemas/probe.py ProposedProbe) and a model may not give.
 IMPORTED_ONLY = ("validations", "match_conditions", "params", "empty_result", "origin", "variables")

@@ -4,7 +4,7 @@ structural schema (k8s.io/apiserver/pkg/cel/common/values.go)."""
 from __future__ import annotations
 
 from schemas.probe import ProbeOrigin, ProposedProbe
-from workers.core.probes.program import ProbeProgram, without_nulls
+from workers.policy_engine.probes.program import ProbeProgram, without_nulls
 
 POD = {
     "metadata": {"name": "web", "annotations": None},

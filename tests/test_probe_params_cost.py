@@ -1,4 +1,4 @@
-"""A large ``params`` over many objects (workers/core/probes/run_constants.py): what every
+"""A large ``params`` over many objects (workers/policy_engine/probes/run_constants.py): what every
 object reads of it is computed once per run, and what each evaluation still converts is
 charged, so the run ends with a verdict within its time budget, or is refused before the
 first object, never stopped by its deadline after minutes of conversions.
@@ -21,8 +21,8 @@ from schemas.probe import ProbeOrigin, ProposedProbe
 from schemas.request import SnapshotTarget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
-from workers.core.probes.runner import run_probe
-from workers.core.toolsets.factory import backend_for
+from workers.engine.toolsets.factory import backend_for
+from workers.policy_engine.probes.runner import run_probe
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -21,8 +21,8 @@ from schemas.verdict import VerdictKind
 from tests.engine_support import done, get_deployments, make_snapshot, request_for, script
 from tests.engine_support import scripted as scripted_model
 from tests.probe_support import done_with_probe, probe
-from workers.core.engine import EngineDeps
-from workers.core.llm import load_litellm
+from workers.engine.engine import EngineDeps
+from workers.engine.llm import load_litellm
 from workers.fleet import probe_rerun
 from workers.fleet.probe_rerun import evaluate_check
 from workers.fleet.probe_store import ProbeStore
@@ -162,7 +162,7 @@ def test_flip_is_confirmed_by_the_model_before_it_is_recorded(
     snap = make_snapshot(tmp_path / "snap")
     _check(snap, probes, COMPILE_TRUE)
     make_snapshot(snap, web_ready=1)  # the cluster changes: the probe now says false
-    from workers.core.toolsets.factory import snapshot_cache
+    from workers.engine.toolsets.factory import snapshot_cache
 
     snapshot_cache.clear()
     confirmed, calls = _check(snap, probes, MODEL_FALSE)
@@ -182,7 +182,7 @@ def test_flip_the_model_contradicts_retires_the_probe(tmp_path: Path, probes: Pr
     snap = make_snapshot(tmp_path / "snap")
     _check(snap, probes, COMPILE_TRUE)
     make_snapshot(snap, web_ready=1)
-    from workers.core.toolsets.factory import snapshot_cache
+    from workers.engine.toolsets.factory import snapshot_cache
 
     snapshot_cache.clear()
     report, calls = _check(snap, probes, MODEL_TRUE)  # the model still says true
@@ -270,7 +270,7 @@ def test_a_probe_verdict_is_recorded_as_the_probes(
 def _changed_to_false(snap: Path) -> None:
     """The cluster changes: web drops to 1 ready replica, so the predicate is now false."""
     make_snapshot(snap, web_ready=1)
-    from workers.core.toolsets.factory import snapshot_cache
+    from workers.engine.toolsets.factory import snapshot_cache
 
     snapshot_cache.clear()
 

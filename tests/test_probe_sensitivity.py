@@ -1,4 +1,4 @@
-"""The sensitivity search (workers/core/probes/sensitivity.py) over hand-written objects: a
+"""The sensitivity search (workers/policy_engine/probes/sensitivity.py) over hand-written objects: a
 table of legitimate probes (a counterfactual flips them) and tautologies (none does), and
 properties over generated expressions and objects."""
 
@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schemas.probe import ProposedProbe
-from workers.core.probes.cel import BoolProgram
-from workers.core.probes.sensitivity import (
+from workers.policy_engine.probes.cel import BoolProgram
+from workers.policy_engine.probes.sensitivity import (
     BUDGET_SECONDS,
     INSENSITIVE,
     MAX_EVALUATIONS,

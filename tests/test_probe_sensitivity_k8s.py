@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from schemas.probe import ProposedProbe
-from workers.core.probes.program import ProbeProgram
-from workers.core.probes.sensitivity import check_sensitivity, mentioned
+from workers.policy_engine.probes.program import ProbeProgram
+from workers.policy_engine.probes.sensitivity import check_sensitivity, mentioned
 
 PODS = [
     {"apiVersion": "v1", "kind": "Pod",

@@ -38,7 +38,7 @@ from tests.fleet_support import (
     wait_until,
 )
 from tests.probe_support import done_with_probe, fleet_script_with_probe, probe
-from workers.core.engine import EngineDeps
+from workers.engine.engine import EngineDeps
 from workers.fleet.probe_rerun import evaluate_check
 from workers.fleet.probe_store import COMPILE_LEASE_SECONDS, ProbeStore
 from workers.fleet.redis_client import connect

@@ -5,7 +5,7 @@ A hostile or careless planner proposes, with a ``true``, a probe such as
 would answer ``true`` for 0 tokens on every later run until re-validation (up to
 ``probe_revalidate_runs`` runs or a day) whatever the cluster does. The engine searches
 counterfactuals of the objects it read for one that flips the verdict
-(workers/core/probes/sensitivity.py); when none does the probe is rejected, the model's
+(workers/policy_engine/probes/sensitivity.py); when none does the probe is rejected, the model's
 verdict stands on its own evidence, and later runs ask the model.
 
 Real redis-server (tests/conftest.py), real snapshot backend, the scripted model over HTTP.
@@ -27,7 +27,7 @@ from tests.engine_support import get_deployments, make_snapshot, request_for, ru
 from tests.engine_support import scripted as scripted_model
 from tests.probe_support import FLEET_PROBE, LIST_PROD, READY_TWO, done_with_probe, probe
 from tests.test_probe_rerun import MODEL_FALSE, MODEL_TRUE, NO_MODEL, _changed_to_false, _check
-from workers.core.llm import load_litellm
+from workers.engine.llm import load_litellm
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
 

@@ -1,5 +1,5 @@
 """Near its token budget a run counts its prompt with the model's tokenizer; far from it, nothing
-is imported (workers/core/tokenizer_count.py, budget_meter.py ``allow_call``).
+is imported (workers/engine/tokenizer_count.py, budget_meter.py ``allow_call``).
 
 Each run goes in a fresh process (the engine on the direct path, the scripted model over HTTP,
 a real snapshot), so what the run imported can be told: litellm costs `assay check` seconds,
@@ -21,14 +21,14 @@ import pytest
 
 from schemas.budget import PROFILES, Budget
 from schemas.verdict import Usage
-from workers.core.budget_meter import (
+from workers.engine.budget_meter import (
     MAX_COMPLETION_TOKENS,
     BudgetExhausted,
     BudgetMeter,
     padded_prompt,
 )
-from workers.core.llm import load_litellm
-from workers.core.token_ceiling import message_ceiling, request_ceiling
+from workers.engine.llm import load_litellm
+from workers.engine.token_ceiling import message_ceiling, request_ceiling
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "openai/scripted"
@@ -41,7 +41,7 @@ from pathlib import Path
 from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
 from tests.engine_support import done, get_deployments, make_snapshot, request_for, script
-from workers.core.engine import EngineDeps, evaluate
+from workers.engine.engine import EngineDeps, evaluate
 
 snapshot = make_snapshot(Path(sys.argv[1]))
 spend = {"completion_tokens": 2500}
@@ -197,7 +197,7 @@ def test_counting_a_prompt_never_reaches_the_network(monkeypatch: pytest.MonkeyP
     reach the internet. tiktoken's bundled encoding counts such names instead."""
     import socket
 
-    from workers.core.tokenizer_count import tokenizer_count
+    from workers.engine.tokenizer_count import tokenizer_count
 
     attempts: list[object] = []
 

@@ -211,7 +211,7 @@ def test_bad_scripts_are_refused_with_the_reason(tmp_path: Path) -> None:
 
 
 def test_litellm_reaches_it_as_an_openai_compatible_endpoint() -> None:
-    from workers.core.llm import load_litellm
+    from workers.engine.llm import load_litellm
 
     litellm = load_litellm()
     script = {"scenarios": [{"turns": [{"action": DONE_TRUE}]}]}

@@ -29,10 +29,10 @@ from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget
 from schemas.settings import load_settings
-from workers.core.toolsets.backend import REDACTED
-from workers.core.toolsets.base import ToolRegistry
-from workers.core.toolsets.factory import build_registry
-from workers.core.toolsets.redaction import SecretScrubber
+from workers.engine.toolsets.backend import REDACTED
+from workers.engine.toolsets.base import ToolRegistry
+from workers.engine.toolsets.factory import build_registry
+from workers.engine.toolsets.redaction import SecretScrubber
 
 NAMESPACE = "shop"
 

@@ -37,17 +37,17 @@ from tests.helm_releases import (
     write_helm_cluster,
 )
 from tests.test_cli_check import assay
-from workers.core.policies.documents import documents_from_text
-from workers.core.policies.importer import import_documents
-from workers.core.policies.run import run_policies
-from workers.core.probes.acceptance import judge
-from workers.core.probes.runner import SECRET_VALUES_WITHHELD, run_probe
-from workers.core.toolsets.backend import REDACTED, ClusterBackend
-from workers.core.toolsets.base import ToolRegistry
-from workers.core.toolsets.factory import build_registry
-from workers.core.toolsets.live_backend import LiveBackend
-from workers.core.toolsets.redaction import PATTERNS
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.backend import REDACTED, ClusterBackend
+from workers.engine.toolsets.base import ToolRegistry
+from workers.engine.toolsets.factory import build_registry
+from workers.engine.toolsets.live_backend import LiveBackend
+from workers.engine.toolsets.redaction import PATTERNS
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.policies.documents import documents_from_text
+from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.policies.run import run_policies
+from workers.policy_engine.probes.acceptance import judge
+from workers.policy_engine.probes.runner import SECRET_VALUES_WITHHELD, run_probe
 
 BACKENDS = ["snapshot", "live"]
 

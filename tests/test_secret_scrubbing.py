@@ -42,11 +42,11 @@ from tests.secret_canaries import (
     sweep_calls,
     write_canary_cluster,
 )
-from workers.core.engine import EngineDeps, evaluate
-from workers.core.toolsets.backend import REDACTED
-from workers.core.toolsets.base import ToolRegistry
-from workers.core.toolsets.factory import build_registry
-from workers.core.toolsets.redaction import SecretScrubber, scrubbed
+from workers.engine.engine import EngineDeps, evaluate
+from workers.engine.toolsets.backend import REDACTED
+from workers.engine.toolsets.base import ToolRegistry
+from workers.engine.toolsets.factory import build_registry
+from workers.engine.toolsets.redaction import SecretScrubber, scrubbed
 from workers.fleet.store import scrubbed_report
 
 ASSAY = str(Path(sys.executable).parent / "assay")
@@ -270,7 +270,7 @@ def test_log_lines_are_scrubbed_of_credentials(capsys: pytest.CaptureFixture[str
     """The structlog pipeline every process configures scrubs each line's fields."""
     import structlog
 
-    from workers.core.logs import configure_logging
+    from workers.engine.logs import configure_logging
 
     previous = structlog.get_config()
     try:
@@ -563,7 +563,7 @@ def test_a_report_is_scrubbed_under_its_own_field_names_too() -> None:
     happens to be a field name, is still hidden."""
     from schemas.report import RunReport, Step
     from tests.fleet_support import finished_report, snapshot_request
-    from workers.core.toolsets.redaction import PATTERNS
+    from workers.engine.toolsets.redaction import PATTERNS
 
     report = finished_report(
         snapshot_request(), "false", explanation="db at postgres://app:hunter2-pw@db/x"

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.test_shell_toolset import EXAMPLE_CONFIG, Sandbox
-from workers.core.toolsets.shell_policy import (
+from workers.engine.toolsets.shell_policy import (
     ShellConfigError,
     ShellPolicy,
     argv_matches,

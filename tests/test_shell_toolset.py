@@ -23,9 +23,9 @@ import pytest
 import yaml
 
 from schemas.settings import load_settings
-from workers.core.toolsets.base import ToolRegistry, ToolResult
-from workers.core.toolsets.shell import RunCommandTool, shell_tools
-from workers.core.toolsets.shell_policy import (
+from workers.engine.toolsets.base import ToolRegistry, ToolResult
+from workers.engine.toolsets.shell import RunCommandTool, shell_tools
+from workers.engine.toolsets.shell_policy import (
     ShellConfigError,
     ShellPolicy,
     argv_matches,

@@ -18,13 +18,13 @@ import yaml
 
 from schemas.probe import ProbeLookup, ProposedProbe
 from schemas.settings import load_settings
-from workers.core.probes.runner import run_probe_with_results
-from workers.core.probes.sensitivity import check_sensitivity
-from workers.core.toolsets.base import ToolRegistry
-from workers.core.toolsets.compaction import SERVICE_ACCOUNT_MOUNT
-from workers.core.toolsets.kubernetes import kubernetes_tools
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
-from workers.core.toolsets.structured import META_KEY
+from workers.engine.toolsets.base import ToolRegistry
+from workers.engine.toolsets.compaction import SERVICE_ACCOUNT_MOUNT
+from workers.engine.toolsets.kubernetes import kubernetes_tools
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.structured import META_KEY
+from workers.policy_engine.probes.runner import run_probe_with_results
+from workers.policy_engine.probes.sensitivity import check_sensitivity
 
 MANIFESTS = """\
 apiVersion: v1

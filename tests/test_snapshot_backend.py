@@ -16,11 +16,11 @@ import pytest
 
 from schemas.settings import load_settings
 from tests.conftest import EXAMPLES
-from workers.core.toolsets import snapshot_backend
-from workers.core.toolsets.backend import REDACTED, BackendError
-from workers.core.toolsets.base import ToolRegistry
-from workers.core.toolsets.kubernetes import kubernetes_tools
-from workers.core.toolsets.snapshot_backend import (
+from workers.engine.toolsets import snapshot_backend
+from workers.engine.toolsets.backend import REDACTED, BackendError
+from workers.engine.toolsets.base import ToolRegistry
+from workers.engine.toolsets.kubernetes import kubernetes_tools
+from workers.engine.toolsets.snapshot_backend import (
     FileTooLarge,
     FolderListing,
     SnapshotBackend,
@@ -742,7 +742,7 @@ def test_a_cluster_scoped_object_with_a_namespace_is_found_by_name(tmp_path: Pat
 def test_one_walk_finds_what_rglob_finds_in_its_order(tmp_path: Path) -> None:
     """The cache and the backend share one walk of a snapshot folder; it must see the same
     entries as ``sorted(root.rglob("*"))`` (what each walked before), symlinks included."""
-    from workers.core.toolsets.snapshot_backend import FolderListing
+    from workers.engine.toolsets.snapshot_backend import FolderListing
 
     root = tmp_path / "snap"
     for name in (
@@ -812,7 +812,7 @@ def test_a_snapshot_folder_that_cannot_be_listed_is_a_clear_error(
     """Unlistable (permissions; tests run as root, so the refusal is simulated at scandir)."""
     import os
 
-    from workers.core.toolsets.factory import SnapshotCache
+    from workers.engine.toolsets.factory import SnapshotCache
 
     real_scandir = os.scandir
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.core.toolsets.snapshot_backend import SnapshotBackend, read_text
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend, read_text
 
 
 @pytest.mark.parametrize(

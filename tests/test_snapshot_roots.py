@@ -1,6 +1,6 @@
 """Snapshot targets must lie under the snapshot roots, symlinks resolved, at every entry.
 
-The roots themselves (workers/core/snapshot_roots.py), the worker's own re-check
+The roots themselves (workers/engine/snapshot_roots.py), the worker's own re-check
 before parsing, the Python client, schedule fires, and the CLI as a user runs
 it. The HTTP API is covered in tests/test_api_boundaries.py.
 """
@@ -21,8 +21,8 @@ from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.schedule import ScheduleTargets
 from schemas.settings import load_settings
 from tests.fleet_support import ROOT, make_snapshots, worker_env
-from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
-from workers.core.toolsets.factory import ToolsetUnavailable, build_registry
+from workers.engine.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+from workers.engine.toolsets.factory import ToolsetUnavailable, build_registry
 from workers.fleet.targets import snapshot_targets
 
 ASSAY = [sys.executable, "-m", "assay.cli"]

@@ -14,7 +14,7 @@ from notifier.events import spend_headline
 from schemas.settings import load_settings
 from schemas.spend import CeilingState, ScopeSpend, SpendEventData, dollars
 from tests.fleet_support import snapshot_request
-from workers.core.spend_guard import SpendRefused
+from workers.engine.spend_guard import SpendRefused
 from workers.fleet.redis_client import connect
 from workers.fleet.spend_reservations import FleetSpendGuard
 

@@ -17,7 +17,7 @@ from schemas.request import SnapshotTarget
 from schemas.settings import load_settings
 from schemas.spend import SpendCeiling
 from tests.fleet_support import snapshot_request
-from workers.core.spend_guard import SpendRefused
+from workers.engine.spend_guard import SpendRefused
 from workers.fleet.redis_client import connect
 from workers.fleet.spend import Scope, SpendStore
 from workers.fleet.spend_reservations import FleetSpendGuard

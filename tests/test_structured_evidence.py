@@ -11,17 +11,17 @@ from hypothesis import strategies as st
 
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import load_settings
-from workers.core.evidence import context, locate, normalise, occurs_in, structured_view
-from workers.core.toolsets.compaction import render_object
-from workers.core.toolsets.factory import build_registry
-from workers.core.toolsets.structured import (
+from workers.engine.evidence import context, locate, normalise, occurs_in, structured_view
+from workers.engine.toolsets.compaction import render_object
+from workers.engine.toolsets.factory import build_registry
+from workers.engine.toolsets.structured import (
     FREE_TEXT,
     META_KEY,
     is_free_text,
     object_rendering,
     withhold_free_text,
 )
-from workers.core.toolsets.truncation import cap_text
+from workers.engine.toolsets.truncation import cap_text
 
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile-cluster"
 

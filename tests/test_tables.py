@@ -8,8 +8,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import EXAMPLES
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
-from workers.core.toolsets.tables import jsonpath_values, pod_status, printer_columns, render_table
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.tables import (
+    jsonpath_values,
+    pod_status,
+    printer_columns,
+    render_table,
+)
 
 SNAPSHOTS = EXAMPLES / "snapshots"
 

@@ -1,5 +1,5 @@
 """The prompt estimate a call's cap rests on: never below a real tokenizer's count, and exact
-where the provider has already counted (workers/core/token_ceiling.py, prompt_tally.py).
+where the provider has already counted (workers/engine/token_ceiling.py, prompt_tally.py).
 
 The budget guarantee rests on the estimate never being lower than what the provider
 will count, for any text a cluster or a model can put in a message.
@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from workers.core.llm import load_litellm
-from workers.core.prompt_tally import PromptTally
-from workers.core.token_ceiling import message_ceiling, request_ceiling, tools_ceiling
+from workers.engine.llm import load_litellm
+from workers.engine.prompt_tally import PromptTally
+from workers.engine.token_ceiling import message_ceiling, request_ceiling, tools_ceiling
 
 # the default tokenizer (what an OpenAI-compatible endpoint's model gets) and GPT-4o's
 MODELS = ("openai/scripted", "gpt-4o")

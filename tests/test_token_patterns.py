@@ -2,7 +2,7 @@
 
 The pattern layer used to catch a credential only by what surrounds it (``password=``, a
 credential key, ``Authorization: Bearer``). These tests plant tokens of each format in
-workers/core/toolsets/provider_tokens.py where nothing around them says "secret": alone,
+workers/engine/toolsets/provider_tokens.py where nothing around them says "secret": alone,
 in a sentence, after a bare ``Bearer``, quoted, at a line's start and end, in a clone URL,
 in JSON-escaped text, in an object's values and keys. Then the near misses: too short,
 the wrong alphabet, glued to a word (``mydisk-``), Kubernetes names, hashes, UUIDs,
@@ -26,9 +26,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.core.toolsets.backend import REDACTED
-from workers.core.toolsets.provider_tokens import TOKEN_FORMATS, TokenFormat
-from workers.core.toolsets.redaction import _HINTS_LIST, PATTERNS, SecretScrubber
+from workers.engine.toolsets.backend import REDACTED
+from workers.engine.toolsets.provider_tokens import TOKEN_FORMATS, TokenFormat
+from workers.engine.toolsets.redaction import _HINTS_LIST, PATTERNS, SecretScrubber
 
 BASE62 = string.ascii_letters + string.digits
 URLSAFE = BASE62 + "_-"

@@ -1,6 +1,6 @@
 """A run's tools are sent as the JSON text they were made as: the same bytes, never stale.
 
-Why this matters: the direct path (workers/core/openai_compat.py) promises the body
+Why this matters: the direct path (workers/engine/openai_compat.py) promises the body
 litellm would send. Reusing the tools' text instead of encoding a list again (issue 15)
 must not change one byte of it, nor let one run change what another run is offered.
 """
@@ -17,12 +17,12 @@ import pytest
 from assay.testing.scripted_model import ScriptedModel
 from schemas.settings import load_settings
 from tests.engine_support import make_snapshot, request_for
-from workers.core.conversation import tools_for
-from workers.core.llm import LiteLLMClient, LLMCall, load_litellm
-from workers.core.openai_compat import request_body
-from workers.core.token_ceiling import request_ceiling
-from workers.core.tool_schemas import ToolSchemas, encode_body, tools_json, tools_list
-from workers.core.toolsets.factory import build_registry
+from workers.engine.conversation import tools_for
+from workers.engine.llm import LiteLLMClient, LLMCall, load_litellm
+from workers.engine.openai_compat import request_body
+from workers.engine.token_ceiling import request_ceiling
+from workers.engine.tool_schemas import ToolSchemas, encode_body, tools_json, tools_list
+from workers.engine.toolsets.factory import build_registry
 
 MESSAGES = [
     {"role": "system", "content": 'planner \u00e9\u4e2d "quoted" \\ back'},

@@ -11,7 +11,7 @@ import pytest
 
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import AssaySettings
-from workers.core import tracing
+from workers.engine import tracing
 
 
 @pytest.fixture(autouse=True)

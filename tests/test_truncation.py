@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.core.toolsets.truncation import cap_text
+from workers.engine.toolsets.truncation import cap_text
 
 
 def test_cap_text_head_says_how_much_was_cut() -> None:

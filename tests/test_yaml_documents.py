@@ -20,8 +20,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.core.toolsets import yaml_documents
-from workers.core.toolsets.yaml_documents import load_documents, may_alias
+from workers.engine.toolsets import yaml_documents
+from workers.engine.toolsets.yaml_documents import load_documents, may_alias
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -204,7 +204,7 @@ def batch(
     ] = None,
 ) -> None:
     """Fan PREDICATE out over many targets; or show a batch's status or results."""
-    from workers.core.snapshot_roots import SnapshotOutsideRoots
+    from workers.engine.snapshot_roots import SnapshotOutsideRoots
 
     if jsonl_output and (args[:1] != ["results"] or json_output):
         raise typer.BadParameter("--jsonl goes with `batch results` only, and not with --json")

@@ -38,7 +38,7 @@ from assay.commands.fleet_common import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, fail
 from assay.commands.options import settings_or_usage
 from assay.redis_process import RedisNotInstalled
 from schemas.exit_codes import EXIT_INTERNAL
-from workers.core.shown_urls import shown_url
+from workers.engine.shown_urls import shown_url
 
 if TYPE_CHECKING:
     from assay.local_mode import LocalFleet

@@ -99,7 +99,7 @@ def notify(ctx: typer.Context) -> None:
     import redis.exceptions
 
     from notifier.service import run_notifier, stop_on_signals
-    from workers.core.logs import configure_logging
+    from workers.engine.logs import configure_logging
 
     settings = _fleet_settings()
     if not settings.notify_sinks:

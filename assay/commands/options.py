@@ -303,7 +303,7 @@ def check_profile(profile: str | None) -> None:
 
 def confined_snapshot(snapshot: Path, settings: AssaySettings) -> Path:
     """The snapshot folder resolved inside the CLI's snapshot roots, else a usage error (64)."""
-    from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+    from workers.engine.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
     try:
         return SnapshotRoots.for_local(settings).confine(snapshot)

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from workers.core.probes.cel_lib.base import CelLibraryError
-from workers.core.probes.cel_lib.kyverno_resource import reading
+from workers.policy_engine.probes.cel_lib.base import CelLibraryError
+from workers.policy_engine.probes.cel_lib.kyverno_resource import reading
 
 
 class NoObjects:

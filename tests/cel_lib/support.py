@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from workers.core.probes.cel import CelError, Expression
-from workers.core.probes.cel_env import PROBE_VERSION
+from workers.policy_engine.probes.cel import CelError, Expression
+from workers.policy_engine.probes.cel_env import PROBE_VERSION
 
 
 def value(

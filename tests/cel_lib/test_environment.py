@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.cel_lib.support import fails, holds
-from workers.core.probes.cel_env import KUBERNETES_VERSIONS, PROBE_VERSION, parts
+from workers.policy_engine.probes.cel_env import KUBERNETES_VERSIONS, PROBE_VERSION, parts
 
 POD = {"metadata": {"name": "wéb-1"}, "spec": {"replicas": 3, "containers": [{"name": "web"}]}}
 TRUE = [

@@ -8,7 +8,7 @@ import pytest
 
 from tests.cel_lib.kyverno_support import in_kyverno_policy
 from tests.cel_lib.support import fails, value
-from workers.core.probes.cel import CelError, Expression, StepMeter
+from workers.policy_engine.probes.cel import CelError, Expression, StepMeter
 
 CASES = [
     # FIPS 180 / RFC 1321 vectors for "abc"

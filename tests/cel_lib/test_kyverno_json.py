@@ -9,7 +9,7 @@ import pytest
 
 from tests.cel_lib.kyverno_support import in_kyverno_policy
 from tests.cel_lib.support import fails, holds, value
-from workers.core.probes.cel import CelError, Expression, StepMeter
+from workers.policy_engine.probes.cel import CelError, Expression, StepMeter
 
 TRUE = [
     # Kyverno's conformance case: a label compared with a value of a JSON object

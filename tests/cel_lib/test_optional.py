@@ -58,8 +58,8 @@ def test_documented_errors(expression: str, reason: str) -> None:
 def test_a_fallback_inside_a_comprehension_reads_each_element() -> None:
     """Each element's optional chain is its own: the runtime's lazily bound values, inside a
     comprehension in a variable's scope, were kept from one iteration to the next."""
-    from workers.core.probes.cel import BoolProgram, StepMeter
-    from workers.core.probes.run_constants import constant_variables
+    from workers.policy_engine.probes.cel import BoolProgram, StepMeter
+    from workers.policy_engine.probes.run_constants import constant_variables
 
     variables = [
         ("all", "object.spec.containers + object.spec.?initContainers.orValue([]) + "

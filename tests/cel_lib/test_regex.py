@@ -73,7 +73,7 @@ def test_a_computed_pattern_is_charged_for_its_text_times_its_length() -> None:
     memory, and each match over a 2,000-character name fell back to the NFA: ~0.6 s a
     call, charged ~8,000 steps (40 ms), so a probe run's steps allowed minutes. A computed
     pattern's call is charged its text's length times its pattern's."""
-    from workers.core.probes.cel import BoolProgram, CelError
+    from workers.policy_engine.probes.cel import BoolProgram, CelError
 
     pattern = "(" + "|".join(f"[a-z]{{{j % 50 + 1}}}x0y{j}" for j in range(1500)) + ")"
     objects = [{"n": "a" * 2000, "p": pattern} for _ in range(10)]
@@ -109,7 +109,7 @@ def test_a_literal_pattern_is_charged_for_its_program_over_the_text() -> None:
     (``a[ab]{1000}c``: a program of 1,006 instructions) over a 100 KB string of the object
     runs RE2's DFA out of memory and searched for ~0.5 s, charged 5 steps as its length
     alone. Each call is charged its text times its compiled program."""
-    from workers.core.probes.cel import BoolProgram, CelError
+    from workers.policy_engine.probes.cel import BoolProgram, CelError
 
     text = ("ab" * 50_000)[:100_000]
     program = BoolProgram("object.s.matches('a[ab]{1000}c')", max_steps=100_000)
@@ -124,7 +124,7 @@ def test_one_call_of_a_literal_pattern_costs_its_compiled_program_not_its_length
     200,000 is refused at its first object. Charged by the pattern's length it would cost
     ~5,000 steps a call and pass 30 objects. A pattern of the same length without the
     repetition passes 30 objects within the same run's steps."""
-    from workers.core.probes.cel import BoolProgram, CelError
+    from workers.policy_engine.probes.cel import BoolProgram, CelError
 
     data = {"object": {"s": ("ab" * 50_000)[:100_000]}}
     repeated = BoolProgram("object.s.matches('a[ab]{1000}c')", max_steps=200_000)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.core.probes.cel import BoolProgram, CelError, StepMeter
-from workers.core.probes.run_constants import constant_variables
+from workers.policy_engine.probes.cel import BoolProgram, CelError, StepMeter
+from workers.policy_engine.probes.run_constants import constant_variables
 
 POD = {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "web", "image": "reg/web:1"}]}}
 VARIABLES = [

@@ -25,7 +25,7 @@ from tests.injection_support import true_without_verified_evidence
 from tests.reliability.ledger import Ledger
 from tests.test_shell_policy_bounds import EXAMPLE_BYPASSES
 from tests.test_shell_toolset import EXAMPLE_CONFIG, Sandbox
-from workers.core.toolsets.shell_runner import run_argv
+from workers.engine.toolsets.shell_runner import run_argv
 
 FAMILY = "shell injection"
 SANDBOX_ATTEMPTS = [

@@ -2,5 +2,5 @@
 
 The Celery app and its task, dispatch and batches, the verdict store, recovery of lost
 runs, checkpoints and timers of deferred WAITs, the rate limiter, the notification feed
-and the broker's names and key layout. It imports ``workers.core``, never the layers above.
+and the broker's names and key layout. It imports ``workers.engine``, never the layers above.
 """
