@@ -25,7 +25,7 @@ Both only ever spare litellm a question it would answer the same way. Any other 
 to litellm itself (``workers.engine.llm.unroutable_model``, ``LiteLLMClient._model_info``),
 so a name is refused only when litellm refuses it; an entry here that litellm stopped
 routing would let a typo through (as before the check), never refuse a working model.
-tests/test_llm.py checks both against the installed litellm.
+tests/engine/test_llm.py checks both against the installed litellm.
 
 :func:`routes_for_certain` only ever says yes. :func:`refused_for_certain` says no for
 one narrow shape of name, the typo a person makes (``nonsense-model``, ``gpt4o-mini``
@@ -38,7 +38,7 @@ name patterns litellm's ``get_llm_provider`` matches by substring contains. An e
 changes litellm's answer for a bare name only when it is one of the providers' public
 hosts it knows (``litellm.openai_compatible_endpoints``, e.g. Groq's), never a private one.
 Any other name goes to litellm itself (``workers.engine.llm.unroutable_model``).
-tests/test_llm.py checks both against the installed litellm: every yes is litellm's yes,
+tests/engine/test_llm.py checks both against the installed litellm: every yes is litellm's yes,
 every name litellm knows is not refused here, generated names refused here (at no endpoint
 and at private ones) are refused by litellm too, and no endpoint litellm knows is private.
 """

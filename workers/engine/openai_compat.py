@@ -24,7 +24,7 @@ call on the development machine (0.9-2.8 ms against 0.3-0.4 ms; httpx's pool loo
 connection it holds for each request), twice as much from one thread, and it takes
 three times as long to import (``bench/bench_http.py`` prints the figures).
 
-What stays the same as litellm's path (tests/test_llm_fast_path.py runs both):
+What stays the same as litellm's path (tests/engine/test_llm_fast_path.py runs both):
 - the body: the same JSON object litellm sends (model without its provider prefix,
   messages, max_tokens, user, tools, response_format);
 - one retry policy and one error mapping: the caller (workers/engine/llm.py) wraps this
@@ -129,7 +129,7 @@ def _known_compatible(model: str) -> str | None:
     litellm takes such a name by its prefix, whatever the endpoint. It rewrites the request
     only for OpenAI's reasoning models (a name ending in ``o`` + digit..., or holding
     ``gpt-5``/``gpt-6``); any name that might be one is left to litellm's own test.
-    tests/test_llm_fast_path.py checks this against litellm.
+    tests/engine/test_llm_fast_path.py checks this against litellm.
     """
     provider, slash, name = model.partition("/")
     if not slash or provider not in FAST_PATH_PROVIDERS or not name.strip():

@@ -26,7 +26,7 @@ safe by construction:
   survive that (an extra field, an odd value) stays a mapping.
 
 It is deterministic (same object, same text) and never mutates its input.
-tests/test_compaction_property.py checks, for generated objects and for every
+tests/engine/test_compaction_property.py checks, for generated objects and for every
 example snapshot, that each value no rule names comes out unchanged.
 """
 

@@ -1,7 +1,7 @@
 """CEL text from a syntax tree: what the runtime compiles after assay's rewrites.
 
-The text parses back to the same tree (tests/test_cel_syntax.py holds it to that over the
-corpus and the policy libraries): parentheses only where precedence needs them, literals
+The text parses back to the same tree (tests/policy_engine/test_cel_syntax.py holds it to that over
+the corpus and the policy libraries): parentheses only where precedence needs them, literals
 written so that they read back as the same value, ``&&`` and ``||`` chains written flat
 (the parser balances a chain itself; both operators are associative in CEL). Comments
 and the author's layout are not kept: the text is for the runtime, never shown as the
