@@ -46,7 +46,7 @@ from workers.engine.toolsets.snapshot_backend import SnapshotBackend  # noqa: E4
 from workers.fleet.probe_rerun import evaluate_check  # noqa: E402
 from workers.fleet.probe_store import ProbeStore  # noqa: E402
 from workers.fleet.redis_client import connect  # noqa: E402
-from workers.policy_engine.probes.cel import BoolProgram  # noqa: E402
+from workers.policy_engine.cel.programs import BoolProgram  # noqa: E402
 from workers.policy_engine.probes.runner import run_probe  # noqa: E402
 
 PREDICATE = "every Deployment in namespace shop has at least 2 ready replicas"

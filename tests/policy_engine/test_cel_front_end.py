@@ -1,4 +1,4 @@
-"""The CEL front end (workers/policy_engine/probes/syntax/): one parse by the runtime's
+"""The CEL front end (workers/policy_engine/cel/syntax/): one parse by the runtime's
 own parser, and every analysis on its tree, so what a policy's author wrote is what is judged.
 
 Each case here was wrong while the front end read the source text with hand-written lexers
@@ -16,11 +16,11 @@ import yaml
 
 from schemas.verdict import VerdictKind
 from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.cel.programs import CelError, Expression, field_paths, unsupported_calls
 from workers.policy_engine.policies.documents import documents_from_text
 from workers.policy_engine.policies.expressions import references, rewrite_roots, substitute_field
 from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.run import run_policies
-from workers.policy_engine.probes.cel import CelError, Expression, field_paths, unsupported_calls
 
 POD: dict[str, Any] = {
     "apiVersion": "v1",

@@ -1,4 +1,4 @@
-"""The syntax tree (workers/policy_engine/probes/syntax/): the runtime's own parse of what
+"""The syntax tree (workers/policy_engine/cel/syntax/): the runtime's own parse of what
 the author wrote, written back as text that parses to the same tree, and read for what it reads."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from assay.testing.cel_expressions import read_expressions
-from workers.policy_engine.probes.syntax.nodes import Call, Ident, Literal, Select, same, walk
-from workers.policy_engine.probes.syntax.parser import CelSyntaxError, parse
-from workers.policy_engine.probes.syntax.reads import (
+from workers.policy_engine.cel.syntax.nodes import Call, Ident, Literal, Select, same, walk
+from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
+from workers.policy_engine.cel.syntax.reads import (
     Reference,
     field_paths,
     functions,
@@ -18,7 +18,7 @@ from workers.policy_engine.probes.syntax.reads import (
     references,
     variables_read,
 )
-from workers.policy_engine.probes.syntax.unparser import unparse
+from workers.policy_engine.cel.syntax.unparser import unparse
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """The documented CEL subset (docs/probes.md), table-driven over hand-written objects.
 
 Every row is an expression a probe may use and the value the library must give; the
-error rows are what must never become a verdict (workers/policy_engine/probes/cel.py
+error rows are what must never become a verdict (workers/policy_engine/cel/programs.py
 raises CelError).
 """
 
@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
-from workers.policy_engine.probes.cel import CelError, evaluate_bool, field_paths, unsupported_calls
+from workers.policy_engine.cel.programs import (
+    CelError,
+    evaluate_bool,
+    field_paths,
+    unsupported_calls,
+)
 
 POD: dict[str, Any] = {
     "apiVersion": "v1",

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from schemas.probe import ProposedProbe
-from workers.policy_engine.probes.cel import CelError, StepMeter
+from workers.policy_engine.cel.programs import CelError, StepMeter
 from workers.policy_engine.probes.program import ProbeProgram
 from workers.policy_engine.probes.run_constants import constant_variables
 

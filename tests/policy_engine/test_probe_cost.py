@@ -23,7 +23,7 @@ from tests.probe_support import done_with_probe, probe
 from workers.engine.toolsets.factory import backend_for
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
-from workers.policy_engine.probes.cel import BoolProgram, CelError
+from workers.policy_engine.cel.programs import BoolProgram, CelError
 from workers.policy_engine.probes.cost import MAX_STEPS, analyse
 from workers.policy_engine.probes.runner import run_probe
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schemas.probe import ProposedProbe
-from workers.policy_engine.probes.cel import BoolProgram
+from workers.policy_engine.cel.programs import BoolProgram
 from workers.policy_engine.probes.sensitivity import (
     BUDGET_SECONDS,
     INSENSITIVE,

@@ -1,7 +1,7 @@
 """What a Kyverno ValidatingPolicy reads of its cluster (``resource.Get`` / ``resource.List``,
 ``globalContext.Get``), answered from the tick's shared listings of the same target.
 
-The CEL library (workers/policy_engine/probes/cel_lib/kyverno_resource.py) calls a
+The CEL library (workers/policy_engine/cel/lib/kyverno_resource.py) calls a
 :class:`ListingReads` bound around the policy's probe runs (run.py). Each call is served
 from :class:`~workers.policy_engine.policies.lookups.SharedLookups`: a kind is listed once per tick
 whatever the number of policies, objects and calls that read it, and the objects are the
@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from workers.engine.toolsets.backend import BackendError, ResourceInfo
+from workers.policy_engine.cel.lib.base import CelLibraryError
 from workers.policy_engine.policies.lookups import SharedLookups
-from workers.policy_engine.probes.cel_lib.base import CelLibraryError
 from workers.policy_engine.probes.runner import SECRET_VALUES_WITHHELD
 
 GLOBAL_CONTEXT_KIND = "GlobalContextEntry"

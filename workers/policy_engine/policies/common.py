@@ -33,11 +33,11 @@ _KYVERNO_LIBRARIES = {
 _SERVED_LIBRARY_CALLS = {
     "resource": frozenset({"Get", "get", "List", "list"}),
     "globalContext": frozenset({"Get", "get"}),
-    # pure functions of their arguments (cel_lib/kyverno_hash.py, kyverno_json.py)
+    # pure functions of their arguments (cel/lib/kyverno_hash.py, kyverno_json.py)
     "hash": frozenset({"sha1", "sha256", "md5"}),
     "json": frozenset({"unmarshal", "marshal"}),
 }
-# Kyverno's global functions (cel_lib/kyverno_hash.py, kyverno_image.py): only a Kyverno
+# Kyverno's global functions (cel/lib/kyverno_hash.py, kyverno_image.py): only a Kyverno
 # ValidatingPolicy has them.
 _KYVERNO_FUNCTIONS = {
     "sha1": "Kyverno's hash library", "sha256": "Kyverno's hash library",

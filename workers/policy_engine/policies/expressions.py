@@ -2,7 +2,7 @@
 
 Import needs two things of an expression: which inputs it reads and through which fields
 (``request.userInfo.username``, ``oldObject``, ``resource.Get(...)``), to refuse what a
-stored object cannot answer (workers/policy_engine/probes/syntax/reads.py answers that for every
+stored object cannot answer (workers/policy_engine/cel/syntax/reads.py answers that for every
 part of assay); and changes to ``object.spec`` / ``object.metadata`` references, for the
 rules Kyverno derives from a Pod rule for pod controllers (autogen), made in the author's
 own text at the places the tree names (syntax/edits.py). Text inside string literals or
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.policy_engine.probes.syntax.edits import (
+from workers.policy_engine.cel.syntax.edits import (
     Edit,
     NotPlaced,
     applied,
@@ -21,7 +21,7 @@ from workers.policy_engine.probes.syntax.edits import (
     global_call_span,
     ident_span,
 )
-from workers.policy_engine.probes.syntax.nodes import (
+from workers.policy_engine.cel.syntax.nodes import (
     Call,
     Ident,
     Literal,
@@ -30,10 +30,10 @@ from workers.policy_engine.probes.syntax.nodes import (
     transform,
     transform_down,
 )
-from workers.policy_engine.probes.syntax.parser import CelSyntaxError, parse
-from workers.policy_engine.probes.syntax.reads import Reference, scoped
-from workers.policy_engine.probes.syntax.reads import references as tree_references
-from workers.policy_engine.probes.syntax.unparser import unparse
+from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
+from workers.policy_engine.cel.syntax.reads import Reference, scoped
+from workers.policy_engine.cel.syntax.reads import references as tree_references
+from workers.policy_engine.cel.syntax.unparser import unparse
 
 __all__ = ["Reference", "global_calls", "literal_arguments", "references", "rewrite_roots",
            "substitute_field"]  # fmt: skip

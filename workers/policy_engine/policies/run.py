@@ -45,6 +45,9 @@ from schemas.probe import (
 from schemas.verdict import VerdictKind
 from workers.engine.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 from workers.engine.toolsets.redaction import scrubbed
+from workers.policy_engine.cel.lib.kyverno_resource import reading
+from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
+from workers.policy_engine.cel.syntax.reads import names
 from workers.policy_engine.policies.cluster_reads import GLOBAL_CONTEXT_KIND, ListingReads
 from workers.policy_engine.policies.lookups import PolicyView, SharedLookups
 from workers.policy_engine.policies.matching import (
@@ -55,15 +58,12 @@ from workers.policy_engine.policies.matching import (
 )
 from workers.policy_engine.policies.params import NOT_FOUND_MESSAGE, ParamsRun, params_plan
 from workers.policy_engine.policies.probes import probe_for
-from workers.policy_engine.probes.cel_lib.kyverno_resource import reading
 from workers.policy_engine.probes.runner import (
     DECIDING_SHOWN,
     SECRET_VALUES_NAMED,
     exempted,
     run_probe,
 )
-from workers.policy_engine.probes.syntax.parser import CelSyntaxError, parse
-from workers.policy_engine.probes.syntax.reads import names
 
 
 @dataclass(frozen=True)

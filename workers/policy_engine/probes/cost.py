@@ -1,8 +1,8 @@
 """A cost bound for probe expressions: the CEL runtime has none, and cannot be interrupted.
 
-The runtime (``cel-expr-python``, cel-cpp's bindings, cel.py) has no cost limit, only a fixed
-cap of 10,000 comprehension iterations per evaluation; it evaluates in C++ and cannot be
-cancelled, so neither a watchdog thread nor the task time limit can stop a costly
+The runtime (``cel-expr-python``, cel-cpp's bindings, cel/programs.py) has no cost limit,
+only a fixed cap of 10,000 comprehension iterations per evaluation; it evaluates in C++ and cannot
+be cancelled, so neither a watchdog thread nor the task time limit can stop a costly
 evaluation once it runs. The model still counts ``map`` and ``filter`` as copying their
 accumulator per element (the previous runtime did, quadratically): an upper bound.
 
@@ -14,7 +14,7 @@ So the bound is enforced before evaluation, in two steps:
   :data:`MAX_CONCATENATIONS` ``+`` operators (the only way to grow a string or a list
   without a comprehension), comprehension variables that are plain names, and a literal
   ``matches`` pattern's length (every ``matches`` is run and charged per call by the
-  regex library, cel_lib/regex.py, over its text and compiled program);
+  regex library, cel/lib/regex.py, over its text and compiled program);
 * **at run time** (:meth:`CostModel.estimate`), an upper estimate of the evaluation's steps
   over the actual input: each comprehension's range is measured on the input (a plain
   path such as ``results[0]`` or ``p.spec.containers`` is navigated in Python; a computed
@@ -28,8 +28,8 @@ So the bound is enforced before evaluation, in two steps:
   literals of them, in a chain) charge each further copy of the input as walked whole.
   Over :data:`MAX_STEPS` the expression is refused.
 
-The Kubernetes libraries written in Python (``cel_lib/``) are charged to the same steps as
-each call is made, over its actual arguments (``cel_lib/base.py``).
+The Kubernetes libraries written in Python (``cel/lib/``) are charged to the same steps as
+each call is made, over its actual arguments (``cel/lib/base.py``).
 
 A refusal is a :class:`CostExceeded` (a ``CelError``): the probe "cannot run", never ``true``.
 """
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from workers.policy_engine.probes.syntax.nodes import (
+from workers.policy_engine.cel.syntax.nodes import (
     Call,
     Ident,
     Index,
@@ -54,8 +54,8 @@ from workers.policy_engine.probes.syntax.nodes import (
     children,
     walk,
 )
-from workers.policy_engine.probes.syntax.parser import CelSyntaxError, parse
-from workers.policy_engine.probes.syntax.reads import variables_read
+from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
+from workers.policy_engine.cel.syntax.reads import variables_read
 
 MAX_COMPREHENSIONS = 16
 MAX_CONCATENATIONS = 32
@@ -65,7 +65,7 @@ MAX_CONCATENATIONS = 32
 MAX_STEPS = 2_000_000
 # Compiling a 2,483-character pattern takes ~1 ms (~500 body steps): a `matches` pattern
 # costs its length / PATTERN_CHARS_PER_STEP steps per call (a literal one here, statically,
-# on top of what cel_lib/regex.py charges as the call is made).
+# on top of what cel/lib/regex.py charges as the call is made).
 PATTERN_CHARS_PER_STEP = 4
 # A step is ~5 us of evaluation; copying 16 KB of string takes about as long.
 STRING_CHARS_PER_STEP = 16_384
@@ -99,7 +99,7 @@ _COPYING = frozenset({"map", "filter", "transformList", "transformMap", "transfo
 
 
 class CelCostError(ValueError):
-    """Base for cost refusals (cel.py re-raises them as CelError)."""
+    """Base for cost refusals (cel/programs.py re-raises them as CelError)."""
 
 
 class CostExceeded(CelCostError):
@@ -475,7 +475,7 @@ def _pattern_steps(call: Call) -> int:
     """A ``matches`` call's steps where its pattern (the last argument) is one string
     literal, which the runtime compiles on every call: its length. Any other pattern (from
     params or the object) is matched by the regex library, which charges each call over the
-    pattern's actual length as it is made (cel_lib/regex.py), so it costs nothing here."""
+    pattern's actual length as it is made (cel/lib/regex.py), so it costs nothing here."""
     pattern = call.args[-1]
     if not (isinstance(pattern, Literal) and pattern.kind == "string"):
         return 0

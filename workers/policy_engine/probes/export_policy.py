@@ -36,7 +36,10 @@ from typing import Any
 
 from schemas.policy import ImportedPolicy, KindRef, PolicyRule, ResourceFilter
 from workers.engine.toolsets.backend import ResourceInfo
-from workers.policy_engine.probes.cel_lib import overloads
+from workers.policy_engine.cel.lib import overloads
+from workers.policy_engine.cel.syntax.nodes import Call, Ident, Node, walk
+from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
+from workers.policy_engine.cel.syntax.reads import references
 from workers.policy_engine.probes.export_draft import (
     CREATE_UPDATE,
     Draft,
@@ -51,9 +54,6 @@ from workers.policy_engine.probes.export_draft import (
     selector,
     validation,
 )
-from workers.policy_engine.probes.syntax.nodes import Call, Ident, Node, walk
-from workers.policy_engine.probes.syntax.parser import CelSyntaxError, parse
-from workers.policy_engine.probes.syntax.reads import references
 
 ExportFormat = str  # "vap" or "kyverno" (export.py's ExportFormat)
 VAP_SPEC_FIELDS = (
@@ -94,7 +94,7 @@ def policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kinds) -> li
 
 
 _KYVERNO_READS = frozenset({"resource", "globalContext"})
-# Kyverno's libraries of pure functions (cel_lib/kyverno_hash.py, kyverno_json.py,
+# Kyverno's libraries of pure functions (cel/lib/kyverno_hash.py, kyverno_json.py,
 # kyverno_image.py), by the names a policy calls them: a ValidatingAdmissionPolicy has none.
 _KYVERNO_FUNCTIONS = frozenset(
     o.function for o in overloads(["kyverno_hash", "kyverno_json", "kyverno_image"]) if not o.member

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.probe import ProposedProbe
-from workers.policy_engine.probes.admission_inputs import ADMISSION_INPUTS
-from workers.policy_engine.probes.cel import (
+from workers.policy_engine.cel.programs import (
     MAX_STEPS,
     BoolProgram,
     CelError,
     StepMeter,
     field_paths,
 )
+from workers.policy_engine.probes.admission_inputs import ADMISSION_INPUTS
 from workers.policy_engine.probes.run_constants import run_constants
 
 # k8s.io/apiserver celconfig.MaxEvaluatedMessageExpressionSizeBytes

@@ -14,8 +14,8 @@ So before the objects are judged:
   (``params.spec.allowed``, ``variables.params.exempt``, ``params.items.map(i, i.name)``)
   is evaluated once;
 
-and each is bound in a slot of its own (cel.py's :class:`Slots`): an evaluation then
-converts only the constants it reads, each conversion charged (cel.py's
+and each is bound in a slot of its own (cel/programs.py's :class:`Slots`): an evaluation then
+converts only the constants it reads, each conversion charged (cel/programs.py's
 ``Expression.conversion_steps``). A plain path (``params.spec.allowed``) is read in Python,
 converting nothing; any other part is evaluated by the runtime with the plain paths it reads
 bound in turn, so it converts those, not the whole of ``params`` (at most
@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from workers.policy_engine.probes.cel import (
+from workers.policy_engine.cel.lib.rewrite import bound_identifiers
+from workers.policy_engine.cel.programs import (
     BoolProgram,
     CelError,
     Slots,
@@ -45,8 +46,7 @@ from workers.policy_engine.probes.cel import (
     places,
     plain,
 )
-from workers.policy_engine.probes.cel_lib.rewrite import bound_identifiers
-from workers.policy_engine.probes.syntax.nodes import (
+from workers.policy_engine.cel.syntax.nodes import (
     Call,
     Ident,
     Index,
@@ -56,9 +56,9 @@ from workers.policy_engine.probes.syntax.nodes import (
     binding,
     children,
 )
-from workers.policy_engine.probes.syntax.parser import CelSyntaxError, parse
-from workers.policy_engine.probes.syntax.reads import VARIABLES, free_names, reads, variables_read
-from workers.policy_engine.probes.syntax.unparser import unparse
+from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
+from workers.policy_engine.cel.syntax.reads import VARIABLES, free_names, reads, variables_read
+from workers.policy_engine.cel.syntax.unparser import unparse
 
 # What a variable may read and still be a constant of the probe run: nothing of the objects.
 OBJECT_INPUTS = ("object", "results", "oldObject", "request", "namespaceObject", "authorizer")

@@ -57,11 +57,11 @@ from workers.engine.toolsets.redaction import (
     is_secret,
     scrubbed,
 )
+from workers.policy_engine.cel.programs import CelError
+from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
+from workers.policy_engine.cel.syntax.reads import names
 from workers.policy_engine.probes.admission_inputs import AdmissionInputMissing, AdmissionInputs
-from workers.policy_engine.probes.cel import CelError
 from workers.policy_engine.probes.program import ProbeProgram
-from workers.policy_engine.probes.syntax.parser import CelSyntaxError, parse
-from workers.policy_engine.probes.syntax.reads import names
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings

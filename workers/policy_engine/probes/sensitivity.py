@@ -12,7 +12,7 @@ flips the verdict is refused (workers/policy_engine/probes/acceptance.py); the m
 unaffected, and later runs ask the model.
 
 The field paths the expression reads are taken from its syntax tree (the runtime's own
-parse, workers/policy_engine/probes/syntax/: ``c.image`` inside
+parse, workers/policy_engine/cel/syntax/: ``c.image`` inside
 ``d.spec.template.spec.containers.all(c, ...)`` inside ``results[0].all(d, ...)`` is
 ``results[0][*].spec.template.spec.containers[*].image``), with the literal each is
 compared to. Counterfactuals, in the order tried (the cheapest and likeliest first):
@@ -58,10 +58,8 @@ from typing import Any
 import structlog
 
 from schemas.probe import ProposedProbe
-from workers.policy_engine.probes.cel import CelError
-from workers.policy_engine.probes.cost import MAX_STEPS, Path
-from workers.policy_engine.probes.program import ProbeProgram
-from workers.policy_engine.probes.syntax.nodes import (
+from workers.policy_engine.cel.programs import CelError
+from workers.policy_engine.cel.syntax.nodes import (
     Call,
     Ident,
     Index,
@@ -73,7 +71,9 @@ from workers.policy_engine.probes.syntax.nodes import (
     is_loop,
     walk,
 )
-from workers.policy_engine.probes.syntax.parser import CelSyntaxError, parse
+from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
+from workers.policy_engine.probes.cost import MAX_STEPS, Path
+from workers.policy_engine.probes.program import ProbeProgram
 
 MAX_EVALUATIONS = 400
 BUDGET_SECONDS = 0.5
