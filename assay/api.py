@@ -30,7 +30,7 @@ from assay.api_models import ErrorBody, Health, Readiness
 from assay.api_v1 import router as v1_router
 from assay.api_wiring import Services, register_scrape_collectors
 from schemas.settings import AssaySettings, load_settings
-from workers.core import metrics
+from workers.engine import metrics
 from workers.fleet.broker import broker_url, is_redis_url, sentinel_options
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")

@@ -93,8 +93,8 @@ def import_policies(
 ) -> ImportReport:
     """Import policies as checks; what was imported and what was refused (with the reason).
     201 when a policy that did not exist before was stored, 200 otherwise."""
-    from workers.core.policies.documents import UnreadableFile, documents_from_text
     from workers.fleet.policy_store import import_into
+    from workers.policy_engine.policies.documents import UnreadableFile, documents_from_text
 
     try:
         documents = documents_from_text(body.documents, body.source)
@@ -157,7 +157,7 @@ def export_policy(
 ) -> Response:
     """The policy as a ValidatingAdmissionPolicy (+ binding, + params) or a Kyverno
     ValidatingPolicy, validated before it is written (422 with the reason otherwise)."""
-    from workers.core.probes.export import NotExportable, export_policy_yaml
+    from workers.policy_engine.probes.export import NotExportable, export_policy_yaml
 
     policy = _policy(_store(request), name)
     try:
@@ -184,16 +184,16 @@ def translate_policies(
     behalf."""
     import time
 
-    from workers.core.policies.documents import UnreadableFile, documents_from_text
-    from workers.core.probes.export import NotExportable
-    from workers.core.probes.runner import check_timeout_seconds
-    from workers.core.probes.translation import (
+    from workers.engine.toolsets.factory import ToolsetUnavailable, backend_for
+    from workers.policy_engine.policies.documents import UnreadableFile, documents_from_text
+    from workers.policy_engine.probes.export import NotExportable
+    from workers.policy_engine.probes.runner import check_timeout_seconds
+    from workers.policy_engine.probes.translation import (
         NotProvable,
         NotTranslatable,
         split_documents,
         translate_and_prove,
     )
-    from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
 
     services: Services = request.app.state.services
     try:

@@ -78,7 +78,7 @@ def export_probe(
     action: Annotated[Literal["Audit", "Warn", "Deny"], Query()] = "Audit",
 ) -> Response:
     """The probe as a ValidatingAdmissionPolicy + binding, or a Kyverno ValidatingPolicy."""
-    from workers.core.probes.export import NotExportable, export_yaml
+    from workers.policy_engine.probes.export import NotExportable, export_yaml
 
     _, store = _probes(request)
     record = _record(store, check_id)
@@ -102,8 +102,8 @@ def test_probe(
     ``timeout_seconds`` is capped to the check's budget: the server's settings bound how long
     a request holds a thread, not the caller, and "at most N seconds" still holds.
     """
-    from workers.core.probes.runner import check_timeout_seconds, run_probe_for
-    from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
+    from workers.engine.toolsets.factory import ToolsetUnavailable, backend_for
+    from workers.policy_engine.probes.runner import check_timeout_seconds, run_probe_for
 
     services, store = _probes(request)
     record = _record(store, check_id)

@@ -38,8 +38,8 @@ from scheduler.schedules import ScheduleConflict, ScheduleNotFound, ScheduleStor
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule
-from workers.core import metrics
-from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+from workers.engine import metrics
+from workers.engine.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 from workers.fleet.broker import (
     broker_redis,
     broker_url,

@@ -454,10 +454,14 @@ def _plan_policy(
     ctx: ApplyContext,
     problems: list[ManifestProblem],
 ) -> _PolicyPlan | None:
-    from workers.core.policies.documents import MAX_FILE_BYTES, UnreadableFile, documents_from_text
-    from workers.core.policies.importer import import_documents
-    from workers.core.user_files import UnreadableUserFile, read_user_file
+    from workers.engine.user_files import UnreadableUserFile, read_user_file
     from workers.fleet.policy_store import taken_by_other_sets
+    from workers.policy_engine.policies.documents import (
+        MAX_FILE_BYTES,
+        UnreadableFile,
+        documents_from_text,
+    )
+    from workers.policy_engine.policies.importer import import_documents
 
     if spec is None:
         ref = policy_reference(predicate or "")

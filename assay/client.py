@@ -58,7 +58,7 @@ from schemas.request import (
 from schemas.settings import load_settings
 from schemas.spend import ScopeSpend, SpendReport
 from schemas.verdict import Verdict
-from workers.core.snapshot_roots import SnapshotRoots
+from workers.engine.snapshot_roots import SnapshotRoots
 from workers.fleet.dispatch import Dispatcher, RunsNotSent
 from workers.fleet.redis_client import RedisUnreachable, connect
 from workers.fleet.spend import SpendStore

@@ -3,7 +3,7 @@
 A file, a folder (its ``*.yaml``, ``*.yml`` and ``*.json`` files, sub-folders included,
 in name order; entries starting with ``.`` are skipped, which is also how a ConfigMap
 mounted as a folder shows each file once) or standard input. Every file is read as a
-person's file is (``workers.core.user_files``: a regular file, at most 4 MiB). Every
+person's file is (``workers.engine.user_files``: a regular file, at most 4 MiB). Every
 document is read with PyYAML's safe loader as the contract wants it
 (``yaml_documents.StrictNumbersLoader``: numbers as JSON writes them, nesting and repeated
 keys refused) and checked against the contract (``schemas.declarative``); a problem is a
@@ -30,14 +30,14 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from schemas.declarative import KINDS, SOURCE_LABEL, CheckDocument, Document, ScheduleDocument
-from workers.core.toolsets.yaml_documents import (
+from workers.engine.toolsets.yaml_documents import (
     MAX_NESTING_DEPTH,
     StrictNumbersLoader,
     check_expansion,
     describe_yaml_error,
     nesting_depth_exceeds,
 )
-from workers.core.user_files import UnreadableUserFile, read_user_file
+from workers.engine.user_files import UnreadableUserFile, read_user_file
 
 SUFFIXES = (".yaml", ".yml", ".json")
 MAX_FILE_BYTES = 4 * 1024 * 1024

@@ -1,7 +1,7 @@
 """Refuse, at the front door, a model name no worker could send anywhere.
 
 `assay check` and `assay query` refuse (64) a model litellm cannot route
-(``workers.core.llm.unroutable_model``). A model given to `submit`, `batch`, `schedule
+(``workers.engine.llm.unroutable_model``). A model given to `submit`, `batch`, `schedule
 add` / `update` or the HTTP API is called later, on a worker; unchecked, a typo is
 queued or stored and every run of it ends ``cannot_determine`` (a schedule: forever).
 This is the same check for those doors.
@@ -14,14 +14,14 @@ refused only when no worker could route it; else, with no live worker, at this
 process's ``ASSAY_API_BASE`` (the best guess of the fleet's setting). A live worker too
 old to announce its endpoint means the answer is unknown, and nothing is refused.
 
-Keys: a model whose provider wants an API key (``workers.core.provider_keys``) is
+Keys: a model whose provider wants an API key (``workers.engine.provider_keys``) is
 refused when no live worker holds one for it and would send it to that provider (a worker
 with an endpoint of its own may need none): each worker announces the providers it has a
 key for (``assay.worker_presence``). Run, such a model failed on the worker with the
 provider's "missing credentials" (a 500, retried) and ended 3 seconds later. With no
 live worker, or one that does not say, the keys are unknown and nothing is refused.
 
-Cost: most names are answered without importing litellm (``workers.core.model_names``,
+Cost: most names are answered without importing litellm (``workers.engine.model_names``,
 including a typo's shape at a private endpoint such as the local scripted model's); the
 others import it once per process (about 3 s on a busy two-core host).
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from workers.core.model_names import routes_for_certain
+from workers.engine.model_names import routes_for_certain
 
 if TYPE_CHECKING:
     from assay.worker_presence import FleetModels
@@ -78,7 +78,7 @@ def fleet_model_refusal(
 def _route_problem(
     model: str, api_base: str | None, fleet: FleetModels | None, settings: AssaySettings
 ) -> str | None:
-    from workers.core.llm import unroutable_model  # imports litellm: only for unusual names
+    from workers.engine.llm import unroutable_model  # imports litellm: only for unusual names
 
     if fleet is None:
         endpoints: set[str | None] = {api_base}
@@ -98,7 +98,7 @@ def _key_problem(model: str, fleet: FleetModels) -> str | None:
     """One sentence when every live worker would send ``model`` to a provider it has no key
     for; None when one could send it, or when that is not known (no live worker, one
     that does not say)."""
-    from workers.core.provider_keys import unkeyed_provider
+    from workers.engine.provider_keys import unkeyed_provider
 
     if not fleet.workers or not fleet.endpoints_known:
         return None

@@ -21,10 +21,10 @@ from pydantic import BaseModel
 
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
-from workers.core.engine import ToolsFactory
-from workers.core.toolsets.base import ToolRegistry
-from workers.core.toolsets.factory import build_registry
-from workers.core.toolsets.redaction import PATTERNS, SecretScrubber
+from workers.engine.engine import ToolsFactory
+from workers.engine.toolsets.base import ToolRegistry
+from workers.engine.toolsets.factory import build_registry
+from workers.engine.toolsets.redaction import PATTERNS, SecretScrubber
 
 M = TypeVar("M", bound=BaseModel)
 

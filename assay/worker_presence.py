@@ -18,7 +18,7 @@ Key (``P`` = settings.key_prefix)::
 
 ``api_base`` ("" for none) is the endpoint a run without its own is sent to: whether
 litellm can route a model name may depend on it (``assay.model_check``). ``keys`` names
-the providers the worker holds an API key for (``workers.core.provider_keys.held_keys``:
+the providers the worker holds an API key for (``workers.engine.provider_keys.held_keys``:
 ``"*"`` with ``ASSAY_API_KEY``), never a key: a run of a model whose provider no live
 worker has a key for is refused at the door instead of failing on the worker. ``ready`` turns
 true once Celery says the worker consumes the queue (its ``worker_ready`` signal): what

@@ -57,15 +57,15 @@ ABLATIONS = ("store-scrub", "engine-scrub", "record", "tokens", "same-snapshot")
 
 
 def _ablate(parts: list[str]) -> None:
-    import workers.core.engine as engine
-    import workers.core.prompt_tally as prompt_tally
+    import workers.engine.engine as engine
+    import workers.engine.prompt_tally as prompt_tally
     import workers.fleet.store as store
 
     for part in parts:
         if part == "store-scrub":
             store.scrubbed_report = lambda report: report
         elif part == "engine-scrub":
-            from workers.core.toolsets.redaction import Scrubbed
+            from workers.engine.toolsets.redaction import Scrubbed
 
             engine.scrubbed = lambda report, **_: Scrubbed(report, {})
         elif part == "record":
@@ -80,7 +80,7 @@ def child(evals: int, control: Path, ablate: list[str]) -> None:
     from bench.bench_fleet import start_model
     from schemas.settings import load_settings
     from tests.fleet_support import PREDICATE, make_snapshots, snapshot_request, three_step_script
-    from workers.core.logs import configure_logging
+    from workers.engine.logs import configure_logging
     from workers.fleet.runtime import WorkerRuntime, tune_interpreter
     from workers.fleet.tasks import handle_delivery
 

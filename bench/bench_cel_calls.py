@@ -3,15 +3,15 @@ asserts nothing.
 
     .venv/bin/python bench/bench_cel_calls.py [--size 1000000] [--repeat 3]
 
-The probe cost bound (workers/core/probes/cost.py, cel_lib/base.py) counts in steps of about
-5 us. Each case here is one expression over input sized to the hostile end (a string of
+The probe cost bound (workers/policy_engine/probes/cost.py, cel/lib/base.py) counts in steps of
+about 5 us. Each case here is one expression over input sized to the hostile end (a string of
 --size characters, lists of --size/50 elements); it is evaluated with no step limit, and the
-table shows the best wall time of --repeat runs, the steps it was charged (the estimate
-before evaluation plus the library calls' own charges) and the ratio of the time to the
-time its steps stand for (``steps x 5 us``): a ratio above 1 means the bound lets that call
-run longer than it counts. Cases: the Kubernetes libraries written in Python (charged as
-they run) and the runtime's own functions (costed before evaluation only: sets, and whole
-strings read in a comprehension body).
+table shows the best wall time of --repeat runs, the steps it was charged (the estimate before
+evaluation plus the library calls' own charges) and the ratio of the time to the time its steps
+stand for (``steps x 5 us``): a ratio above 1 means the bound lets that call run longer than it
+counts. Cases: the Kubernetes libraries written in Python (charged as they run) and the
+runtime's own functions (costed before evaluation only: sets, and whole strings read in a
+comprehension body).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from workers.core.probes.cel import BoolProgram, CelError  # noqa: E402
+from workers.policy_engine.cel.programs import BoolProgram, CelError  # noqa: E402
 
 STEP_US = 5.0
 

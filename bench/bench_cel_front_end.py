@@ -1,4 +1,4 @@
-"""The CEL front end (workers/core/probes/syntax/): how faithfully and how fast it parses.
+"""The CEL front end (workers/policy_engine/cel/syntax/): how faithfully and how fast it parses.
 Prints figures; asserts nothing.
 
     .venv/bin/python bench/bench_cel_front_end.py [--library DIR ...]
@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from assay.testing.cel_expressions import read_expressions  # noqa: E402
-from workers.core.probes import cel  # noqa: E402
-from workers.core.probes.syntax import parser  # noqa: E402
-from workers.core.probes.syntax.nodes import same  # noqa: E402
-from workers.core.probes.syntax.unparser import unparse  # noqa: E402
+from workers.policy_engine.cel import programs as cel  # noqa: E402
+from workers.policy_engine.cel.syntax import parser  # noqa: E402
+from workers.policy_engine.cel.syntax.nodes import same  # noqa: E402
+from workers.policy_engine.cel.syntax.unparser import unparse  # noqa: E402
 
 CORPORA = (ROOT / "tests" / "fixtures" / "cel_corpus", ROOT / "examples" / "policies")
 HARD = [

@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from schemas.settings import load_settings  # noqa: E402
-from workers.core.toolsets.base import ToolRegistry  # noqa: E402
-from workers.core.toolsets.kubernetes import kubernetes_tools  # noqa: E402
-from workers.core.toolsets.snapshot_backend import SnapshotBackend  # noqa: E402
+from workers.engine.toolsets.base import ToolRegistry  # noqa: E402
+from workers.engine.toolsets.kubernetes import kubernetes_tools  # noqa: E402
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend  # noqa: E402
 
 TARGET_RATIO = 0.35
 # The same measurement with the compaction before issue 14 (commit d8becec), which also

@@ -26,8 +26,8 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 from assay.testing.scripted_model import ScriptedModel  # noqa: E402
 from schemas.request import EvaluationRequest, SnapshotTarget  # noqa: E402
 from schemas.settings import load_settings  # noqa: E402
-from workers.core.engine import EngineDeps, evaluate  # noqa: E402
-from workers.core.logs import configure_logging  # noqa: E402
+from workers.engine.engine import EngineDeps, evaluate  # noqa: E402
+from workers.engine.logs import configure_logging  # noqa: E402
 
 SNAPSHOT = ROOT / "examples" / "snapshots" / "prod-eu"
 SCRIPT = {

@@ -432,10 +432,10 @@ def litellm_call_cpu(folder: Path, calls: int = 200, fast: bool = True) -> tuple
     """
     from schemas.settings import load_settings
     from tests.fleet_support import snapshot_request
-    from workers.core.conversation import initial_messages, tools_for
-    from workers.core.llm import LiteLLMClient, LLMCall, load_litellm
-    from workers.core.tool_schemas import tools_list
-    from workers.core.toolsets.factory import build_registry
+    from workers.engine.conversation import initial_messages, tools_for
+    from workers.engine.llm import LiteLLMClient, LLMCall, load_litellm
+    from workers.engine.tool_schemas import tools_list
+    from workers.engine.toolsets.factory import build_registry
 
     script: dict[str, object] = {
         "scenarios": [{"turns": [{"action": {"action": "THOUGHT", "thought": "go"}}]}]

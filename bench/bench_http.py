@@ -5,7 +5,7 @@
 Posts a chat request of about 10 KB (the size of a planner's third step) to a local
 HTTP/1.1 server in another process over kept-alive connections, and prints the
 client process's CPU per call for httpx (what the OpenAI SDK and litellm use), urllib3
-and the direct path's own client (workers/core/openai_compat.py: urllib3, plus the
+and the direct path's own client (workers/engine/openai_compat.py: urllib3, plus the
 body bound, the deadline and the answer's parsing), first from one thread, then from
 64 threads sharing one client, as a worker's runs do. Prints figures only.
 """
@@ -101,7 +101,7 @@ def main() -> None:
         import httpx
         import urllib3
 
-        from workers.core.openai_compat import DirectClient
+        from workers.engine.openai_compat import DirectClient
 
         clients: dict[str, Callable[[], Callable[[], Any]]] = {
             "httpx (OpenAI SDK, litellm)": lambda: _httpx_post(httpx, url),

@@ -42,9 +42,9 @@ def child(kubeconfig: str, page_size: int, materialize: bool) -> None:
     sys.path.insert(0, str(ROOT))
     from schemas.request import ContextTarget
     from schemas.settings import load_settings
-    from workers.core.toolsets.base import ToolRegistry
-    from workers.core.toolsets.kubernetes import kubernetes_tools
-    from workers.core.toolsets.live_backend import LiveBackend
+    from workers.engine.toolsets.base import ToolRegistry
+    from workers.engine.toolsets.kubernetes import kubernetes_tools
+    from workers.engine.toolsets.live_backend import LiveBackend
 
     settings = load_settings(kubeconfig=kubeconfig, kube_page_size=page_size, kube_qps=1000)
     backend = LiveBackend.from_target(ContextTarget(context="synthetic"), settings)

@@ -114,8 +114,8 @@ def measure(client: Any, fire: int, runs: int) -> Sample:
 
 
 def import_policy_set(settings: Any, client: Any) -> int:
-    from workers.core.policies.documents import read_files
     from workers.fleet.policy_store import PolicyStore, import_into
+    from workers.policy_engine.policies.documents import read_files
 
     files = sorted((ROOT / "examples/policies").glob("*.yaml"))
     _, imported = import_into(

@@ -132,7 +132,7 @@ def gauges(redis_url: str, checks: int) -> None:
     from schemas.settings import AssaySettings
     from schemas.verdict import VerdictKind
     from tests.fleet_support import finished_report, snapshot_request
-    from workers.core import metrics
+    from workers.engine import metrics
     from workers.fleet.redis_client import connect
     from workers.fleet.store import VerdictStore
 

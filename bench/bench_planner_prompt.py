@@ -6,7 +6,7 @@ For the README predicate on ``examples/snapshots/prod-eu``, in both transports, 
   ``done`` tool alone, and the lookup tools;
 * the first request's prompt tokens by a tokenizer (litellm's ``token_counter`` with its
   bundled tiktoken encoding, offline: the messages, and the tools or response format as their
-  JSON text) against its size bound (workers/core/token_ceiling.py), the figure a call is
+  JSON text) against its size bound (workers/engine/token_ceiling.py), the figure a call is
   capped by when no tokenizer is loaded;
 * the first call's ``max_tokens`` under the ``smoke`` budget (20,000 tokens), by the size
   bound alone and as the budget meter sets it (the tokenizer's count, near the budget).
@@ -28,17 +28,17 @@ sys.path.insert(0, str(ROOT))
 from schemas.budget import PROFILES  # noqa: E402
 from schemas.request import EvaluationRequest, SnapshotTarget  # noqa: E402
 from schemas.settings import load_settings  # noqa: E402
-from workers.core.budget_meter import BudgetExhausted, BudgetMeter  # noqa: E402
-from workers.core.conversation import (  # noqa: E402
+from workers.engine.budget_meter import BudgetExhausted, BudgetMeter  # noqa: E402
+from workers.engine.conversation import (  # noqa: E402
     action_tool_schemas,
     initial_messages,
     planner_response_format_for,
     tools_for,
 )
-from workers.core.litellm_import import load_litellm  # noqa: E402
-from workers.core.token_ceiling import request_ceiling  # noqa: E402
-from workers.core.tokenizer_count import tokenizer_count  # noqa: E402
-from workers.core.toolsets.factory import build_registry  # noqa: E402
+from workers.engine.litellm_import import load_litellm  # noqa: E402
+from workers.engine.token_ceiling import request_ceiling  # noqa: E402
+from workers.engine.tokenizer_count import tokenizer_count  # noqa: E402
+from workers.engine.toolsets.factory import build_registry  # noqa: E402
 
 PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
 SNAPSHOT = ROOT / "examples" / "snapshots" / "prod-eu"

@@ -34,13 +34,13 @@ from assay.redis_process import RedisProcess  # noqa: E402
 from notifier.policy_reports import documents, gather  # noqa: E402
 from schemas.request import EvaluationRequest, SnapshotTarget  # noqa: E402
 from schemas.settings import load_settings  # noqa: E402
-from workers.core.engine import EngineDeps  # noqa: E402
-from workers.core.logs import configure_logging  # noqa: E402
-from workers.core.policies.documents import read_files  # noqa: E402
-from workers.core.policies.importer import import_documents  # noqa: E402
+from workers.engine.engine import EngineDeps  # noqa: E402
+from workers.engine.logs import configure_logging  # noqa: E402
 from workers.fleet.policy_rerun import evaluate_policy_request  # noqa: E402
 from workers.fleet.policy_store import PolicyStore  # noqa: E402
 from workers.fleet.store import VerdictStore  # noqa: E402
+from workers.policy_engine.policies.documents import read_files  # noqa: E402
+from workers.policy_engine.policies.importer import import_documents  # noqa: E402
 
 POLICY = {
     "apiVersion": "admissionregistration.k8s.io/v1",

@@ -36,16 +36,16 @@ from assay.testing.fake_cluster import FakeCluster  # noqa: E402
 from schemas.policy import ImportedPolicy  # noqa: E402
 from schemas.request import ContextTarget, EvaluationRequest  # noqa: E402
 from schemas.settings import AssaySettings, load_settings  # noqa: E402
-from workers.core.engine import EngineDeps  # noqa: E402
-from workers.core.logs import configure_logging  # noqa: E402
-from workers.core.policies.documents import read_files  # noqa: E402
-from workers.core.policies.importer import import_documents  # noqa: E402
-from workers.core.policies.run import run_policies  # noqa: E402
-from workers.core.toolsets.live_backend import LiveBackend  # noqa: E402
+from workers.engine.engine import EngineDeps  # noqa: E402
+from workers.engine.logs import configure_logging  # noqa: E402
+from workers.engine.toolsets.live_backend import LiveBackend  # noqa: E402
 from workers.fleet.policy_rerun import evaluate_policy_request  # noqa: E402
 from workers.fleet.policy_store import PolicyStore  # noqa: E402
 from workers.fleet.redis_client import connect  # noqa: E402
 from workers.fleet.store import VerdictStore  # noqa: E402
+from workers.policy_engine.policies.documents import read_files  # noqa: E402
+from workers.policy_engine.policies.importer import import_documents  # noqa: E402
+from workers.policy_engine.policies.run import run_policies  # noqa: E402
 
 SNAPSHOTS = ["prod-eu", "staging-us", "dev-ap"]
 

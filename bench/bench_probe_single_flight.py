@@ -29,8 +29,8 @@ from assay.redis_process import RedisProcess
 from assay.testing.scripted_model import ScriptedModel
 from bench.bench_probes import SCRIPT, _run, make_targets
 from schemas.settings import load_settings
-from workers.core.engine import EngineDeps
-from workers.core.logs import configure_logging
+from workers.engine.engine import EngineDeps
+from workers.engine.logs import configure_logging
 from workers.fleet.probe_store import ProbeStore
 from workers.fleet.redis_client import connect
 

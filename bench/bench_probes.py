@@ -40,14 +40,14 @@ from schemas.probe import ProbeLookup, ProbeMode, ProposedProbe  # noqa: E402
 from schemas.report import RunReport  # noqa: E402
 from schemas.request import EvaluationRequest, SnapshotTarget  # noqa: E402
 from schemas.settings import load_settings  # noqa: E402
-from workers.core.engine import EngineDeps  # noqa: E402
-from workers.core.logs import configure_logging  # noqa: E402
-from workers.core.probes.cel import BoolProgram  # noqa: E402
-from workers.core.probes.runner import run_probe  # noqa: E402
-from workers.core.toolsets.snapshot_backend import SnapshotBackend  # noqa: E402
+from workers.engine.engine import EngineDeps  # noqa: E402
+from workers.engine.logs import configure_logging  # noqa: E402
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend  # noqa: E402
 from workers.fleet.probe_rerun import evaluate_check  # noqa: E402
 from workers.fleet.probe_store import ProbeStore  # noqa: E402
 from workers.fleet.redis_client import connect  # noqa: E402
+from workers.policy_engine.cel.programs import BoolProgram  # noqa: E402
+from workers.policy_engine.probes.runner import run_probe  # noqa: E402
 
 PREDICATE = "every Deployment in namespace shop has at least 2 ready replicas"
 PROBE = {

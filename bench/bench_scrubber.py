@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from assay.testing.fake_cluster import FakeCluster  # noqa: E402
-from workers.core.toolsets.redaction import SecretScrubber, secret_forms  # noqa: E402
+from workers.engine.toolsets.redaction import SecretScrubber, secret_forms  # noqa: E402
 
 MB = 1024 * 1024
 

@@ -41,8 +41,8 @@ from schemas.report import RunReport  # noqa: E402
 from schemas.request import EvaluationRequest, SnapshotTarget  # noqa: E402
 from schemas.settings import load_settings  # noqa: E402
 from tests.injection_support import run_injection_matrix  # noqa: E402
-from workers.core.engine import EngineDeps  # noqa: E402
-from workers.core.logs import configure_logging  # noqa: E402
+from workers.engine.engine import EngineDeps  # noqa: E402
+from workers.engine.logs import configure_logging  # noqa: E402
 from workers.fleet.probe_rerun import evaluate_check  # noqa: E402
 from workers.fleet.probe_store import ProbeStore  # noqa: E402
 from workers.fleet.redis_client import connect  # noqa: E402

@@ -49,10 +49,14 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
             "/selectors.py", "site-packages/anyio/",
         ),
     ),
-    ("model call: assay adapter", ("workers/core/llm.py", "workers/core/openai_compat.py")),
+    ("model call: assay adapter", ("workers/engine/llm.py", "workers/engine/openai_compat.py")),
     (
         "token estimates (size bound, tally; tiktoken on litellm's path)",
-        ("site-packages/tiktoken", "workers/core/prompt_tally.py", "workers/core/token_ceiling.py"),
+        (
+            "site-packages/tiktoken",
+            "workers/engine/prompt_tally.py",
+            "workers/engine/token_ceiling.py",
+        ),
     ),
     (
         "Redis client + store",
@@ -65,17 +69,19 @@ COMPONENTS: list[tuple[str, tuple[str, ...]]] = [
     (
         "engine, conversation, evidence",
         (
-            "workers/core/engine.py", "workers/core/conversation.py", "workers/core/evidence.py",
-            "workers/core/confirmation.py", "workers/core/fencing.py",
-            "workers/core/budget_meter.py", "schemas/", "prompts/",
+            "workers/engine/engine.py", "workers/engine/conversation.py",
+            "workers/engine/evidence.py",
+            "workers/engine/confirmation.py", "workers/engine/fencing.py",
+            "workers/engine/budget_meter.py", "schemas/", "prompts/",
         ),
     ),
-    ("tools (snapshot backend, tables, compaction)", ("workers/core/toolsets/",)),
+    ("tools (snapshot backend, tables, compaction)", ("workers/engine/toolsets/",)),
     (
         "logging, metrics, tracing",
         (
-            "site-packages/structlog", "/logging/", "workers/core/metrics.py",
-            "workers/core/tracing.py", "workers/core/logs.py", "site-packages/prometheus_client",
+            "site-packages/structlog", "/logging/", "workers/engine/metrics.py",
+            "workers/engine/tracing.py", "workers/engine/logs.py",
+            "site-packages/prometheus_client",
             "site-packages/opentelemetry",
         ),
     ),
@@ -199,7 +205,7 @@ def profile_worker(
         redis_url=redis_url, model="openai/scripted", api_base=model_url,
         api_key="scripted-no-key", snapshot_roots=[folder], log_level="WARNING",
     )  # fmt: skip
-    from workers.core.logs import configure_logging
+    from workers.engine.logs import configure_logging
 
     configure_logging(settings)  # as the worker does: WARNING, so run logs are filtered out
     runtime = WorkerRuntime.build(settings)

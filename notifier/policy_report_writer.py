@@ -1,6 +1,6 @@
 """The policyreport sink's writer: the one place assay writes to a Kubernetes API server.
 
-Evaluations read clusters through ``workers.core.toolsets.live_transport``, which has no
+Evaluations read clusters through ``workers.engine.toolsets.live_transport``, which has no
 write path at all; this module is apart from it on purpose. It is built from the
 sink's own settings (``PolicyReportSink``: its kubeconfig, or the notifier pod's own
 service account for the target ``in-cluster``), never from ``ASSAY_KUBECONFIG``, so it

@@ -69,7 +69,7 @@ from schemas.notify import (
     WebhookSink,
     missing_secrets,
 )
-from workers.core import metrics
+from workers.engine import metrics
 from workers.fleet.notify_feed import FeedEntry, SinkFeed, spend_feed
 from workers.fleet.spend import event_from_fields
 from workers.fleet.store import VerdictStore

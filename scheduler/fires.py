@@ -2,8 +2,8 @@
 
 Globs (kubeconfig contexts, snapshot folders) are expanded at fire time, so a
 cluster added later is included without touching the schedule; snapshot matches
-outside this replica's snapshot roots are skipped (workers/core/snapshot_roots.py). Every request's
-run id is derived from (schedule id, target, scheduled instant), so a fire that
+outside this replica's snapshot roots are skipped (workers/engine/snapshot_roots.py).
+Every request's run id is derived from (schedule id, target, scheduled instant), so a fire that
 two replicas both claim produces the same run ids and the verdict store's
 first-verdict-wins rule records it once.
 """
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule, ScheduleTargets
 from schemas.settings import AssaySettings
-from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+from workers.engine.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 from workers.fleet.targets import TargetGlobError, context_targets, snapshot_targets
 
 _GLOB_CHARS = set("*?[")

@@ -53,7 +53,7 @@ from scheduler.fires import TargetResolutionError, build_requests, resolve_targe
 from scheduler.schedules import ScheduleStore
 from schemas.schedule import Schedule, ScheduleFire
 from schemas.settings import AssaySettings
-from workers.core.metrics import (
+from workers.engine.metrics import (
     TimerCollector,
     observe_lateness,
     observe_schedule_skips,

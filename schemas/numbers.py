@@ -7,7 +7,7 @@ documentation says a value that is not a number is refused. So a number here is 
 JSON writes: ASCII digits, an optional leading ``-`` (read, so that the range check
 can say which bound applies), a decimal point and an exponent for an amount. The
 API's bodies are JSON already, and ``assay apply`` documents are read the same way
-(``workers.core.toolsets.yaml_documents.StrictNumbersLoader``).
+(``workers.engine.toolsets.yaml_documents.StrictNumbersLoader``).
 """
 
 from __future__ import annotations

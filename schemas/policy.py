@@ -4,7 +4,7 @@
 Kyverno ValidatingPolicies and ClusterPolicies with ``validate.cel``, and Gatekeeper
 ConstraintTemplates with ``K8sNativeValidation`` (with their constraints), and stores each
 as an :class:`ImportedPolicy`: format-neutral rules (which objects, which CEL) that the
-fleet turns into probes per kind at run time (workers/core/policies/).
+fleet turns into probes per kind at run time (workers/policy_engine/policies/).
 
 An imported policy is a check like any other. Its predicate names it::
 

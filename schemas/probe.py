@@ -5,7 +5,7 @@ A probe is a few read-only lookups (the planner's own ``get`` / ``describe`` /
 returned as *objects* (never the rendered text the model read), plus the verdict
 each value of the expression stands for. The model proposes one with its
 ``DONE``; the engine runs it itself and keeps it only when it reproduces the
-verdict on the same state (workers/core/probes/acceptance.py). An accepted probe then
+verdict on the same state (workers/policy_engine/probes/acceptance.py). An accepted probe then
 re-evaluates its check for 0 model tokens (workers/fleet/probe_rerun.py).
 
 What the expression sees (docs/probes.md):

@@ -52,7 +52,7 @@ class Step(BaseModel):
 class RunState(BaseModel):
     """Everything needed to resume a run after a deferred WAIT (the checkpoint).
 
-    Stored by the caller while the run waits; ``workers.core.engine.evaluate(request,
+    Stored by the caller while the run waits; ``workers.engine.engine.evaluate(request,
     deps, state=...)`` continues the same run id with what is left of its budget.
     Time spent waiting is not in ``active_seconds``: only active time counts
     against the timeout.
@@ -135,7 +135,7 @@ class RunReport(BaseModel):
         "with this run's own id, attempts and times (docs/fleet.md, Retention and sizing).",
     )
     # Not part of the report: the engine's scrubbed JSON dump of its fields, so the store's
-    # pattern pass searches only fields that changed since (workers/core/toolsets/redaction.py
+    # pattern pass searches only fields that changed since (workers/engine/toolsets/redaction.py
     # ``scrubbed``, its ``clean``). A private attribute: never serialized, kept by model_copy.
     _scrubbed_dump: dict[str, Any] | None = PrivateAttr(default=None)
 

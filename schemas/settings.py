@@ -591,5 +591,5 @@ def load_settings(**overrides: Any) -> AssaySettings:
 def environment_has(name: str) -> bool:
     """Whether variable ``name`` is set and not empty. For the provider keys litellm reads by
     itself (``OPENAI_API_KEY``, ...), which are no assay setting: this module is the one
-    that reads the environment (``workers.core.provider_keys``)."""
+    that reads the environment (``workers.engine.provider_keys``)."""
     return bool(os.environ.get(name, "").strip())

@@ -1,7 +1,7 @@
-"""Write workers/core/probes/kind_schemas.json.gz: the built-in kinds' OpenAPI schemas.
+"""Write workers/policy_engine/probes/kind_schemas.json.gz: the built-in kinds' OpenAPI schemas.
 
 Export type-checks a policy's field paths against the schema of each kind it judges, as the
-API server does (workers/core/probes/kind_schemas.py). A live cluster serves its own
+API server does (workers/policy_engine/probes/kind_schemas.py). A live cluster serves its own
 schemas (/openapi/v3); offline, these are the Kubernetes API's own, for the version stated
 below, taken from the JSON schemas the ``kubernetes-validate`` package (a test dependency)
 carries, stripped to what a type check reads: types, properties, items, map values and
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 KUBERNETES_VERSION = "1.34"
-OUT = Path(__file__).resolve().parent.parent / "workers/core/probes/kind_schemas.json.gz"
+OUT = Path(__file__).resolve().parent.parent / "workers/policy_engine/probes/kind_schemas.json.gz"
 KEEP = frozenset(
     {"type", "properties", "items", "additionalProperties", "$ref", "oneOf", "format",
      "x-kubernetes-preserve-unknown-fields", "x-kubernetes-int-or-string"}

@@ -14,7 +14,7 @@ from schemas.budget import Budget
 from schemas.report import RunReport, RunState
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import load_settings
-from workers.core.engine import EngineDeps, evaluate
+from workers.engine.engine import EngineDeps, evaluate
 
 CANARY = "CANARY-7f3a9c-do-not-leak"
 PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"

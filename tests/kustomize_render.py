@@ -16,7 +16,7 @@ that tree uses, with kustomize's semantics:
 Anything else (a strategic-merge patch, generators, labels, ...) raises
 :class:`UnsupportedKustomization` instead of being silently ignored, so this renderer can
 never pass a test on output kustomize would not produce. Where ``kubectl`` with kustomize v5 is
-installed, ``tests/test_manifests.py`` also checks that both render the same objects.
+installed, ``tests/deploy/test_manifests.py`` also checks that both render the same objects.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from schemas.settings import AssaySettings, load_settings
 from schemas.verdict import Evidence, VerdictKind
 from tests.cli_support import run_cli
 from tests.fleet_support import finished_report
-from workers.core.engine import EngineDeps
+from workers.engine.engine import EngineDeps
 from workers.fleet.check_definitions import CheckDefinitionStore
 from workers.fleet.policy_rerun import PolicyRunOutcome, evaluate_policy_request
 from workers.fleet.policy_store import PolicyStore
@@ -67,8 +67,8 @@ def probe_outcome(
     """What the engine's runner records for a model's each-object probe over ``objects``
     (kind, name, namespace; one kind) in a snapshot where those of ``failing`` break it: it
     judges them in listing order and stops at the first that fails."""
-    from workers.core.probes.runner import run_probe
-    from workers.core.toolsets.snapshot_backend import SnapshotBackend
+    from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+    from workers.policy_engine.probes.runner import run_probe
 
     kind = objects[0][0] if objects else "Deployment"
     probe = ProposedProbe(

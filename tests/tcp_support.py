@@ -1,7 +1,8 @@
 """A local TCP server whose connections a test serves by hand.
 
 For clients that must be tried against exactly the bytes a gateway, an old
-proxy or a hostile peer would send (tests/test_llm_fast_path.py, tests/test_direct_http.py).
+proxy or a hostile peer would send (tests/engine/test_llm_fast_path.py,
+tests/engine/test_direct_http.py).
 """
 
 from __future__ import annotations

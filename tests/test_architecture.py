@@ -5,7 +5,8 @@ Layers, top to bottom (docs/ARCHITECTURE.md)::
     assay                 the CLI, the API, the Python client, the eval harness
     scheduler, notifier   fleet-side services
     workers.fleet         Celery app and task, dispatch, store, recovery, timers, broker
-    workers.core          evaluating one run: engine, model client, budgets, toolsets
+    workers.engine        evaluating one run: engine, model client, budgets, toolsets
+    workers.policy_engine CEL probes and imported policies (zero model tokens)
     schemas, prompts      contracts and prompt texts
 
 A module may import its own layer or any layer below it, never one above. Every
@@ -31,7 +32,8 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("schemas", 0),
     ("prompts", 0),
     ("workers", 1),  # the package itself (its __init__ imports nothing)
-    ("workers.core", 1),
+    ("workers.engine", 1),
+    ("workers.policy_engine", 1),
     ("workers.fleet", 2),
     ("scheduler", 3),
     ("notifier", 3),
@@ -39,7 +41,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
 )
 LAYER_NAMES = {
     0: "schemas/prompts",
-    1: "workers.core",
+    1: "workers.engine/workers.policy_engine",
     2: "workers.fleet",
     3: "scheduler/notifier",
     4: "assay",
@@ -209,27 +211,43 @@ def test_eval_reaches_workers_only_through_its_seam(project_imports: list[Import
     assert any(i.importer == EVAL_SEAM and i.target.startswith("workers.") for i in project_imports)
 
 
+ENGINE_PACKAGES = ("engine", "policy_engine")
+
+
 def modules_named_alike(root: Path) -> list[str]:
-    """Modules of the fleet named like one of the core: two files of one name, one the
+    """Modules of the fleet named like one of the engines': two files of one name, one the
     engine's seam and one the fleet's implementation, leave a reader guessing which is which."""
-    core = {path.name for path in (root / "workers" / "core").rglob("*.py")}
+    engines = {
+        path.name
+        for package in ENGINE_PACKAGES
+        for path in (root / "workers" / package).rglob("*.py")
+    }
     return sorted(
         str(path.relative_to(root))
         for path in (root / "workers" / "fleet").rglob("*.py")
-        if path.name in core and path.name != "__init__.py"
+        if path.name in engines and path.name != "__init__.py"
     )
 
 
-def test_no_fleet_module_is_named_like_a_core_one(tmp_path: Path) -> None:
+def test_no_fleet_module_is_named_like_an_engine_one(tmp_path: Path) -> None:
     assert modules_named_alike(ROOT) == []
-    root = _tree(tmp_path, {"workers/core/spend_guard.py": "", "workers/fleet/spend_guard.py": ""})
-    assert modules_named_alike(root) == ["workers/fleet/spend_guard.py"]
+    root = _tree(
+        tmp_path,
+        {
+            "workers/engine/spend_guard.py": "",
+            "workers/fleet/spend_guard.py": "",
+            "workers/policy_engine/probes/runner.py": "",
+            "workers/fleet/runner.py": "",
+        },
+    )
+    assert modules_named_alike(root) == ["workers/fleet/runner.py", "workers/fleet/spend_guard.py"]
 
 
-def test_the_fleet_is_built_on_the_core(project_imports: list[Import]) -> None:
-    # the split means something only if the fleet really uses the core below it
+@pytest.mark.parametrize("engine", ["workers.engine.", "workers.policy_engine."])
+def test_the_fleet_is_built_on_the_engines(project_imports: list[Import], engine: str) -> None:
+    # the split means something only if the fleet really uses each engine below it
     assert any(
-        i.importer.startswith("workers.fleet.") and i.target.startswith("workers.core.")
+        i.importer.startswith("workers.fleet.") and i.target.startswith(engine)
         for i in project_imports
     )
 
@@ -254,17 +272,18 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 @pytest.mark.parametrize(
     ("module", "text", "where"),
     [
-        ("workers/core/engine.py", "from workers.fleet.store import VerdictStore\n", "top"),
-        ("workers/core/engine.py", "def f():\n    import scheduler.timers\n", "function"),
+        ("workers/engine/engine.py", "from workers.fleet.store import VerdictStore\n", "top"),
+        ("workers/engine/engine.py", "def f():\n    import scheduler.timers\n", "function"),
         (
             "workers/fleet/checkpoints.py",
             "from typing import TYPE_CHECKING\n"
             "if TYPE_CHECKING:\n    from scheduler import timers\n",
             "type checking",
         ),
-        ("schemas/report.py", "from workers.core import engine\n", "top"),
+        ("schemas/report.py", "from workers.engine import engine\n", "top"),
         ("scheduler/service.py", "from assay.client import Client\n", "top"),
-        ("workers/core/engine.py", "from ..fleet import store\n", "relative"),
+        ("workers/engine/engine.py", "from ..fleet import store\n", "relative"),
+        ("workers/policy_engine/probes/runner.py", "from workers.fleet import store\n", "top"),
     ],
 )
 def test_an_upward_import_is_caught(tmp_path: Path, module: str, text: str, where: str) -> None:
@@ -273,7 +292,8 @@ def test_an_upward_import_is_caught(tmp_path: Path, module: str, text: str, wher
         {
             module: text,
             "workers/fleet/store.py": "",
-            "workers/core/engine.py": "",
+            "workers/engine/engine.py": "",
+            "workers/policy_engine/probes/runner.py": "",
             "scheduler/timers.py": "",
             "assay/client.py": "",
         }
@@ -290,8 +310,8 @@ def test_a_downward_import_is_allowed(tmp_path: Path) -> None:
         {
             "assay/cli.py": "from scheduler import service\nfrom workers.fleet import store\n",
             "scheduler/service.py": "from workers.fleet.store import VerdictStore\n",
-            "workers/fleet/store.py": "from workers.core.toolsets import redaction\n",
-            "workers/core/toolsets/redaction.py": "from schemas.verdict import Verdict\n",
+            "workers/fleet/store.py": "from workers.engine.toolsets import redaction\n",
+            "workers/engine/toolsets/redaction.py": "from schemas.verdict import Verdict\n",
             "schemas/verdict.py": "",
         },
     )
@@ -319,13 +339,13 @@ def test_an_eval_module_going_around_the_seam_is_caught(tmp_path: Path) -> None:
     root = _tree(
         tmp_path,
         {
-            "assay/eval/seam.py": "from workers.core.engine import evaluate\n",
-            "assay/eval/runner.py": "from workers.core.llm import LiteLLMClient\n",
-            "workers/core/engine.py": "",
-            "workers/core/llm.py": "",
+            "assay/eval/seam.py": "from workers.engine.engine import evaluate\n",
+            "assay/eval/runner.py": "from workers.engine.llm import LiteLLMClient\n",
+            "workers/engine/engine.py": "",
+            "workers/engine/llm.py": "",
         },
     )
-    assert eval_doors(all_imports(root)) == ["assay.eval.runner:1 imports workers.core.llm"]
+    assert eval_doors(all_imports(root)) == ["assay.eval.runner:1 imports workers.engine.llm"]
 
 
 def direct_store_constructions(root: Path) -> list[str]:

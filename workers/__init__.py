@@ -1,6 +1,8 @@
-"""The evaluation engine and the fleet that runs it, in two layers.
+"""The evaluation engine, the policy engine and the fleet that runs them, in two layers.
 
-``workers.core`` evaluates one run (the engine is a plain function: no Celery, no
-Redis); ``workers.fleet`` runs the core on Celery workers with Redis as broker and
-store. The fleet imports the core, never the other way (tests/test_architecture.py).
+``workers.engine`` evaluates one run (the engine is a plain function: no Celery, no
+Redis); ``workers.policy_engine`` judges clusters with CEL probes and imported admission
+policies (no model tokens); ``workers.fleet`` runs both on Celery workers with Redis as
+broker and store. The fleet imports the engines, never the other way
+(tests/test_architecture.py).
 """

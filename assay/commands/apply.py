@@ -130,7 +130,7 @@ def cli_context(client: Client) -> ApplyContext:
     from assay.apply import ApplyContext, fleet_model_refusal
     from assay.submission import submit_requests
     from scheduler.schedules import ScheduleStore
-    from workers.core.snapshot_roots import SnapshotRoots
+    from workers.engine.snapshot_roots import SnapshotRoots
     from workers.fleet.check_definitions import CheckDefinitionStore
     from workers.fleet.policy_store import PolicyStore
     from workers.fleet.targets import snapshot_targets

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
-# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
+# `python -X importtime -c 'import assay.cli'`; tests/assay/test_cli_check.py keeps the engine out).
 import os
 import sys
 import threading
@@ -193,7 +193,7 @@ def require_routable_model(model: str, api_base: str | None, from_flag: bool) ->
     scripted model never comes here (its name and endpoint are assay's own). `assay
     eval` asks too; the fleet commands ask ``assay.model_check``.
     """
-    from workers.core.llm import unroutable_model  # imports litellm: not for `--help`
+    from workers.engine.llm import unroutable_model  # imports litellm: not for `--help`
 
     problem = unroutable_model(model, api_base)
     if problem is not None:
@@ -203,9 +203,9 @@ def require_routable_model(model: str, api_base: str | None, from_flag: bool) ->
 
 def require_model_key(settings: AssaySettings) -> None:
     """Refuse (64), before the run, a model whose provider wants an API key none set
-    (``workers.core.provider_keys``): run, it would end 3 after retrying the provider's
+    (``workers.engine.provider_keys``): run, it would end 3 after retrying the provider's
     "missing credentials" as a server error, and name a variable assay does not use."""
-    from workers.core.provider_keys import missing_key
+    from workers.engine.provider_keys import missing_key
 
     problem = missing_key(settings.model or "", settings)
     if problem is not None:
@@ -220,8 +220,8 @@ def _require_objects(snapshot: Path) -> None:
     The engine would end the run with 3 anyway; on the command line the folder is
     the user's typo, so it is a usage error. The parse is cached for the run.
     """
-    from workers.core.toolsets.factory import snapshot_cache
-    from workers.core.toolsets.snapshot_backend import SnapshotError
+    from workers.engine.toolsets.factory import snapshot_cache
+    from workers.engine.toolsets.snapshot_backend import SnapshotError
 
     try:
         backend = snapshot_cache.get(snapshot, resolved=True)
@@ -275,7 +275,7 @@ def _evaluate(
     from assay.output_scrubbing import RunScrubber
     from assay.render import step_line, visible
     from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget
-    from workers.core.engine import EngineDeps, effective_budget, evaluate
+    from workers.engine.engine import EngineDeps, effective_budget, evaluate
 
     target: Target
     if snapshot is not None:
@@ -328,7 +328,7 @@ WRAP_UP_SECONDS = 0.5
 
 def _time_budget(settings: AssaySettings) -> float | None:
     """The run's time budget in seconds: ``--timeout``/``ASSAY_TIMEOUT_SECONDS``, else the
-    profile's (what the engine will enforce: workers.core.engine.effective_budget)."""
+    profile's (what the engine will enforce: workers.engine.engine.effective_budget)."""
     from schemas.budget import PROFILES
 
     profile = PROFILES.get(settings.profile)
@@ -381,7 +381,7 @@ def _print_result(kind: str, report: RunReport, output: str) -> None:
 
 def _configure_logging(settings: AssaySettings) -> None:
     """Engine logs go to stderr; on the CLI only warnings unless a log level was asked for."""
-    from workers.core.logs import configure_logging
+    from workers.engine.logs import configure_logging
 
     if "log_level" not in settings.model_fields_set:
         settings = settings.model_copy(update={"log_level": "WARNING"})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
-# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
+# `python -X importtime -c 'import assay.cli'`; tests/assay/test_cli_check.py keeps the engine out).
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -602,12 +602,12 @@ def _check_worker_model(settings: Any) -> None:
     Why: every run that names no model of its own would end ``cannot_determine`` with
     litellm's reason, for as long as the worker runs; the front doors cannot catch it,
     since they leave a run without a model to its worker. Most names are told without
-    importing litellm (workers/core/model_names.py); a worker that must ask imports it
+    importing litellm (workers/engine/model_names.py); a worker that must ask imports it
     at start-up anyway.
     """
     from schemas.exit_codes import EXIT_USAGE
-    from workers.core.llm import unroutable_model
-    from workers.core.provider_keys import missing_key
+    from workers.engine.llm import unroutable_model
+    from workers.engine.provider_keys import missing_key
 
     if settings.model and (problem := unroutable_model(settings.model, settings.api_base)):
         fail(f"this worker's ASSAY_MODEL cannot be used: {problem}", EXIT_USAGE)
@@ -620,8 +620,8 @@ def _announce(settings: Any) -> Any:
     import structlog
 
     from assay.worker_presence import Announcer
-    from workers.core.logs import configure_logging
-    from workers.core.provider_keys import held_keys
+    from workers.engine.logs import configure_logging
+    from workers.engine.provider_keys import held_keys
     from workers.fleet.redis_client import RedisOutage, connect_for_loop
 
     configure_logging(settings)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
-# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
+# `python -X importtime -c 'import assay.cli'`; tests/assay/test_cli_check.py keeps the engine out).
 import sys
 from itertools import islice
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -204,7 +204,7 @@ def batch(
     ] = None,
 ) -> None:
     """Fan PREDICATE out over many targets; or show a batch's status or results."""
-    from workers.core.snapshot_roots import SnapshotOutsideRoots
+    from workers.engine.snapshot_roots import SnapshotOutsideRoots
 
     if jsonl_output and (args[:1] != ["results"] or json_output):
         raise typer.BadParameter("--jsonl goes with `batch results` only, and not with --json")

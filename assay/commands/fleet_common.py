@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
-# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
+# `python -X importtime -c 'import assay.cli'`; tests/assay/test_cli_check.py keeps the engine out).
 import contextlib
 import sys
 from collections.abc import Iterator, Sequence
@@ -205,7 +205,7 @@ def require_routable_model(
     """Refuse (64) a --model no worker could route, or whose provider no live worker holds
     a key for, before anything is queued or stored.
 
-    The routing message is `assay check`'s (``workers.core.llm.unroutable_model``); which
+    The routing message is `assay check`'s (``workers.engine.llm.unroutable_model``); which
     endpoint the name is checked at, and the keys, are ``assay.model_check``'s to say.
     """
     from assay.model_check import fleet_model_problem
@@ -227,7 +227,7 @@ def fleet_client(settings: AssaySettings | None = None) -> Iterator[Client]:
     import redis.exceptions
 
     from assay.client import Client
-    from workers.core.logs import configure_logging
+    from workers.engine.logs import configure_logging
     from workers.fleet.dispatch import RunsNotSent
     from workers.fleet.redis_client import FleetNotConfigured, RedisUnreachable
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
-# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
+# `python -X importtime -c 'import assay.cli'`; tests/assay/test_cli_check.py keeps the engine out).
 import signal
 import sys
 import tempfile
@@ -38,7 +38,7 @@ from assay.commands.fleet_common import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, fail
 from assay.commands.options import settings_or_usage
 from assay.redis_process import RedisNotInstalled
 from schemas.exit_codes import EXIT_INTERNAL
-from workers.core.shown_urls import shown_url
+from workers.engine.shown_urls import shown_url
 
 if TYPE_CHECKING:
     from assay.local_mode import LocalFleet

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
-# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
+# `python -X importtime -c 'import assay.cli'`; tests/assay/test_cli_check.py keeps the engine out).
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -99,7 +99,7 @@ def notify(ctx: typer.Context) -> None:
     import redis.exceptions
 
     from notifier.service import run_notifier, stop_on_signals
-    from workers.core.logs import configure_logging
+    from workers.engine.logs import configure_logging
 
     settings = _fleet_settings()
     if not settings.notify_sinks:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
-# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
+# `python -X importtime -c 'import assay.cli'`; tests/assay/test_cli_check.py keeps the engine out).
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,7 +303,7 @@ def check_profile(profile: str | None) -> None:
 
 def confined_snapshot(snapshot: Path, settings: AssaySettings) -> Path:
     """The snapshot folder resolved inside the CLI's snapshot roots, else a usage error (64)."""
-    from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+    from workers.engine.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
     try:
         return SnapshotRoots.for_local(settings).confine(snapshot)

@@ -27,10 +27,10 @@ from schemas.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
     from schemas.settings import AssaySettings
-    from workers.core.policies.documents import SourcedDocument
-    from workers.core.probes.export import Exported
-    from workers.core.probes.translation import Proof
-    from workers.core.toolsets.backend import ClusterBackend
+    from workers.engine.toolsets.backend import ClusterBackend
+    from workers.policy_engine.policies.documents import SourcedDocument
+    from workers.policy_engine.probes.export import Exported
+    from workers.policy_engine.probes.translation import Proof
 
 EXIT_DISAGREES = 1
 MAX_SHOWN = 20
@@ -74,9 +74,13 @@ def translate(
     """Translate policies (Gatekeeper, Kyverno, VAP) into a ValidatingAdmissionPolicy (or a
     Kyverno ValidatingPolicy) and prove the two judge every object alike."""
     from assay.commands.options import settings_or_usage
-    from workers.core.policies.documents import UnreadableFile
-    from workers.core.probes.export import NotExportable
-    from workers.core.probes.translation import NotProvable, NotTranslatable, translate_and_prove
+    from workers.policy_engine.policies.documents import UnreadableFile
+    from workers.policy_engine.probes.export import NotExportable
+    from workers.policy_engine.probes.translation import (
+        NotProvable,
+        NotTranslatable,
+        translate_and_prove,
+    )
 
     if to not in ("vap", "kyverno"):
         raise typer.BadParameter("use vap or kyverno", param_hint="--to")
@@ -133,8 +137,8 @@ def _write(exported: Exported, proof: Proof, force: bool, output: Path | None) -
 def _inputs(paths: list[Path]) -> tuple[list[SourcedDocument], list[dict[str, Any]]]:
     """The policy documents, and the objects to prove on (module docstring)."""
     from assay.testing.policy_corpus import read_library
-    from workers.core.policies.documents import UnreadableFile, read_files
-    from workers.core.probes.translation import split_documents
+    from workers.policy_engine.policies.documents import UnreadableFile, read_files
+    from workers.policy_engine.probes.translation import split_documents
 
     files: list[Path] = []
     objects: list[dict[str, Any]] = []

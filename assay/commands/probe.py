@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from schemas.policy import PolicyReference
     from schemas.probe import ProbeRecord, ProbeRun
     from schemas.settings import AssaySettings
-    from workers.core.toolsets.backend import ClusterBackend
+    from workers.engine.toolsets.backend import ClusterBackend
     from workers.fleet.probe_store import ProbeStore
 
 probe_app = typer.Typer(
@@ -203,7 +203,7 @@ def test(
     It has a time budget, bound to the cluster it reads: a live cluster that hangs would
     otherwise hold the command for as long as the kube client retries, per lookup.
     """
-    from workers.core.probes.runner import check_timeout_seconds, run_probe_for
+    from workers.policy_engine.probes.runner import check_timeout_seconds, run_probe_for
 
     if (snapshot is None) == (context is None):
         raise typer.BadParameter("give exactly one of --snapshot PATH or --context NAME")
@@ -256,7 +256,7 @@ def export(
 ) -> None:
     """Print the probe as a ValidatingAdmissionPolicy + binding, or a Kyverno ValidatingPolicy
     (checked as the API server would, refused with the reason otherwise)."""
-    from workers.core.probes.export import NotExportable, export_probe
+    from workers.policy_engine.probes.export import NotExportable, export_probe
 
     if fmt not in ("vap", "kyverno"):
         raise typer.BadParameter("use vap or kyverno", param_hint="--format")
@@ -295,7 +295,7 @@ def target_backend(
     """The snapshot (inside the snapshot roots) or kubeconfig context named; one that cannot
     be read ends the command with ``unreadable``."""
     from schemas.request import ContextTarget, SnapshotTarget
-    from workers.core.toolsets.factory import ToolsetUnavailable, backend_for
+    from workers.engine.toolsets.factory import ToolsetUnavailable, backend_for
 
     target: SnapshotTarget | ContextTarget
     if snapshot is not None:

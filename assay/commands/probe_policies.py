@@ -28,9 +28,9 @@ from schemas.exit_codes import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 if TYPE_CHECKING:
     from schemas.policy import ImportedPolicy, PolicyReference, PolicyResult
     from schemas.settings import AssaySettings
-    from workers.core.probes.export import Exported
-    from workers.core.toolsets.backend import ClusterBackend
+    from workers.engine.toolsets.backend import ClusterBackend
     from workers.fleet.policy_store import PolicyStore
+    from workers.policy_engine.probes.export import Exported
 
 EXIT_REFUSED = 65  # sysexits EX_DATAERR: some documents could not be imported
 
@@ -51,8 +51,12 @@ def policy_store(settings: AssaySettings) -> PolicyStore:
 
 def run_import(files: list[str], policy_set: str | None, dry_run: bool, json_output: bool) -> None:
     from assay.commands.options import settings_or_usage
-    from workers.core.policies.documents import UnreadableFile, documents_from_text, read_files
     from workers.fleet.policy_store import import_into
+    from workers.policy_engine.policies.documents import (
+        UnreadableFile,
+        documents_from_text,
+        read_files,
+    )
 
     if policy_set is not None:
         from schemas.policy import valid_set_name
@@ -228,7 +232,7 @@ def export(
     ref: PolicyReference, fmt: str, action: str | None, backend: ClusterBackend | None = None
 ) -> None:
     from assay.commands.options import settings_or_usage
-    from workers.core.probes.export import NotExportable, export_policy
+    from workers.policy_engine.probes.export import NotExportable, export_policy
 
     if ref.kind == "set":
         fail("export one policy at a time (policy:NAME), not a set", EXIT_USAGE)
@@ -254,8 +258,8 @@ def test(
     import time
 
     from assay.commands.options import settings_or_usage
-    from workers.core.policies.run import run_policies
-    from workers.core.probes.runner import bind_deadline
+    from workers.policy_engine.policies.run import run_policies
+    from workers.policy_engine.probes.runner import bind_deadline
 
     store = policy_store(settings_or_usage())
     if ref.kind == "policy":

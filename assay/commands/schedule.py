@@ -14,7 +14,7 @@ from __future__ import annotations
 
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
-# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
+# `python -X importtime -c 'import assay.cli'`; tests/assay/test_cli_check.py keeps the engine out).
 import json
 import re
 import sys
@@ -547,7 +547,7 @@ def scheduler_command(
     import threading
 
     from scheduler.service import ReplicaStats, run_replica, stop_on_signals
-    from workers.core.logs import configure_logging
+    from workers.engine.logs import configure_logging
     from workers.fleet.redis_client import RedisUnreachable
 
     settings = _settings()
@@ -724,7 +724,7 @@ def _span(seconds: float) -> str:
 def _confined(pattern: str, settings: AssaySettings) -> str:
     """A snapshot folder or glob, absolute (replicas and workers may run elsewhere) and
     inside the snapshot roots (ASSAY_SNAPSHOT_ROOTS, default: the current directory)."""
-    from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+    from workers.engine.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
 
     try:
         return SnapshotRoots.for_local(settings).confine_pattern(pattern)
@@ -734,7 +734,7 @@ def _confined(pattern: str, settings: AssaySettings) -> str:
 
 def _refuse_empty_glob(pattern: str, settings: AssaySettings) -> None:
     """A snapshot glob that matches no folder today is a typo, not a schedule (64)."""
-    from workers.core.snapshot_roots import SnapshotRoots
+    from workers.engine.snapshot_roots import SnapshotRoots
     from workers.fleet.targets import snapshot_targets
 
     if next(iter(snapshot_targets(pattern, SnapshotRoots.for_local(settings))), None) is None:

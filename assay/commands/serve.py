@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
-# `python -X importtime -c 'import assay.cli'`; tests/test_cli_check.py keeps the engine out).
+# `python -X importtime -c 'import assay.cli'`; tests/assay/test_cli_check.py keeps the engine out).
 from typing import Annotated
 
 import typer
@@ -35,7 +35,7 @@ def api(
     from assay.commands.fleet_common import EXIT_UNAVAILABLE, fail
     from assay.commands.options import settings_or_usage
     from assay.local_mode import discover_redis_url
-    from workers.core.logs import configure_logging
+    from workers.engine.logs import configure_logging
 
     settings = settings_or_usage(api_host=host, api_port=port)  # invalid: one sentence, 64
     configure_logging(settings)
@@ -60,7 +60,7 @@ def api(
             "ASSAY_API_TOKENS_FILE); every /v1 request will be refused.",
             err=True,
         )
-    from workers.core.tracing import configure_tracing
+    from workers.engine.tracing import configure_tracing
 
     _require_free(settings.api_host, settings.api_port, "--port / ASSAY_API_PORT")
     if settings.metrics_port:
@@ -69,7 +69,7 @@ def api(
     if settings.metrics_port:
         # Unauthenticated metrics on their own port (like workers and schedulers), for
         # annotation-based scraping; /metrics on the API port needs a read token.
-        from workers.core.metrics import start_metrics_server
+        from workers.engine.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port)
     app = create_app(settings)

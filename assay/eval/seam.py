@@ -19,12 +19,12 @@ from schemas.report import RunReport
 from schemas.request import EvaluationRequest, SnapshotTarget
 from schemas.settings import AssaySettings
 from schemas.verdict import Usage
-from workers.core.engine import EngineDeps, evaluate
-from workers.core.evidence import occurs_in
-from workers.core.llm import LiteLLMClient, LLMCall, LLMError
-from workers.core.logs import configure_logging
-from workers.core.toolsets.factory import build_registry
-from workers.core.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
+from workers.engine.engine import EngineDeps, evaluate
+from workers.engine.evidence import occurs_in
+from workers.engine.llm import LiteLLMClient, LLMCall, LLMError
+from workers.engine.logs import configure_logging
+from workers.engine.toolsets.factory import build_registry
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend, SnapshotError
 
 __all__ = [
     "LookupResult",

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from workers.core.toolsets.yaml_documents import load_documents
+from workers.engine.toolsets.yaml_documents import load_documents
 
 POLICY_KINDS = frozenset(
     {

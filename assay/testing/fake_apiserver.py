@@ -64,8 +64,8 @@ import yaml
 
 from assay.testing import fake_openapi
 from assay.testing.fake_cluster import FakeCluster, filter_since
-from workers.core.toolsets.backend import BackendError, ResourceInfo
-from workers.core.toolsets.selectors import field_matcher, label_matcher
+from workers.engine.toolsets.backend import BackendError, ResourceInfo
+from workers.engine.toolsets.selectors import field_matcher, label_matcher
 
 CLUSTER_PREFIX = "/c/"
 # The report kinds a writer may write when report writes are on: (group, version) ->

@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 import yaml
 
-from workers.core.toolsets.backend import ResourceInfo
-from workers.core.toolsets.kinds import BUILTIN_RESOURCES, guess_plural, split_api_version
+from workers.engine.toolsets.backend import ResourceInfo
+from workers.engine.toolsets.kinds import BUILTIN_RESOURCES, guess_plural, split_api_version
 
 LOGS_FOLDER = "logs"
 OBJECT_SUFFIXES = frozenset({".yaml", ".yml", ".json"})

@@ -13,7 +13,7 @@ import hashlib
 from typing import Any
 
 from assay.testing.fake_cluster import FakeCluster
-from workers.core.toolsets.backend import ResourceInfo
+from workers.engine.toolsets.backend import ResourceInfo
 
 V3_REF = "#/components/schemas/{model}"
 V2_REF = "#/definitions/{model}"

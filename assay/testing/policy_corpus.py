@@ -39,13 +39,13 @@ from assay.testing.chainsaw_suite import is_chainsaw_test, read_chainsaw_test
 from assay.testing.vap_library_suite import is_library_root, read_vap_library
 from schemas.policy import ImportedPolicy
 from schemas.verdict import VerdictKind
-from workers.core.policies.documents import SourcedDocument, documents_from_text
-from workers.core.policies.expressions import global_calls, references
-from workers.core.policies.importer import import_documents
-from workers.core.policies.run import run_policies
-from workers.core.probes.export import NotExportable, export_policy_documents
-from workers.core.probes.translation import with_namespace
-from workers.core.toolsets.snapshot_backend import SnapshotBackend
+from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.policies.documents import SourcedDocument, documents_from_text
+from workers.policy_engine.policies.expressions import global_calls, references
+from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.policies.run import run_policies
+from workers.policy_engine.probes.export import NotExportable, export_policy_documents
+from workers.policy_engine.probes.translation import with_namespace
 
 TEST_KINDS = frozenset({"Test"})
 

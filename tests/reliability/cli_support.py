@@ -2,7 +2,7 @@
 
 Same argument parsing, exit-code mapping (usage errors 64) and output as the
 console script, without a new interpreter per case, so the suite can afford
-hundreds of cases. ``tests.test_cli_check.assay`` runs the console script in a
+hundreds of cases. ``tests.assay.test_cli_check.assay`` runs the console script in a
 subprocess where the process boundary matters (logs, environment).
 """
 

@@ -23,6 +23,8 @@ from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
 from assay.testing.scripted_model import ScriptedModel
 from tests.api_support import READ_TOKEN, WRITE_TOKEN, ApiServer, auth
+from tests.assay.test_cli_check import assay
+from tests.engine.test_secret_scrubbing import reading_everything_then, redis_dump
 from tests.fleet_support import (
     TEST_SNAPSHOT_ROOTS,
     scripted_worker_env,
@@ -42,8 +44,6 @@ from tests.secret_canaries import (
     sweep_calls,
     write_canary_cluster,
 )
-from tests.test_cli_check import assay
-from tests.test_secret_scrubbing import reading_everything_then, redis_dump
 
 FAMILY = "secrets"
 PREDICATE = "no ConfigMap in namespace shop holds a password"

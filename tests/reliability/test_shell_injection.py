@@ -1,8 +1,9 @@
 """Shell injection: a model that tries to escape the allow-listed shell toolset.
 
 The engine runs with the shell toolset on (a sandbox policy whose ``probe`` program records
-its argv, tests/test_shell_toolset.py; and the shipped examples/shell.yaml) and a scripted model
-whose one command is an injection attempt, followed by a ``done(true)`` citing what came back.
+its argv, tests/engine/test_shell_toolset.py; and the shipped examples/shell.yaml) and a
+scripted model whose one command is an injection attempt, followed by a ``done(true)``
+citing what came back.
 Nothing may run that the policy did not allow (no shell: metacharacters stay literal words,
 the marker file never appears), and no refused or literal-only output earns a ``true``.
 
@@ -20,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from schemas.verdict import VerdictKind
+from tests.engine.test_shell_policy_bounds import EXAMPLE_BYPASSES
+from tests.engine.test_shell_toolset import EXAMPLE_CONFIG, Sandbox
 from tests.engine_support import done, make_snapshot, request_for, run, script, scripted
 from tests.injection_support import true_without_verified_evidence
 from tests.reliability.ledger import Ledger
-from tests.test_shell_policy_bounds import EXAMPLE_BYPASSES
-from tests.test_shell_toolset import EXAMPLE_CONFIG, Sandbox
-from workers.core.toolsets.shell_runner import run_argv
+from workers.engine.toolsets.shell_runner import run_argv
 
 FAMILY = "shell injection"
 SANDBOX_ATTEMPTS = [

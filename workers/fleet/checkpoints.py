@@ -37,7 +37,7 @@ from pydantic import BaseModel
 
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
-from workers.core.toolsets.redaction import PATTERNS, scrubbed
+from workers.engine.toolsets.redaction import PATTERNS, scrubbed
 from workers.fleet.lua_scripts import lua_source
 from workers.fleet.timers import TimerEntry, TimerStore, continuation_timer_id, epoch
 

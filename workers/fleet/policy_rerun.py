@@ -2,7 +2,7 @@
 
 The worker task calls :func:`evaluate_policy_request` for a check whose predicate names a
 policy or a set (schemas/policy.py). The policy (or every policy of the set) is read from
-the policy store and run on the request's target (workers/core/policies/run.py) within the
+the policy store and run on the request's target (workers/policy_engine/policies/run.py) within the
 run's time budget; the verdict is the policy's, from its probes, for 0 model tokens.
 
 A set is run as a set: one task per target and tick, every probe of every policy sharing
@@ -35,11 +35,11 @@ from schemas.policy import (
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest, default_check_id
 from schemas.verdict import Evidence, Verdict, VerdictKind
-from workers.core.engine import EngineDeps, effective_budget
-from workers.core.policies.run import run_policies
-from workers.core.probes.runner import backend_of
+from workers.engine.engine import EngineDeps, effective_budget
 from workers.fleet.policy_store import PolicyStore, UnreadablePolicy
 from workers.fleet.zero_token_verdicts import zero_token_report, zero_token_verdict
+from workers.policy_engine.policies.run import run_policies
+from workers.policy_engine.probes.runner import backend_of
 
 POLICY_MODEL = "(policy)"
 VIOLATIONS_NAMED = 20  # offending objects named in a verdict's explanation

@@ -26,9 +26,9 @@ from schemas.policy import (
     ImportReport,
     valid_set_name,
 )
-from workers.core.policies.documents import SourcedDocument
-from workers.core.policies.importer import import_documents
 from workers.fleet.lua_scripts import lua_source
+from workers.policy_engine.policies.documents import SourcedDocument
+from workers.policy_engine.policies.importer import import_documents
 
 if TYPE_CHECKING:
     import redis

@@ -52,12 +52,12 @@ from schemas.probe import AgreementEntry, ObjectRef, ProbeOutcome, ProbeRecord, 
 from schemas.report import RunReport, RunState
 from schemas.request import EvaluationRequest
 from schemas.verdict import Evidence, VerdictKind
-from workers.core.engine import EngineDeps, effective_budget, evaluate
-from workers.core.probes.runner import backend_of, run_probe_with_results
-from workers.core.probes.sensitivity import check_sensitivity
-from workers.core.spend_guard import BUDGET_KIND as SPEND_CEILING
+from workers.engine.engine import EngineDeps, effective_budget, evaluate
+from workers.engine.spend_guard import BUDGET_KIND as SPEND_CEILING
 from workers.fleet.probe_store import CompileClaim, ProbeLookup, ProbeStore
 from workers.fleet.zero_token_verdicts import zero_token_report, zero_token_verdict
+from workers.policy_engine.probes.runner import backend_of, run_probe_with_results
+from workers.policy_engine.probes.sensitivity import check_sensitivity
 
 PROBE_MODEL = "(probe)"
 COMPILE_POLL_SECONDS = 0.2
@@ -421,8 +421,9 @@ class _Rerun:
         return _with_probe(report, _outcome(record, run, status, reason))
 
     def _retired_as_insensitive(self, record: ProbeRecord, run: ProbeRun) -> str | None:
-        """Re-validation re-accepts the probe: like a compile (workers/core/probes/acceptance.py),
-        only if some counterfactual of the objects it just read flips it. One that no longer
+        """Re-validation re-accepts the probe: like a compile
+        (workers/policy_engine/probes/acceptance.py), only if some counterfactual of the
+        objects it just read flips it. One that no longer
         depends on them (or never did: stored before this check existed) is retired: the
         reason it was, else None."""
         assert self.probes is not None

@@ -1,6 +1,6 @@
 """``assay_queue_depth``: evaluations waiting in the broker, read from Redis at scrape time.
 
-It lives in the fleet, not beside the other metrics in ``workers.core.metrics``,
+It lives in the fleet, not beside the other metrics in ``workers.engine.metrics``,
 because it reads the broker's own keys (``workers.fleet.broker``).
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from workers.core.metrics import NAMESPACE
+from workers.engine.metrics import NAMESPACE
 from workers.fleet.broker import KOMBU_PRIORITY_STEPS, kombu_queue_keys
 
 

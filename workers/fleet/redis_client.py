@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workers.core.shown_urls import shown_url
+from workers.engine.shown_urls import shown_url
 
 if TYPE_CHECKING:
     import redis

@@ -5,7 +5,7 @@ Upstream: celery/kombu#582 ("AttributeError: 'NoneType' object has no attribute
 channel whose transport was already detached from its connection). It was closed without
 a change to that path: ``_connparams`` still reads ``self.connection.client`` unguarded
 in kombu 5.7.0, the newest release (and on kombu's main branch), so this module stays
-until a kombu release guards it. tests/test_redis_transport.py
+until a kombu release guards it. tests/fleet/test_redis_transport.py
 (``test_closing_after_a_lost_connection_keeps_the_message_reserved``) fails with kombu's
 own classes in its place: delete this module when it passes without them.
 
@@ -27,7 +27,7 @@ built from ``self.connection.client`` -- now None -- and it raises
 not one of the transport's connection errors, so ``ignore_errors`` lets it
 through and Celery stops the worker as "Unrecoverable error". Whether it
 happens depends on what the channel was doing when Redis went away: a race,
-which stopped the worker in 3 of 3 runs of tests/test_fleet_redis_restart.py
+which stopped the worker in 3 of 3 runs of tests/fleet/test_fleet_redis_restart.py
 (four restarts each) before this module, at the third or fourth restart.
 
 The same detached channel breaks a second way a moment later: a run the worker

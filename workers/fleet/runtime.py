@@ -19,11 +19,11 @@ import structlog
 
 from schemas.budget import PROFILES
 from schemas.settings import AssaySettings
-from workers.core.engine import EngineDeps
-from workers.core.llm import LiteLLMClient, load_litellm, needs_litellm
-from workers.core.logs import configure_logging
-from workers.core.metrics import start_metrics_server
-from workers.core.tracing import configure_tracing
+from workers.engine.engine import EngineDeps
+from workers.engine.llm import LiteLLMClient, load_litellm, needs_litellm
+from workers.engine.logs import configure_logging
+from workers.engine.metrics import start_metrics_server
+from workers.engine.tracing import configure_tracing
 from workers.fleet.broker import has_visibility_timeout
 from workers.fleet.dispatch import Dispatcher
 from workers.fleet.policy_store import PolicyStore

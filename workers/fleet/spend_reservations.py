@@ -1,6 +1,6 @@
 """The engine's spend guard on the fleet: every model call reserved, waited for, settled.
 
-:class:`FleetSpendGuard` implements ``workers.core.spend_guard.SpendGuard`` over the
+:class:`FleetSpendGuard` implements ``workers.engine.spend_guard.SpendGuard`` over the
 spend store's Lua steps (workers/fleet/spend.py). Each call is charged to the fleet's
 UTC hour and day, and to its run's schedule day and batch when it has them; the
 ceilings come from the settings (the fleet's own, and the defaults of schedules and
@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from schemas.spend import dollars
-from workers.core.metrics import observe_spend, observe_spend_refusal
-from workers.core.spend_guard import SpendRefused
+from workers.engine.metrics import observe_spend, observe_spend_refusal
+from workers.engine.spend_guard import SpendRefused
 from workers.fleet.spend import (
     HOUR_RECORD_TTL_SECONDS,
     MICRO,

@@ -105,7 +105,7 @@ from schemas.policy import policy_run_id
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest, default_check_id
 from schemas.verdict import Verdict, VerdictKind
-from workers.core.toolsets.redaction import scrubbed
+from workers.engine.toolsets.redaction import scrubbed
 from workers.fleet.checkpoints import checkpoint_key
 from workers.fleet.lua_scripts import lua_source
 from workers.fleet.redis_client import connect, stream_entries, text, text_fields, texts

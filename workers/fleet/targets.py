@@ -2,7 +2,7 @@
 
 Both generators stream: a glob over 1,000 snapshot folders or kubeconfig
 contexts yields one small target at a time, so fan-out can enqueue as it goes.
-Snapshot globs stay inside the snapshot roots (workers/core/snapshot_roots.py): the
+Snapshot globs stay inside the snapshot roots (workers/engine/snapshot_roots.py): the
 pattern's fixed folders are checked first, then every match again, so a
 symlink inside a root that points out of it is skipped.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 import structlog
 
 from schemas.request import ContextTarget, SnapshotTarget
-from workers.core.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
-from workers.core.toolsets.kube_import import ensure_imported
+from workers.engine.snapshot_roots import SnapshotOutsideRoots, SnapshotRoots
+from workers.engine.toolsets.kube_import import ensure_imported
 
 _log = structlog.get_logger(__name__)
 

@@ -45,9 +45,9 @@ from schemas.report import RunReport, RunState
 from schemas.request import EvaluationRequest
 from schemas.settings import AssaySettings
 from schemas.verdict import Verdict, VerdictKind
-from workers.core.logs import bind_run
-from workers.core.metrics import observe_verdict
-from workers.core.tracing import evaluation_span
+from workers.engine.logs import bind_run
+from workers.engine.metrics import observe_verdict
+from workers.engine.tracing import evaluation_span
 from workers.fleet.broker import TASK_NAME
 from workers.fleet.checkpoints import load_for_resume, park
 from workers.fleet.runtime import RuntimeHolder, WorkerRuntime, worker_started
@@ -177,7 +177,7 @@ def handle_delivery(
             if is_policy_request(request):  # an imported policy or set: probes only
                 outcome = evaluate_policy_request(request, deps, runtime.policies)
                 report, children = outcome.report, outcome.children
-            else:  # probe when it can (workers/core/probes)
+            else:  # probe when it can (workers/policy_engine/probes)
                 report = evaluate_check(request, deps, runtime.probes, state=state)
     except Exception as exc:  # the engine never raises; a time limit or a bug still must not
         reason = f"the worker stopped the run: {type(exc).__name__}: {exc}"

@@ -11,7 +11,7 @@ from typing import Any
 from schemas.report import RunReport
 from schemas.request import EvaluationRequest
 from schemas.verdict import Verdict, VerdictKind
-from workers.core.engine import EngineDeps, effective_budget
+from workers.engine.engine import EngineDeps, effective_budget
 
 
 def zero_token_verdict(

@@ -1,0 +1,1 @@
+"""Tests of the assay code, in the folder that mirrors it."""

@@ -1,0 +1,245 @@
+"""The published OpenAPI document and the server agree, rule by rule (in process, fast).
+
+tests/assay/test_api_openapi.py fuzzes the whole API with schemathesis; these name the rules a
+client reads in the document one at a time: the target ``type`` is required, a schedule
+change takes null only for ``model`` and ``spend``, ``since`` / ``changed_since`` are an RFC 3339
+instant or an age, exactly one kind of target, and a 405 lists every method of its path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from assay.api import OPENAPI_PATH, create_app
+from schemas.settings import AssaySettings
+from tests.conftest import ROOT
+
+TOKEN = "contract-write-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+DOCUMENT = json.loads(OPENAPI_PATH.read_text())
+PREDICATE = "every Deployment in namespace prod has at least 2 ready replicas"
+SCHEDULE = {
+    "name": "contract",
+    "predicate": PREDICATE,
+    "targets": {"snapshots": ["examples/snapshots/prod-eu"]},
+    "interval_seconds": 3600,
+}
+
+
+@pytest.fixture
+def api(redis_url: str) -> Iterator[TestClient]:
+    settings = AssaySettings(
+        redis_url=redis_url,
+        api_tokens={TOKEN: "write"},
+        key_prefix="contract",
+        snapshot_roots=[str(ROOT)],
+    )
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def _schema(name: str) -> dict[str, object]:
+    schema: dict[str, object] = DOCUMENT["components"]["schemas"][name]
+    return schema
+
+
+def test_a_405_lists_every_method_its_path_serves(api: TestClient) -> None:
+    """Before: Starlette named the first route's method only (OPTIONS /v1/schedules gave
+    `Allow: POST`, without GET)."""
+    for path, operations in DOCUMENT["paths"].items():
+        documented = {method.upper() for method in operations}
+        concrete = path.replace("{", "").replace("}", "")  # /v1/runs/run_id: any id will do
+        refused = api.request("PUT", concrete, headers=AUTH)
+        assert refused.status_code == 405, (path, refused.text)
+        assert set(refused.headers["allow"].split(", ")) == documented, path
+        assert refused.json()["error"]["code"] == "method_not_allowed"
+    options = api.options("/v1/schedules", headers=AUTH)
+    assert options.headers["allow"] == "GET, POST"
+
+
+def test_a_target_must_name_its_type_in_the_document_and_at_the_server(api: TestClient) -> None:
+    """Before: `type` was optional in the document (it has a default) but the server could
+    not tell the targets apart without it."""
+    for name in ("ServerSnapshotTarget", "ServerContextTarget", "InClusterTarget"):
+        assert "type" in _schema(name)["required"], name  # type: ignore[operator]
+    untyped = api.post(
+        "/v1/evaluations",
+        headers=AUTH,
+        json={"text": PREDICATE, "target": {"path": "examples/snapshots/prod-eu"}},
+    )
+    assert untyped.status_code == 422
+    assert untyped.json()["error"]["details"][0]["type"] == "union_tag_not_found"
+
+
+# The fields a schedule change may set to null, and what null means: the workers' model
+# again; the fleet's default spend ceiling again (`schedule update --default-spend-ceiling`).
+NULLABLE_CHANGES = {"model", "spend"}
+
+
+def test_a_schedule_change_takes_null_only_for_the_model_and_the_spend(api: TestClient) -> None:
+    """Before: the document let every field of a change be null, and the server refused a
+    null for any field the merged schedule needs (422 for a request the document allows).
+    Then: the document let `spend` be null (back to the fleet's default, as docs/api.md
+    says) and the server refused it."""
+    schema = _schema("ScheduleUpdate")
+    properties: dict[str, dict[str, object]] = schema["properties"]  # type: ignore[assignment]
+    # A null branch anywhere in the field, not the word in a description.
+    nullable = {n for n, field in properties.items() if '"type": "null"' in json.dumps(field)}
+    assert nullable == NULLABLE_CHANGES
+    created = api.post(
+        "/v1/schedules", headers=AUTH, json={**SCHEDULE, "spend": {"tokens": 50_000}}
+    )
+    assert created.status_code == 201, created.text
+    url = f"/v1/schedules/{created.json()['id']}"
+    for field in sorted(set(properties) - NULLABLE_CHANGES):
+        refused = api.patch(url, headers=AUTH, json={field: None})
+        assert refused.status_code == 422, field
+        assert "null is not a value here" in refused.json()["error"]["message"], field
+    assert api.patch(url, headers=AUTH, json={"model": None}).status_code == 200
+    assert api.get(url, headers=AUTH).json()["spend"] == {"tokens": 50_000, "cost_usd": None}
+    default = api.patch(url, headers=AUTH, json={"spend": None})
+    assert default.status_code == 200 and default.json()["spend"] is None
+    both = api.patch(url, headers=AUTH, json={"cron": "0 2 * * *", "interval_seconds": 600})
+    assert both.status_code == 422 and "not both" in both.json()["error"]["message"]
+    assert schema["not"] == {"required": ["cron", "interval_seconds"]}
+
+
+@pytest.mark.parametrize("spend", [{}, {"tokens": None}, {"tokens": None, "cost_usd": None}])
+def test_a_spend_ceiling_sets_something_in_the_document_and_at_the_server(
+    api: TestClient, spend: dict[str, object]
+) -> None:
+    """Before: the document took `spend: {}` (no ceiling at all), the server refused it."""
+    ceiling = _schema("SpendCeiling")
+    assert ceiling["minProperties"] == 1
+    branches: list[dict[str, object]] = ceiling["anyOf"]  # type: ignore[assignment]
+    assert [branch["required"] for branch in branches] == [["tokens"], ["cost_usd"]]
+    created = api.post("/v1/schedules", headers=AUTH, json=SCHEDULE)
+    assert created.status_code == 201, created.text
+    url = f"/v1/schedules/{created.json()['id']}"
+    for answer in (
+        api.patch(url, headers=AUTH, json={"spend": spend}),
+        api.post("/v1/schedules", headers=AUTH, json={**SCHEDULE, "name": "s2", "spend": spend}),
+    ):
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["details"][0]["loc"][:2] == ["body", "spend"]
+    kept = api.patch(url, headers=AUTH, json={"spend": {"tokens": None, "cost_usd": 2}})
+    assert kept.status_code == 200 and kept.json()["spend"] == {"tokens": None, "cost_usd": 2.0}
+
+
+def test_an_apply_names_its_documents_one_way_in_the_document_and_at_the_server(
+    api: TestClient,
+) -> None:
+    """Before: `documents` and `yaml` were both optional and nullable in the document, so
+    both or neither was a valid request the server refused."""
+    assert len(_schema("ApplyBody")["oneOf"]) == 2  # type: ignore[arg-type]
+    for body in ({}, {"documents": None, "yaml": None}, {"documents": [], "yaml": ""}):
+        refused = api.post("/v1/apply", headers=AUTH, json={"source": "contract", **body})
+        assert refused.status_code == 422, body
+        assert "exactly one of 'documents' or 'yaml'" in refused.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("1h", True),
+        ("1h30m", True),
+        ("2D", True),
+        ("90", True),
+        ("2026-01-01T00:00:00Z", True),
+        ("2026-01-01t00:00:00.5+02:00", True),
+        ("9999-12-31T23:59:59-23:59", True),  # past year 9999 in UTC: no 500
+        ("", False),
+        ("yesterday", False),
+        ("2026-01-01", False),  # no time, no zone: not RFC 3339
+        ("2026-01-01T00:00:00", False),  # no zone
+        ("2026-02-30T00:00:00Z", False),
+        ("1700000000.5x", False),
+    ],
+)
+def test_since_and_changed_since_are_an_rfc3339_instant_or_an_age(
+    api: TestClient, value: str, accepted: bool
+) -> None:
+    """Before: the document said "a string", and the server refused most strings (422)."""
+    for path, name in (("/v1/changes", "since"), ("/v1/checks", "changed_since")):
+        answer = api.get(path, headers=AUTH, params={name: value})
+        assert (answer.status_code == 200) is accepted, (path, value, answer.text)
+        if not accepted:
+            assert answer.status_code == 422 and name in answer.json()["error"]["message"]
+    for operation, name in (
+        (("/v1/changes", "get"), "since"),
+        (("/v1/checks", "get"), "changed_since"),
+    ):
+        (parameter,) = [
+            p for p in DOCUMENT["paths"][operation[0]][operation[1]]["parameters"]
+            if p["name"] == name
+        ]  # fmt: skip
+        formats = [option.get("format") for option in parameter["schema"]["anyOf"]]
+        assert "date-time" in formats
+
+
+def test_exactly_one_kind_of_target_is_in_the_document(api: TestClient) -> None:
+    """Before: "exactly one of contexts, a context glob or snapshots" (and of a batch's
+    targets or context glob) was a server rule the document did not state."""
+    assert len(_schema("ServerScheduleTargets")["oneOf"]) == 3  # type: ignore[arg-type]
+    assert len(_schema("BatchSubmission")["oneOf"]) == 2  # type: ignore[arg-type]
+    two_kinds = {**SCHEDULE, "targets": {"snapshots": ["examples/snapshots/prod-eu"],
+                                         "contexts": ["east"]}}  # fmt: skip
+    refused = api.post("/v1/schedules", headers=AUTH, json=two_kinds)
+    assert refused.status_code == 422
+    assert "exactly one kind of target" in refused.json()["error"]["message"]
+
+
+def test_a_kubeconfig_over_http_keeps_its_own_error_code(api: TestClient) -> None:
+    target = {"type": "context", "context": "east", "kubeconfig": "/tmp/k"}
+    refused = api.post("/v1/evaluations", headers=AUTH, json={"text": PREDICATE, "target": target})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "kubeconfig_not_allowed"
+
+
+def test_a_schedule_and_a_batch_over_http_run_strict_unless_they_say(api: TestClient) -> None:
+    created = api.post("/v1/schedules", headers=AUTH, json=SCHEDULE)
+    assert created.status_code == 201 and created.json()["profile"] == "strict"
+    chosen = api.post("/v1/schedules", headers=AUTH,
+                      json={**SCHEDULE, "name": "chosen", "profile": "fast"})  # fmt: skip
+    assert chosen.status_code == 201 and chosen.json()["profile"] == "fast"
+    for name in ("BatchSubmission", "ScheduleCreate"):
+        profile: dict[str, object] = _schema(name)["properties"]["profile"]  # type: ignore[index]
+        assert "default" not in profile and "ASSAY_PROFILE" in str(profile["description"])
+    assert _schema("EvaluationSubmission")["properties"]["profile"]["default"] == "fast"  # type: ignore[index]
+
+
+def test_a_schedule_and_a_batch_over_http_run_the_servers_assay_profile(redis_url: str) -> None:
+    """As `assay batch`, `schedule add` and `apply` do (settings.unattended_profile): a
+    server started with ASSAY_PROFILE runs a schedule or a batch that names no profile in
+    it, not in a literal strict; one that names a profile keeps it."""
+    from workers.fleet.redis_client import connect
+    from workers.fleet.store import VerdictStore
+
+    settings = AssaySettings(
+        redis_url=redis_url,
+        api_tokens={TOKEN: "write"},
+        key_prefix="contract",
+        snapshot_roots=[str(ROOT)],
+        profile="smoke",
+    )
+    with TestClient(create_app(settings)) as api:
+        created = api.post("/v1/schedules", headers=AUTH, json=SCHEDULE)
+        assert created.status_code == 201 and created.json()["profile"] == "smoke"
+        named = {**SCHEDULE, "name": "named", "profile": "strict"}
+        assert api.post("/v1/schedules", headers=AUTH, json=named).json()["profile"] == "strict"
+        targets = [{"type": "snapshot", "path": "examples/snapshots/prod-eu"}]
+        for body, profile in (
+            ({"text": PREDICATE, "targets": targets}, "smoke"),
+            ({"text": PREDICATE, "targets": targets, "profile": "fast"}, "fast"),
+        ):
+            batch = api.post("/v1/batches", headers=AUTH, json=body)
+            assert batch.status_code in (200, 201, 202), batch.text
+            results = api.get(f"/v1/batches/{batch.json()['batch_id']}/results", headers=AUTH)
+            (result,) = results.json()["results"]
+            store = VerdictStore.from_settings(settings, connect(redis_url))
+            request = store.run_request(result["run_id"])
+            assert request is not None and request.profile == profile

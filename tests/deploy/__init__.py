@@ -1,0 +1,1 @@
+"""Tests of the deploy code, in the folder that mirrors it."""

@@ -1,0 +1,1 @@
+"""Tests of the fleet code, in the folder that mirrors it."""

@@ -1,0 +1,1 @@
+"""Tests of the notifier code, in the folder that mirrors it."""

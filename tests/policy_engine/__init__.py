@@ -1,0 +1,1 @@
+"""Tests of the policy_engine code, in the folder that mirrors it."""

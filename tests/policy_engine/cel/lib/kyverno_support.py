@@ -1,0 +1,35 @@
+"""Evaluating Kyverno's libraries as an imported Kyverno ValidatingPolicy's run does: they
+answer only inside one (kyverno_resource.reading binds it), so each test binds a run that
+reads no other objects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from workers.policy_engine.cel.lib.base import CelLibraryError
+from workers.policy_engine.cel.lib.kyverno_resource import reading
+
+
+class NoObjects:
+    """A cluster with nothing to read: only the pure libraries are called in these tests."""
+
+    namespace: str | None = None
+
+    def get(self, api_version: str, resource: str, namespace: str, name: str) -> dict[str, Any]:
+        raise CelLibraryError("no objects in this test")
+
+    def list(
+        self, api_version: str, resource: str, namespace: str, labels: dict[str, str]
+    ) -> dict[str, Any]:
+        raise CelLibraryError("no objects in this test")
+
+    def global_context(self, name: str, projection: str) -> Any:
+        return None
+
+
+@contextmanager
+def in_kyverno_policy() -> Iterator[None]:
+    with reading(NoObjects()):
+        yield

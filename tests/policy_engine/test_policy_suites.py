@@ -1,0 +1,156 @@
+"""Labelled suites read in the layouts of public policy libraries' own tests: Kyverno's
+chainsaw conformance tests (admission answers and background reports) and a
+ValidatingAdmissionPolicy library with ``tests.json`` (kubescape's layout). The bench
+(bench/bench_cel.py) reads the real libraries from fetched mirrors; these small suites,
+written for assay, pin what a label means in each layout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from assay.testing.policy_corpus import (
+    disagreement_class,
+    evaluate,
+    read_library,
+    refusal_class,
+)
+from assay.testing.vap_library_suite import set_field
+
+SUITES = Path(__file__).resolve().parents[1] / "fixtures" / "policy_suites"
+
+
+def test_chainsaw_labels_are_the_clusters_answers_and_its_reports() -> None:
+    reading = read_library(SUITES / "chainsaw")
+    labels = [(f.policy, str(f.obj["metadata"]["name"]), f.label) for f in reading.fixtures]
+    assert labels == [
+        ("replicas-floor", "two-replicas", "admitted"),
+        ("replicas-floor", "one-replica", "denied"),  # ($error != null): true
+        ("replicas-floor", "no-replicas", "denied"),  # the refusal's message expected
+        # created after its refusal: a create, since a refused object never existed
+        ("replicas-floor", "one-replica", "admitted"),
+        ("team-label", "two-replicas", "fail"),  # the background report's result
+    ]
+    # applying an object the test already made is an update request: not a stored object's
+    assert reading.skipped["a chainsaw step that updates an object (an update request)"] == 1
+    # the Namespace the test made is in the cluster each object is judged on
+    denied = next(f for f in reading.fixtures if f.obj["metadata"]["name"] == "one-replica")
+    assert [n["metadata"]["name"] for n in denied.namespaces] == ["shop"]
+    figures = evaluate(reading.fixtures, reading.skipped)
+    assert [j.value for j in figures.judgements] == [f.allowed for f in reading.fixtures]
+    assert figures.disagreements == []
+
+
+def test_vap_library_cases_apply_their_field_changes_binding_and_params() -> None:
+    reading = read_library(SUITES / "vap_library")
+    by_case = {f.source.split("#")[1]: f for f in reading.fixtures}
+    assert {k: (f.label, f.allowed) for k, f in by_case.items()} == {
+        "0 an allowed registry": ("pass", True),
+        "1 the template's image (no registry)": ("fail", False),
+        "2 a second container from elsewhere": ("fail", False),
+        "3 params that allow docker.io": ("pass", True),
+        "4 warned only": ("warn", False),  # admitted with the policy's warning: it failed
+    }
+    second = by_case["2 a second container from elsewhere"].obj
+    images = [c["image"] for c in second["spec"]["containers"]]
+    assert images == ["registry.example.org/web:1", "docker.io/side"]
+    figures = evaluate(reading.fixtures, reading.skipped)
+    assert [j.value for j in figures.judgements] == [True, False, False, True, False]
+
+
+def test_a_field_change_makes_what_its_path_needs() -> None:
+    obj: dict = {"spec": {"containers": [{"name": "a"}]}}
+    set_field(obj, "spec.containers.[0].securityContext.runAsUser=1000")
+    set_field(obj, "spec.volumes.[1].name=v")
+    set_field(obj, 'metadata.labels={"a": "b"}')
+    set_field(obj, "spec.hostNetwork=true")
+    assert obj == {
+        "spec": {
+            "containers": [{"name": "a", "securityContext": {"runAsUser": 1000}}],
+            "volumes": [None, {"name": "v"}],
+            "hostNetwork": True,
+        },
+        "metadata": {"labels": {"a": "b"}},
+    }
+    with pytest.raises(ValueError):
+        set_field(obj, "spec.hostNetwork.[0]=1")
+
+
+def test_refusals_say_whether_a_stored_cluster_holds_what_they_name() -> None:
+    assert refusal_class(
+        "it reads namespaceObject, which assay does not serve to probes yet"
+    ).startswith("stored cluster holds it (a gap)")
+    assert refusal_class(
+        "it reads request.userInfo, part of an admission request, which a stored object "
+        "comes without"
+    ).startswith("lives in the admission request")
+    namespace = refusal_class(
+        "it reads request.namespace, part of an admission request, which a stored object "
+        "comes without"
+    )
+    assert namespace.endswith("request.namespace")
+
+
+def test_a_policy_exception_among_the_files_is_named_as_a_possible_cause(tmp_path: Path) -> None:
+    reading = read_library(SUITES / "chainsaw")
+    judgement = evaluate(reading.fixtures[:1]).judgements[0]
+    assert disagreement_class(judgement) == ""
+    exception = tmp_path / "exception.yaml"
+    exception.write_text(
+        "apiVersion: policies.kyverno.io/v1\nkind: PolicyException\n"
+        "metadata: {name: spare}\nspec: {policyRefs: [{name: replicas-floor}]}\n"
+    )
+    fixture = replace(
+        judgement.fixture, policy_files=(*judgement.fixture.policy_files, str(exception))
+    )
+    assert "PolicyException" in disagreement_class(replace(judgement, fixture=fixture))
+
+
+def test_the_bench_reads_a_bare_mirror_at_its_head(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    target = work / "suites"
+    subprocess.run(["cp", "-r", str(SUITES / "vap_library"), str(target)], check=True)
+    git = ["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "suites"], check=True)
+    bare = tmp_path / "mirror.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True)
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_cel.py"
+    out = subprocess.run(
+        [sys.executable, str(bench), "--library", f"{bare}:suites"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "labelled pairs: 5, agree: 5, disagree: 0, refused: 0" in out
+
+
+def test_a_kyverno_cli_test_gives_its_namespaces_params_and_default_as_a_cluster_holds_them() -> (
+    None
+):
+    """A Kyverno CLI test's values file labels its Namespaces, its paramResources are objects
+    of the cluster (read from it as the API server reads a binding's params), and an object in
+    `default`, which the test does not describe, lives in a Namespace every cluster holds, and
+    a written `hostPort: 0` is gone as from any stored Pod: each label is then the engine's
+    answer on the same data."""
+    reading = read_library(SUITES / "kyverno_cli")
+    figures = evaluate(reading.fixtures, reading.skipped)
+    judged = {
+        (f.policy, str(f.obj["metadata"]["name"])): (f.label, j.value)
+        for f, j in zip(reading.fixtures, figures.judgements, strict=True)
+    }
+    assert judged == {
+        ("replicas-within-limits", "small"): ("pass", True),
+        ("replicas-within-limits", "small-a"): ("pass", True),
+        ("replicas-within-limits", "big-a"): ("fail", False),
+        ("replicas-within-limits", "big-b"): ("skip", True),  # its Namespace is not selected
+        ("namespace-named", "small"): ("pass", True),
+        # written with hostPort: 0, which the API server drops when it stores the Pod
+        ("host-ports-in-range", "zero-host-port"): ("pass", True),
+    }
+    assert figures.disagreements == []

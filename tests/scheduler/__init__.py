@@ -1,0 +1,1 @@
+"""Tests of the scheduler code, in the folder that mirrors it."""

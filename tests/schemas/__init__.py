@@ -1,0 +1,1 @@
+"""Tests of the schemas code, in the folder that mirrors it."""

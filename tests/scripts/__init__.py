@@ -1,0 +1,1 @@
+"""Tests of the scripts code, in the folder that mirrors it."""

@@ -1,0 +1,293 @@
+"""Pieces every importer shares: reading admission-API shapes into the neutral policy model.
+
+Each importer (``vap.py``, ``kyverno.py``, ``gatekeeper.py``) raises :class:`Unsupported`
+with one sentence when a document asks for something a check of stored objects cannot
+honour; :func:`refusal_in` is the expression-level part of that (what a policy's CEL reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from schemas.kubernetes_metadata import LabelSelector, SelectorError
+from schemas.policy import KindRef, ResourceFilter
+from schemas.probe import ProbeCondition, ProbeValidation, ProbeVariable
+from workers.policy_engine.policies.expressions import global_calls, references
+from workers.policy_engine.probes.admission_inputs import SERVED_REQUEST_FIELDS
+
+ADMITTING_OPERATIONS = frozenset({"CREATE", "UPDATE", "*"})
+_KYVERNO_LIBRARIES = {
+    "resource": "Kyverno's resource library, which only a Kyverno ValidatingPolicy has",
+    "http": "Kyverno's http library (it calls a service over the network)",
+    "globalContext": "Kyverno's global context, which only a Kyverno ValidatingPolicy has",
+    "generator": "Kyverno's generator library (it creates objects)",
+    "imagedata": "Kyverno's image data (it reads a registry over the network)",
+    "hash": "Kyverno's hash library, which only a Kyverno ValidatingPolicy has",
+    "json": "Kyverno's json library, which only a Kyverno ValidatingPolicy has",
+}
+# What a Kyverno ValidatingPolicy may read of its target, served from the target's listings
+# (cluster_reads.py): resource.Get / List and globalContext.Get, each in Kyverno's two
+# spellings. resource.Post creates objects (or asks the API server a question, a
+# SubjectAccessReview); resource.ToGVR asks the API server's REST mapping.
+_SERVED_LIBRARY_CALLS = {
+    "resource": frozenset({"Get", "get", "List", "list"}),
+    "globalContext": frozenset({"Get", "get"}),
+    # pure functions of their arguments (cel/lib/kyverno_hash.py, kyverno_json.py)
+    "hash": frozenset({"sha1", "sha256", "md5"}),
+    "json": frozenset({"unmarshal", "marshal"}),
+}
+# Kyverno's global functions (cel/lib/kyverno_hash.py, kyverno_image.py): only a Kyverno
+# ValidatingPolicy has them.
+_KYVERNO_FUNCTIONS = {
+    "sha1": "Kyverno's hash library", "sha256": "Kyverno's hash library",
+    "md5": "Kyverno's hash library", "image": "Kyverno's image library",
+    "parseImageReference": "Kyverno's image library", "isImage": "Kyverno's image library",
+}  # fmt: skip
+_LIBRARY_CALLS_REFUSED = {
+    "Post": "it calls Kyverno's resource.Post, which creates an object (or asks the API "
+    "server, as a SubjectAccessReview does), and a check never writes to its target",
+    "ToGVR": "it calls Kyverno's resource.ToGVR, which asks the API server's REST mapping; "
+    "name the resource (apiVersion and plural) instead",
+}
+
+
+class Unsupported(Exception):
+    """The document cannot become a check; the message says why, in one sentence."""
+
+
+def as_list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Unsupported(f"{what} is not a list")
+    return value
+
+
+def as_map(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Unsupported(f"{what} is not a mapping")
+    return value
+
+
+def label_selector(value: Any, what: str) -> LabelSelector | None:
+    """A Kubernetes label selector, checked as the API server checks one; None for none
+    given (match everything)."""
+    if value is None:
+        return None
+    try:
+        selector = LabelSelector.from_api(value, what)
+    except SelectorError as exc:
+        raise Unsupported(str(exc)) from exc
+    return None if selector.empty else selector
+
+
+def resource_rule_kinds(rule: Mapping[str, Any], what: str) -> tuple[list[KindRef], list[str]]:
+    """The kinds of one ``resourceRules`` entry (a ValidatingAdmissionPolicy's), and its
+    ``resourceNames``. Refuses rules that judge no stored object: every resource (``*``),
+    only subresources, or only deletions and connections."""
+    operations = [str(op) for op in as_list(rule.get("operations"), f"{what}.operations")]
+    if operations and not ADMITTING_OPERATIONS & set(operations):
+        raise Unsupported(
+            f"{what} judges only {', '.join(operations)} requests, not objects as they are "
+            "created or updated"
+        )
+    groups = [str(g) for g in as_list(rule.get("apiGroups"), f"{what}.apiGroups")] or ["*"]
+    versions = [str(v) for v in as_list(rule.get("apiVersions"), f"{what}.apiVersions")] or ["*"]
+    resources = [str(r) for r in as_list(rule.get("resources"), f"{what}.resources")]
+    plain = [r for r in resources if "/" not in r]
+    if not plain:
+        raise Unsupported(
+            f"{what} names only subresources ({', '.join(resources) or 'none'}), which are "
+            "requests, not stored objects"
+        )
+    if "*" in plain:
+        raise Unsupported(f"{what} matches every resource ('*'); name the resources it judges")
+    kinds = [
+        KindRef(group=group, version=version, name=resource)
+        for resource in plain
+        for group in groups
+        for version in (versions if "*" not in versions else ["*"])
+    ]
+    names = [str(n) for n in as_list(rule.get("resourceNames"), f"{what}.resourceNames")]
+    return kinds, names
+
+
+def vap_match_filter(constraints: Mapping[str, Any] | None, what: str) -> ResourceFilter | None:
+    """A ``matchConstraints`` / binding ``matchResources`` block as one filter term (its
+    ``resourceRules`` become the kinds; ``scope`` and ``resourceNames`` must agree across
+    its rules). None for an absent or empty block."""
+    if not constraints:
+        return None
+    data = as_map(constraints, what)
+    unknown = set(data) - {
+        "resourceRules", "excludeResourceRules", "namespaceSelector", "objectSelector",
+        "matchPolicy",
+    }  # fmt: skip
+    if unknown:
+        raise Unsupported(f"{what} has fields this import does not know: {sorted(unknown)}")
+    kinds: list[KindRef] | None = None
+    named: set[tuple[str, ...]] = set()
+    scopes: set[str] = set()
+    rules = as_list(data.get("resourceRules"), f"{what}.resourceRules")
+    for index, rule in enumerate(rules):
+        rule_kinds, rule_names = resource_rule_kinds(
+            as_map(rule, "rule"), f"{what}.resourceRules[{index}]"
+        )
+        kinds = (kinds or []) + rule_kinds
+        named.add(tuple(sorted(rule_names)))
+        scopes.add(str(as_map(rule, "rule").get("scope") or "*"))
+    # One term holds the kinds of every rule and one list of names: rules that name objects
+    # differently (in whatever order) would narrow each other's kinds to the other's names,
+    # and a kind whose objects are all left out passes unseen.
+    if len(named) > 1:
+        raise Unsupported(f"{what} names objects in some resource rules and not in others")
+    names = (list(named.pop()) or None) if named else None
+    if len(scopes) > 1:
+        raise Unsupported(f"{what} mixes resource rule scopes {sorted(scopes)}")
+    scope = scopes.pop() if scopes else "*"
+    if scope not in ("*", "Namespaced", "Cluster"):
+        raise Unsupported(f"{what} has the scope {scope!r}, not *, Namespaced or Cluster")
+    return ResourceFilter(
+        kinds=kinds,
+        names=names,
+        namespace_selector=label_selector(
+            data.get("namespaceSelector"), f"{what}.namespaceSelector"
+        ),
+        object_selector=label_selector(data.get("objectSelector"), f"{what}.objectSelector"),
+        scope=scope,
+    )
+
+
+def vap_exclusions(constraints: Mapping[str, Any] | None, what: str) -> list[list[ResourceFilter]]:
+    """``excludeResourceRules`` as exclusion groups (one per rule)."""
+    if not constraints:
+        return []
+    out: list[list[ResourceFilter]] = []
+    for index, rule in enumerate(as_list(constraints.get("excludeResourceRules"), what)):
+        kinds, names = resource_rule_kinds(
+            as_map(rule, "rule"), f"{what}.excludeResourceRules[{index}]"
+        )
+        out.append([ResourceFilter(kinds=kinds, names=names or None)])
+    return out
+
+
+def variables_of(value: Any, what: str) -> list[ProbeVariable]:
+    out = []
+    for item in as_list(value, what):
+        item = as_map(item, f"{what}[]")
+        out.append(ProbeVariable(name=str(item.get("name", "")), expression=_text(item, what)))
+    return out
+
+
+def conditions_of(value: Any, what: str) -> list[ProbeCondition]:
+    out = []
+    for item in as_list(value, what):
+        item = as_map(item, f"{what}[]")
+        out.append(ProbeCondition(name=str(item.get("name", "")), expression=_text(item, what)))
+    return out
+
+
+def validations_of(
+    value: Any, what: str, default_message: str | None = None
+) -> list[ProbeValidation]:
+    out = []
+    for item in as_list(value, what):
+        item = as_map(item, f"{what}[]")
+        message = item.get("message") or default_message
+        out.append(
+            ProbeValidation(
+                expression=_text(item, what),
+                message=" ".join(str(message).split()) if message else None,
+                message_expression=item.get("messageExpression") or None,
+                reason=item.get("reason") or None,
+            )
+        )
+    return out
+
+
+def _text(item: Mapping[str, Any], what: str) -> str:
+    expression = item.get("expression")
+    if not isinstance(expression, str) or not expression.strip():
+        raise Unsupported(f"{what} has an entry without an expression")
+    return expression.strip()
+
+
+def judges_creations(constraints: Mapping[str, Any] | None) -> bool:
+    """Whether a ``matchConstraints`` block admits CREATE requests (a resource rule with
+    ``CREATE``, ``*`` or no operations named): only then is a stored object judged as its
+    CREATE, with ``oldObject`` null."""
+    rules = as_list((constraints or {}).get("resourceRules"), "resourceRules")
+    for rule in rules:
+        operations = as_list(as_map(rule, "rule").get("operations"), "operations")
+        if not operations or {"CREATE", "*"} & {str(op) for op in operations}:
+            return True
+    return not rules
+
+
+def refusal_in(
+    expressions: Iterable[str],
+    *,
+    params_given: bool,
+    creates: bool = True,
+    kyverno_libraries: bool = False,
+) -> str | None:
+    """Why these expressions cannot judge a stored object, or None.
+
+    Each stored object is judged as if it were created now (probes/admission_inputs.py;
+    ``creates``: the policy admits CREATE requests, else ``oldObject`` is refused):
+    ``object``, ``oldObject`` (null), ``namespaceObject`` and the request's kind, resource,
+    name, namespace, operation and dry run are served. What only an admission request holds
+    is refused, naming it: who asked (``request.userInfo``), the request's own identity and
+    options (``request.uid``, ``request.options``), and whether the asker may do something
+    else (``authorizer``). Kyverno's libraries that reach out of the policy (services,
+    registries) are refused too. ``kyverno_libraries``: the expressions are a Kyverno
+    ValidatingPolicy's, whose reads of its own target (``resource.Get`` / ``List``,
+    ``globalContext.Get``) a check serves from the target's listings; what needs the network
+    (``http``, image data, ``image.GetMetadata``) or writes (``resource.Post``) is refused still.
+    """
+    for expression in expressions:
+        for ref in references(expression):
+            if ref.root == "oldObject" and not creates:
+                return (
+                    "it reads oldObject and judges only UPDATE requests: the object before "
+                    "the update lives in the admission request, and a stored object comes "
+                    "without one"
+                )
+            if ref.root == "authorizer":
+                return (
+                    "it asks the authorizer what the requester may do, and a stored object "
+                    "has no requester"
+                )
+            if ref.root == "request":
+                field = ref.fields[0] if ref.fields else ""
+                if field not in SERVED_REQUEST_FIELDS:
+                    shown = f"request.{field}" if field else "request"
+                    return (
+                        f"it reads {shown}, which only an admission request holds (who asked "
+                        "and how), and a stored object comes without one"
+                    )
+            if ref.root == "params" and not params_given:
+                return "it reads params, and no params object was given in the files"
+            if kyverno_libraries and ref.root in _SERVED_LIBRARY_CALLS:
+                call = ref.fields[0] if ref.called and len(ref.fields) == 1 else ""
+                if call in _SERVED_LIBRARY_CALLS[ref.root]:
+                    continue
+                named = call[:1].upper() + call[1:]
+                if ref.root == "resource" and named in _LIBRARY_CALLS_REFUSED:
+                    return _LIBRARY_CALLS_REFUSED[named]
+                shown = ".".join((ref.root, *ref.fields))
+                return f"it reads {shown}, which Kyverno's library has not"
+            if ref.root in _KYVERNO_LIBRARIES:
+                return f"it calls {_KYVERNO_LIBRARIES[ref.root]}"
+            if ref.root == "image" and ref.fields[:1] == ("GetMetadata",):
+                return "it calls Kyverno's image.GetMetadata (it reads a registry)"
+        if not kyverno_libraries:
+            for function in sorted(global_calls(expression) & _KYVERNO_FUNCTIONS.keys()):
+                library = _KYVERNO_FUNCTIONS[function]
+                return (
+                    f"it calls {function}, of {library}, which only a Kyverno ValidatingPolicy has"
+                )
+    return None

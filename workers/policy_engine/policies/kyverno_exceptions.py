@@ -1,0 +1,211 @@
+"""Kyverno PolicyExceptions, imported with the policy they exempt objects from.
+
+Two kinds, as Kyverno applies them:
+
+* ``policies.kyverno.io`` PolicyException (for ValidatingPolicies): ``policyRefs`` name the
+  policies (by kind and name); an object is exempt when every one of ``matchConditions``
+  holds for it (none: every object). Kyverno tries the exceptions in order before the
+  policy's own match conditions, and an exempt object is reported as ``skip`` (or ``pass``
+  with ``reportResult: pass``), never as a violation. Here each exception becomes a match
+  condition placed first, ``!(c1 && c2 ...)``: an exempt object is not judged, an error in
+  one before an exemption is found is the policy's error, and one after it is not reached,
+  as in Kyverno's loop.
+* ``kyverno.io`` PolicyException (``v2``, ``v2beta1``; for ClusterPolicy rules):
+  ``exceptions[]`` name a policy (``NAMESPACE/NAME`` for a namespaced Policy) and its rules
+  (wildcards allowed, pod-controller rules by their own ``autogen-`` names); ``match``
+  (``any`` / ``all`` of resource descriptions) says which objects are exempt. Here each
+  becomes a :class:`RuleException` of the rules it names (matching.py leaves the objects
+  it selects unjudged, and the run reports them ``skip``).
+
+Whatever of an exception assay cannot apply is refused, and the policy with it (imported
+without it, the exempt objects would be reported failing): partial exemptions
+(``images``, ``allowedValues``, read by the policy as ``exceptions.*``), JMESPath
+``conditions``, Pod Security exemptions (``podSecurity``), an exception that expires later
+(a check would go on applying it). An exception Kyverno does not apply to stored objects
+(``background: false``, or one already expired) is not applied, and is reported among the
+refusals with that reason, so nothing is dropped unsaid.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from schemas.policy import PolicyRule, ResourceFilter, RuleException
+from schemas.probe import ProbeCondition
+from workers.policy_engine.policies.common import Unsupported, as_list, as_map
+from workers.policy_engine.policies.documents import SourcedDocument, name_of
+
+EXCEPTION_KIND = "PolicyException"
+KYVERNO_GROUP = "kyverno.io"
+POLICIES_GROUP = "policies.kyverno.io"
+_CEL_FIELDS = frozenset({"policyRefs", "matchConditions", "images", "allowedValues",
+                         "evaluationMode", "expiresAt", "properties", "reportResult"})  # fmt: skip
+_RULE_FIELDS = frozenset({"exceptions", "match", "conditions", "podSecurity", "background"})
+
+
+def is_exception(doc: SourcedDocument) -> bool:
+    return doc.kind == EXCEPTION_KIND and doc.api_group in (KYVERNO_GROUP, POLICIES_GROUP)
+
+
+@dataclass
+class Applied:
+    """What the exceptions of the files do to one policy: the exceptions applied (stored
+    with it), and those Kyverno would not apply to stored objects (document, why)."""
+
+    documents: list[SourcedDocument] = field(default_factory=list)
+    not_applied: list[tuple[SourcedDocument, str]] = field(default_factory=list)
+
+
+def _label(doc: SourcedDocument) -> str:
+    meta = doc.document.get("metadata") or {}
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    name = name_of(doc.document) or "(no name)"
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _expired(doc: SourcedDocument, expires: Any, now: datetime) -> bool:
+    """True when the exception has expired; Unsupported when it expires later."""
+    try:
+        at = datetime.fromisoformat(str(expires).replace("Z", "+00:00"))
+    except ValueError:
+        raise Unsupported(
+            f"its PolicyException {_label(doc)} has an expiresAt that is not a date-time"
+        ) from None
+    if at.tzinfo is None:
+        raise Unsupported(f"its PolicyException {_label(doc)} has an expiresAt without a zone")
+    if at <= now:
+        return True
+    raise Unsupported(
+        f"its PolicyException {_label(doc)} expires at {expires}, and a check would go on "
+        "applying it after that"
+    )
+
+
+def validating_policy_conditions(
+    policy: SourcedDocument, exceptions: list[SourcedDocument], now: datetime
+) -> tuple[list[ProbeCondition], Applied]:
+    """The match conditions (first, in order) that leave out the objects ``exceptions``
+    exempt from the ValidatingPolicy ``policy``; Unsupported for one that cannot be applied."""
+    name, kind = name_of(policy.document), policy.kind
+    applied = Applied()
+    conditions: list[ProbeCondition] = []
+    for doc in exceptions:
+        if doc.api_group != POLICIES_GROUP:
+            continue
+        spec = as_map(doc.document.get("spec"), f"PolicyException {_label(doc)} spec")
+        refs = [as_map(r, "policyRefs[]") for r in as_list(spec.get("policyRefs"), "policyRefs")]
+        if not any(r.get("name") == name and r.get("kind") == kind for r in refs):
+            continue
+        label = _label(doc)
+        unknown = sorted(set(spec) - _CEL_FIELDS)
+        if unknown:
+            raise Unsupported(
+                f"its PolicyException {label} has {unknown}, which assay cannot apply"
+            )
+        if spec.get("images") or spec.get("allowedValues"):
+            raise Unsupported(
+                f"its PolicyException {label} grants images or allowedValues, which the policy "
+                "reads as exceptions.*, and assay does not serve them"
+            )
+        if spec.get("evaluationMode") not in (None, "", "Kubernetes"):
+            raise Unsupported(
+                f"its PolicyException {label} is for {spec.get('evaluationMode')} payloads"
+            )
+        if spec.get("expiresAt") and _expired(doc, spec["expiresAt"], now):
+            applied.not_applied.append(
+                (doc, f"it expired at {spec['expiresAt']}, so Kyverno no longer applies it")
+            )
+            continue
+        applied.documents.append(doc)
+        parts = []
+        for index, item in enumerate(as_list(spec.get("matchConditions"), "matchConditions")):
+            item = as_map(item, f"PolicyException {label} matchConditions[{index}]")
+            expression = item.get("expression")
+            if not isinstance(expression, str) or not expression.strip():
+                raise Unsupported(f"its PolicyException {label} has a condition without expression")
+            parts.append(f"(\n{expression.strip()}\n)")
+        # no condition: every object is exempt
+        exempt = " && ".join(parts) if parts else "true"
+        conditions.append(
+            ProbeCondition(
+                name=f"exception-{label}"[:63], expression=f"!(\n{exempt}\n)", exception=label
+            )
+        )
+    return conditions, applied
+
+
+def cluster_policy_exceptions(
+    policy: SourcedDocument,
+    rules: list[PolicyRule],
+    exceptions: list[SourcedDocument],
+    read_match: Callable[[Any, str], list[list[ResourceFilter]]],
+) -> tuple[list[PolicyRule], Applied]:
+    """``rules`` with the exceptions of ``exceptions`` that name them; Unsupported for an
+    exception that cannot be applied. ``read_match``: a Kyverno match block as any-of
+    (all-of) filter groups (the ClusterPolicy importer's own reading)."""
+    meta = policy.document.get("metadata") or {}
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    name = name_of(policy.document)
+    key = f"{namespace}/{name}" if policy.kind == "Policy" and namespace else name
+    applied = Applied()
+    extra: dict[str, list[RuleException]] = {}
+    for doc in exceptions:
+        if doc.api_group != KYVERNO_GROUP:
+            continue
+        spec = as_map(doc.document.get("spec"), f"PolicyException {_label(doc)} spec")
+        named: list[str] = []
+        for entry in as_list(spec.get("exceptions"), "exceptions"):
+            entry = as_map(entry, "exceptions[]")
+            if entry.get("policyName") != key:
+                continue
+            patterns = [str(r) for r in as_list(entry.get("ruleNames"), "ruleNames")]
+            named += [
+                r.name for r in rules if any(fnmatch.fnmatchcase(r.name, p) for p in patterns)
+            ]
+        if not named:
+            continue
+        label = _label(doc)
+        unknown = sorted(set(spec) - _RULE_FIELDS)
+        if unknown:
+            raise Unsupported(
+                f"its PolicyException {label} has {unknown}, which assay cannot apply"
+            )
+        if spec.get("background") is False:
+            applied.not_applied.append(
+                (
+                    doc,
+                    "its background is false: Kyverno applies it at admission only, not to "
+                    "stored objects, so the policy is imported without it",
+                )
+            )
+            continue
+        if spec.get("conditions"):
+            raise Unsupported(
+                f"its PolicyException {label} has JMESPath conditions, which assay cannot apply"
+            )
+        if spec.get("podSecurity"):
+            raise Unsupported(
+                f"its PolicyException {label} exempts Pod Security controls (podSecurity), "
+                "which apply to podSecurity rules, not CEL"
+            )
+        applied.documents.append(doc)
+        groups = read_match(spec.get("match"), f"PolicyException {label} match")
+        if not groups:
+            continue  # a match of neither any nor all selects nothing (Kyverno's too)
+        if len(groups) > 16:
+            raise Unsupported(f"its PolicyException {label} matches more groups than assay holds")
+        for rule_name in named:
+            extra.setdefault(rule_name, []).append(RuleException(name=label, match=groups))
+    out = []
+    for rule in rules:
+        more = extra.get(rule.name) or []
+        if more:
+            if len(rule.exceptions) + len(more) > 16:
+                raise Unsupported(f"rule {rule.name} has more exceptions than assay holds (16)")
+            rule = rule.model_copy(update={"exceptions": [*rule.exceptions, *more]})
+        out.append(rule)
+    return out, applied
