@@ -199,13 +199,23 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
 def _values_namespaces(
     base: Path, test: dict[str, Any], given: set[str]
 ) -> tuple[dict[str, Any], ...]:
-    """The Namespaces a Kyverno CLI test's values file describes (``namespaceSelector``: a
-    name and its labels), as the cluster would hold them (the API server labels every
-    Namespace with its own name too); those the test's resources give are theirs."""
+    """The Namespaces a Kyverno CLI test's values file describes (``namespaces``: whole
+    objects; ``namespaceSelector``: a name and its labels), as the cluster would hold them
+    (the API server labels every Namespace with its own name too); those the test's
+    resources give are theirs."""
     if not test.get("variables"):
         return ()
     found: list[dict[str, Any]] = []
     for document in _load(base / str(test["variables"])):
+        for namespace in document.get("namespaces") or []:  # whole Namespace objects
+            if not isinstance(namespace, dict) or namespace.get("kind") != "Namespace":
+                continue
+            meta: dict[str, Any] = namespace.get("metadata") or {}
+            name = str(meta.get("name") or "")
+            if name and name not in given:
+                labels = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": name}
+                found.append({**namespace, "metadata": {**meta, "labels": labels}})
+                given = given | {name}
         for entry in document.get("namespaceSelector") or []:
             name = str(entry.get("name") or "") if isinstance(entry, dict) else ""
             if not name or name in given:

@@ -133,11 +133,11 @@ def test_the_bench_reads_a_bare_mirror_at_its_head(tmp_path: Path) -> None:
 def test_a_kyverno_cli_test_gives_its_namespaces_params_and_default_as_a_cluster_holds_them() -> (
     None
 ):
-    """A Kyverno CLI test's values file labels its Namespaces, its paramResources are objects
-    of the cluster (read from it as the API server reads a binding's params), and an object in
-    `default`, which the test does not describe, lives in a Namespace every cluster holds, and
-    a written `hostPort: 0` is gone as from any stored Pod: each label is then the engine's
-    answer on the same data."""
+    """A Kyverno CLI test's values file gives its Namespaces (whole, or by their labels), its
+    paramResources are objects of the cluster (read from it as the API server reads a
+    binding's params), an object in `default`, which the test does not describe, lives in a
+    Namespace every cluster holds, and a written `hostPort: 0` is gone as from any stored Pod:
+    each label is then the engine's answer on the same data."""
     reading = read_library(SUITES / "kyverno_cli")
     figures = evaluate(reading.fixtures, reading.skipped)
     judged = {
@@ -152,5 +152,7 @@ def test_a_kyverno_cli_test_gives_its_namespaces_params_and_default_as_a_cluster
         ("namespace-named", "small"): ("pass", True),
         # written with hostPort: 0, which the API server drops when it stores the Pod
         ("host-ports-in-range", "zero-host-port"): ("pass", True),
+        # its Namespace given whole by the values file, annotation included
+        ("replicas-under-namespace-cap", "mid-c"): ("pass", True),
     }
     assert figures.disagreements == []
