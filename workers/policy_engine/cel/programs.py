@@ -45,7 +45,7 @@ from workers.policy_engine.cel.lib import (
 from workers.policy_engine.cel.lib import overloads as library_overloads
 from workers.policy_engine.cel.lib import rewrites as library_rewrites
 from workers.policy_engine.cel.lib import values as library_values
-from workers.policy_engine.cel.lib.base import charge, metered
+from workers.policy_engine.cel.lib.base import charge, converted_values, metered
 from workers.policy_engine.cel.lib.rewrite import base, computed_presence, optional_fallbacks
 from workers.policy_engine.cel.syntax import reads as tree_reads
 from workers.policy_engine.cel.syntax.locate import locate
@@ -624,7 +624,7 @@ class Expression:
                 continue
             known = self._weights.get(id(value))
             if known is None or known[0] is not value:
-                known = (value, _converted(value))
+                known = (value, converted_values(value))
                 self._weights[id(value)] = known
             total += known[1] // CONVERTED_VALUES_PER_STEP
         return total
@@ -814,23 +814,6 @@ def _hoisted(tree: Tree, hoisted: tuple[tuple[str, int, str], ...]) -> Tree:
         return Ident(slot, at=node.at) if slot is not None else None
 
     return Tree(tree.text, transform_down(tree.root, change))
-
-
-def _converted(value: Any) -> int:
-    """How many values converting ``value`` from Python makes (each list, map, key and
-    scalar one; a string one per KB more)."""
-    total, todo = 0, [value]
-    while todo:
-        item = todo.pop()
-        total += 1
-        if isinstance(item, dict):
-            total += len(item)
-            todo.extend(item.values())
-        elif isinstance(item, list):
-            todo.extend(item)
-        elif isinstance(item, str | bytes):
-            total += len(item) // 1024
-    return total
 
 
 @dataclass(frozen=True)

@@ -166,3 +166,20 @@ def unwrap(value: Any, kind: str) -> dict[str, Any]:
     if found is None:
         raise NoSuchOverload(f"no such overload: expected a {kind}")
     return found
+
+
+def converted_values(value: Any) -> int:
+    """How many values converting ``value`` between Python and CEL makes: each list, map,
+    key and scalar one, a string one more per KB (what a conversion is charged by)."""
+    total, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        total += 1
+        if isinstance(item, dict):
+            total += len(item)
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, str | bytes):
+            total += len(item) // 1024
+    return total

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from workers.policy_engine.cel.lib.base import CelLibraryError, Overload, charge
+from workers.policy_engine.cel.lib.base import CelLibraryError, Overload, charge, converted_values
 
 # What the runtime converts of a call's result, per step: about two values (each map, list,
 # key and scalar one; a string one more per KB). Measured: a listing of 900 small pods (about
@@ -92,22 +92,6 @@ def _reads(function: str) -> ClusterReads:
             "run on a target, reads other objects"
         )
     return found
-
-
-def converted_values(value: Any) -> int:
-    """How many values converting ``value`` into CEL makes (see CONVERTED_VALUES_PER_STEP)."""
-    total, todo = 0, [value]
-    while todo:
-        item = todo.pop()
-        total += 1
-        if isinstance(item, dict):
-            total += len(item)
-            todo.extend(item.values())
-        elif isinstance(item, list):
-            todo.extend(item)
-        elif isinstance(item, str | bytes):
-            total += len(item) // 1024
-    return total
 
 
 def _charged(value: Any, what: str) -> Any:
