@@ -264,24 +264,26 @@ def _own_namespace(
     return tuple(n for n in namespaces if (n.get("metadata") or {}).get("name") == name)[:1]
 
 
-def _namespace_it_lives_in(obj: dict[str, Any], fixture: Fixture) -> list[dict[str, Any]]:
-    """The object's Namespace as the cluster that labelled it held it, when the test does not
-    give it: a namespaced object was admitted into an existing Namespace (``default`` is in
-    every cluster), and the API server labels every Namespace with its own name. Without it
-    a stored snapshot would lack what any real cluster holds, and a policy reading
-    ``namespaceObject`` would get no verdict."""
-    if obj.get("kind") == "Namespace":
-        return []
-    name = (obj.get("metadata") or {}).get("namespace")
-    if not name:  # cluster-scoped (with_namespace put every namespaced object in one)
-        return []
-    given = [*fixture.namespaces, *fixture.context]
-    if any(
-        o.get("kind") == "Namespace" and (o.get("metadata") or {}).get("name") == name
-        for o in given
-    ):
-        return []
-    return [_stored_namespace(name, {})]
+def _namespaces_they_live_in(obj: dict[str, Any], fixture: Fixture) -> list[dict[str, Any]]:
+    """The Namespaces the object and the cluster's other objects live in, as the cluster that
+    labelled it held them, where the test does not give them: a namespaced object was
+    admitted into an existing Namespace (``default`` is in every cluster), and the API server
+    labels every Namespace with its own name. Without them a stored snapshot would lack what
+    any real cluster holds, and a policy reading ``namespaceObject`` would get no verdict."""
+    given = {
+        str((o.get("metadata") or {}).get("name"))
+        for o in [*fixture.namespaces, *fixture.context]
+        if o.get("kind") == "Namespace"
+    }
+    found: list[dict[str, Any]] = []
+    for other in [obj, *(with_namespace(o) for o in fixture.context)]:
+        name = (other.get("metadata") or {}).get("namespace")
+        # cluster-scoped (with_namespace put every namespaced object in one) or given
+        if other.get("kind") == "Namespace" or not name or name in given:
+            continue
+        given.add(name)
+        found.append(_stored_namespace(name, {}))
+    return found
 
 
 def _find(
@@ -438,7 +440,7 @@ class Judge:
         with tempfile.TemporaryDirectory(prefix="assay-corpus-") as folder:
             obj = as_the_api_server_stores(with_namespace(fixture.obj))
             (Path(folder) / "object.json").write_text(json.dumps(obj))
-            namespaces = [*fixture.namespaces, *_namespace_it_lives_in(obj, fixture)]
+            namespaces = [*fixture.namespaces, *_namespaces_they_live_in(obj, fixture)]
             for number, namespace in enumerate(namespaces):
                 (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(namespace))
             cluster_scoped = _cluster_scoped_kinds(fixture.context)

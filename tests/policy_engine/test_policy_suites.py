@@ -156,3 +156,33 @@ def test_a_kyverno_cli_test_gives_its_namespaces_params_and_default_as_a_cluster
         ("replicas-under-namespace-cap", "mid-c"): ("pass", True),
     }
     assert figures.disagreements == []
+
+
+def test_the_clusters_other_objects_live_in_namespaces_it_holds(tmp_path: Path) -> None:
+    """An object the test made earlier (a Pod in `earlier`, a Namespace the test never
+    describes) is in the cluster a policy over every Pod reads: its Namespace is there too,
+    as in any cluster that admitted it, so `namespaceObject` is served for it as well."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\n"
+        "metadata: {name: named-namespace}\nspec:\n  failurePolicy: Fail\n"
+        "  matchConstraints:\n    resourceRules:\n"
+        "      - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}\n"
+        "  validations:\n    - expression: namespaceObject.metadata.name != ''\n---\n"
+        "apiVersion: admissionregistration.k8s.io/v1\n"
+        "kind: ValidatingAdmissionPolicyBinding\nmetadata: {name: named-namespace}\n"
+        "spec: {policyName: named-namespace, validationActions: [Deny]}\n"
+    )
+    reading = read_library(SUITES / "chainsaw")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "new", "namespace": "shop"}}
+    earlier = {**pod, "metadata": {"name": "old", "namespace": "earlier"}}
+    fixture = replace(
+        reading.fixtures[0],
+        policy_files=(str(policy),),
+        policy="named-namespace",
+        rule=None,
+        obj=pod,
+        context=(earlier,),
+    )
+    (judgement,) = evaluate([fixture]).judgements
+    assert judgement.value is True, judgement.reason
