@@ -602,6 +602,7 @@ _REFUSAL_CLASSES = (
     ("request.kind", f"{_HELD}: request.kind"),
     ("request.namespace", f"{_HELD}: request.namespace"),
     ("request.name,", f"{_HELD}: request.name"),
+    ("judges only UPDATE requests", f"{_REQUEST}: an UPDATE's old object"),
     ("reads oldObject", f"{_HELD}: oldObject, null on a CREATE"),
     ("exceptions.", f"{_HELD}: a PolicyException's values"),
     ("reports the rule as an error", "params the engine errs on too (none found)"),

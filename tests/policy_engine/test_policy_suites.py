@@ -93,6 +93,11 @@ def test_refusals_say_whether_a_stored_cluster_holds_what_they_name() -> None:
         "comes without"
     )
     assert namespace.endswith("request.namespace")
+    update_only = refusal_class(
+        "it reads oldObject and judges only UPDATE requests: the object before the update "
+        "lives in the admission request, and a stored object comes without one"
+    )
+    assert update_only.startswith("lives in the admission request")
 
 
 def test_a_policy_exception_among_the_files_is_named_as_a_possible_cause(tmp_path: Path) -> None:
