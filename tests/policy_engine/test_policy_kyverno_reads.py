@@ -323,3 +323,47 @@ spec:
     assert outcomes[reads_data].verdict == VerdictKind.CANNOT_DETERMINE
     assert "withholds" in (outcomes[reads_data].reason or "")
     assert outcomes[reads_labels].verdict == VerdictKind.TRUE
+
+
+UNIQUE_OWNERS = """
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: unique-owners}
+spec:
+  validationActions: [Audit]
+  evaluation: {background: {enabled: BACKGROUND}}
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  variables:
+    - name: all
+      expression: resource.List('v1', 'configmaps', '').items
+  validations:
+    - expression: >-
+        !variables.all.exists(c, c.data.?owner.orValue('') == object.data.owner)
+      message: another ConfigMap has this owner
+"""
+
+
+@pytest.mark.parametrize(
+    ("background", "owners", "violating"),
+    [
+        ("false", ["ann", "bob"], []),  # at admission: the judged one is not there yet
+        ("false", ["ann", "ann"], ["a", "b"]),  # a real clash is still one
+        ("true", ["ann", "bob"], ["a", "b"]),  # the background scan: each finds itself
+    ],
+)
+def test_an_admission_only_policy_reads_the_cluster_without_the_judged_object(
+    tmp_path: Path, background: str, owners: list[str], violating: list[str]
+) -> None:
+    """Kyverno runs a ValidatingPolicy whose background scan is off only while an object is
+    being created, when the cluster does not hold it yet: what it lists leaves the judged
+    object out (else every object clashes with itself on a stored cluster). With the scan
+    on, the policy reads the cluster as Kyverno's background scan does, the object in it."""
+    policy = UNIQUE_OWNERS.replace("BACKGROUND", background)
+    maps = [_configmap(name, {"owner": owner}) for name, owner in zip("ab", owners, strict=True)]
+    imported, refusals = import_documents(documents_from_text(policy, "policy.yaml"))
+    assert refusals == [] and len(imported) == 1
+    (result,), _ = run_policies(imported, SnapshotBackend(_write(tmp_path / "c", *maps)))
+    assert result.verdict == (VerdictKind.FALSE if violating else VerdictKind.TRUE), result
+    assert sorted(v.name for v in result.violations) == violating

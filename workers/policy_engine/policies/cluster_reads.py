@@ -23,6 +23,7 @@ from typing import Any
 
 from workers.engine.toolsets.backend import BackendError, ResourceInfo
 from workers.policy_engine.cel.lib.base import CelLibraryError
+from workers.policy_engine.cel.lib.kyverno_resource import judged_object
 from workers.policy_engine.policies.lookups import SharedLookups
 from workers.policy_engine.probes.runner import SECRET_VALUES_WITHHELD
 
@@ -43,11 +44,28 @@ class ListingReads:
         namespace: str | None = None,
         entries: dict[str, dict[str, Any]] | None = None,
         secret_values_named: bool = False,
+        admission_only: bool = False,
     ) -> None:
         self.shared = shared
         self.namespace = namespace
         self.entries = entries or {}
         self.secret_values_named = secret_values_named
+        self.admission_only = admission_only
+
+    def _as_at_admission(self, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The objects as an admission-only policy reads them: Kyverno runs it only while the
+        judged object is being created, when the cluster does not hold it yet, so it is
+        left out of what the policy reads (on a stored cluster its own listing holds it).
+        Read for each object, never as a run's constant (which no object has)."""
+        if not self.admission_only:
+            return objects
+        judged = judged_object()
+        if not isinstance(judged, dict):
+            raise CelLibraryError(
+                "an admission-only policy reads the cluster as it was before each judged "
+                "object was stored: read for each object"
+            )
+        return [o for o in objects if not _same_object(o, judged)]
 
     def _resource(self, api_version: str, resource: str) -> ResourceInfo:
         if "/" in resource:
@@ -88,7 +106,7 @@ class ListingReads:
         scoped = self._scoped(info, namespace)
         if info.namespaced and scoped is None:
             raise CelLibraryError(f"failed to get {resource} {name!r}: no namespace was given")
-        for obj in self._listing(info, scoped):
+        for obj in self._as_at_admission(self._listing(info, scoped)):
             meta = obj.get("metadata") or {}
             if meta.get("name") == name:
                 return obj
@@ -99,7 +117,7 @@ class ListingReads:
         self, api_version: str, resource: str, namespace: str, labels: dict[str, str]
     ) -> dict[str, Any]:
         info = self._resource(api_version, resource)
-        objects = self._listing(info, self._scoped(info, namespace))
+        objects = self._as_at_admission(self._listing(info, self._scoped(info, namespace)))
         if labels:
             objects = [o for o in objects if _labelled(o, labels)]
         return {
@@ -125,6 +143,16 @@ class ListingReads:
             api_version, str(source.get("resource") or ""), str(source.get("namespace") or ""), {}
         )
         return listed["items"]
+
+
+def _same_object(obj: dict[str, Any], judged: dict[str, Any]) -> bool:
+    """Whether ``obj`` is the judged object (kind, namespace and name)."""
+    meta, other = obj.get("metadata") or {}, judged.get("metadata") or {}
+    return (
+        obj.get("kind") == judged.get("kind")
+        and meta.get("name") == other.get("name")
+        and (meta.get("namespace") or None) == (other.get("namespace") or None)
+    )
 
 
 def _labelled(obj: dict[str, Any], labels: dict[str, str]) -> bool:

@@ -369,11 +369,16 @@ def _cluster_reads(policy: ImportedPolicy, shared: SharedLookups) -> ListingRead
         spec = extra.get("spec")
         if extra.get("kind") == GLOBAL_CONTEXT_KIND and isinstance(meta, dict):
             entries[str(meta.get("name"))] = spec if isinstance(spec, dict) else {}
+    spec = document.get("spec")
+    evaluation = spec.get("evaluation") if isinstance(spec, dict) else None
+    background = evaluation.get("background") if isinstance(evaluation, dict) else None
     return ListingReads(
         shared,
         namespace=namespace,
         entries=entries,
         secret_values_named=_names_secret_values(policy),
+        # Kyverno runs a policy whose background scan is off only at admission
+        admission_only=isinstance(background, dict) and background.get("enabled") is False,
     )
 
 

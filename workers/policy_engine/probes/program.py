@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.probe import ProposedProbe
+from workers.policy_engine.cel.lib.kyverno_resource import judging
 from workers.policy_engine.cel.programs import (
     MAX_STEPS,
     BoolProgram,
@@ -132,7 +133,13 @@ class ProbeProgram:
         return list(seen)[:50]
 
     def judge(self, bindings: Mapping[str, Any]) -> Judgement:
-        """The outcome over ``bindings`` (``{"object": ...}`` or ``{"results": [...]}``)."""
+        """The outcome over ``bindings`` (``{"object": ...}`` or ``{"results": [...]}``),
+        with the object named as the one being judged (what an admission-only Kyverno
+        policy's reads of the cluster leave out)."""
+        with judging(bindings.get("object")):
+            return self._judge(bindings)
+
+    def _judge(self, bindings: Mapping[str, Any]) -> Judgement:
         if self.absent_nulls:
             bindings = {name: without_nulls(value) for name, value in bindings.items()}
         data = {**self.base, **bindings}

@@ -75,6 +75,24 @@ def reading(reads: ClusterReads) -> Iterator[None]:
         _current.reads = previous
 
 
+@contextmanager
+def judging(obj: Any) -> Iterator[None]:
+    """Within the block the object being judged is ``obj`` (the probe program sets it for
+    each object): what an admission-only policy's reads leave out (cluster_reads.py)."""
+    previous = getattr(_current, "judged", None)
+    _current.judged = obj
+    try:
+        yield
+    finally:
+        _current.judged = previous
+
+
+def judged_object() -> Any:
+    """The object being judged in this thread, or None (between objects, or a run's
+    constants, which no object has)."""
+    return getattr(_current, "judged", None)
+
+
 def require_kyverno_policy(function: str) -> None:
     """Raise unless a Kyverno ValidatingPolicy is being run in this thread: Kyverno's own
     libraries (hash, json, image) answer only there, as they exist only in Kyverno."""
