@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from schemas.verdict import VerdictKind
 from tests.cli_support import run_cli as run
-from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from tests.params_support import deployments, limits, snapshot
 from workers.policy_engine.policies.documents import documents_from_text
 from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.run import run_policies
 from workers.policy_engine.probes.export import NotExportable, export_policy_documents
+
+REPLICAS = {"policy": "replicas"}  # every params object here carries it
 
 POLICY = """
 apiVersion: kyverno.io/v1
@@ -46,37 +47,6 @@ def _text(param_ref: str) -> str:
     return POLICY.replace("PARAM_REF", param_ref)
 
 
-def _snapshot(folder: Path, *objects: dict[str, Any]) -> SnapshotBackend:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "objects.yaml").write_text(yaml.safe_dump_all(objects))
-    return SnapshotBackend(folder)
-
-
-def _limits(name: str, namespace: str, most: int, **data: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"policy": "replicas"}},
-        "data": {"maxReplicas": str(most), **data},
-    }
-
-
-def _deployment(name: str, namespace: str, replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"containers": [{"name": "c", "image": "x:1"}]}}},
-    }  # fmt: skip
-
-
-def _deployments() -> list[dict[str, Any]]:
-    return [_deployment("small", "shop", 2), _deployment("large", "shop", 8),
-            _deployment("huge", "lab", 20)]  # fmt: skip
-
-
 def _import(text: str) -> list[Any]:
     policies, refusals = import_documents(documents_from_text(text, "p.yaml"))
     assert refusals == []
@@ -98,9 +68,9 @@ def test_a_rules_params_are_read_from_the_target_through_probe_import_and_test(
     code, out, err = run(capsys, "probe", "import", "policy.yaml")
     assert code == 0, out + err
     assert "params from the target (ConfigMap limits in policy-config; none found: error)" in out
-    _snapshot(tmp_path / "strict", _limits("limits", "policy-config", 5), *_deployments())
-    _snapshot(tmp_path / "loose", _limits("limits", "policy-config", 50), *_deployments())
-    _snapshot(tmp_path / "none", *_deployments())
+    snapshot(tmp_path / "strict", limits("limits", "policy-config", 5, REPLICAS), *deployments())
+    snapshot(tmp_path / "loose", limits("limits", "policy-config", 50, REPLICAS), *deployments())
+    snapshot(tmp_path / "none", *deployments())
 
     code, out, _ = run(capsys, "probe", "test", "policy:max-replicas", "--snapshot", "strict")
     assert code == 1 and "(3 judged, 2 violate it)" in out and "more than 5 replicas" in out
@@ -118,12 +88,12 @@ def test_a_missing_named_object_leaves_only_the_objects_it_would_judge_without_a
     """Per-namespace params: a namespace without them errs for its objects only; with no
     object there, the rest is judged (Kyverno errs for a rule it evaluates, not for others)."""
     policies = _import(_text("{name: limits, parameterNotFoundAction: Allow}"))
-    backend = _snapshot(tmp_path / "a", _limits("limits", "shop", 5), *_deployments())
+    backend = snapshot(tmp_path / "a", limits("limits", "shop", 5, REPLICAS), *deployments())
     (result,), _ = run_policies(policies, backend)
     assert result.verdict == VerdictKind.CANNOT_DETERMINE  # Allow changes nothing for a name
     assert "judging Deployment lab/huge" in (result.reason or "")
-    shop_only = [d for d in _deployments() if d["metadata"]["namespace"] == "shop"]
-    backend = _snapshot(tmp_path / "b", _limits("limits", "shop", 5), *shop_only)
+    shop_only = [d for d in deployments() if d["metadata"]["namespace"] == "shop"]
+    backend = snapshot(tmp_path / "b", limits("limits", "shop", 5, REPLICAS), *shop_only)
     (result,), _ = run_policies(policies, backend)
     assert result.verdict == VerdictKind.FALSE
     assert [v.name for v in result.violations] == ["large"]
@@ -131,7 +101,7 @@ def test_a_missing_named_object_leaves_only_the_objects_it_would_judge_without_a
 
 def test_a_selector_admits_where_none_is_found_unless_it_says_deny(tmp_path: Path) -> None:
     allow = _import(_text("{selector: {matchLabels: {policy: replicas}}}"))
-    backend = _snapshot(tmp_path / "a", _limits("shop-limits", "shop", 5), *_deployments())
+    backend = snapshot(tmp_path / "a", limits("shop-limits", "shop", 5, REPLICAS), *deployments())
     (result,), _ = run_policies(allow, backend)
     assert result.verdict == VerdictKind.FALSE  # lab holds none: its Deployment is admitted
     assert [v.name for v in result.violations] == ["large"] and result.judged_total == 2
@@ -158,11 +128,11 @@ def test_with_several_params_the_first_listed_whose_precondition_fails_skips_the
     )
     policies = _import(text)
     # in shop, a-limits (listed first) exempts large: skipped, whatever b-limits says
-    backend = _snapshot(
+    backend = snapshot(
         tmp_path / "a",
-        _limits("b-limits", "shop", 1),
-        _limits("a-limits", "shop", 5, exempt="large"),
-        *_deployments()[:2],
+        limits("b-limits", "shop", 1, REPLICAS),
+        limits("a-limits", "shop", 5, REPLICAS, {"exempt": "large"}),
+        *deployments()[:2],
     )
     (result,), _ = run_policies(policies, backend)
     assert result.verdict == VerdictKind.FALSE
@@ -214,7 +184,7 @@ def test_the_vap_export_binds_the_params_only_where_the_api_server_reads_them_al
 
 def test_a_param_ref_with_neither_name_nor_selector_selects_nothing(tmp_path: Path) -> None:
     """Kyverno lists nothing for it: no rule runs (Allow or unset), or its error (Deny)."""
-    backend = _snapshot(tmp_path / "a", _limits("limits", "shop", 1), *_deployments())
+    backend = snapshot(tmp_path / "a", limits("limits", "shop", 1, REPLICAS), *deployments())
     (result,), _ = run_policies(_import(_text("{namespace: shop}")), backend)
     assert result.verdict == VerdictKind.TRUE and result.judged_total == 0
     (result,), _ = run_policies(_import(_text("{parameterNotFoundAction: Deny}")), backend)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -19,8 +18,8 @@ from schemas.request import ContextTarget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from tests.cli_support import run_cli as run
+from tests.params_support import deployments, limits, snapshot
 from workers.engine.toolsets.live_backend import LiveBackend
-from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 from workers.policy_engine.policies.documents import documents_from_text
 from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.run import run_policies
@@ -53,44 +52,13 @@ def _text(param_ref: str) -> str:
     return POLICY.replace("PARAM_REF", param_ref)
 
 
-def _snapshot(folder: Path, *objects: dict[str, Any]) -> SnapshotBackend:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "objects.yaml").write_text(yaml.safe_dump_all(objects))
-    return SnapshotBackend(folder)
-
-
-def _limits(name: str, namespace: str, most: int, **labels: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "data": {"maxReplicas": str(most)},
-    }
-
-
-def _deployment(name: str, namespace: str, replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"containers": [{"name": "c", "image": "x:1"}]}}},
-    }  # fmt: skip
-
-
-def _deployments() -> list[dict[str, Any]]:
-    return [_deployment("small", "shop", 2), _deployment("large", "shop", 8),
-            _deployment("huge", "lab", 20)]  # fmt: skip
-
-
 def test_a_param_ref_to_a_policy_without_param_kind_is_ignored() -> None:
     text = _text("{name: settings, namespace: policy-config, parameterNotFoundAction: Deny}")
     text = text.replace("  paramKind: {apiVersion: v1, kind: ConfigMap}\n", "")
     text = text.replace("int(params.data.maxReplicas)", "10").replace(
         "'more than ' + params.data.maxReplicas + ' replicas'", "'too many replicas'"
     )
-    text += "---\n" + yaml.safe_dump(_limits("settings", "policy-config", 3))
+    text += "---\n" + yaml.safe_dump(limits("settings", "policy-config", 3))
     policies, refusals = import_documents(documents_from_text(text, "bundle.yaml"))
     assert refusals == []
     assert [p.name for p in policies] == ["max-replicas"]
@@ -112,9 +80,9 @@ def test_params_named_by_the_binding_are_read_from_the_target_through_probe_test
     code, out, err = run(capsys, "probe", "import", "policy.yaml")
     assert code == 0, out + err
     assert "params from the target (ConfigMap limits in policy-config; none found: Deny)" in out
-    _snapshot(tmp_path / "strict", _limits("limits", "policy-config", 5), *_deployments())
-    _snapshot(tmp_path / "loose", _limits("limits", "policy-config", 50), *_deployments())
-    _snapshot(tmp_path / "none", *_deployments())
+    snapshot(tmp_path / "strict", limits("limits", "policy-config", 5), *deployments())
+    snapshot(tmp_path / "loose", limits("limits", "policy-config", 50), *deployments())
+    snapshot(tmp_path / "none", *deployments())
 
     code, out, _ = run(capsys, "probe", "test", "policy:max-replicas", "--snapshot", "strict")
     assert code == 1 and "(3 judged, 2 violate it)" in out and "more than 5 replicas" in out
@@ -134,7 +102,7 @@ def test_allow_admits_when_no_params_object_is_found(tmp_path: Path) -> None:
         )
     )
     assert refusals == []
-    (result,), _ = run_policies(policies, _snapshot(tmp_path / "a", *_deployments()))
+    (result,), _ = run_policies(policies, snapshot(tmp_path / "a", *deployments()))
     assert result.verdict == VerdictKind.TRUE and result.judged_total == 0
 
 
@@ -142,11 +110,11 @@ def test_a_selector_without_namespace_reads_each_objects_own_namespace(tmp_path:
     ref = "{selector: {matchLabels: {policy: replicas}}, parameterNotFoundAction: Allow}"
     policies, refusals = import_documents(documents_from_text(_text(ref), "p.yaml"))
     assert refusals == []
-    backend = _snapshot(
+    backend = snapshot(
         tmp_path / "a",
-        _limits("shop-limits", "shop", 5, policy="replicas"),
-        _limits("shop-other", "shop", 50),  # not selected
-        *_deployments(),  # lab holds no params: Allow admits its Deployments
+        limits("shop-limits", "shop", 5, {"policy": "replicas"}),
+        limits("shop-other", "shop", 50),  # not selected
+        *deployments(),  # lab holds no params: Allow admits its Deployments
     )
     (result,), _ = run_policies(policies, backend)
     assert result.verdict == VerdictKind.FALSE
@@ -154,11 +122,11 @@ def test_a_selector_without_namespace_reads_each_objects_own_namespace(tmp_path:
     assert result.judged_total == 2
 
     # every params object selected must admit the object (evaluated with each)
-    backend = _snapshot(
+    backend = snapshot(
         tmp_path / "b",
-        _limits("shop-limits", "shop", 5, policy="replicas"),
-        _limits("shop-strict", "shop", 1, policy="replicas"),
-        *_deployments(),
+        limits("shop-limits", "shop", 5, {"policy": "replicas"}),
+        limits("shop-strict", "shop", 1, {"policy": "replicas"}),
+        *deployments(),
     )
     (result,), _ = run_policies(policies, backend)
     assert sorted(v.name for v in result.violations) == ["large", "small"]  # each once
@@ -173,7 +141,7 @@ def test_params_of_a_kind_the_target_does_not_serve_give_no_verdict(tmp_path: Pa
     )
     policies, refusals = import_documents(documents_from_text(text, "p.yaml"))
     assert refusals == []
-    (result,), _ = run_policies(policies, _snapshot(tmp_path / "a", *_deployments()))
+    (result,), _ = run_policies(policies, snapshot(tmp_path / "a", *deployments()))
     assert result.verdict == VerdictKind.CANNOT_DETERMINE
     assert "ReplicaLimit (example.com/v1) is not served by the target" in (result.reason or "")
 
@@ -182,7 +150,7 @@ def test_a_live_cluster_serves_params_from_one_listing_per_tick(tmp_path: Path) 
     ref = "{name: limits, namespace: policy-config, parameterNotFoundAction: Deny}"
     policies, _ = import_documents(documents_from_text(_text(ref), "p.yaml"))
     many = [policies[0].model_copy(update={"name": f"max-{n}"}) for n in range(5)]
-    _snapshot(tmp_path / "cluster", _limits("limits", "policy-config", 5), *_deployments())
+    snapshot(tmp_path / "cluster", limits("limits", "policy-config", 5), *deployments())
     with FakeApiServer([FakeCluster.from_snapshot(tmp_path / "cluster", name="c")]) as server:
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         settings = load_settings(kubeconfig=str(kubeconfig), kube_qps=1000)
