@@ -52,12 +52,17 @@ def expand(store: VerdictStore, prefix: str, kinds: Sequence[IdKind]) -> tuple[I
         for kind in kinds
         for found in store.ids_starting_with(kind, prefix, limit=SHOWN + 1)
     ]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        return None
-    shown = ", ".join(f"{kind} {found}" for kind, found in matches[:SHOWN])
-    more = " and more" if len(matches) > SHOWN else ""
-    raise AmbiguousId(
-        f"{prefix!r} begins several ids ({shown}{more}): give more of the one you mean"
-    )
+    named = only_match(prefix, [f"{kind} {found}" for kind, found in matches])
+    return None if named is None else matches[0]
+
+
+def only_match(prefix: str, matches: Sequence[str]) -> str | None:
+    """The one of ``matches`` (what begins with ``prefix``, up to :data:`SHOWN` + 1 of them);
+    None when there is none; :class:`AmbiguousId`, naming them, when there are several."""
+    if len(matches) > 1:
+        more = " and more" if len(matches) > SHOWN else ""
+        raise AmbiguousId(
+            f"{prefix!r} begins several ids ({', '.join(matches[:SHOWN])}{more}): "
+            "give more of the one you mean"
+        )
+    return matches[0] if matches else None

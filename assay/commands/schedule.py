@@ -598,7 +598,7 @@ def _full_ref(store: ScheduleStore, ref: str) -> str:
     it begins (with or without the ellipsis a copied cut id brings), as `verdict` and `batch`
     take ids (assay/id_prefixes.py); several: exit 64 naming them; none: ``ref`` unchanged,
     which the store then says it cannot find (66)."""
-    from assay.id_prefixes import SHOWN, pasted
+    from assay.id_prefixes import SHOWN, AmbiguousId, only_match, pasted
     from scheduler.schedules import ScheduleNotFound
 
     try:
@@ -609,14 +609,10 @@ def _full_ref(store: ScheduleStore, ref: str) -> str:
     prefix = pasted(ref)
     if not re.fullmatch(r"sch-[0-9a-f]{0,12}", prefix):
         return ref
-    matches = store.ids_starting_with(prefix, limit=SHOWN + 1)
-    if len(matches) > 1:
-        more = " and more" if len(matches) > SHOWN else ""
-        _fail(
-            f"{prefix!r} begins several schedule ids ({', '.join(matches[:SHOWN])}{more}): "
-            "give more of the one you mean"
-        )
-    return matches[0] if matches else ref
+    try:
+        return only_match(prefix, store.ids_starting_with(prefix, limit=SHOWN + 1)) or ref
+    except AmbiguousId as exc:
+        _fail(str(exc))
 
 
 def _get(store: ScheduleStore, ref: str) -> Schedule:
