@@ -57,6 +57,9 @@ class ProbeProgram:
         # JSON, where a null field is null (their tests are labelled so).
         origin = probe.origin
         self.absent_nulls = origin is None or origin.format == "vap"
+        # Only a Kyverno ValidatingPolicy reads the cluster through Kyverno's libraries, and
+        # an admission-only one leaves the judged object out of what it reads
+        self.names_judged = origin is not None and origin.format == "kyverno-validatingpolicy"
         params = probe.params
         if params is not None and self.absent_nulls:
             params = without_nulls(params)
@@ -136,6 +139,8 @@ class ProbeProgram:
         """The outcome over ``bindings`` (``{"object": ...}`` or ``{"results": [...]}``),
         with the object named as the one being judged (what an admission-only Kyverno
         policy's reads of the cluster leave out)."""
+        if not self.names_judged:
+            return self._judge(bindings)
         with judging(bindings.get("object")):
             return self._judge(bindings)
 
