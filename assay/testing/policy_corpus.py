@@ -205,22 +205,23 @@ def _values_namespaces(
     resources give are theirs."""
     if not test.get("variables"):
         return ()
-    found: list[dict[str, Any]] = []
+    written: list[dict[str, Any]] = []
     for document in _load(base / str(test["variables"])):
-        for namespace in document.get("namespaces") or []:  # whole Namespace objects
-            if not isinstance(namespace, dict) or namespace.get("kind") != "Namespace":
-                continue
-            meta: dict[str, Any] = namespace.get("metadata") or {}
-            name = str(meta.get("name") or "")
-            if name and name not in given:
-                labels = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": name}
-                found.append({**namespace, "metadata": {**meta, "labels": labels}})
-                given = given | {name}
-        for entry in document.get("namespaceSelector") or []:
-            name = str(entry.get("name") or "") if isinstance(entry, dict) else ""
-            if not name or name in given:
-                continue
-            found.append(_stored_namespace(name, entry.get("labels") or {}))
+        written += [
+            n for n in document.get("namespaces") or []
+            if isinstance(n, dict) and n.get("kind") == "Namespace"
+        ]  # fmt: skip
+        written += [
+            _namespace(str(e.get("name") or ""), e.get("labels") or {})
+            for e in document.get("namespaceSelector") or []
+            if isinstance(e, dict)
+        ]
+    found: list[dict[str, Any]] = []
+    for namespace in map(_stored_namespace, written):
+        name = _name_of(namespace)
+        if name and name not in given:
+            found.append(namespace)
+            given = given | {name}
     return tuple(found)
 
 
@@ -244,10 +245,15 @@ def as_the_api_server_stores(obj: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _stored_namespace(name: str, labels: dict[str, Any]) -> dict[str, Any]:
-    """A Namespace as the API server stores it: labelled with its own name, as every one is."""
-    labels = {**labels, "kubernetes.io/metadata.name": name}
+def _namespace(name: str, labels: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def _stored_namespace(namespace: dict[str, Any]) -> dict[str, Any]:
+    """A Namespace as the API server stores it: labelled with its own name, as every one is."""
+    meta: dict[str, Any] = namespace.get("metadata") or {}
+    labels = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": _name_of(namespace)}
+    return {**namespace, "metadata": {**meta, "labels": labels}}
 
 
 def _name_of(obj: dict[str, Any]) -> str:
@@ -282,7 +288,7 @@ def _namespaces_they_live_in(obj: dict[str, Any], fixture: Fixture) -> list[dict
         if other.get("kind") == "Namespace" or not name or name in given:
             continue
         given.add(name)
-        found.append(_stored_namespace(name, {}))
+        found.append(_stored_namespace(_namespace(name, {})))
     return found
 
 
