@@ -95,6 +95,7 @@ def import_policies(
     201 when a policy that did not exist before was stored, 200 otherwise."""
     from workers.fleet.policy_store import import_into
     from workers.policy_engine.policies.documents import UnreadableFile, documents_from_text
+    from workers.policy_engine.policies.kyverno_exceptions import Acceptance
 
     try:
         documents = documents_from_text(body.documents, body.source)
@@ -102,11 +103,13 @@ def import_policies(
         raise ApiError(422, "validation_error", f"documents: {exc}.") from None
     if not documents:
         raise ApiError(422, "validation_error", "documents: the text holds no documents.")
+    services: Services = request.app.state.services
     report, _ = import_into(  # the store even for a dry run: it says which set holds a name
         _store(request),
         documents,
         policy_set=body.policy_set,
         dry_run=body.dry_run,
+        exceptions_accepted=Acceptance.of(services.settings),
     )
     created = not report.dry_run and set(report.imported) - set(report.replaced)
     response.status_code = 201 if created else 200

@@ -462,6 +462,7 @@ def _plan_policy(
         documents_from_text,
     )
     from workers.policy_engine.policies.importer import import_documents
+    from workers.policy_engine.policies.kyverno_exceptions import Acceptance
 
     if spec is None:
         ref = policy_reference(predicate or "")
@@ -497,7 +498,9 @@ def _plan_policy(
     except (ValueError, UnreadableUserFile, UnreadableFile) as exc:
         problems.append(item.problem(where, str(exc)))
         return None
-    policies, refusals = import_documents(documents, now=ctx.now())
+    policies, refusals = import_documents(
+        documents, now=ctx.now(), exceptions_accepted=Acceptance.of(ctx.settings)
+    )
     if spec.set is not None:
         refusals += taken_by_other_sets(ctx.policies, policies, spec.set)
     for refusal in refusals:

@@ -146,6 +146,18 @@ class AssaySettings(BaseSettings):
     key_prefix: str = Field(default="assay", pattern=r"^[A-Za-z0-9_.-]+$")
     history_limit: int = Field(default=500, ge=1, description="Verdicts kept per check.")
     # --- probes (docs/probes.md) ---------------------------------------------------------
+    kyverno_policy_exceptions: bool = Field(
+        default=True,
+        description="Apply the Kyverno PolicyExceptions imported with a policy, as a Kyverno "
+        "with features.policyExceptions.enabled does (its chart's default is off); when off, "
+        "each is reported among the import's refusals.",
+    )
+    kyverno_policy_exceptions_namespace: str = Field(
+        default="*",
+        pattern=r"^(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$",
+        description="Apply only the PolicyExceptions in this namespace ('*': any), as "
+        "Kyverno's features.policyExceptions.namespace.",
+    )
     probe_revalidate_runs: int = Field(
         default=96,
         ge=1,

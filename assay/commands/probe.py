@@ -341,15 +341,40 @@ def import_policies(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would be imported; store nothing.")
     ] = False,
+    exceptions: Annotated[
+        bool | None,
+        typer.Option(
+            "--exceptions/--no-exceptions",
+            help="Apply the Kyverno PolicyExceptions of the files, as a Kyverno with "
+            "features.policyExceptions.enabled (default: ASSAY_KYVERNO_POLICY_EXCEPTIONS, on).",
+            show_default=False,
+        ),
+    ] = None,
+    exceptions_namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--exceptions-namespace",
+            metavar="NAMESPACE",
+            help="Apply only PolicyExceptions in this namespace ('*': any), as Kyverno's "
+            "features.policyExceptions.namespace.",
+        ),
+    ] = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Import admission policies as checks: policy:NAME each, policy-set:NAME with --set.
 
     Reads ValidatingAdmissionPolicy (+ binding, + its params object), Kyverno ValidatingPolicy
-    and ClusterPolicy (validate.cel), Gatekeeper ConstraintTemplate (K8sNativeValidation) +
-    its constraints. Exit 65 when some documents were refused (the rest are imported).
+    and ClusterPolicy (validate.cel) with their PolicyExceptions, Gatekeeper
+    ConstraintTemplate (K8sNativeValidation) + its constraints. Exit 65 when some documents
+    were refused (the rest are imported).
     """
-    probe_policies.run_import(files, policy_set, dry_run, json_output)
+    flags = {
+        "kyverno_policy_exceptions": exceptions,
+        "kyverno_policy_exceptions_namespace": exceptions_namespace,
+    }
+    probe_policies.run_import(
+        files, policy_set, dry_run, json_output, {k: v for k, v in flags.items() if v is not None}
+    )
 
 
 @probe_app.command("policies")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -49,7 +49,13 @@ def policy_store(settings: AssaySettings) -> PolicyStore:
     return PolicyStore.from_settings(settings, client)
 
 
-def run_import(files: list[str], policy_set: str | None, dry_run: bool, json_output: bool) -> None:
+def run_import(
+    files: list[str],
+    policy_set: str | None,
+    dry_run: bool,
+    json_output: bool,
+    flags: dict[str, Any] | None = None,
+) -> None:
     from assay.commands.options import settings_or_usage
     from workers.fleet.policy_store import import_into
     from workers.policy_engine.policies.documents import (
@@ -57,6 +63,7 @@ def run_import(files: list[str], policy_set: str | None, dry_run: bool, json_out
         documents_from_text,
         read_files,
     )
+    from workers.policy_engine.policies.kyverno_exceptions import Acceptance
 
     if policy_set is not None:
         from schemas.policy import valid_set_name
@@ -74,8 +81,15 @@ def run_import(files: list[str], policy_set: str | None, dry_run: bool, json_out
                 documents += read_files([Path(name)])
     except UnreadableFile as exc:
         fail(f"{exc}; nothing was imported", EXIT_USAGE)
-    store = None if dry_run else policy_store(settings_or_usage())
-    report, policies = import_into(store, documents, policy_set=policy_set, dry_run=dry_run)
+    settings = settings_or_usage(**(flags or {}))
+    store = None if dry_run else policy_store(settings)
+    report, policies = import_into(
+        store,
+        documents,
+        policy_set=policy_set,
+        dry_run=dry_run,
+        exceptions_accepted=Acceptance.of(settings),
+    )
     if json_output:
         print(report.model_dump_json(indent=2))
     else:

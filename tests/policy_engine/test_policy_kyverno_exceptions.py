@@ -21,6 +21,7 @@ from assay.testing.fake_cluster import FakeCluster
 from tests.cli_support import run_cli as run
 from workers.policy_engine.policies.documents import documents_from_text
 from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.policies.kyverno_exceptions import Acceptance
 from workers.policy_engine.probes.export import NotExportable, export_policy_documents
 
 TEAM_LABEL = """
@@ -356,3 +357,65 @@ def test_exempt_objects_are_reported_skip_as_kyverno_reports_them(
     )
     assert found[("no-latest", "pinned-images", "shop")][0] == "fail"
     assert found[("no-latest", "pinned-images", "apiserver")][0] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("accepted", "applied"),
+    [
+        (Acceptance(), True),
+        (Acceptance(namespace="kyverno"), True),
+        (Acceptance(enabled=False), False),
+        (Acceptance(namespace="policies"), False),
+        (Acceptance(namespace=""), False),
+    ],
+    ids=["default", "its-namespace", "switched-off", "another-namespace", "no-namespace"],
+)
+def test_exceptions_apply_only_as_the_kyverno_configuration_says(
+    tmp_path: Path, accepted: Acceptance, applied: bool
+) -> None:
+    """Kyverno applies PolicyExceptions only when its features.policyExceptions is enabled,
+    and then only those of the namespace it names ('*': any). An exception left out is
+    reported with that reason, and the policy judges without it."""
+    from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+    from workers.policy_engine.policies.run import run_policies
+
+    text = TEAM_LABEL + "---\n" + TEAM_LABEL_EXCEPTION + "---\n" + RULES + "---\n" + RULES_EXCEPTION
+    policies, refusals = import_documents(
+        documents_from_text(text, "p.yaml"), exceptions_accepted=accepted
+    )
+    results, _ = run_policies(policies, SnapshotBackend(_cluster(tmp_path / "cluster")))
+    violating = {r.policy: sorted(v.name for v in r.violations) for r in results}
+    if applied:
+        assert refusals == []
+        assert violating == {"team-label": ["dns", "toy-web", "web"], "no-latest": ["shop", "web"]}
+    else:
+        assert [(r.name, r.kind) for r in refusals] == [
+            ("system-pods", "PolicyException"),
+            ("sandbox", "PolicyException"),
+        ]
+        assert all("not applied" in r.reason for r in refusals), refusals
+        assert violating == {
+            "team-label": ["apiserver", "dns", "toy-web", "web"],
+            "no-latest": ["shop", "toy", "toy-web", "web"],
+        }
+
+
+@pytest.mark.integration
+def test_the_import_command_and_its_setting_switch_exceptions_off(
+    capsys: pytest.CaptureFixture[str], store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (store / "policy.yaml").write_text(RULES + "---\n" + RULES_EXCEPTION)
+    code, out, err = run(capsys, "probe", "import", "policy.yaml", "--no-exceptions", "--dry-run")
+    assert code == 65, out + err
+    assert "refused PolicyException sandbox" in out and "switched off" in out, out
+    monkeypatch.setenv("ASSAY_KYVERNO_POLICY_EXCEPTIONS_NAMESPACE", "policies")
+    code, out, err = run(capsys, "probe", "import", "policy.yaml")
+    assert code == 65 and "accepted only from 'policies'" in out, out + err
+    code, out, _ = run(capsys, "probe", "test", "policy:no-latest", "--snapshot", "cluster")
+    assert "Pod sandbox/toy: images are pinned" in out, out  # judged: no exception applied
+    code, out, err = run(capsys, "probe", "import", "policy.yaml", "--exceptions-namespace", "*")
+    assert code == 0 and "refused" not in out, out + err
+    code, out, _ = run(capsys, "probe", "test", "policy:no-latest", "--snapshot", "cluster")
+    assert code == 1 and "sandbox" not in out, out
+    code, out, err = run(capsys, "probe", "import", "policy.yaml", "--exceptions-namespace", "A B")
+    assert code == 64 and "NAMESPACE (got 'A B')" in out + err, out + err

@@ -29,6 +29,7 @@ from schemas.policy import (
 from workers.fleet.lua_scripts import lua_source
 from workers.policy_engine.policies.documents import SourcedDocument
 from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.policies.kyverno_exceptions import Acceptance
 
 if TYPE_CHECKING:
     import redis
@@ -177,6 +178,7 @@ def import_into(
     *,
     policy_set: str | None = None,
     dry_run: bool = False,
+    exceptions_accepted: Acceptance | None = None,
 ) -> tuple[ImportReport, list[ImportedPolicy]]:
     """Import ``documents`` into ``store`` (nothing is stored on a dry run, or when nothing
     could be imported: a set is never emptied by an import that refused everything).
@@ -190,7 +192,7 @@ def import_into(
     checked when ``store`` is given, a dry run included)."""
     if policy_set is not None:
         valid_set_name(policy_set)
-    policies, refusals = import_documents(documents)
+    policies, refusals = import_documents(documents, exceptions_accepted=exceptions_accepted)
     if policy_set is not None and store is not None:
         refusals += taken_by_other_sets(store, policies, policy_set)
     if policy_set is not None and refusals:

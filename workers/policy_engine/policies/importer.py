@@ -20,7 +20,7 @@ from schemas.policy import POLICY_NAME_PATTERN, ImportedPolicy, ImportRefusal
 from workers.policy_engine.policies import gatekeeper, kyverno, kyverno_exceptions, vap
 from workers.policy_engine.policies.common import Unsupported, label_selector
 from workers.policy_engine.policies.documents import SourcedDocument, name_of
-from workers.policy_engine.policies.kyverno_exceptions import Applied
+from workers.policy_engine.policies.kyverno_exceptions import Acceptance, Applied
 
 VAP_GROUP = "admissionregistration.k8s.io"
 KYVERNO_POLICIES_GROUP = "policies.kyverno.io"
@@ -29,9 +29,12 @@ GATEKEEPER_TEMPLATES_GROUP = "templates.gatekeeper.sh"
 
 
 def import_documents(
-    documents: list[SourcedDocument], now: datetime | None = None
+    documents: list[SourcedDocument],
+    now: datetime | None = None,
+    exceptions_accepted: Acceptance | None = None,
 ) -> tuple[list[ImportedPolicy], list[ImportRefusal]]:
-    """Every policy the documents hold, and every refusal, in document order."""
+    """Every policy the documents hold, and every refusal, in document order.
+    ``exceptions_accepted``: which Kyverno PolicyExceptions apply (default: every one)."""
     now = now or datetime.now(UTC)
     policies: list[ImportedPolicy] = []
     refusals: list[ImportRefusal] = []
@@ -49,7 +52,14 @@ def import_documents(
             return
         policies.extend(made)
 
-    exceptions = [d for d in documents if kyverno_exceptions.is_exception(d)]
+    exceptions: list[SourcedDocument] = []
+    not_accepted: dict[int, str] = {}  # exceptions this Kyverno configuration does not apply
+    accepted = exceptions_accepted or Acceptance()
+    for doc in (d for d in documents if kyverno_exceptions.is_exception(d)):
+        if (reason := accepted.refusal(doc)) is None:
+            exceptions.append(doc)
+        else:
+            not_accepted[id(doc)] = reason
     entries = [d for d in documents if _is(d, KYVERNO_GROUP, kyverno.GLOBAL_CONTEXT_KIND)]
 
     def kyverno_policy(make: Callable[[], tuple[ImportedPolicy, Applied]]) -> list[ImportedPolicy]:
@@ -65,7 +75,10 @@ def import_documents(
     templates = [d for d in documents if _is(d, GATEKEEPER_TEMPLATES_GROUP, "ConstraintTemplate")]
     kinds_of_templates = {gatekeeper.template_kind(t) for t in templates}
     for doc in documents:
-        if _is(doc, VAP_GROUP, "ValidatingAdmissionPolicy"):
+        if id(doc) in not_accepted:
+            used.add(id(doc))
+            refusals.append(_refusal(doc, not_accepted[id(doc)]))
+        elif _is(doc, VAP_GROUP, "ValidatingAdmissionPolicy"):
             mine = [b for b in bindings if vap.binding_policy(b) == name_of(doc.document)]
             used.update(id(b) for b in mine)
             attempt(doc, partial(vap.import_vap, doc, mine, documents, now))

@@ -36,6 +36,7 @@ from typing import Any
 
 from schemas.policy import PolicyRule, ResourceFilter, RuleException
 from schemas.probe import ProbeCondition
+from schemas.settings import AssaySettings
 from workers.policy_engine.policies.common import Unsupported, as_list, as_map
 from workers.policy_engine.policies.documents import SourcedDocument, name_of
 
@@ -45,6 +46,50 @@ POLICIES_GROUP = "policies.kyverno.io"
 _CEL_FIELDS = frozenset({"policyRefs", "matchConditions", "images", "allowedValues",
                          "evaluationMode", "expiresAt", "properties", "reportResult"})  # fmt: skip
 _RULE_FIELDS = frozenset({"exceptions", "match", "conditions", "podSecurity", "background"})
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Which PolicyExceptions an import applies, as a Kyverno installation is configured.
+
+    Kyverno applies none unless ``features.policyExceptions.enabled`` is set (its chart's
+    default is off), and then only those in ``features.policyExceptions.namespace`` (``*``:
+    any namespace; empty: none, Kyverno refuses to start its exception selector). assay
+    applies every one by default: a team that imports exceptions runs Kyverno with them on.
+    An exception this leaves out is reported among the refusals with the reason, never
+    dropped unsaid."""
+
+    enabled: bool = True
+    namespace: str = "*"
+
+    @classmethod
+    def of(cls, settings: AssaySettings) -> Acceptance:
+        return cls(settings.kyverno_policy_exceptions, settings.kyverno_policy_exceptions_namespace)
+
+    def refusal(self, doc: SourcedDocument) -> str | None:
+        """Why Kyverno, configured so, would not apply ``doc``; None when it would."""
+        if not self.enabled:
+            return (
+                "PolicyExceptions are switched off for this import (as in a Kyverno whose "
+                "features.policyExceptions.enabled is false, its chart's default), so it is "
+                "not applied"
+            )
+        if self.namespace == "*":
+            return None
+        meta = doc.document.get("metadata")
+        namespace = (meta.get("namespace") if isinstance(meta, dict) else None) or "default"
+        if not self.namespace:
+            return (
+                "no namespace is accepted for PolicyExceptions (Kyverno's "
+                "features.policyExceptions.namespace is empty), so it is not applied"
+            )
+        if namespace != self.namespace:
+            return (
+                f"it is in namespace {namespace!r}, and PolicyExceptions are accepted only "
+                f"from {self.namespace!r} (as Kyverno's features.policyExceptions.namespace), "
+                "so it is not applied"
+            )
+        return None
 
 
 def is_exception(doc: SourcedDocument) -> bool:
