@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from assay.testing.kyverno_configuration import CONFIGURATION_PATHS  # noqa: E402
 from assay.testing.policy_corpus import (  # noqa: E402
     disagreement_class,
     evaluate,
@@ -51,10 +52,23 @@ from assay.testing.policy_corpus import (  # noqa: E402
 CORPUS = ROOT / "tests" / "fixtures" / "cel_corpus"
 
 
+def _present(git_dir: Path, paths: tuple[Path, ...]) -> list[str]:
+    """Those of ``paths`` the repository's HEAD holds."""
+    listed = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "ls-tree", "--name-only", "HEAD", "--", *map(str, paths)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return [str(p) for p in paths if str(p) in listed]
+
+
 @contextmanager
 def library_folder(spec: str) -> Iterator[Path]:
     """The folder a ``--library`` names: a folder as is, or a bare git directory's HEAD
-    (``GIT_DIR:SUBFOLDER`` for one folder of it) written to a temporary folder."""
+    (``GIT_DIR:SUBFOLDER`` for one folder of it) written to a temporary folder, with the
+    engine configuration its tests ran under where the repository holds one (Kyverno's
+    conformance workflow, chart values and install configurations)."""
     git_dir, _, under = spec.partition(":")
     path = Path(git_dir)
     if not ((path / "HEAD").is_file() and (path / "objects").is_dir()):
@@ -68,7 +82,7 @@ def library_folder(spec: str) -> Iterator[Path]:
                 "archive",
                 "--format=tar",
                 "HEAD",
-                *([under] if under else []),
+                *([under, *_present(path, CONFIGURATION_PATHS)] if under else []),
             ],
             check=True,
             capture_output=True,

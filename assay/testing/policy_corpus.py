@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from assay.testing.chainsaw_suite import is_chainsaw_test, read_chainsaw_test
+from assay.testing.kyverno_configuration import exceptions_by_folder, repository_of
 from assay.testing.vap_library_suite import is_library_root, read_vap_library
 from schemas.policy import ImportedPolicy
 from schemas.verdict import VerdictKind
@@ -43,6 +44,7 @@ from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 from workers.policy_engine.policies.documents import SourcedDocument, documents_from_text
 from workers.policy_engine.policies.expressions import global_calls, references
 from workers.policy_engine.policies.importer import import_documents
+from workers.policy_engine.policies.kyverno_exceptions import Acceptance
 from workers.policy_engine.policies.run import run_policies
 from workers.policy_engine.probes.export import NotExportable, export_policy_documents
 from workers.policy_engine.probes.translation import with_namespace
@@ -67,6 +69,8 @@ class Fixture:
     # other objects the cluster held when the engine gave the label (a chainsaw test's
     # ConfigMap made in an earlier step), stored beside it too
     context: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
+    # which PolicyExceptions the engine that gave the label applied (its configuration)
+    exceptions: Acceptance = field(default_factory=Acceptance)
 
     @property
     def name(self) -> str:
@@ -116,6 +120,8 @@ def read_library(root: Path) -> Reading:
                 )
             )
         return reading
+    repository = repository_of(root)
+    configured = exceptions_by_folder(repository) if repository else {}
     for path in sorted(root.rglob("*.yaml")):
         if path.name.startswith(("artifacthub", "kustomization")) or not path.is_file():
             continue
@@ -137,9 +143,24 @@ def read_library(root: Path) -> Reading:
                         label=found.label,
                         namespaces=tuple(o for o in found.context if o.get("kind") == "Namespace"),
                         context=tuple(o for o in found.context if o.get("kind") != "Namespace"),
+                        exceptions=_configured(path, repository, configured),
                     )
                 )
     return reading
+
+
+def _configured(
+    path: Path, repository: Path | None, configured: dict[str, Acceptance]
+) -> Acceptance:
+    """Which PolicyExceptions the Kyverno that ran the conformance test at ``path`` applied
+    (assay's default where its configuration does not say)."""
+    if repository is None:
+        return Acceptance()
+    try:
+        folder = path.relative_to(repository / "test" / "conformance" / "chainsaw").parts[0]
+    except (ValueError, IndexError):
+        return Acceptance()
+    return configured.get(folder, Acceptance())
 
 
 def _read_kyverno_test(path: Path, reading: Reading) -> None:
@@ -396,43 +417,53 @@ class Figures:
         return out
 
 
+_NOT_POLICIES = frozenset({"PolicyException", "GlobalContextEntry"})
+# a policy's files, and which of their PolicyExceptions the engine applied
+_Source = tuple[tuple[str, ...], Acceptance]
+
+
 class Judge:
     """Imports each policy file set once, and judges fixtures with it."""
 
     def __init__(self) -> None:
-        self._imports: dict[tuple[str, ...], tuple[list[ImportedPolicy], dict[str, str]]] = {}
+        self._imports: dict[_Source, tuple[list[ImportedPolicy], dict[str, str]]] = {}
         # per policy that gave a value: each format's export problem (None: valid), tried
         # with the first fixture's snapshot as the target (it serves the kind: a custom
         # resource's group and version come from there, as `--snapshot` gives them)
-        self._valued: dict[tuple[tuple[str, ...], str], list[dict[str, Any]]] = {}
+        self._valued: dict[tuple[_Source, str], list[dict[str, Any]]] = {}
 
-    def exports(self) -> dict[tuple[tuple[str, ...], str], dict[str, str | None]]:
+    def exports(self) -> dict[tuple[_Source, str], dict[str, str | None]]:
         """Each policy that gave a value, exported in each format: the problem, or None.
         The target is a snapshot of every object its fixtures hold, so a custom resource's
         group and version come from there, as ``--snapshot`` gives them."""
-        out: dict[tuple[tuple[str, ...], str], dict[str, str | None]] = {}
-        for (files, name), objects in self._valued.items():
-            imported, _ = self.policies(files)
+        out: dict[tuple[_Source, str], dict[str, str | None]] = {}
+        for (source, name), objects in self._valued.items():
+            imported, _ = self.policies(source)
             policy = next(p for p in imported if p.name == name)
             with tempfile.TemporaryDirectory(prefix="assay-corpus-") as folder:
                 for number, obj in enumerate(objects):
                     (Path(folder) / f"{number}.json").write_text(json.dumps(obj))
-                out[(files, name)] = _exports(policy, SnapshotBackend(folder))
+                out[(source, name)] = _exports(policy, SnapshotBackend(folder))
         return out
 
-    def policies(self, files: tuple[str, ...]) -> tuple[list[ImportedPolicy], dict[str, str]]:
-        cached = self._imports.get(files)
+    def policies(self, source: _Source) -> tuple[list[ImportedPolicy], dict[str, str]]:
+        cached = self._imports.get(source)
         if cached is None:
+            files, accepted = source
             documents: list[SourcedDocument] = []
             for file in files:
                 documents += [SourcedDocument(file, d) for d in _load(Path(file))]
-            imported, refusals = import_documents(documents)
-            cached = (imported, {r.name: r.reason for r in refusals})
-            self._imports[files] = cached
+            imported, refusals = import_documents(documents, exceptions_accepted=accepted)
+            # a policy's own refusal is its reason, not that of a document of another kind
+            # with its name (an exception named as the policy it exempts)
+            ordered = sorted(refusals, key=lambda r: r.kind not in _NOT_POLICIES, reverse=True)
+            cached = (imported, {r.name: r.reason for r in reversed(ordered)})
+            self._imports[source] = cached
         return cached
 
     def judge(self, fixture: Fixture) -> Judgement:
-        imported, refusals = self.policies(fixture.policy_files)
+        source = (fixture.policy_files, fixture.exceptions)
+        imported, refusals = self.policies(source)
         policy = next((p for p in imported if _names(p, fixture.policy)), None)
         if policy is None:
             reason = refusals.get(fixture.policy) or next(iter(refusals.values()), "not imported")
@@ -459,7 +490,7 @@ class Judge:
             results, _ = run_policies([policy], backend, rules=rules)
             seconds = time.perf_counter() - began
             if results[0].verdict != VerdictKind.CANNOT_DETERMINE:
-                self._valued.setdefault((fixture.policy_files, policy.name), []).append(obj)
+                self._valued.setdefault((source, policy.name), []).append(obj)
         result = results[0]
         if result.verdict == VerdictKind.CANNOT_DETERMINE:
             return Judgement(fixture, None, result.reason or "", seconds)

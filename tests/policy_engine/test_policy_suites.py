@@ -191,3 +191,107 @@ def test_the_clusters_other_objects_live_in_namespaces_it_holds(tmp_path: Path) 
     )
     (judgement,) = evaluate([fixture]).judgements
     assert judgement.value is True, judgement.reason
+
+
+_DENYING = """apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: replicas-floor}
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [apps]
+        apiVersions: [v1]
+        operations: [CREATE, UPDATE]
+        resources: [deployments]
+  validations:
+    - {expression: "object.spec.?replicas.orValue(1) >= 2", message: at least two replicas}
+"""
+_SPARING_SHOP = """apiVersion: policies.kyverno.io/v1
+kind: PolicyException
+metadata: {name: spare-shop, namespace: shop}
+spec:
+  policyRefs: [{name: replicas-floor, kind: ValidatingPolicy}]
+  matchConditions: [{name: shop, expression: "object.metadata.namespace == 'shop'"}]
+"""
+_DENIED_DESPITE_IT = """apiVersion: chainsaw.kyverno.io/v1alpha1
+kind: Test
+metadata: {name: exception-ignored}
+spec:
+  steps:
+    - try: [{create: {file: exception.yaml}}, {create: {file: policy.yaml}}]
+    - try:
+        - create:
+            file: one-replica.yaml
+            expect: [{check: {($error != null): true}}]
+"""
+_WORKFLOW = """jobs:
+  off:
+    steps: [{uses: ./run, with: {kyverno-configs: default, tests-path: exceptions-off}}]
+  on:
+    steps: [{uses: ./run, with: {kyverno-configs: "default,standard", tests-path: exceptions-on}}]
+  elsewhere:
+    steps: [{uses: ./run, with: {kyverno-configs: shop, tests-path: exceptions-shop}}]
+  unsettled:
+    strategy: {matrix: {kyverno-configs: [default, standard]}}
+    steps:
+      - {uses: ./run, with: {kyverno-configs: "${{ matrix.kyverno-configs }}", tests-path: both}}
+"""
+
+
+def _kyverno_repository(root: Path) -> Path:
+    """A checkout in the layout of Kyverno's: its conformance workflow, its chart's values
+    (exceptions off), install configurations, and one chainsaw test in each of four folders
+    whose exception Kyverno's configuration applies or not."""
+    (root / ".github" / "workflows").mkdir(parents=True)
+    (root / ".github" / "workflows" / "tests-conformance.yaml").write_text(_WORKFLOW)
+    (root / "charts" / "kyverno").mkdir(parents=True)
+    (root / "charts" / "kyverno" / "values.yaml").write_text(
+        "features:\n  policyExceptions: {enabled: false, namespace: ''}\n"
+    )
+    for name, values in (
+        ("default", "features: {}\n"),
+        ("standard", "features:\n  policyExceptions: {enabled: true, namespace: '*'}\n"),
+        ("shop", "features:\n  policyExceptions: {enabled: true, namespace: kyverno}\n"),
+    ):
+        (root / "scripts" / "config" / name).mkdir(parents=True)
+        (root / "scripts" / "config" / name / "kyverno.yaml").write_text(values)
+    chainsaw = root / "test" / "conformance" / "chainsaw"
+    source = SUITES / "chainsaw" / "replicas-floor"
+    for folder in ("exceptions-off", "exceptions-on", "exceptions-shop", "both"):
+        test = chainsaw / folder / "ignored"
+        test.mkdir(parents=True)
+        (test / "chainsaw-test.yaml").write_text(_DENIED_DESPITE_IT)
+        (test / "policy.yaml").write_text(_DENYING)
+        (test / "exception.yaml").write_text(_SPARING_SHOP)
+        (test / "one-replica.yaml").write_text((source / "one-replica.yaml").read_text())
+    return chainsaw
+
+
+def test_a_conformance_label_is_judged_with_the_exceptions_its_kyverno_applied(
+    tmp_path: Path,
+) -> None:
+    """Kyverno's conformance workflow installs each folder's Kyverno from its chart's values
+    and the named configurations: a folder run with PolicyExceptions off (the chart's
+    default) labels an excepted object denied, and assay, judging with that configuration,
+    agrees; where the configuration turns them on (or a matrix leaves it unsettled: assay's
+    default) the exception spares the object."""
+    from assay.testing.kyverno_configuration import exceptions_by_folder
+    from workers.policy_engine.policies.kyverno_exceptions import Acceptance
+
+    chainsaw = _kyverno_repository(tmp_path / "kyverno")
+    assert exceptions_by_folder(tmp_path / "kyverno") == {
+        "exceptions-off": Acceptance(enabled=False, namespace=""),
+        "exceptions-on": Acceptance(enabled=True, namespace="*"),
+        "exceptions-shop": Acceptance(enabled=True, namespace="kyverno"),
+    }
+    reading = read_library(chainsaw)
+    figures = evaluate(reading.fixtures, reading.skipped)
+    said = {j.fixture.source.split("/")[-3]: j.value for j in figures.judgements}
+    assert all(j.fixture.label == "denied" for j in figures.judgements)
+    assert said == {
+        "exceptions-off": False,
+        "exceptions-on": True,
+        "exceptions-shop": False,
+        "both": True,
+    }
