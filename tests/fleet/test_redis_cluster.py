@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from redis.commands.core import Script
 
 from assay.redis_process import RedisProcess, free_port
 from scheduler.schedules import ScheduleStore
@@ -44,14 +45,61 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "{assay}"
 SLOTS = 16384
+MARK = "cluster-test:mark"  # published after a script call: its events are all in
 
 
 class SlotCheckedRedis(redis.Redis):
     """A client whose scripts declare flags (``#!lua``): Redis 7 then refuses any key a
-    script touches in another slot than its ``KEYS``, as a cluster of many nodes must."""
+    script touches in another slot than its ``KEYS``, as a cluster of many nodes must.
+    A script called on its own (not in a pipeline) must also write only keys of its
+    ``KEYS``: the keyspace events of the call say which it wrote (a key built inside a
+    script from the tagged prefix would be in the same slot, unseen by the slot check)."""
+
+    _events: Any = None
 
     def register_script(self, script: Any) -> Any:
-        return super().register_script("#!lua\n" + str(script))
+        return KeysChecked(self, "#!lua\n" + str(script))
+
+    def written_during(self, call: Callable[[], Any]) -> tuple[Any, set[str]]:
+        """What ``call`` returned, and the keys written meanwhile (keyspace events)."""
+        if self._events is None:
+            self._events = self.pubsub(ignore_subscribe_messages=True)
+            self._events.psubscribe("__keyevent@0__:*")
+            self._events.subscribe(MARK)
+        self._written_until_mark()  # what other commands wrote before
+        result = call()
+        return result, self._written_until_mark()
+
+    def _written_until_mark(self) -> set[str]:
+        """The keys written since the last mark: a new mark is published and read back."""
+        token = uuid.uuid4().hex
+        self.publish(MARK, token)
+        written: set[str] = set()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            message = self._events.get_message(timeout=1.0)
+            if message is None:
+                continue
+            if message["channel"] != MARK:
+                written.add(message["data"])
+            elif message["data"] == token:
+                return written
+        raise AssertionError("the keyspace events of a script call never arrived")
+
+
+class KeysChecked(Script):
+    """A script whose call fails when it wrote a key it was not given in ``KEYS``."""
+
+    def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        owner = self.registered_client
+        if (client is not None and client is not owner) or not isinstance(owner, SlotCheckedRedis):
+            return super().__call__(keys, args, client)
+        result, written = owner.written_during(
+            lambda: super(KeysChecked, self).__call__(keys, args)
+        )
+        undeclared = written - {str(key) for key in keys or []}
+        assert not undeclared, f"a script wrote keys it was not given: {sorted(undeclared)}"
+        return result
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +120,8 @@ def cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc
     while client.execute_command("CLUSTER", "INFO").find("cluster_state:ok") < 0:
         assert time.monotonic() < deadline, "the one-node cluster never came up"
         time.sleep(0.1)
+    # every write is an event (the generic, string, list, set, hash, zset and stream ones)
+    client.config_set("notify-keyspace-events", "Eg$lshzt")
     client.close()
     yield node
     node.stop()
@@ -105,6 +155,14 @@ def test_the_cluster_refuses_a_script_touching_a_key_of_another_slot(
     with pytest.raises(redis.ResponseError, match="hash to the same slot"):
         split(keys=["assay:a", "assay:b"])
     split(keys=[f"{PREFIX}:a", f"{PREFIX}:b"])
+
+
+def test_a_script_writing_a_key_it_was_not_given_fails_here(client: SlotCheckedRedis) -> None:
+    # A key built inside a script from one it was given: the same slot, so only the
+    # keyspace events show it.
+    built = client.register_script("redis.call('SET', KEYS[1] .. ':copy', 1)")
+    with pytest.raises(AssertionError, match=r"not given: \['\{assay\}:a:copy'\]"):
+        built(keys=[f"{PREFIX}:a"])
 
 
 def test_without_a_hash_tag_the_prefix_spreads_a_script_over_slots(
