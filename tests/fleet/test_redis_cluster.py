@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.client import Pipeline
 from redis.commands.core import Script
 
 from assay.redis_process import RedisProcess, free_port
@@ -51,14 +52,21 @@ MARK = "cluster-test:mark"  # published after a script call: its events are all 
 class SlotCheckedRedis(redis.Redis):
     """A client whose scripts declare flags (``#!lua``): Redis 7 then refuses any key a
     script touches in another slot than its ``KEYS``, as a cluster of many nodes must.
-    A script called on its own (not in a pipeline) must also write only keys of its
-    ``KEYS``: the keyspace events of the call say which it wrote (a key built inside a
-    script from the tagged prefix would be in the same slot, unseen by the slot check)."""
+    A script must also write only keys of its ``KEYS`` (in a pipeline: keys some command
+    of the pipeline names): the keyspace events of the call say which it wrote (a key built
+    inside a script from the tagged prefix is in the same slot, unseen by the slot check)."""
 
     _events: Any = None
 
     def register_script(self, script: Any) -> Any:
         return KeysChecked(self, "#!lua\n" + str(script))
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        checked = CheckedPipeline(
+            self.connection_pool, self.response_callbacks, transaction, shard_hint
+        )
+        checked.owner = self
+        return checked
 
     def written_during(self, call: Callable[[], Any]) -> tuple[Any, set[str]]:
         """What ``call`` returned, and the keys written meanwhile (keyspace events)."""
@@ -85,6 +93,27 @@ class SlotCheckedRedis(redis.Redis):
             elif message["data"] == token:
                 return written
         raise AssertionError("the keyspace events of a script call never arrived")
+
+
+class CheckedPipeline(Pipeline):
+    """A pipeline that fails when its commands (scripts among them) wrote a key none of
+    them names (``COMMAND GETKEYS``: a script's are its ``KEYS``)."""
+
+    owner: SlotCheckedRedis
+
+    def execute(self, raise_on_error: bool = True) -> Any:
+        declared: set[str] = set()
+        for command, _ in self.command_stack:
+            try:
+                declared.update(self.owner.command_getkeys(*command))
+            except redis.ResponseError:  # a command without keys
+                continue
+        result, written = self.owner.written_during(
+            lambda: super(CheckedPipeline, self).execute(raise_on_error)
+        )
+        undeclared = written - declared
+        assert not undeclared, f"a pipeline wrote keys none of its commands names: {undeclared}"
+        return result
 
 
 class KeysChecked(Script):
