@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import redis
+from pydantic import ValidationError
 from redis.client import Pipeline
 from redis.commands.core import Script
 
@@ -318,3 +319,12 @@ def test_policies_probes_and_notifications_run_on_a_cluster(client: SlotCheckedR
     assert feed.begin_attempt(entries[0].entry_id) == 1
     assert feed.ack(entries[0], "delivered", Told(VerdictKind.FALSE, 1))
     one_slot(client)
+
+
+@pytest.mark.parametrize("prefix", ["{assay", "assay}", "{}", "{a}b", "a{b}", "{a b}"])
+def test_a_key_prefix_is_a_plain_name_or_one_whole_hash_tag(prefix: str) -> None:
+    # Braces only around the whole prefix: Redis hashes the first {...} of a key, so a
+    # prefix with a tag elsewhere (or half a tag) would not say which slot its keys are in.
+    assert AssaySettings(key_prefix=PREFIX).key_prefix == PREFIX
+    with pytest.raises(ValidationError):
+        AssaySettings(key_prefix=prefix)
