@@ -32,6 +32,9 @@ from schemas.settings import AssaySettings
 from schemas.spend import SpendCeiling
 from schemas.verdict import VerdictKind
 from tests.fleet_support import finished_report, snapshot_request
+from tests.report_support import declare_check
+from workers.fleet import checkpoints
+from workers.fleet.check_definitions import CheckDefinitionStore
 from workers.fleet.notify_feed import SinkFeed, Told
 from workers.fleet.policy_store import PolicyStore
 from workers.fleet.probe_store import ProbeStore
@@ -221,6 +224,15 @@ def test_the_verdict_store_runs_on_a_cluster(client: SlotCheckedRedis) -> None:
     store.seal_batch("b1")
     status = store.batch("b1")
     assert status is not None and status.done and (status.true, status.false) == (1, 1)
+    parked = snapshot_request()
+    assert store.register_run(parked) and store.begin_delivery(parked) == 1
+    waiting = finished_report(parked, "true").model_copy(
+        update={"status": "waiting", "verdict": None, "wake_at": datetime.now(UTC)}
+    )
+    settings = AssaySettings(key_prefix=PREFIX)
+    assert checkpoints.park(client, settings, store, waiting, {"turn": 1}) is not None
+    definition = declare_check(store, "web", "p", {"ctx": requests[0].check_id})
+    CheckDefinitionStore(client, PREFIX).delete(definition)
     assert store.create_batch("b2", kind="check", text="p")
     assert store.abandon_batch("b2", "stopped")
     assert {gauge.check_id for gauge in store.check_gauges(10)} == {r.check_id for r in requests}
@@ -318,6 +330,12 @@ def test_policies_probes_and_notifications_run_on_a_cluster(client: SlotCheckedR
     assert feed.keep([entries[0].entry_id]) == [entries[0].entry_id]
     assert feed.begin_attempt(entries[0].entry_id) == 1
     assert feed.ack(entries[0], "delivered", Told(VerdictKind.FALSE, 1))
+    request = snapshot_request()
+    verdicts.register_run(request)
+    verdicts.begin_delivery(request)
+    assert verdicts.record_verdict(finished_report(request, "true"))
+    (entry,) = feed.read_new(10, None)
+    assert feed.dead_letter(entry, 3, "sink ops: answered HTTP 500")
     one_slot(client)
 
 
