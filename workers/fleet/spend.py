@@ -252,7 +252,9 @@ class SpendStore:
         now_ms: int | None = None,
         run_id: str = "",
     ) -> ReserveAnswer:
-        """Hold ``tokens`` / ``cost_micro`` against every scope's ceiling, in one step."""
+        """Hold ``tokens`` / ``cost_micro`` against every scope's ceiling, in one step; while
+        some reservation's lease has run out the script decides nothing, and those are
+        charged first (:meth:`release_expired`), so no call is admitted on stale figures."""
         now_ms = self._now_ms(now_ms)
         for _ in range(SWEEP_ROUNDS):
             answer = self._reserve_once(
