@@ -35,6 +35,7 @@ class RedisProcess:
     appendonly: bool = True
     socket_path: Path | None = None
     own_session: bool = False
+    extra_args: tuple[str, ...] = ()  # more redis-server options (a test's cluster mode)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -70,6 +71,7 @@ class RedisProcess:
             "yes",
             "--logfile",
             str(self.data_dir / "redis.log"),
+            *self.extra_args,
         ]
         self.process = subprocess.Popen(
             args,

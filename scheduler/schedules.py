@@ -9,7 +9,7 @@ This is the only code that touches the schedule keys:
 The last fire lives apart from the schedule so a replica recording a fire can
 never overwrite a change a person made at the same moment. Creating a schedule and
 recording a fire are scripts beside this module (``schedule_create.lua``,
-``schedule_record_fire.lua``, after ``schedule_checks.lua``).
+``schedule_record_fire.lua``, after ``key_checks.lua``).
 
 Every change also rewrites the schedule's one timer (``sched:{id}``) through
 :class:`~workers.fleet.timers.TimerStore`, so a running scheduler picks it up on
@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from scheduler.cron import due_at, next_fire
 from schemas.schedule import CHANGEABLE_FIELDS, Schedule, ScheduleFire
-from workers.fleet.lua_scripts import lua_source
+from workers.fleet.lua_scripts import checked_script
 from workers.fleet.spend import SpendStore, utc_day
 from workers.fleet.timers import (
     TimerEntry,
@@ -43,8 +43,8 @@ _FOLDER = Path(__file__).parent
 
 def _schedule_script(name: str) -> str:
     """A schedule script (``{name}.lua`` beside this module) after the key checks every one
-    of them runs first (``schedule_checks.lua``)."""
-    return lua_source("schedule_checks", _FOLDER) + lua_source(name, _FOLDER)
+    of them runs first (``key_checks.lua``, shared with the store's and the timers')."""
+    return checked_script(name, _FOLDER)
 
 
 class ScheduleNotFound(LookupError):

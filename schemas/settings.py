@@ -143,7 +143,12 @@ class AssaySettings(BaseSettings):
         description="While the fleet's Redis does not answer, the workers and the scheduler "
         "log so at once, then every this many seconds, and once when it answers again.",
     )
-    key_prefix: str = Field(default="assay", pattern=r"^[A-Za-z0-9_.-]+$")
+    key_prefix: str = Field(
+        default="assay",
+        pattern=r"^(?:[A-Za-z0-9_.-]+|\{[A-Za-z0-9_.-]+\})$",
+        description="What every Redis key of this deployment starts with (and its queue's "
+        "name); in braces (`{assay}`), a Redis Cluster hash tag: every key in one slot.",
+    )
     history_limit: int = Field(default=500, ge=1, description="Verdicts kept per check.")
     # --- probes (docs/probes.md) ---------------------------------------------------------
     kyverno_policy_exceptions: bool = Field(

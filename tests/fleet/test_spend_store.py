@@ -16,10 +16,11 @@ import pytest
 from schemas.request import SnapshotTarget
 from schemas.settings import load_settings
 from schemas.spend import SpendCeiling
+from tests.boundary_support import dump_keys
 from tests.fleet_support import snapshot_request
 from workers.engine.spend_guard import SpendRefused
 from workers.fleet.redis_client import connect
-from workers.fleet.spend import Scope, SpendStore
+from workers.fleet.spend import SWEEP_PER_CALL, Scope, SpendStore
 from workers.fleet.spend_reservations import FleetSpendGuard
 
 pytestmark = pytest.mark.integration
@@ -96,6 +97,40 @@ def test_a_killed_workers_reservation_is_charged_once_when_its_lease_runs_out(
     record = hour_record(survivor)
     assert (record["tokens"], record["reserved_tokens"]) == ("700", "0")
     assert survivor.in_flight() == 0
+
+
+def test_a_reserve_decides_only_once_every_run_out_reservation_is_charged(
+    redis_url: str,
+) -> None:
+    # More run-out reservations than one sweep releases: the reserve asks for sweeps until
+    # none is left, so spend they used stops the call (it is not admitted on stale figures).
+    killed, survivor = store(redis_url), store(redis_url)
+    count = SWEEP_PER_CALL * 2 + 5
+    for index in range(count):
+        assert killed.reserve(f"dead{index}", 60, -1, 1_000, HOUR, T0).status == "ok"
+    answer = survivor.reserve("late", 3_000, -1, LEASE, HOUR, T0 + 2_000)
+    assert answer.status == "refused", "133 x 60 tokens charged leave no room for 3,000"
+    record = hour_record(survivor)
+    assert (record["expired"], record["tokens"]) == (str(count), str(count * 60))
+    assert record["reserved_tokens"] == "0" and survivor.in_flight() == 0
+
+
+def test_a_sweep_told_other_period_records_than_a_reservation_holds_charges_nothing(
+    redis_url: str,
+) -> None:
+    # The sweep touches only keys it was given: when the caller's read of a reservation's
+    # period records is not what the record names, it leaves the reservation alone.
+    spend = store(redis_url)
+    assert spend.reserve("dead", 3_000, -1, 1_000, HOUR, T0).status == "ok"
+    before = dump_keys(spend.client, "sp")
+    stale = spend._sweep_script(
+        keys=[spend.inflight_key, spend.events_key, spend.key("res", "dead")],
+        args=[T0 + 2_000, 100, 60, "dead", 0],
+    )
+    assert [int(part) for part in stale] == [0, 1]
+    assert dump_keys(spend.client, "sp") == before
+    assert spend.release_expired(T0 + 2_000) == 1
+    assert hour_record(spend)["tokens"] == "3000"
 
 
 def test_concurrent_calls_never_pass_the_ceiling_and_every_token_is_counted_once(

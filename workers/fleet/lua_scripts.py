@@ -26,6 +26,13 @@ def lua_source(name: str, folder: Path = _FOLDER) -> str:
     return (folder / f"{name}.lua").read_text(encoding="utf-8")
 
 
+def checked_script(name: str, folder: Path = _FOLDER) -> str:
+    """``{name}.lua`` after the key checks it runs before its first write (``key_checks.lua``,
+    shared by the store's, the timers' and the schedules' scripts): Redis does not roll a
+    failed script back, so a key of the wrong type is found before anything is written."""
+    return lua_source("key_checks") + lua_source(name, folder)
+
+
 class RedisClock:
     """Redis's clock, read in this process without a round trip per reading.
 

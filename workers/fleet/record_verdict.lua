@@ -1,5 +1,5 @@
 -- Record a finished run, once: VerdictStore.record_verdict (workers/fleet/store.py).
--- Runs after store_checks.lua (its checks are prepended).
+-- Runs after key_checks.lua (its checks are prepended).
 --
 -- KEYS  1 run hash             P:run:{run_id}
 --       2 check hash           P:check:{check_id}

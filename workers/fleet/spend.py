@@ -22,9 +22,12 @@ above litellm's tokenizer): the overshoot is bounded by the calls in flight
 
 Reservations have a lease (the run's deadline plus ``spend_lease_margin_seconds``,
 on Redis's clock). A worker killed mid-call never settles: the next reserve of
-any worker (or :meth:`SpendStore.release_expired`) finds the lease run out and
-charges the reservation's whole estimate as spent, once (the provider may have
-billed the call; the guard errs high). A settle that arrives after that
+any worker finds the lease run out and decides nothing until
+:meth:`SpendStore.release_expired` (``spend_sweep.lua``) has charged the
+reservation's whole estimate as spent, once (the provider may have billed the
+call; the guard errs high). The sweep is told every key it touches: the caller
+reads which reservations ran out and the period records each one holds, and
+the script checks they are still the same. A settle that arrives after that
 corrects the charge to the real figure; a settle repeated (a retry after a lost
 reply) changes nothing. Nothing is lost, nothing counted twice.
 
@@ -88,8 +91,10 @@ if TYPE_CHECKING:
 
 MICRO = 1_000_000  # cost is counted in millionths of a dollar
 EVENTS_MAXLEN = 10_000
-SWEEP_PER_CALL = 64  # expired reservations one reserve releases before it checks
-SETTLE_ATTEMPTS = 3  # reads of a reservation's period records before a settle gives up
+SWEEP_PER_CALL = 64  # run-out reservations a reserve releases per sweep before it asks again
+SWEEP_ROUNDS = 64  # sweeps one reserve runs (each releasing some) before it gives up
+SETTLE_ATTEMPTS = 3  # reads of a reservation's period records before a settle (or a sweep)
+# gives up
 RECORD_KEEP_SECONDS = 24 * 3600  # a reservation's record outlives its lease by this much
 HOUR_RECORD_TTL_SECONDS = 2 * 24 * 3600
 
@@ -247,8 +252,30 @@ class SpendStore:
         now_ms: int | None = None,
         run_id: str = "",
     ) -> ReserveAnswer:
-        """Hold ``tokens`` / ``cost_micro`` against every scope's ceiling, in one step."""
+        """Hold ``tokens`` / ``cost_micro`` against every scope's ceiling, in one step; while
+        some reservation's lease has run out the script decides nothing, and those are
+        charged first (:meth:`release_expired`), so no call is admitted on stale figures."""
         now_ms = self._now_ms(now_ms)
+        for _ in range(SWEEP_ROUNDS):
+            answer = self._reserve_once(
+                reservation_id, tokens, cost_micro, lease_ms, scopes, now_ms, run_id
+            )
+            if answer is not None:
+                return answer
+            self.release_expired(now_ms, SWEEP_PER_CALL)
+        raise RuntimeError("reservations kept running out while a model call was being reserved")
+
+    def _reserve_once(
+        self,
+        reservation_id: str,
+        tokens: int,
+        cost_micro: int,
+        lease_ms: int,
+        scopes: Sequence[Scope],
+        now_ms: int,
+        run_id: str,
+    ) -> ReserveAnswer | None:
+        """One reserve script; None when a run-out reservation must be charged first."""
         keys = [
             self.inflight_key,
             self.limits_key,
@@ -266,17 +293,17 @@ class SpendStore:
             max(0, int(tokens)),
             int(cost_micro),
             max(1, int(lease_ms)),
-            self.prefix,
             RECORD_KEEP_SECONDS,
             EVENTS_MAXLEN,
             now_ms,
-            SWEEP_PER_CALL,
             self.history_seconds,
             run_id,
             *encoded,
         ]
         answer = self._reserve_script(keys=keys, args=args)
-        status = str(answer[0])
+        status = _text(answer[0])
+        if status == "sweep":
+            return None
         if status == "ok":
             return ReserveAnswer("ok")
         if status == "wait":
@@ -344,19 +371,32 @@ class SpendStore:
         raise RuntimeError("reservations kept changing while they were being settled")
 
     def release_expired(self, now_ms: int | None = None, count: int = 1000) -> int:
-        """Charge every reservation whose lease ran out (what each reserve also does first)."""
-        return int(
-            self._sweep_script(
-                keys=[self.inflight_key, self.events_key],
-                args=[
-                    self.prefix,
-                    self._now_ms(now_ms),
-                    EVENTS_MAXLEN,
-                    RECORD_KEEP_SECONDS,
-                    count,
-                ],
-            )
-        )
+        """Charge up to ``count`` reservations whose lease ran out (a reserve asks for it when
+        one is due); returns how many it released. Two reads (which ran out, the period
+        records each holds), then one script given all those keys."""
+        now = self._now_ms(now_ms)
+        released = 0
+        for _ in range(SETTLE_ATTEMPTS):
+            ids = [
+                _text(i)
+                for i in self.client.zrangebyscore(self.inflight_key, "-inf", now, 0, count)
+            ]
+            if not ids:
+                return released
+            pipe = self.client.pipeline(transaction=False)
+            for reservation_id in ids:
+                pipe.hget(self.key("res", reservation_id), "keys")
+            keys = [self.inflight_key, self.events_key]
+            args: list[Any] = [now, EVENTS_MAXLEN, RECORD_KEEP_SECONDS]
+            for reservation_id, held in zip(ids, pipe.execute(), strict=True):
+                period_keys = [] if held is None else _text(held).split()
+                keys += [self.key("res", reservation_id), *period_keys]
+                args += [reservation_id, len(period_keys)]
+            done, changed = self._sweep_script(keys=keys, args=args)
+            released += int(done)
+            if not int(changed):
+                return released
+        raise RuntimeError("reservations kept changing while they were being charged")
 
     def in_flight(self) -> int:
         """Reservations held now (calls in flight, and leases not yet found run out)."""

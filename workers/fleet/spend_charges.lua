@@ -1,12 +1,6 @@
 -- Shared by the spend scripts (workers/fleet/spend.py), prepended to each: charging a
--- period record, the event a crossed threshold adds, and expiring a reservation whose
--- lease ran out.
---
--- The one place keys are built inside a script (the sweep, `expire`): a reservation's
--- record is {prefix}:spend:res:{id}, for the ids the sweep finds run out in the in-flight
--- set, and the period records it charges are the ones that record names. Which
--- reservations ran out is known only inside the script, at the instant it runs, and the
--- sweep must charge them in the same step as the reserve that follows it.
+-- period record, the event a crossed threshold adds, and splitting a list of key names.
+-- Every key they touch is one their script was given in KEYS.
 local function num(v)
   return tonumber(v or '0') or 0
 end
@@ -45,32 +39,4 @@ local function split(text)
   local out = {}
   for part in string.gmatch(text or '', '%S+') do out[#out + 1] = part end
   return out
-end
--- A reservation whose lease ran out: its worker stopped mid-call. Charged in full, once.
-local function expire(prefix, inflight, id, events, maxlen, now_ms, keep_s)
-  local rec = prefix .. ':spend:res:' .. id
-  local f = redis.call('HMGET', rec, 'keys', 'tokens', 'cost', 'state')
-  redis.call('ZREM', inflight, id)
-  if not f[1] or f[4] ~= 'held' then return end
-  local tokens, cost = num(f[2]), tonumber(f[3])
-  for _, key in ipairs(split(f[1])) do
-    redis.call('HINCRBY', key, 'reserved_tokens', -tokens)
-    if cost and cost >= 0 then
-      redis.call('HINCRBY', key, 'reserved_cost', -cost)
-      charge(key, tokens, cost, events, maxlen, now_ms)
-    else
-      charge(key, tokens, nil, events, maxlen, now_ms)
-    end
-    redis.call('HINCRBY', key, 'expired', 1)
-    redis.call('HINCRBY', key, 'expired_tokens', tokens)
-  end
-  redis.call('HSET', rec, 'state', 'expired')
-  redis.call('EXPIRE', rec, keep_s)
-end
-local function sweep(prefix, inflight, events, maxlen, now_ms, keep_s, count)
-  local due = redis.call('ZRANGEBYSCORE', inflight, '-inf', now_ms, 'LIMIT', 0, count)
-  for _, id in ipairs(due) do
-    expire(prefix, inflight, id, events, maxlen, now_ms, keep_s)
-  end
-  return #due
 end

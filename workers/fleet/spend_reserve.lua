@@ -1,34 +1,36 @@
 -- Hold one model call's estimate against every ceiling that applies, in one step:
--- SpendStore.reserve (workers/fleet/spend.py). Charges run-out reservations first (the
--- sweep, spend_charges.lua). A call is admitted when, for each ceiling,
+-- SpendStore.reserve (workers/fleet/spend.py). While a reservation's lease has run out it
+-- decides nothing and answers 'sweep': the caller charges those first (spend_sweep.lua),
+-- then asks again. A call is admitted when, for each ceiling,
 -- spent + reserved + estimate <= limit; it waits while only reservations stand in the way,
 -- and is refused when spend alone leaves no room.
 --
 -- KEYS  1 reservations in flight P:spend:inflight   2 schedules' ceilings P:spend:limits
 --       3 threshold events P:spend:events   4 period index P:spend:index
 --       5 this reservation's record P:spend:res:{id}
---       6 .. one period record per scope, in the order of ARGV 12 ..
+--       6 .. one period record per scope, in the order of ARGV 10 ..
 -- ARGV  1 reservation id   2 tokens   3 cost micro (-1: price unknown)   4 lease, ms
---       5 key prefix (for the sweep)   6 record keep, s   7 events maxlen   8 now, epoch ms
---       9 sweep count   10 history, s   11 run id
---       12 .. one per scope, its parts joined by '|': kind (fleet-hour | fleet-day |
+--       5 record keep, s   6 events maxlen   7 now, epoch ms   8 history, s   9 run id
+--       10 .. one per scope, its parts joined by '|': kind (fleet-hour | fleet-day |
 --       schedule | batch), scope id, default tokens, default cost micro (0 = none), record
 --       TTL s, period start epoch s, index member, scope, period. The caller works out the
 --       period from now. (One argument per scope: each argument costs the caller time.)
 -- Returns {'ok'} | {'wait', label, resource, spent, reserved, limit}
---       | {'refused', label, resource, spent, limit}.
+--       | {'refused', label, resource, spent, limit} | {'sweep'} (nothing written).
 local inflight, limits, events, index, rec = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, want_t, want_c = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local lease_ms, prefix, keep_s, maxlen = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local now_ms = tonumber(ARGV[8])
-sweep(prefix, inflight, events, maxlen, now_ms, keep_s, tonumber(ARGV[9]))
+local lease_ms, keep_s, maxlen = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local now_ms = tonumber(ARGV[7])
+if #redis.call('ZRANGEBYSCORE', inflight, '-inf', now_ms, 'LIMIT', 0, 1) > 0 then
+  return {'sweep'}
+end
 local now_s = math.floor(now_ms / 1000)
 local scopes = {}
-for a = 12, #ARGV do
+for a = 10, #ARGV do
   local kind, sid, lt, lc, ttl, start, member, scope, period = string.match(ARGV[a],
     '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
   local s = {kind = kind, sid = sid, lt = num(lt), lc = num(lc), ttl = tonumber(ttl),
-    start = num(start), member = member, scope = scope, period = period, key = KEYS[a - 6]}
+    start = num(start), member = member, scope = scope, period = period, key = KEYS[a - 4]}
   if kind == 'schedule' then
     local own = redis.call('HGET', limits, 'schedule:' .. sid)
     if own then
@@ -90,10 +92,10 @@ for _, s in ipairs(scopes) do
   keys[#keys + 1] = s.key
 end
 if created then
-  redis.call('ZREMRANGEBYSCORE', index, '-inf', now_s - tonumber(ARGV[10]))
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', now_s - tonumber(ARGV[8]))
 end
 redis.call('HSET', rec, 'keys', table.concat(keys, ' '), 'tokens', want_t, 'cost', want_c,
-  'run', ARGV[11], 'state', 'held')
+  'run', ARGV[9], 'state', 'held')
 redis.call('EXPIRE', rec, math.ceil(lease_ms / 1000) + keep_s)
 redis.call('ZADD', inflight, now_ms + lease_ms, id)
 return {'ok'}

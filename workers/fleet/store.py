@@ -6,7 +6,7 @@ attribute (``_register_script``, ``_begin_script``, ``_record_script`` ...), so
 it is atomic and a retried call cannot apply twice. The scripts are ``.lua`` files
 beside this module (``store_*.lua`` and ``record_verdict.lua``), each naming its
 ``KEYS`` and ``ARGV`` in its header; every key is passed in, and every one that
-writes more than a lease runs ``store_checks.lua`` first.
+writes more than a lease runs ``key_checks.lua`` first.
 
 Key layout (``P`` = ``settings.key_prefix``; see docs/fleet.md)::
 
@@ -107,7 +107,7 @@ from schemas.request import EvaluationRequest, default_check_id
 from schemas.verdict import Verdict, VerdictKind
 from workers.engine.toolsets.redaction import scrubbed
 from workers.fleet.checkpoints import checkpoint_key
-from workers.fleet.lua_scripts import lua_source
+from workers.fleet.lua_scripts import checked_script, lua_source
 from workers.fleet.redis_client import connect, stream_entries, text, text_fields, texts
 from workers.fleet.report_codec import UnreadableReport, decode_report, encode_report
 from workers.fleet.retention import (
@@ -132,9 +132,9 @@ RESULT_EXPLANATION_CHARS = 300  # explanation kept per batch target (the full on
 
 def _store_script(name: str) -> str:
     """A store script (``{name}.lua`` beside this module) after the checks every one of them
-    runs before its first write (``store_checks.lua``: everything that could make it fail
+    runs before its first write (``key_checks.lua``: everything that could make it fail
     halfway; a problem becomes ``StoreConflict``, nothing written)."""
-    return lua_source("store_checks") + lua_source(name)
+    return checked_script(name)
 
 
 def _batch_script(name: str) -> str:

@@ -1,7 +1,7 @@
 -- Seal an unsealed batch as incomplete: VerdictStore.abandon_batch, and VerdictStore.batch
 -- when a reader finds its fan-out's lease gone (workers/fleet/store.py). Its total is the
 -- runs registered so far, it finishes once they have verdicts, and store_register_run.lua
--- refuses it any further run. Runs after store_checks.lua and store_batch_finish.lua
+-- refuses it any further run. Runs after key_checks.lua and store_batch_finish.lua
 -- (prepended).
 --
 -- KEYS  1 batch hash P:batch:{batch_id}   2 fan-out lease P:batch:{batch_id}:fanout

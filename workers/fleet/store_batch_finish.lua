@@ -1,6 +1,6 @@
 -- The end of a batch finished at its seal (its runs all recorded before it), shared by
 -- store_seal_batch.lua and store_abandon_batch.lua (prepended to both, after
--- store_checks.lua): defines finish_at_seal(), which reads and writes only their keys.
+-- key_checks.lua): defines finish_at_seal(), which reads and writes only their keys.
 --
 -- KEYS  1 batch hash   3 batch runs list   4 batch results
 -- ARGV  1 now ISO   4 how long a finished batch that changed no verdict is kept, s (as

@@ -1,5 +1,5 @@
 -- Count one delivery of a run to a worker: VerdictStore.begin_delivery
--- (workers/fleet/store.py). Runs after store_checks.lua (prepended).
+-- (workers/fleet/store.py). Runs after key_checks.lua (prepended).
 --
 -- KEYS  1 run hash P:run:{run_id}   2 unfinished zset P:unfinished   3 recorded runs P:runs
 -- ARGV  1 run_id   2 check_id   3 target   4 now ISO   5 ttl, s   6 now, epoch s

@@ -1,7 +1,7 @@
 -- Make a batch's record and its fan-out's lease together: VerdictStore.create_batch
 -- (workers/fleet/store.py), so there is never a batch marked as leased without its lease.
 -- Batches past their TTL leave the batches zset as a new one enters it. Runs after
--- store_checks.lua (prepended).
+-- key_checks.lua (prepended).
 --
 -- KEYS  1 batch hash P:batch:{batch_id}   2 batches zset P:batches
 --       3 fan-out lease P:batch:{batch_id}:fanout

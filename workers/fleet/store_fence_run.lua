@@ -1,5 +1,5 @@
 -- Claim one scheduler fire of a run for one fencing token: VerdictStore.claim_fence
--- (workers/fleet/store.py). Runs after store_checks.lua (prepended). The token is kept on
+-- (workers/fleet/store.py). Runs after key_checks.lua (prepended). The token is kept on
 -- the run's hash as field 'fence:' .. fire id.
 --
 -- KEYS  1 run hash P:run:{run_id}   2 recorded runs P:runs

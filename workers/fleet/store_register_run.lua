@@ -1,5 +1,5 @@
 -- Register a run before its task is sent (queued; counted in its batch):
--- VerdictStore.register_runs (workers/fleet/store.py). Runs after store_checks.lua
+-- VerdictStore.register_runs (workers/fleet/store.py). Runs after key_checks.lua
 -- (prepended).
 --
 -- KEYS  1 run hash P:run:{run_id}   2 batch hash P:batch:{batch_id}

@@ -1,6 +1,6 @@
 -- Seal a batch: every target is registered, its total is final: VerdictStore.seal_batch
 -- (workers/fleet/store.py). A batch closed as incomplete meanwhile (its lease lapsed while
--- the submitter stalled) is complete after all: the flag goes. Runs after store_checks.lua
+-- the submitter stalled) is complete after all: the flag goes. Runs after key_checks.lua
 -- and store_batch_finish.lua (prepended).
 --
 -- KEYS  1 batch hash P:batch:{batch_id}   2 fan-out lease P:batch:{batch_id}:fanout

@@ -1,5 +1,5 @@
 -- Park a run whose WAIT outlives the worker (status waiting, deliveries reset):
--- VerdictStore.mark_waiting (workers/fleet/store.py). Runs after store_checks.lua
+-- VerdictStore.mark_waiting (workers/fleet/store.py). Runs after key_checks.lua
 -- (prepended).
 --
 -- KEYS  1 run hash P:run:{run_id}   2 unfinished zset P:unfinished   3 recorded runs P:runs

@@ -6,7 +6,8 @@
 --       4 successor's due instant
 -- Returns 1 done, 2 replaced meanwhile (replacement kept, successor dropped), 0 not in
 -- flight (finished by another, or removed).
-local bad = type_problem(KEYS, {'zset', 'hash', 'zset'}) if bad then return bad end
+local problem = types_problem(KEYS, {'zset', 'hash', 'zset'})
+if problem then return conflict(problem) end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return 0
 end

@@ -4,7 +4,8 @@
 -- KEYS  1 due P:timers:due   2 in flight P:timers:inflight   3 entries P:timers:entries
 -- ARGV  1 now   2 lease end   3 how many at most
 -- Returns id, entry JSON (false when gone), id, entry JSON, ...
-local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
+local problem = types_problem(KEYS, {'zset', 'zset', 'hash'})
+if problem then return conflict(problem) end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for _, id in ipairs(ids) do

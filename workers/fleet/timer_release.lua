@@ -4,7 +4,8 @@
 -- KEYS  1 in flight P:timers:inflight   2 due P:timers:due   3 entries P:timers:entries
 -- ARGV  1 timer id   2 due again at
 -- Returns 1 released, 0 it was not in flight.
-local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
+local problem = types_problem(KEYS, {'zset', 'zset', 'hash'})
+if problem then return conflict(problem) end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end

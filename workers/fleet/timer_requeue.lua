@@ -5,7 +5,8 @@
 -- KEYS  1 in flight P:timers:inflight   2 due P:timers:due   3 entries P:timers:entries
 -- ARGV  1 now   2 how many at most
 -- Returns how many leases it found run out.
-local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
+local problem = types_problem(KEYS, {'zset', 'zset', 'hash'})
+if problem then return conflict(problem) end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 local back = {}
 for _, id in ipairs(ids) do

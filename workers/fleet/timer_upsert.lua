@@ -4,7 +4,8 @@
 -- KEYS  1 due P:timers:due   2 in flight P:timers:inflight   3 entries P:timers:entries
 -- ARGV  1 timer id   2 entry JSON   3 due instant
 -- Returns 1 added to due, 2 replaced while in flight.
-local bad = type_problem(KEYS, {'zset', 'zset', 'hash'}) if bad then return bad end
+local problem = types_problem(KEYS, {'zset', 'zset', 'hash'})
+if problem then return conflict(problem) end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   return 2

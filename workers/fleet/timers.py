@@ -12,7 +12,8 @@ the only code that touches the timer keys:
                               dropped when its timer is acknowledged
 
 Atomic steps are Lua scripts beside this module (``timer_*.lua``, one per
-transition, each after the checks of ``timer_checks.lua``), so a timer is always
+transition, each after the checks of ``key_checks.lua`` and the entry reader of
+``timer_entry.lua``), so a timer is always
 in exactly one of ``due`` / ``inflight``, never popped and lost:
 
 * ``claim`` moves due entries to ``inflight`` with a lease instead of popping
@@ -54,7 +55,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workers.fleet.lua_scripts import lua_source
+from workers.fleet.lua_scripts import checked_script, lua_source
 
 TimerKind = Literal["schedule_fire", "deferred", "continuation"]
 
@@ -63,8 +64,9 @@ SENT_MARKER_TTL_SECONDS = 7 * 24 * 3600
 
 
 def _timer_script(name: str) -> str:
-    """A timer script with the checks it runs before its first write prepended."""
-    return lua_source("timer_checks") + lua_source(name)
+    """A timer script after the checks it runs before its first write (``key_checks.lua``)
+    and the reading of a timer entry (``timer_entry.lua``)."""
+    return checked_script("timer_entry") + lua_source(name)
 
 
 def schedule_timer_id(schedule_id: str) -> str:
