@@ -97,7 +97,10 @@ def test_a_projection_is_its_jmespath_over_the_objects_the_entry_lists(tmp_path:
     assert result.verdict == VerdictKind.FALSE, result
     assert [v.name for v in result.violations] == ["b"]
     # length(@) is a Go float64: a CEL double, equal to the int 2 as Kyverno's CEL says
-    count = "globalContext.Get('teams', 'count') == 2 && type(globalContext.Get('teams', 'count')) == double"
+    count = (
+        "globalContext.Get('teams', 'count') == 2 "
+        "&& type(globalContext.Get('teams', 'count')) == double"
+    )
     assert _run(count, backend, ENTRY).verdict == VerdictKind.TRUE
     # a projection the entry does not define fails, as Kyverno's Get does: no verdict
     missing = _run("globalContext.Get('teams', 'nothing') == null", backend, ENTRY)
