@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
+from assay.testing.fake_apiserver import FakeApiServer
+from assay.testing.fake_cluster import FakeCluster
+from schemas.request import ContextTarget
+from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
+from workers.engine.toolsets.live_backend import LiveBackend
 from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 from workers.policy_engine.policies.documents import documents_from_text
 from workers.policy_engine.policies.importer import import_documents
@@ -218,3 +223,38 @@ def test_to_gvr_answers_from_the_targets_kinds(tmp_path: Path) -> None:
     unserved = _run("resource.ToGVR('example.com/v1', 'Gadget') != null", backend)
     assert unserved.verdict == VerdictKind.CANNOT_DETERMINE
     assert "no matches for kind 'Gadget'" in (unserved.reason or "")
+
+
+def test_a_live_targets_entry_is_read_once_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a live cluster (the test API server) the entry is read from Kyverno's
+    GlobalContextEntries, and its objects and the entries are each listed once for the
+    whole run, however many pods read the projection."""
+    stored = _entry(
+        "teams",
+        {
+            "kubernetesResource": {
+                "version": "v1",
+                "resource": "configmaps",
+                "namespace": "platform",
+            },
+            "projections": [{"name": "names", "jmesPath": "[].metadata.name"}],
+        },
+    )
+    pods = [_pod(f"p{n}", "web" if n % 2 else "ops") for n in range(6)]
+    folder = tmp_path / "c"
+    _snapshot(folder, stored, _configmap("web"), *pods)
+    text = POLICY.replace(
+        "EXPRESSION", "object.metadata.labels.team in globalContext.Get('teams', 'names')"
+    )
+    imported, refusals = import_documents(documents_from_text(text, "policy.yaml"))
+    assert refusals == []
+    with FakeApiServer([FakeCluster.from_snapshot(folder, name="live")]) as server:
+        monkeypatch.setenv("ASSAY_KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kc")))
+        backend = LiveBackend.from_target(ContextTarget(context="live"), load_settings())
+        server.clear_requests()
+        (result,), _ = run_policies(imported, backend)
+        listed = [r.path.rstrip("/").split("/")[-1] for r in server.requests]
+    assert sorted(v.name for v in result.violations) == ["p0", "p2", "p4"], result
+    assert listed.count("globalcontextentries") == 1 and listed.count("configmaps") == 1, listed
