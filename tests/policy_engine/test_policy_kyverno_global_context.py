@@ -18,6 +18,7 @@ from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
 from workers.engine.toolsets.live_backend import LiveBackend
 from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.policies import cluster_reads
 from workers.policy_engine.policies.documents import documents_from_text
 from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.kyverno_jmespath import ProjectionError, problem, search
@@ -258,3 +259,34 @@ def test_a_live_targets_entry_is_read_once_a_run(
         listed = [r.path.rstrip("/").split("/")[-1] for r in server.requests]
     assert sorted(v.name for v in result.violations) == ["p0", "p2", "p4"], result
     assert listed.count("globalcontextentries") == 1 and listed.count("configmaps") == 1, listed
+
+
+@pytest.mark.parametrize(("background", "searches"), [("true", 1), ("false", 6)])
+def test_a_projection_runs_once_a_run_or_once_an_object_at_admission(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, background: str, searches: int
+) -> None:
+    """Kyverno computes a projection when the entry's objects change: one value for the
+    background scan (here once a run); a policy run only at admission reads the cluster
+    without the judged object, so its projection is run for each object."""
+    calls: list[str] = []
+    real = cluster_reads.search
+
+    def counted(query: str, data: Any) -> Any:
+        calls.append(query)
+        return real(query, data)
+
+    monkeypatch.setattr(cluster_reads, "search", counted)
+    backend = _snapshot(
+        tmp_path / "c", _configmap("web"), *[_pod(f"p{n}", "web") for n in range(6)]
+    )
+    text = POLICY.replace(
+        "EXPRESSION", "object.metadata.labels.team in globalContext.Get('teams', 'names')"
+    ).replace(
+        "  validationActions: [Audit]",
+        f"  validationActions: [Audit]\n  evaluation: {{background: {{enabled: {background}}}}}",
+    )
+    imported, refusals = import_documents(documents_from_text(text + ENTRY, "policy.yaml"))
+    assert refusals == []
+    (result,), _ = run_policies(imported, backend)
+    assert result.verdict == VerdictKind.TRUE, result
+    assert len(calls) == searches
