@@ -169,7 +169,7 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
         for file in [*(test.get("clusterResources") or []), *(test.get("paramResources") or [])]
         for o in _load(base / file)
     )  # a binding's params objects are objects of the cluster, read from it as the API server does
-    mocked = global_context_mocks(test, base, objects)
+    mocked = global_context_mocks(test, base, [*objects, *context])
     if mocked is None:
         reading.skipped["a test whose globalContextEntries mock no stored cluster"] += len(
             [r for result in test.get("results") or [] for r in result.get("resources") or []]
@@ -206,7 +206,7 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
 
 
 def global_context_mocks(
-    test: dict[str, Any], base: Path, resources: list[dict[str, Any]]
+    test: dict[str, Any], base: Path, others: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], ...] | None:
     """A Kyverno CLI test's ``globalContextEntries`` as what a stored cluster would hold: an
     entry of objects (``resources``, ``resourceFiles``) is those objects and a
@@ -237,7 +237,7 @@ def global_context_mocks(
         (namespace,) = namespaces
         if any(
             o.get("kind") == kind and (with_namespace(o).get("metadata") or {}).get("namespace")
-            == namespace for o in [*resources, *out]
+            == namespace for o in [*others, *out]
         ):  # fmt: skip
             return None
         group, _, version = api_version.rpartition("/")

@@ -290,3 +290,29 @@ def test_a_projection_runs_once_a_run_or_once_an_object_at_admission(
     (result,), _ = run_policies(imported, backend)
     assert result.verdict == VerdictKind.TRUE, result
     assert len(calls) == searches
+
+
+def test_a_namespaced_policy_reads_its_own_namespace_through_to_gvr(tmp_path: Path) -> None:
+    policy = """
+apiVersion: policies.kyverno.io/v1
+kind: NamespacedValidatingPolicy
+metadata: {name: own-teams, namespace: shop}
+spec:
+  validationActions: [Audit]
+  autogen: {podControllers: {controllers: []}}
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  validations:
+    - expression: >-
+        resource.List(resource.ToGVR('v1', 'ConfigMap'), {'team': 'yes'}).items.exists(c,
+          c.metadata.name == object.metadata.labels.team)
+        && resource.get(resource.toGVR('v1', 'ConfigMap'), 'web').metadata.name == 'web'
+"""
+    web = _configmap("web", "shop")
+    web["metadata"]["labels"] = {"team": "yes"}
+    backend = _snapshot(tmp_path / "c", web, _pod("a", "web"), _pod("b", "ops"))
+    imported, refusals = import_documents(documents_from_text(policy, "policy.yaml"))
+    assert refusals == []
+    (result,), _ = run_policies(imported, backend)
+    assert [v.name for v in result.violations] == ["b"], result

@@ -66,7 +66,10 @@ def search(query: str, data: Any) -> Any:
         raise ProjectionError(reason)
     try:
         return _GoInterpreter().visit(_compiled(query).parsed, data)
-    except (exceptions.JMESPathError, TypeError, ValueError, RecursionError) as exc:
+    except (
+        exceptions.JMESPathError, TypeError, ValueError, KeyError, IndexError, AttributeError,
+        RecursionError,
+    ) as exc:  # fmt: skip
         raise ProjectionError(f"JMESPath {query!r} failed: {exc}") from None
 
 
