@@ -316,3 +316,16 @@ spec:
     assert refusals == []
     (result,), _ = run_policies(imported, backend)
     assert [v.name for v in result.violations] == ["b"], result
+
+
+def test_a_projection_that_repeats_itself_is_refused_as_too_costly(tmp_path: Path) -> None:
+    """``@ | [@, @] | [@, @] ...`` holds little and writes out to billions of values: the
+    run is refused as too costly (never a value, never a hang), and so is its text."""
+    doubling = "@" + " | [@, @]" * 30
+    with pytest.raises(ProjectionError, match="more than 1,000,000 values"):
+        search(f"to_string({doubling})", [{"a": 1}])
+    entry = ENTRY.replace('jmesPath: "length(@)"', f'jmesPath: "{doubling}"')
+    backend = _snapshot(tmp_path / "c", _configmap("web"), _pod("a", "web"))
+    result = _run("size(globalContext.Get('teams', 'count')) > 0", backend, entry)
+    assert result.verdict == VerdictKind.CANNOT_DETERMINE
+    assert "too costly" in (result.reason or "") and "1,000,000 values" in (result.reason or "")

@@ -27,15 +27,16 @@ from __future__ import annotations
 from typing import Any
 
 from workers.engine.toolsets.backend import BackendError, ResourceInfo
-from workers.policy_engine.cel.lib.base import CelLibraryError, charge, converted_values
+from workers.policy_engine.cel.lib.base import CelLibraryError, charge, converted_values, refuse
 from workers.policy_engine.cel.lib.kyverno_resource import CONVERTED_VALUES_PER_STEP, judged_object
-from workers.policy_engine.policies.kyverno_jmespath import ProjectionError, search
+from workers.policy_engine.policies.kyverno_jmespath import ProjectionError, search, values_within
 from workers.policy_engine.policies.lookups import SharedLookups
 from workers.policy_engine.probes.runner import SECRET_VALUES_WITHHELD
 
 GLOBAL_CONTEXT_KIND = "GlobalContextEntry"
 GLOBAL_CONTEXT_GROUP = "kyverno.io"
 API_CALL = "lives outside the cluster (an API call)"
+MAX_PROJECTED_VALUES = 1_000_000  # far past what the cost bound lets a run convert
 
 
 class ListingReads:
@@ -191,6 +192,13 @@ class ListingReads:
             raise CelLibraryError(
                 f"global context entry {name!r}: projection {projection!r} not found: {exc}"
             ) from None
+        # a result that repeats its parts (``@ | [@, @] | [@, @]``) is small to hold and huge
+        # to convert: refused past a bound before its conversion is counted and charged
+        if values_within(value, MAX_PROJECTED_VALUES) is None:
+            refuse(
+                f"globalContext.Get() of projection {projection!r} would convert more than "
+                f"{MAX_PROJECTED_VALUES:,} values"
+            )
         if not self.admission_only:  # else it depends on the judged object
             self._projected[key] = value
         return value

@@ -38,6 +38,27 @@ SERVED_FUNCTIONS = frozenset(
 _DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
+MAX_TO_STRING_VALUES = 1_000_000
+
+
+def values_within(value: Any, limit: int) -> int | None:
+    """How many values ``value`` holds when written out (each list, map, key and scalar
+    one, a shared part once per place it appears), or None past ``limit``: counted without
+    ever walking more than ``limit`` of them."""
+    total, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        total += 1
+        if total > limit:
+            return None
+        if isinstance(item, dict):
+            total += len(item)
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return total
+
+
 class ProjectionError(ValueError):
     """The projection fails, as it would in Kyverno (which then has no value for it), or
     reaches what is not served here."""
@@ -216,7 +237,15 @@ class _GoFunctions(functions.Functions):
 
     @functions.signature({"types": []})
     def _func_to_string(self, arg: Any) -> str:
-        return arg if isinstance(arg, str) else _go_json(arg)
+        if isinstance(arg, str):
+            return arg
+        # a value that repeats itself (``@ | [@, @] | [@, @]``) is small to hold and huge to
+        # write: its size is counted first, and a text past the bound is refused
+        if values_within(arg, MAX_TO_STRING_VALUES) is None:
+            raise ProjectionError(
+                f"to_string() would write more than {MAX_TO_STRING_VALUES:,} values"
+            )
+        return _go_json(arg)
 
 
 class _GoInterpreter(visitor.TreeInterpreter):
