@@ -6,6 +6,7 @@ refused as living outside the cluster; ``ToGVR`` answers from the target's kinds
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,8 @@ def test_jmespath_answers_as_kyvernos_go_jmespath() -> None:
     assert search("to_string([0].spec)", objects) == '{"least":2,"ratio":0.5,"replicas":2}'
     assert search("to_string(length(@))", objects) == "2"
     assert search("to_number('2.5')", objects) == 2.5
+    assert search("to_number('1e400')", objects) is None  # past float64: Go gives null
+    assert math.isnan(search("avg(`[]`)", objects))  # Go divides 0 by 0
     for failing in ("abs([0].spec.replicas)", "max([].spec.replicas)", "length(missing)"):
         with pytest.raises(ProjectionError):
             search(failing, objects)

@@ -198,8 +198,8 @@ class _GoFunctions(functions.Functions):
         return float(len(arg))
 
     @functions.signature({"types": ["array-number"]})
-    def _func_avg(self, arg: list[float]) -> float | None:
-        return float(sum(arg)) / len(arg) if arg else None
+    def _func_avg(self, arg: list[float]) -> float:
+        return float(sum(arg)) / len(arg) if arg else math.nan  # Go divides 0 by 0
 
     @functions.signature({"types": []})
     def _func_to_number(self, arg: Any) -> float | None:
@@ -209,7 +209,8 @@ class _GoFunctions(functions.Functions):
             return None
         if isinstance(arg, str):
             if _DECIMAL.fullmatch(arg):
-                return float(arg)
+                number = float(arg)
+                return number if math.isfinite(number) else None  # Go: out of range, null
             if arg.strip().lower().lstrip("+-") in ("inf", "infinity", "nan") or "_" in arg:
                 raise ProjectionError(f"to_number({arg!r}) is read apart by Go and Python")
             if arg.lower().lstrip("+-").startswith("0x"):
