@@ -161,6 +161,9 @@ class ListingReads:
         source = spec.get("kubernetesResource")
         if spec.get("apiCall") or not isinstance(source, dict):
             raise CelLibraryError(f"global context entry {name!r} {API_CALL}")
+        key = (name, projection)
+        if key in self._projected:
+            return self._projected[key]
         group = str(source.get("group") or "")
         version = str(source.get("version") or "v1")
         api_version = f"{group}/{version}" if group else version
@@ -169,9 +172,6 @@ class ListingReads:
         )["items"]
         if not projection:
             return objects
-        key = (name, projection)
-        if key in self._projected:
-            return self._projected[key]
         query = next(
             (
                 p.get("jmesPath")
