@@ -14,8 +14,8 @@ out of it, both the engine's own:
   per policy, a ``pass``, ``fail`` or ``skip`` for its ``scope`` object: what Kyverno's
   background scan (the job a scan of stored objects does) found.
 
-Objects the test created before the labelled one (a Namespace, a ConfigMap) go along as
-context: a snapshot holds them as the cluster did.
+Objects the test created before the labelled one (a Namespace, a ConfigMap, a
+GlobalContextEntry) go along as context: a snapshot holds them as the cluster did.
 """
 
 from __future__ import annotations
@@ -177,6 +177,9 @@ def read_chainsaw_test(path: Path, skipped: Counter[str]) -> list[ChainsawFixtur
                     found.setdefault(_key(fixture), fixture)
                 continue
             kinds = {d.get("kind") for d in applied.documents}
+            if kinds == {"GlobalContextEntry"}:  # the cluster holds it, as a check reads it
+                state.objects += [d for d in applied.documents if not state.holds(d)]
+                continue
             if kinds & POLICY_KINDS:
                 state.policy_files.append(applied)
                 continue

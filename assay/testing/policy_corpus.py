@@ -8,7 +8,8 @@ Two layouts are read, the ones the public policy libraries use:
   ``skip``-ped; ``exceptions`` (PolicyException files, imported with the policies) and
   ``context`` (a ``Context`` whose ``spec.resources`` are other objects of the cluster, what
   ``resource.Get`` / ``List`` read) and ``clusterResources`` (files of such objects) when
-  given. assay's own corpus
+  given; ``globalContextEntries`` as the stored cluster would hold them
+  (:func:`global_context_mocks`). assay's own corpus
   (tests/fixtures/cel_corpus/) is written in this layout.
 * Gatekeeper's suites (``kind: Suite``, ``test.gatekeeper.sh``): per test a template and a
   constraint, and cases of one object each with ``violations: yes|no|N``. A case whose
@@ -40,6 +41,7 @@ from assay.testing.kyverno_configuration import exceptions_by_folder, repository
 from assay.testing.vap_library_suite import is_library_root, read_vap_library
 from schemas.policy import ImportedPolicy
 from schemas.verdict import VerdictKind
+from workers.engine.toolsets.kinds import guess_plural
 from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 from workers.policy_engine.policies.documents import SourcedDocument, documents_from_text
 from workers.policy_engine.policies.expressions import global_calls, references
@@ -188,6 +190,13 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
         for file in [*(test.get("clusterResources") or []), *(test.get("paramResources") or [])]
         for o in _load(base / file)
     )  # a binding's params objects are objects of the cluster, read from it as the API server does
+    mocked = global_context_mocks(test, base, [*objects, *context])
+    if mocked is None:
+        reading.skipped["a test whose globalContextEntries mock no stored cluster"] += len(
+            [r for result in test.get("results") or [] for r in result.get("resources") or []]
+        )
+        return
+    context += mocked
     for result in test.get("results") or []:
         label = str(result.get("result") or "").strip()
         if label not in ("pass", "fail", "skip"):
@@ -215,6 +224,54 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
                     context=context,
                 )
             )
+
+
+def global_context_mocks(
+    test: dict[str, Any], base: Path, others: list[dict[str, Any]]
+) -> tuple[dict[str, Any], ...] | None:
+    """A Kyverno CLI test's ``globalContextEntries`` as what a stored cluster would hold: an
+    entry of objects (``resources``, ``resourceFiles``) is those objects and a
+    GlobalContextEntry listing them (their kind, in their namespace); an entry of ``data``
+    is a service's answer, so its GlobalContextEntry calls one (``apiCall``), which a check
+    refuses as outside the cluster. None when the objects cannot be listed apart from the
+    test's others (several kinds or namespaces, others of theirs in their namespace) or the
+    entry reshapes them (``fieldPath``, the CLI's projections), which no entry does."""
+    out: list[dict[str, Any]] = []
+    for mock in test.get("globalContextEntries") or []:
+        if not isinstance(mock, dict) or not mock.get("name"):
+            return None
+        meta = {"name": str(mock["name"])}
+        if mock.get("data") is not None:
+            api = {"urlPath": "/mocked", "refreshInterval": "1h"}
+            out.append(_global_context_entry(meta, {"apiCall": api}))
+            continue
+        objects = [o for o in mock.get("resources") or [] if isinstance(o, dict)]
+        objects += [o for file in mock.get("resourceFiles") or [] for o in _load(base / file)]
+        if mock.get("fieldPath") or mock.get("projections") or not objects:
+            return None
+        objects = [with_namespace(o) for o in objects]
+        kinds = {(str(o.get("apiVersion")), str(o.get("kind"))) for o in objects}
+        namespaces = {(o.get("metadata") or {}).get("namespace") for o in objects}
+        if len(kinds) != 1 or len(namespaces) != 1:
+            return None
+        ((api_version, kind),) = kinds
+        (namespace,) = namespaces
+        if any(
+            o.get("kind") == kind and (with_namespace(o).get("metadata") or {}).get("namespace")
+            == namespace for o in [*others, *out]
+        ):  # fmt: skip
+            return None
+        group, _, version = api_version.rpartition("/")
+        source = {"group": group, "version": version, "resource": guess_plural(kind)}
+        if namespace:
+            source["namespace"] = str(namespace)
+        out += [*objects, _global_context_entry(meta, {"kubernetesResource": source})]
+    return tuple(out)
+
+
+def _global_context_entry(meta: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry",
+            "metadata": meta, "spec": spec}  # fmt: skip
 
 
 def _values_namespaces(
@@ -480,7 +537,7 @@ class Judge:
             namespaces = [*fixture.namespaces, *_namespaces_they_live_in(obj, fixture)]
             for number, namespace in enumerate(namespaces):
                 (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(namespace))
-            cluster_scoped = _cluster_scoped_kinds(fixture.context)
+            cluster_scoped = _cluster_scoped_kinds(fixture.context) | {"GlobalContextEntry"}
             for number, other in enumerate(fixture.context):
                 if other.get("kind") not in cluster_scoped:
                     other = with_namespace(other)
@@ -635,6 +692,7 @@ _REFUSAL_CLASSES = (
     ("namespaceObject", f"{_HELD}: namespaceObject"),
     ("labels of namespace", f"{_HELD}: the object's Namespace"),
     ("resource library", f"{_HELD}: Kyverno resource.*"),
+    ("(an API call)", f"{_REQUEST}: an API call"),
     ("global context", f"{_HELD}: Kyverno globalContext"),
     ("request.kind", f"{_HELD}: request.kind"),
     ("request.namespace", f"{_HELD}: request.namespace"),

@@ -284,3 +284,25 @@ def test_a_conformance_label_is_judged_with_the_exceptions_its_kyverno_applied(
         "exceptions-shop": False,
         "both": True,
     }
+
+
+def test_global_context_entries_are_what_the_stored_cluster_holds() -> None:
+    """A GlobalContextEntry a chainsaw step creates is in the cluster the later objects are
+    judged on (not among the policy's files), and a Kyverno CLI test's mock of one is what
+    the stored cluster would hold: a service's answer (inline data) becomes an entry that
+    calls one, refused as outside the cluster; a mock that reshapes its objects is left out."""
+    reading = read_library(SUITES / "global_context")
+    by_name = {str(f.obj["metadata"]["name"]): f for f in reading.fixtures}
+    assert sorted(by_name) == ["app", "ops-pod", "web-pod"]
+    web = by_name["web-pod"]
+    assert [o["kind"] for o in web.context] == ["ConfigMap", "GlobalContextEntry"]
+    assert all("gctxentry" not in file for file in web.policy_files)
+    assert reading.skipped["a test whose globalContextEntries mock no stored cluster"] == 1
+    figures = evaluate(reading.fixtures, reading.skipped)
+    judged = {j.fixture.obj["metadata"]["name"]: (j.value, j.reason) for j in figures.judgements}
+    assert judged["web-pod"] == (True, "") and judged["ops-pod"] == (False, "")
+    value, reason = judged["app"]
+    assert value is None and "lives outside the cluster (an API call)" in reason
+    assert refusal_class(reason) == (
+        "lives in the admission request or outside the cluster: an API call"
+    )

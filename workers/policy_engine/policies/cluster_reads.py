@@ -12,9 +12,14 @@ was stored in; an API server serves every version of a resource, converted).
 
 What Kyverno's calls report as failures are failures here too (an evaluation error: the
 policy gives no verdict): a resource the target does not serve, a subresource, an object not
-found, a namespace given for a cluster-scoped resource. A GlobalContextEntry holds the
-objects its ``kubernetesResource`` lists; an entry the policy's files do not define is null,
-as Kyverno reads an entry it has not loaded.
+found, a namespace given for a cluster-scoped resource, a kind ``resource.ToGVR`` finds no
+resource of. A GlobalContextEntry is the one the policy's files define, else the target's
+own (Kyverno's ``kyverno.io`` GlobalContextEntries, cluster-scoped); one neither holds is
+null, as Kyverno reads an entry it has not loaded. Its data is the list of objects its
+``kubernetesResource`` lists; a projection is its JMESPath over that list, run as Kyverno
+runs it (kyverno_jmespath.py) once a run (for each object, for an admission-only policy). An
+entry that calls a service (``apiCall``) lives outside the cluster: reading it is an error
+that says so.
 """
 
 from __future__ import annotations
@@ -22,12 +27,16 @@ from __future__ import annotations
 from typing import Any
 
 from workers.engine.toolsets.backend import BackendError, ResourceInfo
-from workers.policy_engine.cel.lib.base import CelLibraryError
-from workers.policy_engine.cel.lib.kyverno_resource import judged_object
+from workers.policy_engine.cel.lib.base import CelLibraryError, charge, converted_values, refuse
+from workers.policy_engine.cel.lib.kyverno_resource import CONVERTED_VALUES_PER_STEP, judged_object
+from workers.policy_engine.policies.kyverno_jmespath import ProjectionError, search, values_within
 from workers.policy_engine.policies.lookups import SharedLookups
 from workers.policy_engine.probes.runner import SECRET_VALUES_WITHHELD
 
 GLOBAL_CONTEXT_KIND = "GlobalContextEntry"
+GLOBAL_CONTEXT_GROUP = "kyverno.io"
+API_CALL = "lives outside the cluster (an API call)"
+MAX_PROJECTED_VALUES = 1_000_000  # far past what the cost bound lets a run convert
 
 
 class ListingReads:
@@ -51,6 +60,7 @@ class ListingReads:
         self.entries = entries or {}
         self.secret_values_named = secret_values_named
         self.admission_only = admission_only
+        self._projected: dict[tuple[str, str], Any] = {}
 
     def _as_at_admission(self, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The objects as an admission-only policy reads them: Kyverno runs it only while the
@@ -67,16 +77,19 @@ class ListingReads:
             )
         return [o for o in objects if not _same_object(o, judged)]
 
+    def _served(self) -> list[ResourceInfo]:
+        try:
+            return self.shared.served()
+        except BackendError as exc:
+            raise CelLibraryError(f"the target's kinds could not be read: {exc.message}") from None
+
     def _resource(self, api_version: str, resource: str) -> ResourceInfo:
         if "/" in resource:
             raise CelLibraryError(
                 f"failed to read {resource}: a subresource is a request, not a stored object"
             )
         group, _, version = api_version.rpartition("/")
-        try:
-            served = self.shared.served()
-        except BackendError as exc:
-            raise CelLibraryError(f"the target's kinds could not be read: {exc.message}") from None
+        served = self._served()
         found = [info for info in served if info.group == group and info.plural == resource]
         found.sort(key=lambda info: info.version != version)  # the version asked for, if served
         for info in found:
@@ -127,22 +140,83 @@ class ListingReads:
             "items": objects,
         }
 
+    def to_gvr(self, api_version: str, kind: str) -> dict[str, str]:
+        """The resource the target serves ``kind`` of ``api_version`` as (Kyverno asks the API
+        server's REST mapping): its group, the version asked for, its plural."""
+        if api_version.count("/") > 1:
+            raise CelLibraryError(f"failed to map kind to resource: bad apiVersion {api_version!r}")
+        group, _, version = api_version.rpartition("/")
+        for info in self._served():
+            if info.group == group and info.kind == kind:
+                return {"group": group, "version": version, "resource": info.plural}
+        raise CelLibraryError(
+            f"failed to map kind to resource: no matches for kind {kind!r} in version "
+            f"{api_version!r}"
+        )
+
     def global_context(self, name: str, projection: str) -> Any:
-        entry = self.entries.get(name)
-        if entry is None:
+        spec = self._entry(name)
+        if spec is None:
             return None
-        if projection:
-            raise CelLibraryError(
-                f"global context entry {name!r} has no projection {projection!r} served here"
-            )
-        source = entry.get("kubernetesResource") or {}
+        source = spec.get("kubernetesResource")
+        if spec.get("apiCall") or not isinstance(source, dict):
+            raise CelLibraryError(f"global context entry {name!r} {API_CALL}")
+        key = (name, projection)
+        if key in self._projected:
+            return self._projected[key]
         group = str(source.get("group") or "")
         version = str(source.get("version") or "v1")
         api_version = f"{group}/{version}" if group else version
-        listed = self.list(
+        objects = self.list(
             api_version, str(source.get("resource") or ""), str(source.get("namespace") or ""), {}
+        )["items"]
+        if not projection:
+            return objects
+        query = next(
+            (
+                p.get("jmesPath")
+                for p in spec.get("projections") or []
+                if isinstance(p, dict) and p.get("name") == projection
+            ),
+            None,
         )
-        return listed["items"]
+        if not isinstance(query, str):
+            raise CelLibraryError(
+                f"global context entry {name!r}: projection {projection!r} not found"
+            )
+        # the query runs over every object once: charged as converting them would be
+        charge(1 + converted_values(objects) // CONVERTED_VALUES_PER_STEP, "globalContext.Get()")
+        try:
+            value = search(query, objects)
+        except ProjectionError as exc:
+            raise CelLibraryError(
+                f"global context entry {name!r}: projection {projection!r} not found: {exc}"
+            ) from None
+        # a result that repeats its parts (``@ | [@, @] | [@, @]``) is small to hold and huge
+        # to convert: refused past a bound before its conversion is counted and charged
+        if values_within(value, MAX_PROJECTED_VALUES) is None:
+            refuse(
+                f"globalContext.Get() of projection {projection!r} would convert more than "
+                f"{MAX_PROJECTED_VALUES:,} values"
+            )
+        if not self.admission_only:  # else it depends on the judged object
+            self._projected[key] = value
+        return value
+
+    def _entry(self, name: str) -> dict[str, Any] | None:
+        """The spec of the GlobalContextEntry ``name``: the policy's files', else the
+        target's; None when neither holds one (nor serves Kyverno's GlobalContextEntries)."""
+        if name in self.entries:
+            return self.entries[name]
+        for info in self._served():
+            if info.group == GLOBAL_CONTEXT_GROUP and info.kind == GLOBAL_CONTEXT_KIND:
+                for obj in self._listing(info, None):
+                    meta = obj.get("metadata") or {}
+                    if isinstance(meta, dict) and meta.get("name") == name:
+                        spec = obj.get("spec")
+                        return spec if isinstance(spec, dict) else {}
+                return None
+        return None
 
 
 def _same_object(obj: dict[str, Any], judged: dict[str, Any]) -> bool:

@@ -27,11 +27,11 @@ _KYVERNO_LIBRARIES = {
     "json": "Kyverno's json library, which only a Kyverno ValidatingPolicy has",
 }
 # What a Kyverno ValidatingPolicy may read of its target, served from the target's listings
-# (cluster_reads.py): resource.Get / List and globalContext.Get, each in Kyverno's two
-# spellings. resource.Post creates objects (or asks the API server a question, a
-# SubjectAccessReview); resource.ToGVR asks the API server's REST mapping.
+# and kinds (cluster_reads.py): resource.Get / List / ToGVR and globalContext.Get, each in
+# Kyverno's two spellings. resource.Post creates objects (or asks the API server a question,
+# a SubjectAccessReview).
 _SERVED_LIBRARY_CALLS = {
-    "resource": frozenset({"Get", "get", "List", "list"}),
+    "resource": frozenset({"Get", "get", "List", "list", "ToGVR", "toGVR"}),
     "globalContext": frozenset({"Get", "get"}),
     # pure functions of their arguments (cel/lib/kyverno_hash.py, kyverno_json.py)
     "hash": frozenset({"sha1", "sha256", "md5"}),
@@ -47,8 +47,6 @@ _KYVERNO_FUNCTIONS = {
 _LIBRARY_CALLS_REFUSED = {
     "Post": "it calls Kyverno's resource.Post, which creates an object (or asks the API "
     "server, as a SubjectAccessReview does), and a check never writes to its target",
-    "ToGVR": "it calls Kyverno's resource.ToGVR, which asks the API server's REST mapping; "
-    "name the resource (apiVersion and plural) instead",
 }
 
 

@@ -6,13 +6,15 @@ holds rules, each with its own match and exclude blocks (``any`` / ``all`` of re
 descriptions), CEL preconditions and CEL expressions. Both get Kyverno's pod-controller
 rules (autogen.py) when Kyverno would derive them, and the PolicyExceptions of the files
 that exempt objects from them (kyverno_exceptions.py). A ValidatingPolicy may read other
-objects of its target (``resource.Get`` / ``resource.List``) and GlobalContextEntries that
-list them (``globalContext.Get``), imported with it (cluster_reads.py serves them). A
+objects of its target (``resource.Get`` / ``resource.List`` / ``resource.ToGVR``) and
+GlobalContextEntries that list them (``globalContext.Get``), imported with it or, when the
+files do not define one, the target's own (cluster_reads.py serves them). A
 ClusterPolicy rule's ``validate.cel.paramKind`` / ``paramRef`` is read from the target on
 every run, as Kyverno reads it (params.py). What a
 check of stored objects cannot honour is refused: JMESPath preconditions, context entries
-(data from the cluster or a service), a global context entry that calls a service or
-projects with JMESPath, matching on who makes the request (subjects, roles), non-CEL
+(data from the cluster or a service), a global context entry of the files that calls a
+service (it lives outside the cluster) or projects with a JMESPath function of Kyverno's own
+(kyverno_jmespath.py), matching on who makes the request (subjects, roles), non-CEL
 validation. A rule's ``allowExistingViolations`` is kept as Kyverno means it: it lets an
 update through for an object that already violated, and a stored object is judged as if
 created, where it changes nothing (Kyverno's background scan reports such an object too).
@@ -31,7 +33,8 @@ from schemas.policy import (
     PolicyRule,
     ResourceFilter,
 )
-from workers.policy_engine.policies import autogen, kyverno_exceptions
+from workers.policy_engine.policies import autogen, kyverno_exceptions, kyverno_jmespath
+from workers.policy_engine.policies.cluster_reads import API_CALL
 from workers.policy_engine.policies.common import (
     ADMITTING_OPERATIONS,
     Unsupported,
@@ -122,8 +125,10 @@ def _global_context_entries(
     rules: list[PolicyRule], entries: list[SourcedDocument]
 ) -> list[SourcedDocument]:
     """The GlobalContextEntries of the files the rules read (``globalContext.Get('NAME',
-    '')``); Unsupported for a name not written as a string, an entry not in the files, one
-    that calls a service (``apiCall``) or a projection (JMESPath)."""
+    'PROJECTION')``); an entry the files do not define is read from the target at run time
+    (cluster_reads.py). Unsupported for a name not written as a string, an entry of the
+    files that calls a service (``apiCall``), or a projection whose JMESPath is not run
+    here as Kyverno runs it."""
     by_name = {name_of(e.document): e for e in entries}
     read: list[SourcedDocument] = []
     for rule in rules:
@@ -135,26 +140,22 @@ def _global_context_entries(
                         "entries named in the policy can be read"
                     )
                 name = args[0]
-                projection = args[1] if len(args) > 1 else ""
-                if projection != "":
-                    raise Unsupported(
-                        f"it reads the projection {projection!r} of global context entry "
-                        f"{name!r}, a JMESPath query assay does not run"
-                    )
                 entry = by_name.get(name)
-                if entry is None:
-                    raise Unsupported(
-                        f"it reads the global context entry {name!r}, which is not in the files"
-                    )
+                if entry is None or entry in read:
+                    continue
                 spec = as_map(entry.document.get("spec"), f"GlobalContextEntry {name} spec")
                 if spec.get("apiCall") or not spec.get("kubernetesResource"):
-                    raise Unsupported(
-                        f"its global context entry {name!r} calls a service (apiCall), and a "
-                        "check reads only its target"
-                    )
+                    raise Unsupported(f"its global context entry {name!r} {API_CALL}")
                 as_map(spec.get("kubernetesResource"), f"GlobalContextEntry {name}")
-                if entry not in read:
-                    read.append(entry)
+                for index, raw in enumerate(as_list(spec.get("projections"), "projections")):
+                    projection = as_map(raw, f"GlobalContextEntry {name} projections[{index}]")
+                    reason = kyverno_jmespath.problem(str(projection.get("jmesPath") or ""))
+                    if reason:
+                        shown = projection.get("name")
+                        raise Unsupported(
+                            f"its global context entry {name!r} projection {shown!r}: {reason}"
+                        )
+                read.append(entry)
     return read
 
 

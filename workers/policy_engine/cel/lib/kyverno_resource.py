@@ -9,12 +9,18 @@ A Kyverno ValidatingPolicy's CEL may read other objects of the cluster:
 * in a NamespacedValidatingPolicy the namespace is the policy's own and is not written:
   ``resource.Get(apiVersion, resource, name)``, ``resource.List(apiVersion, resource)``,
   ``resource.List(apiVersion, resource, {labels})``;
-* ``globalContext.Get(name, projection)``: a GlobalContextEntry's data, here the objects
-  its ``kubernetesResource`` lists (``projection`` ``''``); an entry not defined is null.
+* ``resource.ToGVR(apiVersion, kind)``: the resource the target serves the kind as, a
+  ``schema.GroupVersionResource`` value that ``resource.Get`` / ``List`` take in place of
+  ``apiVersion, resource`` (``resource.Get(gvr, namespace, name)``, ``resource.List(gvr,
+  namespace[, labels])``; in a namespaced policy without the namespace); a kind the target
+  does not serve is an evaluation error;
+* ``globalContext.Get(name, projection)``: a GlobalContextEntry's data: the objects its
+  ``kubernetesResource`` lists (``projection`` ``''``), or what its projection of that name
+  makes of them; an entry not defined is null.
 
-Kyverno's own names in camel case (``resource.get``, ``globalContext.get``, 1.18+) are the
-same functions. ``resource.Post`` (it creates objects) and ``resource.ToGVR`` are not served,
-and import refuses them (workers/policy_engine/policies/common.py).
+Kyverno's own names in camel case (``resource.get``, ``resource.toGVR``,
+``globalContext.get``, 1.18+) are the same functions. ``resource.Post`` (it creates
+objects) is not served, and import refuses it (workers/policy_engine/policies/common.py).
 
 A check answers these from the listings of the target it judges, shared by the tick as
 every probe's are: the policy run binds a :class:`ClusterReads` around each probe run
@@ -30,7 +36,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from workers.policy_engine.cel.lib.base import CelLibraryError, Overload, charge, converted_values
+from workers.policy_engine.cel.lib.base import (
+    CelLibraryError,
+    Overload,
+    charge,
+    converted_values,
+    opaque,
+    unwrap,
+)
 
 # What the runtime converts of a call's result, per step: about two values (each map, list,
 # key and scalar one; a string one more per KB). Measured: a listing of 900 small pods (about
@@ -58,6 +71,10 @@ class ClusterReads(Protocol):
 
     def global_context(self, name: str, projection: str) -> Any:
         """A GlobalContextEntry's data; None for an entry not defined."""
+        ...
+
+    def to_gvr(self, api_version: str, kind: str) -> dict[str, str]:
+        """``group``, ``version`` and ``resource`` (plural) of a kind the target serves."""
         ...
 
 
@@ -188,6 +205,44 @@ def global_projection(name: str, projection: str) -> Any:
     return _charged(value, "globalContext.Get()")
 
 
+GVR = "gvr"  # values.py: Kyverno's schema.GroupVersionResource
+
+
+def to_gvr(api_version: str, kind: str) -> Any:
+    return opaque(GVR, **_reads("resource.ToGVR").to_gvr(api_version, kind))
+
+
+def _named(gvr: Any) -> tuple[str, str]:
+    """(apiVersion, resource) of a ``schema.GroupVersionResource`` value."""
+    parts = unwrap(gvr, GVR)
+    group, version = str(parts["group"]), str(parts["version"])
+    return (f"{group}/{version}" if group else version), str(parts["resource"])
+
+
+def get_gvr(gvr: Any, namespace: str, name: str) -> dict[str, Any]:
+    return get(*_named(gvr), namespace, name)
+
+
+def get_own_gvr(gvr: Any, name: str) -> dict[str, Any]:
+    return get_own(*_named(gvr), name)
+
+
+def list_gvr(gvr: Any, namespace: str) -> dict[str, Any]:
+    return list_in(*_named(gvr), namespace)
+
+
+def list_gvr_labelled(gvr: Any, namespace: str, labels: dict[Any, Any]) -> dict[str, Any]:
+    return list_labelled(*_named(gvr), namespace, labels)
+
+
+def list_own_gvr(gvr: Any) -> dict[str, Any]:
+    return list_own(*_named(gvr))
+
+
+def list_own_gvr_labelled(gvr: Any, labels: dict[Any, Any]) -> dict[str, Any]:
+    return list_own_labelled(*_named(gvr), labels)
+
+
 def _one(_: Any = None, *__: Any) -> int:
     return 1  # the arguments are short; what the call returns is charged when it is read
 
@@ -207,6 +262,20 @@ def _overloads(suffix: str, resource: str, context: str) -> list[Overload]:
                  cost=_one),
         Overload(f"{resource}.List", f"kyverno_{suffix}_list_own_labels", (s, s, "map"), "map",
                  list_own_labelled, cost=_one),
+        Overload(f"{resource}.ToGVR", f"kyverno_{suffix}_to_gvr", (s, s), GVR, to_gvr,
+                 cost=_one),
+        Overload(f"{resource}.Get", f"kyverno_{suffix}_get_gvr", (GVR, s, s), "map", get_gvr,
+                 cost=_one),
+        Overload(f"{resource}.Get", f"kyverno_{suffix}_get_own_gvr", (GVR, s), "map",
+                 get_own_gvr, cost=_one),
+        Overload(f"{resource}.List", f"kyverno_{suffix}_list_gvr", (GVR, s), "map", list_gvr,
+                 cost=_one),
+        Overload(f"{resource}.List", f"kyverno_{suffix}_list_gvr_labels", (GVR, s, "map"),
+                 "map", list_gvr_labelled, cost=_one),
+        Overload(f"{resource}.List", f"kyverno_{suffix}_list_own_gvr", (GVR,), "map",
+                 list_own_gvr, cost=_one),
+        Overload(f"{resource}.List", f"kyverno_{suffix}_list_own_gvr_labels", (GVR, "map"),
+                 "map", list_own_gvr_labelled, cost=_one),
         Overload(f"{context}.Get", f"kyverno_{suffix}_global", (s,), "dyn", global_entry,
                  cost=_one),
         Overload(f"{context}.Get", f"kyverno_{suffix}_global_projection", (s, s), "dyn",

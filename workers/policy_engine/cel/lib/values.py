@@ -27,6 +27,7 @@ TYPE_NAMES = {
     "semver": "kubernetes.Semver",
     "format": "kubernetes.NamedFormat",
     "image": "kyverno.image",  # Kyverno's image reference (kyverno_image.py)
+    "gvr": "schema.GroupVersionResource",  # Kyverno's resource.ToGVR (kyverno_resource.py)
 }
 FIELD = "assay_parts"  # the one field: no CEL of Kubernetes' selects a field of these
 
