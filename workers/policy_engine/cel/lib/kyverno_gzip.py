@@ -5,7 +5,8 @@ every member of concatenated gzip data, each header and trailer checked (CRC and
 Empty data, data that is not gzip, truncated data, a bad checksum and bytes after the last
 member that do not start another member are evaluation errors, as they are in Kyverno; so is
 text that is not UTF-8 (Kyverno makes a Go string of any bytes, which a CEL string here
-cannot hold).
+cannot hold), and so is text holding a NUL character (the runtime's strings would end at
+it, where Kyverno's go on).
 
 It is bounded as it inflates: each MB of output is charged as it is made (a small input
 may inflate a thousandfold: a "gzip bomb"), and output past ``MAX_RESULT_CHARS`` refuses
@@ -63,9 +64,12 @@ def decompress(data: bytes) -> str:
     while rest:  # Go's reader reads concatenated members as one stream
         rest, made = _member(rest, out, made)
     try:
-        return b"".join(out).decode("utf-8")
+        text = b"".join(out).decode("utf-8")
     except UnicodeDecodeError:
         raise CelLibraryError("gzip.decompress: the text is not UTF-8") from None
+    if "\x00" in text:  # the runtime's bindings would cut the string at it
+        raise CelLibraryError("gzip.decompress: the text holds a NUL character")
+    return text
 
 
 assert MAX_RESULT_CHARS > _CHUNK

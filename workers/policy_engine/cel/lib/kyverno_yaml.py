@@ -17,7 +17,8 @@ document, which is turned into JSON and decoded again, so the value is what JSON
 
 Differences, each an evaluation error rather than another value: an explicit tag other than
 ``!!str``, ``!!int``, ``!!float``, ``!!bool``, ``!!null``, ``!!map`` and ``!!seq``
-(``!!binary``, ``!!timestamp``, a custom tag), and text PyYAML reads otherwise than
+(``!!binary``, ``!!timestamp``, a custom tag), a string holding a NUL character (``"\\0"``:
+the runtime's strings end at it), and text PyYAML reads otherwise than
 go-yaml (it is PyYAML's parser, with the resolution of plain scalars above, go-yaml's).
 
 Bounded: the text is charged by its length before it is read (PyYAML's parser runs in
@@ -234,6 +235,8 @@ def _value(node: Node) -> Any:
     """``node`` as the value Kyverno's JSON round trip gives: numbers as doubles."""
     if isinstance(node, ScalarNode):
         value = _scalar(node)
+        if isinstance(value, str) and "\x00" in value:  # the runtime would cut it there
+            raise CelLibraryError("yaml.parse: a string holding a NUL character is not served")
         if isinstance(value, bool) or value is None or isinstance(value, str):
             return value
         if isinstance(value, float) and not math.isfinite(value):
