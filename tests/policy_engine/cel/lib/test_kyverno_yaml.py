@@ -77,7 +77,7 @@ def test_what_kyverno_cannot_read_gives_no_value(text: str, reason: str) -> None
 def test_a_number_is_a_double_in_cel() -> None:
     with in_kyverno_policy():
         assert value("type(yaml.parse('v: 1').v) == double") is True
-        assert value("yaml.parse('n: 1')") == {'false': 1.0}  # n is a boolean key
+        assert value("yaml.parse('n: 1')") == {"false": 1.0}  # n is a boolean key
         fails("yaml.parse(1) == null", match="no matching overload")
 
 
