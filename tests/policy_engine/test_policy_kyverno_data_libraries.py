@@ -112,6 +112,10 @@ def test_kyverno_s_data_libraries_judge_a_snapshot(
     assert "ConfigMap shop/port: http is not on port 80" in text, text
     assert "ConfigMap shop/sunday: created on a Sunday" in text, text
     assert "ConfigMap shop/labelled: the greeting label is not the packed greeting" in text
+    # a ValidatingAdmissionPolicy has none of these libraries: not exported as one
+    code, out, err = run(capsys, "probe", "export", PROBE, "--format", "vap")
+    text = " ".join((out + err).split())
+    assert code != 0 and "calls yaml.parse of Kyverno's own CEL libraries" in text, text
     # a settings document Kyverno cannot read (a null key): no verdict, never a pass
     _write(store / "cluster", _config_map("unreadable", "~: 1\n", "0.1", MONDAY))
     code, out, _ = run(capsys, "probe", "test", PROBE, "--snapshot", "cluster")
