@@ -1,18 +1,24 @@
 """A Kyverno ValidatingPolicy that uses Kyverno's libraries of data (``yaml.parse``,
 ``math.round``, ``time.truncate`` / ``toCron`` / ``now``, ``gzip.decompress``,
-``listObjToMap``) judges a stored cluster with `assay probe import` and `assay probe test`,
-as Kyverno does; a document the library cannot read gives no verdict; what a check cannot
-answer as Kyverno does (``gzip.compress``, ``random``, ``x509``) is refused at import with
-its reason, and so is each library in a ValidatingAdmissionPolicy, which has none."""
+``listObjToMap``, ``x509.decode``) judges a stored cluster with `assay probe import` and
+`assay probe test`, as Kyverno does; a document the library cannot read gives no verdict;
+what a check cannot answer as Kyverno does (``gzip.compress``, ``random``) is refused at
+import with its reason, and so is each library in a ValidatingAdmissionPolicy, which has
+none."""
 
 from __future__ import annotations
 
+import datetime
 import gzip
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 
 from tests.cli_support import run_cli as run
 
@@ -51,6 +57,10 @@ spec:
         object.metadata.?labels[?'greeting'].orValue('hello') ==
         gzip.decompress(b"{GREETING}")
       message: the greeting label is not the packed greeting
+    - expression: >-
+        !('ca.crt' in object.data) || x509.decode(object.data['ca.crt']).IsCA
+      messageExpression: >-
+        'ca.crt is no CA: ' + x509.decode(object.data['ca.crt']).Issuer.CommonName
 """
 
 
@@ -61,6 +71,20 @@ def _config_map(name: str, settings: str, ratio: str, created: str) -> dict[str,
         "metadata": {"name": name, "namespace": "shop", "creationTimestamp": created},
         "data": {"settings.yaml": settings, "ratio": ratio},
     }
+
+
+def _certificate(*, ca: bool) -> str:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "shop root")])
+    start = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(1)
+        .not_valid_before(start).not_valid_after(start + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
 def _write(folder: Path, *objects: dict[str, Any]) -> None:
@@ -102,11 +126,17 @@ def test_kyverno_s_data_libraries_judge_a_snapshot(
         _config_map("sunday", GOOD, "0.1", SUNDAY),
         labelled,
     ]
+    leaf = _config_map("leaf", GOOD, "0.1", MONDAY)
+    leaf["data"]["ca.crt"] = _certificate(ca=False)
+    authority = _config_map("authority", GOOD, "0.1", MONDAY)
+    authority["data"]["ca.crt"] = _certificate(ca=True)
+    maps += [leaf, authority]
     _write(store / "cluster", *maps)
     code, out, _ = run(capsys, "probe", "test", PROBE, "--snapshot", "cluster")
     text = " ".join(out.split())
     assert code == 1, out
-    assert "(6 judged, 5 violate it)" in text, text
+    assert "(8 judged, 6 violate it)" in text, text
+    assert "ConfigMap shop/leaf: ca.crt is no CA: shop root" in text, text
     assert "ConfigMap shop/many: replicas: 16" in text, text
     assert "ConfigMap shop/ratio: the ratio rounds past 0.5" in text, text
     assert "ConfigMap shop/port: http is not on port 80" in text, text
@@ -133,7 +163,6 @@ KYVERNO_REFUSED = [
     ("gzip.compress(object.metadata.name) != b''", "Go's own deflate encoder"),
     ("random() != object.metadata.name", "random library: its answer is new at every call"),
     ("random.random('[a-z]{4}') != ''", "random library: its answer is new at every call"),
-    ("x509.decode(object.data.cert).IsCA", "x509 library, which assay does not serve yet"),
 ]
 
 
@@ -172,6 +201,7 @@ VAP_REFUSED = [
     ("gzip.decompress(b'') == ''", "Kyverno's gzip library"),
     ("transform.listObjToMap([], [], 'a', 'b') == {}", "Kyverno's transform library"),
     ("listObjToMap([], [], 'a', 'b') == {}", "it calls listObjToMap, of Kyverno's transform"),
+    ("x509.decode(object.data.cert).IsCA", "Kyverno's x509 library"),
 ]
 
 

@@ -30,8 +30,7 @@ _KYVERNO_LIBRARIES = {
     "hash": "Kyverno's hash library, which only a Kyverno ValidatingPolicy has",
     "json": "Kyverno's json library, which only a Kyverno ValidatingPolicy has",
     **{name: f"Kyverno's {name} library, which only a Kyverno ValidatingPolicy has"
-       for name in ("yaml", "math", "time", "gzip", "transform")},
-    "x509": "Kyverno's x509 library, which assay does not serve yet",
+       for name in ("yaml", "math", "time", "gzip", "transform", "x509")},
     "random": _RANDOM,
 }  # fmt: skip
 # What a Kyverno ValidatingPolicy may read of its target, served from the target's listings
@@ -45,7 +44,8 @@ _SERVED_LIBRARY_CALLS = {
     "hash": frozenset({"sha1", "sha256", "md5"}),
     "json": frozenset({"unmarshal", "marshal"}),
     # cel/lib/kyverno_yaml.py, kyverno_math.py, kyverno_time.py (time.now: the check's
-    # clock), kyverno_gzip.py, kyverno_transform.py
+    # clock), kyverno_gzip.py, kyverno_transform.py, kyverno_x509.py
+    "x509": frozenset({"decode"}),
     "yaml": frozenset({"parse"}),
     "math": frozenset({"round"}),
     "time": frozenset({"now", "truncate", "toCron"}),

@@ -96,9 +96,10 @@ def policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kinds) -> li
 _KYVERNO_READS = frozenset({"resource", "globalContext"})
 # Kyverno's libraries of pure functions (cel/lib/kyverno_hash.py, kyverno_json.py,
 # kyverno_image.py, kyverno_yaml.py, kyverno_math.py, kyverno_time.py, kyverno_gzip.py,
-# kyverno_transform.py), by the names a policy calls them: a ValidatingAdmissionPolicy has none.
+# kyverno_transform.py, kyverno_x509.py), by the names a policy calls them: a
+# ValidatingAdmissionPolicy has none.
 _PURE_LIBRARIES = ["kyverno_hash", "kyverno_json", "kyverno_image", "kyverno_yaml", "kyverno_math",
-                   "kyverno_time", "kyverno_gzip", "kyverno_transform"]  # fmt: skip
+                   "kyverno_time", "kyverno_gzip", "kyverno_transform", "kyverno_x509"]  # fmt: skip
 _KYVERNO_FUNCTIONS = frozenset(o.function for o in overloads(_PURE_LIBRARIES) if not o.member)
 
 
@@ -122,7 +123,7 @@ def _refuse_kyverno_extras(policy: ImportedPolicy, fmt: ExportFormat) -> None:
     PolicyExceptions and GlobalContextEntries (documents of their own, not written), and,
     for a ValidatingAdmissionPolicy, its reads of other objects (``resource.*``,
     ``globalContext``) and its calls of Kyverno's libraries of pure functions (hash, json,
-    image, yaml, math, time, gzip, transform), which only Kyverno has."""
+    image, yaml, math, time, gzip, transform, x509), which only Kyverno has."""
     plural = {"GlobalContextEntry": "GlobalContextEntries", "PolicyException": "PolicyExceptions"}
     extras = sorted({plural[k] for d in policy.documents[1:] if (k := d.get("kind")) in plural})
     if extras:
