@@ -1,10 +1,11 @@
 """Kyverno's ``time`` library: ``time.now()``, ``time.truncate(t, d)``, ``time.toCron(t)``, for
 a Kyverno ValidatingPolicy.
 
-* ``time.now()``: the timestamp of the check's clock when the call is made (UTC), as Kyverno
-  reads its own clock at each call. A verdict that reads it is the verdict a check at that
-  moment gives: the same stored object may be judged otherwise at another time (a
-  certificate's age, a maintenance window), which is what such a policy asks.
+* ``time.now()``: the check's clock (UTC) as the check runs, as Kyverno reads its own clock
+  when it evaluates (a part of a policy that reads no object may be computed once a run:
+  probes/run_constants.py). A verdict that reads it is the verdict a check at that moment
+  gives: the same stored object may be judged otherwise at another time (an image's age, a
+  maintenance window), which is what such a policy asks.
 * ``time.truncate(t, d)``: ``t`` rounded down to a multiple of ``d`` counted from Go's zero
   time (0001-01-01T00:00:00Z, not the Unix epoch: a week truncates to a Monday), as Go's
   ``Time.Truncate``; ``d`` of zero or less gives ``t`` unchanged.
