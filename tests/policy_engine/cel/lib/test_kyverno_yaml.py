@@ -49,6 +49,7 @@ PARSED: list[tuple[str, Any]] = [
 ]  # fmt: skip
 ERRORS = [
     ("a: [", "not YAML"),
+    ("a: \u0007", "not YAML.*special characters"),  # control characters, refused by go-yaml too
     ("a: .nan", "unsupported value"),
     ("[-.inf]", "unsupported value"),
     ("~: a", "unsupported map key"),

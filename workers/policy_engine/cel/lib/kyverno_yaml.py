@@ -260,8 +260,9 @@ def _value(node: Node) -> Any:
 def parse(text: str) -> Any:
     require_kyverno_policy("yaml.parse")
     charge(1 + len(text) // LOOPED_CHARS_PER_STEP, "yaml.parse()")
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # a control character is refused here (ReaderError)
         node = loader.get_node() if loader.check_node() else None  # the first document
         if node is None:
             return None
@@ -270,7 +271,8 @@ def parse(text: str) -> Any:
         why = describe_yaml_error(error)
         raise CelLibraryError(f"yaml.parse: the text is not YAML ({why})") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     charge(1 + values // CONVERTED_VALUES_PER_STEP, "yaml.parse()")
     return _value(node)
 
