@@ -15,12 +15,14 @@ text, ``E``), ``SerialNumber`` (Go's int64 of it), ``Issuer`` (Go's ``pkix.Name`
 the certificate has none); what Go leaves unset is null.
 
 Errors, as in Kyverno: no PEM block, a block that is neither ``CERTIFICATE`` nor
-``CERTIFICATE REQUEST``, a certificate that does not parse (``cryptography``'s parser, as
-strict as Go's on the DER), a negative serial number (Go refuses it), a key that is not RSA.
-Not served (an evaluation error, never another value): a certificate request (Kyverno gives
-Go's whole ``CertificateRequest``) and a certificate with name constraints. Each call is
-charged by the text's length. It answers only while an imported Kyverno ValidatingPolicy is
-run.
+``CERTIFICATE REQUEST``, a certificate that does not parse (``cryptography``'s parser, strict
+on the DER as Go's is: a certificate one of them refuses gives no value), a negative serial
+number (Go refuses it), a key that is not RSA. Not served (an evaluation error, never another
+value): a certificate request (Kyverno gives Go's whole ``CertificateRequest``) and a
+certificate with name constraints. The raw parts and the extensions' values are the
+certificate's own DER bytes. Each call is charged by the text's length (read in Python) and
+by the size of the map it gives. It answers only while an imported Kyverno ValidatingPolicy
+is run.
 """
 
 from __future__ import annotations
