@@ -163,6 +163,14 @@ KYVERNO_REFUSED = [
     ("gzip.compress(object.metadata.name) != b''", "Go's own deflate encoder"),
     ("random() != object.metadata.name", "random library: its answer is new at every call"),
     ("random.random('[a-z]{4}') != ''", "random library: its answer is new at every call"),
+    (
+        "user.parseServiceAccount('system:serviceaccount:a:b').Name == 'b'",
+        "Kyverno's user library, which assay does not serve",
+    ),
+    (
+        "parseServiceAccount('system:serviceaccount:a:b').Name == 'b'",
+        "parseServiceAccount, of Kyverno's user library, which assay does not serve",
+    ),
 ]
 
 

@@ -17,6 +17,7 @@ from workers.policy_engine.policies.expressions import global_calls, references
 from workers.policy_engine.probes.admission_inputs import SERVED_REQUEST_FIELDS
 
 ADMITTING_OPERATIONS = frozenset({"CREATE", "UPDATE", "*"})
+_USER = "Kyverno's user library, which assay does not serve"
 _RANDOM = (
     "Kyverno's random library: its answer is new at every call, so a verdict would not "
     "follow from the stored object"
@@ -32,6 +33,7 @@ _KYVERNO_LIBRARIES = {
     **{name: f"Kyverno's {name} library, which only a Kyverno ValidatingPolicy has"
        for name in ("yaml", "math", "time", "gzip", "transform", "x509")},
     "random": _RANDOM,
+    "user": _USER,
 }  # fmt: skip
 # What a Kyverno ValidatingPolicy may read of its target, served from the target's listings
 # (cluster_reads.py): resource.Get / List and globalContext.Get, each in Kyverno's two
@@ -307,8 +309,11 @@ def refusal_in(
                 return f"it calls {_KYVERNO_LIBRARIES[ref.root]}"
             if ref.root == "image" and ref.fields[:1] == ("GetMetadata",):
                 return "it calls Kyverno's image.GetMetadata (it reads a registry)"
-        if "random" in global_calls(expression):
+        called = global_calls(expression)
+        if "random" in called:
             return f"it calls random, of {_RANDOM}"
+        if "parseServiceAccount" in called:
+            return f"it calls parseServiceAccount, of {_USER}"
         if not kyverno_libraries:
             for function in sorted(global_calls(expression) & _KYVERNO_FUNCTIONS.keys()):
                 library = _KYVERNO_FUNCTIONS[function]
