@@ -94,7 +94,10 @@ BOUNDED = [
     ("[" * 150 + "]" * 150, "nested deeper than 100"),
     ("a: &a [*a]", "refers to itself"),
     (BILLION_LAUGHS, "expand past"),
-]
+    # each anchor one level deeper than the last: 1,200 levels once expanded
+    ("a0: &a0 [x]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 1200)),
+     "aliases nest too deeply"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("text", "reason"), BOUNDED)

@@ -274,7 +274,10 @@ def parse(text: str) -> Any:
         if loader is not None:
             loader.dispose()
     charge(1 + values // CONVERTED_VALUES_PER_STEP, "yaml.parse()")
-    return _value(node)
+    try:
+        return _value(node)
+    except RecursionError:  # aliases of aliases, each nesting one level deeper
+        raise CelLibraryError("yaml.parse: its aliases nest too deeply") from None
 
 
 OVERLOADS = [Overload("yaml.parse", "parse_string_dyn", ("string",), "dyn", parse)]
