@@ -65,11 +65,12 @@ BASE: tuple[Part, ...] = (
 
 # Libraries of a policy engine, not of Kubernetes: declared in every environment (a probe's
 # expression compiles the same way everywhere) but answering only where the engine's own
-# policy is run (cel/lib/kyverno_*.py: Kyverno's resource, globalContext, hash, json and
-# image, served only around an imported Kyverno ValidatingPolicy's run; anywhere else a
-# call is an error).
+# policy is run (cel/lib/kyverno_*.py: Kyverno's resource, globalContext, hash, json, image,
+# math, time, gzip, transform, yaml and x509, served only around an imported Kyverno
+# ValidatingPolicy's run; anywhere else a call is an error).
 ENGINE_MODULES: tuple[str, ...] = (
-    "kyverno_resource", "kyverno_hash", "kyverno_json", "kyverno_image",
+    "kyverno_resource", "kyverno_hash", "kyverno_json", "kyverno_image", "kyverno_math",
+    "kyverno_time", "kyverno_gzip", "kyverno_transform", "kyverno_yaml", "kyverno_x509",
 )  # fmt: skip
 
 

@@ -17,6 +17,11 @@ from workers.policy_engine.policies.expressions import global_calls, references
 from workers.policy_engine.probes.admission_inputs import SERVED_REQUEST_FIELDS
 
 ADMITTING_OPERATIONS = frozenset({"CREATE", "UPDATE", "*"})
+_USER = "Kyverno's user library, which assay does not serve"
+_RANDOM = (
+    "Kyverno's random library: its answer is new at every call, so a verdict would not "
+    "follow from the stored object"
+)
 _KYVERNO_LIBRARIES = {
     "resource": "Kyverno's resource library, which only a Kyverno ValidatingPolicy has",
     "http": "Kyverno's http library (it calls a service over the network)",
@@ -25,7 +30,11 @@ _KYVERNO_LIBRARIES = {
     "imagedata": "Kyverno's image data (it reads a registry over the network)",
     "hash": "Kyverno's hash library, which only a Kyverno ValidatingPolicy has",
     "json": "Kyverno's json library, which only a Kyverno ValidatingPolicy has",
-}
+    **{name: f"Kyverno's {name} library, which only a Kyverno ValidatingPolicy has"
+       for name in ("yaml", "math", "time", "gzip", "transform", "x509")},
+    "random": _RANDOM,
+    "user": _USER,
+}  # fmt: skip
 # What a Kyverno ValidatingPolicy may read of its target, served from the target's listings
 # and kinds (cluster_reads.py): resource.Get / List / ToGVR and globalContext.Get, each in
 # Kyverno's two spellings. resource.Post creates objects (or asks the API server a question,
@@ -36,6 +45,19 @@ _SERVED_LIBRARY_CALLS = {
     # pure functions of their arguments (cel/lib/kyverno_hash.py, kyverno_json.py)
     "hash": frozenset({"sha1", "sha256", "md5"}),
     "json": frozenset({"unmarshal", "marshal"}),
+    # cel/lib/kyverno_yaml.py, kyverno_math.py, kyverno_time.py (time.now: the check's
+    # clock), kyverno_gzip.py, kyverno_transform.py, kyverno_x509.py
+    "x509": frozenset({"decode"}),
+    "yaml": frozenset({"parse"}),
+    "math": frozenset({"round"}),
+    "time": frozenset({"now", "truncate", "toCron"}),
+    "gzip": frozenset({"decompress"}),
+    "transform": frozenset({"listObjToMap"}),
+}
+# Calls of a served library that are not served, and why.
+_UNSERVED_CALLS = {
+    "gzip.compress": "it calls Kyverno's gzip.compress, whose bytes are Go's own deflate "
+    "encoder's, which assay cannot reproduce byte for byte",
 }
 # Kyverno's global functions (cel/lib/kyverno_hash.py, kyverno_image.py): only a Kyverno
 # ValidatingPolicy has them.
@@ -43,6 +65,7 @@ _KYVERNO_FUNCTIONS = {
     "sha1": "Kyverno's hash library", "sha256": "Kyverno's hash library",
     "md5": "Kyverno's hash library", "image": "Kyverno's image library",
     "parseImageReference": "Kyverno's image library", "isImage": "Kyverno's image library",
+    "listObjToMap": "Kyverno's transform library",
 }  # fmt: skip
 _LIBRARY_CALLS_REFUSED = {
     "Post": "it calls Kyverno's resource.Post, which creates an object (or asks the API "
@@ -277,11 +300,18 @@ def refusal_in(
                 if ref.root == "resource" and named in _LIBRARY_CALLS_REFUSED:
                     return _LIBRARY_CALLS_REFUSED[named]
                 shown = ".".join((ref.root, *ref.fields))
+                if shown in _UNSERVED_CALLS:
+                    return _UNSERVED_CALLS[shown]
                 return f"it reads {shown}, which Kyverno's library has not"
             if ref.root in _KYVERNO_LIBRARIES:
                 return f"it calls {_KYVERNO_LIBRARIES[ref.root]}"
             if ref.root == "image" and ref.fields[:1] == ("GetMetadata",):
                 return "it calls Kyverno's image.GetMetadata (it reads a registry)"
+        called = global_calls(expression)
+        if "random" in called:
+            return f"it calls random, of {_RANDOM}"
+        if "parseServiceAccount" in called:
+            return f"it calls parseServiceAccount, of {_USER}"
         if not kyverno_libraries:
             for function in sorted(global_calls(expression) & _KYVERNO_FUNCTIONS.keys()):
                 library = _KYVERNO_FUNCTIONS[function]

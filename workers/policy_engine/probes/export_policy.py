@@ -95,10 +95,12 @@ def policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kinds) -> li
 
 _KYVERNO_READS = frozenset({"resource", "globalContext"})
 # Kyverno's libraries of pure functions (cel/lib/kyverno_hash.py, kyverno_json.py,
-# kyverno_image.py), by the names a policy calls them: a ValidatingAdmissionPolicy has none.
-_KYVERNO_FUNCTIONS = frozenset(
-    o.function for o in overloads(["kyverno_hash", "kyverno_json", "kyverno_image"]) if not o.member
-)
+# kyverno_image.py, kyverno_yaml.py, kyverno_math.py, kyverno_time.py, kyverno_gzip.py,
+# kyverno_transform.py, kyverno_x509.py), by the names a policy calls them: a
+# ValidatingAdmissionPolicy has none.
+_PURE_LIBRARIES = ["kyverno_hash", "kyverno_json", "kyverno_image", "kyverno_yaml", "kyverno_math",
+                   "kyverno_time", "kyverno_gzip", "kyverno_transform", "kyverno_x509"]  # fmt: skip
+_KYVERNO_FUNCTIONS = frozenset(o.function for o in overloads(_PURE_LIBRARIES) if not o.member)
 
 
 def _kyverno_functions(root: Node) -> set[str]:
@@ -120,8 +122,8 @@ def _refuse_kyverno_extras(policy: ImportedPolicy, fmt: ExportFormat) -> None:
     """What a Kyverno policy was imported with that an export would lose: its
     PolicyExceptions and GlobalContextEntries (documents of their own, not written), and,
     for a ValidatingAdmissionPolicy, its reads of other objects (``resource.*``,
-    ``globalContext``) and its calls of Kyverno's hash, json and image libraries, which
-    only Kyverno has."""
+    ``globalContext``) and its calls of Kyverno's libraries of pure functions (hash, json,
+    image, yaml, math, time, gzip, transform, x509), which only Kyverno has."""
     plural = {"GlobalContextEntry": "GlobalContextEntries", "PolicyException": "PolicyExceptions"}
     extras = sorted({plural[k] for d in policy.documents[1:] if (k := d.get("kind")) in plural})
     if extras:
