@@ -151,3 +151,183 @@ def test_a_policy_reads_empty_lists_without_exceptions(tmp_path: Path) -> None:
         "shop-web": "granted: ",
         "lab-app": "granted: ",
     }
+
+
+EXEMPT_TOOL = _grant("tool", ["object.metadata.name == 'lab-tool'"], None, None)
+
+
+@pytest.mark.parametrize("full_first", [True, False], ids=["exemption-first", "grant-first"])
+def test_a_full_exemption_leaves_the_object_unjudged_before_or_after_a_grant(
+    tmp_path: Path, full_first: bool
+) -> None:
+    """lab-tool is matched by both: exempt (not judged), whichever comes first; lab-web is
+    granted, shop-web neither."""
+    exceptions = [EXEMPT_TOOL, LAB_NGINX] if full_first else [LAB_NGINX, EXEMPT_TOOL]
+    result = _run(tmp_path, CAPABILITIES, *exceptions)
+    assert _violations(result) == {"shop-web": "granted: "}
+    assert result.judged_total == 4, result
+
+
+# errs on an object without a tier label
+TIERED = _grant("tiered", ["object.metadata.labels['tier'] == 'edge'"], ["nginx:1.27"], ["X"])
+UNLABELLED = [_pod("lab-tool", "lab", "busybox:1", ["NET_ADMIN"])]
+
+
+def test_an_error_in_a_grants_condition_before_an_exemption_is_the_policys(
+    tmp_path: Path,
+) -> None:
+    """Kyverno tries the exceptions in order: the grant's condition errs before the exemption
+    of lab-tool is found, so the policy errs for it (no verdict); found first, the exemption
+    leaves lab-tool unjudged and the grant's condition is never evaluated."""
+    erring = _run(tmp_path, CAPABILITIES, TIERED, EXEMPT_TOOL, objects=UNLABELLED)
+    assert erring.verdict == "cannot_determine", erring
+    assert 'Key not found in map : "tier"' in (erring.reason or ""), erring.reason
+    exempt = _run(tmp_path, CAPABILITIES, EXEMPT_TOOL, TIERED, objects=UNLABELLED)
+    assert (exempt.verdict, exempt.judged_total) == ("true", 0), exempt
+    labelled = [_pod("lab-tool", "lab", "nginx:1.27", ["X"], tier="edge")]
+    granted = _run(tmp_path, CAPABILITIES, TIERED, objects=labelled)
+    assert (granted.verdict, granted.judged_total) == ("true", 1), granted
+
+
+def test_a_grants_condition_errs_even_where_the_policy_reads_no_exceptions(
+    tmp_path: Path,
+) -> None:
+    """Kyverno evaluates every exception's conditions before the policy, whether or not it
+    reads exceptions: an error there is the policy's."""
+    plain = CAPABILITIES.replace("!('WAIVED' in exceptions.allowedValues)", "true")
+    plain = plain.replace("exceptions.allowedImages", "['nginx:1.27']")
+    plain = plain.replace("exceptions.allowedValues", "['X']")
+    assert "exceptions" not in plain
+    assert _run(tmp_path, plain, objects=UNLABELLED).verdict == "false"
+    result = _run(tmp_path, plain, TIERED, objects=UNLABELLED)
+    assert result.verdict == "cannot_determine", result
+
+
+def test_a_policys_match_condition_reads_the_grants(tmp_path: Path) -> None:
+    """The policy's own match conditions read exceptions too (Kyverno binds it before them):
+    an object granted WAIVED is not judged."""
+    waived = _grant("waived", ["object.metadata.name == 'shop-web'"], None, ["WAIVED"])
+    result = _run(tmp_path, CAPABILITIES, LAB_NGINX, waived)
+    assert _violations(result) == {"lab-tool": "granted: NET_ADMIN"}
+    assert result.judged_total == 4
+
+
+def _exception_doc(spec: dict[str, Any]) -> str:
+    refs = {"policyRefs": [{"name": "capabilities", "kind": "ValidatingPolicy"}]}
+    return yaml.safe_dump(
+        {
+            "apiVersion": "policies.kyverno.io/v1",
+            "kind": "PolicyException",
+            "metadata": {"name": "odd", "namespace": "kyverno"},
+            "spec": {**refs, **spec},
+        }
+    )
+
+
+REFUSED = [
+    (
+        _exception_doc({"images": ["a"], "matchConditions": [{"name": "x", "expression": _READS}]}),
+        "PolicyException kyverno/odd reads exceptions in a condition",
+    )
+    for _READS in ("size(exceptions.allowedImages) == 0",)
+] + [
+    (
+        _exception_doc({"matchConditions": [{"name": "x", "expression": "variables.granted"}]}),
+        "PolicyException kyverno/odd reads variables in a condition",
+    ),
+    (
+        _exception_doc({"images": [1]}),
+        "PolicyException kyverno/odd images is not a list of strings",
+    ),
+    (
+        _exception_doc({"images": [f"registry.example.com/image-{n}:1" for n in range(200)]}),
+        "grant more than an expression of 4000 characters holds",
+    ),
+]
+
+
+@pytest.mark.parametrize(("exception", "reason"), REFUSED)
+def test_a_grant_assay_cannot_serve_refuses_the_policy(exception: str, reason: str) -> None:
+    imported, refusals = import_documents(
+        documents_from_text(CAPABILITIES + "---\n" + exception, "p")
+    )
+    assert imported == []
+    assert any(reason in r.reason for r in refusals), refusals
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (("exceptions.allowedValues.join", "exceptions.join"), "it reads exceptions.join"),
+        (
+            ("name: granted", "name: assay_granted"),
+            "'assay_granted', and names beginning assay_ are assay's",
+        ),
+    ],
+    ids=["another-field", "a-reserved-variable"],
+)
+def test_a_policy_reading_exceptions_otherwise_is_refused(
+    change: tuple[str, str], reason: str
+) -> None:
+    policy = CAPABILITIES.replace(*change)
+    imported, refusals = import_documents(documents_from_text(policy, "p"))
+    assert imported == [] and any(reason in r.reason for r in refusals), refusals
+
+
+def test_exceptions_export_to_kyverno_as_written_and_not_to_a_vap() -> None:
+    """Kyverno gives its own exceptions (empty lists without PolicyExceptions): the policy
+    is written as it is; a ValidatingAdmissionPolicy has none."""
+    (policy,), _ = import_documents(documents_from_text(CAPABILITIES, "p"))
+    documents = export_policy_documents(policy, "kyverno")
+    assert [d["kind"] for d in documents] == ["ValidatingPolicy"]
+    assert "assay_" not in json.dumps(documents)
+    assert documents[0]["spec"]["variables"][1]["expression"] == "exceptions.allowedValues"
+    with pytest.raises(NotExportable, match="reads Kyverno's exceptions"):
+        export_policy_documents(policy, "vap")
+    granted, _ = import_documents(documents_from_text(CAPABILITIES + "---\n" + LAB_NGINX, "p"))
+    with pytest.raises(NotExportable, match="PolicyExceptions"):
+        export_policy_documents(granted[0], "kyverno")
+
+
+def test_exceptions_is_kyvernos_only() -> None:
+    """Anywhere but a Kyverno ValidatingPolicy `exceptions` is undeclared, as in Kubernetes,
+    and an expression may not read the adapter's variable by its name."""
+    from workers.policy_engine.cel.programs import EXCEPTIONS_VARIABLE, BoolProgram, CelError
+
+    with pytest.raises(CelError, match=r"undeclared reference to 'exceptions\.allowedImages'"):
+        BoolProgram("size(exceptions.allowedImages) == 0")
+    granted = [(EXCEPTIONS_VARIABLE, "{'allowedImages': ['a'], 'allowedValues': []}")]
+    assert BoolProgram("'a' in exceptions.allowedImages", variables=granted)({})
+    with pytest.raises(CelError, match=r"reads variables\.assay_exceptions"):
+        BoolProgram(f"size(variables.{EXCEPTIONS_VARIABLE}) == 2", variables=granted)
+
+
+@pytest.mark.integration
+def test_probe_show_and_test_say_what_the_grants_do(
+    capsys: pytest.CaptureFixture[str],
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
+    monkeypatch.setenv("ASSAY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    _backend(tmp_path / "cluster", OBJECTS)
+    (tmp_path / "policy.yaml").write_text("---\n".join((CAPABILITIES, EXEMPT_TOOL, LAB_NGINX)))
+    code, out, err = run(capsys, "probe", "import", "policy.yaml")
+    assert code == 0 and "refused" not in out + err, out + err
+    code, out, _ = run(capsys, "probe", "show", "policy:capabilities")
+    assert code == 0, out
+    # each rule (the pod's and its two pod-controller forms): the exceptions in their order,
+    # as written, the grant with what it adds; the adapter's variable is not shown
+    assert out.count("exempt by PolicyException kyverno/tool when: (") == 3, out
+    granted = (
+        "PolicyException kyverno/lab-nginx adds to exceptions.allowedImages [nginx:1.27] and "
+        "to exceptions.allowedValues [NET_ADMIN] when: ( object.metadata.namespace == 'lab' )\n"
+    )
+    assert out.count(granted) == 3, out
+    assert out.index("kyverno/tool") < out.index("kyverno/lab-nginx") < out.index("not-waived")
+    assert "assay_" not in out and "size([" not in out, out
+    code, out, _ = run(capsys, "probe", "test", "policy:capabilities", "--snapshot", "cluster")
+    assert code == 1, out
+    assert "(4 judged, 1 violate it)" in out and "Pod shop/shop-web: granted: \n" in out, out

@@ -182,7 +182,8 @@ def variables_of(value: Any, what: str) -> list[ProbeVariable]:
         name = str(item.get("name", ""))
         if name.startswith(RESERVED_PREFIX):  # the adapter's own (Kyverno's exceptions)
             raise Unsupported(
-                f"{what} names a variable {name!r}, and {RESERVED_PREFIX}* is assay's"
+                f"{what} names a variable {name!r}, and names beginning {RESERVED_PREFIX} "
+                "are assay's"
             )
         out.append(ProbeVariable(name=name, expression=_text(item, what)))
     return out

@@ -276,14 +276,11 @@ def shown(condition: ProbeCondition, documents: list[dict[str, Any]]) -> str:
         ):
             spec = document.get("spec") if isinstance(document.get("spec"), dict) else {}
     granted = [
-        f"{what} {', '.join(str(i) for i in spec.get(key) or [])}"
-        for what, key in (("images", "images"), ("values", "allowedValues"))
+        f"to exceptions.{field} [{', '.join(str(i) for i in spec.get(key) or [])}]"
+        for field, key in zip(GRANT_FIELDS, ("images", "allowedValues"), strict=True)
         if spec.get(key)
     ]
-    return (
-        f"PolicyException {condition.exception} grants exceptions' "
-        f"{'; '.join(granted) or 'lists'} when: {when}"
-    )
+    return f"PolicyException {condition.exception} adds {' and '.join(granted)} when: {when}"
 
 
 def cluster_policy_exceptions(
