@@ -641,7 +641,7 @@ _REFUSAL_CLASSES = (
     ("request.name,", f"{_HELD}: request.name"),
     ("judges only UPDATE requests", f"{_REQUEST}: an UPDATE's old object"),
     ("reads oldObject", f"{_HELD}: oldObject, null on a CREATE"),
-    ("exceptions.", f"{_HELD}: a PolicyException's values"),
+    ("of Kyverno's exceptions assay serves only", "a read of Kyverno's exceptions assay has not"),
     ("reports the rule as an error", "params the engine errs on too (none found)"),
     ("has none (Kyverno errs on it)", "params the engine errs on too (a cluster-scoped object)"),
     (

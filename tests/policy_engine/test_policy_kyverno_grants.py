@@ -331,3 +331,20 @@ def test_probe_show_and_test_say_what_the_grants_do(
     code, out, _ = run(capsys, "probe", "test", "policy:capabilities", "--snapshot", "cluster")
     assert code == 1, out
     assert "(4 judged, 1 violate it)" in out and "Pod shop/shop-web: granted: \n" in out, out
+
+
+def test_a_policy_with_every_variable_taken_cannot_read_exceptions_too() -> None:
+    """The grants are one variable more: a policy with as many as a probe holds is refused,
+    saying so, not cut short."""
+    from schemas.probe import MAX_VARIABLES
+
+    more = "".join(f"    - {{name: v{n}, expression: '{n}'}}\n" for n in range(MAX_VARIABLES - 2))
+    policy = CAPABILITIES.replace("  variables:\n", "  variables:\n" + more)
+    imported, refusals = import_documents(documents_from_text(policy, "p"))
+    assert imported == [], imported
+    assert (
+        f"it has {MAX_VARIABLES} variables, and assay holds {MAX_VARIABLES}" in refusals[0].reason
+    )
+    without = policy.replace("exceptions.allowedValues", "[]")
+    without = without.replace("exceptions.allowedImages", "[]")
+    assert len(import_documents(documents_from_text(without, "p"))[0]) == 1
