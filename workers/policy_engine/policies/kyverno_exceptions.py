@@ -265,22 +265,22 @@ def shown(condition: ProbeCondition, documents: list[dict[str, Any]]) -> str:
         when = " ".join(text.removeprefix("!(").removesuffix(")").split())
         return f"exempt by PolicyException {condition.exception} when: {when}"
     when = " ".join(text.removeprefix(_GRANT_OPEN).removesuffix(_GRANT_CLOSE).split())
-    spec: dict[str, Any] = {}
+    spec: Any = {}
     for document in documents:
         meta = document.get("metadata") or {}
         namespace = meta.get("namespace") if isinstance(meta, dict) else None
         name = meta.get("name") if isinstance(meta, dict) else None
-        if document.get("kind") == EXCEPTION_KIND and condition.exception in (
-            name,
-            f"{namespace}/{name}",
-        ):
-            spec = document.get("spec") if isinstance(document.get("spec"), dict) else {}
+        label = f"{namespace}/{name}" if namespace else name
+        if document.get("kind") == EXCEPTION_KIND and label == condition.exception:
+            spec = document.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
     granted = [
         f"to exceptions.{field} [{', '.join(str(i) for i in spec.get(key) or [])}]"
         for field, key in zip(GRANT_FIELDS, ("images", "allowedValues"), strict=True)
         if spec.get(key)
     ]
-    return f"PolicyException {condition.exception} adds {' and '.join(granted)} when: {when}"
+    added = " and ".join(granted) or "to exceptions"
+    return f"PolicyException {condition.exception} adds {added} when: {when}"
 
 
 def cluster_policy_exceptions(
