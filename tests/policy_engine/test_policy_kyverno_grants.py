@@ -348,3 +348,22 @@ def test_a_policy_with_every_variable_taken_cannot_read_exceptions_too() -> None
     without = policy.replace("exceptions.allowedValues", "[]")
     without = without.replace("exceptions.allowedImages", "[]")
     assert len(import_documents(documents_from_text(without, "p"))[0]) == 1
+
+
+def test_the_bench_judges_a_fixture_whose_exception_is_named_as_its_policy(
+    tmp_path: Path,
+) -> None:
+    """Kyverno's own tests of fine-grained exceptions name the exception as the policy and
+    create it first: the fixture is still one of a policy validating with CEL."""
+    from dataclasses import replace
+
+    from assay.testing.policy_corpus import read_library, validates_with_cel
+
+    suites = Path(__file__).resolve().parents[1] / "fixtures" / "policy_suites"
+    fixture = read_library(suites / "chainsaw").fixtures[0]
+    exception = tmp_path / "exception.yaml"
+    exception.write_text(_exception_doc({}).replace("name: odd", f"name: {fixture.policy}"))
+    assert validates_with_cel(fixture)
+    assert validates_with_cel(
+        replace(fixture, policy_files=(str(exception), *fixture.policy_files))
+    )
