@@ -14,7 +14,7 @@ Two kinds, as Kyverno applies them:
   policy reads as ``exceptions.allowedImages`` / ``exceptions.allowedValues`` (empty lists
   when none matches, and for a policy without exceptions). Its place among the conditions
   keeps Kyverno's order of errors (a condition always true that errs as its conditions
-  do: ``size([c1 && c2 ...]) >= 0``); the lists are a variable of the policy's
+  do: ``(c1 && c2 ...) ? true : true``); the lists are a variable of the policy's
   (:func:`grants_variable`), the one the CEL adapter reads ``exceptions`` as
   (cel/programs.py: ``EXCEPTIONS_VARIABLE``).
 * ``kyverno.io`` PolicyException (``v2``, ``v2beta1``; for ClusterPolicy rules):
@@ -59,7 +59,8 @@ _CEL_FIELDS = frozenset({"policyRefs", "matchConditions", "images", "allowedValu
                          "evaluationMode", "expiresAt", "properties", "reportResult"})  # fmt: skip
 _RULE_FIELDS = frozenset({"exceptions", "match", "conditions", "podSecurity", "background"})
 # a fine-grained exception's condition: always true, erring as the exception's conditions do
-_GRANT_OPEN, _GRANT_CLOSE = "size([\n", "\n]) >= 0"
+# (a value that is no boolean too, as Kyverno's match errs on it)
+_GRANT_OPEN, _GRANT_CLOSE = "(\n", "\n) ? true : true"
 # Kyverno's ``exceptions`` (its compiler's Exception struct): these two fields, no other
 GRANT_FIELDS = ("allowedImages", "allowedValues")
 
