@@ -194,6 +194,9 @@ def show(ref: PolicyReference, json_output: bool) -> None:
     imported = f"{policy.imported_at:%Y-%m-%d %H:%M:%SZ}"
     print(f"from:         {policy.source} ({policy.policy_name}), imported {imported}")
     print(f"actions:      {', '.join(policy.validation_actions) or '(none given)'}")
+    from workers.policy_engine.cel.programs import EXCEPTIONS_VARIABLE
+    from workers.policy_engine.policies.kyverno_exceptions import shown
+
     for rule in policy.rules:
         derived = (
             f" (Kyverno's pod-controller form of {rule.pod_controllers})"
@@ -202,11 +205,12 @@ def show(ref: PolicyReference, json_output: bool) -> None:
         )
         print(f"rule {rule.name}{derived}:")
         for variable in rule.variables:
+            if variable.name == EXCEPTIONS_VARIABLE:  # Kyverno's, shown by its exceptions
+                continue
             print(f"  variable {variable.name}: {variable.expression}")
         for condition in rule.match_conditions:
-            if condition.exception:  # held as !(\n...\n): shown as the exception writes it
-                when = " ".join(condition.expression.removeprefix("!(").removesuffix(")").split())
-                print(f"  exempt by PolicyException {condition.exception} when: {when}")
+            if condition.exception:  # shown as the exception writes it
+                print(f"  {shown(condition, policy.documents)}")
                 continue
             print(f"  match condition {condition.name}: {condition.expression}")
         for exception in rule.exceptions:

@@ -240,11 +240,6 @@ REFUSED = [
     ),
     (
         TEAM_LABEL,
-        _exception({**_VP_REF, "images": ["docker.io/*"]}, "policies.kyverno.io/v1"),
-        "grants images or allowedValues",
-    ),
-    (
-        TEAM_LABEL,
         _exception({**_VP_REF, "expiresAt": "2999-01-01T00:00:00Z"}, "policies.kyverno.io/v1"),
         "a check would go on applying it after that",
     ),

@@ -97,6 +97,12 @@ _VARIABLE_PREFIX = "assay_variable_"
 # renamed (:func:`_renamed`).
 RESERVED_PREFIX = "assay_"
 _RENAMED_PREFIX = "assay_author_"
+# Kyverno's ``exceptions`` (a ValidatingPolicy's PolicyException grants, per object): where
+# an expression reads it free, it reads this variable instead, which only the importer of a
+# Kyverno ValidatingPolicy declares (policies/kyverno_exceptions.py); anywhere else
+# ``exceptions`` is undeclared, as in Kubernetes.
+KYVERNO_EXCEPTIONS = "exceptions"
+EXCEPTIONS_VARIABLE = RESERVED_PREFIX + "exceptions"
 _CONCRETE = ("int", "uint", "double", "string", "bool", "bytes", "list", "map",
              "timestamp", "duration")  # fmt: skip
 
@@ -457,15 +463,22 @@ def _prepared(
 ) -> _Definition:
     """``tree`` as the runtime compiles it: each ``variables.NAME`` read as the name it is
     bound to (or as ``direct`` says: a constant's slot, an input the variable is an alias
-    of), ``has(variables.NAME)`` as the API server tests it, macro variables named as the
-    adapter's renamed, the libraries' call rewrites, presence tests on computed values and
-    cel-go's ``or``/``orValue`` on values that are not optional (cel/lib/rewrite.py)."""
+    of), ``has(variables.NAME)`` as the API server tests it, a free ``exceptions`` as
+    :data:`EXCEPTIONS_VARIABLE` where it is declared (no ``variables.assay_*`` of the
+    author's), macro variables named as the adapter's renamed, the libraries' call
+    rewrites, presence tests on computed values and cel-go's ``or``/``orValue`` on values
+    that are not optional (cel/lib/rewrite.py)."""
     root = _renamed(tree.root)
     free = {
         id(node) for node, bound in tree_reads.scoped(root)
         if isinstance(node, Ident) and node.name == tree_reads.VARIABLES
         and tree_reads.VARIABLES not in bound
     }  # fmt: skip
+    granted = {
+        id(node) for node, bound in tree_reads.scoped(root)
+        if isinstance(node, Ident) and node.name == KYVERNO_EXCEPTIONS
+        and KYVERNO_EXCEPTIONS not in bound
+    } if EXCEPTIONS_VARIABLE in known else set()  # fmt: skip
     used: list[str] = []
 
     def variable(node: Node) -> str | None:
@@ -478,8 +491,8 @@ def _prepared(
             return node.field
         return None
 
-    def read(name: str, at: int) -> Node:
-        if name not in known:
+    def read(name: str, at: int, own: bool = False) -> Node:
+        if name not in known or (name.startswith(RESERVED_PREFIX) and not own):
             raise CelError(
                 f"{what} reads variables.{name}, which is not defined before it (a variable "
                 "may read only the variables listed before it)"
@@ -508,6 +521,8 @@ def _prepared(
         name = variable(node)
         if name is not None:
             return read(name, node.at)
+        if id(node) in granted:
+            return read(EXCEPTIONS_VARIABLE, node.at, own=True)
         return None
 
     root = transform_down(root, change)

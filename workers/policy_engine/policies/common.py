@@ -13,6 +13,7 @@ from typing import Any
 from schemas.kubernetes_metadata import LabelSelector, SelectorError
 from schemas.policy import KindRef, ResourceFilter
 from schemas.probe import ProbeCondition, ProbeValidation, ProbeVariable
+from workers.policy_engine.cel.programs import RESERVED_PREFIX
 from workers.policy_engine.policies.expressions import global_calls, references
 from workers.policy_engine.probes.admission_inputs import SERVED_REQUEST_FIELDS
 
@@ -199,7 +200,13 @@ def variables_of(value: Any, what: str) -> list[ProbeVariable]:
     out = []
     for item in as_list(value, what):
         item = as_map(item, f"{what}[]")
-        out.append(ProbeVariable(name=str(item.get("name", "")), expression=_text(item, what)))
+        name = str(item.get("name", ""))
+        if name.startswith(RESERVED_PREFIX):  # the adapter's own (Kyverno's exceptions)
+            raise Unsupported(
+                f"{what} names a variable {name!r}, and names beginning {RESERVED_PREFIX} "
+                "are assay's"
+            )
+        out.append(ProbeVariable(name=name, expression=_text(item, what)))
     return out
 
 

@@ -33,6 +33,8 @@ from schemas.policy import (
     PolicyRule,
     ResourceFilter,
 )
+from schemas.probe import MAX_VARIABLES
+from workers.policy_engine.cel.programs import KYVERNO_EXCEPTIONS
 from workers.policy_engine.policies import autogen, kyverno_exceptions, kyverno_jmespath
 from workers.policy_engine.policies.cluster_reads import API_CALL
 from workers.policy_engine.policies.common import (
@@ -50,7 +52,7 @@ from workers.policy_engine.policies.common import (
     variables_of,
 )
 from workers.policy_engine.policies.documents import SourcedDocument, name_of
-from workers.policy_engine.policies.expressions import literal_arguments
+from workers.policy_engine.policies.expressions import literal_arguments, references
 from workers.policy_engine.policies.kyverno_exceptions import Applied
 
 VALIDATING_POLICY_KINDS = frozenset({"ValidatingPolicy", "NamespacedValidatingPolicy"})
@@ -107,6 +109,14 @@ def import_validating_policy(
         rules = [
             r.model_copy(update={"match_conditions": [*exempt, *r.match_conditions]}) for r in rules
         ]
+    if applied.grants or _reads_exceptions(rule):  # Kyverno's exceptions, read as one variable
+        if len(rule.variables) >= MAX_VARIABLES:
+            raise Unsupported(
+                f"it has {len(rule.variables)} variables, and assay holds {MAX_VARIABLES} "
+                "with the one its PolicyExceptions' grants are read from"
+            )
+        granted = kyverno_exceptions.grants_variable(applied.grants)
+        rules = [r.model_copy(update={"variables": [granted, *r.variables]}) for r in rules]
     actions = [str(a) for a in as_list(spec.get("validationActions"), "validationActions")]
     policy = ImportedPolicy(
         name=name,
@@ -157,6 +167,23 @@ def _global_context_entries(
                         )
                 read.append(entry)
     return read
+
+
+def _reads_exceptions(rule: PolicyRule) -> bool:
+    """Whether the rule reads Kyverno's ``exceptions`` (its PolicyExceptions' grants);
+    Unsupported for any read of it but of its two fields (assay serves those only)."""
+    found = False
+    for expression in _expressions(rule):
+        for ref in references(expression):
+            if ref.root != KYVERNO_EXCEPTIONS:
+                continue
+            if not ref.fields or ref.fields[0] not in kyverno_exceptions.GRANT_FIELDS:
+                raise Unsupported(
+                    f"it reads {ref.path}, and of Kyverno's exceptions assay serves only "
+                    f"{' and '.join(kyverno_exceptions.GRANT_FIELDS)}"
+                )
+            found = True
+    return found
 
 
 def _expressions(rule: PolicyRule) -> list[str]:

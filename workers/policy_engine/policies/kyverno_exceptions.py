@@ -9,7 +9,14 @@ Two kinds, as Kyverno applies them:
   with ``reportResult: pass``), never as a violation. Here each exception becomes a match
   condition placed first, ``!(c1 && c2 ...)``: an exempt object is not judged, an error in
   one before an exemption is found is the policy's error, and one after it is not reached,
-  as in Kyverno's loop.
+  as in Kyverno's loop. A fine-grained exception (``images``, ``allowedValues``) exempts
+  nothing: an object its conditions match is judged with its lists added to what the
+  policy reads as ``exceptions.allowedImages`` / ``exceptions.allowedValues`` (empty lists
+  when none matches, and for a policy without exceptions). Its place among the conditions
+  keeps Kyverno's order of errors (a condition always true that errs as its conditions
+  do: ``(c1 && c2 ...) ? true : true``); the lists are a variable of the policy's
+  (:func:`grants_variable`), the one the CEL adapter reads ``exceptions`` as
+  (cel/programs.py: ``EXCEPTIONS_VARIABLE``).
 * ``kyverno.io`` PolicyException (``v2``, ``v2beta1``; for ClusterPolicy rules):
   ``exceptions[]`` name a policy (``NAMESPACE/NAME`` for a namespaced Policy) and its rules
   (wildcards allowed, pod-controller rules by their own ``autogen-`` names); ``match``
@@ -18,12 +25,12 @@ Two kinds, as Kyverno applies them:
   it selects unjudged, and the run reports them ``skip``).
 
 Whatever of an exception assay cannot apply is refused, and the policy with it (imported
-without it, the exempt objects would be reported failing): partial exemptions
-(``images``, ``allowedValues``, read by the policy as ``exceptions.*``), JMESPath
-``conditions``, Pod Security exemptions (``podSecurity``), an exception that expires later
-(a check would go on applying it). An exception Kyverno does not apply to stored objects
-(``background: false``, or one already expired) is not applied, and is reported among the
-refusals with that reason, so nothing is dropped unsaid.
+without it, the exempt objects would be reported failing): conditions that read
+``exceptions`` or ``variables`` (Kyverno gives them to the policy only, after the
+exceptions: it errs), JMESPath ``conditions``, Pod Security exemptions (``podSecurity``),
+an exception that expires later (a check would go on applying it). An exception Kyverno
+does not apply to stored objects (``background: false``, or one already expired) is not
+applied, and is reported among the refusals with that reason, so nothing is dropped unsaid.
 """
 
 from __future__ import annotations
@@ -35,10 +42,15 @@ from datetime import datetime
 from typing import Any
 
 from schemas.policy import PolicyRule, ResourceFilter, RuleException
-from schemas.probe import ProbeCondition
+from schemas.probe import MAX_EXPRESSION_CHARS, ProbeCondition, ProbeVariable
 from schemas.settings import AssaySettings
+from workers.policy_engine.cel.programs import EXCEPTIONS_VARIABLE, KYVERNO_EXCEPTIONS
+from workers.policy_engine.cel.syntax.nodes import ListExpr, Literal
+from workers.policy_engine.cel.syntax.reads import VARIABLES
+from workers.policy_engine.cel.syntax.unparser import unparse
 from workers.policy_engine.policies.common import Unsupported, as_list, as_map
 from workers.policy_engine.policies.documents import SourcedDocument, name_of
+from workers.policy_engine.policies.expressions import references
 
 EXCEPTION_KIND = "PolicyException"
 KYVERNO_GROUP = "kyverno.io"
@@ -46,6 +58,11 @@ POLICIES_GROUP = "policies.kyverno.io"
 _CEL_FIELDS = frozenset({"policyRefs", "matchConditions", "images", "allowedValues",
                          "evaluationMode", "expiresAt", "properties", "reportResult"})  # fmt: skip
 _RULE_FIELDS = frozenset({"exceptions", "match", "conditions", "podSecurity", "background"})
+# a fine-grained exception's condition: always true, erring as the exception's conditions do
+# (a value that is no boolean too, as Kyverno's match errs on it)
+_GRANT_OPEN, _GRANT_CLOSE = "(\n", "\n) ? true : true"
+# Kyverno's ``exceptions`` (its compiler's Exception struct): these two fields, no other
+GRANT_FIELDS = ("allowedImages", "allowedValues")
 
 
 @dataclass(frozen=True)
@@ -96,13 +113,26 @@ def is_exception(doc: SourcedDocument) -> bool:
     return doc.kind == EXCEPTION_KIND and doc.api_group in (KYVERNO_GROUP, POLICIES_GROUP)
 
 
+@dataclass(frozen=True)
+class Grant:
+    """A fine-grained PolicyException of a ValidatingPolicy: an object its conditions
+    (``when``, joined) match is judged with its ``images`` and ``values`` in ``exceptions``."""
+
+    label: str
+    when: str
+    images: tuple[str, ...]
+    values: tuple[str, ...]
+
+
 @dataclass
 class Applied:
     """What the exceptions of the files do to one policy: the exceptions applied (stored
-    with it), and those Kyverno would not apply to stored objects (document, why)."""
+    with it), those Kyverno would not apply to stored objects (document, why), and the
+    fine-grained ones' grants, in order."""
 
     documents: list[SourcedDocument] = field(default_factory=list)
     not_applied: list[tuple[SourcedDocument, str]] = field(default_factory=list)
+    grants: list[Grant] = field(default_factory=list)
 
 
 def _label(doc: SourcedDocument) -> str:
@@ -151,11 +181,8 @@ def validating_policy_conditions(
             raise Unsupported(
                 f"its PolicyException {label} has {unknown}, which assay cannot apply"
             )
-        if spec.get("images") or spec.get("allowedValues"):
-            raise Unsupported(
-                f"its PolicyException {label} grants images or allowedValues, which the policy "
-                "reads as exceptions.*, and assay does not serve them"
-            )
+        images = _strings(spec.get("images"), f"its PolicyException {label} images")
+        values = _strings(spec.get("allowedValues"), f"its PolicyException {label} allowedValues")
         if spec.get("evaluationMode") not in (None, "", "Kubernetes"):
             raise Unsupported(
                 f"its PolicyException {label} is for {spec.get('evaluationMode')} payloads"
@@ -172,15 +199,89 @@ def validating_policy_conditions(
             expression = item.get("expression")
             if not isinstance(expression, str) or not expression.strip():
                 raise Unsupported(f"its PolicyException {label} has a condition without expression")
+            _refuse_inputs(expression, label)
             parts.append(f"(\n{expression.strip()}\n)")
-        # no condition: every object is exempt
-        exempt = " && ".join(parts) if parts else "true"
+        # no condition: every object is exempt (or granted)
+        when = " && ".join(parts) if parts else "true"
+        expression = f"!(\n{when}\n)"
+        if images or values:  # Kyverno: an exception with either grants, never exempts
+            applied.grants.append(Grant(label, when, images, values))
+            expression = f"{_GRANT_OPEN}{when}{_GRANT_CLOSE}"
         conditions.append(
-            ProbeCondition(
-                name=f"exception-{label}"[:63], expression=f"!(\n{exempt}\n)", exception=label
-            )
+            ProbeCondition(name=f"exception-{label}"[:63], expression=expression, exception=label)
         )
     return conditions, applied
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    """A list of strings (Kyverno's ``[]string``); Unsupported for anything else."""
+    items = as_list(value, what)
+    if not all(isinstance(item, str) for item in items):
+        raise Unsupported(f"{what} is not a list of strings")
+    return tuple(items)
+
+
+def _refuse_inputs(expression: str, label: str) -> None:
+    """Unsupported for an exception's condition that reads ``exceptions`` or ``variables``:
+    Kyverno evaluates the exceptions before it binds either (the condition errs there)."""
+    for ref in references(expression):
+        if ref.root in (KYVERNO_EXCEPTIONS, VARIABLES):
+            raise Unsupported(
+                f"its PolicyException {label} reads {ref.root} in a condition, which Kyverno "
+                "gives only to the policy, after trying its exceptions (the condition errs)"
+            )
+
+
+def grants_variable(grants: list[Grant]) -> ProbeVariable:
+    """The variable the policy's ``exceptions`` is read as (cel/programs.py): per object,
+    the images and values of every fine-grained exception whose conditions match it, in
+    order; empty lists with none. Evaluated only for an object that is judged, so after
+    every exception's conditions were evaluated without error (their own match conditions
+    come first), and when none exempted it."""
+
+    def joined(field: str) -> str:
+        parts = []
+        for grant in grants:
+            items = grant.images if field == "allowedImages" else grant.values
+            if items:
+                listed = unparse(ListExpr(tuple(Literal(item, "string") for item in items)))
+                parts.append(f"((\n{grant.when}\n) ? {listed} : [])")
+        return " + ".join(parts) or "[]"
+
+    expression = "{" + ", ".join(f"'{f}': {joined(f)}" for f in GRANT_FIELDS) + "}"
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise Unsupported(
+            f"its fine-grained PolicyExceptions ({', '.join(g.label for g in grants)}) grant "
+            f"more than an expression of {MAX_EXPRESSION_CHARS} characters holds"
+        )
+    return ProbeVariable(name=EXCEPTIONS_VARIABLE, expression=expression)
+
+
+def shown(condition: ProbeCondition, documents: list[dict[str, Any]]) -> str:
+    """How ``probe show`` writes an exception's match condition: as the exception writes
+    it, and what a fine-grained one grants (read from its document, stored with the
+    policy)."""
+    text = condition.expression
+    if not (text.startswith(_GRANT_OPEN) and text.endswith(_GRANT_CLOSE)):
+        when = " ".join(text.removeprefix("!(").removesuffix(")").split())
+        return f"exempt by PolicyException {condition.exception} when: {when}"
+    when = " ".join(text.removeprefix(_GRANT_OPEN).removesuffix(_GRANT_CLOSE).split())
+    spec: Any = {}
+    for document in documents:
+        meta = document.get("metadata") or {}
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        label = f"{namespace}/{name}" if namespace else name
+        if document.get("kind") == EXCEPTION_KIND and label == condition.exception:
+            spec = document.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    granted = [
+        f"to exceptions.{field} [{', '.join(str(i) for i in spec.get(key) or [])}]"
+        for field, key in zip(GRANT_FIELDS, ("images", "allowedValues"), strict=True)
+        if spec.get(key)
+    ]
+    added = " and ".join(granted) or "to exceptions"
+    return f"PolicyException {condition.exception} adds {added} when: {when}"
 
 
 def cluster_policy_exceptions(

@@ -44,7 +44,7 @@ from typing import Any, Literal
 from schemas.policy import ImportedPolicy
 from schemas.probe import ProbeRecord
 from workers.engine.toolsets.backend import ClusterBackend
-from workers.policy_engine.cel.programs import CelError, Expression
+from workers.policy_engine.cel.programs import EXCEPTIONS_VARIABLE, CelError, Expression
 from workers.policy_engine.policies.expressions import references
 from workers.policy_engine.probes.admission_schema import (
     KYVERNO_API_VERSION,
@@ -355,17 +355,26 @@ def _check(draft: Draft, documents: list[dict[str, Any]], backend: ClusterBacken
     reasons: list[str] = []
     for document in documents:
         reasons += problems(document)
-    reasons += _compile_problems(draft.spec)
+    # Kyverno's ValidatingPolicy has its PolicyExceptions' grants (`exceptions`) too
+    kyverno = any(
+        d.get("kind") in ("ValidatingPolicy", "NamespacedValidatingPolicy")
+        and str(d.get("apiVersion") or "").startswith("policies.kyverno.io/")
+        for d in documents
+    )
+    reasons += _compile_problems(draft.spec, kyverno_exceptions=kyverno)
     reasons += _type_problems(draft, backend)
     if reasons:
         shown = "; ".join(dict.fromkeys(reasons))
         raise NotExportable(f"the API server would refuse it: {shown}")
 
 
-def _compile_problems(spec: dict[str, Any]) -> list[str]:
+def _compile_problems(spec: dict[str, Any], *, kyverno_exceptions: bool = False) -> list[str]:
+    """``kyverno_exceptions``: the spec is a Kyverno ValidatingPolicy's, whose expressions
+    may read ``exceptions`` (cel/programs.py: EXCEPTIONS_VARIABLE)."""
     variables = [
         (str(v.get("name")), str(v.get("expression"))) for v in spec.get("variables") or []
     ]
+    granted = [(EXCEPTIONS_VARIABLE, "{}")] if kyverno_exceptions else []
     takes_params = bool(spec.get("paramKind"))
     found: list[str] = []
     checks: list[tuple[str, str, bool]] = [(f"variable {name}", text, True)
@@ -387,16 +396,11 @@ def _compile_problems(spec: dict[str, Any]) -> list[str]:
         if "variables" in roots and not may_read_variables:
             found.append(f"{what} reads variables, which a match condition cannot")
         try:  # the API server declares `request`, `oldObject`, `namespaceObject`: so does assay
-            known = list(variables)
+            known = [*granted, *variables] if may_read_variables else granted
             # each variable is checked on its own (above): one read here is a declared
             # name, as the API server compiles it, not its definition bound around the text
-            declared = {name: None for name, _ in known} if may_read_variables else {}
-            Expression(
-                text,
-                known if may_read_variables else (),
-                what=what,
-                constants=declared,
-            )
+            declared = {name: None for name, _ in known}
+            Expression(text, known, what=what, constants=declared)
         except CelError as exc:
             found.append(str(exc))
     return found

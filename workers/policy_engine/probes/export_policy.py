@@ -37,6 +37,7 @@ from typing import Any
 from schemas.policy import ImportedPolicy, KindRef, PolicyRule, ResourceFilter
 from workers.engine.toolsets.backend import ResourceInfo
 from workers.policy_engine.cel.lib import overloads
+from workers.policy_engine.cel.programs import EXCEPTIONS_VARIABLE
 from workers.policy_engine.cel.syntax.nodes import Call, Ident, Node, walk
 from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
 from workers.policy_engine.cel.syntax.reads import references
@@ -122,8 +123,9 @@ def _refuse_kyverno_extras(policy: ImportedPolicy, fmt: ExportFormat) -> None:
     """What a Kyverno policy was imported with that an export would lose: its
     PolicyExceptions and GlobalContextEntries (documents of their own, not written), and,
     for a ValidatingAdmissionPolicy, its reads of other objects (``resource.*``,
-    ``globalContext``) and its calls of Kyverno's libraries of pure functions (hash, json,
-    image, yaml, math, time, gzip, transform, x509), which only Kyverno has."""
+    ``globalContext``), of ``exceptions``, and its calls of Kyverno's libraries of pure
+    functions (hash, json, image, yaml, math, time, gzip, transform, x509), which only
+    Kyverno has."""
     plural = {"GlobalContextEntry": "GlobalContextEntries", "PolicyException": "PolicyExceptions"}
     extras = sorted({plural[k] for d in policy.documents[1:] if (k := d.get("kind")) in plural})
     if extras:
@@ -134,6 +136,11 @@ def _refuse_kyverno_extras(policy: ImportedPolicy, fmt: ExportFormat) -> None:
     if fmt != "vap" or policy.format != "kyverno-validatingpolicy":
         return
     for rule in policy.rules:
+        if any(v.name == EXCEPTIONS_VARIABLE for v in rule.variables):
+            raise NotExportable(
+                f"rule {rule.name} reads Kyverno's exceptions (what its PolicyExceptions "
+                "grant), which a ValidatingAdmissionPolicy has not"
+            )
         texts = [v.expression for v in rule.variables]
         texts += [c.expression for c in rule.match_conditions]
         texts += [v.expression for v in rule.validations]

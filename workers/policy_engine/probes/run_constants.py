@@ -38,6 +38,7 @@ from typing import Any
 
 from workers.policy_engine.cel.lib.rewrite import bound_identifiers
 from workers.policy_engine.cel.programs import (
+    KYVERNO_EXCEPTIONS,
     BoolProgram,
     CelError,
     Slots,
@@ -60,8 +61,10 @@ from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
 from workers.policy_engine.cel.syntax.reads import VARIABLES, free_names, reads, variables_read
 from workers.policy_engine.cel.syntax.unparser import unparse
 
-# What a variable may read and still be a constant of the probe run: nothing of the objects.
-OBJECT_INPUTS = ("object", "results", "oldObject", "request", "namespaceObject", "authorizer")
+# What a variable may read and still be a constant of the probe run: nothing of the objects
+# (Kyverno's ``exceptions`` among them: its PolicyExceptions' grants to each object).
+OBJECT_INPUTS = ("object", "results", "oldObject", "request", "namespaceObject", "authorizer",
+                 KYVERNO_EXCEPTIONS)  # fmt: skip
 # Inputs a part may read and still be a constant of the run.
 CONSTANT_INPUTS = frozenset({"params", VARIABLES})
 # A constant is brought into Python whole: one that holds the constants before it more than
