@@ -45,7 +45,13 @@ from workers.policy_engine.cel.lib import (
 from workers.policy_engine.cel.lib import overloads as library_overloads
 from workers.policy_engine.cel.lib import rewrites as library_rewrites
 from workers.policy_engine.cel.lib import values as library_values
-from workers.policy_engine.cel.lib.base import charge, converted_values, metered
+from workers.policy_engine.cel.lib.base import (
+    CelLibraryError,
+    charge,
+    converted_values,
+    holds_nul,
+    metered,
+)
 from workers.policy_engine.cel.lib.rewrite import base, computed_presence, optional_fallbacks
 from workers.policy_engine.cel.syntax import reads as tree_reads
 from workers.policy_engine.cel.syntax.locate import locate
@@ -130,7 +136,12 @@ def _costed(overload: Overload) -> Callable[..., Any]:
 
     def call(*args: Any) -> Any:
         charge(cost(*args), what)
-        return impl(*args)
+        result = impl(*args)
+        if holds_nul(result):  # the runtime would cut it there (base.py)
+            raise CelLibraryError(
+                f"{what} gave a string with a NUL character, which CEL cannot hold"
+            )
+        return result
 
     return call
 

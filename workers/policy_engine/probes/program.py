@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.probe import ProposedProbe
+from workers.policy_engine.cel.lib.base import holds_nul
 from workers.policy_engine.cel.lib.kyverno_resource import judging
 from workers.policy_engine.cel.programs import (
     MAX_STEPS,
@@ -64,6 +65,8 @@ class ProbeProgram:
         if params is not None and self.absent_nulls:
             params = without_nulls(params)
         self.base: dict[str, Any] = {} if params is None else {"params": params}
+        if holds_nul(self.base):
+            raise CelError(f"its params hold {_NUL}")
         # what is the same for every object, computed once (run_constants.py)
         judged = probe.expressions()[len(probe.variables) :]
         slots = run_constants(variables, judged, self.base, self.meter)
@@ -145,6 +148,8 @@ class ProbeProgram:
             return self._judge(bindings)
 
     def _judge(self, bindings: Mapping[str, Any]) -> Judgement:
+        if holds_nul(bindings):
+            raise CelError(f"{_named(bindings.get('object'))} holds {_NUL}")
         if self.absent_nulls:
             bindings = {name: without_nulls(value) for name, value in bindings.items()}
         data = {**self.base, **bindings}
@@ -181,6 +186,23 @@ class ProbeProgram:
         if validation.message:
             return str(validation.message)
         return f"failed expression: {validation.expression}"
+
+
+# why a value holding a NUL character gets no verdict (cel/lib/base.py holds_nul)
+_NUL = (
+    "a string with a NUL character, which the CEL runtime would cut there: "
+    "judged as cut it could pass, so nothing is judged"
+)
+
+
+def _named(obj: Any) -> str:
+    """The judged object as a reader finds it (``Pod shop/web``), or what was judged."""
+    if not isinstance(obj, dict):
+        return "the values judged"
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    where = f"{meta.get('namespace')}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind') or 'the object'} {where}{meta.get('name') or ''}".strip()
 
 
 def without_nulls(value: Any) -> Any:

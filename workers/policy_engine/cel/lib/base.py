@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -166,6 +167,35 @@ def unwrap(value: Any, kind: str) -> dict[str, Any]:
     if found is None:
         raise NoSuchOverload(f"no such overload: expected a {kind}")
     return found
+
+
+def holds_nul(value: Any) -> bool:
+    """Whether a string, bytes or map key in ``value`` holds a NUL character.
+
+    The CEL runtime's bindings hand strings and bytes to C++ cut at their first NUL:
+    ``"a\\x00evil"`` would reach CEL as ``"a"`` (``contains('evil')`` false, ``== 'a'``
+    true) and two keys that differ only after one would collide. Such a value is refused
+    before it is converted, never judged as cut. JSON text escapes a NUL as ``\\u0000``,
+    so the encoder (C speed) answers for almost every value; only a value whose text
+    has that sequence, or that is not JSON, is walked."""
+    try:
+        if "\\u0000" not in json.dumps(value):
+            return False
+    except (TypeError, ValueError, RecursionError):
+        pass
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list | tuple):
+            todo.extend(item)
+        elif isinstance(item, bytes | bytearray):
+            todo.append(item.decode("latin-1"))  # a NUL byte is a NUL character so
+        elif isinstance(item, str) and "\x00" in item:
+            return True
+    return False
 
 
 def converted_values(value: Any) -> int:
