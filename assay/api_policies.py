@@ -25,6 +25,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
 from assay.api_models import (
+    OUTSIDE_ROOTS,
     READ_ERRORS,
     WRITE_ERRORS,
     ErrorBody,
@@ -34,6 +35,7 @@ from assay.api_models import (
     PolicyTranslationRequest,
     TranslatedObject,
     links_to,
+    state_refusals,
 )
 from assay.api_wiring import Services
 from schemas.policy import POLICY_NAME_PATTERN, SET_NAME_PATTERN, ImportedPolicy, ImportReport
@@ -44,7 +46,9 @@ PolicyName = Annotated[
     str,
     Path(pattern=POLICY_NAME_PATTERN, description="A policy's name.", examples=["run-as-non-root"]),
 ]
-SetName = Annotated[str, Path(pattern=SET_NAME_PATTERN, description="A policy set's name.")]
+SetName = Annotated[
+    str, Path(pattern=SET_NAME_PATTERN, description="A policy set's name.", examples=["baseline"])
+]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such policy or set."},
 }
@@ -171,7 +175,7 @@ def export_policy(
     "/policy-translations",
     response_model=PolicyTranslation,
     tags=["policies"],
-    responses=WRITE_ERRORS,
+    responses={**WRITE_ERRORS, **state_refusals(f"the target is {OUTSIDE_ROOTS}")},
 )
 def translate_policies(
     body: PolicyTranslationRequest, request: Request, scope: WriteAccess

@@ -15,7 +15,15 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
-from assay.api_models import READ_ERRORS, WRITE_ERRORS, ErrorBody, ProbeTest, ProbeView
+from assay.api_models import (
+    OUTSIDE_ROOTS,
+    READ_ERRORS,
+    WRITE_ERRORS,
+    ErrorBody,
+    ProbeTest,
+    ProbeView,
+    state_refusals,
+)
 from assay.api_wiring import Services
 from schemas import ids
 from schemas.probe import ProbeRecord, ProbeRun
@@ -90,7 +98,8 @@ def export_probe(
 
 
 @router.post("/checks/{check_id}/probe/test", response_model=ProbeRun, tags=["probes"],
-             responses=_WRITE)  # fmt: skip
+             responses={**WRITE_ERRORS, **state_refusals(
+                 f"the check has no probe (probe_not_found), or {OUTSIDE_ROOTS}")})  # fmt: skip
 def test_probe(
     check_id: CheckId, body: ProbeTest, request: Request, scope: WriteAccess
 ) -> ProbeRun:

@@ -20,7 +20,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.json_schema import JsonDict
 
 from schemas.budget import PROFILES, UNATTENDED_PROFILE, Budget, ProfileName
 from schemas.ids import ScheduleId
@@ -39,8 +38,6 @@ from schemas.request import (
 from schemas.spend import SpendCeiling
 
 MisfirePolicy = Literal["skip", "run_once"]
-CRON_FORMAT: JsonDict = {"format": "cron"}  # croniter's five fields or an @alias, that fires
-TIME_ZONE_FORMAT: JsonDict = {"format": "iana-time-zone"}  # an IANA zone, e.g. Europe/Paris
 MAX_JITTER_SECONDS = 3600.0
 
 
@@ -124,15 +121,10 @@ ScheduleName = Annotated[str, Field(min_length=1, max_length=100, pattern=SCHEDU
 PredicateText = Annotated[
     str, Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
 ]
-CronExpression = Annotated[
-    str, Field(description="Five-field cron expression or @alias.", json_schema_extra=CRON_FORMAT)
-]
-TimeZoneName = Annotated[
-    str,
-    Field(
-        description="IANA zone the cron expression is read in.", json_schema_extra=TIME_ZONE_FORMAT
-    ),
-]
+# What the API takes is narrower and published (schemas/cadence.py); a stored schedule keeps
+# croniter's and the machine's wider rules, so one made from the CLI stays readable.
+CronExpression = Annotated[str, Field(description="Five-field cron expression or @alias.")]
+TimeZoneName = Annotated[str, Field(description="IANA zone the cron expression is read in.")]
 IntervalSeconds = Annotated[float, Field(gt=0, le=MAX_INTERVAL_SECONDS)]
 JitterSeconds = Annotated[float, Field(ge=0, le=MAX_JITTER_SECONDS)]
 NotifyRoutes = Annotated[
@@ -222,10 +214,7 @@ class Schedule(BaseModel):
             if stamp.tzinfo is None:
                 raise ValueError("schedule timestamps must carry a time zone")
         if self.cron is not None:
-            try:  # an expression such as "0 0 30 2 *" is valid syntax but never fires
-                croniter(self.cron, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
-            except Exception:
-                raise ValueError(f"cron expression {self.cron!r} never fires") from None
+            cron_fires(self.cron)
         return self
 
     @property
@@ -277,6 +266,17 @@ def valid_cron(expr: str | None) -> str | None:
     if not croniter.is_valid(expr):
         raise ValueError(f"invalid cron expression {expr!r}")
     return expr
+
+
+def cron_fires(expr: str) -> str:
+    """``expr`` (folded, see ``valid_cron``) if croniter takes it and it fires: an expression
+    such as ``0 0 30 2 *`` is valid syntax but names no day."""
+    folded = valid_cron(expr) or expr
+    try:
+        croniter(folded, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except Exception:
+        raise ValueError(f"cron expression {folded!r} never fires") from None
+    return folded
 
 
 def format_duration(seconds: float) -> str:
