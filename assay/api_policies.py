@@ -52,6 +52,11 @@ SetName = Annotated[
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such policy or set."},
 }
+_NOT_EXPORTABLE: dict[str, Any] = {
+    "model": ErrorBody,
+    "description": "The stored policy holds what the format cannot express "
+    "(policy_not_exportable, with the reason).",
+}
 POLICY_OPERATIONS = (
     "get_policy_v1_policies__name__get",
     "export_policy_v1_policies__name__export_get",
@@ -150,7 +155,12 @@ def get_policy(name: PolicyName, request: Request, scope: ReadAccess) -> Importe
 @router.get(
     "/policies/{name}/export",
     tags=["policies"],
-    responses={**READ_ERRORS, **_NOT_FOUND, 200: {"content": {"application/yaml": {}}}},
+    responses={
+        **READ_ERRORS,
+        **_NOT_FOUND,
+        409: _NOT_EXPORTABLE,
+        200: {"content": {"application/yaml": {}}},
+    },
 )
 def export_policy(
     name: PolicyName,
@@ -160,14 +170,15 @@ def export_policy(
     action: Annotated[Literal["Audit", "Warn", "Deny"] | None, Query()] = None,
 ) -> Response:
     """The policy as a ValidatingAdmissionPolicy (+ binding, + params) or a Kyverno
-    ValidatingPolicy, validated before it is written (422 with the reason otherwise)."""
+    ValidatingPolicy, validated before it is written (409 with the reason otherwise: what the
+    stored policy holds, not the request, decides whether the format can express it)."""
     from workers.policy_engine.probes.export import NotExportable, export_policy_yaml
 
     policy = _policy(_store(request), name)
     try:
         text = export_policy_yaml(policy, format, action=action)
     except NotExportable as exc:
-        raise ApiError(422, "policy_not_exportable", f"{exc}.") from None
+        raise ApiError(409, "policy_not_exportable", f"{exc}.") from None
     return Response(content=text, media_type="application/yaml")
 
 

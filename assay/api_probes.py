@@ -76,7 +76,15 @@ def drop_probe(check_id: CheckId, request: Request, scope: WriteAccess) -> Respo
 @router.get(
     "/checks/{check_id}/probe/export",
     tags=["probes"],
-    responses={**_READ, 200: {"content": {"application/yaml": {}}}},
+    responses={
+        **_READ,
+        409: {
+            "model": ErrorBody,
+            "description": "The stored probe holds what the format cannot express "
+            "(probe_not_exportable, with the reason).",
+        },
+        200: {"content": {"application/yaml": {}}},
+    },
 )
 def export_probe(
     check_id: CheckId,
@@ -93,7 +101,7 @@ def export_probe(
     try:
         text = export_yaml(record, format, action=action)
     except NotExportable as exc:
-        raise ApiError(422, "probe_not_exportable", f"{exc}.") from None
+        raise ApiError(409, "probe_not_exportable", f"{exc}.") from None
     return Response(content=text, media_type="application/yaml")
 
 
