@@ -1,35 +1,75 @@
-"""The cron expressions and time zones a schedule may be given over HTTP, as the API publishes them.
+"""What a schedule's cron expression and time zone may be: one rule each, as published.
 
 The OpenAPI document states every rule the server applies to a request, so a client (or a
-fuzzer) that follows the document is never refused for a rule it could not read. Two of a
-schedule's fields had rules no schema could read: "an expression croniter takes, that fires"
-and "a zone the machine's time zone database knows". Here they are a ``pattern`` and an
-``enum``, and the server checks exactly those:
+fuzzer) that follows the document is never refused for a rule it could not read. "An
+expression croniter takes, that fires" and "a zone the machine's time zone database knows"
+are no rules a schema can state; here they are a ``pattern`` and an ``enum``, and every door
+(API, CLI, apply; the stored ``Schedule`` declares its fields with these types) checks
+exactly those:
 
 * ``CRON_PATTERN``: five fields (numbers, ``*``, ranges, lists, steps, month and weekday
-  names in upper or lower case, one space between fields) or an ``@alias``. The server
-  matches it first, then croniter reads the expression; every expression the pattern admits
-  is one croniter takes and that fires (tests/schemas/test_cadence.py draws them from the
-  pattern), so the two checks accept the same language. A day of month of 30 or 31 is taken
-  only with every month (``*``): with chosen months it could name a day none of them has.
-* ``IANA_ZONES``: the zones of the ``tzdata`` package (pinned), not of the machine's own
+  names in upper or lower case, one space between fields) or an ``@alias``. An expression
+  is taken when croniter takes it, it fires and it matches the pattern; every expression
+  the pattern admits is one croniter takes and that fires (tests/schemas/test_cadence.py
+  draws them from the pattern), so the accepted language is the pattern's. A day of month
+  over 29 is taken only with every month (``*``): with chosen months it could name a day
+  none of them has.
+* ``iana_zones()``: the zones of the ``tzdata`` package (pinned), not of the machine's own
   database, so the published list is the same on every machine; ``zoneinfo`` reads the
   package's data when the machine has no zone of that name.
 
-The stored ``Schedule`` keeps the wider croniter rule (``schemas.schedule.valid_cron``): a
-schedule stored from the CLI with another spelling stays readable.
+``valid_cron`` and ``known_zone`` are croniter's and zoneinfo's own, wider rules: an apply
+document's fields are read with them first, for their sentences.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from croniter import croniter
 from pydantic import AfterValidator, Field
 
-from schemas.schedule import cron_fires, known_zone
+
+def known_zone(zone: str) -> str:
+    """``zone`` if it names an IANA time zone, else a ``ValueError`` saying what to write."""
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"unknown time zone {zone!r}; use an IANA name such as Europe/Paris or UTC"
+        ) from None
+    return zone
+
+
+def valid_cron(expr: str | None) -> str | None:
+    """``expr`` with its whitespace folded, if it is a five-field cron expression or @alias."""
+    if expr is None:
+        return None
+    expr = " ".join(expr.split())
+    if not expr.startswith("@") and len(expr.split(" ")) != 5:
+        raise ValueError(
+            f"cron expression {expr!r} must have five fields "
+            "(minute hour day-of-month month day-of-week)"
+        )
+    if not croniter.is_valid(expr):
+        raise ValueError(f"invalid cron expression {expr!r}")
+    return expr
+
+
+def cron_fires(expr: str) -> str:
+    """``expr`` (folded, see ``valid_cron``) if croniter takes it and it fires: an expression
+    such as ``0 0 30 2 *`` is valid syntax but names no day."""
+    folded = valid_cron(expr) or expr
+    try:
+        croniter(folded, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except Exception:
+        raise ValueError(f"cron expression {folded!r} never fires") from None
+    return folded
 
 
 def _names(*names: str) -> str:
@@ -64,14 +104,16 @@ _CRON = re.compile(CRON_PATTERN)
 
 
 def published_cron(expression: str) -> str:
-    """``expression`` if it matches ``CRON_PATTERN`` and croniter takes it, and it fires."""
+    """``expression`` if croniter takes it, it fires, and it matches ``CRON_PATTERN`` (croniter
+    is asked first only for its sentences; the language is the intersection either way)."""
+    cron_fires(expression)
     if not _CRON.fullmatch(expression):
         raise ValueError(
             f"cron expression {expression[:MAX_CRON_LENGTH]!r} is not five fields of numbers, "
             "names, '*', ranges, lists and steps (one space apart; a day of month over 29 only "
             "with every month) or an @alias such as @hourly"
         )
-    return cron_fires(expression)
+    return expression
 
 
 @cache

@@ -16,12 +16,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.budget import PROFILES, UNATTENDED_PROFILE, Budget, ProfileName
+from schemas.cadence import PublishedCron, PublishedZone, cron_fires
 from schemas.ids import ScheduleId
 from schemas.notify import SinkName
 from schemas.probe import ProbeMode
@@ -121,10 +120,9 @@ ScheduleName = Annotated[str, Field(min_length=1, max_length=100, pattern=SCHEDU
 PredicateText = Annotated[
     str, Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
 ]
-# What the API takes is narrower and published (schemas/cadence.py); a stored schedule keeps
-# croniter's and the machine's wider rules, so one made from the CLI stays readable.
-CronExpression = Annotated[str, Field(description="Five-field cron expression or @alias.")]
-TimeZoneName = Annotated[str, Field(description="IANA zone the cron expression is read in.")]
+# The published rules (schemas/cadence.py): a pattern croniter takes and fires on, the tzdata zones.
+CronExpression = PublishedCron
+TimeZoneName = PublishedZone
 IntervalSeconds = Annotated[float, Field(gt=0, le=MAX_INTERVAL_SECONDS)]
 JitterSeconds = Annotated[float, Field(ge=0, le=MAX_JITTER_SECONDS)]
 NotifyRoutes = Annotated[
@@ -194,16 +192,6 @@ class Schedule(BaseModel):
             raise ValueError("the predicate text is empty")
         return text
 
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, zone: str) -> str:
-        return known_zone(zone)
-
-    @field_validator("cron")
-    @classmethod
-    def _valid_cron(cls, expr: str | None) -> str | None:
-        return valid_cron(expr)
-
     @model_validator(mode="after")
     def _one_cadence(self) -> Schedule:
         if (self.cron is None) == (self.interval_seconds is None):
@@ -240,43 +228,6 @@ class Schedule(BaseModel):
 MANAGED_FIELDS = frozenset({"id", "created_at", "updated_at", "revision", "last_fire"})
 # What a change may set (``enabled`` is pause and resume, each with its own command).
 CHANGEABLE_FIELDS = frozenset(Schedule.model_fields) - MANAGED_FIELDS - {"enabled"}
-
-
-def known_zone(zone: str) -> str:
-    """``zone`` if it names an IANA time zone, else a ``ValueError`` saying what to write."""
-    try:
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(
-            f"unknown time zone {zone!r}; use an IANA name such as Europe/Paris or UTC"
-        ) from None
-    return zone
-
-
-def valid_cron(expr: str | None) -> str | None:
-    """``expr`` with its whitespace folded, if it is a five-field cron expression or @alias."""
-    if expr is None:
-        return None
-    expr = " ".join(expr.split())
-    if not expr.startswith("@") and len(expr.split(" ")) != 5:
-        raise ValueError(
-            f"cron expression {expr!r} must have five fields "
-            "(minute hour day-of-month month day-of-week)"
-        )
-    if not croniter.is_valid(expr):
-        raise ValueError(f"invalid cron expression {expr!r}")
-    return expr
-
-
-def cron_fires(expr: str) -> str:
-    """``expr`` (folded, see ``valid_cron``) if croniter takes it and it fires: an expression
-    such as ``0 0 30 2 *`` is valid syntax but names no day."""
-    folded = valid_cron(expr) or expr
-    try:
-        croniter(folded, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
-    except Exception:
-        raise ValueError(f"cron expression {folded!r} never fires") from None
-    return folded
 
 
 def format_duration(seconds: float) -> str:

@@ -20,7 +20,6 @@ import schemathesis
 import yaml
 from schemathesis.core.media_types import YAML_MEDIA_TYPES
 
-CONTEXTS = ("east", "west")
 KUBECONFIG = """apiVersion: v1
 kind: Config
 clusters:
