@@ -1,8 +1,9 @@
 """The published cron pattern and time zone list are exactly what the server accepts.
 
-The server matches ``CRON_PATTERN`` first and then lets croniter read the expression, so it
-accepts what the pattern admits only if croniter takes (and fires on) every one of them:
-hypothesis draws expressions from the pattern itself to hold that. Time zones: the enum in
+The server takes an expression when croniter takes it, it fires and it matches
+``CRON_PATTERN``: that is the pattern's language only if croniter takes (and fires on) every
+expression the pattern admits, which hypothesis holds by drawing them from the pattern itself
+(and every day of month with every single month, which a random draw rarely reaches). Time zones: the enum in
 the document is the tzdata package's list, and the server checks membership in that list.
 """
 
