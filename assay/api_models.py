@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -26,6 +27,7 @@ from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
 from schemas.budget import Budget, ProfileName
+from schemas.cadence import PublishedCron, PublishedZone
 from schemas.declarative import MAX_SOURCE_LENGTH
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
@@ -44,12 +46,12 @@ from schemas.request import (
     ContextTarget,
     EvaluationKind,
     InClusterTarget,
+    ShownName,
     SnapshotTarget,
     Target,
     ToolsetName,
 )
 from schemas.schedule import (
-    CronExpression,
     IntervalSeconds,
     JitterSeconds,
     MisfirePolicy,
@@ -58,7 +60,6 @@ from schemas.schedule import (
     Schedule,
     ScheduleName,
     ScheduleTargets,
-    TimeZoneName,
 )
 from schemas.settings import AssaySettings
 from schemas.spend import ScopeSpend, SpendCeiling
@@ -120,6 +121,23 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such id."}
 }
+# What the server's state decides, not the request's shape (docs/api.md, "Errors"): something
+# the request names that this server does not have is a 404, one its state cannot serve a 409.
+OUTSIDE_ROOTS = "a snapshot path outside the server's snapshot roots (snapshot_outside_roots)"
+UNROUTABLE = "a model no provider routes (unroutable_model)"
+KEY_MISSING = "The model's provider wants an API key no live worker holds (model_key_missing)"
+
+
+def state_refusals(not_here: str, conflict: str | None = None) -> dict[int | str, dict[str, Any]]:
+    """The 404 (and 409) an operation documents for what only the server's state can judge."""
+    answers: dict[int | str, dict[str, Any]] = {
+        404: {"model": ErrorBody, "description": not_here[:1].upper() + not_here[1:] + "."}
+    }
+    if conflict is not None:
+        answers[409] = {"model": ErrorBody, "description": conflict + "."}
+    return answers
+
+
 EXPIRED: dict[int | str, dict[str, Any]] = {
     410: {
         "model": ErrorBody,
@@ -231,9 +249,31 @@ def contract_target(target: SnapshotTarget | ContextTarget | InClusterTarget) ->
     return target
 
 
-class ServerScheduleTargets(ScheduleTargets):
-    """A schedule's targets as a remote caller may name them: no kubeconfig of its own."""
+# A schedule's snapshot folder or glob may not climb with '..' (the server refuses it whatever
+# its roots, ``SnapshotRoots.confine_pattern``): published as a ``not`` ``pattern``.
+PARENT_SEGMENT = r"(^|/)\.\.(/|$)"
 
+
+def _no_parent_segment(pattern: str) -> str:
+    if re.search(PARENT_SEGMENT, pattern):
+        raise ValueError(
+            f"the snapshot pattern {pattern!r} contains '..'; name the folders directly"
+        )
+    return pattern
+
+
+SnapshotPattern = Annotated[
+    ShownName,
+    Field(json_schema_extra={**SNAPSHOT_PATH_FORMAT, "not": {"pattern": PARENT_SEGMENT}}),
+    AfterValidator(_no_parent_segment),
+]
+
+
+class ServerScheduleTargets(ScheduleTargets):
+    """A schedule's targets as a remote caller may name them: no kubeconfig of its own, and
+    snapshot patterns without '..'."""
+
+    snapshots: list[SnapshotPattern] = Field(default_factory=list, max_length=1000)
     kubeconfig: None = Field(default=None, description=_SERVER_KUBECONFIG)
 
     @field_validator("kubeconfig", mode="before")
@@ -289,6 +329,9 @@ _UNATTENDED_PROFILE_HELP = (
 )
 
 
+_BATCH_TARGETS = AssaySettings.model_fields["api_max_batch_targets"].default
+
+
 def _targets_or_context_glob(schema: dict[str, Any]) -> None:
     """Publish "exactly one of ``targets`` and ``context_glob``" as a ``oneOf``."""
     schema["oneOf"] = [
@@ -305,7 +348,12 @@ class BatchSubmission(_Request):
 
     kind: EvaluationKind = "check"
     text: str = Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
-    targets: list[ApiTarget] | None = Field(default=None, min_length=1)
+    targets: list[ApiTarget] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=_BATCH_TARGETS,
+        description="At most the server's ASSAY_API_MAX_BATCH_TARGETS (1,000 by default).",
+    )
     context_glob: str | None = Field(
         default=None,
         min_length=1,
@@ -363,8 +411,8 @@ class ScheduleCreate(_Request):
     predicate: PredicateText
     kind: EvaluationKind = "check"
     targets: ServerScheduleTargets
-    cron: CronExpression | None = None
-    timezone: TimeZoneName = "UTC"
+    cron: PublishedCron | None = None
+    timezone: PublishedZone = "UTC"
     interval_seconds: _IntervalSeconds = None
     profile: ProfileName | None = Field(default=None, description=_UNATTENDED_PROFILE_HELP)
     budget: ApiBudget = Field(default_factory=ApiBudget)
@@ -487,8 +535,8 @@ class ScheduleUpdate(_Request):
     predicate: PredicateText | None = None
     kind: EvaluationKind | None = None
     targets: ServerScheduleTargets | None = None
-    cron: CronExpression | None = None
-    timezone: TimeZoneName | None = None
+    cron: PublishedCron | None = None
+    timezone: PublishedZone | None = None
     interval_seconds: _IntervalSeconds = None
     profile: ProfileName | None = None
     budget: ApiBudget | None = None

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
 from assay.api_models import (
+    OUTSIDE_ROOTS,
     READ_ERRORS,
     WRITE_ERRORS,
     ErrorBody,
@@ -34,6 +35,7 @@ from assay.api_models import (
     PolicyTranslationRequest,
     TranslatedObject,
     links_to,
+    state_refusals,
 )
 from assay.api_wiring import Services
 from schemas.policy import POLICY_NAME_PATTERN, SET_NAME_PATTERN, ImportedPolicy, ImportReport
@@ -44,9 +46,16 @@ PolicyName = Annotated[
     str,
     Path(pattern=POLICY_NAME_PATTERN, description="A policy's name.", examples=["run-as-non-root"]),
 ]
-SetName = Annotated[str, Path(pattern=SET_NAME_PATTERN, description="A policy set's name.")]
+SetName = Annotated[
+    str, Path(pattern=SET_NAME_PATTERN, description="A policy set's name.", examples=["baseline"])
+]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such policy or set."},
+}
+_NOT_EXPORTABLE: dict[str, Any] = {
+    "model": ErrorBody,
+    "description": "The stored policy holds what the format cannot express "
+    "(policy_not_exportable, with the reason).",
 }
 POLICY_OPERATIONS = (
     "get_policy_v1_policies__name__get",
@@ -149,7 +158,12 @@ def get_policy(name: PolicyName, request: Request, scope: ReadAccess) -> Importe
 @router.get(
     "/policies/{name}/export",
     tags=["policies"],
-    responses={**READ_ERRORS, **_NOT_FOUND, 200: {"content": {"application/yaml": {}}}},
+    responses={
+        **READ_ERRORS,
+        **_NOT_FOUND,
+        409: _NOT_EXPORTABLE,
+        200: {"content": {"application/yaml": {}}},
+    },
 )
 def export_policy(
     name: PolicyName,
@@ -159,14 +173,15 @@ def export_policy(
     action: Annotated[Literal["Audit", "Warn", "Deny"] | None, Query()] = None,
 ) -> Response:
     """The policy as a ValidatingAdmissionPolicy (+ binding, + params) or a Kyverno
-    ValidatingPolicy, validated before it is written (422 with the reason otherwise)."""
+    ValidatingPolicy, validated before it is written (409 with the reason otherwise: what the
+    stored policy holds, not the request, decides whether the format can express it)."""
     from workers.policy_engine.probes.export import NotExportable, export_policy_yaml
 
     policy = _policy(_store(request), name)
     try:
         text = export_policy_yaml(policy, format, action=action)
     except NotExportable as exc:
-        raise ApiError(422, "policy_not_exportable", f"{exc}.") from None
+        raise ApiError(409, "policy_not_exportable", f"{exc}.") from None
     return Response(content=text, media_type="application/yaml")
 
 
@@ -174,7 +189,7 @@ def export_policy(
     "/policy-translations",
     response_model=PolicyTranslation,
     tags=["policies"],
-    responses=WRITE_ERRORS,
+    responses={**WRITE_ERRORS, **state_refusals(f"the target is {OUTSIDE_ROOTS}")},
 )
 def translate_policies(
     body: PolicyTranslationRequest, request: Request, scope: WriteAccess

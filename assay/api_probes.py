@@ -15,7 +15,15 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
-from assay.api_models import READ_ERRORS, WRITE_ERRORS, ErrorBody, ProbeTest, ProbeView
+from assay.api_models import (
+    OUTSIDE_ROOTS,
+    READ_ERRORS,
+    WRITE_ERRORS,
+    ErrorBody,
+    ProbeTest,
+    ProbeView,
+    state_refusals,
+)
 from assay.api_wiring import Services
 from schemas import ids
 from schemas.probe import ProbeRecord, ProbeRun
@@ -68,7 +76,15 @@ def drop_probe(check_id: CheckId, request: Request, scope: WriteAccess) -> Respo
 @router.get(
     "/checks/{check_id}/probe/export",
     tags=["probes"],
-    responses={**_READ, 200: {"content": {"application/yaml": {}}}},
+    responses={
+        **_READ,
+        409: {
+            "model": ErrorBody,
+            "description": "The stored probe holds what the format cannot express "
+            "(probe_not_exportable, with the reason).",
+        },
+        200: {"content": {"application/yaml": {}}},
+    },
 )
 def export_probe(
     check_id: CheckId,
@@ -85,12 +101,13 @@ def export_probe(
     try:
         text = export_yaml(record, format, action=action)
     except NotExportable as exc:
-        raise ApiError(422, "probe_not_exportable", f"{exc}.") from None
+        raise ApiError(409, "probe_not_exportable", f"{exc}.") from None
     return Response(content=text, media_type="application/yaml")
 
 
 @router.post("/checks/{check_id}/probe/test", response_model=ProbeRun, tags=["probes"],
-             responses=_WRITE)  # fmt: skip
+             responses={**WRITE_ERRORS, **state_refusals(
+                 f"the check has no probe (probe_not_found), or {OUTSIDE_ROOTS}")})  # fmt: skip
 def test_probe(
     check_id: CheckId, body: ProbeTest, request: Request, scope: WriteAccess
 ) -> ProbeRun:

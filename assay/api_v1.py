@@ -23,11 +23,14 @@ from assay.api_models import (
     BATCH_OPERATIONS,
     CHECK_OPERATIONS,
     EXPIRED,
+    KEY_MISSING,
     NOT_FOUND,
+    OUTSIDE_ROOTS,
     READ_ERRORS,
     RFC3339,
     RUN_OPERATIONS,
     SCHEDULE_OPERATIONS,
+    UNROUTABLE,
     WRITE_ERRORS,
     ApplyBody,
     ApplyOutcome,
@@ -45,6 +48,7 @@ from assay.api_models import (
     ScheduleView,
     VerdictHistory,
     links_to,
+    state_refusals,
 )
 from assay.api_wiring import Services
 from schemas import ids
@@ -127,6 +131,7 @@ def _instant_or_age(text: str, name: str) -> datetime:
     tags=["evaluations"],
     responses={
         **WRITE_ERRORS,
+        **state_refusals(f"{OUTSIDE_ROOTS}, or {UNROUTABLE}", KEY_MISSING),
         202: {
             "links": {
                 **links_to("run_id", "/run_id", *RUN_OPERATIONS)["links"],
@@ -272,7 +277,15 @@ def get_check_history(
     status_code=202,
     response_model=BatchStatus,
     tags=["batches"],
-    responses={**WRITE_ERRORS, 202: links_to("batch_id", "/batch_id", *BATCH_OPERATIONS)},
+    responses={
+        **WRITE_ERRORS,
+        **state_refusals(
+            f"{OUTSIDE_ROOTS}, {UNROUTABLE}, or a context_glob that matches no context of the "
+            "server's kubeconfig (batch_empty)",
+            f"{KEY_MISSING}, or the server's kubeconfig cannot be read (context_glob_failed)",
+        ),
+        202: links_to("batch_id", "/batch_id", *BATCH_OPERATIONS),
+    },
 )
 def start_batch(body: BatchSubmission, request: Request, scope: WriteAccess) -> BatchStatus:
     """Fan one predicate out over the listed targets; read the tally at ``/v1/batches/{id}``."""
@@ -341,8 +354,12 @@ def _schedule_or_404(request: Request, schedule_id: str) -> ScheduleView:
     tags=["schedules"],
     responses={
         **WRITE_ERRORS,
+        **state_refusals(
+            f"{OUTSIDE_ROOTS}, or {UNROUTABLE}",
+            f"The name is taken (schedule_name_taken), or {KEY_MISSING[:1].lower()}"
+            f"{KEY_MISSING[1:]}",
+        ),
         201: links_to("schedule_id", "/id", *SCHEDULE_OPERATIONS),
-        409: {"model": ErrorBody, "description": "The name is taken."},
     },
 )
 def create_schedule(body: ScheduleCreate, request: Request, scope: WriteAccess) -> ScheduleView:
@@ -384,8 +401,11 @@ def get_schedule(schedule_id: ScheduleId, request: Request, scope: ReadAccess) -
     tags=["schedules"],
     responses={
         **WRITE_ERRORS,
-        **NOT_FOUND,
-        409: {"model": ErrorBody, "description": "The new name is taken, or a concurrent change."},
+        **state_refusals(
+            f"no such schedule (schedule_not_found), {OUTSIDE_ROOTS}, or {UNROUTABLE}",
+            "The new name is taken, a concurrent change (schedule_conflict), or "
+            f"{KEY_MISSING[:1].lower()}{KEY_MISSING[1:]}",
+        ),
     },
 )
 def update_schedule(

@@ -35,6 +35,7 @@ from assay.spend_view import (
 )
 from assay.submission import EmptyBatch, latest_batch_ids, submit_batch, submit_request
 from scheduler.schedules import ScheduleConflict, ScheduleNotFound, ScheduleStore
+from schemas.cadence import STORED, STORED_FIELDS
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule
@@ -150,7 +151,7 @@ class Services:
 
     # --- snapshot roots -------------------------------------------------------------------
     def confined_target(self, target: Target) -> Target:
-        """A snapshot target resolved inside the API's snapshot roots (422 otherwise).
+        """A snapshot target resolved inside the API's snapshot roots (404 otherwise).
 
         Other targets pass as the contract's models. The resolved path is what is
         queued, so the worker reads the folder that was checked.
@@ -168,7 +169,7 @@ class Services:
             raise _validation_error(exc) from None
 
     def confined_snapshots(self, patterns: list[str]) -> list[str]:
-        """Schedule snapshot folders or globs, absolute and inside the roots (422 otherwise)."""
+        """Schedule snapshot folders or globs, absolute and inside the roots (404 otherwise)."""
 
         roots = SnapshotRoots.for_api(self.settings)
         try:
@@ -191,8 +192,9 @@ class Services:
         return request
 
     def refuse_unroutable_model(self, model: str | None) -> None:
-        """422 for a model no worker could route, or whose provider no live worker has a key
-        for (``assay.model_check``), before any write.
+        """404 ``unroutable_model`` for a model no worker could route, 409 ``model_key_missing``
+        for one whose provider no live worker has a key for (``assay.model_check``), before
+        any write.
 
         The first unusual name imports litellm in this process (once); the usual ones
         (``openai/...``, ``gpt-4o-mini``) are answered without it.
@@ -207,7 +209,9 @@ class Services:
         kind = "unroutable_model" if unroutable else "model_key_missing"
         detail = {"loc": ["body", "model"], "msg": reason, "type": kind}
         message = f"model: {reason}; fix the request and send it again."
-        raise ApiError(422, "validation_error", message, details=[detail])
+        # Not a malformed request: whether a name routes (the installed litellm) and whether
+        # a live worker holds its key is the server's state, which no schema can state.
+        raise ApiError(404 if unroutable else 409, kind, message, details=[detail])
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -276,7 +280,10 @@ class Services:
             raise _validation_error(exc) from None
         except EmptyBatch:
             raise ApiError(
-                422, "batch_empty", "The context glob matched no context; check the pattern."
+                404,
+                "batch_empty",
+                "context_glob: the pattern matched no context of the server's kubeconfig; "
+                "check the pattern.",
             ) from None
         status = self.batch_status(batch_id)
         if status is None:  # only if Redis lost the record between two calls
@@ -302,7 +309,9 @@ class Services:
                 targets = list(context_targets(body.context_glob, self.settings.kubeconfig))
             except TargetGlobError as exc:
                 raise ApiError(
-                    422, "context_glob_failed", f"{exc}; the API reads the server's kubeconfig."
+                    409,
+                    "context_glob_failed",
+                    f"context_glob: {exc}; the API reads the server's kubeconfig.",
                 ) from None
         if len(targets) > limit:
             raise ApiError(
@@ -398,7 +407,8 @@ class Services:
             **changes,
         }
         try:
-            candidate = Schedule.model_validate(merged)
+            kept = STORED[STORED_FIELDS] - changes.keys()  # as stored, if unchanged
+            candidate = Schedule.model_validate(merged, context={STORED_FIELDS: kept})
         except ValidationError as exc:
             raise _validation_error(exc) from None
         self._refuse_short_interval(candidate)
@@ -540,7 +550,8 @@ def _schedule_not_found(schedule_id: str) -> ApiError:
 
 
 def _outside_roots(exc: Exception) -> ApiError:
-    return ApiError(422, "snapshot_outside_roots", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+    """404: which folders a server serves is its setting, not a rule a schema can state."""
+    return ApiError(404, "snapshot_outside_roots", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
 
 
 def _validation_error(exc: Any) -> ApiError:

@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.cron import due_at, next_fire
+from schemas.cadence import STORED, STORED_FIELDS
 from schemas.schedule import CHANGEABLE_FIELDS, Schedule, ScheduleFire
 from workers.fleet.lua_scripts import checked_script
 from workers.fleet.spend import SpendStore, utc_day
@@ -80,12 +81,12 @@ class ScheduleStore:
         body = self.redis.hget(self.schedules_key, schedule_id)
         if body is None:
             raise ScheduleNotFound(_not_found(ref))
-        return self._with_last_fire(Schedule.model_validate_json(body))
+        return self._with_last_fire(Schedule.model_validate_json(body, context=STORED))
 
     def find(self, schedule_id: str) -> Schedule | None:
         """The schedule by id, or None (the service's lookup; no name resolution)."""
         body = self.redis.hget(self.schedules_key, schedule_id)
-        return Schedule.model_validate_json(body) if body is not None else None
+        return Schedule.model_validate_json(body, context=STORED) if body is not None else None
 
     def resolve(self, ref: str) -> str:
         if self.redis.hexists(self.schedules_key, ref):
@@ -100,7 +101,7 @@ class ScheduleStore:
         fires = self.redis.hgetall(self.fires_key)
         out = []
         for schedule_id, body in bodies.items():
-            schedule = Schedule.model_validate_json(body)
+            schedule = Schedule.model_validate_json(body, context=STORED)
             fire = fires.get(schedule_id)
             if fire is not None:
                 schedule.last_fire = ScheduleFire.model_validate_json(fire)
@@ -234,7 +235,7 @@ class ScheduleStore:
         for body, raw in zip(bodies, entries, strict=True):
             if body is None:  # removed meanwhile
                 continue
-            schedule = Schedule.model_validate_json(body)
+            schedule = Schedule.model_validate_json(body, context=STORED)
             ceilings[schedule.id] = schedule.spend
             entry = TimerEntry.model_validate_json(raw) if raw else None
             if not schedule.enabled:
@@ -258,7 +259,7 @@ class ScheduleStore:
                     body = pipe.hget(self.schedules_key, schedule_id)
                     if body is None:
                         raise ScheduleNotFound(_not_found(ref))
-                    old = Schedule.model_validate_json(body)
+                    old = Schedule.model_validate_json(body, context=STORED)
                     data = {
                         **old.model_dump(exclude={"last_fire"}),
                         **changes,
@@ -266,7 +267,8 @@ class ScheduleStore:
                         "updated_at": now,
                     }
                     try:
-                        new = Schedule.model_validate(data)
+                        kept = STORED[STORED_FIELDS] - changes.keys()
+                        new = Schedule.model_validate(data, context={STORED_FIELDS: kept})
                     except ValidationError as exc:
                         raise ScheduleConflict(_first_error(exc)) from None
                     self._check(new)

@@ -50,6 +50,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from schemas.budget import Budget, ProfileName
+from schemas.cadence import known_zone, valid_cron
 from schemas.durations import DURATION_PATTERN, DurationError, parse_duration
 from schemas.kubernetes_metadata import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN
 from schemas.notify import SinkName
@@ -62,8 +63,6 @@ from schemas.schedule import (
     MisfirePolicy,
     Schedule,
     ScheduleTargets,
-    known_zone,
-    valid_cron,
 )
 from schemas.spend import (
     MAX_CEILING_COST_USD,

@@ -42,9 +42,10 @@ MAX_PATH_LENGTH = 4096
 MAX_CONTEXT_LENGTH = 256
 
 
-# Rules only the server can judge, published as JSON Schema ``format``s (docs/api.md lists
-# them): a validator that does not know a format accepts any string, and a fuzzer can be
-# taught what each means. ``VISIBLE_TEXT`` is the one the predicate texts check (the same
+# What a value means where only the server's state can judge it, as JSON Schema ``format``s
+# (a validator that does not know a format accepts any string): a request is not malformed
+# for naming a folder, context or model this server does not have, and is answered 404 or
+# 409 (docs/api.md). ``VISIBLE_TEXT`` is the one the predicate texts check (the same
 # whitespace as ``str.strip``).
 SNAPSHOT_PATH_FORMAT: JsonDict = {"format": "snapshot-path"}  # a folder (or glob) in the roots
 CONTEXT_GLOB_FORMAT: JsonDict = {"format": "kubeconfig-context-glob"}  # the server's contexts

@@ -16,13 +16,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.json_schema import JsonDict
 
 from schemas.budget import PROFILES, UNATTENDED_PROFILE, Budget, ProfileName
+from schemas.cadence import PublishedCron, PublishedZone, cron_fires
 from schemas.ids import ScheduleId
 from schemas.notify import SinkName
 from schemas.probe import ProbeMode
@@ -39,8 +37,6 @@ from schemas.request import (
 from schemas.spend import SpendCeiling
 
 MisfirePolicy = Literal["skip", "run_once"]
-CRON_FORMAT: JsonDict = {"format": "cron"}  # croniter's five fields or an @alias, that fires
-TIME_ZONE_FORMAT: JsonDict = {"format": "iana-time-zone"}  # an IANA zone, e.g. Europe/Paris
 MAX_JITTER_SECONDS = 3600.0
 
 
@@ -124,15 +120,9 @@ ScheduleName = Annotated[str, Field(min_length=1, max_length=100, pattern=SCHEDU
 PredicateText = Annotated[
     str, Field(min_length=1, max_length=MAX_TEXT_LENGTH, json_schema_extra=VISIBLE_TEXT)
 ]
-CronExpression = Annotated[
-    str, Field(description="Five-field cron expression or @alias.", json_schema_extra=CRON_FORMAT)
-]
-TimeZoneName = Annotated[
-    str,
-    Field(
-        description="IANA zone the cron expression is read in.", json_schema_extra=TIME_ZONE_FORMAT
-    ),
-]
+# The published rules (schemas/cadence.py): a pattern croniter takes and fires on, the tzdata zones.
+CronExpression = PublishedCron
+TimeZoneName = PublishedZone
 IntervalSeconds = Annotated[float, Field(gt=0, le=MAX_INTERVAL_SECONDS)]
 JitterSeconds = Annotated[float, Field(ge=0, le=MAX_JITTER_SECONDS)]
 NotifyRoutes = Annotated[
@@ -202,16 +192,6 @@ class Schedule(BaseModel):
             raise ValueError("the predicate text is empty")
         return text
 
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, zone: str) -> str:
-        return known_zone(zone)
-
-    @field_validator("cron")
-    @classmethod
-    def _valid_cron(cls, expr: str | None) -> str | None:
-        return valid_cron(expr)
-
     @model_validator(mode="after")
     def _one_cadence(self) -> Schedule:
         if (self.cron is None) == (self.interval_seconds is None):
@@ -222,10 +202,7 @@ class Schedule(BaseModel):
             if stamp.tzinfo is None:
                 raise ValueError("schedule timestamps must carry a time zone")
         if self.cron is not None:
-            try:  # an expression such as "0 0 30 2 *" is valid syntax but never fires
-                croniter(self.cron, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
-            except Exception:
-                raise ValueError(f"cron expression {self.cron!r} never fires") from None
+            cron_fires(self.cron)
         return self
 
     @property
@@ -251,32 +228,6 @@ class Schedule(BaseModel):
 MANAGED_FIELDS = frozenset({"id", "created_at", "updated_at", "revision", "last_fire"})
 # What a change may set (``enabled`` is pause and resume, each with its own command).
 CHANGEABLE_FIELDS = frozenset(Schedule.model_fields) - MANAGED_FIELDS - {"enabled"}
-
-
-def known_zone(zone: str) -> str:
-    """``zone`` if it names an IANA time zone, else a ``ValueError`` saying what to write."""
-    try:
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(
-            f"unknown time zone {zone!r}; use an IANA name such as Europe/Paris or UTC"
-        ) from None
-    return zone
-
-
-def valid_cron(expr: str | None) -> str | None:
-    """``expr`` with its whitespace folded, if it is a five-field cron expression or @alias."""
-    if expr is None:
-        return None
-    expr = " ".join(expr.split())
-    if not expr.startswith("@") and len(expr.split(" ")) != 5:
-        raise ValueError(
-            f"cron expression {expr!r} must have five fields "
-            "(minute hour day-of-month month day-of-week)"
-        )
-    if not croniter.is_valid(expr):
-        raise ValueError(f"invalid cron expression {expr!r}")
-    return expr
 
 
 def format_duration(seconds: float) -> str:

@@ -266,8 +266,9 @@ def test_batch_over_a_context_glob_with_no_match_creates_nothing(
     api: ApiServer, client: redis.Redis
 ) -> None:
     response = _send(api, "POST", "/v1/batches", {"text": "t", "context_glob": "prod-*"})
-    assert response.status_code == 422
-    assert response.json()["error"]["code"] in ("context_glob_failed", "batch_empty")
+    # the server's kubeconfig decides: no such context (404), or none readable (409)
+    code = response.json()["error"]["code"]
+    assert (response.status_code, code) in ((404, "batch_empty"), (409, "context_glob_failed"))
     assert client.llen(QUEUE) == 0
 
 

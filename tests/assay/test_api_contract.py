@@ -243,3 +243,52 @@ def test_a_schedule_and_a_batch_over_http_run_the_servers_assay_profile(redis_ur
             store = VerdictStore.from_settings(settings, connect(redis_url))
             request = store.run_request(result["run_id"])
             assert request is not None and request.profile == profile
+
+
+def test_a_schedules_cron_and_zone_are_the_published_pattern_and_list(api: TestClient) -> None:
+    """Before: `format: cron` and `format: iana-time-zone`, which a client cannot read, and
+    the server refused most strings (422). Now a pattern and an enum, checked as published."""
+    body = {**SCHEDULE}
+    body.pop("interval_seconds")
+    for cron, zone, status in (
+        ("30 1 * * MON-FRI", "Europe/Paris", 201),
+        ("0 0 31 * *", "Asia/Tokyo", 201),
+        ("0 0 30 2 *", "UTC", 422),  # never fires: outside the pattern
+        ("0 9 * * *", "Mars/Olympus_Mons", 422),  # not in the enum
+    ):
+        answer = api.post(
+            "/v1/schedules",
+            headers=AUTH,
+            json={**body, "name": f"c-{cron}-{zone}".replace("*", "x"), "cron": cron,
+                  "timezone": zone},
+        )  # fmt: skip
+        assert answer.status_code == status, answer.text
+        if status == 422:
+            assert answer.json()["error"]["code"] == "validation_error"
+
+
+def test_what_only_the_servers_state_decides_is_a_documented_404_or_409(api: TestClient) -> None:
+    """Before: a 422, which says "the request is malformed" though the document allowed it.
+    A snapshot outside the roots and a model no provider routes are 404, each documented on
+    the operations that take them, with 409 for what the fleet's state cannot serve now."""
+    outside = {"type": "snapshot", "path": "/etc"}
+    answer = api.post("/v1/evaluations", headers=AUTH, json={"text": PREDICATE, "target": outside})
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "snapshot_outside_roots"
+    assert answer.json()["error"]["message"].startswith("Snapshot target '/etc'")
+    for path, method in (
+        ("/v1/evaluations", "post"),
+        ("/v1/batches", "post"),
+        ("/v1/schedules", "post"),
+        ("/v1/schedules/{schedule_id}", "patch"),
+        ("/v1/checks/{check_id}/probe/test", "post"),
+        ("/v1/policy-translations", "post"),
+    ):
+        responses = DOCUMENT["paths"][path][method]["responses"]
+        assert "snapshot_outside_roots" in responses["404"]["description"], path
+    for path in ("/v1/evaluations", "/v1/batches", "/v1/schedules"):
+        responses = DOCUMENT["paths"][path]["post"]["responses"]
+        assert "unroutable_model" in responses["404"]["description"], path
+        assert "model_key_missing" in responses["409"]["description"], path
+    batch = DOCUMENT["paths"]["/v1/batches"]["post"]["responses"]
+    assert "batch_empty" in batch["404"]["description"]
+    assert "context_glob_failed" in batch["409"]["description"]

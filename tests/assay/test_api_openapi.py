@@ -22,26 +22,29 @@ import pytest
 from assay import api as api_module
 from assay.api import OPENAPI_PATH, render_openapi
 from assay.redis_process import RedisProcess
-from tests.api_fuzz_formats import KUBECONFIG
+from tests.api_fuzz_hooks import KUBECONFIG
 from tests.api_support import ROOT, WRITE_TOKEN, ApiServer
 
 # Which answers each check expects. A body over the size limit is refused with 413 (documented
-# on every write) before anything reads it, so 413 is a rejection too.
+# on every write) before anything reads it, so 413 is a rejection too. A valid request may be
+# answered 404 or 409 (schemathesis's defaults) for what only the server's state can judge:
+# a snapshot outside its roots, a context glob matching none of its contexts, a model no
+# provider routes or no worker holds a key for (docs/api.md, "Errors").
 #
-# A valid request may still get a 422 from three operations, for what the request's shape
-# cannot say: an export of a stored policy or probe that the chosen format cannot express
-# (`policy_not_exportable`: a policy with params as Kyverno), and apply's documents, whose
-# content (a Check or Schedule document each, names unique, snapshot paths under the roots,
-# policies that exist) the server judges with every problem's document, line and field
-# (`invalid_documents`; docs/apply.md). Every other rule of those operations still holds.
+# A valid request may still get a 422 from the operations whose body is a text in another
+# language, which no JSON Schema can describe: policies to import or translate (YAML or JSON
+# text holding at least one document) and apply's documents, whose content (a Check or
+# Schedule document each, names unique, snapshot paths under the roots, policies that exist)
+# the server judges with every problem's document, line and field (`invalid_documents`;
+# docs/apply.md). Every other rule of those operations still holds.
 SCHEMATHESIS_CONFIG = """
 [checks.negative_data_rejection]
 expected-statuses = [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429, "5xx"]
 
 [[operations]]
 include-operation-id = [
-    "export_policy_v1_policies__name__export_get",
-    "export_probe_v1_checks__check_id__probe_export_get",
+    "import_policies_v1_policies_post",
+    "translate_policies_v1_policy_translations_post",
     "apply_documents_v1_apply_post",
 ]
 checks.positive_data_acceptance.expected-statuses = [
@@ -142,9 +145,10 @@ def _seed_a_check_with_a_verdict_and_a_probe(redis_url: str, prefix: str) -> Non
 
 
 def _seed_the_example_policies(redis_url: str, prefix: str) -> None:
-    """So GET /v1/policies and its links lead the stateful phase to stored policies (and a
-    set) from its first step, not only after an import it generated."""
-    from tests.api_fuzz_formats import POLICIES
+    """So GET /v1/policies and its links lead the stateful phase to stored policies, and the
+    example of a set's name (`baseline`) names a stored set: no generated import stores one,
+    policies being YAML text the fuzzer does not write."""
+    from tests.api_fuzz_hooks import POLICIES
     from workers.fleet.policy_store import PolicyStore, import_into
     from workers.fleet.redis_client import connect
     from workers.policy_engine.policies.documents import documents_from_text
@@ -153,7 +157,7 @@ def _seed_the_example_policies(redis_url: str, prefix: str) -> None:
     text = "\n---\n".join(p.read_text() for p in sorted(POLICIES.glob("*.yaml")))
     report, _ = import_into(
         PolicyStore(client, prefix=prefix), documents_from_text(text, "examples"),
-        policy_set="fuzz-seeded",
+        policy_set="baseline",  # the example of the set name in the document
     )  # fmt: skip
     assert report.imported and not report.refused, report
     client.close()
@@ -161,9 +165,8 @@ def _seed_the_example_policies(redis_url: str, prefix: str) -> None:
 
 @pytest.fixture
 def api(redis_server: RedisProcess, tmp_path: Path) -> Iterator[ApiServer]:
-    """The API over a private redis-server, with the kubeconfig whose contexts the fuzzer's
-    context globs name (``tests/api_fuzz_formats.py``), one seeded check and the example
-    policies."""
+    """The API over a private redis-server, with a kubeconfig of two contexts (a drawn glob
+    may match them), one seeded check and the example policies."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
     _seed_a_check_with_a_verdict_and_a_probe(redis_server.url, "fuzz")
@@ -185,12 +188,12 @@ def test_schemathesis_finds_no_difference_between_the_schema_and_the_server(
     """Every check schemathesis has, on every operation: no 500, only documented statuses,
     headers and bodies; every request the schema calls valid accepted and every other one
     refused; 405 answers whose Allow lists every method of the path; auth not ignored; a
-    deleted schedule gone. The formats only the server can judge are drawn by
-    ``tests/api_fuzz_formats.py``; the run is bounded (a fixed seed, 25 cases per operation).
+    deleted schedule gone. Every request is drawn from the document alone (the hooks module
+    only reads YAML streams); the run is bounded (a fixed seed, 25 cases per operation).
     """
     binary = Path(sys.executable).parent / "schemathesis"
     (tmp_path / "schemathesis.toml").write_text(SCHEMATHESIS_CONFIG)
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api_fuzz_formats", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api_fuzz_hooks", "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
         [
             str(binary),

@@ -125,7 +125,7 @@ def cases(roots: Path) -> dict[str, Abuse]:
     table = {
         f"snapshot outside the roots: {p}": Abuse(
             "POST", "/v1/evaluations",
-            valid.evaluation(target=snapshot(p.format(roots=roots))), 422,
+            valid.evaluation(target=snapshot(p.format(roots=roots))), 404,
             "snapshot_outside_roots",
         )
         for p in outside
@@ -133,7 +133,7 @@ def cases(roots: Path) -> dict[str, Abuse]:
     table.update(
         {
             f"batch target outside the roots: {p}": Abuse(
-                "POST", "/v1/batches", valid.batch(snapshot(p.format(roots=roots))), 422,
+                "POST", "/v1/batches", valid.batch(snapshot(p.format(roots=roots))), 404,
                 "snapshot_outside_roots",
             )
             for p in ("/etc", "{roots}/to-etc")
@@ -142,11 +142,15 @@ def cases(roots: Path) -> dict[str, Abuse]:
     table.update(
         {
             f"schedule snapshots outside the roots: {p}": Abuse(
-                "POST", "/v1/schedules", valid.schedule(snapshots=[p.format(roots=roots)]), 422,
+                "POST", "/v1/schedules", valid.schedule(snapshots=[p.format(roots=roots)]), 404,
                 "snapshot_outside_roots",
             )
-            for p in ("/etc", "/etc/*", "{roots}/../*")
+            for p in ("/etc", "/etc/*")
         }
+    )  # fmt: skip
+    table["schedule snapshots climbing with '..'"] = Abuse(
+        "POST", "/v1/schedules", valid.schedule(snapshots=[f"{roots}/../*"]), 422,
+        "validation_error",
     )  # fmt: skip
     table.update(
         {

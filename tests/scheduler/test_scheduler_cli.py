@@ -245,3 +245,40 @@ def test_a_schedule_id_cut_short_is_taken_back_and_an_ambiguous_one_is_refused(
 
     missing = "sch-" + ("0" if first[4] != "0" and second[4] != "0" else "z")
     assert run(capsys, "schedule", "show", missing)[0] == 66
+
+
+@pytest.mark.parametrize("cron", ["0 9 * * Mon-Fri", "0 9 * * MON#1", "0 9 L * *", "0 9 * * L5"])
+def test_names_in_any_case_and_croniters_day_forms_are_taken(
+    capsys: pytest.CaptureFixture[str], cli_env: str, cron: str
+) -> None:
+    code, _, err = run(capsys, "schedule", "add", "weekday", "p", "--cron", cron, "--context", "a")
+    assert code == 0, err
+    assert schedules(cli_env).get("weekday").cron == cron
+
+
+def test_a_schedule_stored_under_wider_rules_still_loads_and_keeps_its_cron(
+    capsys: pytest.CaptureFixture[str], cli_env: str
+) -> None:
+    """An expression croniter takes and fires on, stored before the published pattern (31st
+    of January and March), is refused for a new schedule but loads, lists and survives a
+    change of another field, rather than every read of the schedules failing."""
+    wider = "0 9 31 1,3 *"
+    code, _, err = run(
+        capsys, "schedule", "add", "month-end", "p", "--cron", wider, "--context", "a"
+    )
+    assert code == 64 and "not five fields" in err, err
+    assert run(capsys, "schedule", "add", "month-end", "p", "--cron", "0 9 1 1,3 *",
+               "--context", "a")[0] == 0  # fmt: skip
+    store = schedules(cli_env)
+    stored = store.get("month-end")
+    store.redis.hset(
+        store.schedules_key, stored.id, stored.model_copy(update={"cron": wider}).model_dump_json()
+    )
+    assert store.get("month-end").cron == wider
+    code, out, err = run(capsys, "schedule", "list")
+    assert code == 0 and "month-end" in out, err
+    code, _, err = run(capsys, "schedule", "update", "month-end", "--jitter", "30s")
+    assert code == 0, err
+    assert store.get("month-end").cron == wider
+    code, _, err = run(capsys, "schedule", "update", "month-end", "--cron", "0 9 30 1,3 *")
+    assert code == 64 and "not five fields" in err, err
