@@ -17,6 +17,7 @@ from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 
 API_VERSIONS = {
     "ValidatingPolicy": "policies.kyverno.io/v1",
+    "NamespacedValidatingPolicy": "policies.kyverno.io/v1",
     "ValidatingAdmissionPolicy": "admissionregistration.k8s.io/v1",
 }
 
@@ -74,7 +75,9 @@ def policy_text(
     name: str, resource: str, rest: str, *, kind: str = "ValidatingPolicy", spec: str = ""
 ) -> str:
     """A policy of ``kind`` matching the CREATE of ``resource`` (core v1): ``spec`` is the
-    lines written before its matchConstraints, ``rest`` those after (each indented 2)."""
+    lines written before its matchConstraints, ``rest`` those after (each indented 2).
+    ``name`` is written into the metadata's flow mapping: ``"web, namespace: shop"`` names
+    a namespaced policy's namespace too."""
     return f"""
 apiVersion: {API_VERSIONS[kind]}
 kind: {kind}

@@ -25,11 +25,10 @@ from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.kyverno_jmespath import ProjectionError, problem, search
 from workers.policy_engine.policies.run import run_policies
 
+# Audited, and judging pods only (no pod-controller rules)
+AUDIT_PODS = "  validationActions: [Audit]\n  autogen: {podControllers: {controllers: []}}\n"
 POLICY = policy_text(
-    "owners",
-    "pods",
-    '  validations:\n    - expression: "EXPRESSION"\n',
-    spec="  validationActions: [Audit]\n  autogen: {podControllers: {controllers: []}}\n",
+    "owners", "pods", '  validations:\n    - expression: "EXPRESSION"\n', spec=AUDIT_PODS
 )
 
 ENTRY = """
@@ -270,22 +269,18 @@ def test_a_projection_runs_once_a_run_or_once_an_object_at_admission(
 
 
 def test_a_namespaced_policy_reads_its_own_namespace_through_to_gvr(tmp_path: Path) -> None:
-    policy = """
-apiVersion: policies.kyverno.io/v1
-kind: NamespacedValidatingPolicy
-metadata: {name: own-teams, namespace: shop}
-spec:
-  validationActions: [Audit]
-  autogen: {podControllers: {controllers: []}}
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
-  validations:
+    policy = policy_text(
+        "own-teams, namespace: shop",
+        "pods",
+        """  validations:
     - expression: >-
         resource.List(resource.ToGVR('v1', 'ConfigMap'), {'team': 'yes'}).items.exists(c,
           c.metadata.name == object.metadata.labels.team)
         && resource.get(resource.toGVR('v1', 'ConfigMap'), 'web').metadata.name == 'web'
-"""
+""",
+        kind="NamespacedValidatingPolicy",
+        spec=AUDIT_PODS,
+    )
     web = _configmap("web", "shop")
     web["metadata"]["labels"] = {"team": "yes"}
     backend = snapshot_of(tmp_path / "c", web, _pod("a", "web"), _pod("b", "ops"))
