@@ -16,7 +16,7 @@ from assay.testing.fake_cluster import FakeCluster
 from schemas.request import ContextTarget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
-from tests.kyverno_support import policy_text, snapshot_of
+from tests.kyverno_support import pod, policy_text, snapshot_of
 from workers.engine.toolsets.live_backend import LiveBackend
 from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 from workers.policy_engine.policies import cluster_reads
@@ -45,12 +45,7 @@ spec:
 
 
 def _pod(name: str, team: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "shop", "labels": {"team": team}},
-        "spec": {"containers": [{"name": "app", "image": "registry.example.com/app:1"}]},
-    }
+    return pod(name, "shop", "registry.example.com/app:1", {"team": team})
 
 
 def _configmap(name: str, namespace: str = "platform") -> dict[str, Any]:
