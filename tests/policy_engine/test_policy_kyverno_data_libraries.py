@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import gzip
-import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from tests.cli_support import run_cli as run
+from tests.kyverno_support import dry_import, policy_text, write_objects
 
 GREETING = "".join(f"\\x{byte:02x}" for byte in gzip.compress(b"hello", mtime=0))
 POLICY = f"""
@@ -87,22 +88,6 @@ def _certificate(*, ca: bool) -> str:
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
-def _write(folder: Path, *objects: dict[str, Any]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("*.json"):
-        old.unlink()
-    for number, obj in enumerate(objects):
-        (folder / f"{number}.json").write_text(json.dumps(obj))
-
-
-@pytest.fixture
-def store(redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
-    monkeypatch.setenv("ASSAY_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 PROBE = "policy:settings-by-library"
 MONDAY = "2024-07-01T10:00:00Z"
 SUNDAY = "2024-06-30T10:00:00Z"
@@ -111,8 +96,9 @@ GOOD = "replicas: 3\nports:\n- {name: http, port: 80}\n- {name: metrics, port: 9
 
 @pytest.mark.integration
 def test_kyverno_s_data_libraries_judge_a_snapshot(
-    capsys: pytest.CaptureFixture[str], store: Path
+    capsys: pytest.CaptureFixture[str], cli_store: Path
 ) -> None:
+    store = cli_store
     (store / "policy.yaml").write_text(POLICY)
     code, out, err = run(capsys, "probe", "import", "policy.yaml")
     assert code == 0, out + err
@@ -131,7 +117,7 @@ def test_kyverno_s_data_libraries_judge_a_snapshot(
     authority = _config_map("authority", GOOD, "0.1", MONDAY)
     authority["data"]["ca.crt"] = _certificate(ca=True)
     maps += [leaf, authority]
-    _write(store / "cluster", *maps)
+    write_objects(store / "cluster", *maps)
     code, out, _ = run(capsys, "probe", "test", PROBE, "--snapshot", "cluster")
     text = " ".join(out.split())
     assert code == 1, out
@@ -147,16 +133,30 @@ def test_kyverno_s_data_libraries_judge_a_snapshot(
     text = " ".join((out + err).split())
     assert code != 0 and "calls yaml.parse of Kyverno's own CEL libraries" in text, text
     # a settings document Kyverno cannot read (a null key): no verdict, never a pass
-    _write(store / "cluster", _config_map("unreadable", "~: 1\n", "0.1", MONDAY))
+    write_objects(store / "cluster", _config_map("unreadable", "~: 1\n", "0.1", MONDAY))
     code, out, _ = run(capsys, "probe", "test", PROBE, "--snapshot", "cluster")
     assert code == 3, out
     assert "unsupported map key" in out, out
 
 
-def _import(capsys: pytest.CaptureFixture[str], folder: Path, policy: str) -> tuple[int, str]:
-    (folder / "policy.yaml").write_text(policy)
-    code, out, err = run(capsys, "probe", "import", "policy.yaml", "--dry-run")
-    return code, " ".join((out + err).split())
+RefusedAtImport = Callable[[str, str, str, str], None]
+
+
+@pytest.fixture
+def refused_at_import(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> RefusedAtImport:
+    """``(kind, name, expression, reason)``: a ``kind`` named ``name`` with the one check
+    ``expression`` is refused at import, saying ``reason``."""
+
+    def refused(kind: str, name: str, expression: str, reason: str) -> None:
+        validations = f'  validations:\n    - expression: "{expression}"\n'
+        policy = policy_text(name, "configmaps", validations, kind=kind)
+        code, text = dry_import(capsys, monkeypatch, tmp_path, policy)
+        assert code == 65, text
+        assert name in text and reason in text, text
+
+    return refused
 
 
 KYVERNO_REFUSED = [
@@ -176,30 +176,9 @@ KYVERNO_REFUSED = [
 
 @pytest.mark.parametrize(("expression", "reason"), KYVERNO_REFUSED)
 def test_what_a_check_cannot_answer_as_kyverno_is_refused_at_import(
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    expression: str,
-    reason: str,
+    refused_at_import: RefusedAtImport, expression: str, reason: str
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    code, text = _import(
-        capsys,
-        tmp_path,
-        f"""
-apiVersion: policies.kyverno.io/v1
-kind: ValidatingPolicy
-metadata: {{name: unanswerable}}
-spec:
-  matchConstraints:
-    resourceRules:
-      - {{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}}
-  validations:
-    - expression: "{expression}"
-""",
-    )
-    assert code == 65, text
-    assert "unanswerable" in text and reason in text, text
+    refused_at_import("ValidatingPolicy", "unanswerable", expression, reason)
 
 
 VAP_REFUSED = [
@@ -215,27 +194,6 @@ VAP_REFUSED = [
 
 @pytest.mark.parametrize(("expression", "reason"), VAP_REFUSED)
 def test_a_validating_admission_policy_has_none_of_them(
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    expression: str,
-    reason: str,
+    refused_at_import: RefusedAtImport, expression: str, reason: str
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    code, text = _import(
-        capsys,
-        tmp_path,
-        f"""
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {{name: kyverno-calls}}
-spec:
-  matchConstraints:
-    resourceRules:
-      - {{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}}
-  validations:
-    - expression: "{expression}"
-""",
-    )
-    assert code == 65, text
-    assert "kyverno-calls" in text and reason in text, text
+    refused_at_import("ValidatingAdmissionPolicy", "kyverno-calls", expression, reason)

@@ -19,6 +19,7 @@ import yaml
 from assay.testing.fake_apiserver import FakeApiServer
 from assay.testing.fake_cluster import FakeCluster
 from tests.cli_support import run_cli as run
+from tests.kyverno_support import deployment
 from workers.policy_engine.policies.documents import documents_from_text
 from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.kyverno_exceptions import Acceptance
@@ -96,18 +97,7 @@ def _pod(name: str, namespace: str, image: str, labels: dict[str, str]) -> dict[
 
 
 def _deployment(name: str, namespace: str, image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": image}]},
-            },
-        },
-    }
+    return deployment(name, namespace, {"containers": [{"name": "app", "image": image}]})
 
 
 OBJECTS = [

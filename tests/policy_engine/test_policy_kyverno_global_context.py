@@ -5,7 +5,6 @@ refused as living outside the cluster; ``ToGVR`` answers from the target's kinds
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from assay.testing.fake_cluster import FakeCluster
 from schemas.request import ContextTarget
 from schemas.settings import load_settings
 from schemas.verdict import VerdictKind
+from tests.kyverno_support import pod, policy_text, snapshot_of
 from workers.engine.toolsets.live_backend import LiveBackend
 from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 from workers.policy_engine.policies import cluster_reads
@@ -25,19 +25,11 @@ from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.kyverno_jmespath import ProjectionError, problem, search
 from workers.policy_engine.policies.run import run_policies
 
-POLICY = """
-apiVersion: policies.kyverno.io/v1
-kind: ValidatingPolicy
-metadata: {name: owners}
-spec:
-  validationActions: [Audit]
-  autogen: {podControllers: {controllers: []}}
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
-  validations:
-    - expression: "EXPRESSION"
-"""
+# Audited, and judging pods only (no pod-controller rules)
+AUDIT_PODS = "  validationActions: [Audit]\n  autogen: {podControllers: {controllers: []}}\n"
+POLICY = policy_text(
+    "owners", "pods", '  validations:\n    - expression: "EXPRESSION"\n', spec=AUDIT_PODS
+)
 
 ENTRY = """
 ---
@@ -53,12 +45,7 @@ spec:
 
 
 def _pod(name: str, team: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "shop", "labels": {"team": team}},
-        "spec": {"containers": [{"name": "app", "image": "registry.example.com/app:1"}]},
-    }
+    return pod(name, "shop", "registry.example.com/app:1", {"team": team})
 
 
 def _configmap(name: str, namespace: str = "platform") -> dict[str, Any]:
@@ -79,11 +66,14 @@ def _entry(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _snapshot(folder: Path, *objects: dict[str, Any]) -> SnapshotBackend:
-    folder.mkdir(parents=True)
-    for number, obj in enumerate(objects):
-        (folder / f"{number}.json").write_text(json.dumps(obj))
-    return SnapshotBackend(folder)
+# Kyverno's GlobalContextEntry "teams" as the target stores it: the ConfigMaps of platform
+STORED_TEAMS = _entry(
+    "teams",
+    {
+        "kubernetesResource": {"version": "v1", "resource": "configmaps", "namespace": "platform"},
+        "projections": [{"name": "names", "jmesPath": "[].metadata.name"}],
+    },
+)
 
 
 def _run(expression: str, backend: SnapshotBackend, extra: str = "") -> Any:
@@ -95,7 +85,7 @@ def _run(expression: str, backend: SnapshotBackend, extra: str = "") -> Any:
 
 
 def test_a_projection_is_its_jmespath_over_the_objects_the_entry_lists(tmp_path: Path) -> None:
-    backend = _snapshot(
+    backend = snapshot_of(
         tmp_path / "c", _configmap("web"), _configmap("db"), _configmap("x", "elsewhere"),
         _pod("a", "web"), _pod("b", "batch"),
     )  # fmt: skip
@@ -116,20 +106,9 @@ def test_a_projection_is_its_jmespath_over_the_objects_the_entry_lists(tmp_path:
 
 
 def test_an_entry_the_files_do_not_define_is_read_from_the_target(tmp_path: Path) -> None:
-    stored = _entry(
-        "teams",
-        {
-            "kubernetesResource": {
-                "version": "v1",
-                "resource": "configmaps",
-                "namespace": "platform",
-            },
-            "projections": [{"name": "names", "jmesPath": "[].metadata.name"}],
-        },
-    )
     remote = _entry("remote", {"apiCall": {"urlPath": "/api/v1/namespaces"}})
     objects = [_configmap("web"), _pod("a", "web"), _pod("b", "batch")]
-    backend = _snapshot(tmp_path / "c", stored, remote, *objects)
+    backend = snapshot_of(tmp_path / "c", STORED_TEAMS, remote, *objects)
     names = "object.metadata.labels.team in globalContext.Get('teams', 'names')"
     result = _run(names, backend)
     assert [v.name for v in result.violations] == ["b"], result
@@ -140,7 +119,7 @@ def test_an_entry_the_files_do_not_define_is_read_from_the_target(tmp_path: Path
         VerdictKind.TRUE
     )
     # a target without Kyverno's GlobalContextEntries holds none
-    bare = _snapshot(tmp_path / "bare", *objects)
+    bare = snapshot_of(tmp_path / "bare", *objects)
     assert _run("globalContext.Get('teams', '') == null", bare).verdict == VerdictKind.TRUE
     # the target's entry that calls a service: no verdict, and the reason says where it lives
     outside = _run("globalContext.Get('remote', '') != null", backend)
@@ -208,7 +187,7 @@ def test_to_gvr_answers_from_the_targets_kinds(tmp_path: Path) -> None:
         "kind": "Widget",
         "metadata": {"name": "w", "namespace": "shop"},
     }
-    backend = _snapshot(
+    backend = snapshot_of(
         tmp_path / "c", _configmap("web"), _pod("a", "web"), _pod("b", "batch"), widget
     )
     get = (
@@ -235,20 +214,9 @@ def test_a_live_targets_entry_is_read_once_a_run(
     """On a live cluster (the test API server) the entry is read from Kyverno's
     GlobalContextEntries, and its objects and the entries are each listed once for the
     whole run, however many pods read the projection."""
-    stored = _entry(
-        "teams",
-        {
-            "kubernetesResource": {
-                "version": "v1",
-                "resource": "configmaps",
-                "namespace": "platform",
-            },
-            "projections": [{"name": "names", "jmesPath": "[].metadata.name"}],
-        },
-    )
     pods = [_pod(f"p{n}", "web" if n % 2 else "ops") for n in range(6)]
     folder = tmp_path / "c"
-    _snapshot(folder, stored, _configmap("web"), *pods)
+    snapshot_of(folder, STORED_TEAMS, _configmap("web"), *pods)
     text = POLICY.replace(
         "EXPRESSION", "object.metadata.labels.team in globalContext.Get('teams', 'names')"
     )
@@ -279,7 +247,7 @@ def test_a_projection_runs_once_a_run_or_once_an_object_at_admission(
         return real(query, data)
 
     monkeypatch.setattr(cluster_reads, "search", counted)
-    backend = _snapshot(
+    backend = snapshot_of(
         tmp_path / "c", _configmap("web"), *[_pod(f"p{n}", "web") for n in range(6)]
     )
     text = POLICY.replace(
@@ -296,25 +264,21 @@ def test_a_projection_runs_once_a_run_or_once_an_object_at_admission(
 
 
 def test_a_namespaced_policy_reads_its_own_namespace_through_to_gvr(tmp_path: Path) -> None:
-    policy = """
-apiVersion: policies.kyverno.io/v1
-kind: NamespacedValidatingPolicy
-metadata: {name: own-teams, namespace: shop}
-spec:
-  validationActions: [Audit]
-  autogen: {podControllers: {controllers: []}}
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
-  validations:
+    policy = policy_text(
+        "own-teams, namespace: shop",
+        "pods",
+        """  validations:
     - expression: >-
         resource.List(resource.ToGVR('v1', 'ConfigMap'), {'team': 'yes'}).items.exists(c,
           c.metadata.name == object.metadata.labels.team)
         && resource.get(resource.toGVR('v1', 'ConfigMap'), 'web').metadata.name == 'web'
-"""
+""",
+        kind="NamespacedValidatingPolicy",
+        spec=AUDIT_PODS,
+    )
     web = _configmap("web", "shop")
     web["metadata"]["labels"] = {"team": "yes"}
-    backend = _snapshot(tmp_path / "c", web, _pod("a", "web"), _pod("b", "ops"))
+    backend = snapshot_of(tmp_path / "c", web, _pod("a", "web"), _pod("b", "ops"))
     imported, refusals = import_documents(documents_from_text(policy, "policy.yaml"))
     assert refusals == []
     (result,), _ = run_policies(imported, backend)
@@ -328,7 +292,7 @@ def test_a_projection_that_repeats_itself_is_refused_as_too_costly(tmp_path: Pat
     with pytest.raises(ProjectionError, match="more than 1,000,000 values"):
         search(f"to_string({doubling})", [{"a": 1}])
     entry = ENTRY.replace('jmesPath: "length(@)"', f'jmesPath: "{doubling}"')
-    backend = _snapshot(tmp_path / "c", _configmap("web"), _pod("a", "web"))
+    backend = snapshot_of(tmp_path / "c", _configmap("web"), _pod("a", "web"))
     result = _run("size(globalContext.Get('teams', 'count')) > 0", backend, entry)
     assert result.verdict == VerdictKind.CANNOT_DETERMINE
     assert "too costly" in (result.reason or "") and "1,000,000 values" in (result.reason or "")

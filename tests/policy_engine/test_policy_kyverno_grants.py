@@ -8,7 +8,6 @@ exception's condition before one is found is the policy's error for that object.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import yaml
 
 from schemas.policy import PolicyResult
 from tests.cli_support import run_cli as run
-from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from tests.kyverno_support import deployment, snapshot_of, write_objects
 from workers.policy_engine.policies.documents import documents_from_text
 from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.run import run_policies
@@ -92,16 +91,7 @@ def _pod(name: str, namespace: str, image: str, add: list[str], **labels: str) -
 
 
 def _deployment(name: str, namespace: str, image: str, add: list[str]) -> dict[str, Any]:
-    pod = _pod(name, namespace, image, add)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": pod["spec"]},
-        },
-    }
+    return deployment(name, namespace, _pod(name, namespace, image, add)["spec"])
 
 
 OBJECTS = [
@@ -113,18 +103,10 @@ OBJECTS = [
 ]
 
 
-def _backend(folder: Path, objects: list[dict[str, Any]]) -> SnapshotBackend:
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    for number, obj in enumerate(objects):
-        (folder / f"{number}.json").write_text(json.dumps(obj))
-    return SnapshotBackend(folder)
-
-
 def _run(tmp_path: Path, *texts: str, objects: list[dict[str, Any]] = OBJECTS) -> PolicyResult:
     policies, refusals = import_documents(documents_from_text("---\n".join(texts), "p.yaml"))
     assert refusals == [] and len(policies) == 1, refusals
-    (result,), _ = run_policies(policies, _backend(tmp_path / "cluster", objects))
+    (result,), _ = run_policies(policies, snapshot_of(tmp_path / "cluster", *objects))
     return result
 
 
@@ -319,15 +301,10 @@ def test_exceptions_is_kyvernos_only() -> None:
 
 @pytest.mark.integration
 def test_probe_show_and_test_say_what_the_grants_do(
-    capsys: pytest.CaptureFixture[str],
-    redis_url: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], cli_store: Path
 ) -> None:
-    monkeypatch.setenv("ASSAY_REDIS_URL", redis_url)
-    monkeypatch.setenv("ASSAY_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.chdir(tmp_path)
-    _backend(tmp_path / "cluster", OBJECTS)
+    tmp_path = cli_store
+    write_objects(tmp_path / "cluster", *OBJECTS)
     (tmp_path / "policy.yaml").write_text("---\n".join((CAPABILITIES, EXEMPT_TOOL, LAB_NGINX)))
     code, out, err = run(capsys, "probe", "import", "policy.yaml")
     assert code == 0 and "refused" not in out + err, out + err

@@ -14,56 +14,42 @@ from typing import Any
 import pytest
 
 from schemas.verdict import VerdictKind
-from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from tests.kyverno_support import config_map, policy_text, snapshot_of
 from workers.policy_engine.cel.lib.base import holds_nul
 from workers.policy_engine.policies.documents import documents_from_text
 from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.run import run_policies
 
-NO_EVIL = """
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: no-evil}
-spec:
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
-  validations:
+NO_EVIL = policy_text(
+    "no-evil",
+    "configmaps",
+    """  validations:
     - expression: "!object.data.exists(k, k.contains('evil') || object.data[k].contains('evil'))"
       message: no evil
-"""
+""",
+    kind="ValidatingAdmissionPolicy",
+)
 
-UNMARSHALLED = """
-apiVersion: policies.kyverno.io/v1
-kind: ValidatingPolicy
-metadata: {name: plain-mode}
-spec:
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
-  validations:
+UNMARSHALLED = policy_text(
+    "plain-mode",
+    "configmaps",
+    """  validations:
     - expression: "json.unmarshal(object.data.settings).mode == 'safe'"
       message: mode is safe
-"""
+""",
+)
 
 
 def _config_map(name: str, data: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "shop"},
-        "data": data,
-    }
+    return config_map(name, "shop", data)
 
 
 def _run(folder: Path, policy: str, *objects: dict[str, Any]) -> Any:
-    folder.mkdir(parents=True, exist_ok=True)
-    for number, obj in enumerate(objects):
-        # JSON writes the NUL as \u0000, as the API server's JSON holds it
-        (folder / f"{number}.json").write_text(json.dumps(obj))
+    # JSON writes the NUL as \u0000, as the API server's JSON holds it
+    backend = snapshot_of(folder, *objects)
     policies, refusals = import_documents(documents_from_text(policy, "p.yaml"))
     assert refusals == []
-    (result,), _ = run_policies(policies, SnapshotBackend(folder))
+    (result,), _ = run_policies(policies, backend)
     return result
 
 

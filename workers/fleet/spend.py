@@ -200,6 +200,27 @@ def _ceiling_pair(ceiling: SpendCeiling | None) -> tuple[int, int]:
     return ceiling.tokens or 0, ceiling_cost(ceiling.cost_usd)
 
 
+def _reserve_answer(answer: Any) -> ReserveAnswer | None:
+    """What one reserve script said; None when a run-out reservation must be charged first."""
+    status = _text(answer[0])
+    if status == "sweep":
+        return None
+    if status == "ok":
+        return ReserveAnswer("ok")
+    if status == "wait":
+        return ReserveAnswer(
+            "wait",
+            str(answer[1]),
+            str(answer[2]),
+            _int(answer[3]),
+            _int(answer[4]),
+            _int(answer[5]),
+        )
+    return ReserveAnswer(
+        "refused", str(answer[1]), str(answer[2]), _int(answer[3]), 0, _int(answer[4])
+    )
+
+
 class SpendStore:
     """The ``P:spend:*`` keys: reservations, period records, ceilings, events, the index."""
 
@@ -256,26 +277,6 @@ class SpendStore:
         some reservation's lease has run out the script decides nothing, and those are
         charged first (:meth:`release_expired`), so no call is admitted on stale figures."""
         now_ms = self._now_ms(now_ms)
-        for _ in range(SWEEP_ROUNDS):
-            answer = self._reserve_once(
-                reservation_id, tokens, cost_micro, lease_ms, scopes, now_ms, run_id
-            )
-            if answer is not None:
-                return answer
-            self.release_expired(now_ms, SWEEP_PER_CALL)
-        raise RuntimeError("reservations kept running out while a model call was being reserved")
-
-    def _reserve_once(
-        self,
-        reservation_id: str,
-        tokens: int,
-        cost_micro: int,
-        lease_ms: int,
-        scopes: Sequence[Scope],
-        now_ms: int,
-        run_id: str,
-    ) -> ReserveAnswer | None:
-        """One reserve script; None when a run-out reservation must be charged first."""
         keys = [
             self.inflight_key,
             self.limits_key,
@@ -300,24 +301,12 @@ class SpendStore:
             run_id,
             *encoded,
         ]
-        answer = self._reserve_script(keys=keys, args=args)
-        status = _text(answer[0])
-        if status == "sweep":
-            return None
-        if status == "ok":
-            return ReserveAnswer("ok")
-        if status == "wait":
-            return ReserveAnswer(
-                "wait",
-                str(answer[1]),
-                str(answer[2]),
-                _int(answer[3]),
-                _int(answer[4]),
-                _int(answer[5]),
-            )
-        return ReserveAnswer(
-            "refused", str(answer[1]), str(answer[2]), _int(answer[3]), 0, _int(answer[4])
-        )
+        for _ in range(SWEEP_ROUNDS):
+            answer = _reserve_answer(self._reserve_script(keys=keys, args=args))
+            if answer is not None:
+                return answer
+            self.release_expired(now_ms, SWEEP_PER_CALL)
+        raise RuntimeError("reservations kept running out while a model call was being reserved")
 
     def settle(
         self, reservation_id: str, tokens: int, cost_micro: int, now_ms: int | None = None

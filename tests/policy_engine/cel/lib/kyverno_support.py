@@ -4,10 +4,11 @@ reads no other objects."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from tests.policy_engine.cel.lib.support import fails, value
 from workers.policy_engine.cel.lib.base import CelLibraryError
 from workers.policy_engine.cel.lib.kyverno_resource import reading
 
@@ -33,3 +34,18 @@ class NoObjects:
 def in_kyverno_policy() -> Iterator[None]:
     with reading(NoObjects()):
         yield
+
+
+def kyverno_value(expression: str, data: Mapping[str, Any] | None = None) -> Any:
+    """The expression's value as a Kyverno ValidatingPolicy's run computes it."""
+    with in_kyverno_policy():
+        return value(expression, data)
+
+
+def kyverno_fails(
+    expression: str, data: Mapping[str, Any] | None = None, match: str | None = None
+) -> None:
+    """Inside a Kyverno ValidatingPolicy's run the expression does not compile or gives an
+    error (never a value)."""
+    with in_kyverno_policy():
+        fails(expression, data, match=match)

@@ -8,7 +8,10 @@ import math
 
 import pytest
 
-from tests.policy_engine.cel.lib.kyverno_support import in_kyverno_policy
+from tests.policy_engine.cel.lib.kyverno_support import (
+    in_kyverno_policy,
+    kyverno_value,
+)
 from tests.policy_engine.cel.lib.support import fails, value
 from workers.policy_engine.cel.lib.kyverno_math import go_pow10, go_round
 
@@ -27,8 +30,7 @@ CASES = [
 
 @pytest.mark.parametrize(("expression", "expected"), CASES)
 def test_round_gives_kyverno_s_double(expression: str, expected: float) -> None:
-    with in_kyverno_policy():
-        assert value(expression) == expected
+    assert kyverno_value(expression) == expected
 
 
 def test_a_precision_past_a_double_gives_nan_as_in_kyverno() -> None:

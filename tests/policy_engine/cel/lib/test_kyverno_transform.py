@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.policy_engine.cel.lib.kyverno_support import in_kyverno_policy
+from tests.policy_engine.cel.lib.kyverno_support import (
+    in_kyverno_policy,
+    kyverno_fails,
+    kyverno_value,
+)
 from tests.policy_engine.cel.lib.support import fails, value
 
 KEYS = "[{'id': 'web', 'tier': 'a'}, {'id': 'db', 'tier': 'b'}]"
@@ -32,14 +36,12 @@ ERRORS = [
 
 @pytest.mark.parametrize(("expression", "expected"), CASES)
 def test_list_obj_to_map_pairs_the_lists(expression: str, expected: object) -> None:
-    with in_kyverno_policy():
-        assert value(expression) == expected
+    assert kyverno_value(expression) == expected
 
 
 @pytest.mark.parametrize(("expression", "reason"), ERRORS)
 def test_what_kyverno_refuses_gives_no_value(expression: str, reason: str) -> None:
-    with in_kyverno_policy():
-        fails(f"size({expression}) >= 0", match=reason)
+    kyverno_fails(f"size({expression}) >= 0", match=reason)
 
 
 def test_objects_fields_pair_as_literals_do() -> None:

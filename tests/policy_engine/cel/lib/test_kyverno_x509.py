@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import AuthorityInformationAccessOID, ExtendedKeyUsageOID, NameOID
 
-from tests.policy_engine.cel.lib.kyverno_support import in_kyverno_policy
+from tests.policy_engine.cel.lib.kyverno_support import in_kyverno_policy, kyverno_fails
 from tests.policy_engine.cel.lib.support import fails, value
 from workers.policy_engine.cel.programs import CelError, Expression, StepMeter
 
@@ -175,8 +175,7 @@ ERRORS = [
 
 @pytest.mark.parametrize(("pem", "reason"), ERRORS)
 def test_what_kyverno_refuses_gives_no_value(pem: str, reason: str) -> None:
-    with in_kyverno_policy():
-        fails("x509.decode(object.pem).IsCA", {"object": {"pem": pem}}, match=reason)
+    kyverno_fails("x509.decode(object.pem).IsCA", {"object": {"pem": pem}}, match=reason)
 
 
 def test_a_certificate_request_is_not_served() -> None:
@@ -186,8 +185,7 @@ def test_a_certificate_request_is_not_served() -> None:
         .sign(RSA_KEY, hashes.SHA256())
     )
     pem = request.public_bytes(serialization.Encoding.PEM).decode()
-    with in_kyverno_policy():
-        fails("x509.decode(object.pem).IsCA", {"object": {"pem": pem}}, match="not served")
+    kyverno_fails("x509.decode(object.pem).IsCA", {"object": {"pem": pem}}, match="not served")
 
 
 def test_outside_a_kyverno_policy_a_call_gives_no_value() -> None:

@@ -9,7 +9,11 @@ from typing import Any
 
 import pytest
 
-from tests.policy_engine.cel.lib.kyverno_support import in_kyverno_policy
+from tests.policy_engine.cel.lib.kyverno_support import (
+    in_kyverno_policy,
+    kyverno_fails,
+    kyverno_value,
+)
 from tests.policy_engine.cel.lib.support import fails, value
 from workers.policy_engine.cel.programs import CelError, Expression, StepMeter
 
@@ -65,14 +69,12 @@ ERRORS = [
 
 @pytest.mark.parametrize(("text", "expected"), PARSED)
 def test_parse_gives_kyverno_s_value(text: str, expected: Any) -> None:
-    with in_kyverno_policy():
-        assert value("yaml.parse(object.text)", {"object": {"text": text}}) == expected
+    assert kyverno_value("yaml.parse(object.text)", {"object": {"text": text}}) == expected
 
 
 @pytest.mark.parametrize(("text", "reason"), ERRORS)
 def test_what_kyverno_cannot_read_gives_no_value(text: str, reason: str) -> None:
-    with in_kyverno_policy():
-        fails("yaml.parse(object.text) != null", {"object": {"text": text}}, match=reason)
+    kyverno_fails("yaml.parse(object.text) != null", {"object": {"text": text}}, match=reason)
 
 
 def test_a_number_is_a_double_in_cel() -> None:
@@ -102,8 +104,7 @@ BOUNDED = [
 
 @pytest.mark.parametrize(("text", "reason"), BOUNDED)
 def test_deep_and_self_expanding_documents_give_no_value(text: str, reason: str) -> None:
-    with in_kyverno_policy():
-        fails("yaml.parse(object.text) != null", {"object": {"text": text}}, match=reason)
+    kyverno_fails("yaml.parse(object.text) != null", {"object": {"text": text}}, match=reason)
 
 
 def test_the_text_is_charged_by_its_length_before_it_is_read() -> None:
