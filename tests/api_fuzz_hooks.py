@@ -20,21 +20,9 @@ import schemathesis
 import yaml
 from schemathesis.core.media_types import YAML_MEDIA_TYPES
 
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters:
-  - name: fuzz
-    cluster: {server: "https://127.0.0.1:9"}
-users:
-  - name: fuzz
-    user: {token: not-a-real-token}
-contexts:
-  - name: east
-    context: {cluster: fuzz, user: fuzz}
-  - name: west
-    context: {cluster: fuzz, user: fuzz}
-current-context: east
-"""
+from tests.kubeconfig_support import kubeconfig_text
+
+KUBECONFIG = kubeconfig_text("east", "west")
 
 POLICIES = Path(__file__).resolve().parent.parent / "examples" / "policies"
 

@@ -9,20 +9,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-clusters:
-- name: east
-  cluster: {server: "https://127.0.0.1:1"}
-users:
-- name: reader
-  user: {token: not-a-real-token}
-contexts:
-- name: east
-  context: {cluster: east, user: reader}
-current-context: east
-"""
+from tests.kubeconfig_support import kubeconfig_text
+
+KUBECONFIG = kubeconfig_text("east", server="https://127.0.0.1:1")
 
 # Each thread does what a live run's first steps do: build the backend (kubernetes.client and
 # kubernetes.config), resolve a context glob (kubernetes.config), touch the transport's error
