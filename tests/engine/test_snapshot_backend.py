@@ -119,6 +119,37 @@ def test_legacy_group_objects_are_served_under_the_current_kind(tmp_path: Path) 
     assert names(backend.list_objects(backend.resolve("ing"), None)) == ["legacy"]
 
 
+def test_a_kind_of_a_builtin_name_in_another_group_is_served_apart(tmp_path: Path) -> None:
+    """OpenShift's authorization.openshift.io ClusterRole is listed under its own group, as
+    the cluster serves it: judged as rbac's, a policy on rbac ClusterRoles would judge an
+    object of another shape, and one on OpenShift's would find nothing to judge."""
+    write(
+        tmp_path,
+        "roles.yaml",
+        """
+        apiVersion: rbac.authorization.k8s.io/v1
+        kind: ClusterRole
+        metadata: {name: view}
+        ---
+        apiVersion: authorization.openshift.io/v1
+        kind: ClusterRole
+        metadata: {name: openshift-view}
+        ---
+        apiVersion: v1
+        kind: Event
+        metadata: {name: e1, namespace: web}
+        """,
+    )
+    backend = SnapshotBackend(tmp_path)
+    rbac = backend.resolve("clusterroles.rbac.authorization.k8s.io")
+    assert names(backend.list_objects(rbac, None)) == ["view"]
+    openshift = backend.resolve("clusterroles.authorization.openshift.io")
+    assert openshift.group == "authorization.openshift.io"
+    assert names(backend.list_objects(openshift, None)) == ["openshift-view"]
+    # a v1 Event is the events resource, as extensions' Ingress is networking's
+    assert names(backend.list_objects(backend.resolve("events"), None)) == ["e1"]
+
+
 # --------------------------------------------------------------------------- parsing
 
 

@@ -67,6 +67,11 @@ from workers.engine.toolsets.yaml_documents import (
 OBJECT_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
 LOGS_FOLDER = "logs"
 CRD_KEY = ("apiextensions.k8s.io", "CustomResourceDefinition")
+# The kinds an older group served as the same resource a built-in group serves today
+LEGACY_GROUP_KINDS: dict[str, frozenset[str]] = {
+    "extensions": frozenset({"Deployment", "DaemonSet", "ReplicaSet", "Ingress", "NetworkPolicy"}),
+    "": frozenset({"Event"}),
+}
 EVENT_KEYS = (("", "Event"), ("events.k8s.io", "Event"))
 DEFAULT_NAMESPACE = "default"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
@@ -462,8 +467,12 @@ class SnapshotBackend:
         for obj, relative in zip(raw, self._sources, strict=True):
             group, version = split_api_version(str(obj.get("apiVersion", "")))
             kind = str(obj["kind"])
-            # Same kind under a legacy group (extensions/v1beta1 Ingress) is the same resource.
-            info = by_key.get((group, kind)) or by_kind.get(kind)
+            # Same kind under a legacy group (extensions/v1beta1 Ingress, a v1 Event) is the
+            # same resource; under any other group it is a kind of its own (OpenShift's
+            # authorization.openshift.io ClusterRole is not rbac's, and is listed apart)
+            info = by_key.get((group, kind))
+            if info is None and kind in LEGACY_GROUP_KINDS.get(group, ()):
+                info = by_kind.get(kind)
             if info is None:
                 info = ResourceInfo(kind, guess_plural(kind), group, version, False)
                 by_key[(group, kind)] = by_kind[kind] = info
