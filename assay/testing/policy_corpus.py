@@ -188,7 +188,8 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
     ) + tuple(
         o
         for file in [*(test.get("clusterResources") or []), *(test.get("paramResources") or [])]
-        for o in _load(base / file)
+        for document in _load(base / file)
+        for o in _unwrapped(document, (base / file).parent)
     )  # a binding's params objects are objects of the cluster, read from it as the API server does
     mocked = global_context_mocks(test, base, [*objects, *context])
     if mocked is None:
@@ -224,6 +225,21 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
                     context=context,
                 )
             )
+
+
+def _unwrapped(document: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
+    """The objects of a cluster-resources file: the document itself, or, for the Kyverno
+    CLI's ``ClusterResource`` wrapper (``cli.kyverno.io``), the objects it lists and the
+    CustomResourceDefinitions of its ``crds`` files (relative to ``folder``): the cluster
+    holds them, and they say which custom kinds are cluster-scoped."""
+    if document.get("kind") != "ClusterResource" or not str(
+        document.get("apiVersion") or ""
+    ).startswith("cli.kyverno.io/"):
+        return [document]
+    spec = document.get("spec") if isinstance(document.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    crds = [d for file in spec.get("crds") or [] for d in _load(folder / str(file))]
+    return [o for o in [*crds, *(spec.get("resources") or [])] if isinstance(o, dict)]
 
 
 def global_context_mocks(

@@ -306,3 +306,75 @@ def test_global_context_entries_are_what_the_stored_cluster_holds() -> None:
     assert refusal_class(reason) == (
         "lives in the admission request or outside the cluster: an API call"
     )
+
+
+_TIER_POLICY = """apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: tier-allowed}
+spec:
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: [v1]
+        operations: [CREATE, UPDATE]
+        resources: [pods]
+  validations:
+    - expression: >-
+        resource.Get('example.com/v1', 'tiers', '',
+        object.metadata.labels.tier).spec.allowed
+"""
+_TIER_CRD = """apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: tiers.example.com}
+spec:
+  group: example.com
+  scope: Cluster
+  names: {kind: Tier, plural: tiers, singular: tier, listKind: TierList}
+  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]
+"""
+_TIER_CLUSTER = """apiVersion: cli.kyverno.io/v1alpha1
+kind: ClusterResource
+metadata: {name: cluster}
+spec:
+  crds: [crds/tier.yaml]
+  resources:
+    - {apiVersion: example.com/v1, kind: Tier, metadata: {name: gold}, spec: {allowed: true}}
+    - {apiVersion: example.com/v1, kind: Tier, metadata: {name: lead}, spec: {allowed: false}}
+"""
+_TIER_TEST = """apiVersion: cli.kyverno.io/v1alpha1
+kind: Test
+metadata: {name: tiers}
+policies: [policy.yaml]
+resources: [pods.yaml]
+clusterResources: [cluster.yaml]
+results:
+  - {isValidatingPolicy: true, kind: Pod, policy: tier-allowed, resources: [gold-pod], result: pass}
+  - {isValidatingPolicy: true, kind: Pod, policy: tier-allowed, resources: [lead-pod], result: fail}
+"""
+
+
+def test_a_kyverno_cli_tests_cluster_resources_are_objects_the_cluster_holds(
+    tmp_path: Path,
+) -> None:
+    """The Kyverno CLI's ClusterResource wrapper lists the objects (and, by file, the
+    CustomResourceDefinitions) of the cluster a policy's resource.Get reads: each is an
+    object of the stored cluster, a cluster-scoped custom kind read without a namespace."""
+    (tmp_path / "crds").mkdir()
+    (tmp_path / "crds" / "tier.yaml").write_text(_TIER_CRD)
+    (tmp_path / "policy.yaml").write_text(_TIER_POLICY)
+    (tmp_path / "cluster.yaml").write_text(_TIER_CLUSTER)
+    (tmp_path / "kyverno-test.yaml").write_text(_TIER_TEST)
+    (tmp_path / "pods.yaml").write_text(
+        "\n---\n".join(
+            f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {t}-pod, namespace: default, "
+            f"labels: {{tier: {t}}}}}\nspec: {{containers: [{{name: c, image: x}}]}}\n"
+            for t in ("gold", "lead")
+        )
+    )
+    reading = read_library(tmp_path)
+    figures = evaluate(reading.fixtures, reading.skipped)
+    judged = {j.fixture.name: (j.fixture.label, j.value) for j in figures.judgements}
+    assert judged == {
+        "Pod default/gold-pod": ("pass", True),
+        "Pod default/lead-pod": ("fail", False),
+    }, [j.reason for j in figures.judgements]
