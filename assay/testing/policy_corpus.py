@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from assay.testing.api_server_defaults import with_defaults
 from assay.testing.chainsaw_suite import is_chainsaw_test, read_chainsaw_test
 from assay.testing.kyverno_configuration import exceptions_by_folder, repository_of
 from assay.testing.vap_library_suite import is_library_root, read_vap_library
@@ -73,6 +74,9 @@ class Fixture:
     context: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
     # which PolicyExceptions the engine that gave the label applied (its configuration)
     exceptions: Acceptance = field(default_factory=Acceptance)
+    # a real API server stored the object before the engine judged it (a chainsaw test):
+    # judged with the defaults it fills in (api_server_defaults.py)
+    defaulted: bool = False
 
     @property
     def name(self) -> str:
@@ -146,6 +150,7 @@ def read_library(root: Path) -> Reading:
                         namespaces=tuple(o for o in found.context if o.get("kind") == "Namespace"),
                         context=tuple(o for o in found.context if o.get("kind") != "Namespace"),
                         exceptions=_configured(path, repository, configured),
+                        defaulted=True,
                     )
                 )
     return reading
@@ -549,6 +554,7 @@ class Judge:
             rules = {policy.name: names} if names else None
         with tempfile.TemporaryDirectory(prefix="assay-corpus-") as folder:
             obj = as_the_api_server_stores(with_namespace(fixture.obj))
+            obj = with_defaults(obj) if fixture.defaulted else obj
             (Path(folder) / "object.json").write_text(json.dumps(obj))
             namespaces = [*fixture.namespaces, *_namespaces_they_live_in(obj, fixture)]
             for number, namespace in enumerate(namespaces):
@@ -557,6 +563,7 @@ class Judge:
             for number, other in enumerate(fixture.context):
                 if other.get("kind") not in cluster_scoped:
                     other = with_namespace(other)
+                other = with_defaults(other) if fixture.defaulted else other
                 (Path(folder) / f"context-{number}.json").write_text(json.dumps(other))
             backend = SnapshotBackend(folder)
             began = time.perf_counter()

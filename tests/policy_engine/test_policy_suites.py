@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -378,3 +379,63 @@ def test_a_kyverno_cli_tests_cluster_resources_are_objects_the_cluster_holds(
         "Pod default/gold-pod": ("pass", True),
         "Pod default/lead-pod": ("fail", False),
     }, [j.reason for j in figures.judgements]
+
+
+@pytest.mark.parametrize(
+    ("image", "policy"),
+    [
+        ("nginx", "Always"),
+        ("nginx:latest", "Always"),
+        ("registry.example.com:5000/team/app", "Always"),
+        ("registry.example.com:5000/team/app:1.2", "IfNotPresent"),
+        ("nginx@sha256:" + "a" * 64, "IfNotPresent"),
+        ("nginx:latest@sha256:" + "a" * 64, "Always"),
+    ],
+)
+def test_a_stored_containers_pull_policy_is_the_api_servers_default(
+    image: str, policy: str
+) -> None:
+    from assay.testing.api_server_defaults import with_defaults
+
+    container = {"name": "c", "image": image}
+    pod = with_defaults({"kind": "Pod", "spec": {"containers": [container]}})
+    cron = with_defaults(
+        {
+            "kind": "CronJob",
+            "spec": {
+                "jobTemplate": {"spec": {"template": {"spec": {"initContainers": [container]}}}}
+            },
+        }
+    )
+    assert pod["spec"]["containers"][0]["imagePullPolicy"] == policy
+    template = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert template["initContainers"][0]["imagePullPolicy"] == policy
+    assert "imagePullPolicy" not in container  # a copy: the written fixture is kept
+    written = {"kind": "Pod", "spec": {"containers": [{**container, "imagePullPolicy": "Never"}]}}
+    assert with_defaults(written) == written
+    assert with_defaults({"kind": "StorageClass"}) == {
+        "kind": "StorageClass",
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }
+
+
+def test_a_chainsaw_label_is_judged_on_the_object_as_the_api_server_stored_it() -> None:
+    """Kyverno judged a chainsaw test's objects as the cluster stored them, defaults filled in:
+    a policy reading imagePullPolicy agrees with the label, where the written object (a Kyverno
+    CLI test's, which no API server stores) lacks it."""
+    reading = read_library(SUITES / "chainsaw")
+    fixture = next(f for f in reading.fixtures if f.obj["metadata"]["name"] == "two-replicas")
+    policy = Path(fixture.policy_files[0])
+    pulled = policy.read_text().replace(
+        "object.spec.?replicas.orValue(1) >= 2",
+        "object.spec.template.spec.containers.all(c, c.imagePullPolicy == 'Always')",
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        changed = Path(folder) / "policy.yaml"
+        changed.write_text(pulled)
+        stored = replace(fixture, policy_files=(str(changed),), label="pass")
+        (judged,) = evaluate([stored]).judgements
+        assert judged.value is True, judged.reason  # nginx, no tag: Always
+        (written,) = evaluate([replace(stored, defaulted=False)]).judgements
+        assert written.value is None and "imagePullPolicy" in written.reason

@@ -1,0 +1,67 @@
+"""Two of the API server's defaults, for labels a real cluster gave.
+
+A chainsaw test creates its objects in a cluster, so Kyverno judged them as the API server
+stored them: with the defaults it fills in. A policy that reads such a field
+(``imagePullPolicy``, a StorageClass's ``reclaimPolicy``) errs on the written object, while
+the engine read a value. These are the API server's own rules (its defaulting of
+containers and StorageClasses); no other default is applied, so a written object differs
+from a stored one only where those rules say.
+
+* A container's ``imagePullPolicy``: ``Always`` for an image tagged ``latest`` or with
+  neither tag nor digest, ``IfNotPresent`` otherwise; in a Pod and in every pod template
+  (workloads, a CronJob's job template), for containers, init and ephemeral containers.
+* A StorageClass's ``reclaimPolicy`` ``Delete`` and ``volumeBindingMode`` ``Immediate``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+_TEMPLATED = frozenset(
+    {"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "ReplicationController"}
+)
+
+
+def with_defaults(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as the API server would store it, for the defaults above (a copy)."""
+    out = copy.deepcopy(obj)
+    kind = out.get("kind")
+    spec = out.get("spec")
+    if kind == "StorageClass":
+        out.setdefault("reclaimPolicy", "Delete")
+        out.setdefault("volumeBindingMode", "Immediate")
+    elif kind == "Pod":
+        _pod_spec(spec)
+    elif kind in _TEMPLATED:
+        _pod_spec(_at(spec, "template", "spec"))
+    elif kind == "CronJob":
+        _pod_spec(_at(spec, "jobTemplate", "spec", "template", "spec"))
+    return out
+
+
+def _at(value: Any, *path: str) -> Any:
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _pod_spec(spec: Any) -> None:
+    if not isinstance(spec, dict):
+        return
+    for field in _CONTAINER_LISTS:
+        for container in spec.get(field) or []:
+            if isinstance(container, dict) and not container.get("imagePullPolicy"):
+                container["imagePullPolicy"] = _pull_policy(str(container.get("image") or ""))
+
+
+def _pull_policy(image: str) -> str:
+    """The API server's: ``Always`` when the image's tag is ``latest``, or it has neither a
+    tag nor a digest (it then means ``latest``); ``IfNotPresent`` otherwise."""
+    name, _, digest = image.partition("@")
+    last = name.rsplit("/", 1)[-1]
+    tag = last.partition(":")[2]
+    if not tag and not digest:
+        tag = "latest"
+    return "Always" if tag == "latest" else "IfNotPresent"
