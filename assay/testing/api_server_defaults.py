@@ -1,4 +1,4 @@
-"""Two of the API server's defaults, for labels a real cluster gave.
+"""The API server's defaults a stored object carries, for labels a real cluster gave.
 
 A chainsaw test creates its objects in a cluster, so Kyverno judged them as the API server
 stored them: with the defaults it fills in. A policy that reads such a field
@@ -11,6 +11,9 @@ from a stored one only where those rules say.
   neither tag nor digest, ``IfNotPresent`` otherwise; in a Pod and in every pod template
   (workloads, a CronJob's job template), for containers, init and ephemeral containers.
 * A StorageClass's ``reclaimPolicy`` ``Delete`` and ``volumeBindingMode`` ``Immediate``.
+* A template's ``metadata`` (a workload's pod template, a CronJob's job template and its pod
+  template): the API server's object holds it as a struct, so a stored template always has
+  one, if empty, where a written one may have none.
 """
 
 from __future__ import annotations
@@ -35,10 +38,18 @@ def with_defaults(obj: dict[str, Any]) -> dict[str, Any]:
     elif kind == "Pod":
         _pod_spec(spec)
     elif kind in _TEMPLATED:
+        _with_metadata(_at(spec, "template"))
         _pod_spec(_at(spec, "template", "spec"))
     elif kind == "CronJob":
+        _with_metadata(_at(spec, "jobTemplate"))
+        _with_metadata(_at(spec, "jobTemplate", "spec", "template"))
         _pod_spec(_at(spec, "jobTemplate", "spec", "template", "spec"))
     return out
+
+
+def _with_metadata(template: Any) -> None:
+    if isinstance(template, dict) and template.get("metadata") is None:
+        template["metadata"] = {}
 
 
 def _at(value: Any, *path: str) -> Any:

@@ -439,3 +439,15 @@ def test_a_chainsaw_label_is_judged_on_the_object_as_the_api_server_stored_it() 
         assert judged.value is True, judged.reason  # nginx, no tag: Always
         (written,) = evaluate([replace(stored, defaulted=False)]).judgements
         assert written.value is None and "imagePullPolicy" in written.reason
+
+
+def test_a_stored_template_always_has_its_metadata() -> None:
+    from assay.testing.api_server_defaults import with_defaults
+
+    job = {"spec": {"template": {"spec": {"containers": []}}}}
+    cron = with_defaults({"kind": "CronJob", "spec": {"jobTemplate": job}})
+    assert cron["spec"]["jobTemplate"]["metadata"] == {}
+    assert cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"] == {}
+    labelled = {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}
+    deployment = with_defaults({"kind": "Deployment", "spec": {"template": labelled}})
+    assert deployment["spec"]["template"]["metadata"] == {"labels": {"app": "web"}}
