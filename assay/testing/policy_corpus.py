@@ -557,8 +557,9 @@ class Judge:
             obj = with_defaults(obj) if fixture.defaulted else obj
             (Path(folder) / "object.json").write_text(json.dumps(obj))
             namespaces = [*fixture.namespaces, *_namespaces_they_live_in(obj, fixture)]
-            for number, namespace in enumerate(namespaces):
-                (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(namespace))
+            for number, namespace in enumerate(namespaces):  # each labelled with its name
+                stored_namespace = _stored_namespace(namespace)
+                (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(stored_namespace))
             cluster_scoped = _cluster_scoped_kinds(fixture.context) | {"GlobalContextEntry"}
             for number, other in enumerate(fixture.context):
                 if other.get("kind") not in cluster_scoped:

@@ -451,3 +451,25 @@ def test_a_stored_template_always_has_its_metadata() -> None:
     labelled = {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}
     deployment = with_defaults({"kind": "Deployment", "spec": {"template": labelled}})
     assert deployment["spec"]["template"]["metadata"] == {"labels": {"app": "web"}}
+
+
+def test_a_chainsaw_namespace_carries_the_label_the_api_server_gives_every_one() -> None:
+    """The test writes its Namespace without the name label; the cluster labels it with its
+    name, and a policy reading namespaceObject's labels reads that one."""
+    reading = read_library(SUITES / "chainsaw")
+    fixture = next(f for f in reading.fixtures if f.obj["metadata"]["name"] == "two-replicas")
+    written = fixture.namespaces[0]["metadata"].get("labels") or {}
+    assert "kubernetes.io/metadata.name" not in written
+    labelled = (
+        Path(fixture.policy_files[0])
+        .read_text()
+        .replace(
+            "object.spec.?replicas.orValue(1) >= 2",
+            "namespaceObject.metadata.labels['kubernetes.io/metadata.name'] == 'shop'",
+        )
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        changed = Path(folder) / "policy.yaml"
+        changed.write_text(labelled)
+        (judged,) = evaluate([replace(fixture, policy_files=(str(changed),))]).judgements
+    assert judged.value is True, judged.reason
