@@ -123,23 +123,14 @@ def test_a_kind_of_a_builtin_name_in_another_group_is_served_apart(tmp_path: Pat
     """OpenShift's authorization.openshift.io ClusterRole is listed under its own group, as
     the cluster serves it: judged as rbac's, a policy on rbac ClusterRoles would judge an
     object of another shape, and one on OpenShift's would find nothing to judge."""
-    write(
-        tmp_path,
-        "roles.yaml",
-        """
-        apiVersion: rbac.authorization.k8s.io/v1
-        kind: ClusterRole
-        metadata: {name: view}
-        ---
-        apiVersion: authorization.openshift.io/v1
-        kind: ClusterRole
-        metadata: {name: openshift-view}
-        ---
-        apiVersion: v1
-        kind: Event
-        metadata: {name: e1, namespace: web}
-        """,
-    )
+    stored = [
+        ("rbac.authorization.k8s.io/v1", "ClusterRole", {"name": "view"}),
+        ("authorization.openshift.io/v1", "ClusterRole", {"name": "openshift-view"}),
+        ("v1", "Event", {"name": "e1", "namespace": "web"}),
+    ]
+    for number, (api_version, kind, meta) in enumerate(stored):
+        obj = {"apiVersion": api_version, "kind": kind, "metadata": meta}
+        (tmp_path / f"{number}.json").write_text(json.dumps(obj))
     backend = SnapshotBackend(tmp_path)
     rbac = backend.resolve("clusterroles.rbac.authorization.k8s.io")
     assert names(backend.list_objects(rbac, None)) == ["view"]
