@@ -45,6 +45,13 @@ def name_of(document: dict[str, Any] | None) -> str:
     return str(meta.get("name") or "") if isinstance(meta, dict) else ""
 
 
+def namespace_of(document: dict[str, Any] | None) -> str | None:
+    """The namespace the document names (as written: ``""`` stays ``""``); None for none."""
+    meta = (document or {}).get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    return namespace if isinstance(namespace, str) else None
+
+
 def documents_from_text(text: str, source: str) -> list[SourcedDocument]:
     """Every object document of ``text`` (YAML or JSON), ``List`` items unpacked."""
     try:  # aliases, nesting and repeated keys checked (yaml_documents.WrittenLoader)

@@ -49,7 +49,7 @@ from workers.policy_engine.cel.syntax.nodes import ListExpr, Literal
 from workers.policy_engine.cel.syntax.reads import VARIABLES
 from workers.policy_engine.cel.syntax.unparser import unparse
 from workers.policy_engine.policies.common import Unsupported, as_list, as_map
-from workers.policy_engine.policies.documents import SourcedDocument, name_of
+from workers.policy_engine.policies.documents import SourcedDocument, name_of, namespace_of
 from workers.policy_engine.policies.expressions import references
 
 EXCEPTION_KIND = "PolicyException"
@@ -93,8 +93,7 @@ class Acceptance:
             )
         if self.namespace == "*":
             return None
-        meta = doc.document.get("metadata")
-        namespace = (meta.get("namespace") if isinstance(meta, dict) else None) or "default"
+        namespace = namespace_of(doc.document) or "default"
         if not self.namespace:
             return (
                 "no namespace is accepted for PolicyExceptions (Kyverno's "
@@ -135,11 +134,14 @@ class Applied:
     grants: list[Grant] = field(default_factory=list)
 
 
-def _label(doc: SourcedDocument) -> str:
-    meta = doc.document.get("metadata") or {}
-    namespace = meta.get("namespace") if isinstance(meta, dict) else None
-    name = name_of(doc.document) or "(no name)"
+def _label_of(document: dict[str, Any]) -> str:
+    """``NAMESPACE/NAME`` (or ``NAME``): how an exception is named in conditions and reports."""
+    namespace, name = namespace_of(document), name_of(document) or "(no name)"
     return f"{namespace}/{name}" if namespace else name
+
+
+def _label(doc: SourcedDocument) -> str:
+    return _label_of(doc.document)
 
 
 def _expired(doc: SourcedDocument, expires: Any, now: datetime) -> bool:
@@ -268,11 +270,7 @@ def shown(condition: ProbeCondition, documents: list[dict[str, Any]]) -> str:
     when = " ".join(text.removeprefix(_GRANT_OPEN).removesuffix(_GRANT_CLOSE).split())
     spec: Any = {}
     for document in documents:
-        meta = document.get("metadata") or {}
-        namespace = meta.get("namespace") if isinstance(meta, dict) else None
-        name = meta.get("name") if isinstance(meta, dict) else None
-        label = f"{namespace}/{name}" if namespace else name
-        if document.get("kind") == EXCEPTION_KIND and label == condition.exception:
+        if document.get("kind") == EXCEPTION_KIND and _label_of(document) == condition.exception:
             spec = document.get("spec")
     spec = spec if isinstance(spec, dict) else {}
     granted = [
@@ -293,9 +291,7 @@ def cluster_policy_exceptions(
     """``rules`` with the exceptions of ``exceptions`` that name them; Unsupported for an
     exception that cannot be applied. ``read_match``: a Kyverno match block as any-of
     (all-of) filter groups (the ClusterPolicy importer's own reading)."""
-    meta = policy.document.get("metadata") or {}
-    namespace = meta.get("namespace") if isinstance(meta, dict) else None
-    name = name_of(policy.document)
+    namespace, name = namespace_of(policy.document), name_of(policy.document)
     key = f"{namespace}/{name}" if policy.kind == "Policy" and namespace else name
     applied = Applied()
     extra: dict[str, list[RuleException]] = {}

@@ -31,6 +31,7 @@ from typing import Any
 from workers.engine.toolsets.backend import BackendError, ClusterBackend, ResourceInfo
 from workers.engine.toolsets.redaction import SecretScrubber
 from workers.engine.toolsets.selectors import field_matcher, label_matcher
+from workers.policy_engine.policies.documents import namespace_of
 from workers.policy_engine.policies.matching import Undecidable
 
 Key = tuple[str, str, str | None]  # group, kind, namespace (None: the whole cluster)
@@ -93,7 +94,7 @@ class SharedLookups:
         if isinstance(cached, BackendError):
             raise cached
         if whole and namespace is not None:
-            return [o for o in cached if _namespace_of(o) == namespace]
+            return [o for o in cached if namespace_of(o) == namespace]
         return cached
 
     def namespace_labels(self, name: str) -> dict[str, str] | None:
@@ -132,11 +133,6 @@ class SharedLookups:
         """The listings narrowed to what ``keep`` selects; ``exempt`` names the exception
         (a Kyverno PolicyException) that takes an object out of the rule, if any."""
         return PolicyView(self, keep, exempt)
-
-
-def _namespace_of(obj: dict[str, Any]) -> str | None:
-    meta = obj.get("metadata")
-    return meta.get("namespace") if isinstance(meta, dict) else None
 
 
 class PolicyView:
