@@ -35,7 +35,6 @@ from assay.spend_view import (
 )
 from assay.submission import EmptyBatch, latest_batch_ids, submit_batch, submit_request
 from scheduler.schedules import ScheduleConflict, ScheduleNotFound, ScheduleStore
-from schemas.cadence import STORED, STORED_FIELDS
 from schemas.fleet import SubmitReceipt
 from schemas.request import EvaluationRequest, SnapshotTarget, Target
 from schemas.schedule import Schedule
@@ -407,8 +406,7 @@ class Services:
             **changes,
         }
         try:
-            kept = STORED[STORED_FIELDS] - changes.keys()  # as stored, if unchanged
-            candidate = Schedule.model_validate(merged, context={STORED_FIELDS: kept})
+            candidate = Schedule.with_changes(merged, changes)
         except ValidationError as exc:
             raise _validation_error(exc) from None
         self._refuse_short_interval(candidate)

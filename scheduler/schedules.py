@@ -27,7 +27,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.cron import due_at, next_fire
-from schemas.cadence import STORED, STORED_FIELDS
 from schemas.schedule import CHANGEABLE_FIELDS, Schedule, ScheduleFire
 from workers.fleet.lua_scripts import checked_script
 from workers.fleet.spend import SpendStore, utc_day
@@ -81,12 +80,12 @@ class ScheduleStore:
         body = self.redis.hget(self.schedules_key, schedule_id)
         if body is None:
             raise ScheduleNotFound(_not_found(ref))
-        return self._with_last_fire(Schedule.model_validate_json(body, context=STORED))
+        return self._with_last_fire(Schedule.from_stored(body))
 
     def find(self, schedule_id: str) -> Schedule | None:
         """The schedule by id, or None (the service's lookup; no name resolution)."""
         body = self.redis.hget(self.schedules_key, schedule_id)
-        return Schedule.model_validate_json(body, context=STORED) if body is not None else None
+        return Schedule.from_stored(body) if body is not None else None
 
     def resolve(self, ref: str) -> str:
         if self.redis.hexists(self.schedules_key, ref):
@@ -101,7 +100,7 @@ class ScheduleStore:
         fires = self.redis.hgetall(self.fires_key)
         out = []
         for schedule_id, body in bodies.items():
-            schedule = Schedule.model_validate_json(body, context=STORED)
+            schedule = Schedule.from_stored(body)
             fire = fires.get(schedule_id)
             if fire is not None:
                 schedule.last_fire = ScheduleFire.model_validate_json(fire)
@@ -235,7 +234,7 @@ class ScheduleStore:
         for body, raw in zip(bodies, entries, strict=True):
             if body is None:  # removed meanwhile
                 continue
-            schedule = Schedule.model_validate_json(body, context=STORED)
+            schedule = Schedule.from_stored(body)
             ceilings[schedule.id] = schedule.spend
             entry = TimerEntry.model_validate_json(raw) if raw else None
             if not schedule.enabled:
@@ -259,7 +258,7 @@ class ScheduleStore:
                     body = pipe.hget(self.schedules_key, schedule_id)
                     if body is None:
                         raise ScheduleNotFound(_not_found(ref))
-                    old = Schedule.model_validate_json(body, context=STORED)
+                    old = Schedule.from_stored(body)
                     data = {
                         **old.model_dump(exclude={"last_fire"}),
                         **changes,
@@ -267,8 +266,7 @@ class ScheduleStore:
                         "updated_at": now,
                     }
                     try:
-                        kept = STORED[STORED_FIELDS] - changes.keys()
-                        new = Schedule.model_validate(data, context={STORED_FIELDS: kept})
+                        new = Schedule.with_changes(data, changes)
                     except ValidationError as exc:
                         raise ScheduleConflict(_first_error(exc)) from None
                     self._check(new)

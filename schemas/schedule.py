@@ -14,13 +14,14 @@ the floor is checked when a schedule is created or changed
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.budget import PROFILES, UNATTENDED_PROFILE, Budget, ProfileName
-from schemas.cadence import PublishedCron, PublishedZone, cron_fires
+from schemas.cadence import STORED, STORED_FIELDS, PublishedCron, PublishedZone, cron_fires
 from schemas.ids import ScheduleId
 from schemas.notify import SinkName
 from schemas.probe import ProbeMode
@@ -208,6 +209,20 @@ class Schedule(BaseModel):
     @property
     def paused(self) -> bool:
         return not self.enabled
+
+    @classmethod
+    def from_stored(cls, body: str | bytes) -> Schedule:
+        """A schedule read back from the store: its cron and zone under the rules they were
+        stored under (schemas/cadence.py, ``STORED``), so an older one still loads."""
+        return cls.model_validate_json(body, context=STORED)
+
+    @classmethod
+    def with_changes(cls, data: dict[str, Any], changed: Iterable[str]) -> Schedule:
+        """A stored schedule's fields ``data`` with the ``changed`` ones set anew: those are
+        held to today's rules, the cron and zone it keeps to the rules they were stored
+        under."""
+        kept = STORED[STORED_FIELDS] - set(changed)
+        return cls.model_validate(data, context={STORED_FIELDS: kept})
 
     def cadence(self) -> str:
         """How often it fires, as a person would write it."""
