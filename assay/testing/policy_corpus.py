@@ -44,10 +44,11 @@ from schemas.policy import ImportedPolicy
 from schemas.verdict import VerdictKind
 from workers.engine.toolsets.kinds import guess_plural
 from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.policies.cluster_reads import GLOBAL_CONTEXT_KIND
 from workers.policy_engine.policies.documents import SourcedDocument, documents_from_text
 from workers.policy_engine.policies.expressions import global_calls, references
 from workers.policy_engine.policies.importer import import_documents
-from workers.policy_engine.policies.kyverno_exceptions import Acceptance
+from workers.policy_engine.policies.kyverno_exceptions import EXCEPTION_KIND, Acceptance
 from workers.policy_engine.policies.run import run_policies
 from workers.policy_engine.probes.export import NotExportable, export_policy_documents
 from workers.policy_engine.probes.translation import with_namespace
@@ -495,7 +496,8 @@ class Figures:
         return out
 
 
-_NOT_POLICIES = frozenset({"PolicyException", "GlobalContextEntry"})
+# the documents a policy is imported with that are no policy (each named apart in refusals)
+_NOT_POLICIES = frozenset({EXCEPTION_KIND, GLOBAL_CONTEXT_KIND})
 # a policy's files, and which of their PolicyExceptions the engine applied
 _Source = tuple[tuple[str, ...], Acceptance]
 
@@ -560,7 +562,7 @@ class Judge:
             for number, namespace in enumerate(namespaces):  # each labelled with its name
                 stored_namespace = _stored_namespace(namespace)
                 (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(stored_namespace))
-            cluster_scoped = _cluster_scoped_kinds(fixture.context) | {"GlobalContextEntry"}
+            cluster_scoped = _cluster_scoped_kinds(fixture.context) | {GLOBAL_CONTEXT_KIND}
             for number, other in enumerate(fixture.context):
                 if other.get("kind") not in cluster_scoped:
                     other = with_namespace(other)
@@ -624,7 +626,7 @@ def engine_only(policy: ImportedPolicy, fmt: str) -> bool:
     PolicyExceptions or GlobalContextEntries (any export), its ``resource`` /
     ``globalContext`` reads and its hash, json and image calls (a ValidatingAdmissionPolicy)."""
     kinds = {d.get("kind") for d in policy.documents[1:]}
-    if kinds & {"PolicyException", "GlobalContextEntry"}:
+    if kinds & _NOT_POLICIES:
         return True
     if fmt != "vap":
         return False

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from schemas.policy import POLICY_NAME_PATTERN, ImportedPolicy, ImportRefusal
 from workers.policy_engine.policies import gatekeeper, kyverno, kyverno_exceptions, vap
+from workers.policy_engine.policies.cluster_reads import GLOBAL_CONTEXT_KIND
 from workers.policy_engine.policies.common import Unsupported, label_selector
 from workers.policy_engine.policies.documents import SourcedDocument, name_of
 from workers.policy_engine.policies.kyverno_exceptions import Acceptance, Applied
@@ -60,7 +61,7 @@ def import_documents(
             exceptions.append(doc)
         else:
             not_accepted[id(doc)] = reason
-    entries = [d for d in documents if _is(d, KYVERNO_GROUP, kyverno.GLOBAL_CONTEXT_KIND)]
+    entries = [d for d in documents if _is(d, KYVERNO_GROUP, GLOBAL_CONTEXT_KIND)]
 
     def kyverno_policy(make: Callable[[], tuple[ImportedPolicy, Applied]]) -> list[ImportedPolicy]:
         policy, applied = make()
@@ -115,7 +116,7 @@ def _refuse_leftovers(
         (d.get("apiVersion"), d.get("kind"))
         for policy in policies
         for d in policy.documents[1:]
-        if d.get("kind") not in (kyverno_exceptions.EXCEPTION_KIND, kyverno.GLOBAL_CONTEXT_KIND)
+        if d.get("kind") not in (kyverno_exceptions.EXCEPTION_KIND, GLOBAL_CONTEXT_KIND)
     }
     for doc in documents:  # a params object of a policy in the files, imported or refused
         spec = doc.document.get("spec")
@@ -140,7 +141,7 @@ def _refuse_leftovers(
                 "it exempts objects from no policy imported from the files (the policies it "
                 "names are not in them, or were refused)"
             )
-        elif _is(doc, KYVERNO_GROUP, kyverno.GLOBAL_CONTEXT_KIND):
+        elif _is(doc, KYVERNO_GROUP, GLOBAL_CONTEXT_KIND):
             reason = "no policy imported from the files reads this global context entry"
         elif doc.api_group in (KYVERNO_GROUP, KYVERNO_POLICIES_GROUP):
             reason = f"a Kyverno {doc.kind} is not a validating policy"

@@ -63,7 +63,6 @@ ALL_CONTROLLERS = [
     "CronJob",
 ]  # fmt: skip
 _ACTIONS = {"enforce": "Deny", "audit": "Audit", "deny": "Deny", "warn": "Warn"}
-GLOBAL_CONTEXT_KIND = "GlobalContextEntry"
 _GLOBAL_CONTEXT_CALLS = frozenset({"Get", "get"})
 
 
