@@ -15,6 +15,7 @@ default, applying every exception).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,30 @@ def repository_of(chainsaw_root: Path) -> Path | None:
         if (folder / WORKFLOW).is_file() and (folder / _CHAINSAW).is_dir():
             return folder
     return None
+
+
+@dataclass(frozen=True)
+class Conformance:
+    """The conformance configuration of the Kyverno checkout holding a library, if any."""
+
+    repository: Path | None = None
+    by_folder: dict[str, Acceptance] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, root: Path) -> Conformance:
+        repository = repository_of(root)
+        return cls(repository, exceptions_by_folder(repository) if repository else {})
+
+    def exceptions_for(self, test: Path) -> Acceptance:
+        """Which PolicyExceptions the Kyverno that ran the conformance test ``test`` applied
+        (assay's default where its configuration does not say)."""
+        if self.repository is None:
+            return Acceptance()
+        try:
+            folder = test.relative_to(self.repository / _CHAINSAW).parts[0]
+        except (ValueError, IndexError):
+            return Acceptance()
+        return self.by_folder.get(folder, Acceptance())
 
 
 def exceptions_by_folder(repository: Path) -> dict[str, Acceptance]:

@@ -38,7 +38,7 @@ import yaml
 
 from assay.testing.api_server_defaults import with_defaults
 from assay.testing.chainsaw_suite import is_chainsaw_test, read_chainsaw_test
-from assay.testing.kyverno_configuration import exceptions_by_folder, repository_of
+from assay.testing.kyverno_configuration import Conformance
 from assay.testing.vap_library_suite import is_library_root, read_vap_library
 from schemas.policy import ImportedPolicy
 from schemas.verdict import VerdictKind
@@ -127,8 +127,7 @@ def read_library(root: Path) -> Reading:
                 )
             )
         return reading
-    repository = repository_of(root)
-    configured = exceptions_by_folder(repository) if repository else {}
+    conformance = Conformance.of(root)
     for path in sorted(root.rglob("*.yaml")):
         if path.name.startswith(("artifacthub", "kustomization")) or not path.is_file():
             continue
@@ -150,25 +149,11 @@ def read_library(root: Path) -> Reading:
                         label=found.label,
                         namespaces=tuple(o for o in found.context if o.get("kind") == "Namespace"),
                         context=tuple(o for o in found.context if o.get("kind") != "Namespace"),
-                        exceptions=_configured(path, repository, configured),
+                        exceptions=conformance.exceptions_for(path),
                         defaulted=True,
                     )
                 )
     return reading
-
-
-def _configured(
-    path: Path, repository: Path | None, configured: dict[str, Acceptance]
-) -> Acceptance:
-    """Which PolicyExceptions the Kyverno that ran the conformance test at ``path`` applied
-    (assay's default where its configuration does not say)."""
-    if repository is None:
-        return Acceptance()
-    try:
-        folder = path.relative_to(repository / "test" / "conformance" / "chainsaw").parts[0]
-    except (ValueError, IndexError):
-        return Acceptance()
-    return configured.get(folder, Acceptance())
 
 
 def _read_kyverno_test(path: Path, reading: Reading) -> None:
