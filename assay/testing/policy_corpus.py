@@ -40,6 +40,7 @@ from assay.testing.api_server_defaults import with_defaults
 from assay.testing.chainsaw_suite import is_chainsaw_test, read_chainsaw_test
 from assay.testing.kyverno_configuration import Conformance
 from assay.testing.vap_library_suite import is_library_root, read_vap_library
+from schemas.kubernetes_metadata import NAMESPACE_NAME_LABEL
 from schemas.policy import ImportedPolicy
 from schemas.verdict import VerdictKind
 from workers.engine.toolsets.kinds import guess_plural
@@ -285,9 +286,8 @@ def _values_namespaces(
     base: Path, test: dict[str, Any], given: set[str]
 ) -> tuple[dict[str, Any], ...]:
     """The Namespaces a Kyverno CLI test's values file describes (``namespaces``: whole
-    objects; ``namespaceSelector``: a name and its labels), as the cluster would hold them
-    (the API server labels every Namespace with its own name too); those the test's
-    resources give are theirs."""
+    objects; ``namespaceSelector``: a name and its labels); those the test's resources give
+    are theirs."""
     if not test.get("variables"):
         return ()
     written: list[dict[str, Any]] = []
@@ -302,7 +302,7 @@ def _values_namespaces(
             if isinstance(e, dict)
         ]
     found: list[dict[str, Any]] = []
-    for namespace in map(_stored_namespace, written):
+    for namespace in written:
         name = _name_of(namespace)
         if name and name not in given:
             found.append(namespace)
@@ -337,7 +337,7 @@ def _namespace(name: str, labels: dict[str, Any]) -> dict[str, Any]:
 def _stored_namespace(namespace: dict[str, Any]) -> dict[str, Any]:
     """A Namespace as the API server stores it: labelled with its own name, as every one is."""
     meta: dict[str, Any] = namespace.get("metadata") or {}
-    labels = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": _name_of(namespace)}
+    labels = {**(meta.get("labels") or {}), NAMESPACE_NAME_LABEL: _name_of(namespace)}
     return {**namespace, "metadata": {**meta, "labels": labels}}
 
 
@@ -358,9 +358,10 @@ def _own_namespace(
 def _namespaces_they_live_in(obj: dict[str, Any], fixture: Fixture) -> list[dict[str, Any]]:
     """The Namespaces the object and the cluster's other objects live in, as the cluster that
     labelled it held them, where the test does not give them: a namespaced object was
-    admitted into an existing Namespace (``default`` is in every cluster), and the API server
-    labels every Namespace with its own name. Without them a stored snapshot would lack what
-    any real cluster holds, and a policy reading ``namespaceObject`` would get no verdict."""
+    admitted into an existing Namespace (``default`` is in every cluster; each is labelled
+    with its name when the snapshot is written, as every Namespace is). Without them a
+    stored snapshot would lack what any real cluster holds, and a policy reading
+    ``namespaceObject`` would get no verdict."""
     given = {
         str((o.get("metadata") or {}).get("name"))
         for o in [*fixture.namespaces, *fixture.context]
@@ -373,7 +374,7 @@ def _namespaces_they_live_in(obj: dict[str, Any], fixture: Fixture) -> list[dict
         if other.get("kind") == "Namespace" or not name or name in given:
             continue
         given.add(name)
-        found.append(_stored_namespace(_namespace(name, {})))
+        found.append(_namespace(name, {}))
     return found
 
 
