@@ -32,7 +32,7 @@ each time it is made (the runtime converts it into CEL values each time).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -219,28 +219,18 @@ def _named(gvr: Any) -> tuple[str, str]:
     return (f"{group}/{version}" if group else version), str(parts["resource"])
 
 
-def get_gvr(gvr: Any, namespace: str, name: str) -> dict[str, Any]:
-    return get(*_named(gvr), namespace, name)
+def _by_gvr(read: Callable[..., Any]) -> Callable[..., Any]:
+    """``read`` taking a ``schema.GroupVersionResource`` where it takes apiVersion, resource."""
+
+    def call(gvr: Any, *rest: Any) -> Any:
+        return read(*_named(gvr), *rest)
+
+    return call
 
 
-def get_own_gvr(gvr: Any, name: str) -> dict[str, Any]:
-    return get_own(*_named(gvr), name)
-
-
-def list_gvr(gvr: Any, namespace: str) -> dict[str, Any]:
-    return list_in(*_named(gvr), namespace)
-
-
-def list_gvr_labelled(gvr: Any, namespace: str, labels: dict[Any, Any]) -> dict[str, Any]:
-    return list_labelled(*_named(gvr), namespace, labels)
-
-
-def list_own_gvr(gvr: Any) -> dict[str, Any]:
-    return list_own(*_named(gvr))
-
-
-def list_own_gvr_labelled(gvr: Any, labels: dict[Any, Any]) -> dict[str, Any]:
-    return list_own_labelled(*_named(gvr), labels)
+get_gvr, get_own_gvr = _by_gvr(get), _by_gvr(get_own)
+list_gvr, list_gvr_labelled = _by_gvr(list_in), _by_gvr(list_labelled)
+list_own_gvr, list_own_gvr_labelled = _by_gvr(list_own), _by_gvr(list_own_labelled)
 
 
 def _one(_: Any = None, *__: Any) -> int:
