@@ -324,15 +324,11 @@ class SpendStore:
         answers: dict[int, int] = {}
         pending = list(range(len(settlements)))
         for _ in range(SETTLE_ATTEMPTS):
-            pipe = self.client.pipeline(transaction=False)
-            for index in pending:
-                pipe.hget(self.key("res", settlements[index][0]), "keys")
-            replies = pipe.execute()
+            replies = self._held_keys([settlements[index][0] for index in pending])
             now = self._now_ms(now_ms)
             pipe = self.client.pipeline(transaction=False)
-            for index, held in zip(pending, replies, strict=True):
+            for index, held_keys in zip(pending, replies, strict=True):
                 reservation_id, tokens, cost_micro = settlements[index]
-                held_keys = "" if held is None else _text(held)
                 self._settle_script(
                     keys=[
                         self.inflight_key,
@@ -359,6 +355,14 @@ class SpendStore:
                 return [answers[index] for index in range(len(settlements))]
         raise RuntimeError("reservations kept changing while they were being settled")
 
+    def _held_keys(self, reservation_ids: Sequence[str]) -> list[str]:
+        """The period records each reservation holds, as its record lists them (space-separated
+        keys; "" for a reservation gone), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for reservation_id in reservation_ids:
+            pipe.hget(self.key("res", reservation_id), "keys")
+        return ["" if held is None else _text(held) for held in pipe.execute()]
+
     def release_expired(self, now_ms: int | None = None, count: int = 1000) -> int:
         """Charge up to ``count`` reservations whose lease ran out (a reserve asks for it when
         one is due); returns how many it released. Two reads (which ran out, the period
@@ -372,13 +376,10 @@ class SpendStore:
             ]
             if not ids:
                 return released
-            pipe = self.client.pipeline(transaction=False)
-            for reservation_id in ids:
-                pipe.hget(self.key("res", reservation_id), "keys")
             keys = [self.inflight_key, self.events_key]
             args: list[Any] = [now, EVENTS_MAXLEN, RECORD_KEEP_SECONDS]
-            for reservation_id, held in zip(ids, pipe.execute(), strict=True):
-                period_keys = [] if held is None else _text(held).split()
+            for reservation_id, held in zip(ids, self._held_keys(ids), strict=True):
+                period_keys = held.split()
                 keys += [self.key("res", reservation_id), *period_keys]
                 args += [reservation_id, len(period_keys)]
             done, changed = self._sweep_script(keys=keys, args=args)
