@@ -1,4 +1,9 @@
-"""The API server's defaults a stored object carries, for labels a real cluster gave.
+"""How the API server stores an object, where that differs from the object as written.
+
+Every labelled object is judged as stored: a container port's ``hostPort: 0`` is gone (the
+field is ``omitempty``) and every Namespace is labelled with its own name
+(:func:`as_the_api_server_stores`, :func:`stored_namespace`). The defaults below are filled
+in only for labels a real cluster gave (:func:`with_defaults`).
 
 A chainsaw test creates its objects in a cluster, so Kyverno judged them as the API server
 stored them: with the defaults it fills in. A policy that reads such a field
@@ -20,6 +25,9 @@ from __future__ import annotations
 
 import copy
 from typing import Any
+
+from schemas.kubernetes_metadata import NAMESPACE_NAME_LABEL
+from workers.policy_engine.policies.documents import name_of
 
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 _TEMPLATED = frozenset(
@@ -76,3 +84,30 @@ def _pull_policy(image: str) -> str:
     if not tag and not digest:
         tag = "latest"
     return "Always" if tag == "latest" else "IfNotPresent"
+
+
+def as_the_api_server_stores(obj: dict[str, Any]) -> dict[str, Any]:
+    """A written test object as a cluster would hold it once admitted, where the API server's
+    encoding differs from what was written: a container port's ``hostPort: 0`` is dropped
+    (the field is ``omitempty``), so no stored object holds it, while the engine's label
+    came from the object as stored. Only that rule: other defaults stay as written."""
+
+    def stored(value: Any) -> Any:
+        if isinstance(value, list):
+            return [stored(item) for item in value]
+        if not isinstance(value, dict):
+            return value
+        kept = {k: stored(v) for k, v in value.items()}
+        if "containerPort" in kept and kept.get("hostPort") == 0:
+            del kept["hostPort"]
+        return kept
+
+    result: dict[str, Any] = stored(obj)
+    return result
+
+
+def stored_namespace(namespace: dict[str, Any]) -> dict[str, Any]:
+    """A Namespace as the API server stores it: labelled with its own name, as every one is."""
+    meta: dict[str, Any] = namespace.get("metadata") or {}
+    labels = {**(meta.get("labels") or {}), NAMESPACE_NAME_LABEL: name_of(namespace)}
+    return {**namespace, "metadata": {**meta, "labels": labels}}

@@ -36,17 +36,24 @@ from typing import Any
 
 import yaml
 
-from assay.testing.api_server_defaults import with_defaults
+from assay.testing.api_server_defaults import (
+    as_the_api_server_stores,
+    stored_namespace,
+    with_defaults,
+)
 from assay.testing.chainsaw_suite import is_chainsaw_test, read_chainsaw_test
 from assay.testing.kyverno_configuration import Conformance
 from assay.testing.vap_library_suite import is_library_root, read_vap_library
-from schemas.kubernetes_metadata import NAMESPACE_NAME_LABEL
 from schemas.policy import ImportedPolicy
 from schemas.verdict import VerdictKind
 from workers.engine.toolsets.kinds import guess_plural
 from workers.engine.toolsets.snapshot_backend import SnapshotBackend
 from workers.policy_engine.policies.cluster_reads import GLOBAL_CONTEXT_KIND
-from workers.policy_engine.policies.documents import SourcedDocument, documents_from_text
+from workers.policy_engine.policies.documents import (
+    SourcedDocument,
+    documents_from_text,
+    name_of,
+)
 from workers.policy_engine.policies.expressions import global_calls, references
 from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.kyverno_exceptions import EXCEPTION_KIND, Acceptance
@@ -171,7 +178,7 @@ def _read_kyverno_test(path: Path, reading: Reading) -> None:
     policies = tuple(str((base / p).resolve()) for p in named)
     objects = [o for file in test.get("resources") or [] for o in _load(base / file)]
     namespaces = tuple(o for o in objects if o.get("kind") == "Namespace")
-    namespaces += _values_namespaces(base, test, {_name_of(o) for o in namespaces})
+    namespaces += _values_namespaces(base, test, {name_of(o) for o in namespaces})
     context = tuple(
         item
         for document in (_load(base / test["context"]) if test.get("context") else [])
@@ -303,46 +310,15 @@ def _values_namespaces(
         ]
     found: list[dict[str, Any]] = []
     for namespace in written:
-        name = _name_of(namespace)
+        name = name_of(namespace)
         if name and name not in given:
             found.append(namespace)
             given = given | {name}
     return tuple(found)
 
 
-def as_the_api_server_stores(obj: dict[str, Any]) -> dict[str, Any]:
-    """A written test object as a cluster would hold it once admitted, where the API server's
-    encoding differs from what was written: a container port's ``hostPort: 0`` is dropped
-    (the field is ``omitempty``), so no stored object holds it, while the engine's label
-    came from the object as stored. Only that rule: other defaults stay as written."""
-
-    def stored(value: Any) -> Any:
-        if isinstance(value, list):
-            return [stored(item) for item in value]
-        if not isinstance(value, dict):
-            return value
-        kept = {k: stored(v) for k, v in value.items()}
-        if "containerPort" in kept and kept.get("hostPort") == 0:
-            del kept["hostPort"]
-        return kept
-
-    result: dict[str, Any] = stored(obj)
-    return result
-
-
 def _namespace(name: str, labels: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
-
-
-def _stored_namespace(namespace: dict[str, Any]) -> dict[str, Any]:
-    """A Namespace as the API server stores it: labelled with its own name, as every one is."""
-    meta: dict[str, Any] = namespace.get("metadata") or {}
-    labels = {**(meta.get("labels") or {}), NAMESPACE_NAME_LABEL: _name_of(namespace)}
-    return {**namespace, "metadata": {**meta, "labels": labels}}
-
-
-def _name_of(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def _own_namespace(
@@ -546,8 +522,8 @@ class Judge:
             (Path(folder) / "object.json").write_text(json.dumps(obj))
             namespaces = [*fixture.namespaces, *_namespaces_they_live_in(obj, fixture)]
             for number, namespace in enumerate(namespaces):  # each labelled with its name
-                stored_namespace = _stored_namespace(namespace)
-                (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(stored_namespace))
+                stored = stored_namespace(namespace)
+                (Path(folder) / f"namespace-{number}.json").write_text(json.dumps(stored))
             cluster_scoped = _cluster_scoped_kinds(fixture.context) | {GLOBAL_CONTEXT_KIND}
             for number, other in enumerate(fixture.context):
                 if other.get("kind") not in cluster_scoped:
