@@ -480,16 +480,13 @@ def _prepared(
     rewrites, presence tests on computed values and cel-go's ``or``/``orValue`` on values
     that are not optional (cel/lib/rewrite.py)."""
     root = _renamed(tree.root)
-    free = {
-        id(node) for node, bound in tree_reads.scoped(root)
-        if isinstance(node, Ident) and node.name == tree_reads.VARIABLES
-        and tree_reads.VARIABLES not in bound
-    }  # fmt: skip
-    granted = {
-        id(node) for node, bound in tree_reads.scoped(root)
-        if isinstance(node, Ident) and node.name == KYVERNO_EXCEPTIONS
-        and KYVERNO_EXCEPTIONS not in bound
-    } if EXCEPTIONS_VARIABLE in known else set()  # fmt: skip
+    unbound = tree_reads.free_names(root)
+    free = {id(node) for node in unbound if node.name == tree_reads.VARIABLES}
+    granted = (
+        {id(node) for node in unbound if node.name == KYVERNO_EXCEPTIONS}
+        if EXCEPTIONS_VARIABLE in known
+        else set()
+    )
     used: list[str] = []
 
     def variable(node: Node) -> str | None:
