@@ -1,4 +1,4 @@
-"""The hand-written admission-document model (workers/policy_engine/probes/admission_schema.py) held
+"""The hand-written admission-document model (workers/policy_engine/admission_schema.py) held
 against the official Kubernetes schemas shipped in kind_schemas.json.gz, with a JSON Schema
 validator: every field the model accepts is one the API defines, with the API's type, and a
 document the model accepts is one the official schema accepts with unknown fields refused
@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from workers.policy_engine.probes.admission_schema import (
+from workers.policy_engine.admission_schema import (
     ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding,
     problems,

@@ -170,7 +170,7 @@ def test_the_vap_export_binds_the_params_only_where_the_api_server_reads_them_al
     text = _text("{selector: {matchLabels: {policy: replicas}}}").replace(
         "      validate:",
         "      celPreconditions:\n"
-        "        - {name: on, expression: \"params.data.?off.orValue('') != 'yes'\"}\n"
+        "        - {name: is-on, expression: \"params.data.?off.orValue('') != 'yes'\"}\n"
         "      validate:",
     )
     (policy,) = _import(text)

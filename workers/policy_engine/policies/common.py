@@ -1,18 +1,34 @@
 """Pieces every importer shares: reading admission-API shapes into the neutral policy model.
 
-Each importer (``vap.py``, ``kyverno.py``, ``gatekeeper.py``) raises :class:`Unsupported`
+A document's admission-API parts (match constraints, variables, match conditions,
+validations, params) are read through the one admission-document model
+(``workers/policy_engine/admission_schema.py``, as an engine reads them: :func:`parsed`),
+and what the model hands back is turned into the neutral model here. Each importer
+(``vap.py``, ``kyverno.py``, ``gatekeeper.py``) raises :class:`Unsupported`
 with one sentence when a document asks for something a check of stored objects cannot
 honour; :func:`refusal_in` is the expression-level part of that (what a policy's CEL reads).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from schemas.kubernetes_metadata import LabelSelector, SelectorError
 from schemas.policy import KindRef, ResourceFilter
 from schemas.probe import ProbeCondition, ProbeValidation, ProbeVariable
+from workers.policy_engine import admission_schema
+from workers.policy_engine.admission_schema import (
+    MatchCondition,
+    MatchResources,
+    ReadError,
+    Reading,
+    RuleWithOperations,
+    Validation,
+    Variable,
+)
 from workers.policy_engine.cel.programs import RESERVED_PREFIX
 from workers.policy_engine.policies.expressions import global_calls, references
 from workers.policy_engine.probes.admission_inputs import SERVED_REQUEST_FIELDS
@@ -94,11 +110,36 @@ def as_map(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def label_selector(value: Any, what: str) -> LabelSelector | None:
-    """A Kubernetes label selector, checked as the API server checks one; None for none
-    given (match everything)."""
+Part = TypeVar("Part", bound=BaseModel)
+
+
+def parsed(shape: type[Part], value: Any, what: str) -> Part | None:
+    """``value`` read as an engine reads an admission-API part; None for none given."""
     if value is None:
         return None
+    try:
+        return admission_schema.read(shape, value, Reading.ENGINE, what)
+    except ReadError as exc:
+        raise Unsupported(str(exc)) from None
+
+
+def parsed_list(shape: type[Part], value: Any, what: str) -> list[Part]:
+    """A list of ``shape`` read as an engine reads it; [] for none given."""
+    if value is None:
+        return []
+    try:
+        return admission_schema.read(list[shape], value, Reading.ENGINE, what)  # type: ignore[valid-type]
+    except ReadError as exc:
+        raise Unsupported(str(exc)) from None
+
+
+def label_selector(value: Any, what: str) -> LabelSelector | None:
+    """A Kubernetes label selector (its API form, or the admission model's), checked as the
+    API server checks one; None for none given (match everything)."""
+    if value is None:
+        return None
+    if isinstance(value, BaseModel):
+        value = value.model_dump(by_alias=True, exclude_unset=True)
     try:
         selector = LabelSelector.from_api(value, what)
     except SelectorError as exc:
@@ -106,24 +147,23 @@ def label_selector(value: Any, what: str) -> LabelSelector | None:
     return None if selector.empty else selector
 
 
-def resource_rule_kinds(rule: Mapping[str, Any], what: str) -> tuple[list[KindRef], list[str]]:
+def resource_rule_kinds(rule: RuleWithOperations, what: str) -> tuple[list[KindRef], list[str]]:
     """The kinds of one ``resourceRules`` entry (a ValidatingAdmissionPolicy's), and its
     ``resourceNames``. Refuses rules that judge no stored object: every resource (``*``),
     only subresources, or only deletions and connections."""
-    operations = [str(op) for op in as_list(rule.get("operations"), f"{what}.operations")]
+    operations = rule.operations
     if operations and not ADMITTING_OPERATIONS & set(operations):
         raise Unsupported(
             f"{what} judges only {', '.join(operations)} requests, not objects as they are "
             "created or updated"
         )
-    groups = [str(g) for g in as_list(rule.get("apiGroups"), f"{what}.apiGroups")] or ["*"]
-    versions = [str(v) for v in as_list(rule.get("apiVersions"), f"{what}.apiVersions")] or ["*"]
-    resources = [str(r) for r in as_list(rule.get("resources"), f"{what}.resources")]
-    plain = [r for r in resources if "/" not in r]
+    groups = rule.api_groups or ["*"]
+    versions = rule.api_versions or ["*"]
+    plain = [r for r in rule.resources if "/" not in r]
     if not plain:
         raise Unsupported(
-            f"{what} names only subresources ({', '.join(resources) or 'none'}), which are "
-            "requests, not stored objects"
+            f"{what} names only subresources ({', '.join(rule.resources) or 'none'}), which "
+            "are requests, not stored objects"
         )
     if "*" in plain:
         raise Unsupported(f"{what} matches every resource ('*'); name the resources it judges")
@@ -133,34 +173,23 @@ def resource_rule_kinds(rule: Mapping[str, Any], what: str) -> tuple[list[KindRe
         for group in groups
         for version in (versions if "*" not in versions else ["*"])
     ]
-    names = [str(n) for n in as_list(rule.get("resourceNames"), f"{what}.resourceNames")]
-    return kinds, names
+    return kinds, list(rule.resource_names)
 
 
-def vap_match_filter(constraints: Mapping[str, Any] | None, what: str) -> ResourceFilter | None:
+def vap_match_filter(constraints: MatchResources | None, what: str) -> ResourceFilter | None:
     """A ``matchConstraints`` / binding ``matchResources`` block as one filter term (its
     ``resourceRules`` become the kinds; ``scope`` and ``resourceNames`` must agree across
     its rules). None for an absent or empty block."""
-    if not constraints:
+    if constraints is None or not constraints.model_fields_set:
         return None
-    data = as_map(constraints, what)
-    unknown = set(data) - {
-        "resourceRules", "excludeResourceRules", "namespaceSelector", "objectSelector",
-        "matchPolicy",
-    }  # fmt: skip
-    if unknown:
-        raise Unsupported(f"{what} has fields this import does not know: {sorted(unknown)}")
     kinds: list[KindRef] | None = None
     named: set[tuple[str, ...]] = set()
     scopes: set[str] = set()
-    rules = as_list(data.get("resourceRules"), f"{what}.resourceRules")
-    for index, rule in enumerate(rules):
-        rule_kinds, rule_names = resource_rule_kinds(
-            as_map(rule, "rule"), f"{what}.resourceRules[{index}]"
-        )
+    for index, rule in enumerate(constraints.resource_rules):
+        rule_kinds, rule_names = resource_rule_kinds(rule, f"{what}.resourceRules[{index}]")
         kinds = (kinds or []) + rule_kinds
         named.add(tuple(sorted(rule_names)))
-        scopes.add(str(as_map(rule, "rule").get("scope") or "*"))
+        scopes.add(rule.scope or "*")
     # One term holds the kinds of every rule and one list of names: rules that name objects
     # differently (in whatever order) would narrow each other's kinds to the other's names,
     # and a kind whose objects are all left out passes unseen.
@@ -169,88 +198,77 @@ def vap_match_filter(constraints: Mapping[str, Any] | None, what: str) -> Resour
     names = (list(named.pop()) or None) if named else None
     if len(scopes) > 1:
         raise Unsupported(f"{what} mixes resource rule scopes {sorted(scopes)}")
-    scope = scopes.pop() if scopes else "*"
-    if scope not in ("*", "Namespaced", "Cluster"):
-        raise Unsupported(f"{what} has the scope {scope!r}, not *, Namespaced or Cluster")
     return ResourceFilter(
         kinds=kinds,
         names=names,
         namespace_selector=label_selector(
-            data.get("namespaceSelector"), f"{what}.namespaceSelector"
+            constraints.namespace_selector, f"{what}.namespaceSelector"
         ),
-        object_selector=label_selector(data.get("objectSelector"), f"{what}.objectSelector"),
-        scope=scope,
+        object_selector=label_selector(constraints.object_selector, f"{what}.objectSelector"),
+        scope=scopes.pop() if scopes else "*",
     )
 
 
-def vap_exclusions(constraints: Mapping[str, Any] | None, what: str) -> list[list[ResourceFilter]]:
+def vap_exclusions(constraints: MatchResources | None, what: str) -> list[list[ResourceFilter]]:
     """``excludeResourceRules`` as exclusion groups (one per rule)."""
-    if not constraints:
+    if constraints is None:
         return []
     out: list[list[ResourceFilter]] = []
-    for index, rule in enumerate(as_list(constraints.get("excludeResourceRules"), what)):
-        kinds, names = resource_rule_kinds(
-            as_map(rule, "rule"), f"{what}.excludeResourceRules[{index}]"
-        )
+    for index, rule in enumerate(constraints.exclude_resource_rules):
+        kinds, names = resource_rule_kinds(rule, f"{what}.excludeResourceRules[{index}]")
         out.append([ResourceFilter(kinds=kinds, names=names or None)])
     return out
 
 
-def variables_of(value: Any, what: str) -> list[ProbeVariable]:
+def variables_of(items: list[Variable], what: str) -> list[ProbeVariable]:
     out = []
-    for item in as_list(value, what):
-        item = as_map(item, f"{what}[]")
-        name = str(item.get("name", ""))
-        if name.startswith(RESERVED_PREFIX):  # the adapter's own (Kyverno's exceptions)
+    for item in items:
+        if item.name.startswith(RESERVED_PREFIX):  # the adapter's own (Kyverno's exceptions)
             raise Unsupported(
-                f"{what} names a variable {name!r}, and names beginning {RESERVED_PREFIX} "
-                "are assay's"
+                f"{what} names a variable {item.name!r}, and names beginning "
+                f"{RESERVED_PREFIX} are assay's"
             )
-        out.append(ProbeVariable(name=name, expression=_text(item, what)))
+        out.append(ProbeVariable(name=item.name, expression=_text(item.expression, what)))
     return out
 
 
-def conditions_of(value: Any, what: str) -> list[ProbeCondition]:
-    out = []
-    for item in as_list(value, what):
-        item = as_map(item, f"{what}[]")
-        out.append(ProbeCondition(name=str(item.get("name", "")), expression=_text(item, what)))
-    return out
+def conditions_of(items: list[MatchCondition], what: str) -> list[ProbeCondition]:
+    return [
+        ProbeCondition(name=item.name, expression=_text(item.expression, what)) for item in items
+    ]
 
 
 def validations_of(
-    value: Any, what: str, default_message: str | None = None
+    items: list[Validation], what: str, default_message: Any = None
 ) -> list[ProbeValidation]:
+    """``default_message``: a Kyverno rule's ``validate.message``, for expressions without one."""
     out = []
-    for item in as_list(value, what):
-        item = as_map(item, f"{what}[]")
-        message = item.get("message") or default_message
+    for item in items:
+        message = item.message or (str(default_message) if default_message else None)
         out.append(
             ProbeValidation(
-                expression=_text(item, what),
-                message=" ".join(str(message).split()) if message else None,
-                message_expression=item.get("messageExpression") or None,
-                reason=item.get("reason") or None,
+                expression=_text(item.expression, what),
+                message=" ".join(message.split()) if message else None,
+                message_expression=item.message_expression or None,
+                reason=item.reason or None,
             )
         )
     return out
 
 
-def _text(item: Mapping[str, Any], what: str) -> str:
-    expression = item.get("expression")
-    if not isinstance(expression, str) or not expression.strip():
+def _text(expression: str, what: str) -> str:
+    if not expression.strip():
         raise Unsupported(f"{what} has an entry without an expression")
     return expression.strip()
 
 
-def judges_creations(constraints: Mapping[str, Any] | None) -> bool:
+def judges_creations(constraints: MatchResources | None) -> bool:
     """Whether a ``matchConstraints`` block admits CREATE requests (a resource rule with
     ``CREATE``, ``*`` or no operations named): only then is a stored object judged as its
     CREATE, with ``oldObject`` null."""
-    rules = as_list((constraints or {}).get("resourceRules"), "resourceRules")
+    rules = constraints.resource_rules if constraints is not None else []
     for rule in rules:
-        operations = as_list(as_map(rule, "rule").get("operations"), "operations")
-        if not operations or {"CREATE", "*"} & {str(op) for op in operations}:
+        if not rule.operations or {"CREATE", "*"} & set(rule.operations):
             return True
     return not rules
 

@@ -17,12 +17,14 @@ from typing import Any
 
 from schemas.policy import ImportedPolicy, KindRef, PolicyRule, ResourceFilter
 from schemas.probe import ProbeVariable
+from workers.policy_engine.admission_schema import MatchCondition, Validation, Variable
 from workers.policy_engine.policies.common import (
     Unsupported,
     as_list,
     as_map,
     conditions_of,
     label_selector,
+    parsed_list,
     refusal_in,
     validations_of,
     variables_of,
@@ -58,14 +60,21 @@ def import_template(
             f"no {template_kind(template) or 'constraint'} constraint of it is in the files "
             "(a constraint says which objects it judges and with which parameters)"
         )
-    variables = variables_of(source.get("variables"), "source.variables")
+    variables = variables_of(
+        parsed_list(Variable, source.get("variables"), "source.variables"), "source.variables"
+    )
     clash = RESERVED_VARIABLES & {v.name for v in variables}
     if clash:
         raise Unsupported(f"it defines the variables {sorted(clash)}, which Gatekeeper reserves")
+    raw_conditions = source.get("matchCondition", source.get("matchConditions"))
     conditions = conditions_of(
-        source.get("matchCondition", source.get("matchConditions")), "source.matchConditions"
+        parsed_list(MatchCondition, raw_conditions, "source.matchConditions"),
+        "source.matchConditions",
     )
-    validations = validations_of(source.get("validations"), "source.validations")
+    validations = validations_of(
+        parsed_list(Validation, source.get("validations"), "source.validations"),
+        "source.validations",
+    )
     if not validations:
         raise Unsupported("its K8sNativeValidation source has no validations")
     expressions = [v.expression for v in variables] + [c.expression for c in conditions]

@@ -169,26 +169,18 @@ def _ignored_params(documents: list[SourcedDocument]) -> set[int]:
             continue
         if takes_params.get(vap.binding_policy(binding), True):
             continue
-        spec = binding.document.get("spec")
-        ref = spec.get("paramRef") if isinstance(spec, dict) else None
-        if not isinstance(ref, dict):
+        spec = vap.binding_spec(binding)
+        ref = spec.param_ref if spec is not None else None
+        if ref is None:
             continue
-        for doc in documents:
-            meta = doc.document.get("metadata")
-            meta = meta if isinstance(meta, dict) else {}
-            if ref.get("namespace") and meta.get("namespace") != ref.get("namespace"):
-                continue
-            if ref.get("name") and meta.get("name") == ref.get("name"):
-                ignored.add(id(doc))
-            elif not ref.get("name") and ref.get("selector"):
-                try:
-                    selector = label_selector(ref["selector"], "paramRef.selector")
-                except Unsupported:
-                    continue
-                labels = meta.get("labels")
-                labels = labels if isinstance(labels, dict) else {}
-                if selector is not None and selector.matches(labels):
-                    ignored.add(id(doc))
+        if not ref.name:
+            try:
+                chosen = label_selector(ref.selector, "paramRef.selector")
+            except Unsupported:
+                continue  # a selector the API server refuses selects nothing
+            if chosen is None:
+                continue  # nor does an empty one name an object in particular
+        ignored.update(id(doc) for doc in documents if vap.selects(ref, doc))
     return ignored
 
 

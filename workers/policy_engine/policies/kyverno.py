@@ -34,6 +34,15 @@ from schemas.policy import (
     ResourceFilter,
 )
 from schemas.probe import MAX_VARIABLES
+from workers.policy_engine.admission_schema import (
+    KyvernoSpec,
+    MatchCondition,
+    MatchResources,
+    ParamKind,
+    ParamRef,
+    Validation,
+    Variable,
+)
 from workers.policy_engine.cel.programs import KYVERNO_EXCEPTIONS
 from workers.policy_engine.policies import autogen, kyverno_exceptions, kyverno_jmespath
 from workers.policy_engine.policies.cluster_reads import API_CALL
@@ -45,6 +54,8 @@ from workers.policy_engine.policies.common import (
     conditions_of,
     judges_creations,
     label_selector,
+    parsed,
+    parsed_list,
     refusal_in,
     validations_of,
     vap_exclusions,
@@ -74,12 +85,12 @@ def import_validating_policy(
 ) -> tuple[ImportedPolicy, Applied]:
     """A ValidatingPolicy (or NamespacedValidatingPolicy), with its pod-controller rules, the
     PolicyExceptions of the files that name it, and the GlobalContextEntries it reads."""
-    spec = as_map(doc.document.get("spec"), "spec")
-    evaluation = as_map(spec.get("evaluation"), "spec.evaluation")
-    if evaluation.get("mode") not in (None, "", "Kubernetes"):
-        raise Unsupported(f"it evaluates {evaluation.get('mode')} payloads, not Kubernetes objects")
-    constraints = as_map(spec.get("matchConstraints"), "spec.matchConstraints")
-    if not constraints.get("resourceRules"):
+    spec = parsed(KyvernoSpec, doc.document.get("spec"), "spec") or KyvernoSpec()
+    mode = spec.evaluation.mode if spec.evaluation else None
+    if mode not in (None, "Kubernetes"):
+        raise Unsupported(f"it evaluates {mode} payloads, not Kubernetes objects")
+    constraints = spec.match_constraints
+    if constraints is None or not constraints.resource_rules:
         raise Unsupported("its matchConstraints name no resourceRules, so no kind is judged")
     term = vap_match_filter(constraints, "spec.matchConstraints")
     assert term is not None
@@ -89,9 +100,9 @@ def import_validating_policy(
         name=name,
         match=[terms],
         exclude=vap_exclusions(constraints, "spec.matchConstraints"),
-        match_conditions=conditions_of(spec.get("matchConditions"), "spec.matchConditions"),
-        variables=variables_of(spec.get("variables"), "spec.variables"),
-        validations=validations_of(spec.get("validations"), "spec.validations"),
+        match_conditions=conditions_of(spec.match_conditions, "spec.matchConditions"),
+        variables=variables_of(spec.variables, "spec.variables"),
+        validations=validations_of(spec.validations, "spec.validations"),
     )
     _refuse_expressions([rule], creates=judges_creations(constraints), kyverno_libraries=True)
     exempt, applied = kyverno_exceptions.validating_policy_conditions(doc, exceptions or [], now)
@@ -116,7 +127,7 @@ def import_validating_policy(
             )
         granted = kyverno_exceptions.grants_variable(applied.grants)
         rules = [r.model_copy(update={"variables": [granted, *r.variables]}) for r in rules]
-    actions = [str(a) for a in as_list(spec.get("validationActions"), "validationActions")]
+    actions = list(spec.validation_actions)
     policy = ImportedPolicy(
         name=name,
         format="kyverno-validatingpolicy",
@@ -196,29 +207,27 @@ def _expressions(rule: PolicyRule) -> list[str]:
 
 
 def _validating_policy_controllers(
-    rule: PolicyRule, constraints: dict[str, Any], spec: dict[str, Any]
+    rule: PolicyRule, constraints: MatchResources, spec: KyvernoSpec
 ) -> list[PolicyRule]:
     """Kyverno's pod-controller forms of a ValidatingPolicy: only for a policy on Pods alone
     (one resource rule, core v1 pods, no names, no object selector, no exclusions)."""
-    rules = as_list(constraints.get("resourceRules"), "resourceRules")
-    if len(rules) != 1 or constraints.get("excludeResourceRules"):
+    rules = constraints.resource_rules
+    if len(rules) != 1 or constraints.exclude_resource_rules:
         return []
-    only = as_map(rules[0], "resourceRules[0]")
+    only = rules[0]
     if (
-        as_list(only.get("apiGroups"), "apiGroups") != [""]
-        or as_list(only.get("apiVersions"), "apiVersions") != ["v1"]
-        or as_list(only.get("resources"), "resources") != ["pods"]
-        or only.get("resourceNames")
-        or label_selector(constraints.get("objectSelector"), "objectSelector") is not None
+        only.api_groups != [""]
+        or only.api_versions != ["v1"]
+        or only.resources != ["pods"]
+        or only.resource_names
+        or label_selector(constraints.object_selector, "objectSelector") is not None
     ):
         return []
-    pods = as_map(as_map(spec.get("autogen"), "spec.autogen").get("podControllers"), "autogen")
-    configured = pods.get("controllers")
-    wanted = (
-        list(autogen.VALIDATING_POLICY_CONTROLLERS)
-        if configured is None
-        else [str(c) for c in as_list(configured, "controllers")]
-    )
+    pods = spec.autogen.pod_controllers if spec.autogen else None
+    configured = None
+    if pods is not None and "controllers" in pods.model_fields_set:
+        configured = pods.controllers
+    wanted = list(autogen.VALIDATING_POLICY_CONTROLLERS) if configured is None else configured
     kinds = [
         autogen.VALIDATING_POLICY_CONTROLLERS[c]
         for c in wanted
@@ -309,11 +318,19 @@ def _cluster_policy_rule(
         match=match,
         exclude=exclude,
         match_conditions=conditions_of(
-            raw.get("celPreconditions"), f"rule {name} celPreconditions"
+            parsed_list(
+                MatchCondition, raw.get("celPreconditions"), f"rule {name} celPreconditions"
+            ),
+            f"rule {name} celPreconditions",
         ),
-        variables=variables_of(cel.get("variables"), f"rule {name} variables"),
+        variables=variables_of(
+            parsed_list(Variable, cel.get("variables"), f"rule {name} variables"),
+            f"rule {name} variables",
+        ),
         validations=validations_of(
-            cel.get("expressions"), f"rule {name} expressions", validate.get("message")
+            parsed_list(Validation, cel.get("expressions"), f"rule {name} expressions"),
+            f"rule {name} expressions",
+            validate.get("message"),
         ),
         param_source=_rule_params(cel, name),
     )
@@ -330,24 +347,19 @@ def _rule_params(cel: dict[str, Any], rule: str) -> ParamSource | None:
     does; with neither, no object is selected."""
     if not cel.get("paramKind") or not cel.get("paramRef"):
         return None
-    kind = as_map(cel.get("paramKind"), f"rule {rule} validate.cel.paramKind")
-    ref = as_map(cel.get("paramRef"), f"rule {rule} validate.cel.paramRef")
-    if not kind.get("apiVersion") or not kind.get("kind"):
+    kind = parsed(ParamKind, cel["paramKind"], f"rule {rule} validate.cel.paramKind")
+    ref = parsed(ParamRef, cel["paramRef"], f"rule {rule} validate.cel.paramRef")
+    assert kind is not None and ref is not None
+    if not kind.api_version or not kind.kind:
         raise Unsupported(f"rule {rule}'s paramKind names no apiVersion and kind")
-    action = ref.get("parameterNotFoundAction")
-    if action not in (None, "", "Allow", "Deny"):
-        raise Unsupported(
-            f"rule {rule}'s paramRef parameterNotFoundAction {action!r} is not Allow or Deny"
-        )
-    name = str(ref["name"]) if ref.get("name") else None
-    selector = label_selector(ref.get("selector"), f"rule {rule} paramRef.selector")
+    selector = label_selector(ref.selector, f"rule {rule} paramRef.selector")
     return ParamSource(
-        api_version=str(kind["apiVersion"]),
-        kind=str(kind["kind"]),
-        name=name,
-        namespace=str(ref["namespace"]) if ref.get("namespace") else None,
-        selector=None if name or ref.get("selector") is None else selector or LabelSelector(),
-        not_found_action="Deny" if action == "Deny" else "Allow",
+        api_version=kind.api_version,
+        kind=kind.kind,
+        name=ref.name or None,
+        namespace=ref.namespace or None,
+        selector=None if ref.name or ref.selector is None else selector or LabelSelector(),
+        not_found_action="Deny" if ref.parameter_not_found_action == "Deny" else "Allow",
         reader="kyverno",
     )
 

@@ -44,11 +44,12 @@ from typing import Any
 from schemas.policy import PolicyRule, ResourceFilter, RuleException
 from schemas.probe import MAX_EXPRESSION_CHARS, ProbeCondition, ProbeVariable
 from schemas.settings import AssaySettings
+from workers.policy_engine.admission_schema import MatchCondition
 from workers.policy_engine.cel.programs import EXCEPTIONS_VARIABLE, KYVERNO_EXCEPTIONS
 from workers.policy_engine.cel.syntax.nodes import ListExpr, Literal
 from workers.policy_engine.cel.syntax.reads import VARIABLES
 from workers.policy_engine.cel.syntax.unparser import unparse
-from workers.policy_engine.policies.common import Unsupported, as_list, as_map
+from workers.policy_engine.policies.common import Unsupported, as_list, as_map, parsed_list
 from workers.policy_engine.policies.documents import SourcedDocument, name_of, namespace_of
 from workers.policy_engine.policies.expressions import references
 
@@ -196,13 +197,12 @@ def validating_policy_conditions(
             continue
         applied.documents.append(doc)
         parts = []
-        for index, item in enumerate(as_list(spec.get("matchConditions"), "matchConditions")):
-            item = as_map(item, f"PolicyException {label} matchConditions[{index}]")
-            expression = item.get("expression")
-            if not isinstance(expression, str) or not expression.strip():
+        what = f"PolicyException {label} matchConditions"
+        for item in parsed_list(MatchCondition, spec.get("matchConditions"), what):
+            if not item.expression.strip():
                 raise Unsupported(f"its PolicyException {label} has a condition without expression")
-            _refuse_inputs(expression, label)
-            parts.append(f"(\n{expression.strip()}\n)")
+            _refuse_inputs(item.expression, label)
+            parts.append(f"(\n{item.expression.strip()}\n)")
         # no condition: every object is exempt (or granted)
         when = " && ".join(parts) if parts else "true"
         expression = f"!(\n{when}\n)"

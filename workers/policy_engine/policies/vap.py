@@ -16,20 +16,27 @@ from datetime import datetime
 from typing import Any
 
 from schemas.policy import ImportedPolicy, LabelSelector, ParamSource, PolicyRule
+from workers.policy_engine import admission_schema
+from workers.policy_engine.admission_schema import (
+    BindingSpec,
+    ParamRef,
+    PolicySpec,
+    ReadError,
+    Reading,
+)
 from workers.policy_engine.policies.common import (
     Unsupported,
-    as_list,
-    as_map,
     conditions_of,
     judges_creations,
     label_selector,
+    parsed,
     refusal_in,
     validations_of,
     vap_exclusions,
     vap_match_filter,
     variables_of,
 )
-from workers.policy_engine.policies.documents import SourcedDocument, name_of
+from workers.policy_engine.policies.documents import SourcedDocument, name_of, namespace_of
 
 FORMAT = "vap"
 
@@ -41,26 +48,20 @@ def import_vap(
     now: datetime,
 ) -> list[ImportedPolicy]:
     """The policy once per binding (or once on its own, with no binding in the files)."""
-    spec = as_map(policy.document.get("spec"), "spec")
-    unknown = set(spec) - {
-        "paramKind", "matchConstraints", "validations", "failurePolicy", "auditAnnotations",
-        "matchConditions", "variables",
-    }  # fmt: skip
-    if unknown:
-        raise Unsupported(f"its spec has fields this import does not know: {sorted(unknown)}")
-    if spec.get("paramKind") and not bindings:
+    spec = parsed(PolicySpec, policy.document.get("spec"), "spec") or PolicySpec()
+    if spec.param_kind is not None and not bindings:
         raise Unsupported(
             "it takes params (paramKind) and no binding in the files says which params object"
         )
-    constraints = as_map(spec.get("matchConstraints"), "spec.matchConstraints")
-    if not constraints.get("resourceRules"):
+    constraints = spec.match_constraints
+    if constraints is None or not constraints.resource_rules:
         raise Unsupported("its matchConstraints name no resourceRules, so no kind is judged")
     base = vap_match_filter(constraints, "spec.matchConstraints")
     creates = judges_creations(constraints)
     exclude = vap_exclusions(constraints, "spec.matchConstraints")
-    variables = variables_of(spec.get("variables"), "spec.variables")
-    conditions = conditions_of(spec.get("matchConditions"), "spec.matchConditions")
-    validations = validations_of(spec.get("validations"), "spec.validations")
+    variables = variables_of(spec.variables, "spec.variables")
+    conditions = conditions_of(spec.match_conditions, "spec.matchConditions")
+    validations = validations_of(spec.validations, "spec.validations")
     if not validations:
         raise Unsupported("it has no validations (audit annotations only), so it judges nothing")
     name = name_of(policy.document)
@@ -81,14 +82,12 @@ def import_vap(
         actions: list[str] = []
         documents: list[dict[str, Any]] = [policy.document]
         if binding is not None:
-            bspec = as_map(binding.document.get("spec"), "binding spec")
-            extra = vap_match_filter(bspec.get("matchResources"), "binding spec.matchResources")
+            bspec = _binding_spec(binding)
+            extra = vap_match_filter(bspec.match_resources, "binding spec.matchResources")
             if extra is not None:
                 terms.append(extra)
-            exclude = exclude + vap_exclusions(
-                bspec.get("matchResources"), "binding spec.matchResources"
-            )
-            actions = [str(a) for a in as_list(bspec.get("validationActions"), "actions")]
+            exclude = exclude + vap_exclusions(bspec.match_resources, "binding spec.matchResources")
+            actions = list(bspec.validation_actions)
             documents = [policy.document, binding.document, *param_docs]
         rule = PolicyRule(
             name=name,
@@ -116,62 +115,53 @@ def import_vap(
     return out
 
 
+def _binding_spec(binding: SourcedDocument) -> BindingSpec:
+    spec = parsed(BindingSpec, binding.document.get("spec"), "binding spec")
+    if spec is None:
+        raise Unsupported(f"its binding {name_of(binding.document)} has no spec")
+    return spec
+
+
 def _params(
-    spec: dict[str, Any], binding: SourcedDocument | None, others: list[SourcedDocument]
+    spec: PolicySpec, binding: SourcedDocument | None, others: list[SourcedDocument]
 ) -> tuple[Any, list[dict[str, Any]], ParamSource | None]:
     """The params a binding names: (the object, [it], None) from the files; (None, [],
     the source) to read from the target; (None, [], None) without paramKind (a binding's
     paramRef is then ignored, as Kubernetes ignores it)."""
-    param_kind = spec.get("paramKind")
-    if not param_kind:
+    kind = spec.param_kind
+    if kind is None:
         return None, [], None
-    kind = as_map(param_kind, "spec.paramKind")
     assert binding is not None  # checked by the caller
-    ref = as_map(as_map(binding.document.get("spec"), "binding spec").get("paramRef"), "paramRef")
-    if not ref:
+    ref = _binding_spec(binding).param_ref
+    if ref is None or not ref.model_fields_set:
         raise Unsupported(
-            f"it takes params ({kind.get('kind')}) and its binding {name_of(binding.document)} "
+            f"it takes params ({kind.kind}) and its binding {name_of(binding.document)} "
             "names no paramRef"
         )
-    if bool(ref.get("name")) == (ref.get("selector") is not None):
+    if bool(ref.name) == (ref.selector is not None):
         raise Unsupported(
             f"its binding {name_of(binding.document)}'s paramRef sets "
-            f"{'both' if ref.get('name') else 'neither'} of name and selector (exactly one)"
+            f"{'both' if ref.name else 'neither'} of name and selector (exactly one)"
         )
-    action = str(ref.get("parameterNotFoundAction") or "Deny")
-    if action not in ("Allow", "Deny"):
-        raise Unsupported(f"its paramRef's parameterNotFoundAction {action!r} is not Allow or Deny")
-    failure = str(spec.get("failurePolicy") or "Fail")
-    if failure not in ("Fail", "Ignore"):
-        raise Unsupported(f"its failurePolicy {failure!r} is not Fail or Ignore")
+    action = ref.parameter_not_found_action or "Deny"
+    failure = spec.failure_policy or "Fail"
+    selector = label_selector(ref.selector, "paramRef.selector")
     candidates = [
         other
         for other in others
-        if other.document.get("kind") == kind.get("kind")
-        and other.document.get("apiVersion") == kind.get("apiVersion")
+        if other.document.get("kind") == kind.kind
+        and other.document.get("apiVersion") == kind.api_version
+        and selects(ref, other)
     ]
-    namespace = ref.get("namespace")
-    if namespace:
-        candidates = [c for c in candidates if _namespace(c) == namespace]
-    selector = label_selector(ref.get("selector"), "paramRef.selector")
-    if ref.get("name"):
-        candidates = [c for c in candidates if name_of(c.document) == ref["name"]]
-    else:
-        candidates = [
-            c
-            for c in candidates
-            if selector is None
-            or selector.matches((c.document.get("metadata") or {}).get("labels") or {})
-        ]
     if not candidates:  # not in the files: read from the target on every run
         source = ParamSource(
-            api_version=str(kind.get("apiVersion") or ""),
-            kind=str(kind.get("kind") or ""),
-            name=str(ref["name"]) if ref.get("name") else None,
-            namespace=str(namespace) if namespace else None,
-            selector=None if ref.get("name") else (selector or LabelSelector()),
-            not_found_action="Allow" if action == "Allow" else "Deny",
-            failure_policy="Ignore" if failure == "Ignore" else "Fail",
+            api_version=kind.api_version,
+            kind=kind.kind,
+            name=ref.name or None,
+            namespace=ref.namespace or None,
+            selector=None if ref.name else (selector or LabelSelector()),
+            not_found_action=action,
+            failure_policy=failure,
         )
         return None, [], source
     if len(candidates) > 1:
@@ -182,11 +172,32 @@ def _params(
     return candidates[0].document, [candidates[0].document], None
 
 
-def _namespace(doc: SourcedDocument) -> str | None:
-    meta = doc.document.get("metadata") or {}
-    return meta.get("namespace") if isinstance(meta, dict) else None
+def selects(ref: ParamRef, doc: SourcedDocument) -> bool:
+    """Whether a binding's ``paramRef`` picks ``doc`` (of the policy's paramKind): in its
+    namespace, if it names one; then by its name, or else by its selector (none: every
+    object). Unsupported for a selector the API server would refuse."""
+    if ref.namespace and namespace_of(doc.document) != ref.namespace:
+        return False
+    if ref.name:
+        return name_of(doc.document) == ref.name
+    selector = label_selector(ref.selector, "paramRef.selector")
+    metadata = doc.document.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return selector is None or selector.matches(labels if isinstance(labels, dict) else {})
+
+
+def binding_spec(binding: SourcedDocument) -> BindingSpec | None:
+    """A binding's spec as the model reads it; None when it is not of that shape (the
+    import of its policy says why)."""
+    try:
+        return admission_schema.read(
+            BindingSpec, binding.document.get("spec"), Reading.ENGINE, "binding spec"
+        )
+    except ReadError:
+        return None
 
 
 def binding_policy(binding: SourcedDocument) -> str:
     """The policy a binding binds."""
-    return str(as_map(binding.document.get("spec"), "binding spec").get("policyName") or "")
+    spec = binding_spec(binding)
+    return spec.policy_name if spec is not None else ""

@@ -44,13 +44,13 @@ from typing import Any, Literal
 from schemas.policy import ImportedPolicy
 from schemas.probe import ProbeRecord
 from workers.engine.toolsets.backend import ClusterBackend
-from workers.policy_engine.cel.programs import EXCEPTIONS_VARIABLE, CelError, Expression
-from workers.policy_engine.policies.expressions import references
-from workers.policy_engine.probes.admission_schema import (
+from workers.policy_engine.admission_schema import (
     KYVERNO_API_VERSION,
     VAP_API_VERSION,
     problems,
 )
+from workers.policy_engine.cel.programs import EXCEPTIONS_VARIABLE, CelError, Expression
+from workers.policy_engine.policies.expressions import references
 from workers.policy_engine.probes.export_draft import (
     CREATE_UPDATE,
     NAMESPACE_NAME_LABEL,

@@ -1,21 +1,43 @@
-"""What the API server (and Kyverno) accept as an admission policy, checked before an export
-is written: the shapes and rules of ``ValidatingAdmissionPolicy``,
-``ValidatingAdmissionPolicyBinding`` (``admissionregistration.k8s.io/v1``) and Kyverno's
-``ValidatingPolicy`` (``policies.kyverno.io/v1``).
+"""The admission-document model: ``ValidatingAdmissionPolicy``,
+``ValidatingAdmissionPolicyBinding`` (``admissionregistration.k8s.io/v1``), Kyverno's
+``ValidatingPolicy`` (``policies.kyverno.io/v1``) and the pieces other engines share with
+them (a Kyverno ClusterPolicy's ``validate.cel``, a Gatekeeper template's CEL source).
 
-Written from the APIs' field references and the API server's validation rules (required
-fields, enums, wildcard rules, unique names, CEL identifiers, label selector syntax,
-validation actions), not generated, so they are readable here. :func:`problems` lists every
-problem of a document in one sentence each (empty: valid). The CEL itself is compiled, and
-its paths type-checked, by export.py.
+One model, read two ways (:class:`Reading`), because export and import need different rules
+of the same shapes:
+
+* ``API_SERVER`` (export): the shapes and the API server's semantic rules (required lists,
+  enums, wildcard rules, unique names, CEL identifiers, label selector syntax, validation
+  actions). An export the API server would refuse is not written.
+* ``ENGINE`` (import): the shapes only. An engine reads what it was given, and Kyverno's
+  CRD admits what the API server's rules refuse (match-condition names, rules without
+  operations); what assay cannot honour is the importer's to refuse (policies/common.py).
+
+Unknown fields are refused in both readings: a field this model does not know might narrow
+or widen what a policy matches, and dropping it could turn a violation into a pass.
+
+Written from the APIs' field references, not generated, so the rules are readable here; the
+fields and types are held against the official schemas shipped in kind_schemas.json.gz by
+tests/policy_engine/test_admission_schema_official.py. :func:`problems` lists every problem
+of a document in one sentence each (empty: valid). The CEL itself is compiled, and its paths
+type-checked, by probes/export.py.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from schemas.kubernetes_metadata import LabelSelector as KubernetesLabelSelector
@@ -40,6 +62,41 @@ REASONS = frozenset({"Forbidden", "Invalid", "RequestEntityTooLarge"})
 ACTIONS = frozenset({"Deny", "Warn", "Audit"})
 
 
+class Reading(StrEnum):
+    """Whose rules a document is read under (the module's docstring says when each applies)."""
+
+    API_SERVER = "api-server"
+    ENGINE = "engine"
+
+
+def _api_server(info: ValidationInfo) -> bool:
+    """Whether the API server's semantic rules apply: always, unless read as an engine reads."""
+    context = info.context if isinstance(info.context, dict) else {}
+    return context.get("reading", Reading.API_SERVER) is Reading.API_SERVER
+
+
+Shape = TypeVar("Shape")
+
+
+class ReadError(ValueError):
+    """A document (or a part of one) that is not of its shape, in one sentence."""
+
+
+def read(shape: type[Shape], value: Any, reading: Reading, what: str) -> Shape:
+    """``value`` as ``shape`` (a model, or a list of one) under ``reading``; ReadError with the
+    first problem, located from ``what``, when it is not of that shape."""
+    try:
+        return TypeAdapter(shape).validate_python(value, context={"reading": reading})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(part for part in (what, *map(str, error["loc"])) if part)
+        raise ReadError(f"{where}: {_message(error['msg'])}") from None
+
+
+def _message(text: str) -> str:
+    return text.removeprefix("Value error, ")
+
+
 def dns_subdomain(value: str, what: str) -> str:
     if not is_dns1123_subdomain(value):
         raise ValueError(f"{what} {value!r} is not a DNS subdomain (lower case, at most 253)")
@@ -56,6 +113,14 @@ def qualified_name(value: str, what: str) -> str:
 class _Shape(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        """A field written ``null`` is a field not written, as the API server decodes it."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
 
 class LabelSelectorRequirement(_Shape):
     key: str
@@ -71,7 +136,9 @@ class LabelSelector(_Shape):
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _rules(self) -> LabelSelector:
+    def _rules(self, info: ValidationInfo) -> LabelSelector:
+        if not _api_server(info):
+            return self
         try:
             KubernetesLabelSelector.from_api(self.model_dump(by_alias=True))
         except SelectorError as exc:
@@ -111,15 +178,20 @@ def _resource_wildcards(resources: list[str]) -> None:
 
 
 class RuleWithOperations(_Shape):
-    api_groups: list[str] = Field(min_length=1)
-    api_versions: list[str] = Field(min_length=1)
-    operations: list[str] = Field(min_length=1)
-    resources: list[str] = Field(min_length=1)
+    api_groups: list[str] = Field(default_factory=list)
+    api_versions: list[str] = Field(default_factory=list)
+    operations: list[str] = Field(default_factory=list)
+    resources: list[str] = Field(default_factory=list)
     resource_names: list[str] = Field(default_factory=list)
     scope: Literal["*", "Cluster", "Namespaced"] | None = None
 
     @model_validator(mode="after")
-    def _rules(self) -> RuleWithOperations:
+    def _rules(self, info: ValidationInfo) -> RuleWithOperations:
+        if not _api_server(info):
+            return self
+        for field in ("api_groups", "api_versions", "operations", "resources"):
+            if not getattr(self, field):
+                raise ValueError(f"{to_camel(field)} must hold at least one item")
         _one_wildcard(self.api_groups, "apiGroups")
         _one_wildcard(self.api_versions, "apiVersions")
         _one_wildcard(self.operations, "operations")
@@ -154,7 +226,9 @@ class Validation(_Shape):
     reason: str | None = None
 
     @model_validator(mode="after")
-    def _rules(self) -> Validation:
+    def _rules(self, info: ValidationInfo) -> Validation:
+        if not _api_server(info):
+            return self
         if not self.expression.strip():
             raise ValueError("a validation needs an expression")
         if self.message is not None:
@@ -174,7 +248,9 @@ class Variable(_Shape):
     expression: str
 
     @model_validator(mode="after")
-    def _rules(self) -> Variable:
+    def _rules(self, info: ValidationInfo) -> Variable:
+        if not _api_server(info):
+            return self
         if not _CEL_IDENTIFIER.fullmatch(self.name) or self.name in _CEL_RESERVED:
             raise ValueError(f"variable name {self.name!r} is not a CEL identifier")
         if not self.expression.strip():
@@ -187,7 +263,9 @@ class MatchCondition(_Shape):
     expression: str
 
     @model_validator(mode="after")
-    def _rules(self) -> MatchCondition:
+    def _rules(self, info: ValidationInfo) -> MatchCondition:
+        if not _api_server(info):
+            return self
         qualified_name(self.name, "a match condition's name")
         if not self.expression.strip():
             raise ValueError(f"match condition {self.name} needs an expression")
@@ -204,7 +282,9 @@ class ParamKind(_Shape):
     kind: str
 
     @model_validator(mode="after")
-    def _rules(self) -> ParamKind:
+    def _rules(self, info: ValidationInfo) -> ParamKind:
+        if not _api_server(info):
+            return self
         group, _, version = self.api_version.rpartition("/")
         if group:
             dns_subdomain(group, "paramKind's group")
@@ -224,7 +304,9 @@ class ObjectMeta(_Shape):
     annotations: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _rules(self) -> ObjectMeta:
+    def _rules(self, info: ValidationInfo) -> ObjectMeta:
+        if not _api_server(info):
+            return self
         dns_subdomain(self.name, "metadata.name")
         for key, value in self.labels.items():
             qualified_name(key, "a label key")
@@ -244,7 +326,7 @@ class PolicySpec(_Shape):
     """The ValidatingAdmissionPolicy spec (and the part Kyverno's ValidatingPolicy shares)."""
 
     param_kind: ParamKind | None = None
-    match_constraints: MatchResources
+    match_constraints: MatchResources | None = None
     validations: list[Validation] = Field(default_factory=list)
     failure_policy: Literal["Ignore", "Fail"] | None = None
     audit_annotations: list[AuditAnnotation] = Field(default_factory=list, max_length=20)
@@ -252,8 +334,10 @@ class PolicySpec(_Shape):
     variables: list[Variable] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _rules(self) -> PolicySpec:
-        if not self.match_constraints.resource_rules:
+    def _rules(self, info: ValidationInfo) -> PolicySpec:
+        if not _api_server(info):
+            return self
+        if self.match_constraints is None or not self.match_constraints.resource_rules:
             raise ValueError(
                 "matchConstraints needs resourceRules (they give the expressions their types)"
             )
@@ -272,7 +356,9 @@ class ValidatingAdmissionPolicy(_Shape):
     spec: PolicySpec
 
     @model_validator(mode="after")
-    def _audit_keys(self) -> ValidatingAdmissionPolicy:
+    def _audit_keys(self, info: ValidationInfo) -> ValidatingAdmissionPolicy:
+        if not _api_server(info):
+            return self
         # the API server writes each audit annotation as "{policy name}/{key}"
         for annotation in self.spec.audit_annotations:
             qualified_name(f"{self.metadata.name}/{annotation.key}", "an audit annotation's key")
@@ -283,10 +369,14 @@ class ParamRef(_Shape):
     name: str | None = None
     namespace: str | None = None
     selector: LabelSelector | None = None
-    parameter_not_found_action: Literal["Allow", "Deny"]
+    parameter_not_found_action: Literal["Allow", "Deny"] | None = None
 
     @model_validator(mode="after")
-    def _rules(self) -> ParamRef:
+    def _rules(self, info: ValidationInfo) -> ParamRef:
+        if not _api_server(info):
+            return self
+        if self.parameter_not_found_action is None:
+            raise ValueError("paramRef needs parameterNotFoundAction")
         if (self.name is None) == (self.selector is None):
             raise ValueError("paramRef needs exactly one of name and selector")
         if self.name is not None and (not self.name or "/" in self.name or "%" in self.name):
@@ -310,10 +400,12 @@ class BindingSpec(_Shape):
     policy_name: str
     param_ref: ParamRef | None = None
     match_resources: MatchResources | None = None
-    validation_actions: list[str]
+    validation_actions: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _rules(self) -> BindingSpec:
+    def _rules(self, info: ValidationInfo) -> BindingSpec:
+        if not _api_server(info):
+            return self
         dns_subdomain(self.policy_name, "policyName")
         _actions(self.validation_actions)
         return self
@@ -356,7 +448,9 @@ class KyvernoSpec(PolicySpec):
     webhook_configuration: dict[str, int] | None = None
 
     @model_validator(mode="after")
-    def _kyverno_rules(self) -> KyvernoSpec:
+    def _kyverno_rules(self, info: ValidationInfo) -> KyvernoSpec:
+        if not _api_server(info):
+            return self
         if not self.validations:
             raise ValueError("a ValidatingPolicy needs validations")
         if self.validation_actions:
@@ -390,7 +484,7 @@ def problems(document: dict[str, Any]) -> list[str]:
         out = []
         for error in exc.errors():
             where = ".".join(str(part) for part in error["loc"])
-            message = str(error["msg"]).removeprefix("Value error, ")
+            message = _message(str(error["msg"]))
             out.append(f"{document.get('kind')} {where}: {message}" if where else message)
         return out
     return []
