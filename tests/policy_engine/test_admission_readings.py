@@ -1,0 +1,112 @@
+"""One admission-document model (workers/policy_engine/admission_schema.py), read two ways:
+an export is held to the API server's rules, an import is read as its engine reads it. Each
+test takes one document and shows what each reading does with it."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from schemas.policy import ImportedPolicy
+from workers.policy_engine.admission_schema import problems
+from workers.policy_engine.policies.documents import documents_from_text
+from workers.policy_engine.policies.importer import import_documents
+
+KYVERNO_VP = """
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: red-labels}
+spec:
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [configmaps]}
+  matchConditions:
+    - {name: has-labels, expression: "has(object.metadata.labels)"}
+  validations:
+    - expression: "object.metadata.labels.?color.orValue('') == 'red'"
+      message: the color label is red
+"""
+
+
+def _import(text: str) -> tuple[list[ImportedPolicy], list[str]]:
+    policies, refusals = import_documents(documents_from_text(text, "test.yaml"))
+    return policies, [refusal.reason for refusal in refusals]
+
+
+def test_the_document_as_written_is_valid_in_both_readings() -> None:
+    assert problems(yaml.safe_load(KYVERNO_VP)) == []
+    policies, refused = _import(KYVERNO_VP)
+    assert refused == [] and len(policies) == 1
+
+
+def test_a_match_condition_name_kyverno_takes_is_imported_though_the_api_server_refuses_it() -> (
+    None
+):
+    """Kyverno's conformance suite names match conditions in prose; Kyverno runs them."""
+    text = KYVERNO_VP.replace("name: has-labels", "name: Label should be red")
+    assert any("is not a qualified name" in p for p in problems(yaml.safe_load(text)))
+    policies, refused = _import(text)
+    assert refused == []
+    assert policies[0].rules[0].match_conditions[0].name == "Label should be red"
+
+
+def test_a_rule_without_operations_is_imported_as_every_operation() -> None:
+    """The API server requires operations; Kyverno's CRD does not, and an empty list admits
+    every request (a stored object is judged as its CREATE)."""
+    text = KYVERNO_VP.replace("operations: [CREATE, UPDATE], ", "")
+    assert any(
+        "operations must hold at least one item" in p for p in problems(yaml.safe_load(text))
+    )
+    policies, refused = _import(text)
+    assert refused == [] and policies[0].rules[0].match[0][0].kinds
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        (
+            "      message: the color label is red",
+            "      message: the color label is red\n      messageExpresion: \"'typo'\"",
+            "messageExpresion",
+        ),
+        (
+            "  matchConstraints:\n",
+            "  matchConstraints:\n    matchLabelsOnly: true\n",
+            "matchLabelsOnly",
+        ),
+        (
+            "    - {name: has-labels,",
+            "    - {name: has-labels, scope: Namespaced,",
+            "scope",
+        ),
+    ],
+)
+def test_a_field_the_model_does_not_know_is_refused_in_both_readings(
+    old: str, new: str, field: str
+) -> None:
+    """Dropped silently, an unknown field could widen or narrow what a policy matches (or
+    hide a typo), and a violation could pass: the import refuses it, naming where it is."""
+    assert old in KYVERNO_VP
+    text = KYVERNO_VP.replace(old, new, 1)
+    assert any("Extra inputs are not permitted" in p for p in problems(yaml.safe_load(text)))
+    policies, refused = _import(text)
+    assert policies == [] and len(refused) == 1
+    assert field in refused[0] and "Extra inputs are not permitted" in refused[0]
+
+
+def test_a_field_of_the_wrong_type_is_refused_with_where_it_is() -> None:
+    text = KYVERNO_VP.replace("resources: [configmaps]", "resources: configmaps")
+    policies, refused = _import(text)
+    assert policies == []
+    assert refused == [
+        "spec.matchConstraints.resourceRules.0.resources: Input should be a valid list"
+    ]
+
+
+def test_null_is_a_field_not_written_in_both_readings() -> None:
+    """The API server decodes ``field: null`` as the field left out (so does kubectl)."""
+    text = KYVERNO_VP.replace("spec:\n", "spec:\n  variables: null\n  auditAnnotations: null\n")
+    assert problems(yaml.safe_load(text)) == []
+    policies, refused = _import(text)
+    assert refused == [] and policies[0].rules[0].variables == []
