@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -121,6 +121,16 @@ class _Shape(BaseModel):
             return {key: value for key, value in data.items() if value is not None}
         return data
 
+    @model_validator(mode="after")
+    def _read_as(self, info: ValidationInfo) -> Self:
+        if _api_server(info):
+            self.api_server_rules()
+        return self
+
+    def api_server_rules(self) -> None:
+        """The API server's semantic rules of this shape, beyond its fields' types: raise
+        ValueError with the one that fails. Not applied when read as an engine reads."""
+
 
 class LabelSelectorRequirement(_Shape):
     key: str
@@ -135,15 +145,11 @@ class LabelSelector(_Shape):
     match_labels: dict[str, str] = Field(default_factory=dict)
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> LabelSelector:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         try:
             KubernetesLabelSelector.from_api(self.model_dump(by_alias=True))
         except SelectorError as exc:
             raise ValueError(str(exc)) from exc
-        return self
 
 
 def _one_wildcard(values: list[str], what: str) -> None:
@@ -185,10 +191,7 @@ class RuleWithOperations(_Shape):
     resource_names: list[str] = Field(default_factory=list)
     scope: Literal["*", "Cluster", "Namespaced"] | None = None
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> RuleWithOperations:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         for field in ("api_groups", "api_versions", "operations", "resources"):
             if not getattr(self, field):
                 raise ValueError(f"{to_camel(field)} must hold at least one item")
@@ -208,7 +211,6 @@ class RuleWithOperations(_Shape):
         for name in self.resource_names:
             if not name or name in (".", "..") or "/" in name or "%" in name:
                 raise ValueError(f"{name!r} is not a resource name")
-        return self
 
 
 class MatchResources(_Shape):
@@ -225,10 +227,7 @@ class Validation(_Shape):
     message_expression: str | None = None
     reason: str | None = None
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> Validation:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         if not self.expression.strip():
             raise ValueError("a validation needs an expression")
         if self.message is not None:
@@ -240,36 +239,27 @@ class Validation(_Shape):
             raise ValueError("a validation's messageExpression must not be blank")
         if self.reason is not None and self.reason not in REASONS:
             raise ValueError(f"reason {self.reason!r} is not one of {sorted(REASONS)}")
-        return self
 
 
 class Variable(_Shape):
     name: str
     expression: str
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> Variable:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         if not _CEL_IDENTIFIER.fullmatch(self.name) or self.name in _CEL_RESERVED:
             raise ValueError(f"variable name {self.name!r} is not a CEL identifier")
         if not self.expression.strip():
             raise ValueError(f"variable {self.name} needs an expression")
-        return self
 
 
 class MatchCondition(_Shape):
     name: str
     expression: str
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> MatchCondition:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         qualified_name(self.name, "a match condition's name")
         if not self.expression.strip():
             raise ValueError(f"match condition {self.name} needs an expression")
-        return self
 
 
 class AuditAnnotation(_Shape):
@@ -281,10 +271,7 @@ class ParamKind(_Shape):
     api_version: str
     kind: str
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> ParamKind:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         group, _, version = self.api_version.rpartition("/")
         if group:
             dns_subdomain(group, "paramKind's group")
@@ -292,7 +279,6 @@ class ParamKind(_Shape):
             raise ValueError(f"paramKind's version {version!r} is not a DNS label")
         if not is_dns1035_label(self.kind.lower()):
             raise ValueError(f"paramKind's kind {self.kind!r} is not a kind name")
-        return self
 
 
 class ObjectMeta(_Shape):
@@ -303,10 +289,7 @@ class ObjectMeta(_Shape):
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> ObjectMeta:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         dns_subdomain(self.name, "metadata.name")
         for key, value in self.labels.items():
             qualified_name(key, "a label key")
@@ -314,7 +297,6 @@ class ObjectMeta(_Shape):
                 raise ValueError(f"label value {value!r} is not a label value")
         for key in self.annotations:
             qualified_name(key, "an annotation key")
-        return self
 
 
 def _unique(names: list[str], what: str) -> None:
@@ -333,10 +315,7 @@ class PolicySpec(_Shape):
     match_conditions: list[MatchCondition] = Field(default_factory=list, max_length=64)
     variables: list[Variable] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> PolicySpec:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         if self.match_constraints is None or not self.match_constraints.resource_rules:
             raise ValueError(
                 "matchConstraints needs resourceRules (they give the expressions their types)"
@@ -346,7 +325,6 @@ class PolicySpec(_Shape):
         _unique([c.name for c in self.match_conditions], "match condition")
         _unique([v.name for v in self.variables], "variable")
         _unique([a.key for a in self.audit_annotations], "audit annotation key")
-        return self
 
 
 class ValidatingAdmissionPolicy(_Shape):
@@ -355,14 +333,10 @@ class ValidatingAdmissionPolicy(_Shape):
     metadata: ObjectMeta
     spec: PolicySpec
 
-    @model_validator(mode="after")
-    def _audit_keys(self, info: ValidationInfo) -> ValidatingAdmissionPolicy:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         # the API server writes each audit annotation as "{policy name}/{key}"
         for annotation in self.spec.audit_annotations:
             qualified_name(f"{self.metadata.name}/{annotation.key}", "an audit annotation's key")
-        return self
 
 
 class ParamRef(_Shape):
@@ -371,17 +345,13 @@ class ParamRef(_Shape):
     selector: LabelSelector | None = None
     parameter_not_found_action: Literal["Allow", "Deny"] | None = None
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> ParamRef:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         if self.parameter_not_found_action is None:
             raise ValueError("paramRef needs parameterNotFoundAction")
         if (self.name is None) == (self.selector is None):
             raise ValueError("paramRef needs exactly one of name and selector")
         if self.name is not None and (not self.name or "/" in self.name or "%" in self.name):
             raise ValueError(f"paramRef name {self.name!r} is not a name")
-        return self
 
 
 def _actions(actions: list[str]) -> list[str]:
@@ -402,13 +372,9 @@ class BindingSpec(_Shape):
     match_resources: MatchResources | None = None
     validation_actions: list[str] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> BindingSpec:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
         dns_subdomain(self.policy_name, "policyName")
         _actions(self.validation_actions)
-        return self
 
 
 class ValidatingAdmissionPolicyBinding(_Shape):
@@ -447,15 +413,12 @@ class KyvernoSpec(PolicySpec):
     autogen: Autogen | None = None
     webhook_configuration: dict[str, int] | None = None
 
-    @model_validator(mode="after")
-    def _kyverno_rules(self, info: ValidationInfo) -> KyvernoSpec:
-        if not _api_server(info):
-            return self
+    def api_server_rules(self) -> None:
+        super().api_server_rules()
         if not self.validations:
             raise ValueError("a ValidatingPolicy needs validations")
         if self.validation_actions:
             _actions(self.validation_actions)
-        return self
 
 
 class KyvernoValidatingPolicy(_Shape):
