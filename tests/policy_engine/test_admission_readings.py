@@ -106,3 +106,13 @@ def test_null_is_a_field_not_written_in_both_readings() -> None:
     assert problems(yaml.safe_load(text)) == []
     policies, refused = _import(text)
     assert refused == [] and policies[0].rules[0].variables == []
+
+
+def test_a_refusal_names_a_long_unknown_key_in_a_few_words() -> None:
+    text = KYVERNO_VP.replace(
+        "  matchConstraints:\n", f"  matchConstraints:\n    {'k' * 1000}: 1\n"
+    )
+    policies, refused = _import(text)
+    assert policies == [] and len(refused) == 1
+    assert f"spec.matchConstraints.{'k' * 60}...: Extra inputs" in refused[0]
+    assert len(refused[0]) < 200

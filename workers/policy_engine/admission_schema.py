@@ -89,8 +89,15 @@ def read(shape: type[Shape], value: Any, reading: Reading, what: str) -> Shape:
         return TypeAdapter(shape).validate_python(value, context={"reading": reading})
     except ValidationError as exc:
         error = exc.errors()[0]
-        where = ".".join(part for part in (what, *map(str, error["loc"])) if part)
+        where = ".".join(part for part in (what, *map(_located, error["loc"])) if part)
         raise ReadError(f"{where}: {_message(error['msg'])}") from None
+
+
+def _located(part: str | int) -> str:
+    """A step of where a problem is; an author's key past 63 characters cut (a refusal is
+    one sentence, whatever the document holds)."""
+    text = str(part)
+    return text if len(text) <= 63 else f"{text[:60]}..."
 
 
 def _message(text: str) -> str:
