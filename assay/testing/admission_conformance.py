@@ -5,7 +5,7 @@ schemas of Kyverno and Gatekeeper read at run time (bench/check_admission_model.
 
 The model is written from field references, so it can drift from the APIs it reads. What
 matters is one direction: a field the model accepts that the schema lacks, or a type (or a
-literal value) the schema refuses, lets the model read a document its engine would never
+literal value, or any value where the schema has an ``enum``) the schema refuses, lets the model read a document its engine would never
 hold (``drift``). The other direction is fail-safe (a schema field the model does not know
 makes the importer refuse the document) and is listed for information only.
 
@@ -44,7 +44,6 @@ class Comparison:
     unknown_to_model: list[str] = field(default_factory=list)
     undescribed: list[str] = field(default_factory=list)
     passed_through: list[str] = field(default_factory=list)
-    narrower: list[str] = field(default_factory=list)
 
 
 def compare(
@@ -164,7 +163,7 @@ def _walk_one(
                 f"{where}: the model's {JSON_TYPES[annotation]}, the schema's {described}"
             )
         elif node.get("enum") is not None:
-            out.narrower.append(f"{where}: the schema allows {node['enum']} only")
+            out.drift.append(f"{where}: the model accepts any value, the schema only {node['enum']}")
         return
     out.drift.append(f"{where}: {annotation!r} is not a type this comparison knows")
 

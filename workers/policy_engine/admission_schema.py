@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from collections.abc import Sequence
+from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
@@ -59,7 +60,10 @@ _CEL_RESERVED = frozenset(
 )  # fmt: skip
 OPERATIONS = frozenset({"*", "CREATE", "UPDATE", "DELETE", "CONNECT"})
 REASONS = frozenset({"Forbidden", "Invalid", "RequestEntityTooLarge"})
-ACTIONS = frozenset({"Deny", "Warn", "Audit"})
+# Kyverno's CRD holds a ValidatingPolicy's actions to these (a shape rule, read by both
+# readings); the API server holds a binding's to them by its own rules (API_SERVER only)
+Action = Literal["Deny", "Warn", "Audit"]
+ACTIONS = frozenset(get_args(Action))
 
 
 class Reading(StrEnum):
@@ -384,16 +388,15 @@ class ParamRef(_Shape):
         return self
 
 
-def _actions(actions: list[str]) -> list[str]:
+def _actions(actions: Sequence[str]) -> None:
     if not actions:
         raise ValueError("at least one validation action is required")
     unknown = set(actions) - ACTIONS
     if unknown:
         raise ValueError(f"validationActions {sorted(unknown)} are not {sorted(ACTIONS)}")
-    _unique(actions, "validation action")
+    _unique(list(actions), "validation action")
     if {"Deny", "Warn"} <= set(actions):
         raise ValueError("validationActions must not hold both Deny and Warn")
-    return actions
 
 
 class BindingSpec(_Shape):
@@ -438,14 +441,20 @@ class Autogen(_Shape):
     validating_admission_policy: _Vap | None = None
 
 
+class WebhookConfiguration(_Shape):
+    """Kyverno's webhook settings: its CRD defines the timeout only."""
+
+    timeout_seconds: int | None = None
+
+
 class KyvernoSpec(PolicySpec):
     """A Kyverno ValidatingPolicy's spec: the VAP's, without params, with Kyverno's fields."""
 
     param_kind: None = None
-    validation_actions: list[str] = Field(default_factory=list)
+    validation_actions: list[Action] = Field(default_factory=list)
     evaluation: Evaluation | None = None
     autogen: Autogen | None = None
-    webhook_configuration: dict[str, int] | None = None
+    webhook_configuration: WebhookConfiguration | None = None
 
     @model_validator(mode="after")
     def _kyverno_rules(self, info: ValidationInfo) -> KyvernoSpec:
