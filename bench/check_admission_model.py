@@ -80,8 +80,10 @@ def report_held(held: list[Held], crds: list[CrdVersion]) -> int:
 
 def report_documents(name: str, judgement: Judgement) -> None:
     print(f"== documents in {name}")
-    print(f"  judged: {len(judgement.judged)}, partial (chainsaw asserts, left out): "
-          f"{judgement.partial}, of a version no CRD given serves: {len(judgement.unserved)}")  # fmt: skip
+    print(
+        f"  judged: {len(judgement.judged)}, partial (chainsaw asserts, left out): "
+        f"{judgement.partial}, of a version no CRD given serves: {len(judgement.unserved)}"
+    )
     for entry in judgement.unserved:
         print(f"    unserved: {entry}")
     groups = [
@@ -106,10 +108,18 @@ def report_documents(name: str, judgement: Judgement) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--crds", action="append", required=True,
-                        help="a folder of CRD YAML files, or GIT_DIR[:SUBFOLDER] (repeatable)")
-    parser.add_argument("--documents", action="append", default=[],
-                        help="a folder of policy documents, or GIT_DIR[:SUBFOLDER] (repeatable)")
+    parser.add_argument(
+        "--crds",
+        action="append",
+        required=True,
+        help="a folder of CRD YAML files, or GIT_DIR[:SUBFOLDER] (repeatable)",
+    )
+    parser.add_argument(
+        "--documents",
+        action="append",
+        default=[],
+        help="a folder of policy documents, or GIT_DIR[:SUBFOLDER] (repeatable)",
+    )
     args = parser.parse_args(argv)  # fmt: skip
     crds: list[CrdVersion] = []
     with ExitStack() as stack:

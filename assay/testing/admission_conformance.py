@@ -4,10 +4,11 @@ shipped with assay (tests/policy_engine/test_admission_schema_official.py) and t
 schemas of Kyverno and Gatekeeper read at run time (bench/check_admission_model.py).
 
 The model is written from field references, so it can drift from the APIs it reads. What
-matters is one direction: a field the model accepts that the schema lacks, or a type (or a
-literal value, or any value where the schema has an ``enum``) the schema refuses, lets the model read a document its engine would never
-hold (``drift``). The other direction is fail-safe (a schema field the model does not know
-makes the importer refuse the document) and is listed for information only.
+matters is one direction: a field the model accepts that the schema lacks, or a type the
+schema refuses (a literal value outside its ``enum``, any string where it has one), lets
+the model read a document its engine would never hold (``drift``). The other direction is
+fail-safe (a schema field the model does not know makes the importer refuse the document)
+and is listed for information only.
 
 One walk over the pydantic annotations and the schema nodes: models against objects' listed
 ``properties``, lists against ``items``, maps against ``additionalProperties``, literals
@@ -163,7 +164,8 @@ def _walk_one(
                 f"{where}: the model's {JSON_TYPES[annotation]}, the schema's {described}"
             )
         elif node.get("enum") is not None:
-            out.drift.append(f"{where}: the model accepts any value, the schema only {node['enum']}")
+            enum = node["enum"]
+            out.drift.append(f"{where}: the model accepts any value, the schema only {enum}")
         return
     out.drift.append(f"{where}: {annotation!r} is not a type this comparison knows")
 
@@ -179,7 +181,7 @@ def _map(
     """A ``dict[str, X]``: the schema must be a map (any key) of what X is."""
     extra = node.get("additionalProperties")
     if not _admits("object", allowed):
-        out.drift.append(f"{where}: the model's map, the schema's {', '.join(sorted(allowed or ()))}")
+        out.drift.append(f"{where}: the model's map, the schema's {sorted(allowed or ())}")
     elif isinstance(extra, dict):
         _walk(values, extra, f"{where}{{}}", resolve, out)
     elif node.get("properties") and extra is not True:

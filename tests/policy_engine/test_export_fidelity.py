@@ -19,9 +19,9 @@ from assay.testing.policy_corpus import engine_only, read_library
 from schemas.policy import ImportedPolicy
 from schemas.probe import ProbeLookup, ProbeRecord, ProposedProbe
 from schemas.verdict import VerdictKind
+from workers.policy_engine.admission_schema import problems
 from workers.policy_engine.policies.documents import documents_from_text, read_files
 from workers.policy_engine.policies.importer import import_documents
-from workers.policy_engine.admission_schema import problems
 from workers.policy_engine.probes.export import (
     NotExportable,
     export_policy,

@@ -22,9 +22,9 @@ from schemas.kubernetes_metadata import (
 )
 from workers.engine.toolsets.backend import BackendError
 from workers.engine.toolsets.selectors import label_matcher
+from workers.policy_engine.admission_schema import problems
 from workers.policy_engine.policies.documents import documents_from_text
 from workers.policy_engine.policies.importer import import_documents
-from workers.policy_engine.admission_schema import problems
 from workers.policy_engine.probes.export_draft import NotExportable, selector_from_text
 
 # -- names --------------------------------------------------------------------------------------

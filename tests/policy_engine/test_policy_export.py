@@ -21,10 +21,10 @@ from schemas.probe import ProbeLookup, ProbeRecord, ProbeValidation, ProbeVariab
 from schemas.verdict import VerdictKind
 from workers.engine.toolsets.kinds import BUILTIN_RESOURCES
 from workers.engine.toolsets.snapshot_backend import SnapshotBackend
+from workers.policy_engine.admission_schema import problems
 from workers.policy_engine.policies.documents import documents_from_text, read_files
 from workers.policy_engine.policies.importer import import_documents
 from workers.policy_engine.policies.run import run_policies
-from workers.policy_engine.admission_schema import problems
 from workers.policy_engine.probes.export import (
     NotExportable,
     export_documents,

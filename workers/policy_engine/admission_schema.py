@@ -26,8 +26,8 @@ type-checked, by probes/export.py.
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import (
