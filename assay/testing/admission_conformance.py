@@ -181,7 +181,8 @@ def _map(
     """A ``dict[str, X]``: the schema must be a map (any key) of what X is."""
     extra = node.get("additionalProperties")
     if not _admits("object", allowed):
-        out.drift.append(f"{where}: the model's map, the schema's {sorted(allowed or ())}")
+        described = ", ".join(sorted(allowed or ()))
+        out.drift.append(f"{where}: the model's map, the schema's {described}")
     elif isinstance(extra, dict):
         _walk(values, extra, f"{where}{{}}", resolve, out)
     elif node.get("properties") and extra is not True:

@@ -18,9 +18,10 @@ or widen what a policy matches, and dropping it could turn a violation into a pa
 
 Written from the APIs' field references, not generated, so the rules are readable here; the
 fields and types are held against the official schemas shipped in kind_schemas.json.gz by
-tests/policy_engine/test_admission_schema_official.py. :func:`problems` lists every problem
-of a document in one sentence each (empty: valid). The CEL itself is compiled, and its paths
-type-checked, by probes/export.py.
+tests/policy_engine/test_admission_schema_official.py, and against Kyverno's and
+Gatekeeper's CRDs (read from a path the user gives) by bench/check_admission_model.py.
+:func:`problems` lists every problem of a document in one sentence each (empty: valid). The
+CEL itself is compiled, and its paths type-checked, by probes/export.py.
 """
 
 from __future__ import annotations
