@@ -29,18 +29,14 @@ over a snapshot of that object (assay/testing/policy_corpus.py). Printed, per li
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import tarfile
-import tempfile
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from assay.testing.given_folder import given_folder  # noqa: E402
 from assay.testing.kyverno_configuration import CONFIGURATION_PATHS  # noqa: E402
 from assay.testing.policy_corpus import (  # noqa: E402
     disagreement_class,
@@ -50,49 +46,6 @@ from assay.testing.policy_corpus import (  # noqa: E402
 )
 
 CORPUS = ROOT / "tests" / "fixtures" / "cel_corpus"
-
-
-def _present(git_dir: Path, paths: tuple[Path, ...]) -> list[str]:
-    """Those of ``paths`` the repository's HEAD holds."""
-    listed = subprocess.run(
-        ["git", f"--git-dir={git_dir}", "ls-tree", "--name-only", "HEAD", "--", *map(str, paths)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    return [str(p) for p in paths if str(p) in listed]
-
-
-@contextmanager
-def library_folder(spec: str) -> Iterator[Path]:
-    """The folder a ``--library`` names: a folder as is, or a bare git directory's HEAD
-    (``GIT_DIR:SUBFOLDER`` for one folder of it) written to a temporary folder, with the
-    engine configuration its tests ran under where the repository holds one (Kyverno's
-    conformance workflow, chart values and install configurations)."""
-    git_dir, _, under = spec.partition(":")
-    path = Path(git_dir)
-    if not ((path / "HEAD").is_file() and (path / "objects").is_dir()):
-        yield path / under if under else path
-        return
-    with tempfile.TemporaryDirectory(prefix="assay-library-") as folder:
-        archive = subprocess.run(
-            [
-                "git",
-                f"--git-dir={path}",
-                "archive",
-                "--format=tar",
-                "HEAD",
-                *([under, *_present(path, CONFIGURATION_PATHS)] if under else []),
-            ],
-            check=True,
-            capture_output=True,
-        ).stdout
-        with tempfile.TemporaryFile() as tar_file:
-            tar_file.write(archive)
-            tar_file.seek(0)
-            with tarfile.open(fileobj=tar_file) as tar:
-                tar.extractall(folder, filter="data")
-        yield Path(folder) / under if under else Path(folder)
 
 
 def report(name: str, folder: Path, reasons: bool) -> None:
@@ -139,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reasons", action="store_true", help="why fixtures got no value")
     args = parser.parse_args(argv)
     for spec in args.library or [str(CORPUS)]:
-        with library_folder(spec) as folder:
+        # a mirror's tests go with the engine configuration they ran under, where it holds one
+        with given_folder(spec, beside=CONFIGURATION_PATHS) as folder:
             report(spec, folder, args.reasons)
     return 0
 

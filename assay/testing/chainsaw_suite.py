@@ -185,7 +185,7 @@ def read_chainsaw_test(path: Path, skipped: Counter[str]) -> list[ChainsawFixtur
                 continue
             for fixture in _admission_labels(path, applied, expect, state, skipped):
                 found.setdefault(_key(fixture), fixture)
-            if _refused(expect) is False:  # a refused create left nothing in the cluster
+            if expects_refusal(expect) is False:  # a refused create left nothing in the cluster
                 for document in applied.documents:
                     if not state.holds(document):
                         state.objects.append(document)
@@ -232,7 +232,7 @@ def _operations(step: Any, base: Path) -> list[tuple[str, _Applied, list[Any]]]:
     return out
 
 
-def _refused(expect: list[Any]) -> bool | None:
+def expects_refusal(expect: list[Any]) -> bool | None:
     """Whether the test expects the cluster to refuse (None: it checks something else)."""
     if not expect:
         return False
@@ -293,7 +293,7 @@ def _admission_labels(
     objects = [d for d in applied.documents if d.get("kind") not in INFRASTRUCTURE_KINDS]
     if not objects or not state.policy_files:
         return []
-    refused = _refused(expect)
+    refused = expects_refusal(expect)
     if refused is None:
         skipped["a chainsaw step that checks something other than the admission answer"] += 1
         return []

@@ -116,3 +116,11 @@ def test_a_refusal_names_a_long_unknown_key_in_a_few_words() -> None:
     assert policies == [] and len(refused) == 1
     assert f"spec.matchConstraints.{'k' * 60}...: Extra inputs" in refused[0]
     assert len(refused[0]) < 200
+
+
+def test_an_evaluation_mode_kyverno_takes_is_refused_by_the_importer_with_its_name() -> None:
+    """Kyverno's CRD takes any mode (Envoy, HTTP): the model reads it, the importer says why
+    it judges none of them."""
+    text = KYVERNO_VP.replace("spec:\n", "spec:\n  evaluation: {mode: Envoy}\n")
+    policies, refused = _import(text)
+    assert policies == [] and refused == ["it evaluates Envoy payloads, not Kubernetes objects"]

@@ -200,6 +200,33 @@ spec:
 """
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        # Kyverno's CRD holds the actions to Deny, Audit and Warn
+        ("validationActions: [Audit]", "validationActions: [Block]", "validationActions.0"),
+        # and a webhook configuration to its timeout
+        (
+            "validationActions: [Audit]",
+            "validationActions: [Audit]\n  webhookConfiguration: {timeoutSeconds: 5, retries: 2}",
+            "webhookConfiguration.retries",
+        ),
+    ],
+)
+def test_a_validating_policy_its_crd_refuses_is_refused_naming_the_field(
+    old: str, new: str, field: str
+) -> None:
+    assert f"spec.{field}" in _refusal(KYVERNO_VP.replace(old, new))
+
+
+def test_a_validating_policy_with_a_webhook_timeout_is_imported() -> None:
+    text = KYVERNO_VP.replace(
+        "validationActions: [Audit]",
+        "validationActions: [Audit]\n  webhookConfiguration: {timeoutSeconds: 5}",
+    )
+    assert _only(text).validation_actions == ["Audit"]
+
+
 def test_a_kyverno_validating_policy_on_pods_judges_their_controllers_too() -> None:
     policy = _only(KYVERNO_VP)
     assert policy.format == "kyverno-validatingpolicy"

@@ -18,16 +18,18 @@ or widen what a policy matches, and dropping it could turn a violation into a pa
 
 Written from the APIs' field references, not generated, so the rules are readable here; the
 fields and types are held against the official schemas shipped in kind_schemas.json.gz by
-tests/policy_engine/test_admission_schema_official.py. :func:`problems` lists every problem
-of a document in one sentence each (empty: valid). The CEL itself is compiled, and its paths
-type-checked, by probes/export.py.
+tests/policy_engine/test_admission_schema_official.py, and against Kyverno's and
+Gatekeeper's CRDs (read from a path the user gives) by bench/check_admission_model.py.
+:func:`problems` lists every problem of a document in one sentence each (empty: valid). The
+CEL itself is compiled, and its paths type-checked, by probes/export.py.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
@@ -59,7 +61,10 @@ _CEL_RESERVED = frozenset(
 )  # fmt: skip
 OPERATIONS = frozenset({"*", "CREATE", "UPDATE", "DELETE", "CONNECT"})
 REASONS = frozenset({"Forbidden", "Invalid", "RequestEntityTooLarge"})
-ACTIONS = frozenset({"Deny", "Warn", "Audit"})
+# Kyverno's CRD holds a ValidatingPolicy's actions to these (a shape rule, read by both
+# readings); the API server holds a binding's to them by its own rules (API_SERVER only)
+Action = Literal["Deny", "Warn", "Audit"]
+ACTIONS = frozenset(get_args(Action))
 
 
 class Reading(StrEnum):
@@ -361,16 +366,15 @@ class ParamRef(_Shape):
             raise ValueError(f"paramRef name {self.name!r} is not a name")
 
 
-def _actions(actions: list[str]) -> list[str]:
+def _actions(actions: Sequence[str]) -> None:
     if not actions:
         raise ValueError("at least one validation action is required")
     unknown = set(actions) - ACTIONS
     if unknown:
         raise ValueError(f"validationActions {sorted(unknown)} are not {sorted(ACTIONS)}")
-    _unique(actions, "validation action")
+    _unique(list(actions), "validation action")
     if {"Deny", "Warn"} <= set(actions):
         raise ValueError("validationActions must not hold both Deny and Warn")
-    return actions
 
 
 class BindingSpec(_Shape):
@@ -397,7 +401,8 @@ class Evaluation(_Shape):
 
     admission: _Enabled | None = None
     background: _Enabled | None = None
-    mode: Literal["Kubernetes", "JSON"] | None = None
+    # any string, as in Kyverno's CRD (Envoy, HTTP, ...): the importer says which it judges
+    mode: str | None = None
 
 
 class Autogen(_Shape):
@@ -411,14 +416,20 @@ class Autogen(_Shape):
     validating_admission_policy: _Vap | None = None
 
 
+class WebhookConfiguration(_Shape):
+    """Kyverno's webhook settings: its CRD defines the timeout only."""
+
+    timeout_seconds: int | None = None
+
+
 class KyvernoSpec(PolicySpec):
     """A Kyverno ValidatingPolicy's spec: the VAP's, without params, with Kyverno's fields."""
 
     param_kind: None = None
-    validation_actions: list[str] = Field(default_factory=list)
+    validation_actions: list[Action] = Field(default_factory=list)
     evaluation: Evaluation | None = None
     autogen: Autogen | None = None
-    webhook_configuration: dict[str, int] | None = None
+    webhook_configuration: WebhookConfiguration | None = None
 
     def api_server_rules(self) -> None:
         super().api_server_rules()
