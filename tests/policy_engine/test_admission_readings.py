@@ -124,3 +124,16 @@ def test_an_evaluation_mode_kyverno_takes_is_refused_by_the_importer_with_its_na
     text = KYVERNO_VP.replace("spec:\n", "spec:\n  evaluation: {mode: Envoy}\n")
     policies, refused = _import(text)
     assert policies == [] and refused == ["it evaluates Envoy payloads, not Kubernetes objects"]
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["evaluation: {admission: {enabled: 'false'}}", "webhookConfiguration: {timeoutSeconds: '5'}"],
+)
+def test_a_string_where_the_schema_has_a_bool_or_an_integer_is_refused(field: str) -> None:
+    """The CRD refuses ``'false'`` for a boolean (no object holding it is ever stored); read
+    loosely it would become False and turn the policy's evaluation off."""
+    text = KYVERNO_VP.replace("spec:\n", f"spec:\n  {field}\n")
+    assert any("Input should be a valid" in p for p in problems(yaml.safe_load(text)))
+    policies, refused = _import(text)
+    assert policies == [] and len(refused) == 1 and "Input should be a valid" in refused[0]

@@ -13,6 +13,7 @@ of the same shapes:
   CRD admits what the API server's rules refuse (match-condition names, rules without
   operations); what assay cannot honour is the importer's to refuse (policies/common.py).
 
+Types are strict in both readings, as a CRD's schema is (``'false'`` is no boolean).
 Unknown fields are refused in both readings: a field this model does not know might narrow
 or widen what a policy matches, and dropping it could turn a violation into a pass.
 
@@ -123,7 +124,9 @@ def qualified_name(value: str, what: str) -> str:
 
 
 class _Shape(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, strict=True
+    )
 
     @model_validator(mode="before")
     @classmethod
