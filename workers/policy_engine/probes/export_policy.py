@@ -73,7 +73,7 @@ from workers.policy_engine.probes.export_draft import (
 )
 
 ExportFormat = str  # "vap" or "kyverno" (export.py's ExportFormat)
-# the fields of a ValidatingPolicy's spec a VAP's spec has too
+# the fields a VAP spec has (the model's PolicySpec): a ValidatingPolicy's, of these, are its VAP's
 VAP_SPEC_FIELDS = wire_names(PolicySpec)
 # Kyverno's default operations for a validate rule's webhook (a resource description that
 # names none): every operation.
