@@ -21,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -152,6 +153,23 @@ class ParamSource(_Strict):
     )
 
 
+def cel_texts(
+    variables: Iterable[ProbeVariable],
+    conditions: Iterable[ProbeCondition],
+    validations: Iterable[ProbeValidation],
+) -> list[str]:
+    """Every CEL text of a rule, in the order its document holds them: variables, match
+    conditions, then each validation's expression and its messageExpression. Every reader
+    of a rule's CEL walks it in this one order, so the first refusal found is the same
+    whether a rule is checked before it is built (an importer) or after (an export)."""
+    texts = [v.expression for v in variables] + [c.expression for c in conditions]
+    for validation in validations:
+        texts.append(validation.expression)
+        if validation.message_expression:
+            texts.append(validation.message_expression)
+    return texts
+
+
 class PolicyRule(_Strict):
     """One rule of an imported policy: which objects it judges and the CEL that judges them.
 
@@ -183,6 +201,10 @@ class PolicyRule(_Strict):
         description="A Kyverno ClusterPolicy rule's params (validate.cel paramKind and "
         "paramRef), read from the target cluster on each run as Kyverno reads them.",
     )
+
+    def expressions(self) -> list[str]:
+        """Every CEL text of the rule (:func:`cel_texts`)."""
+        return cel_texts(self.variables, self.match_conditions, self.validations)
 
 
 class ImportedPolicy(_Strict):

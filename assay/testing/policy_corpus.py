@@ -592,11 +592,7 @@ def engine_only(policy: ImportedPolicy, fmt: str) -> bool:
         return True
     if fmt != "vap":
         return False
-    texts = [v.expression for rule in policy.rules for v in rule.variables]
-    texts += [v.expression for rule in policy.rules for v in rule.validations]
-    texts += [c.expression for rule in policy.rules for c in rule.match_conditions]
-    texts += [v.message_expression for rule in policy.rules for v in rule.validations
-              if v.message_expression]  # fmt: skip
+    texts = [text for rule in policy.rules for text in rule.expressions()]
     kyverno_calls = {"parseImageReference", "image", "isImage", "sha1", "sha256", "md5"}
     return any(
         ref.root in ("resource", "globalContext", "hash", "json")

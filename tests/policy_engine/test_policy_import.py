@@ -366,6 +366,44 @@ def test_what_a_stored_object_cannot_answer_is_refused_with_the_reason(
     assert got.startswith(("rule team-label", "it ")), got  # one sentence, saying where
 
 
+ASKS_AUTHORIZER = "authorizer.requestResource.check('get').allowed()"
+VAP_VALIDATION = """    - expression: "object.spec.replicas >= variables.wanted"
+      messageExpression: "'fewer than ' + params.data.replicas + ' replicas'"
+"""
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        (  # a variable before a match condition
+            [("int(params.data.replicas)", "request.options.fieldManager"),
+             ("!has(object.spec.paused)", ASKS_AUTHORIZER)],
+            "it reads request.options",
+        ),
+        (  # a match condition before a validation
+            [("!has(object.spec.paused)", "request.userInfo.username != ''"),
+             ("object.spec.replicas >= variables.wanted", ASKS_AUTHORIZER)],
+            "it reads request.userInfo",
+        ),
+        (  # a validation's messageExpression before the next validation
+            [(VAP_VALIDATION, VAP_VALIDATION.replace(
+                "'fewer than ' + params.data.replicas + ' replicas'", "request.userInfo.username")
+              + f'    - expression: "{ASKS_AUTHORIZER}"\n')],
+            "it reads request.userInfo",
+        ),
+    ],
+)  # fmt: skip
+def test_of_two_refused_expressions_the_first_in_the_document_is_named(
+    changes: list[tuple[str, str]], reason: str
+) -> None:
+    text = VAP
+    for old, new in changes:
+        assert old in text
+        text = text.replace(old, new, 1)
+    got = _refusal(text)
+    assert reason in got, got
+
+
 def test_a_pattern_rule_or_no_cel_at_all_is_refused() -> None:
     pattern = CLUSTER_POLICY.replace(
         "        cel:\n"

@@ -110,6 +110,18 @@ def _message(text: str) -> str:
     return text.removeprefix("Value error, ")
 
 
+def wire_names(shape: type[BaseModel]) -> tuple[str, ...]:
+    """The names ``shape``'s fields are written under in a document (``failurePolicy``), in
+    the model's order: which fields a part has, said once, by the model."""
+    return tuple(field.alias or name for name, field in shape.model_fields.items())
+
+
+def written(part: BaseModel) -> dict[str, Any]:
+    """``part`` as it was written: the fields it was given (a default is not added, a
+    ``null`` stays absent), under their wire names, lists in their order."""
+    return part.model_dump(by_alias=True, exclude_unset=True)
+
+
 def dns_subdomain(value: str, what: str) -> str:
     if not is_dns1123_subdomain(value):
         raise ValueError(f"{what} {value!r} is not a DNS subdomain (lower case, at most 253)")

@@ -94,43 +94,51 @@ class Unsupported(Exception):
     """The document cannot become a check; the message says why, in one sentence."""
 
 
-def as_list(value: Any, what: str) -> list[Any]:
+def as_list(value: Any, what: str, error: type[Exception] = Unsupported) -> list[Any]:
+    """A list of a document (none given: []); ``error`` (the reader's own refusal) when it is
+    something else."""
     if value is None:
         return []
     if not isinstance(value, list):
-        raise Unsupported(f"{what} is not a list")
+        raise error(f"{what} is not a list")
     return value
 
 
-def as_map(value: Any, what: str) -> dict[str, Any]:
+def as_map(value: Any, what: str, error: type[Exception] = Unsupported) -> dict[str, Any]:
+    """A mapping of a document (none given: {}); ``error`` when it is something else."""
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise Unsupported(f"{what} is not a mapping")
+        raise error(f"{what} is not a mapping")
     return value
 
 
 Part = TypeVar("Part", bound=BaseModel)
 
 
-def parsed(shape: type[Part], value: Any, what: str) -> Part | None:
-    """``value`` read as an engine reads an admission-API part; None for none given."""
+def parsed(
+    shape: type[Part], value: Any, what: str, error: type[Exception] = Unsupported
+) -> Part | None:
+    """``value`` read as an engine reads an admission-API part; None for none given;
+    ``error`` with the model's one sentence when it is not of that shape."""
     if value is None:
         return None
     try:
         return admission_schema.read(shape, value, Reading.ENGINE, what)
     except ReadError as exc:
-        raise Unsupported(str(exc)) from None
+        raise error(str(exc)) from None
 
 
-def parsed_list(shape: type[Part], value: Any, what: str) -> list[Part]:
+def parsed_list(
+    shape: type[Part], value: Any, what: str, error: type[Exception] = Unsupported
+) -> list[Part]:
     """A list of ``shape`` read as an engine reads it; [] for none given."""
     if value is None:
         return []
     try:
         return admission_schema.read(list[shape], value, Reading.ENGINE, what)  # type: ignore[valid-type]
     except ReadError as exc:
-        raise Unsupported(str(exc)) from None
+        raise error(str(exc)) from None
 
 
 def label_selector(value: Any, what: str) -> LabelSelector | None:
@@ -139,7 +147,7 @@ def label_selector(value: Any, what: str) -> LabelSelector | None:
     if value is None:
         return None
     if isinstance(value, BaseModel):
-        value = value.model_dump(by_alias=True, exclude_unset=True)
+        value = admission_schema.written(value)
     try:
         selector = LabelSelector.from_api(value, what)
     except SelectorError as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from schemas.policy import ImportedPolicy, KindRef, PolicyRule, ResourceFilter
+from schemas.policy import ImportedPolicy, KindRef, PolicyRule, ResourceFilter, cel_texts
 from schemas.probe import ProbeVariable
 from workers.policy_engine.admission_schema import MatchCondition, Validation, Variable
 from workers.policy_engine.policies.common import (
@@ -77,12 +77,7 @@ def import_template(
     )
     if not validations:
         raise Unsupported("its K8sNativeValidation source has no validations")
-    expressions = [v.expression for v in variables] + [c.expression for c in conditions]
-    for validation in validations:
-        expressions.append(validation.expression)
-        if validation.message_expression:
-            expressions.append(validation.message_expression)
-    refusal = refusal_in(expressions, params_given=True)
+    refusal = refusal_in(cel_texts(variables, conditions, validations), params_given=True)
     if refusal:
         raise Unsupported(refusal)
     out = []

@@ -152,7 +152,7 @@ def _global_context_entries(
     by_name = {name_of(e.document): e for e in entries}
     read: list[SourcedDocument] = []
     for rule in rules:
-        for expression in _expressions(rule):
+        for expression in rule.expressions():
             for args in literal_arguments(expression, "globalContext", _GLOBAL_CONTEXT_CALLS):
                 if not args or not isinstance(args[0], str):
                     raise Unsupported(
@@ -183,7 +183,7 @@ def _reads_exceptions(rule: PolicyRule) -> bool:
     """Whether the rule reads Kyverno's ``exceptions`` (its PolicyExceptions' grants);
     Unsupported for any read of it but of its two fields (assay serves those only)."""
     found = False
-    for expression in _expressions(rule):
+    for expression in rule.expressions():
         for ref in references(expression):
             if ref.root != KYVERNO_EXCEPTIONS:
                 continue
@@ -194,16 +194,6 @@ def _reads_exceptions(rule: PolicyRule) -> bool:
                 )
             found = True
     return found
-
-
-def _expressions(rule: PolicyRule) -> list[str]:
-    expressions = [v.expression for v in rule.variables]
-    expressions += [c.expression for c in rule.match_conditions]
-    for validation in rule.validations:
-        expressions.append(validation.expression)
-        if validation.message_expression:
-            expressions.append(validation.message_expression)
-    return expressions
 
 
 def _validating_policy_controllers(
@@ -514,7 +504,7 @@ def _refuse_expressions(
     globalContext libraries (a ClusterPolicy's validate.cel is Kubernetes' own CEL)."""
     for rule in rules:
         refusal = refusal_in(
-            _expressions(rule),
+            rule.expressions(),
             params_given=rule.param_source is not None,
             creates=creates,
             kyverno_libraries=kyverno_libraries,

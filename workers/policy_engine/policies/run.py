@@ -385,11 +385,7 @@ def _cluster_reads(policy: ImportedPolicy, shared: SharedLookups) -> ListingRead
 def _names_secret_values(policy: ImportedPolicy) -> bool:
     """Whether the policy's expressions name a Secret's withheld fields (runner.py)."""
     for rule in policy.rules:
-        texts = [v.expression for v in rule.variables]
-        texts += [c.expression for c in rule.match_conditions]
-        texts += [v.expression for v in rule.validations]
-        texts += [v.message_expression for v in rule.validations if v.message_expression]
-        for text in texts:
+        for text in rule.expressions():
             try:
                 if names(parse(text).root) & SECRET_VALUES_NAMED:
                     return True

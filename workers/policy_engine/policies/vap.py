@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from schemas.policy import ImportedPolicy, LabelSelector, ParamSource, PolicyRule
+from schemas.policy import ImportedPolicy, LabelSelector, ParamSource, PolicyRule, cel_texts
 from workers.policy_engine import admission_schema
 from workers.policy_engine.admission_schema import (
     BindingSpec,
@@ -69,12 +69,8 @@ def import_vap(
     out = []
     for binding in plans:
         params, param_docs, param_source = _params(spec, binding, others)
-        expressions = [v.expression for v in variables] + [c.expression for c in conditions]
-        for validation in validations:
-            expressions.append(validation.expression)
-            if validation.message_expression:
-                expressions.append(validation.message_expression)
         given = params is not None or param_source is not None
+        expressions = cel_texts(variables, conditions, validations)
         refusal = refusal_in(expressions, params_given=given, creates=creates)
         if refusal:
             raise Unsupported(refusal)

@@ -34,13 +34,29 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 from schemas.policy import ImportedPolicy, KindRef, PolicyRule, ResourceFilter
 from workers.engine.toolsets.backend import ResourceInfo
+from workers.policy_engine.admission_schema import (
+    AuditAnnotation,
+    BindingSpec,
+    Evaluation,
+    KyvernoSpec,
+    MatchCondition,
+    ParamKind,
+    ParamRef,
+    PolicySpec,
+    wire_names,
+    written,
+)
 from workers.policy_engine.cel.lib import overloads
 from workers.policy_engine.cel.programs import EXCEPTIONS_VARIABLE
 from workers.policy_engine.cel.syntax.nodes import Call, Ident, Node, walk
 from workers.policy_engine.cel.syntax.parser import CelSyntaxError, parse
 from workers.policy_engine.cel.syntax.reads import references
+from workers.policy_engine.policies.common import as_map, parsed, parsed_list
+from workers.policy_engine.policies.documents import name_of, namespace_of
 from workers.policy_engine.probes.export_draft import (
     CREATE_UPDATE,
     Draft,
@@ -57,14 +73,8 @@ from workers.policy_engine.probes.export_draft import (
 )
 
 ExportFormat = str  # "vap" or "kyverno" (export.py's ExportFormat)
-VAP_SPEC_FIELDS = (
-    "failurePolicy", "paramKind", "matchConstraints", "matchConditions", "variables",
-    "validations", "auditAnnotations",
-)  # fmt: skip
-BINDING_SPEC_FIELDS = ("paramRef", "matchResources", "validationActions")
-VALIDATING_POLICY_FIELDS = frozenset(
-    {*VAP_SPEC_FIELDS, "validationActions", "evaluation", "autogen", "webhookConfiguration"}
-) - {"paramKind"}
+# the fields a VAP spec has (the model's PolicySpec): a ValidatingPolicy's, of these, are its VAP's
+VAP_SPEC_FIELDS = wire_names(PolicySpec)
 # Kyverno's default operations for a validate rule's webhook (a resource description that
 # names none): every operation.
 KYVERNO_OPERATIONS = ["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -141,11 +151,7 @@ def _refuse_kyverno_extras(policy: ImportedPolicy, fmt: ExportFormat) -> None:
                 f"rule {rule.name} reads Kyverno's exceptions (what its PolicyExceptions "
                 "grant), which a ValidatingAdmissionPolicy has not"
             )
-        texts = [v.expression for v in rule.variables]
-        texts += [c.expression for c in rule.match_conditions]
-        texts += [v.expression for v in rule.validations]
-        texts += [v.message_expression for v in rule.validations if v.message_expression]
-        for text in texts:
+        for text in rule.expressions():
             try:
                 tree = parse(text)
             except CelSyntaxError:
@@ -170,29 +176,24 @@ def _annotations(policy: ImportedPolicy) -> dict[str, str]:
 
 
 def _map(value: Any, what: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise NotExportable(f"{what} is not a mapping")
-    return value
+    """A mapping of a part the admission model does not cover (a ClusterPolicy's rules, a
+    Gatekeeper template), as the importers read it, refused as an export is."""
+    return as_map(value, what, NotExportable)
 
 
-def _name(document: dict[str, Any]) -> str:
-    return str(_map(document.get("metadata"), "metadata").get("name") or "")
-
-
-def _unknown(data: dict[str, Any], known: Any, what: str) -> None:
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise NotExportable(
-            f"{what} has {', '.join(unknown)}, which this export does not know how to keep"
-        )
+def _as_written(shape: type[BaseModel], value: Any, what: str) -> dict[str, Any]:
+    """An admission-API part of a stored document, read through the admission model as its
+    engine reads it and given back as written ({} for none). A policy stored by an earlier
+    import may hold what the model refuses (a field it does not know): its export is then
+    refused with the model's reason, never written without the field."""
+    part = parsed(shape, value, what, NotExportable)
+    return written(part) if part is not None else {}
 
 
 def _resources(kinds: Kinds, constraints: dict[str, Any]) -> list[ResourceInfo]:
     out: list[ResourceInfo] = []
     for rule in constraints.get("resourceRules") or []:
-        out += [r for r in kinds.of_rule(_map(rule, "a resource rule")) if r not in out]
+        out += [r for r in kinds.of_rule(rule) if r not in out]
     return out
 
 
@@ -201,27 +202,23 @@ def _resources(kinds: Kinds, constraints: dict[str, Any]) -> list[ResourceInfo]:
 
 def _vap_draft(policy: ImportedPolicy, kinds: Kinds) -> Draft:
     document = policy.documents[0]
-    source = _map(document.get("spec"), "spec")
-    _unknown(source, VAP_SPEC_FIELDS, "its spec")
-    spec = {key: copy.deepcopy(source[key]) for key in VAP_SPEC_FIELDS if key in source}
-    spec.setdefault("failurePolicy", "Fail")
+    spec = {"failurePolicy": "Fail", **_as_written(PolicySpec, document.get("spec"), "spec")}
     found = next(
         (d for d in policy.documents[1:] if d.get("kind") == "ValidatingAdmissionPolicyBinding"),
         None,
     )
     binding: dict[str, Any] = {}
     if found is not None:
-        bspec = _map(found.get("spec"), "the binding's spec")
-        _unknown(bspec, {"policyName", *BINDING_SPEC_FIELDS}, "its binding's spec")
-        binding = {k: copy.deepcopy(bspec[k]) for k in BINDING_SPEC_FIELDS if k in bspec}
+        binding = _as_written(BindingSpec, found.get("spec"), "the binding's spec")
+        binding.pop("policyName", None)
     params = policy.params if isinstance(policy.params, dict) and spec.get("paramKind") else None
     return Draft(
-        name=_name(document),
+        name=name_of(document),
         annotations=_annotations(policy),
-        resources=_resources(kinds, _map(spec.get("matchConstraints"), "matchConstraints")),
+        resources=_resources(kinds, spec.get("matchConstraints") or {}),
         spec=spec,
         binding=binding,
-        binding_name=_name(found) if found is not None else None,
+        binding_name=name_of(found) if found is not None else None,
         params=params,
         pod_controllers=[],  # a VAP judges what it names: no pod-controller forms
     )
@@ -234,35 +231,33 @@ def _validating_policy_drafts(
     policy: ImportedPolicy, fmt: ExportFormat, kinds: Kinds
 ) -> list[Draft]:
     document = policy.documents[0]
-    source = _map(document.get("spec"), "spec")
-    _unknown(source, VALIDATING_POLICY_FIELDS, "its spec")
-    spec = {key: copy.deepcopy(source[key]) for key in VAP_SPEC_FIELDS if key in source}
-    spec.setdefault("failurePolicy", "Fail")
-    constraints = _map(spec.get("matchConstraints"), "spec.matchConstraints")
-    namespace = _map(document.get("metadata"), "metadata").get("namespace")
+    source = parsed(KyvernoSpec, document.get("spec"), "spec", NotExportable) or KyvernoSpec()
+    shared = written(source)
+    spec = {"failurePolicy": "Fail", **{k: v for k, v in shared.items() if k in VAP_SPEC_FIELDS}}
+    constraints = spec.get("matchConstraints") or {}
     if document.get("kind") == "NamespacedValidatingPolicy":
-        _own_namespace(constraints, str(namespace or ""))
-    evaluation = _map(source.get("evaluation"), "spec.evaluation")
+        _own_namespace(constraints, namespace_of(document) or "")
+    evaluation = source.evaluation or Evaluation()
     not_vap = None
-    if _map(evaluation.get("admission"), "spec.evaluation.admission").get("enabled") is False:
+    if evaluation.admission is not None and evaluation.admission.enabled is False:
         not_vap = (
             "its spec.evaluation.admission.enabled is false, so it never runs at admission, "
             "and a ValidatingAdmissionPolicy always does"
         )
-    if evaluation.get("mode") not in (None, "", "Kubernetes"):
+    if evaluation.mode not in (None, "", "Kubernetes"):
         raise NotExportable(
-            f"its spec.evaluation.mode is {evaluation.get('mode')}: it judges payloads, not "
+            f"its spec.evaluation.mode is {evaluation.mode}: it judges payloads, not "
             "Kubernetes objects, so no admission policy says the same"
         )
     if fmt == "vap" and not_vap:
         raise NotExportable(not_vap)
     warnings = []
-    if fmt == "vap" and source.get("webhookConfiguration"):
+    if fmt == "vap" and shared.get("webhookConfiguration"):
         warnings.append(
             "its spec.webhookConfiguration (Kyverno's webhook timeout) has no counterpart: a "
             "ValidatingAdmissionPolicy runs inside the API server, without a webhook"
         )
-    actions = [str(a) for a in source.get("validationActions") or []] or ["Deny"]
+    actions = list(source.validation_actions) or ["Deny"]
     kept: dict[str, Any] | None = copy.deepcopy(document)
     not_kyverno = None
     if document.get("kind") == "NamespacedValidatingPolicy":
@@ -274,7 +269,7 @@ def _validating_policy_drafts(
             ),
         )
     base = Draft(
-        name=_name(document),
+        name=name_of(document),
         annotations=_annotations(policy),
         resources=_resources(kinds, constraints),
         spec=spec,
@@ -316,7 +311,7 @@ def _controller_draft(base: Draft, rule: PolicyRule, kinds: Kinds) -> Draft:
             "its spec.auditAnnotations would need Kyverno's pod-controller rewrite too, which "
             "this export does not do: export it as kyverno"
         )
-    constraints = copy.deepcopy(_map(base.spec.get("matchConstraints"), "matchConstraints"))
+    constraints = copy.deepcopy(base.spec.get("matchConstraints") or {})
     pods_rule = (constraints.get("resourceRules") or [{}])[0]
     resources = [
         kinds.of(ref) for group in rule.match for term in group for ref in term.kinds or []
@@ -382,13 +377,20 @@ def _cluster_policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kin
             "ValidatingAdmissionPolicy always does"
         )
     webhook = _map(spec.get("webhookConfiguration"), "spec.webhookConfiguration")
-    _unknown(webhook, {"matchConditions", "timeoutSeconds", "failurePolicy"},
-             "its spec.webhookConfiguration")  # fmt: skip
+    unknown = sorted(set(webhook) - {"matchConditions", "timeoutSeconds", "failurePolicy"})
+    if unknown:
+        raise NotExportable(
+            f"its spec.webhookConfiguration has {', '.join(unknown)}, which this export does "
+            "not know how to keep"
+        )
     failure = webhook.get("failurePolicy") or spec.get("failurePolicy") or "Fail"
     extra_conditions = [
-        {"name": str(c.get("name")), "expression": str(c.get("expression"))}
-        for c in webhook.get("matchConditions") or []
-    ]
+        written(c)
+        for c in parsed_list(
+            MatchCondition, webhook.get("matchConditions"),
+            "spec.webhookConfiguration.matchConditions", NotExportable,
+        )
+    ]  # fmt: skip
     warnings = []
     if webhook.get("timeoutSeconds") or spec.get("webhookTimeoutSeconds"):
         warnings.append(
@@ -432,8 +434,12 @@ def _cluster_policy_drafts(policy: ImportedPolicy, fmt: ExportFormat, kinds: Kin
         draft.spec["matchConditions"] = draft.spec.get("matchConditions", []) + extra_conditions
         if not draft.spec["matchConditions"]:
             del draft.spec["matchConditions"]
-        if cel.get("auditAnnotations"):
-            draft.spec["auditAnnotations"] = copy.deepcopy(cel["auditAnnotations"])
+        annotations = parsed_list(
+            AuditAnnotation, cel.get("auditAnnotations"),
+            f"rule {rule.name} validate.cel.auditAnnotations", NotExportable,
+        )  # fmt: skip
+        if annotations:
+            draft.spec["auditAnnotations"] = [written(a) for a in annotations]
         draft.binding = {"validationActions": actions}
         if rule.param_source is not None:
             _rule_params(cel, rule, draft)
@@ -457,7 +463,7 @@ def _rule_params(cel: dict[str, Any], policy_rule: PolicyRule, draft: Draft) -> 
     (with several selected, Kyverno skips an object when the first listed fails a
     precondition; the API server judges it under each)."""
     rule = policy_rule.name
-    ref = copy.deepcopy(_map(cel.get("paramRef"), f"rule {rule} validate.cel.paramRef"))
+    ref = _as_written(ParamRef, cel.get("paramRef"), f"rule {rule} validate.cel.paramRef")
     action = ref.get("parameterNotFoundAction")
     if ref.get("name"):
         if action != "Deny":
@@ -480,7 +486,7 @@ def _rule_params(cel: dict[str, Any], policy_rule: PolicyRule, draft: Draft) -> 
                 "selected, Kyverno skips an object the first listed exempts, and the API "
                 "server judges it under every one"
             )
-    kind = copy.deepcopy(_map(cel.get("paramKind"), f"rule {rule} validate.cel.paramKind"))
+    kind = _as_written(ParamKind, cel.get("paramKind"), f"rule {rule} validate.cel.paramKind")
     draft.spec = {"failurePolicy": draft.spec.pop("failurePolicy"), "paramKind": kind,
                   **draft.spec}  # fmt: skip
     draft.binding["paramRef"] = ref
