@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from tests.crd_support import custom_resource_definition
+
 
 def new_canary() -> str:
     return f"canary-{uuid.uuid4().hex}"
@@ -64,55 +66,37 @@ def _pod(name: str, phase: str, containers: list[str], labels: dict[str, str]) -
 
 
 def _certificate_crd() -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "certificates.cert-manager.io"},
-        "spec": {
-            "group": "cert-manager.io",
-            "scope": "Namespaced",
-            "names": {
-                "kind": "Certificate",
-                "plural": "certificates",
-                "singular": "certificate",
-                "shortNames": ["cert"],
-            },
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "A Certificate resource should be created to ensure "
-                            "an up to date and signed X.509 certificate is stored in a Secret.",
-                            "properties": {
-                                "spec": {
-                                    "type": "object",
-                                    "description": "Specification of the desired state.",
-                                    "properties": {
-                                        "dnsNames": {
-                                            "type": "array",
-                                            "description": "Requested DNS subject alternative "
-                                            "names.",
-                                            "items": {"type": "string"},
-                                        },
-                                        "secretName": {
-                                            "type": "string",
-                                            "description": "Name of the Secret resource that "
-                                            "will be automatically created.",
-                                        },
-                                    },
-                                },
-                                "status": {"type": "object"},
-                            },
-                        }
+    names = {
+        "kind": "Certificate",
+        "plural": "certificates",
+        "singular": "certificate",
+        "shortNames": ["cert"],
+    }
+    schema = {
+        "type": "object",
+        "description": "A Certificate resource should be created to ensure "
+        "an up to date and signed X.509 certificate is stored in a Secret.",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "description": "Specification of the desired state.",
+                "properties": {
+                    "dnsNames": {
+                        "type": "array",
+                        "description": "Requested DNS subject alternative names.",
+                        "items": {"type": "string"},
                     },
-                }
-            ],
+                    "secretName": {
+                        "type": "string",
+                        "description": "Name of the Secret resource that "
+                        "will be automatically created.",
+                    },
+                },
+            },
+            "status": {"type": "object"},
         },
     }
+    return custom_resource_definition("cert-manager.io", names, schema)
 
 
 def write_cluster(root: Path, name: str, *, ready: int, canary: str | None = None) -> Path:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,11 +181,9 @@ def hold(crds: list[CrdVersion]) -> list[Held]:
 # -- documents ---------------------------------------------------------------------------
 
 
-def _partial_files(root: Path) -> set[Path]:
-    """Files a chainsaw test under ``root`` only asserts (or asserts absent): partial
-    documents a cluster is compared with, never written to it."""
-    written: set[Path] = set()
-    checked: set[Path] = set()
+def _test_operations(root: Path) -> Iterator[tuple[Path, str, str, dict[str, Any]]]:
+    """Every operation of every chainsaw test under ``root``: (the test's file, its block
+    (``try``, ``catch``, ``finally``, ``cleanup``), its verb, its body)."""
     for path in _yaml_files(root):
         head = path.read_text(encoding="utf-8", errors="replace")[:4000]
         if not is_chainsaw_test(head):
@@ -194,10 +193,19 @@ def _partial_files(root: Path) -> set[Path]:
                 for block in ("try", "catch", "finally", "cleanup"):
                     for operation in (step or {}).get(block) or []:
                         for verb, body in (operation or {}).items():
-                            if isinstance(body, dict) and isinstance(body.get("file"), str):
-                                file = (path.parent / body["file"]).resolve()
-                                partial = verb in ("assert", "error")
-                                (checked if partial else written).add(file)
+                            if isinstance(body, dict):
+                                yield path, block, verb, body
+
+
+def _partial_files(root: Path) -> set[Path]:
+    """Files a chainsaw test under ``root`` only asserts (or asserts absent): partial
+    documents a cluster is compared with, never written to it."""
+    written: set[Path] = set()
+    checked: set[Path] = set()
+    for path, _, verb, body in _test_operations(root):
+        if isinstance(body.get("file"), str):
+            file = (path.parent / body["file"]).resolve()
+            (checked if verb in ("assert", "error") else written).add(file)
     return checked - written
 
 
@@ -208,26 +216,19 @@ def _refused_files(root: Path) -> set[Path]:
     """Files a chainsaw test writes (``apply``, ``create``, or ``kubectl apply -f`` in a
     ``script``) expecting the cluster to refuse them."""
     out: set[Path] = set()
-    for path in _yaml_files(root):
-        head = path.read_text(encoding="utf-8", errors="replace")[:4000]
-        if not is_chainsaw_test(head):
+    for path, block, verb, body in _test_operations(root):
+        if block != "try":
             continue
-        for test in _yaml_documents(path) or []:
-            for step in (test.get("spec") or {}).get("steps") or []:
-                for operation in (step or {}).get("try") or []:
-                    for verb, body in (operation or {}).items():
-                        if not isinstance(body, dict):
-                            continue
-                        if verb in ("apply", "create") and isinstance(body.get("file"), str):
-                            files = [body["file"]]
-                            expect = list(body.get("expect") or [])
-                        elif verb == "script" and isinstance(body.get("check"), dict):
-                            files = _APPLIED_FILE.findall(str(body.get("content") or ""))
-                            expect = [{"check": body["check"]}]
-                        else:
-                            continue
-                        if expects_refusal(expect):
-                            out.update((path.parent / f).resolve() for f in files)
+        if verb in ("apply", "create") and isinstance(body.get("file"), str):
+            files = [body["file"]]
+            expect = list(body.get("expect") or [])
+        elif verb == "script" and isinstance(body.get("check"), dict):
+            files = _APPLIED_FILE.findall(str(body.get("content") or ""))
+            expect = [{"check": body["check"]}]
+        else:
+            continue
+        if expects_refusal(expect):
+            out.update((path.parent / f).resolve() for f in files)
     return out
 
 

@@ -16,6 +16,7 @@ import yaml
 from assay.testing.admission_conformance import compare
 from assay.testing.crd_conformance import Judgement, crd_versions, hold, judge_documents
 from bench.check_admission_model import main
+from tests.crd_support import custom_resource_definition
 
 STRING = {"type": "string"}
 
@@ -42,24 +43,12 @@ def _template_crd(source: dict[str, Any]) -> dict[str, Any]:
     code = {"type": "object", "properties": {"engine": STRING, "source": source}}
     target = {"type": "object", "properties": {"code": {"type": "array", "items": code}}}
     spec = {"type": "object", "properties": {"targets": {"type": "array", "items": target}}}
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "constrainttemplates.templates.gatekeeper.sh"},
-        "spec": {
-            "group": "templates.gatekeeper.sh",
-            "names": {"kind": "ConstraintTemplate", "plural": "constrainttemplates"},
-            "scope": "Cluster",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec}}},
-                }
-            ],
-        },
-    }
+    return custom_resource_definition(
+        "templates.gatekeeper.sh",
+        {"kind": "ConstraintTemplate", "plural": "constrainttemplates"},
+        {"type": "object", "properties": {"spec": spec}},
+        scope="Cluster",
+    )
 
 
 def _held(tmp_path: Path, source: dict[str, Any]) -> Any:
@@ -139,9 +128,6 @@ def test_maps_enums_and_lists_the_crd_narrows_are_drift(
 
 
 def _validating_policy_crd() -> dict[str, Any]:
-    crd = _template_crd(SOURCE)
-    crd["spec"]["group"] = "policies.kyverno.io"
-    crd["spec"]["names"] = {"kind": "ValidatingPolicy", "plural": "validatingpolicies"}
     spec = {
         "type": "object",
         "properties": {
@@ -150,13 +136,13 @@ def _validating_policy_crd() -> dict[str, Any]:
             "surprise": STRING,
         },
     }
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"] = {
-        "apiVersion": STRING,
-        "kind": STRING,
-        "metadata": {"type": "object"},
-        "spec": spec,
-    }
-    return crd
+    properties = {"apiVersion": STRING, "kind": STRING, "metadata": {"type": "object"}}
+    return custom_resource_definition(
+        "policies.kyverno.io",
+        {"kind": "ValidatingPolicy", "plural": "validatingpolicies"},
+        {"type": "object", "properties": {**properties, "spec": spec}},
+        scope="Cluster",
+    )
 
 
 def _policy(spec: dict[str, Any]) -> dict[str, Any]:
