@@ -167,3 +167,20 @@ def test_an_object_name_is_named_on_one_line_of_text(
         "  disagrees: Deployment prod/nulled\\x1b]0;pwned\\x07\\n  disagrees: none: original "
         "denied, translation allowed"
     ]
+
+
+def test_a_refusal_quoting_a_hostile_key_is_one_line_of_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    files = _files(tmp_path, _deployment("set", 2))
+    policy = Path(files[0])
+    key = '"boom\\e]0;pwned\\a\\nassay: error: none"'
+    policy.write_text(NULL_SENSITIVE.replace("  failurePolicy: Fail", f"  {key}: 1"))
+    code, out, err = run(capsys, "policy", "translate", *files)
+    assert code == 64 and out == ""
+    assert "\x1b" not in err and "\x07" not in err
+    assert err.splitlines() == [
+        "assay: error: some documents cannot be translated: ValidatingAdmissionPolicy "
+        "replicas-set: spec.boom\\x1b]0;pwned\\x07\\nassay: error: none: Extra inputs are not "
+        "permitted"
+    ]
