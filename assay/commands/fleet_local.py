@@ -411,7 +411,7 @@ def _show_answered_by(client: Any, status: Any) -> None:
     tokens it took: a probe's verdict took none."""
     from assay.commands.fleet_common import stdout_console
     from assay.fleet_render import failures_first, verdict_cell
-    from assay.render import Col, add_line, line_table
+    from assay.render import Col, add_line, line_table, safe_markup
 
     console = stdout_console()
     table = line_table(
@@ -425,7 +425,7 @@ def _show_answered_by(client: Any, status: Any) -> None:
         if verdict is None:
             continue
         by = f"probe v{verdict.probe_version}" if verdict.source == "probe" else "the model"
-        add_line(table, row.target, verdict_cell(verdict.verdict), by,
+        add_line(table, safe_markup(row.target), verdict_cell(verdict.verdict), by,
                  f"{verdict.usage.total_tokens:,}")  # fmt: skip
     console.print(table, soft_wrap=False)
 
