@@ -42,6 +42,7 @@ import yaml
 from pydantic import ValidationError
 
 from assay.manifests import Loaded, Loc, ManifestErrors, ManifestProblem
+from assay.terminal_text import hides
 from scheduler.fires import TargetResolutionError, resolve_targets, target_key
 from scheduler.schedules import ScheduleConflict
 from schemas.declarative import (
@@ -290,10 +291,17 @@ def as_yaml(documents: Sequence[dict[str, Any]], *, separated: bool = True) -> s
 
     ``separated``: each document opens with ``---``, the first too, so files written by
     ``get`` and joined (``cat a.yaml b.yaml``) stay separate documents (without it the last
-    of one file and the first of the next were one mapping, its repeated keys refused)."""
-    return yaml.safe_dump_all(
+    of one file and the first of the next were one mapping, its repeated keys refused).
+
+    YAML writes a control character as an escape, but a bidirectional override as is:
+    documents holding one are written all in escapes (``\u202e``), so the text shown on a
+    terminal is the text that is applied back (assay/terminal_text.py)."""
+    text = yaml.safe_dump_all(
         documents, sort_keys=False, allow_unicode=True, width=100, explicit_start=separated
     )
+    if hides(text):
+        text = yaml.safe_dump_all(documents, sort_keys=False, width=100, explicit_start=separated)
+    return text
 
 
 def portable(document: dict[str, Any], base: Path) -> dict[str, Any]:

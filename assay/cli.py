@@ -31,6 +31,7 @@ from assay.commands import (
 from assay.commands import eval as eval_command
 from assay.commands.fleet_common import ERROR_PREFIX
 from assay.commands.options import SetupProblem
+from assay.terminal_text import print_line
 from schemas.exit_codes import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
@@ -148,7 +149,7 @@ def _usage_error(exc: Any, argv: list[str]) -> None:
         print(f"{ERROR_PREFIX}missing a command: pick one of those above", file=sys.stderr)
         return
     message = " ".join(exc.format_message().split()).removeprefix("Invalid value: ")
-    print(f"{ERROR_PREFIX}{message} (see `{command} --help`)", file=sys.stderr)
+    print_line(f"{ERROR_PREFIX}{message} (see `{command} --help`)", sys.stderr)
 
 
 def _broken_pipe(exc: BaseException) -> bool:
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         _usage_error(exc, sys.argv[1:] if argv is None else argv)
         raise SystemExit(EXIT_USAGE) from None
     except SetupProblem as exc:
-        print(f"{ERROR_PREFIX}{exc}", file=sys.stderr)
+        print_line(f"{ERROR_PREFIX}{exc}", sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
     except typer.Abort:
         print(f"{ERROR_PREFIX}aborted", file=sys.stderr)
@@ -202,16 +203,16 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except click_exceptions.ClickException as exc:
-        print(f"{ERROR_PREFIX}{exc.format_message()}", file=sys.stderr)
+        print_line(f"{ERROR_PREFIX}{exc.format_message()}", sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
     except Exception as exc:  # a bug: Python's exit 1 would read as a `false` verdict
         import traceback
 
         traceback.print_exc()
-        print(
+        print_line(
             f"{ERROR_PREFIX}internal error ({type(exc).__name__}: {exc}); this is a bug in "
             "assay: please report it with the traceback above",
-            file=sys.stderr,
+            sys.stderr,
         )
         raise SystemExit(EXIT_INTERNAL) from None
     raise SystemExit(result if isinstance(result, int) else 0)

@@ -7,7 +7,6 @@ and `run`, so every command shows a verdict the same way.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from assay.commands.fleet_common import iso_utc
+from assay.terminal_text import visible
 from schemas.report import RunReport, Step
 from schemas.verdict import Verdict, VerdictKind
 
@@ -26,26 +26,6 @@ VERDICT_STYLES: dict[VerdictKind, tuple[str, str]] = {
     VerdictKind.POORLY_POSED: ("POORLY POSED", "bold yellow"),
     VerdictKind.CANNOT_DETERMINE: ("CANNOT DETERMINE", "bold magenta"),
 }
-
-
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def visible(text: str) -> str:
-    """``text`` with terminal control characters spelled out (ESC as ``\\x1b``).
-
-    Why: an explanation, an excerpt or a step may quote the cluster (a log line),
-    and an escape sequence printed as is moves the cursor, erases lines or sets
-    the window title: a hostile cluster could rewrite the verdict a person sees.
-    Rich drops a few controls (BEL, CR) but passes ESC through. Bidirectional
-    overrides go too, for the same reason (text shown in another order).
-    """
-    return _CONTROL.sub(_spelled, text)
-
-
-def _spelled(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def safe_markup(text: str) -> str:

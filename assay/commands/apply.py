@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from assay.commands.fleet_common import ERROR_PREFIX, WideOpt, dump_json, fail, fleet_client
+from assay.terminal_text import print_block, print_line
 from schemas.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -105,17 +106,17 @@ def apply_command(
         print(dump_json(result.as_json()))
         return
     for change in result.changes:
-        print(
+        print_line(
             change.describe() + (" (dry run)" if dry_run and change.action != "unchanged" else "")
         )
         if dry_run and change.diff:
-            print(change.diff, end="" if change.diff.endswith("\n") else "\n")
-    print(result.summary())
+            print_block(change.diff)
+    print_line(result.summary())
 
 
 def _refuse(exc: Any) -> None:
     for problem in exc.problems:
-        print(f"{ERROR_PREFIX}{problem}", file=sys.stderr)
+        print_line(f"{ERROR_PREFIX}{problem}", sys.stderr)
     count = len(exc.problems)
     print(
         f"{ERROR_PREFIX}nothing applied: fix the {count} problem{'s' if count != 1 else ''} "
@@ -237,7 +238,7 @@ def _get(
     documents = [portable(document, base) for document in documents]
     if output == "yaml":
         if documents:
-            sys.stdout.write(as_yaml(documents))
+            print_block(as_yaml(documents))
         return
     if output == "json":
         print(dump_json(documents))
@@ -246,11 +247,9 @@ def _get(
 
 
 def _table(kind: str, documents: list[dict[str, Any]], wide: bool) -> None:
-    from rich.markup import escape
-
     from assay.apply import evaluated
     from assay.commands.fleet_common import stdout_console
-    from assay.render import Col, add_line, line_table
+    from assay.render import Col, add_line, line_table, safe_markup
     from schemas.declarative import SOURCE_LABEL
 
     if not documents:
@@ -280,7 +279,7 @@ def _table(kind: str, documents: list[dict[str, Any]], wide: bool) -> None:
             where,
             evaluated(spec),
         ]
-        add_line(table, *(escape(str(cell)) for cell in cells))
+        add_line(table, *(safe_markup(str(cell)) for cell in cells))
     console.print(table, soft_wrap=False)
 
 

@@ -37,6 +37,7 @@ from assay.commands.options import (
     check_profile,
     settings_or_usage,
 )
+from assay.terminal_text import print_line, visible_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -228,11 +229,12 @@ def _check_suite(suite: Suite, settings: AssaySettings, console: Console) -> int
 
     problems = check_suite(suite, settings)
     for problem in problems:
-        console.print(problem, markup=False)
+        console.print(visible_line(problem), markup=False)
     info = suite.info()
     labels = ", ".join(f"{count} {label}" for label, count in info.labels.items())
     verdict = f"{len(problems)} problem(s)" if problems else "every case is supported by its data"
-    console.print(f"suite {info.name}: {info.cases} cases ({labels}); {verdict}", markup=False)
+    said = f"suite {info.name}: {info.cases} cases ({labels}); {verdict}"
+    console.print(visible_line(said), markup=False)
     return 1 if problems else 0
 
 
@@ -244,7 +246,7 @@ def _run(plan: EvalPlan) -> EvalReport:
 
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     if (note := cost_cap_note(plan)) is not None:
-        errors.print(f"warning: {note}", markup=False)
+        errors.print(visible_line(f"warning: {note}"), markup=False)
     if plan.scripted is not None:
         errors.print(f"SCRIPTED MODEL - replaying {plan.scripted}, not a real LLM", markup=False)
     if plan.oracle_as_model:
@@ -304,7 +306,7 @@ def _compare(paths: tuple[Path, Path], chart: Path | None, console: Console) -> 
     except ReportError as exc:
         raise typer.BadParameter(str(exc), param_hint="--compare") from None
     if (warning := comparison_warning(first, second)) is not None:
-        print(f"assay: warning: {warning}", file=sys.stderr)
+        print_line(f"assay: warning: {warning}", sys.stderr)
     render_comparison(first, second, console)
     if chart is not None:
         chart.write_text(render_chart([("A: ", first), ("B: ", second)]), encoding="utf-8")

@@ -52,6 +52,7 @@ from assay.commands.options import (
     settings_or_usage,
     validation_detail,
 )
+from assay.terminal_text import print_line
 
 if TYPE_CHECKING:
     from schemas.report import RunReport, Step
@@ -229,10 +230,10 @@ def _require_objects(snapshot: Path) -> None:
         raise typer.BadParameter(str(exc), param_hint="--snapshot") from None
     if backend.problems:
         more = f" (and {len(backend.problems) - 1} more)" if len(backend.problems) > 1 else ""
-        print(
+        print_line(
             f"assay: warning: snapshot {snapshot} has {len(backend.problems)} problem(s), "
             f"e.g. {backend.problems[0]}{more}; the rest is served",
-            file=sys.stderr,
+            sys.stderr,
         )
 
 
@@ -273,7 +274,8 @@ def _evaluate(
     from rich.console import Console
 
     from assay.output_scrubbing import RunScrubber
-    from assay.render import step_line, visible
+    from assay.render import step_line
+    from assay.terminal_text import visible
     from schemas.request import ContextTarget, EvaluationRequest, SnapshotTarget
     from workers.engine.engine import EngineDeps, effective_budget, evaluate
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from assay.commands.options import ID_HELP, id_checker, settings_or_usage
+from assay.terminal_text import print_line
 from schemas.exit_codes import EXIT_INTERRUPTED as EXIT_INTERRUPTED  # the commands' names
 from schemas.exit_codes import EXIT_PENDING, EXIT_UNAVAILABLE
 
@@ -52,8 +53,11 @@ KubeconfigOpt = Annotated[
 
 
 def fail(message: str, code: int) -> NoReturn:
-    """Print one sentence on stderr (``assay: error: ...``) and exit with ``code``."""
-    print(f"{ERROR_PREFIX}{message}", file=sys.stderr)
+    """Print one sentence on stderr (``assay: error: ...``) and exit with ``code``.
+
+    One line, whatever the sentence quotes (a file's key, a cluster's name): its controls
+    and line breaks are spelled out (assay/terminal_text.py)."""
+    print_line(f"{ERROR_PREFIX}{message}", sys.stderr)
     raise typer.Exit(code)
 
 
@@ -75,7 +79,7 @@ def dump_json(value: Any) -> str:
 
 def note(message: str) -> None:
     """A remark on stderr that is not an error (stdout stays for results)."""
-    print(f"assay: {message}", file=sys.stderr)
+    print_line(f"assay: {message}", sys.stderr)
 
 
 def still_pending(message: str) -> NoReturn:

@@ -37,6 +37,7 @@ from assay.commands.fleet_batch import show_batch, wait_with_progress
 from assay.commands.fleet_common import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, fail
 from assay.commands.options import settings_or_usage
 from assay.redis_process import RedisNotInstalled
+from assay.terminal_text import print_block, print_line
 from schemas.exit_codes import EXIT_INTERNAL
 from workers.engine.shown_urls import shown_url
 
@@ -167,8 +168,8 @@ def up(
         _stop_fleet(fleet, model)
         raise
     if problem is not None:
-        print(f"assay: error: the local fleet did not start: {problem}", file=sys.stderr)
-        print(_tail(fleet.log_path("worker")), file=sys.stderr)
+        print_line(f"assay: error: the local fleet did not start: {problem}", sys.stderr)
+        print_block(_tail(fleet.log_path("worker")), sys.stderr)
         _stop_fleet(fleet, model)
         raise typer.Exit(EXIT_UNAVAILABLE)
     fleet.write_state(state_file)  # other shells, `assay api` and `assay down` find it
@@ -187,7 +188,7 @@ def up(
             time.sleep(0.2)
         for name, exit_code in stopped.items():
             print(f"assay: error: the {name} stopped with exit code {exit_code}:", file=sys.stderr)
-            print(_tail(fleet.log_path(name)), file=sys.stderr)
+            print_block(_tail(fleet.log_path(name)), sys.stderr)
     except StopRequested as stop:
         print("stopping the local fleet (the scheduler and the worker, then Redis)",
               file=sys.stderr, flush=True)  # fmt: skip
@@ -236,7 +237,8 @@ def _detach(state_file: Path, scripted: Path | None, concurrency: int | None) ->
     deadline = time.monotonic() + DETACH_START_SECONDS
     while time.monotonic() < deadline:
         if child.poll() is not None:
-            fail(f"the local fleet did not start:\n{_tail(log)}", EXIT_UNAVAILABLE)
+            print_block(_tail(log), sys.stderr)
+            fail(f"the local fleet did not start (its log above, from {log})", EXIT_UNAVAILABLE)
         url = _started_by(state_file, child.pid)
         if url is not None:
             print(
@@ -371,8 +373,8 @@ def demo(
                 )
                 again = _demo_batch(client, snapshots)
             except WaitTimeout as exc:
-                print(f"assay: error: the demo did not finish: {exc}", file=sys.stderr)
-                print(_tail(fleet.log_path("worker")), file=sys.stderr)
+                print_line(f"assay: error: the demo did not finish: {exc}", sys.stderr)
+                print_block(_tail(fleet.log_path("worker")), sys.stderr)
             else:
                 _show_answered_by(client, again)
                 print(DEMO_NEXT_STEP)
@@ -409,7 +411,7 @@ def _show_answered_by(client: Any, status: Any) -> None:
     tokens it took: a probe's verdict took none."""
     from assay.commands.fleet_common import stdout_console
     from assay.fleet_render import failures_first, verdict_cell
-    from assay.render import Col, add_line, line_table
+    from assay.render import Col, add_line, line_table, safe_markup
 
     console = stdout_console()
     table = line_table(
@@ -423,7 +425,7 @@ def _show_answered_by(client: Any, status: Any) -> None:
         if verdict is None:
             continue
         by = f"probe v{verdict.probe_version}" if verdict.source == "probe" else "the model"
-        add_line(table, row.target, verdict_cell(verdict.verdict), by,
+        add_line(table, safe_markup(row.target), verdict_cell(verdict.verdict), by,
                  f"{verdict.usage.total_tokens:,}")  # fmt: skip
     console.print(table, soft_wrap=False)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 # Commands import the store, fleet, engine or API inside the function that needs them:
 # `assay --help` loads in about 0.3 s and each of those adds 0.3-1 s more (measured with
 # `python -X importtime -c 'import assay.cli'`; tests/assay/test_cli_check.py keeps the engine out).
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from assay.terminal_text import print_line
 from schemas.numbers import NotANumber, amount, whole_number
 
 if TYPE_CHECKING:
@@ -273,7 +275,7 @@ def settings_or_usage(**flags: Any) -> AssaySettings:
     except ValueError as exc:  # pydantic's ValidationError is one too
         raise SetupProblem(f"the configuration is invalid: {settings_problem(exc)}") from None
     for problem in unknown_settings():
-        typer.echo(f"assay: warning: {problem}", err=True)
+        print_line(f"assay: warning: {problem}", sys.stderr)
     return settings
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from assay.commands.fleet_common import fail
+from assay.terminal_text import print_block, print_line
 from schemas.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -115,10 +116,10 @@ def translate(
 def _write(exported: Exported, proof: Proof, force: bool, output: Path | None) -> None:
     """The warnings and the proof on stderr; the translation when proven (or forced)."""
     for warning in exported.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(proof.summary(), file=sys.stderr)
+        print_line(f"warning: {warning}", sys.stderr)
+    print_line(proof.summary(), sys.stderr)
     for verdict in proof.disagreements[:MAX_SHOWN]:
-        print(f"  disagrees: {verdict.describe()}", file=sys.stderr)
+        print_line(f"  disagrees: {verdict.describe()}", sys.stderr)
     if len(proof.disagreements) > MAX_SHOWN:
         print(f"  and {len(proof.disagreements) - MAX_SHOWN} more", file=sys.stderr)
     if not proof.proven and not force:
@@ -127,10 +128,10 @@ def _write(exported: Exported, proof: Proof, force: bool, output: Path | None) -
         raise typer.Exit(EXIT_DISAGREES)
     text = exported.yaml()
     if output is None:
-        print(text, end="")
+        print_block(text)
     else:
         output.write_text(text, encoding="utf-8")
-        print(f"wrote {len(exported.documents)} documents to {output}", file=sys.stderr)
+        print_line(f"wrote {len(exported.documents)} documents to {output}", sys.stderr)
     raise typer.Exit(0 if proof.proven else EXIT_DISAGREES)
 
 

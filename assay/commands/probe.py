@@ -23,6 +23,7 @@ import typer
 from assay.commands import probe_policies
 from assay.commands.fleet_common import ERROR_PREFIX, EXIT_UNAVAILABLE, fail
 from assay.commands.options import confined_snapshot, settings_or_usage
+from assay.terminal_text import print_line
 from schemas.exit_codes import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 
 if TYPE_CHECKING:
@@ -134,21 +135,23 @@ def show(check_id: CheckArg, json_output: JsonFlag = False) -> None:
         print(json.dumps(body, indent=2))
         return
     state = "active" if record.active else f"retired: {record.retired_reason}"
-    print(f"check:        {record.check_id}")
-    print(f"version:      {record.version} ({state})")
-    print(f"compiled by:  run {record.compiled_by_run} at {record.compiled_at:%Y-%m-%d %H:%M:%SZ}")
-    print(f"scope:        {record.probe.scope} (true -> {record.probe.when_true}, "
-          f"false -> {record.probe.when_false})")  # fmt: skip
+    print_line(f"check:        {record.check_id}")
+    print_line(f"version:      {record.version} ({state})")
+    compiled_at = f"{record.compiled_at:%Y-%m-%d %H:%M:%SZ}"
+    print_line(f"compiled by:  run {record.compiled_by_run} at {compiled_at}")
+    print_line(f"scope:        {record.probe.scope} (true -> {record.probe.when_true}, "
+               f"false -> {record.probe.when_false})")  # fmt: skip
     for index, lookup in enumerate(record.probe.lookups):
-        print(f"lookup {index}:     {lookup.tool} {json.dumps(lookup.args, sort_keys=True)}")
-    print(f"expression:   {record.probe.summary()}")
-    print(f"agreement:    {record.agreements} agreed, {record.disagreements} disagreed; "
-          f"{record.runs_since_validation} probe runs since the model last agreed")  # fmt: skip
+        print_line(f"lookup {index}:     {lookup.tool} {json.dumps(lookup.args, sort_keys=True)}")
+    print_line(f"expression:   {record.probe.summary()}")
+    since = f"{record.runs_since_validation} probe runs since the model last agreed"
+    agreed = f"{record.agreements} agreed, {record.disagreements} disagreed"
+    print_line(f"agreement:    {agreed}; {since}")
     for entry in history[-10:]:
         mark = "agreed" if entry.agreed else "DISAGREED"
         probe_said = entry.probe_verdict.value if entry.probe_verdict else "-"
-        print(f"  {entry.at:%Y-%m-%d %H:%M:%S} v{entry.version} {entry.why:<10} probe "
-              f"{probe_said:<5} model {entry.model_verdict.value:<5} {mark}")  # fmt: skip
+        print_line(f"  {entry.at:%Y-%m-%d %H:%M:%S} v{entry.version} {entry.why:<10} probe "
+                   f"{probe_said:<5} model {entry.model_verdict.value:<5} {mark}")  # fmt: skip
 
 
 def _positive_seconds(value: float | None) -> float | None:
@@ -171,19 +174,19 @@ ProbeTimeoutOpt = Annotated[
 
 def _print_run(run: ProbeRun) -> None:
     verdict = run.verdict.value if run.verdict else "cannot_determine"
-    print(f"verdict:  {verdict}")
+    print_line(f"verdict:  {verdict}")
     if run.error:
-        print(f"error:    {run.error}")
-    print(f"value:    {run.value}")
-    print(f"objects:  {run.objects_read} read in {run.duration_seconds * 1000:.1f} ms")
+        print_line(f"error:    {run.error}")
+    print_line(f"value:    {run.value}")
+    print_line(f"objects:  {run.objects_read} read in {run.duration_seconds * 1000:.1f} ms")
     for ref in run.objects[:20]:
         where = f"{ref.namespace}/" if ref.namespace else ""
-        print(f"  {ref.kind} {where}{ref.name}")
+        print_line(f"  {ref.kind} {where}{ref.name}")
     if run.fields:
-        print(f"fields:   {', '.join(run.fields)}")
+        print_line(f"fields:   {', '.join(run.fields)}")
     for ref in run.deciding:
         where = f"{ref.namespace}/" if ref.namespace else ""
-        print(f"false for: {ref.kind} {where}{ref.name}")
+        print_line(f"false for: {ref.kind} {where}{ref.name}")
 
 
 @probe_app.command("test")
@@ -325,7 +328,7 @@ def drop(check_id: CheckArg) -> None:
         fail(str(exc), EXIT_USAGE)
     if not dropped:
         fail(f"check {check_id!r} has no probe", EXIT_UNKNOWN)
-    print(f"dropped the probe of {check_id}")
+    print_line(f"dropped the probe of {check_id}")
 
 
 @probe_app.command("import")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from assay.commands.fleet_common import fail
+from assay.terminal_text import print_block, print_line
 from schemas.exit_codes import EXIT_CODES, EXIT_UNKNOWN, EXIT_USAGE, VerdictKind
 
 if TYPE_CHECKING:
@@ -96,15 +97,17 @@ def run_import(
         verb = "would import" if dry_run else "imported"
         for policy in policies:
             again = " (replaced)" if policy.name in report.replaced else ""
-            print(f"{verb} {policy.predicate}{again}: {describe(policy)}")
+            print_line(f"{verb} {policy.predicate}{again}: {describe(policy)}")
         for refusal in report.refused:
-            print(f"refused {refusal.kind} {refusal.name} ({refusal.source}): {refusal.reason}")
+            print_line(
+                f"refused {refusal.kind} {refusal.name} ({refusal.source}): {refusal.reason}"
+            )
         if policy_set is not None and report.refused:
-            print(f"policy set {policy_set} unchanged: a set is imported whole, and "
-                  f"{len(report.refused)} of its documents were refused")  # fmt: skip
+            print_line(f"policy set {policy_set} unchanged: a set is imported whole, and "
+                       f"{len(report.refused)} of its documents were refused")  # fmt: skip
         if report.policy_set and not dry_run:
-            print(f"policy set {report.policy_set}: {len(policies)} policies "
-                  f"(run it as the check policy-set:{report.policy_set})")  # fmt: skip
+            print_line(f"policy set {report.policy_set}: {len(policies)} policies "
+                       f"(run it as the check policy-set:{report.policy_set})")  # fmt: skip
     if not documents:
         fail("the files hold no documents; nothing was imported", EXIT_USAGE)
     if report.refused:
@@ -165,10 +168,10 @@ def list_policies(policy_set: str | None, json_output: bool) -> None:
     for name, policy in loaded.items():
         member_of = [s for s, members in sets.items() if name in members]
         in_sets = f"  sets: {', '.join(member_of)}" if member_of else ""
-        print(f"policy:{name}  {describe(policy) if policy else '(unreadable)'}{in_sets}")
+        print_line(f"policy:{name}  {describe(policy) if policy else '(unreadable)'}{in_sets}")
     for name, members in sets.items():
         if policy_set is None or name == policy_set:
-            print(f"policy-set:{name}  {len(members)} policies")
+            print_line(f"policy-set:{name}  {len(members)} policies")
 
 
 def show(ref: PolicyReference, json_output: bool) -> None:
@@ -182,18 +185,18 @@ def show(ref: PolicyReference, json_output: bool) -> None:
         if json_output:
             print(json.dumps({"policy_set": ref.name, "policies": members}, indent=2))
         else:
-            print(f"policy set:   {ref.name} ({len(members)} policies)")
+            print_line(f"policy set:   {ref.name} ({len(members)} policies)")
             for name in members:
-                print(f"  policy:{name}")
+                print_line(f"  policy:{name}")
         return
     policy = _policy(store, ref.name)
     if json_output:
         print(policy.model_dump_json(indent=2))
         return
-    print(f"policy:       {policy.name} ({describe(policy)})")
+    print_line(f"policy:       {policy.name} ({describe(policy)})")
     imported = f"{policy.imported_at:%Y-%m-%d %H:%M:%SZ}"
-    print(f"from:         {policy.source} ({policy.policy_name}), imported {imported}")
-    print(f"actions:      {', '.join(policy.validation_actions) or '(none given)'}")
+    print_line(f"from:         {policy.source} ({policy.policy_name}), imported {imported}")
+    print_line(f"actions:      {', '.join(policy.validation_actions) or '(none given)'}")
     from workers.policy_engine.cel.programs import EXCEPTIONS_VARIABLE
     from workers.policy_engine.policies.kyverno_exceptions import shown
 
@@ -203,21 +206,22 @@ def show(ref: PolicyReference, json_output: bool) -> None:
             if rule.pod_controllers
             else ""
         )
-        print(f"rule {rule.name}{derived}:")
+        print_line(f"rule {rule.name}{derived}:")
         for variable in rule.variables:
             if variable.name == EXCEPTIONS_VARIABLE:  # Kyverno's, shown by its exceptions
                 continue
-            print(f"  variable {variable.name}: {variable.expression}")
+            print_line(f"  variable {variable.name}: {variable.expression}")
         for condition in rule.match_conditions:
             if condition.exception:  # shown as the exception writes it
-                print(f"  {shown(condition, policy.documents)}")
+                print_line(f"  {shown(condition, policy.documents)}")
                 continue
-            print(f"  match condition {condition.name}: {condition.expression}")
+            print_line(f"  match condition {condition.name}: {condition.expression}")
         for exception in rule.exceptions:
-            print(f"  exempt by PolicyException {exception.name}: what its match selects")
+            print_line(f"  exempt by PolicyException {exception.name}: what its match selects")
         for validation in rule.validations:
             message = validation.message_expression or validation.message or ""
-            print(f"  validation: {validation.expression}" + (f"  -> {message}" if message else ""))
+            said = f"  validation: {validation.expression}"
+            print_line(said + (f"  -> {message}" if message else ""))
 
 
 def _policy(store: PolicyStore, name: str) -> ImportedPolicy:
@@ -243,7 +247,7 @@ def drop(ref: PolicyReference) -> None:
     if not dropped:
         fail(f"there is no {ref.predicate}", EXIT_UNKNOWN)
     what = "the policy" if ref.kind == "policy" else "the set (its policies stay)"
-    print(f"dropped {what} {ref.predicate}")
+    print_line(f"dropped {what} {ref.predicate}")
 
 
 def export(
@@ -265,8 +269,8 @@ def export(
 def print_export(exported: Exported) -> None:
     """The YAML on stdout (its warnings as comments in it), each warning on stderr too."""
     for warning in exported.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(exported.yaml(), end="")
+        print_line(f"warning: {warning}", sys.stderr)
+    print_block(exported.yaml())
 
 
 def test(
@@ -296,21 +300,21 @@ def test(
     else:
         for result in results:
             print_result(result)
-        print(f"listings: {shared.requests} list request(s) for {len(results)} policies")
+        print_line(f"listings: {shared.requests} list request(s) for {len(results)} policies")
     raise typer.Exit(EXIT_CODES[_overall(results)])
 
 
 def print_result(result: PolicyResult) -> None:
     line = f"policy:{result.policy}  {result.verdict.value}"
     line += f"  ({result.judged_total} judged, {result.violations_total} violate it)"
-    print(line)
+    print_line(line)
     if result.reason:
-        print(f"  reason: {result.reason}")
+        print_line(f"  reason: {result.reason}")
     for violation in result.violations[:20]:
         where = f"{violation.namespace}/" if violation.namespace else ""
-        print(f"  {violation.kind} {where}{violation.name}: {violation.message}")
+        print_line(f"  {violation.kind} {where}{violation.name}: {violation.message}")
     if result.violations_total > 20:
-        print(f"  and {result.violations_total - 20} more")
+        print_line(f"  and {result.violations_total - 20} more")
 
 
 def _overall(results: list[PolicyResult]) -> VerdictKind:

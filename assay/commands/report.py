@@ -88,6 +88,8 @@ def report(
         raise typer.Exit(junit.exit_code(cases))
     import yaml
 
+    from assay.terminal_text import hides, print_block
+
     by_target = documents_by_target(
         checks, "openreports" if openreports else "wgpolicyk8s", excluded
     )
@@ -99,7 +101,9 @@ def report(
         text = yaml.dump_all(
             documents, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100
         )
-        sys.stdout.write(text)
+        if hides(text):  # a bidirectional override YAML writes as is: all in escapes then
+            text = yaml.dump_all(documents, Dumper=dumper, sort_keys=False, width=100)
+        print_block(text)
 
 
 def register(app: typer.Typer) -> None:

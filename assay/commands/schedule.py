@@ -43,6 +43,7 @@ from assay.commands.options import (
     ProbeOpt,
     spend_ceiling,
 )
+from assay.terminal_text import print_line
 from scheduler.when import WhenError, parse_duration
 from schemas.exit_codes import EXIT_UNKNOWN, EXIT_USAGE
 from workers.fleet.redis_client import connect, shown_url
@@ -119,7 +120,7 @@ DayCostOpt = Annotated[
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    typer.echo(f"{ERROR_PREFIX}{message}", err=True)
+    print_line(f"{ERROR_PREFIX}{message}", sys.stderr)
     raise typer.Exit(code)
 
 
@@ -134,7 +135,7 @@ def _settings() -> AssaySettings:
             "fix ASSAY_* or the ASSAY_CONFIG file"
         )
     for problem in unknown_settings():
-        typer.echo(f"assay: warning: {problem}", err=True)
+        print_line(f"assay: warning: {problem}", sys.stderr)
     return settings
 
 
@@ -322,7 +323,7 @@ def add(
         _print_json(_as_dict(store, settings, created))
         return
     next_at = store.next_fire_at(created)
-    typer.echo(
+    print_line(
         f"added schedule {created.name} ({created.id}), {created.cadence()}; "
         f"next fire {_when(next_at, created.timezone)}"
     )
@@ -382,7 +383,7 @@ def update(
         _fail(str(exc), EXIT_UNKNOWN)
     except ScheduleConflict as exc:
         _fail(str(exc))
-    typer.echo(
+    print_line(
         f"updated schedule {changed.name}: {changed.cadence()}; next fire "
         f"{_when(store.next_fire_at(changed), changed.timezone)}"
     )
@@ -418,9 +419,7 @@ def _print_schedules(
     """
     from collections import Counter
 
-    from rich.markup import escape
-
-    from assay.render import Col, add_line, line_table
+    from assay.render import Col, add_line, line_table, safe_markup
 
     console = stdout_console(wide)
     table = line_table(
@@ -453,7 +452,7 @@ def _print_schedules(
             when,
             outcome or "-",
         ]
-        add_line(table, *(escape(cell) for cell in cells))
+        add_line(table, *(safe_markup(cell) for cell in cells))
     console.print(table, soft_wrap=False)
 
 
@@ -495,28 +494,29 @@ def show(ref: RefArg, json_out: JsonOpt = False) -> None:
         for target, verdict in data["last_verdicts"].items():
             run = schedule.last_fire.runs.get(target, "")
             lines.append(f"  {target}: {verdict}  (run {run})")
-    typer.echo("\n".join(lines))
+    for line in lines:
+        print_line(line)
 
 
 @schedule_app.command("pause")
 def pause(ref: RefArg) -> None:
     """Stop firing until resumed."""
     schedule = _change(ref, "pause")
-    typer.echo(f"paused schedule {schedule.name}")
+    print_line(f"paused schedule {schedule.name}")
 
 
 @schedule_app.command("resume")
 def resume(ref: RefArg) -> None:
     """Fire again from the next instant; paused instants are not made up."""
     schedule = _change(ref, "resume")
-    typer.echo(f"resumed schedule {schedule.name}")
+    print_line(f"resumed schedule {schedule.name}")
 
 
 @schedule_app.command("remove")
 def remove(ref: RefArg) -> None:
     """Delete a schedule and its timer (verdicts already recorded stay)."""
     schedule = _change(ref, "remove")
-    typer.echo(f"removed schedule {schedule.name}")
+    print_line(f"removed schedule {schedule.name}")
 
 
 @schedule_app.command("run-now")
@@ -532,7 +532,7 @@ def run_now(ref: RefArg) -> None:
     except ScheduleNotFound as exc:
         _fail(str(exc), EXIT_UNKNOWN)
     schedule = store.get(ref)
-    typer.echo(
+    print_line(
         f"queued a fire of {schedule.name} at {iso_utc(entry.due_at)}; "
         "a running scheduler (`assay scheduler` or `assay up`) enqueues it"
     )

@@ -1125,3 +1125,59 @@ def yaml_document(text: str) -> dict[str, object]:
 
     loaded: dict[str, object] = yaml.safe_load(text)
     return loaded
+
+
+TITLE_SET = "\x1b]0;pwned\x07"  # OSC 0: sets the terminal's title
+RIGHT_TO_LEFT = "\u202e"  # shows what follows it backwards
+
+
+def test_text_of_a_file_is_shown_as_text_and_still_round_trips(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    """A predicate holding an escape sequence and a bidirectional override: printed by
+    `apply --dry-run` (its diff), `get` (the table) and `get -o yaml` without either, and
+    the YAML still applies back as the same object."""
+    hostile = CHECK.replace(
+        f"predicate: {PREDICATE}", f'predicate: "\\e]0;pwned\\a {PREDICATE} \\u202E reversed"'
+    )
+    # a plain scalar in YAML (no escape in it): spelled out as it stands, it would change
+    plain = CHECK.replace("name: prod-replicas", "name: plain").replace(
+        f"predicate: {PREDICATE}", f"predicate: {PREDICATE} {RIGHT_TO_LEFT} reversed"
+    )
+    folder = write(tmp_path / "c", **{"c.yaml": hostile + "---\n" + plain})
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "h", "--dry-run")
+    assert code == 0, err
+    for shown in (out, err):
+        assert TITLE_SET[0] not in shown and RIGHT_TO_LEFT not in shown
+    assert f'+  predicate: "\\e]0;pwned\\a {PREDICATE} \\u202E reversed"' in out.splitlines()
+    assert run(capsys, "apply", "-f", str(folder), "--source", "h")[0] == 0
+    stored = checks(cli_env).get("prod-replicas")
+    assert stored is not None and stored.spec.predicate.startswith(TITLE_SET)
+    stored = checks(cli_env).get("plain")
+    assert stored is not None and stored.spec.predicate.endswith(f"{RIGHT_TO_LEFT} reversed")
+
+    code, out, _ = run(capsys, "get", "checks", "--wide")
+    assert code == 0
+    assert TITLE_SET[0] not in out and RIGHT_TO_LEFT not in out
+    assert f"\\x1b]0;pwned\\x07 {PREDICATE} \\u202e reversed" in out
+    code, exported, _ = run(capsys, "get", "checks", "-o", "yaml", "--base", str(tmp_path / "o"))
+    assert code == 0
+    assert TITLE_SET[0] not in exported and RIGHT_TO_LEFT not in exported
+    before = snapshot_of_store(cli_env)
+    write(tmp_path / "o", **{"c.yaml": exported})
+    code, out, err = run(capsys, "apply", "-f", str(tmp_path / "o"), "--source", "h")
+    assert code == 0 and out.splitlines()[-1] == "no changes: 2 objects unchanged", (out, err)
+    assert snapshot_of_store(cli_env) == before
+
+
+def test_a_hostile_key_is_refused_on_one_line_of_text(
+    capsys: pytest.CaptureFixture[str], cli_env: str, tmp_path: Path
+) -> None:
+    key = '"boom\\e]0;pwned\\a\\nassay: error: nothing wrong here"'
+    folder = write(tmp_path / "c", **{"c.yaml": CHECK + f"  {key}: 1\n"})
+    code, out, err = run(capsys, "apply", "-f", str(folder), "--source", "h")
+    assert code == 64 and out == ""
+    assert TITLE_SET[0] not in err and TITLE_SET[-1] not in err
+    problem, summary = err.splitlines()
+    assert "spec.boom\\x1b]0;pwned\\x07\\nassay: error: nothing wrong here" in problem
+    assert summary.startswith("assay: error: nothing applied")

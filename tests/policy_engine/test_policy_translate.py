@@ -150,3 +150,37 @@ def test_a_translation_is_proven_on_a_live_cluster_read_only(
         assert "24 of 24 objects judged alike" in err  # as on the snapshot it was taken from
         assert server.methods() == {"GET"}
     assert [d["kind"] for d in yaml.safe_load_all(out)].count("ValidatingAdmissionPolicy") == 3
+
+
+def test_an_object_name_is_named_on_one_line_of_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A disagreeing object is named on stderr as text: the escape sequence in its name
+    (setting the terminal's title) is spelled out, its newline cannot forge a line."""
+    hostile = "nulled\x1b]0;pwned\x07\n  disagrees: none"
+    files = _files(tmp_path, _deployment("set", 2), _deployment(hostile, None))
+    code, out, err = run(capsys, "policy", "translate", *files, "--to", "kyverno")
+    assert code == 1 and out == ""
+    assert "\x1b" not in err and "\x07" not in err
+    disagreeing = [line for line in err.splitlines() if line.startswith("  disagrees: ")]
+    assert disagreeing == [
+        "  disagrees: Deployment prod/nulled\\x1b]0;pwned\\x07\\n  disagrees: none: original "
+        "denied, translation allowed"
+    ]
+
+
+def test_a_refusal_quoting_a_hostile_key_is_one_line_of_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    files = _files(tmp_path, _deployment("set", 2))
+    policy = Path(files[0])
+    key = '"boom\\e]0;pwned\\a\\nassay: error: none"'
+    policy.write_text(NULL_SENSITIVE.replace("  failurePolicy: Fail", f"  {key}: 1"))
+    code, out, err = run(capsys, "policy", "translate", *files)
+    assert code == 64 and out == ""
+    assert "\x1b" not in err and "\x07" not in err
+    assert err.splitlines() == [
+        "assay: error: some documents cannot be translated: ValidatingAdmissionPolicy "
+        "replicas-set: spec.boom\\x1b]0;pwned\\x07\\nassay: error: none: Extra inputs are not "
+        "permitted"
+    ]

@@ -282,3 +282,21 @@ def test_a_schedule_stored_under_wider_rules_still_loads_and_keeps_its_cron(
     assert store.get("month-end").cron == wider
     code, _, err = run(capsys, "schedule", "update", "month-end", "--cron", "0 9 30 1,3 *")
     assert code == 64 and "not five fields" in err, err
+
+
+def test_a_predicate_is_shown_as_one_line_of_text(
+    capsys: pytest.CaptureFixture[str], cli_env: str
+) -> None:
+    """`schedule show` prints a predicate's escape sequence (one setting the terminal's
+    title) spelled out, and its newline cannot forge a line of the listing."""
+    predicate = "pods are ready\x1b]0;pwned\x07\nstate:       paused"
+    code, _, err = run(
+        capsys, "schedule", "add", "odd", predicate, "--every", "1h", "--context", "a"
+    )
+    assert code == 0, err
+    code, out, _ = run(capsys, "schedule", "show", "odd")
+    assert code == 0
+    assert "\x1b" not in out and "\x07" not in out
+    lines = out.splitlines()
+    assert "check:       pods are ready\\x1b]0;pwned\\x07\\nstate:       paused" in lines
+    assert [line for line in lines if line.startswith("state:")] == ["state:       active"]
