@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from assay.testing.given_folder import given_folder  # noqa: E402
+from assay.testing.given_folder import folder_spec, given_folder  # noqa: E402
 from assay.testing.kyverno_configuration import CONFIGURATION_PATHS  # noqa: E402
 from assay.testing.policy_corpus import (  # noqa: E402
     disagreement_class,
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         "--library",
         action="append",
         default=[],
+        type=folder_spec,
         help="a folder of a library's tests, or GIT_DIR:SUBFOLDER of a mirror (repeatable)",
     )
     parser.add_argument("--reasons", action="store_true", help="why fixtures got no value")

@@ -37,7 +37,7 @@ from assay.testing.crd_conformance import (  # noqa: E402
     hold,
     judge_documents,
 )
-from assay.testing.given_folder import given_folder  # noqa: E402
+from assay.testing.given_folder import folder_spec, given_folder  # noqa: E402
 
 _LISTED = 40  # entries shown per informational list
 
@@ -112,12 +112,14 @@ def main(argv: list[str] | None = None) -> int:
         "--crds",
         action="append",
         required=True,
+        type=folder_spec,
         help="a folder of CRD YAML files, or GIT_DIR[:SUBFOLDER] (repeatable)",
     )
     parser.add_argument(
         "--documents",
         action="append",
         default=[],
+        type=folder_spec,
         help="a folder of policy documents, or GIT_DIR[:SUBFOLDER] (repeatable)",
     )
     args = parser.parse_args(argv)  # fmt: skip
@@ -125,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         for spec in args.crds:
             crds.extend(crd_versions(stack.enter_context(given_folder(spec))))
+    if not crds:
+        parser.error(f"no CustomResourceDefinition in {', '.join(args.crds)}")
     drift = report_held(hold(crds), crds)
     for spec in args.documents:
         judgement = Judgement()

@@ -8,6 +8,7 @@ argument (bench/bench_cel.py, bench/check_admission_model.py).
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import tarfile
 import tempfile
@@ -29,6 +30,21 @@ def _present(git_dir: Path, paths: tuple[Path, ...]) -> list[str]:
         text=True,
     ).stdout.split()
     return [str(p) for p in paths if str(p) in listed]
+
+
+def folder_spec(spec: str) -> str:
+    """``spec`` as a command line gave it, when it names a folder (or a bare git directory's
+    folder) that is there; argparse's usage error otherwise, so a mistyped path is said, not
+    read as an empty tree."""
+    git_dir, _, under = spec.partition(":")
+    path = Path(git_dir)
+    if is_bare_git_dir(path):
+        if under and not _present(path, (Path(under.rstrip("/")),)):
+            raise argparse.ArgumentTypeError(f"{git_dir}'s HEAD holds no {under}")
+        return spec
+    if not (path / under if under else path).is_dir():
+        raise argparse.ArgumentTypeError(f"{spec} is neither a folder nor a bare git directory")
+    return spec
 
 
 @contextmanager

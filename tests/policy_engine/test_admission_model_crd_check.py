@@ -200,3 +200,15 @@ def test_the_check_fails_when_the_model_drifts_from_a_crd_and_passes_when_not(
     (tmp_path / "crd.yaml").write_text(yaml.safe_dump(_template_crd(source)), encoding="utf-8")
     assert main(["--crds", str(tmp_path)]) == 1
     assert "variables[].name: the model's string, the schema's boolean" in capsys.readouterr().out
+
+
+def test_a_mistyped_path_or_a_tree_without_crds_is_said_not_read_as_agreement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv, said in (
+        (["--crds", str(tmp_path / "typo")], "is neither a folder nor a bare git directory"),
+        (["--crds", str(tmp_path)], "no CustomResourceDefinition in"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2 and said in capsys.readouterr().err
