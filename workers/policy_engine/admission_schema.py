@@ -42,6 +42,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
 
 from schemas.kubernetes_metadata import LabelSelector as KubernetesLabelSelector
 from schemas.kubernetes_metadata import (
@@ -94,9 +95,7 @@ def read(shape: type[Shape], value: Any, reading: Reading, what: str) -> Shape:
     try:
         return TypeAdapter(shape).validate_python(value, context={"reading": reading})
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(part for part in (what, *map(_located, error["loc"])) if part)
-        raise ReadError(f"{where}: {_message(error['msg'])}") from None
+        raise ReadError(_sentence(exc.errors()[0], what)) from None
 
 
 def _located(part: str | int) -> str:
@@ -106,8 +105,11 @@ def _located(part: str | int) -> str:
     return text if len(text) <= 63 else f"{text[:60]}..."
 
 
-def _message(text: str) -> str:
-    return text.removeprefix("Value error, ")
+def _sentence(error: ErrorDetails, what: str = "") -> str:
+    """One problem pydantic found, as one sentence: where it is (from ``what``), and what."""
+    where = ".".join(part for part in (what, *map(_located, error["loc"])) if part)
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
 
 
 def wire_names(shape: type[BaseModel]) -> tuple[str, ...]:
@@ -477,10 +479,9 @@ def problems(document: dict[str, Any]) -> list[str]:
     try:
         model.model_validate(document)
     except ValidationError as exc:
-        out = []
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"])
-            message = _message(str(error["msg"]))
-            out.append(f"{document.get('kind')} {where}: {message}" if where else message)
-        return out
+        kind = document.get("kind")
+        return [
+            f"{kind} {_sentence(error)}" if error["loc"] else _sentence(error)
+            for error in exc.errors()
+        ]
     return []
