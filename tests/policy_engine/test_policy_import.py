@@ -142,6 +142,35 @@ spec:
     assert sorted(p.name for p in policies) == ["replicas-prod", "replicas-staging"]
 
 
+def test_a_bindings_exclusions_narrow_its_own_policy_only() -> None:
+    """Each binding is its own policy: what one binding's matchResources leaves out is still
+    judged under the next (left out there too, a violation would pass unseen)."""
+    excluding = VAP.replace(
+        "    namespaceSelector: {matchLabels: {env: prod}}\n",
+        "    namespaceSelector: {matchLabels: {env: prod}}\n"
+        "    excludeResourceRules:\n"
+        "      - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE],\n"
+        "         resources: [deployments], resourceNames: [legacy]}\n",
+    )
+    assert excluding != VAP
+    second = """
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: replicas-staging}
+spec:
+  policyName: replicas
+  validationActions: [Audit]
+  paramRef: {name: replica-floor, namespace: params, parameterNotFoundAction: Deny}
+"""
+    policies, refusals = _import(excluding + second)
+    assert refusals == []
+    by_name = {p.name: p.rules[0] for p in policies}
+    assert [names for group in by_name["replicas-prod"].exclude for f in group
+            for names in [f.names]] == [["legacy"]]  # fmt: skip
+    assert by_name["replicas-staging"].exclude == []
+
+
 def test_params_not_in_the_files_are_read_from_the_target() -> None:
     without_params = VAP.rsplit("---", 1)[0]
     (policy,), refusals = _import(without_params)

@@ -75,6 +75,7 @@ def import_vap(
         if refusal:
             raise Unsupported(refusal)
         terms = [base] if base is not None else []
+        excluded = exclude  # the policy's own; a binding's are added for its policy alone
         actions: list[str] = []
         documents: list[dict[str, Any]] = [policy.document]
         if binding is not None:
@@ -82,13 +83,15 @@ def import_vap(
             extra = vap_match_filter(bspec.match_resources, "binding spec.matchResources")
             if extra is not None:
                 terms.append(extra)
-            exclude = exclude + vap_exclusions(bspec.match_resources, "binding spec.matchResources")
+            excluded = exclude + vap_exclusions(
+                bspec.match_resources, "binding spec.matchResources"
+            )
             actions = list(bspec.validation_actions)
             documents = [policy.document, binding.document, *param_docs]
         rule = PolicyRule(
             name=name,
             match=[terms],
-            exclude=exclude,
+            exclude=excluded,
             match_conditions=conditions,
             variables=variables,
             validations=validations,
