@@ -72,7 +72,9 @@ def import_documents(
         used.update(id(e) for e in entries if e.document in policy.documents)
         return [policy]
 
-    bindings = [d for d in documents if _is(d, VAP_GROUP, "ValidatingAdmissionPolicyBinding")]
+    bound: dict[str, list[SourcedDocument]] = {}  # each binding read once, by its policy
+    for binding in (d for d in documents if _is(d, VAP_GROUP, "ValidatingAdmissionPolicyBinding")):
+        bound.setdefault(vap.binding_policy(binding), []).append(binding)
     templates = [d for d in documents if _is(d, GATEKEEPER_TEMPLATES_GROUP, "ConstraintTemplate")]
     kinds_of_templates = {gatekeeper.template_kind(t) for t in templates}
     for doc in documents:
@@ -80,7 +82,7 @@ def import_documents(
             used.add(id(doc))
             refusals.append(_refusal(doc, not_accepted[id(doc)]))
         elif _is(doc, VAP_GROUP, "ValidatingAdmissionPolicy"):
-            mine = [b for b in bindings if vap.binding_policy(b) == name_of(doc.document)]
+            mine = bound.get(name_of(doc.document), [])
             used.update(id(b) for b in mine)
             attempt(doc, partial(vap.import_vap, doc, mine, documents, now))
         elif doc.api_group == KYVERNO_POLICIES_GROUP and doc.kind in (
@@ -175,12 +177,12 @@ def _ignored_params(documents: list[SourcedDocument]) -> set[int]:
             continue
         if not ref.name:
             try:
-                chosen = label_selector(ref.selector, "paramRef.selector")
+                if label_selector(ref.selector, "paramRef.selector") is None:
+                    continue  # none, or an empty one, names no object in particular
             except Unsupported:
                 continue  # a selector the API server refuses selects nothing
-            if chosen is None:
-                continue  # nor does an empty one name an object in particular
-        ignored.update(id(doc) for doc in documents if vap.selects(ref, doc))
+        picks = vap.picker(ref)
+        ignored.update(id(doc) for doc in documents if picks(doc))
     return ignored
 
 

@@ -12,6 +12,7 @@ takes the policy's name; with several, each takes its binding's name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -68,7 +69,8 @@ def import_vap(
     plans: list[SourcedDocument | None] = list(bindings) or [None]
     out = []
     for binding in plans:
-        params, param_docs, param_source = _params(spec, binding, others)
+        bspec = _binding_spec(binding) if binding is not None else None
+        params, param_docs, param_source = _params(spec, binding, bspec, others)
         given = params is not None or param_source is not None
         expressions = cel_texts(variables, conditions, validations)
         refusal = refusal_in(expressions, params_given=given, creates=creates)
@@ -78,8 +80,7 @@ def import_vap(
         excluded = exclude  # the policy's own; a binding's are added for its policy alone
         actions: list[str] = []
         documents: list[dict[str, Any]] = [policy.document]
-        if binding is not None:
-            bspec = _binding_spec(binding)
+        if binding is not None and bspec is not None:
             extra = vap_match_filter(bspec.match_resources, "binding spec.matchResources")
             if extra is not None:
                 terms.append(extra)
@@ -122,7 +123,10 @@ def _binding_spec(binding: SourcedDocument) -> BindingSpec:
 
 
 def _params(
-    spec: PolicySpec, binding: SourcedDocument | None, others: list[SourcedDocument]
+    spec: PolicySpec,
+    binding: SourcedDocument | None,
+    bspec: BindingSpec | None,
+    others: list[SourcedDocument],
 ) -> tuple[Any, list[dict[str, Any]], ParamSource | None]:
     """The params a binding names: (the object, [it], None) from the files; (None, [],
     the source) to read from the target; (None, [], None) without paramKind (a binding's
@@ -130,8 +134,8 @@ def _params(
     kind = spec.param_kind
     if kind is None:
         return None, [], None
-    assert binding is not None  # checked by the caller
-    ref = _binding_spec(binding).param_ref
+    assert binding is not None and bspec is not None  # checked by the caller
+    ref = bspec.param_ref
     if ref is None or not ref.model_fields_set:
         raise Unsupported(
             f"it takes params ({kind.kind}) and its binding {name_of(binding.document)} "
@@ -145,12 +149,13 @@ def _params(
     action = ref.parameter_not_found_action or "Deny"
     failure = spec.failure_policy or "Fail"
     selector = label_selector(ref.selector, "paramRef.selector")
+    picks = picker(ref)
     candidates = [
         other
         for other in others
         if other.document.get("kind") == kind.kind
         and other.document.get("apiVersion") == kind.api_version
-        and selects(ref, other)
+        and picks(other)
     ]
     if not candidates:  # not in the files: read from the target on every run
         source = ParamSource(
@@ -171,18 +176,22 @@ def _params(
     return candidates[0].document, [candidates[0].document], None
 
 
-def selects(ref: ParamRef, doc: SourcedDocument) -> bool:
-    """Whether a binding's ``paramRef`` picks ``doc`` (of the policy's paramKind): in its
+def picker(ref: ParamRef) -> Callable[[SourcedDocument], bool]:
+    """Whether a binding's ``paramRef`` picks a document (of the policy's paramKind): in its
     namespace, if it names one; then by its name, or else by its selector (none: every
     object). Unsupported for a selector the API server would refuse."""
-    if ref.namespace and namespace_of(doc.document) != ref.namespace:
-        return False
-    if ref.name:
-        return name_of(doc.document) == ref.name
-    selector = label_selector(ref.selector, "paramRef.selector")
-    metadata = doc.document.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, dict) else None
-    return selector is None or selector.matches(labels if isinstance(labels, dict) else {})
+    selector = None if ref.name else label_selector(ref.selector, "paramRef.selector")
+
+    def picks(doc: SourcedDocument) -> bool:
+        if ref.namespace and namespace_of(doc.document) != ref.namespace:
+            return False
+        if ref.name:
+            return name_of(doc.document) == ref.name
+        metadata = doc.document.get("metadata")
+        labels = metadata.get("labels") if isinstance(metadata, dict) else None
+        return selector is None or selector.matches(labels if isinstance(labels, dict) else {})
+
+    return picks
 
 
 def binding_spec(binding: SourcedDocument) -> BindingSpec | None:
