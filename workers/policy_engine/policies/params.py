@@ -33,6 +33,7 @@ from typing import Any
 
 from schemas.policy import ParamSource
 from workers.engine.toolsets.backend import BackendError, ResourceInfo
+from workers.policy_engine.policies.documents import name_of, namespace_of
 from workers.policy_engine.policies.lookups import SharedLookups
 
 NOT_FOUND_MESSAGE = "no params found for policy binding with `Deny` parameterNotFoundAction"
@@ -100,16 +101,6 @@ def _when_missing(source: ParamSource, what: str, where: str) -> ParamsRun | Non
     return None
 
 
-def _namespace(obj: dict[str, Any]) -> str | None:
-    meta = obj.get("metadata")
-    return meta.get("namespace") if isinstance(meta, dict) else None
-
-
-def _name(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("name") or "") if isinstance(meta, dict) else ""
-
-
 def params_plan(source: ParamSource, judged: ResourceInfo, shared: SharedLookups) -> ParamsPlan:
     """How a rule over ``judged`` objects runs with the params ``source`` names on the target."""
     what = f"{source.kind} ({source.api_version})"
@@ -137,7 +128,7 @@ def params_plan(source: ParamSource, judged: ResourceInfo, shared: SharedLookups
         return ParamsPlan(error=f"its params ({what}) could not be listed: {exc.message}")
     # in the order the API server lists them (by namespace and name), which Kyverno's
     # reading of several depends on (run.py)
-    found = sorted(_selected(source, listed), key=lambda o: (_namespace(o) or "", _name(o)))
+    found = sorted(_selected(source, listed), key=lambda o: (namespace_of(o) or "", name_of(o)))
     if per_namespace:
         where = " in the judged object's namespace"
     else:
@@ -149,7 +140,7 @@ def params_plan(source: ParamSource, judged: ResourceInfo, shared: SharedLookups
         return ParamsPlan([missing] if missing else [])
     by_namespace: dict[str, list[dict[str, Any]]] = {}
     for obj in found:
-        by_namespace.setdefault(str(_namespace(obj) or ""), []).append(obj)
+        by_namespace.setdefault(namespace_of(obj) or "", []).append(obj)
     runs = [
         ParamsRun(p, where=_in(namespace))
         for namespace, params in sorted(by_namespace.items())
