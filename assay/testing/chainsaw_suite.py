@@ -142,7 +142,7 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     )
 
 
-def _documents(path: Path) -> list[dict[str, Any]]:
+def documents_of(path: Path) -> list[dict[str, Any]]:
     """A file's objects, timestamps as the API's text (as a snapshot stores them)."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -212,7 +212,7 @@ def _operations(step: Any, base: Path) -> list[tuple[str, _Applied, list[Any]]]:
         named = bindings.get("file")
         if "policy" in str(template) and isinstance(named, str):
             file = base / named
-            out.append(("apply", _Applied(file, _documents(file)), []))
+            out.append(("apply", _Applied(file, documents_of(file)), []))
         return out
     for operation in step.get("try") or []:
         if not isinstance(operation, dict):
@@ -223,7 +223,7 @@ def _operations(step: Any, base: Path) -> list[tuple[str, _Applied, list[Any]]]:
                 continue
             if isinstance(body.get("file"), str) and "*" not in body["file"]:
                 file = base / body["file"]
-                documents = _documents(file)
+                documents = documents_of(file)
             elif isinstance(body.get("resource"), dict):
                 file, documents = base / "chainsaw-test.yaml", [body["resource"]]
             else:

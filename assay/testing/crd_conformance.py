@@ -25,11 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from assay.testing.admission_conformance import Comparison, compare, strict
-from assay.testing.chainsaw_suite import expects_refusal, is_chainsaw_test
-from workers.engine.toolsets.yaml_documents import load_documents
+from assay.testing.chainsaw_suite import documents_of, expects_refusal, is_chainsaw_test
 from workers.policy_engine.admission_schema import (
     KyvernoSpec,
     KyvernoValidatingPolicy,
@@ -93,14 +91,6 @@ class CrdVersion:
         return json.dumps(self.schema).count('"rule":')
 
 
-def _yaml_documents(path: Path) -> list[dict[str, Any]] | None:
-    """A file's mappings; None for a file that is not YAML (a template, say)."""
-    try:
-        return [d for d in load_documents(path.read_text(encoding="utf-8")) if isinstance(d, dict)]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-
-
 def _yaml_files(root: Path) -> list[Path]:
     return sorted(p for p in [*root.rglob("*.yaml"), *root.rglob("*.yml")] if p.is_file())
 
@@ -110,7 +100,7 @@ def crd_versions(root: Path) -> list[CrdVersion]:
     with the same schema (a chart's copy) counts once."""
     found: dict[tuple[str, str, str, str], CrdVersion] = {}
     for path in _yaml_files(root):
-        for document in _yaml_documents(path) or []:
+        for document in documents_of(path):
             if document.get("kind") != "CustomResourceDefinition":
                 continue
             spec = document.get("spec") or {}
@@ -181,14 +171,18 @@ def hold(crds: list[CrdVersion]) -> list[Held]:
 # -- documents ---------------------------------------------------------------------------
 
 
-def _test_operations(root: Path) -> Iterator[tuple[Path, str, str, dict[str, Any]]]:
+# one operation of a chainsaw test: (the test's file, its block, its verb, its body)
+Operation = tuple[Path, str, str, dict[str, Any]]
+
+
+def _test_operations(root: Path) -> Iterator[Operation]:
     """Every operation of every chainsaw test under ``root``: (the test's file, its block
     (``try``, ``catch``, ``finally``, ``cleanup``), its verb, its body)."""
     for path in _yaml_files(root):
         head = path.read_text(encoding="utf-8", errors="replace")[:4000]
         if not is_chainsaw_test(head):
             continue
-        for test in _yaml_documents(path) or []:
+        for test in documents_of(path):
             for step in (test.get("spec") or {}).get("steps") or []:
                 for block in ("try", "catch", "finally", "cleanup"):
                     for operation in (step or {}).get(block) or []:
@@ -197,12 +191,12 @@ def _test_operations(root: Path) -> Iterator[tuple[Path, str, str, dict[str, Any
                                 yield path, block, verb, body
 
 
-def _partial_files(root: Path) -> set[Path]:
-    """Files a chainsaw test under ``root`` only asserts (or asserts absent): partial
-    documents a cluster is compared with, never written to it."""
+def _partial_files(operations: list[Operation]) -> set[Path]:
+    """Files the chainsaw tests only assert (or assert absent): partial documents a cluster
+    is compared with, never written to it."""
     written: set[Path] = set()
     checked: set[Path] = set()
-    for path, _, verb, body in _test_operations(root):
+    for path, _, verb, body in operations:
         if isinstance(body.get("file"), str):
             file = (path.parent / body["file"]).resolve()
             (checked if verb in ("assert", "error") else written).add(file)
@@ -212,11 +206,11 @@ def _partial_files(root: Path) -> set[Path]:
 _APPLIED_FILE = re.compile(r"kubectl\s+(?:apply|create)\b.*?\s-f\s+(\S+)")
 
 
-def _refused_files(root: Path) -> set[Path]:
-    """Files a chainsaw test writes (``apply``, ``create``, or ``kubectl apply -f`` in a
+def _refused_files(operations: list[Operation]) -> set[Path]:
+    """Files the chainsaw tests write (``apply``, ``create``, or ``kubectl apply -f`` in a
     ``script``) expecting the cluster to refuse them."""
     out: set[Path] = set()
-    for path, block, verb, body in _test_operations(root):
+    for path, block, verb, body in operations:
         if block != "try":
             continue
         if verb in ("apply", "create") and isinstance(body.get("file"), str):
@@ -290,9 +284,10 @@ def model_problem(document: dict[str, Any]) -> str | None:
 def judge_documents(root: Path, crds: list[CrdVersion], into: Judgement) -> None:
     """Every ValidatingPolicy-kind document under ``root``, judged into ``into``."""
     by_version = {(c.api_version, c.kind): c for c in crds if c.served}
-    partial, refused = _partial_files(root), _refused_files(root)
+    operations = list(_test_operations(root))  # one read of the tests serves both
+    partial, refused = _partial_files(operations), _refused_files(operations)
     for path in _yaml_files(root):
-        documents = _yaml_documents(path) or []
+        documents = documents_of(path)
         for number, document in enumerate(documents):
             kind = document.get("kind")
             api_version = str(document.get("apiVersion"))
