@@ -286,7 +286,9 @@ def document_of(obj: Schedule | CheckDefinition) -> dict[str, Any]:
     return schedule_document(obj) if isinstance(obj, Schedule) else check_document(obj)
 
 
-def as_yaml(documents: Sequence[dict[str, Any]], *, separated: bool = True) -> str:
+def as_yaml(
+    documents: Sequence[dict[str, Any]], *, separated: bool = True, dumper: Any = yaml.SafeDumper
+) -> str:
     """Documents as multi-document YAML, keys in the order they were written.
 
     ``separated``: each document opens with ``---``, the first too, so files written by
@@ -295,13 +297,11 @@ def as_yaml(documents: Sequence[dict[str, Any]], *, separated: bool = True) -> s
 
     YAML writes a control character as an escape, but a bidirectional override as is:
     documents holding one are written all in escapes (``\u202e``), so the text shown on a
-    terminal is the text that is applied back (assay/terminal_text.py)."""
-    text = yaml.safe_dump_all(
-        documents, sort_keys=False, allow_unicode=True, width=100, explicit_start=separated
-    )
-    if hides(text):
-        text = yaml.safe_dump_all(documents, sort_keys=False, width=100, explicit_start=separated)
-    return text
+    terminal is the text that is applied back (assay/terminal_text.py). ``dumper``: a
+    SafeDumper (libyaml's, for megabytes of reports)."""
+    options = {"Dumper": dumper, "sort_keys": False, "width": 100, "explicit_start": separated}
+    text = yaml.dump_all(documents, allow_unicode=True, **options)
+    return yaml.dump_all(documents, **options) if hides(text) else text
 
 
 def portable(document: dict[str, Any], base: Path) -> dict[str, Any]:

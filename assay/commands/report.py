@@ -88,7 +88,8 @@ def report(
         raise typer.Exit(junit.exit_code(cases))
     import yaml
 
-    from assay.terminal_text import hides, print_block
+    from assay.apply import as_yaml
+    from assay.terminal_text import print_block
 
     by_target = documents_by_target(
         checks, "openreports" if openreports else "wgpolicyk8s", excluded
@@ -98,12 +99,7 @@ def report(
         # libyaml's emitter where PyYAML has it: a fleet's reports run to megabytes, which
         # the pure-Python one is slow at (3.3 MB of reports: 29 s, against 4.5 s)
         dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-        text = yaml.dump_all(
-            documents, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100
-        )
-        if hides(text):  # a bidirectional override YAML writes as is: all in escapes then
-            text = yaml.dump_all(documents, Dumper=dumper, sort_keys=False, width=100)
-        print_block(text)
+        print_block(as_yaml(documents, separated=False, dumper=dumper))
 
 
 def register(app: typer.Typer) -> None:
