@@ -126,8 +126,7 @@ def test_a_vap_with_its_binding_and_params_object_is_one_policy() -> None:
     assert len(policy.documents) == 3
 
 
-def test_several_bindings_make_one_policy_each_named_by_its_binding() -> None:
-    second = """
+SECOND_BINDING = """
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -137,7 +136,10 @@ spec:
   validationActions: [Audit]
   paramRef: {name: replica-floor, namespace: params, parameterNotFoundAction: Deny}
 """
-    policies, refusals = _import(VAP + second)
+
+
+def test_several_bindings_make_one_policy_each_named_by_its_binding() -> None:
+    policies, refusals = _import(VAP + SECOND_BINDING)
     assert refusals == []
     assert sorted(p.name for p in policies) == ["replicas-prod", "replicas-staging"]
 
@@ -153,17 +155,7 @@ def test_a_bindings_exclusions_narrow_its_own_policy_only() -> None:
         "         resources: [deployments], resourceNames: [legacy]}\n",
     )
     assert excluding != VAP
-    second = """
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: replicas-staging}
-spec:
-  policyName: replicas
-  validationActions: [Audit]
-  paramRef: {name: replica-floor, namespace: params, parameterNotFoundAction: Deny}
-"""
-    policies, refusals = _import(excluding + second)
+    policies, refusals = _import(excluding + SECOND_BINDING)
     assert refusals == []
     by_name = {p.name: p.rules[0] for p in policies}
     assert [names for group in by_name["replicas-prod"].exclude for f in group
