@@ -674,7 +674,8 @@ class ProbeTest(_Request):
 MAX_IMPORT_CHARS = 4 * 1024 * 1024
 
 
-# YAML or JSON text holding at least one document: only the server's reader can judge it.
+# YAML or JSON text: which strings hold policies only the server's reader can tell, so every
+# string is a valid request, and text holding no policy is answered in `refused`.
 POLICY_DOCUMENTS_FORMAT: JsonDict = {"format": "policy-documents"}
 
 
@@ -686,8 +687,8 @@ class PolicyImport(_Request):
         max_length=MAX_IMPORT_CHARS,
         description="YAML or JSON text: ValidatingAdmissionPolicy (+ binding, + params object), "
         "Kyverno ValidatingPolicy or ClusterPolicy, Gatekeeper ConstraintTemplate + constraints. "
-        "Text that is not YAML or holds no document is refused (422); a document that is not "
-        "an importable policy is answered in `refused`.",
+        "A document that is not an importable policy is answered in `refused`, and so is text "
+        "that is not YAML or JSON or holds no document (kind `(text)`).",
         json_schema_extra=POLICY_DOCUMENTS_FORMAT,
     )
     policy_set: str | None = Field(
@@ -707,7 +708,8 @@ class PolicyTranslationRequest(_Request):
         max_length=MAX_IMPORT_CHARS,
         description="YAML or JSON text: the policies (a Gatekeeper ConstraintTemplate and its "
         "constraint, a Kyverno policy, a ValidatingAdmissionPolicy with its binding and params) "
-        "and any objects to prove the translation on (every document that is not a policy).",
+        "and any objects to prove the translation on (every document that is not a policy). "
+        "Text that is not YAML or JSON is answered in `refused`.",
         json_schema_extra=POLICY_DOCUMENTS_FORMAT,
     )
     to: Literal["vap", "kyverno"] = Field(

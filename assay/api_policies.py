@@ -38,7 +38,14 @@ from assay.api_models import (
     state_refusals,
 )
 from assay.api_wiring import Services
-from schemas.policy import POLICY_NAME_PATTERN, SET_NAME_PATTERN, ImportedPolicy, ImportReport
+from schemas.policy import (
+    POLICY_NAME_PATTERN,
+    SET_NAME_PATTERN,
+    TEXT_REFUSED,
+    ImportedPolicy,
+    ImportRefusal,
+    ImportReport,
+)
 from workers.fleet.policy_store import PolicyStore, UnreadablePolicy
 
 router = APIRouter(prefix="/v1")
@@ -109,9 +116,9 @@ def import_policies(
     try:
         documents = documents_from_text(body.documents, body.source)
     except UnreadableFile as exc:
-        raise ApiError(422, "validation_error", f"documents: {exc}.") from None
+        return _text_refused(body, str(exc))
     if not documents:
-        raise ApiError(422, "validation_error", "documents: the text holds no documents.")
+        return _text_refused(body, "the text holds no document (a YAML or JSON object)")
     services: Services = request.app.state.services
     report, _ = import_into(  # the store even for a dry run: it says which set holds a name
         _store(request),
@@ -123,6 +130,13 @@ def import_policies(
     created = not report.dry_run and set(report.imported) - set(report.replaced)
     response.status_code = 201 if created else 200
     return report
+
+
+def _text_refused(body: PolicyImport, reason: str) -> ImportReport:
+    """Text that holds no policy is refused like a document that is not one (200, the reason
+    in ``refused``): no JSON Schema can say which strings are YAML, so the request was valid."""
+    refusal = ImportRefusal(source=body.source, kind=TEXT_REFUSED, name="", reason=reason)
+    return ImportReport(refused=[refusal], dry_run=body.dry_run)
 
 
 @router.get(
@@ -216,8 +230,8 @@ def translate_policies(
     services: Services = request.app.state.services
     try:
         documents, objects = split_documents(documents_from_text(body.documents, "-"))
-    except UnreadableFile as exc:
-        raise ApiError(422, "validation_error", f"documents: {exc}.") from None
+    except UnreadableFile as exc:  # refused like a policy that cannot be translated
+        return PolicyTranslation(proven=False, refused=f"the documents are unreadable: {exc}")
     backend = None
     if body.target is not None:
         try:

@@ -57,7 +57,7 @@ from schemas.notify import SinkName
 from schemas.numbers import integral
 from schemas.policy import POLICY_NAME_PATTERN, POLICY_PREFIX, POLICY_SET_PREFIX, SET_NAME_PATTERN
 from schemas.probe import PROBE_MODE_HELP, ProbeMode
-from schemas.request import MAX_TEXT_LENGTH, EvaluationKind
+from schemas.request import MAX_TEXT_LENGTH, EvaluationKind, blank
 from schemas.schedule import (
     MAX_JITTER_SECONDS,
     MisfirePolicy,
@@ -293,7 +293,7 @@ class _EvaluationSpec(_Spec):
     @field_validator("predicate")
     @classmethod
     def _predicate_not_blank(cls, text: str | None) -> str | None:
-        if text is not None and not text.strip():
+        if text is not None and blank(text):
             raise ValueError("the predicate text is empty")
         return text
 

@@ -243,11 +243,18 @@ class ImportedPolicy(_Strict):
         return POLICY_PREFIX + self.name
 
 
+NO_KIND = "(no kind)"
+TEXT_REFUSED = "(text)"
+
+
 class ImportRefusal(_Strict):
     """A document (or policy) that was not imported, and why, in one sentence."""
 
     source: str
-    kind: str
+    kind: str = Field(
+        description=f"The document's kind; {NO_KIND!r} for a document without one, "
+        f"{TEXT_REFUSED!r} for text that is not YAML or JSON or holds no document."
+    )
     name: str
     reason: str
 

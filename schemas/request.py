@@ -45,12 +45,24 @@ MAX_CONTEXT_LENGTH = 256
 # What a value means where only the server's state can judge it, as JSON Schema ``format``s
 # (a validator that does not know a format accepts any string): a request is not malformed
 # for naming a folder, context or model this server does not have, and is answered 404 or
-# 409 (docs/api.md). ``VISIBLE_TEXT`` is the one the predicate texts check (the same
-# whitespace as ``str.strip``).
+# 409 (docs/api.md).
 SNAPSHOT_PATH_FORMAT: JsonDict = {"format": "snapshot-path"}  # a folder (or glob) in the roots
 CONTEXT_GLOB_FORMAT: JsonDict = {"format": "kubeconfig-context-glob"}  # the server's contexts
 MODEL_NAME_FORMAT: JsonDict = {"format": "litellm-model"}  # a name litellm routes: provider/model
-VISIBLE_TEXT: JsonDict = {"pattern": r"\S"}
+
+# A predicate holds a character that is not blank. Blank is what ``str.strip`` removes (which
+# takes U+001C-U+001F and U+0085) and what ECMA-262's ``\s`` matches (which takes U+FEFF),
+# spelled out so the published pattern and the server's check read the same characters.
+_BLANK = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+VISIBLE_TEXT_PATTERN = rf"[^{_BLANK}]"
+VISIBLE_TEXT: JsonDict = {"pattern": VISIBLE_TEXT_PATTERN}
+_VISIBLE = re.compile(VISIBLE_TEXT_PATTERN)
+
+
+def blank(text: str) -> bool:
+    """True when ``text`` holds only blank characters (:data:`VISIBLE_TEXT_PATTERN`)."""
+    return _VISIBLE.search(text) is None
+
 
 # Characters a target name may not hold: it ends up in keys, logs and tables, where C0/C1
 # controls, line and paragraph separators and invisible or bidirectional format
@@ -250,7 +262,7 @@ class EvaluationRequest(BaseModel):
 
     @model_validator(mode="after")
     def _defaults(self) -> EvaluationRequest:
-        if not self.text.strip():
+        if blank(self.text):
             raise ValueError("the predicate text is empty")
         if self.profile not in PROFILES:
             raise ValueError(f"unknown profile {self.profile!r}")

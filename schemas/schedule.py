@@ -34,6 +34,7 @@ from schemas.request import (
     EvaluationKind,
     ShownContextName,
     ShownName,
+    blank,
 )
 from schemas.spend import SpendCeiling
 
@@ -189,7 +190,7 @@ class Schedule(BaseModel):
     @field_validator("predicate")
     @classmethod
     def _predicate_not_blank(cls, text: str) -> str:
-        if not text.strip():
+        if blank(text):
             raise ValueError("the predicate text is empty")
         return text
 

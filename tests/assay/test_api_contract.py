@@ -181,6 +181,40 @@ def test_since_and_changed_since_are_an_rfc3339_instant_or_an_age(
         assert "date-time" in formats
 
 
+@pytest.mark.parametrize(
+    ("text", "visible"),
+    [
+        ("\x1f", False),  # a C0 separator: blank to str.strip, not to ECMA-262's \s
+        ("\x85 ", False),  # NEXT LINE: the same
+        ("\ufeff", False),  # a byte order mark: blank to ECMA-262's \s, not to str.strip
+        (" \u3000\t", False),
+        ("\ufeffx", True),
+        ("\x1fnodes", True),
+    ],
+)
+def test_a_predicate_is_blank_alike_to_the_document_and_the_server(
+    api: TestClient, text: str, visible: bool
+) -> None:
+    """Before: the document published ECMA-262's non-space class and the server tested
+    str.strip, so schemathesis' U+001F passed the document and was refused (422), and U+FEFF
+    failed it and was accepted. jsonschema_rs, which schemathesis validates with, reads the
+    published pattern as ECMA-262 does."""
+    import jsonschema_rs
+
+    for name, field in (("EvaluationSubmission", "text"), ("ScheduleCreate", "predicate")):
+        schema = _schema(name)["properties"][field]  # type: ignore[index]
+        assert jsonschema_rs.validator_for(schema).is_valid(text) is visible, name
+    target = {"type": "snapshot", "path": "examples/snapshots/prod-eu"}
+    submitted = api.post("/v1/evaluations", headers=AUTH, json={"text": text, "target": target})
+    schedule = api.post("/v1/schedules", headers=AUTH, json={**SCHEDULE, "predicate": text})
+    for answer in (submitted, schedule):
+        if visible:
+            assert answer.status_code != 422, answer.text
+        else:
+            assert answer.status_code == 422, answer.text
+            assert "the predicate text is empty" in answer.json()["error"]["message"]
+
+
 def test_exactly_one_kind_of_target_is_in_the_document(api: TestClient) -> None:
     """Before: "exactly one of contexts, a context glob or snapshots" (and of a batch's
     targets or context glob) was a server rule the document did not state."""

@@ -16,7 +16,7 @@ from functools import partial
 
 from pydantic import ValidationError
 
-from schemas.policy import POLICY_NAME_PATTERN, ImportedPolicy, ImportRefusal
+from schemas.policy import NO_KIND, POLICY_NAME_PATTERN, ImportedPolicy, ImportRefusal
 from workers.policy_engine.policies import gatekeeper, kyverno, kyverno_exceptions, vap
 from workers.policy_engine.policies.cluster_reads import GLOBAL_CONTEXT_KIND
 from workers.policy_engine.policies.common import Unsupported, label_selector
@@ -212,7 +212,7 @@ def _is(doc: SourcedDocument, group: str, kind: str) -> bool:
 
 def _refusal(doc: SourcedDocument, reason: str) -> ImportRefusal:
     name = name_of(doc.document) or "(no name)"
-    return ImportRefusal(source=doc.source, kind=doc.kind or "(no kind)", name=name, reason=reason)
+    return ImportRefusal(source=doc.source, kind=doc.kind or NO_KIND, name=name, reason=reason)
 
 
 def _first_line(exc: ValueError) -> str:
