@@ -50,7 +50,12 @@ MAX_CONTEXT_LENGTH = 256
 SNAPSHOT_PATH_FORMAT: JsonDict = {"format": "snapshot-path"}  # a folder (or glob) in the roots
 CONTEXT_GLOB_FORMAT: JsonDict = {"format": "kubeconfig-context-glob"}  # the server's contexts
 MODEL_NAME_FORMAT: JsonDict = {"format": "litellm-model"}  # a name litellm routes: provider/model
-VISIBLE_TEXT: JsonDict = {"pattern": r"\S"}
+# Spelled out rather than ``\S``: the engines reading it (JSON Schema's, Python's, the Rust
+# one pydantic uses) disagree on whether the separators U+001C-U+001F and U+0085 are space,
+# and ``str.strip`` removes them.
+VISIBLE_TEXT: JsonDict = {
+    "pattern": r"[^\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+}
 
 # Characters a target name may not hold: it ends up in keys, logs and tables, where C0/C1
 # controls, line and paragraph separators and invisible or bidirectional format
@@ -85,6 +90,29 @@ ShownName = Annotated[str, *_SHOWN_NAME_RULES]
 """A schedule's context glob, or snapshot path or glob (see ``shown_name``)."""
 ShownContextName = Annotated[str, Field(max_length=MAX_CONTEXT_LENGTH), *_SHOWN_NAME_RULES]
 """A schedule's kubeconfig context name (see ``shown_name``)."""
+
+# A snapshot path or pattern over HTTP: at most 1024 characters, so that the resolved path a
+# run is queued with still fits the contract's 4096.
+MAX_API_PATH_LENGTH = 1024
+
+# A schedule's snapshot folder or glob may not climb with '..' (the server refuses it whatever
+# its roots, ``SnapshotRoots.confine_pattern``): published as a ``not`` ``pattern``.
+PARENT_SEGMENT = r"(^|/)\.\.(/|$)"
+
+
+def _no_parent_segment(pattern: str) -> str:
+    if re.search(PARENT_SEGMENT, pattern):
+        raise ValueError(
+            f"the snapshot pattern {pattern!r} contains '..'; name the folders directly"
+        )
+    return pattern
+
+
+SnapshotPattern = Annotated[
+    ShownName,
+    Field(json_schema_extra={**SNAPSHOT_PATH_FORMAT, "not": {"pattern": PARENT_SEGMENT}}),
+    AfterValidator(_no_parent_segment),
+]
 
 
 def _type_is_required(schema: dict[str, Any]) -> None:
