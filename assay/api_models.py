@@ -14,11 +14,11 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    SkipValidation,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -28,7 +28,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas.budget import Budget, ProfileName
 from schemas.cadence import PublishedCron, PublishedZone
-from schemas.declarative import MAX_SOURCE_LENGTH
+from schemas.declarative import MAX_SOURCE_LENGTH, ServerDocument
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
 from schemas.kubernetes_metadata import LABEL_VALUE_PATTERN
@@ -38,6 +38,7 @@ from schemas.probe import PROBE_MODE_HELP, AgreementEntry, ProbeMode, ProbeRecor
 from schemas.report import RunReport
 from schemas.request import (
     CONTEXT_GLOB_FORMAT,
+    MAX_API_PATH_LENGTH,
     MAX_TEXT_LENGTH,
     MODEL_NAME_FORMAT,
     SHOWN_NAME_PATTERN,
@@ -46,7 +47,7 @@ from schemas.request import (
     ContextTarget,
     EvaluationKind,
     InClusterTarget,
-    ShownName,
+    SnapshotPattern,
     SnapshotTarget,
     Target,
     ToolsetName,
@@ -222,9 +223,6 @@ class ServerContextTarget(ContextTarget):
         _no_kubeconfig(value)
 
 
-MAX_API_PATH_LENGTH = 1024
-
-
 class ServerSnapshotTarget(SnapshotTarget):
     """A snapshot folder under the server's snapshot roots (a relative path is read from the
     server's working directory). At most 1024 characters, so that the resolved path the run
@@ -247,26 +245,6 @@ def contract_target(target: SnapshotTarget | ContextTarget | InClusterTarget) ->
     if isinstance(target, ContextTarget):
         return ContextTarget(context=target.context)
     return target
-
-
-# A schedule's snapshot folder or glob may not climb with '..' (the server refuses it whatever
-# its roots, ``SnapshotRoots.confine_pattern``): published as a ``not`` ``pattern``.
-PARENT_SEGMENT = r"(^|/)\.\.(/|$)"
-
-
-def _no_parent_segment(pattern: str) -> str:
-    if re.search(PARENT_SEGMENT, pattern):
-        raise ValueError(
-            f"the snapshot pattern {pattern!r} contains '..'; name the folders directly"
-        )
-    return pattern
-
-
-SnapshotPattern = Annotated[
-    ShownName,
-    Field(json_schema_extra={**SNAPSHOT_PATH_FORMAT, "not": {"pattern": PARENT_SEGMENT}}),
-    AfterValidator(_no_parent_segment),
-]
 
 
 class ServerScheduleTargets(ScheduleTargets):
@@ -432,23 +410,12 @@ class ScheduleCreate(_Request):
     )
 
 
-# YAML text of Check and Schedule documents (docs/apply.md): only the server can judge it.
-APPLY_DOCUMENTS_FORMAT: JsonDict = {"format": "apply-documents"}
-
-
-def _documents_or_yaml(schema: dict[str, Any]) -> None:
-    """Publish "exactly one of ``documents`` and ``yaml``" as a ``oneOf``."""
-    schema["oneOf"] = [
-        {"required": ["documents"], "properties": {"documents": {"type": "array"}}},
-        {"required": ["yaml"], "properties": {"yaml": {"type": "string"}}},
-    ]
+MAX_APPLY_DOCUMENTS = 200
 
 
 class ApplyBody(_Request):
-    """Declarative checks and schedules to apply, as `assay apply -f` takes them: the
-    documents as parsed JSON, or as YAML text (exactly one of the two)."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_documents_or_yaml)
+    """Declarative checks and schedules to apply, as `assay apply -f` reads them from files,
+    sent as parsed documents (a YAML file converted to JSON: `yq -o=json`)."""
 
     source: str = Field(
         min_length=1,
@@ -457,14 +424,12 @@ class ApplyBody(_Request):
         description="Name of this set of documents, kept as label assay.dev/source on what "
         "it creates; prune removes only objects of this source.",
     )
-    documents: list[dict[str, Any]] | None = Field(
-        default=None, max_length=1000, description="Check and Schedule documents."
-    )
-    yaml: str | None = Field(
-        default=None,
-        max_length=4 * 1024 * 1024,
-        description="The documents as YAML text (problems then name their line).",
-        json_schema_extra=APPLY_DOCUMENTS_FORMAT,
+    # Published as the server's document models; validated by them in the apply itself
+    # (assay.manifests.load_objects), whose 422 names each problem's document and field.
+    # At most 200: as many short documents as the default body limit (64 KiB) holds, so a
+    # request the schema calls valid is not refused for its size by a server with defaults.
+    documents: list[SkipValidation[ServerDocument]] = Field(
+        max_length=MAX_APPLY_DOCUMENTS, description="Check and Schedule documents."
     )
     prune: bool = Field(
         default=False,
@@ -472,12 +437,6 @@ class ApplyBody(_Request):
         "these documents no longer hold.",
     )
     dry_run: bool = Field(default=False, description="Answer what would change; apply nothing.")
-
-    @model_validator(mode="after")
-    def _one_form(self) -> ApplyBody:
-        if (self.documents is None) == (self.yaml is None):
-            raise ValueError("give exactly one of 'documents' or 'yaml'")
-        return self
 
 
 class AppliedObject(_Body):

@@ -467,12 +467,36 @@ def delete_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAcces
     "/apply",
     response_model=ApplyOutcome,
     tags=["apply"],
-    responses={**WRITE_ERRORS, 409: {"model": ErrorBody, "description": "A write raced another."}},
+    responses={
+        **WRITE_ERRORS,
+        404: {
+            "model": ErrorBody,
+            "description": "named_not_found: what a document names is not here (a snapshot "
+            "folder outside the API's roots or matching nothing, a policy or set not stored, a "
+            "model no provider routes, a notify sink not configured, targets matching nothing); "
+            "every problem in details, nothing applied.",
+        },
+        409: {
+            "model": ErrorBody,
+            "description": "documents_conflict: two documents of one kind and name, an object "
+            "created by another source, a check id another check keeps, a model no live "
+            "worker can run, the kubeconfig unreadable for a contextGlob (every problem in "
+            "details, nothing applied; a conflict and a 404 problem together are a 409); "
+            "apply_conflict: a write raced another.",
+        },
+        422: {
+            "model": ErrorBody,
+            "description": "invalid_documents: a document breaks its published rules (every "
+            "problem in details as {file: documents[N], line, field, msg}, with the other "
+            "problems found); nothing applied.",
+        },
+    },
 )
 def apply_documents(body: ApplyBody, request: Request, scope: WriteAccess) -> ApplyOutcome:
     """`assay apply`: create, change or (with prune) delete checks and schedules so they
-    match the documents. Invalid documents are refused whole (422, every problem with its
-    document, line and field) and nothing is applied; dry_run answers what would change."""
+    match the documents. Documents that cannot be applied are refused whole, every problem
+    with its document and field, and nothing is applied: 422 when one breaks its own rules,
+    else 409 when any problem is a conflict, else 404. dry_run answers what would change."""
     outcome = _services(request).apply(body)
     _log.info(
         "documents_applied",

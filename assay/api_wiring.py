@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     import redis
 
     from assay.apply import ApplyContext
+    from assay.manifests import ManifestProblem
     from schemas.fleet import BatchStatus
     from schemas.settings import AssaySettings
     from schemas.spend import ScopeSpend, SpendReport
@@ -67,6 +68,52 @@ if TYPE_CHECKING:
 API_REDIS_TIMEOUT_SECONDS = 5.0
 API_REDIS_RETRIES = 3
 API_REDIS_BACKOFF_CAP_SECONDS = 0.5
+
+
+def apply_problems_error(problems: list[ManifestProblem]) -> ApiError:
+    """The answer to documents that cannot be applied, every problem in ``details``:
+
+    * 422 ``invalid_documents`` when any document breaks its own rules (the published
+      schema's: a request the schema calls valid never gets it, but for an interval under
+      a server's floor set above the default one);
+    * else 409 ``documents_conflict`` when any problem is a conflict (two documents of one
+      name, an object of another source, a check id taken, a model no worker can run now);
+    * else 404 ``named_not_found``: what the documents name is not here (a snapshot folder
+      outside the roots, a policy not stored, a model no provider routes, a sink).
+
+    Each detail is ``{file, line, field, msg}``, with ``code`` for a problem of the server's
+    state (the code the other operations answer it with)."""
+    from assay.manifests import STATE_ANSWERS
+
+    details: list[dict[str, Any]] = []
+    for p in problems:
+        detail: dict[str, Any] = {
+            "file": p.file,
+            "line": p.line,
+            "field": p.field,
+            "msg": p.message,
+        }
+        if p.answer:
+            detail["code"] = p.answer
+        details.append(detail)
+    judged = [p for p in problems if not p.answer]
+    conflicts = [p for p in problems if p.answer and STATE_ANSWERS[p.answer] == 409]
+    status, code = (
+        (422, "invalid_documents")
+        if judged
+        else (409, "documents_conflict")
+        if conflicts
+        else (404, "named_not_found")
+    )
+    first = (judged or conflicts or problems)[0]
+    more = len(problems) - 1
+    also = f" (and {more} more problem{'s' if more != 1 else ''} in details)" if more else ""
+    return ApiError(
+        status,
+        code,
+        f"{first}{also}; nothing was applied: fix the documents and send them again.",
+        details=details,
+    )
 
 
 def api_redis(url: str, *, fail_fast: bool = False) -> redis.Redis:
@@ -476,53 +523,34 @@ class Services:
         )
 
     def apply(self, body: ApplyBody) -> ApplyOutcome:
-        """``assay apply`` over HTTP: 422 with every problem (file, line, field), nothing
-        applied, when the documents cannot be applied."""
+        """``assay apply`` over HTTP, nothing applied when any document cannot be: 422
+        ``invalid_documents`` when one breaks the documents' own rules, else 409
+        ``documents_conflict`` when any problem is a conflict, else 404 ``named_not_found``
+        (``apply_problems_error``)."""
         from assay.apply import ApplyFailed, apply
-        from assay.manifests import ManifestErrors, load, load_objects
+        from assay.manifests import ManifestErrors, load_objects
 
-        if body.prune and body.yaml is not None and not body.yaml.strip():
-            raise ApiError(
-                422,
-                "validation_error",
-                "yaml: the text is empty, and with prune that would delete every object of "
-                f"source {body.source!r}; nothing was applied (to remove them all, send a "
-                "comment).",
-            )
+        found: list[ManifestProblem] = []  # a name given twice: planned still, to say all
         try:
-            if body.yaml is not None:
-                loaded = load([("yaml", body.yaml)])
-            else:
-                loaded = load_objects(body.documents or [])
-            for item in loaded:
-                if item.document.spec.targets.kubeconfig:
-                    raise ApiError(
-                        422,
-                        "kubeconfig_not_allowed",
-                        f"{item.file}: a kubeconfig path cannot be chosen over HTTP; name a "
-                        "context from the server's kubeconfig instead.",
-                    )
+            loaded = load_objects(list(body.documents))
+        except ManifestErrors as exc:
+            if exc.loaded is None:
+                raise apply_problems_error(exc.problems) from None
+            found, loaded = exc.problems, exc.loaded
+        try:
             result = apply(
                 loaded,
                 self.apply_context(),
                 source=body.source,
                 prune=body.prune,
-                dry_run=body.dry_run,
+                dry_run=body.dry_run or bool(found),
             )
         except ManifestErrors as exc:
-            details = [
-                {"file": p.file, "line": p.line, "field": p.field, "msg": p.message}
-                for p in exc.problems
-            ]
-            first = exc.problems[0]
-            raise ApiError(
-                422,
-                "invalid_documents",
-                f"{first}; nothing was applied: fix the documents and send them again.",
-                details=details,
-            ) from None
+            raise apply_problems_error(found + exc.problems) from None
         except ApplyFailed as exc:
             raise ApiError(409, "apply_conflict", f"{exc}.") from None
+        if found:
+            raise apply_problems_error(found)
         return ApplyOutcome.model_validate(result.as_json())
 
     def documents(self, kind: str, source: str | None) -> list[dict[str, Any]]:

@@ -108,19 +108,30 @@ NO_MODEL = (
 )
 
 
-def fleet_model_refusal(model: str | None, *, redis: Any, settings: AssaySettings) -> str | None:
-    """Why no worker could evaluate a run of ``model`` (None: the workers' own), as one
-    sentence, or None: the refusal `submit`, `batch` and `schedule add` give. A model name
-    no worker can route; or no model named while live workers run and none has one (with
-    no live worker at all the runs wait for one, as a submitted run does)."""
-    from assay.model_check import fleet_model_problem
+ModelProblem = tuple[str, str]
+"""Why no worker could run a model: (the API's error code, one sentence)."""
+
+
+def fleet_model_refusal(
+    model: str | None, *, redis: Any, settings: AssaySettings
+) -> ModelProblem | None:
+    """Why no worker could evaluate a run of ``model`` (None: the workers' own), or None: the
+    refusal `submit`, `batch` and `schedule add` give. A model name no worker can route
+    (``unroutable_model``) or whose key none holds (``model_key_missing``); or no model named
+    while live workers run and none has one (``no_fleet_model``; with no live worker at all
+    the runs wait for one, as a submitted run does)."""
+    from assay.model_check import fleet_model_refusal as refusal_of
     from assay.worker_presence import read_fleet_models
 
     if model:
-        return fleet_model_problem(model, None, redis=redis, settings=settings)
+        refusal = refusal_of(model, None, redis=redis, settings=settings)
+        if refusal is None:
+            return None
+        code = "unroutable_model" if refusal.kind == "unroutable" else "model_key_missing"
+        return code, refusal.message
     fleet = read_fleet_models(redis, settings.key_prefix)
     if fleet.workers and not fleet.models:
-        return NO_MODEL.format(workers=fleet.workers)
+        return "no_fleet_model", NO_MODEL.format(workers=fleet.workers)
     return None
 
 
@@ -133,7 +144,7 @@ class ApplyContext:
     checks: CheckDefinitionStore
     confine_snapshot: Callable[[str], str]
     """A snapshot folder or glob made absolute inside the roots; ``ValueError`` says why not."""
-    model_problem: Callable[[str | None], str | None]
+    model_problem: Callable[[str | None], ModelProblem | None]
     """:func:`fleet_model_refusal` for this fleet."""
     submit: Callable[[list[EvaluationRequest]], Any]
     policies: PolicyStore
@@ -354,6 +365,7 @@ def _owner_problem(item: Loaded, labels: dict[str, str], source: str) -> Manifes
         ("metadata", "name"),
         f"{kind} {item.document.metadata.name!r} was created from source {owner!r}; apply it "
         f"with --source {owner}, or delete it there first",
+        "owned_by_other_source",
     )
 
 
@@ -371,9 +383,10 @@ def _environment_problems(
 ) -> list[ManifestProblem]:
     problems = []
     # A policy's check is answered by its probes: it needs no model (a named one is checked).
-    reason = None if model is None and policy_reference(predicate) else ctx.model_problem(model)
-    if reason is not None:
-        problems.append(item.problem(("spec", "model"), reason))
+    refusal = None if model is None and policy_reference(predicate) else ctx.model_problem(model)
+    if refusal is not None:
+        code, reason = refusal
+        problems.append(item.problem(("spec", "model"), reason, code))
     known = ctx.settings.notify_sinks
     if known:
         for index, sink in enumerate(notify):
@@ -383,6 +396,7 @@ def _environment_problems(
                         ("spec", "notify", index),
                         f"no sink named {sink!r} is configured (notify_sinks has "
                         f"{', '.join(sorted(known))})",
+                        "sink_not_found",
                     )
                 )
     return problems
@@ -401,7 +415,11 @@ def _confined_targets(
                 f" (read from the document's folder, {item.folder})" if local != pattern else ""
             )
             problems.append(
-                item.problem(("spec", "targets", "snapshots", index), f"{exc}{read_from}")
+                item.problem(
+                    ("spec", "targets", "snapshots", index),
+                    f"{exc}{read_from}",
+                    "snapshot_outside_roots",
+                )
             )
     return targets.model_copy(update={"snapshots": snapshots})
 
@@ -445,12 +463,14 @@ def _stored_policy_problem(
             loc,
             f"no imported policy is named {ref.name!r}; import it with `assay probe import` "
             "or give policy.file",
+            "policy_not_found",
         )
     if ref.kind == "set" and ctx.policies.set_members(ref.name) is None:
         return item.problem(
             loc,
             f"there is no policy set {ref.name!r}; import one with `assay probe import --set` "
             "or give policy.file",
+            "policy_not_found",
         )
     return None
 
@@ -667,9 +687,10 @@ def _plan_check(
     try:
         resolved = resolve_targets(normalized.targets.as_schedule_targets(), ctx.settings)
     except TargetResolutionError as exc:
-        return None, [item.problem(("spec", "targets"), str(exc))]
+        return None, [item.problem(("spec", "targets"), str(exc), "context_glob_failed")]
     if not resolved:
-        return None, [item.problem(("spec", "targets"), "the targets match nothing to evaluate")]
+        nothing = "the targets match nothing to evaluate"
+        return None, [item.problem(("spec", "targets"), nothing, "targets_empty")]
     planned.requests = _check_requests(desired, resolved)
     assert isinstance(planned.after, CheckDefinition)
     planned.after.check_ids = {r.target.name: r.check_id for r in planned.requests}
@@ -770,6 +791,7 @@ def _shared_check_ids(
                         f"its verdicts on {target} would be kept under check id {check_id!r}, "
                         f"which {owner_said} uses too, and one would overwrite the other's "
                         "history; rename one of them",
+                        "check_id_taken",
                     )
                 )
     return problems

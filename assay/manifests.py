@@ -22,14 +22,22 @@ import difflib
 import os
 import typing
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from schemas.declarative import KINDS, SOURCE_LABEL, CheckDocument, Document, ScheduleDocument
+from schemas.declarative import (
+    DURATION_HELP,
+    KINDS,
+    SOURCE_LABEL,
+    CheckDocument,
+    Document,
+    ScheduleDocument,
+    ServerDocument,
+)
 from workers.engine.toolsets.yaml_documents import (
     MAX_NESTING_DEPTH,
     StrictNumbersLoader,
@@ -53,6 +61,9 @@ class ManifestProblem:
     field: str
     message: str
     foreign: bool = False  # a document of another API (dropped if a policy.file names its file)
+    answer: str = ""
+    """Empty for a problem of the document itself; else the API's error code for what only
+    the server's state or the other documents can judge (:data:`STATE_ANSWERS`)."""
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
@@ -61,11 +72,31 @@ class ManifestProblem:
         )
 
 
+# What only the server's state or the request's other documents can judge, by the API's error
+# code: 404 (the thing named is not here) or 409 (a conflict). The CLI refuses them all alike.
+STATE_ANSWERS: dict[str, int] = {
+    "snapshot_outside_roots": 404,
+    "policy_not_found": 404,
+    "unroutable_model": 404,
+    "sink_not_found": 404,
+    "targets_empty": 404,
+    "duplicate_document": 409,
+    "owned_by_other_source": 409,
+    "check_id_taken": 409,
+    "model_key_missing": 409,
+    "no_fleet_model": 409,
+    "context_glob_failed": 409,
+}
+
+
 class ManifestErrors(ValueError):
     """The files cannot be applied; ``problems`` says where and why, one per line."""
 
-    def __init__(self, problems: list[ManifestProblem]) -> None:
+    def __init__(self, problems: list[ManifestProblem], loaded: list[Loaded] | None = None) -> None:
         self.problems = problems
+        self.loaded = loaded
+        """The documents read, when every problem is one only the state or the other
+        documents can judge (a name given twice): the API plans them to say every problem."""
         shown = problems[:MAX_PROBLEMS_SHOWN]
         more = len(problems) - len(shown)
         text = "; ".join(str(p) for p in shown) + (f"; and {more} more" if more else "")
@@ -97,8 +128,9 @@ class Loaded:
     def key(self) -> tuple[str, str]:
         return (self.document.kind, self.document.metadata.name)
 
-    def problem(self, loc: Loc, message: str) -> ManifestProblem:
-        return located(self.file, self.line, self.lines, loc, message)
+    def problem(self, loc: Loc, message: str, answer: str = "") -> ManifestProblem:
+        """A problem at ``loc``; ``answer``: its code when only the state can judge it."""
+        return replace(located(self.file, self.line, self.lines, loc, message), answer=answer)
 
     def local_path(self, written: str) -> str:
         """A path or glob the document names, made absolute from the document's folder
@@ -144,6 +176,8 @@ def located(
 
 
 _ADAPTER: TypeAdapter[CheckDocument | ScheduleDocument] = TypeAdapter(Document)
+# The server's variant (POST /v1/apply): what its published schema says.
+SERVER_ADAPTER: TypeAdapter[CheckDocument | ScheduleDocument] = TypeAdapter(ServerDocument)
 
 
 def read_sources(paths: Iterable[str], stdin_text: str | None = None) -> list[Source]:
@@ -234,8 +268,9 @@ def _policy_files(found: list[Loaded | None]) -> set[Path]:
 
 
 def load_objects(items: list[Any], name: str = "documents") -> list[Loaded]:
-    """:func:`load` for documents already parsed (a JSON body): named ``documents[N]``, held
-    to the same nesting limit as a file's."""
+    """:func:`load` for documents already parsed (a JSON body of the API): named
+    ``documents[N]``, held to the same nesting limit as a file's and validated with the
+    server's variant of the models (:data:`SERVER_ADAPTER`)."""
     problems: list[ManifestProblem] = []
     found: list[Loaded | None] = []
     for index, item in enumerate(items):
@@ -245,7 +280,7 @@ def load_objects(items: list[Any], name: str = "documents") -> list[Loaded]:
             problems.append(ManifestProblem(where, 0, "", message))
             found.append(None)
         else:
-            found.append(_validated(where, item, 0, {}, problems))
+            found.append(_validated(where, item, 0, {}, problems, adapter=SERVER_ADAPTER))
     return _unique(found, problems)
 
 
@@ -262,13 +297,14 @@ def _unique(found: list[Loaded | None], problems: list[ManifestProblem]) -> list
                 item.problem(
                     ("metadata", "name"),
                     f"{item.key[0]} {item.key[1]!r} is also defined at {where}",
+                    "duplicate_document",
                 )
             )
             continue
         seen[item.key] = item
         loaded.append(item)
     if problems:
-        raise ManifestErrors(problems)
+        raise ManifestErrors(problems, loaded if all(p.answer for p in problems) else None)
     return loaded
 
 
@@ -292,12 +328,13 @@ def _validated(
     lines: dict[Loc, int],
     problems: list[ManifestProblem],
     folder: Path | None = None,
+    adapter: TypeAdapter[CheckDocument | ScheduleDocument] = _ADAPTER,
 ) -> Loaded | None:
     if not isinstance(data, dict):
         problems.append(ManifestProblem(name, line, "", "a document must be a mapping"))
         return None
     kind = data.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         shown = f"{kind!r}" if kind is not None else "missing"
         foreign = not str(data.get("apiVersion", "")).startswith("assay.dev/")
         problems.append(
@@ -316,8 +353,11 @@ def _validated(
         labels.pop(SOURCE_LABEL, None)  # managed by apply: a file's value is ignored
         data = {**data, "metadata": {**metadata, "labels": labels}}
     try:
-        document = _ADAPTER.validate_python(data)
+        # Strict over HTTP: a JSON value is taken as the type the schema says, never converted
+        # (``0`` is no ``false``); a file's numbers are already JSON's (StrictNumbersLoader).
+        document = adapter.validate_python(data, strict=adapter is SERVER_ADAPTER)
     except ValidationError as exc:
+        said: set[Loc] = set()
         for error in exc.errors():
             loc = tuple(error.get("loc", ()))
             if loc and loc[0] == kind:  # the union's tag
@@ -325,9 +365,19 @@ def _validated(
             message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
             if error.get("type") == "extra_forbidden":
                 message = _unknown_field(KINDS[kind], loc)
+            if loc and str(loc[-1]) in _UNION_BRANCHES:  # one problem for the field
+                loc = loc[:-1]
+                if loc in said:
+                    continue
+                message = DURATION_HELP.get(str(loc[-1]), message)
+            said.add(loc)
             problems.append(located(name, line, lines, loc, message))
         return None
     return Loaded(document, name, line, lines, folder)
+
+
+# How pydantic names the branches of a field that takes a string or a number (a duration).
+_UNION_BRANCHES = {"str", "float", "constrained-str", "constrained-float"}
 
 
 def _unknown_field(document: type[BaseModel], loc: Loc) -> str:

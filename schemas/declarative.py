@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -50,19 +50,37 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from schemas.budget import Budget, ProfileName
-from schemas.cadence import known_zone, valid_cron
-from schemas.durations import DURATION_PATTERN, DurationError, parse_duration
+from schemas.cadence import PublishedCron, PublishedZone
+from schemas.durations import (
+    DURATION_PATTERN,
+    DurationError,
+    bounded_duration_pattern,
+    parse_duration,
+)
 from schemas.kubernetes_metadata import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN
 from schemas.notify import SinkName
 from schemas.numbers import integral
 from schemas.policy import POLICY_NAME_PATTERN, POLICY_PREFIX, POLICY_SET_PREFIX, SET_NAME_PATTERN
 from schemas.probe import PROBE_MODE_HELP, ProbeMode
-from schemas.request import MAX_TEXT_LENGTH, EvaluationKind, blank
+from schemas.request import (
+    CONTEXT_GLOB_FORMAT,
+    MAX_API_PATH_LENGTH,
+    MAX_TEXT_LENGTH,
+    SNAPSHOT_PATH_FORMAT,
+    VISIBLE_TEXT,
+    EvaluationKind,
+    ShownContextName,
+    ShownName,
+    SnapshotPattern,
+    blank,
+)
 from schemas.schedule import (
+    MAX_INTERVAL_SECONDS,
     MAX_JITTER_SECONDS,
     MisfirePolicy,
     Schedule,
     ScheduleTargets,
+    format_duration,
 )
 from schemas.spend import (
     MAX_CEILING_COST_USD,
@@ -118,7 +136,18 @@ class _Spec(BaseModel):
     )
 
 
+def _label_rules(schema: dict[str, Any]) -> None:
+    """Publish a label key's rules for every key (``propertyNames``), not only for the keys
+    that match them (``patternProperties`` left any other key free)."""
+    labels: Any = schema["properties"]["labels"]
+    (key_pattern, value), *_ = labels.pop("patternProperties").items()
+    labels["propertyNames"] = {**labels.get("propertyNames", {}), "pattern": key_pattern}
+    labels["additionalProperties"] = value
+
+
 class Metadata(_Spec):
+    model_config = ConfigDict(json_schema_extra=_label_rules)
+
     name: ObjectName
     labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict,
@@ -127,19 +156,35 @@ class Metadata(_Spec):
     )
 
 
+def _string(name: str) -> dict[str, Any]:
+    """The schema of "``name`` is given, and not as null"."""
+    return {"required": [name], "properties": {name: {"type": "string"}}}
+
+
+def _one_kind_of_target(schema: dict[str, Any]) -> None:
+    """Publish "exactly one kind of target" (``_one_kind``) as a ``oneOf``."""
+    schema["oneOf"] = [
+        {"required": ["contexts"], "properties": {"contexts": {"minItems": 1}}},
+        _string("contextGlob"),
+        {"required": ["snapshots"], "properties": {"snapshots": {"minItems": 1}}},
+    ]
+
+
 class TargetsSpec(_Spec):
     """Where the predicate is evaluated: exactly one of the three kinds of target."""
 
-    contexts: list[str] = Field(
+    model_config = ConfigDict(json_schema_extra=_one_kind_of_target)
+
+    contexts: list[ShownContextName] = Field(
         default_factory=list, max_length=1000, description="kubeconfig context names."
     )
-    context_glob: str | None = Field(
+    context_glob: Annotated[ShownName, Field(json_schema_extra=CONTEXT_GLOB_FORMAT)] | None = Field(
         default=None,
         min_length=1,
         description="A context glob such as 'prod-*' (a schedule resolves it at each fire, a "
         "check when it is applied).",
     )
-    snapshots: list[str] = Field(
+    snapshots: list[Annotated[ShownName, Field(json_schema_extra=SNAPSHOT_PATH_FORMAT)]] = Field(
         default_factory=list,
         max_length=1000,
         description="Snapshot folders or globs, under the snapshot roots.",
@@ -225,6 +270,14 @@ def short_duration(seconds: float | None) -> str | float | None:
     return seconds
 
 
+def _one_way_to_a_policy(schema: dict[str, Any]) -> None:
+    """Publish ``_one_way``: a name or a set (not both) and no file, or a file and no name."""
+    schema["anyOf"] = [
+        {"not": _string("file"), "oneOf": [_string("name"), _string("set")]},
+        {**_string("file"), "not": _string("name")},
+    ]
+
+
 class PolicySpec(_Spec):
     """An imported admission policy as the check (no model: its probes answer it).
 
@@ -234,6 +287,8 @@ class PolicySpec(_Spec):
     its constraint) imported when the document is applied, relative to the document's own
     file; several policies in the file need a ``set`` to be evaluated as one.
     """
+
+    model_config = ConfigDict(json_schema_extra=_one_way_to_a_policy)
 
     name: str | None = Field(default=None, pattern=POLICY_NAME_PATTERN)
     set: str | None = Field(default=None, pattern=SET_NAME_PATTERN)
@@ -254,14 +309,25 @@ class PolicySpec(_Spec):
         return POLICY_PREFIX + (self.name or imported[0])
 
 
+def _evaluation_rules(schema: dict[str, Any]) -> None:
+    """Publish ``_predicate_or_policy``: exactly one of the two, and a policy only checked."""
+    policy = {"required": ["policy"], "properties": {"policy": {"type": "object"}}}
+    schema["oneOf"] = [_string("predicate"), policy]
+    query = {"required": ["evaluation"], "properties": {"evaluation": {"const": "query"}}}
+    schema.setdefault("allOf", []).append({"not": {"allOf": [policy, query]}})
+
+
 class _EvaluationSpec(_Spec):
     """What a check and a schedule both hold: what to evaluate, where, under which limits."""
+
+    model_config = ConfigDict(json_schema_extra=_evaluation_rules)
 
     predicate: str | None = Field(
         default=None,
         min_length=1,
         max_length=MAX_TEXT_LENGTH,
         description="The predicate (or, with evaluation: query, the question).",
+        json_schema_extra=VISIBLE_TEXT,
     )
     policy: PolicySpec | None = Field(
         default=None,
@@ -288,6 +354,7 @@ class _EvaluationSpec(_Spec):
         max_length=20,
         description="Notify routes: sinks (names from notify_sinks) that hear this object's "
         "verdict changes whatever their own check and target filters say.",
+        json_schema_extra={"uniqueItems": True},
     )
 
     @field_validator("predicate")
@@ -317,8 +384,18 @@ class CheckSpec(_EvaluationSpec):
     """A check evaluated once per target each time applying it creates or changes it."""
 
 
+def _some_ceiling(schema: dict[str, Any]) -> None:
+    """Publish ``_as_ceiling``: tokensPerDay, costPerDayUsd or both, not as null."""
+    schema["anyOf"] = [
+        {"required": ["tokensPerDay"], "properties": {"tokensPerDay": {"type": "integer"}}},
+        {"required": ["costPerDayUsd"], "properties": {"costPerDayUsd": {"type": "number"}}},
+    ]
+
+
 class CeilingsSpec(_Spec):
     """A schedule's spend ceilings per UTC day over all its runs (docs/fleet.md, spend)."""
+
+    model_config = ConfigDict(json_schema_extra=_some_ceiling)
 
     tokens_per_day: StrictInt | None = Field(
         default=None,
@@ -351,14 +428,30 @@ class CeilingsSpec(_Spec):
         return cls(tokens_per_day=ceiling.tokens, cost_per_day_usd=ceiling.cost_usd)
 
 
+def _cadence_rules(schema: dict[str, Any]) -> None:
+    """Publish ``_cadence`` (exactly one of cron and every; a time zone other than UTC only
+    with cron) beside the rules of every evaluation."""
+    _evaluation_rules(schema)
+    every = {"required": ["every"], "properties": {"every": {"type": ["string", "number"]}}}
+    utc = {"properties": {"timeZone": {"const": "UTC"}}}
+    schema["allOf"] += [
+        {"oneOf": [_string("cron"), every]},
+        {"anyOf": [utc, _string("cron")]},
+    ]
+
+
 class ScheduleSpec(_EvaluationSpec):
     """A periodic evaluation: exactly one of ``cron`` and ``every``."""
 
-    cron: str | None = Field(
+    model_config = ConfigDict(json_schema_extra=_cadence_rules)
+
+    cron: PublishedCron | None = Field(
         default=None, description="Five-field cron expression or @alias, read in timeZone."
     )
     every: Duration | None = Field(default=None, description="Fire at this interval instead.")
-    time_zone: str = Field(default="UTC", description="IANA zone the cron expression is read in.")
+    time_zone: PublishedZone = Field(
+        default="UTC", description="IANA zone the cron expression is read in."
+    )
     misfire: MisfirePolicy = Field(
         default="skip",
         description="After scheduler downtime: skip (only the next future fire) or run_once.",
@@ -373,16 +466,6 @@ class ScheduleSpec(_EvaluationSpec):
         description="Spend ceilings per UTC day; none = the fleet's defaults. A day whose "
         "ceiling is reached skips the schedule's fires until the next UTC day.",
     )
-
-    @field_validator("time_zone")
-    @classmethod
-    def _zone(cls, zone: str) -> str:
-        return known_zone(zone)
-
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, expr: str | None) -> str | None:
-        return valid_cron(expr)
 
     @field_validator("every", "jitter")
     @classmethod
@@ -509,6 +592,121 @@ KINDS: dict[str, type[CheckDocument] | type[ScheduleDocument]] = {
     "Check": CheckDocument,
     "Schedule": ScheduleDocument,
 }
+
+
+# --- the documents over HTTP (POST /v1/apply) -----------------------------------------------
+# The server's variant of each model, the one its published schema is generated from and its
+# documents are validated with: what a remote caller may not choose (a kubeconfig path, a
+# policy file to read) is refused by the model, and each bound the server checks later (the
+# stored schedule's interval and jitter, a run's time budget, the resolved snapshot path) is a
+# bound of the field, durations written in a form a pattern can bound.
+
+NO_KUBECONFIG = (
+    "a kubeconfig path cannot be chosen over HTTP; name a context from the server's "
+    "kubeconfig instead"
+)
+NO_POLICY_FILE = (
+    "a policy file cannot be read over HTTP; import it with `assay probe import` and give "
+    "policy.name or policy.set"
+)
+# The interval floor a server has by default (ASSAY_MIN_INTERVAL_SECONDS).
+DEFAULT_INTERVAL_FLOOR = 60.0
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600.0
+
+
+# What each bounded duration over HTTP takes, by its key: the problem said when it is not one.
+DURATION_HELP: dict[str, str] = {}
+
+
+def _bounded_duration(key: str, minimum: float, maximum: float, what: str) -> Any:
+    """A duration of ``minimum`` to ``maximum`` seconds: a number, or whole units largest
+    first, each once (``90s``, ``1h30m``, ``2w``), as `assay get` writes them."""
+    pattern = bounded_duration_pattern(minimum, maximum)
+    number = Annotated[StrictFloat, Field(ge=minimum, le=maximum, allow_inf_nan=False)]
+    text = Annotated[str, StringConstraints(pattern=pattern)]
+    low = format_duration(minimum) if minimum >= 1 else "more than 0s"
+    DURATION_HELP[key] = (
+        f"must be a duration from {low} to {format_duration(maximum)}: seconds as a number, or "
+        "whole units from the largest down, each once (90s, 15m, 1h30m, 2d, 1w)"
+    )
+    return Annotated[text | number, Field(description=f"{what}; {DURATION_HELP[key]}.")]
+
+
+def _refused(message: str) -> Callable[[Any, Any], None]:
+    def refuse(cls: Any, value: object) -> None:
+        if value is not None:
+            raise ValueError(message)
+
+    return refuse
+
+
+class ServerTargetsSpec(TargetsSpec):
+    """Targets over HTTP: contexts of the server's kubeconfig (no path of the caller's) and
+    snapshot patterns without '..' and at most 1024 characters."""
+
+    snapshots: list[Annotated[SnapshotPattern, Field(max_length=MAX_API_PATH_LENGTH)]] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="Snapshot folders or globs, under the API's snapshot roots.",
+    )
+    kubeconfig: None = Field(
+        default=None, description="Always null over HTTP: contexts come from the server's."
+    )
+
+    _no_kubeconfig = field_validator("kubeconfig", mode="before")(_refused(NO_KUBECONFIG))
+
+
+class ServerPolicySpec(PolicySpec):
+    """A policy over HTTP: one already imported, by name or set (no file to read)."""
+
+    file: None = Field(default=None, description="Always null over HTTP: import it first.")
+
+    _no_file = field_validator("file", mode="before")(_refused(NO_POLICY_FILE))
+
+
+if TYPE_CHECKING:  # each a str or a float, bounded as below
+    _Timeout = str | float
+    _Every = str | float
+    _Jitter = str | float
+else:
+    _Timeout = _bounded_duration("timeout", 0.001, MAX_TIMEOUT_SECONDS, "Wall-clock time per run")
+    _Every = _bounded_duration(
+        "every", DEFAULT_INTERVAL_FLOOR, MAX_INTERVAL_SECONDS, "Fire at this interval instead"
+    )
+    _Jitter = _bounded_duration(
+        "jitter", 0.001, MAX_JITTER_SECONDS, "Spread each fire by up to this"
+    )
+
+
+class ServerBudgetSpec(BudgetSpec):
+    timeout: _Timeout | None = None
+
+
+class ServerCheckSpec(CheckSpec):
+    targets: ServerTargetsSpec
+    policy: ServerPolicySpec | None = None
+    budget: ServerBudgetSpec = Field(default_factory=ServerBudgetSpec)
+
+
+class ServerScheduleSpec(ScheduleSpec):
+    targets: ServerTargetsSpec
+    policy: ServerPolicySpec | None = None
+    budget: ServerBudgetSpec = Field(default_factory=ServerBudgetSpec)
+    every: _Every | None = None
+    jitter: _Jitter | None = None
+
+
+class ServerCheckDocument(CheckDocument):
+    spec: ServerCheckSpec
+
+
+class ServerScheduleDocument(ScheduleDocument):
+    spec: ServerScheduleSpec
+
+
+ServerDocument = Annotated[
+    ServerCheckDocument | ServerScheduleDocument, Field(discriminator="kind")
+]
 
 
 class CheckDefinition(BaseModel):

@@ -98,6 +98,29 @@ ShownName = Annotated[str, *_SHOWN_NAME_RULES]
 ShownContextName = Annotated[str, Field(max_length=MAX_CONTEXT_LENGTH), *_SHOWN_NAME_RULES]
 """A schedule's kubeconfig context name (see ``shown_name``)."""
 
+# A snapshot path or pattern over HTTP: at most 1024 characters, so that the resolved path a
+# run is queued with still fits the contract's 4096.
+MAX_API_PATH_LENGTH = 1024
+
+# A schedule's snapshot folder or glob may not climb with '..' (the server refuses it whatever
+# its roots, ``SnapshotRoots.confine_pattern``): published as a ``not`` ``pattern``.
+PARENT_SEGMENT = r"(^|/)\.\.(/|$)"
+
+
+def _no_parent_segment(pattern: str) -> str:
+    if re.search(PARENT_SEGMENT, pattern):
+        raise ValueError(
+            f"the snapshot pattern {pattern!r} contains '..'; name the folders directly"
+        )
+    return pattern
+
+
+SnapshotPattern = Annotated[
+    ShownName,
+    Field(json_schema_extra={**SNAPSHOT_PATH_FORMAT, "not": {"pattern": PARENT_SEGMENT}}),
+    AfterValidator(_no_parent_segment),
+]
+
 
 def _type_is_required(schema: dict[str, Any]) -> None:
     """Publish ``type`` as required: the API tells targets apart by it (a discriminated

@@ -130,16 +130,98 @@ def test_a_spend_ceiling_sets_something_in_the_document_and_at_the_server(
     assert kept.status_code == 200 and kept.json()["spend"] == {"tokens": None, "cost_usd": 2.0}
 
 
-def test_an_apply_names_its_documents_one_way_in_the_document_and_at_the_server(
-    api: TestClient,
+def _apply_document(kind: str = "Schedule", **spec: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "predicate": PREDICATE,
+        "targets": {"snapshots": ["examples/snapshots/prod-eu"]},
+    }
+    if kind == "Schedule":
+        base["every"] = "1h30m"
+    return {
+        "apiVersion": "assay.dev/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "contract-doc"},
+        "spec": {key: value for key, value in {**base, **spec}.items() if value is not None},
+    }
+
+
+def _schema_accepts(body: dict[str, object]) -> bool:
+    from jsonschema import Draft202012Validator
+
+    schema = {"$ref": "#/components/schemas/ApplyBody", "components": DOCUMENT["components"]}
+    return Draft202012Validator(schema).is_valid(body)
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        (_apply_document(), None),
+        (_apply_document(every=None, cron="0 2 * * *", timeZone="Europe/Berlin"), None),
+        (_apply_document(every=5400, jitter="90s", budget={"timeout": "15m"}), None),
+        (_apply_document("Check", profile="smoke", notify=[]), None),
+        (_apply_document(targets={"contexts": ["east"], "kubeconfig": "/k"}), "targets.kubeconfig"),
+        (_apply_document(every="30s"), "every"),
+        (_apply_document(every="0s"), "every"),
+        (_apply_document(every=0), "every"),
+        (_apply_document(every="400d"), "every"),
+        (_apply_document(jitter="2h"), "jitter"),
+        (_apply_document(budget={"timeout": "8d"}), "budget.timeout"),
+        (_apply_document(cron="0 2 * * *"), "spec"),  # and every
+        (_apply_document(timeZone="Europe/Berlin"), "spec"),  # a zone with every
+        (_apply_document(every=None, cron="0 2 * * *", timeZone="Mars/Olympus"), "timeZone"),
+        (_apply_document(every=None, cron="0 2 30 2 *"), "cron"),  # never fires
+        (_apply_document(policy={"name": "p"}), "spec"),  # and a predicate
+        (_apply_document(predicate=None, policy={"file": "p.yaml"}), "policy.file"),
+        (
+            _apply_document("Check", predicate=None, policy={"name": "p"}, evaluation="query"),
+            "spec",
+        ),
+        (_apply_document(predicate=" "), "predicate"),
+        (_apply_document(paused=0), "paused"),
+        (_apply_document(notify=["a", "a"]), "notify"),
+        (_apply_document(targets={"snapshots": ["examples/../snapshots"]}), "targets.snapshots[0]"),
+        (_apply_document(targets={"contexts": ["east"], "contextGlob": "e*"}), "targets"),
+        (_apply_document(ceilings={}), "ceilings"),
+        ({**_apply_document(), "metadata": {"name": "x", "labels": {"Bad Key": "v"}}}, "metadata"),
+    ],
+)
+def test_an_apply_document_is_refused_by_the_schema_exactly_when_the_server_refuses_it(
+    api: TestClient, document: dict[str, object], field: str | None
 ) -> None:
-    """Before: `documents` and `yaml` were both optional and nullable in the document, so
-    both or neither was a valid request the server refused."""
-    assert len(_schema("ApplyBody")["oneOf"]) == 2  # type: ignore[arg-type]
-    for body in ({}, {"documents": None, "yaml": None}, {"documents": [], "yaml": ""}):
+    """Before: `documents` were any objects in the document, and the server refused what it
+    judged (422) for rules no client could read there."""
+    body = {"source": "contract", "documents": [document], "dry_run": True}
+    answer = api.post("/v1/apply", headers=AUTH, json=body)
+    assert _schema_accepts(body) is (field is None), document
+    if field is None:
+        assert answer.status_code == 200, answer.text
+        return
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_documents"
+    fields = [detail["field"] for detail in error["details"]]
+    assert any(f.removeprefix("spec.").startswith(field) or f == field for f in fields), fields
+    assert {detail["file"] for detail in error["details"]} == {"documents[0]"}
+
+
+def test_an_apply_takes_documents_only(api: TestClient) -> None:
+    """YAML text is not a field of the body: a client converts its files to JSON."""
+    assert "yaml" not in _schema("ApplyBody")["properties"]  # type: ignore[operator]
+    for body in ({"yaml": "kind: Schedule\n"}, {}):
         refused = api.post("/v1/apply", headers=AUTH, json={"source": "contract", **body})
         assert refused.status_code == 422, body
-        assert "exactly one of 'documents' or 'yaml'" in refused.json()["error"]["message"]
+        assert not _schema_accepts({"source": "contract", **body})
+
+
+def test_a_kubeconfig_in_an_apply_document_is_refused_in_one_sentence(api: TestClient) -> None:
+    document = _apply_document(targets={"contexts": ["east"], "kubeconfig": "/k"})
+    answer = api.post("/v1/apply", headers=AUTH, json={"source": "c", "documents": [document]})
+    (detail,) = answer.json()["error"]["details"]
+    assert detail["msg"] == (
+        "a kubeconfig path cannot be chosen over HTTP; name a context from the server's "
+        "kubeconfig instead"
+    )
+    assert detail["field"] == "spec.targets.kubeconfig"
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis as redis_lib
@@ -710,28 +711,32 @@ def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> 
     )
     configure_logging(settings)  # the API logs to this test's stderr, not an earlier one's
     headers = {"Authorization": f"Bearer {token}"}
-    text = SCHEDULE
+    schedule = yaml_document(SCHEDULE)
     with TestClient(create_app(settings)) as api:
+        late = yaml_document(INTERVAL.replace("15m", "soon"))
         bad = api.post(
-            "/v1/apply",
-            json={"source": "api", "yaml": text + "---\n" + INTERVAL.replace("15m", "soon")},
-            headers=headers,
+            "/v1/apply", json={"source": "api", "documents": [schedule, late]}, headers=headers
         )
         assert bad.status_code == 422, bad.text
         body = bad.json()["error"]
         assert body["code"] == "invalid_documents"
         assert body["details"] == [
-            {"file": "yaml", "line": 21, "field": "spec.every", "msg": body["details"][0]["msg"]}
-        ]
+            {"file": "documents[1]", "line": 0, "field": "spec.every",
+             "msg": body["details"][0]["msg"]}
+        ]  # fmt: skip
         assert api.get("/v1/documents/schedules", headers=headers).json() == {"documents": []}
 
         dry = api.post(
-            "/v1/apply", json={"source": "api", "yaml": text, "dry_run": True}, headers=headers
+            "/v1/apply",
+            json={"source": "api", "documents": [schedule], "dry_run": True},
+            headers=headers,
         ).json()
         assert dry["changes"][0]["action"] == "created" and dry["changes"][0]["diff"]
         assert api.get("/v1/documents/schedules", headers=headers).json() == {"documents": []}
 
-        done = api.post("/v1/apply", json={"source": "api", "yaml": text}, headers=headers).json()
+        done = api.post(
+            "/v1/apply", json={"source": "api", "documents": [schedule]}, headers=headers
+        ).json()
         assert done["changed"] is True
         documents = api.get("/v1/documents/schedules", headers=headers).json()["documents"]
         assert [d["metadata"]["name"] for d in documents] == ["nightly-replicas"]
@@ -740,17 +745,131 @@ def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> 
         ).json()
         assert again["changed"] is False and again["summary"] == "no changes: 1 object unchanged"
 
-        empty = api.post(
-            "/v1/apply", json={"source": "api", "yaml": " \n", "prune": True}, headers=headers
+        kubeconfig = yaml_document(
+            INTERVAL.replace("{contexts: [prod-eu]}", "{contexts: [a], kubeconfig: /x}")
         )
-        assert empty.status_code == 422 and "is empty" in empty.json()["error"]["message"]
-        documents = api.get("/v1/documents/schedules", headers=headers).json()["documents"]
-        assert [d["metadata"]["name"] for d in documents] == ["nightly-replicas"]
-
-        kubeconfig = INTERVAL.replace("{contexts: [prod-eu]}", "{contexts: [a], kubeconfig: /x}")
-        refused = api.post("/v1/apply", json={"source": "api", "yaml": kubeconfig}, headers=headers)
+        refused = api.post(
+            "/v1/apply", json={"source": "api", "documents": [kubeconfig]}, headers=headers
+        )
         assert refused.status_code == 422
-        assert refused.json()["error"]["code"] == "kubeconfig_not_allowed"
+        error = refused.json()["error"]
+        assert error["code"] == "invalid_documents"
+        assert error["details"][0]["field"] == "spec.targets.kubeconfig"
+        assert "cannot be chosen over HTTP" in error["details"][0]["msg"]
+
+
+def _api_with_a_stored_schedule(redis_url: str) -> Any:
+    """The API over ``redis_url``, its snapshot roots the checkout, holding ``nightly-replicas``
+    applied from source ``team-a``; and the write headers."""
+    from fastapi.testclient import TestClient
+
+    from assay.api import create_app
+    from schemas.settings import load_settings
+    from workers.engine.logs import configure_logging
+
+    token = "apply-test-token-0123456789"
+    settings = load_settings(
+        redis_url=redis_url,
+        api_tokens={token: "write"},
+        model="openai/gpt-4o-mini",
+        snapshot_roots=[str(SNAPSHOTS)],
+    )
+    configure_logging(settings)
+    headers = {"Authorization": f"Bearer {token}"}
+    api = TestClient(create_app(settings), headers=headers)
+    stored = api.post(
+        "/v1/apply", json={"source": "team-a", "documents": [yaml_document(SCHEDULE)]}
+    )
+    assert stored.status_code == 200, stored.text
+    return api
+
+
+def _named(document: dict[str, Any], name: str, **spec: object) -> dict[str, Any]:
+    return {
+        **document,
+        "metadata": {"name": name},
+        "spec": {**document["spec"], **spec},
+    }
+
+
+def test_what_only_the_server_can_judge_is_a_404_with_every_problem_and_nothing_applied(
+    redis_url: str,
+) -> None:
+    """Before: a policy not stored or a snapshot folder outside the roots was a 422, as if
+    the document broke a rule the published schema states."""
+    with _api_with_a_stored_schedule(redis_url) as api:
+        before = api.get("/v1/documents/schedules").json()
+        interval = yaml_document(INTERVAL)
+        no_policy = _named(interval, "no-policy", policy={"name": "absent"})
+        del no_policy["spec"]["predicate"]
+        documents = [
+            _named(interval, "fine"),
+            _named(interval, "outside", targets={"snapshots": ["/elsewhere/snaps"]}),
+            no_policy,
+        ]
+        answer = api.post("/v1/apply", json={"source": "team-b", "documents": documents})
+        assert answer.status_code == 404, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "named_not_found"
+        assert [(d["file"], d["field"], d["code"]) for d in error["details"]] == [
+            ("documents[1]", "spec.targets.snapshots[0]", "snapshot_outside_roots"),
+            ("documents[2]", "spec.policy.name", "policy_not_found"),
+        ]
+        assert api.get("/v1/documents/schedules").json() == before
+
+
+def test_a_conflict_is_a_409_with_every_problem_the_404s_too_and_nothing_applied(
+    redis_url: str,
+) -> None:
+    """Two documents of one name, an object of another source; beside a folder outside the
+    roots (a 404 alone): the answer is the conflict's, every problem in details."""
+    with _api_with_a_stored_schedule(redis_url) as api:
+        before = api.get("/v1/documents/schedules").json()
+        interval = yaml_document(INTERVAL)
+        documents = [
+            _named(interval, "twice"),
+            _named(interval, "twice"),
+            yaml_document(SCHEDULE),  # team-a's
+            _named(interval, "outside", targets={"snapshots": ["/elsewhere/snaps"]}),
+        ]
+        answer = api.post("/v1/apply", json={"source": "team-b", "documents": documents})
+        assert answer.status_code == 409, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "documents_conflict"
+        assert [(d["file"], d["code"]) for d in error["details"]] == [
+            ("documents[1]", "duplicate_document"),
+            ("documents[2]", "owned_by_other_source"),
+            ("documents[3]", "snapshot_outside_roots"),
+        ]
+        assert "also defined at documents[0]" in error["details"][0]["msg"]
+        assert api.get("/v1/documents/schedules").json() == before
+        twice = api.post("/v1/apply", json={"source": "team-b", "documents": documents[:2]})
+        assert twice.status_code == 409, twice.text  # planned, and still nothing applied
+        assert [d["code"] for d in twice.json()["error"]["details"]] == ["duplicate_document"]
+        assert api.get("/v1/documents/schedules").json() == before
+        once = api.post("/v1/apply", json={"source": "team-b", "documents": documents[:1]})
+        assert once.status_code == 200, once.text
+
+
+def test_a_document_breaking_its_rules_is_still_a_422_beside_a_conflict(redis_url: str) -> None:
+    with _api_with_a_stored_schedule(redis_url) as api:
+        before = api.get("/v1/documents/schedules").json()
+        interval = yaml_document(INTERVAL)
+        documents = [
+            _named(interval, "twice"),
+            _named(interval, "twice"),  # a conflict
+            _named(interval, "too-often", every="10s"),
+        ]
+        answer = api.post("/v1/apply", json={"source": "team-b", "documents": documents})
+        assert answer.status_code == 422, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "invalid_documents"
+        assert error["message"].startswith("documents[2]: spec.every: must be a duration from 1m")
+        assert [(d["field"], d.get("code")) for d in error["details"]] == [
+            ("spec.every", None),
+            ("metadata.name", "duplicate_document"),
+        ]
+        assert api.get("/v1/documents/schedules").json() == before
 
 
 # --- checks as code without traps (issue 40) ------------------------------------------------------
@@ -1104,16 +1223,13 @@ def test_the_api_refuses_nesting_past_the_limit_with_a_422(redis_url: str) -> No
     document = json.loads(json.dumps(yaml_document(INTERVAL)))
     document["spec"]["notify"] = deep_json
     with TestClient(create_app(settings)) as api:
-        for body, where in (
-            ({"source": "api", "yaml": INTERVAL + f"  notify: {DEEP}\n"}, "yaml"),
-            ({"source": "api", "documents": [document]}, "documents[0]"),
-        ):
-            answer = api.post("/v1/apply", json=body, headers=headers)
-            assert answer.status_code == 422, answer.text
-            error = answer.json()["error"]
-            assert error["code"] == "invalid_documents"
-            assert error["details"][0]["file"] == where
-            assert "nested deeper than 100 levels" in error["details"][0]["msg"]
+        body = {"source": "api", "documents": [document]}
+        answer = api.post("/v1/apply", json=body, headers=headers)
+        assert answer.status_code == 422, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "invalid_documents"
+        assert error["details"][0]["file"] == "documents[0]"
+        assert "nested deeper than 100 levels" in error["details"][0]["msg"]
         answer = api.post("/v1/policies", json={"documents": f"items: {DEEP}"}, headers=headers)
         assert answer.status_code == 200 and answer.json()["imported"] == [], answer.text
         assert "nested deeper than 100 levels" in answer.json()["refused"][0]["reason"]
