@@ -20,13 +20,14 @@ from typing import Any
 
 import redis
 import structlog
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.routing import APIRoute
 from kombu import Connection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from assay.api_auth import ReadAccess, TokenTable
 from assay.api_errors import ApiError, BodySizeLimit, install_error_handlers
-from assay.api_models import ErrorBody, Health, Readiness
+from assay.api_models import DOCUMENTS_TOO_LARGE, ErrorBody, Health, Readiness
 from assay.api_v1 import router as v1_router
 from assay.api_wiring import Services, register_scrape_collectors
 from schemas.settings import AssaySettings, load_settings
@@ -44,6 +45,18 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorBody, "description": "The request failed validation."},
     400: {"model": ErrorBody, "description": "The body is not valid JSON."},
 }
+
+
+def document_routes(*routers: APIRouter) -> frozenset[tuple[str, str]]:
+    """(method, path) of every route that publishes the documents limit as its 413: what the
+    document says of a route's size limit is what the body limit enforces."""
+    return frozenset(
+        (method, route.path)
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute) and route.responses.get(413) is DOCUMENTS_TOO_LARGE
+        for method in route.methods or ()
+    )
 
 
 class RequestLogAndMetrics:
@@ -228,7 +241,12 @@ def create_app(settings: AssaySettings | None = None) -> FastAPI:
     app.include_router(v1_router)
     app.include_router(probes_router)
     app.include_router(policies_router)
-    app.add_middleware(BodySizeLimit, limit=settings.api_max_body_bytes)
+    app.add_middleware(
+        BodySizeLimit,
+        limit=settings.api_max_body_bytes,
+        documents_limit=settings.api_max_documents_body_bytes,
+        document_routes=document_routes(v1_router, probes_router, policies_router),
+    )
     app.add_middleware(RequestLogAndMetrics)
     _register_collectors(settings)
     return app

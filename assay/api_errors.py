@@ -212,25 +212,40 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 class BodySizeLimit:
-    """Reject bodies over ``limit`` bytes with 413 before anything parses them.
+    """Reject bodies over the route's limit with 413 before anything parses them.
 
     A declared ``Content-Length`` over the limit is refused at once; otherwise the
-    body (at most ``limit`` bytes, so buffering it is cheap) is read here, counted,
-    and handed on whole, so a chunked body that runs over is refused too.
+    body (at most the limit, so buffering it is bounded) is read here, counted,
+    and handed on whole, so a chunked body that runs over is refused too. The routes in
+    ``document_routes`` take files' worth of documents (a policy library, a folder of
+    checks) and get ``documents_limit``; every other body is a request's few fields.
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit: int,
+        documents_limit: int,
+        document_routes: frozenset[tuple[str, str]],
+    ) -> None:
         self.app = app
-        self.limit = limit
+        self.small_limit = limit
+        self.documents_limit = documents_limit
+        self.document_routes = document_routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        route = (scope.get("method", ""), scope.get("path", ""))
+        limit = self.documents_limit if route in self.document_routes else self.small_limit
+        await self._limited(scope, receive, send, limit)
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
             try:
-                too_big = int(declared) > self.limit
+                too_big = int(declared) > limit
             except ValueError:
                 await self._reject(
                     scope,
@@ -242,7 +257,7 @@ class BodySizeLimit:
                 )
                 return
             if too_big:
-                await self._reject_too_large(scope, receive, send)
+                await self._reject_too_large(scope, receive, send, limit)
                 return
 
         chunks: list[bytes] = []
@@ -254,8 +269,8 @@ class BodySizeLimit:
                 break
             body = message.get("body", b"")
             received += len(body)
-            if received > self.limit:
-                await self._reject_too_large(scope, receive, send)
+            if received > limit:
+                await self._reject_too_large(scope, receive, send, limit)
                 return
             chunks.append(body)
             if not message.get("more_body", False):
@@ -273,14 +288,16 @@ class BodySizeLimit:
 
         await self.app(scope, replay_receive, send)
 
-    async def _reject_too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _reject_too_large(
+        self, scope: Scope, receive: Receive, send: Send, limit: int
+    ) -> None:
         await self._reject(
             scope,
             receive,
             send,
             413,
             "body_too_large",
-            f"The request body is larger than {self.limit} bytes; send a smaller request.",
+            f"The request body is larger than {limit} bytes; send a smaller request.",
         )
 
     async def _reject(

@@ -117,8 +117,18 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     **READ_ERRORS,
     400: {"model": ErrorBody, "description": "The body is not valid JSON."},
     403: {"model": ErrorBody, "description": "The token may only read."},
-    413: {"model": ErrorBody, "description": "The body is larger than the limit."},
+    413: {
+        "model": ErrorBody,
+        "description": "The body is larger than ASSAY_API_MAX_BODY_BYTES (64 KiB by default).",
+    },
 }
+# The routes that take files' worth of documents declare this 413, and the body limit
+# (assay/api.py) gives exactly the routes declaring it the documents limit.
+DOCUMENTS_TOO_LARGE: dict[str, Any] = {
+    "model": ErrorBody,
+    "description": "The body is larger than ASSAY_API_MAX_DOCUMENTS_BODY_BYTES (8 MiB by default).",
+}
+DOCUMENT_WRITE_ERRORS: dict[int | str, dict[str, Any]] = {**WRITE_ERRORS, 413: DOCUMENTS_TOO_LARGE}
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such id."}
 }
@@ -410,7 +420,7 @@ class ScheduleCreate(_Request):
     )
 
 
-MAX_APPLY_DOCUMENTS = 200
+MAX_APPLY_DOCUMENTS = 1000
 
 
 class ApplyBody(_Request):
@@ -426,8 +436,6 @@ class ApplyBody(_Request):
     )
     # Published as the server's document models; validated by them in the apply itself
     # (assay.manifests.load_objects), whose 422 names each problem's document and field.
-    # At most 200: as many short documents as the default body limit (64 KiB) holds, so a
-    # request the schema calls valid is not refused for its size by a server with defaults.
     documents: list[SkipValidation[ServerDocument]] = Field(
         max_length=MAX_APPLY_DOCUMENTS, description="Check and Schedule documents."
     )

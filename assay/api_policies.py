@@ -25,6 +25,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
 from assay.api_models import (
+    DOCUMENT_WRITE_ERRORS,
     OUTSIDE_ROOTS,
     READ_ERRORS,
     WRITE_ERRORS,
@@ -99,7 +100,7 @@ def _store(request: Request) -> PolicyStore:
     response_model=ImportReport,
     tags=["policies"],
     responses={
-        **WRITE_ERRORS,
+        **DOCUMENT_WRITE_ERRORS,
         200: _NOTHING_NEW,
         201: _IMPORTED,
     },
@@ -203,7 +204,7 @@ def export_policy(
     "/policy-translations",
     response_model=PolicyTranslation,
     tags=["policies"],
-    responses={**WRITE_ERRORS, **state_refusals(f"the target is {OUTSIDE_ROOTS}")},
+    responses={**DOCUMENT_WRITE_ERRORS, **state_refusals(f"the target is {OUTSIDE_ROOTS}")},
 )
 def translate_policies(
     body: PolicyTranslationRequest, request: Request, scope: WriteAccess

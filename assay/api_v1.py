@@ -22,6 +22,7 @@ from assay.api_errors import ApiError
 from assay.api_models import (
     BATCH_OPERATIONS,
     CHECK_OPERATIONS,
+    DOCUMENT_WRITE_ERRORS,
     EXPIRED,
     KEY_MISSING,
     NOT_FOUND,
@@ -468,7 +469,7 @@ def delete_schedule(schedule_id: ScheduleId, request: Request, scope: WriteAcces
     response_model=ApplyOutcome,
     tags=["apply"],
     responses={
-        **WRITE_ERRORS,
+        **DOCUMENT_WRITE_ERRORS,
         404: {
             "model": ErrorBody,
             "description": "named_not_found: what a document names is not here (a snapshot "

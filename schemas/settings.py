@@ -324,6 +324,12 @@ class AssaySettings(BaseSettings):
     api_max_body_bytes: int = Field(
         default=64 * 1024, ge=1024, description="Request bodies larger than this get 413."
     )
+    api_max_documents_body_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="The same for the routes that take documents (POST /v1/apply, "
+        "/v1/policies, /v1/policy-translations): a folder of checks, a policy library.",
+    )
     api_max_batch_targets: int = Field(
         default=1000, ge=1, description="Most targets one batch submitted over HTTP may name."
     )

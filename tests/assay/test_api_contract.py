@@ -408,3 +408,50 @@ def test_what_only_the_servers_state_decides_is_a_documented_404_or_409(api: Tes
     batch = DOCUMENT["paths"]["/v1/batches"]["post"]["responses"]
     assert "batch_empty" in batch["404"]["description"]
     assert "context_glob_failed" in batch["409"]["description"]
+
+
+def test_the_routes_that_take_documents_take_a_folders_worth(redis_url: str) -> None:
+    """Before: every body was held to 64 KiB, so a schema-valid apply of a few hundred
+    documents, or a policy library the document allows 4 MiB of, got 413. The routes that
+    take documents publish and enforce ASSAY_API_MAX_DOCUMENTS_BODY_BYTES; the others keep
+    the small limit."""
+    settings = AssaySettings(
+        redis_url=redis_url,
+        api_tokens={TOKEN: "write"},
+        key_prefix="contract-size",
+        snapshot_roots=[str(ROOT)],
+        api_max_documents_body_bytes=512 * 1024,
+    )
+    documents = []
+    for n in range(1000):
+        document = _apply_document()
+        document["metadata"] = {"name": f"doc-{n:04d}"}
+        documents.append(document)
+    body = {"source": "size", "documents": documents, "dry_run": True}
+    assert 64 * 1024 < len(json.dumps(body)) < 512 * 1024
+    padded_policies = (ROOT / "examples/policies/kyverno-run-as-non-root.yaml").read_text()
+    padded_policies += "# " + "x" * (100 * 1024) + "\n"
+    with TestClient(create_app(settings)) as api:
+        applied = api.post("/v1/apply", headers=AUTH, json=body)
+        assert applied.status_code == 200, applied.text[:500]
+        assert len(applied.json()["changes"]) == 1000
+        imported = api.post(
+            "/v1/policies", headers=AUTH, json={"documents": padded_policies, "dry_run": True}
+        )
+        assert imported.status_code == 200 and imported.json()["imported"], imported.text[:500]
+        small = api.post(
+            "/v1/schedules", headers=AUTH, json={**SCHEDULE, "predicate": "x" * (70 * 1024)}
+        )
+        assert small.status_code == 413, small.text
+        too_big = {"documents": padded_policies + "# " + "y" * (512 * 1024)}
+        refused = api.post("/v1/policies", headers=AUTH, json=too_big)
+        assert refused.status_code == 413, refused.text
+        assert "larger than 524288 bytes" in refused.json()["error"]["message"]
+    for path, method, limit in (
+        ("/v1/apply", "post", "ASSAY_API_MAX_DOCUMENTS_BODY_BYTES"),
+        ("/v1/policies", "post", "ASSAY_API_MAX_DOCUMENTS_BODY_BYTES"),
+        ("/v1/policy-translations", "post", "ASSAY_API_MAX_DOCUMENTS_BODY_BYTES"),
+        ("/v1/schedules", "post", "ASSAY_API_MAX_BODY_BYTES"),
+        ("/v1/evaluations", "post", "ASSAY_API_MAX_BODY_BYTES"),
+    ):
+        assert limit in DOCUMENT["paths"][path][method]["responses"]["413"]["description"], path
