@@ -695,24 +695,32 @@ def test_a_policy_file_is_imported_and_its_check_round_trips(
 # --- the same over HTTP --------------------------------------------------------------------------
 
 
-def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> None:
+API_TOKEN = "apply-test-token-0123456789"
+
+
+def _api(redis_url: str, snapshot_root: Path) -> Any:
+    """A client of the API over ``redis_url`` (a fleet model set, snapshot roots
+    ``snapshot_root``) sending the write token; logs to this test's stderr."""
     from fastapi.testclient import TestClient
 
     from assay.api import create_app
     from schemas.settings import load_settings
     from workers.engine.logs import configure_logging
 
-    token = "apply-test-token-0123456789"
     settings = load_settings(
         redis_url=redis_url,
-        api_tokens={token: "write"},
+        api_tokens={API_TOKEN: "write"},
         model="openai/gpt-4o-mini",
-        snapshot_roots=[str(ROOT)],
+        snapshot_roots=[str(snapshot_root)],
     )
-    configure_logging(settings)  # the API logs to this test's stderr, not an earlier one's
-    headers = {"Authorization": f"Bearer {token}"}
+    configure_logging(settings)  # not an earlier test's stderr
+    return TestClient(create_app(settings), headers={"Authorization": f"Bearer {API_TOKEN}"})
+
+
+def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> None:
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
     schedule = yaml_document(SCHEDULE)
-    with TestClient(create_app(settings)) as api:
+    with _api(redis_url, ROOT) as api:
         late = yaml_document(INTERVAL.replace("15m", "soon"))
         bad = api.post(
             "/v1/apply", json={"source": "api", "documents": [schedule, late]}, headers=headers
@@ -759,24 +767,9 @@ def test_the_api_applies_refuses_and_reads_back_like_the_cli(redis_url: str) -> 
 
 
 def _api_with_a_stored_schedule(redis_url: str) -> Any:
-    """The API over ``redis_url``, its snapshot roots the checkout, holding ``nightly-replicas``
-    applied from source ``team-a``; and the write headers."""
-    from fastapi.testclient import TestClient
-
-    from assay.api import create_app
-    from schemas.settings import load_settings
-    from workers.engine.logs import configure_logging
-
-    token = "apply-test-token-0123456789"
-    settings = load_settings(
-        redis_url=redis_url,
-        api_tokens={token: "write"},
-        model="openai/gpt-4o-mini",
-        snapshot_roots=[str(SNAPSHOTS)],
-    )
-    configure_logging(settings)
-    headers = {"Authorization": f"Bearer {token}"}
-    api = TestClient(create_app(settings), headers=headers)
+    """The API over ``redis_url``, its snapshot root examples/snapshots, holding
+    ``nightly-replicas`` applied from source ``team-a``."""
+    api = _api(redis_url, SNAPSHOTS)
     stored = api.post(
         "/v1/apply", json={"source": "team-a", "documents": [yaml_document(SCHEDULE)]}
     )
