@@ -355,7 +355,9 @@ def _validated(
     try:
         # Strict over HTTP: a JSON value is taken as the type the schema says, never converted
         # (``0`` is no ``false``); a file's numbers are already JSON's (StrictNumbersLoader).
-        document = adapter.validate_python(data, strict=adapter is SERVER_ADAPTER)
+        # None, not False, for files: ``strict=False`` would override the fields' own
+        # StrictInt / StrictFloat and read a ceiling of '5000' as a number.
+        document = adapter.validate_python(data, strict=True if adapter is SERVER_ADAPTER else None)
     except ValidationError as exc:
         said: set[Loc] = set()
         for error in exc.errors():
