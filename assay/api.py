@@ -246,6 +246,7 @@ def create_app(settings: AssaySettings | None = None) -> FastAPI:
         limit=settings.api_max_body_bytes,
         documents_limit=settings.api_max_documents_body_bytes,
         document_routes=document_routes(v1_router, probes_router, policies_router),
+        grants_write=app.state.tokens.grants_write,
     )
     app.add_middleware(RequestLogAndMetrics)
     _register_collectors(settings)

@@ -96,6 +96,12 @@ class TokenTable:
                 found = scope
         return found
 
+    def grants_write(self, authorization: str | None) -> bool:
+        """Whether an ``Authorization`` header carries a write token (read before the body,
+        so only a writer may make the server hold a documents-sized body)."""
+        scheme, _, token = (authorization or "").partition(" ")
+        return scheme.lower() == "bearer" and self.scope_of(token.strip()) == "write"
+
     def __len__(self) -> int:
         return len(self._current())
 

@@ -7,6 +7,7 @@ means a real server fault and is logged with its traceback.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -218,7 +219,9 @@ class BodySizeLimit:
     body (at most the limit, so buffering it is bounded) is read here, counted,
     and handed on whole, so a chunked body that runs over is refused too. The routes in
     ``document_routes`` take files' worth of documents (a policy library, a folder of
-    checks) and get ``documents_limit``; every other body is a request's few fields.
+    checks) and get ``documents_limit``, for a caller whose ``Authorization`` header
+    ``grants_write`` (as the API server authenticates before it reads a body: no one else
+    makes it hold megabytes); every other body is a request's few fields.
     """
 
     def __init__(
@@ -227,21 +230,30 @@ class BodySizeLimit:
         limit: int,
         documents_limit: int,
         document_routes: frozenset[tuple[str, str]],
+        grants_write: Callable[[str | None], bool],
     ) -> None:
         self.app = app
         self.small_limit = limit
         self.documents_limit = documents_limit
         self.document_routes = document_routes
+        self.grants_write = grants_write
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        route = (scope.get("method", ""), scope.get("path", ""))
-        limit = self.documents_limit if route in self.document_routes else self.small_limit
-        await self._limited(scope, receive, send, limit)
+        limit, why = self.small_limit, ""
+        if (scope.get("method", ""), scope.get("path", "")) in self.document_routes:
+            authorization = dict(scope.get("headers") or []).get(b"authorization")
+            if self.grants_write(authorization.decode("latin-1") if authorization else None):
+                limit = self.documents_limit
+            else:
+                why = f", the limit without a write token (with one, {self.documents_limit} bytes)"
+        await self._limited(scope, receive, send, limit, why)
 
-    async def _limited(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    async def _limited(
+        self, scope: Scope, receive: Receive, send: Send, limit: int, why: str
+    ) -> None:
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
             try:
@@ -257,7 +269,7 @@ class BodySizeLimit:
                 )
                 return
             if too_big:
-                await self._reject_too_large(scope, receive, send, limit)
+                await self._reject_too_large(scope, receive, send, limit, why)
                 return
 
         chunks: list[bytes] = []
@@ -270,7 +282,7 @@ class BodySizeLimit:
             body = message.get("body", b"")
             received += len(body)
             if received > limit:
-                await self._reject_too_large(scope, receive, send, limit)
+                await self._reject_too_large(scope, receive, send, limit, why)
                 return
             chunks.append(body)
             if not message.get("more_body", False):
@@ -289,7 +301,7 @@ class BodySizeLimit:
         await self.app(scope, replay_receive, send)
 
     async def _reject_too_large(
-        self, scope: Scope, receive: Receive, send: Send, limit: int
+        self, scope: Scope, receive: Receive, send: Send, limit: int, why: str
     ) -> None:
         await self._reject(
             scope,
@@ -297,7 +309,7 @@ class BodySizeLimit:
             send,
             413,
             "body_too_large",
-            f"The request body is larger than {limit} bytes; send a smaller request.",
+            f"The request body is larger than {limit} bytes{why}; send a smaller request.",
         )
 
     async def _reject(

@@ -328,7 +328,8 @@ class AssaySettings(BaseSettings):
         default=8 * 1024 * 1024,
         ge=1024,
         description="The same for the routes that take documents (POST /v1/apply, "
-        "/v1/policies, /v1/policy-translations): a folder of checks, a policy library.",
+        "/v1/policies, /v1/policy-translations: a folder of checks, a policy library), for a "
+        "caller with a write token; others keep api_max_body_bytes there too.",
     )
     api_max_batch_targets: int = Field(
         default=1000, ge=1, description="Most targets one batch submitted over HTTP may name."

@@ -413,11 +413,11 @@ def test_what_only_the_servers_state_decides_is_a_documented_404_or_409(api: Tes
 def test_the_routes_that_take_documents_take_a_folders_worth(redis_url: str) -> None:
     """Before: every body was held to 64 KiB, so a schema-valid apply of a few hundred
     documents, or a policy library the document allows 4 MiB of, got 413. The routes that
-    take documents publish and enforce ASSAY_API_MAX_DOCUMENTS_BODY_BYTES; the others keep
-    the small limit."""
+    take documents publish and enforce ASSAY_API_MAX_DOCUMENTS_BODY_BYTES for a write token;
+    the other routes, and callers without one, keep the small limit."""
     settings = AssaySettings(
         redis_url=redis_url,
-        api_tokens={TOKEN: "write"},
+        api_tokens={TOKEN: "write", "contract-read-token-0123456789": "read"},
         key_prefix="contract-size",
         snapshot_roots=[str(ROOT)],
         api_max_documents_body_bytes=512 * 1024,
@@ -447,6 +447,19 @@ def test_the_routes_that_take_documents_take_a_folders_worth(redis_url: str) -> 
         refused = api.post("/v1/policies", headers=AUTH, json=too_big)
         assert refused.status_code == 413, refused.text
         assert "larger than 524288 bytes" in refused.json()["error"]["message"]
+        # only a writer makes the server hold a documents-sized body: the others get the
+        # small limit, told why, before anything reads the body or judges the token
+        reader = {"Authorization": "Bearer contract-read-token-0123456789"}
+        for headers in (reader, {"Authorization": "Bearer not-a-token"}, {}):
+            answer = api.post("/v1/apply", headers=headers, json=body)
+            assert answer.status_code == 413, answer.text
+            assert answer.json()["error"]["message"].startswith(
+                "The request body is larger than 65536 bytes, the limit without a write "
+                "token (with one, 524288 bytes)"
+            )
+        assert (
+            api.post("/v1/apply", headers=reader, json={**body, "documents": []}).status_code == 403
+        )
     for path, method, limit in (
         ("/v1/apply", "post", "ASSAY_API_MAX_DOCUMENTS_BODY_BYTES"),
         ("/v1/policies", "post", "ASSAY_API_MAX_DOCUMENTS_BODY_BYTES"),
