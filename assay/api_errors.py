@@ -139,7 +139,7 @@ def allowed_methods(request: Request) -> list[str]:
 
 async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = _STATUS_CODES.get(exc.status_code, "http_error")
+    code = getattr(exc, "code", None) or _STATUS_CODES.get(exc.status_code, "http_error")
     headers = dict(getattr(exc, "headers", None) or {})
     if exc.status_code == 405:
         allowed = allowed_methods(request)

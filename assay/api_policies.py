@@ -24,6 +24,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
+from assay.api_json import StrictJsonRoute
 from assay.api_models import (
     DOCUMENT_WRITE_ERRORS,
     OUTSIDE_ROOTS,
@@ -49,7 +50,7 @@ from schemas.policy import (
 )
 from workers.fleet.policy_store import PolicyStore, UnreadablePolicy
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=StrictJsonRoute)
 PolicyName = Annotated[
     str,
     Path(pattern=POLICY_NAME_PATTERN, description="A policy's name.", examples=["run-as-non-root"]),

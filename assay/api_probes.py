@@ -15,6 +15,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
+from assay.api_json import StrictJsonRoute
 from assay.api_models import (
     OUTSIDE_ROOTS,
     READ_ERRORS,
@@ -29,7 +30,7 @@ from schemas import ids
 from schemas.probe import ProbeRecord, ProbeRun
 from workers.fleet.probe_store import ProbeStore
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=StrictJsonRoute)
 CheckId = Annotated[ids.CheckId, Path(description="A check id.")]
 _NO_PROBE: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "The check has no probe."},

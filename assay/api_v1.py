@@ -19,6 +19,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from assay.api_auth import ReadAccess, WriteAccess
 from assay.api_errors import ApiError
+from assay.api_json import StrictJsonRoute
 from assay.api_models import (
     BATCH_OPERATIONS,
     CHECK_OPERATIONS,
@@ -59,7 +60,7 @@ from schemas.verdict import Verdict, VerdictKind
 
 _log = structlog.get_logger("assay.api")
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=StrictJsonRoute)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 RunId = Annotated[ids.RunId, Path(description="A run id.")]

@@ -468,3 +468,48 @@ def test_the_routes_that_take_documents_take_a_folders_worth(redis_url: str) -> 
         ("/v1/evaluations", "post", "ASSAY_API_MAX_BODY_BYTES"),
     ):
         assert limit in DOCUMENT["paths"][path][method]["responses"]["413"]["description"], path
+
+
+def test_a_key_given_twice_in_a_json_body_is_refused(api: TestClient) -> None:
+    """Before: the last of two equal keys won silently, so a body showing source 'a' to its
+    author applied (and with prune, pruned) source 'b'. Refused, as kubectl refuses it and
+    as `assay apply -f` refuses it in YAML, naming the key; nothing is applied."""
+    document = json.dumps(_apply_document())
+    bodies = {
+        "/v1/apply": (
+            '{"source": "a", "prune": true, "source": "b", "documents": []}',
+            "source",
+        ),
+        "/v1/schedules": (
+            json.dumps(SCHEDULE)[:-1] + ', "interval_seconds": 7200}',
+            "interval_seconds",
+        ),
+        "/v1/evaluations": (
+            '{"text": "x", "target": {"type": "snapshot", "type": "context", '
+            '"path": "examples/snapshots/prod-eu"}}',
+            "type",
+        ),
+    }
+    nested = document.replace('"every": "1h30m"', '"every": "1h30m", "every": "2h"')
+    bodies["/v1/apply#nested"] = ('{"source": "a", "documents": [' + nested + "]}", "every")
+    for path, (text, key) in bodies.items():
+        answer = api.post(
+            path.partition("#")[0],
+            headers={**AUTH, "content-type": "application/json"},
+            content=text,
+        )
+        assert answer.status_code == 422, (path, answer.text)
+        error = answer.json()["error"]
+        assert error["code"] == "duplicate_key", (path, error)
+        assert error["message"] == (
+            f"body: the key {key!r} is given twice in one object; send each key once."
+        )
+    assert api.get("/v1/schedules", headers=AUTH).json()["schedules"] == []
+    assert api.get("/v1/documents/schedules", headers=AUTH).json() == {"documents": []}
+    once = document.replace('"every": "1h30m"', '"every": "2h"')
+    applied = api.post(
+        "/v1/apply",
+        headers={**AUTH, "content-type": "application/json"},
+        content='{"source": "a", "documents": [' + once + "]}",
+    )
+    assert applied.status_code == 200, applied.text
