@@ -83,6 +83,8 @@ def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     for problem in exc.errors():
         loc = [str(part) for part in problem.get("loc", ())]
         message = str(problem.get("msg", "")).removeprefix("Value error, ")
+        if problem.get("type") == "json_invalid":  # the reader's reason, not "JSON decode error"
+            message = str((problem.get("ctx") or {}).get("error") or message)
         details.append({"loc": loc, "msg": message, "type": str(problem.get("type", ""))})
     return details
 
@@ -97,12 +99,12 @@ async def _on_api_error(request: Request, exc: Exception) -> JSONResponse:
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     details = _validation_details(exc)
-    json_broken = any(d["type"] == "json_invalid" for d in details)
-    if json_broken:
+    broken = [d for d in details if d["type"] == "json_invalid"]
+    if broken:
         return error_response(
             400,
             "invalid_json",
-            "The request body is not valid JSON; send a JSON object.",
+            f"The request body is not valid JSON ({broken[0]['msg']}); send a JSON object.",
             details=details,
         )
     first = details[0] if details else {"loc": [], "msg": "invalid input", "type": ""}

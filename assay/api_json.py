@@ -1,4 +1,5 @@
-"""JSON request bodies read as strictly as files: a key given twice in one object is refused.
+"""JSON request bodies read as strictly as files: a key given twice in one object is refused,
+and so are NaN and Infinity, which are not JSON (RFC 8259) though Python's reader takes them.
 
 Python's reader keeps the last of two equal keys silently, so ``{"source": "a", ...,
 "source": "b"}`` would apply (and prune) source ``b`` while the caller's tooling showed
@@ -40,10 +41,17 @@ def _each_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity, which Python's reader takes and JSON does not have (RFC 8259)."""
+    raise json.JSONDecodeError(f"{name} is not a JSON number", name, 0)
+
+
 class StrictJsonRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = json.loads(await self.body(), object_pairs_hook=_each_key_once)
+            self._json = json.loads(
+                await self.body(), object_pairs_hook=_each_key_once, parse_constant=_no_constant
+            )
         return self._json
 
 

@@ -513,3 +513,18 @@ def test_a_key_given_twice_in_a_json_body_is_refused(api: TestClient) -> None:
         content='{"source": "a", "documents": [' + once + "]}",
     )
     assert applied.status_code == 200, applied.text
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json(api: TestClient, constant: str) -> None:
+    """Before: Python's reader took them, and a NaN interval was refused as "less than or
+    equal to 31622400". Not JSON (RFC 8259): a 400 invalid_json naming the constant."""
+    text = json.dumps(SCHEDULE).replace("3600", constant)
+    answer = api.post("/v1/schedules", headers={**AUTH, "content-type": "application/json"},
+                      content=text)  # fmt: skip
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_json"
+    assert error["message"] == (
+        f"The request body is not valid JSON ({constant} is not a JSON number); send a JSON object."
+    )
