@@ -244,19 +244,25 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        headers = dict(scope.get("headers") or [])
         limit, why = self.small_limit, ""
         if (scope.get("method", ""), scope.get("path", "")) in self.document_routes:
-            authorization = dict(scope.get("headers") or []).get(b"authorization")
+            authorization = headers.get(b"authorization")
             if self.grants_write(authorization.decode("latin-1") if authorization else None):
                 limit = self.documents_limit
             else:
                 why = f", the limit without a write token (with one, {self.documents_limit} bytes)"
-        await self._limited(scope, receive, send, limit, why)
+        await self._limited(scope, receive, send, headers.get(b"content-length"), limit, why)
 
     async def _limited(
-        self, scope: Scope, receive: Receive, send: Send, limit: int, why: str
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        declared: bytes | None,
+        limit: int,
+        why: str,
     ) -> None:
-        declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
             try:
                 too_big = int(declared) > limit

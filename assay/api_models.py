@@ -28,7 +28,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas.budget import Budget, ProfileName
 from schemas.cadence import PublishedCron, PublishedZone
-from schemas.declarative import MAX_SOURCE_LENGTH, ServerDocument
+from schemas.declarative import MAX_SOURCE_LENGTH, NO_KUBECONFIG, ServerDocument
 from schemas.fleet import BatchResult, CheckSummary, RunProgress, VerdictChange
 from schemas.ids import CheckId, RunId
 from schemas.kubernetes_metadata import LABEL_VALUE_PATTERN
@@ -211,11 +211,7 @@ Rfc3339Instant = Annotated[datetime, BeforeValidator(_rfc3339_instant)]
 def _no_kubeconfig(value: object) -> None:
     """Refuse a kubeconfig over HTTP; the error type is the API's stable error code."""
     if value is not None:
-        raise PydanticCustomError(
-            "kubeconfig_not_allowed",
-            "a kubeconfig path cannot be chosen over HTTP; name a context from the server's "
-            "kubeconfig instead",
-        )
+        raise PydanticCustomError("kubeconfig_not_allowed", NO_KUBECONFIG)
 
 
 _SERVER_KUBECONFIG = "Always null over HTTP: contexts come from the server's kubeconfig."

@@ -252,12 +252,11 @@ class Services:
             return
         unroutable = refusal.kind == "unroutable"
         reason = API_REASON.format(model=model) if unroutable else refusal.message
-        kind = "unroutable_model" if unroutable else "model_key_missing"
-        detail = {"loc": ["body", "model"], "msg": reason, "type": kind}
+        detail = {"loc": ["body", "model"], "msg": reason, "type": refusal.code}
         message = f"model: {reason}; fix the request and send it again."
         # Not a malformed request: whether a name routes (the installed litellm) and whether
         # a live worker holds its key is the server's state, which no schema can state.
-        raise ApiError(404 if unroutable else 409, kind, message, details=[detail])
+        raise ApiError(404 if unroutable else 409, refusal.code, message, details=[detail])
 
     @property
     def dispatcher(self) -> Dispatcher:

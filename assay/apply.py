@@ -127,8 +127,7 @@ def fleet_model_refusal(
         refusal = refusal_of(model, None, redis=redis, settings=settings)
         if refusal is None:
             return None
-        code = "unroutable_model" if refusal.kind == "unroutable" else "model_key_missing"
-        return code, refusal.message
+        return refusal.code, refusal.message
     fleet = read_fleet_models(redis, settings.key_prefix)
     if fleet.workers and not fleet.models:
         return "no_fleet_model", NO_MODEL.format(workers=fleet.workers)

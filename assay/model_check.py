@@ -46,6 +46,11 @@ class ModelRefusal:
     kind: Literal["unroutable", "no_key"]
     message: str
 
+    @property
+    def code(self) -> Literal["unroutable_model", "model_key_missing"]:
+        """The API's error code for it (docs/api.md: 404 and 409)."""
+        return "unroutable_model" if self.kind == "unroutable" else "model_key_missing"
+
 
 def fleet_model_problem(
     model: str | None, api_base: str | None, *, redis: Any, settings: AssaySettings

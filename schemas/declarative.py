@@ -81,6 +81,7 @@ from schemas.schedule import (
     Schedule,
     ScheduleTargets,
     format_duration,
+    publish_one_kind_of_target,
 )
 from schemas.spend import (
     MAX_CEILING_COST_USD,
@@ -161,13 +162,19 @@ def _string(name: str) -> dict[str, Any]:
     return {"required": [name], "properties": {name: {"type": "string"}}}
 
 
+def _camel_branch(branch: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "required": [to_camel(name) for name in branch.get("required", [])],
+        "properties": {to_camel(k): v for k, v in branch.get("properties", {}).items()},
+    }
+
+
 def _one_kind_of_target(schema: dict[str, Any]) -> None:
-    """Publish "exactly one kind of target" (``_one_kind``) as a ``oneOf``."""
-    schema["oneOf"] = [
-        {"required": ["contexts"], "properties": {"contexts": {"minItems": 1}}},
-        _string("contextGlob"),
-        {"required": ["snapshots"], "properties": {"snapshots": {"minItems": 1}}},
-    ]
+    """Publish "exactly one kind of target" (``_one_kind``) as the contract's targets publish
+    it (schemas.schedule), in the documents' spelling (``contextGlob``)."""
+    contract: dict[str, Any] = {}
+    publish_one_kind_of_target(contract)
+    schema["oneOf"] = [_camel_branch(branch) for branch in contract["oneOf"]]
 
 
 class TargetsSpec(_Spec):
@@ -614,21 +621,33 @@ DEFAULT_INTERVAL_FLOOR = 60.0
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600.0
 
 
-# What each bounded duration over HTTP takes, by its key: the problem said when it is not one.
-DURATION_HELP: dict[str, str] = {}
+# The bounds of each duration over HTTP, by its key (seconds, both included).
+_DURATION_BOUNDS: dict[str, tuple[float, float]] = {
+    "timeout": (0.001, MAX_TIMEOUT_SECONDS),
+    "every": (DEFAULT_INTERVAL_FLOOR, MAX_INTERVAL_SECONDS),
+    "jitter": (0.001, MAX_JITTER_SECONDS),
+}
 
 
-def _bounded_duration(key: str, minimum: float, maximum: float, what: str) -> Any:
-    """A duration of ``minimum`` to ``maximum`` seconds: a number, or whole units largest
-    first, each once (``90s``, ``1h30m``, ``2w``), as `assay get` writes them."""
-    pattern = bounded_duration_pattern(minimum, maximum)
-    number = Annotated[StrictFloat, Field(ge=minimum, le=maximum, allow_inf_nan=False)]
-    text = Annotated[str, StringConstraints(pattern=pattern)]
+def _duration_help(minimum: float, maximum: float) -> str:
     low = format_duration(minimum) if minimum >= 1 else "more than 0s"
-    DURATION_HELP[key] = (
+    return (
         f"must be a duration from {low} to {format_duration(maximum)}: seconds as a number, or "
         "whole units from the largest down, each once (90s, 15m, 1h30m, 2d, 1w)"
     )
+
+
+# What each bounded duration over HTTP takes, by its key: the problem said when it is not one.
+DURATION_HELP = {key: _duration_help(*bounds) for key, bounds in _DURATION_BOUNDS.items()}
+
+
+def _bounded_duration(key: str, what: str) -> Any:
+    """The duration ``key`` within its bounds: a number, or whole units largest first, each
+    once (``90s``, ``1h30m``, ``2w``), as `assay get` writes them."""
+    minimum, maximum = _DURATION_BOUNDS[key]
+    pattern = bounded_duration_pattern(minimum, maximum)
+    number = Annotated[StrictFloat, Field(ge=minimum, le=maximum, allow_inf_nan=False)]
+    text = Annotated[str, StringConstraints(pattern=pattern)]
     return Annotated[text | number, Field(description=f"{what}; {DURATION_HELP[key]}.")]
 
 
@@ -669,13 +688,9 @@ if TYPE_CHECKING:  # each a str or a float, bounded as below
     _Every = str | float
     _Jitter = str | float
 else:
-    _Timeout = _bounded_duration("timeout", 0.001, MAX_TIMEOUT_SECONDS, "Wall-clock time per run")
-    _Every = _bounded_duration(
-        "every", DEFAULT_INTERVAL_FLOOR, MAX_INTERVAL_SECONDS, "Fire at this interval instead"
-    )
-    _Jitter = _bounded_duration(
-        "jitter", 0.001, MAX_JITTER_SECONDS, "Spread each fire by up to this"
-    )
+    _Timeout = _bounded_duration("timeout", "Wall-clock time per run")
+    _Every = _bounded_duration("every", "Fire at this interval instead")
+    _Jitter = _bounded_duration("jitter", "Spread each fire by up to this")
 
 
 class ServerBudgetSpec(BudgetSpec):

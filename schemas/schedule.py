@@ -50,7 +50,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _one_kind_of_target(schema: dict[str, Any]) -> None:
+def publish_one_kind_of_target(schema: dict[str, Any]) -> None:
     """Publish "exactly one kind of target" as a ``oneOf``: non-empty ``contexts``, a
     ``context_glob`` string, or non-empty ``snapshots`` (what ``_exactly_one_kind`` checks)."""
     schema["oneOf"] = [
@@ -67,7 +67,7 @@ class ScheduleTargets(BaseModel):
     entries of ``snapshots`` may hold glob patterns and are expanded per fire.
     """
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_kind_of_target)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=publish_one_kind_of_target)
 
     contexts: list[ShownContextName] = Field(default_factory=list, max_length=1000)
     context_glob: Annotated[ShownName, Field(json_schema_extra=CONTEXT_GLOB_FORMAT)] | None = Field(
